@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# System packages the test suite needs, installed by name when missing (idempotent; CI runs as
+# root on a clean machine). Tests that need one of these fail loudly when it is absent, so a
+# missing line here shows up as a red CI rather than a silent skip.
+set -euo pipefail
+need=()
+command -v strace >/dev/null || need+=(strace)
+if ((${#need[@]})); then
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi

@@ -1,0 +1,30 @@
+# The two commands of the README's quick start. Each creates .venv when missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: up test lint bench
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+## up: start the platform on its embedded defaults
+up: $(STAMP)
+	$(BIN)/labhive up
+
+## test: install what the tests need (system packages too), lint, run the whole suite
+test: $(STAMP)
+	bash .ci/deps.sh
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -1,0 +1,222 @@
+"""Events in, decisions out: the contract between a scheduling policy and the drivers.
+
+Every policy (HiveD's algorithm in ``core.py``, FIFO, SJF, DRF, capacity, LAS) implements
+``Scheduler``; every driver (scenario replay, trace simulator, job service with its executors)
+feeds it ``Event`` objects and applies the ``Decision`` objects it returns. A policy does no I/O
+and reads no clock: time arrives inside the events, so a replay is deterministic and the same
+policy serves a simulation and a live cluster.
+
+A job lives in a policy only while it is WAITING or RUNNING; the driver owns the rest of the
+lifecycle (retries, terminal states, persistence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from labhive.scheduler.jobs import JobSpec
+
+if TYPE_CHECKING:
+    from labhive.scheduler.config import ClusterConfig
+
+
+class SpecRejected(ValueError):
+    """A job that can never run on this cluster; the message says what would fit."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    """Where one task runs: a node and the GPU indices (leaf cells) on it."""
+
+    role: str
+    index: int
+    node: str
+    gpus: tuple[int, ...]
+    cells: tuple[str, ...] = ()  # leaf cell ids, as the config addresses them
+
+
+# ---- events (driver -> policy) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    job_id: str
+    spec: JobSpec
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The job's attempt ended (success, failure without retry, or done): free its cells."""
+
+    job_id: str
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """The attempt ended and the job will retry: free its cells, wait in its original place."""
+
+    job_id: str
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Remove the job, waiting or running."""
+
+    job_id: str
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDown:
+    node: str
+    time: float = 0.0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUp:
+    node: str
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reconfigure:
+    """Load a changed cluster; running jobs keep their cells where those still exist."""
+
+    config: ClusterConfig
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed; policies that reprioritise over time (LAS) act on it."""
+
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """Restore a job that is already running on these cells (after a driver restart)."""
+
+    job_id: str
+    spec: JobSpec
+    tasks: tuple[TaskPlacement, ...]
+    opportunistic: bool = False
+    time: float = 0.0
+
+
+Event = Submit | Finish | Requeue | Cancel | NodeDown | NodeUp | Reconfigure | Tick | Adopt
+
+
+# ---- decisions (policy -> driver) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start these tasks of the job (all of a gang at once; some of an incremental job)."""
+
+    job_id: str
+    tasks: tuple[TaskPlacement, ...]
+    opportunistic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop every task of the job; it is WAITING again (no retry spent)."""
+
+    job_id: str
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Downgrade:
+    """Lazy preemption: the job keeps running, now as opportunistic."""
+
+    job_id: str
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop these tasks (a node went down under them); the job is WAITING again."""
+
+    job_id: str
+    reason: str
+
+
+Decision = Start | Preempt | Downgrade | Stop
+
+
+# ---- views (what a driver shows) -----------------------------------------------------------
+
+JobState = Literal["WAITING", "RUNNING"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    job_id: str
+    name: str
+    vc: str
+    priority: int
+    state: JobState
+    tasks: tuple[TaskPlacement, ...] = ()
+    opportunistic: bool = False
+    queue_position: int | None = None  # 1-based, within the job's VC; None while running
+    queue_length: int | None = None
+    why: str | None = None  # why it waits (or runs opportunistically)
+
+
+@dataclass(frozen=True, slots=True)
+class VCView:
+    name: str
+    guaranteed_gpus: int
+    used_gpus: int
+    opportunistic_gpus: int
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    sku: str | None
+    gpus: tuple[int, ...]
+    healthy: bool = True
+    used: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    nodes: tuple[NodeView, ...]
+    vcs: dict[str, VCView]
+    virtual: bool = False
+
+
+class Scheduler(Protocol):
+    """What every policy offers its drivers."""
+
+    name: str
+
+    def check(self, spec: JobSpec) -> None:
+        """Raise ``SpecRejected`` if the job can never run on this cluster."""
+
+    def handle(self, event: Event) -> list[Decision]:
+        """Apply one event and return what the driver must do, in order."""
+
+    def job(self, job_id: str) -> JobView | None:
+        """The job's state, queue position and why-text; None once it left the policy."""
+
+    def jobs(self) -> list[JobView]:
+        """Every job the policy holds, running first, then waiting in queue order."""
+
+    def cluster(self) -> ClusterView:
+        """Nodes, GPUs, health and per-VC usage."""
+
+    def next_wakeup(self) -> float | None:
+        """The virtual time at which the policy wants a ``Tick``, if any."""
