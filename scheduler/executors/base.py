@@ -1,0 +1,89 @@
+"""The interface between the job service and whatever runs tasks (local processes, pods).
+
+The service decides (through the scheduling policy) which tasks run where and records it in the
+store; an executor only carries that out and reports what happened. Everything an executor needs
+to find a task again after the service restarts is in ``TaskHandle.info``, which the service
+stores in the same transaction as the task's RUNNING state, so a kill -9 at any moment leaves
+enough behind to re-adopt or settle every task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Stream = Literal["stdout", "stderr"]
+
+
+class LaunchError(RuntimeError):
+    """A task could not be started; the executor has already stopped its gang-mates."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskKey:
+    """Names one attempt of one task."""
+
+    job_id: str
+    attempt: int
+    role: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLaunch:
+    """Everything needed to start one task where the scheduler placed it."""
+
+    key: TaskKey
+    job_name: str
+    command: str  # run through the user's shell
+    node: str
+    gpus: tuple[int, ...]  # GPU indices on the node (virtual slots on a virtual cluster)
+    gpu_uuids: tuple[str, ...] = ()  # real devices, when the node has NVIDIA GPUs
+    virtual: bool = False
+    cpu: float = 1.0
+    memory_mb: int = 1024
+    env: dict[str, str] = field(default_factory=dict)  # job-level env, rendezvous included
+    image: str | None = None
+    user: str | None = None
+    observe: str | None = None  # "strace" to run the task under strace
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHandle:
+    """A started task, and what the executor needs to find it again after a restart."""
+
+    key: TaskKey
+    info: dict[str, Any]  # JSON-serialisable: pid and start time, pod name, log paths, limits
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExit:
+    """A task that ended: its exit code, or None when it vanished without one."""
+
+    key: TaskKey
+    exit_code: int | None
+    reason: str = ""
+    requeue: bool = False  # the task was lost through no fault of its own (evicted, node lost)
+
+
+class Executor(Protocol):
+    name: str
+
+    def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
+        """Start all the tasks (one call per gang) or none: raise ``LaunchError`` otherwise."""
+
+    def stop(self, handles: Sequence[TaskHandle], grace_s: float) -> None:
+        """Terminate the tasks (TERM, then KILL after ``grace_s``); return once they are gone."""
+
+    def poll(self) -> list[TaskExit]:
+        """Tasks that ended since the last poll."""
+
+    def adopt(self, handles: Sequence[TaskHandle]) -> list[TaskExit]:
+        """Take over tasks recorded before a restart; return those that already ended."""
+
+    def read_log(self, handle: TaskHandle, stream: Stream, offset: int, limit: int) -> bytes:
+        """Up to ``limit`` bytes of the task's output from ``offset`` (no whole-file reads)."""
+
+    def observations(self, handle: TaskHandle) -> list[str]:
+        """Paths of observation files (strace logs) the task produced."""

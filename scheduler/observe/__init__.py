@@ -1,0 +1,1 @@
+"""Observing running jobs: strace parsing, ioctl decoding, NVML sampling, Prometheus export."""

@@ -1,0 +1,1 @@
+"""Trace-driven simulation in virtual time: trace loaders, event-heap driver, metrics, figures."""
