@@ -44,7 +44,9 @@ class Call:
     """One system call. ``state`` says how complete it is: ``"complete"`` (one line),
     ``"joined"`` (an ``<unfinished ...>`` line and its ``<... resumed>`` line), ``"unfinished"``
     (never resumed: the task died or the log ends), ``"resumed"`` (its first half is not in the
-    log). ``args`` is the raw argument text; :meth:`parsed_args` gives structure."""
+    log). ``args`` is the raw argument text; :meth:`parsed_args` gives structure. ``path`` is
+    the file the first-argument descriptor refers to (from -y, or tracked from the open that
+    made it) once an :class:`~labhive.scheduler.observe.strace_observer.Observer` has seen it."""
 
     line: int
     pid: int | None
@@ -59,6 +61,7 @@ class Call:
     state: str = "complete"
     end_line: int | None = None
     stack: list[str] | None = None
+    path: str | None = None  # what the first-argument fd refers to; filled by the Observer
 
     @property
     def fd(self) -> int | None:
