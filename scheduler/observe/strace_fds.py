@@ -100,6 +100,8 @@ _ANON = {
 _DUPS = {"dup", "dup2", "dup3"}
 _FORKS = {"clone", "clone3", "fork", "vfork"}
 _PAIRS = {"pipe": "pipe", "pipe2": "pipe", "socketpair": "socket"}
+#: Calls that can change a descriptor table (the only ones :meth:`FdTracker.feed` looks at).
+FD_CHANGING = frozenset({*_OPENERS, *_ANON, *_DUPS, *_FORKS, *_PAIRS, "close", "fcntl"})
 
 
 class FdTracker:

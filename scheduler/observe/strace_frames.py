@@ -69,6 +69,8 @@ class Trace:
         decode = self.observer.decode_ioctl
         times = [c.time for c in calls]
         t0 = min((t for t in times if t is not None), default=None)
+        resolve = self.observer.resolve_path
+        paths = [resolve(c) for c in calls]
         ioctl_names: list[str | None] = []
         for c in calls:
             if c.name == "ioctl":
@@ -93,10 +95,8 @@ class Trace:
                 "note": [c.note for c in calls],
                 "duration": pd.array([c.duration for c in calls], dtype="Float64"),
                 "state": [c.state for c in calls],
-                "fd_path": [c.path for c in calls],
-                "device": [
-                    None if c.path is None else device_label(_device_path(c.path)) for c in calls
-                ],
+                "fd_path": [None if p is None else _device_path(p) for p in paths],
+                "device": [None if p is None else device_label(_device_path(p)) for p in paths],
                 "ioctl": ioctl_names,
             }
         )

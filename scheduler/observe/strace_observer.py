@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.observe.ioctl import IoctlRequest, decode
+from labhive.scheduler.observe.ioctl import IoctlRequest, decode, device_family
 from labhive.scheduler.observe.strace_args import split_args
-from labhive.scheduler.observe.strace_fds import FD_FIRST, FdTracker
+from labhive.scheduler.observe.strace_fds import _FORKS, FD_CHANGING, FD_FIRST, FdTracker
 from labhive.scheduler.observe.strace_parse import LineStats
 from labhive.scheduler.observe.strace_records import (
     Call,
@@ -86,7 +86,7 @@ class Observer:
     messages: int = 0
     fds: FdTracker = field(default_factory=FdTracker)
     _last_name: dict[int | None, str] = field(default_factory=dict)
-    _decoded: dict[tuple[str, str | None], IoctlRequest | None] = field(default_factory=dict)
+    _decoded: dict[tuple[str, str | None, bool], IoctlRequest | None] = field(default_factory=dict)
 
     def task(self, pid: int | None) -> TaskStats:
         t = self.tasks.get(pid)
@@ -129,24 +129,32 @@ class Observer:
     def _call(self, call: Call) -> None:
         name = call.name
         failed = call.errno is not None
+        dur = call.duration
         entry = self.syscalls.get(name)
         if entry is None:
             entry = self.syscalls[name] = [0, 0, 0.0]
         entry[0] += 1
-        if failed:
-            entry[1] += 1
-        if call.duration is not None:
-            entry[2] += call.duration
         pid = call.pid
-        t = self.tasks.get(pid) or self.task(pid)
+        t = self.tasks.get(pid)
+        if t is None:
+            t = self.task(pid)
         t.calls += 1
         if failed:
+            entry[1] += 1
             t.errors += 1
-        if call.duration is not None:
-            t.busy += call.duration
-        self._seen(t, call.line, call.time)
-        if call.time is not None and call.duration is not None:
-            end = call.time + call.duration
+        if dur is not None:
+            entry[2] += dur
+            t.busy += dur
+        line = call.line
+        if not t.first_line or line < t.first_line:
+            t.first_line = line
+        if line > t.last_line:
+            t.last_line = line
+        time = call.time
+        if time is not None:
+            if t.start is None or time < t.start:
+                t.start = time
+            end = time if dur is None else time + dur
             if t.end is None or end > t.end:
                 t.end = end
         prev = self._last_name.get(pid)
@@ -154,36 +162,47 @@ class Observer:
             key = (prev, name)
             self.transitions[key] = self.transitions.get(key, 0) + 1
         self._last_name[pid] = name
-        if name in ("clone", "clone3", "fork", "vfork") and call.retval and call.retval > 0:
+        if name in FD_FIRST:
+            self._track_path(call)
+            if name == "ioctl":
+                self._ioctl(call)
+        elif name in _FORKS and call.retval and call.retval > 0:
             self.task(call.retval).parent = pid
-        self.resolve_path(call)
-        if name == "ioctl":
-            self._ioctl(call)
-        self.fds.feed(call)
+        if name in FD_CHANGING:
+            self.fds.feed(call)
+
+    def _track_path(self, call: Call) -> None:
+        """For a log without -y, remember now what the first-argument fd refers to (the
+        tables change as the log goes on); with -y the path is read from the text later."""
+        args = call.args
+        if not args or not args[0].isdigit():
+            return
+        i = 1
+        while i < len(args) and args[i].isdigit():
+            i += 1
+        if i < len(args) and args[i] == "<":
+            return  # -y: Call.fd_path_decorated has it
+        call.path = self.fds.lookup(call.pid, int(args[:i]))
 
     def resolve_path(self, call: Call) -> str | None:
-        """Fill ``call.path``: the -y path of its first argument, else the tracked one."""
-        if call.path is None and call.args:
-            if call.args[0].isdigit() and "<" in call.args[:12]:
-                call.path = call.fd_path_decorated
-            elif call.name in FD_FIRST:
-                fd = call.fd
-                if fd is not None:
-                    call.path = self.fds.lookup(call.pid, fd)
+        """What the call's first-argument fd refers to: the -y path, else the tracked one."""
+        if call.path is None and call.args and call.args[0].isdigit():
+            return call.fd_path_decorated
         return call.path
 
     def decode_ioctl(self, call: Call) -> IoctlRequest | None:
-        """The decoded request of an ioctl call (cached per request text and device)."""
+        """The decoded request of an ioctl call (cached per request text and device kind)."""
         args = call.args or ""
         comma = args.find(", ")
         if comma < 0:
             return None
         rest = args[comma + 2 :]
         request_text = split_args(rest)[0] if ("," in rest or "/*" in rest) else rest
-        key = (request_text, _device_path(call.path))
+        device = _device_path(self.resolve_path(call))
+        key = (request_text, device_family(device), device is None)
         if key not in self._decoded:
             try:
-                self._decoded[key] = decode(request_text, key[1])
+                self._decoded[key] = decode(request_text, device)
             except (ValueError, KeyError):
                 self._decoded[key] = None
         return self._decoded[key]
@@ -192,7 +211,7 @@ class Observer:
         request = self.decode_ioctl(call)
         if request is None:
             return
-        device = device_label(_device_path(call.path))
+        device = device_label(_device_path(self.resolve_path(call)))
         key = (device, request.label)
         stats = self.ioctls.get(key)
         if stats is None:

@@ -82,6 +82,8 @@ class LineStats:
 def split_return(ret: str) -> tuple[str, int | None, str | None, str | None, float | None]:
     """``"-1 ENOENT (No such file or directory) <0.000012>"`` -> (value text, value, errno,
     note, duration). The value text keeps a -y path (``3</etc/ld.so.cache>``)."""
+    if ret.isdigit():  # the common case: "0", "3", "832"
+        return ret, int(ret), None, None, None
     duration = None
     if ret.endswith(">"):
         i = ret.rfind(" <")
@@ -241,7 +243,7 @@ def iter_records(
     try:
         for raw in lines:
             n += 1
-            line = raw.rstrip("\r\n") if raw.endswith("\n") else raw
+            line = raw.rstrip("\r\n")
             if table is not None:
                 got = _table_line(line, n, table)
                 if got is not None:
@@ -254,6 +256,54 @@ def iter_records(
                     continue
                 table = None  # the table ended early: read this line as any other
             if not line.endswith(_UNFINISHED_TAIL):
+                # Fast path for a complete call, without regex: the LAST " = " splits the
+                # return off (strings in the arguments may hold " = "), the first "(" ends the
+                # name; the prefix is split on blanks. Anything unexpected: the regex path.
+                eq = line.rfind(" = ")
+                if eq > 0:
+                    head = line[:eq].rstrip(" ")
+                    lp = head.find("(")
+                    if lp > 0 and head[-1] == ")":
+                        pre = head[:lp]
+                        sp = pre.rfind(" ")
+                        name = pre[sp + 1 :]
+                        ts = None
+                        call_pid = pid
+                        ok = name.isidentifier()
+                        if ok and sp > 0:
+                            toks = pre[:sp].split()
+                            i = 0
+                            t0 = toks[0]
+                            if t0.isdigit():
+                                call_pid, i = int(t0), 1
+                            elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdigit():
+                                call_pid, i = int(toks[1][:-1]), 2
+                            if i < len(toks) and toks[i][0].isdigit():
+                                ts = toks[i]
+                                i += 1
+                            for tok in toks[i:]:  # -n "[ 257]", -i "[00007f6b...]"
+                                if tok[0] != "[" and tok[-1] != "]":
+                                    ok = False
+                        if ok:
+                            ret = line[eq + 3 :]
+                            val, retval, errno, note, dur = split_return(ret)
+                            call = Call(
+                                n,
+                                call_pid,
+                                None if ts is None else to_seconds(ts),
+                                name,
+                                head[lp + 1 : -1],
+                                val,
+                                retval,
+                                errno,
+                                note,
+                                dur,
+                            )
+                            n_call += 1
+                            if held is not None:
+                                yield held
+                            held = last_call = call
+                            continue
                 m = call_match(line)
                 if m is not None:
                     p1, p2, ts, name, args, ret = m.groups()

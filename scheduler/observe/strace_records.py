@@ -19,6 +19,11 @@ _FD_ARG = re.compile(r"\s*(-?\d+|AT_FDCWD)(?: /\*[^*]*\*/)?(?:<(.*))?")
 def _angle_content(text: str) -> str | None:
     """The text of a ``<...>`` group whose opening bracket was already consumed, honouring the
     nested ``<char 195:255>`` that -yy adds; None when the group never closes."""
+    close = text.find(">")
+    if close < 0:
+        return None
+    if "<" not in text[:close]:  # the usual case: no -yy detail inside
+        return text[:close]
     depth = 1
     for i, ch in enumerate(text):
         if ch == "<":
