@@ -41,7 +41,7 @@ _PID = r"(?:\[pid +(\d+)(?:<[^>\]]*>)?\] |(\d+)(?:<[^>\s]*>)? +)?"
 # -t/-tt "11:17:14.877061", -ttt "1795346229.453172", -r "     0.000123" (right-aligned).
 _TIME = r"(?: *(\d+:\d\d:\d\d(?:\.\d+)?|\d+\.\d+) +)?"
 # -n "[ 257] " and -i "[00007f6bbee7eb1d] ".
-_COLUMNS = r"(?:\[ *\d+\] )?(?:\[[0-9a-f]{4,16}\] )?"
+_COLUMNS = r"(?:\[ *\d+\] )?(?:\[[0-9a-f?]{4,16}\] )?"
 _PREFIX = _PID + _TIME + _COLUMNS
 _PREFIX_RE = re.compile(_PREFIX)
 # The hot path: a complete call. Greedy args find the LAST ") = ", so "=" inside strings is safe.
@@ -53,6 +53,7 @@ _SIGNAL_RE = re.compile(r"--- (?:stopped by )?(\w+)(?: (.*))? ---$")
 _EXIT_RE = re.compile(r"\+\+\+ (?:exited with (-?\d+)|killed by (\w+)( \(core dumped\))?) \+\+\+$")
 _MESSAGE_RE = re.compile(r"(?:\S*strace: (.*)|\[ (Process PID=.*) \])$")
 _PROCESS_EVENT_RE = re.compile(r"Process (\d+) (attached|detached)")
+_EMBEDDED_MESSAGE_RE = re.compile(r"(.*?)((?:/\S*/)?strace: Process \d+ (?:attached|detached).*)$")
 _DASHES_RE = re.compile(r"-+(?: +-+)*$")
 _UNFINISHED_TAIL = " <unfinished ...>"
 
@@ -207,6 +208,7 @@ def iter_records(
     held: Record | None = None
     last_call: Call | None = None
     table: _Table | None = None
+    fragment: tuple[int, str] | None = None  # a call cut by a message strace wrote into it
     # time state: "HH:MM:" -> seconds cache, day wrap, -r running sum
     clock_key = ""
     clock_base = 0.0
@@ -244,6 +246,11 @@ def iter_records(
         for raw in lines:
             n += 1
             line = raw.rstrip("\r\n")
+            first_n = n
+            if fragment is not None and _MESSAGE_RE.match(line) is None:
+                first_n, head_text = fragment  # stderr form: the call goes on on this line
+                fragment = None
+                line = head_text + line
             if table is not None:
                 got = _table_line(line, n, table)
                 if got is not None:
@@ -288,7 +295,7 @@ def iter_records(
                             ret = line[eq + 3 :]
                             val, retval, errno, note, dur = split_return(ret)
                             call = Call(
-                                n,
+                                first_n,
                                 call_pid,
                                 None if ts is None else to_seconds(ts),
                                 name,
@@ -312,7 +319,7 @@ def iter_records(
                     else:
                         val, retval, errno, note, dur = split_return(ret)
                         call = Call(
-                            n,
+                            first_n,
                             int(p1 or p2) if (p1 or p2) else pid,
                             to_seconds(ts) if ts else None,
                             name,
@@ -341,7 +348,11 @@ def iter_records(
                         yield held
                     held = Unparsed(n, line)
                 continue
-            emit, kind, table, attach = _parse_rare(line, n, pid, table, pending, to_seconds)
+            emit, kind, table, attach, cut = _parse_rare(
+                line, first_n, pid, table, pending, to_seconds
+            )
+            if cut is not None:
+                fragment = cut
             if kind == "unparsed":
                 n_unparsed += 1
             else:
@@ -375,17 +386,18 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
     """Classify a line that is not a complete call.
 
     Returns (what to emit: None, a record or a list of records; the line's kind; the -c table
-    state; the call that following -k stack frames belong to, or None)."""
+    state; the call that following -k stack frames belong to, or None; the head of a call that
+    a message cut, to be continued by the next line, or None)."""
     if not line.strip():
-        return None, "blank", table, None
+        return None, "blank", table, None, None
     if _is_table_header(line):
-        return None, "table", _Table(line), None
+        return None, "table", _Table(line), None, None
     m = _MESSAGE_RE.match(line)
     if m is not None:
         text = m.group(1) or m.group(2)
         ev = _PROCESS_EVENT_RE.match(text)
         msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
-        return msg, "message", table, None
+        return msg, "message", table, None, None
     m = _PREFIX_RE.match(line)
     p1, p2, ts = m.group(1), m.group(2), m.group(3)
     pid = int(p1 or p2) if (p1 or p2) else default_pid
@@ -394,27 +406,35 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
     if body.startswith("<... "):
         emit, attach = _resumed(body, n, pid, time, pending)
         if emit is not None or attach is not None:
-            return emit, "resumed", table, attach
+            return emit, "resumed", table, attach, None
     elif body.endswith(_UNFINISHED_TAIL):
         um = _UNFINISHED_RE.match(body)
         if um is not None:
             call = Call(n, pid, time, um.group(1), um.group(2), state="unfinished")
             previous = pending.pop(pid, None)  # a task has one call in flight; keep an odd one
             pending[pid] = call
-            return previous, "unfinished", table, call
+            return previous, "unfinished", table, call, None
     elif body.startswith("--- "):
         sm = _SIGNAL_RE.match(body)
         if sm is not None:
             info = "stopped" if body.startswith("--- stopped by ") else (sm.group(2) or "")
-            return Signal(n, pid, time, sm.group(1), info), "signal", table, None
+            return Signal(n, pid, time, sm.group(1), info), "signal", table, None, None
     elif body.startswith("+++ "):
         em = _EXIT_RE.match(body)
         if em is not None:
             code = int(em.group(1)) if em.group(1) is not None else None
             ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)))
             flushed = pending.pop(pid, None)  # its call in flight will never return
-            return ([flushed, ex] if flushed is not None else ex), "exit", table, None
-    return Unparsed(n, line), "unparsed", table, None
+            return ([flushed, ex] if flushed is not None else ex), "exit", table, None, None
+    em = _EMBEDDED_MESSAGE_RE.match(line)
+    if em is not None and em.group(1).strip():
+        # stderr form: "clone(...|SIGCHLDstrace: Process 9 attached" and the call goes on
+        # on the next line; keep the head, report the message.
+        text = em.group(2)
+        ev = _PROCESS_EVENT_RE.match(text)
+        msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
+        return msg, "message", table, None, (n, em.group(1))
+    return Unparsed(n, line), "unparsed", table, None, None
 
 
 def _resumed(
@@ -434,6 +454,12 @@ def _resumed(
         first = None
     if first is None and pid is not None and None in pending and pending[None].name == name:
         first = pending.pop(None)  # stderr form: the task had no pid column when it started
+    if first is None and pid is None:
+        # stderr form: the task lost its pid column when the others ended; join with the one
+        # call of that name in flight, if only one is.
+        same = [k for k, c in pending.items() if c.name == name]
+        if len(same) == 1:
+            first = pending.pop(same[0])
     tm = _TAIL_RE.match(rest)
     if tm is None:
         if rest.endswith(_UNFINISHED_TAIL) and first is not None:  # interrupted again
