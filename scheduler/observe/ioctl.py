@@ -45,6 +45,8 @@ _BY_NAME: dict[str, int] = {
     name: num for table in (TTY_IOCTLS, SOCKET_IOCTLS) for num, name in table.items()
 }
 _BY_NAME.update({name: num for num, name in UVM_IOCTLS.items()})
+#: KFD names strace prints (when the size matches its headers): their size is not known here.
+_KFD_BY_NAME: dict[str, int] = {name: nr for nr, name in KFD_IOCTLS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +215,9 @@ def decode(request: int | str, device: str | None = None) -> IoctlRequest:
         return decode_number(request, device)
     number, strace_name = parse_request(request)
     if number is None:
+        if strace_name in _KFD_BY_NAME:
+            nr = _KFD_BY_NAME[strace_name]
+            return IoctlRequest(None, None, AMDKFD_IOCTL_BASE, nr, None, strace_name, "kfd")
         return IoctlRequest(None, None, None, None, None, strace_name, None)
     got = decode_number(number, device)
     if got.name is None and strace_name:
