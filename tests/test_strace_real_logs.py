@@ -59,7 +59,11 @@ TORCH_NVIDIA = {
 # README: nvidia-smi -L (the -r, -ttt -X verbose and -ff captures make the same requests).
 SMI_L_NVIDIA = {
     "/dev/nvidia-uvm": {"UVM_INITIALIZE": 1, "UVM_MM_INITIALIZE": 1, "UVM_DEINITIALIZE": 1},
-    "/dev/nvidia0": {"NV_ESC_REGISTER_FD": 2, "NV_ESC_WAIT_OPEN_COMPLETE": 1, "NV_ESC_NUMA_INFO": 1},
+    "/dev/nvidia0": {
+        "NV_ESC_REGISTER_FD": 2,
+        "NV_ESC_WAIT_OPEN_COMPLETE": 1,
+        "NV_ESC_NUMA_INFO": 1,
+    },
     "/dev/nvidiactl": {
         "NV_ESC_RM_CONTROL": 22,
         "NV_ESC_RM_ALLOC": 5,
@@ -157,9 +161,7 @@ def test_nvidia_smi_log() -> None:
     assert got["/dev/nvidia-uvm"] == SMI_L_NVIDIA["/dev/nvidia-uvm"]
 
 
-@pytest.mark.parametrize(
-    "name", ["nvidia_smi_L_r.strace", "nvidia_smi_L_ttt_X_verbose.strace"]
-)
+@pytest.mark.parametrize("name", ["nvidia_smi_L_r.strace", "nvidia_smi_L_ttt_X_verbose.strace"])
 def test_nvidia_smi_L_requests_in_other_forms(name: str) -> None:
     assert nvidia_requests(load(DATA / name)) == SMI_L_NVIDIA
 

@@ -430,7 +430,7 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
     if em is not None and em.group(1).strip():
         # stderr form: "clone(...|SIGCHLDstrace: Process 9 attached" and the call goes on
         # on the next line; keep the head, report the message.
-        text = em.group(2)
+        text = em.group(2).split("strace: ", 1)[1]
         ev = _PROCESS_EVENT_RE.match(text)
         msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
         return msg, "message", table, None, (n, em.group(1))
