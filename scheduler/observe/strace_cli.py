@@ -61,6 +61,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("give the command after --, e.g. labhive strace run -- python train.py")
     trace, rc = run_strace(cmd, output=args.keep)
     summary = trace.summary(top=None if args.json else args.top)
+    summary["source"] = args.keep  # the log itself was temporary unless --keep
     summary["command"] = cmd
     summary["exit_status"] = rc
     _emit(summary, args, stream=sys.stderr if not args.json else sys.stdout)
@@ -139,5 +140,6 @@ def render_summary(s: dict[str, Any], top: int = 15) -> str:
         for u in s["unparsed"]:
             lines.append(f"  {u['line']}: {u['text'][:150]}")
     if "exit_status" in s:
-        lines.append(f"\ncommand exit status: {s['exit_status']}")
+        lines.append(f"\ncommand: {' '.join(s['command'])}")
+        lines.append(f"command exit status: {s['exit_status']}")
     return "\n".join(lines) + "\n"

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.observe.strace_observer import Observer, _device_path, device_label
 from labhive.scheduler.observe.strace_parse import LineStats
@@ -20,9 +18,14 @@ from labhive.scheduler.observe.strace_records import (
     Unparsed,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def _int_column(values: list[int | None]) -> pd.Series | list[int | None]:
+
+def _int_column(values: list[int | None]) -> Any:
     """Nullable integers, or plain objects when a value does not fit in int64 (addresses)."""
+    import pandas as pd
+
     try:
         return pd.array(values, dtype="Int64")
     except (OverflowError, TypeError, ValueError):
@@ -65,6 +68,8 @@ class Trace:
         (seconds since the first timestamp), name, args, ret (as printed), retval, errno, note,
         duration (-T), state, fd_path (what the first-argument fd is), device (its group, as
         in :meth:`ioctls`), ioctl (decoded request name for ioctl calls), stack (-k frames)."""
+        import pandas as pd  # lazy: streaming users and the CLI never pay for it
+
         calls = self.calls
         decode = self.observer.decode_ioctl
         times = [c.time for c in calls]
@@ -107,6 +112,8 @@ class Trace:
     def counts(self) -> pd.DataFrame:
         """Calls per syscall: syscall, calls, errors, seconds (sum of -T durations), share of
         calls; most called first. A log holding only a -c table is read from the table."""
+        import pandas as pd  # lazy: streaming users and the CLI never pay for it
+
         rows = [
             {"syscall": k, "calls": int(v[0]), "errors": int(v[1]), "seconds": v[2]}
             for k, v in self.observer.syscalls.items()
@@ -125,6 +132,8 @@ class Trace:
     def ioctls(self) -> pd.DataFrame:
         """ioctls by device and request: device, request (name or hex), name, family, number,
         direction, type, type_char, nr, size, count, errors, seconds."""
+        import pandas as pd  # lazy: streaming users and the CLI never pay for it
+
         rows = []
         for s in self.observer.ioctls.values():
             r = s.request
@@ -156,6 +165,8 @@ class Trace:
         """One row per task (process or thread): pid, parent (from clone/fork), start and end
         (seconds since the first timestamp; NaN without timestamps), first_line, last_line,
         calls, errors, busy_seconds (sum of -T durations), exit_code, killed_by, signals."""
+        import pandas as pd  # lazy: streaming users and the CLI never pay for it
+
         tasks = list(self.observer.tasks.values())
         starts = [t.start for t in tasks if t.start is not None]
         t0 = min(starts) if starts else None
@@ -184,6 +195,8 @@ class Trace:
     def activity(self, bin_seconds: float = 1.0) -> pd.DataFrame:
         """Calls per task per time bin (rows: bin start in seconds; columns: pid); empty
         without timestamps."""
+        import pandas as pd  # lazy: streaming users and the CLI never pay for it
+
         df = self.calls_df()[["pid", "t"]].dropna()
         if df.empty:
             return pd.DataFrame()
@@ -193,6 +206,8 @@ class Trace:
     def transitions(self) -> pd.DataFrame:
         """The call-transition graph: which syscall a task made right after which (source,
         target, count), most frequent first. Edges never cross tasks."""
+        import pandas as pd  # lazy: streaming users and the CLI never pay for it
+
         rows = [
             {"source": a, "target": b, "count": n}
             for (a, b), n in self.observer.transitions.items()
@@ -204,6 +219,8 @@ class Trace:
 
     def summary_table(self) -> pd.DataFrame:
         """The -c/-C/-w table(s) in the log, as strace printed them (the ``total`` row too)."""
+        import pandas as pd  # lazy: streaming users and the CLI never pay for it
+
         columns = ["syscall", "calls", "errors", "seconds", "usecs_per_call", "percent_time"]
         return pd.DataFrame(
             [{k: getattr(r, k) for k in columns} for r in self.table], columns=columns
