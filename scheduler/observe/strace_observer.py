@@ -175,10 +175,10 @@ class Observer:
         """For a log without -y, remember now what the first-argument fd refers to (the
         tables change as the log goes on); with -y the path is read from the text later."""
         args = call.args
-        if not args or not args[0].isdigit():
+        if not args or not args[0].isdecimal():
             return
         i = 1
-        while i < len(args) and args[i].isdigit():
+        while i < len(args) and args[i].isdecimal():
             i += 1
         if i < len(args) and args[i] == "<":
             return  # -y: Call.fd_path_decorated has it
@@ -186,7 +186,7 @@ class Observer:
 
     def resolve_path(self, call: Call) -> str | None:
         """What the call's first-argument fd refers to: the -y path, else the tracked one."""
-        if call.path is None and call.args and call.args[0].isdigit():
+        if call.path is None and call.args and call.args[0].isdecimal():
             return call.fd_path_decorated
         return call.path
 

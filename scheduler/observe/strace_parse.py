@@ -43,9 +43,10 @@ _TIME = r"(?: *(\d+:\d\d:\d\d(?:\.\d+)?|\d+\.\d+) +)?"
 # -n "[ 257] " and -i "[00007f6bbee7eb1d] ".
 _COLUMNS = r"(?:\[ *\d+\] )?(?:\[[0-9a-f?]{4,16}\] )?"
 _PREFIX = _PID + _TIME + _COLUMNS
-_PREFIX_RE = re.compile(_PREFIX)
+_TIME_RE = re.compile(r"\d+:\d\d:\d\d(?:\.\d+)?|\d+\.\d+", re.ASCII)
+_PREFIX_RE = re.compile(_PREFIX, re.ASCII)
 # The hot path: a complete call. Greedy args find the LAST ") = ", so "=" inside strings is safe.
-_CALL_RE = re.compile(_PREFIX + r"([A-Za-z_?][\w?]*)\((.*)\) += (.*)$")
+_CALL_RE = re.compile(_PREFIX + r"([A-Za-z_?][\w?]*)\((.*)\) += (.*)$", re.ASCII)
 _RESUMED_RE = re.compile(r"<\.\.\. ([\w?]+) resumed>(.*)$")
 _UNFINISHED_RE = re.compile(r"([A-Za-z_?][\w?]*)\((.*?) ?<unfinished \.\.\.>$")
 _TAIL_RE = re.compile(r"(.*)\) += (.*)$")
@@ -83,7 +84,7 @@ class LineStats:
 def split_return(ret: str) -> tuple[str, int | None, str | None, str | None, float | None]:
     """``"-1 ENOENT (No such file or directory) <0.000012>"`` -> (value text, value, errno,
     note, duration). The value text keeps a -y path (``3</etc/ld.so.cache>``)."""
-    if ret.isdigit():  # the common case: "0", "3", "832"
+    if ret.isdigit() and ret.isascii():  # the common case: "0", "3", "832"
         return ret, int(ret), None, None, None
     duration = None
     if ret.endswith(">"):
@@ -202,6 +203,7 @@ def iter_records(
     """
     st = stats if stats is not None else LineStats()
     call_match = _CALL_RE.match
+    time_format = _TIME_RE.fullmatch
     n = n_call = n_unparsed = n_stack = 0
     kinds: dict[str, int] = {}
     pending: dict[int | None, Call] = {}
@@ -281,13 +283,15 @@ def iter_records(
                             toks = pre[:sp].split()
                             i = 0
                             t0 = toks[0]
-                            if t0.isdigit():
+                            if t0.isdecimal():
                                 call_pid, i = int(t0), 1
-                            elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdigit():
+                            elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdecimal():
                                 call_pid, i = int(toks[1][:-1]), 2
                             if i < len(toks) and toks[i][0].isdigit():
                                 ts = toks[i]
                                 i += 1
+                                if not time_format(ts):
+                                    ok = False
                             for tok in toks[i:]:  # -n "[ 257]", -i "[00007f6b...]"
                                 if tok[0] != "[" and tok[-1] != "]":
                                     ok = False
@@ -526,4 +530,4 @@ def open_log(path: str | Path) -> IO[str]:
 def ff_pid(path: str | Path) -> int | None:
     """The pid an ``-ff`` log carries in its name (``trace.604`` -> 604), else None."""
     suffix = Path(path).suffix
-    return int(suffix[1:]) if suffix[1:].isdigit() else None
+    return int(suffix[1:]) if suffix[1:].isdecimal() else None
