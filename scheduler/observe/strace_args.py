@@ -105,6 +105,8 @@ def _skip_string(text: str, i: int) -> int:
 
 def decode_c_string(body: str) -> bytes:
     """The bytes a C string literal body stands for (``\\x7f``, ``\\177``, ``\\n``, UTF-8)."""
+    if "\\" not in body:  # most paths and names
+        return body.encode("utf-8", errors="surrogateescape")
     out = bytearray()
     i = 0
     n = len(body)

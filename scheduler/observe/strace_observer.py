@@ -168,7 +168,7 @@ class Observer:
                 self._ioctl(call)
         elif name in _FORKS and call.retval and call.retval > 0:
             self.task(call.retval).parent = pid
-        if name in FD_CHANGING:
+        if name in FD_CHANGING and "<" not in (call.ret or ""):  # with -y, paths are given
             self.fds.feed(call)
 
     def _track_path(self, call: Call) -> None:
@@ -197,7 +197,7 @@ class Observer:
         if comma < 0:
             return None
         rest = args[comma + 2 :]
-        request_text = split_args(rest)[0] if ("," in rest or "/*" in rest) else rest
+        request_text = _first_arg(rest)
         device = _device_path(self.resolve_path(call))
         key = (request_text, device_family(device), device is None)
         if key not in self._decoded:
@@ -285,6 +285,23 @@ class Observer:
         ]
         out["unparsed"] = [{"line": u.line, "text": u.text} for u in self.unparsed]
         return out
+
+
+def _first_arg(rest: str) -> str:
+    """The first argument of ``rest`` without a full split: ``_IOC(a, b, c, d), 0x7f`` and
+    ``0xc020462a /* _IOC(a, b, c, d) */, 0x7f`` keep their inner commas."""
+    if rest.startswith("_IO"):
+        close = rest.find(")")
+        if close > 0:
+            return rest[: close + 1]
+    end = rest.find(", ")
+    comment = rest.find("/*")
+    if comment >= 0 and (end < 0 or comment < end):
+        close = rest.find("*/", comment)
+        return rest if close < 0 else rest[: close + 2]
+    if end < 0:
+        return split_args(rest)[0] if rest else rest
+    return rest[:end]
 
 
 def _device_path(path: str | None) -> str | None:
