@@ -103,6 +103,13 @@ def test_cli_parse_text_names_the_gpu_requests(capsys: pytest.CaptureFixture[str
     assert "UVM_MM_INITIALIZE" in text
 
 
+def test_cli_parse_of_a_c_table_shows_its_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["strace", "parse", "--top", "3", str(SHARED / "torch_cuda_train.summary")]) == 0
+    text = capsys.readouterr().out
+    assert "-c table: 60 syscalls" in text and "92.65   13.431982       467        4  futex" in text
+    assert "total: 68252 calls, 5498 errors" in text
+
+
 def test_cli_parse_json_from_stdin(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

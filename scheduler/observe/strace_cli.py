@@ -91,9 +91,10 @@ def render_summary(s: dict[str, Any], top: int = 15) -> str:
         )
     timed = s["seconds_in_syscalls"] > 0
     spent = f"; time in syscalls (-T): {s['seconds_in_syscalls']:.6f} s" if timed else ""
-    lines.append(
-        f"syscalls: {s['calls']} ({s['errors']} failed) in {len(s['tasks'])} task(s)" + spent
-    )
+    if s["calls"] or not s["summary_table"]:
+        lines.append(
+            f"syscalls: {s['calls']} ({s['errors']} failed) in {len(s['tasks'])} task(s)" + spent
+        )
     if s["syscalls"]:
         lines.append("")
         lines.append(
@@ -130,6 +131,14 @@ def render_summary(s: dict[str, Any], top: int = 15) -> str:
         total = next((r for r in s["summary_table"] if r["syscall"] == "total"), None)
         lines.append("")
         lines.append(f"-c table: {len(rows)} syscalls")
+        if not s["syscalls"]:  # a -c log: the table is all there is, show its top rows
+            lines.append(f"  {'% time':>7}{'seconds':>12}{'calls':>10}{'errors':>9}  syscall")
+            for r in rows[:top]:
+                pct = "" if r["percent_time"] is None else f"{r['percent_time']:.2f}"
+                secs = "" if r["seconds"] is None else f"{r['seconds']:.6f}"
+                lines.append(
+                    f"  {pct:>7}{secs:>12}{r['calls'] or 0:>10}{r['errors']:>9}  {r['syscall']}"
+                )
         if total:
             lines.append(
                 f"  total: {total['calls']} calls, {total['errors']} errors, {total['seconds']} s"
