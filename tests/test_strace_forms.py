@@ -296,6 +296,12 @@ def test_stderr_form_lines_cut_by_attach_messages() -> None:
     assert wait4.state == "joined" and wait4.pid is not None
 
 
+def test_odd_prefixes_fall_back_without_crashing() -> None:
+    trace = parse_lines(["  getpid() = 1", " [ 12] getpid() = 1", "x y getpid() = 1", "(a) = 1"])
+    assert trace.stats.total == 4 == trace.stats.parsed + trace.stats.unparsed
+    assert trace.calls[0].name == "getpid"
+
+
 def test_unknown_lines_are_kept_with_their_number() -> None:
     trace = parse_lines(["getpid() = 7", "hello from the program", "", "getpid() = 7"])
     assert trace.stats.total == 4 and trace.stats.parsed == 3 and trace.stats.unparsed == 1

@@ -82,6 +82,36 @@ def test_mutated_real_lines_never_crash(edits: list[tuple[str, int, int, str]]) 
     check(lines)
 
 
+PREFIXES = st.lists(
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "  ",
+            "571 ",
+            "[pid  12] ",
+            "12<comm> ",
+            "11:17:14.877061 ",
+            "0.000010 ",
+            "1795346229.453172 ",
+            "[ 257] ",
+            "[00007f6b] ",
+            "[????????] ",
+            "x ",
+            "[pid ",
+            "12:",
+        ]
+    ),
+    max_size=4,
+).map("".join)
+
+
+@FAST
+@given(st.lists(st.tuples(PREFIXES, st.sampled_from(REAL_LINES)), min_size=1, max_size=10))
+def test_real_bodies_behind_any_prefix_never_crash(pairs: list[tuple[str, str]]) -> None:
+    check([prefix + line for prefix, line in pairs])
+
+
 @FAST
 @given(st.lists(st.sampled_from(REAL_LINES), min_size=1, max_size=30))
 def test_real_lines_in_any_order_are_all_read(lines: list[str]) -> None:

@@ -274,13 +274,12 @@ def iter_records(
                     lp = head.find("(")
                     if lp > 0 and head[-1] == ")":
                         pre = head[:lp]
-                        sp = pre.rfind(" ")
-                        name = pre[sp + 1 :]
+                        toks = pre.split()
                         ts = None
                         call_pid = pid
+                        name = toks.pop() if toks and pre[-1] != " " else ""
                         ok = name.isidentifier()
-                        if ok and sp > 0:
-                            toks = pre[:sp].split()
+                        if ok and toks:
                             i = 0
                             t0 = toks[0]
                             if t0.isdecimal():
