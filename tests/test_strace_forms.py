@@ -296,6 +296,34 @@ def test_stderr_form_lines_cut_by_attach_messages() -> None:
     assert wait4.state == "joined" and wait4.pid is not None
 
 
+def test_e_write_data_dumps_belong_to_their_call() -> None:
+    trace = parse_file(FIXTURES / "write_dump.strace")
+    assert trace.stats.kinds == {"call": 1, "dump": 1, "exit": 1}
+    assert trace.calls[0].data == ["00000  68 65 6c 6c 6f 0a" + " " * 33 + "hello.           |"]
+
+
+def test_execve_by_a_thread_supersedes_the_leader() -> None:
+    trace = parse_file(FIXTURES / "superseded.strace")
+    assert trace.stats.unparsed == 0
+    leader = trace.calls[0].pid
+    execve = [c for c in trace.calls if c.name == "execve"][1]
+    # "<pid changed to ...>", then "+++ superseded ...", then the leader's "<... execve resumed>"
+    assert execve.state == "joined" and execve.retval == 0 and execve.args.endswith("vars */")
+    superseded = trace.exits[0]
+    assert superseded.pid == leader and superseded.execve_by is not None
+    assert superseded.code is None and superseded.signal is None
+
+
+def test_detached_calls() -> None:
+    line = (
+        "pselect6(251, [250], NULL, NULL, {tv_sec=599, tv_nsec=974582992}, {sigmask=[CHLD], "
+        "sigsetsize=8} <detached ...>"
+    )
+    call = parse_lines([line, "System call usage summary for 32 bit mode:"]).calls[0]
+    assert (call.name, call.state, call.note) == ("pselect6", "unfinished", "detached")
+    assert call.args.endswith("sigsetsize=8}")
+
+
 def test_odd_prefixes_fall_back_without_crashing() -> None:
     trace = parse_lines(["  getpid() = 1", " [ 12] getpid() = 1", "x y getpid() = 1", "(a) = 1"])
     assert trace.stats.total == 4 == trace.stats.parsed + trace.stats.unparsed

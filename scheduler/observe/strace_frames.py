@@ -67,7 +67,8 @@ class Trace:
         """One row per system call: line, end_line, pid, time (as logged, in seconds), t
         (seconds since the first timestamp), name, args, ret (as printed), retval, errno, note,
         duration (-T), state, fd_path (what the first-argument fd is), device (its group, as
-        in :meth:`ioctls`), ioctl (decoded request name for ioctl calls), stack (-k frames)."""
+        in :meth:`ioctls`), ioctl (decoded request name for ioctl calls), and when the log has
+        them stack (-k frames) and data (-e read=/write= dumps)."""
         import pandas as pd  # lazy: streaming users and the CLI never pay for it
 
         calls = self.calls
@@ -107,6 +108,8 @@ class Trace:
         )
         if any(c.stack for c in calls):
             frame["stack"] = [c.stack for c in calls]
+        if any(c.data for c in calls):
+            frame["data"] = [c.data for c in calls]
         return frame
 
     def counts(self) -> pd.DataFrame:

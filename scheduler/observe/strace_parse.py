@@ -48,11 +48,20 @@ _PREFIX_RE = re.compile(_PREFIX, re.ASCII)
 # The hot path: a complete call. Greedy args find the LAST ") = ", so "=" inside strings is safe.
 _CALL_RE = re.compile(_PREFIX + r"([A-Za-z_?][\w?]*)\((.*)\) += (.*)$", re.ASCII)
 _RESUMED_RE = re.compile(r"<\.\.\. ([\w?]+) resumed>(.*)$")
-_UNFINISHED_RE = re.compile(r"([A-Za-z_?][\w?]*)\((.*?) ?<unfinished \.\.\.>$")
+# "<pid changed to N ...>": an execve by a thread, finished under the leader's pid
+_UNFINISHED_RE = re.compile(
+    r"([A-Za-z_?][\w?]*)\((.*?) ?<(?:unfinished|pid changed to \d+) \.\.\.>$"
+)
 _TAIL_RE = re.compile(r"(.*)\) += (.*)$")
 _SIGNAL_RE = re.compile(r"--- (?:stopped by )?(\w+)(?: (.*))? ---$")
-_EXIT_RE = re.compile(r"\+\+\+ (?:exited with (-?\d+)|killed by (\w+)( \(core dumped\))?) \+\+\+$")
-_MESSAGE_RE = re.compile(r"(?:\S*strace: (.*)|\[ (Process PID=.*) \])$")
+_EXIT_RE = re.compile(
+    r"\+\+\+ (?:exited with (-?\d+)|killed by (\w+)( \(core dumped\))?"
+    r"|superseded by execve in pid (\d+)) \+\+\+$"
+)
+_MESSAGE_RE = re.compile(
+    r"(?:\S*strace: (.*)|\[ (Process PID=.*) \]|(System call usage summary for .*))$"
+)
+_DETACHED_RE = re.compile(r"([A-Za-z_?][\w?]*)\((.*?) ?<detached \.\.\.>$")
 _PROCESS_EVENT_RE = re.compile(r"Process (\d+) (attached|detached)")
 _EMBEDDED_MESSAGE_RE = re.compile(r"(.*?)((?:/\S*/)?strace: Process \d+ (?:attached|detached).*)$")
 _DASHES_RE = re.compile(r"-+(?: +-+)*$")
@@ -72,7 +81,8 @@ TABLE_COLUMNS = {
 @dataclass
 class LineStats:
     """How every line of a log was accounted for. ``kinds`` counts lines by what they were:
-    call, unfinished, resumed, signal, exit, message, stack, table, blank, unparsed."""
+    call, unfinished, resumed, signal, exit, message, stack (-k), dump (-e read=/write=), table,
+    blank, unparsed."""
 
     total: int = 0
     parsed: int = 0
@@ -204,7 +214,7 @@ def iter_records(
     st = stats if stats is not None else LineStats()
     call_match = _CALL_RE.match
     time_format = _TIME_RE.fullmatch
-    n = n_call = n_unparsed = n_stack = 0
+    n = n_call = n_unparsed = n_stack = n_dump = 0
     kinds: dict[str, int] = {}
     pending: dict[int | None, Call] = {}
     held: Record | None = None
@@ -339,12 +349,18 @@ def iter_records(
                         held = last_call = call
                         continue
             # --- everything but a complete call: rarer, so clarity over speed ---
-            if line.startswith(" > "):
+            if line.startswith((" > ", " | ")):
                 if last_call is not None:
-                    if last_call.stack is None:
-                        last_call.stack = []
-                    last_call.stack.append(line[3:])
-                    n_stack += 1
+                    if line[1] == ">":  # -k: a stack frame
+                        if last_call.stack is None:
+                            last_call.stack = []
+                        last_call.stack.append(line[3:])
+                        n_stack += 1
+                    else:  # -e read=/write=: a line of the hex dump of the data
+                        if last_call.data is None:
+                            last_call.data = []
+                        last_call.data.append(line[3:])
+                        n_dump += 1
                 else:
                     n_unparsed += 1
                     if held is not None:
@@ -377,6 +393,7 @@ def iter_records(
     finally:
         kinds["call"] = n_call
         kinds["stack"] = n_stack
+        kinds["dump"] = n_dump
         kinds["unparsed"] = n_unparsed
         st.total = n
         st.unparsed = n_unparsed
@@ -397,7 +414,7 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
         return None, "table", _Table(line), None, None
     m = _MESSAGE_RE.match(line)
     if m is not None:
-        text = m.group(1) or m.group(2)
+        text = m.group(1) or m.group(2) or m.group(3)
         ev = _PROCESS_EVENT_RE.match(text)
         msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
         return msg, "message", table, None, None
@@ -410,13 +427,18 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
         emit, attach = _resumed(body, n, pid, time, pending)
         if emit is not None or attach is not None:
             return emit, "resumed", table, attach, None
-    elif body.endswith(_UNFINISHED_TAIL):
+    elif body.endswith((_UNFINISHED_TAIL, " ...>")) and not body.endswith("<detached ...>"):
         um = _UNFINISHED_RE.match(body)
         if um is not None:
             call = Call(n, pid, time, um.group(1), um.group(2), state="unfinished")
             previous = pending.pop(pid, None)  # a task has one call in flight; keep an odd one
             pending[pid] = call
             return previous, "unfinished", table, call, None
+    elif body.endswith("<detached ...>"):
+        dm = _DETACHED_RE.match(body)
+        if dm is not None:  # strace let go of the task (-p, then ^C) during this call
+            call = Call(n, pid, time, dm.group(1), dm.group(2), note="detached", state="unfinished")
+            return call, "unfinished", table, call, None
     elif body.startswith("--- "):
         sm = _SIGNAL_RE.match(body)
         if sm is not None:
@@ -426,8 +448,12 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
         em = _EXIT_RE.match(body)
         if em is not None:
             code = int(em.group(1)) if em.group(1) is not None else None
-            ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)))
+            execer = int(em.group(4)) if em.group(4) else None
+            ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)), execer)
             flushed = pending.pop(pid, None)  # its call in flight will never return
+            if execer is not None and execer in pending:
+                # a thread's execve replaced the leader: the exec resumes under the leader's pid
+                pending[pid] = pending.pop(execer)
             return ([flushed, ex] if flushed is not None else ex), "exit", table, None, None
     em = _EMBEDDED_MESSAGE_RE.match(line)
     if em is not None and em.group(1).strip():

@@ -65,7 +65,8 @@ class Call:
     duration: float | None = None
     state: str = "complete"
     end_line: int | None = None
-    stack: list[str] | None = None
+    stack: list[str] | None = None  # -k frames
+    data: list[str] | None = None  # -e read=/write= hex dump lines
     path: str | None = None  # what the first-argument fd refers to; filled by the Observer
 
     @property
@@ -129,7 +130,9 @@ class Signal:
 
 @dataclass(slots=True)
 class Exit:
-    """``+++ exited with 0 +++`` (``code``) or ``+++ killed by SIGKILL (core dumped) +++``."""
+    """``+++ exited with 0 +++`` (``code``), ``+++ killed by SIGKILL (core dumped) +++``, or
+    ``+++ superseded by execve in pid 9 +++`` (a thread's execve ended the leader; the thread
+    is ``execve_by``)."""
 
     line: int
     pid: int | None
@@ -137,6 +140,7 @@ class Exit:
     code: int | None
     signal: str | None
     core_dumped: bool = False
+    execve_by: int | None = None
 
 
 @dataclass(slots=True)

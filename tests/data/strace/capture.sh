@@ -20,3 +20,7 @@ strace -f -t -i -n --decode-pids=comm -e trace=write,kill,clone -o t_i_n_comm.st
 strace -x -s 16 -e trace=write -o x_hex.strace $P -S $W >/dev/null || true
 strace -e trace=none -o segv.strace $P -c 'import os; os.kill(os.getpid(), 11)' || true
 strace -v -yy -e trace=ioctl,socket,socketpair -o tty_socket.strace $P -S ttysock.py >/dev/null || true
+strace -e trace=write -e write=1 -o write_dump.strace /bin/echo hello >/dev/null
+# a thread's execve replaces the leader: "+++ superseded by execve in pid N +++"
+strace -f -e trace=execve,exit_group -o superseded.strace $P -S -c 'import os, threading, time
+threading.Thread(target=os.execv, args=("/bin/true", ["true"])).start(); time.sleep(2)'
