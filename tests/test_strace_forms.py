@@ -14,6 +14,7 @@ import pytest
 
 from labhive.scheduler.observe.strace import parse_ff, parse_file, parse_lines
 from labhive.scheduler.observe.strace_args import Fd, StraceString, parse_args, split_args
+from labhive.scheduler.observe.strace_parse import iter_records
 from labhive.scheduler.observe.strace_records import Call
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "strace"
@@ -280,7 +281,15 @@ def test_k_stack_frames() -> None:
     trace = parse_file(FIXTURES / "k.strace")
     write = trace.calls[0]
     assert write.stack and write.stack[0].startswith("/usr/lib/x86_64-linux-gnu/libc.so.6(")
-    assert trace.stats.kinds["stack"] == sum(len(c.stack or []) for c in trace.calls)
+    frames = sum(len(r.stack or []) for r in [*trace.calls, *trace.signals])
+    assert (
+        trace.stats.kinds["stack"] == frames == trace.stats.total - 7
+    )  # 4 calls, 2 signals, 1 exit
+    assert all(s.stack for s in trace.signals)  # a signal's frames are its own
+    # streaming: a record is yielded only once its frames are attached
+    with (FIXTURES / "k.strace").open() as fh:
+        at_yield = [len(r.stack or []) for r in iter_records(fh) if isinstance(r, Call)]
+    assert at_yield == [len(c.stack or []) for c in trace.calls] and min(at_yield) > 0
 
 
 def test_stderr_form_lines_cut_by_attach_messages() -> None:

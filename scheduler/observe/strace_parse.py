@@ -218,7 +218,7 @@ def iter_records(
     kinds: dict[str, int] = {}
     pending: dict[int | None, Call] = {}
     held: Record | None = None
-    last_call: Call | None = None
+    last_call: Call | Signal | None = None  # where -k frames and data dumps go
     table: _Table | None = None
     fragment: tuple[int, str] | None = None  # a call cut by a message strace wrote into it
     # time state: "HH:MM:" -> seconds cache, day wrap, -r running sum
@@ -350,17 +350,16 @@ def iter_records(
                         continue
             # --- everything but a complete call: rarer, so clarity over speed ---
             if line.startswith((" > ", " | ")):
-                if last_call is not None:
-                    if line[1] == ">":  # -k: a stack frame
-                        if last_call.stack is None:
-                            last_call.stack = []
-                        last_call.stack.append(line[3:])
-                        n_stack += 1
-                    else:  # -e read=/write=: a line of the hex dump of the data
-                        if last_call.data is None:
-                            last_call.data = []
-                        last_call.data.append(line[3:])
-                        n_dump += 1
+                if last_call is not None and line[1] == ">":  # -k: a stack frame
+                    if last_call.stack is None:
+                        last_call.stack = []
+                    last_call.stack.append(line[3:])
+                    n_stack += 1
+                elif isinstance(last_call, Call):  # -e read=/write=: a line of a data dump
+                    if last_call.data is None:
+                        last_call.data = []
+                    last_call.data.append(line[3:])
+                    n_dump += 1
                 else:
                     n_unparsed += 1
                     if held is not None:
@@ -443,7 +442,8 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
         sm = _SIGNAL_RE.match(body)
         if sm is not None:
             info = "stopped" if body.startswith("--- stopped by ") else (sm.group(2) or "")
-            return Signal(n, pid, time, sm.group(1), info), "signal", table, None, None
+            sig = Signal(n, pid, time, sm.group(1), info)
+            return sig, "signal", table, sig, None
     elif body.startswith("+++ "):
         em = _EXIT_RE.match(body)
         if em is not None:

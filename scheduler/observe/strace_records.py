@@ -126,6 +126,7 @@ class Signal:
     time: float | None
     signal: str
     info: str
+    stack: list[str] | None = None  # -k: where the task was when the signal came
 
 
 @dataclass(slots=True)
