@@ -88,6 +88,18 @@ def test_cli_run_prints_json_and_passes_the_exit_status_on() -> None:
     assert any(s["name"] == "exit_group" for s in summary["syscalls"])
 
 
+def test_cli_run_with_a_trace_filter(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "kept.strace"
+    code = "open('/etc/hostname').read()"
+    args = ["strace", "run", "--json", "--trace", "openat", "--keep", str(log), "--"]
+    assert main([*args, sys.executable, "-S", "-c", code]) == 0
+    summary = json.loads(capfd.readouterr().out)
+    assert {s["name"] for s in summary["syscalls"]} == {"openat"}
+    assert (
+        summary["source"] == str(log) and parse_file(log).stats.total == summary["lines"]["total"]
+    )
+
+
 def test_cli_run_text_summary_goes_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
     assert main(["strace", "run", "--", sys.executable, "-S", "-c", "print('hello')"]) == 0
     out, err = capfd.readouterr()

@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--json", action="store_true", help="print one JSON document")
     r.add_argument("--top", type=int, default=15, help="syscalls and transitions to list")
     r.add_argument("--keep", metavar="LOG", help="keep the raw strace log at LOG")
+    r.add_argument(
+        "--trace",
+        metavar="SET",
+        help="only these calls, as strace -e trace=SET (e.g. ioctl,openat)",
+    )
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     r.set_defaults(func=_run)
 
@@ -52,14 +57,15 @@ def _parse(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from labhive.scheduler.errors import UserError
-    from labhive.scheduler.observe.strace import run_strace
+    from labhive.scheduler.observe.strace import DEFAULT_FLAGS, run_strace
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise UserError("give the command after --, e.g. labhive strace run -- python train.py")
-    trace, rc = run_strace(cmd, output=args.keep)
+    flags = list(DEFAULT_FLAGS) + (["-e", f"trace={args.trace}"] if args.trace else [])
+    trace, rc = run_strace(cmd, flags=flags, output=args.keep)
     summary = trace.summary(top=None if args.json else args.top)
     summary["source"] = args.keep  # the log itself was temporary unless --keep
     summary["command"] = cmd

@@ -116,6 +116,10 @@ class FdTracker:
             table = self._tables[pid] = {}
         return table
 
+    def forget(self, pid: int | None) -> None:
+        """The task is gone (threads sharing its table keep theirs)."""
+        self._tables.pop(pid, None)
+
     def lookup(self, pid: int | None, fd: int) -> str | None:
         table = self._tables.get(pid)
         return None if table is None else table.get(fd)

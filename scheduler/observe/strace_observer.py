@@ -101,6 +101,8 @@ class Observer:
             t = self.task(rec.pid)
             t.exit_code, t.killed_by = rec.code, rec.signal
             self._seen(t, rec.line, rec.time)
+            if rec.execve_by is None:
+                self.fds.forget(rec.pid)
         elif isinstance(rec, Signal):
             self.signals[rec.signal] = self.signals.get(rec.signal, 0) + 1
             t = self.task(rec.pid)
