@@ -217,6 +217,7 @@ def iter_records(
     n = n_call = n_unparsed = n_stack = n_dump = 0
     kinds: dict[str, int] = {}
     pending: dict[int | None, Call] = {}
+    pids: dict[str, int] = {}  # pid column text -> number (a log has few tasks)
     held: Record | None = None
     last_call: Call | Signal | None = None  # where -k frames and data dumps go
     table: _Table | None = None
@@ -293,7 +294,10 @@ def iter_records(
                             i = 0
                             t0 = toks[0]
                             if t0.isdecimal():
-                                call_pid, i = int(t0), 1
+                                call_pid = pids.get(t0)
+                                if call_pid is None:
+                                    call_pid = pids[t0] = int(t0)
+                                i = 1
                             elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdecimal():
                                 call_pid, i = int(toks[1][:-1]), 2
                             if i < len(toks) and toks[i][0].isdigit():
@@ -306,7 +310,10 @@ def iter_records(
                                     ok = False
                         if ok:
                             ret = line[eq + 3 :]
-                            val, retval, errno, note, dur = split_return(ret)
+                            if ret.isdigit() and ret.isascii():  # most returns: "0", "3"
+                                val, retval, errno, note, dur = ret, int(ret), None, None, None
+                            else:
+                                val, retval, errno, note, dur = split_return(ret)
                             call = Call(
                                 first_n,
                                 call_pid,
