@@ -98,10 +98,10 @@ _ANON = {
     "accept4": "socket",
 }
 _DUPS = {"dup", "dup2", "dup3"}
-_FORKS = {"clone", "clone3", "fork", "vfork"}
+FORKS = {"clone", "clone3", "fork", "vfork"}
 _PAIRS = {"pipe": "pipe", "pipe2": "pipe", "socketpair": "socket"}
 #: Calls that can change a descriptor table (the only ones :meth:`FdTracker.feed` looks at).
-FD_CHANGING = frozenset({*_OPENERS, *_ANON, *_DUPS, *_FORKS, *_PAIRS, "close", "fcntl"})
+FD_CHANGING = frozenset({*_OPENERS, *_ANON, *_DUPS, *FORKS, *_PAIRS, "close", "fcntl"})
 
 
 class FdTracker:
@@ -157,7 +157,7 @@ class FdTracker:
                     fd = item if isinstance(item, int) else getattr(item, "fd", None)
                     if isinstance(fd, int):
                         self._table(call.pid)[fd] = kind
-        elif name in _FORKS and ret > 0:
+        elif name in FORKS and ret > 0:
             self._fork(call.pid, ret, "CLONE_FILES" in call.args)
 
     def _fork(self, parent: int | None, child: int, shared: bool) -> None:

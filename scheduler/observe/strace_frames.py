@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.observe.strace_observer import Observer, _device_path, device_label
+from labhive.scheduler.observe.strace_observer import Observer, device_label, strip_device_detail
 from labhive.scheduler.observe.strace_parse import LineStats
 from labhive.scheduler.observe.strace_records import (
     Call,
@@ -76,7 +76,7 @@ class Trace:
         times = [c.time for c in calls]
         t0 = min((t for t in times if t is not None), default=None)
         resolve = self.observer.resolve_path
-        paths = [resolve(c) for c in calls]
+        paths = [strip_device_detail(resolve(c)) for c in calls]
         ioctl_names: list[str | None] = []
         for c in calls:
             if c.name == "ioctl":
@@ -101,8 +101,8 @@ class Trace:
                 "note": [c.note for c in calls],
                 "duration": pd.array([c.duration for c in calls], dtype="Float64"),
                 "state": [c.state for c in calls],
-                "fd_path": [None if p is None else _device_path(p) for p in paths],
-                "device": [None if p is None else device_label(_device_path(p)) for p in paths],
+                "fd_path": paths,
+                "device": [None if p is None else device_label(p) for p in paths],
                 "ioctl": ioctl_names,
             }
         )

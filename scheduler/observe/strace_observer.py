@@ -11,7 +11,7 @@ from typing import Any
 
 from labhive.scheduler.observe.ioctl import IoctlRequest, decode, device_family
 from labhive.scheduler.observe.strace_args import split_args
-from labhive.scheduler.observe.strace_fds import _FORKS, FD_CHANGING, FD_FIRST, FdTracker
+from labhive.scheduler.observe.strace_fds import FD_CHANGING, FD_FIRST, FORKS, FdTracker
 from labhive.scheduler.observe.strace_parse import LineStats
 from labhive.scheduler.observe.strace_records import (
     Call,
@@ -168,7 +168,7 @@ class Observer:
             self._track_path(call)
             if name == "ioctl":
                 self._ioctl(call)
-        elif name in _FORKS and call.retval and call.retval > 0:
+        elif name in FORKS and call.retval and call.retval > 0:
             self.task(call.retval).parent = pid
         if name in FD_CHANGING and "<" not in (call.ret or ""):  # with -y, paths are given
             self.fds.feed(call)
@@ -200,7 +200,7 @@ class Observer:
             return None
         rest = args[comma + 2 :]
         request_text = _first_arg(rest)
-        device = _device_path(self.resolve_path(call))
+        device = strip_device_detail(self.resolve_path(call))
         key = (request_text, device_family(device), device is None)
         if key not in self._decoded:
             try:
@@ -213,7 +213,7 @@ class Observer:
         request = self.decode_ioctl(call)
         if request is None:
             return
-        device = device_label(_device_path(self.resolve_path(call)))
+        device = device_label(strip_device_detail(self.resolve_path(call)))
         key = (device, request.label)
         stats = self.ioctls.get(key)
         if stats is None:
@@ -306,7 +306,7 @@ def _first_arg(rest: str) -> str:
     return rest[:end]
 
 
-def _device_path(path: str | None) -> str | None:
+def strip_device_detail(path: str | None) -> str | None:
     """A -yy path without its device detail: "/dev/nvidiactl<char 195:255>" -> "/dev/nvidiactl"."""
     if path and path.endswith(">") and "<" in path:
         return path[: path.index("<")]

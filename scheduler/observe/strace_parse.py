@@ -33,7 +33,7 @@ from labhive.scheduler.observe.strace_records import (
     Signal,
     SummaryRow,
     Unparsed,
-    _angle_content,
+    angle_content,
 )
 
 # pid column: "[pid  667] " (stderr) or "667   " (-o), either with an optional "<comm>".
@@ -113,7 +113,7 @@ def split_return(ret: str) -> tuple[str, int | None, str | None, str | None, flo
     lt = val.find("<")
     if lt > 0:
         if not val.endswith(">"):  # a -y path with a space in it
-            inner = _angle_content(ret[lt + 1 :])
+            inner = angle_content(ret[lt + 1 :])
             if inner is not None:
                 end = lt + len(inner) + 2
                 val, rest = ret[:end], ret[end:].lstrip()

@@ -16,7 +16,7 @@ from typing import Any
 _FD_ARG = re.compile(r"\s*(-?\d+|AT_FDCWD)(?: /\*[^*]*\*/)?(?:<(.*))?")
 
 
-def _angle_content(text: str) -> str | None:
+def angle_content(text: str) -> str | None:
     """The text of a ``<...>`` group whose opening bracket was already consumed, honouring the
     nested ``<char 195:255>`` that -yy adds; None when the group never closes."""
     close = text.find(">")
@@ -94,7 +94,7 @@ class Call:
         m = _FD_ARG.match(self.args)
         if m is None or m.group(2) is None:
             return None
-        return _angle_content(m.group(2))
+        return angle_content(m.group(2))
 
     @property
     def ret_path(self) -> str | None:
