@@ -125,6 +125,11 @@ def render_summary(s: dict[str, Any], top: int = 15) -> str:
             )
             errs = f", {row['errors']} failed" if row["errors"] else ""
             lines.append(f"    {row['request']:<40}{row['count']:>7}{errs}   [{fields}]")
+    if s["transitions"]:
+        lines.append("")
+        lines.append("most frequent transitions (within a task):")
+        for e in s["transitions"][: min(top, 8)]:
+            lines.append(f"  {e['source']} -> {e['target']}: {e['count']}")
     if s["signals"]:
         lines.append("")
         lines.append("signals: " + ", ".join(f"{k} {v}" for k, v in s["signals"].items()))
