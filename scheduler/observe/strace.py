@@ -19,11 +19,16 @@ Public API (what the notebook widget uses)::
 
     summarize_file(path)  # the summary dict, streaming: memory independent of log length
     parse_ff("out/trace") # the per-task files of `strace -ff -o out/trace`, as one Trace
-    run_strace(["python", "train.py"])  # run under `strace -f -tt -T -y`, return its Trace
+    run_strace(["python", "train.py"])  # run under `strace -f -tt -T -y`: (Trace, exit status)
 
     from labhive.scheduler.observe.ioctl import decode
     decode("_IOC(_IOC_READ|_IOC_WRITE, 0x46, 0x2a, 0x20)", "/dev/nvidiactl").name
     # -> 'NV_ESC_RM_CONTROL'
+
+Devices: an ioctl's device is the ``-y`` path of its fd (``-yy``'s ``<char 195:255>`` dropped)
+or, without ``-y``, the path the fd was opened with (tracked per task through open/dup/clone);
+other targets group as "socket", "pipe", "regular file" or "(fd path unknown)". A GPU request
+sent to a non-GPU device is split into its fields but not named.
 
 Lower layers, for streaming use: :func:`strace_parse.iter_records` (lines -> records),
 :class:`strace_observer.Observer` (records -> aggregates), :mod:`strace_args` (argument text
