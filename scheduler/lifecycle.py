@@ -62,10 +62,10 @@ def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
             record.tasks = (*record.tasks, *decision.tasks)
             record.state = "RUNNING"
             record.opportunistic = decision.opportunistic
-            record.reason = "running opportunistically" if decision.opportunistic else "started"
-            if fresh and record.interrupted and record.interrupted[0] == now:
-                record.reason += f" again at once after it was {record.interrupted[1]}"
             if fresh:
+                record.reason = "running opportunistically" if decision.opportunistic else "started"
+                if record.interrupted and record.interrupted[0] == now:
+                    record.reason += f" again at once after it was {record.interrupted[1]}"
                 record.started = now
             return fresh
         case Preempt():
