@@ -42,6 +42,7 @@ class Cell:
         "order",
         "parent",
         "pinned",
+        "pinned_id",
         "prio",
         "prio_count",
         "type",
@@ -70,6 +71,7 @@ class Cell:
         self.prio = 0  # leaves only: the using job's effective priority
         self.vc: str | None = None  # set on the cell a VC has bound
         self.pinned = False
+        self.pinned_id = spec.pinned_id
         self.bound_below = 0  # bound cells in this subtree, this one included
         self.prio_count: dict[int, int] = {}  # node cells: priority -> GPUs its jobs use
         self._leaf_list: list[Cell] | None = None

@@ -74,6 +74,10 @@ class Job:
     def opportunistic(self) -> bool:
         return self.prio == OPPORTUNISTIC
 
+    @property
+    def pinned(self) -> str | None:
+        return next((r.pinned_cell for r in self.spec.roles if r.pinned_cell), None)
+
 
 def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
     """Leaf cells one task of ``role`` takes on ``leaf_type``: the most any resource needs."""
@@ -127,7 +131,7 @@ class HivedScheduler:
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that can never run here, saying what would fit."""
-        leaf_types = sorted(self.config.leaf_types)
+        leaf_types = sorted(self._max_node)
         vc = self.vcs.by_name.get(spec.vc)
         if vc is None:
             raise SpecRejected(
@@ -135,7 +139,7 @@ class HivedScheduler:
             )
         skus = {r.sku for r in spec.roles if r.sku is not None}
         for sku in sorted(skus):
-            if sku not in self.config.leaf_types:
+            if sku not in self._max_node:
                 raise SpecRejected(
                     f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}"
                 )
@@ -146,6 +150,15 @@ class HivedScheduler:
             )
         vc_types = {self.tree.chains[c].leaf_type for c in vc.quota}
         vc_types |= {self.tree.chains[c.chain].leaf_type for c in vc.pinned}
+        pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
+        for pin in sorted(pins):
+            if pin not in {c.pinned_id for c in vc.pinned}:
+                have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned)) or "none"
+                raise SpecRejected(
+                    f"pinnedCellId {pin} is not pinned to {vc.name}; its pinned cells: {have}"
+                )
+        if spec.gang and len(pins) > 1:
+            raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
         if not spec.opportunistic:
             for sku in sorted(skus - vc_types):
                 raise SpecRejected(
@@ -520,6 +533,10 @@ class HivedScheduler:
 
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
         skus = {r.sku for r in roles if r.sku}
+        pin = job.pinned
+        if pin is not None and not job.opportunistic:
+            cell = self.tree.pinned.get(pin)
+            return [cell.chain] if cell is not None else []
         if job.opportunistic:
             names = list(self.tree.chains)
         else:
@@ -565,8 +582,9 @@ class HivedScheduler:
             only = None
             if since is not None and len(unit) == 1:
                 only = self._grown_since(vc, since)
+            pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
-                plan = self.placer.guaranteed(vc, chain, needs[chain], threshold, only)
+                plan = self.placer.guaranteed(vc, chain, needs[chain], threshold, only, pinned)
                 if plan is not None:
                     return plan
         return None

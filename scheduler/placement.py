@@ -71,27 +71,37 @@ class Placer:
         tasks: list[TaskNeed],
         threshold: Threshold,
         only: set[Cell] | None = None,
+        pinned: Cell | None = None,
     ) -> Plan | None:
         """Place every task in ``vc``'s cells of ``chain``, or nothing (bindings undone).
 
         ``only``: the nodes that changed since the same search last failed; nothing else can
-        have become a fit, and binding more cells failed then too.
+        have become a fit, and binding more cells failed then too. ``pinned``: the job named
+        one of the VC's pinned cells and runs there or nowhere.
         """
         plan = Plan(chain)
         ok = _usable(threshold)
         last: Cell | None = None
+        whole, partial = _regions(vc, chain, pinned)
         for task in sorted(tasks, key=lambda t: -t.leaves):
             while True:
-                node = self._best_node(vc, chain, task.leaves, threshold, ok, plan, last, only)
+                node = self._best_node(
+                    whole, partial, chain, task.leaves, threshold, ok, plan, last, only
+                )
                 if node is not None:
                     break
-                if only is not None or not self._bind_for(vc, chain, task.leaves, ok, plan):
+                if (
+                    only is not None
+                    or pinned is not None
+                    or not self._bind_for(vc, chain, task.leaves, ok, plan)
+                ):
                     self.undo(vc, plan)
                     return None
-            parts = (
-                vc.parts.get(chain, {}).get(node) if node not in vc.nodes.get(chain, {}) else None
-            )
-            plan.add(task, node, pick_leaves(parts or [node], task.leaves, ok, plan.taken))
+                whole, partial = _regions(vc, chain, pinned)
+            parts = partial.get(node) if node not in whole else None
+            counters = threshold is None and parts is None and node not in plan.taken_on
+            leaves = pick_leaves(parts or [node], task.leaves, ok, plan.taken, counters)
+            plan.add(task, node, leaves)
             last = node
         return plan
 
@@ -102,7 +112,8 @@ class Placer:
 
     def _best_node(
         self,
-        vc: VC,
+        whole: dict[Cell, None],
+        partial: dict[Cell, list[Cell]],
         chain: str,
         need: int,
         threshold: Threshold,
@@ -115,9 +126,8 @@ class Placer:
         the gang's previous task where possible, preempting as few GPUs as it can."""
         best, best_key = None, None
         near = last.parent if last else None
-        whole: dict[Cell, None] | set[Cell] = vc.nodes.get(chain, {})
         if only is not None:
-            whole = {n for n in only if n in whole}
+            whole = dict.fromkeys(n for n in only if n in whole)
         if threshold is None:
             open_nodes = self.tree.open[chain]
             if len(open_nodes) < len(whole):
@@ -158,7 +168,7 @@ class Placer:
                 key = (level, max(0, need - free), node.parent is not near, usable, node.order)
                 if best_key is None or key < best_key:
                     best, best_key = node, key
-        for node, parts in vc.parts.get(chain, {}).items():
+        for node, parts in partial.items():
             free = usable = 0
             for part in parts:
                 for leaf in part.leaf_cells():
@@ -295,6 +305,17 @@ class Placer:
             plan.add(task, best, pick_leaves([best], task.leaves, ok, plan.taken, counters))
             last = best
         return plan
+
+
+def _regions(
+    vc: VC, chain: str, pinned: Cell | None
+) -> tuple[dict[Cell, None], dict[Cell, list[Cell]]]:
+    """The nodes a search may use: whole ones, and the parts of others."""
+    if pinned is None:
+        return vc.nodes.get(chain, {}), vc.parts.get(chain, {})
+    if pinned.node_cell is not None:
+        return {}, {pinned.node_cell: [pinned]}
+    return dict.fromkeys(pinned.nodes()), {}
 
 
 def _order(cell: Cell) -> int:

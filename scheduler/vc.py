@@ -21,7 +21,8 @@ class VC:
         self.unbound: dict[str, dict[int, int]] = {}
         self.bound: dict[str, dict[str, Cell]] = {}  # chain -> cell id -> bound cell
         self.pinned: list[Cell] = []
-        # Where the VC's bound cells lie: whole nodes, and nodes it holds only parts of.
+        # Where the VC's bound cells lie: whole nodes, and nodes it holds only parts of
+        # (pinned cells excluded: only jobs that name them run there).
         self.nodes: dict[str, dict[Cell, None]] = {}
         self.parts: dict[str, dict[Cell, list[Cell]]] = {}
         self.total: dict[str | None, int] = {}  # leaves per chain (None: all), cached
@@ -95,7 +96,6 @@ class VCs:
                 cell.pinned = True
                 vc.pinned.append(cell)
                 vc.bound.setdefault(cell.chain, {})[cell.id] = cell
-                vc.add_cell(cell)
                 vc.quota.setdefault(cell.chain, {})
                 vc.unbound.setdefault(cell.chain, {})
 
