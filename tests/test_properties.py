@@ -122,6 +122,8 @@ def check_counters(sched: HivedScheduler) -> None:
                         prio[leaf.prio] = prio.get(leaf.prio, 0) + 1
         assert (vc.free_in, vc.oppo_in) == (free, oppo)
         assert {p: n for p, n in vc.prio_in.items() if n} == prio
+        for chain, nodes in vc.nodes.items():
+            assert set(vc.open.get(chain, {})) == {n for n in nodes if n.free > 0}
         bound = [c for cells in vc.bound.values() for c in cells.values() if not c.pinned]
         assert all(c.guaranteed > 0 for c in bound), "an idle VC cell stayed bound"
     for chain in sched.tree.chains.values():
