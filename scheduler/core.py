@@ -296,11 +296,8 @@ class HivedScheduler:
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs[owner.vc or ""]
-            self._tick += 1
-            node = leaf.node_cell
-            if node is not None:
-                vc.grown.pop(node, None)
-                vc.grown[node] = self._tick
+            if leaf.node_cell is not None:
+                self._grew(vc, leaf.node_cell)
             if leaf.bad == 0:
                 vc.free_in += 1
             if leaf.prio >= 0:
@@ -335,14 +332,28 @@ class HivedScheduler:
             vc.free_in -= cell.free
             vc.oppo_in -= cell.oppo
             self.vcs.unbind(vc, cell)
+            # More free physical cells help only VCs with cells left to bind in this chain.
             for other in self.vcs.by_name.values():
-                if cell.chain in other.quota:
-                    self._bump(other)
+                if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
+                    other.pool_epoch += 1
+                    self._bump(other, 1 << 30)
 
     def _bind_counters(self, vc: VC, plan: Plan) -> None:
         for cell in plan.bound:
-            vc.free_in += cell.free
-            vc.oppo_in += cell.oppo
+            self._bound(vc, cell)
+
+    def _bound(self, vc: VC, cell: Cell) -> None:
+        """A cell was bound to the VC: count it, and let failed searches look at it."""
+        vc.free_in += cell.free
+        vc.oppo_in += cell.oppo
+        for node in cell.nodes():
+            self._grew(vc, node)
+
+    def _grew(self, vc: VC, node: Cell) -> None:
+        """The VC may use more of ``node`` than before (kept newest last)."""
+        self._tick += 1
+        vc.grown.pop(node, None)
+        vc.grown[node] = self._tick
 
     def _bump(self, vc: VC, freed: int | None = None) -> None:
         """The VC's capacity may have grown: for every job when ``freed`` is None, else only
@@ -435,7 +446,7 @@ class HivedScheduler:
         for p, n in vc.freed.items():
             if p >= cls.priority:
                 freed += n
-        return (vc.epoch, freed)
+        return (vc.epoch, vc.pool_epoch, freed)
 
     def _blocked(self, cls: JobClass) -> bool:
         return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
@@ -443,15 +454,19 @@ class HivedScheduler:
     def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
         cls.blocked_at = self._stamp(cls) if stamp is None else stamp
         vc = cls.vc_ref
-        cls.failed_at = (self._tick, vc.epoch) if vc is not None and cls.priority >= 0 else None
+        if vc is not None and cls.priority >= 0:
+            cls.failed_at = (self._tick, vc.epoch, vc.pool_epoch)
+        else:
+            cls.failed_at = None
 
-    def _since(self, cls: JobClass) -> int | None:
-        """When the class last failed, if only GPUs freed in its VC changed since then (so
-        only the nodes they lie on need a new look)."""
+    def _since(self, cls: JobClass) -> tuple[int, bool] | None:
+        """When the class last failed, if only GPUs freed in its VC (and free physical cells)
+        changed since then: only the nodes those GPUs lie on need a new look, and binding
+        more cells only if more physical cells became free (the bool)."""
         vc = cls.vc_ref
         if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
             return None
-        return cls.failed_at[0]
+        return cls.failed_at[0], cls.failed_at[2] != vc.pool_epoch
 
     def _collect_ready(self) -> list[JobClass]:
         """The classes worth an attempt: new or unblocked ones whose need the capacity they
@@ -528,7 +543,7 @@ class HivedScheduler:
                 self._block(cls)
                 continue
             before = len(job.placed)
-            self._try(job, out, self._since(cls))
+            self._try(job, out, self._since(cls), cls)
             if not job.waiting_tasks:
                 self._dequeue(job)
                 self._ready.add(cls)
@@ -574,17 +589,27 @@ class HivedScheduler:
             names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
         return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
 
-    def _try(self, job: Job, out: list[Decision], since: int | None = None) -> None:
+    def _try(
+        self,
+        job: Job,
+        out: list[Decision],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> None:
         waiting = job.waiting_tasks
         units = [waiting] if job.spec.gang else [[t] for t in waiting]
         for unit in units:
-            plan = self._find(job, unit, since)
+            plan = self._find(job, unit, since, cls)
             since = None
             if plan is None or not self._commit(job, plan, out):
                 return
 
     def _find(
-        self, job: Job, unit: list[tuple[RoleSpec, int]], since: int | None = None
+        self,
+        job: Job,
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
     ) -> Plan | None:
         chains = self._chains(job, [r for r, _ in unit])
         needs = {chain: self._needs(unit, chain) for chain in chains}
@@ -597,6 +622,78 @@ class HivedScheduler:
         vc = self.vcs.by_name.get(job.vc)
         if vc is None or not chains:
             return None
+        slots = self._slot_count(job, vc, chains, needs, unit, cls)
+        if (
+            slots is not None
+            and cls is not None
+            and since is not None
+            and not since[1]
+            and cls.slots is not None
+            and cls.slots_tick == since[0]
+            and self._slots_after(vc, cls, since[0], slots) < len(unit)
+        ):
+            return None  # not enough places yet for the gang: no search needed
+        plan = self._search(job, vc, chains, needs, unit, since)
+        if slots is not None and cls is not None:
+            if plan is None:
+                cls.slots = {n: c for n in vc.nodes[slots[0]] if (c := self._slots(n, *slots[1:]))}
+                cls.slots_tick = self._tick
+            else:
+                cls.slots = None
+        return plan
+
+    def _slot_count(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        cls: JobClass | None,
+    ) -> tuple[str, int, int] | None:
+        """(chain, GPUs per task, priority) when a gang's chances can be counted in task slots
+        per whole node: one chain, tasks of one size, no pinned or part-node cells."""
+        if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
+            return None
+        chain = chains[0]
+        sizes = {t.leaves for t in needs[chain]}
+        if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
+            return None
+        return chain, sizes.pop(), job.prio
+
+    @staticmethod
+    def _slots(node: Cell, leaves: int, priority: int) -> int:
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
+        usable = node.free
+        for p, n in node.prio_count.items():
+            if p < priority:
+                usable += n
+        return usable // leaves
+
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: tuple[str, int, int]) -> int:
+        """The gang's task slots now, from those at its last failure and the nodes that
+        changed since (remembered for the next time)."""
+        assert cls.slots is not None
+        for node in self._grown_since(vc, since):
+            if node.chain != slots[0]:
+                continue
+            count = self._slots(node, *slots[1:])
+            if count:
+                cls.slots[node] = count
+            else:
+                cls.slots.pop(node, None)
+        cls.slots_tick = self._tick
+        return sum(cls.slots.values())
+
+    def _search(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None,
+    ) -> Plan | None:
         least = min(sum(t.leaves for t in n) for n in needs.values())
         room = vc.free_in + vc.unbound_leaves
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
@@ -611,10 +708,13 @@ class HivedScheduler:
                 continue
             only = None
             if since is not None and len(unit) == 1:
-                only = self._grown_since(vc, since)
+                only = self._grown_since(vc, since[0])
+            bind = since is None or since[1]
             pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
-                plan = self.placer.guaranteed(vc, chain, needs[chain], threshold, only, pinned)
+                plan = self.placer.guaranteed(
+                    vc, chain, needs[chain], threshold, only, pinned, bind
+                )
                 if plan is not None:
                     return plan
         return None
@@ -841,8 +941,7 @@ class HivedScheduler:
             root = self.tree.free_root(cell)
             if root is not None and self.vcs.can_bind(vc, cell, root):
                 self.vcs.bind(vc, cell)
-                vc.free_in += cell.free
-                vc.oppo_in += cell.oppo
+                self._bound(vc, cell)
                 bound.append(cell)
                 return True
         return False
