@@ -61,6 +61,8 @@ class Job:
     downgraded_by: str | None = None
     queued_key: Hashable | None = None  # the class it waits in, if any
     in_order: bool = False  # listed in its VC's queue order
+    pinned: str | None = None  # the pinned cell its roles name, if any
+    needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
 
     @property
     def vc(self) -> str:
@@ -68,15 +70,13 @@ class Job:
 
     @property
     def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:
+        if not self.placed:
+            return self.tasks
         return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
 
     @property
     def opportunistic(self) -> bool:
         return self.prio == OPPORTUNISTIC
-
-    @property
-    def pinned(self) -> str | None:
-        return next((r.pinned_cell for r in self.spec.roles if r.pinned_cell), None)
 
 
 def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
@@ -257,6 +257,7 @@ class HivedScheduler:
         self._seq += 1
         tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
         self._jobs[job_id] = job
         return job
 
@@ -525,7 +526,10 @@ class HivedScheduler:
         failed: dict[Hashable, list[tuple[int, int, float, int, int]]] = {}
         tie = 0
         while True:
-            for cls in self._collect_ready():
+            ready = (
+                self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
+            )
+            for cls in ready:
                 tie += 1
                 heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
             if not heap:
@@ -612,7 +616,12 @@ class HivedScheduler:
         cls: JobClass | None = None,
     ) -> Plan | None:
         chains = self._chains(job, [r for r, _ in unit])
-        needs = {chain: self._needs(unit, chain) for chain in chains}
+        whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
+        needs = job.needs if whole_job else None
+        if needs is None or any(c not in needs for c in chains):
+            needs = {chain: self._needs(unit, chain) for chain in chains}
+            if whole_job:
+                job.needs = needs
         if job.opportunistic:
             for chain in chains:
                 plan = self.placer.opportunistic(chain, needs[chain])
@@ -627,12 +636,14 @@ class HivedScheduler:
             slots is not None
             and cls is not None
             and since is not None
-            and not since[1]
             and cls.slots is not None
             and cls.slots_tick == since[0]
-            and self._slots_after(vc, cls, since[0], slots) < len(unit)
         ):
-            return None  # not enough places yet for the gang: no search needed
+            places = self._slots_after(vc, cls, since[0], slots)
+            if since[1]:  # more physical cells are free: count what binding could add
+                places += self._bindable(vc, *slots[:2])
+            if places < len(unit):
+                return None  # not enough places yet for the gang: no search needed
         plan = self._search(job, vc, chains, needs, unit, since)
         if slots is not None and cls is not None:
             if plan is None:
@@ -674,16 +685,33 @@ class HivedScheduler:
         """The gang's task slots now, from those at its last failure and the nodes that
         changed since (remembered for the next time)."""
         assert cls.slots is not None
+        mine = vc.nodes.get(slots[0], {})
         for node in self._grown_since(vc, since):
             if node.chain != slots[0]:
                 continue
-            count = self._slots(node, *slots[1:])
+            count = self._slots(node, *slots[1:]) if node in mine else 0
             if count:
                 cls.slots[node] = count
             else:
                 cls.slots.pop(node, None)
         cls.slots_tick = self._tick
         return sum(cls.slots.values())
+
+    def _bindable(self, vc: VC, chain: str, leaves: int) -> int:
+        """At most how many more tasks of ``leaves`` GPUs binding the VC's free cells could
+        place: its unbound node cells, as far as healthy free nodes exist (optimistic)."""
+        info = self.tree.chains[chain]
+        unbound = vc.unbound.get(chain, {})
+        if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
+            return 1 << 30  # cells smaller than a node: do not guess
+        nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
+        if not nodes:
+            return 0
+        pool = 0
+        for level, cells in self.tree.free_list[chain].items():
+            if level >= info.node_level:
+                pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
+        return min(nodes, pool) * (info.node_leaves // leaves)
 
     def _search(
         self,
