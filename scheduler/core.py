@@ -359,6 +359,7 @@ class HivedScheduler:
     def _bump(self, vc: VC, freed: int | None = None) -> None:
         """The VC's capacity may have grown: for every job when ``freed`` is None, else only
         for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
+        vc.version += 1
         if freed is None:
             vc.epoch += 1
             level = 1 << 30
@@ -443,11 +444,14 @@ class HivedScheduler:
         vc = cls.vc_ref
         if vc is None:
             return None
+        if cls.stamp_version == vc.version:
+            return cls.stamp
         freed = 0
         for p, n in vc.freed.items():
             if p >= cls.priority:
                 freed += n
-        return (vc.epoch, vc.pool_epoch, freed)
+        cls.stamp_version, cls.stamp = vc.version, (vc.epoch, vc.pool_epoch, freed)
+        return cls.stamp
 
     def _blocked(self, cls: JobClass) -> bool:
         return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
@@ -511,6 +515,19 @@ class HivedScheduler:
         self._ready.clear()
         return out
 
+    def _may_fit(self, cls: JobClass) -> bool:
+        """The cheap bound again, just before an attempt: jobs placed since the class was
+        collected may have taken what it needed."""
+        if cls.priority < 0:
+            widest = 0
+            for nodes in self.tree.open.values():
+                for node in nodes:
+                    if node.free > widest:
+                        widest = node.free
+            return widest >= cls.task_need
+        vc = cls.vc_ref
+        return vc is not None and self._room(vc, cls.priority) >= cls.need
+
     def _room(self, vc: VC, priority: int) -> int:
         """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
         room = vc.free_in + vc.unbound_leaves + vc.oppo_in
@@ -543,7 +560,9 @@ class HivedScheduler:
             if cls.signature is None:
                 cls.signature = self._signature(job)
             group, size = cls.signature
-            if group is not None and any(_dominates(f, size) for f in failed.get(group, ())):
+            if (group is not None and any(_dominates(f, size) for f in failed.get(group, ()))) or (
+                not self._may_fit(cls)
+            ):
                 self._block(cls)
                 continue
             before = len(job.placed)

@@ -28,6 +28,8 @@ class JobClass:
     vc_ref: Any = None  # the core's VC object, saving a lookup on the hot path
     slots: dict[Any, int] | None = None  # a failed gang's task slots per node (core)
     slots_tick: int | None = None
+    stamp: Hashable = None  # its VC's capacity stamp, cached for one VC version
+    stamp_version: int = -1
     signature: tuple[Hashable, Hashable] | None = None  # what its failure says (core)
 
     def add(self, seq: int, job_id: str) -> None:
