@@ -486,7 +486,6 @@ class HivedScheduler:
             self._dirty_oppo = False
         out = []
         idle: int | None = None
-        widest = 0
         rooms: dict[tuple[str, int], int] = {}
         for cls in self._ready:
             if not cls.entries:
@@ -497,10 +496,7 @@ class HivedScheduler:
             if cls.priority < 0:
                 if idle is None:
                     idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
-                    widest = max(
-                        (n.free for nodes in self.tree.open.values() for n in nodes), default=0
-                    )
-                room = idle if widest >= cls.task_need else -1
+                room = idle if self._node_with(cls.task_need) else -1
             elif cls.vc_ref is None:
                 room = -1
             else:
@@ -519,14 +515,17 @@ class HivedScheduler:
         """The cheap bound again, just before an attempt: jobs placed since the class was
         collected may have taken what it needed."""
         if cls.priority < 0:
-            widest = 0
-            for nodes in self.tree.open.values():
-                for node in nodes:
-                    if node.free > widest:
-                        widest = node.free
-            return widest >= cls.task_need
+            return self._node_with(cls.task_need)
         vc = cls.vc_ref
         return vc is not None and self._room(vc, cls.priority) >= cls.need
+
+    def _node_with(self, free: int) -> bool:
+        """Whether some node has ``free`` idle healthy GPUs."""
+        for nodes in self.tree.open.values():
+            for node in nodes:
+                if node.free >= free:
+                    return True
+        return False
 
     def _room(self, vc: VC, priority: int) -> int:
         """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
