@@ -846,9 +846,9 @@ class HivedScheduler:
                 out.append(Stop(job.job_id, f"reconfigured: {err}"))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
-                job = self._jobs.get(job_id)
-                if job is not None and job.waiting_tasks and job.queued_key is None:
-                    self._enqueue(job)
+                queued = self._jobs.get(job_id)
+                if queued is not None and queued.waiting_tasks and queued.queued_key is None:
+                    self._enqueue(queued)
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)

@@ -144,7 +144,7 @@ class Placer:
             for node in candidates:
                 free = node.free - plan.free_taken.get(node, 0)
                 if free >= need:
-                    key = (0, node.parent is not near, free, node.order)
+                    key = (-2, 0, node.parent is not near, free, node.order)
                     if best_key is None or key < best_key:
                         best, best_key = node, key
         else:
@@ -185,7 +185,8 @@ class Placer:
                     free += leaf.job is None
             if usable < need:
                 continue
-            key = (max(0, need - free), node.parent is not near, usable, node.order)
+            level = -2 if free >= need or threshold is None else threshold
+            key = (level, max(0, need - free), node.parent is not near, usable, node.order)
             if best_key is None or key < best_key:
                 best, best_key = node, key
         return best
