@@ -729,17 +729,10 @@ class HivedScheduler:
             self._vacate_job(victim, touched)
             self._enqueue(victim)
         started = []
-        for task, node, leaves in plan.placed:
+        for task, _, leaves in plan.placed:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
-            placement = TaskPlacement(
-                task.role,
-                task.index,
-                node.node or "",
-                tuple(leaf.gpu or 0 for leaf in ordered),
-                tuple(leaf.leaf_id for leaf in ordered),
-            )
+            placement = _placement(task.role, task.index, leaves)
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
         out.append(Start(job.job_id, tuple(started), job.opportunistic))
@@ -901,7 +894,10 @@ class HivedScheduler:
         for task, leaves in wanted:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            job.placed[(task.role, task.index)] = (task, leaves)
+            job.placed[(task.role, task.index)] = (
+                _placement(task.role, task.index, leaves),
+                leaves,
+            )
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
         owner = leaf.owner()
@@ -951,6 +947,19 @@ class HivedScheduler:
 
 def _gpu(leaf: Cell) -> int:
     return leaf.gpu or 0
+
+
+def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
+    """Where a task runs, GPUs in index order, with their leaf ids."""
+    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    node = ordered[0].node if ordered else ""
+    return TaskPlacement(
+        role,
+        index,
+        node or "",
+        tuple(leaf.gpu or 0 for leaf in ordered),
+        tuple(leaf.leaf_id for leaf in ordered),
+    )
 
 
 def _dominates(
