@@ -128,6 +128,9 @@ def check_counters(sched: HivedScheduler) -> None:
             assert set(vc.open.get(chain, {})) == {n for n in nodes if n.free > 0}
         bound = [c for cells in vc.bound.values() for c in cells.values() if not c.pinned]
         assert all(c.guaranteed > 0 for c in bound), "an idle VC cell stayed bound"
+    tops = [t for c in sched.tree.chains.values() for t in c.tops]
+    assert sched.tree.free_total == sum(t.free for t in tops)
+    assert sched.tree.oppo_total == sum(t.oppo for t in tops)
     for chain in sched.tree.chains.values():
         for node in chain.node_cells:
             leaves = node.leaf_cells()
