@@ -26,16 +26,16 @@ from labhive.scheduler.model import (
 )
 
 PROPERTY_SETTINGS = settings(
-    max_examples=250,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
 @st.composite
-def clusters(draw: Any, whole_racks: bool = False) -> dict[str, Any]:
-    """Racks of nodes; VCs own node-level cells (some nodes left to no VC), and with
-    ``whole_racks`` some VCs own rack-level cells too."""
+def clusters(draw: Any, whole_racks: bool = False, gpu_cells: bool = False) -> dict[str, Any]:
+    """Racks of nodes; VCs own node-level cells (some nodes left to no VC), with
+    ``whole_racks`` some VCs own rack-level cells too, with ``gpu_cells`` single GPUs."""
     racks = draw(st.integers(1, 3))
     per_rack = draw(st.integers(1, 3))
     gpus = draw(st.sampled_from([1, 2, 4]))
@@ -47,7 +47,14 @@ def clusters(draw: Any, whole_racks: bool = False) -> dict[str, Any]:
     owners = draw(st.lists(st.integers(-1, vcs - 1), min_size=loose, max_size=loose))
     counts = [owners.count(v) for v in range(vcs)]
     rack_counts = [rack_owner.count(v) for v in range(vcs)]
-    if not any(counts) and not any(rack_counts):
+    gpu_counts = [0] * vcs
+    if gpu_cells:  # the loose nodes' GPUs go one by one instead
+        split = draw(
+            st.lists(st.integers(-1, vcs - 1), min_size=loose * gpus, max_size=loose * gpus)
+        )
+        gpu_counts = [split.count(v) for v in range(vcs)]
+        counts = [0] * vcs
+    if not any(counts) and not any(rack_counts) and not any(gpu_counts):
         counts[0] = 1 if loose else 0
         rack_counts[0] = 0 if loose else 1
     return {
@@ -69,6 +76,7 @@ def clusters(draw: Any, whole_racks: bool = False) -> dict[str, Any]:
                 "virtualCells": [
                     {"cellType": "RACK.NODE", "cellNumber": n},
                     {"cellType": "RACK", "cellNumber": rack_counts[v]},
+                    {"cellType": "RACK.NODE.GPU", "cellNumber": gpu_counts[v]},
                 ]
             }
             for v, n in enumerate(counts)
@@ -180,8 +188,8 @@ def check_vc_safety(sched: HivedScheduler, config: Any) -> None:
         assert not started, f"{view.name} waits though its VC has room: {view.why}"
 
 
-def run_events(data: Any, whole_racks: bool) -> None:
-    raw = data.draw(clusters(whole_racks))
+def run_events(data: Any, whole_racks: bool, gpu_cells: bool = False) -> None:
+    raw = data.draw(clusters(whole_racks, gpu_cells))
     config = load_cluster_config(raw)
     sched = HivedScheduler(config)
     nodes = sorted({n.name for n in config.nodes()})
@@ -213,7 +221,7 @@ def run_events(data: Any, whole_racks: bool) -> None:
             down.discard(node)
             sched.handle(NodeUp(node))
         check_invariants(sched, config)
-        if not whole_racks:  # the check re-creates a VC's bindings: exact for node cells
+        if not whole_racks and not gpu_cells:  # re-creates bindings: exact for node cells
             check_vc_safety(sched, config)
 
 
@@ -227,3 +235,9 @@ def test_invariants_hold_after_every_event(data: Any) -> None:
 @given(data=st.data())
 def test_invariants_hold_with_rack_level_cells(data: Any) -> None:
     run_events(data, whole_racks=True)
+
+
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_invariants_hold_with_cells_smaller_than_a_node(data: Any) -> None:
+    run_events(data, whole_racks=False, gpu_cells=True)
