@@ -16,7 +16,10 @@ from labhive import __version__
 from labhive.scheduler.errors import UserError
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("labhive.scheduler.observe.strace_cli",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "labhive.scheduler.scenario_cli",
+    "labhive.scheduler.observe.strace_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

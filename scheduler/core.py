@@ -1,0 +1,984 @@
+"""HiveD's scheduling algorithm as a pure state machine: one event in, decisions out.
+
+What it keeps: the physical cells and who uses them (``cells``), each VC's quota and its lazy
+bindings (``vc``), the waiting jobs (``queue``). What it decides, after every event: which
+waiting jobs start where (``placement``), whom they preempt (strictly lower priority only,
+opportunistic jobs first), whom they merely downgrade (lazy preemption), and which jobs a node
+failure stopped. Why-texts for waiting jobs are computed only when someone asks (``job()``,
+``jobs()``), so a simulator driving a hundred thousand jobs pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from labhive.scheduler.admission import reject_if_never_runs
+from labhive.scheduler.cells import Cell, CellTree
+from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
+from labhive.scheduler.model import (
+    Adopt,
+    Cancel,
+    ClusterView,
+    Decision,
+    Downgrade,
+    Event,
+    Finish,
+    JobView,
+    NodeDown,
+    NodeUp,
+    Preempt,
+    Reconfigure,
+    Requeue,
+    SpecRejected,
+    Start,
+    Stop,
+    Submit,
+    TaskPlacement,
+    Tick,
+    VCView,
+)
+from labhive.scheduler.placement import Placer, Plan, TaskNeed
+from labhive.scheduler.queue import JobClass, VCQueue
+from labhive.scheduler.vc import VC, VCs
+from labhive.scheduler.views import job_view, node_views, vc_views
+
+
+class AdoptRefused(ValueError):
+    """The cells a driver asks to restore a job onto are unknown, down or taken."""
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    job_id: str
+    spec: JobSpec
+    seq: int
+    prio: int  # effective: -1 while opportunistic (by spec or downgraded)
+    tasks: list[tuple[RoleSpec, int]]
+    placed: dict[tuple[str, int], tuple[TaskPlacement, list[Cell]]] = field(default_factory=dict)
+    downgraded_by: str | None = None
+    queued_key: Hashable | None = None  # the class it waits in, if any
+    in_order: bool = False  # listed in its VC's queue order
+    pinned: str | None = None  # the pinned cell its roles name, if any
+    needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
+
+    @property
+    def vc(self) -> str:
+        return self.spec.vc
+
+    @property
+    def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:
+        if not self.placed:
+            return self.tasks
+        return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.prio == OPPORTUNISTIC
+
+
+def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
+    """Leaf cells one task of ``role`` takes on ``leaf_type``: the most any resource needs."""
+    sku = config.sku(leaf_type)
+    need = math.ceil(role.gpu / sku.gpu)
+    if sku.cpu > 0:
+        need = max(need, math.ceil(role.cpu / sku.cpu))
+    if sku.memory_mb > 0:
+        need = max(need, math.ceil(role.memory_mb / sku.memory_mb))
+    return max(need, 1)
+
+
+class HivedScheduler:
+    """HiveD's algorithm behind ``model.Scheduler``."""
+
+    name = "hived"
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._seq = 0
+        self._queues: dict[str, VCQueue] = {}
+        self._ready: set[JobClass] = set()
+        self._oppo_epoch = 0
+        self._classes: dict[Hashable, JobClass] = {}
+        self._oppo_classes: dict[Hashable, JobClass] = {}
+        self._vc_classes: dict[str, dict[Hashable, JobClass]] = {}
+        self._dirty_vcs: dict[str, int] = {}  # VC -> the highest priority that may now fit
+        self._dirty_oppo = False
+        self._tick = 0  # counts freed GPUs, to tell which nodes changed since a failure
+        self._load(config)
+
+    def _load(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.tree = CellTree(config)
+        self.vcs = VCs(config, self.tree)
+        self.placer = Placer(self.tree, self.vcs)
+        self._leaves_cache: dict[tuple[RoleSpec, str], int] = {}
+        self._chains_cache: dict[Hashable, list[str]] = {}
+        self._checked: dict[Hashable, str | None] = {}
+        self._max_node = {
+            leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
+            for leaf in {c.leaf_type for c in self.tree.chains.values()}
+        }
+        self._type_leaves: dict[str, int] = {}
+        for chain in self.tree.chains.values():
+            self._type_leaves[chain.leaf_type] = self._type_leaves.get(chain.leaf_type, 0) + sum(
+                c.leaves for c in chain.tops
+            )
+        for vc in self.vcs.by_name.values():
+            vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
+
+    # ---- admission ---------------------------------------------------------------------------
+
+    def check(self, spec: JobSpec) -> None:
+        """Refuse a job that can never run here, saying what would fit."""
+        key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
+        if key not in self._checked:
+            try:
+                reject_if_never_runs(self, spec)
+                self._checked[key] = None
+            except SpecRejected as err:
+                self._checked[key] = str(err)
+        message = self._checked[key]
+        if message is not None:
+            raise SpecRejected(message)
+
+    def _leaves(self, role: RoleSpec, leaf_type: str) -> int:
+        key = (role, leaf_type)
+        n = self._leaves_cache.get(key)
+        if n is None:
+            n = self._leaves_cache[key] = leaves_needed(role, self.config, leaf_type)
+        return n
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Decision]:
+        out: list[Decision] = []
+        match event:
+            case Submit():
+                self._submit(event.job_id, event.spec)
+            case Finish() | Cancel():
+                self._remove(event.job_id)
+            case Requeue():
+                self._requeue(event.job_id)
+            case NodeDown():
+                self._node_health(event.node, False, out, event.reason)
+            case NodeUp():
+                self._node_health(event.node, True, out, "")
+            case Reconfigure():
+                self._reconfigure(event.config, out)
+            case Adopt():
+                self._adopt(event)
+            case Tick():
+                return out
+        self._schedule(out)
+        return out
+
+    def _submit(self, job_id: str, spec: JobSpec) -> None:
+        if job_id in self._jobs:
+            raise ValueError(f"job {job_id} was submitted twice")
+        self.check(spec)
+        job = self._new_job(job_id, spec)
+        self._enqueue(job)
+
+    def _new_job(self, job_id: str, spec: JobSpec) -> Job:
+        self._seq += 1
+        tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
+        job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
+        self._jobs[job_id] = job
+        return job
+
+    def _remove(self, job_id: str) -> None:
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return
+        self._dequeue(job)
+        self._vacate_job(job)
+
+    def _requeue(self, job_id: str) -> None:
+        job = self._jobs.get(job_id)
+        if job is None:
+            return
+        self._vacate_job(job)
+        self._enqueue(job)
+
+    # ---- cell bookkeeping --------------------------------------------------------------------
+
+    def _occupy(self, leaf: Cell, job: Job) -> None:
+        owner = leaf.owner()
+        if owner is not None:
+            vc = self.vcs[owner.vc or ""]
+            if leaf.bad == 0:
+                vc.free_in -= 1
+            if job.prio >= 0:
+                vc.prio_in[job.prio] = vc.prio_in.get(job.prio, 0) + 1
+            else:
+                vc.oppo_in += 1
+            self.tree.use(leaf, job.job_id, job.prio)
+            if leaf.node_cell is not None and leaf.node_cell.free == 0:
+                vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
+            return
+        self.tree.use(leaf, job.job_id, job.prio)
+
+    def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
+        owner = leaf.owner()
+        if owner is not None:
+            vc = self.vcs[owner.vc or ""]
+            if leaf.node_cell is not None:
+                self._grew(vc, leaf.node_cell)
+            if leaf.bad == 0:
+                vc.free_in += 1
+            if leaf.prio >= 0:
+                vc.prio_in[leaf.prio] -= 1
+            else:
+                vc.oppo_in -= 1
+            self._bump(vc, leaf.prio)
+            touched.add(owner)
+        self.tree.release(leaf)
+        if owner is not None and leaf.node_cell is not None:
+            self.vcs[owner.vc or ""].refresh_open(leaf.node_cell)
+        self._bump_oppo()
+
+    def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
+        settle = touched is None
+        touched = set() if touched is None else touched
+        for _, leaves in job.placed.values():
+            for leaf in leaves:
+                self._vacate(leaf, touched)
+        job.placed.clear()
+        job.prio = job.spec.priority
+        job.downgraded_by = None
+        if settle:
+            self._settle(touched)
+
+    def _settle(self, touched: set[Cell]) -> None:
+        """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
+        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
+            if cell.vc is None or cell.pinned or cell.guaranteed > 0:
+                continue
+            vc = self.vcs[cell.vc]
+            vc.free_in -= cell.free
+            vc.oppo_in -= cell.oppo
+            self.vcs.unbind(vc, cell)
+            # More free physical cells help only VCs with cells left to bind in this chain.
+            for other in self.vcs.by_name.values():
+                if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
+                    other.pool_epoch += 1
+                    self._bump(other, 1 << 30)
+
+    def _bind_counters(self, vc: VC, plan: Plan) -> None:
+        for cell in plan.bound:
+            self._bound(vc, cell)
+
+    def _bound(self, vc: VC, cell: Cell) -> None:
+        """A cell was bound to the VC: count it, and let failed searches look at it."""
+        vc.free_in += cell.free
+        vc.oppo_in += cell.oppo
+        for node in cell.nodes():
+            self._grew(vc, node)
+
+    def _grew(self, vc: VC, node: Cell) -> None:
+        """The VC may use more of ``node`` than before (kept newest last)."""
+        self._tick += 1
+        vc.grown.pop(node, None)
+        vc.grown[node] = self._tick
+
+    def _bump(self, vc: VC, freed: int | None = None) -> None:
+        """The VC's capacity may have grown: for every job when ``freed`` is None, else only
+        for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
+        vc.version += 1
+        if freed is None:
+            vc.epoch += 1
+            level = 1 << 30
+        else:
+            vc.freed[freed] = vc.freed.get(freed, 0) + 1
+            level = freed
+        if self._dirty_vcs.get(vc.name, -(1 << 30)) < level:
+            self._dirty_vcs[vc.name] = level
+
+    def _bump_oppo(self) -> None:
+        self._oppo_epoch += 1
+        self._dirty_oppo = True
+
+    # ---- queue -------------------------------------------------------------------------------
+
+    def _class_key(self, job: Job) -> Hashable:
+        waiting: dict[RoleSpec, int] = {}
+        for role, _ in job.waiting_tasks:
+            waiting[role] = waiting.get(role, 0) + 1
+        shape = tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
+        if not job.spec.gang:
+            shape = shape[:1]
+        vc = None if job.spec.opportunistic else job.vc
+        return (vc, job.spec.priority, job.spec.gang, shape)
+
+    def _enqueue(self, job: Job) -> None:
+        """Put a job (back) in its VC's queue at its original place, in its current class."""
+        self._dequeue(job, keep_order=True)
+        queue = self._queues.setdefault(job.vc, VCQueue())
+        key = self._class_key(job)
+        cls = self._classes.get(key)
+        if cls is None:
+            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls.need = self._class_need(job)
+            cls.task_need = self._task_need(job)
+            cls.vc_ref = self.vcs.by_name.get(job.vc)
+            if job.spec.opportunistic:
+                self._oppo_classes[key] = cls
+            else:
+                self._vc_classes.setdefault(job.vc, {})[key] = cls
+        if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
+            self._ready.add(cls)
+        cls.add(job.seq, job.job_id)
+        job.queued_key = key
+        if not job.in_order:
+            queue.add(job.spec.priority, job.seq, job.job_id)
+            job.in_order = True
+
+    def _class_need(self, job: Job) -> int:
+        """The fewest GPUs a job of this class can start with (its next task if incremental)."""
+        waiting = job.waiting_tasks
+        unit = waiting if job.spec.gang else waiting[:1]
+        chains = self._chains(job, [r for r, _ in unit])
+        if not chains:
+            return 1 << 30
+        return min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
+
+    def _task_need(self, job: Job) -> int:
+        """The fewest GPUs the job's largest waiting task needs on one node."""
+        roles = [r for r, _ in job.waiting_tasks]
+        chains = self._chains(job, roles)
+        if not chains:
+            return 1 << 30
+        return min(
+            max(self._leaves(r, self.tree.chains[c].leaf_type) for r in roles) for c in chains
+        )
+
+    def _dequeue(self, job: Job, keep_order: bool = False) -> None:
+        if job.queued_key is not None:
+            cls = self._classes.get(job.queued_key)
+            if cls is not None:
+                cls.remove(job.seq, job.job_id)
+            job.queued_key = None
+        if not keep_order and job.in_order:
+            self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
+            job.in_order = False
+
+    def _stamp(self, cls: JobClass) -> Hashable:
+        """What the class's chances depend on; unchanged means a failed class still fails."""
+        if cls.priority < 0:
+            return self._oppo_epoch
+        vc = cls.vc_ref
+        if vc is None:
+            return None
+        if cls.stamp_version == vc.version:
+            return cls.stamp
+        freed = 0
+        for p, n in vc.freed.items():
+            if p >= cls.priority:
+                freed += n
+        cls.stamp_version, cls.stamp = vc.version, (vc.epoch, vc.pool_epoch, freed)
+        return cls.stamp
+
+    def _blocked(self, cls: JobClass) -> bool:
+        return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
+
+    def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
+        cls.blocked_at = self._stamp(cls) if stamp is None else stamp
+        vc = cls.vc_ref
+        if vc is not None and cls.priority >= 0:
+            cls.failed_at = (self._tick, vc.epoch, vc.pool_epoch)
+        else:
+            cls.failed_at = None
+
+    def _since(self, cls: JobClass) -> tuple[int, bool] | None:
+        """When the class last failed, if only GPUs freed in its VC (and free physical cells)
+        changed since then: only the nodes those GPUs lie on need a new look, and binding
+        more cells only if more physical cells became free (the bool)."""
+        vc = cls.vc_ref
+        if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
+            return None
+        return cls.failed_at[0], cls.failed_at[2] != vc.pool_epoch
+
+    def _collect_ready(self) -> list[JobClass]:
+        """The classes worth an attempt: new or unblocked ones whose need the capacity they
+        depend on could still cover (a cheap upper bound; the placement search decides)."""
+        for name, level in self._dirty_vcs.items():
+            for cls in self._vc_classes.get(name, {}).values():
+                if cls.priority <= level and cls.entries:
+                    self._ready.add(cls)
+        self._dirty_vcs.clear()
+        if self._dirty_oppo:
+            self._ready.update(self._oppo_classes.values())
+            self._dirty_oppo = False
+        out = []
+        idle: int | None = None
+        rooms: dict[tuple[str, int], int] = {}
+        for cls in self._ready:
+            if not cls.entries:
+                continue
+            stamp = self._stamp(cls)
+            if cls.blocked_at is not None and cls.blocked_at == stamp:
+                continue
+            if cls.priority < 0:
+                if idle is None:
+                    idle = self.tree.free_total
+                room = idle if self._node_with(cls.task_need) else -1
+            elif cls.vc_ref is None:
+                room = -1
+            else:
+                key = (cls.vc, cls.priority)
+                room = rooms.get(key, -1)
+                if room < 0:
+                    room = rooms[key] = self._room(cls.vc_ref, cls.priority)
+            if room < cls.need:
+                self._block(cls, stamp)
+                continue
+            out.append(cls)
+        self._ready.clear()
+        return out
+
+    def _may_fit(self, cls: JobClass) -> bool:
+        """The cheap bound again, just before an attempt: jobs placed since the class was
+        collected may have taken what it needed."""
+        if cls.priority < 0:
+            return self._node_with(cls.task_need)
+        vc = cls.vc_ref
+        return vc is not None and self._room(vc, cls.priority) >= cls.need
+
+    def _node_with(self, free: int) -> bool:
+        """Whether some node has ``free`` idle healthy GPUs."""
+        for nodes in self.tree.open.values():
+            for node in nodes:
+                if node.free >= free:
+                    return True
+        return False
+
+    def _room(self, vc: VC, priority: int) -> int:
+        """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
+        room = vc.free_in + vc.unbound_leaves + vc.oppo_in
+        for p, n in vc.prio_in.items():
+            if p < priority:
+                room += n
+        return room
+
+    def _schedule(self, out: list[Decision]) -> None:
+        """Start what fits, classes in queue order; a class that fails is skipped until the
+        capacity it depends on grows."""
+        heap: list[tuple[int, int, int, JobClass]] = []
+        failed: dict[Hashable, list[tuple[int, int, float, int, int]]] = {}
+        tie = 0
+        while True:
+            ready = (
+                self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
+            )
+            for cls in ready:
+                tie += 1
+                heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
+            if not heap:
+                return
+            _, seq, _, cls = heapq.heappop(heap)
+            if not cls.entries or cls.entries[0][0] != seq or self._blocked(cls):
+                if cls.entries and not self._blocked(cls):
+                    self._ready.add(cls)
+                continue
+            job = self._jobs[cls.entries[0][1]]
+            if cls.signature is None:
+                cls.signature = self._signature(job)
+            group, size = cls.signature
+            if (group is not None and any(_dominates(f, size) for f in failed.get(group, ()))) or (
+                not self._may_fit(cls)
+            ):
+                self._block(cls)
+                continue
+            before = len(job.placed)
+            self._try(job, out, self._since(cls), cls)
+            if not job.waiting_tasks:
+                self._dequeue(job)
+                self._ready.add(cls)
+                continue
+            if len(job.placed) > before:  # an incremental job started some tasks
+                self._enqueue(job)
+            if job.queued_key is not None:
+                self._block(self._classes[job.queued_key])
+            if group is not None:
+                failed.setdefault(group, []).append(size)
+
+    def _signature(self, job: Job) -> tuple[Hashable | None, tuple[int, int, float, int, int]]:
+        """What a failed attempt says about larger jobs (single-role jobs only)."""
+        role = job.spec.roles[0]
+        size = (job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks))
+        if len(job.spec.roles) != 1:
+            return None, size
+        vc = None if job.spec.opportunistic else job.vc
+        return (vc, role.sku, job.spec.gang), size
+
+    # ---- placing -----------------------------------------------------------------------------
+
+    def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
+        """The chains a job may run in, in config order (cached: asked on every attempt)."""
+        skus = frozenset(r.sku for r in roles if r.sku)
+        key = (job.vc, job.opportunistic, job.pinned, skus)
+        chains = self._chains_cache.get(key)
+        if chains is None:
+            chains = self._chains_cache[key] = self._find_chains(job, skus)
+        return chains
+
+    def _find_chains(self, job: Job, skus: frozenset[str | None]) -> list[str]:
+        pin = job.pinned
+        if pin is not None and not job.opportunistic:
+            cell = self.tree.pinned.get(pin)
+            return [cell.chain] if cell is not None else []
+        if job.opportunistic:
+            names = list(self.tree.chains)
+        else:
+            vc = self.vcs.by_name.get(job.vc)
+            if vc is None:
+                return []
+            names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
+        return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
+
+    def _try(
+        self,
+        job: Job,
+        out: list[Decision],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> None:
+        waiting = job.waiting_tasks
+        units = [waiting] if job.spec.gang else [[t] for t in waiting]
+        for unit in units:
+            plan = self._find(job, unit, since, cls)
+            since = None
+            if plan is None or not self._commit(job, plan, out):
+                return
+
+    def _find(
+        self,
+        job: Job,
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> Plan | None:
+        chains = self._chains(job, [r for r, _ in unit])
+        whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
+        needs = job.needs if whole_job else None
+        if needs is None or any(c not in needs for c in chains):
+            needs = {chain: self._needs(unit, chain) for chain in chains}
+            if whole_job:
+                job.needs = needs
+        if job.opportunistic:
+            for chain in chains:
+                plan = self.placer.opportunistic(chain, needs[chain])
+                if plan is not None:
+                    return plan
+            return None
+        vc = self.vcs.by_name.get(job.vc)
+        if vc is None or not chains:
+            return None
+        slots = self._slot_count(job, vc, chains, needs, unit, cls)
+        if (
+            slots is not None
+            and cls is not None
+            and since is not None
+            and cls.slots is not None
+            and cls.slots_tick == since[0]
+        ):
+            # Slots on the VC's nodes now, plus what binding its free cells could add.
+            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(vc, *slots[:2])
+            if places < len(unit):
+                return None  # not enough places yet for the gang: no search needed
+        plan = self._search(job, vc, chains, needs, unit, since)
+        if slots is not None and cls is not None:
+            if plan is None:
+                cls.slots = {n: c for n in vc.nodes[slots[0]] if (c := self._slots(n, *slots[1:]))}
+                cls.slots_tick = self._tick
+            else:
+                cls.slots = None
+        return plan
+
+    def _slot_count(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        cls: JobClass | None,
+    ) -> tuple[str, int, int] | None:
+        """(chain, GPUs per task, priority) when a gang's chances can be counted in task slots
+        per whole node: one chain, tasks of one size, no pinned or part-node cells."""
+        if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
+            return None
+        chain = chains[0]
+        sizes = {t.leaves for t in needs[chain]}
+        if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
+            return None
+        return chain, sizes.pop(), job.prio
+
+    @staticmethod
+    def _slots(node: Cell, leaves: int, priority: int) -> int:
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
+        usable = node.free
+        for p, n in node.prio_count.items():
+            if p < priority:
+                usable += n
+        return usable // leaves
+
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: tuple[str, int, int]) -> int:
+        """The gang's task slots now, from those at its last failure and the nodes that
+        changed since (remembered for the next time)."""
+        assert cls.slots is not None
+        mine = vc.nodes.get(slots[0], {})
+        for node in self._grown_since(vc, since):
+            if node.chain != slots[0]:
+                continue
+            count = self._slots(node, *slots[1:]) if node in mine else 0
+            if count:
+                cls.slots[node] = count
+            else:
+                cls.slots.pop(node, None)
+        cls.slots_tick = self._tick
+        return sum(cls.slots.values())
+
+    def _bindable(self, vc: VC, chain: str, leaves: int) -> int:
+        """At most how many more tasks of ``leaves`` GPUs binding the VC's free cells could
+        place: its unbound node cells, as far as healthy free nodes exist (optimistic)."""
+        info = self.tree.chains[chain]
+        unbound = vc.unbound.get(chain, {})
+        if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
+            return 1 << 30  # cells smaller than a node: do not guess
+        nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
+        if not nodes:
+            return 0
+        pool = 0
+        for level, cells in self.tree.free_list[chain].items():
+            if level >= info.node_level:
+                pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
+        return min(nodes, pool) * (info.node_leaves // leaves)
+
+    def _search(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None,
+    ) -> Plan | None:
+        least = min(sum(t.leaves for t in n) for n in needs.values())
+        room = vc.free_in + vc.unbound_leaves
+        lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        if not lower and not self._oppo_running():
+            lower = [None]  # nobody to preempt: the free search is the only one
+        # Free GPUs first (binding more of the VC's cells if need be); only then one search
+        # that may preempt, lowest priorities first (see Placer._best_node).
+        for threshold in dict.fromkeys((None, max(lower, default=OPPORTUNISTIC))):
+            if threshold is not None:  # a cheap upper bound first
+                room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
+            if room < least:
+                continue
+            only = None
+            if since is not None and len(unit) == 1:
+                only = self._grown_since(vc, since[0])
+            # Binding failed last time too, unless physical cells were freed since, the unit
+            # is a gang (it may have bound some), or the VC binds parts of nodes (which can
+            # now combine with GPUs freed beside them).
+            bind = since is None or since[1] or len(unit) > 1 or self._binds_parts(vc, chains)
+            pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
+            for chain in chains:
+                plan = self.placer.guaranteed(
+                    vc, chain, needs[chain], threshold, only, pinned, bind
+                )
+                if plan is not None:
+                    return plan
+        return None
+
+    def _binds_parts(self, vc: VC, chains: list[str]) -> bool:
+        return any(
+            n > 0 and level < self.tree.chains[chain].node_level
+            for chain in chains
+            for level, n in vc.unbound.get(chain, {}).items()
+        )
+
+    def _oppo_running(self) -> int:
+        return self.tree.oppo_total
+
+    def _grown_since(self, vc: VC, tick: int) -> set[Cell]:
+        """The VC's nodes where GPUs were freed after ``tick`` (newest last in ``grown``)."""
+        out = set()
+        for node in reversed(vc.grown):
+            if vc.grown[node] <= tick:
+                break
+            out.add(node)
+        return out
+
+    def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
+        leaf = self.tree.chains[chain].leaf_type
+        return [TaskNeed(r.name, i, self._leaves(r, leaf)) for r, i in unit]
+
+    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
+        vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
+        victims = [self._jobs[v] for v in plan.victims()]
+        lazy = [v for v in victims if v.spec.lazy_preemption and not v.opportunistic]
+        if lazy and vc is not None:
+            again = self._lazy(job, vc, plan, lazy, out)
+            if again is None:
+                return False
+            plan = again
+            victims = [self._jobs[v] for v in plan.victims()]
+        if vc is not None:
+            self._bind_counters(vc, plan)
+        touched: set[Cell] = set()
+        for victim in sorted(victims, key=lambda v: (v.prio, -v.seq)):
+            out.append(Preempt(victim.job_id, job.job_id, self._preempt_reason(victim, job)))
+            self._vacate_job(victim, touched)
+            self._enqueue(victim)
+        started = []
+        for task, _, leaves in plan.placed:
+            for leaf in leaves:
+                self._occupy(leaf, job)
+            placement = _placement(task.role, task.index, leaves)
+            job.placed[(task.role, task.index)] = (placement, leaves)
+            started.append(placement)
+        out.append(Start(job.job_id, tuple(started), job.opportunistic))
+        self._settle(touched)
+        return True
+
+    def _lazy(
+        self, job: Job, vc: VC, plan: Plan, lazy: list[Job], out: list[Decision]
+    ) -> Plan | None:
+        """HiveD's lazy preemption: downgrade the victims to opportunistic and look again; they
+        keep running unless the preemptor still needs their very GPUs."""
+        self.placer.undo(vc, plan)
+        touched: set[Cell] = set()
+        for victim in lazy:
+            for _, leaves in victim.placed.values():
+                for leaf in leaves:
+                    self._vacate(leaf, touched)
+            victim.prio = OPPORTUNISTIC
+            victim.downgraded_by = job.job_id
+            for _, leaves in victim.placed.values():
+                for leaf in leaves:
+                    self._occupy(leaf, victim)
+        self._settle(touched)
+        unit = [
+            (r, i)
+            for r, i in job.waiting_tasks
+            if (r.name, i) in {(t.role, t.index) for t, _, _ in plan.placed}
+        ]
+        again = self._find(job, unit)
+        victims = again.victims() if again is not None else set()
+        for victim in lazy:
+            if victim.job_id not in victims:
+                out.append(
+                    Downgrade(
+                        victim.job_id,
+                        job.job_id,
+                        f"downgraded to opportunistic by {job.spec.name} "
+                        f"(priority {job.spec.priority} > {victim.spec.priority}) in {vc.name}",
+                    )
+                )
+        return again
+
+    def _preempt_reason(self, victim: Job, by: Job) -> str:
+        if victim.opportunistic:
+            return f"preempted by {by.spec.name}: opportunistic jobs yield to guaranteed ones"
+        return (
+            f"preempted by {by.spec.name} (priority {by.spec.priority} > "
+            f"{victim.spec.priority}) in {by.vc}"
+        )
+
+    # ---- nodes, reconfiguration, adoption ----------------------------------------------------
+
+    def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
+        cells = self.tree.nodes.get(node)
+        if cells is None:
+            raise ValueError(f"unknown node {node!r}")
+        touched: set[Cell] = set()
+        if not healthy:
+            hit = sorted(
+                {leaf.job for cell in cells for leaf in cell.leaf_cells() if leaf.job},
+                key=lambda j: self._jobs[j].seq,
+            )
+            for job_id in hit:
+                job = self._jobs[job_id]
+                why = f"node {node} went down" + (f" ({reason})" if reason else "")
+                out.append(Stop(job_id, why))
+                self._vacate_job(job, touched)
+                self._enqueue(job)
+        for cell in cells:
+            for leaf in cell.leaf_cells():
+                owner = leaf.owner()
+                if owner is not None and leaf.job is None and (leaf.bad == 0) != healthy:
+                    self.vcs[owner.vc or ""].free_in += 1 if healthy else -1
+            self.tree.set_health(cell, healthy)
+            for vc in self.vcs.by_name.values():
+                vc.refresh_open(cell)
+        self._settle(touched)
+        for vc in self.vcs.by_name.values():
+            self._bump(vc)
+        self._bump_oppo()
+
+    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+        """Work-preserving: running jobs keep their GPUs where those still exist."""
+        running = sorted(
+            (j for j in self._jobs.values() if j.placed),
+            key=lambda j: (j.prio < 0, -j.prio, j.seq),
+        )
+        kept = {j.job_id: dict(j.placed) for j in running}
+        old_queues = self._queues
+        self._queues, self._ready = {}, set()
+        self._classes, self._oppo_classes, self._vc_classes = {}, {}, {}
+        self._load(config)
+        for job in self._jobs.values():
+            job.queued_key = None
+            job.in_order = False
+        for job in running:
+            tasks = tuple(p for p, _ in kept[job.job_id].values())
+            job.placed.clear()
+            try:
+                self._place_exactly(job, tasks)
+            except AdoptRefused as err:
+                job.prio = job.spec.priority
+                job.downgraded_by = None
+                out.append(Stop(job.job_id, f"reconfigured: {err}"))
+        for queue in old_queues.values():
+            for _, _, job_id in queue.order:
+                queued = self._jobs.get(job_id)
+                if queued is not None and queued.waiting_tasks and queued.queued_key is None:
+                    self._enqueue(queued)
+        for job in running:
+            if job.waiting_tasks and job.queued_key is None:
+                self._enqueue(job)
+
+    def _adopt(self, event: Adopt) -> None:
+        if event.job_id in self._jobs:
+            raise AdoptRefused(f"job {event.job_id} is already known")
+        job = self._new_job(event.job_id, event.spec)
+        if event.opportunistic:
+            job.prio = OPPORTUNISTIC
+        try:
+            self._place_exactly(job, event.tasks)
+        except AdoptRefused:
+            del self._jobs[event.job_id]
+            raise
+        if job.waiting_tasks:
+            self._enqueue(job)
+
+    def _place_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
+        """Put a running job back on exactly these GPUs, binding its VC's cells around them."""
+        wanted = []
+        for task in tasks:
+            ids = task.cells or tuple(f"{task.node}/{g}" for g in task.gpus)
+            leaves = []
+            for leaf_id in ids:
+                leaf = self.tree.leaf.get(leaf_id)
+                if leaf is None:
+                    raise AdoptRefused(f"GPU {leaf_id} does not exist in this cluster")
+                if leaf.job is not None:
+                    raise AdoptRefused(f"GPU {leaf_id} is already used by job {leaf.job}")
+                if leaf.bad:
+                    raise AdoptRefused(f"GPU {leaf_id} is on a node that is down")
+                leaves.append(leaf)
+            wanted.append((task, leaves))
+        vc = None if job.opportunistic else self.vcs.by_name.get(job.vc)
+        if not job.opportunistic and vc is None:
+            raise AdoptRefused(f"VC {job.vc} does not exist in this cluster")
+        bound: list[Cell] = []
+        if vc is not None:
+            for _, leaves in wanted:
+                for leaf in leaves:
+                    if not self._own(vc, leaf, bound):
+                        for cell in reversed(bound):
+                            vc.free_in -= cell.free
+                            vc.oppo_in -= cell.oppo
+                            self.vcs.unbind(vc, cell)
+                        raise AdoptRefused(
+                            f"GPU {leaf.leaf_id} lies outside {vc.name}'s free cells"
+                        )
+        for task, leaves in wanted:
+            for leaf in leaves:
+                self._occupy(leaf, job)
+            job.placed[(task.role, task.index)] = (
+                _placement(task.role, task.index, leaves),
+                leaves,
+            )
+
+    def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
+        owner = leaf.owner()
+        if owner is not None:
+            return owner.vc == vc.name
+        levels = sorted(n for n, c in vc.unbound.get(leaf.chain, {}).items() if c > 0)
+        for level in levels:
+            cell: Cell | None = leaf
+            while cell is not None and cell.level < level:
+                cell = cell.parent
+            if cell is None:
+                continue
+            root = self.tree.free_root(cell)
+            if root is not None and self.vcs.can_bind(vc, cell, root):
+                self.vcs.bind(vc, cell)
+                self._bound(vc, cell)
+                bound.append(cell)
+                return True
+        return False
+
+    # ---- views -------------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> JobView | None:
+        job = self._jobs.get(job_id)
+        return None if job is None else self._view(job)
+
+    def jobs(self) -> list[JobView]:
+        running = sorted((j for j in self._jobs.values() if j.placed), key=lambda j: j.seq)
+        waiting = sorted(
+            (j for j in self._jobs.values() if not j.placed),
+            key=lambda j: (-j.spec.priority, j.seq, j.spec.name),
+        )
+        return [self._view(j) for j in (*running, *waiting)]
+
+    def _view(self, job: Job) -> JobView:
+        return job_view(self, job)
+
+    def cluster(self) -> ClusterView:
+        return ClusterView(node_views(self), self.vc_views(), self.config.virtual)
+
+    def vc_views(self) -> dict[str, VCView]:
+        return vc_views(self)
+
+    def next_wakeup(self) -> float | None:
+        return None
+
+
+def _gpu(leaf: Cell) -> int:
+    return leaf.gpu or 0
+
+
+def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
+    """Where a task runs, GPUs in index order, with their leaf ids."""
+    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    node = ordered[0].node if ordered else ""
+    return TaskPlacement(
+        role,
+        index,
+        node or "",
+        tuple(leaf.gpu or 0 for leaf in ordered),
+        tuple(leaf.leaf_id for leaf in ordered),
+    )
+
+
+def _dominates(
+    failed: tuple[int, int, float, int, int], job: tuple[int, int, float, int, int]
+) -> bool:
+    """A job at most as important and at least as large as one that failed fails too."""
+    return (
+        job[0] <= failed[0]
+        and job[1] >= failed[1]
+        and job[2] >= failed[2]
+        and job[3] >= failed[3]
+        and job[4] >= failed[4]
+    )

@@ -1,0 +1,60 @@
+"""Waiting jobs: per-VC order for positions, and classes of identical jobs for scheduling.
+
+Scanning 10,000 waiting jobs after every event is what makes a naive scheduler slow. Jobs that
+ask for the same thing at the same priority in the same VC succeed or fail together, so they
+share a ``JobClass`` (FIFO by submit order); when a class's head cannot be placed the whole
+class is blocked until the capacity it depends on grows (its VC's ``epoch``, or the cluster's
+for opportunistic jobs). A pass then touches only the classes that might now fit.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True, eq=False)
+class JobClass:
+    key: Hashable
+    vc: str
+    priority: int
+    entries: list[tuple[int, str]] = field(default_factory=list)  # (seq, job id), sorted
+    blocked_at: Hashable = None  # the capacity stamp it last failed at
+    need: int = 0  # the fewest GPUs its head job can start with
+    task_need: int = 0  # ... of which its largest task needs on one node
+    failed_at: tuple[int, int] | None = None  # (core tick, VC epoch) of its last failure
+    vc_ref: Any = None  # the core's VC object, saving a lookup on the hot path
+    slots: dict[Any, int] | None = None  # a failed gang's task slots per node (core)
+    slots_tick: int | None = None
+    stamp: Hashable = None  # its VC's capacity stamp, cached for one VC version
+    stamp_version: int = -1
+    signature: tuple[Hashable, Hashable] | None = None  # what its failure says (core)
+
+    def add(self, seq: int, job_id: str) -> None:
+        bisect.insort(self.entries, (seq, job_id))
+
+    def remove(self, seq: int, job_id: str) -> None:
+        i = bisect.bisect_left(self.entries, (seq, job_id))
+        if i < len(self.entries) and self.entries[i] == (seq, job_id):
+            del self.entries[i]
+
+
+@dataclass(slots=True)
+class VCQueue:
+    """One VC's waiting jobs in queue order: higher priority first, then submit order."""
+
+    order: list[tuple[int, int, str]] = field(default_factory=list)  # (-priority, seq, id)
+
+    def add(self, priority: int, seq: int, job_id: str) -> None:
+        bisect.insort(self.order, (-priority, seq, job_id))
+
+    def remove(self, priority: int, seq: int, job_id: str) -> None:
+        entry = (-priority, seq, job_id)
+        i = bisect.bisect_left(self.order, entry)
+        if i < len(self.order) and self.order[i] == entry:
+            del self.order[i]
+
+    def position(self, priority: int, seq: int, job_id: str) -> int:
+        return bisect.bisect_left(self.order, (-priority, seq, job_id)) + 1
