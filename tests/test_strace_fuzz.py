@@ -158,3 +158,11 @@ def test_any_number_decodes_and_round_trips(number: int, device: str | None) -> 
 @given(st.text(alphabet=CHARS, max_size=80))
 def test_argument_parser_never_crashes(text: str) -> None:
     to_jsonable(parse_args(text))
+
+
+def test_an_hour_with_a_leading_zero_digit_parses() -> None:
+    """Found by the fuzzer: a clock time whose hour has three digits once crashed the parser."""
+    line = "25025 012:10:35.150744 gettid()          = 25025 <0.000011>"
+    check([line])
+    (call,) = parse_lines([line]).calls
+    assert call.name == "gettid" and call.time == 12 * 3600 + 10 * 60 + 35.150744

@@ -232,7 +232,7 @@ def iter_records(
 
     def to_seconds(ts: str) -> float:
         nonlocal clock_key, clock_base, day, last_clock, rel_sum, time_mode
-        if ts[2:3] == ":" or ts[1:2] == ":":
+        if ":" in ts:  # HH:MM:SS[.us]; the hour may carry extra digits
             key, _, secs = ts.rpartition(":")
             if key != clock_key:
                 h, _, m = key.partition(":")
