@@ -92,6 +92,7 @@ class NodePool:
         self.total_gpus = sum(len(n.gpus) for n in self.nodes.values())
         self.total_cpu = sum(n.cpu for n in self.nodes.values())
         self.total_memory = sum(n.memory_mb for n in self.nodes.values())
+        self._shapes = {(len(n.gpus), n.cpu, n.memory_mb) for n in self.nodes.values()}
         # buckets[f]: healthy nodes with exactly f free GPUs, in a stable (insertion) order
         self._buckets: list[dict[str, PoolNode]] = [{} for _ in range(self.max_node_gpus + 1)]
         self.free_gpus = 0
@@ -272,18 +273,12 @@ class NodePool:
     def fits_empty(self, demands: tuple[TaskDemand, ...]) -> bool:
         """Could the gang ever be placed here (on an empty cluster, all nodes healthy)?"""
         total = sum(d.gpu for d in demands)
-        if total > self.total_gpus:
-            return False
-        biggest = max((d.gpu for d in demands), default=0)
-        if biggest > self.max_node_gpus:
+        if total > self.total_gpus or max(d.gpu for d in demands) > self.max_node_gpus:
             return False
         if self.locality == "consolidated" and total <= self.max_node_gpus:
-            return any(
-                sum(d.gpu for d in demands) <= len(n.gpus)
-                and sum(d.cpu for d in demands) <= n.cpu
-                and sum(d.memory_mb for d in demands) <= n.memory_mb
-                for n in self.nodes.values()
-            )
+            cpu = sum(d.cpu for d in demands)
+            mem = sum(d.memory_mb for d in demands)
+            return any(g >= total and c >= cpu and m >= mem for g, c, m in self._shapes)
         return True
 
 

@@ -438,41 +438,41 @@ class QueuedPolicy:
 
 
 def pool_from_config(config: ClusterConfig, locality: Locality = "consolidated") -> NodePool:
-    """The config's nodes as GPU slots; CPU and memory per node from its SKU, when given."""
-    skus = getattr(config, "skus", {}) or {}
+    """The config's nodes as GPU slots; CPU and memory per node from its SKU when given (a
+    leaf cell's share times the node's leaf cells), unbounded otherwise."""
+    merged: dict[str, tuple[str | None, set[int]]] = {}
+    for spec in config.nodes():  # a node in two chains is listed twice: one node here
+        sku, gpus = merged.setdefault(spec.name, (spec.sku, set()))
+        gpus.update(spec.gpus)
     nodes = []
-    for spec in config.nodes():
-        sku = skus.get(spec.sku) if spec.sku else None
-        n = len(spec.gpus)
-        cpu = _sku_amount(sku, "cpu") * n if sku is not None else math.inf
-        mem = _sku_amount(sku, "memory") * n if sku is not None else math.inf
-        nodes.append(PoolNode(spec.name, spec.sku, tuple(spec.gpus), cpu=cpu, memory_mb=mem))
+    for name, (leaf, gpus) in merged.items():
+        sku = config.sku(leaf) if leaf else None
+        n = len(gpus)
+        cpu = sku.cpu * n if sku is not None and sku.cpu > 0 else math.inf
+        mem = sku.memory_mb * n if sku is not None and sku.memory_mb > 0 else math.inf
+        nodes.append(PoolNode(name, leaf, tuple(sorted(gpus)), cpu=cpu, memory_mb=mem))
     return NodePool(nodes, locality)
 
 
-def _sku_amount(sku: Any, key: str) -> float:
-    value = sku.get(key) if isinstance(sku, dict) else getattr(sku, key, None)
-    if key == "memory":
-        value = getattr(sku, "memory_mb", value) if not isinstance(sku, dict) else value
-    return float(value) if value is not None else math.inf
-
-
 def vc_gpus(config: ClusterConfig) -> dict[str, int]:
-    """Each VC's guaranteed GPUs (its quota) under the config."""
-    return {name: _vc_gpu_count(vc) for name, vc in config.vcs.items()}
+    """Each VC's guaranteed GPUs (its quota): its virtual cells' leaf cells."""
+    return {
+        name: sum(cell.number * _leaves(config, cell.cell_type) for cell in vc.cells)
+        for name, vc in config.vcs.items()
+    }
 
 
-def _vc_gpu_count(vc: Any) -> int:
-    for attr in ("gpus", "total_gpus", "leaf_cells"):
-        value = getattr(vc, attr, None)
-        if isinstance(value, int):
-            return value
-    raise TypeError(f"cannot count the GPUs of VC {vc!r}")
+def _leaves(config: ClusterConfig, cell_type: str) -> int:
+    ctype = config.cell_types[cell_type]
+    if ctype.child is None:
+        return 1
+    return ctype.child_number * _leaves(config, ctype.child)
 
 
 def policy_options(options: dict[str, Any], **defaults: Any) -> dict[str, Any]:
     """Options a policy accepts, with defaults. Text values (from ``--policy las:knob=4``) are
-    converted to the default's type; an unknown option is a clear error."""
+    converted to the default's type (a tuple is written ``3250/7200``); an unknown option is a
+    clear error."""
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise UserError(
@@ -498,7 +498,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         if isinstance(default, float):
             return float(value)
         if isinstance(default, tuple):
-            return tuple(float(v) for v in value.replace(";", ",").split(",") if v.strip())
+            return tuple(float(v) for v in value.replace(";", "/").split("/") if v.strip())
     except ValueError:
         raise UserError(f"option {key}={value!r} should look like {default!r}") from None
     return value
