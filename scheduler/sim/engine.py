@@ -128,6 +128,8 @@ class Simulation:
             raise ValueError("checkpoint interval must be positive")
         self.policy = policy
         self.jobs = list(jobs)
+        if any(j.state != "PENDING" for j in self.jobs):
+            raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.by_id: dict[str, SimJob] = {}
         self.checkpoint = checkpoint
         self.progress = progress
