@@ -16,7 +16,7 @@ from labhive import __version__
 from labhive.scheduler.errors import UserError
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("labhive.scheduler.sim.cli",)
+COMMAND_MODULES: tuple[str, ...] = ("labhive.scheduler.scenario_cli", "labhive.scheduler.sim.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

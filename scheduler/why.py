@@ -32,6 +32,8 @@ def unit_name(info: Chain, level: int, count: int) -> str:
     cells = "cell" if count == 1 else "cells"
     if level == info.node_level:
         return f"node-level {cells}"
+    if level == 1:
+        return f"single-GPU {cells}"
     return f"{info.level_leaves[level]}-GPU {cells}"
 
 
