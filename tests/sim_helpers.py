@@ -6,7 +6,7 @@ from pathlib import Path
 
 from labhive.scheduler.config import ClusterConfig, load_cluster_config
 from labhive.scheduler.policies import get_policy
-from labhive.scheduler.sim.engine import Scripted, SimJob, Simulation
+from labhive.scheduler.sim.engine import SimJob, Simulation
 from labhive.scheduler.sim.machines import Machine, cluster_dict
 from labhive.scheduler.sim.traces import TraceJob
 from labhive.scheduler.sim.workload import trace_job_spec
@@ -30,7 +30,6 @@ def simulate(
     policy: str,
     config: ClusterConfig,
     jobs: list[SimJob],
-    script: list[Scripted] | None = None,
     checkpoint: float | None = None,
     **options: object,
 ) -> dict[str, SimJob]:
@@ -39,7 +38,6 @@ def simulate(
         sched,
         sorted(jobs, key=lambda j: j.submit),
         total_gpus=config.total_gpus(),
-        script=script or (),
         checkpoint=checkpoint,
     )
     result = sim.run()

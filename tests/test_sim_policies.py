@@ -53,6 +53,7 @@ def test_consolidated_gang_waits_for_one_node_but_anywhere_spreads_it() -> None:
     trace = [job("x", 0, 1, 100), job("y", 0, 1, 100), job("pair", 1, 2, 10)]
     # best fit puts x and y on the same node, so a whole node stays free for the pair
     assert spans(simulate("fifo", cluster([2, 2]), trace))["pair"] == (1, 11)
+
     # x and z fill n0, y takes one GPU of n1; when z leaves at 5 each node has one GPU free
     def spread() -> list:
         return [job("x", 0, 1, 100), job("z", 0, 1, 5), job("y", 1, 1, 100), job("pair", 6, 2, 10)]
@@ -74,8 +75,8 @@ def nodes_of_pair(trace: list) -> set[str]:
     )
     seen: set[str] = set()
 
-    def observe(s: Simulation, now: float, label: str) -> None:
-        pair = s.by_id.get("pair")
+    def observe(s: Simulation, label: str) -> None:
+        pair = s.sim_jobs.get("pair")
         if pair is not None and pair.state == "RUNNING":
             seen.update(t.node for t in pair.tasks)
 

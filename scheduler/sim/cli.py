@@ -27,8 +27,13 @@ def register(subparsers: Any) -> None:
             "fragmentation and fairness."
         ),
     )
-    p.add_argument("--trace", required=True, help="trace file")
-    p.add_argument("--cluster", required=True, help="HiveD cluster config or machine list")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", help="trace file")
+    src.add_argument(
+        "--scenario",
+        help="a scenario file (as labhive replay takes) instead of a trace; its cluster is used",
+    )
+    p.add_argument("--cluster", help="HiveD cluster config or machine list (with --trace)")
     p.add_argument(
         "--policy",
         action="append",
@@ -78,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--sample must be a probability in (0, 1]")
     if args.checkpoint is not None and args.checkpoint <= 0:
         raise UserError("--checkpoint must be a positive number of seconds")
+    if args.scenario is not None:
+        return _run_scenario(args)
+    if args.cluster is None:
+        raise UserError("--trace needs --cluster (a HiveD config or a machine list)")
     priority = parse_priority(args.priority)
     config, cluster_note = load_sim_cluster(args.cluster, args.vcs)
     trace = load_trace(
@@ -105,6 +114,27 @@ def run(args: argparse.Namespace) -> int:
             + ", ".join(f"{n} ({why})" for why, n in sorted(left_out.items()))
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
+    if args.out is not None:
+        files = write_outputs(runs, meta, args.out)
+        notes.append(f"wrote {len(files)} files to {args.out}/")
+    if args.json:
+        print(json.dumps(document(runs, meta), indent=2))
+    else:
+        print(table(runs, notes))
+    return 0
+
+
+def _run_scenario(args: argparse.Namespace) -> int:
+    from labhive.scheduler.scenario import load_scenario
+    from labhive.scheduler.sim.report import document, table, write_outputs
+    from labhive.scheduler.sim.runner import run_scenario
+
+    if args.cluster is not None:
+        raise UserError("a scenario names its own cluster; drop --cluster")
+    scenario = load_scenario(args.scenario)
+    runs = [run_scenario(p, scenario, checkpoint=args.checkpoint) for p in args.policy]
+    notes = [f"scenario: {args.scenario}: {len(scenario.events)} events"]
+    meta = {"scenario": str(args.scenario), "checkpoint": args.checkpoint, "notes": notes}
     if args.out is not None:
         files = write_outputs(runs, meta, args.out)
         notes.append(f"wrote {len(files)} files to {args.out}/")

@@ -1,7 +1,9 @@
 """Metrics of one simulated run, overall and per VC.
 
 Definitions (also in ``docs/policies.md``):
-- JCT: end - submit, over jobs that finished. Queuing delay: first start - submit.
+- JCT: end - submit, over jobs that ended after running (SUCCEEDED, or FAILED as the trace
+  recorded them: failed and killed jobs replay their recorded durations). Queuing delay:
+  first start - submit.
 - makespan: last end - first submit; throughput: finished jobs per hour of makespan.
 - utilization: GPU-seconds held / (cluster GPUs x makespan), lost work included.
 - fragmentation: GPU-seconds idle while some waiting job needed no more GPUs than were idle
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from labhive.scheduler.sim.engine import SimJob, SimResult
+from labhive.scheduler.sim.engine import ENDED, SimJob, SimResult
 
 
 def jain(values: Iterable[float]) -> float | None:
@@ -46,7 +48,7 @@ def _stats(values: list[float], prefix: str) -> dict[str, float | None]:
 
 
 def _group(jobs: list[SimJob]) -> dict[str, Any]:
-    finished = [j for j in jobs if j.state == "DONE"]
+    finished = [j for j in jobs if j.state in ENDED and j.end is not None]
     jct = [j.end - j.submit for j in finished if j.end is not None]
     delay = [j.first_start - j.submit for j in jobs if j.first_start is not None]
     rho = [
@@ -55,9 +57,10 @@ def _group(jobs: list[SimJob]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "jobs": len(jobs),
         "finished": len(finished),
+        "failed": sum(1 for j in finished if j.state == "FAILED"),
         "unfinished": sum(1 for j in jobs if j.state in ("WAITING", "RUNNING")),
         "rejected": sum(1 for j in jobs if j.state == "REJECTED"),
-        "ended_by_script": sum(1 for j in jobs if j.state in ("FAILED", "CANCELLED")),
+        "cancelled": sum(1 for j in jobs if j.state == "STOPPED"),
         "preemptions": sum(j.preemptions for j in jobs),
         "gpu_hours": sum(j.gpu_seconds for j in jobs) / 3600.0,
     }

@@ -15,7 +15,8 @@ from labhive.scheduler.sim.runner import PolicyRun
 #: (label, key, format) of the overall table, in order.
 OVERALL_ROWS: tuple[tuple[str, str, str], ...] = (
     ("jobs replayed", "jobs", "int"),
-    ("finished", "finished", "int"),
+    ("ended (run to their end)", "finished", "int"),
+    ("  of which failed/killed in trace", "failed", "int"),
     ("unfinished at end", "unfinished", "int"),
     ("rejected (never fit)", "rejected", "int"),
     ("JCT avg", "jct_avg", "dur"),
@@ -170,7 +171,7 @@ def write_jobs_csv(run: PolicyRun, path: Path) -> None:
                     round(j.gpu_seconds, 3),
                     j.preemptions,
                     j.attempts,
-                    ";".join(sorted({t.node for t in j.tasks})),
+                    ";".join(j.nodes),
                     j.reason,
                 ]
             )

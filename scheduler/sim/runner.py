@@ -12,6 +12,8 @@ from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import PRIORITY_CLASSES
 from labhive.scheduler.policies import get_policy
+from labhive.scheduler.replay import _action as scenario_action
+from labhive.scheduler.scenario import Scenario
 from labhive.scheduler.sim.engine import SimResult, Simulation
 from labhive.scheduler.sim.metrics import summarize
 from labhive.scheduler.sim.traces import TraceJob
@@ -73,6 +75,32 @@ def run_policy(
     summary = summarize(result)
     summary["policy"] = policy
     return PolicyRun(policy, result, summary, left_out)
+
+
+def run_scenario(
+    policy: str,
+    scenario: Scenario,
+    *,
+    checkpoint: float | None = None,
+    observe: Callable[..., None] | None = None,
+) -> PolicyRun:
+    """A scenario file's events, on the simulator: the same actions ``labhive replay`` takes,
+    scheduled on the simulator's clock (one core, two drivers, the same placements)."""
+    name, options = parse_policy(policy)
+    scheduler = get_policy(name, scenario.cluster, **options)
+    sim = Simulation(
+        scheduler,
+        [],
+        total_gpus=scenario.cluster.total_gpus(),
+        checkpoint=checkpoint,
+        observe=observe,
+    )
+    for event in scenario.events:
+        sim.at(event.at, scenario_action(sim, event))
+    result = sim.run()
+    summary = summarize(result)
+    summary["policy"] = policy
+    return PolicyRun(policy, result, summary)
 
 
 def _progress_bar(total: int, label: str) -> Any:
