@@ -38,15 +38,32 @@ class TaskDemand:
     memory_mb: int
 
 
-def task_demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
-    """Every task of the job, largest GPU demand first (the order placement packs them in)."""
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """A job's tasks, largest GPU demand first (the order placement packs them in), with
+    their totals computed once."""
+
+    tasks: tuple[TaskDemand, ...]
+    gpus: int
+    cpu: float
+    memory_mb: float
+    largest: int
+
+
+def gang_of(spec: JobSpec) -> Gang:
     tasks = [
         TaskDemand(r.name, i, r.gpu, r.cpu, r.memory_mb)
         for r in spec.roles
         for i in range(r.instances)
     ]
     tasks.sort(key=lambda t: -t.gpu)
-    return tuple(tasks)
+    return Gang(
+        tuple(tasks),
+        gpus=sum(t.gpu for t in tasks),
+        cpu=sum(t.cpu for t in tasks),
+        memory_mb=float(sum(t.memory_mb for t in tasks)),
+        largest=max((t.gpu for t in tasks), default=0),
+    )
 
 
 @dataclass(slots=True, eq=False)
@@ -137,15 +154,13 @@ class NodePool:
             self._file(node)
         return sum(len(t.gpus) for t in tasks)
 
-    def claim(
-        self, job_id: str, tasks: tuple[TaskPlacement, ...], demands: tuple[TaskDemand, ...]
-    ) -> bool:
+    def claim(self, job_id: str, tasks: tuple[TaskPlacement, ...], gang: Gang) -> bool:
         """Take exactly these GPUs (adopting a running job, or undoing a tentative release)."""
         for t in tasks:
             node = self.nodes.get(t.node)
             if node is None or not node.healthy or not set(t.gpus) <= set(node.free):
                 return False
-        by_key = {(d.role, d.index): d for d in demands}
+        by_key = {(d.role, d.index): d for d in gang.tasks}
         cpus: list[float] = []
         mems: list[float] = []
         for t in tasks:
@@ -166,11 +181,9 @@ class NodePool:
 
     # ---- placement -----------------------------------------------------------------------
 
-    def place(
-        self, job_id: str, demands: tuple[TaskDemand, ...]
-    ) -> tuple[TaskPlacement, ...] | None:
+    def place(self, job_id: str, gang: Gang) -> tuple[TaskPlacement, ...] | None:
         """Place the whole gang and take its GPUs, or return None and change nothing."""
-        plan = self._plan(demands)
+        plan = self._plan(gang)
         if plan is None:
             return None
         placed: list[tuple[TaskPlacement, float, float]] = []
@@ -194,21 +207,19 @@ class NodePool:
         self._file(node)
         return tuple(taken)
 
-    def _plan(
-        self, demands: tuple[TaskDemand, ...]
-    ) -> list[tuple[PoolNode, list[TaskDemand]]] | None:
-        total = sum(d.gpu for d in demands)
+    def _plan(self, gang: Gang) -> list[tuple[PoolNode, list[TaskDemand]]] | None:
+        total = gang.gpus
         if total > self.free_gpus:
             return None
         if self.locality == "consolidated":
             if total <= self.max_node_gpus:
                 for node in self._ascending(total):
-                    if _fits_all(node, demands):
-                        return [(node, list(demands))]
+                    if gang.cpu <= node.cpu_free and gang.memory_mb <= node.memory_free:
+                        return [(node, list(gang.tasks))]
                 return None
             need = math.ceil(total / self.max_node_gpus)
-            return self._pack(demands, self._descending(), max_nodes=need)
-        return self._pack(demands, self._ascending(1), max_nodes=None)
+            return self._pack(gang.tasks, self._descending(), max_nodes=need)
+        return self._pack(gang.tasks, self._ascending(1), max_nodes=None)
 
     def _ascending(self, at_least: int) -> Iterator[PoolNode]:
         for f in range(max(at_least, 1), self.max_node_gpus + 1):
@@ -270,20 +281,12 @@ class NodePool:
             for n in self.nodes.values()
         )
 
-    def fits_empty(self, demands: tuple[TaskDemand, ...]) -> bool:
+    def fits_empty(self, gang: Gang) -> bool:
         """Could the gang ever be placed here (on an empty cluster, all nodes healthy)?"""
-        total = sum(d.gpu for d in demands)
-        if total > self.total_gpus or max(d.gpu for d in demands) > self.max_node_gpus:
+        if gang.gpus > self.total_gpus or gang.largest > self.max_node_gpus:
             return False
-        if self.locality == "consolidated" and total <= self.max_node_gpus:
-            cpu = sum(d.cpu for d in demands)
-            mem = sum(d.memory_mb for d in demands)
-            return any(g >= total and c >= cpu and m >= mem for g, c, m in self._shapes)
+        if self.locality == "consolidated" and gang.gpus <= self.max_node_gpus:
+            return any(
+                g >= gang.gpus and c >= gang.cpu and m >= gang.memory_mb for g, c, m in self._shapes
+            )
         return True
-
-
-def _fits_all(node: PoolNode, demands: tuple[TaskDemand, ...]) -> bool:
-    gpu = sum(d.gpu for d in demands)
-    cpu = sum(d.cpu for d in demands)
-    mem = sum(d.memory_mb for d in demands)
-    return gpu <= len(node.free) and cpu <= node.cpu_free and mem <= node.memory_free

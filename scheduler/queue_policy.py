@@ -47,11 +47,11 @@ from labhive.scheduler.model import (
     VCView,
 )
 from labhive.scheduler.node_pool import (
+    Gang,
     Locality,
     NodePool,
     PoolNode,
-    TaskDemand,
-    task_demands,
+    gang_of,
 )
 
 if TYPE_CHECKING:
@@ -65,10 +65,7 @@ class QueuedJob:
     job_id: str
     spec: JobSpec
     seq: int
-    demands: tuple[TaskDemand, ...]
-    gpus: int
-    cpu: float
-    memory_mb: float
+    gang: Gang
     submitted: float
     running: bool = False
     opportunistic: bool = False  # started on borrowed capacity (Capacity's elastic share)
@@ -81,6 +78,18 @@ class QueuedJob:
     @property
     def vc(self) -> str:
         return self.spec.vc
+
+    @property
+    def gpus(self) -> int:
+        return self.gang.gpus
+
+    @property
+    def cpu(self) -> float:
+        return self.gang.cpu
+
+    @property
+    def memory_mb(self) -> float:
+        return self.gang.memory_mb
 
     @property
     def user(self) -> str:
@@ -101,6 +110,7 @@ class QueuedPolicy:
         self._groups: dict[Hashable, list[tuple[Any, int, int, str]]] = {}
         self._seq = 0
         self._now = 0.0
+        self._last_gang: tuple[JobSpec, Gang] | None = None
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
 
@@ -146,11 +156,11 @@ class QueuedPolicy:
             raise SpecRejected(
                 f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vc_gpus))}"
             )
-        demands = task_demands(spec)
-        if not demands:
+        gang = self._gang(spec)
+        if not gang.tasks:
             raise SpecRejected("the job has no tasks")
-        if not self.pool.fits_empty(demands):
-            biggest = max(d.gpu for d in demands)
+        if not self.pool.fits_empty(gang):
+            biggest = gang.largest
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs (largest task {biggest}) but this cluster "
                 f"has {self.pool.total_gpus} GPUs and at most {self.pool.max_node_gpus} on a node"
@@ -239,16 +249,21 @@ class QueuedPolicy:
 
     # ---- state changes -------------------------------------------------------------------
 
+    def _gang(self, spec: JobSpec) -> Gang:
+        """The spec's gang; the one ``check`` just built is reused for the ``Submit`` after."""
+        last = self._last_gang
+        if last is not None and last[0] is spec:
+            return last[1]
+        gang = gang_of(spec)
+        self._last_gang = (spec, gang)
+        return gang
+
     def _new_job(self, job_id: str, spec: JobSpec) -> QueuedJob:
-        demands = task_demands(spec)
         job = QueuedJob(
             job_id=job_id,
             spec=spec,
             seq=self._seq,
-            demands=demands,
-            gpus=sum(d.gpu for d in demands),
-            cpu=sum(d.cpu for d in demands),
-            memory_mb=float(sum(d.memory_mb for d in demands)),
+            gang=self._gang(spec),
             submitted=self._now,
         )
         self._seq += 1
@@ -335,9 +350,7 @@ class QueuedPolicy:
         allowed, opp = self.admit(job)
         if not allowed:
             return False
-        tasks = (
-            self.pool.place(job.job_id, job.demands) if job.gpus <= self.pool.free_gpus else None
-        )
+        tasks = self.pool.place(job.job_id, job.gang) if job.gpus <= self.pool.free_gpus else None
         if tasks is None:
             tasks = self._preempt_for(job, opp, out)
             if tasks is None:
@@ -357,12 +370,12 @@ class QueuedPolicy:
             self.pool.release(victim.job_id)
             freed += victim.gpus
             if freed >= job.gpus:
-                tasks = self.pool.place(job.job_id, job.demands)
+                tasks = self.pool.place(job.job_id, job.gang)
                 if tasks is not None:
                     break
         if tasks is None:
             for victim, held in released:
-                self.pool.claim(victim.job_id, held, victim.demands)
+                self.pool.claim(victim.job_id, held, victim.gang)
             return None
         for victim, _ in released:
             self._stop(victim, release=False)  # its GPUs went to ``job`` already
@@ -377,7 +390,7 @@ class QueuedPolicy:
 
     def _adopt(self, event: Adopt, out: list[Decision]) -> None:
         job = self._new_job(event.job_id, event.spec)
-        if not self.pool.claim(job.job_id, event.tasks, job.demands):
+        if not self.pool.claim(job.job_id, event.tasks, job.gang):
             self._enqueue(job)
             out.append(Stop(job.job_id, "its GPUs are no longer free or healthy"))
             return
@@ -393,8 +406,8 @@ class QueuedPolicy:
             self.vc_borrowed.setdefault(vc, 0)
         for job in sorted((j for j in self._jobs.values() if j.running), key=lambda j: j.seq):
             held = old.placement(job.job_id)
-            if not self.pool.claim(job.job_id, held, job.demands):
-                self.pool.claim(job.job_id, (), job.demands)
+            if not self.pool.claim(job.job_id, held, job.gang):
+                self.pool.claim(job.job_id, (), job.gang)
                 self._stop(job)
                 self._enqueue(job)
                 out.append(Stop(job.job_id, "its cells are gone after reconfiguration"))
