@@ -176,20 +176,20 @@ class QueuedPolicy:
             self._schedule(out, only=job)
             return out
         if isinstance(event, Finish | Cancel):
-            job = self._jobs.pop(event.job_id, None)
-            if job is None:
+            gone = self._jobs.pop(event.job_id, None)
+            if gone is None:
                 return out
-            if job.running:
-                self._stop(job)
+            if gone.running:
+                self._stop(gone)
             else:
-                self._dequeue(job)
+                self._dequeue(gone)
         elif isinstance(event, Requeue):
-            job = self._jobs.get(event.job_id)
-            if job is None:
+            back = self._jobs.get(event.job_id)
+            if back is None:
                 return out
-            if job.running:
-                self._stop(job)
-                self._enqueue(job)
+            if back.running:
+                self._stop(back)
+                self._enqueue(back)
         elif isinstance(event, NodeDown):
             for job_id in self.pool.set_healthy(event.node, False):
                 job = self._jobs[job_id]

@@ -121,6 +121,8 @@ class SimResult:
 class Simulation(VirtualTimeDriver):
     """Drive ``scheduler`` through ``jobs`` (sorted by submit time) and scheduled actions."""
 
+    now: float
+
     def __init__(
         self,
         scheduler: Scheduler,
