@@ -232,8 +232,10 @@ class NodePool:
     def _pack(
         self, demands: tuple[TaskDemand, ...], nodes: Iterator[PoolNode], max_nodes: int | None
     ) -> list[tuple[PoolNode, list[TaskDemand]]] | None:
-        """First-fit decreasing of the tasks over ``nodes`` in the given order."""
-        left = list(demands)
+        """First-fit decreasing of the tasks over ``nodes`` in the given order. Runs of
+        identical tasks (a gang of one-GPU workers) are placed a node's worth at a time."""
+        runs = _runs(demands)
+        left = len(demands)
         plan: list[tuple[PoolNode, list[TaskDemand]]] = []
         for node in nodes:
             if not left:
@@ -242,18 +244,19 @@ class NodePool:
                 return None
             group: list[TaskDemand] = []
             g = cpu = mem = 0.0
-            rest: list[TaskDemand] = []
-            for d in left:
-                if node.room(d, int(g), cpu, mem) >= 1:
-                    group.append(d)
-                    g += d.gpu
-                    cpu += d.cpu
-                    mem += d.memory_mb
-                else:
-                    rest.append(d)
+            for run in runs:
+                if not run:
+                    continue
+                n = min(len(run), node.room(run[0], int(g), cpu, mem))
+                if n:
+                    taken, run[:] = run[:n], run[n:]
+                    group.extend(taken)
+                    g += n * taken[0].gpu
+                    cpu += n * taken[0].cpu
+                    mem += n * taken[0].memory_mb
             if group:
                 plan.append((node, group))
-                left = rest
+                left -= len(group)
         return plan if not left else None
 
     # ---- health and views ----------------------------------------------------------------
@@ -290,3 +293,18 @@ class NodePool:
                 g >= gang.gpus and c >= gang.cpu and m >= gang.memory_mb for g, c, m in self._shapes
             )
         return True
+
+
+def _runs(demands: tuple[TaskDemand, ...]) -> list[list[TaskDemand]]:
+    """Consecutive tasks with the same needs, grouped (demands come largest first)."""
+    runs: list[list[TaskDemand]] = []
+    for d in demands:
+        if runs and (runs[-1][0].gpu, runs[-1][0].cpu, runs[-1][0].memory_mb) == (
+            d.gpu,
+            d.cpu,
+            d.memory_mb,
+        ):
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs

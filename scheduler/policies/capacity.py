@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 class CapacityPolicy(QueuedPolicy):
     name = "capacity"
+    preemptive = True
 
     def __init__(
         self, *args: Any, borrow: bool = True, backfill: bool = False, **kwargs: Any
@@ -58,6 +59,11 @@ class CapacityPolicy(QueuedPolicy):
         if opportunistic:
             return ()
         return self._reclaimable(job.vc)
+
+    def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
+        if opportunistic:
+            return 0
+        return sum(self.vc_borrowed.values()) - self.vc_borrowed.get(job.vc, 0)
 
     def _reclaimable(self, vc: str) -> Iterator[QueuedJob]:
         for job_id in reversed(list(self._borrowers)):
