@@ -342,10 +342,13 @@ class QueuedPolicy:
             if self._head(self.group_key(only)) is only:
                 self._try(only, out)
             return
+        free = self.pool.free_gpus
+        if not self.preemptive and free == 0:
+            return  # nothing can start until something ends
         heads: list[tuple[Any, int, Hashable]] = []
         for group in list(self._groups):
             head = self._head(group)
-            if head is not None:
+            if head is not None and (self.preemptive or head.gpus <= free):
                 heads.append((self.group_priority(head), head.seq, group))
         heapq.heapify(heads)
         while heads:
