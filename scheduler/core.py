@@ -15,6 +15,7 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from labhive.scheduler.admission import reject_if_never_runs
 from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
@@ -29,7 +30,6 @@ from labhive.scheduler.model import (
     JobView,
     NodeDown,
     NodeUp,
-    NodeView,
     Preempt,
     Reconfigure,
     Requeue,
@@ -44,6 +44,7 @@ from labhive.scheduler.model import (
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
+from labhive.scheduler.views import job_view, node_views, vc_views
 
 
 class AdoptRefused(ValueError):
@@ -61,6 +62,8 @@ class Job:
     downgraded_by: str | None = None
     queued_key: Hashable | None = None  # the class it waits in, if any
     in_order: bool = False  # listed in its VC's queue order
+    pinned: str | None = None  # the pinned cell its roles name, if any
+    needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
 
     @property
     def vc(self) -> str:
@@ -68,6 +71,8 @@ class Job:
 
     @property
     def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:
+        if not self.placed:
+            return self.tasks
         return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
 
     @property
@@ -97,7 +102,12 @@ class HivedScheduler:
         self._queues: dict[str, VCQueue] = {}
         self._ready: set[JobClass] = set()
         self._oppo_epoch = 0
+        self._classes: dict[Hashable, JobClass] = {}
         self._oppo_classes: dict[Hashable, JobClass] = {}
+        self._vc_classes: dict[str, dict[Hashable, JobClass]] = {}
+        self._dirty_vcs: dict[str, int] = {}  # VC -> the highest priority that may now fit
+        self._dirty_oppo = False
+        self._tick = 0  # counts freed GPUs, to tell which nodes changed since a failure
         self._load(config)
 
     def _load(self, config: ClusterConfig) -> None:
@@ -106,10 +116,17 @@ class HivedScheduler:
         self.vcs = VCs(config, self.tree)
         self.placer = Placer(self.tree, self.vcs)
         self._leaves_cache: dict[tuple[RoleSpec, str], int] = {}
+        self._chains_cache: dict[Hashable, list[str]] = {}
+        self._checked: dict[Hashable, str | None] = {}
         self._max_node = {
             leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
             for leaf in {c.leaf_type for c in self.tree.chains.values()}
         }
+        self._type_leaves: dict[str, int] = {}
+        for chain in self.tree.chains.values():
+            self._type_leaves[chain.leaf_type] = self._type_leaves.get(chain.leaf_type, 0) + sum(
+                c.leaves for c in chain.tops
+            )
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
 
@@ -117,70 +134,16 @@ class HivedScheduler:
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that can never run here, saying what would fit."""
-        leaf_types = sorted(self.config.leaf_types)
-        vc = self.vcs.by_name.get(spec.vc)
-        if vc is None:
-            raise SpecRejected(
-                f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vcs.by_name))}"
-            )
-        skus = {r.sku for r in spec.roles if r.sku is not None}
-        for sku in sorted(skus):
-            if sku not in self.config.leaf_types:
-                raise SpecRejected(
-                    f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}"
-                )
-        if spec.gang and len(skus) > 1:
-            raise SpecRejected(
-                f"a gang stays within one chain, but its roles ask for {', '.join(sorted(skus))}; "
-                "give every role the same skuType or set gangAllocation: false"
-            )
-        vc_types = {self.tree.chains[c].leaf_type for c in vc.quota}
-        vc_types |= {self.tree.chains[c.chain].leaf_type for c in vc.pinned}
-        if not spec.opportunistic:
-            for sku in sorted(skus - vc_types):
-                raise SpecRejected(
-                    f"{vc.name} has no {sku} cells; it has {self._describe(vc)}. "
-                    "Ask for one of those, or submit as priority oppo to use idle cells"
-                )
-        for role in spec.roles:
-            types = [role.sku] if role.sku else leaf_types
-            fits = [t for t in types if self._leaves(role, t) <= self._max_node[t]]
-            if not fits:
-                biggest = max(self._max_node[t] for t in types)
-                raise SpecRejected(
-                    f"task role {role.name} needs {self._leaves(role, types[0])} GPUs in one "
-                    f"task, but the largest {'/'.join(types)} node has {biggest}; split it into "
-                    f"tasks of at most {biggest} GPUs"
-                )
-        if not spec.gang:
-            return
-        types = sorted(skus) or leaf_types
-        need = min(sum(self._leaves(r, t) * r.instances for r in spec.roles) for t in types)
-        cluster = sum(
-            sum(c.leaves for c in chain.tops)
-            for chain in self.tree.chains.values()
-            if chain.leaf_type in types
-        )
-        what = f"this gang needs {need} GPUs"
-        if need > cluster:
-            raise SpecRejected(
-                f"{what}, more than the cluster's {cluster}; ask for at most {cluster} or set "
-                "gang: false (gangAllocation: false) to start tasks as cells free up"
-            )
-        if not spec.opportunistic and need > vc.leaves(self.tree):
-            have = vc.leaves(self.tree)
-            raise SpecRejected(
-                f"{what}, more than {vc.name} has in all ({self._describe(vc)}); ask for at "
-                f"most {have} or set gang: false (gangAllocation: false)"
-            )
-
-    def _describe(self, vc: VC) -> str:
-        parts = []
-        for chain in vc.chains() or [c.chain for c in vc.pinned]:
-            n = vc.leaves(self.tree, chain)
-            if n:
-                parts.append(f"{n} {self.tree.chains[chain].leaf_type}")
-        return " + ".join(parts) + " GPUs" if parts else "no cells"
+        key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
+        if key not in self._checked:
+            try:
+                reject_if_never_runs(self, spec)
+                self._checked[key] = None
+            except SpecRejected as err:
+                self._checked[key] = str(err)
+        message = self._checked[key]
+        if message is not None:
+            raise SpecRejected(message)
 
     def _leaves(self, role: RoleSpec, leaf_type: str) -> int:
         key = (role, leaf_type)
@@ -224,6 +187,7 @@ class HivedScheduler:
         self._seq += 1
         tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
         self._jobs[job_id] = job
         return job
 
@@ -253,21 +217,29 @@ class HivedScheduler:
                 vc.prio_in[job.prio] = vc.prio_in.get(job.prio, 0) + 1
             else:
                 vc.oppo_in += 1
+            self.tree.use(leaf, job.job_id, job.prio)
+            if leaf.node_cell is not None and leaf.node_cell.free == 0:
+                vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
+            return
         self.tree.use(leaf, job.job_id, job.prio)
 
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs[owner.vc or ""]
+            if leaf.node_cell is not None:
+                self._grew(vc, leaf.node_cell)
             if leaf.bad == 0:
                 vc.free_in += 1
             if leaf.prio >= 0:
                 vc.prio_in[leaf.prio] -= 1
             else:
                 vc.oppo_in -= 1
-            self._bump(vc)
+            self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
+        if owner is not None and leaf.node_cell is not None:
+            self.vcs[owner.vc or ""].refresh_open(leaf.node_cell)
         self._bump_oppo()
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
@@ -284,35 +256,52 @@ class HivedScheduler:
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
-        for cell in sorted(touched, key=lambda c: c.order):
+        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
             vc.free_in -= cell.free
             vc.oppo_in -= cell.oppo
             self.vcs.unbind(vc, cell)
+            # More free physical cells help only VCs with cells left to bind in this chain.
             for other in self.vcs.by_name.values():
-                if cell.chain in other.quota:
-                    self._bump(other)
+                if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
+                    other.pool_epoch += 1
+                    self._bump(other, 1 << 30)
 
     def _bind_counters(self, vc: VC, plan: Plan) -> None:
         for cell in plan.bound:
-            vc.free_in += cell.free
-            vc.oppo_in += cell.oppo
+            self._bound(vc, cell)
 
-    def _bump(self, vc: VC) -> None:
-        vc.epoch += 1
-        queue = self._queues.get(vc.name)
-        if queue is not None:
-            for cls in queue.classes.values():
-                if cls.priority >= 0 and cls.entries:
-                    self._ready.add(cls)
+    def _bound(self, vc: VC, cell: Cell) -> None:
+        """A cell was bound to the VC: count it, and let failed searches look at it."""
+        vc.free_in += cell.free
+        vc.oppo_in += cell.oppo
+        for node in cell.nodes():
+            self._grew(vc, node)
+
+    def _grew(self, vc: VC, node: Cell) -> None:
+        """The VC may use more of ``node`` than before (kept newest last)."""
+        self._tick += 1
+        vc.grown.pop(node, None)
+        vc.grown[node] = self._tick
+
+    def _bump(self, vc: VC, freed: int | None = None) -> None:
+        """The VC's capacity may have grown: for every job when ``freed`` is None, else only
+        for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
+        vc.version += 1
+        if freed is None:
+            vc.epoch += 1
+            level = 1 << 30
+        else:
+            vc.freed[freed] = vc.freed.get(freed, 0) + 1
+            level = freed
+        if self._dirty_vcs.get(vc.name, -(1 << 30)) < level:
+            self._dirty_vcs[vc.name] = level
 
     def _bump_oppo(self) -> None:
         self._oppo_epoch += 1
-        for cls in self._oppo_classes.values():
-            if cls.entries:
-                self._ready.add(cls)
+        self._dirty_oppo = True
 
     # ---- queue -------------------------------------------------------------------------------
 
@@ -323,18 +312,24 @@ class HivedScheduler:
         shape = tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
         if not job.spec.gang:
             shape = shape[:1]
-        return (job.vc, job.spec.priority, job.spec.gang, shape)
+        vc = None if job.spec.opportunistic else job.vc
+        return (vc, job.spec.priority, job.spec.gang, shape)
 
     def _enqueue(self, job: Job) -> None:
         """Put a job (back) in its VC's queue at its original place, in its current class."""
         self._dequeue(job, keep_order=True)
         queue = self._queues.setdefault(job.vc, VCQueue())
         key = self._class_key(job)
-        cls = queue.classes.get(key)
+        cls = self._classes.get(key)
         if cls is None:
-            cls = queue.classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls.need = self._class_need(job)
+            cls.task_need = self._task_need(job)
+            cls.vc_ref = self.vcs.by_name.get(job.vc)
             if job.spec.opportunistic:
                 self._oppo_classes[key] = cls
+            else:
+                self._vc_classes.setdefault(job.vc, {})[key] = cls
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
         cls.add(job.seq, job.job_id)
@@ -343,39 +338,146 @@ class HivedScheduler:
             queue.add(job.spec.priority, job.seq, job.job_id)
             job.in_order = True
 
+    def _class_need(self, job: Job) -> int:
+        """The fewest GPUs a job of this class can start with (its next task if incremental)."""
+        waiting = job.waiting_tasks
+        unit = waiting if job.spec.gang else waiting[:1]
+        chains = self._chains(job, [r for r, _ in unit])
+        if not chains:
+            return 1 << 30
+        return min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
+
+    def _task_need(self, job: Job) -> int:
+        """The fewest GPUs the job's largest waiting task needs on one node."""
+        roles = [r for r, _ in job.waiting_tasks]
+        chains = self._chains(job, roles)
+        if not chains:
+            return 1 << 30
+        return min(
+            max(self._leaves(r, self.tree.chains[c].leaf_type) for r in roles) for c in chains
+        )
+
     def _dequeue(self, job: Job, keep_order: bool = False) -> None:
-        queue = self._queues.get(job.vc)
-        if queue is None:
-            return
         if job.queued_key is not None:
-            cls = queue.classes.get(job.queued_key)
+            cls = self._classes.get(job.queued_key)
             if cls is not None:
                 cls.remove(job.seq, job.job_id)
             job.queued_key = None
         if not keep_order and job.in_order:
-            queue.remove(job.spec.priority, job.seq, job.job_id)
+            self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
             job.in_order = False
 
-    def _blocked(self, cls: JobClass) -> bool:
-        if cls.blocked_at is None:
-            return False
+    def _stamp(self, cls: JobClass) -> Hashable:
+        """What the class's chances depend on; unchanged means a failed class still fails."""
         if cls.priority < 0:
-            return cls.blocked_at == self._oppo_epoch
-        vc = self.vcs.by_name.get(cls.vc)
-        return vc is None or cls.blocked_at == vc.epoch
+            return self._oppo_epoch
+        vc = cls.vc_ref
+        if vc is None:
+            return None
+        if cls.stamp_version == vc.version:
+            return cls.stamp
+        freed = 0
+        for p, n in vc.freed.items():
+            if p >= cls.priority:
+                freed += n
+        cls.stamp_version, cls.stamp = vc.version, (vc.epoch, vc.pool_epoch, freed)
+        return cls.stamp
+
+    def _blocked(self, cls: JobClass) -> bool:
+        return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
+
+    def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
+        cls.blocked_at = self._stamp(cls) if stamp is None else stamp
+        vc = cls.vc_ref
+        if vc is not None and cls.priority >= 0:
+            cls.failed_at = (self._tick, vc.epoch, vc.pool_epoch)
+        else:
+            cls.failed_at = None
+
+    def _since(self, cls: JobClass) -> tuple[int, bool] | None:
+        """When the class last failed, if only GPUs freed in its VC (and free physical cells)
+        changed since then: only the nodes those GPUs lie on need a new look, and binding
+        more cells only if more physical cells became free (the bool)."""
+        vc = cls.vc_ref
+        if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
+            return None
+        return cls.failed_at[0], cls.failed_at[2] != vc.pool_epoch
+
+    def _collect_ready(self) -> list[JobClass]:
+        """The classes worth an attempt: new or unblocked ones whose need the capacity they
+        depend on could still cover (a cheap upper bound; the placement search decides)."""
+        for name, level in self._dirty_vcs.items():
+            for cls in self._vc_classes.get(name, {}).values():
+                if cls.priority <= level and cls.entries:
+                    self._ready.add(cls)
+        self._dirty_vcs.clear()
+        if self._dirty_oppo:
+            self._ready.update(self._oppo_classes.values())
+            self._dirty_oppo = False
+        out = []
+        idle: int | None = None
+        rooms: dict[tuple[str, int], int] = {}
+        for cls in self._ready:
+            if not cls.entries:
+                continue
+            stamp = self._stamp(cls)
+            if cls.blocked_at is not None and cls.blocked_at == stamp:
+                continue
+            if cls.priority < 0:
+                if idle is None:
+                    idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
+                room = idle if self._node_with(cls.task_need) else -1
+            elif cls.vc_ref is None:
+                room = -1
+            else:
+                key = (cls.vc, cls.priority)
+                room = rooms.get(key, -1)
+                if room < 0:
+                    room = rooms[key] = self._room(cls.vc_ref, cls.priority)
+            if room < cls.need:
+                self._block(cls, stamp)
+                continue
+            out.append(cls)
+        self._ready.clear()
+        return out
+
+    def _may_fit(self, cls: JobClass) -> bool:
+        """The cheap bound again, just before an attempt: jobs placed since the class was
+        collected may have taken what it needed."""
+        if cls.priority < 0:
+            return self._node_with(cls.task_need)
+        vc = cls.vc_ref
+        return vc is not None and self._room(vc, cls.priority) >= cls.need
+
+    def _node_with(self, free: int) -> bool:
+        """Whether some node has ``free`` idle healthy GPUs."""
+        for nodes in self.tree.open.values():
+            for node in nodes:
+                if node.free >= free:
+                    return True
+        return False
+
+    def _room(self, vc: VC, priority: int) -> int:
+        """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
+        room = vc.free_in + vc.unbound_leaves + vc.oppo_in
+        for p, n in vc.prio_in.items():
+            if p < priority:
+                room += n
+        return room
 
     def _schedule(self, out: list[Decision]) -> None:
         """Start what fits, classes in queue order; a class that fails is skipped until the
         capacity it depends on grows."""
         heap: list[tuple[int, int, int, JobClass]] = []
-        failed: list[tuple[Hashable, ...]] = []
+        failed: dict[Hashable, list[tuple[int, int, float, int, int]]] = {}
         tie = 0
         while True:
-            for cls in self._ready:
-                if cls.entries and not self._blocked(cls):
-                    tie += 1
-                    heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
-            self._ready.clear()
+            ready = (
+                self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
+            )
+            for cls in ready:
+                tie += 1
+                heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
             if not heap:
                 return
             _, seq, _, cls = heapq.heappop(heap)
@@ -384,50 +486,52 @@ class HivedScheduler:
                     self._ready.add(cls)
                 continue
             job = self._jobs[cls.entries[0][1]]
-            signature = self._signature(job)
-            if signature is not None and any(_dominates(f, signature) for f in failed):
+            if cls.signature is None:
+                cls.signature = self._signature(job)
+            group, size = cls.signature
+            if (group is not None and any(_dominates(f, size) for f in failed.get(group, ()))) or (
+                not self._may_fit(cls)
+            ):
                 self._block(cls)
                 continue
             before = len(job.placed)
-            self._try(job, out)
+            self._try(job, out, self._since(cls), cls)
             if not job.waiting_tasks:
                 self._dequeue(job)
                 self._ready.add(cls)
                 continue
             if len(job.placed) > before:  # an incremental job started some tasks
                 self._enqueue(job)
-            self._block(self._queues[job.vc].classes[job.queued_key])
-            if signature is not None:
-                failed.append(signature)
+            if job.queued_key is not None:
+                self._block(self._classes[job.queued_key])
+            if group is not None:
+                failed.setdefault(group, []).append(size)
 
-    def _block(self, cls: JobClass) -> None:
-        if cls.priority < 0:
-            cls.blocked_at = self._oppo_epoch
-        else:
-            vc = self.vcs.by_name.get(cls.vc)
-            cls.blocked_at = vc.epoch if vc is not None else -1
-
-    def _signature(self, job: Job) -> tuple[Hashable, ...] | None:
+    def _signature(self, job: Job) -> tuple[Hashable | None, tuple[int, int, float, int, int]]:
         """What a failed attempt says about larger jobs (single-role jobs only)."""
-        if len(job.spec.roles) != 1:
-            return None
         role = job.spec.roles[0]
+        size = (job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks))
+        if len(job.spec.roles) != 1:
+            return None, size
         vc = None if job.spec.opportunistic else job.vc
-        return (
-            vc,
-            role.sku,
-            job.spec.gang,
-            job.spec.priority,
-            role.gpu,
-            role.cpu,
-            role.memory_mb,
-            len(job.waiting_tasks),
-        )
+        return (vc, role.sku, job.spec.gang), size
 
     # ---- placing -----------------------------------------------------------------------------
 
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
-        skus = {r.sku for r in roles if r.sku}
+        """The chains a job may run in, in config order (cached: asked on every attempt)."""
+        skus = frozenset(r.sku for r in roles if r.sku)
+        key = (job.vc, job.opportunistic, job.pinned, skus)
+        chains = self._chains_cache.get(key)
+        if chains is None:
+            chains = self._chains_cache[key] = self._find_chains(job, skus)
+        return chains
+
+    def _find_chains(self, job: Job, skus: frozenset[str | None]) -> list[str]:
+        pin = job.pinned
+        if pin is not None and not job.opportunistic:
+            cell = self.tree.pinned.get(pin)
+            return [cell.chain] if cell is not None else []
         if job.opportunistic:
             names = list(self.tree.chains)
         else:
@@ -437,60 +541,175 @@ class HivedScheduler:
             names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
         return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
 
-    def _try(self, job: Job, out: list[Decision]) -> None:
+    def _try(
+        self,
+        job: Job,
+        out: list[Decision],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> None:
         waiting = job.waiting_tasks
         units = [waiting] if job.spec.gang else [[t] for t in waiting]
         for unit in units:
-            plan = self._find(job, unit)
+            plan = self._find(job, unit, since, cls)
+            since = None
             if plan is None or not self._commit(job, plan, out):
                 return
 
-    def _find(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> Plan | None:
+    def _find(
+        self,
+        job: Job,
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> Plan | None:
         chains = self._chains(job, [r for r, _ in unit])
+        whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
+        needs = job.needs if whole_job else None
+        if needs is None or any(c not in needs for c in chains):
+            needs = {chain: self._needs(unit, chain) for chain in chains}
+            if whole_job:
+                job.needs = needs
         if job.opportunistic:
             for chain in chains:
-                plan = self.placer.opportunistic(chain, self._needs(unit, chain))
+                plan = self.placer.opportunistic(chain, needs[chain])
                 if plan is not None:
                     return plan
             return None
         vc = self.vcs.by_name.get(job.vc)
-        if vc is None:
+        if vc is None or not chains:
             return None
-        lower = sorted(p for p, n in vc.prio_in.items() if n > 0 and p < job.prio)
-        for threshold in (None, OPPORTUNISTIC, *lower):
-            if not self._may_fit(vc, job, unit, chains, threshold):
+        slots = self._slot_count(job, vc, chains, needs, unit, cls)
+        if (
+            slots is not None
+            and cls is not None
+            and since is not None
+            and cls.slots is not None
+            and cls.slots_tick == since[0]
+        ):
+            places = self._slots_after(vc, cls, since[0], slots)
+            if since[1]:  # more physical cells are free: count what binding could add
+                places += self._bindable(vc, *slots[:2])
+            if places < len(unit):
+                return None  # not enough places yet for the gang: no search needed
+        plan = self._search(job, vc, chains, needs, unit, since)
+        if slots is not None and cls is not None:
+            if plan is None:
+                cls.slots = {n: c for n in vc.nodes[slots[0]] if (c := self._slots(n, *slots[1:]))}
+                cls.slots_tick = self._tick
+            else:
+                cls.slots = None
+        return plan
+
+    def _slot_count(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        cls: JobClass | None,
+    ) -> tuple[str, int, int] | None:
+        """(chain, GPUs per task, priority) when a gang's chances can be counted in task slots
+        per whole node: one chain, tasks of one size, no pinned or part-node cells."""
+        if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
+            return None
+        chain = chains[0]
+        sizes = {t.leaves for t in needs[chain]}
+        if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
+            return None
+        return chain, sizes.pop(), job.prio
+
+    @staticmethod
+    def _slots(node: Cell, leaves: int, priority: int) -> int:
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
+        usable = node.free
+        for p, n in node.prio_count.items():
+            if p < priority:
+                usable += n
+        return usable // leaves
+
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: tuple[str, int, int]) -> int:
+        """The gang's task slots now, from those at its last failure and the nodes that
+        changed since (remembered for the next time)."""
+        assert cls.slots is not None
+        mine = vc.nodes.get(slots[0], {})
+        for node in self._grown_since(vc, since):
+            if node.chain != slots[0]:
                 continue
+            count = self._slots(node, *slots[1:]) if node in mine else 0
+            if count:
+                cls.slots[node] = count
+            else:
+                cls.slots.pop(node, None)
+        cls.slots_tick = self._tick
+        return sum(cls.slots.values())
+
+    def _bindable(self, vc: VC, chain: str, leaves: int) -> int:
+        """At most how many more tasks of ``leaves`` GPUs binding the VC's free cells could
+        place: its unbound node cells, as far as healthy free nodes exist (optimistic)."""
+        info = self.tree.chains[chain]
+        unbound = vc.unbound.get(chain, {})
+        if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
+            return 1 << 30  # cells smaller than a node: do not guess
+        nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
+        if not nodes:
+            return 0
+        pool = 0
+        for level, cells in self.tree.free_list[chain].items():
+            if level >= info.node_level:
+                pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
+        return min(nodes, pool) * (info.node_leaves // leaves)
+
+    def _search(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None,
+    ) -> Plan | None:
+        least = min(sum(t.leaves for t in n) for n in needs.values())
+        room = vc.free_in + vc.unbound_leaves
+        lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        if not lower and not self._oppo_running():
+            lower = [None]  # nobody to preempt: the free search is the only one
+        # Free GPUs first (binding more of the VC's cells if need be); only then one search
+        # that may preempt, lowest priorities first (see Placer._best_node).
+        for threshold in dict.fromkeys((None, max(lower, default=OPPORTUNISTIC))):
+            if threshold is not None:  # a cheap upper bound first
+                room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
+            if room < least:
+                continue
+            only = None
+            if since is not None and len(unit) == 1:
+                only = self._grown_since(vc, since[0])
+            bind = since is None or since[1]
+            pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
-                plan = self.placer.guaranteed(vc, chain, self._needs(unit, chain), threshold)
+                plan = self.placer.guaranteed(
+                    vc, chain, needs[chain], threshold, only, pinned, bind
+                )
                 if plan is not None:
                     return plan
         return None
 
+    def _oppo_running(self) -> int:
+        return self.tree.oppo_total
+
+    def _grown_since(self, vc: VC, tick: int) -> set[Cell]:
+        """The VC's nodes where GPUs were freed after ``tick`` (newest last in ``grown``)."""
+        out = set()
+        for node in reversed(vc.grown):
+            if vc.grown[node] <= tick:
+                break
+            out.add(node)
+        return out
+
     def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
         leaf = self.tree.chains[chain].leaf_type
         return [TaskNeed(r.name, i, self._leaves(r, leaf)) for r, i in unit]
-
-    def _may_fit(
-        self,
-        vc: VC,
-        job: Job,
-        unit: list[tuple[RoleSpec, int]],
-        chains: list[str],
-        threshold: int | None,
-    ) -> bool:
-        """A cheap upper bound on what the VC could give at this threshold."""
-        if not chains:
-            return False
-        need = min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
-        room = vc.free_in + sum(
-            self.tree.chains[c].level_leaves[lvl] * n
-            for c, levels in vc.unbound.items()
-            for lvl, n in levels.items()
-        )
-        if threshold is not None:
-            room += vc.oppo_in
-            room += sum(n for p, n in vc.prio_in.items() if 0 <= p <= threshold)
-        return room >= need
 
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
         vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
@@ -510,16 +729,10 @@ class HivedScheduler:
             self._vacate_job(victim, touched)
             self._enqueue(victim)
         started = []
-        for task, node, leaves in plan.placed:
+        for task, _, leaves in plan.placed:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            placement = TaskPlacement(
-                task.role,
-                task.index,
-                node.node or "",
-                tuple(sorted(leaf.gpu or 0 for leaf in leaves)),
-                tuple(leaf.leaf_id for leaf in sorted(leaves, key=lambda c: c.gpu or 0)),
-            )
+            placement = _placement(task.role, task.index, leaves)
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
         out.append(Start(job.job_id, tuple(started), job.opportunistic))
@@ -594,6 +807,8 @@ class HivedScheduler:
                 if owner is not None and leaf.job is None and (leaf.bad == 0) != healthy:
                     self.vcs[owner.vc or ""].free_in += 1 if healthy else -1
             self.tree.set_health(cell, healthy)
+            for vc in self.vcs.by_name.values():
+                vc.refresh_open(cell)
         self._settle(touched)
         for vc in self.vcs.by_name.values():
             self._bump(vc)
@@ -607,7 +822,8 @@ class HivedScheduler:
         )
         kept = {j.job_id: dict(j.placed) for j in running}
         old_queues = self._queues
-        self._queues, self._oppo_classes, self._ready = {}, {}, set()
+        self._queues, self._ready = {}, set()
+        self._classes, self._oppo_classes, self._vc_classes = {}, {}, {}
         self._load(config)
         for job in self._jobs.values():
             job.queued_key = None
@@ -623,9 +839,9 @@ class HivedScheduler:
                 out.append(Stop(job.job_id, f"reconfigured: {err}"))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
-                job = self._jobs.get(job_id)
-                if job is not None and job.waiting_tasks and job.queued_key is None:
-                    self._enqueue(job)
+                queued = self._jobs.get(job_id)
+                if queued is not None and queued.waiting_tasks and queued.queued_key is None:
+                    self._enqueue(queued)
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)
@@ -678,7 +894,10 @@ class HivedScheduler:
         for task, leaves in wanted:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            job.placed[(task.role, task.index)] = (task, leaves)
+            job.placed[(task.role, task.index)] = (
+                _placement(task.role, task.index, leaves),
+                leaves,
+            )
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
         owner = leaf.owner()
@@ -694,8 +913,7 @@ class HivedScheduler:
             root = self.tree.free_root(cell)
             if root is not None and self.vcs.can_bind(vc, cell, root):
                 self.vcs.bind(vc, cell)
-                vc.free_in += cell.free
-                vc.oppo_in += cell.oppo
+                self._bound(vc, cell)
                 bound.append(cell)
                 return True
         return False
@@ -715,95 +933,43 @@ class HivedScheduler:
         return [self._view(j) for j in (*running, *waiting)]
 
     def _view(self, job: Job) -> JobView:
-        tasks = tuple(sorted((p for p, _ in job.placed.values()), key=lambda p: (p.role, p.index)))
-        position = length = None
-        why = None
-        queue = self._queues.get(job.vc)
-        if not job.placed and queue is not None:
-            position = queue.position(job.spec.priority, job.seq, job.job_id)
-            length = len(queue.order)
-        if job.waiting_tasks:
-            from labhive.scheduler.why import why_waiting
-
-            why = why_waiting(self, job, position, length)
-        elif job.downgraded_by is not None:
-            by = self._jobs.get(job.downgraded_by)
-            name = by.spec.name if by else job.downgraded_by
-            why = f"downgraded to opportunistic by {name}; preempted first if its GPUs are needed"
-        elif job.opportunistic:
-            why = "running opportunistically on idle cells; preempted first if they are needed"
-        return JobView(
-            job.job_id,
-            job.spec.name,
-            job.vc,
-            job.spec.priority,
-            "RUNNING" if job.placed else "WAITING",
-            tasks,
-            job.opportunistic,
-            position,
-            length,
-            why,
-        )
+        return job_view(self, job)
 
     def cluster(self) -> ClusterView:
-        merged: dict[str, dict[str, object]] = {}
-        for name, cells in self.tree.nodes.items():
-            entry = merged.setdefault(name, {"sku": cells[0].chain, "gpus": [], "used": {}})
-            for cell in cells:
-                for leaf in cell.leaf_cells():
-                    entry["gpus"].append(leaf.gpu)  # type: ignore[attr-defined]
-                    if leaf.job:
-                        entry["used"][leaf.gpu] = leaf.job  # type: ignore[index]
-            entry["sku"] = self.tree.chains[cells[0].chain].leaf_type
-            entry["healthy"] = all(c.bad == 0 for c in cells)
-        nodes = tuple(
-            NodeView(
-                name,
-                str(e["sku"]),
-                tuple(sorted(e["gpus"])),  # type: ignore[call-overload]
-                bool(e["healthy"]),
-                dict(e["used"]),  # type: ignore[call-overload]
-                "" if e["healthy"] else "down",
-            )
-            for name, e in merged.items()
-        )
-        return ClusterView(nodes, self.vc_views(), self.config.virtual)
+        return ClusterView(node_views(self), self.vc_views(), self.config.virtual)
 
     def vc_views(self) -> dict[str, VCView]:
-        used: dict[str, int] = {}
-        oppo: dict[str, int] = {}
-        waiting: dict[str, int] = {}
-        for job in self._jobs.values():
-            n = sum(len(leaves) for _, leaves in job.placed.values())
-            target = oppo if job.opportunistic else used
-            target[job.vc] = target.get(job.vc, 0) + n
-            if not job.placed:
-                waiting[job.vc] = waiting.get(job.vc, 0) + 1
-        return {
-            name: VCView(
-                name,
-                vc.leaves(self.tree),
-                used.get(name, 0),
-                oppo.get(name, 0),
-                waiting.get(name, 0),
-            )
-            for name, vc in self.vcs.by_name.items()
-        }
+        return vc_views(self)
 
     def next_wakeup(self) -> float | None:
         return None
 
 
-def _dominates(failed: tuple[Hashable, ...], job: tuple[Hashable, ...]) -> bool:
+def _gpu(leaf: Cell) -> int:
+    return leaf.gpu or 0
+
+
+def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
+    """Where a task runs, GPUs in index order, with their leaf ids."""
+    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    node = ordered[0].node if ordered else ""
+    return TaskPlacement(
+        role,
+        index,
+        node or "",
+        tuple(leaf.gpu or 0 for leaf in ordered),
+        tuple(leaf.leaf_id for leaf in ordered),
+    )
+
+
+def _dominates(
+    failed: tuple[int, int, float, int, int], job: tuple[int, int, float, int, int]
+) -> bool:
     """A job at most as important and at least as large as one that failed fails too."""
-    vc, sku, gang, prio, gpu, cpu, mem, tasks = failed
     return (
-        job[0] == vc
-        and job[1] == sku
-        and job[2] == gang
-        and job[3] <= prio  # type: ignore[operator]
-        and job[4] >= gpu  # type: ignore[operator]
-        and job[5] >= cpu  # type: ignore[operator]
-        and job[6] >= mem  # type: ignore[operator]
-        and job[7] >= tasks  # type: ignore[operator]
+        job[0] <= failed[0]
+        and job[1] >= failed[1]
+        and job[2] >= failed[2]
+        and job[3] >= failed[3]
+        and job[4] >= failed[4]
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from labhive.scheduler.config import ClusterConfig, load_cluster_config, virtual_cluster
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.jobs import JobSpec, load_job_file, parse_job
+from labhive.scheduler.jobs import JobSpec, SpecError, load_job_file, parse_job
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 ACTIONS = ("submit", "finish", "fail", "cancel", "node_down", "node_up", "reconfigure")
@@ -196,6 +196,15 @@ def _event(raw: Any, i: int, items: list[Any], base: Path, origin: str) -> Scena
 def _submission(
     value: Any, base: Path, origin: str, line: int | None, key: str
 ) -> tuple[JobSpec, float | None]:
+    try:
+        return _parse_submission(value, base, origin, line, key)
+    except SpecError as err:
+        raise ScenarioError(str(err)) from None
+
+
+def _parse_submission(
+    value: Any, base: Path, origin: str, line: int | None, key: str
+) -> tuple[JobSpec, float | None]:
     if not isinstance(value, Mapping):
         raise _err(origin, line, f"{key}.submit", "must be a mapping (short form or spec:)")
     if "spec" in value:
@@ -213,11 +222,11 @@ def _submission(
         if isinstance(spec_value, str):
             spec = load_job_file(base / spec_value)
         else:
-            spec = parse_job(dict(spec_value), origin=origin)
+            spec = parse_job(spec_value, origin=origin)
         if value.get("name") is not None:  # several students submitting the same file
             spec = replace(spec, name=str(value["name"]))
         return spec, None if duration is None else float(duration)
-    spec = parse_job(dict(value), origin=origin)
+    spec = parse_job(value, origin=origin)
     return spec, spec.duration
 
 

@@ -119,6 +119,8 @@ def _guaranteed(
         free = bad = reserved = 0
         regions: dict[Cell, int] = {}
         for cell in vc.bound.get(chain, {}).values():
+            if cell.pinned and cell.pinned_id != job.pinned:
+                continue
             nodes = [cell] if cell.node_cell is not None else cell.nodes()
             for part in nodes:
                 node = part.node_cell or part
