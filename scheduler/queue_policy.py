@@ -117,6 +117,7 @@ class QueuedPolicy:
         self._now = 0.0
         self._last_gang: tuple[JobSpec, Gang] | None = None
         self._searches = self.SEARCHES_PER_PASS
+        self._no_room: set[Hashable] = set()
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
 
@@ -338,6 +339,7 @@ class QueuedPolicy:
     def _schedule(self, out: list[Decision], only: QueuedJob | None = None) -> None:
         """Start what can start. With ``only`` (a new submission), try just that job."""
         self._searches = self.SEARCHES_PER_PASS
+        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         if only is not None:
             if self._head(self.group_key(only)) is only:
                 self._try(only, out)
@@ -366,7 +368,12 @@ class QueuedPolicy:
         allowed, opp = self.admit(job)
         if not allowed:
             return False
-        tasks = self.pool.place(job.job_id, job.gang) if job.gpus <= self.pool.free_gpus else None
+        tasks = None
+        shape = job.gang.shape
+        if job.gpus <= self.pool.free_gpus and shape not in self._no_room:
+            tasks = self.pool.place(job.job_id, job.gang)
+            if tasks is None:
+                self._no_room.add(shape)  # the same gang will not fit either this pass
         if tasks is None:
             tasks = self._preempt_for(job, opp, out)
             if tasks is None:
@@ -404,6 +411,7 @@ class QueuedPolicy:
                 self.pool.claim(victim.job_id, held, victim.gang)
             return None
         self._searches = self.SEARCHES_PER_PASS  # a success: the cluster changed
+        self._no_room.clear()
         for victim, held in released:
             if self.pool.claim(victim.job_id, held, victim.gang):
                 continue  # its GPUs were not needed after all: it keeps running
