@@ -102,8 +102,9 @@ class QueuedPolicy:
     name = "queued"
     #: Set by policies that preempt (they override ``victims`` and ``victim_gpus``).
     preemptive = False
-    #: Failed preemption searches allowed per scheduling pass: each releases and restores
-    #: a few jobs, so a pass over many blocked groups stays cheap.
+    #: Preemption searches allowed per scheduling pass: each releases (and, failing,
+    #: restores) a few jobs, so a pass over many blocked groups stays cheap; jobs left out
+    #: are tried again at the next event.
     SEARCHES_PER_PASS = 2
 
     def __init__(self, pool: NodePool, vc_gpus: dict[str, int], *, pool_factory: Any = None):
@@ -410,8 +411,7 @@ class QueuedPolicy:
             for victim, held in released:
                 self.pool.claim(victim.job_id, held, victim.gang)
             return None
-        self._searches = self.SEARCHES_PER_PASS  # a success: the cluster changed
-        self._no_room.clear()
+        self._no_room.clear()  # the cluster changed
         for victim, held in released:
             if self.pool.claim(victim.job_id, held, victim.gang):
                 continue  # its GPUs were not needed after all: it keeps running
