@@ -7,7 +7,8 @@ Definitions (also in ``docs/policies.md``):
 - makespan: last end - first submit; throughput: finished jobs per hour of makespan.
 - utilization: GPU-seconds held / (cluster GPUs x makespan), lost work included.
 - fragmentation: GPU-seconds idle while some waiting job needed no more GPUs than were idle
-  (it waited for their shape or place, not their number), over cluster GPUs x makespan.
+  (it waited for their shape or place, or for its VC's quota under VC-enforcing policies,
+  not for their number), over cluster GPUs x makespan.
 - VC share: a VC's GPU-seconds served / GPU-seconds it asked for (running + waiting jobs'
   GPUs over time); 1 means it never waited. ``jain_vc_share`` is Jain's index over VCs.
 - finish-time fairness: a job's rho = JCT / its duration (time in the shared cluster over its
