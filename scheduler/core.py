@@ -425,7 +425,7 @@ class HivedScheduler:
                 continue
             if cls.priority < 0:
                 if idle is None:
-                    idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
+                    idle = self.tree.free_total
                 room = idle if self._node_with(cls.task_need) else -1
             elif cls.vc_ref is None:
                 room = -1
