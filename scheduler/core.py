@@ -587,9 +587,8 @@ class HivedScheduler:
             and cls.slots is not None
             and cls.slots_tick == since[0]
         ):
-            places = self._slots_after(vc, cls, since[0], slots)
-            if since[1]:  # more physical cells are free: count what binding could add
-                places += self._bindable(vc, *slots[:2])
+            # Slots on the VC's nodes now, plus what binding its free cells could add.
+            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(vc, *slots[:2])
             if places < len(unit):
                 return None  # not enough places yet for the gang: no search needed
         plan = self._search(job, vc, chains, needs, unit, since)
@@ -685,7 +684,10 @@ class HivedScheduler:
             only = None
             if since is not None and len(unit) == 1:
                 only = self._grown_since(vc, since[0])
-            bind = since is None or since[1]
+            # Binding failed last time too, unless physical cells were freed since, the unit
+            # is a gang (it may have bound some), or the VC binds parts of nodes (which can
+            # now combine with GPUs freed beside them).
+            bind = since is None or since[1] or len(unit) > 1 or self._binds_parts(vc, chains)
             pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
                 plan = self.placer.guaranteed(
@@ -694,6 +696,13 @@ class HivedScheduler:
                 if plan is not None:
                     return plan
         return None
+
+    def _binds_parts(self, vc: VC, chains: list[str]) -> bool:
+        return any(
+            n > 0 and level < self.tree.chains[chain].node_level
+            for chain in chains
+            for level, n in vc.unbound.get(chain, {}).items()
+        )
 
     def _oppo_running(self) -> int:
         return self.tree.oppo_total

@@ -297,6 +297,27 @@ def test_gang_is_whole_or_nothing_incremental_is_task_by_task():
     assert c.state("gang") == "WAITING" and len(c.gpus("inc")) == 2
 
 
+def test_a_waiting_gang_starts_as_soon_as_gpus_free_up_beside_a_bindable_cell():
+    two_nodes = RACK.replace("a: {virtualCells: [{cellType: RACK, cellNumber: 1}]}\n", "")
+    c = Cluster(two_nodes)
+    c.submit("o", vc="b", priority="oppo", gpus=1)  # on n0
+    c.submit("x", vc="b", priority=0, gpus=1)
+    c.submit("y", vc="b", priority=0, gpus=1)
+    c.submit("g", vc="b", priority=0, tasks=2, gpus=3)
+    assert c.state("g") == "WAITING"  # one node bound with 2 free, the other node needs binding
+    c.finish("x")
+    assert c.started() == ["g"] and c.preempted() == []
+
+
+def test_a_part_node_vc_combines_freed_gpus_with_newly_bound_ones():
+    c = Cluster(virtual_cluster(nodes=1, gpus_per_node=4, vcs=("a", "b")))  # 2 GPU cells each
+    c.submit("one", vc="a", priority=0, gpus=1)
+    c.submit("pair", vc="a", priority=0, gpus=2)
+    assert c.state("pair") == "WAITING"
+    c.finish("one")
+    assert c.started() == ["pair"]
+
+
 # ---- adoption and reconfiguration ---------------------------------------------------------
 
 
