@@ -19,6 +19,7 @@ from labhive.scheduler.errors import UserError
 COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.scenario_cli",
     "labhive.scheduler.observe.strace_cli",
+    "labhive.scheduler.sim.cli",
 )
 
 
