@@ -37,7 +37,7 @@ from labhive.scheduler.model import (
 from labhive.scheduler.scenario import Expectation, Scenario, ScenarioEvent
 
 #: Completions sort before actions that happen at the same virtual time.
-_COMPLETION, _ACTION = 0, 1
+COMPLETION, ACTION = 0, 1
 
 
 class VirtualTimeDriver:
@@ -54,7 +54,7 @@ class VirtualTimeDriver:
 
     # ---- scheduling work in virtual time -----------------------------------------------------
 
-    def at(self, time: float, action: Callable[[], str | None], kind: int = _ACTION) -> None:
+    def at(self, time: float, action: Callable[[], str | None], kind: int = ACTION) -> None:
         """Run ``action`` at ``time``; it returns a description of what happened, or None."""
         self._counter += 1
         heapq.heappush(self._heap, (time, kind, self._counter, action))
@@ -122,7 +122,7 @@ class VirtualTimeDriver:
             self.end(record.job_id, True)
             return f"{record.spec.name} finished"
 
-        self.at(self.now + duration, complete, _COMPLETION)
+        self.at(self.now + duration, complete, COMPLETION)
 
 
 # ---- scenarios -------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def replay(scenario: Scenario, policy: str = "hived") -> ReplayResult:
     driver = VirtualTimeDriver(get_policy(policy, scenario.cluster))
     result = ReplayResult()
     for event in scenario.events:
-        driver.at(event.at, _action(driver, event))
+        driver.at(event.at, scenario_action(driver, event))
     expects = sorted(scenario.expects, key=lambda e: e.at)
     while driver.pending():
         upcoming = driver.next_time()
@@ -164,7 +164,7 @@ def _record(result: ReplayResult, failure: str | None) -> None:
         result.failures.append(failure)
 
 
-def _action(driver: VirtualTimeDriver, event: ScenarioEvent) -> Callable[[], str | None]:
+def scenario_action(driver: VirtualTimeDriver, event: ScenarioEvent) -> Callable[[], str | None]:
     def run() -> str:
         name = event.target
         match event.action:

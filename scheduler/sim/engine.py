@@ -33,7 +33,7 @@ from labhive.scheduler.model import (
     TaskPlacement,
     Tick,
 )
-from labhive.scheduler.replay import _COMPLETION, VirtualTimeDriver
+from labhive.scheduler.replay import COMPLETION, VirtualTimeDriver
 from labhive.scheduler.sim.timeline import Timeline
 
 #: Trace statuses that mean the job ended well; any other ends it FAILED.
@@ -308,7 +308,7 @@ class Simulation(VirtualTimeDriver):
             self.end(record.job_id, job.ok)
             return f"{record.spec.name} {'finished' if job.ok else 'failed'}"
 
-        self.at(self.now + job.remaining, complete, _COMPLETION)
+        self.at(self.now + job.remaining, complete, COMPLETION)
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
         """The run ends; ``remaining`` drops by ``keep`` (None: the checkpointed progress)."""

@@ -12,7 +12,7 @@ from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import PRIORITY_CLASSES
 from labhive.scheduler.policies import get_policy
-from labhive.scheduler.replay import _action as scenario_action
+from labhive.scheduler.replay import scenario_action
 from labhive.scheduler.scenario import Scenario
 from labhive.scheduler.sim.engine import SimResult, Simulation
 from labhive.scheduler.sim.metrics import summarize
