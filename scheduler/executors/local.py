@@ -264,6 +264,19 @@ def _process(info: dict[str, Any]) -> psutil.Process | None:
 
 
 def _killpg(info: dict[str, Any], sig: signal.Signals) -> None:
+    """Signal the task's process group, unless its number now belongs to someone else.
+
+    Linux never hands out a pid that still names a live process group, so if a different
+    process now has the supervisor's pid, the task's group is gone and must not be signalled.
+    """
+    try:
+        proc = psutil.Process(int(info["pid"]))
+        if abs(proc.create_time() - float(info["create_time"])) > _START_TIME_SLACK_S:
+            return
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.Error:
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(int(info["pgid"]), sig)
 
