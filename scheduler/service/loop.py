@@ -36,6 +36,7 @@ from labhive.scheduler.executors.base import (
     TaskKey,
     TaskLaunch,
 )
+from labhive.scheduler.executors.env import free_port, task_env
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -68,10 +69,16 @@ LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], l
 def default_launches(
     job: dict[str, Any], spec: JobSpec, placements: tuple[TaskPlacement, ...], virtual: bool
 ) -> list[TaskLaunch]:
+    """One ``TaskLaunch`` per placed task, with OpenPAI's environment (rendezvous included)."""
     roles = {r.name: r for r in spec.roles}
+    port = free_port() if spec.task_count > 1 else 0
     out = []
     for p in placements:
         role = roles[p.role]
+        env = task_env(
+            str(job["id"]), spec, placements, job["attempt"], p.role, p.index,
+            master_port=port, virtual=virtual,
+        )  # fmt: skip
         out.append(
             TaskLaunch(
                 key=TaskKey(str(job["id"]), job["attempt"], p.role, p.index),
@@ -82,6 +89,7 @@ def default_launches(
                 virtual=virtual,
                 cpu=role.cpu,
                 memory_mb=role.memory_mb,
+                env=env,
                 image=spec.image,
                 user=job["user"],
                 observe=spec.observe,
@@ -267,8 +275,20 @@ class SchedulerLoop:
             self._running[job["id"]] = run
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
         self._pending_events = adopts + submits
-        self._pending_exits = list(self.executor.adopt(handles)) if handles else []
+        self._pending_exits = self._adopt(handles)
         self._wake.set()
+
+    def _adopt(self, handles: list[TaskHandle]) -> list[TaskExit]:
+        """Hand recorded tasks back to the executor; a task whose launch was never recorded (a
+        kill between launch and commit) that the executor cannot find is settled as lost."""
+        exits: list[TaskExit] = []
+        for handle in handles:
+            try:
+                exits.extend(self.executor.adopt([handle]))
+            except (KeyError, ValueError, OSError) as err:
+                reason = f"could not re-adopt the task after a restart ({err!r})"
+                exits.append(TaskExit(handle.key, None, reason, requeue=True))
+        return exits
 
     # ---- one pass ------------------------------------------------------------------------
 
