@@ -11,6 +11,7 @@ import glob
 import itertools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -80,7 +81,7 @@ def pg_server() -> Iterator[str]:
             time.sleep(0.1)
     _wait_ready(url)
     yield url
-    proc.terminate()
+    os.killpg(proc.pid, signal.SIGINT)  # PostgreSQL's fast shutdown
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:

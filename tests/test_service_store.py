@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from service_fixtures import db_url, pg_server, store  # noqa: F401 - fixtures
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
@@ -24,6 +23,8 @@ from labhive.scheduler.service.store import (
     job_row,
     jobs,
 )
+
+pytest_plugins = ["service_fixtures"]
 
 
 def _new(store: Store, retries: int = 0, name: str = "a") -> int:
@@ -147,7 +148,7 @@ def test_readers_never_see_half_a_transition(store: Store) -> None:
     problems: list[str] = []
 
     def writer() -> None:
-        for round_ in range(40):
+        for round_ in range(15):
             for i, job_id in enumerate(ids):
                 _start(store, job_id, node=f"n{i}", gpus=(0, 1))
             for job_id in ids:
