@@ -18,6 +18,7 @@ import alembic.command  # noqa: F401 - warm imports: everything `labhive serve` 
 import fastapi  # noqa: F401
 import httpx  # noqa: F401
 import psutil  # noqa: F401
+import pydantic.v1  # noqa: F401 - FastAPI's compatibility check loads it per route
 import sqlalchemy  # noqa: F401
 import uvicorn  # noqa: F401
 

@@ -224,7 +224,7 @@ def test_kill_9_at_50_random_moments_loses_nothing(tmp_path: Path) -> None:
                     h.kill()
                     continue
                 h.wait_ready()
-            time.sleep(rnd.uniform(0.05, 0.6))
+            time.sleep(rnd.uniform(0.02, 0.4))
             h.kill()
         h.stop.set()
         print(f"{KILLS} kills in {time.monotonic() - began:.1f} s, {len(h.accepted)} accepted")
