@@ -85,8 +85,12 @@ class Service:
         return dataclasses.replace(spec, user=who.name)
 
 
-async def _who(request: Request) -> Identity:
-    """The caller, as the service's authenticator sees them (the one identity check)."""
+_bearer = HTTPBearer(auto_error=False, description="the admin token file, or a user's token")
+
+
+async def _who(request: Request, _: Annotated[Any, Depends(_bearer)]) -> Identity:
+    """The caller, as the service's authenticator sees them (the one identity check); the
+    bearer dependency documents the scheme in OpenAPI."""
     return request.app.state.service.identify(request)  # type: ignore[no-any-return]
 
 
@@ -110,18 +114,15 @@ def create_app(service: Service) -> FastAPI:
 
 
 def _routes(app: FastAPI, svc: Service) -> None:
-    # HTTPBearer only documents the scheme in OpenAPI; ``Who`` does the checking.
-    bearer = HTTPBearer(auto_error=False, description="the admin token file, or a user's token")
-    secured = [Depends(bearer)]
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": s.ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
     }
 
     def get(path: str, **kw: Any) -> Callable:
-        return app.get(PREFIX + path, dependencies=secured, responses=errors, **kw)
+        return app.get(PREFIX + path, responses=errors, **kw)
 
     def post(path: str, **kw: Any) -> Callable:
-        return app.post(PREFIX + path, dependencies=secured, responses=errors, **kw)
+        return app.post(PREFIX + path, responses=errors, **kw)
 
     @post("/jobs", status_code=201, response_model=s.JobOut)
     async def submit(body: s.JobRequest, me: Who) -> JSONResponse:
@@ -141,18 +142,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
         )
         assert svc.intake is not None
         job_id, t = await svc.intake.submit(job, spec)
-        row = {
-            **dataclasses.asdict(job),
-            "id": job_id,
-            "state": lc.WAITING,
-            "attempt": 1,
-            "retries_used": 0,
-            "opportunistic": False,
-            "cancel_requested": False,
-            "reason": "submitted",
-            "submitted_at": t,
-        }
-        return JSONResponse(_job_out(row).model_dump(mode="json"), status_code=201)
+        return JSONResponse(lc.new_job_view(job, job_id, t), status_code=201)
 
     @get("/jobs", response_model=s.JobList)
     def list_jobs(

@@ -93,6 +93,12 @@ def submit_many(conn: Connection, new: Sequence[NewJob], t: float) -> list[int]:
     return ids
 
 
+def new_job_view(job: NewJob, job_id: int, t: float) -> dict[str, Any]:
+    """A just-stored job as the API shows it (no store round trip on the submit path)."""
+    return {**_job_values(job, t), "id": job_id, "queue_position": None, "queue_length": None,
+            "tasks": [], "spec": None}  # fmt: skip
+
+
 def _job_values(job: NewJob, t: float) -> dict[str, Any]:
     return {
         "name": job.name,
