@@ -64,12 +64,18 @@ def crashed_service(tmp_path: Path):
             }
             for job in settle:
                 wait_for(lambda job=job: Path(handles[job].info["exit_file"]).exists())
+                wait_for(lambda job=job: processes_of(job) == [])
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+        launched.extend(commands)
         return handles
 
-    return run
+    launched: list[str] = []
+    yield run
+    for job in launched:  # a failed test must not leave its tasks running
+        for leftover in processes_of(job):
+            leftover.kill()
 
 
 def test_after_a_kill_9_running_tasks_are_readopted_and_ended_ones_settled(
@@ -132,3 +138,17 @@ def test_a_pid_now_used_by_another_process_is_not_the_task_and_is_left_alone(tmp
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_task_known_only_by_its_key_is_found_from_its_directory(crashed_service, tmp_path):
+    # The service died after launching but before storing the handle: it adopts by key alone.
+    go = tmp_path / "go"
+    crashed_service({"unrecorded": f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3"}, [])
+    ex = LocalExecutor(tmp_path)
+    key = TaskKey("unrecorded", 0, "main", 0)
+    never = TaskKey("never", 0, "main", 0)
+    (settled,) = ex.adopt([TaskHandle(key, {}), TaskHandle(never, {})])
+    assert (settled.key, settled.exit_code) == (never, None)
+    go.touch()
+    assert wait_exits(ex, 1)[key].exit_code == 3
+    assert ex.read_log(TaskHandle(key, {}), "stderr", 0, 10) == b""
