@@ -40,3 +40,17 @@ def processes_of(job_id: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def processes_under(root: object) -> list[psutil.Process]:
+    """Every live process whose working directory lies under ``root`` (a service's data dir):
+    a task's processes, whatever process group or session they moved to."""
+    prefix = str(root)
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.cwd().startswith(prefix) and proc.status() != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
