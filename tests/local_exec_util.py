@@ -20,7 +20,7 @@ def launch_one(ex: LocalExecutor, job: str, command: str, **kw) -> TaskHandle:
     return handle
 
 
-def wait_exits(ex: LocalExecutor, n: int, timeout_s: float = 10.0) -> dict[TaskKey, TaskExit]:
+def wait_exits(ex: LocalExecutor, n: int, timeout_s: float = 30.0) -> dict[TaskKey, TaskExit]:
     exits: dict[TaskKey, TaskExit] = {}
     deadline = time.monotonic() + timeout_s
     while len(exits) < n and time.monotonic() < deadline:

@@ -25,7 +25,7 @@ def test_a_gang_of_two_starts_together_sees_its_rendezvous_and_exits_0(ex, tmp_p
     meet = tmp_path / "meet"
     meet.mkdir()
     cmd = (
-        f"touch {meet}/$RANK; for i in $(seq 100); do [ -e {meet}/$(( 1 - RANK )) ] && break;"
+        f"touch {meet}/$RANK; for i in $(seq 400); do [ -e {meet}/$(( 1 - RANK )) ] && break;"
         " sleep 0.05; done; [ -e " + f"{meet}" + "/$(( 1 - RANK )) ] || exit 9;"
         " echo $PAI_JOB_NAME $PAI_CURRENT_TASK_ROLE_NAME $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
         " $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT gpus=$CUDA_VISIBLE_DEVICES;"

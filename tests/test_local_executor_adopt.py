@@ -35,16 +35,17 @@ SERVICE = textwrap.dedent(
         launch = TaskLaunch(TaskKey(job, 0, "main", 0), job, cmd, "node0", ())
         handles += ex.launch([launch])
     rows = [{"job": h.key.job_id, "info": h.info} for h in handles]
-    (data / "handles.json").write_text(json.dumps(rows))
+    (data / "handles.tmp").write_text(json.dumps(rows))
+    (data / "handles.tmp").rename(data / "handles.json")
     time.sleep(600)
     """
 )
 
 
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
+def wait_for(predicate, what: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
 
 
@@ -57,14 +58,14 @@ def crashed_service(tmp_path: Path):
             [sys.executable, "-c", SERVICE, str(tmp_path), json.dumps(commands)]
         )
         try:
-            wait_for(lambda: (tmp_path / "handles.json").exists())
+            wait_for(lambda: (tmp_path / "handles.json").exists(), "the launches")
             handles = {
                 row["job"]: TaskHandle(TaskKey(row["job"], 0, "main", 0), row["info"])
                 for row in json.loads((tmp_path / "handles.json").read_text())
             }
             for job in settle:
-                wait_for(lambda job=job: Path(handles[job].info["exit_file"]).exists())
-                wait_for(lambda job=job: processes_of(job) == [])
+                wait_for(lambda j=job: Path(handles[j].info["exit_file"]).exists(), f"{job}'s end")
+                wait_for(lambda j=job: processes_of(j) == [], f"{job}'s supervisor to leave")
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
@@ -92,7 +93,7 @@ def test_after_a_kill_9_running_tasks_are_readopted_and_ended_ones_settled(
     )
     # Something takes "lost" down with its supervisor, so nothing records how it ended.
     os.killpg(handles["lost"].info["pgid"], signal.SIGKILL)
-    wait_for(lambda: processes_of("lost") == [])
+    wait_for(lambda: processes_of("lost") == [], "the lost task to die")
 
     ex = LocalExecutor(tmp_path)
     settled = {e.key.job_id: e for e in ex.adopt(list(handles.values()))}
@@ -109,7 +110,7 @@ def test_after_a_kill_9_running_tasks_are_readopted_and_ended_ones_settled(
 
 def test_an_adopted_task_can_be_stopped_with_everything_it_forked(crashed_service, tmp_path):
     handles = crashed_service({"stubborn": "trap '' TERM; setsid sleep 60 & sleep 60 & wait"}, [])
-    wait_for(lambda: len(processes_of("stubborn")) >= 4)
+    wait_for(lambda: len(processes_of("stubborn")) >= 4, "the stubborn task's processes")
     ex = LocalExecutor(tmp_path)
     assert ex.adopt([handles["stubborn"]]) == []
     ex.stop([handles["stubborn"]], grace_s=0.3)
