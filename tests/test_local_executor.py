@@ -125,3 +125,9 @@ def test_a_relaunch_of_an_unrecorded_attempt_kills_the_orphan_and_keeps_its_file
     assert wait_exits(second, 1)[h.key].exit_code == 0
     assert processes_of("twice") == []
     assert (tmp_path / "jobs" / "twice" / "0" / "worker-0.stale-1" / "launch.json").exists()
+
+
+def test_a_task_key_that_would_name_a_path_elsewhere_is_refused(ex, tmp_path):
+    with pytest.raises(LaunchError, match="cannot name a directory"):
+        ex.launch([task("escape", "true", role="../../x")])
+    assert not (tmp_path / "x-0").exists()

@@ -66,7 +66,12 @@ def user_shell() -> str:
 
 
 def task_dir(data_dir: Path, key: TaskKey) -> Path:
-    return data_dir / "jobs" / key.job_id / str(key.attempt) / f"{key.role}-{key.index}"
+    """Where the task lives; a key that would name a path elsewhere is refused."""
+    parts = (key.job_id, str(key.attempt), f"{key.role}-{key.index}")
+    for part in parts:
+        if not part or "/" in part or "\0" in part or part in (".", ".."):
+            raise LaunchError(f"task {key} cannot name a directory: {part!r}")
+    return data_dir.joinpath("jobs", *parts)
 
 
 @dataclass
@@ -102,9 +107,9 @@ class LocalExecutor:
 
     def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
         """Start the gang; if any task cannot start, stop those that did and raise."""
-        rendezvous = self._fallback_rendezvous(tasks)
         started: list[TaskHandle] = []
         try:
+            rendezvous = self._fallback_rendezvous(tasks)
             for launch in tasks:
                 started.append(self._launch_one(launch, rendezvous.get(launch.key, {})))
         except Exception as err:
