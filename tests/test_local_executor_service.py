@@ -78,11 +78,13 @@ def test_cancel_leaves_no_process_behind(service):
 
 def test_an_straced_job_lists_its_system_call_log_as_an_observation(service):
     c = service.client()
-    job = c.submit(command="cat /etc/hostname", vc="vc1", gpus=1, observe="strace", name="t")
+    job = c.submit(command="cat /etc/hostname", vc="vc1", gpus=1, observe="strace", memory_mb=512)
     assert job.wait(20, 0.05).state == "SUCCEEDED"
     (obs,) = c.observations(job.id)
     assert (obs["task"], obs["kind"]) == ("main-0", "strace") and obs["size"] > 0
     assert "/etc/hostname" in Path(obs["path"]).read_text()
+    memory = job.tasks[0]["limits"]["memory"]  # what was enforced is on the job
+    assert memory["enforced"] and memory["bytes"] == 512 << 20
 
 
 # ---- kill -9 of the service --------------------------------------------------------------
