@@ -131,3 +131,12 @@ def test_a_task_key_that_would_name_a_path_elsewhere_is_refused(ex, tmp_path):
     with pytest.raises(LaunchError, match="cannot name a directory"):
         ex.launch([task("escape", "true", role="../../x")])
     assert not (tmp_path / "x-0").exists()
+
+
+def test_a_relative_data_dir_works_from_the_tasks_own_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ex = LocalExecutor(Path("data"))
+    (h,) = ex.launch([task("rel", "pwd")])
+    assert wait_exits(ex, 1)[h.key].exit_code == 0
+    out = ex.read_log(h, "stdout", 0, 4096).decode().strip()
+    assert out == str(tmp_path / "data" / "jobs" / "rel" / "0" / "worker-0")

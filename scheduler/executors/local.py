@@ -97,7 +97,7 @@ class LocalExecutor:
         shell: str | None = None,
         limit_support: limits.LimitSupport | None = None,
     ):
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
         self.grace_s = grace_s
         self.shell = shell
         self.limit_support = limit_support or limits.detect()
