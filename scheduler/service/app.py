@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as FPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPBearer
@@ -95,6 +96,9 @@ async def _who(request: Request, _: Annotated[Any, Depends(_bearer)]) -> Identit
 
 
 Who = Annotated[Identity, Depends(_who)]
+#: Ids and offsets stay within what every backend stores (SQLite's and PostgreSQL's integers).
+MAX_INT = 2**53
+JobId = Annotated[int, FPath(ge=1, le=MAX_INT)]
 
 
 def create_app(service: Service) -> FastAPI:
@@ -153,7 +157,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
         vc: str | None = None,
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     ) -> s.JobList:
         query = select(jobs).order_by(jobs.c.id.desc()).limit(limit).offset(offset)
         if not me.admin:
@@ -169,7 +173,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
         return s.JobList(jobs=[_job_out(r, svc.loop) for r in rows])
 
     @get("/jobs/{job_id}", response_model=s.JobOut)
-    def get_job(job_id: int, me: Who) -> s.JobOut:
+    def get_job(job_id: JobId, me: Who) -> s.JobOut:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
             task_rows = _tasks(conn, job_id, row["attempt"])
@@ -177,7 +181,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
 
     @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
     def cancel(
-        job_id: int, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
+        job_id: JobId, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
     ) -> s.JobOut:
         with svc.store.write() as conn:
             _owned(conn, job_id, me)
@@ -196,7 +200,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
                 svc.loop.changed.wait(min(left, 0.2))
 
     @get("/jobs/{job_id}/events", response_model=s.EventList)
-    def job_events(job_id: int, me: Who) -> s.EventList:
+    def job_events(job_id: JobId, me: Who) -> s.EventList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
             rows = conn.execute(
@@ -207,13 +211,13 @@ def _routes(app: FastAPI, svc: Service) -> None:
 
     @get("/jobs/{job_id}/logs", response_model=s.LogChunk)
     def job_logs(
-        job_id: int,
+        job_id: JobId,
         me: Who,
         task: str | None = None,
         stream: Literal["stdout", "stderr"] = "stdout",
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
-        attempt: Annotated[int | None, Query(ge=1)] = None,
+        attempt: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
     ) -> s.LogChunk:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
@@ -244,7 +248,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
         )
 
     @get("/jobs/{job_id}/observations", response_model=s.ObservationList)
-    def job_observations(job_id: int, me: Who) -> s.ObservationList:
+    def job_observations(job_id: JobId, me: Who) -> s.ObservationList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
             task_rows = [
