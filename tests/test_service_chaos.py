@@ -228,7 +228,7 @@ def test_kill_9_at_50_random_moments_loses_nothing(tmp_path: Path) -> None:
                 t0 = time.monotonic()
                 h.wait_ready()
                 ready.append(time.monotonic() - t0)
-            time.sleep(rnd.uniform(0.02, 0.4))
+            time.sleep(rnd.uniform(0.02, 0.3))
             h.kill()
         h.stop.set()
         print(
