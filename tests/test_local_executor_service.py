@@ -57,7 +57,8 @@ def test_a_prod_job_preempts_an_oppo_job_within_the_grace_period_and_it_is_reque
     prod = c.submit(command="sleep 1; echo prod ran", vc="vc1", gpus=4, priority="prod")
     wait_until(lambda: processes_under(jobs_dir / str(oppo.id)) == [], what="oppo to stop")
     assert time.monotonic() - t0 < GRACE_S + 3.0
-    assert state(prod) == "RUNNING" and state(oppo) == "WAITING"
+    wait_until(lambda: state(prod) == "RUNNING", what="the prod job to start")
+    assert state(oppo) == "WAITING"
     moves = [(e["from_state"], e["to_state"], e["reason"]) for e in oppo.events()]
     assert moves[-1] == ("RUNNING", "WAITING", "preempted")
     assert oppo.retries_used == 0
