@@ -15,6 +15,7 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from labhive.scheduler.admission import reject_if_never_runs
 from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
@@ -29,7 +30,6 @@ from labhive.scheduler.model import (
     JobView,
     NodeDown,
     NodeUp,
-    NodeView,
     Preempt,
     Reconfigure,
     Requeue,
@@ -44,6 +44,7 @@ from labhive.scheduler.model import (
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
+from labhive.scheduler.views import job_view, node_views, vc_views
 
 
 class AdoptRefused(ValueError):
@@ -136,84 +137,13 @@ class HivedScheduler:
         key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
         if key not in self._checked:
             try:
-                self._check(spec)
+                reject_if_never_runs(self, spec)
                 self._checked[key] = None
             except SpecRejected as err:
                 self._checked[key] = str(err)
         message = self._checked[key]
         if message is not None:
             raise SpecRejected(message)
-
-    def _check(self, spec: JobSpec) -> None:
-        leaf_types = sorted(self._max_node)
-        vc = self.vcs.by_name.get(spec.vc)
-        if vc is None:
-            raise SpecRejected(
-                f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vcs.by_name))}"
-            )
-        skus = {r.sku for r in spec.roles if r.sku is not None}
-        for sku in sorted(skus):
-            if sku not in self._max_node:
-                raise SpecRejected(
-                    f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}"
-                )
-        if spec.gang and len(skus) > 1:
-            raise SpecRejected(
-                f"a gang stays within one chain, but its roles ask for {', '.join(sorted(skus))}; "
-                "give every role the same skuType or set gangAllocation: false"
-            )
-        vc_types = {self.tree.chains[c].leaf_type for c in vc.quota}
-        vc_types |= {self.tree.chains[c.chain].leaf_type for c in vc.pinned}
-        pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
-        for pin in sorted(pins):
-            if pin not in {c.pinned_id for c in vc.pinned}:
-                have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned)) or "none"
-                raise SpecRejected(
-                    f"pinnedCellId {pin} is not pinned to {vc.name}; its pinned cells: {have}"
-                )
-        if spec.gang and len(pins) > 1:
-            raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
-        if not spec.opportunistic:
-            for sku in sorted(skus - vc_types):
-                raise SpecRejected(
-                    f"{vc.name} has no {sku} cells; it has {self._describe(vc)}. "
-                    "Ask for one of those, or submit as priority oppo to use idle cells"
-                )
-        for role in spec.roles:
-            types = [role.sku] if role.sku else leaf_types
-            fits = [t for t in types if self._leaves(role, t) <= self._max_node[t]]
-            if not fits:
-                biggest = max(self._max_node[t] for t in types)
-                raise SpecRejected(
-                    f"task role {role.name} needs {self._leaves(role, types[0])} GPUs in one "
-                    f"task, but the largest {'/'.join(types)} node has {biggest}; split it into "
-                    f"tasks of at most {biggest} GPUs"
-                )
-        if not spec.gang:
-            return
-        types = sorted(skus) or leaf_types
-        need = min(sum(self._leaves(r, t) * r.instances for r in spec.roles) for t in types)
-        cluster = sum(self._type_leaves[t] for t in types)
-        what = f"this gang needs {need} GPUs"
-        if need > cluster:
-            raise SpecRejected(
-                f"{what}, more than the cluster's {cluster}; ask for at most {cluster} or set "
-                "gang: false (gangAllocation: false) to start tasks as cells free up"
-            )
-        if not spec.opportunistic and need > vc.leaves(self.tree):
-            have = vc.leaves(self.tree)
-            raise SpecRejected(
-                f"{what}, more than {vc.name} has in all ({self._describe(vc)}); ask for at "
-                f"most {have} or set gang: false (gangAllocation: false)"
-            )
-
-    def _describe(self, vc: VC) -> str:
-        parts = []
-        for chain in vc.chains() or [c.chain for c in vc.pinned]:
-            n = vc.leaves(self.tree, chain)
-            if n:
-                parts.append(f"{n} {self.tree.chains[chain].leaf_type}")
-        return " + ".join(parts) + " GPUs" if parts else "no cells"
 
     def _leaves(self, role: RoleSpec, leaf_type: str) -> int:
         key = (role, leaf_type)
@@ -486,7 +416,6 @@ class HivedScheduler:
             self._dirty_oppo = False
         out = []
         idle: int | None = None
-        widest = 0
         rooms: dict[tuple[str, int], int] = {}
         for cls in self._ready:
             if not cls.entries:
@@ -497,10 +426,7 @@ class HivedScheduler:
             if cls.priority < 0:
                 if idle is None:
                     idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
-                    widest = max(
-                        (n.free for nodes in self.tree.open.values() for n in nodes), default=0
-                    )
-                room = idle if widest >= cls.task_need else -1
+                room = idle if self._node_with(cls.task_need) else -1
             elif cls.vc_ref is None:
                 room = -1
             else:
@@ -519,14 +445,17 @@ class HivedScheduler:
         """The cheap bound again, just before an attempt: jobs placed since the class was
         collected may have taken what it needed."""
         if cls.priority < 0:
-            widest = 0
-            for nodes in self.tree.open.values():
-                for node in nodes:
-                    if node.free > widest:
-                        widest = node.free
-            return widest >= cls.task_need
+            return self._node_with(cls.task_need)
         vc = cls.vc_ref
         return vc is not None and self._room(vc, cls.priority) >= cls.need
+
+    def _node_with(self, free: int) -> bool:
+        """Whether some node has ``free`` idle healthy GPUs."""
+        for nodes in self.tree.open.values():
+            for node in nodes:
+                if node.free >= free:
+                    return True
+        return False
 
     def _room(self, vc: VC, priority: int) -> int:
         """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
@@ -1008,80 +937,13 @@ class HivedScheduler:
         return [self._view(j) for j in (*running, *waiting)]
 
     def _view(self, job: Job) -> JobView:
-        tasks = tuple(sorted((p for p, _ in job.placed.values()), key=lambda p: (p.role, p.index)))
-        position = length = None
-        why = None
-        queue = self._queues.get(job.vc)
-        if not job.placed and queue is not None:
-            position = queue.position(job.spec.priority, job.seq, job.job_id)
-            length = len(queue.order)
-        if job.waiting_tasks:
-            from labhive.scheduler.why import why_waiting
-
-            why = why_waiting(self, job, position, length)
-        elif job.downgraded_by is not None:
-            by = self._jobs.get(job.downgraded_by)
-            name = by.spec.name if by else job.downgraded_by
-            why = f"downgraded to opportunistic by {name}; preempted first if its GPUs are needed"
-        elif job.opportunistic:
-            why = "running opportunistically on idle cells; preempted first if they are needed"
-        return JobView(
-            job.job_id,
-            job.spec.name,
-            job.vc,
-            job.spec.priority,
-            "RUNNING" if job.placed else "WAITING",
-            tasks,
-            job.opportunistic,
-            position,
-            length,
-            why,
-        )
+        return job_view(self, job)
 
     def cluster(self) -> ClusterView:
-        merged: dict[str, dict[str, object]] = {}
-        for name, cells in self.tree.nodes.items():
-            entry = merged.setdefault(name, {"sku": cells[0].chain, "gpus": [], "used": {}})
-            for cell in cells:
-                for leaf in cell.leaf_cells():
-                    entry["gpus"].append(leaf.gpu)  # type: ignore[attr-defined]
-                    if leaf.job:
-                        entry["used"][leaf.gpu] = leaf.job  # type: ignore[index]
-            entry["sku"] = self.tree.chains[cells[0].chain].leaf_type
-            entry["healthy"] = all(c.bad == 0 for c in cells)
-        nodes = tuple(
-            NodeView(
-                name,
-                str(e["sku"]),
-                tuple(sorted(e["gpus"])),  # type: ignore[call-overload]
-                bool(e["healthy"]),
-                dict(e["used"]),  # type: ignore[call-overload]
-                "" if e["healthy"] else "down",
-            )
-            for name, e in merged.items()
-        )
-        return ClusterView(nodes, self.vc_views(), self.config.virtual)
+        return ClusterView(node_views(self), self.vc_views(), self.config.virtual)
 
     def vc_views(self) -> dict[str, VCView]:
-        used: dict[str, int] = {}
-        oppo: dict[str, int] = {}
-        waiting: dict[str, int] = {}
-        for job in self._jobs.values():
-            n = sum(len(leaves) for _, leaves in job.placed.values())
-            target = oppo if job.opportunistic else used
-            target[job.vc] = target.get(job.vc, 0) + n
-            if not job.placed:
-                waiting[job.vc] = waiting.get(job.vc, 0) + 1
-        return {
-            name: VCView(
-                name,
-                vc.leaves(self.tree),
-                used.get(name, 0),
-                oppo.get(name, 0),
-                waiting.get(name, 0),
-            )
-            for name, vc in self.vcs.by_name.items()
-        }
+        return vc_views(self)
 
     def next_wakeup(self) -> float | None:
         return None

@@ -353,6 +353,8 @@ def pick_leaves(
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
     """
+    if free_only and len(parts) == 1 and parts[0].free == need:
+        return [leaf for leaf in parts[0].leaf_cells() if leaf.job is None and leaf.bad == 0]
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
