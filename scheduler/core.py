@@ -61,6 +61,8 @@ class Job:
     downgraded_by: str | None = None
     queued_key: Hashable | None = None  # the class it waits in, if any
     in_order: bool = False  # listed in its VC's queue order
+    pinned: str | None = None  # the pinned cell its roles name, if any
+    needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
 
     @property
     def vc(self) -> str:
@@ -68,6 +70,8 @@ class Job:
 
     @property
     def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:
+        if not self.placed:
+            return self.tasks
         return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
 
     @property
@@ -97,7 +101,12 @@ class HivedScheduler:
         self._queues: dict[str, VCQueue] = {}
         self._ready: set[JobClass] = set()
         self._oppo_epoch = 0
+        self._classes: dict[Hashable, JobClass] = {}
         self._oppo_classes: dict[Hashable, JobClass] = {}
+        self._vc_classes: dict[str, dict[Hashable, JobClass]] = {}
+        self._dirty_vcs: dict[str, int] = {}  # VC -> the highest priority that may now fit
+        self._dirty_oppo = False
+        self._tick = 0  # counts freed GPUs, to tell which nodes changed since a failure
         self._load(config)
 
     def _load(self, config: ClusterConfig) -> None:
@@ -106,10 +115,17 @@ class HivedScheduler:
         self.vcs = VCs(config, self.tree)
         self.placer = Placer(self.tree, self.vcs)
         self._leaves_cache: dict[tuple[RoleSpec, str], int] = {}
+        self._chains_cache: dict[Hashable, list[str]] = {}
+        self._checked: dict[Hashable, str | None] = {}
         self._max_node = {
             leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
             for leaf in {c.leaf_type for c in self.tree.chains.values()}
         }
+        self._type_leaves: dict[str, int] = {}
+        for chain in self.tree.chains.values():
+            self._type_leaves[chain.leaf_type] = self._type_leaves.get(chain.leaf_type, 0) + sum(
+                c.leaves for c in chain.tops
+            )
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
 
@@ -117,7 +133,19 @@ class HivedScheduler:
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that can never run here, saying what would fit."""
-        leaf_types = sorted(self.config.leaf_types)
+        key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
+        if key not in self._checked:
+            try:
+                self._check(spec)
+                self._checked[key] = None
+            except SpecRejected as err:
+                self._checked[key] = str(err)
+        message = self._checked[key]
+        if message is not None:
+            raise SpecRejected(message)
+
+    def _check(self, spec: JobSpec) -> None:
+        leaf_types = sorted(self._max_node)
         vc = self.vcs.by_name.get(spec.vc)
         if vc is None:
             raise SpecRejected(
@@ -125,7 +153,7 @@ class HivedScheduler:
             )
         skus = {r.sku for r in spec.roles if r.sku is not None}
         for sku in sorted(skus):
-            if sku not in self.config.leaf_types:
+            if sku not in self._max_node:
                 raise SpecRejected(
                     f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}"
                 )
@@ -136,6 +164,15 @@ class HivedScheduler:
             )
         vc_types = {self.tree.chains[c].leaf_type for c in vc.quota}
         vc_types |= {self.tree.chains[c.chain].leaf_type for c in vc.pinned}
+        pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
+        for pin in sorted(pins):
+            if pin not in {c.pinned_id for c in vc.pinned}:
+                have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned)) or "none"
+                raise SpecRejected(
+                    f"pinnedCellId {pin} is not pinned to {vc.name}; its pinned cells: {have}"
+                )
+        if spec.gang and len(pins) > 1:
+            raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
         if not spec.opportunistic:
             for sku in sorted(skus - vc_types):
                 raise SpecRejected(
@@ -156,11 +193,7 @@ class HivedScheduler:
             return
         types = sorted(skus) or leaf_types
         need = min(sum(self._leaves(r, t) * r.instances for r in spec.roles) for t in types)
-        cluster = sum(
-            sum(c.leaves for c in chain.tops)
-            for chain in self.tree.chains.values()
-            if chain.leaf_type in types
-        )
+        cluster = sum(self._type_leaves[t] for t in types)
         what = f"this gang needs {need} GPUs"
         if need > cluster:
             raise SpecRejected(
@@ -224,6 +257,7 @@ class HivedScheduler:
         self._seq += 1
         tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
         self._jobs[job_id] = job
         return job
 
@@ -253,21 +287,29 @@ class HivedScheduler:
                 vc.prio_in[job.prio] = vc.prio_in.get(job.prio, 0) + 1
             else:
                 vc.oppo_in += 1
+            self.tree.use(leaf, job.job_id, job.prio)
+            if leaf.node_cell is not None and leaf.node_cell.free == 0:
+                vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
+            return
         self.tree.use(leaf, job.job_id, job.prio)
 
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs[owner.vc or ""]
+            if leaf.node_cell is not None:
+                self._grew(vc, leaf.node_cell)
             if leaf.bad == 0:
                 vc.free_in += 1
             if leaf.prio >= 0:
                 vc.prio_in[leaf.prio] -= 1
             else:
                 vc.oppo_in -= 1
-            self._bump(vc)
+            self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
+        if owner is not None and leaf.node_cell is not None:
+            self.vcs[owner.vc or ""].refresh_open(leaf.node_cell)
         self._bump_oppo()
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
@@ -284,35 +326,52 @@ class HivedScheduler:
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
-        for cell in sorted(touched, key=lambda c: c.order):
+        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
             vc.free_in -= cell.free
             vc.oppo_in -= cell.oppo
             self.vcs.unbind(vc, cell)
+            # More free physical cells help only VCs with cells left to bind in this chain.
             for other in self.vcs.by_name.values():
-                if cell.chain in other.quota:
-                    self._bump(other)
+                if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
+                    other.pool_epoch += 1
+                    self._bump(other, 1 << 30)
 
     def _bind_counters(self, vc: VC, plan: Plan) -> None:
         for cell in plan.bound:
-            vc.free_in += cell.free
-            vc.oppo_in += cell.oppo
+            self._bound(vc, cell)
 
-    def _bump(self, vc: VC) -> None:
-        vc.epoch += 1
-        queue = self._queues.get(vc.name)
-        if queue is not None:
-            for cls in queue.classes.values():
-                if cls.priority >= 0 and cls.entries:
-                    self._ready.add(cls)
+    def _bound(self, vc: VC, cell: Cell) -> None:
+        """A cell was bound to the VC: count it, and let failed searches look at it."""
+        vc.free_in += cell.free
+        vc.oppo_in += cell.oppo
+        for node in cell.nodes():
+            self._grew(vc, node)
+
+    def _grew(self, vc: VC, node: Cell) -> None:
+        """The VC may use more of ``node`` than before (kept newest last)."""
+        self._tick += 1
+        vc.grown.pop(node, None)
+        vc.grown[node] = self._tick
+
+    def _bump(self, vc: VC, freed: int | None = None) -> None:
+        """The VC's capacity may have grown: for every job when ``freed`` is None, else only
+        for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
+        vc.version += 1
+        if freed is None:
+            vc.epoch += 1
+            level = 1 << 30
+        else:
+            vc.freed[freed] = vc.freed.get(freed, 0) + 1
+            level = freed
+        if self._dirty_vcs.get(vc.name, -(1 << 30)) < level:
+            self._dirty_vcs[vc.name] = level
 
     def _bump_oppo(self) -> None:
         self._oppo_epoch += 1
-        for cls in self._oppo_classes.values():
-            if cls.entries:
-                self._ready.add(cls)
+        self._dirty_oppo = True
 
     # ---- queue -------------------------------------------------------------------------------
 
@@ -323,18 +382,24 @@ class HivedScheduler:
         shape = tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
         if not job.spec.gang:
             shape = shape[:1]
-        return (job.vc, job.spec.priority, job.spec.gang, shape)
+        vc = None if job.spec.opportunistic else job.vc
+        return (vc, job.spec.priority, job.spec.gang, shape)
 
     def _enqueue(self, job: Job) -> None:
         """Put a job (back) in its VC's queue at its original place, in its current class."""
         self._dequeue(job, keep_order=True)
         queue = self._queues.setdefault(job.vc, VCQueue())
         key = self._class_key(job)
-        cls = queue.classes.get(key)
+        cls = self._classes.get(key)
         if cls is None:
-            cls = queue.classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls.need = self._class_need(job)
+            cls.task_need = self._task_need(job)
+            cls.vc_ref = self.vcs.by_name.get(job.vc)
             if job.spec.opportunistic:
                 self._oppo_classes[key] = cls
+            else:
+                self._vc_classes.setdefault(job.vc, {})[key] = cls
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
         cls.add(job.seq, job.job_id)
@@ -343,39 +408,147 @@ class HivedScheduler:
             queue.add(job.spec.priority, job.seq, job.job_id)
             job.in_order = True
 
+    def _class_need(self, job: Job) -> int:
+        """The fewest GPUs a job of this class can start with (its next task if incremental)."""
+        waiting = job.waiting_tasks
+        unit = waiting if job.spec.gang else waiting[:1]
+        chains = self._chains(job, [r for r, _ in unit])
+        if not chains:
+            return 1 << 30
+        return min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
+
+    def _task_need(self, job: Job) -> int:
+        """The fewest GPUs the job's largest waiting task needs on one node."""
+        roles = [r for r, _ in job.waiting_tasks]
+        chains = self._chains(job, roles)
+        if not chains:
+            return 1 << 30
+        return min(
+            max(self._leaves(r, self.tree.chains[c].leaf_type) for r in roles) for c in chains
+        )
+
     def _dequeue(self, job: Job, keep_order: bool = False) -> None:
-        queue = self._queues.get(job.vc)
-        if queue is None:
-            return
         if job.queued_key is not None:
-            cls = queue.classes.get(job.queued_key)
+            cls = self._classes.get(job.queued_key)
             if cls is not None:
                 cls.remove(job.seq, job.job_id)
             job.queued_key = None
         if not keep_order and job.in_order:
-            queue.remove(job.spec.priority, job.seq, job.job_id)
+            self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
             job.in_order = False
 
-    def _blocked(self, cls: JobClass) -> bool:
-        if cls.blocked_at is None:
-            return False
+    def _stamp(self, cls: JobClass) -> Hashable:
+        """What the class's chances depend on; unchanged means a failed class still fails."""
         if cls.priority < 0:
-            return cls.blocked_at == self._oppo_epoch
-        vc = self.vcs.by_name.get(cls.vc)
-        return vc is None or cls.blocked_at == vc.epoch
+            return self._oppo_epoch
+        vc = cls.vc_ref
+        if vc is None:
+            return None
+        if cls.stamp_version == vc.version:
+            return cls.stamp
+        freed = 0
+        for p, n in vc.freed.items():
+            if p >= cls.priority:
+                freed += n
+        cls.stamp_version, cls.stamp = vc.version, (vc.epoch, vc.pool_epoch, freed)
+        return cls.stamp
+
+    def _blocked(self, cls: JobClass) -> bool:
+        return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
+
+    def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
+        cls.blocked_at = self._stamp(cls) if stamp is None else stamp
+        vc = cls.vc_ref
+        if vc is not None and cls.priority >= 0:
+            cls.failed_at = (self._tick, vc.epoch, vc.pool_epoch)
+        else:
+            cls.failed_at = None
+
+    def _since(self, cls: JobClass) -> tuple[int, bool] | None:
+        """When the class last failed, if only GPUs freed in its VC (and free physical cells)
+        changed since then: only the nodes those GPUs lie on need a new look, and binding
+        more cells only if more physical cells became free (the bool)."""
+        vc = cls.vc_ref
+        if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
+            return None
+        return cls.failed_at[0], cls.failed_at[2] != vc.pool_epoch
+
+    def _collect_ready(self) -> list[JobClass]:
+        """The classes worth an attempt: new or unblocked ones whose need the capacity they
+        depend on could still cover (a cheap upper bound; the placement search decides)."""
+        for name, level in self._dirty_vcs.items():
+            for cls in self._vc_classes.get(name, {}).values():
+                if cls.priority <= level and cls.entries:
+                    self._ready.add(cls)
+        self._dirty_vcs.clear()
+        if self._dirty_oppo:
+            self._ready.update(self._oppo_classes.values())
+            self._dirty_oppo = False
+        out = []
+        idle: int | None = None
+        widest = 0
+        rooms: dict[tuple[str, int], int] = {}
+        for cls in self._ready:
+            if not cls.entries:
+                continue
+            stamp = self._stamp(cls)
+            if cls.blocked_at is not None and cls.blocked_at == stamp:
+                continue
+            if cls.priority < 0:
+                if idle is None:
+                    idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
+                    widest = max(
+                        (n.free for nodes in self.tree.open.values() for n in nodes), default=0
+                    )
+                room = idle if widest >= cls.task_need else -1
+            elif cls.vc_ref is None:
+                room = -1
+            else:
+                key = (cls.vc, cls.priority)
+                room = rooms.get(key, -1)
+                if room < 0:
+                    room = rooms[key] = self._room(cls.vc_ref, cls.priority)
+            if room < cls.need:
+                self._block(cls, stamp)
+                continue
+            out.append(cls)
+        self._ready.clear()
+        return out
+
+    def _may_fit(self, cls: JobClass) -> bool:
+        """The cheap bound again, just before an attempt: jobs placed since the class was
+        collected may have taken what it needed."""
+        if cls.priority < 0:
+            widest = 0
+            for nodes in self.tree.open.values():
+                for node in nodes:
+                    if node.free > widest:
+                        widest = node.free
+            return widest >= cls.task_need
+        vc = cls.vc_ref
+        return vc is not None and self._room(vc, cls.priority) >= cls.need
+
+    def _room(self, vc: VC, priority: int) -> int:
+        """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
+        room = vc.free_in + vc.unbound_leaves + vc.oppo_in
+        for p, n in vc.prio_in.items():
+            if p < priority:
+                room += n
+        return room
 
     def _schedule(self, out: list[Decision]) -> None:
         """Start what fits, classes in queue order; a class that fails is skipped until the
         capacity it depends on grows."""
         heap: list[tuple[int, int, int, JobClass]] = []
-        failed: list[tuple[Hashable, ...]] = []
+        failed: dict[Hashable, list[tuple[int, int, float, int, int]]] = {}
         tie = 0
         while True:
-            for cls in self._ready:
-                if cls.entries and not self._blocked(cls):
-                    tie += 1
-                    heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
-            self._ready.clear()
+            ready = (
+                self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
+            )
+            for cls in ready:
+                tie += 1
+                heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
             if not heap:
                 return
             _, seq, _, cls = heapq.heappop(heap)
@@ -384,50 +557,52 @@ class HivedScheduler:
                     self._ready.add(cls)
                 continue
             job = self._jobs[cls.entries[0][1]]
-            signature = self._signature(job)
-            if signature is not None and any(_dominates(f, signature) for f in failed):
+            if cls.signature is None:
+                cls.signature = self._signature(job)
+            group, size = cls.signature
+            if (group is not None and any(_dominates(f, size) for f in failed.get(group, ()))) or (
+                not self._may_fit(cls)
+            ):
                 self._block(cls)
                 continue
             before = len(job.placed)
-            self._try(job, out)
+            self._try(job, out, self._since(cls), cls)
             if not job.waiting_tasks:
                 self._dequeue(job)
                 self._ready.add(cls)
                 continue
             if len(job.placed) > before:  # an incremental job started some tasks
                 self._enqueue(job)
-            self._block(self._queues[job.vc].classes[job.queued_key])
-            if signature is not None:
-                failed.append(signature)
+            if job.queued_key is not None:
+                self._block(self._classes[job.queued_key])
+            if group is not None:
+                failed.setdefault(group, []).append(size)
 
-    def _block(self, cls: JobClass) -> None:
-        if cls.priority < 0:
-            cls.blocked_at = self._oppo_epoch
-        else:
-            vc = self.vcs.by_name.get(cls.vc)
-            cls.blocked_at = vc.epoch if vc is not None else -1
-
-    def _signature(self, job: Job) -> tuple[Hashable, ...] | None:
+    def _signature(self, job: Job) -> tuple[Hashable | None, tuple[int, int, float, int, int]]:
         """What a failed attempt says about larger jobs (single-role jobs only)."""
-        if len(job.spec.roles) != 1:
-            return None
         role = job.spec.roles[0]
+        size = (job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks))
+        if len(job.spec.roles) != 1:
+            return None, size
         vc = None if job.spec.opportunistic else job.vc
-        return (
-            vc,
-            role.sku,
-            job.spec.gang,
-            job.spec.priority,
-            role.gpu,
-            role.cpu,
-            role.memory_mb,
-            len(job.waiting_tasks),
-        )
+        return (vc, role.sku, job.spec.gang), size
 
     # ---- placing -----------------------------------------------------------------------------
 
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
-        skus = {r.sku for r in roles if r.sku}
+        """The chains a job may run in, in config order (cached: asked on every attempt)."""
+        skus = frozenset(r.sku for r in roles if r.sku)
+        key = (job.vc, job.opportunistic, job.pinned, skus)
+        chains = self._chains_cache.get(key)
+        if chains is None:
+            chains = self._chains_cache[key] = self._find_chains(job, skus)
+        return chains
+
+    def _find_chains(self, job: Job, skus: frozenset[str | None]) -> list[str]:
+        pin = job.pinned
+        if pin is not None and not job.opportunistic:
+            cell = self.tree.pinned.get(pin)
+            return [cell.chain] if cell is not None else []
         if job.opportunistic:
             names = list(self.tree.chains)
         else:
@@ -437,60 +612,175 @@ class HivedScheduler:
             names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
         return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
 
-    def _try(self, job: Job, out: list[Decision]) -> None:
+    def _try(
+        self,
+        job: Job,
+        out: list[Decision],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> None:
         waiting = job.waiting_tasks
         units = [waiting] if job.spec.gang else [[t] for t in waiting]
         for unit in units:
-            plan = self._find(job, unit)
+            plan = self._find(job, unit, since, cls)
+            since = None
             if plan is None or not self._commit(job, plan, out):
                 return
 
-    def _find(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> Plan | None:
+    def _find(
+        self,
+        job: Job,
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> Plan | None:
         chains = self._chains(job, [r for r, _ in unit])
+        whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
+        needs = job.needs if whole_job else None
+        if needs is None or any(c not in needs for c in chains):
+            needs = {chain: self._needs(unit, chain) for chain in chains}
+            if whole_job:
+                job.needs = needs
         if job.opportunistic:
             for chain in chains:
-                plan = self.placer.opportunistic(chain, self._needs(unit, chain))
+                plan = self.placer.opportunistic(chain, needs[chain])
                 if plan is not None:
                     return plan
             return None
         vc = self.vcs.by_name.get(job.vc)
-        if vc is None:
+        if vc is None or not chains:
             return None
-        lower = sorted(p for p, n in vc.prio_in.items() if n > 0 and p < job.prio)
-        for threshold in (None, OPPORTUNISTIC, *lower):
-            if not self._may_fit(vc, job, unit, chains, threshold):
+        slots = self._slot_count(job, vc, chains, needs, unit, cls)
+        if (
+            slots is not None
+            and cls is not None
+            and since is not None
+            and cls.slots is not None
+            and cls.slots_tick == since[0]
+        ):
+            places = self._slots_after(vc, cls, since[0], slots)
+            if since[1]:  # more physical cells are free: count what binding could add
+                places += self._bindable(vc, *slots[:2])
+            if places < len(unit):
+                return None  # not enough places yet for the gang: no search needed
+        plan = self._search(job, vc, chains, needs, unit, since)
+        if slots is not None and cls is not None:
+            if plan is None:
+                cls.slots = {n: c for n in vc.nodes[slots[0]] if (c := self._slots(n, *slots[1:]))}
+                cls.slots_tick = self._tick
+            else:
+                cls.slots = None
+        return plan
+
+    def _slot_count(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        cls: JobClass | None,
+    ) -> tuple[str, int, int] | None:
+        """(chain, GPUs per task, priority) when a gang's chances can be counted in task slots
+        per whole node: one chain, tasks of one size, no pinned or part-node cells."""
+        if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
+            return None
+        chain = chains[0]
+        sizes = {t.leaves for t in needs[chain]}
+        if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
+            return None
+        return chain, sizes.pop(), job.prio
+
+    @staticmethod
+    def _slots(node: Cell, leaves: int, priority: int) -> int:
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
+        usable = node.free
+        for p, n in node.prio_count.items():
+            if p < priority:
+                usable += n
+        return usable // leaves
+
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: tuple[str, int, int]) -> int:
+        """The gang's task slots now, from those at its last failure and the nodes that
+        changed since (remembered for the next time)."""
+        assert cls.slots is not None
+        mine = vc.nodes.get(slots[0], {})
+        for node in self._grown_since(vc, since):
+            if node.chain != slots[0]:
                 continue
+            count = self._slots(node, *slots[1:]) if node in mine else 0
+            if count:
+                cls.slots[node] = count
+            else:
+                cls.slots.pop(node, None)
+        cls.slots_tick = self._tick
+        return sum(cls.slots.values())
+
+    def _bindable(self, vc: VC, chain: str, leaves: int) -> int:
+        """At most how many more tasks of ``leaves`` GPUs binding the VC's free cells could
+        place: its unbound node cells, as far as healthy free nodes exist (optimistic)."""
+        info = self.tree.chains[chain]
+        unbound = vc.unbound.get(chain, {})
+        if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
+            return 1 << 30  # cells smaller than a node: do not guess
+        nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
+        if not nodes:
+            return 0
+        pool = 0
+        for level, cells in self.tree.free_list[chain].items():
+            if level >= info.node_level:
+                pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
+        return min(nodes, pool) * (info.node_leaves // leaves)
+
+    def _search(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None,
+    ) -> Plan | None:
+        least = min(sum(t.leaves for t in n) for n in needs.values())
+        room = vc.free_in + vc.unbound_leaves
+        lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        if not lower and not self._oppo_running():
+            lower = [None]  # nobody to preempt: the free search is the only one
+        # Free GPUs first (binding more of the VC's cells if need be); only then one search
+        # that may preempt, lowest priorities first (see Placer._best_node).
+        for threshold in dict.fromkeys((None, max(lower, default=OPPORTUNISTIC))):
+            if threshold is not None:  # a cheap upper bound first
+                room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
+            if room < least:
+                continue
+            only = None
+            if since is not None and len(unit) == 1:
+                only = self._grown_since(vc, since[0])
+            bind = since is None or since[1]
+            pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
-                plan = self.placer.guaranteed(vc, chain, self._needs(unit, chain), threshold)
+                plan = self.placer.guaranteed(
+                    vc, chain, needs[chain], threshold, only, pinned, bind
+                )
                 if plan is not None:
                     return plan
         return None
 
+    def _oppo_running(self) -> int:
+        return self.tree.oppo_total
+
+    def _grown_since(self, vc: VC, tick: int) -> set[Cell]:
+        """The VC's nodes where GPUs were freed after ``tick`` (newest last in ``grown``)."""
+        out = set()
+        for node in reversed(vc.grown):
+            if vc.grown[node] <= tick:
+                break
+            out.add(node)
+        return out
+
     def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
         leaf = self.tree.chains[chain].leaf_type
         return [TaskNeed(r.name, i, self._leaves(r, leaf)) for r, i in unit]
-
-    def _may_fit(
-        self,
-        vc: VC,
-        job: Job,
-        unit: list[tuple[RoleSpec, int]],
-        chains: list[str],
-        threshold: int | None,
-    ) -> bool:
-        """A cheap upper bound on what the VC could give at this threshold."""
-        if not chains:
-            return False
-        need = min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
-        room = vc.free_in + sum(
-            self.tree.chains[c].level_leaves[lvl] * n
-            for c, levels in vc.unbound.items()
-            for lvl, n in levels.items()
-        )
-        if threshold is not None:
-            room += vc.oppo_in
-            room += sum(n for p, n in vc.prio_in.items() if 0 <= p <= threshold)
-        return room >= need
 
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
         vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
@@ -513,12 +803,13 @@ class HivedScheduler:
         for task, node, leaves in plan.placed:
             for leaf in leaves:
                 self._occupy(leaf, job)
+            ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
             placement = TaskPlacement(
                 task.role,
                 task.index,
                 node.node or "",
-                tuple(sorted(leaf.gpu or 0 for leaf in leaves)),
-                tuple(leaf.leaf_id for leaf in sorted(leaves, key=lambda c: c.gpu or 0)),
+                tuple(leaf.gpu or 0 for leaf in ordered),
+                tuple(leaf.leaf_id for leaf in ordered),
             )
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
@@ -594,6 +885,8 @@ class HivedScheduler:
                 if owner is not None and leaf.job is None and (leaf.bad == 0) != healthy:
                     self.vcs[owner.vc or ""].free_in += 1 if healthy else -1
             self.tree.set_health(cell, healthy)
+            for vc in self.vcs.by_name.values():
+                vc.refresh_open(cell)
         self._settle(touched)
         for vc in self.vcs.by_name.values():
             self._bump(vc)
@@ -607,7 +900,8 @@ class HivedScheduler:
         )
         kept = {j.job_id: dict(j.placed) for j in running}
         old_queues = self._queues
-        self._queues, self._oppo_classes, self._ready = {}, {}, set()
+        self._queues, self._ready = {}, set()
+        self._classes, self._oppo_classes, self._vc_classes = {}, {}, {}
         self._load(config)
         for job in self._jobs.values():
             job.queued_key = None
@@ -694,8 +988,7 @@ class HivedScheduler:
             root = self.tree.free_root(cell)
             if root is not None and self.vcs.can_bind(vc, cell, root):
                 self.vcs.bind(vc, cell)
-                vc.free_in += cell.free
-                vc.oppo_in += cell.oppo
+                self._bound(vc, cell)
                 bound.append(cell)
                 return True
         return False
@@ -794,16 +1087,18 @@ class HivedScheduler:
         return None
 
 
-def _dominates(failed: tuple[Hashable, ...], job: tuple[Hashable, ...]) -> bool:
+def _gpu(leaf: Cell) -> int:
+    return leaf.gpu or 0
+
+
+def _dominates(
+    failed: tuple[int, int, float, int, int], job: tuple[int, int, float, int, int]
+) -> bool:
     """A job at most as important and at least as large as one that failed fails too."""
-    vc, sku, gang, prio, gpu, cpu, mem, tasks = failed
     return (
-        job[0] == vc
-        and job[1] == sku
-        and job[2] == gang
-        and job[3] <= prio  # type: ignore[operator]
-        and job[4] >= gpu  # type: ignore[operator]
-        and job[5] >= cpu  # type: ignore[operator]
-        and job[6] >= mem  # type: ignore[operator]
-        and job[7] >= tasks  # type: ignore[operator]
+        job[0] <= failed[0]
+        and job[1] >= failed[1]
+        and job[2] >= failed[2]
+        and job[3] >= failed[3]
+        and job[4] >= failed[4]
     )

@@ -151,6 +151,7 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
         print((banner or describe)(running), flush=True)
         server.run(sockets=[sock])
     finally:
+        running.service.intake.close()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
         running.service.store.dispose()
     return 0 if server.started else 1
