@@ -17,6 +17,7 @@ import pytest
 from local_exec_util import processes_under
 
 from labhive.scheduler.client import Client, ServiceUnavailable
+from labhive.scheduler.executors.env import free_port
 
 pytest_plugins = ["service_fixtures"]
 
@@ -123,11 +124,9 @@ def data_dir(tmp_path: Path):
 
 
 def test_after_kill_9_of_the_service_its_jobs_are_readopted_and_finish_normally(data_dir):
-    from service_fixtures import _free_port
-
     go, go_early = data_dir.parent / "go", data_dir.parent / "go-early"
     wait_for = "while [ ! -e {0} ]; do sleep 0.05; done; "
-    port = _free_port()
+    port = free_port()
     first = serve(data_dir, port)
     c = Client(f"http://127.0.0.1:{port}/api/v1", (data_dir / "admin.token").read_text().strip())
     ok = c.submit(command=wait_for.format(go) + "echo done", vc="vc1", gpus=1, name="ok")
