@@ -123,6 +123,7 @@ def test_malformed_requests_get_4xx_with_a_message_and_store_nothing(live) -> No
     url = live.url
     auth = {"Authorization": f"Bearer {ALICE}"}
     raw = {"headers": {**auth, "Content-Type": "application/json"}}
+    big = b"{" + b" " * (2 << 20) + b"}"
 
     def j(doc: object, headers: dict | None = None) -> dict:
         return {"json": doc, "headers": auth if headers is None else headers}
@@ -135,7 +136,8 @@ def test_malformed_requests_get_4xx_with_a_message_and_store_nothing(live) -> No
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "gpus": 64}), 422, "64"),
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "gpu": 1}), 422, "gpu"),
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "priority": "urgent"}), 422, "urgent"),
-        ("POST", "/jobs", {**raw, "content": b"{" + b" " * (2 << 20) + b"}"}, 413, "too large"),
+        ("POST", "/jobs", {**raw, "content": big}, 413, "too large"),
+        ("POST", "/jobs", {**raw, "content": iter([big])}, 413, "too large"),  # chunked
         (
             "POST",
             "/jobs",
