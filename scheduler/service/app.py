@@ -308,7 +308,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
                     ).where(jobs.c.state.in_(lc.ACTIVE))
                 ).mappings()
             }
-        running, waiting = [], []
+        running: list[s.QueueEntry] = []
+        waiting: list[s.QueueEntry] = []
         for v in views:
             row = rows.get(int(v.job_id))
             if row is None or (vc and v.vc != vc):
