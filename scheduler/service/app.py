@@ -68,7 +68,7 @@ class Service:
             self.intake = Intake(self.store, self.loop)
 
     def identify(self, request: Request) -> Identity:
-        return self.auth.identify(request.headers.get("authorization"))
+        return self.auth.identify(request)
 
     def admit(self, doc: dict[str, Any], who: Identity) -> JobSpec:
         """Parse and check a submission; raise a UserError/SpecRejected/Forbidden to refuse."""
