@@ -263,6 +263,10 @@ def chaos(h: Harness) -> None:
         print(f"drained in {time.monotonic() - deadline + 60:.1f} s")
         assert active == [], f"jobs that never finished: {active}; {h.log.read_text()[-2000:]}"
         assert h.problems == []
+        gpus = h.probe.get(
+            h.url + "/gpus", headers={"Authorization": f"Bearer {h.token()}"}
+        ).json()["gpus"]
+        assert [g for g in gpus if g["job"] is not None] == [], "the policy still holds GPUs"
         alive = []  # every task ever launched, recorded by the service or not, is gone
         for record in (h.data / "jobs").glob("*/*/*/handle.json"):
             try:
