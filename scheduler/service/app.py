@@ -3,8 +3,9 @@
 Every handler asks ``Service.identify`` who is calling (the one identity check) and the
 ``Identity`` methods what they may do. A submission is parsed, checked against the cluster and
 committed (``intake.py`` groups concurrent ones into one transaction) before its 201, then
-queued for the scheduler loop: the handler never waits for scheduling. Every user mistake becomes a 4xx whose ``detail`` says what to fix, and nothing
-is stored when a request is refused.
+queued for the scheduler loop: the handler never waits for scheduling. Every user mistake
+becomes a 4xx whose ``detail`` says what to fix, and nothing is stored when a request is
+refused.
 """
 
 from __future__ import annotations
