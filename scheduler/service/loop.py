@@ -30,7 +30,6 @@ from sqlalchemy import select, update
 
 from labhive.scheduler.executors.base import (
     Executor,
-    LaunchError,
     TaskExit,
     TaskHandle,
     TaskKey,
@@ -542,7 +541,7 @@ class SchedulerLoop:
             launches = self._build(job, spec, d.tasks)
             try:
                 handles = self.executor.launch(launches)
-            except LaunchError as err:
+            except Exception as err:  # LaunchError, or any executor failure: the attempt failed
                 log.warning("job %s failed to launch: %s", job_id, err)
                 for launch in launches:
                     self._pending_exits.append(TaskExit(launch.key, 127, str(err)))
