@@ -20,6 +20,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.scenario_cli",
     "labhive.scheduler.observe.strace_cli",
     "labhive.scheduler.sim.cli",
+    "labhive.scheduler.service.commands",
+    "labhive.scheduler.client_commands",
 )
 
 

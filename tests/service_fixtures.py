@@ -1,0 +1,118 @@
+"""Fixtures for the job service tests: stores on both backends, a live service in-process.
+
+PostgreSQL runs for real: Debian's ``postgresql`` package (installed by .ci/deps.sh), initdb
+into a temp dir, a server on a loopback port (as the ``postgres`` user when the tests run as
+root, since PostgreSQL refuses root), one fresh database per test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg_throwaway import free_port, new_database, throwaway_postgres
+
+from labhive.scheduler.client import Client
+from labhive.scheduler.service.store import Store
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The base URL (no database) of a PostgreSQL server that lives for the test session."""
+    with throwaway_postgres() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL for each backend (the --db forms ``labhive serve`` accepts)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "labhive.db")
+    return new_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture
+def store(db_url: str, tmp_path: Path) -> Iterator[Store]:
+    from labhive.scheduler.service.store import database_url
+
+    s = Store(database_url(db_url, tmp_path))
+    s.migrate()
+    yield s
+    s.dispose()
+
+
+# ---- a live service in this process (real HTTP on loopback, real local processes) -----------
+
+USERS = """
+users:
+  alice: {token: alice-token-123, groups: [students]}
+  bob: {token: bob-token-4567, groups: [others]}
+groups:
+  students: {vcs: [vc1]}
+  others: {vcs: [default]}
+"""
+
+
+@dataclass
+class Live:
+    url: str
+    admin: str
+    running: Any
+    data_dir: Path
+
+    def client(self, token: str | None = None) -> Client:
+        return Client(self.url, token or self.admin)
+
+
+@contextmanager
+def live_service(
+    data_dir: Path, db: str | None = None, grace_s: float = 2.0, users: str = USERS
+) -> Iterator[Live]:
+    import uvicorn
+
+    from labhive.scheduler.service.server import ServeOptions, build
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    users_file = data_dir / "users.yaml"
+    users_file.write_text(users)
+    port = free_port()
+    opts = ServeOptions(port=port, db=db, data_dir=data_dir, users=users_file, grace_s=grace_s)
+    running = build(opts)
+    running.service.loop.poll_s = 0.05
+    running.service.loop.start()
+    config = uvicorn.Config(running.app, host="127.0.0.1", port=port, log_level="warning")
+    config.lifespan = "off"
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.02)
+    try:
+        yield Live(running.url, running.token_file.read_text().strip(), running, data_dir)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        running.service.intake.close()
+        running.service.loop.stop(stop_tasks=True)
+        running.service.store.dispose()
+
+
+@pytest.fixture
+def live(db_url: str, tmp_path: Path) -> Iterator[Live]:
+    """The service on both backends."""
+    with live_service(tmp_path / "data", db_url) as service:
+        yield service
+
+
+@pytest.fixture
+def live_sqlite(tmp_path: Path) -> Iterator[Live]:
+    with live_service(tmp_path / "data") as service:
+        yield service

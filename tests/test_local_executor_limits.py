@@ -1,0 +1,92 @@
+"""Given a task's memory and CPU request, expect the machine to hold it to them where it can,
+and the handle to say what was enforced and how."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from local_exec_util import launch_one, wait_exits
+
+from labhive.scheduler.executors.local import LocalExecutor
+
+
+def alloc(mb: int) -> str:
+    """A command that really writes ``mb`` MB (so resident memory grows, not just reservations)."""
+    return f"{sys.executable} -c \"x = b'x' * ({mb} << 20); print('survived')\""
+
+
+def test_a_task_over_its_memory_limit_does_not_get_the_memory(tmp_path: Path):
+    ex = LocalExecutor(tmp_path)
+    h = launch_one(ex, "hog", alloc(400), memory_mb=150)
+    memory = h.info["limits"]["memory"]
+    print("memory limit enforced by", memory)
+    if not memory["enforced"]:
+        pytest.skip(f"memory limits cannot be enforced here: {memory['why']}")
+    assert memory["bytes"] == 150 << 20
+    exit = wait_exits(ex, 1, timeout_s=20)[h.key]
+    assert exit.exit_code not in (0, None)
+    assert b"survived" not in ex.read_log(h, "stdout", 0, 4096)
+    if memory["by"] == "cgroup-v2":
+        assert exit.exit_code == 137 and "memory limit of 150 MB" in exit.reason
+    else:
+        assert b"MemoryError" in ex.read_log(h, "stderr", 0, 65536)
+
+
+def test_a_task_within_its_memory_limit_runs_normally(tmp_path: Path):
+    ex = LocalExecutor(tmp_path)
+    h = launch_one(ex, "modest", alloc(30), memory_mb=150)
+    assert wait_exits(ex, 1, timeout_s=20)[h.key].exit_code == 0
+    assert ex.read_log(h, "stdout", 0, 100) == b"survived\n"
+
+
+SPIN = (
+    f'{sys.executable} -c "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n'
+    'print(time.process_time() / (time.time() - t))"'
+)
+
+
+def test_cpu_is_capped_where_cgroups_allow_and_the_record_says_why_not_elsewhere(tmp_path):
+    ex = LocalExecutor(tmp_path)
+    h = launch_one(ex, "spin", SPIN, cpu=0.25)
+    cpu = h.info["limits"]["cpu"]
+    print("cpu limit:", cpu)
+    if not cpu["enforced"]:
+        assert "no cgroup" in cpu["why"]
+        ex.stop([h], grace_s=0)
+        pytest.skip(f"CPU limits cannot be enforced here: {cpu['why']}")
+    assert Path(h.info["limits"]["cgroup"], "cpu.max").read_text().split() == ["25000", "100000"]
+    assert wait_exits(ex, 1, timeout_s=20)[h.key].exit_code == 0
+    share = float(ex.read_log(h, "stdout", 0, 100))
+    assert share < 0.35, f"the task got {share:.2f} of a core with a quota of 0.25"
+
+
+def test_the_cgroup_record_and_files_carry_the_requested_limits(tmp_path: Path):
+    # cgroupfs cannot be had here, so a plain directory stands in for the parent: this checks
+    # what is written (the kernel's enforcement is checked by the tests above where it exists).
+    from labhive.scheduler.executors import limits
+    from labhive.scheduler.executors.base import TaskKey
+
+    support = limits.LimitSupport(tmp_path)
+    record = limits.apply(support, TaskKey("7", 1, "work er", 0), cpu=1.5, memory_mb=256)
+    cgroup = Path(record["cgroup"])
+    assert cgroup == tmp_path / "7-1-work_er-0"
+    assert (cgroup / "memory.max").read_text() == str(256 << 20)
+    assert (cgroup / "cpu.max").read_text() == "150000 100000"
+    assert (cgroup / "memory.oom.group").read_text() == "1"
+    assert record["memory"] == {"enforced": True, "by": "cgroup-v2", "bytes": 256 << 20}
+    assert record["cpu"] == {"enforced": True, "by": "cgroup-v2", "cores": 1.5}
+    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert limits.oom_killed(record)
+
+
+def test_without_cgroups_memory_falls_back_to_an_rlimit_and_cpu_says_why():
+    from labhive.scheduler.executors import limits
+    from labhive.scheduler.executors.base import TaskKey
+
+    support = limits.LimitSupport(None, "no v2 here")
+    record = limits.apply(support, TaskKey("7", 1, "w", 0), cpu=2, memory_mb=64)
+    assert record["rlimits"] == {"RLIMIT_DATA": 64 << 20}
+    assert record["cpu"] == {"enforced": False, "why": "no cgroup: no v2 here"}
+    assert not limits.oom_killed(record)
