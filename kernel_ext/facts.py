@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+#: The id shown for another user's job, whose id the service does not reveal.
+OTHERS = "-"
 
 
 def timestamp(value: Any) -> float | None:
@@ -70,8 +72,8 @@ class JobFacts:
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> JobFacts:
         return cls(
-            id=str(data.get("id", data.get("name", "?"))),
-            name=str(data.get("name", data.get("id", "?"))),
+            id=str(data["id"]),
+            name=str(data.get("name") or data["id"]),
             state=str(data.get("state", "UNKNOWN")),
             vc=data.get("vc"),
             priority=data.get("priority"),
@@ -118,22 +120,41 @@ class QueueFacts:
     waiting: tuple[JobFacts, ...]
 
     @classmethod
-    def from_api(
-        cls, vcs: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]], queue: Any
-    ) -> QueueFacts:
-        items = vcs.items() if isinstance(vcs, Mapping) else ((v["name"], v) for v in vcs)
-        vc_facts = tuple(
-            VCFacts(
-                name=str(name),
-                guaranteed_gpus=int(v.get("guaranteed_gpus", 0)),
-                used_gpus=int(v.get("used_gpus", 0)),
-                opportunistic_gpus=int(v.get("opportunistic_gpus", 0)),
-                waiting=int(v.get("waiting", 0)),
-            )
-            for name, v in items
+    def from_api(cls, doc: Mapping[str, Any]) -> QueueFacts:
+        """From ``GET /queue``: ``{"vcs": {name: VC}, "waiting": [entry, ...], ...}``."""
+        return cls(
+            vcs=vc_facts(doc.get("vcs") or {}),
+            waiting=tuple(map(queue_entry, doc.get("waiting") or ())),
         )
-        entries = queue.get("jobs", queue) if isinstance(queue, Mapping) else queue
-        return cls(vcs=vc_facts, waiting=tuple(JobFacts.from_api(j) for j in entries))
+
+
+def vc_facts(vcs: Mapping[str, Mapping[str, Any]]) -> tuple[VCFacts, ...]:
+    return tuple(
+        VCFacts(
+            name=str(name),
+            guaranteed_gpus=int(v.get("guaranteed_gpus", 0)),
+            used_gpus=int(v.get("used_gpus", 0)),
+            opportunistic_gpus=int(v.get("opportunistic_gpus", 0)),
+            waiting=int(v.get("waiting", 0)),
+        )
+        for name, v in vcs.items()
+    )
+
+
+def queue_entry(entry: Mapping[str, Any]) -> JobFacts:
+    """A queue entry; another user's job carries only its position, VC and size."""
+    mine = entry.get("id") is not None
+    return JobFacts(
+        id=str(entry["id"]) if mine else OTHERS,
+        name=str(entry.get("name") or entry.get("id")) if mine else "another user's job",
+        state=str(entry.get("state", "WAITING")),
+        vc=entry.get("vc"),
+        priority=entry.get("priority"),
+        user=entry.get("user"),
+        position=entry.get("position"),
+        why=entry.get("why"),
+        gpus=entry.get("gpus"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +185,9 @@ class ClusterFacts:
             )
             for n in data.get("nodes") or ()
         )
-        queue = QueueFacts.from_api(data.get("vcs") or {}, [])
         return cls(
             nodes=nodes,
-            vcs=queue.vcs,
+            vcs=vc_facts(data.get("vcs") or {}),
             virtual=bool(data.get("virtual", False)),
             job_vcs={j.id: j.vc for j in jobs if j.vc},
         )

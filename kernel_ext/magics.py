@@ -226,7 +226,7 @@ class LabHiveMagics(Magics):
         args = parse(self.queue, self._expand(line))
 
         def fetch() -> QueueFacts:
-            facts = QueueFacts.from_api(self.client.vcs(), self.client.queue())
+            facts = QueueFacts.from_api(self.client.queue())
             if args.vc is None:
                 return facts
             known = [v.name for v in facts.vcs]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from labhive.kernel_ext.facts import JobFacts, QueueFacts, TaskFacts
+from labhive.kernel_ext.facts import OTHERS, JobFacts, QueueFacts, TaskFacts
 
 STATE_COLOURS = {
     "WAITING": "#d97706",
@@ -164,7 +164,8 @@ def queue_text(queue: QueueFacts, now: float) -> str:
             f"{vc.opportunistic_gpus} opportunistic, {vc.waiting} waiting"
         )
         for job in (j for j in queue.waiting if j.vc == vc.name):
-            lines.append(f"  {job.position or '?'}. {summary_line(job, now)}")
+            line = summary_line(job, now) if job.id != OTHERS else f"{job.name}, {job.gpus} GPUs"
+            lines.append(f"  {job.position or '?'}. {line}")
     return "\n".join(lines) if lines else "no virtual clusters"
 
 

@@ -148,14 +148,18 @@ def test_jobs_table_lists_each_job() -> None:
 
 def test_queue_text_groups_waiting_jobs_by_vc() -> None:
     vcs = {
-        "vc1": {"guaranteed_gpus": 4, "used_gpus": 4, "opportunistic_gpus": 0, "waiting": 1},
+        "vc1": {"guaranteed_gpus": 4, "used_gpus": 4, "opportunistic_gpus": 0, "waiting": 2},
         "default": {"guaranteed_gpus": 4, "used_gpus": 0, "opportunistic_gpus": 2, "waiting": 0},
     }
-    waiting = [{"id": "j3", "name": "c", "state": "WAITING", "vc": "vc1", "queue_position": 1}]
-    text = queue_text(QueueFacts.from_api(vcs, waiting), T0)
+    waiting = [
+        {"id": 3, "name": "c", "state": "WAITING", "vc": "vc1", "position": 1, "gpus": 2},
+        {"id": None, "state": "WAITING", "vc": "vc1", "position": 2, "gpus": 4},
+    ]
+    text = queue_text(QueueFacts.from_api({"vcs": vcs, "waiting": waiting}), T0)
     assert text.splitlines() == [
-        "vc1: 4/4 guaranteed GPUs used, 0 opportunistic, 1 waiting",
+        "vc1: 4/4 guaranteed GPUs used, 0 opportunistic, 2 waiting",
         "  1. job c: WAITING (position 1 in vc1)",
+        "  2. another user's job, 4 GPUs",
         "default: 0/4 guaranteed GPUs used, 2 opportunistic, 0 waiting",
     ]
 
