@@ -29,6 +29,17 @@ def show(job: Any) -> Any:
     return job_view(job).show()
 
 
+def show_table(table: Any) -> Any:
+    """Display a sweep's ``JobTable`` as a table that follows its jobs until they end."""
+    from labhive.kernel_ext.facts import JobFacts
+    from labhive.kernel_ext.views import TableView
+
+    def fetch() -> list[JobFacts]:
+        return [JobFacts.from_api(job.refresh().data) for job in table.jobs]
+
+    return TableView(fetch).show()
+
+
 def widget(job: Any) -> Any:
     """The live ipywidget for a job handle, already following it."""
     from labhive.kernel_ext.widgets import JobWidget

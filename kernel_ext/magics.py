@@ -24,6 +24,7 @@ from labhive.kernel_ext.arguments import expand_vars, join_words, parse, priorit
 from labhive.kernel_ext.cellscript import script_command
 from labhive.kernel_ext.facts import ClusterFacts, JobFacts, QueueFacts
 from labhive.kernel_ext.frontend import interactive
+from labhive.kernel_ext.logtail import LogTail
 from labhive.kernel_ext.render import jobs_text, summary_line
 from labhive.kernel_ext.views import (
     ClusterMapView,
@@ -40,12 +41,12 @@ TAIL_LINES = 20
 @contextmanager
 def user_errors() -> Iterator[None]:
     """The client's errors carry the service's message; show it as a usage error."""
-    from labhive.client import ClientError
+    from labhive.client import LabHiveError
 
     try:
         yield
-    except ClientError as err:
-        raise UsageError(str(err)) from None
+    except LabHiveError as err:
+        raise UsageError(err.message) from None
 
 
 @magics_class
@@ -127,9 +128,11 @@ class LabHiveMagics(Magics):
         base = self._short_form(args)
         with user_errors():
             if not axes:
-                job = self.client.submit_short(**base, command=build({}))
-                return self._follow(job, args)
-            table = self._sweep(base, axes, build, args.name)
+                job = self.client.submit(**base, command=build({}))
+            else:
+                table = self._sweep(base, axes, build, args.name)
+        if not axes:
+            return self._follow(job, args)
         return self._follow_table(table, args)
 
     def _command_builder(
@@ -168,10 +171,10 @@ class LabHiveMagics(Magics):
         build: Callable[[sweep.Point], str],
         name: str | None,
     ) -> Any:
-        from labhive.client import sweep as client_sweep
+        from labhive.client import sweep as submit_sweep
 
         form = {k: v for k, v in base.items() if k != "name"}
-        return client_sweep(self.client, axes, build, name=name or "sweep", **form)
+        return submit_sweep(build, axes, client=self.client, name=name or "sweep", **form)
 
     def _wants_wait(self, args: Any) -> bool:
         return args.wait if args.wait is not None else not interactive(self.shell)
@@ -184,11 +187,13 @@ class LabHiveMagics(Magics):
         return job
 
     def _follow_table(self, table: Any, args: Any) -> Any:
-        view = TableView(lambda: [JobFacts.from_api(j.refresh()) for j in table.jobs]).show()
+        from labhive.kernel_ext import show_table
+
+        view = show_table(table)
         if self._wants_wait(args):
             for job in table.jobs:
                 wait_for(job_view(job, live=False), args.timeout, out=lambda _line: None)
-                view.jobs = [JobFacts.from_api(j.refresh()) for j in table.jobs]
+                view.jobs = [JobFacts.from_api(j.data) for j in table.jobs]
                 view.publish()
             self._report(view.jobs, [])
         return table
@@ -197,9 +202,10 @@ class LabHiveMagics(Magics):
         """After a wait: the final summary, then each job's log tail."""
         print(jobs_text(facts, time.time()) if len(facts) > 1 else summary_line(facts[0], 0))
         for job in jobs:
-            tail = job.log_tail(TAIL_LINES)
-            if tail:
-                print(f"--- last lines of {job.name} ---\n{tail}")
+            tail = LogTail(job, TAIL_LINES)
+            tail.read_new()
+            if tail.text():
+                print(f"--- last lines of {job.data['name']} ---\n{tail.text()}")
 
     # ---- watching and managing ---------------------------------------------------------------
 
@@ -213,7 +219,7 @@ class LabHiveMagics(Magics):
             self.client.jobs()  # fail here, not in the display
 
             def fetch() -> list[JobFacts]:
-                rows = [JobFacts.from_api(j) for j in self.client.jobs()]
+                rows = [JobFacts.from_api(j.data) for j in self.client.jobs()]
                 return rows if args.all else [j for j in rows if not j.terminal] or rows
 
             TableView(fetch).show()
@@ -247,7 +253,7 @@ class LabHiveMagics(Magics):
         """One job, live: state, position and why, placement, log tail, cancel button."""
         args = parse(self.job, self._expand(line))
         with user_errors():
-            job = self.client.get(args.id)
+            job = self.client.job(args.id)
             job_view(job).show()
         return job
 
@@ -260,12 +266,13 @@ class LabHiveMagics(Magics):
         """Every task's output, each line prefixed with its task (role/index)."""
         args = parse(self.logs, self._expand(line))
         with user_errors():
-            job = self.client.get(args.id)
-            if args.tail is not None and not args.follow:
-                print(job.log_tail(args.tail))
+            tail = LogTail(self.client.job(args.id), args.tail)
+            if not args.follow:
+                tail.read_new()
+                print(tail.text())
                 return
-            for chunk in job.logs(follow=args.follow):
-                print(chunk, end="" if chunk.endswith("\n") else "\n", flush=True)
+            for block in tail.follow():
+                print(block, flush=True)
 
     @magic_arguments()
     @argument("ids", nargs="+", help="job ids or names")
@@ -275,9 +282,8 @@ class LabHiveMagics(Magics):
         args = parse(self.cancel, self._expand(line))
         with user_errors():
             for ident in args.ids:
-                job = self.client.get(ident)
-                job.cancel()
-                print(f"job {job.name}: cancel requested")
+                job = self.client.job(ident).cancel()
+                print(summary_line(JobFacts.from_api(job.data), time.time()))
 
     @magic_arguments()
     @argument("ids", nargs="+", help="job ids or names")
@@ -287,7 +293,7 @@ class LabHiveMagics(Magics):
         """Block until the jobs end; their displays show the final state."""
         args = parse(self.wait, self._expand(line))
         with user_errors():
-            jobs = [self.client.get(i) for i in args.ids]
+            jobs = [self.client.job(i) for i in args.ids]
             facts = [wait_for(job_view(j), args.timeout) for j in jobs]
         self._report(facts, jobs)
 
@@ -298,7 +304,7 @@ class LabHiveMagics(Magics):
         parse(self.cluster, self._expand(line))
 
         def fetch() -> ClusterFacts:
-            jobs = [JobFacts.from_api(j) for j in self.client.jobs()]
+            jobs = [JobFacts.from_api(j.data) for j in self.client.jobs()]
             return ClusterFacts.from_api(self.client.cluster(), jobs)
 
         with user_errors():

@@ -1,5 +1,8 @@
 """Parameter sweeps: ``--sweep lr=0.1,0.01 --sweep bs=32,64`` is four jobs, one per point.
 
+The product, the job names and the command template live in ``labhive.client`` (``sweep``)
+so plain Python uses the same rules; this module adds what only magics need.
+
 A point reaches the job in the way its command can read it: ``{lr}`` placeholders in a shell
 command are replaced, and a Python cell body gets ``lr = 0.1`` assignments at its top (a shell
 body gets ``lr=0.1`` variables), so the same training script runs unchanged at every point.
@@ -8,15 +11,23 @@ body gets ``lr=0.1`` variables), so the same training script runs unchanged at e
 from __future__ import annotations
 
 import ast
-import itertools
 import re
 import shlex
 from collections.abc import Sequence
 
+from labhive.client import fill_command, sweep_name, sweep_points
+
 Point = dict[str, str]
+__all__ = [
+    "fill_command",
+    "parse_axes",
+    "python_header",
+    "shell_header",
+    "sweep_name",
+    "sweep_points",
+]
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def parse_axes(specs: Sequence[str]) -> dict[str, list[str]]:
@@ -34,25 +45,6 @@ def parse_axes(specs: Sequence[str]) -> dict[str, list[str]]:
             raise ValueError(f"--sweep {spec!r}: give at least one value after '='")
         axes[key] = items
     return axes
-
-
-def points(axes: dict[str, list[str]]) -> list[Point]:
-    """Every combination, the first axis varying slowest (the order the flags were given)."""
-    keys = list(axes)
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes.values())]
-
-
-def job_name(base: str, point: Point) -> str:
-    """A readable, name-safe job name per point: ``train-lr0.1-bs32``."""
-    parts = [base, *(f"{k}{v}" for k, v in point.items())]
-    return _UNSAFE.sub("_", "-".join(parts))
-
-
-def fill_command(command: str, point: Point) -> str:
-    """Replace ``{key}`` placeholders of the point's keys, shell-quoting each value."""
-    for key, value in point.items():
-        command = command.replace("{" + key + "}", shlex.quote(value))
-    return command
 
 
 def python_literal(value: str) -> str:

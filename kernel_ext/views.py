@@ -19,6 +19,7 @@ from IPython.display import DisplayHandle, display
 
 from labhive.kernel_ext.facts import ClusterFacts, JobFacts, QueueFacts
 from labhive.kernel_ext.frontend import interactive
+from labhive.kernel_ext.logtail import LogTail
 from labhive.kernel_ext.picture import cluster_svg, cluster_text
 from labhive.kernel_ext.render import (
     job_html,
@@ -29,6 +30,7 @@ from labhive.kernel_ext.render import (
     summary_line,
 )
 from labhive.kernel_ext.widgets import (
+    LOG_LINES,
     JobSnapshot,
     JobSource,
     JobWidget,
@@ -36,7 +38,6 @@ from labhive.kernel_ext.widgets import (
     fetch_snapshot,
 )
 
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def _execution_count() -> int | None:
@@ -102,7 +103,8 @@ class JobView(View):
     def __init__(self, job: JobSource, live: bool | None = None) -> None:
         super().__init__(live)
         self.job = job
-        self.facts = JobFacts.from_api(job.refresh())
+        self.facts = JobFacts.from_api(job.data)
+        self.tail = LogTail(job, LOG_LINES)
         self.log = ""
 
     def text(self) -> str:
@@ -123,7 +125,7 @@ class JobView(View):
             self.publish()
 
     def refresh(self) -> JobFacts:
-        snap = fetch_snapshot(self.job)
+        snap = fetch_snapshot(self.job, self.tail)
         self.facts, self.log = snap.facts, snap.log
         return self.facts
 
@@ -133,10 +135,11 @@ _JOB_VIEWS: dict[str, JobView] = {}
 
 
 def job_view(job: JobSource, live: bool | None = None) -> JobView:
-    view = _JOB_VIEWS.get(job.id)
+    key = str(job.data["id"])
+    view = _JOB_VIEWS.get(key)
     if view is None or (live is not None and view.live != live):
         view = JobView(job, live)
-        _JOB_VIEWS[job.id] = view
+        _JOB_VIEWS[key] = view
     return view
 
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import ipywidgets as widgets
 
 from labhive.kernel_ext.facts import JobFacts
+from labhive.kernel_ext.logtail import LogTail
 from labhive.kernel_ext.poller import Poller
 from labhive.kernel_ext.render import job_html
 
@@ -23,15 +24,15 @@ LOG_LINES = 15
 
 
 class JobSource(Protocol):
-    """What a job widget needs from a job handle (``labhive.client.Job`` provides it)."""
+    """What a job widget needs from a job handle; ``labhive.client.Job`` is one."""
 
-    id: str
+    data: dict[str, Any]
 
-    def refresh(self) -> Mapping[str, Any]: ...
+    def refresh(self) -> Any: ...
 
-    def log_tail(self, lines: int) -> str: ...
+    def logs(self, offset: int = 0, **kw: Any) -> Any: ...
 
-    def gpu_usage(self) -> Sequence[Mapping[str, Any]]: ...
+    def gpu_usage(self) -> list[dict[str, Any]]: ...
 
     def cancel(self) -> Any: ...
 
@@ -43,23 +44,27 @@ class JobSnapshot:
     gpus: tuple[Mapping[str, Any], ...]
 
 
-def fetch_snapshot(source: JobSource) -> JobSnapshot:
-    facts = JobFacts.from_api(source.refresh())
-    log = source.log_tail(LOG_LINES) if facts.state != "WAITING" else ""
+def fetch_snapshot(source: JobSource, tail: LogTail) -> JobSnapshot:
+    """One poll: the job, what its tasks printed since the last poll, its GPUs' readings."""
+    source.refresh()
+    facts = JobFacts.from_api(source.data)
+    if facts.state != "WAITING":
+        tail.read_new()
     gpus = tuple(source.gpu_usage()) if facts.state == "RUNNING" else ()
-    return JobSnapshot(facts, log, gpus)
+    return JobSnapshot(facts, tail.text(), gpus)
 
 
 def gpu_html(gpus: Sequence[Mapping[str, Any]]) -> str:
     """Utilization and memory bars per GPU the job holds (real devices only)."""
     rows = []
     for gpu in gpus:
-        util = float(gpu.get("utilization") or 0)
-        used = float(gpu.get("memory_used_mb") or 0)
-        total = float(gpu.get("memory_total_mb") or 0) or 1.0
-        label = f"{gpu.get('node', '')} GPU {gpu.get('index', '?')}"
+        util = float(gpu.get("gpu_util") or 0)
+        used = float(gpu.get("fb_used_mib") or 0)
+        total = float(gpu.get("fb_total_mib") or 0) or 1.0
+        label = f"{gpu.get('node') or ''} GPU {gpu.get('gpu', '?')}".strip()
         rows.append(
-            f"<div>{escape(label)}: {util:.0f}% util, {used:.0f}/{total:.0f} MiB"
+            f'<div class="labhive-gpu">{escape(label)}: {util:.0f}% util, '
+            f"{used:.0f}/{total:.0f} MiB"
             f'<div style="background:#e5e7eb;width:200px;height:6px">'
             f'<div style="background:#2563eb;width:{2 * min(util, 100):.0f}px;height:6px">'
             "</div></div></div>"
@@ -92,13 +97,14 @@ class JobWidget(widgets.VBox):
         self.add_class("labhive-job-widget")
         self.snapshot: JobSnapshot | None = None
         self._on_snapshot = on_snapshot
+        self.tail = LogTail(source, LOG_LINES)
         self.poller = Poller(
-            lambda: fetch_snapshot(source),
+            lambda: fetch_snapshot(source, self.tail),
             self.show,
             lambda snap: snap.facts.terminal,
             interval=interval,
             on_error=self._error,
-            name=f"labhive-job-{source.id}",
+            name=f"labhive-job-{source.data['id']}",
         )
 
     def start(self) -> JobWidget:

@@ -68,14 +68,14 @@ def test_priority_accepts_classes_and_openpai_numbers_only() -> None:
 
 def test_sweep_is_the_product_in_flag_order() -> None:
     axes = sweep.parse_axes(["lr=0.1,0.01", "bs=32,64"])
-    pts = sweep.points(axes)
+    pts = sweep.sweep_points(axes)
     assert pts == [
         {"lr": "0.1", "bs": "32"},
         {"lr": "0.1", "bs": "64"},
         {"lr": "0.01", "bs": "32"},
         {"lr": "0.01", "bs": "64"},
     ]
-    assert sweep.job_name("train", pts[1]) == "train-lr0.1-bs64"
+    assert sweep.sweep_name("train", pts[1]) == "train-lr0.1-bs64"
     assert sweep.fill_command("python t.py --lr {lr} --bs {bs}", pts[0]) == (
         "python t.py --lr 0.1 --bs 32"
     )
