@@ -84,9 +84,6 @@ class View:
             self.handles.append(handle)
         return self
 
-    def _ipython_display_(self) -> None:
-        self.show()
-
     def publish(self) -> None:
         """Re-send every display of this view with the current snapshot."""
         for handle in self.handles:

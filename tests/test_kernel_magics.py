@@ -1,0 +1,193 @@
+"""The magics in a real IPython kernel against a real ``labhive serve`` (local executor, virtual
+cluster of 2 nodes x 4 GPU slots, VCs ``default`` and ``vc1``), as alice, with bob next door.
+
+The kernel is driven the way papermill drives it (no stdin), so ``%submit`` waits by default.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernel_support import Kernel, Service, labhive_serve
+
+from labhive.client import Client, PermissionDenied
+
+ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with labhive_serve(tmp_path_factory.mktemp("service")) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def kernel(service: Service) -> Iterator[Kernel]:
+    k = Kernel(service.env("alice"))
+    try:
+        assert k.run("%load_ext labhive.kernel_ext").error is None
+        yield k
+    finally:
+        k.close()
+
+
+def as_user(service: Service, user: str) -> Client:
+    return Client(service.url, service.token(user))
+
+
+def wait_state(client: Client, job_id: int, states: tuple[str, ...], timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while (state := client.job(job_id).state) not in states:
+        assert time.monotonic() < deadline, f"job {job_id} still {state}"
+        time.sleep(0.2)
+    return state
+
+
+def test_gang_of_two_runs_and_both_tasks_output_shows_in_logs(kernel: Kernel) -> None:
+    out = kernel.run(
+        "gang = %submit --name gang --tasks 2 --gpus 1 --no-wait -- "
+        "python -c \"import os; print('hello from task', os.environ['PAI_TASK_INDEX'])\""
+    )
+    assert out.error is None, out.stderr
+    (submitted,) = out.texts()
+    assert re.match(r"job gang: (WAITING|RUNNING)", submitted)
+
+    waited = kernel.run("%wait $gang.id", timeout=60)
+    assert waited.error is None, waited.stderr
+    assert re.search(r"^job gang: SUCCEEDED after [\d.]+ s on vnode-\d GPUs? ", waited.stdout, re.M)
+    # The display made at submission was updated in place to the final state.
+    assert kernel.displays[next(iter(out.displays))]["text/plain"].startswith(
+        "job gang: SUCCEEDED"
+    )
+
+    logs = kernel.run("%logs $gang.id")
+    assert sorted(logs.stdout.splitlines()) == [
+        "[main-0] hello from task 0",
+        "[main-1] hello from task 1",
+    ]
+
+
+def test_cell_magic_runs_the_body_with_the_kernels_python(kernel: Kernel) -> None:
+    out = kernel.run(
+        "%%submit --name body\n"
+        "import sys\n"
+        "total = sum(range(10))\n"
+        "print('sum is', total, 'on', sys.version_info[:2])\n",
+        timeout=60,
+    )
+    assert out.error is None, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("job body: SUCCEEDED after")
+    import sys
+
+    assert f"sum is 45 on {tuple(sys.version_info[:2])}" in lines
+    assert out.texts()[-1].startswith("job body: SUCCEEDED")
+
+
+def test_cancel_stops_a_running_job(kernel: Kernel, service: Service) -> None:
+    out = kernel.run("sleeper = %submit --name sleeper --no-wait -- sleep 300")
+    assert out.error is None, out.stderr
+    job_id = int(kernel.run("print(sleeper.id)").stdout)
+    alice = as_user(service, "alice")
+    wait_state(alice, job_id, ("RUNNING",))
+
+    cancelled = kernel.run("%cancel $sleeper.id")
+    assert cancelled.error is None, cancelled.stderr
+    assert wait_state(alice, job_id, ENDED, timeout=20) == "STOPPED"
+    assert cancelled.stdout.startswith("job sleeper: ")
+
+
+@pytest.mark.parametrize(
+    ("line", "first"),
+    [
+        ("%submit --gpus two -- echo hi", "%submit: argument --gpus: invalid int value: 'two'"),
+        ("%submit --vc nowhere -- echo hi", None),
+        ("%logs 999999", None),
+    ],
+)
+def test_mistakes_show_a_message_and_no_traceback(kernel: Kernel, line: str, first: str) -> None:
+    out = kernel.run(line)
+    assert out.error is not None and out.error[0] == "UsageError"
+    assert "Traceback" not in out.stderr and "Error in" not in out.stdout
+    message = out.error[1]
+    if first:
+        assert message.startswith(first)
+        assert "usage: %submit [--gpus N] [--tasks M]" in message
+    else:
+        assert message and "HTTP" not in message
+
+
+def test_sweep_submits_the_product(kernel: Kernel, service: Service) -> None:
+    out = kernel.run(
+        "table = %submit --name sw --sweep lr=0.1,0.01 --sweep bs=32,64 -- echo lr={lr} bs={bs}",
+        timeout=90,
+    )
+    assert out.error is None, out.stderr
+    alice = as_user(service, "alice")
+    mine = {j.name: j for j in alice.jobs() if j.name.startswith("sw-")}
+    assert sorted(mine) == ["sw-lr0.01-bs32", "sw-lr0.01-bs64", "sw-lr0.1-bs32", "sw-lr0.1-bs64"]
+    for name, job in mine.items():
+        assert job.state == "SUCCEEDED"
+        lr, bs = re.match(r"sw-lr([\d.]+)-bs(\d+)", name).groups()
+        assert job.logs().data == f"lr={lr} bs={bs}\n"
+    table = out.texts()[-1].splitlines()
+    assert len(table) == 5 and all("SUCCEEDED" in row for row in table[1:])
+
+
+def test_another_users_command_and_logs_stay_hidden(kernel: Kernel, service: Service) -> None:
+    bob = as_user(service, "bob")
+    running = bob.submit(name="bobs", command="echo bob-secret-42; sleep 300", vc="vc1", gpus=4)
+    waiting = bob.submit(name="bobs2", command="echo bob-secret-43", vc="vc1", gpus=4)
+    try:
+        wait_state(bob, running.id, ("RUNNING",))
+        out = kernel.run(
+            f"from labhive import client\n"
+            f"try:\n"
+            f"    client.connect().job({running.id})\n"
+            f"except client.LabHiveError as err:\n"
+            f"    print(type(err).__name__, err.message)\n"
+        )
+        assert out.stdout.startswith(("PermissionDenied", "NotFoundError")), out.stdout
+        logs = kernel.run(f"%logs {running.id}")
+        assert logs.error is not None and logs.error[0] == "UsageError"
+        assert "bob-secret" not in logs.stdout + logs.stderr + logs.error[1]
+
+        queue = kernel.run("%queue vc1")
+        (shown,) = queue.texts()
+        assert shown.splitlines() == [
+            "vc1: 4/4 guaranteed GPUs used, 0 opportunistic, 1 waiting",
+            "  1. another user's job, 4 GPUs",
+        ]
+        with pytest.raises(PermissionDenied):
+            as_user(service, "alice").logs(running.id)
+    finally:
+        bob.cancel(waiting.id)
+        bob.cancel(running.id)
+
+
+def test_papermill_report_ends_with_succeeded(service: Service, tmp_path: Path) -> None:
+    import nbformat
+    import papermill
+
+    from kernel_support import venv_env
+
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "submit_and_watch.ipynb"
+    out = tmp_path / "report.ipynb"
+    env = venv_env(**service.env("alice"))
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        papermill.execute_notebook(
+            str(notebook), str(out), parameters={"name": "report"}, kernel_name="python3",
+            progress_bar=False,
+        )  # fmt: skip
+    cells = nbformat.read(out, as_version=4).cells
+    outputs = [o for c in cells if c.cell_type == "code" for o in c.outputs]
+    displays = [o for o in outputs if o.output_type in ("display_data", "execute_result")]
+    assert displays[-1]["data"]["text/plain"].startswith("job report: SUCCEEDED after")
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "hello from LabHive task 0" in text and "hello from LabHive task 1" in text
