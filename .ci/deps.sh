@@ -5,6 +5,8 @@
 set -euo pipefail
 need=()
 command -v strace >/dev/null || need+=(strace)
+# the kernel extension's browser test drives Debian's chromium through Playwright
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq

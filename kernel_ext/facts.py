@@ -60,7 +60,8 @@ class JobFacts:
     user: str | None = None
     position: int | None = None
     queue_length: int | None = None
-    why: str | None = None
+    why: str | None = None  # the scheduler's explanation while waiting
+    reason: str | None = None  # the last transition's short cause ("preempted", "exit 1")
     tasks: tuple[TaskFacts, ...] = ()
     gpus: int | None = None
     submitted: float | None = None
@@ -80,7 +81,8 @@ class JobFacts:
             user=data.get("user"),
             position=data.get("queue_position"),
             queue_length=data.get("queue_length"),
-            why=data.get("why") or data.get("reason"),
+            why=data.get("why"),
+            reason=data.get("reason") or None,
             tasks=tuple(TaskFacts.from_api(t) for t in data.get("tasks") or ()),
             gpus=data.get("gpus"),
             submitted=timestamp(data.get("submitted_at")),

@@ -70,8 +70,8 @@ def summary_line(job: JobFacts, now: float) -> str:
     if job.state == "RUNNING":
         return head + (f" for {seconds(took)}" if took is not None else "") + where
     text = head + (f" after {seconds(took)}" if took is not None else "") + where
-    if job.state == "FAILED" and job.why:
-        text += f" - {job.why}"
+    if job.state == "FAILED" and (job.why or job.reason):
+        text += f" - {job.why or job.reason}"
     return text
 
 

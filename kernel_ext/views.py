@@ -39,7 +39,6 @@ from labhive.kernel_ext.widgets import (
 )
 
 
-
 def _execution_count() -> int | None:
     shell = get_ipython()
     return getattr(shell, "execution_count", None)

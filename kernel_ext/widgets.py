@@ -83,16 +83,21 @@ class JobWidget(widgets.VBox):
         on_snapshot: Callable[[JobSnapshot], None] | None = None,
     ) -> None:
         self.source = source
-        self.header = widgets.HTML()
-        self.gpus = widgets.HTML()
-        self.log = widgets.HTML()
+        self.summary = widgets.HTML()
+        self.gpu_bars = widgets.HTML()
+        self.log_view = widgets.HTML()
         self.cancel_button = widgets.Button(
             description="Cancel", button_style="danger", icon="stop", tooltip="cancel this job"
         )
         self.message = widgets.HTML()
         self.cancel_button.on_click(self._cancel)
         super().__init__(
-            [self.header, self.gpus, self.log, widgets.HBox([self.cancel_button, self.message])]
+            [
+                self.summary,
+                self.gpu_bars,
+                self.log_view,
+                widgets.HBox([self.cancel_button, self.message]),
+            ]
         )
         self.add_class("labhive-job-widget")
         self.snapshot: JobSnapshot | None = None
@@ -113,9 +118,9 @@ class JobWidget(widgets.VBox):
 
     def show(self, snap: JobSnapshot) -> None:
         self.snapshot = snap
-        self.header.value = job_html(snap.facts, time.time())
-        self.gpus.value = gpu_html(snap.gpus)
-        self.log.value = (
+        self.summary.value = job_html(snap.facts, time.time())
+        self.gpu_bars.value = gpu_html(snap.gpus)
+        self.log_view.value = (
             f'<pre class="labhive-log" style="max-height:18em;overflow:auto;margin:2px 0">'
             f"{escape(snap.log)}</pre>"
             if snap.log

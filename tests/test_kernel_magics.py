@@ -60,9 +60,7 @@ def test_gang_of_two_runs_and_both_tasks_output_shows_in_logs(kernel: Kernel) ->
     assert waited.error is None, waited.stderr
     assert re.search(r"^job gang: SUCCEEDED after [\d.]+ s on vnode-\d GPUs? ", waited.stdout, re.M)
     # The display made at submission was updated in place to the final state.
-    assert kernel.displays[next(iter(out.displays))]["text/plain"].startswith(
-        "job gang: SUCCEEDED"
-    )
+    assert kernel.displays[next(iter(out.displays))]["text/plain"].startswith("job gang: SUCCEEDED")
 
     logs = kernel.run("%logs $gang.id")
     assert sorted(logs.stdout.splitlines()) == [
@@ -172,7 +170,6 @@ def test_another_users_command_and_logs_stay_hidden(kernel: Kernel, service: Ser
 def test_papermill_report_ends_with_succeeded(service: Service, tmp_path: Path) -> None:
     import nbformat
     import papermill
-
     from kernel_support import venv_env
 
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "submit_and_watch.ipynb"
@@ -191,3 +188,47 @@ def test_papermill_report_ends_with_succeeded(service: Service, tmp_path: Path) 
     assert displays[-1]["data"]["text/plain"].startswith("job report: SUCCEEDED after")
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "hello from LabHive task 0" in text and "hello from LabHive task 1" in text
+
+
+def test_live_widget_follows_the_job_and_its_poller_stops_at_the_end(kernel: Kernel) -> None:
+    """What a front end gets: the widget view beside the snapshot; the poller ends with the job."""
+    out = kernel.run(
+        "import os\n"
+        "os.environ['LABHIVE_INTERACTIVE'] = '1'\n"
+        "live = %submit --name live --tasks 2 -- echo live-$PAI_TASK_INDEX\n"
+        "os.environ.pop('LABHIVE_INTERACTIVE')\n"
+        "from labhive.kernel_ext import show\n"
+        "view = show(live)\n"
+    )
+    assert out.error is None, out.stderr
+    (bundle,) = out.displays.values()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("job live: ")
+    probe = kernel.run(
+        "import time\n"
+        "view.widget.poller.join(30)\n"
+        "print(view.widget.poller.running, view.widget.cancel_button.disabled)\n"
+        "print(view.widget.summary.value)\n"
+        "print(view.widget.log_view.value)\n"
+    )
+    flags, summary, log = probe.stdout.split("\n", 2)
+    assert flags == "False True"  # poller ended, cancel button disabled
+    assert 'data-state="SUCCEEDED"' in summary
+    assert "[main-0] live-0" in log and "[main-1] live-1" in log
+    # The display made while it ran was re-published with the final state.
+    assert kernel.displays[next(iter(out.displays))]["text/plain"].startswith("job live: SUCCEEDED")
+
+
+def test_closing_a_widget_stops_its_poller(kernel: Kernel) -> None:
+    out = kernel.run(
+        "w = %submit --name closer --no-wait -- sleep 300\n"
+        "widget = w.widget()\n"
+        "time.sleep(1)\n"
+        "polls = widget.poller.polls\n"
+        "widget.close()\n"
+        "widget.poller.join(5)\n"
+        "print(polls >= 2, widget.poller.running)\n"
+        "w.cancel()\n"
+    )
+    assert out.error is None, out.stderr
+    assert out.stdout.split() == ["True", "False"]
