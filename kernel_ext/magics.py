@@ -191,8 +191,10 @@ class LabHiveMagics(Magics):
 
         view = show_table(table)
         if self._wants_wait(args):
+            deadline = None if args.timeout is None else time.monotonic() + args.timeout
             for job in table.jobs:
-                wait_for(job_view(job, live=False), args.timeout, out=lambda _line: None)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                wait_for(job_view(job, live=False), left, out=lambda _line: None)
                 view.jobs = [JobFacts.from_api(j.data) for j in table.jobs]
                 view.publish()
             self._report(view.jobs, [])
@@ -200,7 +202,8 @@ class LabHiveMagics(Magics):
 
     def _report(self, facts: list[JobFacts], jobs: list[Any]) -> None:
         """After a wait: the final summary, then each job's log tail."""
-        print(jobs_text(facts, time.time()) if len(facts) > 1 else summary_line(facts[0], 0))
+        now = time.time()
+        print(jobs_text(facts, now) if len(facts) > 1 else summary_line(facts[0], now))
         for job in jobs:
             tail = LogTail(job, TAIL_LINES)
             tail.read_new()

@@ -232,3 +232,27 @@ def test_closing_a_widget_stops_its_poller(kernel: Kernel) -> None:
     )
     assert out.error is None, out.stderr
     assert out.stdout.split() == ["True", "False"]
+
+
+def test_shell_body_sweep_then_job_jobs_cluster_and_followed_logs(kernel: Kernel) -> None:
+    out = kernel.run(
+        '%%submit --shell --name sh --sweep opt=adam,sgd\necho "optimizer $opt"\n',
+        timeout=60,
+    )
+    assert out.error is None, out.stderr
+    rows = out.texts()[-1].splitlines()[1:]
+    assert sorted(r.split()[1] for r in rows) == ["sh-optadam", "sh-optsgd"]
+
+    first = kernel.run("first = _.jobs[0]\n%job $first.id")
+    assert first.texts()[-1].startswith("job sh-optadam: SUCCEEDED after")
+
+    followed = kernel.run("%logs -f $first.id")
+    assert followed.stdout == "optimizer adam\n"
+
+    listed = kernel.run("%jobs --all").texts()[-1]
+    assert {"sh-optadam", "sh-optsgd"} <= {r.split()[1] for r in listed.splitlines()[1:]}
+
+    picture = kernel.run("%cluster")
+    (bundle,) = picture.displays.values()
+    assert bundle["text/plain"].splitlines()[0] == "virtual cluster (GPU slots, no devices)"
+    assert bundle["text/html"].startswith("<svg") and "vnode-1" in bundle["text/html"]
