@@ -13,6 +13,7 @@ from labhive.kernel_ext.facts import ClusterFacts
 PALETTE = ("#2563eb", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d", "#b45309")
 FREE = "#e5e7eb"
 DOWN = "#fca5a5"
+OTHER = "#374151"  # a job whose VC this user is not shown (another user's)
 CELL, GAP, LABEL_W, TITLE_H = 28, 4, 120, 24
 
 
@@ -27,7 +28,7 @@ def cluster_svg(cluster: ClusterFacts) -> str:
     width = LABEL_W + width_gpus * (CELL + GAP) + GAP
     legend_y = TITLE_H + len(cluster.nodes) * (CELL + GAP) + 8
     height = legend_y + 20
-    width = max(width, 90 * (len(colours) + 1))
+    width = max(width, 90 * (len(colours) + 2))
     title = "virtual cluster (GPU slots, no devices)" if cluster.virtual else "cluster"
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="labhive-cluster" width="{width}" '
@@ -45,7 +46,7 @@ def cluster_svg(cluster: ClusterFacts) -> str:
             tip = f"{node.name} GPU {gpu}: free"
             if job is not None:
                 vc = cluster.job_vcs.get(job)
-                fill = colours.get(vc or "", "#374151")
+                fill = colours.get(vc or "", OTHER)
                 tip = f"{node.name} GPU {gpu}: job {job}" + (f" ({vc})" if vc else "")
             out.append(
                 f'<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" rx="3" fill="{fill}">'
@@ -56,7 +57,10 @@ def cluster_svg(cluster: ClusterFacts) -> str:
                     f'<text x="{x + CELL / 2:.0f}" y="{y + CELL * 0.65:.0f}" fill="white" '
                     f'text-anchor="middle" font-size="9">{escape(job[-4:])}</text>'
                 )
-    for i, (vc, colour) in enumerate([*colours.items(), ("free", FREE)]):
+    legend = [*colours.items(), ("free", FREE)]
+    if any(j not in cluster.job_vcs for n in cluster.nodes for j in n.used.values()):
+        legend.append(("other", OTHER))
+    for i, (vc, colour) in enumerate(legend):
         x = i * 90
         out.append(f'<rect x="{x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
         out.append(f'<text x="{x + 16}" y="{legend_y + 11}">{escape(vc)}</text>')
@@ -65,7 +69,8 @@ def cluster_svg(cluster: ClusterFacts) -> str:
 
 
 def cluster_text(cluster: ClusterFacts) -> str:
-    """The same map in characters: one letter per GPU, ``.`` free, ``x`` down."""
+    """The same map in characters: a letter per VC, ``.`` free, ``x`` down, ``#`` another
+    user's job."""
     letters = {name: chr(ord("A") + i) for i, name in enumerate(vc_colours(cluster))}
     head = "virtual cluster (GPU slots, no devices)" if cluster.virtual else "cluster"
     lines = [head]

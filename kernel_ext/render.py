@@ -186,7 +186,3 @@ def queue_html(queue: QueueFacts, now: float) -> str:
             + "</div>"
         )
     return "".join(rows) or "<p>no virtual clusters</p>"
-
-
-def log_tail(lines: Sequence[str], limit: int = 20) -> str:
-    return "\n".join(lines[-limit:])

@@ -171,6 +171,7 @@ def test_cluster_map_colours_gpus_by_the_vc_of_their_job() -> None:
         "nodes": [
             {"name": "node-1", "gpus": [0, 1, 2, 3], "used": {"0": "j1", "1": "j1"}},
             {"name": "node-2", "gpus": [0, 1, 2, 3], "used": {"3": "j2"}, "healthy": False},
+            {"name": "node-3", "gpus": [0, 1], "used": {"1": "j9"}},
         ],
     }
     jobs = [job(id="j1", vc="vc1"), job(id="j2", vc="default")]
@@ -179,10 +180,11 @@ def test_cluster_map_colours_gpus_by_the_vc_of_their_job() -> None:
         "virtual cluster (GPU slots, no devices)",
         "node-1           BB..",
         "node-2           xxxx",
+        "node-3           .#",
         "A=default  B=vc1  .=free",
     ]
     svg = cluster_svg(cluster)
-    assert svg.count("<rect") == 8 + 3  # 8 GPUs, then 2 VCs and "free" in the legend
+    assert svg.count("<rect") == 10 + 4  # 10 GPUs; legend: 2 VCs, "free", "other"
     assert "virtual cluster" in svg and "node-1 GPU 1: job j1 (vc1)" in svg
 
 
