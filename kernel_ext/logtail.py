@@ -89,7 +89,7 @@ class LogTail:
 def prefixed(lines_by_task: dict[str, list[str]], several: bool | None = None) -> str:
     """``[worker-0] line`` when there are several tasks; the bare lines for one."""
     several = len(lines_by_task) > 1 if several is None else several
-    out = []
+    out: list[str] = []
     for task, lines in lines_by_task.items():
         out.extend(f"[{task}] {line}" if several else line for line in lines)
     return "\n".join(out)

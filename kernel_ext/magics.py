@@ -67,7 +67,8 @@ class LabHiveMagics(Magics):
         return self._client
 
     def _expand(self, line: str, keep: frozenset[str] = frozenset()) -> str:
-        return expand_vars(line, self.shell.user_ns, keep)
+        namespace = self.shell.user_ns if self.shell is not None else {}
+        return expand_vars(line, namespace, keep)
 
     # ---- submitting ------------------------------------------------------------------------
 

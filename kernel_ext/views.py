@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
@@ -44,7 +45,7 @@ def _execution_count() -> int | None:
     return getattr(shell, "execution_count", None)
 
 
-class View:
+class View(ABC):
     """Shared display plumbing: snapshot bundle, optional widget, display handles."""
 
     def __init__(self, live: bool | None = None) -> None:
@@ -53,14 +54,17 @@ class View:
         self.widget: Any = None
         self._shown_in: int | None = None
 
+    @abstractmethod
     def text(self) -> str:
-        raise NotImplementedError
+        """The ``text/plain`` snapshot."""
 
+    @abstractmethod
     def html(self) -> str:
-        raise NotImplementedError
+        """The ``text/html`` snapshot."""
 
+    @abstractmethod
     def make_widget(self) -> Any:
-        raise NotImplementedError
+        """The live widget, already polling."""
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {}
