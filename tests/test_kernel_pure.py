@@ -248,3 +248,16 @@ def test_usage_errors_carry_the_usage_line(shell, line: str, message: str) -> No
     assert str(err.value).startswith(message)
     if "argument" in message:
         assert "usage: %submit [--gpus N]" in str(err.value)
+
+
+def test_job_card_escapes_names_and_shows_gpu_readings() -> None:
+    from labhive.kernel_ext.render import job_html
+    from labhive.kernel_ext.widgets import gpu_html
+
+    card = job_html(job(name="<b>x</b>", queue_position=1, why="vc1 has 0 free"), T0 + 1)
+    assert "&lt;b&gt;x&lt;/b&gt;" in card and "<b>x</b>" not in card
+    assert 'data-state="WAITING"' in card and "vc1 has 0 free" in card
+    bars = gpu_html(
+        [{"node": "n1", "gpu": 0, "gpu_util": 87, "fb_used_mib": 512, "fb_total_mib": 81559}]
+    )
+    assert "n1 GPU 0: 87% util, 512/81559 MiB" in bars and "width:174px" in bars
