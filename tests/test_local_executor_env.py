@@ -84,3 +84,26 @@ def test_the_same_inputs_give_the_same_env_and_a_task_without_placement_is_an_er
 
 def test_free_port_is_bindable():
     assert 1024 < free_port() < 65536
+
+
+def test_the_launch_builder_gives_every_task_its_env_one_port_and_its_device_uuids():
+    from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+    from labhive.scheduler.executors.env import with_task_env
+
+    def base(job, spec, placements):
+        return [
+            TaskLaunch(TaskKey(str(job["id"]), job["attempt"], p.role, p.index), spec.name,
+                       "true", p.node, p.gpus)
+            for p in placements
+        ]  # fmt: skip
+
+    uuids = {"node0": ("GPU-0", "GPU-1", "GPU-2"), "node1": ("GPU-a", "GPU-b", "GPU-c", "GPU-d")}
+    build = with_task_env(base, gpu_uuids=uuids, node_ips=IPS)
+    launches = build({"id": 7, "attempt": 1, "user": "bob"}, SPEC, PLACED)
+    by_task = {(t.key.role, t.key.index): t for t in launches}
+    assert by_task["worker", 2].gpu_uuids == ("GPU-c", "GPU-d")
+    assert by_task["worker", 2].env["CUDA_VISIBLE_DEVICES"] == "GPU-c,GPU-d"
+    assert by_task["master", 0].env["RANK"] == "0" and by_task["worker", 2].env["RANK"] == "3"
+    assert len({t.env["MASTER_PORT"] for t in launches}) == 1
+    assert {t.env["LABHIVE_ATTEMPT"] for t in launches} == {"1"}
+    assert by_task["master", 0].env["PAI_USER_NAME"] == "alice"  # the spec's user wins

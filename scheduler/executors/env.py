@@ -15,7 +15,9 @@ attempt.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
 from labhive.scheduler.jobs import JobSpec
@@ -185,3 +187,68 @@ def rank_order(spec: JobSpec, placements: Sequence[TaskPlacement]) -> list[tuple
     order = {r.name: i for i, r in enumerate(spec.roles)}
     placed = sorted(placements, key=lambda p: (order.get(p.role, len(order)), p.index))
     return [(p.role, p.index, p.node) for p in placed]
+
+
+#: How the service turns a start decision into launches (``SchedulerLoop``'s ``launch_builder``).
+LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
+
+
+def with_task_env(
+    base: LaunchBuilder,
+    *,
+    virtual: bool = False,
+    gpu_uuids: Mapping[str, Sequence[str]] | None = None,
+    node_ips: Mapping[str, str] | None = None,
+) -> LaunchBuilder:
+    """Wrap a launch builder so every launch carries ``task_env`` and its devices' UUIDs.
+
+    ``gpu_uuids`` maps a node to its devices' UUIDs by GPU index (``nvml_uuids()`` for this
+    machine). One rendezvous port is chosen per call, that is per started attempt.
+    """
+    uuids = gpu_uuids or {}
+
+    def build(
+        job: dict[str, Any], spec: JobSpec, placements: tuple[TaskPlacement, ...]
+    ) -> list[TaskLaunch]:
+        if spec.user is None and job.get("user"):
+            spec = replace(spec, user=str(job["user"]))
+        port = free_port() if len(placements) > 1 else 0
+        out = []
+        for launch in base(job, spec, placements):
+            key = launch.key
+            devices = uuids.get(launch.node, ())
+            mine = tuple(devices[g] for g in launch.gpus if g < len(devices))
+            env = task_env(
+                key.job_id, spec, placements, key.attempt, key.role, key.index,
+                master_port=port, gpu_uuids=mine, virtual=virtual, node_ips=node_ips,
+            )  # fmt: skip
+            out.append(replace(launch, env={**env, **launch.env}, gpu_uuids=mine))
+        return out
+
+    return build
+
+
+def nvml_uuids() -> tuple[str, ...]:
+    """This machine's GPU UUIDs in NVML index order; empty without an NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return ()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return ()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        return tuple(
+            _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
+            for i in range(count)
+        )
+    except pynvml.NVMLError:
+        return ()
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -416,6 +416,7 @@ def _job_out(
                 state=t["state"],
                 exit_code=t["exit_code"],
                 attempt=t["attempt"],
+                limits=(t.get("handle") or {}).get("limits"),
             )
             for t in task_rows or ()
         ],

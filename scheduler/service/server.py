@@ -59,6 +59,21 @@ def make_executor(name: str, data_dir: Path, grace_s: float) -> Executor:
     raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
 
 
+def launch_builder_for(executor: str, config: Any) -> Any:
+    """Local tasks see OpenPAI's and PyTorch's variables (``task_env``) and, on a machine with
+    NVIDIA GPUs, exactly their devices by UUID. (Hook owned by the local executor.)"""
+    if executor != "local":
+        return None
+    from functools import partial
+
+    from labhive.scheduler.executors.env import nvml_uuids, with_task_env
+    from labhive.scheduler.service.loop import default_launches
+
+    uuids = {} if config.virtual else {n.name: nvml_uuids() for n in config.nodes()}
+    base = partial(default_launches, virtual=config.virtual)
+    return with_task_env(base, virtual=config.virtual, gpu_uuids=uuids)
+
+
 def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = None) -> Running:
     """Everything but the HTTP server; the loop is not started yet. ``make_policy`` (a cluster
     config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
@@ -98,6 +113,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         load_spec,
         virtual=config.virtual,
         grace_s=opts.grace_s,
+        launch_builder=launch_builder_for(opts.executor, config),
     )
     service = Service(store, loop, executor, auth, parse, checker.check, policy=opts.policy)
     app = create_app(service)
