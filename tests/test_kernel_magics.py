@@ -219,40 +219,52 @@ def test_live_widget_follows_the_job_and_its_poller_stops_at_the_end(kernel: Ker
     assert kernel.displays[next(iter(out.displays))]["text/plain"].startswith("job live: SUCCEEDED")
 
 
-def test_closing_a_widget_stops_its_poller(kernel: Kernel) -> None:
+def test_cancel_button_stops_the_job_and_closing_stops_the_poller(
+    kernel: Kernel, service: Service
+) -> None:
     out = kernel.run(
+        "import time\n"
         "w = %submit --name closer --no-wait -- sleep 300\n"
         "widget = w.widget()\n"
         "time.sleep(1)\n"
-        "polls = widget.poller.polls\n"
-        "widget.close()\n"
-        "widget.poller.join(5)\n"
-        "print(polls >= 2, widget.poller.running)\n"
-        "w.cancel()\n"
+        "widget.cancel_button.click()\n"
+        "widget.poller.join(20)\n"
+        "print(widget.poller.running, widget.message.value, widget.snapshot.facts.state)\n"
+        "other = %submit --name open --no-wait -- sleep 300\n"
+        "second = other.widget()\n"
+        "time.sleep(1)\n"
+        "second.close()\n"
+        "second.poller.join(5)\n"
+        "print(second.poller.polls >= 2, second.poller.running)\n"
+        "other.cancel()\n"
     )
     assert out.error is None, out.stderr
-    assert out.stdout.split() == ["True", "False"]
+    assert out.stdout.splitlines() == ["False cancel requested STOPPED", "True False"]
 
 
-def test_shell_body_sweep_then_job_jobs_cluster_and_followed_logs(kernel: Kernel) -> None:
+def test_queue_and_cluster_widgets_refresh_until_closed(kernel: Kernel) -> None:
     out = kernel.run(
-        '%%submit --shell --name sh --sweep opt=adam,sgd\necho "optimizer $opt"\n',
-        timeout=60,
+        "import os, time\n"
+        "os.environ['LABHIVE_INTERACTIVE'] = '1'\n"
+        "%queue\n"
+        "%cluster\n"
+        "os.environ.pop('LABHIVE_INTERACTIVE')\n"
     )
     assert out.error is None, out.stderr
-    rows = out.texts()[-1].splitlines()[1:]
-    assert sorted(r.split()[1] for r in rows) == ["sh-optadam", "sh-optsgd"]
-
-    first = kernel.run("first = _.jobs[0]\n%job $first.id")
-    assert first.texts()[-1].startswith("job sh-optadam: SUCCEEDED after")
-
-    followed = kernel.run("%logs -f $first.id")
-    assert followed.stdout == "optimizer adam\n"
-
-    listed = kernel.run("%jobs --all").texts()[-1]
-    assert {"sh-optadam", "sh-optsgd"} <= {r.split()[1] for r in listed.splitlines()[1:]}
-
-    picture = kernel.run("%cluster")
-    (bundle,) = picture.displays.values()
-    assert bundle["text/plain"].splitlines()[0] == "virtual cluster (GPU slots, no devices)"
-    assert bundle["text/html"].startswith("<svg") and "vnode-1" in bundle["text/html"]
+    bundles = list(out.displays.values())
+    assert len(bundles) == 2
+    assert all("application/vnd.jupyter.widget-view+json" in b for b in bundles)
+    assert bundles[0]["text/plain"].startswith("default: ")
+    assert bundles[1]["text/html"].startswith("<svg")
+    probe = kernel.run(
+        "from labhive.kernel_ext.widgets import LiveHTML\n"
+        "import gc\n"
+        "live = [w for w in gc.get_objects() if isinstance(w, LiveHTML) and w.poller.running]\n"
+        "time.sleep(1.5)\n"
+        "print(len(live), all(w.poller.polls >= 1 for w in live), 'svg' in live[-1].html.value)\n"
+        "for w in live:\n"
+        "    w.close()\n"
+        "    w.poller.join(5)\n"
+        "print(any(w.poller.running for w in live))\n"
+    )
+    assert probe.stdout.splitlines() == ["2 True True", "False"], probe.stderr
