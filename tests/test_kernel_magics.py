@@ -268,3 +268,27 @@ def test_queue_and_cluster_widgets_refresh_until_closed(kernel: Kernel) -> None:
         "print(any(w.poller.running for w in live))\n"
     )
     assert probe.stdout.splitlines() == ["2 True True", "False"], probe.stderr
+
+
+def test_client_sweep_from_plain_python(service: Service) -> None:
+    from labhive.client import Rejected, sweep
+
+    alice = as_user(service, "alice")
+    table = sweep("echo lr={lr} opt={opt}", {"lr": [0.1, 0.01], "opt": ["a b"]}, client=alice,
+                  name="py").wait(60)  # fmt: skip
+    frame = table.frame()
+    assert list(frame.columns) == ["lr", "opt", "id", "name", "state"]
+    assert list(frame["state"]) == ["SUCCEEDED", "SUCCEEDED"]
+    assert [j.logs().data for j in table.jobs] == ["lr=0.1 opt=a b\n", "lr=0.01 opt=a b\n"]
+
+    # A refused point cancels the points already submitted: all or nothing.
+    def command(point: dict[str, str]) -> str:
+        return "sleep 30" if point["n"] == "1" else "x" * 200_000  # too long for the service
+
+    before = {j.id for j in alice.jobs()}
+    with pytest.raises(Rejected, match=r"^sweep point n=2: "):
+        sweep(command, {"n": [1, 2]}, client=alice, name="half")
+    (first,) = [j for j in alice.jobs() if j.id not in before]
+    assert first.name == "half-n1" and first.state == "STOPPED"
+    with pytest.raises(Rejected, match=r"^sweep point n=1: job rejected"):
+        sweep("true", {"n": [1, 2]}, client=alice, name="big", gpus=99)
