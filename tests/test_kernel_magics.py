@@ -292,3 +292,22 @@ def test_client_sweep_from_plain_python(service: Service) -> None:
     assert first.name == "half-n1" and first.state == "STOPPED"
     with pytest.raises(Rejected, match=r"^sweep point n=1: job rejected"):
         sweep("true", {"n": [1, 2]}, client=alice, name="big", gpus=99)
+
+
+def test_waits_print_sparse_progress_lines(kernel: Kernel) -> None:
+    out = kernel.run(
+        "import time\n"
+        "from labhive.kernel_ext.views import job_view, wait_for\n"
+        "slow = %submit --name slow --no-wait -- sleep 3.5\n"
+        "lines = []\n"
+        "facts = wait_for(job_view(slow), progress_every=1.0, min_gap=1.0,\n"
+        "                 out=lambda line: lines.append((time.monotonic(), line)))\n"
+        "gaps = [b[0] - a[0] for a, b in zip(lines, lines[1:])]\n"
+        "print(facts.state, len(lines), min(gaps) >= 0.99)\n"
+        "print(lines[-1][1])\n"
+    )
+    assert out.error is None, out.stderr
+    summary, last = out.stdout.splitlines()
+    state, count, spaced = summary.split()
+    assert state == "SUCCEEDED" and 2 <= int(count) <= 4 and spaced == "True"
+    assert last.startswith("job slow: RUNNING for ")
