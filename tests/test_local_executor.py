@@ -140,3 +140,13 @@ def test_a_relative_data_dir_works_from_the_tasks_own_directory(tmp_path, monkey
     assert wait_exits(ex, 1)[h.key].exit_code == 0
     out = ex.read_log(h, "stdout", 0, 4096).decode().strip()
     assert out == str(tmp_path / "data" / "jobs" / "rel" / "0" / "worker-0")
+
+
+def test_the_services_credentials_do_not_reach_a_task(ex, monkeypatch):
+    monkeypatch.setenv("LABHIVE_TOKEN", "admin-secret")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-secret")
+    monkeypatch.setenv("SOMETHING_ELSE", "kept")
+    (h,) = ex.launch([task("creds", "env")])
+    wait_exits(ex, 1)
+    seen = ex.read_log(h, "stdout", 0, 1 << 20).decode()
+    assert "secret" not in seen and "SOMETHING_ELSE=kept" in seen

@@ -86,24 +86,22 @@ def test_free_port_is_bindable():
     assert 1024 < free_port() < 65536
 
 
-def test_the_launch_builder_gives_every_task_its_env_one_port_and_its_device_uuids():
+def test_the_launch_builder_gives_every_task_its_own_devices_by_uuid():
     from labhive.scheduler.executors.base import TaskKey, TaskLaunch
-    from labhive.scheduler.executors.env import with_task_env
+    from labhive.scheduler.executors.env import with_device_uuids
 
     def base(job, spec, placements):
         return [
             TaskLaunch(TaskKey(str(job["id"]), job["attempt"], p.role, p.index), spec.name,
-                       "true", p.node, p.gpus)
+                       "true", p.node, p.gpus, env={"CUDA_VISIBLE_DEVICES": "x", "KEEP": "1"})
             for p in placements
         ]  # fmt: skip
 
-    uuids = {"node0": ("GPU-0", "GPU-1", "GPU-2"), "node1": ("GPU-a", "GPU-b", "GPU-c", "GPU-d")}
-    build = with_task_env(base, gpu_uuids=uuids, node_ips=IPS)
-    launches = build({"id": 7, "attempt": 1, "user": "bob"}, SPEC, PLACED)
+    uuids = {"node0": ("GPU-0", "GPU-1", "GPU-2"), "node1": ("GPU-a", "GPU-b")}
+    launches = with_device_uuids(base, uuids)({"id": 7, "attempt": 1}, SPEC, PLACED)
     by_task = {(t.key.role, t.key.index): t for t in launches}
-    assert by_task["worker", 2].gpu_uuids == ("GPU-c", "GPU-d")
-    assert by_task["worker", 2].env["CUDA_VISIBLE_DEVICES"] == "GPU-c,GPU-d"
-    assert by_task["master", 0].env["RANK"] == "0" and by_task["worker", 2].env["RANK"] == "3"
-    assert len({t.env["MASTER_PORT"] for t in launches}) == 1
-    assert {t.env["LABHIVE_ATTEMPT"] for t in launches} == {"1"}
-    assert by_task["master", 0].env["PAI_USER_NAME"] == "alice"  # the spec's user wins
+    assert by_task["worker", 0].gpu_uuids == ("GPU-1", "GPU-2")
+    assert by_task["worker", 0].env["CUDA_VISIBLE_DEVICES"] == "GPU-1,GPU-2"
+    assert by_task["worker", 0].env["KEEP"] == "1"
+    # node1 lists fewer devices than the placement names: plain indices, never a wrong device
+    assert by_task["worker", 2].gpu_uuids == () and by_task["worker", 2].env["KEEP"] == "1"

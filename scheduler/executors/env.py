@@ -193,36 +193,24 @@ def rank_order(spec: JobSpec, placements: Sequence[TaskPlacement]) -> list[tuple
 LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
 
 
-def with_task_env(
-    base: LaunchBuilder,
-    *,
-    virtual: bool = False,
-    gpu_uuids: Mapping[str, Sequence[str]] | None = None,
-    node_ips: Mapping[str, str] | None = None,
-) -> LaunchBuilder:
-    """Wrap a launch builder so every launch carries ``task_env`` and its devices' UUIDs.
+def with_device_uuids(base: LaunchBuilder, gpu_uuids: Mapping[str, Sequence[str]]) -> LaunchBuilder:
+    """Wrap a launch builder so that tasks on nodes with NVIDIA GPUs get their devices by UUID.
 
-    ``gpu_uuids`` maps a node to its devices' UUIDs by GPU index (``nvml_uuids()`` for this
-    machine). One rendezvous port is chosen per call, that is per started attempt.
+    ``gpu_uuids`` maps a node to its devices' UUIDs in GPU-index order (``nvml_uuids()`` for
+    this machine). A node not in it, or an index past its list, keeps the plain indices.
     """
-    uuids = gpu_uuids or {}
 
     def build(
         job: dict[str, Any], spec: JobSpec, placements: tuple[TaskPlacement, ...]
     ) -> list[TaskLaunch]:
-        if spec.user is None and job.get("user"):
-            spec = replace(spec, user=str(job["user"]))
-        port = free_port() if len(placements) > 1 else 0
         out = []
         for launch in base(job, spec, placements):
-            key = launch.key
-            devices = uuids.get(launch.node, ())
-            mine = tuple(devices[g] for g in launch.gpus if g < len(devices))
-            env = task_env(
-                key.job_id, spec, placements, key.attempt, key.role, key.index,
-                master_port=port, gpu_uuids=mine, virtual=virtual, node_ips=node_ips,
-            )  # fmt: skip
-            out.append(replace(launch, env={**env, **launch.env}, gpu_uuids=mine))
+            devices = gpu_uuids.get(launch.node, ())
+            if devices and all(0 <= g < len(devices) for g in launch.gpus):
+                mine = tuple(devices[g] for g in launch.gpus)
+                env = {**launch.env, **gpu_env(launch.gpus, mine, launch.virtual)}
+                launch = replace(launch, gpu_uuids=mine, env=env)
+            out.append(launch)
         return out
 
     return build

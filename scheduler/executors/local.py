@@ -65,6 +65,17 @@ def user_shell() -> str:
     raise LaunchError("no shell found to run the command in: set SHELL to one")
 
 
+#: The service's own credentials, which a user's task must not inherit (it could act as them).
+PRIVATE_ENV = frozenset(
+    {"LABHIVE_TOKEN", "LABHIVE_TOKEN_FILE", "JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"}
+)
+
+
+def inherited_env() -> dict[str, str]:
+    """The service's environment, less its credentials: what every task starts from."""
+    return {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+
+
 def task_dir(data_dir: Path, key: TaskKey) -> Path:
     """Where the task lives; a key that would name a path elsewhere is refused."""
     parts = (key.job_id, str(key.attempt), f"{key.role}-{key.index}")
@@ -137,7 +148,7 @@ class LocalExecutor:
         argv = self._argv(launch, work)
         enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
         (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
-        env = {**os.environ, **launch.env, **extra_env, **launch_env(launch)}
+        env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:

@@ -60,18 +60,19 @@ def make_executor(name: str, data_dir: Path, grace_s: float) -> Executor:
 
 
 def launch_builder_for(executor: str, config: Any) -> Any:
-    """Local tasks see OpenPAI's and PyTorch's variables (``task_env``) and, on a machine with
-    NVIDIA GPUs, exactly their devices by UUID. (Hook owned by the local executor.)"""
-    if executor != "local":
+    """On a machine with NVIDIA GPUs, local tasks get exactly their devices, by UUID.
+    (Hook owned by the local executor; the default launches already carry ``task_env``.)"""
+    if executor != "local" or config.virtual:
         return None
     from functools import partial
 
-    from labhive.scheduler.executors.env import nvml_uuids, with_task_env
+    from labhive.scheduler.executors.env import nvml_uuids, with_device_uuids
     from labhive.scheduler.service.loop import default_launches
 
-    uuids = {} if config.virtual else {n.name: nvml_uuids() for n in config.nodes()}
-    base = partial(default_launches, virtual=config.virtual)
-    return with_task_env(base, virtual=config.virtual, gpu_uuids=uuids)
+    uuids = nvml_uuids()
+    return with_device_uuids(
+        partial(default_launches, virtual=False), {n.name: uuids for n in config.nodes()}
+    )
 
 
 def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = None) -> Running:
@@ -150,6 +151,7 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
         print((banner or describe)(running), flush=True)
         server.run(sockets=[sock])
     finally:
+        running.service.intake.close()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
         running.service.store.dispose()
     return 0 if server.started else 1
