@@ -7,6 +7,8 @@ need=()
 command -v strace >/dev/null || need+=(strace)
 # the job service's store tests run against a throwaway PostgreSQL server (initdb + postgres)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+# the kernel extension's browser test drives Debian's chromium through Playwright
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq

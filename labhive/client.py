@@ -4,6 +4,7 @@ from labhive.scheduler.client import (
     AuthenticationError,
     Client,
     Job,
+    JobTable,
     LabHiveError,
     LogChunk,
     NotFoundError,
@@ -11,14 +12,19 @@ from labhive.scheduler.client import (
     Rejected,
     ServiceUnavailable,
     connect,
+    fill_command,
     find_token,
     service_url,
+    sweep,
+    sweep_name,
+    sweep_points,
 )
 
 __all__ = [
     "AuthenticationError",
     "Client",
     "Job",
+    "JobTable",
     "LabHiveError",
     "LogChunk",
     "NotFoundError",
@@ -26,6 +32,10 @@ __all__ = [
     "Rejected",
     "ServiceUnavailable",
     "connect",
+    "fill_command",
     "find_token",
     "service_url",
+    "sweep",
+    "sweep_name",
+    "sweep_points",
 ]

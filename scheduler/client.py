@@ -18,9 +18,12 @@ inside a JupyterHub single-user server the hub's ``/services/labhive/`` prefix, 
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import shlex
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +161,29 @@ class Job:
 
     def follow(self, **kw: Any) -> Iterator[str]:
         return self.client.follow_logs(self.data["id"], **kw)
+
+    # ---- notebook-facing additions (owned by the kernel extension) ------------------------
+    # Jupyter is imported lazily inside these methods only, so this module stays Jupyter-free.
+
+    def gpu_usage(self) -> list[dict[str, Any]]:
+        """Latest readings (utilization, memory) of the GPUs the job holds; empty on a
+        virtual cluster, where slots have no readings, or a service without GPU sampling."""
+        try:
+            doc = self.client._get(f"/jobs/{self.data['id']}/gpus")
+        except NotFoundError:
+            return []
+        return list(doc.get("current") or []) if doc.get("sampling") else []
+
+    def widget(self) -> Any:
+        """A live ipywidget that follows this job (needs ``ipywidgets``)."""
+        from labhive.kernel_ext import widget
+
+        return widget(self)
+
+    def _ipython_display_(self) -> None:
+        from labhive.kernel_ext import show
+
+        show(self)
 
 
 class Client:
@@ -328,3 +354,96 @@ def _error(response: httpx.Response) -> LabHiveError:
     if cls is None:
         cls = Rejected if response.status_code < 500 else LabHiveError
     return cls(message, response.status_code)
+
+
+# ---- sweeps (owned by the kernel extension; usable from any Python) ---------------------------
+
+
+def sweep_points(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, str]]:
+    """Every combination of the axes' values, the first axis varying slowest."""
+    keys = list(axes)
+    values = [[str(v) for v in axes[k]] for k in keys]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def sweep_name(base: str, point: Mapping[str, str]) -> str:
+    """A readable, name-safe job name per point: ``train-lr0.1-bs32``."""
+    parts = [base, *(f"{k}{v}" for k, v in point.items())]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
+
+
+def fill_command(template: str, point: Mapping[str, str]) -> str:
+    """Replace ``{key}`` placeholders of the point's keys, shell-quoting each value; other
+    braces (``${HOME}``, ``{a,b}``) are left alone."""
+    for key, value in point.items():
+        template = template.replace("{" + key + "}", shlex.quote(value))
+    return template
+
+
+@dataclass
+class JobTable:
+    """The jobs of a sweep, one per point; displays itself as a table in a notebook."""
+
+    jobs: list[Job]
+    points: list[dict[str, str]]
+
+    def refresh(self) -> JobTable:
+        for job in self.jobs:
+            job.refresh()
+        return self
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.5) -> JobTable:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for job in self.jobs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            job.wait(left, poll_s)
+        return self
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {**point, "id": job.data["id"], "name": job.data["name"], "state": job.data["state"]}
+            for job, point in zip(self.jobs, self.points, strict=True)
+        ]
+
+    def frame(self) -> Any:
+        """The rows as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def __str__(self) -> str:
+        return "\n".join(" ".join(f"{k}={v}" for k, v in row.items()) for row in self.rows())
+
+    def _ipython_display_(self) -> None:
+        from labhive.kernel_ext import show_table
+
+        show_table(self)
+
+
+def sweep(
+    command: str | Callable[[dict[str, str]], str],
+    axes: Mapping[str, Sequence[Any]],
+    *,
+    client: Client | None = None,
+    name: str = "sweep",
+    **short: Any,
+) -> JobTable:
+    """Submit one job per point of the product of ``axes`` (short-form keywords apply to all).
+
+    ``command`` is a template whose ``{key}`` placeholders take each point's values, or a
+    function from the point to the command. If one submission is refused, the jobs already
+    submitted are cancelled and the error names the point.
+    """
+    client = client or connect()
+    build = command if callable(command) else (lambda p: fill_command(command, p))
+    points = sweep_points(axes)
+    jobs: list[Job] = []
+    for point in points:
+        try:
+            jobs.append(client.submit(name=sweep_name(name, point), command=build(point), **short))
+        except LabHiveError as err:
+            for job in jobs:
+                job.cancel()
+            where = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise type(err)(f"sweep point {where}: {err.message}", err.status) from None
+    return JobTable(jobs, points)
