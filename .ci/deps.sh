@@ -5,6 +5,7 @@
 set -euo pipefail
 need=()
 command -v strace >/dev/null || need+=(strace)
+command -v promtool >/dev/null || need+=(prometheus)  # promtool + server: tests/test_metrics_prometheus.py
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
