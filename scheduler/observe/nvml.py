@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class GpuReading:
     ecc_dbe_aggregate: int | None = None
     last_xid: int = 0  # dcgm-exporter's DCGM_FI_DEV_XID_ERRORS: the last XID seen, 0 for none
     new_xids: tuple[int, ...] = ()  # XIDs that arrived since the previous sample
+    xid_count: int = 0  # XIDs seen since the sampler started
     lost: bool = False
     processes: tuple[ProcessReading, ...] = ()
     util_seen_us: int = 0  # NVML's timestamp of the newest per-process sample read
@@ -252,12 +253,14 @@ def _drain_xids(nvml: Any, events: Any) -> dict[int, list[int]]:
 
 def _read_gpu(nvml: Any, index: int, before: GpuReading | None, xids: list[int]) -> GpuReading:
     last_xid = xids[-1] if xids else (before.last_xid if before else 0)
+    xid_count = (before.xid_count if before else 0) + len(xids)
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
     except nvml.NVMLError as err:
         lost = getattr(err, "value", None) == nvml.NVML_ERROR_GPU_IS_LOST
         known = before or GpuReading(index)
-        return _blank(known, lost=lost, why=_reason(nvml, err), xid=last_xid)
+        blank = _blank(known, lost=lost, why=_reason(nvml, err), xid=last_xid)
+        return replace(blank, new_xids=tuple(xids), xid_count=xid_count)
     g = _Guard(nvml, handle)
     ident = _identity(g)
     if before is not None:  # a GPU lost mid-read keeps the identity it had
@@ -285,6 +288,7 @@ def _read_gpu(nvml: Any, index: int, before: GpuReading | None, xids: list[int])
         **values,
         last_xid=last_xid,
         new_xids=tuple(xids),
+        xid_count=xid_count,
         lost=g.lost,
         processes=procs,
         util_seen_us=seen,
