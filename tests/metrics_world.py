@@ -24,7 +24,7 @@ HOST = "gpu-node-1"
 ALICE = Owner(job="42", vc="vc1", user="alice")
 
 
-def h100_sample(**device_changes: object) -> Sample:
+def h100_sample(hostname: str = HOST, **device_changes: object) -> Sample:
     rec = load_h100()
     rec["devices"][0].update(
         {
@@ -37,7 +37,7 @@ def h100_sample(**device_changes: object) -> Sample:
             **device_changes,
         }
     )
-    sample = Sampler(RecordedNVML(rec), hostname=HOST, clock=lambda: 1000.0).sample()
+    sample = Sampler(RecordedNVML(rec), hostname=hostname, clock=lambda: 1000.0).sample()
     assert sample is not None
     return sample
 

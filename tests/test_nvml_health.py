@@ -39,7 +39,7 @@ def test_double_bit_ecc_names_the_gpu_and_the_count() -> None:
         "corrected_aggregate": 9,
         "uncorrected_aggregate": 2,
     }
-    (down,), state = health("n1", h100_sample(ecc_errors=ecc))
+    (down,), _ = health("n1", h100_sample(ecc_errors=ecc))
     assert isinstance(down, NodeDown)
     assert "GPU 0 (GPU-e7c046e5-9dbd-ca41-9060-91d5a385b88f)" in down.reason
     assert "2 uncorrectable (double-bit) ECC" in down.reason
