@@ -41,3 +41,22 @@ def test_vanished_process_has_no_owner() -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
     assert owner_of(gone.pid, {}) is None
+
+
+def test_orphan_is_found_by_its_process_group() -> None:
+    """The task leads a process group; a grandchild whose parent exited is reparented to init
+    but stays in the group."""
+    task = subprocess.Popen(
+        ["sh", "-c", "sleep 30 & echo $!; exit 0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    orphan = int(task.stdout.readline())
+    task.wait()
+    try:
+        assert psutil.Process(orphan).ppid() != task.pid
+        bob = Owner("7", "vc2", "bob")
+        assert owner_of(orphan, {task.pid: bob}) == bob
+    finally:
+        psutil.Process(orphan).kill()

@@ -160,6 +160,10 @@ class SchedulerLoop:
         self.last_pass = 0.0
         self.passes = 0
         self.changed = threading.Condition()  # notified after every pass that changed the store
+        # Monitoring hooks (service/monitoring.py): node-health events in, timings and exits out.
+        self._external: deque[Event] = deque()
+        self.on_decision: Callable[[float], None] | None = None
+        self.on_task_exit: Callable[[int, TaskExit], None] | None = None
 
     # ---- inputs (any thread) -------------------------------------------------------------
 
@@ -169,6 +173,11 @@ class SchedulerLoop:
 
     def cancel(self, job_id: int) -> None:
         self._cancels.append(job_id)
+        self._wake.set()
+
+    def inject(self, events_in: list[Event]) -> None:
+        """Events from outside the job lifecycle (``NodeDown``/``NodeUp`` from GPU health)."""
+        self._external.extend(events_in)
         self._wake.set()
 
     # ---- views (any thread) --------------------------------------------------------------
@@ -296,7 +305,7 @@ class SchedulerLoop:
         """Drain inputs, decide, apply. Returns whether anything changed."""
         t = self.clock()
         work = _Pass()
-        events_in: list[Event] = self._pending_events
+        events_in: list[Event] = self._pending_events + _drain(self._external)
         self._pending_events = []
         exits = self._pending_exits + list(self.executor.poll())
         self._pending_exits = []
@@ -330,8 +339,11 @@ class SchedulerLoop:
         decisions: list[Decision] = []
         with self._sched_lock:
             for ev in events_in:
+                began = time.perf_counter()
                 try:
                     decisions.extend(self.scheduler.handle(ev))
+                    if self.on_decision is not None:
+                        self.on_decision(time.perf_counter() - began)
                 except SpecRejected as err:  # the cluster changed under a stored job
                     job_id = int(ev.job_id)  # type: ignore[union-attr]
                     work.rejected.append((job_id, str(err)))
@@ -348,6 +360,8 @@ class SchedulerLoop:
             if run is None or ex.key.attempt != run.attempt or ex.key not in run.task_ids:
                 continue  # a stale attempt's straggler
             work.ended_tasks.append((run.task_ids[ex.key], ex.exit_code))
+            if self.on_task_exit is not None and ex.exit_code != 0:
+                self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)

@@ -35,6 +35,7 @@ class ServeOptions:
     grace_s: float = 10.0
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
+    gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
 
 
 @dataclass
@@ -98,7 +99,12 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         virtual=config.virtual,
         grace_s=opts.grace_s,
     )
-    service = Service(store, loop, executor, auth, parse, checker.check, policy=opts.policy)
+    from labhive.scheduler.service.monitoring import Monitoring
+
+    monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
+    service = Service(
+        store, loop, executor, auth, parse, checker.check, policy=opts.policy, monitoring=monitoring
+    )
     app = create_app(service)
     return Running(
         service=service,
@@ -128,10 +134,12 @@ def run(opts: ServeOptions, banner: str | None = None) -> int:
     )
     server = uvicorn.Server(config)
     running.service.loop.start()
+    running.service.monitoring.start()  # no-op without an NVIDIA driver
     try:
         print(banner or describe(running), flush=True)
         server.run()
     finally:
+        running.service.monitoring.stop()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
         running.service.store.dispose()
     return 0 if server.started else 1
