@@ -15,12 +15,17 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from labhive.scheduler.client import Client
 from labhive.scheduler.service.store import Store
 
 _counter = itertools.count()
@@ -129,3 +134,77 @@ def store(db_url: str, tmp_path: Path) -> Iterator[Store]:
     s.migrate()
     yield s
     s.dispose()
+
+
+# ---- a live service in this process (real HTTP on loopback, real local processes) -----------
+
+USERS = """
+users:
+  alice: {token: alice-token-123, groups: [students]}
+  bob: {token: bob-token-4567, groups: [others]}
+groups:
+  students: {vcs: [vc1]}
+  others: {vcs: [default]}
+"""
+
+
+@dataclass
+class Live:
+    url: str
+    admin: str
+    running: Any
+    data_dir: Path
+
+    def client(self, token: str | None = None) -> Client:
+        return Client(self.url, token or self.admin)
+
+
+def make_test_policy(config: Any) -> Any:
+    from service_policy import FirstFit
+
+    return FirstFit(config)
+
+
+@contextmanager
+def live_service(data_dir: Path, db: str | None = None, grace_s: float = 2.0) -> Iterator[Live]:
+    import uvicorn
+
+    from labhive.scheduler.service.server import ServeOptions, build
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    users = data_dir / "users.yaml"
+    users.write_text(USERS)
+    port = _free_port()
+    opts = ServeOptions(port=port, db=db, data_dir=data_dir, users=users, grace_s=grace_s)
+    running = build(opts, make_policy=make_test_policy)
+    running.service.loop.poll_s = 0.05
+    running.service.loop.start()
+    config = uvicorn.Config(running.app, host="127.0.0.1", port=port, log_level="warning")
+    config.lifespan = "off"
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.02)
+    try:
+        yield Live(running.url, running.token_file.read_text().strip(), running, data_dir)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        running.service.loop.stop(stop_tasks=True)
+        running.service.store.dispose()
+
+
+@pytest.fixture
+def live(db_url: str, tmp_path: Path) -> Iterator[Live]:
+    """The service on both backends."""
+    with live_service(tmp_path / "data", db_url) as service:
+        yield service
+
+
+@pytest.fixture
+def live_sqlite(tmp_path: Path) -> Iterator[Live]:
+    with live_service(tmp_path / "data") as service:
+        yield service

@@ -47,6 +47,14 @@ class FirstFit:
 
     def __post_init__(self) -> None:
         self.nodes = {n.name: n.gpus for n in self.config.nodes()}
+        self.quota = {
+            name: sum(c.number * self._gpus(c.cell_type) for c in vc.cells)
+            for name, vc in self.config.vcs.items()
+        }
+
+    def _gpus(self, cell_type: str) -> int:
+        t = self.config.cell_types[cell_type]
+        return 1 if t.child is None else t.child_number * self._gpus(t.child)
 
     def check(self, spec: JobSpec) -> None:
         if spec.vc not in self.config.vcs:
@@ -82,6 +90,8 @@ class FirstFit:
             key=lambda j: (-j.spec.priority, j.order),
         )
         for job in waiting:
+            if job.spec.total_gpus > self.quota[job.spec.vc] - self._vc_used(job.spec.vc):
+                continue  # over its VC's quota for now
             placement = self._fit(job, self._used())
             if placement is None:
                 victims = self._victims(job)
@@ -95,6 +105,9 @@ class FirstFit:
             job.tasks = placement
             out.append(Start(job.job_id, placement))
         return out
+
+    def _vc_used(self, vc: str) -> int:
+        return sum(len(t.gpus) for j in self.jobs_.values() if j.spec.vc == vc for t in j.tasks)
 
     def _victims(self, job: _Job) -> list[_Job] | None:
         lower = sorted(
@@ -159,8 +172,8 @@ class FirstFit:
         vcs = {
             name: VCView(
                 name,
-                0,
-                sum(len(t.gpus) for j in self.jobs_.values() if j.spec.vc == name for t in j.tasks),
+                self.quota[name],
+                self._vc_used(name),
                 0,
                 sum(1 for j in self.jobs_.values() if j.spec.vc == name and not j.tasks),
             )

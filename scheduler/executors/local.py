@@ -32,6 +32,7 @@ from typing import Any
 
 import psutil
 
+from labhive.scheduler.executors import limits
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -83,10 +84,18 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, data_dir: Path, grace_s: float = 10.0, *, shell: str | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        grace_s: float = 10.0,
+        *,
+        shell: str | None = None,
+        limit_support: limits.LimitSupport | None = None,
+    ):
         self.data_dir = Path(data_dir)
         self.grace_s = grace_s
         self.shell = shell
+        self.limit_support = limit_support or limits.detect()
         self._tasks: dict[TaskKey, _Task] = {}
 
     # ---- launch ---------------------------------------------------------------------------
@@ -121,19 +130,14 @@ class LocalExecutor:
             _retire(work)
         work.mkdir(parents=True)
         argv = self._argv(launch, work)
-        limits: dict[str, Any] = {}
-        (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": limits}))
+        enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
+        (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
         env = {**os.environ, **launch.env, **extra_env, **launch_env(launch)}
-        with (work / "stdout").open("wb") as out, (work / "stderr").open("wb") as err:
-            popen = subprocess.Popen(
-                [sys.executable, "-I", "-m", "labhive.scheduler.executors.supervise", str(work)],
-                cwd=work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
+        try:
+            popen = _spawn_supervisor(work, env)
+        except BaseException:
+            limits.release(enforced)
+            raise
         info = {
             "pid": popen.pid,
             "pgid": popen.pid,
@@ -142,7 +146,7 @@ class LocalExecutor:
             "stdout": str(work / "stdout"),
             "stderr": str(work / "stderr"),
             "exit_file": str(work / EXIT_FILE),
-            "limits": limits,
+            "limits": enforced,
             "observe": launch.observe,
         }
         write_json_atomic(work / HANDLE_FILE, info)
@@ -199,8 +203,11 @@ class LocalExecutor:
             _killpg(task.info, signal.SIGKILL)  # the supervisor died: leave nothing behind
             how = _wait_status(task)
             reason = f"the task's supervisor ended ({how}) without recording an exit status"
+            limits.release(task.info.get("limits", {}))
             return TaskExit(key, None, reason)
-        return TaskExit(key, int(record["exit_code"]), _describe(record))
+        reason = _describe(record, task.info.get("limits", {}))
+        limits.release(task.info.get("limits", {}))
+        return TaskExit(key, int(record["exit_code"]), reason)
 
     # ---- stop -----------------------------------------------------------------------------
 
@@ -219,6 +226,7 @@ class LocalExecutor:
             _kill_tree(task.info)
         for task in tasks:
             self._reap(task)
+            limits.release(task.info.get("limits", {}))
 
     def _reap(self, task: _Task, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -345,7 +353,25 @@ def _wait_status(task: _Task) -> str:
     return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
 
 
-def _describe(record: dict[str, Any]) -> str:
-    if record.get("signal_name"):
-        return f"killed by {record['signal_name']}"
-    return f"exit code {record['exit_code']}"
+def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
+    how = f"killed by {record['signal_name']}" if record.get("signal_name") else ""
+    how = how or f"exit code {record['exit_code']}"
+    if limits.oom_killed(enforced):
+        mb = enforced["memory"]["bytes"] // limits.MIB
+        return f"{how}: went over its memory limit of {mb} MB"
+    return how
+
+
+def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The supervisor leads a new session, so the task outlives the service and one killpg
+    reaches all of it; it reads its instructions from the working directory."""
+    with (work / "stdout").open("wb") as out, (work / "stderr").open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-m", "labhive.scheduler.executors.supervise", str(work)],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )

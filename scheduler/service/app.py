@@ -85,6 +85,14 @@ class Service:
         return dataclasses.replace(spec, user=who.name)
 
 
+def _who(request: Request) -> Identity:
+    """The caller, as the service's authenticator sees them (the one identity check)."""
+    return request.app.state.service.identify(request)  # type: ignore[no-any-return]
+
+
+Who = Annotated[Identity, Depends(_who)]
+
+
 def create_app(service: Service) -> FastAPI:
     app = FastAPI(
         title="LabHive job service",
@@ -106,11 +114,6 @@ def _routes(svc: Service) -> APIRouter:
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": s.ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
     }
-
-    def who(request: Request) -> Identity:
-        return svc.identify(request)
-
-    Who = Annotated[Identity, Depends(who)]
 
     @router.post("/jobs", status_code=201, response_model=s.JobOut, responses=errors)
     def submit(body: s.JobRequest, me: Who) -> s.JobOut:
@@ -469,6 +472,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             return _error(
                 400, "malformed JSON body: send one JSON object (Content-Type: application/json)"
             )
+        if any(tuple(p.get("loc", ())) == ("body",) for p in problems):
+            return _error(422, "invalid request: the body must be one JSON object (a job)")
         text = "; ".join(
             f"{'.'.join(str(x) for x in p.get('loc', ()) if x != 'body') or 'body'}: {p.get('msg')}"
             for p in problems[:10]
