@@ -1,6 +1,7 @@
 """The real job service (store on SQLite, scheduler loop, local executor, REST app) on a
-one-GPU node ``gpu-node-1`` whose GPU is the recorded H100, sampled through the real sampler
-code path. The first-fit test policy records the node events the loop hands it."""
+one-GPU node ``gpu-node-1`` whose GPU is the recorded H100 (plus zeroed ECC counters, which the
+recording did not query), sampled through the real sampler code path. The first-fit test
+policy records the node events the loop hands it."""
 
 from __future__ import annotations
 
@@ -67,12 +68,13 @@ class World:
 
     def task_leaf_pid(self, job_id: int) -> int:
         """The pid of the job's command (below the executor's supervisor and shell)."""
-        handle = next(iter(self.service.loop.handles(job_id).values()))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
+            handles = list(self.service.loop.handles(job_id).values())
             found = [
                 p
-                for p in psutil.Process(handle.info["pid"]).children(recursive=True)
+                for h in handles
+                for p in psutil.Process(h.info["pid"]).children(recursive=True)
                 if p.name() == "sleep"
             ]
             if found:
@@ -107,7 +109,14 @@ def labhive_service(tmp_path: Path, interval_s: float = 0.05) -> Iterator[World]
         return dataclasses.replace(spec, user=row["user"], name=row["name"])
 
     loop = SchedulerLoop(store, lambda: policy, executor, load_spec, grace_s=2.0, poll_s=0.05)
-    nvml = RecordedNVML(load_h100())
+    recording = load_h100()
+    recording["devices"][0]["ecc_errors"] = {  # ECC counters, as an H100 with ECC on reports
+        "corrected_volatile": 0,
+        "uncorrected_volatile": 0,
+        "corrected_aggregate": 0,
+        "uncorrected_aggregate": 0,
+    }
+    nvml = RecordedNVML(recording)
     monitoring = Monitoring(
         store, loop, interval_s=interval_s, sampler=Sampler(nvml, hostname=NODE)
     )

@@ -61,6 +61,7 @@ def prometheus(target: str, metrics_path: str, workdir: Path) -> Iterator[Promet
     scrape = config["scrape_configs"][0]
     scrape["static_configs"] = [{"targets": [target]}]
     scrape["metrics_path"] = metrics_path
+    workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = workdir / "prometheus.log"

@@ -116,6 +116,9 @@ def test_labhive_scheduling_metrics() -> None:
     assert one(fams["labhive_node_healthy"], node="gpu-node-2", reason="GPU 2 lost") == 0
     assert one(fams["labhive_node_gpus"], node=HOST, state="used") == 1
     assert one(fams["labhive_cluster_virtual"]) == 0
+    cluster = fams["labhive_gpus"]
+    assert one(cluster, state="allocated") == 1 and one(cluster, state="idle") == 3
+    assert one(cluster, state="unhealthy") == 4
 
 
 def test_queue_wait_histogram_per_vc() -> None:

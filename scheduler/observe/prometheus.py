@@ -365,12 +365,23 @@ def _gpu_families(s: ServiceSnapshot) -> Iterator[Metric]:
     node_gpus = GaugeMetricFamily(
         "labhive_node_gpus", "GPUs of the node, used or free.", labels=["node", "state"]
     )
+    totals = {"allocated": 0, "idle": 0, "unhealthy": 0}
     for n in sorted(s.nodes, key=lambda n: n.name):
         healthy.add_metric([n.name, n.reason], int(n.healthy))
         node_gpus.add_metric([n.name, "used"], len(n.used))
         node_gpus.add_metric([n.name, "free"], len(n.gpus) - len(n.used))
+        totals["allocated"] += len(n.used)
+        totals["idle" if n.healthy else "unhealthy"] += len(n.gpus) - len(n.used)
     yield healthy
     yield node_gpus
+    cluster = GaugeMetricFamily(
+        "labhive_gpus",
+        "The cluster's GPUs: allocated to jobs, idle, or free on an unhealthy node.",
+        labels=["state"],
+    )
+    for state, n in totals.items():
+        cluster.add_metric([state], n)
+    yield cluster
     yield GaugeMetricFamily(
         "labhive_cluster_virtual",
         "1 when the cluster's GPUs are virtual slots (no NVIDIA driver): no GPU readings exist.",
