@@ -1,7 +1,8 @@
 """Given the LabHive service serving HTTP on loopback (a job of vc1 on the node's recorded
 H100), expect a real Prometheus server, configured with the shipped scrape config and alert
 rules, to scrape its /metrics, answer PromQL for the VC's GPU and queue, evaluate every
-dashboard and rule query, and fire the lost-GPU alert when the GPU falls off the bus."""
+dashboard and rule query, and fire the lost-GPU alert when the GPU falls off the bus; and the
+client library to read the job's GPU history over HTTP."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from metrics_service import NODE, labhive_service
 from monitoring_files import dashboard_exprs, instantiate, rule_exprs
 from prometheus_server import free_port, prometheus
 
+from labhive.scheduler.client import Client
 from labhive.scheduler.service.app import create_app
 
 
@@ -51,6 +53,11 @@ def test_prometheus_scrapes_the_service_and_answers_promql(tmp_path) -> None:
                 assert prom.query(instantiate('DCGM_FI_DEV_FB_USED{job="$job"}', job=str(job)))
                 rules = prom.api("rules")["groups"]
                 assert sum(len(g["rules"]) for g in rules) == 10
+                # the client library (widgets, reports) reads the job's GPU history
+                token = w.headers["Authorization"].split()[1]
+                with Client(url=f"http://{target}/api/v1", token=token) as client:
+                    gpus = client.job(job).gpus()
+                assert gpus["history"][0]["points"] and gpus["current"][0]["gpu_util"] == 100
                 w.nvml.recording["devices"][0]["lost"] = True
                 (alert,) = prom.wait_for('ALERTS{alertname="LabHiveGpuLost",alertstate="firing"}')
                 assert alert["metric"]["Hostname"] == NODE and alert["metric"]["gpu"] == "0"
