@@ -151,3 +151,31 @@ def test_sampling_thread_hands_over_samples() -> None:
     thread.stop()
     assert not thread.is_alive()
     assert [len(s.gpus) for s in got[:3]] == [1, 1, 1]
+
+
+def test_a_failing_handler_does_not_stop_sampling() -> None:
+    import threading
+
+    calls: list = []
+    done = threading.Event()
+
+    def on_sample(sample) -> None:
+        calls.append(sample)
+        if len(calls) == 1:
+            raise RuntimeError("store unavailable")
+        done.set()
+
+    thread = start_sampling(0.01, on_sample, Sampler(RecordedNVML(load_h100()), hostname="n"))
+    assert thread is not None and done.wait(5)
+    thread.stop()
+
+
+def test_an_xid_storm_is_read_in_bounded_slices() -> None:
+    from labhive.scheduler.observe.nvml import MAX_EVENTS_PER_SAMPLE
+
+    rec = load_h100()
+    rec["devices"][0]["xid_events"] = [79] * (MAX_EVENTS_PER_SAMPLE + 10)
+    sampler = Sampler(RecordedNVML(rec), hostname="n")
+    assert len(sampler.sample().gpus[0].new_xids) == MAX_EVENTS_PER_SAMPLE
+    (gpu,) = sampler.sample().gpus
+    assert len(gpu.new_xids) == 10 and gpu.xid_count == MAX_EVENTS_PER_SAMPLE + 10

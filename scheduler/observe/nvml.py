@@ -232,12 +232,16 @@ def _processes(g: _Guard, since_us: int) -> tuple[tuple[ProcessReading, ...], in
     return procs, seen
 
 
+#: Events read per sample at most: an XID storm must not stall sampling (the rest wait).
+MAX_EVENTS_PER_SAMPLE = 256
+
+
 def _drain_xids(nvml: Any, events: Any) -> dict[int, list[int]]:
     """XID events waiting in the event set, by GPU index (non-blocking)."""
     found: dict[int, list[int]] = {}
     if events is None:
         return found
-    while True:
+    for _ in range(MAX_EVENTS_PER_SAMPLE):
         try:
             data = nvml.nvmlEventSetWait_v2(events, 0)
         except nvml.NVMLError:  # Timeout: the set is empty (any other error: try next sample)
@@ -249,6 +253,7 @@ def _drain_xids(nvml: Any, events: Any) -> dict[int, list[int]]:
         except nvml.NVMLError:
             continue
         found.setdefault(index, []).append(int(data.eventData))
+    return found
 
 
 def _read_gpu(nvml: Any, index: int, before: GpuReading | None, xids: list[int]) -> GpuReading:
@@ -435,8 +440,8 @@ class SamplingThread(threading.Thread):
     """Calls ``sampler.sample()`` every ``interval_s`` and hands each sample to ``on_sample``.
 
     Does nothing at all when the sampler has no driver, so a virtual cluster pays no thread.
-    A failing ``on_sample`` is logged and the loop goes on: monitoring must not die of one bad
-    reading.
+    A failing sample or ``on_sample`` is logged and the loop goes on: monitoring must not die
+    of one bad reading.
     """
 
     def __init__(
@@ -451,13 +456,13 @@ class SamplingThread(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            sample = self.sampler.sample()
-            if sample is None:
-                return
             try:
+                sample = self.sampler.sample()
+                if sample is None:
+                    return
                 self.on_sample(sample)
             except Exception:
-                log.exception("GPU sample handler failed")
+                log.exception("GPU sampling failed; trying again next interval")
             self._stop_event.wait(self.interval_s)
 
     def stop(self, timeout: float = 5.0) -> None:

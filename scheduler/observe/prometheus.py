@@ -266,7 +266,9 @@ def _gpu_text(
                 ]
             )
             if p.used_mib is not None:
-                proc_mem.append(f"labhive_gpu_process_memory_used_mib{{{labels}}} {p.used_mib:g}")
+                proc_mem.append(
+                    f"labhive_gpu_process_memory_used_mib{{{labels}}} {_number(p.used_mib)}"
+                )
             if p.sm_util is not None:
                 proc_sm.append(f"labhive_gpu_process_sm_util{{{labels}}} {p.sm_util}")
     out += _family(

@@ -4,7 +4,9 @@ Every lifecycle transition is an event row (time, from, to, reason), so submissi
 preemptions, retries, failures and queue waits are all in the store already; the tally reads
 each row once (the service hands over rows newer than ``cursor``) and keeps running totals, so a
 scrape costs one small query however long the cluster has run. The first feed after a restart
-replays the whole history, so totals survive restarts.
+replays the whole history, so totals survive restarts. (On PostgreSQL, a row whose transaction
+commits after a later-numbered one was already read is missed; counters may then lag by that
+row, which a restart repairs.)
 """
 
 from __future__ import annotations
