@@ -16,7 +16,11 @@ from labhive import __version__
 from labhive.scheduler.errors import UserError
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("labhive.scheduler.observe.monitoring_cli",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "labhive.scheduler.service.commands",
+    "labhive.scheduler.client_commands",
+    "labhive.scheduler.observe.monitoring_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

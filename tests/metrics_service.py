@@ -1,7 +1,7 @@
 """The real job service (store on SQLite, scheduler loop, local executor, REST app) on a
 one-GPU node ``gpu-node-1`` whose GPU is the recorded H100 (plus zeroed ECC counters, which the
-recording did not query), sampled through the real sampler code path. The first-fit test
-policy records the node events the loop hands it."""
+recording did not query), sampled through the real sampler code path. The HiveD policy is
+wrapped to record the node events the loop hands it."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 from fastapi.testclient import TestClient
 from nvml_recorded import RecordedNVML, load_h100
-from service_policy import FirstFit
 
 from labhive.scheduler.config import cluster_from_gpus
 from labhive.scheduler.executors.local import LocalExecutor
 from labhive.scheduler.jobs import JobSpec, parse_job
-from labhive.scheduler.model import Event, NodeDown, NodeUp
+from labhive.scheduler.model import Decision, Event, NodeDown, NodeUp, Scheduler
 from labhive.scheduler.observe.nvml import Sampler
+from labhive.scheduler.policies import get_policy
 from labhive.scheduler.service.app import Service, create_app
 from labhive.scheduler.service.auth import TokenAuthenticator, ensure_admin_token, load_users
 from labhive.scheduler.service.loop import SchedulerLoop
@@ -32,16 +32,20 @@ from labhive.scheduler.service.store import Store, database_url
 NODE = "gpu-node-1"
 
 
-@dataclass
-class Watching(FirstFit):
-    """First fit, plus a record of the node events it was given."""
+class Watching:
+    """The HiveD policy, plus a record of the node events the loop gave it."""
 
-    node_events: list[Event] = field(default_factory=list)
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.node_events: list[Event] = []
 
-    def handle(self, event: Event) -> list:
+    def handle(self, event: Event) -> list[Decision]:
         if isinstance(event, NodeDown | NodeUp):
             self.node_events.append(event)
-        return super().handle(event)
+        return self.inner.handle(event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 @dataclass
@@ -102,7 +106,7 @@ def labhive_service(tmp_path: Path, interval_s: float = 0.05) -> Iterator[World]
     store = Store(database_url(None, tmp_path))
     store.migrate()
     executor = LocalExecutor(tmp_path / "tasks", grace_s=2.0)
-    policy = Watching(config)
+    policy = Watching(get_policy("hived", config))
 
     def load_spec(row: dict[str, Any]) -> JobSpec:
         spec = parse_job(row["spec"], default_vc="vc1")
@@ -129,7 +133,7 @@ def labhive_service(tmp_path: Path, interval_s: float = 0.05) -> Iterator[World]
         auth,
         lambda doc: parse_job(doc, default_vc="vc1"),
         policy.check,
-        policy="firstfit",
+        policy="hived",
         monitoring=monitoring,
     )
     loop.start()

@@ -159,12 +159,6 @@ class Live:
         return Client(self.url, token or self.admin)
 
 
-def make_test_policy(config: Any) -> Any:
-    from service_policy import FirstFit
-
-    return FirstFit(config)
-
-
 @contextmanager
 def live_service(data_dir: Path, db: str | None = None, grace_s: float = 2.0) -> Iterator[Live]:
     import uvicorn
@@ -176,7 +170,7 @@ def live_service(data_dir: Path, db: str | None = None, grace_s: float = 2.0) ->
     users.write_text(USERS)
     port = _free_port()
     opts = ServeOptions(port=port, db=db, data_dir=data_dir, users=users, grace_s=grace_s)
-    running = build(opts, make_policy=make_test_policy)
+    running = build(opts)
     running.service.loop.poll_s = 0.05
     running.service.loop.start()
     config = uvicorn.Config(running.app, host="127.0.0.1", port=port, log_level="warning")

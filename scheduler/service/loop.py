@@ -337,6 +337,7 @@ class SchedulerLoop:
 
     def _decide(self, events_in: list[Event], work: _Pass) -> list[Decision]:
         decisions: list[Decision] = []
+        refused: list[tuple[int, str]] = []
         with self._sched_lock:
             for ev in events_in:
                 began = time.perf_counter()
@@ -349,6 +350,20 @@ class SchedulerLoop:
                     work.rejected.append((job_id, str(err)))
                     self._specs.pop(job_id, None)
                     self._running.pop(job_id, None)
+                except ValueError as err:
+                    if not isinstance(ev, Adopt):
+                        raise
+                    refused.append((int(ev.job_id), str(err)))
+        for job_id, message in refused:
+            # Its cells are gone or taken (the cluster changed while the service was down):
+            # stop what runs there and queue the job again, without spending a retry.
+            run = self._running.pop(job_id, None)
+            if run is not None:
+                self.executor.stop(list(run.handles.values()), self.grace_s)
+            why = f"could not keep its cells after a restart: {message}"
+            work.settled.append((job_id, lc.WAITING, "requeued", why, False, None))
+            self._pending_events.append(Submit(str(job_id), self._specs[job_id], self.clock()))
+            self._wake.set()
         return decisions
 
     def _settle_exits(self, exits: list[TaskExit], work: _Pass, out: list[Event], t: float) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -117,7 +118,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     )
 
 
-def run(opts: ServeOptions, banner: str | None = None) -> int:
+def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> int:
     """Serve until SIGINT/SIGTERM, then stop the loop (and the tasks, when asked)."""
     import uvicorn
 
@@ -133,16 +134,32 @@ def run(opts: ServeOptions, banner: str | None = None) -> int:
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
+    sock = _bind(opts.host, opts.port)
     running.service.loop.start()
     running.service.monitoring.start()  # no-op without an NVIDIA driver
     try:
-        print(banner or describe(running), flush=True)
-        server.run()
+        print((banner or describe)(running), flush=True)
+        server.run(sockets=[sock])
     finally:
         running.service.monitoring.stop()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
         running.service.store.dispose()
     return 0 if server.started else 1
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind before announcing the URL, so a busy port is a clear error, not a log line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port} ({err.strerror}); pick --port") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def describe(running: Running) -> str:
