@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -261,11 +261,21 @@ def _read_gpu(nvml: Any, index: int, before: GpuReading | None, xids: list[int])
     xid_count = (before.xid_count if before else 0) + len(xids)
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    except nvml.NVMLError as err:
-        lost = getattr(err, "value", None) == nvml.NVML_ERROR_GPU_IS_LOST
+    except nvml.NVMLError as err:  # no handle, no readings: keep what was known of the GPU
         known = before or GpuReading(index)
-        blank = _blank(known, lost=lost, why=_reason(nvml, err), xid=last_xid)
-        return replace(blank, new_xids=tuple(xids), xid_count=xid_count)
+        return GpuReading(
+            index=index,
+            uuid=known.uuid,
+            name=known.name,
+            pci_bus_id=known.pci_bus_id,
+            minor=known.minor,
+            last_xid=last_xid,
+            new_xids=tuple(xids),
+            xid_count=xid_count,
+            lost=getattr(err, "value", None) == nvml.NVML_ERROR_GPU_IS_LOST,
+            util_seen_us=known.util_seen_us,
+            missing={"handle": _reason(nvml, err)},
+        )
     g = _Guard(nvml, handle)
     ident = _identity(g)
     if before is not None:  # a GPU lost mid-read keeps the identity it had
@@ -298,21 +308,6 @@ def _read_gpu(nvml: Any, index: int, before: GpuReading | None, xids: list[int])
         processes=procs,
         util_seen_us=seen,
         missing=g.missing,
-    )
-
-
-def _blank(known: GpuReading, *, lost: bool, why: str, xid: int) -> GpuReading:
-    """A GPU whose handle could not be had: identity from before, no readings."""
-    return GpuReading(
-        index=known.index,
-        uuid=known.uuid,
-        name=known.name,
-        pci_bus_id=known.pci_bus_id,
-        minor=known.minor,
-        last_xid=xid,
-        lost=lost,
-        util_seen_us=known.util_seen_us,
-        missing={"handle": why},
     )
 
 
