@@ -101,9 +101,12 @@ class World:
 
 
 @contextmanager
-def labhive_service(tmp_path: Path, interval_s: float = 0.05) -> Iterator[World]:
+def labhive_service(
+    tmp_path: Path, interval_s: float = 0.05, db: str | None = None
+) -> Iterator[World]:
+    """``db``: a SQLite path or PostgreSQL URL (default: SQLite in ``tmp_path``)."""
     config = cluster_from_gpus(NODE, 1, vcs=("vc1",))
-    store = Store(database_url(None, tmp_path))
+    store = Store(database_url(db, tmp_path))
     store.migrate()
     executor = LocalExecutor(tmp_path / "tasks", grace_s=2.0)
     policy = Watching(get_policy("hived", config))

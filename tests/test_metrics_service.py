@@ -9,6 +9,8 @@ import time
 from metrics_service import NODE, labhive_service
 from prometheus_client.parser import text_string_to_metric_families
 
+pytest_plugins = ["service_fixtures"]
+
 
 def until(condition, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
@@ -62,8 +64,9 @@ def test_gpu_and_process_carry_the_job(tmp_path) -> None:
         assert now["processes"] == [{"pid": leaf, "used_mib": 1024.0, "sm_util": 37}]
 
 
-def test_history_is_downsampled_in_the_store(tmp_path) -> None:
-    with labhive_service(tmp_path, interval_s=0.01) as w:
+def test_history_is_downsampled_in_the_store(tmp_path, db_url) -> None:
+    """On SQLite and on a real PostgreSQL server."""
+    with labhive_service(tmp_path, interval_s=0.01, db=db_url) as w:
         w.service.monitoring.history_points = 8
         job = w.submit(name="long", vc="vc1", gpus=1, command="sleep 60")
         w.wait_state(job, "RUNNING")
