@@ -5,7 +5,10 @@
 set -euo pipefail
 need=()
 command -v strace >/dev/null || need+=(strace)
-command -v promtool >/dev/null || need+=(prometheus)  # promtool + server: tests/test_metrics_prometheus.py
+# the job service's store tests run against a throwaway PostgreSQL server (initdb + postgres)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+# promtool and a Prometheus server: tests/test_metrics_*.py check the rules and scrape the service
+command -v promtool >/dev/null || need+=(prometheus)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq

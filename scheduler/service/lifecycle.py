@@ -268,11 +268,14 @@ def request_cancel(conn: Connection, job_id: int) -> dict[str, Any]:
     return {**job, "cancel_requested": True}
 
 
-def running_tasks(conn: Connection, job_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
-    query = select(tasks).where(tasks.c.state == RUNNING).order_by(tasks.c.id)
-    if job_ids is not None:
-        query = query.where(tasks.c.job_id.in_(list(job_ids)))
-    return [dict(r) for r in conn.execute(query).mappings()]
+def attempt_tasks(conn: Connection, running: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every task (running or ended) of these jobs' current attempts."""
+    attempts = {job["id"]: job["attempt"] for job in running}
+    if not attempts:
+        return []
+    query = select(tasks).where(tasks.c.job_id.in_(list(attempts))).order_by(tasks.c.id)
+    rows = [dict(r) for r in conn.execute(query).mappings()]
+    return [r for r in rows if r["attempt"] == attempts[r["job_id"]]]
 
 
 def attempt_outcome(

@@ -117,9 +117,8 @@ class _Pass:
     settled: list[tuple[int, str, str, str | None, bool, int | None]] = field(default_factory=list)
     cancelled_waiting: list[int] = field(default_factory=list)
     rejected: list[tuple[int, str]] = field(default_factory=list)
-    preempted: list[tuple[int, str, str]] = field(default_factory=list)
-    downgraded: list[tuple[int, str]] = field(default_factory=list)
-    starts: list[Start] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)  # in the policy's order
+    starts: list[Start] = field(default_factory=list)  # those still standing after the commit
     new_jobs: list[int] = field(default_factory=list)
 
 
@@ -152,6 +151,7 @@ class SchedulerLoop:
         self._cancels: deque[int] = deque()
         self._pending_events: list[Event] = []
         self._pending_exits: list[TaskExit] = []
+        self._inflight_exits: list[TaskExit] = []
         self._specs: dict[int, JobSpec] = {}
         self._running: dict[int, _Running] = {}
         self._wake = threading.Event()
@@ -232,6 +232,8 @@ class SchedulerLoop:
 
     def recover(self) -> None:
         """Rebuild the policy and the running set from the store; adopt running tasks."""
+        # Submissions queued from here on are either read below or deduplicated at intake.
+        self._intake.clear()
         with self.store.read() as conn:
             active = [
                 dict(r)
@@ -239,17 +241,14 @@ class SchedulerLoop:
                     select(jobs).where(jobs.c.state.in_(lc.ACTIVE)).order_by(jobs.c.id)
                 ).mappings()
             ]
-            running_tasks = lc.running_tasks(
-                conn, [j["id"] for j in active if j["state"] == "RUNNING"]
-            )
+            attempt_tasks = lc.attempt_tasks(conn, [j for j in active if j["state"] == "RUNNING"])
         by_job: dict[int, list[dict[str, Any]]] = {}
-        for task in running_tasks:
+        for task in attempt_tasks:
             by_job.setdefault(task["job_id"], []).append(task)
         with self._sched_lock:
             self.scheduler = self._make_scheduler()
         self._specs.clear()
         self._running.clear()
-        self._intake.clear()
         adopts: list[Event] = []
         submits: list[Event] = []
         handles: list[TaskHandle] = []
@@ -264,14 +263,17 @@ class SchedulerLoop:
                 continue
             run = _Running(job["attempt"])
             placements = []
+            # The whole attempt goes back to the policy, ended tasks included (a gang is placed
+            # whole); only the tasks still running go back to the executor.
             for task in by_job.get(job["id"], []):
                 key = TaskKey(str(job["id"]), task["attempt"], task["role"], task["idx"])
-                if task["attempt"] != job["attempt"]:
-                    continue
-                handle = TaskHandle(key, task["handle"] or {})
-                run.handles[key] = handle
                 run.task_ids[key] = task["id"]
-                handles.append(handle)
+                if task["state"] == lc.RUNNING:
+                    handle = TaskHandle(key, task["handle"] or {})
+                    run.handles[key] = handle
+                    handles.append(handle)
+                else:
+                    run.codes[(task["role"], task["idx"])] = task["exit_code"]
                 placements.append(
                     TaskPlacement(
                         task["role"],
@@ -281,10 +283,12 @@ class SchedulerLoop:
                         tuple(task["cells"]),
                     )
                 )
+            run.lost = any(c is None for c in run.codes.values())
             self._running[job["id"]] = run
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
         self._pending_events = adopts + submits
-        self._pending_exits = self._adopt(handles)
+        self._pending_exits = self._adopt(handles) + self._inflight_exits
+        self._inflight_exits = []
         self._wake.set()
 
     def _adopt(self, handles: list[TaskHandle]) -> list[TaskExit]:
@@ -305,29 +309,38 @@ class SchedulerLoop:
         """Drain inputs, decide, apply. Returns whether anything changed."""
         t = self.clock()
         work = _Pass()
-        events_in: list[Event] = self._pending_events + _drain(self._external)
+        # Events in an order that keeps the policy's view and the store's in step: restored jobs
+        # first, then what ended (exits, cancels), and only then new work that may preempt.
+        recovered = self._pending_events
         self._pending_events = []
+        events_in: list[Event] = [e for e in recovered if isinstance(e, Adopt)]
         exits = self._pending_exits + list(self.executor.poll())
         self._pending_exits = []
+        self._inflight_exits = exits  # kept until committed: a failed pass must not lose them
         intake = _drain(self._intake)
         cancels = _drain(self._cancels)
         self._settle_exits(exits, work, events_in, t)
+        events_in.extend(self._cancel_jobs(cancels, work, t))
+        events_in.extend(_drain(self._external))  # node health (monitoring)
+        events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         for job_id, spec in intake:
+            if job_id in self._specs:
+                continue  # already loaded from the store by a recovery
             self._specs[job_id] = spec
             events_in.append(Submit(str(job_id), spec, t))
             work.new_jobs.append(job_id)
-        cancel_events = self._cancel_jobs(cancels, work, t)
-        events_in.extend(cancel_events)
         with self._sched_lock:
             due = self.scheduler.next_wakeup()
         if due is not None and due <= t:
             events_in.append(Tick(t))
         if not events_in and not work.ended_tasks and not work.settled:
+            self._inflight_exits = []
             self.last_pass = t
             return False
         decisions = self._decide(events_in, work)
         self._apply(decisions, work, t)
         self._commit(work, t)
+        self._inflight_exits = []
         self._launch(work.starts, t)
         self.last_pass = t
         self.passes += 1
@@ -338,13 +351,20 @@ class SchedulerLoop:
     def _decide(self, events_in: list[Event], work: _Pass) -> list[Decision]:
         decisions: list[Decision] = []
         refused: list[tuple[int, str]] = []
+        displaced: set[str] = set()  # jobs this batch already sent back to waiting
         with self._sched_lock:
             for ev in events_in:
+                if isinstance(ev, Requeue) and ev.job_id in displaced:
+                    continue  # already waiting in the policy
+                if isinstance(ev, Finish) and ev.job_id in displaced:
+                    ev = Cancel(ev.job_id, ev.time)  # done after all: leave the queue
                 began = time.perf_counter()
                 try:
-                    decisions.extend(self.scheduler.handle(ev))
+                    out = self.scheduler.handle(ev)
                     if self.on_decision is not None:
                         self.on_decision(time.perf_counter() - began)
+                    decisions.extend(out)
+                    displaced.update(d.job_id for d in out if isinstance(d, Preempt | Stop))
                 except SpecRejected as err:  # the cluster changed under a stored job
                     job_id = int(ev.job_id)  # type: ignore[union-attr]
                     work.rejected.append((job_id, str(err)))
@@ -437,20 +457,13 @@ class SchedulerLoop:
         return out
 
     def _apply(self, decisions: list[Decision], work: _Pass, t: float) -> None:
-        """Carry out the decisions that touch running processes before the store says so."""
+        """Stop the processes of preempted jobs before the store says their GPUs are free."""
+        work.decisions = decisions
         for d in decisions:
-            if isinstance(d, Start):
-                work.starts.append(d)
-            elif isinstance(d, Preempt | Stop):
-                job_id = int(d.job_id)
-                run = self._running.pop(job_id, None)
+            if isinstance(d, Preempt | Stop):
+                run = self._running.pop(int(d.job_id), None)
                 if run is not None:
                     self.executor.stop(list(run.handles.values()), self.grace_s)
-                reason = "preempted" if isinstance(d, Preempt) else "stopped"
-                why = f"preempted by job {d.by}: {d.reason}" if isinstance(d, Preempt) else d.reason
-                work.preempted.append((job_id, reason, why))
-            elif isinstance(d, Downgrade):
-                work.downgraded.append((int(d.job_id), f"downgraded by job {d.by}: {d.reason}"))
 
     def _commit(self, work: _Pass, t: float) -> None:
         """Everything the pass decided, in one transaction."""
@@ -475,25 +488,37 @@ class SchedulerLoop:
                         lc.end_attempt(conn, job, lc.FAILED, "rejected", message, t)
                     else:
                         lc.transition(conn, job, lc.FAILED, "rejected", message, t, finished_at=t)
-            for job_id, reason, why in work.preempted:
-                job = job_row(conn, job_id)
-                if job is not None and job["state"] == lc.RUNNING:
-                    lc.end_attempt(conn, job, lc.WAITING, reason, why, t)
-            for job_id, why in work.downgraded:
-                conn.execute(update(jobs).where(jobs.c.id == job_id).values(opportunistic=True))
-                job = job_row(conn, job_id)
-                if job is not None:
-                    lc.note(conn, job, "downgraded", why, t)
-            for d in work.starts:
+            # In the policy's order: a job started and preempted within one batch must end up
+            # WAITING, its GPUs free for whoever the policy gave them to next.
+            pending: dict[int, list[Start]] = {}
+            for d in work.decisions:
                 job = job_row(conn, int(d.job_id))
-                if job is None or job["state"] not in lc.ACTIVE:
+                if job is None:
                     continue
-                _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
-                job = job_row(conn, int(d.job_id))
-                run = self._running.setdefault(job["id"], _Running(job["attempt"]))
-                for p, task_id in zip(d.tasks, ids, strict=True):
-                    run.task_ids[TaskKey(str(job["id"]), job["attempt"], p.role, p.index)] = task_id
+                if isinstance(d, Start) and job["state"] in lc.ACTIVE:
+                    self._record_start(conn, job, d, t)
+                    pending.setdefault(job["id"], []).append(d)
+                elif isinstance(d, Preempt | Stop) and job["state"] == lc.RUNNING:
+                    if isinstance(d, Preempt):
+                        reason, why = "preempted", f"preempted by job {d.by}: {d.reason}"
+                    else:
+                        reason, why = "stopped", d.reason
+                    lc.end_attempt(conn, job, lc.WAITING, reason, why, t)
+                    pending.pop(job["id"], None)
+                    self._running.pop(job["id"], None)
+                elif isinstance(d, Downgrade) and job["state"] == lc.RUNNING:
+                    conn.execute(
+                        update(jobs).where(jobs.c.id == job["id"]).values(opportunistic=True)
+                    )
+                    lc.note(conn, job, "downgraded", f"downgraded by job {d.by}: {d.reason}", t)
+            work.starts = [d for starts in pending.values() for d in starts]
             self._record_whys(conn, work.new_jobs)
+
+    def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
+        _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
+        run = self._running.setdefault(job["id"], _Running(job["attempt"]))
+        for p, task_id in zip(d.tasks, ids, strict=True):
+            run.task_ids[TaskKey(str(job["id"]), job["attempt"], p.role, p.index)] = task_id
 
     def _record_whys(self, conn: Any, job_ids: list[int]) -> None:
         """The why-text of freshly queued jobs goes on the job and on its 'submitted' event."""
