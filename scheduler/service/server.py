@@ -60,6 +60,22 @@ def make_executor(name: str, data_dir: Path, grace_s: float) -> Executor:
     raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
 
 
+def launch_builder_for(executor: str, config: Any) -> Any:
+    """On a machine with NVIDIA GPUs, local tasks get exactly their devices, by UUID.
+    (Hook owned by the local executor; the default launches already carry ``task_env``.)"""
+    if executor != "local" or config.virtual:
+        return None
+    from functools import partial
+
+    from labhive.scheduler.executors.env import nvml_uuids, with_device_uuids
+    from labhive.scheduler.service.loop import default_launches
+
+    uuids = nvml_uuids()
+    return with_device_uuids(
+        partial(default_launches, virtual=False), {n.name: uuids for n in config.nodes()}
+    )
+
+
 def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = None) -> Running:
     """Everything but the HTTP server; the loop is not started yet. ``make_policy`` (a cluster
     config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
@@ -99,6 +115,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         load_spec,
         virtual=config.virtual,
         grace_s=opts.grace_s,
+        launch_builder=launch_builder_for(opts.executor, config),
     )
     from labhive.scheduler.service.monitoring import Monitoring
 
@@ -142,6 +159,7 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
         server.run(sockets=[sock])
     finally:
         running.service.monitoring.stop()
+        running.service.intake.close()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
         running.service.store.dispose()
     return 0 if server.started else 1
