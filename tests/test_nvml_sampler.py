@@ -124,11 +124,19 @@ def test_xid_events_and_ecc_counters() -> None:
 def test_no_driver_is_said_once_and_gives_no_readings(caplog: pytest.LogCaptureFixture) -> None:
     """This machine has no NVIDIA driver: the real pynvml fails to load libnvidia-ml."""
     sampler = Sampler(hostname="cpu-box")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         assert sampler.sample() is None
         assert sampler.sample() is None
     said = [r for r in caplog.records if "GPU sampler off" in r.getMessage()]
     assert len(said) == 1 and "no NVIDIA driver" in said[0].getMessage()
+    assert said[0].levelno == logging.WARNING  # GPUs were expected here
+    quiet = Sampler(hostname="cpu-box", expect_gpus=False)  # a virtual cluster's sampler
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert quiet.sample() is None
+    assert [r.levelno for r in caplog.records if "GPU sampler off" in r.getMessage()] == [
+        logging.INFO
+    ]
     assert start_sampling(1.0, lambda s: None, sampler) is None  # no thread without a driver
     assert start_sampling(0, lambda s: None) is None  # interval 0: off
 

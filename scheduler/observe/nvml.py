@@ -363,7 +363,8 @@ def _import_pynvml() -> Any:
 
 class Sampler:
     """The NVML session of one machine: ``sample()`` returns a ``Sample``, or None without a
-    driver (said once, at ``start``)."""
+    driver (said once, at ``start``: a warning where GPUs were expected, else for the log).
+    """
 
     def __init__(
         self,
@@ -371,8 +372,10 @@ class Sampler:
         *,
         hostname: str | None = None,
         clock: Callable[[], float] = time.time,
+        expect_gpus: bool = True,
     ) -> None:
         self._nvml = nvml
+        self.expect_gpus = expect_gpus  # no driver where GPUs are expected is worth a warning
         self.hostname = hostname or socket.gethostname()
         self._clock = clock
         self._events: Any = None
@@ -398,7 +401,8 @@ class Sampler:
 
     def _unavailable(self, why: str) -> bool:
         self.available, self.why_unavailable = False, why
-        log.warning("GPU sampler off: %s; GPU slots are shown without readings.", why)
+        level = logging.WARNING if self.expect_gpus else logging.INFO
+        log.log(level, "GPU sampler off: %s; GPU slots are shown without readings.", why)
         return False
 
     def sample(self) -> Sample | None:

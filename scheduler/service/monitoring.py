@@ -136,7 +136,8 @@ class Monitoring:
     def start(self) -> None:
         """Start sampling (no-op when the interval is 0 or there is no NVIDIA driver)."""
         if self._thread is None and self.interval_s > 0:
-            self.sampler = self.sampler or Sampler()
+            # a virtual cluster expects no driver: its absence is no news there
+            self.sampler = self.sampler or Sampler(expect_gpus=not self.loop.virtual)
             self._thread = start_sampling(self.interval_s, self.on_sample, self.sampler)
 
     def stop(self) -> None:
