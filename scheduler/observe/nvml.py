@@ -423,14 +423,15 @@ class Sampler:
         return self._last
 
     def close(self) -> None:
-        if not self.available:
+        nvml = self._nvml
+        if not self.available or nvml is None:
             return
         with self._lock:
             try:
                 if self._events is not None:
-                    self._nvml.nvmlEventSetFree(self._events)
-                self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError as err:
+                    nvml.nvmlEventSetFree(self._events)
+                nvml.nvmlShutdown()
+            except nvml.NVMLError as err:
                 log.info("NVML shutdown: %s", err)
             self.available, self._events = None, None
 

@@ -140,7 +140,8 @@ class HistogramData:
         return cls(tuple(bounds), tuple(counts), total)
 
     def cumulative(self) -> list[tuple[str, float]]:
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
             running += count
             out.append(("+Inf" if bound == math.inf else repr(float(bound)), running))
