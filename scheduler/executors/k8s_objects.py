@@ -1,0 +1,292 @@
+"""The Kubernetes objects LabHive creates, built as plain dicts from a ``TaskLaunch``.
+
+Pure functions, no client and no I/O, so every object can be checked against the official
+schemas in tests and read back (``task_of``) after a service restart: a pod's labels select it,
+its annotations hold the exact task key and leaf cells (labels are too restricted to carry them
+faithfully), and ``spec.nodeName`` says where the kubelet runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+
+DOMAIN = "labhive.io"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "labhive"}
+#: Selects every pod and service LabHive made, in any namespace it runs in.
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=labhive"
+L_JOB, L_ROLE, L_INDEX, L_ATTEMPT, L_VC = (
+    f"{DOMAIN}/{k}" for k in ("job", "role", "index", "attempt", "vc")
+)
+A_TASK = f"{DOMAIN}/task"  # JSON: the exact TaskKey, config node name, GPU indices
+A_LEAF_CELLS = f"{DOMAIN}/leaf-cells"  # GPU indices on the node, comma-separated
+A_STOP_REASON = f"{DOMAIN}/stop-reason"
+CONTAINER = "main"
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_NOT_LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    """A DNS-1123 label made from ``text``; a hash suffix keeps distinct inputs distinct."""
+    clean = _NOT_DNS.sub("-", text.lower()).strip("-") or "x"
+    if clean == text and len(clean) <= limit:
+        return clean
+    head = clean[: limit - 9].rstrip("-")
+    return f"{head}-{_short_hash(text)}" if head else _short_hash(text)
+
+
+def label_value(text: str) -> str:
+    """A valid label value for ``text`` (the annotation keeps the exact one)."""
+    clean = _NOT_LABEL.sub("-", text).strip("-_.")
+    if clean == text and len(clean) <= 63:
+        return clean
+    head = clean[:54].strip("-_.")
+    return f"{head}-{_short_hash(text)}" if head else _short_hash(text)
+
+
+def pod_name(key: TaskKey) -> str:
+    """One name per task attempt, so a repeated create after a crash finds the same pod."""
+    return dns_label(f"lh-{key.job_id}-{key.role}-{key.index}-a{key.attempt}")
+
+
+def service_name(job_id: str, attempt: int) -> str:
+    """The headless Service giving a gang's pods stable DNS names (must start with a letter)."""
+    return dns_label(f"lh-{job_id}-a{attempt}")
+
+
+def task_hostname(role: str, index: int) -> str:
+    """``worker-0`` etc.: the names OpenPAI jobs use in their commands (``-H master-0:4``)."""
+    return dns_label(f"{role}-{index}")
+
+
+def task_labels(key: TaskKey, vc: str | None) -> dict[str, str]:
+    labels = {
+        **MANAGED_BY,
+        L_JOB: label_value(key.job_id),
+        L_ROLE: label_value(key.role),
+        L_INDEX: str(key.index),
+        L_ATTEMPT: str(key.attempt),
+    }
+    if vc:
+        labels[L_VC] = label_value(vc)
+    return labels
+
+
+def _quantity_cpu(cpu: float) -> str:
+    milli = max(1, round(cpu * 1000))
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+DEFAULT_IMAGE = "python:3.12-slim"
+GPU_RESOURCE = "nvidia.com/gpu"
+SCHEDULER_NAME = "labhive"
+
+
+@dataclass(frozen=True, slots=True)
+class PodOptions:
+    """Cluster-wide choices for the pods; one value per executor."""
+
+    namespace: str
+    scheduler_name: str = SCHEDULER_NAME
+    default_image: str = DEFAULT_IMAGE
+    gpu_resource: str | None = GPU_RESOURCE  # None: nodes advertise no GPU resource
+    cluster_domain: str = "cluster.local"
+    grace_s: int = 30
+    service_account: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+
+
+#: Host-side device numbering means nothing inside a container that the device plugin gave
+#: its own GPUs (they are renumbered from 0), so these never pass into a pod.
+_HOST_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+
+
+def task_env(launch: TaskLaunch, gang: Sequence[TaskLaunch], service: str | None) -> dict[str, str]:
+    """OpenPAI's per-task variables on top of the job's own, with pod DNS names for hosts.
+
+    In a pod, a gang-mate's address is ``<role>-<index>.<service>`` (the headless Service), not
+    an IP known in advance, so the ``PAI_HOST_IP_<role>_<index>`` the job env may carry are
+    replaced by those names.
+    """
+    key = launch.key
+    env = {k: v for k, v in launch.env.items() if k not in _HOST_ONLY_ENV}
+    env.update(
+        {
+            "PAI_JOB_NAME": launch.job_name,
+            "PAI_CURRENT_TASK_ROLE_NAME": key.role,
+            "PAI_TASK_ROLE_NAME": key.role,
+            "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(key.index),
+            "PAI_TASK_INDEX": str(key.index),
+            "PAI_CONTAINER_ID": pod_name(key),
+            "LABHIVE_JOB_ID": key.job_id,
+            "LABHIVE_ATTEMPT": str(key.attempt),
+            "LABHIVE_GPU_INDICES": ",".join(str(g) for g in launch.gpus),
+        }
+    )
+    if launch.user:
+        env["PAI_USER_NAME"] = launch.user
+    if service:
+        for mate in gang:
+            host = task_hostname(mate.key.role, mate.key.index)
+            env[f"PAI_HOST_IP_{mate.key.role}_{mate.key.index}"] = f"{host}.{service}"
+    return env
+
+
+def _env_list(env: Mapping[str, str]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in env.items()]
+    # Known only once the kubelet runs the pod, so they come from the downward API.
+    for name, path in (
+        ("PAI_CONTAINER_HOST_IP", "status.hostIP"),
+        ("LABHIVE_POD_IP", "status.podIP"),
+    ):
+        if name not in env:
+            items.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
+    return items
+
+
+def pod_manifest(
+    launch: TaskLaunch,
+    opts: PodOptions,
+    env: Mapping[str, str],
+    *,
+    vc: str | None = None,
+    service: str | None = None,
+) -> dict[str, Any]:
+    """The pod for one task: unbound (no nodeName), so only LabHive's binding places it."""
+    key = launch.key
+    resources: dict[str, str] = {
+        "cpu": _quantity_cpu(launch.cpu),
+        "memory": f"{max(1, launch.memory_mb)}Mi",
+    }
+    if opts.gpu_resource and launch.gpus and not launch.virtual:
+        resources[opts.gpu_resource] = str(len(launch.gpus))
+    annotations = {
+        A_TASK: json.dumps(
+            {
+                "job_id": key.job_id,
+                "attempt": key.attempt,
+                "role": key.role,
+                "index": key.index,
+                "job_name": launch.job_name,
+                "node": launch.node,
+                "gpus": list(launch.gpus),
+                "vc": vc,
+                "user": launch.user,
+            },
+            sort_keys=True,
+        ),
+        A_LEAF_CELLS: ",".join(str(g) for g in launch.gpus),
+    }
+    spec: dict[str, Any] = {
+        "schedulerName": opts.scheduler_name,
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": opts.grace_s,
+        "hostname": task_hostname(key.role, key.index),
+        "containers": [
+            {
+                "name": CONTAINER,
+                "image": launch.image or opts.default_image,
+                "command": ["/bin/sh", "-c", launch.command],
+                "env": _env_list(env),
+                "resources": {"requests": dict(resources), "limits": dict(resources)},
+            }
+        ],
+    }
+    if service:
+        spec["subdomain"] = service
+        # Lets a command say ``worker-0`` (OpenPAI's host names) instead of the full DNS name.
+        fqdn = f"{service}.{opts.namespace}.svc.{opts.cluster_domain}"
+        spec["dnsConfig"] = {"searches": [fqdn]}
+    if opts.service_account:
+        spec["serviceAccountName"] = opts.service_account
+        spec["automountServiceAccountToken"] = False
+    if opts.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in opts.image_pull_secrets]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(key),
+            "namespace": opts.namespace,
+            "labels": task_labels(key, vc),
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def binding_manifest(pod: str, namespace: str, node: str) -> dict[str, Any]:
+    """What the binding subresource takes: the scheduler's whole decision for one pod."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod, "namespace": namespace},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def service_manifest(
+    name: str,
+    namespace: str,
+    key: TaskKey,
+    owners: Sequence[tuple[str, str]] = (),
+) -> dict[str, Any]:
+    """A headless Service over one attempt's pods, owned by them so it goes when they go."""
+    selector = {
+        **MANAGED_BY,
+        L_JOB: label_value(key.job_id),
+        L_ATTEMPT: str(key.attempt),
+    }
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(selector)}
+    if owners:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid} for pod, uid in owners
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector,
+            # Rendezvous happens while the pods start, before any readiness could be reported.
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PodTask:
+    """What a LabHive pod says about its task, read back from its annotations."""
+
+    key: TaskKey
+    node: str  # the cluster config's node name
+    gpus: tuple[int, ...]
+    vc: str | None
+    job_name: str
+
+
+def task_of(annotations: Mapping[str, str] | None) -> PodTask | None:
+    """The task a pod runs, or None for a pod that LabHive did not make."""
+    raw = (annotations or {}).get(A_TASK)
+    if not raw:
+        return None
+    try:
+        d = json.loads(raw)
+        key = TaskKey(str(d["job_id"]), int(d["attempt"]), str(d["role"]), int(d["index"]))
+        gpus = tuple(int(g) for g in d.get("gpus", ()))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return PodTask(key, str(d.get("node", "")), gpus, d.get("vc"), str(d.get("job_name", "")))
