@@ -267,6 +267,28 @@ def service_manifest(
     }
 
 
+def event_manifest(
+    namespace: str, pod: str, uid: str | None, reason: str, message: str, source: str, stamp: str
+) -> dict[str, Any]:
+    """A core/v1 Event on a pod, so ``kubectl describe pod`` says why LabHive ended it."""
+    involved = {"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": namespace}
+    if uid:
+        involved["uid"] = uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{pod}.", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": "Normal",
+        "source": {"component": source},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class PodTask:
     """What a LabHive pod says about its task, read back from its annotations."""

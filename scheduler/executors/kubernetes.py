@@ -44,6 +44,7 @@ from labhive.scheduler.executors.k8s_objects import (
     SCHEDULER_NAME,
     PodOptions,
     binding_manifest,
+    event_manifest,
     pod_manifest,
     service_manifest,
     service_name,
@@ -409,25 +410,9 @@ class KubernetesExecutor:
     def _record_event(self, pod: str, uid: str | None, reason: str, message: str) -> None:
         """A core/v1 Event on the pod, so ``kubectl describe pod`` says why LabHive ended it."""
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{pod}.", "namespace": self.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod,
-                "namespace": self.namespace,
-                **({"uid": uid} if uid else {}),
-            },
-            "reason": reason,
-            "message": message,
-            "type": "Normal",
-            "source": {"component": self._opts.scheduler_name},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        body = event_manifest(
+            self.namespace, pod, uid, reason, message, self._opts.scheduler_name, stamp
+        )
         try:
             self._create(self._api.create_namespaced_event, body)
         except (ApiException, *_TRANSPORT_ERRORS) as err:
