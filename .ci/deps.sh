@@ -5,6 +5,8 @@
 set -euo pipefail
 need=()
 command -v strace >/dev/null || need+=(strace)
+# the job service's store tests run against a throwaway PostgreSQL server (initdb + postgres)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq

@@ -16,7 +16,10 @@ from labhive import __version__
 from labhive.scheduler.errors import UserError
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "labhive.scheduler.service.commands",
+    "labhive.scheduler.client_commands",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

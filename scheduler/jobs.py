@@ -8,7 +8,11 @@ in a scenario replay, a trace simulation and a live cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 #: OpenPAI's priority classes (HiveD's ``jobPriorityClass``) and their numeric values.
 PRIORITY_CLASSES: dict[str, int] = {"crit": 120, "prod": 100, "test": 10, "oppo": -1}
@@ -61,3 +65,314 @@ class JobSpec:
     @property
     def total_gpus(self) -> int:
         return sum(r.instances * r.gpu for r in self.roles)
+
+
+# ---- parsing: the short form and OpenPAI's job protocol v2 ----------------------------------
+
+
+class SpecError(UserError):
+    """A job spec that cannot be read; the message names the key (and the line)."""
+
+
+SHORT_KEYS = {
+    "name",
+    "vc",
+    "priority",
+    "tasks",
+    "gpus",
+    "cpu",
+    "memory_mb",
+    "retries",
+    "duration",
+    "gang",
+    "sku",
+    "command",
+    "observe",
+    "user",
+    "image",
+    "lazy_preemption",
+}
+OPENPAI_KEYS = {
+    "protocolVersion",
+    "name",
+    "type",
+    "version",
+    "contributor",
+    "description",
+    "prerequisites",
+    "parameters",
+    "secrets",
+    "jobRetryCount",
+    "taskRoles",
+    "deployments",
+    "defaults",
+    "extras",
+}
+ROLE_KEYS = {
+    "instances",
+    "completion",
+    "taskRetryCount",
+    "dockerImage",
+    "data",
+    "output",
+    "script",
+    "extraContainerOptions",
+    "resourcePerInstance",
+    "commands",
+}
+#: The role name a short-form job's tasks get.
+SHORT_ROLE = "main"
+
+
+class _Where:
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def error(self, key: str, container: Any, problem: str, item: Any = None) -> SpecError:
+        line = line_of(container, item) if item is not None else line_of(container)
+        where = self.origin
+        if line is not None:
+            where = f"{where} line {line}" if where else f"line {line}"
+        return SpecError(f"{where + ': ' if where else ''}{key}: {problem}")
+
+
+def parse_priority(value: Any) -> int:
+    """``crit``/``prod``/``test``/``oppo`` or a number: 0..1000 guaranteed, -1 opportunistic."""
+    if isinstance(value, str) and value.strip().lower() in PRIORITY_CLASSES:
+        return PRIORITY_CLASSES[value.strip().lower()]
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value)
+    if number is not None and (
+        number == OPPORTUNISTIC or MIN_GUARANTEED <= number <= MAX_GUARANTEED
+    ):
+        return number
+    raise ValueError(
+        f"unknown priority {value!r}; use crit, prod, test, oppo, a number 0..1000 "
+        "(guaranteed) or -1 (opportunistic)"
+    )
+
+
+def parse_job(data: dict[str, Any], *, default_vc: str = "default", origin: str = "") -> JobSpec:
+    """A ``JobSpec`` from the short form or an OpenPAI v2 job (told apart by protocolVersion)."""
+    where = _Where(origin)
+    if not isinstance(data, dict):
+        raise where.error("(job)", data, "a job spec must be a mapping")
+    if "protocolVersion" in data or "taskRoles" in data:
+        return _openpai(data, default_vc, where)
+    return _short(data, default_vc, where)
+
+
+def load_job_file(path: str | Path, *, default_vc: str = "default") -> JobSpec:
+    """A job from a YAML or JSON file, with line numbers in every error."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError(f"cannot read job file {path}: {err.strerror}") from None
+    try:
+        data = load_yaml(text, origin=str(path))
+    except YamlSyntaxError as err:
+        raise SpecError(str(err)) from None
+    return parse_job(data, default_vc=default_vc, origin=str(path))
+
+
+def _num(
+    data: Any, key: str, where: _Where, path: str, *, minimum: float, whole: bool, default: Any
+) -> Any:
+    value = data.get(key, default) if isinstance(data, dict) else default
+    if value is None:
+        return None
+    ok = isinstance(value, int) if whole else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or value < minimum:
+        kind = "a whole number" if whole else "a number"
+        raise where.error(path, data, f"must be {kind} >= {minimum:g}, got {value!r}", key)
+    return value
+
+
+def _str(data: dict[str, Any], key: str, where: _Where, path: str, default: Any = None) -> Any:
+    value = data.get(key, default)
+    if value is not None and not isinstance(value, (str, int)):
+        raise where.error(path, data, f"must be a string, got {value!r}", key)
+    return None if value is None else str(value)
+
+
+def _priority(data: dict[str, Any], key: str, where: _Where, path: str, default: Any) -> int:
+    try:
+        return parse_priority(data.get(key, default))
+    except ValueError as err:
+        raise where.error(path, data, str(err), key) from None
+
+
+def _flag(data: dict[str, Any], key: str, where: _Where, path: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise where.error(path, data, f"must be true or false, got {value!r}", key)
+    return value
+
+
+def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
+    unknown = sorted(set(data) - SHORT_KEYS, key=str)
+    if unknown:
+        raise where.error(
+            str(unknown[0]),
+            data,
+            f"unknown key; a short-form job has {', '.join(sorted(SHORT_KEYS))} "
+            "(an OpenPAI job starts with protocolVersion: 2)",
+            unknown[0],
+        )
+    name = _str(data, "name", where, "name")
+    if not name:
+        raise where.error("name", data, "is required: give the job a name")
+    tasks = _num(data, "tasks", where, "tasks", minimum=1, whole=True, default=1)
+    command = data.get("command")
+    if command is not None and not isinstance(command, (str, list)):
+        raise where.error("command", data, "must be a string or a list of strings", "command")
+    commands = tuple(command) if isinstance(command, list) else (command,) if command else ()
+    role = RoleSpec(
+        SHORT_ROLE,
+        instances=tasks,
+        gpu=_num(data, "gpus", where, "gpus", minimum=0, whole=True, default=1),
+        cpu=float(_num(data, "cpu", where, "cpu", minimum=0, whole=False, default=1.0)),
+        memory_mb=_num(data, "memory_mb", where, "memory_mb", minimum=0, whole=True, default=1024),
+        sku=_str(data, "sku", where, "sku"),
+        commands=tuple(str(c) for c in commands),
+    )
+    return JobSpec(
+        name=name,
+        vc=_str(data, "vc", where, "vc", default_vc),
+        priority=_priority(data, "priority", where, "priority", "test"),
+        roles=(role,),
+        gang=_flag(data, "gang", where, "gang", True),
+        retries=_num(data, "retries", where, "retries", minimum=0, whole=True, default=0),
+        duration=_duration(data, where),
+        lazy_preemption=_flag(data, "lazy_preemption", where, "lazy_preemption", False),
+        user=_str(data, "user", where, "user"),
+        image=_str(data, "image", where, "image"),
+        observe=_str(data, "observe", where, "observe"),
+        raw=dict(data),
+    )
+
+
+def _duration(data: dict[str, Any], where: _Where) -> float | None:
+    value = _num(data, "duration", where, "duration", minimum=0, whole=False, default=None)
+    return None if value is None else float(value)
+
+
+def _mapping(data: dict[str, Any], key: str, where: _Where, path: str) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise where.error(path, data, "must be a mapping", key)
+    return value
+
+
+def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
+    version = data.get("protocolVersion")
+    if str(version) != "2":
+        raise where.error(
+            "protocolVersion",
+            data,
+            f"must be 2 (OpenPAI job protocol v2), got {version!r}",
+            "protocolVersion",
+        )
+    unknown = sorted(set(data) - OPENPAI_KEYS, key=str)
+    if unknown:
+        raise where.error(str(unknown[0]), data, "unknown key in an OpenPAI v2 job", unknown[0])
+    name = _str(data, "name", where, "name")
+    if not name:
+        raise where.error("name", data, "is required: give the job a name")
+    extras = _mapping(data, "extras", where, "extras")
+    hived = _mapping(extras, "hivedScheduler", where, "extras.hivedScheduler")
+    hived_roles = _mapping(hived, "taskRoles", where, "extras.hivedScheduler.taskRoles")
+    images = _images(data)
+    raw_roles = _mapping(data, "taskRoles", where, "taskRoles")
+    if not raw_roles:
+        raise where.error("taskRoles", data, "is required: at least one task role", "taskRoles")
+    roles = []
+    first_image = None
+    for role_name, raw in raw_roles.items():
+        path = f"taskRoles.{role_name}"
+        if not isinstance(raw, dict):
+            raise where.error(path, raw_roles, "must be a mapping", role_name)
+        unknown = sorted(set(raw) - ROLE_KEYS, key=str)
+        if unknown:
+            raise where.error(f"{path}.{unknown[0]}", raw, "unknown key in a task role", unknown[0])
+        res = _mapping(raw, "resourcePerInstance", where, f"{path}.resourcePerInstance")
+        rpath = f"{path}.resourcePerInstance"
+        completion = _mapping(raw, "completion", where, f"{path}.completion")
+        hived_role = _mapping(hived_roles, str(role_name), where, f"extras.hivedScheduler.{path}")
+        commands = raw.get("commands") or []
+        if not isinstance(commands, list):
+            raise where.error(f"{path}.commands", raw, "must be a list of strings", "commands")
+        image = raw.get("dockerImage")
+        first_image = first_image or images.get(str(image), image)
+        roles.append(
+            RoleSpec(
+                str(role_name),
+                instances=_num(
+                    raw, "instances", where, f"{path}.instances", minimum=1, whole=True, default=1
+                ),
+                gpu=_num(res, "gpu", where, f"{rpath}.gpu", minimum=0, whole=True, default=0),
+                cpu=float(
+                    _num(res, "cpu", where, f"{rpath}.cpu", minimum=0, whole=False, default=1)
+                ),
+                memory_mb=_num(
+                    res, "memoryMB", where, f"{rpath}.memoryMB", minimum=0, whole=True, default=1024
+                ),
+                sku=_str(hived_role, "skuType", where, f"extras.hivedScheduler.{path}.skuType"),
+                commands=tuple(str(c).strip() for c in commands),
+                min_succeeded=_num(
+                    completion,
+                    "minSucceededInstances",
+                    where,
+                    f"{path}.completion.minSucceededInstances",
+                    minimum=-1,
+                    whole=True,
+                    default=None,
+                ),
+                min_failed=_num(
+                    completion,
+                    "minFailedInstances",
+                    where,
+                    f"{path}.completion.minFailedInstances",
+                    minimum=-1,
+                    whole=True,
+                    default=None,
+                ),
+            )
+        )
+    defaults = _mapping(data, "defaults", where, "defaults")
+    return JobSpec(
+        name=name,
+        vc=_str(defaults, "virtualCluster", where, "defaults.virtualCluster", default_vc),
+        priority=_priority(
+            hived, "jobPriorityClass", where, "extras.hivedScheduler.jobPriorityClass", "test"
+        ),
+        roles=tuple(roles),
+        gang=_flag(extras, "gangAllocation", where, "extras.gangAllocation", True),
+        retries=_num(
+            data, "jobRetryCount", where, "jobRetryCount", minimum=0, whole=True, default=0
+        ),
+        lazy_preemption=_flag(
+            hived,
+            "lazyPreemptionEnable",
+            where,
+            "extras.hivedScheduler.lazyPreemptionEnable",
+            False,
+        ),
+        image=None if first_image is None else str(first_image),
+        raw=dict(data),
+    )
+
+
+def _images(data: dict[str, Any]) -> dict[str, Any]:
+    """dockerimage prerequisites by name: a role's ``dockerImage`` names one of them."""
+    out = {}
+    for item in data.get("prerequisites") or []:
+        if isinstance(item, dict) and item.get("type") == "dockerimage" and "name" in item:
+            out[str(item["name"])] = item.get("uri")
+    return out

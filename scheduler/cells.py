@@ -1,0 +1,305 @@
+"""The physical cell forest at run time: who uses each GPU, which cells VCs have bound, the
+buddy free list.
+
+Counters (free, bad, guaranteed and opportunistic leaves) are kept on every cell and updated
+along the path to the root when a leaf changes, so placement can judge a rack or a node in O(1)
+instead of counting GPUs. The free list holds the maximal cells no VC has bound; binding a cell
+splits its free ancestor buddy-style and unbinding merges buddies back, as in HiveD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from labhive.scheduler.buddy import first_short_level
+from labhive.scheduler.config import ClusterConfig, PhysicalCell, chain_levels
+
+FREE = None
+
+
+class Cell:
+    """A physical cell with the counters placement reads."""
+
+    __slots__ = (
+        "bad",
+        "bound_below",
+        "chain",
+        "children",
+        "free",
+        "gpu",
+        "guaranteed",
+        "id",
+        "is_node",
+        "job",
+        "leaf_id",
+        "leaves",
+        "level",
+        "node",
+        "node_cell",
+        "oppo",
+        "order",
+        "parent",
+        "pinned",
+        "prio",
+        "type",
+        "vc",
+    )
+
+    def __init__(self, spec: PhysicalCell, parent: Cell | None, order: int, is_node: bool) -> None:
+        self.id = spec.id
+        self.type = spec.cell_type
+        self.level = spec.level
+        self.chain = spec.chain
+        self.parent = parent
+        self.children: list[Cell] = []
+        self.node = spec.node
+        self.gpu = spec.gpu
+        self.leaf_id = spec.leaf_id if spec.gpu is not None else ""
+        self.order = order
+        self.is_node = is_node
+        self.node_cell: Cell | None = None
+        self.leaves = 0
+        self.free = 0  # healthy leaves no job uses
+        self.bad = 0  # leaves on unhealthy nodes
+        self.guaranteed = 0  # leaves used by guaranteed jobs
+        self.oppo = 0  # leaves used by opportunistic jobs
+        self.job: str | None = None  # leaves only
+        self.prio = 0  # leaves only: the using job's effective priority
+        self.vc: str | None = None  # set on the cell a VC has bound
+        self.pinned = False
+        self.bound_below = 0  # bound cells in this subtree, this one included
+
+    def __repr__(self) -> str:
+        return f"Cell({self.leaf_id or self.id})"
+
+    def walk(self) -> Iterator[Cell]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def leaf_cells(self) -> list[Cell]:
+        return [c for c in self.walk() if not c.children]
+
+    def nodes(self) -> list[Cell]:
+        """The node-level cells in this subtree, or the node holding this cell."""
+        if self.node_cell is not None:
+            return [self.node_cell]
+        return [c for c in self.walk() if c.is_node]
+
+    def ancestors(self) -> Iterator[Cell]:
+        cell = self.parent
+        while cell is not None:
+            yield cell
+            cell = cell.parent
+
+    def owner(self) -> Cell | None:
+        """The bound cell (a VC's) this cell lies in, if any."""
+        cell: Cell | None = self
+        while cell is not None:
+            if cell.vc is not None:
+                return cell
+            cell = cell.parent
+        return None
+
+    @property
+    def healthy(self) -> bool:
+        return self.bad == 0
+
+
+class Chain:
+    """Static facts of one chain (a top-level cell type): its levels and its cells."""
+
+    def __init__(self, config: ClusterConfig, name: str) -> None:
+        self.name = name
+        self.levels, self.child_number = chain_levels(config.cell_types, name)
+        self.node_level = next(
+            config.cell_types[t].level
+            for t in _types_down(config, name)
+            if config.cell_types[t].is_node_level
+        )
+        self.leaf_type = _types_down(config, name)[-1]
+        self.level_leaves: dict[int, int] = {1: 1}
+        for level in reversed(self.levels[:-1]):
+            self.level_leaves[level] = self.level_leaves[level - 1] * self.child_number[level]
+        self.level_type = dict(zip(self.levels, _types_down(config, name), strict=True))
+        self.tops: list[Cell] = []
+        self.node_cells: list[Cell] = []
+
+    @property
+    def node_leaves(self) -> int:
+        return self.level_leaves[self.node_level]
+
+
+def _types_down(config: ClusterConfig, chain: str) -> list[str]:
+    out: list[str] = []
+    name: str | None = chain
+    while name is not None:
+        out.append(name)
+        name = config.cell_types[name].child
+    return out
+
+
+class CellTree:
+    """Every physical cell, the buddy free list and per-node indexes."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.chains: dict[str, Chain] = {}
+        self.cells: dict[str, Cell] = {}
+        self.leaf: dict[str, Cell] = {}
+        self.nodes: dict[str, list[Cell]] = {}
+        self.pinned: dict[str, Cell] = {}
+        self.free_list: dict[str, dict[int, dict[str, Cell]]] = {}
+        order = 0
+        for spec in config.physical_cells:
+            chain = self.chains.get(spec.chain)
+            if chain is None:
+                chain = self.chains[spec.chain] = Chain(config, spec.chain)
+                self.free_list[spec.chain] = {level: {} for level in chain.levels}
+            top, order = self._build(spec, None, order)
+            chain.tops.append(top)
+            self.free_list[spec.chain][top.level][top.id] = top
+        for chain in self.chains.values():
+            chain.node_cells = [c for t in chain.tops for c in t.walk() if c.is_node]
+        for pid, spec in config.pinned.items():
+            self.pinned[pid] = self.cells[spec.id]
+
+    def _build(self, spec: PhysicalCell, parent: Cell | None, order: int) -> tuple[Cell, int]:
+        is_node = self.config.cell_types[spec.cell_type].is_node_level
+        cell = Cell(spec, parent, order, is_node)
+        order += 1
+        self.cells[cell.id] = cell
+        if is_node:
+            self.nodes.setdefault(cell.node or "", []).append(cell)
+        if parent is not None and (parent.is_node or parent.node_cell is not None):
+            cell.node_cell = parent if parent.is_node else parent.node_cell
+        for child_spec in spec.children:
+            child, order = self._build(child_spec, cell, order)
+            cell.children.append(child)
+        if not spec.children:
+            cell.leaves = cell.free = 1
+            self.leaf[cell.leaf_id] = cell
+        else:
+            cell.leaves = cell.free = sum(c.leaves for c in cell.children)
+        return cell, order
+
+    # ---- leaves ------------------------------------------------------------------------------
+
+    def use(self, leaf: Cell, job_id: str, prio: int) -> None:
+        leaf.job, leaf.prio = job_id, prio
+        healthy = leaf.bad == 0
+        guaranteed = prio >= 0
+        cell: Cell | None = leaf
+        while cell is not None:
+            if healthy:
+                cell.free -= 1
+            if guaranteed:
+                cell.guaranteed += 1
+            else:
+                cell.oppo += 1
+            cell = cell.parent
+
+    def release(self, leaf: Cell) -> None:
+        healthy = leaf.bad == 0
+        guaranteed = leaf.prio >= 0
+        leaf.job = None
+        cell: Cell | None = leaf
+        while cell is not None:
+            if healthy:
+                cell.free += 1
+            if guaranteed:
+                cell.guaranteed -= 1
+            else:
+                cell.oppo -= 1
+            cell = cell.parent
+
+    def set_health(self, node: Cell, healthy: bool) -> None:
+        for leaf in node.leaf_cells():
+            if (leaf.bad == 0) == healthy:
+                continue
+            delta = 1 if healthy else -1
+            cell: Cell | None = leaf
+            while cell is not None:
+                cell.bad -= delta
+                if leaf.job is None:
+                    cell.free += delta
+                cell = cell.parent
+
+    # ---- binding (buddy free list) -----------------------------------------------------------
+
+    def free_root(self, cell: Cell) -> Cell | None:
+        """The free-list cell that holds ``cell``; None when a VC has it or part of it bound."""
+        if cell.bound_below:
+            return None
+        lists = self.free_list[cell.chain]
+        probe: Cell | None = cell
+        while probe is not None:
+            if probe.id in lists[probe.level]:
+                return probe
+            if probe.vc is not None:
+                return None
+            probe = probe.parent
+        return None
+
+    def split_cost(self, root: Cell, level: int) -> dict[int, int]:
+        """How the free list's per-level counts change when a level cell is cut from root."""
+        chain = self.chains[root.chain]
+        delta = {root.level: -1}
+        for lvl in range(root.level, level, -1):
+            delta[lvl - 1] = delta.get(lvl - 1, 0) + chain.child_number[lvl] - 1
+        return delta
+
+    def bind(self, cell: Cell, vc: str) -> None:
+        root = self.free_root(cell)
+        assert root is not None, f"{cell} is not free to bind"
+        lists = self.free_list[cell.chain]
+        del lists[root.level][root.id]
+        node = root
+        while node is not cell:
+            nxt = next(c for c in node.children if _contains(c, cell))
+            for sibling in node.children:
+                if sibling is not nxt:
+                    lists[sibling.level][sibling.id] = sibling
+            node = nxt
+        cell.vc = vc
+        probe: Cell | None = cell
+        while probe is not None:
+            probe.bound_below += 1
+            probe = probe.parent
+
+    def unbind(self, cell: Cell) -> None:
+        cell.vc = None
+        probe: Cell | None = cell
+        while probe is not None:
+            probe.bound_below -= 1
+            probe = probe.parent
+        lists = self.free_list[cell.chain]
+        lists[cell.level][cell.id] = cell
+        parent = cell.parent
+        while parent is not None and parent.bound_below == 0 and parent.vc is None:
+            if not all(c.id in lists[c.level] for c in parent.children):
+                break
+            for child in parent.children:
+                del lists[child.level][child.id]
+            lists[parent.level][parent.id] = parent
+            parent = parent.parent
+
+    def supply(self, chain: str) -> dict[int, int]:
+        return {level: len(cells) for level, cells in self.free_list[chain].items()}
+
+    def safe_after(self, chain: str, delta: dict[int, int], demand: dict[int, int]) -> bool:
+        """Whether every VC's unbound cells still fit once ``delta`` is applied to the free list."""
+        info = self.chains[chain]
+        supply = self.supply(chain)
+        for level, change in delta.items():
+            supply[level] = supply.get(level, 0) + change
+        return first_short_level(info.levels, info.child_number, supply, demand) is None
+
+
+def _contains(ancestor: Cell, cell: Cell) -> bool:
+    probe: Cell | None = cell
+    while probe is not None:
+        if probe is ancestor:
+            return True
+        probe = probe.parent
+    return False

@@ -1,0 +1,330 @@
+"""The one client library for the LabHive service (imported as ``labhive.client``).
+
+The CLI, the kernel extension and the JupyterHub integration all talk to the service through
+this module and nothing else. Errors are exceptions carrying the service's own message::
+
+    import labhive.client as lh
+    c = lh.connect()                       # LABHIVE_URL / LABHIVE_TOKEN / token file / hub env
+    job = c.submit(command="python train.py", gpus=2, vc="vc1", name="train")
+    job.wait(timeout=600)
+    print(job.state, job.logs().data)
+
+Where the service is found (first that applies): the ``url`` argument, ``LABHIVE_URL``,
+inside a JupyterHub single-user server the hub's ``/services/labhive/`` prefix, else
+``http://127.0.0.1:8765``. The token: the ``token`` argument, ``LABHIVE_TOKEN``, the file named by
+``LABHIVE_TOKEN_FILE``, ``JUPYTERHUB_API_TOKEN`` inside a hub, ``~/.config/labhive/token``, or
+``./data/admin.token`` (where ``labhive serve`` puts the admin's).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+API = "/api/v1"
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class LabHiveError(Exception):
+    """A request the service refused, or a service that could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class ServiceUnavailable(LabHiveError):
+    pass
+
+
+class AuthenticationError(LabHiveError):
+    pass
+
+
+class PermissionDenied(LabHiveError):
+    pass
+
+
+class NotFoundError(LabHiveError):
+    pass
+
+
+class Rejected(LabHiveError):
+    """The service refused the request as invalid (a bad spec, a job that cannot fit...)."""
+
+
+_BY_STATUS: dict[int, type[LabHiveError]] = {
+    401: AuthenticationError,
+    403: PermissionDenied,
+    404: NotFoundError,
+}
+
+
+def service_url(url: str | None = None) -> str:
+    """The service's base URL ending in /api/v1."""
+    url = url or os.environ.get("LABHIVE_URL")
+    if not url and os.environ.get("JUPYTERHUB_SERVICE_PREFIX"):
+        hub = os.environ.get("JUPYTERHUB_BASE_URL", "/")
+        host = os.environ.get("LABHIVE_HUB_HOST", "http://127.0.0.1:8000")
+        url = f"{host.rstrip('/')}{hub.rstrip('/')}/services/labhive"
+    url = (url or DEFAULT_URL).rstrip("/")
+    return url if url.endswith(API) else url + API
+
+
+def find_token(token: str | None = None) -> str | None:
+    if token:
+        return token
+    if os.environ.get("LABHIVE_TOKEN"):
+        return os.environ["LABHIVE_TOKEN"]
+    named = os.environ.get("LABHIVE_TOKEN_FILE")
+    if named:
+        try:
+            return Path(named).read_text().strip() or None
+        except OSError as err:
+            raise LabHiveError(f"cannot read LABHIVE_TOKEN_FILE {named}: {err.strerror}") from None
+    if os.environ.get("JUPYTERHUB_API_TOKEN"):
+        return os.environ["JUPYTERHUB_API_TOKEN"]
+    for path in (Path.home() / ".config" / "labhive" / "token", Path("data") / "admin.token"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text
+    return None
+
+
+@dataclass
+class LogChunk:
+    data: str
+    offset: int
+    next_offset: int
+    complete: bool
+    task: str | None
+    tasks: list[str]
+
+
+@dataclass
+class Job:
+    """A job as last fetched; ``refresh``/``wait`` update it in place."""
+
+    client: Client = field(repr=False)
+    data: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["data"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def position(self) -> int | None:
+        return self.data.get("queue_position")
+
+    @property
+    def done(self) -> bool:
+        return self.data["state"] in TERMINAL
+
+    def refresh(self) -> Job:
+        self.data = self.client._get(f"/jobs/{self.data['id']}")
+        return self
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.5) -> Job:
+        """Block until the job ends (TimeoutError after ``timeout`` seconds)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.refresh().done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.data['id']} still {self.data['state']}")
+            time.sleep(poll_s)
+        return self
+
+    def cancel(self) -> Job:
+        self.data = self.client.cancel(self.data["id"]).data
+        return self
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.client.events(self.data["id"])
+
+    def logs(self, offset: int = 0, **kw: Any) -> LogChunk:
+        return self.client.logs(self.data["id"], offset, **kw)
+
+    def follow(self, **kw: Any) -> Iterator[str]:
+        return self.client.follow_logs(self.data["id"], **kw)
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30):
+        self.url = service_url(url)
+        self.token = find_token(token)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    # ---- transport ----------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kw)
+        except httpx.TransportError as err:
+            raise ServiceUnavailable(
+                f"cannot reach the LabHive service at {self.url} ({err}); is it running? "
+                "Start it with `labhive serve` or set LABHIVE_URL"
+            ) from None
+        if response.status_code >= 400:
+            raise _error(response)
+        return response
+
+    def _get(self, path: str, **params: Any) -> Any:
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", path, params=clean).json()
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def submit(self, spec: Mapping[str, Any] | str | Path | None = None, **short: Any) -> Job:
+        """Submit an OpenPAI v2 job or short-form dict, a YAML/JSON file, or short-form keywords
+        (``command``, ``gpus``, ``tasks``, ``vc``, ``priority``, ``cpu``, ``memory_mb``,
+        ``retries``, ``name``...). A short-form job without a name is named after its command."""
+        if isinstance(spec, str | Path):
+            spec = load_spec_file(spec)
+        doc = dict(spec or {})
+        doc.update({k: v for k, v in short.items() if v is not None})
+        if "taskRoles" not in doc and "name" not in doc:
+            doc["name"] = default_name(doc.get("command"))
+        return Job(self, self._request("POST", "/jobs", json=doc).json())
+
+    def jobs(self, state: str | None = None, vc: str | None = None, limit: int = 100) -> list[Job]:
+        data = self._get("/jobs", state=state, vc=vc, limit=limit)
+        return [Job(self, j) for j in data["jobs"]]
+
+    def job(self, job_id: int | str) -> Job:
+        return Job(self, self._get(f"/jobs/{_id(job_id)}"))
+
+    def cancel(self, job_id: int | str, wait: float | None = None) -> Job:
+        params = {} if wait is None else {"wait": wait}
+        return Job(self, self._request("POST", f"/jobs/{_id(job_id)}/cancel", params=params).json())
+
+    def events(self, job_id: int | str) -> list[dict[str, Any]]:
+        return list(self._get(f"/jobs/{_id(job_id)}/events")["events"])
+
+    def logs(
+        self,
+        job_id: int | str,
+        offset: int = 0,
+        *,
+        task: str | None = None,
+        stream: str = "stdout",
+        limit: int = 65536,
+        attempt: int | None = None,
+    ) -> LogChunk:
+        data = self._get(
+            f"/jobs/{_id(job_id)}/logs",
+            offset=offset,
+            task=task,
+            stream=stream,
+            limit=limit,
+            attempt=attempt,
+        )
+        return LogChunk(
+            data["data"], data["offset"], data["next_offset"], data["complete"], data["task"],
+            data["tasks"],
+        )  # fmt: skip
+
+    def follow_logs(
+        self,
+        job_id: int | str,
+        *,
+        task: str | None = None,
+        stream: str = "stdout",
+        poll_s: float = 0.5,
+    ) -> Iterator[str]:
+        """Yield the log as it grows, until the task has ended and everything was read."""
+        offset = 0
+        while True:
+            chunk = self.logs(job_id, offset, task=task, stream=stream)
+            if chunk.data:
+                yield chunk.data
+            offset = chunk.next_offset
+            if chunk.complete:
+                return
+            if not chunk.data:
+                time.sleep(poll_s)
+
+    def observations(self, job_id: int | str) -> list[dict[str, Any]]:
+        return list(self._get(f"/jobs/{_id(job_id)}/observations")["observations"])
+
+    # ---- the cluster --------------------------------------------------------------------
+
+    def queue(self, vc: str | None = None) -> dict[str, Any]:
+        return dict(self._get("/queue", vc=vc))
+
+    def cluster(self) -> dict[str, Any]:
+        return dict(self._get("/cluster"))
+
+    def vcs(self) -> dict[str, Any]:
+        return dict(self._get("/vcs")["vcs"])
+
+    def gpus(self) -> list[dict[str, Any]]:
+        return list(self._get("/gpus")["gpus"])
+
+    def health(self) -> dict[str, Any]:
+        return dict(self._get("/health"))
+
+
+def connect(url: str | None = None, token: str | None = None) -> Client:
+    """A client for the service (see the module docstring for how it is found)."""
+    return Client(url, token)
+
+
+def load_spec_file(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise LabHiveError(f"cannot read job file {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise LabHiveError(f"job file {path} is not valid YAML/JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise LabHiveError(f"job file {path} must hold one mapping (a job)")
+    return doc
+
+
+def default_name(command: Any) -> str:
+    text = command[0] if isinstance(command, list) and command else command
+    words = str(text or "job").split()
+    return Path(words[0]).name[:64] if words else "job"
+
+
+def _id(job_id: int | str) -> str:
+    text = str(job_id).strip()
+    if not text.isdigit():
+        raise LabHiveError(f"job ids are numbers, got {job_id!r}")
+    return text
+
+
+def _error(response: httpx.Response) -> LabHiveError:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    message = str(detail) if detail else f"HTTP {response.status_code}: {response.text[:200]}"
+    cls = _BY_STATUS.get(response.status_code)
+    if cls is None:
+        cls = Rejected if response.status_code < 500 else LabHiveError
+    return cls(message, response.status_code)

@@ -1,0 +1,269 @@
+"""Client sub-commands: ``labhive submit | jobs | show | logs | cancel | queue | cluster``.
+
+They talk to a running service through ``labhive.client`` only; ``--json`` prints what the
+service returned, otherwise a readable table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from labhive.scheduler.errors import UserError
+
+
+def register(subparsers: Any) -> None:
+    p = _add(subparsers, "submit", "submit a job file (OpenPAI v2 or short form) or a command")
+    p.add_argument("--gpus", type=int, help="GPUs per task")
+    p.add_argument("--tasks", type=int, help="tasks (a gang unless --no-gang)")
+    p.add_argument("--vc", help="virtual cluster")
+    p.add_argument("--priority", help="crit | prod | test | oppo, or a number")
+    p.add_argument("--cpu", type=float, help="CPUs per task")
+    p.add_argument("--memory-mb", type=int, help="memory per task in MB")
+    p.add_argument("--retries", type=int, help="retries after a failed attempt")
+    p.add_argument("--name", help="job name (default: the command's first word)")
+    p.add_argument("--observe", choices=["strace"], help="run the tasks under strace")
+    p.add_argument("--no-gang", action="store_true", help="start tasks as they fit")
+    p.add_argument("--wait", action="store_true", help="wait for the job to end")
+    p.add_argument("target", nargs="?", metavar="FILE", help="a job file (.yaml/.yml/.json)")
+    p.add_argument("words", nargs="*", metavar="-- COMMAND", help="or the command to run")
+    p.set_defaults(func=_submit)
+
+    p = _add(subparsers, "jobs", "list your jobs (all jobs for an admin)")
+    p.add_argument("--state", help="WAITING, RUNNING, SUCCEEDED, FAILED or STOPPED")
+    p.add_argument("--vc")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=_jobs)
+
+    p = _add(subparsers, "show", "a job's state, tasks and history")
+    p.add_argument("id")
+    p.set_defaults(func=_show)
+
+    p = _add(subparsers, "logs", "a job's output")
+    p.add_argument("id")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    p.add_argument("--task", help="ROLE-INDEX (default: the first task)")
+    p.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
+    p.set_defaults(func=_logs)
+
+    p = _add(subparsers, "cancel", "stop a job")
+    p.add_argument("id")
+    p.set_defaults(func=_cancel)
+
+    p = _add(subparsers, "queue", "the queue per VC (others' jobs as position, VC and size)")
+    p.add_argument("--vc")
+    p.set_defaults(func=_queue)
+
+    p = _add(subparsers, "cluster", "nodes, GPUs and VCs")
+    p.set_defaults(func=_cluster)
+
+
+def _add(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("--url", help="service URL (default: $LABHIVE_URL or http://127.0.0.1:8765)")
+    p.add_argument("--token", help="bearer token (default: $LABHIVE_TOKEN or a token file)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from labhive.scheduler.client import connect
+
+    return connect(args.url, args.token)
+
+
+def _guard(func: Any) -> Any:
+    """Client errors become UserErrors: the service's message, exit code 2, no traceback."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        from labhive.scheduler.client import LabHiveError
+
+        try:
+            return int(func(args) or 0)
+        except LabHiveError as err:
+            raise UserError(err.message) from None
+
+    return wrapper
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def _age(t: float | None) -> str:
+    if not t:
+        return "-"
+    s = max(0, int(time.time() - t))
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
+
+
+@_guard
+def _submit(args: argparse.Namespace) -> int:
+    file, command = _file_or_command([args.target, *args.words] if args.target else [])
+    short = {
+        "gpus": args.gpus,
+        "tasks": args.tasks,
+        "vc": args.vc,
+        "priority": _priority(args.priority),
+        "cpu": args.cpu,
+        "memory_mb": args.memory_mb,
+        "retries": args.retries,
+        "name": args.name,
+        "observe": args.observe,
+        "gang": False if args.no_gang else None,
+        # one word is a shell line as typed ('echo $RANK; sleep 1'); several are quoted as given
+        "command": (command[0] if len(command) == 1 else shlex.join(command)) if command else None,
+    }
+    job = _client(args).submit(file, **short)
+    if args.wait:
+        job.wait()
+    if args.json:
+        _print_json(job.data)
+    else:
+        where = f" (position {job.position})" if job.position else ""
+        print(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}")
+    return 0 if job.state != "FAILED" else 1
+
+
+def _file_or_command(rest: list[str]) -> tuple[str | None, list[str]]:
+    """One argument naming a .yaml/.yml/.json file is a job file; anything else is a command."""
+    if not rest:
+        raise UserError("give a job file or a command, e.g. labhive submit --gpus 1 -- nvidia-smi")
+    if len(rest) == 1 and rest[0].endswith((".yaml", ".yml", ".json")):
+        if not Path(rest[0]).is_file():
+            raise UserError(f"no job file {rest[0]}")
+        return rest[0], []
+    return None, rest
+
+
+def _priority(value: str | None) -> str | int | None:
+    if value is None:
+        return None
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+@_guard
+def _jobs(args: argparse.Namespace) -> int:
+    jobs = _client(args).jobs(state=args.state, vc=args.vc, limit=args.limit)
+    if args.json:
+        _print_json([j.data for j in jobs])
+        return 0
+    rows = [
+        (j.id, j.name, j.user, j.vc, j.priority, j.state, j.attempt, j.gpus,
+         _age(j.submitted_at), j.why or j.reason)
+        for j in jobs
+    ]  # fmt: skip
+    headers = ("ID", "NAME", "USER", "VC", "PRIO", "STATE", "TRY", "GPUS", "AGE", "WHY")
+    print(table(headers, rows) if rows else "no jobs")
+    return 0
+
+
+@_guard
+def _show(args: argparse.Namespace) -> int:
+    client = _client(args)
+    job = client.job(args.id)
+    events = job.events()
+    if args.json:
+        _print_json({**job.data, "events": events})
+        return 0
+    d = job.data
+    print(f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}")
+    line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
+    if d.get("queue_position"):
+        line += f"  position {d['queue_position']} of {d['queue_length']}"
+    print(line)
+    if d.get("why"):
+        print(f"why   {d['why']}")
+    if d["tasks"]:
+        print(table(("TASK", "NODE", "GPUS", "STATE", "EXIT"), [
+            (f"{t['role']}-{t['index']}", t["node"], ",".join(map(str, t["gpus"])) or "-",
+             t["state"], t["exit_code"]) for t in d["tasks"]
+        ]))  # fmt: skip
+    print(table(("TIME", "FROM", "TO", "TRY", "REASON", "WHY"), [
+        (time.strftime("%H:%M:%S", time.localtime(e["time"])), e["from_state"], e["to_state"],
+         e["attempt"], e["reason"], e["why"]) for e in events
+    ]))  # fmt: skip
+    return 0
+
+
+@_guard
+def _logs(args: argparse.Namespace) -> int:
+    client = _client(args)
+    stream = "stderr" if args.stderr else "stdout"
+    if args.follow:
+        for text in client.follow_logs(args.id, task=args.task, stream=stream):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        return 0
+    offset = 0
+    while True:  # the whole log, chunk by chunk
+        chunk = client.logs(args.id, offset, task=args.task, stream=stream)
+        if args.json:
+            _print_json(chunk.__dict__)
+            return 0
+        sys.stdout.write(chunk.data)
+        offset = chunk.next_offset
+        if not chunk.data:
+            return 0
+
+
+@_guard
+def _cancel(args: argparse.Namespace) -> int:
+    job = _client(args).cancel(args.id)
+    if args.json:
+        _print_json(job.data)
+    else:
+        pending = "" if job.state == "STOPPED" else " (stopping)"
+        print(f"job {job.id} '{job.name}': {job.state}{pending}")
+    return 0
+
+
+@_guard
+def _queue(args: argparse.Namespace) -> int:
+    q = _client(args).queue(vc=args.vc)
+    if args.json:
+        _print_json(q)
+        return 0
+    print(table(("VC", "GUARANTEED", "USED", "OPPORTUNISTIC", "WAITING"), [
+        (v["name"], v["guaranteed_gpus"], v["used_gpus"], v["opportunistic_gpus"], v["waiting"])
+        for v in q["vcs"].values()
+    ]))  # fmt: skip
+    entries = q["running"] + q["waiting"]
+    if entries:
+        print()
+        print(table(("POS", "VC", "STATE", "GPUS", "TASKS", "PRIO", "JOB"), [
+            (e["position"], e["vc"], e["state"], e["gpus"], e["tasks"], e["priority"],
+             f"{e['id']} {e['name']}" if e["mine"] else "(another user's)")
+            for e in entries
+        ]))  # fmt: skip
+    return 0
+
+
+@_guard
+def _cluster(args: argparse.Namespace) -> int:
+    c = _client(args).cluster()
+    if args.json:
+        _print_json(c)
+        return 0
+    kind = "virtual cluster: GPU slots, nothing computes" if c["virtual"] else "cluster"
+    print(f"{kind}; policy {c['policy']}")
+    print(table(("NODE", "SKU", "HEALTH", "GPUS (index:job)"), [
+        (n["name"], n["sku"], "ok" if n["healthy"] else f"down {n['reason']}",
+         " ".join(f"{g}:{n['used'].get(str(g), '-')}" for g in n["gpus"]))
+        for n in c["nodes"]
+    ]))  # fmt: skip
+    return 0

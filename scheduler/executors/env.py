@@ -1,0 +1,187 @@
+"""The environment a task sees: OpenPAI's variables, PyTorch's rendezvous, its GPUs.
+
+A training script written for OpenPAI or for ``torchrun`` must run unchanged, so the names are
+theirs: OpenPAI's ``PAI_*`` job, role and task variables (both the v1 and the v2 spellings that
+scripts still read), and the ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/
+``LOCAL_RANK`` that ``torch.distributed``'s ``env://`` rendezvous reads. LabHive's own additions
+carry a ``LABHIVE_`` prefix.
+
+``task_env`` is a pure function of the job, its placements and the attempt, so the service can
+compute it once, store it with the attempt, and hand it to any executor; only the choice of a
+free rendezvous port (``free_port``) touches the machine, and the service does it once per
+attempt.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+
+from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import TaskPlacement
+
+#: Where a node is reached when the cluster config gives no address: every node of a local or
+#: virtual cluster is this machine.
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nobody listens on now, for one job attempt's rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def gpu_env(gpus: Sequence[int], gpu_uuids: Sequence[str] = (), virtual: bool = False) -> dict:
+    """CUDA_VISIBLE_DEVICES for exactly the task's devices.
+
+    Real devices go by UUID, which stays right whatever order CUDA enumerates them in. A task
+    without GPUs gets an empty list, so it cannot wander onto a device it was not given. On a
+    virtual cluster the slots are passed the same way and ``LABHIVE_VIRTUAL_GPUS=1`` says that
+    they are slots, not devices.
+    """
+    env = {"LABHIVE_GPUS": ",".join(str(g) for g in gpus)}
+    if gpu_uuids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_uuids)
+        env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = env["LABHIVE_GPUS"]
+    if virtual:
+        env["LABHIVE_VIRTUAL_GPUS"] = "1"
+    return env
+
+
+def identity_env(
+    key: TaskKey,
+    job_name: str,
+    node: str,
+    gpus: Sequence[int],
+    gpu_uuids: Sequence[str] = (),
+    virtual: bool = False,
+    host_ip: str = LOOPBACK,
+) -> dict[str, str]:
+    """What one task knows about itself: which job, role, index, attempt, node and GPUs."""
+    env = {
+        "PAI_JOB_NAME": job_name,
+        "PAI_CURRENT_TASK_ROLE_NAME": key.role,
+        "PAI_TASK_ROLE_NAME": key.role,
+        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(key.index),
+        "PAI_TASK_INDEX": str(key.index),
+        "PAI_CONTAINER_HOST_IP": host_ip,
+        "LABHIVE_JOB_ID": key.job_id,
+        "LABHIVE_ATTEMPT": str(key.attempt),
+        "LABHIVE_NODE": node,
+    }
+    env.update(gpu_env(gpus, gpu_uuids, virtual))
+    return env
+
+
+def launch_env(launch: TaskLaunch, host_ip: str = LOOPBACK) -> dict[str, str]:
+    """``identity_env`` from what a ``TaskLaunch`` carries (the executor's per-task variables)."""
+    return identity_env(
+        launch.key, launch.job_name, launch.node, launch.gpus, launch.gpu_uuids, launch.virtual,
+        host_ip,
+    )  # fmt: skip
+
+
+def rendezvous_env(
+    members: Sequence[tuple[str, int, str]],
+    me: tuple[str, int],
+    master_port: int,
+    node_ips: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """PyTorch's ``env://`` rendezvous for one member of a gang.
+
+    ``members`` are (role, index, node) in rank order (roles as the job lists them, then index);
+    rank 0 hosts the rendezvous. LOCAL_RANK counts the members on the same node in rank order,
+    which is what ``torchrun`` would give a process on that node.
+    """
+    ips = node_ips or {}
+    ranks = {(role, index): rank for rank, (role, index, _) in enumerate(members)}
+    if me not in ranks:
+        raise ValueError(f"task {me[0]}-{me[1]} is not one of the job's tasks")
+    rank = ranks[me]
+    node = members[rank][2]
+    on_node = [r for r, (_, _, n) in enumerate(members) if n == node]
+    return {
+        "MASTER_ADDR": ips.get(members[0][2], LOOPBACK),
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(len(members)),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(on_node.index(rank)),
+        "LOCAL_WORLD_SIZE": str(len(on_node)),
+    }
+
+
+def _job_env(spec: JobSpec, placements: Sequence[TaskPlacement], ips: Mapping[str, str]) -> dict:
+    """OpenPAI's job- and role-level variables, the same for every task of the job."""
+    roles = [r.name for r in spec.roles]
+    env = {
+        "PAI_USER_NAME": spec.user or "",
+        "PAI_JOB_VC_NAME": spec.vc,
+        "PAI_TASK_ROLE_COUNT": str(len(roles)),
+        "PAI_TASK_ROLE_LIST": ",".join(roles),
+        "PAI_JOB_TASK_COUNT": str(spec.task_count),
+        "PAI_JOB_TASK_ROLE_COUNT": str(len(roles)),
+        "PAI_JOB_TASK_ROLE_LIST": ",".join(roles),
+    }
+    for role in spec.roles:
+        env[f"PAI_TASK_ROLE_TASK_COUNT_{role.name}"] = str(role.instances)
+        if role.min_failed is not None:
+            env[f"PAI_MIN_FAILED_TASK_COUNT_{role.name}"] = str(role.min_failed)
+        if role.min_succeeded is not None:
+            env[f"PAI_MIN_SUCCEEDED_TASK_COUNT_{role.name}"] = str(role.min_succeeded)
+    for p in placements:
+        env[f"PAI_HOST_IP_{p.role}_{p.index}"] = ips.get(p.node, LOOPBACK)
+    return env
+
+
+def task_env(
+    job_id: str,
+    spec: JobSpec,
+    placements: Sequence[TaskPlacement],
+    attempt: int,
+    role: str,
+    index: int,
+    *,
+    master_port: int,
+    gpu_uuids: Sequence[str] = (),
+    virtual: bool = False,
+    node_ips: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Every variable one task of one attempt sees (the service stores it as TaskLaunch.env).
+
+    ``placements`` are where the attempt's tasks run (all of a gang; the placed ones of an
+    incremental job); ``node_ips`` maps node names to addresses other tasks reach them at
+    (loopback when absent). Rendezvous variables are set for jobs of more than one task.
+    """
+    ips = node_ips or {}
+    mine = next((p for p in placements if (p.role, p.index) == (role, index)), None)
+    if mine is None:
+        raise ValueError(f"task {role}-{index} has no placement in job {job_id}")
+    role_spec = next((r for r in spec.roles if r.name == role), None)
+    if role_spec is None:
+        raise ValueError(f"job {job_id} has no task role {role!r}")
+    env = _job_env(spec, placements, ips)
+    env.update(
+        {
+            "PAI_CURRENT_TASK_ROLE_TASK_COUNT": str(role_spec.instances),
+            "PAI_CURRENT_TASK_ROLE_CPU_COUNT": f"{role_spec.cpu:g}",
+            "PAI_CURRENT_TASK_ROLE_MEM_MB": str(role_spec.memory_mb),
+            "PAI_CURRENT_TASK_ROLE_GPU_COUNT": str(role_spec.gpu),
+        }
+    )
+    key = TaskKey(job_id, attempt, role, index)
+    host_ip = ips.get(mine.node, LOOPBACK)
+    env.update(identity_env(key, spec.name, mine.node, mine.gpus, gpu_uuids, virtual, host_ip))
+    if spec.task_count > 1:
+        env.update(rendezvous_env(rank_order(spec, placements), (role, index), master_port, ips))
+    return env
+
+
+def rank_order(spec: JobSpec, placements: Sequence[TaskPlacement]) -> list[tuple[str, int, str]]:
+    """The placed tasks as (role, index, node) in rank order: the job's role order, then index."""
+    order = {r.name: i for i, r in enumerate(spec.roles)}
+    placed = sorted(placements, key=lambda p: (order.get(p.role, len(order)), p.index))
+    return [(p.role, p.index, p.node) for p in placed]

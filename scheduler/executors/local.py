@@ -1,0 +1,377 @@
+"""Run a job's tasks as real processes on this machine.
+
+Each task gets a working directory ``DATA_DIR/jobs/<job_id>/<attempt>/<role>-<index>/`` holding
+its ``stdout`` and ``stderr``, the ``launch.json`` it was started from and, once it ended, the
+``exit.json`` its supervisor wrote (see ``supervise.py``). The supervisor is the leader of a new
+session and process group that the task's command and its children share, so one ``killpg``
+reaches all of them, and the service can die without taking the tasks with it.
+
+Everything needed to find a task again lives in ``TaskHandle.info`` (pid, start time, paths), so
+a new executor, in a new process, can ``adopt`` the tasks of a dead one: a task whose pid still
+names a process with the recorded start time is re-attached; any other is settled from its
+``exit.json``, or reported with an unknown exit code for the service to requeue.
+
+Stopped tasks are settled by ``stop`` itself: they never show up in ``poll``, because the service
+that stopped them already knows why they ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from labhive.scheduler.executors import limits
+from labhive.scheduler.executors.base import (
+    LaunchError,
+    Stream,
+    TaskExit,
+    TaskHandle,
+    TaskKey,
+    TaskLaunch,
+)
+from labhive.scheduler.executors.env import free_port, launch_env, rendezvous_env
+from labhive.scheduler.executors.supervise import (
+    EXIT_FILE,
+    LAUNCH_FILE,
+    is_running,
+    write_json_atomic,
+)
+
+#: A start time read twice for the same process agrees far better than this; a reused pid
+#: cannot have started within it.
+_START_TIME_SLACK_S = 0.05
+STRACE_LOG = "strace.log"
+#: A copy of the handle's info, so a launch the service never recorded can still be found.
+HANDLE_FILE = "handle.json"
+
+
+def user_shell() -> str:
+    """The shell a task's command runs in: the user's, else bash, else sh."""
+    for candidate in (os.environ.get("SHELL"), "/bin/bash", "/bin/sh"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise LaunchError("no shell found to run the command in: set SHELL to one")
+
+
+def task_dir(data_dir: Path, key: TaskKey) -> Path:
+    return data_dir / "jobs" / key.job_id / str(key.attempt) / f"{key.role}-{key.index}"
+
+
+@dataclass
+class _Task:
+    handle: TaskHandle
+    popen: subprocess.Popen[bytes] | None  # None for a task adopted from another process
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.handle.info
+
+
+class LocalExecutor:
+    """Tasks as process groups on this machine (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        grace_s: float = 10.0,
+        *,
+        shell: str | None = None,
+        limit_support: limits.LimitSupport | None = None,
+    ):
+        self.data_dir = Path(data_dir)
+        self.grace_s = grace_s
+        self.shell = shell
+        self.limit_support = limit_support or limits.detect()
+        self._tasks: dict[TaskKey, _Task] = {}
+
+    # ---- launch ---------------------------------------------------------------------------
+
+    def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
+        """Start the gang; if any task cannot start, stop those that did and raise."""
+        rendezvous = self._fallback_rendezvous(tasks)
+        started: list[TaskHandle] = []
+        try:
+            for launch in tasks:
+                started.append(self._launch_one(launch, rendezvous.get(launch.key, {})))
+        except Exception as err:
+            self.stop(started, grace_s=0)
+            failed = tasks[len(started)].key
+            raise LaunchError(f"task {failed.role}-{failed.index} could not start: {err}") from err
+        return started
+
+    @staticmethod
+    def _fallback_rendezvous(tasks: Sequence[TaskLaunch]) -> dict[TaskKey, dict[str, str]]:
+        """Rendezvous variables for a gang whose launch env lacks them (one port per attempt)."""
+        if len(tasks) < 2 or all("MASTER_ADDR" in t.env for t in tasks):
+            return {}
+        members = [(t.key.role, t.key.index, t.node) for t in tasks]
+        port = free_port()
+        return {t.key: rendezvous_env(members, (t.key.role, t.key.index), port) for t in tasks}
+
+    def _launch_one(self, launch: TaskLaunch, extra_env: dict[str, str]) -> TaskHandle:
+        if launch.key in self._tasks:
+            raise LaunchError(f"task {launch.key} is already running")
+        work = task_dir(self.data_dir, launch.key)
+        if work.exists():
+            _retire(work)
+        work.mkdir(parents=True)
+        argv = self._argv(launch, work)
+        enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
+        (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
+        env = {**os.environ, **launch.env, **extra_env, **launch_env(launch)}
+        try:
+            popen = _spawn_supervisor(work, env)
+        except BaseException:
+            limits.release(enforced)
+            raise
+        info = {
+            "pid": popen.pid,
+            "pgid": popen.pid,
+            "create_time": psutil.Process(popen.pid).create_time(),
+            "workdir": str(work),
+            "stdout": str(work / "stdout"),
+            "stderr": str(work / "stderr"),
+            "exit_file": str(work / EXIT_FILE),
+            "limits": enforced,
+            "observe": launch.observe,
+        }
+        write_json_atomic(work / HANDLE_FILE, info)
+        handle = TaskHandle(launch.key, info)
+        self._tasks[launch.key] = _Task(handle, popen)
+        return handle
+
+    def _argv(self, launch: TaskLaunch, work: Path) -> list[str]:
+        argv = [self.shell or user_shell(), "-c", launch.command]
+        if launch.observe is None:
+            return argv
+        if launch.observe != "strace":
+            raise LaunchError(f"unknown observation {launch.observe!r}: the choice is 'strace'")
+        strace = shutil.which("strace")
+        if strace is None:
+            raise LaunchError("strace is not installed here: install it (apt-get install strace)")
+        return [strace, "-f", "-tt", "-T", "-y", "-o", str(work / STRACE_LOG), "--", *argv]
+
+    # ---- poll and adopt -------------------------------------------------------------------
+
+    def poll(self) -> list[TaskExit]:
+        """Tasks that ended since the last poll (never blocks)."""
+        ended = []
+        for key, task in list(self._tasks.items()):
+            if not self._ended(task):
+                continue
+            del self._tasks[key]
+            ended.append(self._settle(task))
+        return ended
+
+    def adopt(self, handles: Sequence[TaskHandle]) -> list[TaskExit]:
+        """Re-attach tasks of a previous executor; settle at once those that already ended."""
+        ended = []
+        for handle in handles:
+            if handle.key in self._tasks:
+                continue
+            task = _Task(handle, None)
+            if self._ended(task):
+                ended.append(self._settle(task))
+            else:
+                self._tasks[handle.key] = task
+        return ended
+
+    def _ended(self, task: _Task) -> bool:
+        if task.popen is not None:
+            return task.popen.poll() is not None
+        return Path(task.info["exit_file"]).exists() or _process(task.info) is None
+
+    def _settle(self, task: _Task) -> TaskExit:
+        """The task's exit as its supervisor recorded it, or an unknown one if none was."""
+        key = task.handle.key
+        record = _read_exit(task.info)
+        if record is None:
+            _killpg(task.info, signal.SIGKILL)  # the supervisor died: leave nothing behind
+            how = _wait_status(task)
+            reason = f"the task's supervisor ended ({how}) without recording an exit status"
+            limits.release(task.info.get("limits", {}))
+            return TaskExit(key, None, reason)
+        reason = _describe(record, task.info.get("limits", {}))
+        limits.release(task.info.get("limits", {}))
+        return TaskExit(key, int(record["exit_code"]), reason)
+
+    # ---- stop -----------------------------------------------------------------------------
+
+    def stop(self, handles: Sequence[TaskHandle], grace_s: float | None = None) -> None:
+        """TERM every process of the tasks, KILL what is left after the grace period."""
+        grace = self.grace_s if grace_s is None else grace_s
+        tasks = [self._tasks.pop(h.key, None) or _Task(h, None) for h in handles]
+        live = [t for t in tasks if not self._ended(t)]
+        for task in live:
+            _signal_tree(task.info, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while live and time.monotonic() < deadline:
+            time.sleep(0.02)
+            live = [t for t in live if not self._ended(t)]
+        for task in live:
+            _kill_tree(task.info)
+        for task in tasks:
+            self._reap(task)
+            limits.release(task.info.get("limits", {}))
+
+    def _reap(self, task: _Task, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._ended(task) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    # ---- logs and observations ------------------------------------------------------------
+
+    def read_log(self, handle: TaskHandle, stream: Stream, offset: int, limit: int) -> bytes:
+        """Up to ``limit`` bytes from ``offset``; empty when the task wrote nothing there yet."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError(f"no log stream {stream!r}: the choice is stdout or stderr")
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must be >= 0")
+        try:
+            with open(handle.info[stream], "rb") as f:
+                f.seek(offset)
+                return f.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def observations(self, handle: TaskHandle) -> list[str]:
+        if handle.info.get("observe") != "strace":
+            return []
+        path = Path(handle.info["workdir"]) / STRACE_LOG
+        return [str(path)] if path.exists() else []
+
+
+# ---- processes ----------------------------------------------------------------------------
+
+
+def _process(info: dict[str, Any]) -> psutil.Process | None:
+    """The task's supervisor if it is still running: same pid, same start time, not a zombie."""
+    try:
+        proc = psutil.Process(int(info["pid"]))
+        if abs(proc.create_time() - float(info["create_time"])) > _START_TIME_SLACK_S:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def _killpg(info: dict[str, Any], sig: signal.Signals) -> None:
+    """Signal the task's process group, unless its number now belongs to someone else.
+
+    Linux never hands out a pid that still names a live process group, so if a different
+    process now has the supervisor's pid, the task's group is gone and must not be signalled.
+    """
+    try:
+        proc = psutil.Process(int(info["pid"]))
+        if abs(proc.create_time() - float(info["create_time"])) > _START_TIME_SLACK_S:
+            return
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.Error:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(int(info["pgid"]), sig)
+
+
+def _descendants(info: dict[str, Any]) -> list[psutil.Process]:
+    proc = _process(info)
+    if proc is None:
+        return []
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_tree(info: dict[str, Any], sig: signal.Signals) -> None:
+    """The process group, and descendants that left it (setsid), all get ``sig``."""
+    _killpg(info, sig)
+    for proc in _descendants(info):
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
+
+
+def _kill_tree(info: dict[str, Any], timeout_s: float = 5.0) -> None:
+    """SIGKILL the descendants while the supervisor still holds them (it is their subreaper),
+    then the supervisor and its group."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [p for p in _descendants(info) if is_running(p)]
+        if not alive:
+            break
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        time.sleep(0.01)
+    proc = _process(info)
+    if proc is not None:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _killpg(info, signal.SIGKILL)
+
+
+def _retire(work: Path) -> None:
+    """Clear the way for a launch whose directory exists: an earlier launch of the same attempt
+    that the service never recorded (it died in between). Its processes must not keep the GPUs
+    the new launch is given, so they are killed; its files are kept aside for inspection."""
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        info = json.loads((work / HANDLE_FILE).read_text())
+        _kill_tree(info)
+    n = 1
+    while work.with_name(f"{work.name}.stale-{n}").exists():
+        n += 1
+    work.rename(work.with_name(f"{work.name}.stale-{n}"))
+
+
+def _read_exit(info: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return json.loads(Path(info["exit_file"]).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _wait_status(task: _Task) -> str:
+    if task.popen is None or task.popen.returncode is None:
+        return "how is unknown: it was not this process's child"
+    rc = task.popen.returncode
+    return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+
+
+def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
+    how = f"killed by {record['signal_name']}" if record.get("signal_name") else ""
+    how = how or f"exit code {record['exit_code']}"
+    if limits.oom_killed(enforced):
+        mb = enforced["memory"]["bytes"] // limits.MIB
+        return f"{how}: went over its memory limit of {mb} MB"
+    return how
+
+
+def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The supervisor leads a new session, so the task outlives the service and one killpg
+    reaches all of it; it reads its instructions from the working directory."""
+    with (work / "stdout").open("wb") as out, (work / "stderr").open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-m", "labhive.scheduler.executors.supervise", str(work)],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )

@@ -1,0 +1,151 @@
+"""The small supervisor that stands between the local executor and a task's command.
+
+Run as ``python -m labhive.scheduler.executors.supervise WORKDIR``. It exists so that a task's
+end is recorded even when nobody is listening: the job service may be killed -9 while the task
+runs, and its successor must still learn the real exit code. So the supervisor, not the service,
+waits for the command and writes ``exit.json`` (atomically) in the task's working directory.
+
+It also makes the task behave like a container's PID 1:
+- it is a child subreaper, so every process the command forks stays its descendant even after
+  ``setsid`` or double-forking, and nothing escapes cleanup;
+- when the command ends, whatever it left behind is killed at once (a container's processes die
+  with its PID 1);
+- it survives the SIGTERM the executor sends to the task's process group, so it can still record
+  how the command ended; only the executor's SIGKILL after the grace period stops it.
+
+Limits are applied to the command alone (between fork and exec), so the supervisor's own memory
+never counts against the task. The launch parameters come from ``launch.json``, written by the
+executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+LAUNCH_FILE = "launch.json"
+EXIT_FILE = "exit.json"
+_PR_SET_CHILD_SUBREAPER = 36
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _start(argv: list[str], limits: dict[str, Any]) -> int:
+    """Fork the command with the task's limits; return its pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        for sig in _FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        for name, value in limits.get("rlimits", {}).items():
+            resource.setrlimit(getattr(resource, name), (value, value))
+        if limits.get("cgroup"):
+            Path(limits["cgroup"], "cgroup.procs").write_text(str(os.getpid()))
+        os.execvp(argv[0], argv)
+    except BaseException as err:  # report why, then die like a shell that cannot exec
+        with contextlib.suppress(OSError):
+            os.write(2, f"labhive: cannot start the task: {err}\n".encode())
+    finally:
+        os._exit(127)
+    raise AssertionError("unreachable")
+
+
+def _wait_for(pid: int) -> int:
+    """Reap children (orphans land here too) until ``pid`` ends; return its wait status."""
+    while True:
+        done, status = os.waitpid(-1, 0)
+        if done == pid:
+            return status
+
+
+def _reap() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def kill_leftovers(timeout_s: float = 5.0) -> int:
+    """SIGKILL every remaining descendant; return how many were found."""
+    me = psutil.Process()
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [p for p in me.children(recursive=True) if is_running(p)]
+        if not alive:
+            break
+        for proc in alive:
+            seen.add(proc.pid)
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        _reap()
+        time.sleep(0.01)
+    _reap()
+    return len(seen)
+
+
+def is_running(proc: psutil.Process) -> bool:
+    """Alive, and not a zombie waiting to be reaped."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def exit_record(status: int, leftovers: int) -> dict[str, Any]:
+    """Shell conventions: a command killed by signal N ended with 128 + N."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return {
+            "exit_code": 128 + sig,
+            "signal": sig,
+            "signal_name": signal.Signals(sig).name,
+            "ended_at": time.time(),
+            "leftovers_killed": leftovers,
+        }
+    return {
+        "exit_code": os.waitstatus_to_exitcode(status),
+        "signal": None,
+        "signal_name": None,
+        "ended_at": time.time(),
+        "leftovers_killed": leftovers,
+    }
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Readers see the whole file or none of it, whenever this process is killed."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def main(workdir: str) -> int:
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda *_: None)
+    _become_subreaper()
+    work = Path(workdir)
+    launch = json.loads((work / LAUNCH_FILE).read_text())
+    pid = _start(launch["argv"], launch.get("limits", {}))
+    status = _wait_for(pid)
+    leftovers = kill_leftovers()
+    record = exit_record(status, leftovers)
+    write_json_atomic(work / EXIT_FILE, record)
+    return int(record["exit_code"]) & 0xFF
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

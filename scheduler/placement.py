@@ -1,0 +1,355 @@
+"""Topology-aware search for where a gang (or one task) goes, without changing anything but
+the bindings it makes on the way (the caller keeps or rolls them back).
+
+Guaranteed jobs search their VC's bound cells first, packing tasks onto the fullest node that
+still fits (best fit), and bind one more of the VC's cells only when those are full: the new
+physical cell comes from the lowest free-list level that has one (buddy allocation), preferring
+healthy cells no opportunistic job uses, and any choice must keep every VC's remaining cells
+placeable (safe relaxed buddy allocation). Opportunistic jobs search all physical cells for idle
+GPUs, preferring cells no VC has bound, because those are the last a guaranteed job reclaims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from labhive.scheduler.cells import Cell, CellTree, Chain
+from labhive.scheduler.vc import VC, VCs
+
+#: ``threshold`` of a search: None = free GPUs only; p = GPUs of jobs with priority <= p too.
+Threshold = int | None
+
+
+@dataclass(slots=True)
+class TaskNeed:
+    role: str
+    index: int
+    leaves: int
+
+
+@dataclass(slots=True)
+class Plan:
+    chain: str
+    placed: list[tuple[TaskNeed, Cell, list[Cell]]] = field(default_factory=list)
+    bound: list[Cell] = field(default_factory=list)
+    taken: set[int] = field(default_factory=set)  # id() of leaves chosen
+    free_taken: dict[Cell, int] = field(default_factory=dict)  # node -> free leaves chosen
+
+    def add(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
+        self.placed.append((task, node, leaves))
+        self.taken.update(id(leaf) for leaf in leaves)
+        self.free_taken[node] = self.free_taken.get(node, 0) + sum(
+            1 for leaf in leaves if leaf.job is None
+        )
+
+    def victims(self) -> set[str]:
+        return {leaf.job for _, _, leaves in self.placed for leaf in leaves if leaf.job}
+
+
+def _usable(threshold: Threshold) -> Callable[[Cell], bool]:
+    if threshold is None:
+        return lambda leaf: leaf.bad == 0 and leaf.job is None
+    return lambda leaf: leaf.bad == 0 and (leaf.job is None or leaf.prio <= threshold)
+
+
+class Placer:
+    """Searches one chain for a VC's (or an opportunistic) job."""
+
+    def __init__(self, tree: CellTree, vcs: VCs) -> None:
+        self.tree = tree
+        self.vcs = vcs
+
+    # ---- guaranteed ------------------------------------------------------------------------
+
+    def guaranteed(
+        self, vc: VC, chain: str, tasks: list[TaskNeed], threshold: Threshold
+    ) -> Plan | None:
+        """Place every task in ``vc``'s cells of ``chain``, or nothing (bindings undone)."""
+        plan = Plan(chain)
+        ok = _usable(threshold)
+        regions = self._regions(vc, chain)
+        last: Cell | None = None
+        for task in sorted(tasks, key=lambda t: -t.leaves):
+            while True:
+                node = self._best_node(regions, task.leaves, ok, plan, last, threshold is not None)
+                if node is not None:
+                    break
+                if not self._bind_for(vc, chain, task.leaves, ok, plan, regions):
+                    self.undo(vc, plan)
+                    return None
+            plan.add(task, node, pick_leaves(regions[node], task.leaves, ok, plan.taken))
+            last = node
+        return plan
+
+    def undo(self, vc: VC, plan: Plan) -> None:
+        for cell in reversed(plan.bound):
+            self.vcs.unbind(vc, cell)
+        plan.bound.clear()
+
+    def _regions(self, vc: VC, chain: str) -> dict[Cell, list[Cell]]:
+        """Node -> the parts of it the VC has bound (the whole node, or cells inside it)."""
+        regions: dict[Cell, list[Cell]] = {}
+        for cell in vc.bound.get(chain, {}).values():
+            _add_regions(regions, cell)
+        return regions
+
+    def _best_node(
+        self,
+        regions: dict[Cell, list[Cell]],
+        need: int,
+        ok: Callable[[Cell], bool],
+        plan: Plan,
+        last: Cell | None,
+        victims: bool,
+    ) -> Cell | None:
+        """Best fit: the node with the fewest usable GPUs that still holds the task, next to
+        the gang's previous task where possible, preempting as few GPUs as it can."""
+        best, best_key = None, None
+        near = last.parent if last else None
+        for node, parts in regions.items():
+            whole = len(parts) == 1 and parts[0] is node
+            if whole:
+                free = node.free - plan.free_taken.get(node, 0)
+                if free >= need:
+                    key = (0, node.parent is not near, free, node.order)
+                    if best_key is None or key < best_key:
+                        best, best_key = node, key
+                    continue
+                if not victims:
+                    continue
+            free = usable = 0
+            for part in parts:
+                for leaf in part.leaf_cells():
+                    if id(leaf) in plan.taken or not ok(leaf):
+                        continue
+                    usable += 1
+                    free += leaf.job is None
+            if usable < need:
+                continue
+            key = (max(0, need - free), node.parent is not near, usable, node.order)
+            if best_key is None or key < best_key:
+                best, best_key = node, key
+        return best
+
+    def _bind_for(
+        self,
+        vc: VC,
+        chain: str,
+        need: int,
+        ok: Callable[[Cell], bool],
+        plan: Plan,
+        regions: dict[Cell, list[Cell]],
+    ) -> bool:
+        """Bind one more of the VC's cells (several below node level) so a task fits."""
+        info = self.tree.chains[chain]
+        levels = sorted(lvl for lvl, n in vc.unbound.get(chain, {}).items() if n > 0)
+        for level in levels:
+            if level < info.node_level or info.node_leaves < need:
+                continue
+            cell = self.choose_physical(vc, info, level, need, ok)
+            if cell is not None:
+                self.vcs.bind(vc, cell)
+                plan.bound.append(cell)
+                _add_regions(regions, cell)
+                return True
+        small = sorted((lvl for lvl in levels if lvl < info.node_level), reverse=True)
+        return bool(small) and self._bind_inside_node(vc, info, small, need, ok, plan, regions)
+
+    def choose_physical(
+        self, vc: VC, info: Chain, level: int, need: int, ok: Callable[[Cell], bool]
+    ) -> Cell | None:
+        """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
+        then healthy and idle, and only where binding it keeps every VC's cells placeable."""
+        lists = self.tree.free_list[info.name]
+        for root_level in info.levels[::-1]:
+            if root_level < level or not lists[root_level]:
+                continue
+            best, best_root, best_key = None, None, None
+            for root in sorted(lists[root_level].values(), key=_order):
+                for cell in _at_level(root, level):
+                    if cell.free == cell.leaves:
+                        key: tuple[int, ...] = (0, cell.order)
+                    elif _room(cell, need, ok):
+                        key = (1, -cell.free, cell.order)
+                    else:
+                        continue
+                    if best_key is None or key < best_key:
+                        best, best_root, best_key = cell, root, key
+                    if key[0] == 0:
+                        break
+                if best_key is not None and best_key[0] == 0:
+                    break
+            if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):
+                return best
+        return None
+
+    def _bind_inside_node(
+        self,
+        vc: VC,
+        info: Chain,
+        levels: list[int],
+        need: int,
+        ok: Callable[[Cell], bool],
+        plan: Plan,
+        regions: dict[Cell, list[Cell]],
+    ) -> bool:
+        """A VC with cells smaller than a node binds several of them on one node."""
+        nodes = sorted(info.node_cells, key=lambda n: (n not in regions, n.order))
+        for node in nodes:
+            have = sum(
+                1
+                for part in regions.get(node, [])
+                for leaf in part.leaf_cells()
+                if id(leaf) not in plan.taken and ok(leaf)
+            )
+            mark = len(plan.bound)
+            for level in levels:
+                while have < need and vc.unbound[info.name].get(level, 0) > 0:
+                    cell = self._free_inside(vc, node, level, ok)
+                    if cell is None:
+                        break
+                    self.vcs.bind(vc, cell)
+                    plan.bound.append(cell)
+                    have += sum(1 for leaf in cell.leaf_cells() if ok(leaf))
+            if have >= need:
+                for cell in plan.bound[mark:]:
+                    _add_regions(regions, cell)
+                return True
+            for cell in reversed(plan.bound[mark:]):
+                self.vcs.unbind(vc, cell)
+            del plan.bound[mark:]
+        return False
+
+    def _free_inside(
+        self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool]
+    ) -> Cell | None:
+        best, best_key = None, None
+        for cell in _at_level(node, level):
+            root = self.tree.free_root(cell)
+            if root is None:
+                continue
+            usable = sum(1 for leaf in cell.leaf_cells() if ok(leaf))
+            if usable == 0:
+                continue
+            key = (-usable, root.level, cell.order)
+            if (best_key is None or key < best_key) and self.vcs.can_bind(vc, cell, root):
+                best, best_key = cell, key
+        return best
+
+    # ---- opportunistic -----------------------------------------------------------------------
+
+    def opportunistic(self, chain: str, tasks: list[TaskNeed]) -> Plan | None:
+        """Idle GPUs anywhere in the chain, cells no VC has bound first; never preempts."""
+        plan = Plan(chain)
+        ok = _usable(None)
+        info = self.tree.chains[chain]
+        last: Cell | None = None
+        for task in sorted(tasks, key=lambda t: -t.leaves):
+            best, best_key = None, None
+            for node in info.node_cells:
+                free = node.free - plan.free_taken.get(node, 0)
+                if free < task.leaves:
+                    continue
+                key = (
+                    node.parent is not (last.parent if last else None),
+                    node.bound_below > 0 or node.owner() is not None,
+                    free,
+                    node.order,
+                )
+                if best_key is None or key < best_key:
+                    best, best_key = node, key
+            if best is None:
+                return None
+            plan.add(task, best, pick_leaves([best], task.leaves, ok, plan.taken))
+            last = best
+        return plan
+
+
+def _order(cell: Cell) -> int:
+    return cell.order
+
+
+def _add_regions(regions: dict[Cell, list[Cell]], cell: Cell) -> None:
+    if cell.node_cell is not None:
+        regions.setdefault(cell.node_cell, []).append(cell)
+    else:
+        for node in cell.nodes():
+            regions[node] = [node]
+
+
+def _at_level(cell: Cell, level: int) -> list[Cell]:
+    if cell.level == level:
+        return [cell]
+    out: list[Cell] = []
+    for child in cell.children:
+        out.extend(_at_level(child, level))
+    return out
+
+
+def _room(cell: Cell, need: int, ok: Callable[[Cell], bool]) -> bool:
+    """Whether some node in ``cell`` (or the node part it is) has ``need`` usable GPUs."""
+    if cell.node_cell is not None:
+        return sum(1 for leaf in cell.leaf_cells() if ok(leaf)) >= need
+    return any(sum(1 for leaf in n.leaf_cells() if ok(leaf)) >= need for n in cell.nodes())
+
+
+def pick_leaves(
+    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: set[int]
+) -> list[Cell]:
+    """``need`` GPUs from ``parts`` of one node, packed into the smallest sub-cell that holds
+    them (buddy best fit), free GPUs before those of lower-priority jobs."""
+    counts: dict[int, tuple[int, int]] = {}
+
+    def avail(cell: Cell) -> tuple[int, int]:
+        key = id(cell)
+        if key not in counts:
+            if not cell.children:
+                usable = id(cell) not in taken and ok(cell)
+                counts[key] = (int(usable), int(usable and cell.job is None))
+            else:
+                total = free = 0
+                for child in cell.children:
+                    a, f = avail(child)
+                    total += a
+                    free += f
+                counts[key] = (total, free)
+        return counts[key]
+
+    out: list[Cell] = []
+
+    def take(cell: Cell, n: int) -> None:
+        if not cell.children:
+            out.append(cell)
+            return
+        kids = [c for c in cell.children if avail(c)[0] > 0]
+        fits = [c for c in kids if avail(c)[0] >= n]
+        if fits:
+            take(min(fits, key=lambda c: _fit_key(c, n, avail)), n)
+            return
+        for child in sorted(kids, key=lambda c: (-avail(c)[1], -avail(c)[0], _prio(c), c.order)):
+            share = min(n, avail(child)[0])
+            take(child, share)
+            n -= share
+            if n == 0:
+                return
+
+    for part in sorted(parts, key=lambda c: _fit_key(c, need, avail)):
+        share = min(need, avail(part)[0])
+        if share:
+            take(part, share)
+            need -= share
+        if need == 0:
+            break
+    return out
+
+
+def _fit_key(
+    cell: Cell, n: int, avail: Callable[[Cell], tuple[int, int]]
+) -> tuple[int, int, int, int]:
+    total, free = avail(cell)
+    return (free < n, total, _prio(cell), cell.order)
+
+
+def _prio(cell: Cell) -> int:
+    return cell.prio if not cell.children and cell.job is not None else -100

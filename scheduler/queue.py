@@ -1,0 +1,51 @@
+"""Waiting jobs: per-VC order for positions, and classes of identical jobs for scheduling.
+
+Scanning 10,000 waiting jobs after every event is what makes a naive scheduler slow. Jobs that
+ask for the same thing at the same priority in the same VC succeed or fail together, so they
+share a ``JobClass`` (FIFO by submit order); when a class's head cannot be placed the whole
+class is blocked until the capacity it depends on grows (its VC's ``epoch``, or the cluster's
+for opportunistic jobs). A pass then touches only the classes that might now fit.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, eq=False)
+class JobClass:
+    key: Hashable
+    vc: str
+    priority: int
+    entries: list[tuple[int, str]] = field(default_factory=list)  # (seq, job id), sorted
+    blocked_at: int | None = None  # the epoch it last failed at
+
+    def add(self, seq: int, job_id: str) -> None:
+        bisect.insort(self.entries, (seq, job_id))
+
+    def remove(self, seq: int, job_id: str) -> None:
+        i = bisect.bisect_left(self.entries, (seq, job_id))
+        if i < len(self.entries) and self.entries[i] == (seq, job_id):
+            del self.entries[i]
+
+
+@dataclass(slots=True)
+class VCQueue:
+    """One VC's waiting jobs in queue order: higher priority first, then submit order."""
+
+    order: list[tuple[int, int, str]] = field(default_factory=list)  # (-priority, seq, id)
+    classes: dict[Hashable, JobClass] = field(default_factory=dict)
+
+    def add(self, priority: int, seq: int, job_id: str) -> None:
+        bisect.insort(self.order, (-priority, seq, job_id))
+
+    def remove(self, priority: int, seq: int, job_id: str) -> None:
+        entry = (-priority, seq, job_id)
+        i = bisect.bisect_left(self.order, entry)
+        if i < len(self.order) and self.order[i] == entry:
+            del self.order[i]
+
+    def position(self, priority: int, seq: int, job_id: str) -> int:
+        return bisect.bisect_left(self.order, (-priority, seq, job_id)) + 1

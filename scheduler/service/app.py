@@ -1,0 +1,545 @@
+"""The REST API (``/api/v1``): thin handlers over the store, the loop's views and the executor.
+
+Every handler asks ``Service.identify`` who is calling (the one identity check) and the
+``Identity`` methods what they may do. A submission is parsed, checked against the cluster and
+stored in one short transaction, then queued for the scheduler loop: the handler never waits
+for scheduling. Every user mistake becomes a 4xx whose ``detail`` says what to fix, and nothing
+is stored when a request is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPBearer
+from sqlalchemy import func, select
+
+from labhive import __version__
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.executors.base import Executor, TaskHandle, TaskKey
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
+from labhive.scheduler.service.loop import SchedulerLoop
+from labhive.scheduler.service.store import Store, events, job_row, jobs, tasks
+
+log = logging.getLogger("labhive.service")
+PREFIX = "/api/v1"
+MAX_BODY = 1 << 20
+MAX_LOG_CHUNK = 1 << 20
+
+
+class NotFound(Exception):
+    pass
+
+
+@dataclass
+class Service:
+    """What the handlers need; ``server.build_service`` assembles it."""
+
+    store: Store
+    loop: SchedulerLoop
+    executor: Executor
+    auth: Authenticator
+    parse: Callable[[dict[str, Any]], JobSpec]
+    check: Callable[[JobSpec], None]
+    policy: str = "hived"
+    max_body: int = MAX_BODY
+    cancel_wait_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        self._check_lock = threading.Lock()
+
+    def identify(self, request: Request) -> Identity:
+        return self.auth.identify(request.headers.get("authorization"))
+
+    def admit(self, doc: dict[str, Any], who: Identity) -> JobSpec:
+        """Parse and check a submission; raise a UserError/SpecRejected/Forbidden to refuse."""
+        try:
+            spec = self.parse(doc)
+        except UserError:
+            raise
+        except (ValueError, TypeError, KeyError) as err:
+            raise UserError(f"invalid job: {err}") from err
+        with self._check_lock:
+            self.check(spec)
+        if not who.may_submit_to(spec.vc):
+            allowed = ", ".join(sorted(who.vcs)) or "none"
+            raise Forbidden(f"you may not submit to VC {spec.vc!r}; your groups grant: {allowed}")
+        return dataclasses.replace(spec, user=who.name)
+
+
+def _who(request: Request) -> Identity:
+    """The caller, as the service's authenticator sees them (the one identity check)."""
+    return request.app.state.service.identify(request)  # type: ignore[no-any-return]
+
+
+Who = Annotated[Identity, Depends(_who)]
+
+
+def create_app(service: Service) -> FastAPI:
+    app = FastAPI(
+        title="LabHive job service",
+        version=__version__,
+        openapi_url=f"{PREFIX}/openapi.json",
+        docs_url=f"{PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.state.service = service
+    app.add_middleware(BodyLimit, limit=service.max_body)  # type: ignore[arg-type]
+    _install_error_handlers(app)
+    app.include_router(_routes(service), prefix=PREFIX)
+    return app
+
+
+def _routes(svc: Service) -> APIRouter:
+    bearer = HTTPBearer(auto_error=False, description="the admin token file, or a user's token")
+    router = APIRouter(dependencies=[Depends(bearer)])
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": s.ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
+    }
+
+    @router.post("/jobs", status_code=201, response_model=s.JobOut, responses=errors)
+    def submit(body: s.JobRequest, me: Who) -> s.JobOut:
+        doc = body.model_dump(exclude_unset=True)
+        spec = svc.admit(doc, me)
+        job = lc.NewJob(
+            name=spec.name,
+            user=me.name,
+            vc=spec.vc,
+            priority=spec.priority,
+            retries=spec.retries,
+            task_count=spec.task_count,
+            gpus=spec.total_gpus,
+            spec=doc,
+        )
+        t = time.time()
+        with svc.store.write() as conn:
+            job_id = lc.submit(conn, job, t)
+        svc.loop.submitted(job_id, spec)
+        row = {
+            **dataclasses.asdict(job),
+            "id": job_id,
+            "state": lc.WAITING,
+            "attempt": 1,
+            "retries_used": 0,
+            "opportunistic": False,
+            "cancel_requested": False,
+            "reason": "submitted",
+            "submitted_at": t,
+        }
+        return _job_out(row)
+
+    @router.get("/jobs", response_model=s.JobList, responses=errors)
+    def list_jobs(
+        me: Who,
+        state: Annotated[
+            Literal["WAITING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"] | None, Query()
+        ] = None,
+        vc: str | None = None,
+        user: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> s.JobList:
+        query = select(jobs).order_by(jobs.c.id.desc()).limit(limit).offset(offset)
+        if not me.admin:
+            query = query.where(jobs.c.user == me.name)
+        elif user:
+            query = query.where(jobs.c.user == user)
+        if state:
+            query = query.where(jobs.c.state == state)
+        if vc:
+            query = query.where(jobs.c.vc == vc)
+        with svc.store.read() as conn:
+            rows = [dict(r) for r in conn.execute(query).mappings()]
+        return s.JobList(jobs=[_job_out(r, svc.loop) for r in rows])
+
+    @router.get("/jobs/{job_id}", response_model=s.JobOut, responses=errors)
+    def get_job(job_id: int, me: Who) -> s.JobOut:
+        with svc.store.read() as conn:
+            row = _owned(conn, job_id, me)
+            task_rows = _tasks(conn, job_id, row["attempt"])
+        return _job_out(row, svc.loop, task_rows, with_spec=True)
+
+    @router.post("/jobs/{job_id}/cancel", response_model=s.JobOut, responses=errors)
+    def cancel(
+        job_id: int, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
+    ) -> s.JobOut:
+        with svc.store.write() as conn:
+            _owned(conn, job_id, me)
+            lc.request_cancel(conn, job_id)
+        svc.loop.cancel(job_id)
+        deadline = time.monotonic() + wait
+        while True:
+            with svc.store.read() as conn:
+                row = job_row(conn, job_id)
+                assert row is not None
+                task_rows = _tasks(conn, job_id, row["attempt"])
+            left = deadline - time.monotonic()
+            if row["state"] in lc.TERMINAL or left <= 0:
+                return _job_out(row, svc.loop, task_rows, with_spec=True)
+            with svc.loop.changed:
+                svc.loop.changed.wait(min(left, 0.2))
+
+    @router.get("/jobs/{job_id}/events", response_model=s.EventList, responses=errors)
+    def job_events(job_id: int, me: Who) -> s.EventList:
+        with svc.store.read() as conn:
+            _owned(conn, job_id, me)
+            rows = conn.execute(
+                select(events).where(events.c.job_id == job_id).order_by(events.c.id)
+            ).mappings()
+            out = [s.EventOut(**{k: r[k] for k in s.EventOut.model_fields}) for r in rows]
+        return s.EventList(job_id=job_id, events=out)
+
+    @router.get("/jobs/{job_id}/logs", response_model=s.LogChunk, responses=errors)
+    def job_logs(
+        job_id: int,
+        me: Who,
+        task: str | None = None,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
+        attempt: Annotated[int | None, Query(ge=1)] = None,
+    ) -> s.LogChunk:
+        with svc.store.read() as conn:
+            row = _owned(conn, job_id, me)
+            at = attempt or _last_attempt(conn, job_id) or row["attempt"]
+            task_rows = _tasks(conn, job_id, at)
+        names = [f"{t['role']}-{t['idx']}" for t in task_rows]
+        chosen = task_rows[0] if task_rows and task is None else None
+        if task is not None:
+            chosen = next((t for t in task_rows if f"{t['role']}-{t['idx']}" == task), None)
+            if chosen is None:
+                raise NotFound(f"job {job_id} attempt {at} has no task {task!r}; tasks: {names}")
+        data = b""
+        if chosen is not None and chosen["handle"]:
+            key = TaskKey(str(job_id), at, chosen["role"], chosen["idx"])
+            data = svc.executor.read_log(TaskHandle(key, chosen["handle"]), stream, offset, limit)
+        ended = chosen is not None and chosen["state"] != lc.RUNNING
+        complete = (ended or row["state"] in lc.TERMINAL) and len(data) < limit
+        return s.LogChunk(
+            job_id=job_id,
+            attempt=at,
+            task=f"{chosen['role']}-{chosen['idx']}" if chosen else None,
+            stream=stream,
+            offset=offset,
+            next_offset=offset + len(data),
+            data=data.decode("utf-8", errors="replace"),
+            complete=complete or (chosen is None and row["state"] in lc.TERMINAL),
+            tasks=names,
+        )
+
+    @router.get("/jobs/{job_id}/observations", response_model=s.ObservationList, responses=errors)
+    def job_observations(job_id: int, me: Who) -> s.ObservationList:
+        with svc.store.read() as conn:
+            _owned(conn, job_id, me)
+            task_rows = [
+                dict(r)
+                for r in conn.execute(
+                    select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.id)
+                ).mappings()
+            ]
+        out = []
+        for t in task_rows:
+            if not t["handle"]:
+                continue
+            key = TaskKey(str(job_id), t["attempt"], t["role"], t["idx"])
+            for path in svc.executor.observations(TaskHandle(key, t["handle"])):
+                p = Path(path)
+                size = p.stat().st_size if p.exists() else 0
+                kind = "strace" if "strace" in p.name else p.suffix.lstrip(".") or "file"
+                name = f"{t['role']}-{t['idx']}"
+                out.append(
+                    s.Observation(task=name, attempt=t["attempt"], kind=kind, path=path, size=size)
+                )
+        return s.ObservationList(job_id=job_id, observations=out)
+
+    @router.get("/queue", response_model=s.QueueOut, responses=errors)
+    def queue(me: Who, vc: str | None = None) -> s.QueueOut:
+        views = svc.loop.views()
+        with svc.store.read() as conn:
+            rows = {
+                r["id"]: dict(r)
+                for r in conn.execute(
+                    select(
+                        jobs.c.id, jobs.c.user, jobs.c.name, jobs.c.gpus, jobs.c.task_count
+                    ).where(jobs.c.state.in_(lc.ACTIVE))
+                ).mappings()
+            }
+        running, waiting = [], []
+        for v in views:
+            row = rows.get(int(v.job_id))
+            if row is None or (vc and v.vc != vc):
+                continue
+            mine = me.owns(row["user"])
+            entry = s.QueueEntry(
+                position=v.queue_position,
+                vc=v.vc,
+                state=v.state,
+                gpus=row["gpus"],
+                tasks=row["task_count"],
+                priority=v.priority,
+                opportunistic=v.opportunistic,
+                mine=mine,
+                id=row["id"] if mine else None,
+                name=row["name"] if mine else None,
+                user=row["user"] if mine else None,
+                why=v.why if mine else None,
+            )
+            (waiting if v.state == lc.WAITING else running).append(entry)
+        return s.QueueOut(vcs=_vcs(svc, me), running=running, waiting=waiting)
+
+    @router.get("/cluster", response_model=s.ClusterOut, responses=errors)
+    def cluster(me: Who) -> s.ClusterOut:
+        view = svc.loop.cluster()
+        nodes = [
+            s.NodeOut(
+                name=n.name,
+                sku=n.sku,
+                gpus=list(n.gpus),
+                healthy=n.healthy,
+                reason=n.reason,
+                used={str(g): int(j) for g, j in n.used.items()},
+            )
+            for n in view.nodes
+        ]
+        return s.ClusterOut(virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=_vcs(svc, me))
+
+    @router.get("/vcs", response_model=s.VCList, responses=errors)
+    def vcs(me: Who) -> s.VCList:
+        return s.VCList(vcs=_vcs(svc, me))
+
+    @router.get("/gpus", response_model=s.GPUList, responses=errors)
+    def gpus(me: Who) -> s.GPUList:
+        view = svc.loop.cluster()
+        out = [
+            s.GPUOut(
+                node=n.name,
+                index=g,
+                sku=n.sku,
+                healthy=n.healthy,
+                job=int(n.used[g]) if g in n.used else None,
+                virtual=view.virtual,
+            )
+            for n in view.nodes
+            for g in n.gpus
+        ]
+        return s.GPUList(gpus=out)
+
+    return _public_routes(svc, router)
+
+
+def _public_routes(svc: Service, protected: APIRouter) -> APIRouter:
+    """/health and /metrics answer without a token (probes and Prometheus scrape them)."""
+    router = APIRouter()
+    router.include_router(protected)
+
+    @router.get("/health", response_model=s.Health)
+    def health() -> s.Health:
+        try:
+            with svc.store.read() as conn:
+                conn.execute(select(1))
+            database = "ok"
+        except Exception as err:  # health reports a broken database, it does not raise
+            database = f"error: {err}"
+        age = time.time() - svc.loop.last_pass if svc.loop.last_pass else -1.0
+        return s.Health(
+            status="ok" if database == "ok" else "degraded",
+            version=__version__,
+            database=database,
+            loop_age_s=round(age, 3),
+            policy=svc.policy,
+            executor=getattr(svc.executor, "name", type(svc.executor).__name__),
+        )
+
+    @router.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        from labhive.scheduler.service.metrics import CONTENT_TYPE, render
+
+        return PlainTextResponse(render(svc), media_type=CONTENT_TYPE)
+
+    return router
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+def _owned(conn: Any, job_id: int, me: Identity) -> dict[str, Any]:
+    row = job_row(conn, job_id)
+    if row is None:
+        raise NotFound(f"no job {job_id}")
+    if not me.owns(row["user"]):
+        raise Forbidden(f"job {job_id} belongs to another user; you see only its queue entry")
+    return row
+
+
+def _tasks(conn: Any, job_id: int, attempt: int) -> list[dict[str, Any]]:
+    query = (
+        select(tasks)
+        .where(tasks.c.job_id == job_id, tasks.c.attempt == attempt)
+        .order_by(tasks.c.role, tasks.c.idx)
+    )
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def _last_attempt(conn: Any, job_id: int) -> int | None:
+    """The newest attempt that ran tasks (a requeued job's logs are its last run's)."""
+    return conn.execute(select(func.max(tasks.c.attempt)).where(tasks.c.job_id == job_id)).scalar()
+
+
+def _job_out(
+    row: dict[str, Any],
+    loop: SchedulerLoop | None = None,
+    task_rows: list[dict[str, Any]] | None = None,
+    with_spec: bool = False,
+) -> s.JobOut:
+    out = s.JobOut(
+        **{k: row.get(k) for k in s.JobOut.model_fields if k not in ("tasks", "spec") and k in row},
+        tasks=[
+            s.TaskOut(
+                role=t["role"],
+                index=t["idx"],
+                node=t["node"],
+                gpus=list(t["gpus"]),
+                state=t["state"],
+                exit_code=t["exit_code"],
+                attempt=t["attempt"],
+            )
+            for t in task_rows or ()
+        ],
+        spec=row["spec"] if with_spec else None,
+    )
+    if loop is not None and row["state"] == lc.WAITING:
+        view = loop.view(row["id"])
+        if view is not None and view.state == lc.WAITING:
+            out.queue_position = view.queue_position
+            out.queue_length = view.queue_length
+            out.why = view.why or out.why
+    return out
+
+
+def _vcs(svc: Service, me: Identity) -> dict[str, s.VCOut]:
+    view = svc.loop.cluster()
+    return {
+        name: s.VCOut(
+            name=name,
+            guaranteed_gpus=v.guaranteed_gpus,
+            used_gpus=v.used_gpus,
+            opportunistic_gpus=v.opportunistic_gpus,
+            waiting=v.waiting,
+            may_submit=me.may_submit_to(name),
+        )
+        for name, v in view.vcs.items()
+    }
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+
+def _error(status: int, detail: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers or None)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        problems = err.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return _error(
+                400, "malformed JSON body: send one JSON object (Content-Type: application/json)"
+            )
+        if any(tuple(p.get("loc", ())) == ("body",) for p in problems):
+            return _error(422, "invalid request: the body must be one JSON object (a job)")
+        text = "; ".join(
+            f"{'.'.join(str(x) for x in p.get('loc', ()) if x != 'body') or 'body'}: {p.get('msg')}"
+            for p in problems[:10]
+        )
+        return _error(422, f"invalid request: {text}")
+
+    @app.exception_handler(AuthError)
+    async def _unauthorized(_: Request, err: AuthError) -> JSONResponse:
+        return _error(401, str(err), **{"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, err: Forbidden) -> JSONResponse:
+        return _error(403, str(err))
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, err: NotFound) -> JSONResponse:
+        return _error(404, str(err))
+
+    @app.exception_handler(lc.IllegalTransition)
+    async def _conflict(_: Request, err: lc.IllegalTransition) -> JSONResponse:
+        return _error(409, str(err))
+
+    @app.exception_handler(UserError)
+    async def _user_error(_: Request, err: UserError) -> JSONResponse:
+        return _error(422, str(err))
+
+    @app.exception_handler(SpecRejected)
+    async def _rejected(_: Request, err: SpecRejected) -> JSONResponse:
+        return _error(422, f"job rejected: {err}")
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, err: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return _error(500, f"internal error: {type(err).__name__}: {err}")
+
+
+class BodyLimit:
+    """Refuses request bodies over ``limit`` bytes with a 413 before any handler reads them."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._refuse(send, declared.decode("latin-1"))
+            return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body.extend(message.get("body", b""))
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await self._refuse(send, f">{self.limit}")
+                return
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Callable, size: str) -> None:
+        detail = f"request body too large ({size} bytes); the limit is {self.limit} bytes"
+        response = _error(413, detail)
+        await response({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> dict:
+    return {"type": "http.disconnect"}

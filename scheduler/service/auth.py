@@ -1,0 +1,140 @@
+"""Who is calling, and what they may do: the one place the service resolves identity.
+
+Standalone, identity comes from bearer tokens: the admin's token lives in a file created with
+mode 0600 on first start, and users with their groups come from a YAML file; groups grant VCs.
+Under JupyterHub another ``Authenticator`` (Hub OAuth) replaces ``TokenAuthenticator``; every
+route asks ``Authenticator.identify`` and the permission helpers below, nothing else.
+
+Users file::
+
+    users:
+      alice: {token: "s3cret-alice", groups: [students]}
+      bob:   {token: "s3cret-bob", groups: [staff]}
+    groups:
+      students: {vcs: [vc1]}
+      staff: {vcs: ["*"], admin: true}
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from labhive.scheduler.errors import UserError
+
+ADMIN = "admin"
+
+
+class AuthError(Exception):
+    """The request carries no valid credentials (401)."""
+
+
+class Forbidden(Exception):
+    """The caller is known but may not do this (403)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    name: str
+    groups: tuple[str, ...] = ()
+    admin: bool = False
+    vcs: frozenset[str] = field(default_factory=frozenset)  # "*" grants every VC
+
+    def may_submit_to(self, vc: str) -> bool:
+        return self.admin or "*" in self.vcs or vc in self.vcs
+
+    def owns(self, job_user: str) -> bool:
+        """May see the job's command, env and logs, and act on it."""
+        return self.admin or job_user == self.name
+
+
+class Authenticator(Protocol):
+    def identify(self, authorization: str | None) -> Identity:
+        """The caller behind an ``Authorization`` header; raise ``AuthError`` if none."""
+
+
+def ensure_admin_token(path: Path) -> tuple[str, bool]:
+    """The admin token, creating the file (0600) on first start; returns (token, created)."""
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token, False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token, True
+
+
+def load_users(path: Path | None) -> dict[str, Identity]:
+    """token -> identity from a users file (see the module docstring)."""
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"cannot read users file {path}: {err}") from err
+    if not isinstance(doc, dict):
+        raise UserError(f"users file {path}: expected a mapping with 'users' and 'groups'")
+    groups = _mapping(doc.get("groups"), f"{path}: groups")
+    users = _mapping(doc.get("users"), f"{path}: users")
+    by_token: dict[str, Identity] = {}
+    for name, entry in users.items():
+        entry = _mapping(entry, f"{path}: users.{name}")
+        token = entry.get("token")
+        if not isinstance(token, str) or len(token) < 8:
+            raise UserError(f"{path}: users.{name}.token must be a string of 8+ characters")
+        member_of = tuple(str(g) for g in entry.get("groups") or ())
+        vcs: set[str] = set()
+        admin = bool(entry.get("admin", False))
+        for group in member_of:
+            if group not in groups:
+                raise UserError(f"{path}: users.{name} is in unknown group {group!r}")
+            grant = _mapping(groups[group], f"{path}: groups.{group}")
+            vcs.update(str(v) for v in grant.get("vcs") or ())
+            admin = admin or bool(grant.get("admin", False))
+        if token in by_token:
+            raise UserError(f"{path}: users.{name} reuses another user's token")
+        by_token[token] = Identity(str(name), member_of, admin, frozenset(vcs))
+    return by_token
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: expected a mapping")
+    return value
+
+
+class TokenAuthenticator:
+    """Bearer tokens: the admin's from its file, users' from the users file."""
+
+    def __init__(self, admin_token: str, users: dict[str, Identity], token_file: Path) -> None:
+        self._admin_token = admin_token
+        self._users = users
+        self._hint = f"the admin token is in {token_file}"
+
+    def identify(self, authorization: str | None) -> Identity:
+        if not authorization:
+            raise AuthError(
+                f"missing bearer token: send 'Authorization: Bearer TOKEN' ({self._hint})"
+            )
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() not in ("bearer", "token") or not token:
+            raise AuthError("malformed Authorization header: expected 'Bearer TOKEN'")
+        if hmac.compare_digest(token.encode(), self._admin_token.encode()):
+            return Identity(ADMIN, ("admin",), admin=True, vcs=frozenset({"*"}))
+        for known, identity in self._users.items():
+            if hmac.compare_digest(token.encode(), known.encode()):
+                return identity
+        raise AuthError(f"invalid token ({self._hint}; users get theirs from the admin)")

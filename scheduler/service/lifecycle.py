@@ -1,0 +1,308 @@
+"""The job lifecycle: OpenPAI's states, the legal moves between them, and their durable record.
+
+WAITING -> RUNNING -> SUCCEEDED | FAILED | STOPPED. A failed attempt with retries left goes back
+to WAITING with attempt + 1; a preempted or lost attempt goes back to WAITING without spending a
+retry. Every change writes an event row (time, reason, the scheduler's why) in the same
+transaction as the change itself, and a transition only applies when the job is still in the
+state the caller saw (a conditional UPDATE), so two writers can never both move one job.
+
+The functions here take an open write connection; callers group them into one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection
+
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.jobs import RoleSpec
+from labhive.scheduler.model import TaskPlacement
+from labhive.scheduler.service.store import allocations, events, job_row, jobs, tasks
+
+WAITING, RUNNING = "WAITING", "RUNNING"
+SUCCEEDED, FAILED, STOPPED = "SUCCEEDED", "FAILED", "STOPPED"
+STATES = (WAITING, RUNNING, SUCCEEDED, FAILED, STOPPED)
+TERMINAL = frozenset({SUCCEEDED, FAILED, STOPPED})
+ACTIVE = frozenset({WAITING, RUNNING})
+
+#: state -> the states it may move to. RUNNING -> RUNNING records more tasks of an incremental
+#: job or a downgrade to opportunistic; WAITING -> FAILED is a job the cluster lost the means to
+#: run (say, a reconfiguration removed its VC).
+TRANSITIONS: dict[str | None, frozenset[str]] = {
+    None: frozenset({WAITING}),
+    WAITING: frozenset({RUNNING, STOPPED, FAILED}),
+    RUNNING: frozenset({RUNNING, WAITING, SUCCEEDED, FAILED, STOPPED}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    STOPPED: frozenset(),
+}
+
+Outcome = Literal["succeeded", "failed", "lost"]
+
+
+class IllegalTransition(UserError):
+    """The job is not in a state that allows this (e.g. cancelling a finished job)."""
+
+
+class StaleState(RuntimeError):
+    """Another writer moved the job first; the caller's view is out of date."""
+
+
+def check_transition(current: str | None, target: str) -> None:
+    if target not in TRANSITIONS.get(current, frozenset()):
+        raise IllegalTransition(f"a {current or 'new'} job cannot become {target}")
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    name: str
+    user: str
+    vc: str
+    priority: int
+    retries: int
+    task_count: int
+    gpus: int
+    spec: dict[str, Any]
+
+
+def submit(conn: Connection, job: NewJob, t: float) -> int:
+    """Store a new job, WAITING, with its first event; returns its id."""
+    job_id = conn.execute(
+        insert(jobs)
+        .values(
+            name=job.name,
+            user=job.user,
+            vc=job.vc,
+            priority=job.priority,
+            state=WAITING,
+            attempt=1,
+            retries=job.retries,
+            retries_used=0,
+            task_count=job.task_count,
+            gpus=job.gpus,
+            opportunistic=False,
+            cancel_requested=False,
+            spec=job.spec,
+            reason="submitted",
+            submitted_at=t,
+            updated_at=t,
+        )
+        .returning(jobs.c.id)
+    ).scalar_one()
+    _event(conn, job_id, t, None, WAITING, 1, "submitted", None)
+    return int(job_id)
+
+
+def _event(
+    conn: Connection,
+    job_id: int,
+    t: float,
+    from_state: str | None,
+    to_state: str,
+    attempt: int,
+    reason: str,
+    why: str | None,
+) -> None:
+    conn.execute(
+        insert(events).values(
+            job_id=job_id,
+            time=t,
+            from_state=from_state,
+            to_state=to_state,
+            attempt=attempt,
+            reason=reason,
+            why=why,
+        )
+    )
+
+
+def transition(
+    conn: Connection,
+    job: Mapping[str, Any],
+    target: str,
+    reason: str,
+    why: str | None,
+    t: float,
+    **changes: Any,
+) -> dict[str, Any]:
+    """Move ``job`` (a row as the caller read it) to ``target``, or raise if it moved meanwhile."""
+    check_transition(job["state"], target)
+    values = {"state": target, "reason": reason, "why": why, "updated_at": t, **changes}
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job["id"], jobs.c.state == job["state"])
+        .where(jobs.c.attempt == job["attempt"])
+        .values(**values)
+    )
+    if result.rowcount != 1:
+        raise StaleState(f"job {job['id']} changed under this transition to {target}")
+    attempt = values.get("attempt", job["attempt"])
+    _event(conn, job["id"], t, job["state"], target, attempt, reason, why)
+    return {**job, **values}
+
+
+def start(
+    conn: Connection,
+    job: Mapping[str, Any],
+    placements: Sequence[TaskPlacement],
+    opportunistic: bool,
+    t: float,
+) -> tuple[dict[str, Any], list[int]]:
+    """RUNNING with these tasks; their GPUs are allocated in the same transaction.
+
+    A second call for a RUNNING job adds tasks (an incremental job growing)."""
+    reason = "started opportunistically" if opportunistic else "started"
+    if job["state"] == RUNNING:
+        reason = "more tasks started"
+    where = ", ".join(f"{p.role}-{p.index}@{p.node}:{list(p.gpus)}" for p in placements)
+    changes: dict[str, Any] = {"opportunistic": opportunistic, "exit_code": None}
+    if job["state"] == WAITING:
+        changes["started_at"] = t
+    row = transition(conn, job, RUNNING, reason, where, t, **changes)
+    ids = []
+    for p in placements:
+        task_id = conn.execute(
+            insert(tasks)
+            .values(
+                job_id=job["id"],
+                attempt=job["attempt"],
+                role=p.role,
+                idx=p.index,
+                node=p.node,
+                gpus=list(p.gpus),
+                cells=list(p.cells),
+                state=RUNNING,
+                started_at=t,
+            )
+            .returning(tasks.c.id)
+        ).scalar_one()
+        ids.append(int(task_id))
+        for gpu in p.gpus:
+            conn.execute(
+                insert(allocations).values(node=p.node, gpu=gpu, job_id=job["id"], task_id=task_id)
+            )
+    return row, ids
+
+
+def record_handle(conn: Connection, task_id: int, info: Mapping[str, Any]) -> None:
+    conn.execute(update(tasks).where(tasks.c.id == task_id).values(handle=dict(info)))
+
+
+def task_ended(conn: Connection, task_id: int, exit_code: int | None, t: float) -> None:
+    """One task exited; its GPUs stay allocated until the job's attempt ends (the policy frees
+    cells per job, so the store does too)."""
+    conn.execute(
+        update(tasks)
+        .where(tasks.c.id == task_id, tasks.c.state == RUNNING)
+        .values(state="ENDED", exit_code=exit_code, ended_at=t)
+    )
+
+
+def end_attempt(
+    conn: Connection,
+    job: Mapping[str, Any],
+    target: str,
+    reason: str,
+    why: str | None,
+    t: float,
+    *,
+    spend_retry: bool = False,
+    exit_code: int | None = None,
+) -> dict[str, Any]:
+    """Close the running attempt: tasks ended, GPUs released, job moved to ``target``.
+
+    ``target`` WAITING starts a new attempt (attempt + 1), spending a retry only when asked."""
+    conn.execute(
+        update(tasks)
+        .where(tasks.c.job_id == job["id"], tasks.c.state == RUNNING)
+        .values(state="ENDED", ended_at=t)
+    )
+    conn.execute(delete(allocations).where(allocations.c.job_id == job["id"]))
+    changes: dict[str, Any] = {"exit_code": exit_code}
+    if target == WAITING:
+        changes.update(attempt=job["attempt"] + 1, opportunistic=False, started_at=None)
+        if spend_retry:
+            changes["retries_used"] = job["retries_used"] + 1
+    else:
+        changes["finished_at"] = t
+    return transition(conn, job, target, reason, why, t, **changes)
+
+
+def after_failure(job: Mapping[str, Any]) -> tuple[str, bool]:
+    """Where a failed attempt goes: (WAITING, spend a retry) while retries last, else FAILED."""
+    if job["retries_used"] < job["retries"]:
+        return WAITING, True
+    return FAILED, False
+
+
+def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float) -> dict:
+    """A WAITING job ends without running (cancelled)."""
+    return transition(conn, job, STOPPED, reason, None, t, finished_at=t)
+
+
+def note(conn: Connection, job: Mapping[str, Any], reason: str, why: str | None, t: float) -> None:
+    """An event that changes no state (a downgrade to opportunistic, a new why)."""
+    _event(conn, job["id"], t, job["state"], job["state"], job["attempt"], reason, why)
+
+
+def set_why(conn: Connection, job_id: int, why: str | None) -> None:
+    conn.execute(update(jobs).where(jobs.c.id == job_id).values(why=why))
+
+
+def request_cancel(conn: Connection, job_id: int) -> dict[str, Any]:
+    """Mark the job for the scheduler loop to stop; refuses jobs that already ended."""
+    job = job_row(conn, job_id)
+    if job is None:
+        raise KeyError(job_id)
+    if job["state"] in TERMINAL:
+        raise IllegalTransition(f"job {job_id} already ended ({job['state']}); nothing to cancel")
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state.in_(ACTIVE))
+        .values(cancel_requested=True)
+    )
+    return {**job, "cancel_requested": True}
+
+
+def attempt_tasks(conn: Connection, running: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every task (running or ended) of these jobs' current attempts."""
+    attempts = {job["id"]: job["attempt"] for job in running}
+    if not attempts:
+        return []
+    query = select(tasks).where(tasks.c.job_id.in_(list(attempts))).order_by(tasks.c.id)
+    rows = [dict(r) for r in conn.execute(query).mappings()]
+    return [r for r in rows if r["attempt"] == attempts[r["job_id"]]]
+
+
+def attempt_outcome(
+    roles: Sequence[RoleSpec], codes: Mapping[tuple[str, int], int | None], lost: bool = False
+) -> Outcome | None:
+    """OpenPAI's completion policy over the exit codes seen so far (None: not decided yet).
+
+    A role fails when ``min_failed`` of its tasks failed (default 1) and succeeds when
+    ``min_succeeded`` of them succeeded (default all); the job fails as soon as one role fails
+    and succeeds once every role has succeeded. A task that vanished through no fault of its own
+    (``lost``) makes the attempt lost: it is requeued without spending a retry."""
+    if lost:
+        return "lost"
+    done = True
+    for role in roles:
+        mine = [c for (name, _), c in codes.items() if name == role.name]
+        failed = sum(1 for c in mine if c != 0)
+        succeeded = len(mine) - failed
+        min_failed = role.min_failed if role.min_failed and role.min_failed > 0 else 1
+        min_succeeded = role.min_succeeded
+        if not min_succeeded or min_succeeded < 0:
+            min_succeeded = role.instances
+        if failed >= min_failed:
+            return "failed"
+        if succeeded < min_succeeded:
+            done = False
+    if done:
+        return "succeeded"
+    total = sum(r.instances for r in roles)
+    return "failed" if len(codes) >= total else None

@@ -1,0 +1,222 @@
+"""The REST API's request and response shapes; FastAPI turns them into the OpenAPI document.
+
+A submission is either the short form (the keys of ``labhive submit`` flags and ``%submit``) or
+an OpenPAI protocol-v2 job, unchanged; both arrive as one JSON object whose common keys are typed
+here, so a wrong type is refused before the job parser sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Field(default=None, min_length=1, max_length=256)
+
+
+class JobRequest(BaseModel):
+    """A job: short form (``tasks``, ``gpus``, ``command``...) or OpenPAI v2 (``taskRoles``)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {"name": "hello", "vc": "default", "gpus": 1, "command": "echo hello"},
+                {
+                    "protocolVersion": 2,
+                    "name": "train",
+                    "taskRoles": {
+                        "worker": {
+                            "instances": 2,
+                            "resourcePerInstance": {"gpu": 1, "cpu": 2, "memoryMB": 4096},
+                            "commands": ["python train.py"],
+                        }
+                    },
+                    "defaults": {"virtualCluster": "default"},
+                },
+            ]
+        },
+    )
+
+    name: str | None = Name
+    vc: str | None = Field(default=None, min_length=1, max_length=128)
+    priority: str | int | None = None
+    tasks: int | None = Field(default=None, ge=1, le=10_000)
+    gpus: int | None = Field(default=None, ge=0, le=10_000)
+    cpu: float | None = Field(default=None, gt=0, le=100_000)
+    memory_mb: int | None = Field(default=None, ge=0, le=1 << 40)
+    retries: int | None = Field(default=None, ge=0, le=1000)
+    command: str | list[str] | None = Field(default=None, max_length=100_000)
+    gang: bool | None = None
+    observe: str | None = Field(default=None, max_length=32)
+    sku: str | None = Field(default=None, max_length=128)
+    image: str | None = Field(default=None, max_length=1024)
+    duration: float | None = Field(default=None, ge=0)
+    lazy_preemption: bool | None = None
+    protocolVersion: int | str | None = None
+    taskRoles: dict[str, Any] | None = None
+    defaults: dict[str, Any] | None = None
+    extras: dict[str, Any] | None = None
+    jobRetryCount: int | None = Field(default=None, ge=0, le=1000)
+
+
+class TaskOut(BaseModel):
+    role: str
+    index: int
+    node: str
+    gpus: list[int]
+    state: str
+    exit_code: int | None = None
+    attempt: int
+
+
+class JobOut(BaseModel):
+    """A job as its owner (or an admin) sees it."""
+
+    id: int
+    name: str
+    user: str
+    vc: str
+    priority: int
+    state: str
+    attempt: int
+    retries: int
+    retries_used: int
+    task_count: int
+    gpus: int
+    opportunistic: bool
+    cancel_requested: bool
+    reason: str
+    why: str | None = None
+    queue_position: int | None = None
+    queue_length: int | None = None
+    exit_code: int | None = None
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    tasks: list[TaskOut] = []
+    spec: dict[str, Any] | None = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class EventOut(BaseModel):
+    time: float
+    from_state: str | None
+    to_state: str
+    attempt: int
+    reason: str
+    why: str | None = None
+
+
+class EventList(BaseModel):
+    job_id: int
+    events: list[EventOut]
+
+
+class LogChunk(BaseModel):
+    """``data`` holds bytes ``offset`` to ``next_offset`` of the stream (UTF-8, errors replaced);
+    ``complete`` says the task ended and nothing more will come."""
+
+    job_id: int
+    attempt: int
+    task: str | None
+    stream: str
+    offset: int
+    next_offset: int
+    data: str
+    complete: bool
+    tasks: list[str]
+
+
+class Observation(BaseModel):
+    task: str
+    attempt: int
+    kind: str
+    path: str
+    size: int
+
+
+class ObservationList(BaseModel):
+    job_id: int
+    observations: list[Observation]
+
+
+class QueueEntry(BaseModel):
+    """Others' jobs show only position, VC and size; ``id`` and ``name`` only for your own."""
+
+    position: int | None
+    vc: str
+    state: str
+    gpus: int
+    tasks: int
+    priority: int
+    opportunistic: bool = False
+    mine: bool
+    id: int | None = None
+    name: str | None = None
+    user: str | None = None
+    why: str | None = None
+
+
+class VCOut(BaseModel):
+    name: str
+    guaranteed_gpus: int
+    used_gpus: int
+    opportunistic_gpus: int
+    waiting: int
+    may_submit: bool
+
+
+class QueueOut(BaseModel):
+    vcs: dict[str, VCOut]
+    running: list[QueueEntry]
+    waiting: list[QueueEntry]
+
+
+class GPUOut(BaseModel):
+    node: str
+    index: int
+    sku: str | None
+    healthy: bool
+    job: int | None
+    virtual: bool
+
+
+class NodeOut(BaseModel):
+    name: str
+    sku: str | None
+    gpus: list[int]
+    healthy: bool
+    reason: str
+    used: dict[str, int]
+
+
+class ClusterOut(BaseModel):
+    virtual: bool
+    policy: str
+    nodes: list[NodeOut]
+    vcs: dict[str, VCOut]
+
+
+class VCList(BaseModel):
+    vcs: dict[str, VCOut]
+
+
+class GPUList(BaseModel):
+    gpus: list[GPUOut]
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    database: str
+    loop_age_s: float
+    policy: str
+    executor: str
+
+
+class ErrorOut(BaseModel):
+    detail: str

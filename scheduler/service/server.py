@@ -1,0 +1,172 @@
+"""Assemble and run the service: cluster, policy, store, executor, loop, REST app, uvicorn.
+
+``labhive serve`` and ``labhive up`` both come through ``run``; tests that need the real thing
+in a subprocess do too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.executors.base import Executor
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import Scheduler
+
+EXECUTORS = ("local",)
+
+
+@dataclass
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    db: str | None = None
+    cluster: str | None = None
+    data_dir: Path = field(default_factory=lambda: Path("data"))
+    policy: str = "hived"
+    executor: str = "local"
+    users: Path | None = None
+    grace_s: float = 10.0
+    stop_tasks_on_exit: bool = False
+    log_level: str = "warning"
+
+
+@dataclass
+class Running:
+    """What ``build`` made, for the banner and for tests."""
+
+    service: Any
+    app: Any
+    url: str
+    token_file: Path
+    token_created: bool
+    database: str
+    virtual: bool
+
+
+def make_executor(name: str, data_dir: Path, grace_s: float) -> Executor:
+    if name == "local":
+        from labhive.scheduler.executors.local import LocalExecutor
+
+        return LocalExecutor(data_dir, grace_s=grace_s)
+    raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
+
+
+def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = None) -> Running:
+    """Everything but the HTTP server; the loop is not started yet. ``make_policy`` (a cluster
+    config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
+    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.detect import default_cluster
+    from labhive.scheduler.jobs import parse_job
+    from labhive.scheduler.policies import get_policy
+    from labhive.scheduler.service.app import Service, create_app
+    from labhive.scheduler.service.auth import TokenAuthenticator, ensure_admin_token, load_users
+    from labhive.scheduler.service.loop import SchedulerLoop
+    from labhive.scheduler.service.store import Store, database_url
+
+    data_dir = Path(opts.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config = load_cluster_config(opts.cluster) if opts.cluster else default_cluster()
+    default_vc = "default" if "default" in config.vcs else next(iter(config.vcs), "default")
+    policy = make_policy or (lambda cfg: get_policy(opts.policy, cfg))
+    checker = policy(config)
+
+    def parse(doc: dict[str, Any]) -> JobSpec:
+        return parse_job(doc, default_vc=default_vc)
+
+    def load_spec(row: dict[str, Any]) -> JobSpec:
+        return dataclasses.replace(parse(row["spec"]), user=row["user"], name=row["name"])
+
+    url = database_url(opts.db, data_dir)
+    store = Store(url)
+    store.migrate()
+    token_file = data_dir / "admin.token"
+    token, created = ensure_admin_token(token_file)
+    auth = TokenAuthenticator(token, load_users(opts.users), token_file)
+    executor = make_executor(opts.executor, data_dir, opts.grace_s)
+    loop = SchedulerLoop(
+        store,
+        lambda: policy(config),
+        executor,
+        load_spec,
+        virtual=config.virtual,
+        grace_s=opts.grace_s,
+    )
+    service = Service(store, loop, executor, auth, parse, checker.check, policy=opts.policy)
+    app = create_app(service)
+    return Running(
+        service=service,
+        app=app,
+        url=f"http://{opts.host}:{opts.port}/api/v1",
+        token_file=token_file,
+        token_created=created,
+        database=store.engine.url.render_as_string(hide_password=True),
+        virtual=config.virtual,
+    )
+
+
+def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM, then stop the loop (and the tasks, when asked)."""
+    import uvicorn
+
+    logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
+    running = build(opts)
+    config = uvicorn.Config(
+        running.app,
+        host=opts.host,
+        port=opts.port,
+        log_level=opts.log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    sock = _bind(opts.host, opts.port)
+    running.service.loop.start()
+    try:
+        print((banner or describe)(running), flush=True)
+        server.run(sockets=[sock])
+    finally:
+        running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
+        running.service.store.dispose()
+    return 0 if server.started else 1
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind before announcing the URL, so a busy port is a clear error, not a log line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port} ({err.strerror}); pick --port") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def describe(running: Running) -> str:
+    created = " (created now, mode 0600)" if running.token_created else ""
+    kind = "virtual cluster (GPU slots, nothing computes)" if running.virtual else "cluster"
+    return "\n".join(
+        [
+            f"LabHive service at {running.url}",
+            f"  admin token: {running.token_file}{created}",
+            f"  database:    {running.database}",
+            f"  {kind}; Ctrl-C stops the service",
+            f"  export LABHIVE_URL={running.url} LABHIVE_TOKEN_FILE={running.token_file}",
+        ]
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - used by `python -m` in tests
+    sys.exit(run(ServeOptions()))

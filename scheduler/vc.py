@@ -1,0 +1,97 @@
+"""Virtual clusters: each VC's quota of cells and its lazy binding to physical cells.
+
+A VC owns cells (a number per chain and level), not particular machines. A cell is bound to a
+physical cell only while the VC's guaranteed jobs use it, and unbound once they leave, so an
+idle quota is never tied to a failing node and the physical cells stay free for buddy
+allocation. Pinned cells are the exception: bound for good.
+"""
+
+from __future__ import annotations
+
+from labhive.scheduler.cells import Cell, CellTree
+from labhive.scheduler.config import ClusterConfig
+
+
+class VC:
+    """One VC's quota, its bound cells and the usage counters the queue's pre-checks read."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.quota: dict[str, dict[int, int]] = {}  # chain -> level -> cells (pinned excluded)
+        self.unbound: dict[str, dict[int, int]] = {}
+        self.bound: dict[str, dict[str, Cell]] = {}  # chain -> cell id -> bound cell
+        self.pinned: list[Cell] = []
+        self.epoch = 0  # bumped whenever this VC's capacity may have grown
+        # Usage inside the VC's bound cells, kept by the core for cheap pre-checks.
+        self.free_in = 0  # healthy GPUs no job uses
+        self.oppo_in = 0  # GPUs opportunistic jobs use
+        self.prio_in: dict[int, int] = {}  # priority -> GPUs its guaranteed jobs use
+
+    def chains(self) -> list[str]:
+        return list(self.quota)
+
+    def leaves(self, tree: CellTree, chain: str | None = None) -> int:
+        """The VC's guaranteed leaf cells, in one chain or all."""
+        total = 0
+        for name, levels in self.quota.items():
+            if chain is not None and name != chain:
+                continue
+            info = tree.chains[name]
+            total += sum(info.level_leaves[level] * n for level, n in levels.items())
+        total += sum(c.leaves for c in self.pinned if chain is None or c.chain == chain)
+        return total
+
+
+class VCs:
+    """All VCs and the per-chain demand of their unbound cells (what safety must keep)."""
+
+    def __init__(self, config: ClusterConfig, tree: CellTree) -> None:
+        self.tree = tree
+        self.by_name: dict[str, VC] = {}
+        self.demand: dict[str, dict[int, int]] = {c: {} for c in tree.chains}
+        for spec in config.vcs.values():
+            vc = self.by_name[spec.name] = VC(spec.name)
+            for cell in spec.cells:
+                level = config.cell_types[cell.cell_type].level
+                quota = vc.quota.setdefault(cell.chain, {})
+                quota[level] = quota.get(level, 0) + cell.number
+                vc.bound.setdefault(cell.chain, {})
+            for chain, levels in vc.quota.items():
+                vc.unbound[chain] = dict(levels)
+                for level, n in levels.items():
+                    self.demand[chain][level] = self.demand[chain].get(level, 0) + n
+            for pid in spec.pinned:
+                cell = tree.pinned[pid]
+                tree.bind(cell, vc.name)
+                cell.pinned = True
+                vc.pinned.append(cell)
+                vc.bound.setdefault(cell.chain, {})[cell.id] = cell
+                vc.quota.setdefault(cell.chain, {})
+                vc.unbound.setdefault(cell.chain, {})
+
+    def __getitem__(self, name: str) -> VC:
+        return self.by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
+    def can_bind(self, vc: VC, cell: Cell, root: Cell) -> bool:
+        """Safe relaxed buddy allocation: binding ``cell`` (cut from free-list ``root``) for
+        ``vc`` must leave room for every VC's other unbound cells."""
+        if vc.unbound.get(cell.chain, {}).get(cell.level, 0) <= 0:
+            return False
+        demand = dict(self.demand[cell.chain])
+        demand[cell.level] -= 1
+        return self.tree.safe_after(cell.chain, self.tree.split_cost(root, cell.level), demand)
+
+    def bind(self, vc: VC, cell: Cell) -> None:
+        self.tree.bind(cell, vc.name)
+        vc.unbound[cell.chain][cell.level] -= 1
+        self.demand[cell.chain][cell.level] -= 1
+        vc.bound[cell.chain][cell.id] = cell
+
+    def unbind(self, vc: VC, cell: Cell) -> None:
+        self.tree.unbind(cell)
+        vc.unbound[cell.chain][cell.level] += 1
+        self.demand[cell.chain][cell.level] += 1
+        del vc.bound[cell.chain][cell.id]

@@ -1,0 +1,158 @@
+"""Why a job waits, in the words a student or an admin needs: how many cells of the size it
+needs its VC has free, how many it needs, and its place in the queue.
+
+Computed on demand from the core's state (never on the scheduling path), so it may take a
+little longer to say exactly what blocks a job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from labhive.scheduler.cells import Cell, Chain
+
+if TYPE_CHECKING:
+    from labhive.scheduler.core import HivedScheduler, Job
+    from labhive.scheduler.vc import VC
+
+
+def unit_level(info: Chain, leaves: int) -> int:
+    """The level whose cells name a task's size: the largest at or below the node level that
+    is as small as the smallest cell holding ``leaves`` GPUs."""
+    smallest = next(
+        (lvl for lvl in sorted(info.level_leaves) if info.level_leaves[lvl] >= leaves),
+        info.node_level,
+    )
+    size = info.level_leaves[smallest]
+    same = [lvl for lvl in info.level_leaves if info.level_leaves[lvl] == size]
+    return max(lvl for lvl in same if lvl <= max(info.node_level, smallest))
+
+
+def unit_name(info: Chain, level: int, count: int) -> str:
+    cells = "cell" if count == 1 else "cells"
+    if level == info.node_level:
+        return f"node-level {cells}"
+    return f"{info.level_leaves[level]}-GPU {cells}"
+
+
+def why_waiting(sched: HivedScheduler, job: Job, position: int | None, length: int | None) -> str:
+    tail = f"; position {position} of {length} in {job.vc}" if position else ""
+    waiting = job.waiting_tasks
+    roles = [r for r, _ in waiting]
+    chains = sched._chains(job, roles)
+    vc = sched.vcs.by_name.get(job.vc)
+    if not job.opportunistic and vc is None:
+        return f"VC {job.vc} no longer exists in this cluster; cancel the job{tail}"
+    if not chains:
+        return f"{job.vc} has no cells of the kind this job asks for{tail}"
+    incremental = not job.spec.gang and len(job.tasks) > 1
+    need = 1 if incremental else len(waiting)
+    what = "the next task" if incremental else "this gang" if len(waiting) > 1 else "this job"
+    what_tail = f" ({len(waiting)} of {len(job.tasks)} tasks waiting)" if incremental else ""
+    if job.opportunistic:
+        return _oppo(sched, job, chains, need, what) + what_tail + tail
+    assert vc is not None
+    never = _never(sched, job, vc, chains)
+    if never:
+        return never + tail
+    return _guaranteed(sched, job, vc, chains, need, what) + what_tail + tail
+
+
+def _task_leaves(sched: HivedScheduler, job: Job, chain: str) -> int:
+    leaf = sched.tree.chains[chain].leaf_type
+    return max(sched._leaves(r, leaf) for r, _ in job.waiting_tasks)
+
+
+def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: str) -> str:
+    best = None
+    for chain in chains:
+        info = sched.tree.chains[chain]
+        k = _task_leaves(sched, job, chain)
+        level = unit_level(info, k)
+        size = info.level_leaves[level]
+        free = sum(n.free // size for n in info.node_cells if n.free >= k)
+        if best is None or free > best[0]:
+            best = (free, info, level)
+    assert best is not None
+    free, info, level = best
+    return (
+        f"the cluster has {free} idle of the {need} {unit_name(info, level, need)} "
+        f"{what} needs (opportunistic jobs use idle cells only)"
+    )
+
+
+def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | None:
+    """Accepted but not placeable under the VC's current cells at all."""
+    if not job.spec.gang or len(job.waiting_tasks) < 2:
+        return None
+    sizes = {
+        c: sum(sched._leaves(r, sched.tree.chains[c].leaf_type) for r, _ in job.tasks)
+        for c in chains
+    }
+    if any(sizes[c] <= vc.leaves(sched.tree, c) for c in chains):
+        return None
+    largest = max(chains, key=lambda c: vc.leaves(sched.tree, c))
+    most = vc.leaves(sched.tree, largest)
+    leaf = sched.tree.chains[largest].leaf_type
+    return (
+        f"this {min(sizes.values())}-GPU gang can never start in {vc.name} as its cells are: "
+        f"a gang stays within one chain and the largest of {vc.name}'s holds {most} {leaf} "
+        f"GPUs; ask for at most {most} GPUs or set gang: false to start tasks one by one"
+    )
+
+
+def _usable(leaf: Cell, prio: int) -> bool:
+    return leaf.bad == 0 and (leaf.job is None or leaf.prio < prio)
+
+
+def _guaranteed(
+    sched: HivedScheduler, job: Job, vc: VC, chains: list[str], need: int, what: str
+) -> str:
+    best = None
+    for chain in chains:
+        info = sched.tree.chains[chain]
+        k = _task_leaves(sched, job, chain)
+        level = unit_level(info, k)
+        size = info.level_leaves[level]
+        free = bad = reserved = 0
+        regions: dict[Cell, int] = {}
+        for cell in vc.bound.get(chain, {}).values():
+            nodes = [cell] if cell.node_cell is not None else cell.nodes()
+            for part in nodes:
+                node = part.node_cell or part
+                regions[node] = regions.get(node, 0) + sum(
+                    1 for leaf in part.leaf_cells() if _usable(leaf, job.prio)
+                )
+                bad += part.bad // size
+        free += sum(n // size for n in regions.values() if n >= k)
+        for lvl, count in vc.unbound.get(chain, {}).items():
+            if count <= 0:
+                continue
+            per_cell = (
+                info.level_leaves[lvl] // size
+                if lvl < info.node_level
+                else (info.level_leaves[lvl] // info.node_leaves) * (info.node_leaves // size)
+            )
+            usable = lambda leaf: leaf.bad == 0 and (leaf.job is None or leaf.prio < 0)  # noqa: E731
+            if sched.placer.choose_physical(vc, info, lvl, min(k, info.node_leaves), usable):
+                free += count * per_cell
+            else:
+                reserved += count * per_cell
+        if best is None or free > best[0]:
+            best = (free, bad, reserved, info, level)
+    assert best is not None
+    free, bad, reserved, info, level = best
+    text = f"{vc.name} has {free} free of the {need} {unit_name(info, level, need)} {what} needs"
+    notes = []
+    if bad:
+        notes.append(f"{bad} more on unhealthy nodes")
+    if reserved:
+        notes.append(
+            f"{reserved} more cannot be bound now: the free physical cells left are unhealthy "
+            "or guaranteed to other VCs"
+        )
+    if notes:
+        text += f" ({'; '.join(notes)})"
+    elif free >= need:
+        text += ", but they do not fit together (a gang stays within one chain, a task on one node)"
+    return text

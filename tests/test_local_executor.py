@@ -1,0 +1,127 @@
+"""Given real shell commands launched by the local executor, expect real processes to behave:
+gangs start together and see their rendezvous, exit codes come back, stop leaves nothing
+behind, logs read from any offset."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from local_exec_util import processes_of, task, wait_exits
+
+from labhive.scheduler.executors.base import LaunchError
+from labhive.scheduler.executors.local import LocalExecutor
+
+
+@pytest.fixture
+def ex(tmp_path: Path) -> LocalExecutor:
+    return LocalExecutor(tmp_path, grace_s=2.0)
+
+
+def test_a_gang_of_two_starts_together_sees_its_rendezvous_and_exits_0(ex, tmp_path):
+    # Each task waits for the other's marker, so the gang succeeds only if both run at once.
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    cmd = (
+        f"touch {meet}/$RANK; for i in $(seq 100); do [ -e {meet}/$(( 1 - RANK )) ] && break;"
+        " sleep 0.05; done; [ -e " + f"{meet}" + "/$(( 1 - RANK )) ] || exit 9;"
+        " echo $PAI_JOB_NAME $PAI_CURRENT_TASK_ROLE_NAME $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+        " $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT gpus=$CUDA_VISIBLE_DEVICES;"
+        " echo to-stderr >&2"
+    )
+    handles = ex.launch([task("gang", cmd, 0), task("gang", cmd, 1)])
+    exits = wait_exits(ex, 2)
+    assert [exits[h.key].exit_code for h in handles] == [0, 0]
+    lines = [ex.read_log(h, "stdout", 0, 4096).decode().split() for h in handles]
+    assert [line[:3] for line in lines] == [["gang", "worker", "0"], ["gang", "worker", "1"]]
+    assert [line[3:5] for line in lines] == [["0/2", "0"], ["1/2", "1"]]
+    addr, port = lines[0][5].split(":")
+    assert addr == "127.0.0.1" and 1024 < int(port) < 65536 and lines[1][5] == lines[0][5]
+    assert [line[6] for line in lines] == ["gpus=0", "gpus=1"]
+    assert ex.read_log(handles[1], "stderr", 0, 100) == b"to-stderr\n"
+    workdir = Path(handles[1].info["workdir"])
+    assert workdir == tmp_path / "jobs" / "gang" / "0" / "worker-1"
+    assert Path(os.getcwd()) != workdir  # the executor did not chdir itself
+
+
+def test_launch_env_overrides_and_job_env_reach_the_task(ex):
+    (h,) = ex.launch([task("envy", "echo $MY_VAR $HOME", env={"MY_VAR": "from-job"})])
+    wait_exits(ex, 1)
+    assert ex.read_log(h, "stdout", 0, 100).decode().split() == ["from-job", os.environ["HOME"]]
+
+
+def test_a_failing_task_reports_its_exit_code_and_a_signalled_one_its_signal(ex):
+    ex.launch([task("fail", "echo oops >&2; exit 3"), task("sig", "kill -9 $$")])
+    exits = {k.job_id: e for k, e in wait_exits(ex, 2).items()}
+    assert (exits["fail"].exit_code, exits["fail"].reason) == (3, "exit code 3")
+    assert (exits["sig"].exit_code, exits["sig"].reason) == (137, "killed by SIGKILL")
+
+
+def test_a_gang_that_cannot_start_whole_starts_not_at_all(ex):
+    good = task("half", "sleep 30", 0)
+    bad = task("half", "sleep 30", 1, env={"BROKEN": "nul\0byte"})
+    with pytest.raises(LaunchError, match="worker-1 could not start"):
+        ex.launch([good, bad])
+    assert processes_of("half") == []
+    assert ex.poll() == []
+
+
+def test_stop_leaves_nothing_behind_even_children_that_trap_term_and_leave_the_group(ex):
+    cmd = (
+        "trap '' TERM; (trap '' TERM; sleep 60) & setsid sh -c 'trap \"\" TERM; sleep 60' &"
+        " sh -c 'sleep 60 & wait' & echo started; wait"
+    )
+    (h,) = ex.launch([task("stubborn", cmd)])
+    deadline = time.monotonic() + 5
+    while len(processes_of("stubborn")) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(processes_of("stubborn")) >= 6  # supervisor, shell, subshells, sleeps
+    t0 = time.monotonic()
+    ex.stop([h], grace_s=0.5)
+    took = time.monotonic() - t0
+    assert processes_of("stubborn") == []
+    with pytest.raises(ProcessLookupError):
+        os.killpg(h.info["pgid"], 0)
+    assert 0.5 <= took < 3.0
+    assert ex.poll() == []  # the service that stopped it knows why; poll does not report it
+
+
+def test_a_task_that_honours_term_stops_well_within_the_grace_period(ex):
+    (h,) = ex.launch([task("polite", "sleep 60")])
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    ex.stop([h], grace_s=10)
+    assert time.monotonic() - t0 < 2.0
+    assert processes_of("polite") == []
+
+
+def test_when_the_command_ends_what_it_left_running_is_killed(ex):
+    (h,) = ex.launch([task("leaver", "setsid sleep 60 & sleep 60 & echo bye")])
+    exits = wait_exits(ex, 1)
+    assert exits[h.key].exit_code == 0
+    assert processes_of("leaver") == []
+
+
+def test_read_log_returns_the_bytes_between_offset_and_limit(ex):
+    (h,) = ex.launch([task("log", "printf 0123456789; printf abc >&2")])
+    wait_exits(ex, 1)
+    assert ex.read_log(h, "stdout", 0, 4) == b"0123"
+    assert ex.read_log(h, "stdout", 4, 100) == b"456789"
+    assert ex.read_log(h, "stdout", 10, 100) == b""
+    assert ex.read_log(h, "stderr", 1, 1) == b"b"
+    with pytest.raises(ValueError, match="stdout or stderr"):
+        ex.read_log(h, "both", 0, 1)  # type: ignore[arg-type]
+
+
+def test_a_relaunch_of_an_unrecorded_attempt_kills_the_orphan_and_keeps_its_files(tmp_path):
+    # The service died after launching but before recording it: the next launch of the same
+    # attempt must not run beside the orphan (it would hold the same GPUs).
+    first = LocalExecutor(tmp_path)
+    first.launch([task("twice", "sleep 60")])
+    second = LocalExecutor(tmp_path)
+    (h,) = second.launch([task("twice", "echo second")])
+    assert wait_exits(second, 1)[h.key].exit_code == 0
+    assert processes_of("twice") == []
+    assert (tmp_path / "jobs" / "twice" / "0" / "worker-0.stale-1" / "launch.json").exists()

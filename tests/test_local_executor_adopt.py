@@ -1,0 +1,134 @@
+"""Given an executor in another process that launched tasks and was killed -9, expect a fresh
+executor to re-adopt the running tasks (and see them finish with their real exit codes), settle
+the ones that ended meanwhile from their exit records, and report the lost ones as unknown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from local_exec_util import processes_of, wait_exits
+
+from labhive.scheduler.executors.base import TaskHandle, TaskKey
+from labhive.scheduler.executors.local import LocalExecutor
+
+SERVICE = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+    from labhive.scheduler.executors.local import LocalExecutor
+
+    data = Path(sys.argv[1])
+    ex = LocalExecutor(data)
+    commands = json.loads(sys.argv[2])
+    handles = []
+    for job, cmd in commands.items():
+        launch = TaskLaunch(TaskKey(job, 0, "main", 0), job, cmd, "node0", ())
+        handles += ex.launch([launch])
+    rows = [{"job": h.key.job_id, "info": h.info} for h in handles]
+    (data / "handles.json").write_text(json.dumps(rows))
+    time.sleep(600)
+    """
+)
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def crashed_service(tmp_path: Path):
+    """Run an executor in a child process, let it launch, then kill -9 it; yield its handles."""
+
+    def run(commands: dict[str, str], settle: list[str]) -> dict[str, TaskHandle]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVICE, str(tmp_path), json.dumps(commands)]
+        )
+        try:
+            wait_for(lambda: (tmp_path / "handles.json").exists())
+            handles = {
+                row["job"]: TaskHandle(TaskKey(row["job"], 0, "main", 0), row["info"])
+                for row in json.loads((tmp_path / "handles.json").read_text())
+            }
+            for job in settle:
+                wait_for(lambda job=job: Path(handles[job].info["exit_file"]).exists())
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        return handles
+
+    return run
+
+
+def test_after_a_kill_9_running_tasks_are_readopted_and_ended_ones_settled(
+    crashed_service, tmp_path
+):
+    go = tmp_path / "go"
+    handles = crashed_service(
+        {
+            "runs": f"while [ ! -e {go} ]; do sleep 0.05; done; echo finished; exit 7",
+            "ended": "echo early; exit 5",
+            "lost": "sleep 60",
+        },
+        settle=["ended"],
+    )
+    # Something takes "lost" down with its supervisor, so nothing records how it ended.
+    os.killpg(handles["lost"].info["pgid"], signal.SIGKILL)
+    wait_for(lambda: processes_of("lost") == [])
+
+    ex = LocalExecutor(tmp_path)
+    settled = {e.key.job_id: e for e in ex.adopt(list(handles.values()))}
+    assert settled["ended"].exit_code == 5
+    assert settled["lost"].exit_code is None and "without recording" in settled["lost"].reason
+    assert "runs" not in settled and len(processes_of("runs")) >= 2  # supervisor and command
+
+    go.touch()
+    (exit,) = wait_exits(ex, 1).values()
+    assert (exit.key.job_id, exit.exit_code) == ("runs", 7)
+    assert ex.read_log(handles["runs"], "stdout", 0, 100) == b"finished\n"
+    assert processes_of("runs") == []
+
+
+def test_an_adopted_task_can_be_stopped_with_everything_it_forked(crashed_service, tmp_path):
+    handles = crashed_service({"stubborn": "trap '' TERM; setsid sleep 60 & sleep 60 & wait"}, [])
+    wait_for(lambda: len(processes_of("stubborn")) >= 4)
+    ex = LocalExecutor(tmp_path)
+    assert ex.adopt([handles["stubborn"]]) == []
+    ex.stop([handles["stubborn"]], grace_s=0.3)
+    assert processes_of("stubborn") == []
+    assert ex.poll() == []
+
+
+def test_a_pid_now_used_by_another_process_is_not_the_task_and_is_left_alone(tmp_path):
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        key = TaskKey("gone", 0, "main", 0)
+        workdir = tmp_path / "jobs" / "gone" / "0" / "main-0"
+        info = {
+            "pid": stranger.pid,
+            "pgid": stranger.pid,
+            "create_time": psutil.Process(stranger.pid).create_time() - 3600,
+            "workdir": str(workdir),
+            "stdout": str(workdir / "stdout"),
+            "stderr": str(workdir / "stderr"),
+            "exit_file": str(workdir / "exit.json"),
+            "limits": {},
+        }
+        (exit,) = LocalExecutor(tmp_path).adopt([TaskHandle(key, info)])
+        assert exit.exit_code is None
+        assert stranger.poll() is None  # not signalled: it only happens to have the old pid
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -1,0 +1,251 @@
+"""Given the real service as a subprocess, clients submitting and cancelling, jobs running as
+real processes, and kill -9 at 50 random moments (restarting after each), expect nothing lost:
+every accepted submission stored, every job in a legal state with a consistent history, no GPU
+allocated twice, what the API shows never half a transition, and every job finishing once the
+service is left alone."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from labhive.scheduler.service.lifecycle import STATES, TERMINAL, TRANSITIONS
+from labhive.scheduler.service.store import Store, allocations, events, jobs, tasks
+
+KILLS = 50
+CLUSTER = """
+physicalCluster:
+  cellTypes:
+    VNODE: {childCellType: VGPU, childCellNumber: 4, isNodeLevel: true}
+    POOL: {childCellType: VNODE, childCellNumber: 2}
+  physicalCells:
+    - cellType: POOL
+      cellChildren: [{cellAddress: vnode-0}, {cellAddress: vnode-1}]
+virtualClusters:
+  default: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
+  vc1: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Harness:
+    """Starts and kills the service; clients record what the service accepted."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.data = tmp / "data"
+        self.log = tmp / "service.log"
+        (tmp / "cluster.yaml").write_text(CLUSTER)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/api/v1"
+        self.argv = [
+            "serve", "--port", str(self.port), "--data-dir", str(self.data),
+            "--cluster", str(tmp / "cluster.yaml"), "--grace-s", "0.5",
+        ]  # fmt: skip
+        self.zygote = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("service_zygote.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.pid: int | None = None
+        self.cold: subprocess.Popen[bytes] | None = None
+        self.accepted: set[int] = set()
+        self.attempts = 0
+        self.problems: list[str] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        assert self.zygote.stdin and self.zygote.stdout
+        self.zygote.stdin.write(json.dumps([self.argv, str(self.log)]) + "\n")
+        self.zygote.stdin.flush()
+        self.pid = int(self.zygote.stdout.readline())
+
+    def cold_start(self) -> None:
+        """The first start is a plain `labhive serve` process, imports and all."""
+        cmd = [sys.executable, "-m", "labhive.scheduler.cli", *self.argv]
+        with self.log.open("ab") as out:
+            self.cold = subprocess.Popen(cmd, stdout=out, stderr=out)
+        self.pid = self.cold.pid
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError(f"service did not come up: {self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        assert self.pid is not None
+        os.kill(self.pid, signal.SIGKILL)
+        if self.cold is not None and self.cold.pid == self.pid:
+            self.cold.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the kernel reaps it (zygote ignores SIGCHLD)
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.005)
+        self.pid = None
+
+    def token(self) -> str:
+        return (self.data / "admin.token").read_text().strip()
+
+    # ---- clients -------------------------------------------------------------------------
+
+    def submitter(self, seed: int) -> None:
+        rnd = random.Random(seed)
+        http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token()}"})
+        mine: list[int] = []
+        while not self.stop.is_set():
+            kind = rnd.random()
+            if kind < 0.7:
+                doc = {
+                    "name": f"c{seed}",
+                    "vc": rnd.choice(["default", "vc1"]),
+                    "gpus": rnd.choice([1, 1, 2]),
+                    "tasks": rnd.choice([1, 1, 2]),
+                    "command": rnd.choice(["true", "sleep 0.2", "sleep 0.5", "exit 1"]),
+                    "retries": rnd.choice([0, 1]),
+                    "priority": rnd.choice(["test", "prod", "oppo"]),
+                }
+                with self.lock:
+                    self.attempts += 1
+                try:
+                    r = http.post("/jobs", json=doc, timeout=2)
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+                    continue
+                if r.status_code == 201:
+                    job_id = r.json()["id"]
+                    mine.append(job_id)
+                    with self.lock:
+                        self.accepted.add(job_id)
+                elif r.status_code != 422:  # 422: a gang that cannot fit its VC is refused
+                    self.problems.append(f"submit got {r.status_code}: {r.text}")
+            elif kind < 0.8 and mine:
+                with contextlib.suppress(httpx.HTTPError):
+                    http.post(f"/jobs/{rnd.choice(mine)}/cancel", params={"wait": 0}, timeout=2)
+            else:
+                self.check_view(http, rnd.choice(mine) if mine else 1)
+            time.sleep(rnd.uniform(0.05, 0.25))
+
+    def check_view(self, http: httpx.Client, job_id: int) -> None:
+        """A job read through the API is never half-way through a transition."""
+        try:
+            r = http.get(f"/jobs/{job_id}", timeout=2)
+        except httpx.HTTPError:
+            return
+        if r.status_code != 200:
+            return
+        job = r.json()
+        states = {t["state"] for t in job["tasks"]}
+        if job["state"] == "WAITING" and job["tasks"]:
+            self.problems.append(f"WAITING job with tasks of its attempt: {job}")
+        if job["state"] == "RUNNING" and not job["tasks"]:
+            self.problems.append(f"RUNNING job without tasks: {job}")
+        if job["state"] in TERMINAL and "RUNNING" in states:
+            self.problems.append(f"{job['state']} job with running tasks: {job}")
+
+
+def _check_store(db: Path, accepted: set[int], attempts: int) -> dict[int, str]:
+    store = Store(f"sqlite:///{db}")
+    with store.read() as conn:  # one snapshot, while the service keeps writing
+        rows = {r.id: r for r in conn.execute(select(jobs))}
+        evs = conn.execute(select(events).order_by(events.c.id)).all()
+        held = conn.execute(select(allocations)).all()
+        running_tasks = conn.execute(select(tasks).where(tasks.c.state == "RUNNING")).all()
+    store.dispose()
+    assert accepted <= set(rows), f"lost accepted jobs: {sorted(accepted - set(rows))}"
+    assert len(rows) <= attempts
+    history: dict[int, list] = {}
+    for e in evs:
+        history.setdefault(e.job_id, []).append(e)
+    for job_id, row in rows.items():
+        assert row.state in STATES
+        steps = history[job_id]
+        assert steps[0].from_state is None and steps[0].to_state == "WAITING"
+        for before, after in itertools.pairwise(steps):
+            assert after.from_state == before.to_state, (job_id, before, after)
+            assert after.to_state in TRANSITIONS[before.to_state], (job_id, before, after)
+            assert after.attempt >= before.attempt
+        assert steps[-1].to_state == row.state and steps[-1].attempt == row.attempt
+        assert row.retries_used <= row.retries
+    gpus = [(a.node, a.gpu) for a in held]
+    assert len(gpus) == len(set(gpus))
+    for a in held:
+        assert rows[a.job_id].state == "RUNNING", f"GPU {a} held by a {rows[a.job_id].state} job"
+    for t in running_tasks:
+        job = rows[t.job_id]
+        assert job.state == "RUNNING" and t.attempt == job.attempt, (t, job.state)
+    return {job_id: row.state for job_id, row in rows.items()}
+
+
+@pytest.mark.slow
+def test_kill_9_at_50_random_moments_loses_nothing(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    rnd = random.Random(5)
+    try:
+        h.cold_start()
+        h.wait_ready()
+        clients = [threading.Thread(target=h.submitter, args=(i,), daemon=True) for i in range(3)]
+        for c in clients:
+            c.start()
+        began = time.monotonic()
+        for kill in range(KILLS):
+            if kill:
+                h.start()
+                if rnd.random() < 0.2:  # killed while starting up (recovering, adopting)
+                    time.sleep(rnd.uniform(0.0, 0.3))
+                    h.kill()
+                    continue
+                h.wait_ready()
+            time.sleep(rnd.uniform(0.02, 0.4))
+            h.kill()
+        h.stop.set()
+        print(f"{KILLS} kills in {time.monotonic() - began:.1f} s, {len(h.accepted)} accepted")
+        for c in clients:
+            c.join(timeout=10)
+        h.start()
+        h.wait_ready()
+        _check_store(h.data / "labhive.db", h.accepted, h.attempts)
+        deadline = time.monotonic() + 60  # left alone, every job finishes
+        while True:
+            states = _check_store(h.data / "labhive.db", h.accepted, h.attempts)
+            active = [j for j, s in states.items() if s not in TERMINAL]
+            if not active or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        print(f"drained in {time.monotonic() - deadline + 60:.1f} s")
+        assert active == [], f"jobs that never finished: {active}; {h.log.read_text()[-2000:]}"
+        assert h.problems == []
+        assert len(h.accepted) >= 50, "the clients got too few submissions through"
+    finally:
+        h.stop.set()
+        if h.pid is not None:
+            os.kill(h.pid, signal.SIGTERM)
+        h.zygote.kill()
