@@ -21,6 +21,8 @@ class Cell:
     """A physical cell with the counters placement reads."""
 
     __slots__ = (
+        "_leaf_list",
+        "_node_list",
         "bad",
         "bound_below",
         "chain",
@@ -40,7 +42,9 @@ class Cell:
         "order",
         "parent",
         "pinned",
+        "pinned_id",
         "prio",
+        "prio_count",
         "type",
         "vc",
     )
@@ -67,7 +71,11 @@ class Cell:
         self.prio = 0  # leaves only: the using job's effective priority
         self.vc: str | None = None  # set on the cell a VC has bound
         self.pinned = False
+        self.pinned_id = spec.pinned_id
         self.bound_below = 0  # bound cells in this subtree, this one included
+        self.prio_count: dict[int, int] = {}  # node cells: priority -> GPUs its jobs use
+        self._leaf_list: list[Cell] | None = None
+        self._node_list: list[Cell] | None = None
 
     def __repr__(self) -> str:
         return f"Cell({self.leaf_id or self.id})"
@@ -78,13 +86,18 @@ class Cell:
             yield from child.walk()
 
     def leaf_cells(self) -> list[Cell]:
-        return [c for c in self.walk() if not c.children]
+        if self._leaf_list is None:
+            self._leaf_list = [c for c in self.walk() if not c.children]
+        return self._leaf_list
 
     def nodes(self) -> list[Cell]:
         """The node-level cells in this subtree, or the node holding this cell."""
-        if self.node_cell is not None:
-            return [self.node_cell]
-        return [c for c in self.walk() if c.is_node]
+        if self._node_list is None:
+            if self.node_cell is not None:
+                self._node_list = [self.node_cell]
+            else:
+                self._node_list = [c for c in self.walk() if c.is_node]
+        return self._node_list
 
     def ancestors(self) -> Iterator[Cell]:
         cell = self.parent
@@ -150,6 +163,8 @@ class CellTree:
         self.nodes: dict[str, list[Cell]] = {}
         self.pinned: dict[str, Cell] = {}
         self.free_list: dict[str, dict[int, dict[str, Cell]]] = {}
+        # Per chain, the nodes with a free healthy GPU: what most searches start from.
+        self.open: dict[str, dict[Cell, None]] = {}
         order = 0
         for spec in config.physical_cells:
             chain = self.chains.get(spec.chain)
@@ -161,6 +176,7 @@ class CellTree:
             self.free_list[spec.chain][top.level][top.id] = top
         for chain in self.chains.values():
             chain.node_cells = [c for t in chain.tops for c in t.walk() if c.is_node]
+            self.open[chain.name] = dict.fromkeys(chain.node_cells)
         for pid, spec in config.pinned.items():
             self.pinned[pid] = self.cells[spec.id]
 
@@ -197,6 +213,10 @@ class CellTree:
                 cell.guaranteed += 1
             else:
                 cell.oppo += 1
+            if cell.is_node:
+                cell.prio_count[prio] = cell.prio_count.get(prio, 0) + 1
+                if cell.free == 0:
+                    self.open[cell.chain].pop(cell, None)
             cell = cell.parent
 
     def release(self, leaf: Cell) -> None:
@@ -211,6 +231,10 @@ class CellTree:
                 cell.guaranteed -= 1
             else:
                 cell.oppo -= 1
+            if cell.is_node:
+                cell.prio_count[leaf.prio] -= 1
+                if cell.free > 0:
+                    self.open[cell.chain][cell] = None
             cell = cell.parent
 
     def set_health(self, node: Cell, healthy: bool) -> None:
@@ -224,6 +248,10 @@ class CellTree:
                 if leaf.job is None:
                     cell.free += delta
                 cell = cell.parent
+        if node.free > 0:
+            self.open[node.chain][node] = None
+        else:
+            self.open[node.chain].pop(node, None)
 
     # ---- binding (buddy free list) -----------------------------------------------------------
 

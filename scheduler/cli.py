@@ -19,6 +19,7 @@ from labhive.scheduler.errors import UserError
 COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.service.commands",
     "labhive.scheduler.client_commands",
+    "labhive.scheduler.scenario_cli",
 )
 
 

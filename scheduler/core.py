@@ -74,6 +74,10 @@ class Job:
     def opportunistic(self) -> bool:
         return self.prio == OPPORTUNISTIC
 
+    @property
+    def pinned(self) -> str | None:
+        return next((r.pinned_cell for r in self.spec.roles if r.pinned_cell), None)
+
 
 def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
     """Leaf cells one task of ``role`` takes on ``leaf_type``: the most any resource needs."""
@@ -97,7 +101,12 @@ class HivedScheduler:
         self._queues: dict[str, VCQueue] = {}
         self._ready: set[JobClass] = set()
         self._oppo_epoch = 0
+        self._classes: dict[Hashable, JobClass] = {}
         self._oppo_classes: dict[Hashable, JobClass] = {}
+        self._vc_classes: dict[str, dict[Hashable, JobClass]] = {}
+        self._dirty_vcs: dict[str, int] = {}  # VC -> the highest priority that may now fit
+        self._dirty_oppo = False
+        self._tick = 0  # counts freed GPUs, to tell which nodes changed since a failure
         self._load(config)
 
     def _load(self, config: ClusterConfig) -> None:
@@ -110,6 +119,11 @@ class HivedScheduler:
             leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
             for leaf in {c.leaf_type for c in self.tree.chains.values()}
         }
+        self._type_leaves: dict[str, int] = {}
+        for chain in self.tree.chains.values():
+            self._type_leaves[chain.leaf_type] = self._type_leaves.get(chain.leaf_type, 0) + sum(
+                c.leaves for c in chain.tops
+            )
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
 
@@ -117,7 +131,7 @@ class HivedScheduler:
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that can never run here, saying what would fit."""
-        leaf_types = sorted(self.config.leaf_types)
+        leaf_types = sorted(self._max_node)
         vc = self.vcs.by_name.get(spec.vc)
         if vc is None:
             raise SpecRejected(
@@ -125,7 +139,7 @@ class HivedScheduler:
             )
         skus = {r.sku for r in spec.roles if r.sku is not None}
         for sku in sorted(skus):
-            if sku not in self.config.leaf_types:
+            if sku not in self._max_node:
                 raise SpecRejected(
                     f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}"
                 )
@@ -136,6 +150,15 @@ class HivedScheduler:
             )
         vc_types = {self.tree.chains[c].leaf_type for c in vc.quota}
         vc_types |= {self.tree.chains[c.chain].leaf_type for c in vc.pinned}
+        pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
+        for pin in sorted(pins):
+            if pin not in {c.pinned_id for c in vc.pinned}:
+                have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned)) or "none"
+                raise SpecRejected(
+                    f"pinnedCellId {pin} is not pinned to {vc.name}; its pinned cells: {have}"
+                )
+        if spec.gang and len(pins) > 1:
+            raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
         if not spec.opportunistic:
             for sku in sorted(skus - vc_types):
                 raise SpecRejected(
@@ -156,11 +179,7 @@ class HivedScheduler:
             return
         types = sorted(skus) or leaf_types
         need = min(sum(self._leaves(r, t) * r.instances for r in spec.roles) for t in types)
-        cluster = sum(
-            sum(c.leaves for c in chain.tops)
-            for chain in self.tree.chains.values()
-            if chain.leaf_type in types
-        )
+        cluster = sum(self._type_leaves[t] for t in types)
         what = f"this gang needs {need} GPUs"
         if need > cluster:
             raise SpecRejected(
@@ -259,13 +278,18 @@ class HivedScheduler:
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs[owner.vc or ""]
+            self._tick += 1
+            node = leaf.node_cell
+            if node is not None:
+                vc.grown.pop(node, None)
+                vc.grown[node] = self._tick
             if leaf.bad == 0:
                 vc.free_in += 1
             if leaf.prio >= 0:
                 vc.prio_in[leaf.prio] -= 1
             else:
                 vc.oppo_in -= 1
-            self._bump(vc)
+            self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
         self._bump_oppo()
@@ -300,19 +324,21 @@ class HivedScheduler:
             vc.free_in += cell.free
             vc.oppo_in += cell.oppo
 
-    def _bump(self, vc: VC) -> None:
-        vc.epoch += 1
-        queue = self._queues.get(vc.name)
-        if queue is not None:
-            for cls in queue.classes.values():
-                if cls.priority >= 0 and cls.entries:
-                    self._ready.add(cls)
+    def _bump(self, vc: VC, freed: int | None = None) -> None:
+        """The VC's capacity may have grown: for every job when ``freed`` is None, else only
+        for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
+        if freed is None:
+            vc.epoch += 1
+            level = 1 << 30
+        else:
+            vc.freed[freed] = vc.freed.get(freed, 0) + 1
+            level = freed
+        if self._dirty_vcs.get(vc.name, -(1 << 30)) < level:
+            self._dirty_vcs[vc.name] = level
 
     def _bump_oppo(self) -> None:
         self._oppo_epoch += 1
-        for cls in self._oppo_classes.values():
-            if cls.entries:
-                self._ready.add(cls)
+        self._dirty_oppo = True
 
     # ---- queue -------------------------------------------------------------------------------
 
@@ -323,18 +349,24 @@ class HivedScheduler:
         shape = tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
         if not job.spec.gang:
             shape = shape[:1]
-        return (job.vc, job.spec.priority, job.spec.gang, shape)
+        vc = None if job.spec.opportunistic else job.vc
+        return (vc, job.spec.priority, job.spec.gang, shape)
 
     def _enqueue(self, job: Job) -> None:
         """Put a job (back) in its VC's queue at its original place, in its current class."""
         self._dequeue(job, keep_order=True)
         queue = self._queues.setdefault(job.vc, VCQueue())
         key = self._class_key(job)
-        cls = queue.classes.get(key)
+        cls = self._classes.get(key)
         if cls is None:
-            cls = queue.classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls.need = self._class_need(job)
+            cls.task_need = self._task_need(job)
+            cls.vc_ref = self.vcs.by_name.get(job.vc)
             if job.spec.opportunistic:
                 self._oppo_classes[key] = cls
+            else:
+                self._vc_classes.setdefault(job.vc, {})[key] = cls
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
         cls.add(job.seq, job.job_id)
@@ -343,39 +375,124 @@ class HivedScheduler:
             queue.add(job.spec.priority, job.seq, job.job_id)
             job.in_order = True
 
+    def _class_need(self, job: Job) -> int:
+        """The fewest GPUs a job of this class can start with (its next task if incremental)."""
+        waiting = job.waiting_tasks
+        unit = waiting if job.spec.gang else waiting[:1]
+        chains = self._chains(job, [r for r, _ in unit])
+        if not chains:
+            return 1 << 30
+        return min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
+
+    def _task_need(self, job: Job) -> int:
+        """The fewest GPUs the job's largest waiting task needs on one node."""
+        roles = [r for r, _ in job.waiting_tasks]
+        chains = self._chains(job, roles)
+        if not chains:
+            return 1 << 30
+        return min(
+            max(self._leaves(r, self.tree.chains[c].leaf_type) for r in roles) for c in chains
+        )
+
     def _dequeue(self, job: Job, keep_order: bool = False) -> None:
-        queue = self._queues.get(job.vc)
-        if queue is None:
-            return
         if job.queued_key is not None:
-            cls = queue.classes.get(job.queued_key)
+            cls = self._classes.get(job.queued_key)
             if cls is not None:
                 cls.remove(job.seq, job.job_id)
             job.queued_key = None
         if not keep_order and job.in_order:
-            queue.remove(job.spec.priority, job.seq, job.job_id)
+            self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
             job.in_order = False
 
-    def _blocked(self, cls: JobClass) -> bool:
-        if cls.blocked_at is None:
-            return False
+    def _stamp(self, cls: JobClass) -> Hashable:
+        """What the class's chances depend on; unchanged means a failed class still fails."""
         if cls.priority < 0:
-            return cls.blocked_at == self._oppo_epoch
-        vc = self.vcs.by_name.get(cls.vc)
-        return vc is None or cls.blocked_at == vc.epoch
+            return self._oppo_epoch
+        vc = cls.vc_ref
+        if vc is None:
+            return None
+        freed = 0
+        for p, n in vc.freed.items():
+            if p >= cls.priority:
+                freed += n
+        return (vc.epoch, freed)
+
+    def _blocked(self, cls: JobClass) -> bool:
+        return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
+
+    def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
+        cls.blocked_at = self._stamp(cls) if stamp is None else stamp
+        vc = cls.vc_ref
+        cls.failed_at = (self._tick, vc.epoch) if vc is not None and cls.priority >= 0 else None
+
+    def _since(self, cls: JobClass) -> int | None:
+        """When the class last failed, if only GPUs freed in its VC changed since then (so
+        only the nodes they lie on need a new look)."""
+        vc = cls.vc_ref
+        if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
+            return None
+        return cls.failed_at[0]
+
+    def _collect_ready(self) -> list[JobClass]:
+        """The classes worth an attempt: new or unblocked ones whose need the capacity they
+        depend on could still cover (a cheap upper bound; the placement search decides)."""
+        for name, level in self._dirty_vcs.items():
+            for cls in self._vc_classes.get(name, {}).values():
+                if cls.priority <= level and cls.entries:
+                    self._ready.add(cls)
+        self._dirty_vcs.clear()
+        if self._dirty_oppo:
+            self._ready.update(self._oppo_classes.values())
+            self._dirty_oppo = False
+        out = []
+        idle: int | None = None
+        widest = 0
+        rooms: dict[tuple[str, int], int] = {}
+        for cls in self._ready:
+            if not cls.entries:
+                continue
+            stamp = self._stamp(cls)
+            if cls.blocked_at is not None and cls.blocked_at == stamp:
+                continue
+            if cls.priority < 0:
+                if idle is None:
+                    idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
+                    widest = max(
+                        (n.free for nodes in self.tree.open.values() for n in nodes), default=0
+                    )
+                room = idle if widest >= cls.task_need else -1
+            elif cls.vc_ref is None:
+                room = -1
+            else:
+                key = (cls.vc, cls.priority)
+                room = rooms.get(key, -1)
+                if room < 0:
+                    room = rooms[key] = self._room(cls.vc_ref, cls.priority)
+            if room < cls.need:
+                self._block(cls, stamp)
+                continue
+            out.append(cls)
+        self._ready.clear()
+        return out
+
+    def _room(self, vc: VC, priority: int) -> int:
+        """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
+        room = vc.free_in + vc.unbound_leaves + vc.oppo_in
+        for p, n in vc.prio_in.items():
+            if p < priority:
+                room += n
+        return room
 
     def _schedule(self, out: list[Decision]) -> None:
         """Start what fits, classes in queue order; a class that fails is skipped until the
         capacity it depends on grows."""
         heap: list[tuple[int, int, int, JobClass]] = []
-        failed: list[tuple[Hashable, ...]] = []
+        failed: dict[Hashable, list[tuple[int, int, float, int, int]]] = {}
         tie = 0
         while True:
-            for cls in self._ready:
-                if cls.entries and not self._blocked(cls):
-                    tie += 1
-                    heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
-            self._ready.clear()
+            for cls in self._collect_ready():
+                tie += 1
+                heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
             if not heap:
                 return
             _, seq, _, cls = heapq.heappop(heap)
@@ -384,50 +501,42 @@ class HivedScheduler:
                     self._ready.add(cls)
                 continue
             job = self._jobs[cls.entries[0][1]]
-            signature = self._signature(job)
-            if signature is not None and any(_dominates(f, signature) for f in failed):
+            if cls.signature is None:
+                cls.signature = self._signature(job)
+            group, size = cls.signature
+            if group is not None and any(_dominates(f, size) for f in failed.get(group, ())):
                 self._block(cls)
                 continue
             before = len(job.placed)
-            self._try(job, out)
+            self._try(job, out, self._since(cls))
             if not job.waiting_tasks:
                 self._dequeue(job)
                 self._ready.add(cls)
                 continue
             if len(job.placed) > before:  # an incremental job started some tasks
                 self._enqueue(job)
-            self._block(self._queues[job.vc].classes[job.queued_key])
-            if signature is not None:
-                failed.append(signature)
+            if job.queued_key is not None:
+                self._block(self._classes[job.queued_key])
+            if group is not None:
+                failed.setdefault(group, []).append(size)
 
-    def _block(self, cls: JobClass) -> None:
-        if cls.priority < 0:
-            cls.blocked_at = self._oppo_epoch
-        else:
-            vc = self.vcs.by_name.get(cls.vc)
-            cls.blocked_at = vc.epoch if vc is not None else -1
-
-    def _signature(self, job: Job) -> tuple[Hashable, ...] | None:
+    def _signature(self, job: Job) -> tuple[Hashable | None, tuple[int, int, float, int, int]]:
         """What a failed attempt says about larger jobs (single-role jobs only)."""
-        if len(job.spec.roles) != 1:
-            return None
         role = job.spec.roles[0]
+        size = (job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks))
+        if len(job.spec.roles) != 1:
+            return None, size
         vc = None if job.spec.opportunistic else job.vc
-        return (
-            vc,
-            role.sku,
-            job.spec.gang,
-            job.spec.priority,
-            role.gpu,
-            role.cpu,
-            role.memory_mb,
-            len(job.waiting_tasks),
-        )
+        return (vc, role.sku, job.spec.gang), size
 
     # ---- placing -----------------------------------------------------------------------------
 
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
         skus = {r.sku for r in roles if r.sku}
+        pin = job.pinned
+        if pin is not None and not job.opportunistic:
+            cell = self.tree.pinned.get(pin)
+            return [cell.chain] if cell is not None else []
         if job.opportunistic:
             names = list(self.tree.chains)
         else:
@@ -437,60 +546,61 @@ class HivedScheduler:
             names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
         return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
 
-    def _try(self, job: Job, out: list[Decision]) -> None:
+    def _try(self, job: Job, out: list[Decision], since: int | None = None) -> None:
         waiting = job.waiting_tasks
         units = [waiting] if job.spec.gang else [[t] for t in waiting]
         for unit in units:
-            plan = self._find(job, unit)
+            plan = self._find(job, unit, since)
+            since = None
             if plan is None or not self._commit(job, plan, out):
                 return
 
-    def _find(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> Plan | None:
+    def _find(
+        self, job: Job, unit: list[tuple[RoleSpec, int]], since: int | None = None
+    ) -> Plan | None:
         chains = self._chains(job, [r for r, _ in unit])
+        needs = {chain: self._needs(unit, chain) for chain in chains}
         if job.opportunistic:
             for chain in chains:
-                plan = self.placer.opportunistic(chain, self._needs(unit, chain))
+                plan = self.placer.opportunistic(chain, needs[chain])
                 if plan is not None:
                     return plan
             return None
         vc = self.vcs.by_name.get(job.vc)
-        if vc is None:
+        if vc is None or not chains:
             return None
-        lower = sorted(p for p, n in vc.prio_in.items() if n > 0 and p < job.prio)
-        for threshold in (None, OPPORTUNISTIC, *lower):
-            if not self._may_fit(vc, job, unit, chains, threshold):
+        least = min(sum(t.leaves for t in n) for n in needs.values())
+        room = vc.free_in + vc.unbound_leaves
+        lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        # Free GPUs first (binding more of the VC's cells if need be); only then one search
+        # that may preempt, lowest priorities first (see Placer._best_node).
+        for threshold in (None, max(lower, default=OPPORTUNISTIC)):
+            if threshold is not None:  # a cheap upper bound first
+                room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
+            if room < least:
                 continue
+            only = None
+            if since is not None and len(unit) == 1:
+                only = self._grown_since(vc, since)
+            pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
-                plan = self.placer.guaranteed(vc, chain, self._needs(unit, chain), threshold)
+                plan = self.placer.guaranteed(vc, chain, needs[chain], threshold, only, pinned)
                 if plan is not None:
                     return plan
         return None
 
+    def _grown_since(self, vc: VC, tick: int) -> set[Cell]:
+        """The VC's nodes where GPUs were freed after ``tick`` (newest last in ``grown``)."""
+        out = set()
+        for node in reversed(vc.grown):
+            if vc.grown[node] <= tick:
+                break
+            out.add(node)
+        return out
+
     def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
         leaf = self.tree.chains[chain].leaf_type
         return [TaskNeed(r.name, i, self._leaves(r, leaf)) for r, i in unit]
-
-    def _may_fit(
-        self,
-        vc: VC,
-        job: Job,
-        unit: list[tuple[RoleSpec, int]],
-        chains: list[str],
-        threshold: int | None,
-    ) -> bool:
-        """A cheap upper bound on what the VC could give at this threshold."""
-        if not chains:
-            return False
-        need = min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
-        room = vc.free_in + sum(
-            self.tree.chains[c].level_leaves[lvl] * n
-            for c, levels in vc.unbound.items()
-            for lvl, n in levels.items()
-        )
-        if threshold is not None:
-            room += vc.oppo_in
-            room += sum(n for p, n in vc.prio_in.items() if 0 <= p <= threshold)
-        return room >= need
 
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
         vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
@@ -607,7 +717,8 @@ class HivedScheduler:
         )
         kept = {j.job_id: dict(j.placed) for j in running}
         old_queues = self._queues
-        self._queues, self._oppo_classes, self._ready = {}, {}, set()
+        self._queues, self._ready = {}, set()
+        self._classes, self._oppo_classes, self._vc_classes = {}, {}, {}
         self._load(config)
         for job in self._jobs.values():
             job.queued_key = None
@@ -794,16 +905,14 @@ class HivedScheduler:
         return None
 
 
-def _dominates(failed: tuple[Hashable, ...], job: tuple[Hashable, ...]) -> bool:
+def _dominates(
+    failed: tuple[int, int, float, int, int], job: tuple[int, int, float, int, int]
+) -> bool:
     """A job at most as important and at least as large as one that failed fails too."""
-    vc, sku, gang, prio, gpu, cpu, mem, tasks = failed
     return (
-        job[0] == vc
-        and job[1] == sku
-        and job[2] == gang
-        and job[3] <= prio  # type: ignore[operator]
-        and job[4] >= gpu  # type: ignore[operator]
-        and job[5] >= cpu  # type: ignore[operator]
-        and job[6] >= mem  # type: ignore[operator]
-        and job[7] >= tasks  # type: ignore[operator]
+        job[0] <= failed[0]
+        and job[1] >= failed[1]
+        and job[2] >= failed[2]
+        and job[3] >= failed[3]
+        and job[4] >= failed[4]
     )

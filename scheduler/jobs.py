@@ -35,6 +35,7 @@ class RoleSpec:
     commands: tuple[str, ...] = ()
     min_succeeded: int | None = None
     min_failed: int | None = None
+    pinned_cell: str | None = None  # HiveD's pinnedCellId: run only in this pinned cell
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ SHORT_KEYS = {
     "user",
     "image",
     "lazy_preemption",
+    "pinned_cell",
 }
 OPENPAI_KEYS = {
     "protocolVersion",
@@ -239,6 +241,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         memory_mb=_num(data, "memory_mb", where, "memory_mb", minimum=0, whole=True, default=1024),
         sku=_str(data, "sku", where, "sku"),
         commands=tuple(str(c) for c in commands),
+        pinned_cell=_str(data, "pinned_cell", where, "pinned_cell"),
     )
     return JobSpec(
         name=name,
@@ -324,6 +327,9 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
                     res, "memoryMB", where, f"{rpath}.memoryMB", minimum=0, whole=True, default=1024
                 ),
                 sku=_str(hived_role, "skuType", where, f"extras.hivedScheduler.{path}.skuType"),
+                pinned_cell=_str(
+                    hived_role, "pinnedCellId", where, f"extras.hivedScheduler.{path}.pinnedCellId"
+                ),
                 commands=tuple(str(c).strip() for c in commands),
                 min_succeeded=_num(
                     completion,

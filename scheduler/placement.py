@@ -35,6 +35,7 @@ class Plan:
     bound: list[Cell] = field(default_factory=list)
     taken: set[int] = field(default_factory=set)  # id() of leaves chosen
     free_taken: dict[Cell, int] = field(default_factory=dict)  # node -> free leaves chosen
+    taken_on: dict[Cell, int] = field(default_factory=dict)  # node -> leaves chosen
 
     def add(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
         self.placed.append((task, node, leaves))
@@ -42,6 +43,7 @@ class Plan:
         self.free_taken[node] = self.free_taken.get(node, 0) + sum(
             1 for leaf in leaves if leaf.job is None
         )
+        self.taken_on[node] = self.taken_on.get(node, 0) + len(leaves)
 
     def victims(self) -> set[str]:
         return {leaf.job for _, _, leaves in self.placed for leaf in leaves if leaf.job}
@@ -63,22 +65,43 @@ class Placer:
     # ---- guaranteed ------------------------------------------------------------------------
 
     def guaranteed(
-        self, vc: VC, chain: str, tasks: list[TaskNeed], threshold: Threshold
+        self,
+        vc: VC,
+        chain: str,
+        tasks: list[TaskNeed],
+        threshold: Threshold,
+        only: set[Cell] | None = None,
+        pinned: Cell | None = None,
     ) -> Plan | None:
-        """Place every task in ``vc``'s cells of ``chain``, or nothing (bindings undone)."""
+        """Place every task in ``vc``'s cells of ``chain``, or nothing (bindings undone).
+
+        ``only``: the nodes that changed since the same search last failed; nothing else can
+        have become a fit, and binding more cells failed then too. ``pinned``: the job named
+        one of the VC's pinned cells and runs there or nowhere.
+        """
         plan = Plan(chain)
         ok = _usable(threshold)
-        regions = self._regions(vc, chain)
         last: Cell | None = None
+        whole, partial = _regions(vc, chain, pinned)
         for task in sorted(tasks, key=lambda t: -t.leaves):
             while True:
-                node = self._best_node(regions, task.leaves, ok, plan, last, threshold is not None)
+                node = self._best_node(
+                    whole, partial, chain, task.leaves, threshold, ok, plan, last, only
+                )
                 if node is not None:
                     break
-                if not self._bind_for(vc, chain, task.leaves, ok, plan, regions):
+                if (
+                    only is not None
+                    or pinned is not None
+                    or not self._bind_for(vc, chain, task.leaves, ok, plan)
+                ):
                     self.undo(vc, plan)
                     return None
-            plan.add(task, node, pick_leaves(regions[node], task.leaves, ok, plan.taken))
+                whole, partial = _regions(vc, chain, pinned)
+            parts = partial.get(node) if node not in whole else None
+            counters = threshold is None and parts is None and node not in plan.taken_on
+            leaves = pick_leaves(parts or [node], task.leaves, ok, plan.taken, counters)
+            plan.add(task, node, leaves)
             last = node
         return plan
 
@@ -87,37 +110,65 @@ class Placer:
             self.vcs.unbind(vc, cell)
         plan.bound.clear()
 
-    def _regions(self, vc: VC, chain: str) -> dict[Cell, list[Cell]]:
-        """Node -> the parts of it the VC has bound (the whole node, or cells inside it)."""
-        regions: dict[Cell, list[Cell]] = {}
-        for cell in vc.bound.get(chain, {}).values():
-            _add_regions(regions, cell)
-        return regions
-
     def _best_node(
         self,
-        regions: dict[Cell, list[Cell]],
+        whole: dict[Cell, None],
+        partial: dict[Cell, list[Cell]],
+        chain: str,
         need: int,
+        threshold: Threshold,
         ok: Callable[[Cell], bool],
         plan: Plan,
         last: Cell | None,
-        victims: bool,
+        only: set[Cell] | None = None,
     ) -> Cell | None:
         """Best fit: the node with the fewest usable GPUs that still holds the task, next to
         the gang's previous task where possible, preempting as few GPUs as it can."""
         best, best_key = None, None
         near = last.parent if last else None
-        for node, parts in regions.items():
-            whole = len(parts) == 1 and parts[0] is node
-            if whole:
+        if only is not None:
+            whole = dict.fromkeys(n for n in only if n in whole)
+        if threshold is None:
+            open_nodes = self.tree.open[chain]
+            if len(open_nodes) < len(whole):
+                candidates = [n for n in open_nodes if n in whole]
+            else:
+                candidates = [n for n in whole if n.free > 0]
+            for node in candidates:
                 free = node.free - plan.free_taken.get(node, 0)
                 if free >= need:
                     key = (0, node.parent is not near, free, node.order)
                     if best_key is None or key < best_key:
                         best, best_key = node, key
+        else:
+            # One pass for every victim priority: a node's key starts with the lowest
+            # priority it must preempt, so opportunistic jobs go first, then the lowest.
+            taken_on, free_taken = plan.taken_on, plan.free_taken
+            for node in whole:
+                counts = node.prio_count
+                usable = node.free
+                for p, n in counts.items():
+                    if p <= threshold:
+                        usable += n
+                if usable < need:
                     continue
-                if not victims:
-                    continue
+                if taken_on:
+                    usable -= taken_on.get(node, 0)
+                    if usable < need:
+                        continue
+                have = node.free - taken_on.get(node, 0)
+                level = -2
+                if have < need:
+                    for p in sorted(q for q in counts if q <= threshold):
+                        have += counts[p]
+                        level = p
+                        if have >= need:
+                            break
+                free = node.free - free_taken.get(node, 0)
+                key = (level, max(0, need - free), node.parent is not near, usable, node.order)
+                if best_key is None or key < best_key:
+                    best, best_key = node, key
+        for node, parts in partial.items():
             free = usable = 0
             for part in parts:
                 for leaf in part.leaf_cells():
@@ -133,13 +184,7 @@ class Placer:
         return best
 
     def _bind_for(
-        self,
-        vc: VC,
-        chain: str,
-        need: int,
-        ok: Callable[[Cell], bool],
-        plan: Plan,
-        regions: dict[Cell, list[Cell]],
+        self, vc: VC, chain: str, need: int, ok: Callable[[Cell], bool], plan: Plan
     ) -> bool:
         """Bind one more of the VC's cells (several below node level) so a task fits."""
         info = self.tree.chains[chain]
@@ -151,10 +196,9 @@ class Placer:
             if cell is not None:
                 self.vcs.bind(vc, cell)
                 plan.bound.append(cell)
-                _add_regions(regions, cell)
                 return True
         small = sorted((lvl for lvl in levels if lvl < info.node_level), reverse=True)
-        return bool(small) and self._bind_inside_node(vc, info, small, need, ok, plan, regions)
+        return bool(small) and self._bind_inside_node(vc, info, small, need, ok, plan)
 
     def choose_physical(
         self, vc: VC, info: Chain, level: int, need: int, ok: Callable[[Cell], bool]
@@ -192,14 +236,13 @@ class Placer:
         need: int,
         ok: Callable[[Cell], bool],
         plan: Plan,
-        regions: dict[Cell, list[Cell]],
     ) -> bool:
         """A VC with cells smaller than a node binds several of them on one node."""
-        nodes = sorted(info.node_cells, key=lambda n: (n not in regions, n.order))
-        for node in nodes:
+        parts = vc.parts.get(info.name, {})
+        for node in sorted(info.node_cells, key=lambda n: (n not in parts, n.order)):
             have = sum(
                 1
-                for part in regions.get(node, [])
+                for part in parts.get(node, [])
                 for leaf in part.leaf_cells()
                 if id(leaf) not in plan.taken and ok(leaf)
             )
@@ -213,8 +256,6 @@ class Placer:
                     plan.bound.append(cell)
                     have += sum(1 for leaf in cell.leaf_cells() if ok(leaf))
             if have >= need:
-                for cell in plan.bound[mark:]:
-                    _add_regions(regions, cell)
                 return True
             for cell in reversed(plan.bound[mark:]):
                 self.vcs.unbind(vc, cell)
@@ -243,11 +284,10 @@ class Placer:
         """Idle GPUs anywhere in the chain, cells no VC has bound first; never preempts."""
         plan = Plan(chain)
         ok = _usable(None)
-        info = self.tree.chains[chain]
         last: Cell | None = None
         for task in sorted(tasks, key=lambda t: -t.leaves):
             best, best_key = None, None
-            for node in info.node_cells:
+            for node in self.tree.open[chain]:
                 free = node.free - plan.free_taken.get(node, 0)
                 if free < task.leaves:
                     continue
@@ -261,21 +301,25 @@ class Placer:
                     best, best_key = node, key
             if best is None:
                 return None
-            plan.add(task, best, pick_leaves([best], task.leaves, ok, plan.taken))
+            counters = best not in plan.taken_on
+            plan.add(task, best, pick_leaves([best], task.leaves, ok, plan.taken, counters))
             last = best
         return plan
 
 
+def _regions(
+    vc: VC, chain: str, pinned: Cell | None
+) -> tuple[dict[Cell, None], dict[Cell, list[Cell]]]:
+    """The nodes a search may use: whole ones, and the parts of others."""
+    if pinned is None:
+        return vc.nodes.get(chain, {}), vc.parts.get(chain, {})
+    if pinned.node_cell is not None:
+        return {}, {pinned.node_cell: [pinned]}
+    return dict.fromkeys(pinned.nodes()), {}
+
+
 def _order(cell: Cell) -> int:
     return cell.order
-
-
-def _add_regions(regions: dict[Cell, list[Cell]], cell: Cell) -> None:
-    if cell.node_cell is not None:
-        regions.setdefault(cell.node_cell, []).append(cell)
-    else:
-        for node in cell.nodes():
-            regions[node] = [node]
 
 
 def _at_level(cell: Cell, level: int) -> list[Cell]:
@@ -295,13 +339,22 @@ def _room(cell: Cell, need: int, ok: Callable[[Cell], bool]) -> bool:
 
 
 def pick_leaves(
-    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: set[int]
+    parts: list[Cell],
+    need: int,
+    ok: Callable[[Cell], bool],
+    taken: set[int],
+    free_only: bool = False,
 ) -> list[Cell]:
     """``need`` GPUs from ``parts`` of one node, packed into the smallest sub-cell that holds
-    them (buddy best fit), free GPUs before those of lower-priority jobs."""
+    them (buddy best fit), free GPUs before those of lower-priority jobs.
+
+    ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
+    """
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
+        if free_only:
+            return cell.free, cell.free
         key = id(cell)
         if key not in counts:
             if not cell.children:

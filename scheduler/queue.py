@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True, eq=False)
@@ -20,7 +21,12 @@ class JobClass:
     vc: str
     priority: int
     entries: list[tuple[int, str]] = field(default_factory=list)  # (seq, job id), sorted
-    blocked_at: int | None = None  # the epoch it last failed at
+    blocked_at: Hashable = None  # the capacity stamp it last failed at
+    need: int = 0  # the fewest GPUs its head job can start with
+    task_need: int = 0  # ... of which its largest task needs on one node
+    failed_at: tuple[int, int] | None = None  # (core tick, VC epoch) of its last failure
+    vc_ref: Any = None  # the core's VC object, saving a lookup on the hot path
+    signature: tuple[Hashable, Hashable] | None = None  # what its failure says (core)
 
     def add(self, seq: int, job_id: str) -> None:
         bisect.insort(self.entries, (seq, job_id))
@@ -36,7 +42,6 @@ class VCQueue:
     """One VC's waiting jobs in queue order: higher priority first, then submit order."""
 
     order: list[tuple[int, int, str]] = field(default_factory=list)  # (-priority, seq, id)
-    classes: dict[Hashable, JobClass] = field(default_factory=dict)
 
     def add(self, priority: int, seq: int, job_id: str) -> None:
         bisect.insort(self.order, (-priority, seq, job_id))

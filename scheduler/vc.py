@@ -21,17 +21,27 @@ class VC:
         self.unbound: dict[str, dict[int, int]] = {}
         self.bound: dict[str, dict[str, Cell]] = {}  # chain -> cell id -> bound cell
         self.pinned: list[Cell] = []
-        self.epoch = 0  # bumped whenever this VC's capacity may have grown
+        # Where the VC's bound cells lie: whole nodes, and nodes it holds only parts of
+        # (pinned cells excluded: only jobs that name them run there).
+        self.nodes: dict[str, dict[Cell, None]] = {}
+        self.parts: dict[str, dict[Cell, list[Cell]]] = {}
+        self.total: dict[str | None, int] = {}  # leaves per chain (None: all), cached
+        self.epoch = 0  # bumped whenever this VC's capacity may have grown for every job
+        self.freed: dict[int, int] = {}  # priority -> times GPUs of such jobs were freed
         # Usage inside the VC's bound cells, kept by the core for cheap pre-checks.
         self.free_in = 0  # healthy GPUs no job uses
         self.oppo_in = 0  # GPUs opportunistic jobs use
         self.prio_in: dict[int, int] = {}  # priority -> GPUs its guaranteed jobs use
+        self.unbound_leaves = 0  # GPUs in cells not bound yet
+        self.grown: dict[Cell, int] = {}  # node -> when GPUs were last freed on it (core)
 
     def chains(self) -> list[str]:
         return list(self.quota)
 
     def leaves(self, tree: CellTree, chain: str | None = None) -> int:
         """The VC's guaranteed leaf cells, in one chain or all."""
+        if chain in self.total:
+            return self.total[chain]
         total = 0
         for name, levels in self.quota.items():
             if chain is not None and name != chain:
@@ -39,7 +49,25 @@ class VC:
             info = tree.chains[name]
             total += sum(info.level_leaves[level] * n for level, n in levels.items())
         total += sum(c.leaves for c in self.pinned if chain is None or c.chain == chain)
+        self.total[chain] = total
         return total
+
+    def add_cell(self, cell: Cell) -> None:
+        if cell.node_cell is not None:
+            self.parts.setdefault(cell.chain, {}).setdefault(cell.node_cell, []).append(cell)
+        else:
+            self.nodes.setdefault(cell.chain, {}).update(dict.fromkeys(cell.nodes()))
+
+    def drop_cell(self, cell: Cell) -> None:
+        if cell.node_cell is not None:
+            parts = self.parts[cell.chain][cell.node_cell]
+            parts.remove(cell)
+            if not parts:
+                del self.parts[cell.chain][cell.node_cell]
+        else:
+            nodes = self.nodes[cell.chain]
+            for node in cell.nodes():
+                del nodes[node]
 
 
 class VCs:
@@ -58,6 +86,8 @@ class VCs:
                 vc.bound.setdefault(cell.chain, {})
             for chain, levels in vc.quota.items():
                 vc.unbound[chain] = dict(levels)
+                info = tree.chains[chain]
+                vc.unbound_leaves += sum(info.level_leaves[lvl] * n for lvl, n in levels.items())
                 for level, n in levels.items():
                     self.demand[chain][level] = self.demand[chain].get(level, 0) + n
             for pid in spec.pinned:
@@ -87,11 +117,15 @@ class VCs:
     def bind(self, vc: VC, cell: Cell) -> None:
         self.tree.bind(cell, vc.name)
         vc.unbound[cell.chain][cell.level] -= 1
+        vc.unbound_leaves -= cell.leaves
         self.demand[cell.chain][cell.level] -= 1
         vc.bound[cell.chain][cell.id] = cell
+        vc.add_cell(cell)
 
     def unbind(self, vc: VC, cell: Cell) -> None:
         self.tree.unbind(cell)
         vc.unbound[cell.chain][cell.level] += 1
+        vc.unbound_leaves += cell.leaves
         self.demand[cell.chain][cell.level] += 1
         del vc.bound[cell.chain][cell.id]
+        vc.drop_cell(cell)

@@ -32,6 +32,8 @@ def unit_name(info: Chain, level: int, count: int) -> str:
     cells = "cell" if count == 1 else "cells"
     if level == info.node_level:
         return f"node-level {cells}"
+    if level == 1:
+        return f"single-GPU {cells}"
     return f"{info.level_leaves[level]}-GPU {cells}"
 
 
@@ -117,6 +119,8 @@ def _guaranteed(
         free = bad = reserved = 0
         regions: dict[Cell, int] = {}
         for cell in vc.bound.get(chain, {}).values():
+            if cell.pinned and cell.pinned_id != job.pinned:
+                continue
             nodes = [cell] if cell.node_cell is not None else cell.nodes()
             for part in nodes:
                 node = part.node_cell or part

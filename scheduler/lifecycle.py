@@ -1,0 +1,111 @@
+"""A job's lifecycle outside the policy: states, attempts, retries and the reason of each
+transition, kept in one place so every driver (replay, simulator, service) agrees.
+
+WAITING -> RUNNING -> SUCCEEDED | FAILED | STOPPED; a failed attempt with retries left goes
+back to WAITING (attempt + 1); a preempted or stopped attempt goes back to WAITING without
+spending a retry. REJECTED is for a spec refused at submit, which never reaches the policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import (
+    Decision,
+    Downgrade,
+    Finish,
+    Preempt,
+    Requeue,
+    Start,
+    Stop,
+    TaskPlacement,
+)
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED", "REJECTED"})
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: str
+    spec: JobSpec
+    submitted: float
+    state: str = "WAITING"
+    attempt: int = 1
+    reason: str = ""  # why the last transition happened ("" for a fresh submission)
+    tasks: tuple[TaskPlacement, ...] = ()
+    opportunistic: bool = False
+    started: float | None = None  # when the current attempt first ran
+    ended: float | None = None
+    generation: int = 0  # bumped whenever a run is cut short, to drop stale completions
+    preemptions: int = 0
+    interrupted: tuple[float, str] | None = None  # when and why the last run was cut short
+
+    @property
+    def retries_left(self) -> int:
+        return self.spec.retries - (self.attempt - 1)
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL
+
+
+def rejected(job_id: str, spec: JobSpec, now: float, message: str) -> JobRecord:
+    return JobRecord(job_id, spec, now, state="REJECTED", reason=message, ended=now)
+
+
+def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
+    """Update the record for a policy decision; True when a run starts (time it)."""
+    match decision:
+        case Start():
+            fresh = record.state != "RUNNING"
+            record.tasks = (*record.tasks, *decision.tasks)
+            record.state = "RUNNING"
+            record.opportunistic = decision.opportunistic
+            if fresh:
+                record.reason = "running opportunistically" if decision.opportunistic else "started"
+                if record.interrupted and record.interrupted[0] == now:
+                    record.reason += f" again at once after it was {record.interrupted[1]}"
+                record.started = now
+            return fresh
+        case Preempt():
+            _back_to_waiting(record, decision.reason, now)
+            record.preemptions += 1
+        case Stop():
+            _back_to_waiting(record, f"stopped: {decision.reason}", now)
+        case Downgrade():
+            record.opportunistic = True
+            record.reason = decision.reason
+    return False
+
+
+def _back_to_waiting(record: JobRecord, reason: str, now: float) -> None:
+    record.interrupted = (now, reason)
+    record.state = "WAITING"
+    record.tasks = ()
+    record.reason = reason
+    record.started = None
+    record.generation += 1
+
+
+def end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Requeue:
+    """The attempt ended; the event to give the policy (a retry requeues the job)."""
+    record.generation += 1
+    record.tasks = ()
+    record.started = None
+    if ok:
+        record.state, record.reason, record.ended = "SUCCEEDED", "finished", now
+        return Finish(record.job_id, now)
+    if record.retries_left > 0:
+        record.attempt += 1
+        record.state = "WAITING"
+        record.reason = f"failed; retry {record.attempt - 1} of {record.spec.retries}"
+        return Requeue(record.job_id, now)
+    record.state, record.ended = "FAILED", now
+    record.reason = "failed" + (" (no retries left)" if record.spec.retries else "")
+    return Finish(record.job_id, now)
+
+
+def cancel(record: JobRecord, now: float) -> None:
+    record.generation += 1
+    record.state, record.reason, record.ended, record.tasks = "STOPPED", "cancelled", now, ()

@@ -1,0 +1,267 @@
+"""Driving a policy in virtual time: the scenario replayer, and the clock the simulator reuses.
+
+``VirtualTimeDriver`` owns time and the job lifecycle: it turns timed actions (submit, finish,
+fail, cancel, node changes, reconfiguration) into policy events, applies the decisions, and
+finishes running jobs when their duration has passed. A preempted or stopped run is dropped
+and reruns its whole duration. ``replay`` runs a scenario on it and checks expectations.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.lifecycle import (
+    JobRecord,
+    apply_decision,
+    cancel,
+    end_attempt,
+    rejected,
+)
+from labhive.scheduler.model import (
+    Cancel,
+    Decision,
+    Event,
+    NodeDown,
+    NodeUp,
+    Reconfigure,
+    Scheduler,
+    SpecRejected,
+    Start,
+    Submit,
+)
+from labhive.scheduler.scenario import Expectation, Scenario, ScenarioEvent
+
+#: Completions sort before actions that happen at the same virtual time.
+_COMPLETION, _ACTION = 0, 1
+
+
+class VirtualTimeDriver:
+    """A policy, a virtual clock and every job's record."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.now = 0.0
+        self.records: dict[str, JobRecord] = {}
+        self.durations: dict[str, float | None] = {}
+        self.decisions = 0
+        self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
+        self._counter = 0
+
+    # ---- scheduling work in virtual time -----------------------------------------------------
+
+    def at(self, time: float, action: Callable[[], str | None], kind: int = _ACTION) -> None:
+        """Run ``action`` at ``time``; it returns a description of what happened, or None."""
+        self._counter += 1
+        heapq.heappush(self._heap, (time, kind, self._counter, action))
+
+    def step(self) -> str | None:
+        """Run the next timed action; its description (None if it turned out stale)."""
+        time, _, _, action = heapq.heappop(self._heap)
+        self.now = max(self.now, time)
+        return action()
+
+    def pending(self) -> bool:
+        return bool(self._heap)
+
+    def next_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    # ---- actions -----------------------------------------------------------------------------
+
+    def submit(self, job_id: str, spec: JobSpec, duration: float | None = None) -> JobRecord:
+        try:
+            self.scheduler.check(spec)
+        except SpecRejected as err:
+            record = self.records[job_id] = rejected(job_id, spec, self.now, str(err))
+            return record
+        record = self.records[job_id] = JobRecord(job_id, spec, self.now)
+        self.durations[job_id] = duration if duration is not None else spec.duration
+        self.feed(Submit(job_id, spec, self.now))
+        return record
+
+    def end(self, job_id: str, ok: bool) -> None:
+        """The job's attempt ended on its own (finished or failed)."""
+        record = self.records[job_id]
+        if record.state != "RUNNING":
+            return
+        self.feed(end_attempt(record, ok, self.now))
+
+    def cancel(self, job_id: str) -> None:
+        record = self.records[job_id]
+        if record.done:
+            return
+        cancel(record, self.now)
+        self.feed(Cancel(job_id, self.now))
+
+    def feed(self, event: Event) -> list[Decision]:
+        """Give the policy one event and apply what it decides."""
+        decisions = self.scheduler.handle(event)
+        self.decisions += len(decisions)
+        for decision in decisions:
+            record = self.records.get(decision.job_id)
+            if record is None:
+                continue
+            if apply_decision(record, decision, self.now) and isinstance(decision, Start):
+                self._time_run(record)
+        return decisions
+
+    def _time_run(self, record: JobRecord) -> None:
+        duration = self.durations.get(record.job_id)
+        if duration is None:
+            return
+        generation = record.generation
+
+        def complete() -> str | None:
+            if record.generation != generation or record.state != "RUNNING":
+                return None
+            self.end(record.job_id, True)
+            return f"{record.spec.name} finished"
+
+        self.at(self.now + duration, complete, _COMPLETION)
+
+
+# ---- scenarios -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def replay(scenario: Scenario, policy: str = "hived") -> ReplayResult:
+    """Replay a scenario; a snapshot after every event and every failed expectation."""
+    from labhive.scheduler.policies import get_policy
+
+    driver = VirtualTimeDriver(get_policy(policy, scenario.cluster))
+    result = ReplayResult()
+    for event in scenario.events:
+        driver.at(event.at, _action(driver, event))
+    expects = sorted(scenario.expects, key=lambda e: e.at)
+    while driver.pending():
+        upcoming = driver.next_time()
+        while expects and upcoming is not None and expects[0].at < upcoming:
+            _record(result, check(driver, expects.pop(0)))
+        description = driver.step()
+        if description is not None:
+            result.steps.append(snapshot(driver, description))
+    for expect in expects:
+        _record(result, check(driver, expect))
+    return result
+
+
+def _record(result: ReplayResult, failure: str | None) -> None:
+    if failure:
+        result.failures.append(failure)
+
+
+def _action(driver: VirtualTimeDriver, event: ScenarioEvent) -> Callable[[], str | None]:
+    def run() -> str:
+        name = event.target
+        match event.action:
+            case "submit":
+                assert event.spec is not None
+                record = driver.submit(name, event.spec, event.duration)
+                if record.state == "REJECTED":
+                    return f"submit {name}: rejected"
+            case "finish" | "fail":
+                driver.end(name, event.action == "finish")
+            case "cancel":
+                driver.cancel(name)
+            case "node_down":
+                driver.feed(NodeDown(name, driver.now, event.reason))
+            case "node_up":
+                driver.feed(NodeUp(name, driver.now))
+            case "reconfigure":
+                assert isinstance(event.config, ClusterConfig)
+                driver.feed(Reconfigure(event.config, driver.now))
+        return event.describe()
+
+    return run
+
+
+def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
+    """A job as the replay shows it: state, queue position, reason and tasks."""
+    view = None if record.done else driver.scheduler.job(record.job_id)
+    reason = record.reason
+    position = None
+    tasks = []
+    if view is not None:
+        position = view.queue_position if view.state == "WAITING" else None
+        if (
+            view.why
+            and view.state == "RUNNING"
+            and record.reason in ("started", "running opportunistically")
+        ):
+            reason = view.why
+        elif view.why:
+            reason = f"{reason}; {view.why}" if reason else view.why
+        tasks = [
+            {
+                "role": t.role,
+                "index": t.index,
+                "node": t.node,
+                "gpus": list(t.gpus),
+                "state": "RUNNING",
+            }
+            for t in view.tasks
+        ]
+    return {
+        "name": record.spec.name,
+        "vc": record.spec.vc,
+        "priority": record.spec.priority,
+        "state": record.state,
+        "queue_position": position,
+        "reason": reason,
+        "tasks": tasks,
+    }
+
+
+def snapshot(driver: VirtualTimeDriver, description: str) -> dict[str, Any]:
+    vcs = driver.scheduler.cluster().vcs
+    return {
+        "t": driver.now,
+        "event": description,
+        "jobs": [job_state(driver, r) for r in driver.records.values()],
+        "vcs": {
+            name: {
+                "guaranteed_gpus": v.guaranteed_gpus,
+                "used_gpus": v.used_gpus,
+                "opportunistic_gpus": v.opportunistic_gpus,
+            }
+            for name, v in vcs.items()
+        },
+    }
+
+
+def check(driver: VirtualTimeDriver, expect: Expectation) -> str | None:
+    """None when the job matches the expectation now, else what differs."""
+    record = next((r for r in driver.records.values() if r.spec.name == expect.job), None)
+    if record is None:
+        return f"{expect.describe()}: the job was not submitted by then"
+    state = job_state(driver, record)
+    problems = []
+    for key, want in expect.checks.items():
+        if key == "nodes":
+            got: Any = sorted({t["node"] for t in state["tasks"]})
+            ok = got == sorted(str(n) for n in want)
+        elif key == "reason":
+            got = state["reason"]
+            ok = str(want) in got
+        else:
+            got = state[key]
+            ok = got == want
+        if not ok:
+            problems.append(f"{key} is {got!r}")
+    if problems:
+        return f"{expect.describe()}: {'; '.join(problems)}"
+    return None
