@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+from labhive.scheduler.executors.env import launch_env
 
 DOMAIN = "labhive.io"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "labhive"}
@@ -108,38 +109,38 @@ class PodOptions:
 
 
 #: Host-side device numbering means nothing inside a container that the device plugin gave
-#: its own GPUs (they are renumbered from 0), so these never pass into a pod.
-_HOST_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+#: its own GPUs (renumbered from 0), and the host's loopback is not the pod's: these never pass
+#: into a pod as values (the host IP comes from the downward API instead).
+_HOST_ONLY_ENV = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PAI_CONTAINER_HOST_IP"}
+)
+
+
+def needs_service(gang: Sequence[TaskLaunch]) -> bool:
+    """Jobs of more than one task rendezvous by name, even when launched a few at a time."""
+    total = max((int(t.env.get("PAI_JOB_TASK_COUNT", "1") or 1) for t in gang), default=1)
+    return len(gang) > 1 or total > 1
 
 
 def task_env(launch: TaskLaunch, gang: Sequence[TaskLaunch], service: str | None) -> dict[str, str]:
-    """OpenPAI's per-task variables on top of the job's own, with pod DNS names for hosts.
+    """The task's variables (``env.launch_env``, as for a local process) fitted to a pod.
 
-    In a pod, a gang-mate's address is ``<role>-<index>.<service>`` (the headless Service), not
-    an IP known in advance, so the ``PAI_HOST_IP_<role>_<index>`` the job env may carry are
-    replaced by those names.
+    A gang-mate's address is its DNS name ``<role>-<index>.<service>`` under the headless
+    Service, not an IP known in advance, so ``PAI_HOST_IP_<role>_<index>`` and the rendezvous
+    host ``MASTER_ADDR`` (the rank-0 task) are those names.
     """
-    key = launch.key
-    env = {k: v for k, v in launch.env.items() if k not in _HOST_ONLY_ENV}
-    env.update(
-        {
-            "PAI_JOB_NAME": launch.job_name,
-            "PAI_CURRENT_TASK_ROLE_NAME": key.role,
-            "PAI_TASK_ROLE_NAME": key.role,
-            "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(key.index),
-            "PAI_TASK_INDEX": str(key.index),
-            "PAI_CONTAINER_ID": pod_name(key),
-            "LABHIVE_JOB_ID": key.job_id,
-            "LABHIVE_ATTEMPT": str(key.attempt),
-            "LABHIVE_GPU_INDICES": ",".join(str(g) for g in launch.gpus),
-        }
-    )
+    env = {**launch.env, **launch_env(launch)}
+    for name in _HOST_ONLY_ENV:
+        env.pop(name, None)
+    env["PAI_CONTAINER_ID"] = pod_name(launch.key)
     if launch.user:
         env["PAI_USER_NAME"] = launch.user
     if service:
         for mate in gang:
-            host = task_hostname(mate.key.role, mate.key.index)
-            env[f"PAI_HOST_IP_{mate.key.role}_{mate.key.index}"] = f"{host}.{service}"
+            host = f"{task_hostname(mate.key.role, mate.key.index)}.{service}"
+            env[f"PAI_HOST_IP_{mate.key.role}_{mate.key.index}"] = host
+            if mate.env.get("RANK") == "0":
+                env["MASTER_ADDR"] = host
     return env
 
 

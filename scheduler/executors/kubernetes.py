@@ -45,7 +45,9 @@ from labhive.scheduler.executors.k8s_objects import (
     PodOptions,
     binding_manifest,
     event_manifest,
+    needs_service,
     pod_manifest,
+    pod_name,
     service_manifest,
     service_name,
     task_env,
@@ -204,21 +206,24 @@ class KubernetesExecutor:
             meta = node.get("metadata") or {}
             label = (meta.get("labels") or {}).get(self._node_label) if self._node_label else None
             by_name[label or meta.get("name", "")] = node
+        want: dict[str, int] = {}  # a node in two chains is listed once per chain
+        for spec in wanted:
+            want[spec.name] = want.get(spec.name, 0) + _gpu_count(spec.gpus)
         now = self._clock()
         events: list[NodeDown | NodeUp] = []
         with self._lock:
-            for spec in wanted:
-                node = by_name.get(spec.name)
+            for name, gpus in want.items():
+                node = by_name.get(name)
                 if node is not None:
-                    self._k8s_names[spec.name] = node["metadata"]["name"]
-                problem = node_problem(node, _gpu_count(spec.gpus), self._opts.gpu_resource)
-                was_known = spec.name in self._node_health
-                was_bad = self._node_health.get(spec.name) is not None
+                    self._k8s_names[name] = node["metadata"]["name"]
+                problem = node_problem(node, gpus, self._opts.gpu_resource)
+                was_known = name in self._node_health
+                was_bad = self._node_health.get(name) is not None
                 if problem and (not was_known or not was_bad):
-                    events.append(NodeDown(spec.name, now, problem))
+                    events.append(NodeDown(name, now, problem))
                 elif not problem and was_bad:
-                    events.append(NodeUp(spec.name, now))
-                self._node_health[spec.name] = problem
+                    events.append(NodeUp(name, now))
+                self._node_health[name] = problem
         return events
 
     def _k8s_node(self, node: str) -> str:
@@ -241,7 +246,7 @@ class KubernetesExecutor:
         self._ensure_watch()
         first = tasks[0].key
         targets = [self._k8s_node(t.node) for t in tasks]
-        service = service_name(first.job_id, first.attempt) if len(tasks) > 1 else None
+        service = service_name(first.job_id, first.attempt) if needs_service(tasks) else None
         created: list[tuple[str, str]] = []  # (pod, uid)
         try:
             for t, node in zip(tasks, targets, strict=True):
@@ -348,11 +353,12 @@ class KubernetesExecutor:
         pods: dict[str, str | None] = {}
         with self._lock:
             for h in handles:
-                pods[h.info["pod"]] = h.info.get("uid")
-                self._tracked.pop(h.info["pod"], None)
+                name = h.info.get("pod") or pod_name(h.key)
+                pods[name] = h.info.get("uid")
+                self._tracked.pop(name, None)
+        why = reason or "stopped by LabHive (cancelled, preempted or its node is down)"
         for pod, uid in pods.items():
-            if reason:
-                self._record_event(pod, uid, "Stopped", reason)
+            self._record_event(pod, uid, "Stopped", why)
             self._delete_pod(pod, grace_s=grace_s)
         for service in {h.info.get("service") for h in handles} - {None}:
             self._delete_service(str(service))
@@ -428,10 +434,24 @@ class KubernetesExecutor:
         return exits
 
     def adopt(self, handles: Sequence[TaskHandle]) -> list[TaskExit]:
-        """Track the recorded pods again; those gone or ended while LabHive was down end now."""
+        """Track the recorded pods again; those gone or ended while LabHive was down end now.
+
+        A handle without ``info`` (LabHive died between launch and recording it) still finds
+        its pod: names follow from the task key, so no launched pod is left running unseen.
+        """
+        ended: list[TaskExit] = []
         for h in handles:
-            self._track(h.key, h.info["pod"], h.info.get("uid"))
-        self._relist()
+            name = h.info.get("pod") or pod_name(h.key)
+            uid = h.info.get("uid")
+            self._track(h.key, name, uid)  # before the read: later changes reach the watch
+            pod = self._read_pod(name)
+            if pod is None or (uid and pod["metadata"].get("uid") != uid):
+                with self._lock:
+                    t = self._tracked.get(name)
+                    if t is not None:
+                        self._ended(t, None, "pod gone while LabHive was down", True)
+            else:
+                self._observe(pod)
         keys = {h.key for h in handles}
         with self._lock:
             ended = [e for e in self._exits if e.key in keys]
