@@ -51,7 +51,7 @@ def cluster() -> Iterator[tuple[FakeServer, Kubelet]]:
 
 def executor(server: FakeServer, **options: object) -> KubernetesExecutor:
     conf = k8s.Configuration(host=server.url)
-    options = {"watch_timeout_s": 1, "stop_slack_s": 3.0, **options}
+    options = {"watch_timeout_s": 1, "stop_slack_s": 3.0, "node_poll_s": 0.0, **options}
     return KubernetesExecutor(k8s.ApiClient(conf), NS, nodes=CONFIG, **options)  # type: ignore[arg-type]
 
 

@@ -13,9 +13,11 @@ pods again by name and ``discover`` rebuilds placements from labels, annotations
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -135,6 +137,7 @@ class KubernetesExecutor:
         pull_grace_s: float = 300.0,
         watch_timeout_s: int = 30,
         stop_slack_s: float = 30.0,
+        node_poll_s: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._api = k8s.CoreV1Api(api_client)
@@ -154,6 +157,8 @@ class KubernetesExecutor:
         self._pull_grace_s = pull_grace_s
         self._watch_timeout_s = watch_timeout_s
         self._stop_slack_s = stop_slack_s
+        self._node_poll_s = node_poll_s
+        self._nodes_listed_at: float | None = None
         self._clock = clock
         self._lock = threading.RLock()
         self._tracked: dict[str, _Tracked] = {}
@@ -173,9 +178,13 @@ class KubernetesExecutor:
         self._closing.set()
         resp = self._watch_resp
         if resp is not None:
-            resp.close()  # wakes the watch thread from its blocking read
+            # Closing a socket does not wake a thread blocked reading it; shutting it down does.
+            sock = getattr(getattr(resp, "connection", None), "sock", None)
+            with contextlib.suppress(OSError):
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
-            self._thread.join(timeout=self._watch_timeout_s + 5)
+            self._thread.join(timeout=5)
 
     def _ensure_watch(self) -> None:
         with self._lock:
@@ -192,9 +201,18 @@ class KubernetesExecutor:
         """Health changes of the config's nodes since the last call, as the core's events.
 
         The first call reports every node that is bad from the start (the core assumes all
-        healthy); later calls report only transitions. An unreachable API reports nothing:
-        that says nothing about the nodes.
+        healthy); later calls report only transitions. The scheduler loop calls this on every
+        pass, so the nodes are listed at most every ``node_poll_s``. An unreachable API reports
+        nothing: that says nothing about the nodes.
         """
+        now = time.monotonic()
+        if (
+            nodes is None
+            and self._nodes_listed_at is not None
+            and now - self._nodes_listed_at < self._node_poll_s
+        ):
+            return []
+        self._nodes_listed_at = now
         wanted = tuple(nodes) if nodes is not None else self._config_nodes
         try:
             items = _body(self._api.list_node(_preload_content=False)).get("items") or []
@@ -277,6 +295,7 @@ class KubernetesExecutor:
                     "pod": name,
                     "uid": uid,
                     "node": node,
+                    "config_node": t.node,
                     "service": service,
                 },
             )
@@ -349,17 +368,24 @@ class KubernetesExecutor:
     # ---- stop -------------------------------------------------------------------------------
 
     def stop(self, handles: Sequence[TaskHandle], grace_s: float, reason: str = "") -> None:
-        """Delete the pods with a grace period (force after it), record why, wait until gone."""
+        """Delete the pods with a grace period (force after it), record why, wait until gone.
+
+        A pod on a node known to be down is deleted at once: no kubelet is there to end it
+        gracefully, and waiting would hold up the scheduler loop.
+        """
         pods: dict[str, str | None] = {}
+        lost: set[str] = set()
         with self._lock:
             for h in handles:
                 name = h.info.get("pod") or pod_name(h.key)
                 pods[name] = h.info.get("uid")
                 self._tracked.pop(name, None)
+                if self._node_health.get(h.info.get("config_node", "")):
+                    lost.add(name)
         why = reason or "stopped by LabHive (cancelled, preempted or its node is down)"
         for pod, uid in pods.items():
             self._record_event(pod, uid, "Stopped", why)
-            self._delete_pod(pod, grace_s=grace_s)
+            self._delete_pod(pod, grace_s=0 if pod in lost else grace_s)
         for service in {h.info.get("service") for h in handles} - {None}:
             self._delete_service(str(service))
         if not self._wait_gone(pods, grace_s + self._stop_slack_s):

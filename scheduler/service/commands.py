@@ -40,14 +40,19 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> Non
     parser.add_argument("--cluster", help="HiveD cluster config (default: this machine's GPUs)")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
     parser.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
-    parser.add_argument("--executor", default="local", choices=["local"], help="where tasks run")
+    from labhive.scheduler.executors import k8s_serve
+    from labhive.scheduler.service.server import EXECUTORS
+
+    parser.add_argument("--executor", default="local", choices=EXECUTORS, help="where tasks run")
     parser.add_argument("--users", type=Path, help="users/groups YAML (tokens, group -> VCs)")
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
     parser.set_defaults(stop_tasks_on_exit=stop_default)
+    k8s_serve.add_options(parser)
 
 
 def _options(args: argparse.Namespace) -> Any:
+    from labhive.scheduler.executors import k8s_serve
     from labhive.scheduler.service.server import ServeOptions
 
     return ServeOptions(
@@ -62,6 +67,7 @@ def _options(args: argparse.Namespace) -> Any:
         grace_s=args.grace_s,
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
+        executor_options=k8s_serve.options_from(args),
     )
 
 

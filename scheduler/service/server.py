@@ -20,7 +20,7 @@ from labhive.scheduler.executors.base import Executor
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 
-EXECUTORS = ("local",)
+EXECUTORS = ("local", "kubernetes")
 
 
 @dataclass
@@ -36,6 +36,7 @@ class ServeOptions:
     grace_s: float = 10.0
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
+    executor_options: dict[str, Any] = field(default_factory=dict)  # --executor kubernetes
 
 
 @dataclass
@@ -51,11 +52,18 @@ class Running:
     virtual: bool
 
 
-def make_executor(name: str, data_dir: Path, grace_s: float) -> Executor:
+def make_executor(
+    name: str, data_dir: Path, grace_s: float, opts: ServeOptions | None = None, config: Any = None
+) -> Executor:
     if name == "local":
         from labhive.scheduler.executors.local import LocalExecutor
 
         return LocalExecutor(data_dir, grace_s=grace_s)
+    if name == "kubernetes":
+        from labhive.scheduler.executors.k8s_serve import kubernetes_executor
+
+        opts = opts or ServeOptions()
+        return kubernetes_executor(opts.executor_options, config, bool(opts.cluster))
     raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
 
 
@@ -90,7 +98,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
     auth = TokenAuthenticator(token, load_users(opts.users), token_file)
-    executor = make_executor(opts.executor, data_dir, opts.grace_s)
+    executor = make_executor(opts.executor, data_dir, opts.grace_s, opts, config)
     loop = SchedulerLoop(
         store,
         lambda: policy(config),
@@ -98,6 +106,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         load_spec,
         virtual=config.virtual,
         grace_s=opts.grace_s,
+        node_events=getattr(executor, "node_events", None),
     )
     service = Service(store, loop, executor, auth, parse, checker.check, policy=opts.policy)
     app = create_app(service)
