@@ -160,3 +160,41 @@ def test_distinct_keys_that_clean_up_alike_keep_distinct_names() -> None:
 def test_a_pod_that_labhive_did_not_make_reads_as_no_task() -> None:
     assert task_of({}) is None
     assert task_of({"labhive.io/task": "{not json"}) is None
+
+
+DEPLOY = Path(__file__).resolve().parents[1] / "docs" / "kubernetes"
+
+
+def test_the_deployment_manifests_validate_and_their_flags_and_config_load() -> None:
+    from labhive.scheduler.cli import build_parser
+    from labhive.scheduler.config import load_cluster_config
+
+    docs = [
+        d for f in sorted(DEPLOY.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d
+    ]
+    assert {d["kind"] for d in docs} >= {
+        "ServiceAccount",
+        "Role",
+        "ClusterRole",
+        "RoleBinding",
+        "ClusterRoleBinding",
+        "Deployment",
+        "PersistentVolumeClaim",
+        "Service",
+        "ConfigMap",
+    }
+    for doc in docs:
+        valid(doc)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    parsed = build_parser().parse_args(args)
+    assert (parsed.executor, parsed.in_cluster, parsed.namespace) == ("kubernetes", True, "labhive")
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    names = {
+        n.name
+        for n in load_cluster_config(yaml.safe_load(config_map["data"]["cluster.yaml"])).nodes()
+    }
+    assert names == {"gpu-node-1", "gpu-node-2"}
+    role = next(d for d in docs if d["kind"] == "Role")
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("pods/binding", "create"), ("pods/log", "get"), ("pods", "watch")} <= granted
