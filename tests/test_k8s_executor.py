@@ -22,7 +22,15 @@ from labhive.scheduler.executors.base import (
     TaskKey,
     TaskLaunch,
 )
-from labhive.scheduler.executors.k8s_objects import A_LEAF_CELLS, L_JOB, L_VC, pod_name
+from labhive.scheduler.executors.k8s_objects import (
+    A_LEAF_CELLS,
+    L_JOB,
+    L_VC,
+    PodOptions,
+    pod_manifest,
+    pod_name,
+    task_env,
+)
 from labhive.scheduler.executors.kubernetes import KubernetesExecutor
 from labhive.scheduler.model import NodeDown, NodeUp
 
@@ -279,3 +287,14 @@ def test_pod_annotations_hold_the_exact_task_key(cluster, lh) -> None:
     task = json.loads(pod["metadata"]["annotations"]["labhive.io/task"])
     assert (task["job_id"], task["attempt"], task["role"]) == ("Job_With Spaces/1", 2, "Trainer")
     assert exits(lh, 1)[0].key == odd.key
+
+
+def test_a_pod_created_but_never_bound_before_a_crash_is_removed_and_requeued(cluster, lh) -> None:
+    server, _ = cluster
+    (task,) = gang("job13", "exit 0", nodes=("node-a",))
+    opts = PodOptions(namespace=NS)
+    server.api.create_pod(NS, pod_manifest(task, opts, task_env(task, [task], None)))
+    (end,) = lh.adopt([TaskHandle(task.key, {})])
+    assert (end.exit_code, end.requeue) == (None, True)
+    assert "never bound" in end.reason
+    assert server.api.pod(pod_name(task.key)) is None

@@ -472,10 +472,12 @@ class KubernetesExecutor:
             self._track(h.key, name, uid)  # before the read: later changes reach the watch
             pod = self._read_pod(name)
             if pod is None or (uid and pod["metadata"].get("uid") != uid):
-                with self._lock:
-                    t = self._tracked.get(name)
-                    if t is not None:
-                        self._ended(t, None, "pod gone while LabHive was down", True)
+                self._lost(name, "pod gone while LabHive was down")
+            elif not (pod.get("spec") or {}).get("nodeName"):
+                # Created but never bound (LabHive stopped mid-launch): nothing would ever bind
+                # it, so it goes and the job waits again.
+                self._delete_pod(name, grace_s=0)
+                self._lost(name, "pod was never bound (LabHive stopped during the launch)")
             else:
                 self._observe(pod)
         keys = {h.key for h in handles}
@@ -484,6 +486,12 @@ class KubernetesExecutor:
             self._exits = [e for e in self._exits if e.key not in keys]
         self._ensure_watch()
         return ended
+
+    def _lost(self, pod: str, reason: str) -> None:
+        with self._lock:
+            t = self._tracked.get(pod)
+            if t is not None:
+                self._ended(t, None, reason, True)
 
     def discover(self) -> list[TaskHandle]:
         """Every live LabHive pod in the namespace as a handle, placement included.
@@ -732,7 +740,11 @@ def connect(
             return k8s.ApiClient(conf)
         return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
     except (ConfigException, OSError) as err:
-        where = "the in-cluster service account" if in_cluster else (kubeconfig or "$KUBECONFIG")
+        where = (
+            "the in-cluster service account"
+            if in_cluster
+            else (kubeconfig or "$KUBECONFIG or ~/.kube/config")
+        )
         raise UserError(
             f"cannot load Kubernetes credentials from {where}: {err}; "
             "pass --kubeconfig PATH, or --in-cluster when LabHive runs in a pod"
