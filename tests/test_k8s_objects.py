@@ -142,6 +142,8 @@ def test_any_task_key_gives_valid_names_and_reads_back(
 ) -> None:
     key = TaskKey(job, attempt, role, index)
     assert DNS_LABEL.match(pod_name(key))
+    assert pod_name(key) != pod_name(TaskKey(job + "-x", attempt, role, index))
+    assert pod_name(key) != pod_name(TaskKey(job, attempt, "x-" + role, index))
     assert DNS_LABEL.match(service_name(job, attempt)) and service_name(job, attempt)[0].isalpha()
     assert DNS_LABEL.match(task_hostname(role, index))
     assert LABEL_VALUE.match(label_value(job)) and len(label_value(job)) <= 63
@@ -154,6 +156,8 @@ def test_any_task_key_gives_valid_names_and_reads_back(
 def test_distinct_keys_that_clean_up_alike_keep_distinct_names() -> None:
     a, b = TaskKey("job_1", 0, "w", 0), TaskKey("job.1", 0, "w", 0)
     assert pod_name(a) != pod_name(b)
+    assert pod_name(TaskKey("a-b", 0, "c", 0)) != pod_name(TaskKey("a", 0, "b-c", 0))
+    assert pod_name(TaskKey("42", 1, "worker", 3)) == "lh-42-worker-3-a1"
     assert label_value("a/b") != label_value("a:b")
 
 

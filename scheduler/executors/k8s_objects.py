@@ -32,6 +32,7 @@ CONTAINER = "main"
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
+_PLAIN = re.compile(r"[a-z0-9]+")
 
 
 def _short_hash(text: str) -> str:
@@ -57,8 +58,16 @@ def label_value(text: str) -> str:
 
 
 def pod_name(key: TaskKey) -> str:
-    """One name per task attempt, so a repeated create after a crash finds the same pod."""
-    return dns_label(f"lh-{key.job_id}-{key.role}-{key.index}-a{key.attempt}")
+    """One name per task attempt, so a repeated create after a crash finds the same pod.
+
+    Where job id or role hold a dash (or anything a DNS label lacks) the split between them
+    is ambiguous, so a hash of the exact key keeps the name unique.
+    """
+    readable = f"lh-{key.job_id}-{key.role}-{key.index}-a{key.attempt}"
+    if _PLAIN.fullmatch(key.job_id) and _PLAIN.fullmatch(key.role):
+        return dns_label(readable)
+    exact = f"{key.job_id}\0{key.role}\0{key.index}\0{key.attempt}"
+    return f"{dns_label(readable, 54).rstrip('-')}-{_short_hash(exact)}"
 
 
 def service_name(job_id: str, attempt: int) -> str:
