@@ -165,6 +165,7 @@ class CellTree:
         self.free_list: dict[str, dict[int, dict[str, Cell]]] = {}
         # Per chain, the nodes with a free healthy GPU: what most searches start from.
         self.open: dict[str, dict[Cell, None]] = {}
+        self.oppo_total = 0  # GPUs opportunistic jobs use, cluster-wide
         order = 0
         for spec in config.physical_cells:
             chain = self.chains.get(spec.chain)
@@ -205,6 +206,8 @@ class CellTree:
         leaf.job, leaf.prio = job_id, prio
         healthy = leaf.bad == 0
         guaranteed = prio >= 0
+        if not guaranteed:
+            self.oppo_total += 1
         cell: Cell | None = leaf
         while cell is not None:
             if healthy:
@@ -222,6 +225,8 @@ class CellTree:
     def release(self, leaf: Cell) -> None:
         healthy = leaf.bad == 0
         guaranteed = leaf.prio >= 0
+        if not guaranteed:
+            self.oppo_total -= 1
         leaf.job = None
         cell: Cell | None = leaf
         while cell is not None:

@@ -115,6 +115,8 @@ class HivedScheduler:
         self.vcs = VCs(config, self.tree)
         self.placer = Placer(self.tree, self.vcs)
         self._leaves_cache: dict[tuple[RoleSpec, str], int] = {}
+        self._chains_cache: dict[Hashable, list[str]] = {}
+        self._checked: dict[Hashable, str | None] = {}
         self._max_node = {
             leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
             for leaf in {c.leaf_type for c in self.tree.chains.values()}
@@ -131,6 +133,18 @@ class HivedScheduler:
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that can never run here, saying what would fit."""
+        key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
+        if key not in self._checked:
+            try:
+                self._check(spec)
+                self._checked[key] = None
+            except SpecRejected as err:
+                self._checked[key] = str(err)
+        message = self._checked[key]
+        if message is not None:
+            raise SpecRejected(message)
+
+    def _check(self, spec: JobSpec) -> None:
         leaf_types = sorted(self._max_node)
         vc = self.vcs.by_name.get(spec.vc)
         if vc is None:
@@ -272,6 +286,10 @@ class HivedScheduler:
                 vc.prio_in[job.prio] = vc.prio_in.get(job.prio, 0) + 1
             else:
                 vc.oppo_in += 1
+            self.tree.use(leaf, job.job_id, job.prio)
+            if leaf.node_cell is not None and leaf.node_cell.free == 0:
+                vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
+            return
         self.tree.use(leaf, job.job_id, job.prio)
 
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
@@ -292,6 +310,8 @@ class HivedScheduler:
             self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
+        if owner is not None and leaf.node_cell is not None:
+            self.vcs[owner.vc or ""].refresh_open(leaf.node_cell)
         self._bump_oppo()
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
@@ -308,7 +328,7 @@ class HivedScheduler:
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
-        for cell in sorted(touched, key=lambda c: c.order):
+        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
@@ -532,7 +552,15 @@ class HivedScheduler:
     # ---- placing -----------------------------------------------------------------------------
 
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
-        skus = {r.sku for r in roles if r.sku}
+        """The chains a job may run in, in config order (cached: asked on every attempt)."""
+        skus = frozenset(r.sku for r in roles if r.sku)
+        key = (job.vc, job.opportunistic, job.pinned, skus)
+        chains = self._chains_cache.get(key)
+        if chains is None:
+            chains = self._chains_cache[key] = self._find_chains(job, skus)
+        return chains
+
+    def _find_chains(self, job: Job, skus: frozenset[str | None]) -> list[str]:
         pin = job.pinned
         if pin is not None and not job.opportunistic:
             cell = self.tree.pinned.get(pin)
@@ -572,9 +600,11 @@ class HivedScheduler:
         least = min(sum(t.leaves for t in n) for n in needs.values())
         room = vc.free_in + vc.unbound_leaves
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        if not lower and not self._oppo_running():
+            lower = [None]  # nobody to preempt: the free search is the only one
         # Free GPUs first (binding more of the VC's cells if need be); only then one search
         # that may preempt, lowest priorities first (see Placer._best_node).
-        for threshold in (None, max(lower, default=OPPORTUNISTIC)):
+        for threshold in dict.fromkeys((None, max(lower, default=OPPORTUNISTIC))):
             if threshold is not None:  # a cheap upper bound first
                 room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
             if room < least:
@@ -588,6 +618,9 @@ class HivedScheduler:
                 if plan is not None:
                     return plan
         return None
+
+    def _oppo_running(self) -> int:
+        return self.tree.oppo_total
 
     def _grown_since(self, vc: VC, tick: int) -> set[Cell]:
         """The VC's nodes where GPUs were freed after ``tick`` (newest last in ``grown``)."""
@@ -623,12 +656,13 @@ class HivedScheduler:
         for task, node, leaves in plan.placed:
             for leaf in leaves:
                 self._occupy(leaf, job)
+            ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
             placement = TaskPlacement(
                 task.role,
                 task.index,
                 node.node or "",
-                tuple(sorted(leaf.gpu or 0 for leaf in leaves)),
-                tuple(leaf.leaf_id for leaf in sorted(leaves, key=lambda c: c.gpu or 0)),
+                tuple(leaf.gpu or 0 for leaf in ordered),
+                tuple(leaf.leaf_id for leaf in ordered),
             )
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
@@ -704,6 +738,8 @@ class HivedScheduler:
                 if owner is not None and leaf.job is None and (leaf.bad == 0) != healthy:
                     self.vcs[owner.vc or ""].free_in += 1 if healthy else -1
             self.tree.set_health(cell, healthy)
+            for vc in self.vcs.by_name.values():
+                vc.refresh_open(cell)
         self._settle(touched)
         for vc in self.vcs.by_name.values():
             self._bump(vc)
@@ -903,6 +939,10 @@ class HivedScheduler:
 
     def next_wakeup(self) -> float | None:
         return None
+
+
+def _gpu(leaf: Cell) -> int:
+    return leaf.gpu or 0
 
 
 def _dominates(

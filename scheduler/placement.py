@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from labhive.scheduler.cells import Cell, CellTree, Chain
 from labhive.scheduler.vc import VC, VCs
@@ -83,10 +84,11 @@ class Placer:
         ok = _usable(threshold)
         last: Cell | None = None
         whole, partial = _regions(vc, chain, pinned)
+        opened = vc.open.get(chain, {}) if pinned is None else None
         for task in sorted(tasks, key=lambda t: -t.leaves):
             while True:
                 node = self._best_node(
-                    whole, partial, chain, task.leaves, threshold, ok, plan, last, only
+                    whole, partial, chain, task.leaves, threshold, ok, plan, last, only, opened
                 )
                 if node is not None:
                     break
@@ -98,6 +100,7 @@ class Placer:
                     self.undo(vc, plan)
                     return None
                 whole, partial = _regions(vc, chain, pinned)
+                opened = vc.open.get(chain, {}) if pinned is None else None
             parts = partial.get(node) if node not in whole else None
             counters = threshold is None and parts is None and node not in plan.taken_on
             leaves = pick_leaves(parts or [node], task.leaves, ok, plan.taken, counters)
@@ -121,6 +124,7 @@ class Placer:
         plan: Plan,
         last: Cell | None,
         only: set[Cell] | None = None,
+        opened: dict[Cell, None] | None = None,
     ) -> Cell | None:
         """Best fit: the node with the fewest usable GPUs that still holds the task, next to
         the gang's previous task where possible, preempting as few GPUs as it can."""
@@ -129,9 +133,8 @@ class Placer:
         if only is not None:
             whole = dict.fromkeys(n for n in only if n in whole)
         if threshold is None:
-            open_nodes = self.tree.open[chain]
-            if len(open_nodes) < len(whole):
-                candidates = [n for n in open_nodes if n in whole]
+            if opened is not None:
+                candidates: Any = opened if only is None else [n for n in opened if n in whole]
             else:
                 candidates = [n for n in whole if n.free > 0]
             for node in candidates:
@@ -210,20 +213,16 @@ class Placer:
             if root_level < level or not lists[root_level]:
                 continue
             best, best_root, best_key = None, None, None
-            for root in sorted(lists[root_level].values(), key=_order):
+            for root in lists[root_level].values():
                 for cell in _at_level(root, level):
                     if cell.free == cell.leaves:
-                        key: tuple[int, ...] = (0, cell.order)
+                        key: tuple[int, ...] = (0, 0, cell.order)
                     elif _room(cell, need, ok):
                         key = (1, -cell.free, cell.order)
                     else:
                         continue
                     if best_key is None or key < best_key:
                         best, best_root, best_key = cell, root, key
-                    if key[0] == 0:
-                        break
-                if best_key is not None and best_key[0] == 0:
-                    break
             if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):
                 return best
         return None

@@ -25,6 +25,7 @@ class VC:
         # (pinned cells excluded: only jobs that name them run there).
         self.nodes: dict[str, dict[Cell, None]] = {}
         self.parts: dict[str, dict[Cell, list[Cell]]] = {}
+        self.open: dict[str, dict[Cell, None]] = {}  # whole nodes with a free healthy GPU
         self.total: dict[str | None, int] = {}  # leaves per chain (None: all), cached
         self.epoch = 0  # bumped whenever this VC's capacity may have grown for every job
         self.freed: dict[int, int] = {}  # priority -> times GPUs of such jobs were freed
@@ -57,6 +58,8 @@ class VC:
             self.parts.setdefault(cell.chain, {}).setdefault(cell.node_cell, []).append(cell)
         else:
             self.nodes.setdefault(cell.chain, {}).update(dict.fromkeys(cell.nodes()))
+            opened = self.open.setdefault(cell.chain, {})
+            opened.update(dict.fromkeys(n for n in cell.nodes() if n.free > 0))
 
     def drop_cell(self, cell: Cell) -> None:
         if cell.node_cell is not None:
@@ -66,8 +69,18 @@ class VC:
                 del self.parts[cell.chain][cell.node_cell]
         else:
             nodes = self.nodes[cell.chain]
+            opened = self.open.get(cell.chain, {})
             for node in cell.nodes():
                 del nodes[node]
+                opened.pop(node, None)
+
+    def refresh_open(self, node: Cell) -> None:
+        """Keep ``open`` true after ``node``'s free GPUs changed."""
+        if node in self.nodes.get(node.chain, {}):
+            if node.free > 0:
+                self.open.setdefault(node.chain, {})[node] = None
+            else:
+                self.open.get(node.chain, {}).pop(node, None)
 
 
 class VCs:

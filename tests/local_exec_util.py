@@ -20,7 +20,7 @@ def launch_one(ex: LocalExecutor, job: str, command: str, **kw) -> TaskHandle:
     return handle
 
 
-def wait_exits(ex: LocalExecutor, n: int, timeout_s: float = 10.0) -> dict[TaskKey, TaskExit]:
+def wait_exits(ex: LocalExecutor, n: int, timeout_s: float = 30.0) -> dict[TaskKey, TaskExit]:
     exits: dict[TaskKey, TaskExit] = {}
     deadline = time.monotonic() + timeout_s
     while len(exits) < n and time.monotonic() < deadline:
@@ -36,6 +36,20 @@ def processes_of(job_id: str) -> list[psutil.Process]:
     for proc in psutil.process_iter():
         try:
             if proc.environ().get("LABHIVE_JOB_ID") == job_id and proc.status() != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def processes_under(root: object) -> list[psutil.Process]:
+    """Every live process whose working directory lies under ``root`` (a service's data dir):
+    a task's processes, whatever process group or session they moved to."""
+    prefix = str(root)
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.cwd().startswith(prefix) and proc.status() != "zombie":
                 found.append(proc)
         except psutil.Error:
             continue

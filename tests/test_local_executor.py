@@ -25,7 +25,7 @@ def test_a_gang_of_two_starts_together_sees_its_rendezvous_and_exits_0(ex, tmp_p
     meet = tmp_path / "meet"
     meet.mkdir()
     cmd = (
-        f"touch {meet}/$RANK; for i in $(seq 100); do [ -e {meet}/$(( 1 - RANK )) ] && break;"
+        f"touch {meet}/$RANK; for i in $(seq 400); do [ -e {meet}/$(( 1 - RANK )) ] && break;"
         " sleep 0.05; done; [ -e " + f"{meet}" + "/$(( 1 - RANK )) ] || exit 9;"
         " echo $PAI_JOB_NAME $PAI_CURRENT_TASK_ROLE_NAME $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
         " $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT gpus=$CUDA_VISIBLE_DEVICES;"
@@ -125,3 +125,28 @@ def test_a_relaunch_of_an_unrecorded_attempt_kills_the_orphan_and_keeps_its_file
     assert wait_exits(second, 1)[h.key].exit_code == 0
     assert processes_of("twice") == []
     assert (tmp_path / "jobs" / "twice" / "0" / "worker-0.stale-1" / "launch.json").exists()
+
+
+def test_a_task_key_that_would_name_a_path_elsewhere_is_refused(ex, tmp_path):
+    with pytest.raises(LaunchError, match="cannot name a directory"):
+        ex.launch([task("escape", "true", role="../../x")])
+    assert not (tmp_path / "x-0").exists()
+
+
+def test_a_relative_data_dir_works_from_the_tasks_own_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ex = LocalExecutor(Path("data"))
+    (h,) = ex.launch([task("rel", "pwd")])
+    assert wait_exits(ex, 1)[h.key].exit_code == 0
+    out = ex.read_log(h, "stdout", 0, 4096).decode().strip()
+    assert out == str(tmp_path / "data" / "jobs" / "rel" / "0" / "worker-0")
+
+
+def test_the_services_credentials_do_not_reach_a_task(ex, monkeypatch):
+    monkeypatch.setenv("LABHIVE_TOKEN", "admin-secret")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-secret")
+    monkeypatch.setenv("SOMETHING_ELSE", "kept")
+    (h,) = ex.launch([task("creds", "env")])
+    wait_exits(ex, 1)
+    seen = ex.read_log(h, "stdout", 0, 1 << 20).decode()
+    assert "secret" not in seen and "SOMETHING_ELSE=kept" in seen

@@ -35,16 +35,17 @@ SERVICE = textwrap.dedent(
         launch = TaskLaunch(TaskKey(job, 0, "main", 0), job, cmd, "node0", ())
         handles += ex.launch([launch])
     rows = [{"job": h.key.job_id, "info": h.info} for h in handles]
-    (data / "handles.json").write_text(json.dumps(rows))
+    (data / "handles.tmp").write_text(json.dumps(rows))
+    (data / "handles.tmp").rename(data / "handles.json")
     time.sleep(600)
     """
 )
 
 
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
+def wait_for(predicate, what: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
 
 
@@ -57,19 +58,25 @@ def crashed_service(tmp_path: Path):
             [sys.executable, "-c", SERVICE, str(tmp_path), json.dumps(commands)]
         )
         try:
-            wait_for(lambda: (tmp_path / "handles.json").exists())
+            wait_for(lambda: (tmp_path / "handles.json").exists(), "the launches")
             handles = {
                 row["job"]: TaskHandle(TaskKey(row["job"], 0, "main", 0), row["info"])
                 for row in json.loads((tmp_path / "handles.json").read_text())
             }
             for job in settle:
-                wait_for(lambda job=job: Path(handles[job].info["exit_file"]).exists())
+                wait_for(lambda j=job: Path(handles[j].info["exit_file"]).exists(), f"{job}'s end")
+                wait_for(lambda j=job: processes_of(j) == [], f"{job}'s supervisor to leave")
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+        launched.extend(commands)
         return handles
 
-    return run
+    launched: list[str] = []
+    yield run
+    for job in launched:  # a failed test must not leave its tasks running
+        for leftover in processes_of(job):
+            leftover.kill()
 
 
 def test_after_a_kill_9_running_tasks_are_readopted_and_ended_ones_settled(
@@ -86,7 +93,7 @@ def test_after_a_kill_9_running_tasks_are_readopted_and_ended_ones_settled(
     )
     # Something takes "lost" down with its supervisor, so nothing records how it ended.
     os.killpg(handles["lost"].info["pgid"], signal.SIGKILL)
-    wait_for(lambda: processes_of("lost") == [])
+    wait_for(lambda: processes_of("lost") == [], "the lost task to die")
 
     ex = LocalExecutor(tmp_path)
     settled = {e.key.job_id: e for e in ex.adopt(list(handles.values()))}
@@ -103,7 +110,7 @@ def test_after_a_kill_9_running_tasks_are_readopted_and_ended_ones_settled(
 
 def test_an_adopted_task_can_be_stopped_with_everything_it_forked(crashed_service, tmp_path):
     handles = crashed_service({"stubborn": "trap '' TERM; setsid sleep 60 & sleep 60 & wait"}, [])
-    wait_for(lambda: len(processes_of("stubborn")) >= 4)
+    wait_for(lambda: len(processes_of("stubborn")) >= 4, "the stubborn task's processes")
     ex = LocalExecutor(tmp_path)
     assert ex.adopt([handles["stubborn"]]) == []
     ex.stop([handles["stubborn"]], grace_s=0.3)
@@ -132,3 +139,17 @@ def test_a_pid_now_used_by_another_process_is_not_the_task_and_is_left_alone(tmp
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_task_known_only_by_its_key_is_found_from_its_directory(crashed_service, tmp_path):
+    # The service died after launching but before storing the handle: it adopts by key alone.
+    go = tmp_path / "go"
+    crashed_service({"unrecorded": f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3"}, [])
+    ex = LocalExecutor(tmp_path)
+    key = TaskKey("unrecorded", 0, "main", 0)
+    never = TaskKey("never", 0, "main", 0)
+    (settled,) = ex.adopt([TaskHandle(key, {}), TaskHandle(never, {})])
+    assert (settled.key, settled.exit_code) == (never, None)
+    go.touch()
+    assert wait_exits(ex, 1)[key].exit_code == 3
+    assert ex.read_log(TaskHandle(key, {}), "stderr", 0, 10) == b""

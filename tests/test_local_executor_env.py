@@ -84,3 +84,24 @@ def test_the_same_inputs_give_the_same_env_and_a_task_without_placement_is_an_er
 
 def test_free_port_is_bindable():
     assert 1024 < free_port() < 65536
+
+
+def test_the_launch_builder_gives_every_task_its_own_devices_by_uuid():
+    from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+    from labhive.scheduler.executors.env import with_device_uuids
+
+    def base(job, spec, placements):
+        return [
+            TaskLaunch(TaskKey(str(job["id"]), job["attempt"], p.role, p.index), spec.name,
+                       "true", p.node, p.gpus, env={"CUDA_VISIBLE_DEVICES": "x", "KEEP": "1"})
+            for p in placements
+        ]  # fmt: skip
+
+    uuids = {"node0": ("GPU-0", "GPU-1", "GPU-2"), "node1": ("GPU-a", "GPU-b")}
+    launches = with_device_uuids(base, uuids)({"id": 7, "attempt": 1}, SPEC, PLACED)
+    by_task = {(t.key.role, t.key.index): t for t in launches}
+    assert by_task["worker", 0].gpu_uuids == ("GPU-1", "GPU-2")
+    assert by_task["worker", 0].env["CUDA_VISIBLE_DEVICES"] == "GPU-1,GPU-2"
+    assert by_task["worker", 0].env["KEEP"] == "1"
+    # node1 lists fewer devices than the placement names: plain indices, never a wrong device
+    assert by_task["worker", 2].gpu_uuids == () and by_task["worker", 2].env["KEEP"] == "1"

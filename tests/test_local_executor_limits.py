@@ -60,3 +60,33 @@ def test_cpu_is_capped_where_cgroups_allow_and_the_record_says_why_not_elsewhere
     assert wait_exits(ex, 1, timeout_s=20)[h.key].exit_code == 0
     share = float(ex.read_log(h, "stdout", 0, 100))
     assert share < 0.35, f"the task got {share:.2f} of a core with a quota of 0.25"
+
+
+def test_the_cgroup_record_and_files_carry_the_requested_limits(tmp_path: Path):
+    # cgroupfs cannot be had here, so a plain directory stands in for the parent: this checks
+    # what is written (the kernel's enforcement is checked by the tests above where it exists).
+    from labhive.scheduler.executors import limits
+    from labhive.scheduler.executors.base import TaskKey
+
+    support = limits.LimitSupport(tmp_path)
+    record = limits.apply(support, TaskKey("7", 1, "work er", 0), cpu=1.5, memory_mb=256)
+    cgroup = Path(record["cgroup"])
+    assert cgroup == tmp_path / "7-1-work_er-0"
+    assert (cgroup / "memory.max").read_text() == str(256 << 20)
+    assert (cgroup / "cpu.max").read_text() == "150000 100000"
+    assert (cgroup / "memory.oom.group").read_text() == "1"
+    assert record["memory"] == {"enforced": True, "by": "cgroup-v2", "bytes": 256 << 20}
+    assert record["cpu"] == {"enforced": True, "by": "cgroup-v2", "cores": 1.5}
+    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert limits.oom_killed(record)
+
+
+def test_without_cgroups_memory_falls_back_to_an_rlimit_and_cpu_says_why():
+    from labhive.scheduler.executors import limits
+    from labhive.scheduler.executors.base import TaskKey
+
+    support = limits.LimitSupport(None, "no v2 here")
+    record = limits.apply(support, TaskKey("7", 1, "w", 0), cpu=2, memory_mb=64)
+    assert record["rlimits"] == {"RLIMIT_DATA": 64 << 20}
+    assert record["cpu"] == {"enforced": False, "why": "no cgroup: no v2 here"}
+    assert not limits.oom_killed(record)

@@ -15,7 +15,9 @@ attempt.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
 from labhive.scheduler.jobs import JobSpec
@@ -185,3 +187,56 @@ def rank_order(spec: JobSpec, placements: Sequence[TaskPlacement]) -> list[tuple
     order = {r.name: i for i, r in enumerate(spec.roles)}
     placed = sorted(placements, key=lambda p: (order.get(p.role, len(order)), p.index))
     return [(p.role, p.index, p.node) for p in placed]
+
+
+#: How the service turns a start decision into launches (``SchedulerLoop``'s ``launch_builder``).
+LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
+
+
+def with_device_uuids(base: LaunchBuilder, gpu_uuids: Mapping[str, Sequence[str]]) -> LaunchBuilder:
+    """Wrap a launch builder so that tasks on nodes with NVIDIA GPUs get their devices by UUID.
+
+    ``gpu_uuids`` maps a node to its devices' UUIDs in GPU-index order (``nvml_uuids()`` for
+    this machine). A node not in it, or an index past its list, keeps the plain indices.
+    """
+
+    def build(
+        job: dict[str, Any], spec: JobSpec, placements: tuple[TaskPlacement, ...]
+    ) -> list[TaskLaunch]:
+        out = []
+        for launch in base(job, spec, placements):
+            devices = gpu_uuids.get(launch.node, ())
+            if devices and all(0 <= g < len(devices) for g in launch.gpus):
+                mine = tuple(devices[g] for g in launch.gpus)
+                env = {**launch.env, **gpu_env(launch.gpus, mine, launch.virtual)}
+                launch = replace(launch, gpu_uuids=mine, env=env)
+            out.append(launch)
+        return out
+
+    return build
+
+
+def nvml_uuids() -> tuple[str, ...]:
+    """This machine's GPU UUIDs in NVML index order; empty without an NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return ()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return ()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        return tuple(
+            _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
+            for i in range(count)
+        )
+    except pynvml.NVMLError:
+        return ()
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

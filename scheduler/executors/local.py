@@ -65,8 +65,24 @@ def user_shell() -> str:
     raise LaunchError("no shell found to run the command in: set SHELL to one")
 
 
+#: The service's own credentials, which a user's task must not inherit (it could act as them).
+PRIVATE_ENV = frozenset(
+    {"LABHIVE_TOKEN", "LABHIVE_TOKEN_FILE", "JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"}
+)
+
+
+def inherited_env() -> dict[str, str]:
+    """The service's environment, less its credentials: what every task starts from."""
+    return {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+
+
 def task_dir(data_dir: Path, key: TaskKey) -> Path:
-    return data_dir / "jobs" / key.job_id / str(key.attempt) / f"{key.role}-{key.index}"
+    """Where the task lives; a key that would name a path elsewhere is refused."""
+    parts = (key.job_id, str(key.attempt), f"{key.role}-{key.index}")
+    for part in parts:
+        if not part or "/" in part or "\0" in part or part in (".", ".."):
+            raise LaunchError(f"task {key} cannot name a directory: {part!r}")
+    return data_dir.joinpath("jobs", *parts)
 
 
 @dataclass
@@ -92,7 +108,7 @@ class LocalExecutor:
         shell: str | None = None,
         limit_support: limits.LimitSupport | None = None,
     ):
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
         self.grace_s = grace_s
         self.shell = shell
         self.limit_support = limit_support or limits.detect()
@@ -102,9 +118,9 @@ class LocalExecutor:
 
     def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
         """Start the gang; if any task cannot start, stop those that did and raise."""
-        rendezvous = self._fallback_rendezvous(tasks)
         started: list[TaskHandle] = []
         try:
+            rendezvous = self._fallback_rendezvous(tasks)
             for launch in tasks:
                 started.append(self._launch_one(launch, rendezvous.get(launch.key, {})))
         except Exception as err:
@@ -132,7 +148,7 @@ class LocalExecutor:
         argv = self._argv(launch, work)
         enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
         (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
-        env = {**os.environ, **launch.env, **extra_env, **launch_env(launch)}
+        env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:
@@ -183,7 +199,11 @@ class LocalExecutor:
         for handle in handles:
             if handle.key in self._tasks:
                 continue
-            task = _Task(handle, None)
+            info = self._info(handle)
+            if info is None:
+                ended.append(TaskExit(handle.key, None, "no record that this task was launched"))
+                continue
+            task = _Task(TaskHandle(handle.key, info), None)
             if self._ended(task):
                 ended.append(self._settle(task))
             else:
@@ -193,7 +213,7 @@ class LocalExecutor:
     def _ended(self, task: _Task) -> bool:
         if task.popen is not None:
             return task.popen.poll() is not None
-        return Path(task.info["exit_file"]).exists() or _process(task.info) is None
+        return _process(task.info) is None  # gone, or a zombie nobody reaps
 
     def _settle(self, task: _Task) -> TaskExit:
         """The task's exit as its supervisor recorded it, or an unknown one if none was."""
@@ -214,7 +234,13 @@ class LocalExecutor:
     def stop(self, handles: Sequence[TaskHandle], grace_s: float | None = None) -> None:
         """TERM every process of the tasks, KILL what is left after the grace period."""
         grace = self.grace_s if grace_s is None else grace_s
-        tasks = [self._tasks.pop(h.key, None) or _Task(h, None) for h in handles]
+        tasks = []
+        for handle in handles:
+            info = self._info(handle)
+            if info is not None:
+                tasks.append(
+                    self._tasks.pop(handle.key, None) or _Task(TaskHandle(handle.key, info), None)
+                )
         live = [t for t in tasks if not self._ended(t)]
         for task in live:
             _signal_tree(task.info, signal.SIGTERM)
@@ -241,18 +267,35 @@ class LocalExecutor:
             raise ValueError(f"no log stream {stream!r}: the choice is stdout or stderr")
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be >= 0")
+        info = self._info(handle)
+        if info is None:
+            return b""
         try:
-            with open(handle.info[stream], "rb") as f:
+            with open(info[stream], "rb") as f:
                 f.seek(offset)
                 return f.read(limit)
         except FileNotFoundError:
             return b""
 
     def observations(self, handle: TaskHandle) -> list[str]:
-        if handle.info.get("observe") != "strace":
+        info = self._info(handle)
+        if info is None or info.get("observe") != "strace":
             return []
-        path = Path(handle.info["workdir"]) / STRACE_LOG
+        path = Path(info["workdir"]) / STRACE_LOG
         return [str(path)] if path.exists() else []
+
+    def _info(self, handle: TaskHandle) -> dict[str, Any] | None:
+        """The task's info: as tracked, as recorded, or, for a handle the service never got to
+        record (it died right after the launch), from the copy in the task's directory."""
+        task = self._tasks.get(handle.key)
+        if task is not None:
+            return task.info
+        if "pid" in handle.info:
+            return handle.info
+        try:
+            return json.loads((task_dir(self.data_dir, handle.key) / HANDLE_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
 
 
 # ---- processes ----------------------------------------------------------------------------
@@ -308,17 +351,20 @@ def _signal_tree(info: dict[str, Any], sig: signal.Signals) -> None:
 
 
 def _kill_tree(info: dict[str, Any], timeout_s: float = 5.0) -> None:
-    """SIGKILL the descendants while the supervisor still holds them (it is their subreaper),
-    then the supervisor and its group."""
+    """SIGKILL the descendants while the supervisor still holds them (it is their subreaper and
+    reaps them), let it record the end and leave, and KILL it and its group only if it does
+    not."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        alive = [p for p in _descendants(info) if is_running(p)]
-        if not alive:
+        left = _descendants(info)
+        if not left:
             break
-        for proc in alive:
+        for proc in filter(is_running, left):
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        time.sleep(0.01)
+        time.sleep(0.005)
+    while _process(info) is not None and time.monotonic() < deadline:
+        time.sleep(0.005)
     proc = _process(info)
     if proc is not None:
         with contextlib.suppress(psutil.Error):

@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
@@ -47,8 +47,13 @@ def _become_subreaper() -> None:
 def _start(argv: list[str], limits: dict[str, Any]) -> int:
     """Fork the command with the task's limits; return its pid."""
     pid = os.fork()
-    if pid:
-        return pid
+    if pid == 0:
+        _exec_command(argv, limits)
+    return pid
+
+
+def _exec_command(argv: list[str], limits: dict[str, Any]) -> NoReturn:
+    """In the forked child: default signal handling, the limits, then the command."""
     try:
         for sig in _FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
@@ -60,9 +65,7 @@ def _start(argv: list[str], limits: dict[str, Any]) -> int:
     except BaseException as err:  # report why, then die like a shell that cannot exec
         with contextlib.suppress(OSError):
             os.write(2, f"labhive: cannot start the task: {err}\n".encode())
-    finally:
-        os._exit(127)
-    raise AssertionError("unreachable")
+    os._exit(127)
 
 
 def _wait_for(pid: int) -> int:
@@ -85,16 +88,15 @@ def kill_leftovers(timeout_s: float = 5.0) -> int:
     seen: set[int] = set()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        alive = [p for p in me.children(recursive=True) if is_running(p)]
-        if not alive:
+        left = me.children(recursive=True)  # zombies too: reaped here, not left to init
+        if not left:
             break
-        for proc in alive:
+        for proc in filter(is_running, left):
             seen.add(proc.pid)
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         _reap()
-        time.sleep(0.01)
-    _reap()
+        time.sleep(0.005)
     return len(seen)
 
 

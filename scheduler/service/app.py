@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as FPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPBearer
@@ -32,6 +33,7 @@ from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
+from labhive.scheduler.service.intake import Intake, StoreUnavailable
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.store import Store, events, job_row, jobs, tasks
 
@@ -55,12 +57,15 @@ class Service:
     auth: Authenticator
     parse: Callable[[dict[str, Any]], JobSpec]
     check: Callable[[JobSpec], None]
+    intake: Intake | None = None
     policy: str = "hived"
     max_body: int = MAX_BODY
     cancel_wait_s: float = 5.0
 
     def __post_init__(self) -> None:
         self._check_lock = threading.Lock()
+        if self.intake is None:
+            self.intake = Intake(self.store, self.loop)
 
     def identify(self, request: Request) -> Identity:
         return self.auth.identify(request.headers.get("authorization"))
@@ -81,12 +86,19 @@ class Service:
         return dataclasses.replace(spec, user=who.name)
 
 
-def _who(request: Request) -> Identity:
-    """The caller, as the service's authenticator sees them (the one identity check)."""
+_bearer = HTTPBearer(auto_error=False, description="the admin token file, or a user's token")
+
+
+async def _who(request: Request, _: Annotated[Any, Depends(_bearer)]) -> Identity:
+    """The caller, as the service's authenticator sees them (the one identity check); the
+    bearer dependency documents the scheme in OpenAPI."""
     return request.app.state.service.identify(request)  # type: ignore[no-any-return]
 
 
 Who = Annotated[Identity, Depends(_who)]
+#: Ids and offsets stay within what every backend stores (SQLite's and PostgreSQL's integers).
+MAX_INT = 2**53
+JobId = Annotated[int, FPath(ge=1, le=MAX_INT)]
 
 
 def create_app(service: Service) -> FastAPI:
@@ -100,20 +112,27 @@ def create_app(service: Service) -> FastAPI:
     app.state.service = service
     app.add_middleware(BodyLimit, limit=service.max_body)  # type: ignore[arg-type]
     _install_error_handlers(app)
-    app.include_router(_routes(service), prefix=PREFIX)
+    _routes(app, service)  # on the app itself: no nested routers to match through
+    _public_routes(app, service)
     return app
 
 
-def _routes(svc: Service) -> APIRouter:
-    bearer = HTTPBearer(auto_error=False, description="the admin token file, or a user's token")
-    router = APIRouter(dependencies=[Depends(bearer)])
+def _routes(app: FastAPI, svc: Service) -> None:
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": s.ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
     }
 
-    @router.post("/jobs", status_code=201, response_model=s.JobOut, responses=errors)
-    def submit(body: s.JobRequest, me: Who) -> s.JobOut:
+    def get(path: str, **kw: Any) -> Callable:
+        return app.get(PREFIX + path, responses=errors, **kw)
+
+    def post(path: str, **kw: Any) -> Callable:
+        return app.post(PREFIX + path, responses=errors, **kw)
+
+    @post("/jobs", status_code=201, response_model=s.JobOut)
+    async def submit(body: s.JobRequest, me: Who) -> JSONResponse:
+        # async, and stored by the intake's group commit: the hot path never takes a thread
         doc = body.model_dump(exclude_unset=True)
+        doc.pop("user", None)  # the owner is whoever is calling
         spec = svc.admit(doc, me)
         job = lc.NewJob(
             name=spec.name,
@@ -125,24 +144,11 @@ def _routes(svc: Service) -> APIRouter:
             gpus=spec.total_gpus,
             spec=doc,
         )
-        t = time.time()
-        with svc.store.write() as conn:
-            job_id = lc.submit(conn, job, t)
-        svc.loop.submitted(job_id, spec)
-        row = {
-            **dataclasses.asdict(job),
-            "id": job_id,
-            "state": lc.WAITING,
-            "attempt": 1,
-            "retries_used": 0,
-            "opportunistic": False,
-            "cancel_requested": False,
-            "reason": "submitted",
-            "submitted_at": t,
-        }
-        return _job_out(row)
+        assert svc.intake is not None
+        job_id, t = await svc.intake.submit(job, spec)
+        return JSONResponse(lc.new_job_view(job, job_id, t), status_code=201)
 
-    @router.get("/jobs", response_model=s.JobList, responses=errors)
+    @get("/jobs", response_model=s.JobList)
     def list_jobs(
         me: Who,
         state: Annotated[
@@ -151,7 +157,7 @@ def _routes(svc: Service) -> APIRouter:
         vc: str | None = None,
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     ) -> s.JobList:
         query = select(jobs).order_by(jobs.c.id.desc()).limit(limit).offset(offset)
         if not me.admin:
@@ -166,16 +172,16 @@ def _routes(svc: Service) -> APIRouter:
             rows = [dict(r) for r in conn.execute(query).mappings()]
         return s.JobList(jobs=[_job_out(r, svc.loop) for r in rows])
 
-    @router.get("/jobs/{job_id}", response_model=s.JobOut, responses=errors)
-    def get_job(job_id: int, me: Who) -> s.JobOut:
+    @get("/jobs/{job_id}", response_model=s.JobOut)
+    def get_job(job_id: JobId, me: Who) -> s.JobOut:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
             task_rows = _tasks(conn, job_id, row["attempt"])
         return _job_out(row, svc.loop, task_rows, with_spec=True)
 
-    @router.post("/jobs/{job_id}/cancel", response_model=s.JobOut, responses=errors)
+    @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
     def cancel(
-        job_id: int, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
+        job_id: JobId, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
     ) -> s.JobOut:
         with svc.store.write() as conn:
             _owned(conn, job_id, me)
@@ -193,8 +199,8 @@ def _routes(svc: Service) -> APIRouter:
             with svc.loop.changed:
                 svc.loop.changed.wait(min(left, 0.2))
 
-    @router.get("/jobs/{job_id}/events", response_model=s.EventList, responses=errors)
-    def job_events(job_id: int, me: Who) -> s.EventList:
+    @get("/jobs/{job_id}/events", response_model=s.EventList)
+    def job_events(job_id: JobId, me: Who) -> s.EventList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
             rows = conn.execute(
@@ -203,15 +209,15 @@ def _routes(svc: Service) -> APIRouter:
             out = [s.EventOut(**{k: r[k] for k in s.EventOut.model_fields}) for r in rows]
         return s.EventList(job_id=job_id, events=out)
 
-    @router.get("/jobs/{job_id}/logs", response_model=s.LogChunk, responses=errors)
+    @get("/jobs/{job_id}/logs", response_model=s.LogChunk)
     def job_logs(
-        job_id: int,
+        job_id: JobId,
         me: Who,
         task: str | None = None,
         stream: Literal["stdout", "stderr"] = "stdout",
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
-        attempt: Annotated[int | None, Query(ge=1)] = None,
+        attempt: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
     ) -> s.LogChunk:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
@@ -241,8 +247,8 @@ def _routes(svc: Service) -> APIRouter:
             tasks=names,
         )
 
-    @router.get("/jobs/{job_id}/observations", response_model=s.ObservationList, responses=errors)
-    def job_observations(job_id: int, me: Who) -> s.ObservationList:
+    @get("/jobs/{job_id}/observations", response_model=s.ObservationList)
+    def job_observations(job_id: JobId, me: Who) -> s.ObservationList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
             task_rows = [
@@ -266,7 +272,7 @@ def _routes(svc: Service) -> APIRouter:
                 )
         return s.ObservationList(job_id=job_id, observations=out)
 
-    @router.get("/queue", response_model=s.QueueOut, responses=errors)
+    @get("/queue", response_model=s.QueueOut)
     def queue(me: Who, vc: str | None = None) -> s.QueueOut:
         views = svc.loop.views()
         with svc.store.read() as conn:
@@ -301,7 +307,7 @@ def _routes(svc: Service) -> APIRouter:
             (waiting if v.state == lc.WAITING else running).append(entry)
         return s.QueueOut(vcs=_vcs(svc, me), running=running, waiting=waiting)
 
-    @router.get("/cluster", response_model=s.ClusterOut, responses=errors)
+    @get("/cluster", response_model=s.ClusterOut)
     def cluster(me: Who) -> s.ClusterOut:
         view = svc.loop.cluster()
         nodes = [
@@ -317,11 +323,11 @@ def _routes(svc: Service) -> APIRouter:
         ]
         return s.ClusterOut(virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=_vcs(svc, me))
 
-    @router.get("/vcs", response_model=s.VCList, responses=errors)
+    @get("/vcs", response_model=s.VCList)
     def vcs(me: Who) -> s.VCList:
         return s.VCList(vcs=_vcs(svc, me))
 
-    @router.get("/gpus", response_model=s.GPUList, responses=errors)
+    @get("/gpus", response_model=s.GPUList)
     def gpus(me: Who) -> s.GPUList:
         view = svc.loop.cluster()
         out = [
@@ -338,15 +344,11 @@ def _routes(svc: Service) -> APIRouter:
         ]
         return s.GPUList(gpus=out)
 
-    return _public_routes(svc, router)
 
-
-def _public_routes(svc: Service, protected: APIRouter) -> APIRouter:
+def _public_routes(app: FastAPI, svc: Service) -> None:
     """/health and /metrics answer without a token (probes and Prometheus scrape them)."""
-    router = APIRouter()
-    router.include_router(protected)
 
-    @router.get("/health", response_model=s.Health)
+    @app.get(PREFIX + "/health", response_model=s.Health)
     def health() -> s.Health:
         try:
             with svc.store.read() as conn:
@@ -364,13 +366,11 @@ def _public_routes(svc: Service, protected: APIRouter) -> APIRouter:
             executor=getattr(svc.executor, "name", type(svc.executor).__name__),
         )
 
-    @router.get("/metrics", response_class=PlainTextResponse)
+    @app.get(PREFIX + "/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
         from labhive.scheduler.service.metrics import CONTENT_TYPE, render
 
         return PlainTextResponse(render(svc), media_type=CONTENT_TYPE)
-
-    return router
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -416,6 +416,7 @@ def _job_out(
                 state=t["state"],
                 exit_code=t["exit_code"],
                 attempt=t["attempt"],
+                limits=(t.get("handle") or {}).get("limits"),
             )
             for t in task_rows or ()
         ],
@@ -491,6 +492,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SpecRejected)
     async def _rejected(_: Request, err: SpecRejected) -> JSONResponse:
         return _error(422, f"job rejected: {err}")
+
+    @app.exception_handler(StoreUnavailable)
+    async def _unavailable(_: Request, err: StoreUnavailable) -> JSONResponse:
+        return _error(503, f"the job store is unavailable, nothing was stored: {err}")
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, err: Exception) -> JSONResponse:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.errors import UserError
@@ -69,32 +69,59 @@ class NewJob:
     spec: dict[str, Any]
 
 
+# Built once: SQLAlchemy then reuses the compiled statements (submission is the hot path).
+_INSERT_JOBS = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
+_INSERT_EVENT = insert(events)
+
+
 def submit(conn: Connection, job: NewJob, t: float) -> int:
     """Store a new job, WAITING, with its first event; returns its id."""
-    job_id = conn.execute(
-        insert(jobs)
-        .values(
-            name=job.name,
-            user=job.user,
-            vc=job.vc,
-            priority=job.priority,
-            state=WAITING,
-            attempt=1,
-            retries=job.retries,
-            retries_used=0,
-            task_count=job.task_count,
-            gpus=job.gpus,
-            opportunistic=False,
-            cancel_requested=False,
-            spec=job.spec,
-            reason="submitted",
-            submitted_at=t,
-            updated_at=t,
-        )
-        .returning(jobs.c.id)
-    ).scalar_one()
-    _event(conn, job_id, t, None, WAITING, 1, "submitted", None)
-    return int(job_id)
+    return submit_many(conn, [job], t)[0]
+
+
+def submit_many(conn: Connection, new: Sequence[NewJob], t: float) -> list[int]:
+    """Store new jobs in one go (group commit); ids in the order given."""
+    ids = [int(i) for i in conn.execute(_INSERT_JOBS, [_job_values(j, t) for j in new]).scalars()]
+    conn.execute(
+        _INSERT_EVENT,
+        [
+            {"job_id": i, "time": t, "from_state": None, "to_state": WAITING, "attempt": 1,
+             "reason": "submitted", "why": None}
+            for i in ids
+        ],
+    )  # fmt: skip
+    return ids
+
+
+def new_job_view(job: NewJob, job_id: int, t: float) -> dict[str, Any]:
+    """A just-stored job as the API shows it (no store round trip on the submit path)."""
+    return {**_job_values(job, t), "id": job_id, "queue_position": None, "queue_length": None,
+            "tasks": [], "spec": None}  # fmt: skip
+
+
+def _job_values(job: NewJob, t: float) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "user": job.user,
+        "vc": job.vc,
+        "priority": job.priority,
+        "state": WAITING,
+        "attempt": 1,
+        "retries": job.retries,
+        "retries_used": 0,
+        "task_count": job.task_count,
+        "gpus": job.gpus,
+        "opportunistic": False,
+        "cancel_requested": False,
+        "spec": job.spec,
+        "reason": "submitted",
+        "why": None,
+        "exit_code": None,
+        "submitted_at": t,
+        "started_at": None,
+        "finished_at": None,
+        "updated_at": t,
+    }
 
 
 def _event(
@@ -108,15 +135,16 @@ def _event(
     why: str | None,
 ) -> None:
     conn.execute(
-        insert(events).values(
-            job_id=job_id,
-            time=t,
-            from_state=from_state,
-            to_state=to_state,
-            attempt=attempt,
-            reason=reason,
-            why=why,
-        )
+        _INSERT_EVENT,
+        {
+            "job_id": job_id,
+            "time": t,
+            "from_state": from_state,
+            "to_state": to_state,
+            "attempt": attempt,
+            "reason": reason,
+            "why": why,
+        },
     )
 
 
@@ -249,8 +277,19 @@ def note(conn: Connection, job: Mapping[str, Any], reason: str, why: str | None,
     _event(conn, job["id"], t, job["state"], job["state"], job["attempt"], reason, why)
 
 
-def set_why(conn: Connection, job_id: int, why: str | None) -> None:
-    conn.execute(update(jobs).where(jobs.c.id == job_id).values(why=why))
+_SET_WHY = update(jobs).where(jobs.c.id == bindparam("jid")).values(why=bindparam("w"))
+_SET_SUBMIT_WHY = (
+    update(events)
+    .where(events.c.job_id == bindparam("jid"), events.c.reason == "submitted")
+    .values(why=bindparam("w"))
+)
+
+
+def set_whys(conn: Connection, whys: Sequence[Mapping[str, Any]]) -> None:
+    """Record why new jobs wait ({"jid": id, "w": text} each) on the job and its first event."""
+    if whys:
+        conn.execute(_SET_WHY, list(whys))
+        conn.execute(_SET_SUBMIT_WHY, list(whys))
 
 
 def request_cancel(conn: Connection, job_id: int) -> dict[str, Any]:

@@ -58,7 +58,7 @@ from labhive.scheduler.model import (
     Tick,
 )
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service.store import Store, events, job_row, jobs
+from labhive.scheduler.service.store import Store, job_row, jobs
 
 log = logging.getLogger("labhive.service.loop")
 
@@ -512,17 +512,13 @@ class SchedulerLoop:
 
     def _record_whys(self, conn: Any, job_ids: list[int]) -> None:
         """The why-text of freshly queued jobs goes on the job and on its 'submitted' event."""
-        for job_id in job_ids:
-            with self._sched_lock:
+        whys = []
+        with self._sched_lock:
+            for job_id in job_ids:
                 view = self.scheduler.job(str(job_id))
-            if view is None or view.state != lc.WAITING or not view.why:
-                continue
-            lc.set_why(conn, job_id, view.why)
-            conn.execute(
-                update(events)
-                .where(events.c.job_id == job_id, events.c.reason == "submitted")
-                .values(why=view.why)
-            )
+                if view is not None and view.state == lc.WAITING and view.why:
+                    whys.append({"jid": job_id, "w": view.why})
+        lc.set_whys(conn, whys)
 
     def _launch(self, starts: list[Start], t: float) -> None:
         failed: list[int] = []

@@ -68,6 +68,7 @@ class TaskOut(BaseModel):
     state: str
     exit_code: int | None = None
     attempt: int
+    limits: dict[str, Any] | None = None  # what the executor enforced (memory, cpu) and how
 
 
 class JobOut(BaseModel):

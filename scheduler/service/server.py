@@ -67,6 +67,22 @@ def make_executor(
     raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
 
 
+def launch_builder_for(executor: str, config: Any) -> Any:
+    """On a machine with NVIDIA GPUs, local tasks get exactly their devices, by UUID.
+    (Hook owned by the local executor; the default launches already carry ``task_env``.)"""
+    if executor != "local" or config.virtual:
+        return None
+    from functools import partial
+
+    from labhive.scheduler.executors.env import nvml_uuids, with_device_uuids
+    from labhive.scheduler.service.loop import default_launches
+
+    uuids = nvml_uuids()
+    return with_device_uuids(
+        partial(default_launches, virtual=False), {n.name: uuids for n in config.nodes()}
+    )
+
+
 def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = None) -> Running:
     """Everything but the HTTP server; the loop is not started yet. ``make_policy`` (a cluster
     config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
@@ -106,6 +122,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         load_spec,
         virtual=config.virtual,
         grace_s=opts.grace_s,
+        launch_builder=launch_builder_for(opts.executor, config),
         node_events=getattr(executor, "node_events", None),
     )
     service = Service(store, loop, executor, auth, parse, checker.check, policy=opts.policy)
@@ -143,6 +160,7 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
         print((banner or describe)(running), flush=True)
         server.run(sockets=[sock])
     finally:
+        running.service.intake.close()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
         running.service.store.dispose()
     return 0 if server.started else 1

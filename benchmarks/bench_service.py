@@ -1,0 +1,163 @@
+"""Submissions per second over REST, with p50/p99 latency, on SQLite and on PostgreSQL.
+
+Starts ``labhive serve`` on loopback (a virtual 2 x 4 GPU cluster, the local executor) and drives
+it with 16 concurrent clients, each on its own keep-alive connection, submitting 1-GPU jobs
+(`sleep`, so the first few run and the rest queue, as on a busy cluster). The load generator is
+a lean asyncio HTTP/1.1 client so that the figures measure the service, not the client.
+
+    python benchmarks/bench_service.py [--seconds 10] [--clients 16] [--backends sqlite,postgresql]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from pg_throwaway import free_port, new_database, throwaway_postgres  # noqa: E402
+
+CLUSTER = """
+physicalCluster:
+  cellTypes:
+    VNODE: {childCellType: VGPU, childCellNumber: 4, isNodeLevel: true}
+    POOL: {childCellType: VNODE, childCellNumber: 2}
+  physicalCells:
+    - cellType: POOL
+      cellChildren: [{cellAddress: vnode-0}, {cellAddress: vnode-1}]
+virtualClusters:
+  default: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
+  vc1: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
+"""
+
+
+@contextmanager
+def service(tmp: Path, db: str | None):
+    port = free_port()
+    (tmp / "cluster.yaml").write_text(CLUSTER)
+    cmd = [
+        sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port),
+        "--data-dir", str(tmp / "data"), "--cluster", str(tmp / "cluster.yaml"),
+        "--grace-s", "1",
+    ]  # fmt: skip
+    if db:
+        cmd += ["--db", db]
+    log = (tmp / "service.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/api/v1"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((tmp / "service.log").read_text())
+        time.sleep(0.1)
+    token = (tmp / "data" / "admin.token").read_text().strip()
+    try:
+        yield port, token
+    finally:
+        _cancel_running(url, token)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def _cancel_running(url: str, token: str) -> None:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+        for job in http.get("/jobs", params={"state": "RUNNING"}).json()["jobs"]:
+            http.post(f"/jobs/{job['id']}/cancel")
+
+
+async def client(port: int, token: str, stop_at: float, latencies: list[float], errors: list):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps(
+        {"name": "bench", "vc": "default", "gpus": 1, "command": "sleep 3600"}
+    ).encode()
+    head = (
+        f"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    request = head + body
+    while time.perf_counter() < stop_at:
+        began = time.perf_counter()
+        writer.write(request)
+        status_line = await reader.readline()
+        length = 0
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        latencies.append(time.perf_counter() - began)
+        if b" 201 " not in status_line:
+            errors.append(status_line)
+    writer.close()
+
+
+async def drive(port: int, token: str, clients: int, seconds: float):
+    latencies: list[float] = []
+    errors: list = []
+    began = time.perf_counter()
+    stop_at = began + seconds
+    await asyncio.gather(*(client(port, token, stop_at, latencies, errors) for _ in range(clients)))
+    return latencies, errors, time.perf_counter() - began
+
+
+def measure(backend: str, clients: int, seconds: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="labhive-bench-") as tmp:
+        pg = throwaway_postgres(fsync=True) if backend == "postgresql" else nullcontext(None)
+        with pg as server:
+            db = new_database(server) if server else None
+            with service(Path(tmp), db) as (port, token):
+                asyncio.run(drive(port, token, clients, 1.0))  # warm up
+                latencies, errors, elapsed = asyncio.run(drive(port, token, clients, seconds))
+    latencies.sort()
+    return {
+        "backend": backend,
+        "clients": clients,
+        "submissions": len(latencies),
+        "seconds": round(elapsed, 2),
+        "per_second": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 2),
+        "errors": len(errors),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    heads = ("backend", "clients", "subs", "subs/s", "p50 ms", "p99 ms")
+    print(f"{heads[0]:<11} " + " ".join(f"{h:>7}" for h in heads[1:]) + " errors")
+    for backend in args.backends.split(","):
+        r = measure(backend, args.clients, args.seconds)
+        print(
+            f"{r['backend']:<11} {r['clients']:>7} {r['submissions']:>7} {r['per_second']:>7} "
+            f"{r['p50_ms']:>7} {r['p99_ms']:>7} {r['errors']}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Group commit for submissions: many clients' jobs stored in one short transaction.
+
+A submission is answered 201 only after the transaction holding it committed, so an accepted
+job survives a kill -9 at any later moment. Under load the writer thread takes every submission
+that queued up while the previous transaction ran and stores them together, which turns the
+per-submission cost of a commit (and of SQLAlchemy's per-statement work) into a per-batch cost;
+at low load a batch is one job and nothing waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.loop import SchedulerLoop
+from labhive.scheduler.service.store import Store
+
+log = logging.getLogger("labhive.service.intake")
+MAX_BATCH = 512
+
+
+class StoreUnavailable(RuntimeError):
+    """The store refused the batch; nothing of it was stored."""
+
+
+@dataclass
+class _Pending:
+    job: lc.NewJob
+    spec: JobSpec
+    future: asyncio.Future[tuple[int, float]]
+    loop: asyncio.AbstractEventLoop
+
+
+class Intake:
+    def __init__(self, store: Store, scheduler_loop: SchedulerLoop) -> None:
+        self.store = store
+        self.scheduler_loop = scheduler_loop
+        self._queue: list[_Pending] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="labhive-intake", daemon=True)
+        self._thread.start()
+
+    async def submit(self, job: lc.NewJob, spec: JobSpec) -> tuple[int, float]:
+        """Store the job; returns (id, submit time) once it is committed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[int, float]] = loop.create_future()
+        with self._cv:
+            if self._closed:
+                raise StoreUnavailable("the service is shutting down")
+            self._queue.append(_Pending(job, spec, future, loop))
+            self._cv.notify()
+        return await future
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue and self._closed:
+                    return
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            self._store(batch)
+
+    def _store(self, batch: list[_Pending]) -> None:
+        t = time.time()
+        try:
+            with self.store.write() as conn:
+                ids = lc.submit_many(conn, [p.job for p in batch], t)
+        except Exception as err:  # the whole batch failed: tell every waiting client
+            log.exception("storing %d submissions failed", len(batch))
+            for p in batch:
+                p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable(str(err)))
+            return
+        for p, job_id in zip(batch, ids, strict=True):
+            self.scheduler_loop.submitted(job_id, p.spec)
+            p.loop.call_soon_threadsafe(_resolve, p.future, (job_id, t))
+
+
+def _resolve(future: asyncio.Future, value: tuple[int, float]) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _fail(future: asyncio.Future, err: Exception) -> None:
+    if not future.done():
+        future.set_exception(err)

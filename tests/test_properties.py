@@ -1,0 +1,190 @@
+"""Given any cluster and any sequence of events, expect HiveD's invariants after every event:
+no GPU used twice, a gang whole or not at all, a VC's guaranteed jobs within its cells, VC
+safety, a reason for every waiting job, and the core's counters true to its cells."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.core import HivedScheduler
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.model import (
+    Adopt,
+    Cancel,
+    Finish,
+    NodeDown,
+    NodeUp,
+    Requeue,
+    SpecRejected,
+    Submit,
+)
+
+PROPERTY_SETTINGS = settings(
+    max_examples=250,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@st.composite
+def clusters(draw: Any) -> dict[str, Any]:
+    """Racks of nodes; every VC owns node-level cells (some nodes left to no VC)."""
+    racks = draw(st.integers(1, 3))
+    per_rack = draw(st.integers(1, 3))
+    gpus = draw(st.sampled_from([1, 2, 4]))
+    nodes = [f"r{r}n{i}" for r in range(racks) for i in range(per_rack)]
+    vcs = draw(st.integers(1, 3))
+    owners = draw(st.lists(st.integers(-1, vcs - 1), min_size=len(nodes), max_size=len(nodes)))
+    counts = [owners.count(v) for v in range(vcs)]
+    if not any(counts):
+        counts[0] = 1
+    return {
+        "physicalCluster": {
+            "cellTypes": {
+                "NODE": {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True},
+                "RACK": {"childCellType": "NODE", "childCellNumber": per_rack},
+            },
+            "physicalCells": [
+                {
+                    "cellType": "RACK",
+                    "cellChildren": [{"cellAddress": f"r{r}n{i}"} for i in range(per_rack)],
+                }
+                for r in range(racks)
+            ],
+        },
+        "virtualClusters": {
+            f"vc{v}": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": n}]}
+            for v, n in enumerate(counts)
+        },
+    }
+
+
+def operations(vcs: int) -> Any:
+    submit = st.fixed_dictionaries(
+        {
+            "vc": st.integers(0, vcs - 1).map(lambda v: f"vc{v}"),
+            "priority": st.sampled_from([-1, 0, 10, 100]),
+            "tasks": st.integers(1, 3),
+            "gpus": st.integers(1, 4),
+            "gang": st.booleans(),
+            "lazy_preemption": st.booleans(),
+        }
+    ).map(lambda d: ("submit", d))
+    other = st.tuples(
+        st.sampled_from(["finish", "requeue", "cancel", "node_down", "node_up"]),
+        st.integers(0, 1000),
+    )
+    return st.lists(st.one_of(submit, submit, other), min_size=1, max_size=30)
+
+
+def check_invariants(sched: HivedScheduler, config: Any) -> None:
+    views = sched.jobs()
+    used: set[tuple[str, int]] = set()
+    per_vc: dict[str, int] = {}
+    for view in views:
+        job = sched._jobs[view.job_id]
+        spec = job.spec
+        gpus = [(t.node, g) for t in view.tasks for g in t.gpus]
+        assert not used & set(gpus), f"a GPU is used twice: {used & set(gpus)}"
+        used.update(gpus)
+        if spec.gang:
+            assert len(view.tasks) in (0, spec.task_count), "a gang is placed partly"
+        if view.state == "WAITING" or len(view.tasks) < spec.task_count:
+            assert view.why, f"{view.name} waits without a reason"
+        if not view.opportunistic and view.tasks:
+            per_vc[view.vc] = per_vc.get(view.vc, 0) + len(gpus)
+            for _, leaves in job.placed.values():
+                for leaf in leaves:
+                    owner = leaf.owner()
+                    assert owner is not None and owner.vc == view.vc, "guaranteed outside its VC"
+    for name, n in per_vc.items():
+        assert n <= sched.vcs[name].leaves(sched.tree), f"{name} uses more than its cells"
+    check_counters(sched)
+
+
+def check_counters(sched: HivedScheduler) -> None:
+    """The incremental counters equal what the cells say."""
+    for vc in sched.vcs.by_name.values():
+        free = oppo = 0
+        prio: dict[int, int] = {}
+        for cells in vc.bound.values():
+            for cell in cells.values():
+                for leaf in cell.leaf_cells():
+                    if leaf.job is None:
+                        free += leaf.bad == 0
+                    elif leaf.prio < 0:
+                        oppo += 1
+                    else:
+                        prio[leaf.prio] = prio.get(leaf.prio, 0) + 1
+        assert (vc.free_in, vc.oppo_in) == (free, oppo)
+        assert {p: n for p, n in vc.prio_in.items() if n} == prio
+        for chain, nodes in vc.nodes.items():
+            assert set(vc.open.get(chain, {})) == {n for n in nodes if n.free > 0}
+        bound = [c for cells in vc.bound.values() for c in cells.values() if not c.pinned]
+        assert all(c.guaranteed > 0 for c in bound), "an idle VC cell stayed bound"
+    for chain in sched.tree.chains.values():
+        for node in chain.node_cells:
+            leaves = node.leaf_cells()
+            assert node.free == sum(1 for x in leaves if x.job is None and x.bad == 0)
+            assert (node in sched.tree.open[chain.name]) == (node.free > 0)
+
+
+def check_vc_safety(sched: HivedScheduler, config: Any) -> None:
+    """A waiting guaranteed job that fits in its VC's cells given only its VC's running jobs
+    is not waiting: no other VC's job keeps it out (checked while every node is healthy)."""
+    if any(c.bad for c in sched.tree.cells.values()):
+        return
+    for view in sched.jobs():
+        job = sched._jobs[view.job_id]
+        if view.state != "WAITING" or job.spec.opportunistic:
+            continue
+        alone = HivedScheduler(config)
+        for other in sched._jobs.values():
+            if other.vc == job.vc and other.placed and not other.opportunistic:
+                tasks = tuple(p for p, _ in other.placed.values())
+                alone.handle(Adopt(other.job_id, other.spec, tasks))
+        decisions = alone.handle(Submit(job.job_id, job.spec))
+        started = any(getattr(d, "job_id", None) == job.job_id for d in decisions)
+        assert not started, f"{view.name} waits though its VC has room: {view.why}"
+
+
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_invariants_hold_after_every_event(data: Any) -> None:
+    raw = data.draw(clusters())
+    config = load_cluster_config(raw)
+    sched = HivedScheduler(config)
+    nodes = sorted({n.name for n in config.nodes()})
+    ops = data.draw(operations(len(config.vcs)))
+    down: set[str] = set()
+    for i, (kind, arg) in enumerate(ops):
+        if kind == "submit":
+            spec = parse_job({"name": f"j{i}", **arg})
+            try:
+                sched.check(spec)
+            except SpecRejected:
+                continue
+            sched.handle(Submit(f"j{i}", spec))
+        elif kind in ("finish", "requeue", "cancel"):
+            ids = sorted(sched._jobs)
+            if not ids:
+                continue
+            job_id = ids[arg % len(ids)]
+            event = {"finish": Finish, "requeue": Requeue, "cancel": Cancel}[kind](job_id)
+            sched.handle(event)
+        elif kind == "node_down":
+            node = nodes[arg % len(nodes)]
+            down.add(node)
+            sched.handle(NodeDown(node))
+        else:
+            if not down:
+                continue
+            node = sorted(down)[arg % len(down)]
+            down.discard(node)
+            sched.handle(NodeUp(node))
+        check_invariants(sched, config)
+        check_vc_safety(sched, config)
