@@ -11,9 +11,11 @@ command: ``echo WORDS`` writes a log line, ``exit N`` ends, ``sleep`` runs until
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -195,11 +197,13 @@ class FakeApi:
                 return
             generation = self.generation
             while generation == self.generation:
-                for rv, kind, pod in list(self.history):
-                    if rv > since and pod["metadata"]["namespace"] == ns:
-                        since = rv
-                        if _matches(pod["metadata"].get("labels", {}), selector):
-                            send({"type": kind, "object": pod})
+                start = bisect.bisect_right(self.history, since, key=lambda h: h[0])
+                for rv, kind, pod in self.history[start:]:
+                    since = rv
+                    if pod["metadata"]["namespace"] == ns and _matches(
+                        pod["metadata"].get("labels", {}), selector
+                    ):
+                        send({"type": kind, "object": pod})
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
@@ -243,7 +247,16 @@ class Kubelet:
 
     def step(self) -> None:
         with self.api.cond:
-            for pod in [deepcopy(p) for p in self.api.pods.values()]:
+            live = [
+                deepcopy(p)
+                for p in self.api.pods.values()
+                if p["spec"].get("nodeName")
+                and (
+                    p["status"]["phase"] in ("Pending", "Running")
+                    or p["metadata"].get("deletionTimestamp")
+                )
+            ]
+            for pod in live:
                 node = pod["spec"].get("nodeName")
                 if (
                     node
@@ -321,6 +334,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        # As Go's servers do; without it, headers and body as two writes wait on delayed ACKs.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _reply(self, code: int, body: Any, ctype: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()

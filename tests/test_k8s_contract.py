@@ -11,6 +11,7 @@ records an Event, deletes with the grace period and waits for 404.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -70,7 +71,8 @@ class Replay:
         self.exchanges = list(recording["exchanges"])
         self.standing = recording.get("standing", {})
         self.seen: list[tuple[str, str, dict[str, list[str]], Any]] = []
-        self.watches: list[dict[str, list[str]]] = []
+        self.watches: list[tuple[dict[str, list[str]], bool]] = []  # (query, got the events)
+        self.served = False
         self.mismatches: list[str] = []
         self.lock = threading.Lock()
         replay = self
@@ -80,6 +82,10 @@ class Replay:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def _answer(self, method: str) -> None:
                 url = urlparse(self.path)
@@ -107,12 +113,16 @@ class Replay:
                 if q.get("watch") != ["true"]:
                     self._send(200, json.dumps(replay.standing["list"]).encode())
                     return
-                replay.watches.append(q)
+                with replay.lock:
+                    done = len(replay.seen) >= replay.standing["watch_after"]
+                    events = replay.standing["watch"] if done and not replay.served else []
+                    replay.served = replay.served or bool(events)
+                    replay.watches.append((q, bool(events)))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for event in replay.standing["watch"] if len(replay.watches) == 1 else []:
+                for event in events:
                     line = json.dumps(event).encode() + b"\n"
                     self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                 time.sleep(0.3)  # a quiet watch that times out
@@ -168,6 +178,8 @@ def test_a_gang_through_the_real_client_makes_the_recorded_requests(replay: Repl
         wait_until(lambda: got.extend(lh.poll()) or got, what="the exit from the watch")
         assert [(e.key.index, e.exit_code, e.requeue) for e in got] == [(0, 0, False)]
 
+        served = next(i for i, (_, events) in enumerate(replay.watches) if events)
+        wait_until(lambda: len(replay.watches) > served + 1, what="the watch resumed")
         assert lh.read_log(handles[0], "stdout", 8, 8) == b"loss 0.4"
         lh.stop([handles[1]], grace_s=30, reason="preempted by job 43 (prod)")
     finally:
@@ -197,7 +209,7 @@ def test_a_gang_through_the_real_client_makes_the_recorded_requests(replay: Repl
     }
     event = bodies[8]
     assert (event["reason"], event["involvedObject"]["uid"]) == ("Stopped", uids[1])
-    first_watch = replay.watches[0]
+    first_watch = replay.watches[0][0]
     assert first_watch == {
         "allowWatchBookmarks": ["true"],
         "labelSelector": [MANAGED_SELECTOR],
@@ -206,7 +218,7 @@ def test_a_gang_through_the_real_client_makes_the_recorded_requests(replay: Repl
         "watch": ["true"],
     }
     # After the BOOKMARK and the last event, the watch resumes from the newest version seen.
-    assert replay.watches[1]["resourceVersion"] == ["50031"]
+    assert replay.watches[served + 1][0]["resourceVersion"] == ["50031"]
 
 
 def test_the_binding_201_is_a_status_the_client_cannot_read_as_a_binding() -> None:
