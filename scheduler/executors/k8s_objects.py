@@ -202,6 +202,8 @@ def pod_manifest(
         "schedulerName": opts.scheduler_name,
         "restartPolicy": "Never",
         "enableServiceLinks": False,
+        # A user's job gets no credentials for the API that LabHive itself schedules through.
+        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": opts.grace_s,
         "hostname": task_hostname(key.role, key.index),
         "containers": [
@@ -221,7 +223,6 @@ def pod_manifest(
         spec["dnsConfig"] = {"searches": [fqdn]}
     if opts.service_account:
         spec["serviceAccountName"] = opts.service_account
-        spec["automountServiceAccountToken"] = False
     if opts.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in opts.image_pull_secrets]
     return {
