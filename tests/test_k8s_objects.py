@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+from labhive.scheduler.executors.env import task_env as env_for
 from labhive.scheduler.executors.k8s_objects import (
     PodOptions,
     binding_manifest,
@@ -32,6 +33,8 @@ from labhive.scheduler.executors.k8s_objects import (
     task_hostname,
     task_of,
 )
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.model import TaskPlacement
 
 JOBS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openpai-jobs"
 VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
@@ -45,32 +48,28 @@ def valid(obj: dict[str, Any]) -> None:
 
 
 def openpai_tasks(file: str) -> list[TaskLaunch]:
-    """The tasks of an OpenPAI v2 job file, placed on one node, image resolved as OpenPAI does
-    (a task role's ``dockerImage`` names a ``dockerimage`` prerequisite)."""
-    job = yaml.safe_load((JOBS / file).read_text())
-    images = {
-        p["name"]: p["uri"] for p in job.get("prerequisites", []) if p["type"] == "dockerimage"
-    }
-    tasks, gpu = [], 0
-    for role, spec in job["taskRoles"].items():
-        res = spec["resourcePerInstance"]
-        for i in range(spec.get("instances", 1)):
-            gpus = tuple(range(gpu, gpu + res["gpu"]))
-            gpu += res["gpu"]
-            tasks.append(
-                TaskLaunch(
-                    TaskKey(job["name"], 0, role, i),
-                    job["name"],
-                    " && ".join(spec["commands"]),
-                    "node-a",
-                    gpus,
-                    cpu=res["cpu"],
-                    memory_mb=res["memoryMB"],
-                    image=images.get(spec["dockerImage"]),
-                    vc=job.get("defaults", {}).get("virtualCluster", "default"),
-                )
-            )
-    return tasks
+    """The tasks of an OpenPAI v2 job file as the service launches them: parsed by LabHive,
+    each task on its own node, with the env the service computes."""
+    spec = parse_job(yaml.safe_load((JOBS / file).read_text()), default_vc="default")
+    tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
+    placements = tuple(
+        TaskPlacement(r.name, i, f"node-{n}", tuple(range(r.gpu))) for n, (r, i) in enumerate(tasks)
+    )
+    return [
+        TaskLaunch(
+            TaskKey("7", 1, p.role, p.index),
+            spec.name,
+            "\n".join(r.commands),
+            p.node,
+            p.gpus,
+            cpu=r.cpu,
+            memory_mb=r.memory_mb,
+            env=env_for("7", spec, placements, 1, p.role, p.index, master_port=29500),
+            image=spec.image,
+            vc=spec.vc,
+        )
+        for (r, _), p in zip(tasks, placements, strict=True)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -86,7 +85,7 @@ def test_pods_binding_and_service_of_openpai_jobs_validate(file: str) -> None:
     pods = [pod_manifest(t, opts, task_env(t, tasks, svc), vc=t.vc, service=svc) for t in tasks]
     for pod, task in zip(pods, tasks, strict=True):
         valid(pod)
-        valid(binding_manifest(pod["metadata"]["name"], "labhive", "node-a"))
+        valid(binding_manifest(pod["metadata"]["name"], "labhive", task.node))
         assert pod["spec"]["containers"][0]["image"] == task.image
     if svc:
         owners = [(p["metadata"]["name"], f"uid-{i}") for i, p in enumerate(pods)]
@@ -107,8 +106,10 @@ def test_horovod_hosts_resolve_as_the_job_names_them() -> None:
     assert [p["spec"]["hostname"] for p in pods] == ["master-0", "worker-0"]
     assert {p["spec"]["subdomain"] for p in pods} == {svc}
     assert pods[0]["spec"]["dnsConfig"]["searches"] == [f"{svc}.labhive.svc.cluster.local"]
-    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in pods[1]["spec"]["containers"][0]["env"]}
     assert env["PAI_HOST_IP_worker_0"] == f"worker-0.{svc}"
+    assert (env["MASTER_ADDR"], env["RANK"], env["WORLD_SIZE"]) == (f"master-0.{svc}", "1", "2")
+    assert pods[1]["spec"]["containers"][0]["image"].startswith("horovod/horovod:0.16.4")
     limits = pods[0]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"cpu": "16", "memory": "16384Mi", "nvidia.com/gpu": "4"}
 

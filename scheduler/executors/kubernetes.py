@@ -282,7 +282,8 @@ class KubernetesExecutor:
                 )
             for (name, _), node in zip(created, targets, strict=True):
                 self._bind(name, node)
-        except (ApiException, LaunchError, *_TRANSPORT_ERRORS) as err:
+        except (ApiException, LaunchError, ValueError, *_TRANSPORT_ERRORS) as err:
+            # ValueError: the client's own model check refused a body (or a reply).
             self._discard([name for name, _ in created], service)
             raise LaunchError(
                 f"could not start job {first.job_id} on Kubernetes: {_api_message(err)}"
@@ -465,7 +466,6 @@ class KubernetesExecutor:
         A handle without ``info`` (LabHive died between launch and recording it) still finds
         its pod: names follow from the task key, so no launched pod is left running unseen.
         """
-        ended: list[TaskExit] = []
         for h in handles:
             name = h.info.get("pod") or pod_name(h.key)
             uid = h.info.get("uid")
