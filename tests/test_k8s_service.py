@@ -116,3 +116,15 @@ def test_a_node_gone_not_ready_is_a_bad_node_for_the_policy(service) -> None:
     fake.api.set_ready("node-b", True)
     client.job(job.id).wait(timeout=30, poll_s=0.1)
     assert client.job(job.id).state == "SUCCEEDED"
+
+
+def test_preemption_deletes_the_victims_pods_and_records_why(service) -> None:
+    client, fake, kubelet = service
+    low = client.submit(command="sleep", vc="vc1", gpus=4, tasks=2, priority="test", name="low")
+    wait_until(lambda: len(kubelet.started) == 2, timeout=20, what="the low gang running")
+    high = client.submit(command="exit 0", vc="vc1", gpus=4, priority="prod", name="high")
+    client.job(high.id).wait(timeout=30, poll_s=0.1)
+    assert client.job(high.id).state == "SUCCEEDED"
+    stopped = {e["involvedObject"]["name"] for e in fake.api.events if e["reason"] == "Stopped"}
+    assert stopped == {f"lh-{low.id}-main-0-a1", f"lh-{low.id}-main-1-a1"}
+    wait_until(lambda: client.job(low.id).state == "RUNNING", timeout=20, what="low again")
