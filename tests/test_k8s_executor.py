@@ -172,6 +172,8 @@ def test_stop_deletes_the_pods_with_a_grace_period_and_records_why(cluster, lh) 
     assert {q["gracePeriodSeconds"][0] for q in deletes} == {"2"}
     assert {e["message"] for e in server.api.events} == {"preempted by job7 (prod)"}
     assert lh.poll() == []  # the service knows it stopped them
+    assert lh.read_log(handles[0], "stdout", 0, 100) == b""  # 404: the log went with the pod
+    lh.stop(handles, grace_s=2)  # 404 on delete: already gone, nothing to do
 
 
 def test_after_a_restart_adopt_settles_what_ended_and_watches_the_rest(cluster) -> None:
