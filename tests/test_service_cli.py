@@ -133,3 +133,18 @@ def test_up_prints_how_to_use_it_and_ctrl_c_stops_every_job(tmp_path: Path) -> N
         row = job_row(conn, job.id)
     store.dispose()
     assert row is not None and (row["state"], row["reason"]) == ("WAITING", "requeued")
+
+
+def test_bearer_tokens_identify_admin_and_users(tmp_path: Path) -> None:
+    from labhive.scheduler.service.auth import AuthError, TokenAuthenticator
+
+    users = tmp_path / "users.yaml"
+    users.write_text(
+        "users:\n  ann: {token: ann-token-1, groups: [lab]}\ngroups:\n  lab: {vcs: [vc1]}\n"
+    )
+    auth = TokenAuthenticator("admin-secret-1", load_users(users), tmp_path / "admin.token")
+    assert auth.identify_header("Bearer admin-secret-1").admin
+    assert auth.identify_header("token ann-token-1").name == "ann"
+    for bad in (None, "", "Bearer", "Basic abc", "Bearer nope-nope"):
+        with pytest.raises(AuthError):
+            auth.identify_header(bad)

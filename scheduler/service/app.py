@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi import Path as FPath
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
-from fastapi.security import HTTPBearer
 from sqlalchemy import func, select
 
 from labhive import __version__
@@ -68,7 +68,7 @@ class Service:
             self.intake = Intake(self.store, self.loop)
 
     def identify(self, request: Request) -> Identity:
-        return self.auth.identify(request.headers.get("authorization"))
+        return self.auth.identify(request)
 
     def admit(self, doc: dict[str, Any], who: Identity) -> JobSpec:
         """Parse and check a submission; raise a UserError/SpecRejected/Forbidden to refuse."""
@@ -86,12 +86,8 @@ class Service:
         return dataclasses.replace(spec, user=who.name)
 
 
-_bearer = HTTPBearer(auto_error=False, description="the admin token file, or a user's token")
-
-
-async def _who(request: Request, _: Annotated[Any, Depends(_bearer)]) -> Identity:
-    """The caller, as the service's authenticator sees them (the one identity check); the
-    bearer dependency documents the scheme in OpenAPI."""
+async def _who(request: Request) -> Identity:
+    """The caller, as the service's authenticator sees them (the one identity check)."""
     return request.app.state.service.identify(request)  # type: ignore[no-any-return]
 
 
@@ -114,7 +110,35 @@ def create_app(service: Service) -> FastAPI:
     _install_error_handlers(app)
     _routes(app, service)  # on the app itself: no nested routers to match through
     _public_routes(app, service)
+    _document_bearer_auth(app)
     return app
+
+
+PUBLIC = (f"{PREFIX}/health", f"{PREFIX}/metrics")
+
+
+def _document_bearer_auth(app: FastAPI) -> None:
+    """Declare the bearer scheme in the OpenAPI document (done here rather than by a security
+    dependency, which would cost every request a dependency resolution)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the admin token file, or a user's token",
+                }
+            }
+            for path, operations in schema["paths"].items():
+                if path not in PUBLIC:
+                    for operation in operations.values():
+                        operation["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _routes(app: FastAPI, svc: Service) -> None:
@@ -284,7 +308,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
                     ).where(jobs.c.state.in_(lc.ACTIVE))
                 ).mappings()
             }
-        running, waiting = [], []
+        running: list[s.QueueEntry] = []
+        waiting: list[s.QueueEntry] = []
         for v in views:
             row = rows.get(int(v.job_id))
             if row is None or (vc and v.vc != vc):
@@ -515,10 +540,13 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._refuse(send, declared.decode("latin-1"))
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > self.limit:
+                await self._refuse(send, declared.decode("latin-1"))
+                return
+            await self.app(scope, receive, send)  # the server holds the body to its length
             return
-        body = bytearray()
+        body = bytearray()  # chunked: count as it arrives
         more = True
         while more:
             message = await receive()
