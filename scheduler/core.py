@@ -425,7 +425,7 @@ class HivedScheduler:
                 continue
             if cls.priority < 0:
                 if idle is None:
-                    idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
+                    idle = self.tree.free_total
                 room = idle if self._node_with(cls.task_need) else -1
             elif cls.vc_ref is None:
                 room = -1
@@ -729,17 +729,10 @@ class HivedScheduler:
             self._vacate_job(victim, touched)
             self._enqueue(victim)
         started = []
-        for task, node, leaves in plan.placed:
+        for task, _, leaves in plan.placed:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
-            placement = TaskPlacement(
-                task.role,
-                task.index,
-                node.node or "",
-                tuple(leaf.gpu or 0 for leaf in ordered),
-                tuple(leaf.leaf_id for leaf in ordered),
-            )
+            placement = _placement(task.role, task.index, leaves)
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
         out.append(Start(job.job_id, tuple(started), job.opportunistic))
@@ -846,9 +839,9 @@ class HivedScheduler:
                 out.append(Stop(job.job_id, f"reconfigured: {err}"))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
-                job = self._jobs.get(job_id)
-                if job is not None and job.waiting_tasks and job.queued_key is None:
-                    self._enqueue(job)
+                queued = self._jobs.get(job_id)
+                if queued is not None and queued.waiting_tasks and queued.queued_key is None:
+                    self._enqueue(queued)
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)
@@ -901,7 +894,10 @@ class HivedScheduler:
         for task, leaves in wanted:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            job.placed[(task.role, task.index)] = (task, leaves)
+            job.placed[(task.role, task.index)] = (
+                _placement(task.role, task.index, leaves),
+                leaves,
+            )
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
         owner = leaf.owner()
@@ -951,6 +947,19 @@ class HivedScheduler:
 
 def _gpu(leaf: Cell) -> int:
     return leaf.gpu or 0
+
+
+def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
+    """Where a task runs, GPUs in index order, with their leaf ids."""
+    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    node = ordered[0].node if ordered else ""
+    return TaskPlacement(
+        role,
+        index,
+        node or "",
+        tuple(leaf.gpu or 0 for leaf in ordered),
+        tuple(leaf.leaf_id for leaf in ordered),
+    )
 
 
 def _dominates(

@@ -318,6 +318,20 @@ def test_adopt_restores_a_running_job_on_exactly_its_cells():
     assert c.sched.job("o") is None
 
 
+def test_adopt_an_opportunistic_job_anywhere_idle():
+    c = Cluster(RACK)
+    spec = parse_job({"name": "o", "vc": "a", "priority": "oppo", "gpus": 4})
+    c.handle(Adopt("o", spec, (TaskPlacement("main", 0, "n1", (0, 1, 2, 3)),), opportunistic=True))
+    view = c.sched.job("o")
+    assert view is not None and view.state == "RUNNING" and view.opportunistic
+    assert view.tasks[0].cells == ("n1/0", "n1/1", "n1/2", "n1/3")
+    # b may not split rack r1 (a is guaranteed a whole rack), so it takes n1 back from the
+    # opportunistic job, which restarts on the rack b left alone.
+    c.submit("g", vc="b", priority="test", tasks=2, gpus=4)
+    assert c.preempted() == ["o"] and c.nodes("g") == ["n0", "n1"]
+    assert c.nodes("o") == ["n2"]
+
+
 def test_reconfigure_keeps_running_jobs_where_their_cells_still_exist():
     old = load_cluster_config(HIVED / "hived-config-2.yaml")
     c = Cluster(old)
