@@ -47,6 +47,7 @@ class TaskLaunch:
     image: str | None = None
     user: str | None = None
     observe: str | None = None  # "strace" to run the task under strace
+    vc: str | None = None  # the job's virtual cluster (labels pods for per-VC views)
 
 
 @dataclass(frozen=True, slots=True)

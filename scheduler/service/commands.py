@@ -40,7 +40,10 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> Non
     parser.add_argument("--cluster", help="HiveD cluster config (default: this machine's GPUs)")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
     parser.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
-    parser.add_argument("--executor", default="local", choices=["local"], help="where tasks run")
+    from labhive.scheduler.executors import k8s_serve
+    from labhive.scheduler.service.server import EXECUTORS
+
+    parser.add_argument("--executor", default="local", choices=EXECUTORS, help="where tasks run")
     parser.add_argument("--users", type=Path, help="users/groups YAML (tokens, group -> VCs)")
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
@@ -51,9 +54,11 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> Non
         help="seconds between NVML GPU samples; 0 turns GPU sampling off (default 10)",
     )
     parser.set_defaults(stop_tasks_on_exit=stop_default)
+    k8s_serve.add_options(parser)
 
 
 def _options(args: argparse.Namespace) -> Any:
+    from labhive.scheduler.executors import k8s_serve
     from labhive.scheduler.service.server import ServeOptions
 
     return ServeOptions(
@@ -69,6 +74,7 @@ def _options(args: argparse.Namespace) -> Any:
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
         gpu_sample_s=args.gpu_sample_s,
+        executor_options=k8s_serve.options_from(args),
     )
 
 

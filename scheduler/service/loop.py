@@ -92,6 +92,7 @@ def default_launches(
                 image=spec.image,
                 user=job["user"],
                 observe=spec.observe,
+                vc=spec.vc,
             )
         )
     return out
@@ -134,6 +135,7 @@ class SchedulerLoop:
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.time,
         launch_builder: LaunchBuilder | None = None,
+        node_events: Callable[[], list[Event]] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -144,6 +146,7 @@ class SchedulerLoop:
         self.poll_s = poll_s
         self.clock = clock
         self._launch_builder = launch_builder
+        self._node_events = node_events  # node health from the executor (Kubernetes)
         self.scheduler = make_scheduler()
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
         self._intake: deque[tuple[int, JobSpec]] = deque()
@@ -323,6 +326,8 @@ class SchedulerLoop:
         self._settle_exits(exits, work, events_in, t)
         events_in.extend(_drain(self._external))  # node health (monitoring), before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
+        if self._node_events is not None:
+            events_in.extend(self._node_events())
         for job_id, spec in intake:
             if job_id in self._specs:
                 continue  # already loaded from the store by a recovery

@@ -20,7 +20,7 @@ from labhive.scheduler.executors.base import Executor
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 
-EXECUTORS = ("local",)
+EXECUTORS = ("local", "kubernetes")
 
 
 @dataclass
@@ -37,6 +37,7 @@ class ServeOptions:
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
     gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
+    executor_options: dict[str, Any] = field(default_factory=dict)  # --executor kubernetes
 
 
 @dataclass
@@ -52,11 +53,18 @@ class Running:
     virtual: bool
 
 
-def make_executor(name: str, data_dir: Path, grace_s: float) -> Executor:
+def make_executor(
+    name: str, data_dir: Path, grace_s: float, opts: ServeOptions | None = None, config: Any = None
+) -> Executor:
     if name == "local":
         from labhive.scheduler.executors.local import LocalExecutor
 
         return LocalExecutor(data_dir, grace_s=grace_s)
+    if name == "kubernetes":
+        from labhive.scheduler.executors.k8s_serve import kubernetes_executor
+
+        opts = opts or ServeOptions()
+        return kubernetes_executor(opts.executor_options, config, bool(opts.cluster))
     raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
 
 
@@ -107,7 +115,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
     auth = TokenAuthenticator(token, load_users(opts.users), token_file)
-    executor = make_executor(opts.executor, data_dir, opts.grace_s)
+    executor = make_executor(opts.executor, data_dir, opts.grace_s, opts, config)
     loop = SchedulerLoop(
         store,
         lambda: policy(config),
@@ -116,6 +124,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         virtual=config.virtual,
         grace_s=opts.grace_s,
         launch_builder=launch_builder_for(opts.executor, config),
+        node_events=getattr(executor, "node_events", None),
     )
     from labhive.scheduler.service.monitoring import Monitoring
 

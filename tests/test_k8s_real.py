@@ -1,0 +1,70 @@
+"""On a real cluster (only when ``LABHIVE_KUBECONFIG`` names its kubeconfig): a gang of 2 pods,
+created, bound by LabHive through the binding subresource, running to success.
+
+Optional: ``LABHIVE_NAMESPACE`` (default ``default``; it must exist), ``LABHIVE_TEST_IMAGE``
+(default ``busybox:1.36``). Nodes without ``nvidia.com/gpu`` get virtual GPU slots (no device
+request), so a kind or minikube cluster runs it too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from labhive.scheduler.executors.base import TaskExit, TaskKey, TaskLaunch
+from labhive.scheduler.executors.kubernetes import KubernetesExecutor, connect
+
+KUBECONFIG = os.environ.get("LABHIVE_KUBECONFIG")
+pytestmark = [
+    pytest.mark.skipif(
+        not KUBECONFIG,
+        reason="no Kubernetes API server here: set LABHIVE_KUBECONFIG to a real cluster's "
+        "kubeconfig to run this test",
+    ),
+    pytest.mark.timeout(300),
+]
+
+
+def test_a_gang_of_two_pods_is_bound_by_labhive_and_succeeds() -> None:
+    from kubernetes import client as k8s
+
+    api = connect(KUBECONFIG)
+    nodes = [
+        n
+        for n in k8s.CoreV1Api(api).list_node().items
+        if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or ())
+        and not n.spec.unschedulable
+    ]
+    assert nodes, "the cluster has no Ready, schedulable node"
+    picked = [nodes[0], nodes[-1]]
+    has_gpu = all(int((n.status.allocatable or {}).get("nvidia.com/gpu", "0")) for n in picked)
+    job = f"real-{int(time.time())}"
+    tasks = [
+        TaskLaunch(
+            TaskKey(job, 0, "worker", i),
+            job,
+            "echo hello from $PAI_CURRENT_TASK_ROLE_NAME-$PAI_TASK_INDEX",
+            n.metadata.name,
+            (0,),
+            virtual=not has_gpu,
+            cpu=0.1,
+            memory_mb=64,
+            image=os.environ.get("LABHIVE_TEST_IMAGE", "busybox:1.36"),
+        )
+        for i, n in enumerate(picked)
+    ]
+    lh = KubernetesExecutor(api, os.environ.get("LABHIVE_NAMESPACE", "default"))
+    handles = lh.launch(tasks)
+    try:
+        got: list[TaskExit] = []
+        deadline = time.monotonic() + 240
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.extend(lh.poll())
+            time.sleep(1)
+        assert sorted((e.key.index, e.exit_code) for e in got) == [(0, 0), (1, 0)], got
+        assert b"hello from worker-0" in lh.read_log(handles[0], "stdout", 0, 4096)
+    finally:
+        lh.stop(handles, grace_s=5, reason="test finished")
+        lh.close()

@@ -1,0 +1,130 @@
+"""The job service with ``--executor kubernetes`` against the in-memory API server.
+
+Given a HiveD config whose nodes are Kubernetes nodes, a kubeconfig, and the service built as
+``labhive serve --executor kubernetes --cluster ... --kubeconfig ... --namespace ...`` builds it,
+expect a submitted gang to run as bound pods and succeed, a failing job to be retried, and a node
+that goes NotReady to reach the policy as a bad node.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from k8s_fake import FakeServer, Kubelet, wait_until
+
+from labhive.scheduler.cli import build_parser
+from labhive.scheduler.client import Client
+from labhive.scheduler.service import commands
+
+pytestmark = pytest.mark.timeout(60)
+
+CLUSTER = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}
+    RACK: {childCellType: NODE, childCellNumber: 2}
+  physicalCells:
+  - cellType: RACK
+    cellChildren:
+    - cellAddress: node-a
+    - cellAddress: node-b
+virtualClusters:
+  vc1: {virtualCells: [{cellType: RACK.NODE, cellNumber: 2}]}
+"""
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: "{url}"}}]
+users: [{name: fake, user: {token: test}}]
+contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: labhive}}]
+current-context: fake
+"""
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[Client, FakeServer, Kubelet]]:
+    import uvicorn
+
+    from labhive.scheduler.service.server import build
+
+    with FakeServer({"node-a": 4, "node-b": 4}) as fake:
+        kubelet = Kubelet(fake.api).start()
+        (tmp_path / "cluster.yaml").write_text(CLUSTER)
+        (tmp_path / "kubeconfig").write_text(KUBECONFIG.replace("{url}", fake.url))
+        argv = ["serve", "--executor", "kubernetes", "--cluster", str(tmp_path / "cluster.yaml")]
+        argv += ["--kubeconfig", str(tmp_path / "kubeconfig"), "--namespace", "labhive"]
+        argv += ["--data-dir", str(tmp_path / "data"), "--grace-s", "1", "--port", "0"]
+        opts = commands._options(build_parser().parse_args(argv))
+        running = build(opts)
+        loop, executor = running.service.loop, running.service.loop.executor
+        executor._node_poll_s = 0.1
+        loop.poll_s = 0.05
+        loop.start()
+        config = uvicorn.Config(running.app, host="127.0.0.1", port=0, log_level="warning")
+        config.lifespan = "off"
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        wait_until(lambda: server.started, timeout=30, what="the service")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        token = running.token_file.read_text().strip()
+        try:
+            yield Client(f"http://127.0.0.1:{port}/api/v1", token), fake, kubelet
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            loop.stop(stop_tasks=True)
+            executor.close()
+            running.service.store.dispose()
+            kubelet.close()
+
+
+def test_a_gang_runs_as_bound_pods_and_succeeds(service) -> None:
+    client, fake, _ = service
+    job = client.submit(command="echo rank=$RANK; exit 0", vc="vc1", gpus=4, tasks=2, name="g")
+    job.wait(timeout=30, poll_s=0.1)
+    assert job.state == "SUCCEEDED"
+    pods = fake.api.list_pods("labhive", None)["items"]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["node-a", "node-b"]
+    assert {p["metadata"]["labels"]["labhive.io/vc"] for p in pods} == {"vc1"}
+    assert "rank=" in client.logs(job.id, task="main-0").data
+
+
+def test_a_failing_job_is_retried_then_fails(service) -> None:
+    client, _, _ = service
+    job = client.submit(command="exit 3", vc="vc1", gpus=1, retries=1, name="flaky")
+    job.wait(timeout=30, poll_s=0.1)
+    assert (job.state, job.attempt, job.exit_code) == ("FAILED", 2, 3)
+
+
+def test_a_node_gone_not_ready_is_a_bad_node_for_the_policy(service) -> None:
+    client, fake, _ = service
+    fake.api.set_ready("node-b", False)
+
+    def node_b_down() -> bool:
+        return any(not n["healthy"] for n in client.cluster()["nodes"] if n["name"] == "node-b")
+
+    wait_until(node_b_down, timeout=10, what="node-b reported down")
+    job = client.submit(command="exit 0", vc="vc1", gpus=4, tasks=2, name="both")
+    time.sleep(0.5)
+    assert client.job(job.id).state == "WAITING"  # a 2-node gang cannot run on one node
+    fake.api.set_ready("node-b", True)
+    client.job(job.id).wait(timeout=30, poll_s=0.1)
+    assert client.job(job.id).state == "SUCCEEDED"
+
+
+def test_preemption_deletes_the_victims_pods_and_records_why(service) -> None:
+    client, fake, kubelet = service
+    low = client.submit(command="sleep", vc="vc1", gpus=4, tasks=2, priority="test", name="low")
+    wait_until(lambda: len(kubelet.started) == 2, timeout=20, what="the low gang running")
+    high = client.submit(command="exit 0", vc="vc1", gpus=4, priority="prod", name="high")
+    client.job(high.id).wait(timeout=30, poll_s=0.1)
+    assert client.job(high.id).state == "SUCCEEDED"
+    stopped = {e["involvedObject"]["name"] for e in fake.api.events if e["reason"] == "Stopped"}
+    assert stopped == {f"lh-{low.id}-main-0-a1", f"lh-{low.id}-main-1-a1"}
+    wait_until(lambda: client.job(low.id).state == "RUNNING", timeout=20, what="low again")
