@@ -42,9 +42,22 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> Non
     parser.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
     parser.add_argument("--executor", default="local", choices=["local"], help="where tasks run")
     parser.add_argument("--users", type=Path, help="users/groups YAML (tokens, group -> VCs)")
+    parser.add_argument(
+        "--auth",
+        choices=["token", "hub"],
+        default="token",
+        help="token: bearer tokens (admin token file, --users); hub: identity from JupyterHub, "
+        "when run as a hub-managed service (--users then holds only the group -> VC grants)",
+    )
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
-    parser.set_defaults(stop_tasks_on_exit=stop_default)
+    parser.add_argument(
+        "--stop-tasks-on-exit",
+        action="store_true",
+        default=stop_default,
+        help="on exit stop every job process (their jobs wait again) instead of leaving them "
+        "running for the next start to re-adopt",
+    )
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -59,6 +72,7 @@ def _options(args: argparse.Namespace) -> Any:
         policy=args.policy,
         executor=args.executor,
         users=args.users,
+        auth=args.auth,
         grace_s=args.grace_s,
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
