@@ -240,7 +240,9 @@ class LabHiveSpawner(Spawner):
             raise ServerJobEnded(f"LabHive refused your server: {err.message}") from None
         self.job_id = int(job["id"])
         self.log.info("%s: job %s in %s", self._log_name, self.job_id, vc)
-        await self._wait_running(deadline=time.monotonic() + max(self.start_timeout - 30, 30))
+        # give up (with the queue's words) before the hub cuts start() off without them
+        patience = max(self.start_timeout - 30, self.start_timeout * 0.8)
+        await self._wait_running(deadline=time.monotonic() + patience)
         return f"http://{self.ip}:{self.port}"
 
     async def _choose_vc(self) -> str:
@@ -288,6 +290,7 @@ class LabHiveSpawner(Spawner):
     async def _wait_running(self, deadline: float) -> None:
         """Until the job runs; raise with the queue's words when it ends or waits too long."""
         job: dict[str, Any] = {}
+        since = time.monotonic()
         while time.monotonic() < deadline:
             try:
                 job = await self._job()
@@ -306,7 +309,7 @@ class LabHiveSpawner(Spawner):
         waited = waiting_text(job) if job else "in the queue"
         await self._cancel(wait=0)
         raise ServerJobEnded(
-            f"your server waited {self.start_timeout // 60} minutes without getting its "
+            f"your server waited {_duration(time.monotonic() - since)} without getting its "
             f"resources ({waited}) and was cancelled; try a smaller size or start it later"
         )
 
@@ -406,3 +409,7 @@ def waiting_text(job: dict[str, Any]) -> str:
         f"WAITING: position {pos} of {length} in {job['vc']}" if pos else f"WAITING in {job['vc']}"
     )
     return f"{head} — {why}" if why else head
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} seconds" if seconds < 120 else f"{seconds / 60:.0f} minutes"

@@ -79,7 +79,7 @@ def prepare(
         cleanup_servers=True,
         stop_tasks_on_exit=True,
         grace_s=grace_s,
-        log_level="WARNING",
+        log_level="WARN",
     )
     plan.save(hub_dir / "plan.json")
     config = hub_dir / "jupyterhub_config.py"
