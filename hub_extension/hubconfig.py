@@ -51,6 +51,7 @@ class HubPlan:
     stop_tasks_on_exit: bool = False  # the service stops every job process when it exits
     profiles: list[dict[str, Any]] = field(default_factory=list)
     server_args: list[str] = field(default_factory=list)
+    notebook_dir: str | None = None  # e.g. "/srv/notebooks/{username}"; made when missing
     grace_s: float = 10.0
     log_level: str = "INFO"
 
@@ -70,6 +71,23 @@ class HubPlan:
     @classmethod
     def load(cls, path: str | Path) -> HubPlan:
         return cls(**json.loads(Path(path).read_text()))
+
+
+def write_config(plan: HubPlan, folder: Path, *extra: str) -> Path:
+    """``plan.json`` (0600) and a ``jupyterhub_config.py`` that applies it (plus ``extra``
+    lines), in ``folder``; returns the config file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plan.save(folder / "plan.json")
+    config = folder / "jupyterhub_config.py"
+    lines = [
+        "# Written by LabHive from plan.json; regenerated on every start.",
+        "from labhive.hub_extension.hubconfig import HubPlan, configure",
+        "",
+        f"configure(c, HubPlan.load({str(folder / 'plan.json')!r}))  # noqa: F821",
+        *extra,
+    ]
+    config.write_text("\n".join(lines) + "\n")
+    return config
 
 
 def service_command(plan: HubPlan) -> list[str]:
@@ -120,6 +138,8 @@ def configure(c: Any, plan: HubPlan) -> None:
     spawner.profiles = plan.profiles
     c.Spawner.args = server_args(plan)
     c.Spawner.default_url = "/lab"
+    if plan.notebook_dir:
+        c.Spawner.notebook_dir = plan.notebook_dir
 
     hub.services = [
         {

@@ -31,6 +31,7 @@ def main(argv: list[str]) -> int:
     env.update({str(k): str(v) for k, v in doc["env"].items()})
     cwd = doc.get("cwd")
     if cwd:
+        os.makedirs(cwd, exist_ok=True)
         os.chdir(cwd)
     cmd = [str(c) for c in doc["cmd"]]
     os.execvpe(cmd[0], cmd, env)

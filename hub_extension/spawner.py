@@ -274,7 +274,8 @@ class LabHiveSpawner(Spawner):
         config = [str(JUPYTER_CONFIG), *filter(None, [env.get("JUPYTER_CONFIG_PATH")])]
         env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(config)
         cmd = [*self.cmd, *self.get_args()]
-        cmd[0] = shutil.which(cmd[0]) or cmd[0]
+        beside_python = str(Path(sys.executable).parent)  # the hub's venv, even when not on PATH
+        cmd[0] = shutil.which(cmd[0]) or shutil.which(cmd[0], path=beside_python) or cmd[0]
         folder = Path(self.secrets_dir)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = folder / f"{self._job_name()}.json"

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from labhive.hub_extension.hubconfig import HubPlan
+from labhive.hub_extension.hubconfig import HubPlan, write_config
 from labhive.scheduler.errors import UserError
 
 DEFAULT_GRANTS = """\
@@ -81,15 +81,11 @@ def prepare(
         grace_s=grace_s,
         log_level="WARN",
     )
-    plan.save(hub_dir / "plan.json")
-    config = hub_dir / "jupyterhub_config.py"
-    config.write_text(
-        "# Written by `labhive up` on every start; edit the plan through its options instead.\n"
-        "from labhive.hub_extension.hubconfig import HubPlan, configure\n"
-        "from labhive.hub_extension.up import add_up_service\n\n"
-        f"plan = HubPlan.load({str(hub_dir / 'plan.json')!r})\n"
-        "configure(c, plan)  # noqa: F821 (c is JupyterHub's config)\n"
-        f"add_up_service(c, {str(hub_dir / 'secrets.json')!r})  # noqa: F821\n"
+    config = write_config(
+        plan,
+        hub_dir,
+        "from labhive.hub_extension.up import add_up_service",
+        f"add_up_service(c, {str(hub_dir / 'secrets.json')!r})  # noqa: F821",
     )
     return plan, config, keys
 
@@ -124,16 +120,17 @@ def _free_port() -> int:
     return free_port()
 
 
-def start_hub(config: Path, log: Path) -> subprocess.Popen:
+def start_hub(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """JupyterHub in its own process group (so it can be stopped as a whole)."""
-    out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed with it
-    return subprocess.Popen(
-        [sys.executable, "-m", "jupyterhub", "-f", str(config)],
-        cwd=config.parent,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+            cwd=config.parent,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
 
 
 def wait_ready(plan: HubPlan, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
