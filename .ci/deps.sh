@@ -9,8 +9,14 @@ command -v strace >/dev/null || need+=(strace)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 # the kernel extension's browser test drives Debian's chromium through Playwright
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# the hub tests (and `labhive up`) run JupyterHub's proxy, configurable-http-proxy, from npm
+command -v npm >/dev/null || need+=(npm)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+if ! command -v configurable-http-proxy >/dev/null; then
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo npm install -g --no-fund --no-audit configurable-http-proxy
 fi

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import nbformat
 from hub_support import CHROMIUM, CHROMIUM_FLAGS, Hub, real_hub, wait_for
@@ -32,10 +33,11 @@ def write_notebook(path: Path, *cells: str) -> None:
     nbformat.write(nb, path)
 
 
-def login(browser: Any, hub: Hub, name: str) -> Any:
+def login(browser: Any, hub: Hub, name: str, then: str = "") -> Any:
+    """A logged-in page; without ``then`` the hub goes on to start the user's server."""
     page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
     page.set_default_timeout(60_000)
-    page.goto(f"{hub.url}/hub/login")
+    page.goto(f"{hub.url}/hub/login" + (f"?next={quote(then, safe='')}" if then else ""))
     page.fill("#username_input", name)
     page.fill("#password_input", "any")
     page.click("#login_submit")
@@ -84,8 +86,13 @@ def test_a_queued_server_starts_owns_its_jobs_and_survives_a_hub_restart(tmp_pat
             assert (mine.user, mine.vc) == ("alice", "vc1")
             wait_for(lambda: mine.refresh().done, 30, "alice's job to finish")
 
+            # ... and her server's extension serves the service as her, under her server's URL
+            own = alice.request.get(f"{hub.url}/user/alice/labhive/api/v1/jobs")
+            assert own.status == 200, own.text()
+            assert {j["user"] for j in own.json()["jobs"]} == {"alice"}
+
             # 4. bob may not read her logs; his own job is his (OAuth cookie, no token)
-            bob = login(browser, hub, "bob")
+            bob = login(browser, hub, "bob", then="/hub/home")
             denied = bob.goto(f"{hub.url}/services/labhive/api/v1/jobs/{mine.id}/logs")
             assert denied is not None and denied.status == 403, denied and denied.text()
             assert "belongs to another user" in denied.text()
@@ -98,7 +105,7 @@ def test_a_queued_server_starts_owns_its_jobs_and_survives_a_hub_restart(tmp_pat
             assert made.json()["vc"] == "default"
 
             # 5. the instructor sees every user's jobs, and alice's logs
-            teacher = login(browser, hub, "teacher")
+            teacher = login(browser, hub, "teacher", then="/hub/home")
             listing = teacher.goto(f"{hub.url}/services/labhive/api/v1/jobs")
             assert listing is not None and listing.status == 200
             users = {j["user"] for j in json.loads(teacher.inner_text("body"))["jobs"]}
@@ -128,6 +135,7 @@ def test_a_queued_server_starts_owns_its_jobs_and_survives_a_hub_restart(tmp_pat
             before["started_at"],
         )
         assert len(jobs_named(admin, "jupyter-alice")) == 1, "the hub started a second server"
+        assert not jobs_named(admin, "jupyter-bob"), "bob only looked; no server of his"
         alice.goto(f"{hub.url}/user/alice/lab")
         alice.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
         browser.close()
