@@ -173,7 +173,15 @@ def stop_servers(plan: HubPlan, token: str, timeout: float = 60) -> int:
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
-    """SIGTERM the hub's process group; SIGKILL what is left after ``grace_s``."""
+    """SIGTERM the hub's process group; after ``grace_s`` SIGKILL what is left of it and of its
+    direct children, which JupyterHub starts in sessions of their own (the proxy, the
+    service). Job processes are left to the service: the next start re-adopts them."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children()
+    except psutil.Error:
+        children = []
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -184,6 +192,9 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 def banner(plan: HubPlan, keys: dict[str, str], log: Path) -> str:

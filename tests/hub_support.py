@@ -114,11 +114,16 @@ def real_hub(root: Path) -> Iterator[Hub]:
 
 
 def _cancel_everything(hub: Hub) -> None:
+    """Cancel every job until none is left (a cancel can let a waiting job start)."""
     try:
         with hub.admin() as admin:
-            for state in ("RUNNING", "WAITING"):
-                for job in admin.jobs(state=state):
+            for _ in range(10):
+                active = admin.jobs(state="RUNNING") + admin.jobs(state="WAITING")
+                if not active:
+                    return
+                for job in active:
                     admin.cancel(job.id, wait=10)
+        print("teardown: jobs still active after 10 rounds of cancelling")
     except Exception as err:  # teardown goes on: the process group is stopped next
         print(f"teardown: could not cancel jobs: {err}")
 
