@@ -100,9 +100,8 @@ class LabHiveServerExt(ExtensionApp):
         url = service_url(self.service_url or None)
         os.environ["LABHIVE_URL"] = url  # kernels inherit the server's environment
         self.settings["labhive_proxy"] = ServiceProxy(url, find_token(self.service_token or None))
-        self.log.info(
-            "LabHive: service %s, proxied at %slabhive/api/", url, self.serverapp.base_url
-        )
+        base = self.serverapp.base_url if self.serverapp else "/"
+        self.log.info("LabHive: service %s, proxied at %slabhive/api/", url, base)
 
     def initialize_handlers(self) -> None:
         self.handlers.append((r"/labhive/api/(.*)", ProxyHandler))

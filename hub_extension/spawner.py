@@ -365,13 +365,8 @@ class LabHiveSpawner(Spawner):
             return None
         if job["state"] == "RUNNING":
             return None
-        if job["state"] == "WAITING":  # requeued: preempted, or its node went away
-            why = job.get("reason") or "requeued"
-            self.last_end = (
-                f"Your server (job {self.job_id}) was stopped by LabHive ({why}): a "
-                "higher-priority job needed its resources. Unsaved work in open notebooks may "
-                "be lost; start a new server to continue."
-            )
+        if job["state"] == "WAITING":
+            self.last_end = _requeued_message(self.job_id, job)
             self.log.warning("%s: %s", self._log_name, self.last_end)
             await self._cancel(wait=0)
             return 1
@@ -410,6 +405,21 @@ def waiting_text(job: dict[str, Any]) -> str:
         f"WAITING: position {pos} of {length} in {job['vc']}" if pos else f"WAITING in {job['vc']}"
     )
     return f"{head} — {why}" if why else head
+
+
+def _requeued_message(job_id: int, job: dict[str, Any]) -> str:
+    """Why a server's job is waiting again although the hub thought it was up."""
+    if job.get("attempt", 1) > 1 or job.get("reason") == "preempted":
+        why = job.get("why") or job.get("reason") or "requeued"
+        return (
+            f"Your server (job {job_id}) was stopped by LabHive: a higher-priority job needed "
+            f"its resources ({why}). Unsaved work in open notebooks may be lost; start a new "
+            "server to continue."
+        )
+    return (
+        f"Your server (job {job_id}) was still waiting in the queue when the hub restarted, "
+        "so it was cancelled; start it again."
+    )
 
 
 def _duration(seconds: float) -> str:

@@ -97,7 +97,6 @@ def test_a_queued_server_shows_its_position_starts_when_gpus_free_and_stops(
         return message, url, spawner.get_state()
 
     message, url, state = asyncio.run(scenario())
-    print(message)
     assert message.startswith("WAITING: position 1 of 1 in vc1 — "), message
     assert "vc1" in message.split("—", 1)[1]
     assert _answers(url), "the server task does not answer at the URL start returned"
