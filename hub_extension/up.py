@@ -80,6 +80,7 @@ def prepare(
         stop_tasks_on_exit=True,
         grace_s=grace_s,
         log_level="WARN",
+        notebook_dir=str(data_dir.resolve() / "home" / "{username}"),
     )
     config = write_config(
         plan,
@@ -208,6 +209,7 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path) -> str:
             f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in {plan.grants}",
             "                (group 'instructors' = LabHive admins; restart to reload grants)",
             f"  service:      {hub}/services/labhive/api/v1/queue (LabHive REST API, OAuth)",
+            f"  notebooks:    {plan.notebook_dir} (each user's server starts there)",
             f"  data & logs:  {plan.data_dir} (hub log: {log.name})",
             "  Ctrl-C stops the hub, the service and every job process",
         ]

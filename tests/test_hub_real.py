@@ -70,6 +70,7 @@ def test_a_queued_server_starts_owns_its_jobs_and_survives_a_hub_restart(tmp_pat
             alice.wait_for_selector("#progress-message:has-text('position')")
             waiting = alice.inner_text("#progress-message")
             assert waiting.startswith("WAITING: position 1 of 1 in vc1 — vc1 has 0 free"), waiting
+            alice.screenshot(path=str(tmp_path / "spawn-pending.png"))
             (server_job,) = jobs_named(admin, "jupyter-alice")
             assert (server_job.user, server_job.state, server_job.gpus) == ("alice", "WAITING", 1)
 
