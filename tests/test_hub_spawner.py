@@ -10,6 +10,8 @@ see the launch file carry the hub's environment into the task.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -21,11 +23,12 @@ import httpx
 import pytest
 from service_fixtures import Live, live_service
 
-from labhive.hub_extension.spawner import LabHiveSpawner, ServerJobEnded
+from labhive.hub_extension.spawner import JUPYTER_CONFIG, LabHiveSpawner, ServerJobEnded
 
 ALICE = "alice-token-123"
 FAKE_SERVER = (
-    "import os, http.server, urllib.parse as u;"
+    "import json, os, http.server, urllib.parse as u;"
+    "json.dump(dict(os.environ), open(os.environ['ENV_DUMP'], 'w'));"
     "port = u.urlparse(os.environ['JUPYTERHUB_SERVICE_URL']).port;"
     "http.server.HTTPServer(('127.0.0.1', port), http.server.SimpleHTTPRequestHandler)"
     ".serve_forever()"
@@ -55,6 +58,7 @@ def make_spawner(live: Live, tmp: Path, token: str = ALICE, **traits: Any) -> La
         secrets_dir=str(tmp / "secrets"),
         profiles=GPU,
         poll_s=0.1,
+        environment={"ENV_DUMP": str(tmp / "server-env.json")},
         **traits,
     )
 
@@ -104,6 +108,12 @@ def test_a_queued_server_shows_its_position_starts_when_gpus_free_and_stops(
     job = live.client().job(state["labhive_job_id"])
     assert (job.user, job.vc, job.gpus, job.state) == ("alice", "vc1", 1, "RUNNING")
     assert ALICE not in str(job.spec), "the server's token must not be stored with the job"
+    env = json.loads((tmp_path / "server-env.json").read_text())
+    assert env["JUPYTERHUB_API_TOKEN"] == ALICE  # came through the 0600 launch file
+    assert env["LABHIVE_JOB_ID"] == str(job.id)
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, job.tasks[0]["gpus"]))
+    assert env["LABHIVE_URL"] == live.url
+    assert str(JUPYTER_CONFIG) in env["JUPYTER_CONFIG_PATH"].split(os.pathsep)
 
     # a hub restart: a fresh spawner from the saved state re-adopts the running job
     again = make_spawner(live, tmp_path, token="")
