@@ -248,10 +248,12 @@ class LabHiveSpawner(Spawner):
     async def _choose_vc(self) -> str:
         try:
             vcs = await self._call(lambda c: c.vcs(), token=self.api_token)
-        except LabHiveError as err:
+        except ServiceUnavailable as err:
             raise ServerJobEnded(
                 f"cannot reach LabHive to start your server: {err.message}"
             ) from None
+        except LabHiveError as err:
+            raise ServerJobEnded(f"LabHive refused to start your server: {err.message}") from None
         granted = [name for name, v in vcs.items() if v.get("may_submit")]
         for name in [*self.vcs, *granted]:
             if name in granted:
