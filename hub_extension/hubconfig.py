@@ -14,11 +14,11 @@ identities flow:
 - ``labhive-service``: the service may read users' groups (group -> VC grants) and, holding
   the admin scope, its token is what the spawner uses to follow and stop server jobs.
 
-A department's own ``jupyterhub_config.py`` can use the same in two lines (its authenticator
-set after them)::
+A single-machine deployment's own ``jupyterhub_config.py`` can use the same (loopback
+addresses; put TLS in front; set the authenticator after)::
 
     from labhive.hub_extension.hubconfig import HubPlan, configure
-    configure(c, HubPlan(data_dir="/srv/labhive", service_token=SECRET, public_port=443,
+    configure(c, HubPlan(data_dir="/srv/labhive", service_token=SECRET,
                          grants="/etc/labhive/grants.yaml", cluster="/etc/labhive/cluster.yaml",
                          profiles=[{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}]))
 """
