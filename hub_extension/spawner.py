@@ -93,7 +93,9 @@ class LabHiveSpawner(Spawner):
 
     server_cpu = Float(1.0, help="CPUs of a server job unless its profile says.").tag(config=True)
     server_memory_mb = Integer(
-        2048, help="Memory (MB) of a server job unless its profile says."
+        4096,
+        help="""Memory (MB) of a server job unless its profile says; the local executor
+        enforces it per process, kernels included.""",
     ).tag(config=True)
 
     poll_s = Float(1.0, help="How often start and progress ask the service.").tag(config=True)
