@@ -73,12 +73,14 @@ class Placer:
         threshold: Threshold,
         only: set[Cell] | None = None,
         pinned: Cell | None = None,
+        bind: bool = True,
     ) -> Plan | None:
         """Place every task in ``vc``'s cells of ``chain``, or nothing (bindings undone).
 
-        ``only``: the nodes that changed since the same search last failed; nothing else can
-        have become a fit, and binding more cells failed then too. ``pinned``: the job named
-        one of the VC's pinned cells and runs there or nowhere.
+        ``only``: the bound nodes that changed since the same search last failed; no other
+        can have become a fit. ``bind``: whether binding more cells may help (it failed then
+        too, unless physical cells were freed since). ``pinned``: the job named one of the
+        VC's pinned cells and runs there or nowhere.
         """
         plan = Plan(chain)
         ok = _usable(threshold)
@@ -93,12 +95,14 @@ class Placer:
                 if node is not None:
                     break
                 if (
-                    only is not None
+                    not bind
                     or pinned is not None
                     or not self._bind_for(vc, chain, task.leaves, ok, plan)
                 ):
                     self.undo(vc, plan)
                     return None
+                if only is not None:
+                    only = only | set(plan.bound[-1].nodes())
                 whole, partial = _regions(vc, chain, pinned)
                 opened = vc.open.get(chain, {}) if pinned is None else None
             parts = partial.get(node) if node not in whole else None
@@ -349,6 +353,8 @@ def pick_leaves(
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
     """
+    if free_only and len(parts) == 1 and parts[0].free == need:
+        return [leaf for leaf in parts[0].leaf_cells() if leaf.job is None and leaf.bad == 0]
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:

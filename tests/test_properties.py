@@ -4,6 +4,7 @@ safety, a reason for every waiting job, and the core's counters true to its cell
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +22,7 @@ from labhive.scheduler.model import (
     Requeue,
     SpecRejected,
     Submit,
+    TaskPlacement,
 )
 
 PROPERTY_SETTINGS = settings(
@@ -133,6 +135,19 @@ def check_counters(sched: HivedScheduler) -> None:
             assert (node in sched.tree.open[chain.name]) == (node.free > 0)
 
 
+def running_part(job: Any) -> tuple[Any, tuple[TaskPlacement, ...]]:
+    """The job's running tasks as a job of their own (an incremental job may run some)."""
+    tasks = sorted((p for p, _ in job.placed.values()), key=lambda p: (p.role, p.index))
+    roles = []
+    renumbered = []
+    for role in job.spec.roles:
+        mine = [p for p in tasks if p.role == role.name]
+        if mine:
+            roles.append(replace(role, instances=len(mine)))
+            renumbered += [replace(p, index=i) for i, p in enumerate(mine)]
+    return replace(job.spec, roles=tuple(roles)), tuple(renumbered)
+
+
 def check_vc_safety(sched: HivedScheduler, config: Any) -> None:
     """A waiting guaranteed job that fits in its VC's cells given only its VC's running jobs
     is not waiting: no other VC's job keeps it out (checked while every node is healthy)."""
@@ -145,8 +160,7 @@ def check_vc_safety(sched: HivedScheduler, config: Any) -> None:
         alone = HivedScheduler(config)
         for other in sched._jobs.values():
             if other.vc == job.vc and other.placed and not other.opportunistic:
-                tasks = tuple(p for p, _ in other.placed.values())
-                alone.handle(Adopt(other.job_id, other.spec, tasks))
+                alone.handle(Adopt(other.job_id, *running_part(other)))
         decisions = alone.handle(Submit(job.job_id, job.spec))
         started = any(getattr(d, "job_id", None) == job.job_id for d in decisions)
         assert not started, f"{view.name} waits though its VC has room: {view.why}"
