@@ -99,8 +99,15 @@ class HubAuthenticator:
     def from_environment(cls, grants: dict[str, Grant]) -> HubAuthenticator:
         return cls(HubSettings.from_environment(), grants)
 
-    def identify(self, authorization: str | None) -> Identity:
-        token = _token(authorization)
+    def identify(self, request: Any) -> Identity:
+        """The caller behind a request: its bearer token, else the browser's OAuth cookie."""
+        authorization = request.headers.get("authorization")
+        cookie = request.cookies.get(TOKEN_COOKIE)
+        if not authorization and cookie:
+            return self.identify_token(cookie)
+        return self.identify_token(_token(authorization))
+
+    def identify_token(self, token: str) -> Identity:
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(token)
@@ -178,9 +185,9 @@ def _token(authorization: str | None) -> str:
 
 
 class OAuthGate:
-    """ASGI wrapper: strips the hub's service prefix, turns the OAuth cookie into a bearer
-    header, sends a browser without credentials through the hub's login, and handles the
-    OAuth callback. Requests with an ``Authorization`` header pass straight through."""
+    """ASGI wrapper: strips the hub's service prefix, sends a browser without credentials
+    through the hub's login, and handles the OAuth callback (whose cookie ``identify`` reads).
+    Requests with an ``Authorization`` header pass straight through."""
 
     def __init__(self, app: Any, auth: HubAuthenticator) -> None:
         self.app = app
@@ -198,16 +205,14 @@ class OAuthGate:
         if scope["path"] == "/oauth_callback":
             await self._callback(scope, headers, send)
             return
-        if b"authorization" not in headers:
-            token = _cookies(headers).get(TOKEN_COOKIE)
-            if token:
-                scope = {
-                    **scope,
-                    "headers": [*scope["headers"], (b"authorization", b"Bearer " + token.encode())],
-                }
-            elif scope["method"] == "GET" and b"text/html" in headers.get(b"accept", b""):
-                await self._login(scope, send)
-                return
+        if (
+            b"authorization" not in headers
+            and TOKEN_COOKIE not in _cookies(headers)
+            and scope["method"] == "GET"
+            and b"text/html" in headers.get(b"accept", b"")
+        ):
+            await self._login(scope, send)
+            return
         await self.app(scope, receive, send)
 
     async def _login(self, scope: dict, send: Any) -> None:

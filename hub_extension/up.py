@@ -122,7 +122,8 @@ def _free_port() -> int:
 
 
 def start_hub(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """JupyterHub in its own process group (so it can be stopped as a whole)."""
+    """JupyterHub in its own process group (so it can be stopped as a whole), told to stop
+    when its parent dies, so a killed ``labhive up`` leaves no hub behind."""
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(config)],
@@ -131,7 +132,16 @@ def start_hub(config: Path, log: Path, env: dict[str, str] | None = None) -> sub
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=env,
+            preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None,
         )
+
+
+def _term_with_parent() -> None:
+    """In the child before exec: SIGTERM me when my parent exits (Linux PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
 
 
 def wait_ready(plan: HubPlan, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:

@@ -1,6 +1,7 @@
 """``labhive up`` for real: it prints the URL and the admin login; the admin logs in and gets a
-server (a LabHive job); a training job runs; Ctrl-C then stops the server, the hub, the service
-and every job process, and leaves nothing listening."""
+server (a LabHive job); a training job runs; Ctrl-C then stops the server (its job cancelled),
+the hub, the service and every job process (the training job waits for the next start), and
+leaves nothing listening."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from hub_support import wait_for
 from kernel_support import free_port, venv_env
 
 from labhive.client import Client
+from labhive.scheduler.service.store import Store, job_row
 
 
 def _login(hub: str, name: str, password: str) -> httpx.Client:
@@ -95,8 +97,10 @@ def test_labhive_up_prints_the_login_serves_and_ctrl_c_stops_everything(tmp_path
         assert admin.get("/hub/spawn").status_code in (200, 302)  # the admin's server queues
         keys = json.loads((data / "hub" / "secrets.json").read_text())
         service = Client(f"http://127.0.0.1:{service_port}", keys["service_token"])
-        wait_for(
-            lambda: any(j.name == "jupyter-admin" and j.state == "RUNNING" for j in service.jobs()),
+        (server_id,) = wait_for(
+            lambda: [
+                j.id for j in service.jobs() if j.name == "jupyter-admin" and j.state == "RUNNING"
+            ],
             60,
             "the admin's server job",
         )
@@ -125,6 +129,12 @@ def test_labhive_up_prints_the_login_serves_and_ctrl_c_stops_everything(tmp_path
 
     left = _alive(everything)
     assert not left, f"outlived labhive up:\n{_names(left)}"
+    store = Store(f"sqlite:///{data / 'hub' / 'service' / 'labhive.db'}")
+    with store.read() as conn:
+        server, training = job_row(conn, server_id), job_row(conn, train.id)
+    store.dispose()
+    assert server is not None and (server["state"], server["reason"]) == ("STOPPED", "cancelled")
+    assert training is not None and training["state"] == "WAITING", "it runs again next start"
     for p in (port, service_port):
         try:
             httpx.get(f"http://127.0.0.1:{p}/", timeout=1)
