@@ -254,9 +254,10 @@ class OAuthGate:
             await _plain(send, 403, str(err))
             return
         path = self.prefix + "/"
+        back = unquote(back)
         await _redirect(
             send,
-            unquote(back) or path,
+            back if back.startswith(path) else path,  # only ever back into this service
             _cookie(TOKEN_COOKIE, token, path),
             _cookie(STATE_COOKIE, "", path, max_age=0),
         )
