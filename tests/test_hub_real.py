@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import nbformat
 from hub_support import CHROMIUM, CHROMIUM_FLAGS, Hub, real_hub, wait_for
 
@@ -104,6 +105,20 @@ def test_a_queued_server_starts_owns_its_jobs_and_survives_a_hub_restart(tmp_pat
             )
             assert made.status == 201 and made.json()["user"] == "bob", made.text()
             assert made.json()["vc"] == "default"
+
+            # a hub token of bob's without access to the service is refused, with the fix
+            xsrf = next(c["value"] for c in bob.context.cookies() if c["name"] == "_xsrf")
+            minted = bob.request.post(
+                f"{hub.url}/hub/api/users/bob/tokens",
+                data=json.dumps({"scopes": ["read:users:name!user"], "note": "narrow"}),
+                headers={"Content-Type": "application/json", "X-XSRFToken": xsrf},
+            )
+            assert minted.status == 201, minted.text()
+            narrow = httpx.get(
+                f"{hub.url}/services/labhive/api/v1/jobs",
+                headers={"Authorization": f"Bearer {minted.json()['token']}"},
+            )
+            assert narrow.status_code == 403 and "access:services" in narrow.json()["detail"]
 
             # 5. the instructor sees every user's jobs, and alice's logs
             teacher = login(browser, hub, "teacher", then="/hub/home")
