@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import anyio
 import httpx
 
 from labhive.scheduler.service.auth import AuthError, Forbidden, Grant, Identity, identity_for
@@ -205,15 +206,24 @@ class OAuthGate:
         if scope["path"] == "/oauth_callback":
             await self._callback(scope, headers, send)
             return
-        if (
-            b"authorization" not in headers
-            and TOKEN_COOKIE not in _cookies(headers)
-            and scope["method"] == "GET"
-            and b"text/html" in headers.get(b"accept", b"")
-        ):
+        browser = scope["method"] == "GET" and b"text/html" in headers.get(b"accept", b"")
+        if browser and b"authorization" not in headers and not await self._cookie_ok(headers):
             await self._login(scope, send)
             return
         await self.app(scope, receive, send)
+
+    async def _cookie_ok(self, headers: dict) -> bool:
+        """A browser's cookie still names a valid token (else it logs in again)."""
+        token = _cookies(headers).get(TOKEN_COOKIE)
+        if not token:
+            return False
+        try:
+            await anyio.to_thread.run_sync(self.auth.identify_token, token)
+        except AuthError:
+            return False
+        except Forbidden:
+            return True  # a known user without access: the API answers 403 with the reason
+        return True
 
     async def _login(self, scope: dict, send: Any) -> None:
         state = secrets.token_urlsafe(16)
@@ -246,8 +256,6 @@ class OAuthGate:
         if not code or not expected or (params.get("state") or [""])[0] != expected:
             await _plain(send, 400, "OAuth state mismatch: open the LabHive page again")
             return
-        import anyio
-
         try:
             token = await anyio.to_thread.run_sync(self.auth.exchange, code)
         except AuthError as err:

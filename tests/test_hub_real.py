@@ -98,6 +98,17 @@ def test_a_queued_server_starts_owns_its_jobs_and_survives_a_hub_restart(tmp_pat
             denied = bob.goto(f"{hub.url}/services/labhive/api/v1/jobs/{mine.id}/logs")
             assert denied is not None and denied.status == 403, denied and denied.text()
             assert "belongs to another user" in denied.text()
+            bob.context.add_cookies(  # a stale OAuth cookie sends the browser to log in again
+                [
+                    {
+                        "name": "labhive-oauth-token",
+                        "value": "stale",
+                        "url": f"{hub.url}/services/labhive/",
+                    }
+                ]
+            )
+            again = bob.goto(f"{hub.url}/services/labhive/api/v1/jobs/{mine.id}/logs")
+            assert again is not None and again.status == 403, again and again.text()
             made = bob.request.post(
                 f"{hub.url}/services/labhive/api/v1/jobs",
                 data=json.dumps({"name": "bobs", "command": "true", "gpus": 0}),
