@@ -60,6 +60,7 @@ class HubPlan:
     profiles: list[dict[str, Any]] = field(default_factory=list)
     server_args: list[str] = field(default_factory=list)
     notebook_dir: str | None = None  # e.g. "/srv/notebooks/{username}"; made when missing
+    poll_interval: int = 30  # seconds between the hub's polls of each server (its job)
     grace_s: float = 10.0
     log_level: str = "INFO"
 
@@ -146,6 +147,7 @@ def configure(c: Any, plan: HubPlan) -> None:
     spawner.profiles = plan.profiles
     c.Spawner.args = server_args(plan)
     c.Spawner.default_url = "/lab"
+    c.Spawner.poll_interval = plan.poll_interval
     if plan.notebook_dir:
         c.Spawner.notebook_dir = plan.notebook_dir
 

@@ -107,7 +107,8 @@ class LabHiveSpawner(Spawner):
 
     # ---- state kept across hub restarts ---------------------------------------------------
     job_id: int | None = None
-    last_end: str = ""
+    last_end: str = ""  # why the last server ended, when the user should be told
+    _ending: bool = False
 
     @default("service_url")
     def _default_service_url(self) -> str:
@@ -218,6 +219,7 @@ class LabHiveSpawner(Spawner):
     async def start(self) -> str:
         """Submit the server as a job and return its URL once it runs (see module docstring)."""
         self.last_end = ""
+        self._ending = False
         profile = self._profile()
         vc = await self._choose_vc()
         self.port = random_port()
@@ -370,15 +372,23 @@ class LabHiveSpawner(Spawner):
         if job["state"] == "RUNNING":
             return None
         if job["state"] == "WAITING":
-            self.last_end = _requeued_message(self.job_id, job)
+            self.last_end = _requeued_message(self.job_id, job, await self._requeue_why())
             self.log.warning("%s: %s", self._log_name, self.last_end)
             await self._cancel(wait=0)
             return 1
+        if not self._ending:  # it ended on its own, or someone cancelled it in LabHive
+            self.last_end = _ended_message(self.job_id, job)
         code = job.get("exit_code")
-        self.last_end = (
-            f"Your server (job {self.job_id}) ended {job['state']}: {job.get('reason') or ''}"
-        )
         return int(code) if code else 1 if job["state"] == "FAILED" else 0
+
+    async def _requeue_why(self) -> str:
+        """Why the job went back to the queue, from its last event ("preempted by ...")."""
+        try:
+            events = await self._call(lambda c, i: c.events(i), self.job_id)
+        except LabHiveError:
+            return ""
+        back = [e for e in events if e.get("to_state") == "WAITING" and e.get("from_state")]
+        return str(back[-1].get("why") or back[-1].get("reason") or "") if back else ""
 
     async def stop(self, now: bool = False) -> None:
         """Cancel the job; unless ``now``, wait (up to 20 s) for its process to be gone."""
@@ -388,6 +398,7 @@ class LabHiveSpawner(Spawner):
     async def _cancel(self, wait: float) -> None:
         if self.job_id is None:
             return
+        self._ending = True  # the hub (or poll) ends it: its end needs no notice
         try:
             await self._call(lambda c, i, w: c.cancel(i, wait=w), self.job_id, wait)
         except NotFoundError:
@@ -411,14 +422,26 @@ def waiting_text(job: dict[str, Any]) -> str:
     return f"{head} — {why}" if why else head
 
 
-def _requeued_message(job_id: int, job: dict[str, Any]) -> str:
+def _ended_message(job_id: int, job: dict[str, Any]) -> str:
+    """A notice for a server whose job ended without the hub asking (none for a clean exit)."""
+    reason = job.get("reason") or ""
+    if job["state"] == "FAILED":
+        return (
+            f"Your server (job {job_id}) failed ({reason}, exit code {job.get('exit_code')}); "
+            f"its log: `labhive logs {job_id} --stderr`."
+        )
+    if job["state"] == "STOPPED":
+        return f"Your server (job {job_id}) was cancelled in LabHive ({reason})."
+    return ""
+
+
+def _requeued_message(job_id: int, job: dict[str, Any], why: str) -> str:
     """Why a server's job is waiting again although the hub thought it was up."""
     if job.get("attempt", 1) > 1 or job.get("reason") == "preempted":
-        why = job.get("why") or job.get("reason") or "requeued"
         return (
             f"Your server (job {job_id}) was stopped by LabHive: a higher-priority job needed "
-            f"its resources ({why}). Unsaved work in open notebooks may be lost; start a new "
-            "server to continue."
+            f"its resources ({why or job.get('reason') or 'requeued'}). Unsaved work in open "
+            "notebooks may be lost; start a new server to continue."
         )
     return (
         f"Your server (job {job_id}) was still waiting in the queue when the hub restarted, "

@@ -102,6 +102,7 @@ def real_hub(root: Path) -> Iterator[Hub]:
         ],
         notebook_dir=str(root / "home" / "{username}"),
         grace_s=2,
+        poll_interval=2,  # the hub notices a preempted server quickly
     )
     config = write_config(plan, Path(plan.data_dir))
     hub = Hub(plan, config, Path(plan.data_dir) / "jupyterhub.log")

@@ -165,4 +165,19 @@ def test_a_queued_server_starts_owns_its_jobs_and_survives_a_hub_restart(tmp_pat
         assert not jobs_named(admin, "jupyter-bob"), "bob only looked; no server of his"
         alice.goto(f"{hub.url}/user/alice/lab")
         alice.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
+
+        # 7. a higher-priority job takes vc1: her server is preempted and the hub says why
+        urgent = admin.submit(name="urgent", command="sleep 600", vc="vc1", gpus=2, priority="crit")
+        wait_for(lambda: urgent.refresh().state == "RUNNING", 30, "the urgent job")
+        wait_for(
+            lambda: not alice.request.get(f"{hub.url}/hub/api/user").json().get("servers"),
+            30,
+            "the hub to see her server gone",
+        )
+        assert server_job.refresh().state == "STOPPED"
+        alice.goto(f"{hub.url}/hub/spawn")
+        notice = alice.inner_text("form")
+        assert "was stopped by LabHive: a higher-priority job needed its resources" in notice
+        assert "preempted by urgent" in notice, notice
+        alice.screenshot(path=str(tmp_path / "preempted.png"))
         browser.close()

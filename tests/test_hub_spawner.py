@@ -124,6 +124,7 @@ def test_a_queued_server_shows_its_position_starts_when_gpus_free_and_stops(
     asyncio.run(again.stop())
     assert live.client().job(state["labhive_job_id"]).state == "STOPPED"
     assert asyncio.run(again.poll()) is not None
+    assert again.last_end == "", "a server the hub stopped needs no notice next time"
     assert _refused(url), "the server process outlived stop()"
     again.clear_state()
     assert "labhive_job_id" not in again.get_state()
