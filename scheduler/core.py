@@ -425,7 +425,7 @@ class HivedScheduler:
                 continue
             if cls.priority < 0:
                 if idle is None:
-                    idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
+                    idle = self.tree.free_total
                 room = idle if self._node_with(cls.task_need) else -1
             elif cls.vc_ref is None:
                 room = -1
@@ -587,9 +587,8 @@ class HivedScheduler:
             and cls.slots is not None
             and cls.slots_tick == since[0]
         ):
-            places = self._slots_after(vc, cls, since[0], slots)
-            if since[1]:  # more physical cells are free: count what binding could add
-                places += self._bindable(vc, *slots[:2])
+            # Slots on the VC's nodes now, plus what binding its free cells could add.
+            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(vc, *slots[:2])
             if places < len(unit):
                 return None  # not enough places yet for the gang: no search needed
         plan = self._search(job, vc, chains, needs, unit, since)
@@ -685,7 +684,10 @@ class HivedScheduler:
             only = None
             if since is not None and len(unit) == 1:
                 only = self._grown_since(vc, since[0])
-            bind = since is None or since[1]
+            # Binding failed last time too, unless physical cells were freed since, the unit
+            # is a gang (it may have bound some), or the VC binds parts of nodes (which can
+            # now combine with GPUs freed beside them).
+            bind = since is None or since[1] or len(unit) > 1 or self._binds_parts(vc, chains)
             pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
                 plan = self.placer.guaranteed(
@@ -694,6 +696,13 @@ class HivedScheduler:
                 if plan is not None:
                     return plan
         return None
+
+    def _binds_parts(self, vc: VC, chains: list[str]) -> bool:
+        return any(
+            n > 0 and level < self.tree.chains[chain].node_level
+            for chain in chains
+            for level, n in vc.unbound.get(chain, {}).items()
+        )
 
     def _oppo_running(self) -> int:
         return self.tree.oppo_total
@@ -729,17 +738,10 @@ class HivedScheduler:
             self._vacate_job(victim, touched)
             self._enqueue(victim)
         started = []
-        for task, node, leaves in plan.placed:
+        for task, _, leaves in plan.placed:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
-            placement = TaskPlacement(
-                task.role,
-                task.index,
-                node.node or "",
-                tuple(leaf.gpu or 0 for leaf in ordered),
-                tuple(leaf.leaf_id for leaf in ordered),
-            )
+            placement = _placement(task.role, task.index, leaves)
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
         out.append(Start(job.job_id, tuple(started), job.opportunistic))
@@ -846,9 +848,9 @@ class HivedScheduler:
                 out.append(Stop(job.job_id, f"reconfigured: {err}"))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
-                job = self._jobs.get(job_id)
-                if job is not None and job.waiting_tasks and job.queued_key is None:
-                    self._enqueue(job)
+                queued = self._jobs.get(job_id)
+                if queued is not None and queued.waiting_tasks and queued.queued_key is None:
+                    self._enqueue(queued)
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)
@@ -901,7 +903,10 @@ class HivedScheduler:
         for task, leaves in wanted:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            job.placed[(task.role, task.index)] = (task, leaves)
+            job.placed[(task.role, task.index)] = (
+                _placement(task.role, task.index, leaves),
+                leaves,
+            )
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
         owner = leaf.owner()
@@ -951,6 +956,19 @@ class HivedScheduler:
 
 def _gpu(leaf: Cell) -> int:
     return leaf.gpu or 0
+
+
+def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
+    """Where a task runs, GPUs in index order, with their leaf ids."""
+    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    node = ordered[0].node if ordered else ""
+    return TaskPlacement(
+        role,
+        index,
+        node or "",
+        tuple(leaf.gpu or 0 for leaf in ordered),
+        tuple(leaf.leaf_id for leaf in ordered),
+    )
 
 
 def _dominates(

@@ -97,7 +97,7 @@ class Placer:
                 if (
                     not bind
                     or pinned is not None
-                    or not self._bind_for(vc, chain, task.leaves, ok, plan)
+                    or not self._bind_for(vc, chain, task.leaves, ok, plan, threshold is not None)
                 ):
                     self.undo(vc, plan)
                     return None
@@ -144,7 +144,7 @@ class Placer:
             for node in candidates:
                 free = node.free - plan.free_taken.get(node, 0)
                 if free >= need:
-                    key = (0, node.parent is not near, free, node.order)
+                    key = (-2, 0, node.parent is not near, free, node.order)
                     if best_key is None or key < best_key:
                         best, best_key = node, key
         else:
@@ -185,13 +185,20 @@ class Placer:
                     free += leaf.job is None
             if usable < need:
                 continue
-            key = (max(0, need - free), node.parent is not near, usable, node.order)
+            level = -2 if free >= need or threshold is None else threshold
+            key = (level, max(0, need - free), node.parent is not near, usable, node.order)
             if best_key is None or key < best_key:
                 best, best_key = node, key
         return best
 
     def _bind_for(
-        self, vc: VC, chain: str, need: int, ok: Callable[[Cell], bool], plan: Plan
+        self,
+        vc: VC,
+        chain: str,
+        need: int,
+        ok: Callable[[Cell], bool],
+        plan: Plan,
+        victims: bool,
     ) -> bool:
         """Bind one more of the VC's cells (several below node level) so a task fits."""
         info = self.tree.chains[chain]
@@ -199,7 +206,7 @@ class Placer:
         for level in levels:
             if level < info.node_level or info.node_leaves < need:
                 continue
-            cell = self.choose_physical(vc, info, level, need, ok)
+            cell = self.choose_physical(vc, info, level, need, victims)
             if cell is not None:
                 self.vcs.bind(vc, cell)
                 plan.bound.append(cell)
@@ -208,7 +215,7 @@ class Placer:
         return bool(small) and self._bind_inside_node(vc, info, small, need, ok, plan)
 
     def choose_physical(
-        self, vc: VC, info: Chain, level: int, need: int, ok: Callable[[Cell], bool]
+        self, vc: VC, info: Chain, level: int, need: int, victims: bool
     ) -> Cell | None:
         """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
         then healthy and idle, and only where binding it keeps every VC's cells placeable."""
@@ -221,7 +228,7 @@ class Placer:
                 for cell in _at_level(root, level):
                     if cell.free == cell.leaves:
                         key: tuple[int, ...] = (0, 0, cell.order)
-                    elif _room(cell, need, ok):
+                    elif _room(cell, need, victims):
                         key = (1, -cell.free, cell.order)
                     else:
                         continue
@@ -334,11 +341,12 @@ def _at_level(cell: Cell, level: int) -> list[Cell]:
     return out
 
 
-def _room(cell: Cell, need: int, ok: Callable[[Cell], bool]) -> bool:
-    """Whether some node in ``cell`` (or the node part it is) has ``need`` usable GPUs."""
-    if cell.node_cell is not None:
-        return sum(1 for leaf in cell.leaf_cells() if ok(leaf)) >= need
-    return any(sum(1 for leaf in n.leaf_cells() if ok(leaf)) >= need for n in cell.nodes())
+def _room(cell: Cell, need: int, victims: bool) -> bool:
+    """Whether some node in free ``cell`` (or the node part it is) has ``need`` usable GPUs:
+    free ones, and with ``victims`` those of opportunistic jobs (the only jobs a cell no VC
+    has bound can hold)."""
+    parts = [cell] if cell.node_cell is not None else cell.nodes()
+    return any(n.free + (n.oppo if victims else 0) >= need for n in parts)
 
 
 def pick_leaves(
