@@ -7,10 +7,11 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 from kernel_support import free_port, venv_env
@@ -19,6 +20,7 @@ from labhive.client import Client
 from labhive.hub_extension.hubconfig import HubPlan, write_config
 from labhive.hub_extension.up import start_hub, stop_group, wait_ready
 
+T = TypeVar("T")
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--headless",
@@ -140,7 +142,8 @@ def _wait_port_free(port: int, timeout: float = 20) -> None:
     raise AssertionError(f"port {port} still answers after the hub stopped")
 
 
-def wait_for(predicate, timeout: float, what: str, step: float = 0.3):  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float = 0.3) -> T:
+    """The predicate's first truthy value, polled until ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
