@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 ## up: start the platform on its embedded defaults
 up: $(STAMP)
+	@command -v configurable-http-proxy >/dev/null || npm install -g configurable-http-proxy
 	$(BIN)/labhive up
 
 ## test: install what the tests need (system packages too), lint, run the whole suite

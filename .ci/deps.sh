@@ -11,8 +11,14 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 # promtool and a Prometheus server: tests/test_metrics_*.py check the rules and scrape the service
 command -v promtool >/dev/null || need+=(prometheus)
+# the hub tests (and `labhive up`) run JupyterHub's proxy, configurable-http-proxy, from npm
+command -v npm >/dev/null || need+=(npm)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+if ! command -v configurable-http-proxy >/dev/null; then
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo npm install -g --no-fund --no-audit configurable-http-proxy
 fi

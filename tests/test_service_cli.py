@@ -91,50 +91,6 @@ def test_users_file_grants_vcs_through_groups(tmp_path: Path) -> None:
         load_users(users)
 
 
-def test_up_prints_how_to_use_it_and_ctrl_c_stops_every_job(tmp_path: Path) -> None:
-    """`labhive up` on embedded defaults; Ctrl-C stops the service and the job's processes,
-    and the job waits again for the next start."""
-    import signal
-    import subprocess
-    import sys
-
-    from pg_throwaway import free_port
-
-    from labhive.scheduler.client import Client
-
-    port = free_port()
-    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "up", "--port", str(port),
-           "--data-dir", str(tmp_path / "data"), "--grace-s", "1"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        banner = "".join(proc.stdout.readline() for _ in range(6))  # type: ignore[union-attr]
-        assert f"http://127.0.0.1:{port}/api/v1" in banner
-        assert "admin.token" in banner and "labhive submit" in banner
-        client = Client(f"http://127.0.0.1:{port}", (tmp_path / "data" / "admin.token").read_text())
-        job = client.submit(command="sleep 60", gpus=1, name="long")
-        deadline = time.monotonic() + 30
-        while job.refresh().state != "RUNNING" or not job.tasks:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) in (0, 130)  # 130: the conventional Ctrl-C status
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    handle = json.loads(
-        next((tmp_path / "data" / "jobs").glob(f"{job.id}/1/main-0/handle.json")).read_text()
-    )
-    with pytest.raises(ProcessLookupError):
-        os.killpg(handle["pgid"], 0)
-    from labhive.scheduler.service.store import Store, job_row
-
-    store = Store(f"sqlite:///{tmp_path / 'data' / 'labhive.db'}")
-    with store.read() as conn:
-        row = job_row(conn, job.id)
-    store.dispose()
-    assert row is not None and (row["state"], row["reason"]) == ("WAITING", "requeued")
-
-
 def test_bearer_tokens_identify_admin_and_users(tmp_path: Path) -> None:
     from labhive.scheduler.service.auth import AuthError, TokenAuthenticator
 

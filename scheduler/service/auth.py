@@ -3,7 +3,9 @@
 Standalone, identity comes from bearer tokens: the admin's token lives in a file created with
 mode 0600 on first start, and users with their groups come from a YAML file; groups grant VCs.
 Under JupyterHub another ``Authenticator`` (Hub OAuth) replaces ``TokenAuthenticator``; every
-route asks ``Authenticator.identify`` and the permission helpers below, nothing else.
+route asks ``Authenticator.identify`` and the permission helpers below, nothing else. Under a
+hub the same ``groups`` section (alone) says which VCs each hub group grants, and a group named
+``*`` grants to everyone.
 
 Users file::
 
@@ -77,15 +79,8 @@ def load_users(path: Path | None) -> dict[str, Identity]:
     """token -> identity from a users file (see the module docstring)."""
     if path is None:
         return {}
-    import yaml
-
-    try:
-        doc = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise UserError(f"cannot read users file {path}: {err}") from err
-    if not isinstance(doc, dict):
-        raise UserError(f"users file {path}: expected a mapping with 'users' and 'groups'")
-    groups = _mapping(doc.get("groups"), f"{path}: groups")
+    doc = _read_mapping(path)
+    grants = group_grants(doc, path)
     users = _mapping(doc.get("users"), f"{path}: users")
     by_token: dict[str, Identity] = {}
     for name, entry in users.items():
@@ -94,18 +89,78 @@ def load_users(path: Path | None) -> dict[str, Identity]:
         if not isinstance(token, str) or len(token) < 8:
             raise UserError(f"{path}: users.{name}.token must be a string of 8+ characters")
         member_of = tuple(str(g) for g in entry.get("groups") or ())
-        vcs: set[str] = set()
-        admin = bool(entry.get("admin", False))
         for group in member_of:
-            if group not in groups:
+            if group not in grants:
                 raise UserError(f"{path}: users.{name} is in unknown group {group!r}")
-            grant = _mapping(groups[group], f"{path}: groups.{group}")
-            vcs.update(str(v) for v in grant.get("vcs") or ())
-            admin = admin or bool(grant.get("admin", False))
         if token in by_token:
             raise UserError(f"{path}: users.{name} reuses another user's token")
-        by_token[token] = Identity(str(name), member_of, admin, frozenset(vcs))
+        by_token[token] = identity_for(
+            str(name), member_of, grants, admin=bool(entry.get("admin", False))
+        )
     return by_token
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What membership of one group gives: VCs to submit to ("*": all), LabHive admin."""
+
+    vcs: frozenset[str] = frozenset()
+    admin: bool = False
+
+
+#: A group of this name in the ``groups`` section applies to every user (hub mode).
+EVERYONE = "*"
+
+
+def group_grants(doc: dict[str, Any], path: Path | str) -> dict[str, Grant]:
+    """The ``groups`` section of a users (or hub grants) file: group -> ``Grant``."""
+    out = {}
+    for group, entry in _mapping(doc.get("groups"), f"{path}: groups").items():
+        entry = _mapping(entry, f"{path}: groups.{group}")
+        vcs = entry.get("vcs") or ()
+        if isinstance(vcs, str) or not isinstance(vcs, list | tuple):
+            raise UserError(f"{path}: groups.{group}.vcs must be a list of VC names")
+        out[str(group)] = Grant(frozenset(str(v) for v in vcs), bool(entry.get("admin", False)))
+    return out
+
+
+def identity_for(
+    name: str, groups: tuple[str, ...], grants: dict[str, Grant], admin: bool = False
+) -> Identity:
+    """A user's identity from their groups: the union of their groups' grants (and of the
+    ``*`` group's, which everyone has); unknown groups grant nothing."""
+    vcs: set[str] = set()
+    for group in (*groups, EVERYONE):
+        grant = grants.get(group)
+        if grant is not None:
+            vcs.update(grant.vcs)
+            admin = admin or grant.admin
+    return Identity(name, groups, admin, frozenset(vcs))
+
+
+def load_grants(path: Path | None) -> dict[str, Grant]:
+    """Group grants alone, for hub mode where the hub says who is in which group."""
+    return {} if path is None else group_grants(_read_mapping(path), path)
+
+
+def hub_authenticator(grants_file: Path | None) -> Authenticator:
+    """Identity from JupyterHub (tokens and OAuth cookies resolved over the hub's REST API);
+    the resolver lives with the hub integration and imports no Jupyter code."""
+    from labhive.hub_extension.hubauth import HubAuthenticator
+
+    return HubAuthenticator.from_environment(load_grants(grants_file))
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"cannot read users file {path}: {err}") from err
+    if not isinstance(doc, dict):
+        raise UserError(f"users file {path}: expected a mapping with 'users' and 'groups'")
+    return doc
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``labhive serve`` and the provisional ``labhive up`` (the JupyterHub helper extends ``up``)."""
+"""``labhive serve`` (the service alone) and ``labhive up`` (JupyterHub, spawner and service)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,21 @@ def register(subparsers: Any) -> None:
     serve.set_defaults(func=_serve)
     up = subparsers.add_parser(
         "up",
-        help="start the platform on embedded defaults (SQLite in ./data, local executor)",
-        description="Start the service on embedded defaults and print how to use it; Ctrl-C "
-        "stops the service and every job process (their jobs wait again for the next start).",
+        help="start the platform: JupyterHub + LabHive spawner + service, on localhost",
+        description="Start JupyterHub with the LabHive spawner and the scheduler service as its "
+        "managed service at /services/labhive/ (SQLite and the local executor in the data dir, "
+        "this machine's GPUs or a virtual cluster); print the URL, the admin login and how to "
+        "add users and groups. Ctrl-C stops the hub, the service and every job process.",
     )
-    _service_options(up, stop_default=True)
+    up.add_argument("--port", type=int, default=8000, help="the hub's port (default %(default)s)")
+    up.add_argument("--service-port", type=int, default=8765, help="service port (default 8765)")
+    up.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
+    up.add_argument("--cluster", help="HiveD cluster config (default: this machine's GPUs)")
+    up.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
+    up.add_argument(
+        "--users", type=Path, help="group -> VC grants YAML (default: DATA/hub/grants.yaml)"
+    )
+    up.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
     up.set_defaults(func=_up)
 
 
@@ -31,7 +41,7 @@ def _serve_doc() -> str:
     )
 
 
-def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> None:
+def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=8765, help="port (default %(default)s)")
     parser.add_argument(
@@ -45,6 +55,13 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> Non
 
     parser.add_argument("--executor", default="local", choices=EXECUTORS, help="where tasks run")
     parser.add_argument("--users", type=Path, help="users/groups YAML (tokens, group -> VCs)")
+    parser.add_argument(
+        "--auth",
+        choices=["token", "hub"],
+        default="token",
+        help="token: bearer tokens (admin token file, --users); hub: identity from JupyterHub, "
+        "when run as a hub-managed service (--users then holds only the group -> VC grants)",
+    )
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
     parser.add_argument(
@@ -53,7 +70,13 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> Non
         default=10.0,
         help="seconds between NVML GPU samples; 0 turns GPU sampling off (default 10)",
     )
-    parser.set_defaults(stop_tasks_on_exit=stop_default)
+    parser.add_argument(
+        "--stop-tasks-on-exit",
+        action="store_true",
+        default=stop_default,
+        help="on exit stop every job process (their jobs wait again) instead of leaving them "
+        "running for the next start to re-adopt",
+    )
     k8s_serve.add_options(parser)
 
 
@@ -70,6 +93,7 @@ def _options(args: argparse.Namespace) -> Any:
         policy=args.policy,
         executor=args.executor,
         users=args.users,
+        auth=args.auth,
         grace_s=args.grace_s,
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
@@ -85,15 +109,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from labhive.scheduler.service.server import describe, run
+    from labhive.hub_extension.up import run_up
 
-    def banner(running: Any) -> str:
-        return "\n".join(
-            [
-                describe(running),
-                "  try:   labhive submit --gpus 1 --name hello -- echo hello",
-                "         labhive jobs; labhive logs 1",
-            ]
-        )
-
-    return run(_options(args), banner=banner)
+    return run_up(
+        args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
+        policy=args.policy, grants=args.users, grace_s=args.grace_s,
+    )  # fmt: skip

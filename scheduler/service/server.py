@@ -33,6 +33,7 @@ class ServeOptions:
     policy: str = "hived"
     executor: str = "local"
     users: Path | None = None
+    auth: str = "token"  # "hub": identity from JupyterHub (run as a hub-managed service)
     grace_s: float = 10.0
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
@@ -92,7 +93,12 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.jobs import parse_job
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.service.app import Service, create_app
-    from labhive.scheduler.service.auth import TokenAuthenticator, ensure_admin_token, load_users
+    from labhive.scheduler.service.auth import (
+        TokenAuthenticator,
+        ensure_admin_token,
+        hub_authenticator,
+        load_users,
+    )
     from labhive.scheduler.service.loop import SchedulerLoop
     from labhive.scheduler.service.store import Store, database_url
 
@@ -114,7 +120,13 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     store.migrate()
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
-    auth = TokenAuthenticator(token, load_users(opts.users), token_file)
+    auth: Any
+    if opts.auth == "hub":
+        auth = hub_authenticator(opts.users)
+    elif opts.auth == "token":
+        auth = TokenAuthenticator(token, load_users(opts.users), token_file)
+    else:
+        raise UserError(f"unknown --auth {opts.auth!r}; choose token or hub")
     executor = make_executor(opts.executor, data_dir, opts.grace_s, opts, config)
     loop = SchedulerLoop(
         store,
@@ -133,6 +145,8 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         store, loop, executor, auth, parse, checker.check, policy=opts.policy, monitoring=monitoring
     )
     app = create_app(service)
+    if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers
+        app = auth.wrap(app)
     return Running(
         service=service,
         app=app,

@@ -1,0 +1,206 @@
+"""One JupyterHub configuration for LabHive, shared by ``labhive up`` and the hub tests.
+
+A ``HubPlan`` (plain data, saved as JSON beside the hub) says where things listen and who logs
+in; ``configure(c, plan)`` turns it into JupyterHub settings: the LabHive spawner, the service
+as a hub-managed service at ``/services/labhive/`` with OAuth, and the roles that make
+identities flow:
+
+- ``server`` role (the notebook server's token, which its kernels inherit) keeps its two
+  defaults and gains ``access:services!service=labhive``, so ``%submit`` acts as the owner;
+  it also lists the LabHive admin scope, which a token only ever gets where its owner has it.
+- ``user`` role: ``self`` plus access to the service (the browser's OAuth login).
+- ``labhive-admin``: the custom scope ``custom:labhive:admin`` for instructors (the
+  ``instructors`` group and the admin users): they see every job and the whole queue.
+- ``labhive-service``: the service may read users' groups (group -> VC grants) and, holding
+  the admin scope, its token is what the spawner uses to follow and stop server jobs.
+
+A single-machine deployment's own ``jupyterhub_config.py`` can use the same (loopback
+addresses; put TLS in front; set the authenticator after)::
+
+    from labhive.hub_extension.hubconfig import HubPlan, configure
+    configure(c, HubPlan(data_dir="/srv/labhive", service_token=SECRET,
+                         grants="/etc/labhive/grants.yaml", cluster="/etc/labhive/cluster.yaml",
+                         profiles=[{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}]))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labhive.hub_extension.hubauth import ADMIN_SCOPE
+
+SERVICE = "labhive"
+ACCESS = f"access:services!service={SERVICE}"
+
+
+@dataclass
+class HubPlan:
+    data_dir: str
+    service_token: str
+    public_port: int = 8000
+    hub_port: int = 8081
+    proxy_api_port: int = 8001
+    service_port: int = 8765
+    grants: str | None = None  # group -> VC grants (the ``groups`` section of a users file)
+    cluster: str | None = None
+    policy: str = "hived"
+    authenticator: str = "shared-password"  # or "dummy" (tests: any password)
+    admin_users: list[str] = field(default_factory=lambda: ["admin"])
+    admin_password: str = ""
+    user_password: str = ""
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    instructors_group: str = "instructors"
+    cleanup_servers: bool = True  # on hub exit stop every server (labhive up); tests keep them
+    stop_tasks_on_exit: bool = False  # the service stops every job process when it exits
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+    server_args: list[str] = field(default_factory=list)
+    notebook_dir: str | None = None  # e.g. "/srv/notebooks/{username}"; made when missing
+    poll_interval: int = 30  # seconds between the hub's polls of each server (its job)
+    grace_s: float = 10.0
+    log_level: str = "INFO"
+
+    @property
+    def public_url(self) -> str:
+        return f"http://127.0.0.1:{self.public_port}"
+
+    @property
+    def service_url(self) -> str:
+        return f"http://127.0.0.1:{self.service_port}"
+
+    def save(self, path: Path) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds secrets
+        with os.fdopen(fd, "w") as out:
+            json.dump(asdict(self), out, indent=1)
+
+    @classmethod
+    def load(cls, path: str | Path) -> HubPlan:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def write_config(plan: HubPlan, folder: Path, *extra: str) -> Path:
+    """``plan.json`` (0600) and a ``jupyterhub_config.py`` that applies it (plus ``extra``
+    lines), in ``folder``; returns the config file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plan.save(folder / "plan.json")
+    config = folder / "jupyterhub_config.py"
+    lines = [
+        "# Written by LabHive from plan.json; regenerated on every start.",
+        "from labhive.hub_extension.hubconfig import HubPlan, configure",
+        "",
+        f"configure(c, HubPlan.load({str(folder / 'plan.json')!r}))  # noqa: F821",
+        *extra,
+    ]
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def service_command(plan: HubPlan) -> list[str]:
+    """``labhive serve`` as the hub starts (and restarts) it."""
+    data = Path(plan.data_dir)
+    cmd = [
+        sys.executable, "-m", "labhive.scheduler.cli", "serve", "--auth", "hub",
+        "--port", str(plan.service_port), "--data-dir", str(data / "service"),
+        "--policy", plan.policy, "--grace-s", str(plan.grace_s),
+    ]  # fmt: skip
+    if plan.grants:
+        cmd += ["--users", plan.grants]
+    if plan.cluster:
+        cmd += ["--cluster", plan.cluster]
+    if plan.stop_tasks_on_exit:
+        cmd.append("--stop-tasks-on-exit")
+    return cmd
+
+
+def server_args(plan: HubPlan) -> list[str]:
+    args = ["--LabApp.news_url=None", *plan.server_args]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--allow-root")  # the single-user server refuses root without it
+    return args
+
+
+def configure(c: Any, plan: HubPlan) -> None:
+    """Apply the plan to a JupyterHub config object (see the module docstring)."""
+    data = Path(plan.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    hub = c.JupyterHub
+    hub.bind_url = plan.public_url
+    hub.hub_bind_url = f"http://127.0.0.1:{plan.hub_port}"
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{plan.proxy_api_port}"
+    c.ConfigurableHTTPProxy.pid_file = str(data / "proxy.pid")
+    hub.db_url = f"sqlite:///{data / 'jupyterhub.sqlite'}"
+    hub.cookie_secret_file = str(data / "jupyterhub_cookie_secret")
+    hub.pid_file = str(data / "jupyterhub.pid")
+    hub.cleanup_servers = plan.cleanup_servers
+    hub.log_level = plan.log_level
+
+    hub.spawner_class = "labhive"
+    spawner = c.LabHiveSpawner
+    spawner.service_url = plan.service_url
+    spawner.server_service_url = f"{plan.public_url}/services/{SERVICE}"
+    spawner.service_token = plan.service_token
+    spawner.secrets_dir = str(data / "servers")
+    spawner.profiles = plan.profiles
+    c.Spawner.args = server_args(plan)
+    c.Spawner.default_url = "/lab"
+    c.Spawner.poll_interval = plan.poll_interval
+    if plan.notebook_dir:
+        c.Spawner.notebook_dir = plan.notebook_dir
+
+    hub.services = [
+        {
+            "name": SERVICE,
+            "url": plan.service_url,
+            "command": service_command(plan),
+            "api_token": plan.service_token,
+            "oauth_no_confirm": True,
+            "oauth_client_allowed_scopes": [ADMIN_SCOPE],
+            "display": True,
+            "environment": {"LABHIVE_URL": f"{plan.public_url}/services/{SERVICE}"},
+        }
+    ]
+    hub.custom_scopes = {
+        ADMIN_SCOPE: {
+            "description": "LabHive admin: see every job and the whole queue, act on any job",
+        }
+    }
+    hub.load_roles = [
+        {
+            "name": "server",
+            "scopes": ["users:activity!user", "access:servers!server", ACCESS, ADMIN_SCOPE],
+        },
+        {"name": "user", "scopes": ["self", ACCESS]},
+        {
+            "name": "labhive-admin",
+            "description": "instructors: every LabHive job and queue",
+            "scopes": [ADMIN_SCOPE, ACCESS],
+            "groups": [plan.instructors_group],
+            "users": list(plan.admin_users),
+        },
+        {
+            "name": "labhive-service",
+            "scopes": ["list:users", "read:users:groups", "read:groups", ADMIN_SCOPE, ACCESS],
+            "services": [SERVICE],
+        },
+    ]
+    groups = {plan.instructors_group: [], **plan.groups}
+    hub.load_groups = {name: {"users": list(users)} for name, users in groups.items()}
+    _authenticator(c, plan)
+
+
+def _authenticator(c: Any, plan: HubPlan) -> None:
+    auth = c.Authenticator
+    auth.admin_users = set(plan.admin_users)
+    if plan.authenticator == "dummy":
+        c.JupyterHub.authenticator_class = "dummy"
+        auth.allow_all = True
+        return
+    c.JupyterHub.authenticator_class = "shared-password"
+    c.SharedPasswordAuthenticator.admin_password = plan.admin_password
+    if plan.user_password:
+        c.SharedPasswordAuthenticator.user_password = plan.user_password
+    auth.allow_existing_users = True  # users an admin adds on the admin page may log in

@@ -1,0 +1,453 @@
+"""``LabHiveSpawner``: a user's notebook server is a LabHive job in their VC.
+
+Servers and training jobs then share the same GPUs under the same policy, and a student whose
+VC is full waits in its queue with a visible position instead of a spinner. Enable it with
+``c.JupyterHub.spawner_class = "labhive"`` (entry point ``jupyterhub.spawners``).
+
+- ``start`` submits the server (``jupyterhub-singleuser``) as a one-task job with the user's
+  own server token, so the job is theirs and the service checks their groups' VC grants; it
+  returns once the job runs. ``progress`` streams the scheduler's why-text ("WAITING: position
+  2 of 3 in vc1 — ...") to the spawn page.
+- The hub's credentials for the server (its token, ``JUPYTERHUB_*``) never enter the job store:
+  they go to a 0600 file that ``labhive.hub_extension.launch`` reads when the task starts.
+- ``poll``/``stop`` map to the job; ``get_state`` keeps the job id, so a restarted hub
+  re-adopts a running server instead of starting a new one.
+- A server whose job is preempted (it went back to WAITING) is cancelled and ends with a
+  message that the hub page shows the next time the user starts a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from jupyterhub.spawner import Spawner
+from jupyterhub.utils import random_port
+from traitlets import Dict, Float, Integer, List, Unicode, default
+
+from labhive.scheduler.client import (
+    Client,
+    LabHiveError,
+    NotFoundError,
+    ServiceUnavailable,
+)
+
+STATE_VERSION = 1
+JUPYTER_CONFIG = Path(__file__).resolve().parent / "jupyter-config"
+_POSITION_TAIL = re.compile(r";?\s*position \d+ of \d+ in \S+\s*$")
+
+
+class ServerJobEnded(Exception):
+    """The server's job ended before the server ran; the message is shown on the spawn page."""
+
+
+class LabHiveSpawner(Spawner):
+    """Runs each single-user server as a LabHive job (see the module docstring)."""
+
+    service_url = Unicode(
+        help="""URL of the LabHive service as the hub reaches it (``.../api/v1`` optional),
+        e.g. ``http://127.0.0.1:8765``. Default: $LABHIVE_URL, else http://127.0.0.1:8765.""",
+    ).tag(config=True)
+
+    server_service_url = Unicode(
+        "",
+        help="""LABHIVE_URL given to the notebook server and its kernels (so ``%submit`` finds
+        the service). Default: the service_url.""",
+    ).tag(config=True)
+
+    service_token = Unicode(
+        "",
+        help="""A hub API token the spawner uses to follow and stop jobs: the LabHive hub
+        service's own ``api_token`` (its role needs ``custom:labhive:admin``). Without it the
+        spawner uses the server's token, which a restarted hub no longer has, so re-adoption
+        then rests on the hub finding the server's URL alive.""",
+    ).tag(config=True)
+
+    vcs = List(
+        Unicode(),
+        help="""VCs to put servers in, in order of preference: the first the user's groups
+        grant is used. Empty: the first granted VC in the service's order.""",
+    ).tag(config=True)
+
+    priority = Unicode(
+        "prod",
+        help="Priority class of server jobs (crit, prod, test, oppo or a number).",
+    ).tag(config=True)
+
+    profiles = List(
+        Dict(),
+        help="""Sizes users choose from, shown as the spawn form when there are two or more.
+        Each: ``{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1, "cpu": 2,
+        "memory_mb": 8192}`` (cpu and memory_mb optional). Default: one CPU-only size.""",
+    ).tag(config=True)
+
+    server_cpu = Float(1.0, help="CPUs of a server job unless its profile says.").tag(config=True)
+    server_memory_mb = Integer(
+        4096,
+        help="""Memory (MB) of a server job unless its profile says; the local executor
+        enforces it per process, kernels included.""",
+    ).tag(config=True)
+
+    poll_s = Float(1.0, help="How often start and progress ask the service.").tag(config=True)
+
+    secrets_dir = Unicode(
+        help="""Directory (mode 0700) for the per-server 0600 files that carry the hub's
+        credentials to the server task. Default: ./labhive-servers next to the hub.""",
+    ).tag(config=True)
+
+    # ---- state kept across hub restarts ---------------------------------------------------
+    job_id: int | None = None
+    last_end: str = ""  # why the last server ended, when the user should be told
+    _ending: bool = False
+
+    @default("service_url")
+    def _default_service_url(self) -> str:
+        return os.environ.get("LABHIVE_URL", "http://127.0.0.1:8765")
+
+    @default("secrets_dir")
+    def _default_secrets_dir(self) -> str:
+        return str(Path.cwd() / "labhive-servers")
+
+    @default("start_timeout")
+    def _default_start_timeout(self) -> int:
+        return 4 * 3600  # a server may queue behind jobs for a long time
+
+    @default("http_timeout")
+    def _default_http_timeout(self) -> int:
+        return 120
+
+    @default("ip")
+    def _default_ip(self) -> str:
+        return "127.0.0.1"
+
+    @default("options_form")
+    def _default_options_form(self) -> Any:
+        return self._options_form
+
+    # ---- state --------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        state["labhive_version"] = STATE_VERSION
+        if self.job_id is not None:
+            state["labhive_job_id"] = self.job_id
+        if self.last_end:
+            state["labhive_last_end"] = self.last_end
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        job = state.get("labhive_job_id")
+        self.job_id = int(job) if job is not None else None
+        self.last_end = str(state.get("labhive_last_end") or "")
+
+    def clear_state(self) -> None:
+        """Forget the job, but keep why the last server ended, to show it next time."""
+        super().clear_state()
+        self.job_id = None
+
+    # ---- the form -----------------------------------------------------------------------
+
+    def _sizes(self) -> list[dict[str, Any]]:
+        return list(self.profiles) or [{"slug": "cpu", "display_name": "CPU only", "gpus": 0}]
+
+    def _options_form(self, _spawner: Any = None) -> str:
+        sizes = self._sizes()
+        notice = (
+            f"<p class='alert alert-warning'>{escape(self.last_end)}</p>" if self.last_end else ""
+        )
+        if len(sizes) < 2:
+            return notice
+        rows = []
+        for i, p in enumerate(sizes):
+            checked = " checked" if i == 0 else ""
+            rows.append(
+                f"<div class='radio'><label><input type='radio' name='profile' "
+                f"value='{escape(str(p['slug']))}'{checked}> "
+                f"{escape(str(p.get('display_name', p['slug'])))}</label></div>"
+            )
+        return (
+            notice
+            + "<p>Server size (it waits in your VC's queue for these GPUs):</p>"
+            + "".join(rows)
+        )
+
+    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        return {"profile": (formdata.get("profile") or [""])[0]}
+
+    def _profile(self) -> dict[str, Any]:
+        sizes = self._sizes()
+        slug = (self.user_options or {}).get("profile")
+        if not slug:
+            return sizes[0]
+        for p in sizes:
+            if str(p["slug"]) == str(slug):
+                return p
+        known = ", ".join(str(p["slug"]) for p in sizes)
+        raise ServerJobEnded(f"unknown server size {slug!r}; choose one of: {known}")
+
+    # ---- talking to the service ---------------------------------------------------------
+
+    def _client(self, token: str | None = None) -> Client:
+        return Client(self.service_url, token or self.service_token or self.api_token, timeout=15)
+
+    async def _call(self, fn: Any, *args: Any, token: str | None = None) -> Any:
+        """Run a (blocking) client call off the hub's event loop."""
+
+        def run() -> Any:
+            with self._client(token) as client:
+                return fn(client, *args)
+
+        return await asyncio.to_thread(run)
+
+    async def _job(self) -> dict[str, Any]:
+        assert self.job_id is not None
+        return await self._call(lambda c, i: c.job(i).data, self.job_id)  # type: ignore[no-any-return]
+
+    # ---- start --------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        """Submit the server as a job and return its URL once it runs (see module docstring)."""
+        self.last_end = ""
+        self._ending = False
+        profile = self._profile()
+        vc = await self._choose_vc()
+        self.port = random_port()
+        secrets = self._write_launch_file()
+        launcher = f"{shlex.quote(sys.executable)} -m labhive.hub_extension.launch"
+        command = f"exec {launcher} {shlex.quote(str(secrets))}"
+        doc = {
+            "name": self._job_name(),
+            "command": command,
+            "vc": vc,
+            "priority": self.priority,
+            "tasks": 1,
+            "gpus": int(profile.get("gpus", 0)),
+            "cpu": float(profile.get("cpu", self.server_cpu)),
+            "memory_mb": int(profile.get("memory_mb", self.server_memory_mb)),
+            "retries": 0,
+        }
+        try:
+            job = await self._call(lambda c, d: c.submit(d).data, doc, token=self.api_token)
+        except LabHiveError as err:
+            secrets.unlink(missing_ok=True)
+            raise ServerJobEnded(f"LabHive refused your server: {err.message}") from None
+        self.job_id = int(job["id"])
+        self.log.info("%s: job %s in %s", self._log_name, self.job_id, vc)
+        # give up (with the queue's words) before the hub cuts start() off without them
+        patience = max(self.start_timeout - 30, self.start_timeout * 0.8)
+        await self._wait_running(deadline=time.monotonic() + patience)
+        return f"http://{self.ip}:{self.port}"
+
+    async def _choose_vc(self) -> str:
+        try:
+            vcs = await self._call(lambda c: c.vcs(), token=self.api_token)
+        except ServiceUnavailable as err:
+            raise ServerJobEnded(
+                f"cannot reach LabHive to start your server: {err.message}"
+            ) from None
+        except LabHiveError as err:
+            raise ServerJobEnded(f"LabHive refused to start your server: {err.message}") from None
+        granted = [name for name, v in vcs.items() if v.get("may_submit")]
+        for name in [*self.vcs, *granted]:
+            if name in granted:
+                return str(name)
+        raise ServerJobEnded(
+            "your JupyterHub groups grant no LabHive virtual cluster, so there is nowhere to run "
+            "your server; ask an instructor to add you to a group that grants one"
+        )
+
+    def _job_name(self) -> str:
+        suffix = f"-{self.name}" if self.name else ""
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"jupyter-{self.user.name}{suffix}")[:64]
+
+    def _write_launch_file(self) -> Path:
+        """The server's command and environment (its hub token included), readable by the
+        hub's user only; the job's stored command names this file, never the secrets."""
+        env = self.get_env()
+        env["LABHIVE_URL"] = self.server_service_url or self.service_url
+        # the server extension is enabled by this package's own config dir, however installed
+        config = [str(JUPYTER_CONFIG), *filter(None, [env.get("JUPYTER_CONFIG_PATH")])]
+        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(config)
+        cmd = [*self.cmd, *self.get_args()]
+        beside_python = str(Path(sys.executable).parent)  # the hub's venv, even when not on PATH
+        cmd[0] = shutil.which(cmd[0]) or shutil.which(cmd[0], path=beside_python) or cmd[0]
+        folder = Path(self.secrets_dir)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = folder / f"{self._job_name()}.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"env": env, "cmd": cmd, "cwd": self._cwd()}, out)
+        return path
+
+    def _cwd(self) -> str | None:
+        notebook_dir = self.format_string(self.notebook_dir) if self.notebook_dir else ""
+        return os.path.expanduser(notebook_dir) if notebook_dir else None
+
+    async def _wait_running(self, deadline: float) -> None:
+        """Until the job runs; raise with the queue's words when it ends or waits too long."""
+        job: dict[str, Any] = {}
+        since = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                job = await self._job()
+            except ServiceUnavailable as err:
+                self.log.warning("%s: %s", self._log_name, err.message)
+                await asyncio.sleep(self.poll_s)
+                continue
+            if job["state"] == "RUNNING":
+                return
+            if job["state"] != "WAITING":
+                raise ServerJobEnded(
+                    f"your server's job {self.job_id} ended {job['state']} before the server "
+                    f"started: {job.get('reason') or 'no reason given'}"
+                )
+            await asyncio.sleep(self.poll_s)
+        waited = waiting_text(job) if job else "in the queue"
+        await self._cancel(wait=0)
+        raise ServerJobEnded(
+            f"your server waited {_duration(time.monotonic() - since)} without getting its "
+            f"resources ({waited}) and was cancelled; try a smaller size or start it later"
+        )
+
+    # ---- progress -----------------------------------------------------------------------
+
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
+        """The scheduler's live words for the spawn page, until the job runs."""
+        last = ""
+        while self.job_id is None:
+            if not last:
+                last = "Submitting your server to the LabHive queue"
+                yield {"progress": 5, "message": last}
+            await asyncio.sleep(min(self.poll_s, 0.5))
+        while True:
+            try:
+                job = await self._job()
+            except LabHiveError as err:
+                yield {"message": f"asking LabHive about job {self.job_id}: {err.message}"}
+                await asyncio.sleep(self.poll_s)
+                continue
+            if job["state"] == "WAITING":
+                text = waiting_text(job)
+                if text != last:
+                    last = text
+                    yield {"progress": 20, "message": text}
+            else:
+                if job["state"] == "RUNNING":
+                    where = ", ".join(
+                        f"{t['node']} GPUs {t['gpus'] or 'none'}" for t in job.get("tasks") or ()
+                    )
+                    text = (
+                        f"RUNNING: job {self.job_id} on {where or 'its node'}; starting JupyterLab"
+                    )
+                    yield {"progress": 70, "message": text}
+                return
+            await asyncio.sleep(self.poll_s)
+
+    # ---- poll / stop --------------------------------------------------------------------
+
+    async def poll(self) -> int | None:
+        """None while the job runs (or the service cannot be asked: the hub then checks the
+        server's URL itself); an exit status once it ended or was preempted."""
+        if self.job_id is None:
+            return 0
+        try:
+            job = await self._job()
+        except NotFoundError:
+            self.last_end = f"your server's job {self.job_id} is gone from LabHive"
+            return 0
+        except LabHiveError as err:
+            self.log.warning("%s: cannot poll job %s: %s", self._log_name, self.job_id, err.message)
+            return None
+        if job["state"] == "RUNNING":
+            return None
+        if job["state"] == "WAITING":
+            self.last_end = _requeued_message(self.job_id, job, await self._requeue_why())
+            self.log.warning("%s: %s", self._log_name, self.last_end)
+            await self._cancel(wait=0)
+            return 1
+        if not self._ending:  # it ended on its own, or someone cancelled it in LabHive
+            self.last_end = _ended_message(self.job_id, job)
+        code = job.get("exit_code")
+        return int(code) if code else 1 if job["state"] == "FAILED" else 0
+
+    async def _requeue_why(self) -> str:
+        """Why the job went back to the queue, from its last event ("preempted by ...")."""
+        try:
+            events = await self._call(lambda c, i: c.events(i), self.job_id)
+        except LabHiveError:
+            return ""
+        back = [e for e in events if e.get("to_state") == "WAITING" and e.get("from_state")]
+        return str(back[-1].get("why") or back[-1].get("reason") or "") if back else ""
+
+    async def stop(self, now: bool = False) -> None:
+        """Cancel the job; unless ``now``, wait (up to 20 s) for its process to be gone."""
+        await self._cancel(wait=0 if now else 20)
+        self._remove_launch_file()
+
+    async def _cancel(self, wait: float) -> None:
+        if self.job_id is None:
+            return
+        self._ending = True  # the hub (or poll) ends it: its end needs no notice
+        try:
+            await self._call(lambda c, i, w: c.cancel(i, wait=w), self.job_id, wait)
+        except NotFoundError:
+            pass
+        except LabHiveError as err:
+            self.log.warning(
+                "%s: cannot cancel job %s: %s", self._log_name, self.job_id, err.message
+            )
+
+    def _remove_launch_file(self) -> None:
+        (Path(self.secrets_dir) / f"{self._job_name()}.json").unlink(missing_ok=True)
+
+
+def waiting_text(job: dict[str, Any]) -> str:
+    """ "WAITING: position 2 of 3 in vc1 — <why>" from a job as the service returns it."""
+    why = _POSITION_TAIL.sub("", job.get("why") or job.get("reason") or "").strip()
+    pos, length = job.get("queue_position"), job.get("queue_length")
+    head = (
+        f"WAITING: position {pos} of {length} in {job['vc']}" if pos else f"WAITING in {job['vc']}"
+    )
+    return f"{head} — {why}" if why else head
+
+
+def _ended_message(job_id: int, job: dict[str, Any]) -> str:
+    """A notice for a server whose job ended without the hub asking (none for a clean exit)."""
+    reason = job.get("reason") or ""
+    if job["state"] == "FAILED":
+        return (
+            f"Your server (job {job_id}) failed ({reason}, exit code {job.get('exit_code')}); "
+            f"its log: `labhive logs {job_id} --stderr`."
+        )
+    if job["state"] == "STOPPED":
+        return f"Your server (job {job_id}) was cancelled in LabHive ({reason})."
+    return ""
+
+
+def _requeued_message(job_id: int, job: dict[str, Any], why: str) -> str:
+    """Why a server's job is waiting again although the hub thought it was up."""
+    if job.get("attempt", 1) > 1 or job.get("reason") == "preempted":
+        return (
+            f"Your server (job {job_id}) was stopped by LabHive: a higher-priority job needed "
+            f"its resources ({why or job.get('reason') or 'requeued'}). Unsaved work in open "
+            "notebooks may be lost; start a new server to continue."
+        )
+    return (
+        f"Your server (job {job_id}) was still waiting in the queue when the hub restarted, "
+        "so it was cancelled; start it again."
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} seconds" if seconds < 120 else f"{seconds / 60:.0f} minutes"

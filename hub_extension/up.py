@@ -1,0 +1,272 @@
+"""``labhive up``: the whole platform on localhost, from embedded defaults.
+
+JupyterHub (with configurable-http-proxy) runs the LabHive spawner, and the scheduler service
+runs as its managed service at ``/services/labhive/`` (SQLite and the local executor in the data
+dir, this machine's GPUs or the virtual default cluster). Secrets are made once and kept
+(0600) in ``DATA/hub``, so a restart keeps logins and tokens. Nothing is installed at run
+time: a missing proxy is an error that says how to install it.
+
+Ctrl-C stops it all in order: every notebook server (cancelling its job), then the hub, which
+stops the service, which stops every remaining job process (their jobs wait for the next start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from labhive.hub_extension.hubconfig import HubPlan, write_config
+from labhive.scheduler.errors import UserError
+
+DEFAULT_GRANTS = """\
+# Which VCs each JupyterHub group may use (LabHive reads group membership from the hub).
+# The group "*" applies to everyone; "admin: true" makes a group LabHive admins.
+groups:
+  "*": {vcs: [default]}
+  instructors: {vcs: ["*"], admin: true}
+  vc1: {vcs: [vc1]}
+"""
+UP_SERVICE = "labhive-up"
+
+
+def prepare(
+    data_dir: Path,
+    *,
+    port: int = 8000,
+    service_port: int = 8765,
+    cluster: str | None = None,
+    policy: str = "hived",
+    grants: Path | None = None,
+    grace_s: float = 10.0,
+) -> tuple[HubPlan, Path, dict[str, str]]:
+    """Write the hub's config (and first-start secrets and grants); return the plan, the
+    config file and the secrets."""
+    if shutil.which("configurable-http-proxy") is None:
+        raise UserError(
+            "configurable-http-proxy is not installed (JupyterHub's proxy): install it with "
+            "`npm install -g configurable-http-proxy` (`make test` does, through .ci/deps.sh)"
+        )
+    hub_dir = data_dir.resolve() / "hub"
+    hub_dir.mkdir(parents=True, exist_ok=True)
+    keys = _secrets(hub_dir / "secrets.json")
+    if grants is None:
+        grants = hub_dir / "grants.yaml"
+        if not grants.exists():
+            grants.write_text(DEFAULT_GRANTS)
+    plan = HubPlan(
+        data_dir=str(hub_dir),
+        service_token=keys["service_token"],
+        public_port=port,
+        hub_port=_free_port(),
+        proxy_api_port=_free_port(),
+        service_port=service_port,
+        grants=str(Path(grants).resolve()),
+        cluster=str(Path(cluster).resolve()) if cluster else None,
+        policy=policy,
+        admin_password=keys["admin_password"],
+        user_password=keys["user_password"],
+        cleanup_servers=True,
+        stop_tasks_on_exit=True,
+        grace_s=grace_s,
+        log_level="WARN",
+        notebook_dir=str(data_dir.resolve() / "home" / "{username}"),
+    )
+    config = write_config(
+        plan,
+        hub_dir,
+        "from labhive.hub_extension.up import add_up_service",
+        f"add_up_service(c, {str(hub_dir / 'secrets.json')!r})  # noqa: F821",
+    )
+    return plan, config, keys
+
+
+def add_up_service(c: Any, secrets_file: str) -> None:
+    """A token for ``labhive up`` itself: it stops every server on Ctrl-C, before the hub."""
+    token = json.loads(Path(secrets_file).read_text())["up_token"]
+    c.JupyterHub.services.append({"name": UP_SERVICE, "api_token": token})
+    c.JupyterHub.load_roles.append(
+        {"name": "labhive-up", "scopes": ["admin:servers", "list:users"], "services": [UP_SERVICE]}
+    )
+
+
+def _secrets(path: Path) -> dict[str, str]:
+    if path.exists():
+        return dict(json.loads(path.read_text()))
+    keys = {
+        "service_token": secrets.token_hex(32),
+        "up_token": secrets.token_hex(32),
+        "admin_password": secrets.token_urlsafe(24),  # 32 characters, as the authenticator wants
+        "user_password": secrets.token_urlsafe(9),
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(keys, out)
+    return keys
+
+
+def _free_port() -> int:
+    from labhive.scheduler.executors.env import free_port
+
+    return free_port()
+
+
+def start_hub(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """JupyterHub in its own process group (so it can be stopped as a whole), told to stop
+    when its parent dies, so a killed ``labhive up`` leaves no hub behind."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+            cwd=config.parent,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None,
+        )
+
+
+def _term_with_parent() -> None:
+    """In the child before exec: SIGTERM me when my parent exits (Linux PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+
+def wait_ready(plan: HubPlan, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise UserError(f"JupyterHub exited (status {proc.returncode}); its log:\n{tail}")
+        try:
+            hub = httpx.get(f"{plan.public_url}/hub/api/", timeout=2)
+            svc = httpx.get(f"{plan.service_url}/api/v1/health", timeout=2)
+            if hub.status_code == 200 and svc.status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise UserError(f"JupyterHub did not answer within {timeout:.0f} s; see {log}")
+
+
+def stop_servers(plan: HubPlan, token: str, timeout: float = 60) -> int:
+    """Ask the hub to stop every running server; wait until they are gone. Returns how many."""
+    api = f"{plan.public_url}/hub/api"
+    headers = {"Authorization": f"token {token}"}
+    try:
+        users = httpx.get(f"{api}/users", params={"state": "active"}, headers=headers, timeout=10)
+        users.raise_for_status()
+    except httpx.HTTPError:
+        return 0
+    names = [(u["name"], s) for u in users.json() for s in (u.get("servers") or {})]
+    for name, server in names:
+        path = f"{api}/users/{name}/servers/{server}" if server else f"{api}/users/{name}/server"
+        httpx.delete(path, headers=headers, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while names and time.monotonic() < deadline:
+        left = httpx.get(f"{api}/users", params={"state": "active"}, headers=headers, timeout=10)
+        if left.status_code != 200 or not left.json():
+            break
+        time.sleep(0.5)
+    return len(names)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM the hub's process group; after ``grace_s`` SIGKILL what is left of it and of its
+    direct children, which JupyterHub starts in sessions of their own (the proxy, the
+    service). Job processes are left to the service: the next start re-adopts them."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children()
+    except psutil.Error:
+        children = []
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def banner(plan: HubPlan, keys: dict[str, str], log: Path) -> str:
+    hub = plan.public_url
+    return "\n".join(
+        [
+            f"LabHive is up: {hub}/",
+            f"  admin login:  admin / {keys['admin_password']}",
+            f"  user logins:  any user an admin adds, password {keys['user_password']}",
+            f"  add users:    {hub}/hub/admin -> Add Users (or POST {hub}/hub/api/users)",
+            f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in {plan.grants}",
+            "                (group 'instructors' = LabHive admins; restart to reload grants)",
+            f"  service:      {hub}/services/labhive/api/v1/queue (LabHive REST API, OAuth)",
+            f"  notebooks:    {plan.notebook_dir} (each user's server starts there)",
+            f"  data & logs:  {plan.data_dir} (hub log: {log.name})",
+            "  Ctrl-C stops the hub, the service and every job process",
+        ]
+    )
+
+
+def run_up(
+    data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
+    grants: Path | None, grace_s: float,
+) -> int:  # fmt: skip
+    plan, config, keys = prepare(
+        data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
+        grants=grants, grace_s=grace_s,
+    )  # fmt: skip
+    for busy in (port, service_port):
+        _check_free(busy)
+    log = Path(plan.data_dir) / "jupyterhub.log"
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops it as cleanly as Ctrl-C
+    proc = start_hub(config, log)
+    try:
+        wait_ready(plan, proc, log)
+        print(banner(plan, keys, log), flush=True)
+        proc.wait()
+        print(f"JupyterHub exited (status {proc.returncode}); see {log}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping: notebook servers...", flush=True)
+        n = stop_servers(plan, keys["up_token"])
+        print(f"  {n} server(s) stopped; hub, service and job processes...", flush=True)
+        return 0
+    finally:
+        stop_group(proc, grace_s=grace_s + 20)
+
+
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _check_free(port: int) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise UserError(
+                f"port {port} is busy ({err.strerror}); stop what uses it or pick another "
+                "(--port for the hub, --service-port for the service)"
+            ) from None

@@ -1,0 +1,204 @@
+"""LabHiveSpawner against the real service and the real local executor, without a hub.
+
+The service runs on the default virtual cluster (vc1 is one node of 4 GPU slots) with token
+auth: alice (group students -> vc1) is the server's owner, her LabHive token standing in for
+the hub-issued server token, and the admin token is the spawner's own. The "server" is a tiny
+HTTP server that listens where the hub told it to (``JUPYTERHUB_SERVICE_URL``), so the tests
+see the launch file carry the hub's environment into the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from service_fixtures import Live, live_service
+
+from labhive.hub_extension.spawner import JUPYTER_CONFIG, LabHiveSpawner, ServerJobEnded
+
+ALICE = "alice-token-123"
+FAKE_SERVER = (
+    "import json, os, http.server, urllib.parse as u;"
+    "json.dump(dict(os.environ), open(os.environ['ENV_DUMP'], 'w'));"
+    "port = u.urlparse(os.environ['JUPYTERHUB_SERVICE_URL']).port;"
+    "http.server.HTTPServer(('127.0.0.1', port), http.server.SimpleHTTPRequestHandler)"
+    ".serve_forever()"
+)
+GPU = [{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}, {"slug": "cpu", "gpus": 0}]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    data = tmp_path_factory.mktemp("svc") / "data"
+    with live_service(data) as service:
+        yield service
+
+
+def make_spawner(live: Live, tmp: Path, token: str = ALICE, **traits: Any) -> LabHiveSpawner:
+    from jupyterhub.objects import Hub
+
+    name = traits.pop("user", "alice")
+    user = SimpleNamespace(name=name, escaped_name=name, url=f"/user/{name}/", id=1, settings={})
+    return LabHiveSpawner(
+        user=user,
+        hub=Hub(ip="127.0.0.1", port=1, base_url="/hub/"),
+        api_token=token,
+        service_url=live.url,
+        service_token=live.admin,
+        cmd=[sys.executable, "-c", FAKE_SERVER],
+        secrets_dir=str(tmp / "secrets"),
+        profiles=GPU,
+        poll_s=0.1,
+        environment={"ENV_DUMP": str(tmp / "server-env.json")},
+        **traits,
+    )
+
+
+def block_vc1(live: Live, gpus: int = 4, priority: str = "prod") -> Any:
+    """An admin job holding vc1's GPUs until cancelled."""
+    job = live.client().submit(
+        name="blocker", command="sleep 600", gpus=gpus, vc="vc1", priority=priority
+    )
+    deadline = time.monotonic() + 20
+    while job.refresh().state != "RUNNING":
+        assert time.monotonic() < deadline, f"blocker did not start: {job.data}"
+        time.sleep(0.1)
+    return job
+
+
+async def first_waiting_message(spawner: LabHiveSpawner, timeout: float = 20) -> str:
+    async def read() -> str:
+        async for event in spawner.progress():
+            if event["message"].startswith("WAITING"):
+                return str(event["message"])
+        raise AssertionError("progress ended without a WAITING message")
+
+    return await asyncio.wait_for(read(), timeout)
+
+
+def test_a_queued_server_shows_its_position_starts_when_gpus_free_and_stops(
+    live: Live, tmp_path: Path
+) -> None:
+    blocker = block_vc1(live)
+    spawner = make_spawner(live, tmp_path)
+    spawner.user_options = {"profile": "1gpu"}
+
+    async def scenario() -> tuple[str, str, dict[str, Any]]:
+        start = asyncio.ensure_future(spawner.start())
+        message = await first_waiting_message(spawner)
+        assert not start.done()
+        blocker.cancel()
+        url = await asyncio.wait_for(start, 30)
+        return message, url, spawner.get_state()
+
+    message, url, state = asyncio.run(scenario())
+    assert message.startswith("WAITING: position 1 of 1 in vc1 — "), message
+    assert "vc1" in message.split("—", 1)[1]
+    assert _answers(url), "the server task does not answer at the URL start returned"
+
+    job = live.client().job(state["labhive_job_id"])
+    assert (job.user, job.vc, job.gpus, job.state) == ("alice", "vc1", 1, "RUNNING")
+    assert ALICE not in str(job.spec), "the server's token must not be stored with the job"
+    env = json.loads((tmp_path / "server-env.json").read_text())
+    assert env["JUPYTERHUB_API_TOKEN"] == ALICE  # came through the 0600 launch file
+    assert env["LABHIVE_JOB_ID"] == str(job.id)
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, job.tasks[0]["gpus"]))
+    assert env["LABHIVE_URL"] == live.url
+    assert str(JUPYTER_CONFIG) in env["JUPYTER_CONFIG_PATH"].split(os.pathsep)
+
+    # a hub restart: a fresh spawner from the saved state re-adopts the running job
+    again = make_spawner(live, tmp_path, token="")
+    again.load_state(state)
+    assert asyncio.run(again.poll()) is None
+    assert again.get_state()["labhive_job_id"] == state["labhive_job_id"]
+
+    asyncio.run(again.stop())
+    assert live.client().job(state["labhive_job_id"]).state == "STOPPED"
+    assert asyncio.run(again.poll()) is not None
+    assert again.last_end == "", "a server the hub stopped needs no notice next time"
+    assert _refused(url), "the server process outlived stop()"
+    again.clear_state()
+    assert "labhive_job_id" not in again.get_state()
+    assert asyncio.run(again.poll()) == 0
+
+
+def test_a_preempted_server_ends_with_a_message_shown_next_time(live: Live, tmp_path: Path) -> None:
+    spawner = make_spawner(live, tmp_path, priority="test")
+    spawner.user_options = {"profile": "1gpu"}
+    url = asyncio.run(asyncio.wait_for(spawner.start(), 30))
+    assert _answers(url)
+    preemptor = live.client().submit(
+        name="urgent", command="sleep 600", gpus=4, vc="vc1", priority="prod"
+    )
+    try:
+        deadline = time.monotonic() + 20
+        status = asyncio.run(spawner.poll())
+        while status is None:
+            assert time.monotonic() < deadline, "the server was not preempted"
+            time.sleep(0.2)
+            status = asyncio.run(spawner.poll())
+        assert status == 1
+        assert "higher-priority job" in spawner.last_end
+        assert live.client().job(spawner.job_id).state == "STOPPED"
+        spawner.clear_state()
+        assert "higher-priority job" in spawner.get_state()["labhive_last_end"]
+        assert "higher-priority job" in spawner._options_form()
+    finally:
+        preemptor.cancel()
+
+
+def test_a_server_goes_to_a_vc_its_users_groups_grant_and_sizes_are_checked(
+    live: Live, tmp_path: Path
+) -> None:
+    spawner = make_spawner(live, tmp_path, token="bob-token-4567", vcs=["vc1"])
+    spawner.user_options = {"profile": "cpu"}
+    url = asyncio.run(asyncio.wait_for(spawner.start(), 30))  # bob's groups grant default
+    try:
+        assert live.client().job(spawner.job_id).vc == "default"
+    finally:
+        asyncio.run(spawner.stop(now=True))
+    with pytest.raises(ServerJobEnded, match="unknown server size 'huge'"):
+        spawner.user_options = {"profile": "huge"}
+        asyncio.run(spawner.start())
+    assert url
+
+
+def test_a_server_that_waits_too_long_is_cancelled_with_a_clear_message(
+    live: Live, tmp_path: Path
+) -> None:
+    blocker = block_vc1(live)
+    try:
+        spawner = make_spawner(live, tmp_path, start_timeout=3)
+        spawner.user_options = {"profile": "1gpu"}
+        with pytest.raises(ServerJobEnded, match=r"waited \d seconds .*position 1 of 1 in vc1"):
+            asyncio.run(spawner.start())
+        assert live.client().job(spawner.job_id).state == "STOPPED"
+    finally:
+        blocker.cancel()
+
+
+def _answers(url: str) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.TransportError:
+            time.sleep(0.2)
+    return False
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=2)
+    except httpx.TransportError:
+        return True
+    return False
