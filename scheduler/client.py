@@ -156,7 +156,8 @@ class Job:
     def events(self) -> list[dict[str, Any]]:
         return self.client.events(self.data["id"])
 
-    def gpus(self) -> dict[str, Any]:
+    def gpu_history(self) -> dict[str, Any]:
+        """GPU readings of the job (monitoring). Not ``gpus``: that is the job's GPU count."""
         return self.client.job_gpus(self.data["id"])
 
     def logs(self, offset: int = 0, **kw: Any) -> LogChunk:
@@ -172,7 +173,7 @@ class Job:
         """Latest readings (utilization, memory) of the GPUs the job holds; empty on a
         virtual cluster, where slots have no readings, or a service without GPU sampling."""
         try:
-            doc = self.client._get(f"/jobs/{self.data['id']}/gpus")
+            doc = self.gpu_history()
         except NotFoundError:
             return []
         return list(doc.get("current") or []) if doc.get("sampling") else []

@@ -56,7 +56,7 @@ def test_prometheus_scrapes_the_service_and_answers_promql(tmp_path) -> None:
                 # the client library (widgets, reports) reads the job's GPU history
                 token = w.headers["Authorization"].split()[1]
                 with Client(url=f"http://{target}/api/v1", token=token) as client:
-                    gpus = client.job(job).gpus()
+                    gpus = client.job(job).gpu_history()
                 assert gpus["history"][0]["points"] and gpus["current"][0]["gpu_util"] == 100
                 w.nvml.recording["devices"][0]["lost"] = True
                 (alert,) = prom.wait_for('ALERTS{alertname="LabHiveGpuLost",alertstate="firing"}')
