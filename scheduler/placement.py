@@ -141,12 +141,7 @@ class Placer:
                 candidates: Any = opened if only is None else [n for n in opened if n in whole]
             else:
                 candidates = [n for n in whole if n.free > 0]
-            for node in candidates:
-                free = node.free - plan.free_taken.get(node, 0)
-                if free >= need:
-                    key = (-2, 0, node.parent is not near, free, node.order)
-                    if best_key is None or key < best_key:
-                        best, best_key = node, key
+            best, best_key = _best_free(candidates, need, near, plan.free_taken)
         else:
             # One pass for every victim priority: a node's key starts with the lowest
             # priority it must preempt, so opportunistic jobs go first, then the lowest.
@@ -225,7 +220,7 @@ class Placer:
                 continue
             best, best_root, best_key = None, None, None
             for root in lists[root_level].values():
-                for cell in _at_level(root, level):
+                for cell in root.at_level(level):
                     if cell.free == cell.leaves:
                         key: tuple[int, ...] = (0, 0, cell.order)
                     elif _room(cell, need, victims):
@@ -276,7 +271,7 @@ class Placer:
         self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool]
     ) -> Cell | None:
         best, best_key = None, None
-        for cell in _at_level(node, level):
+        for cell in node.at_level(level):
             root = self.tree.free_root(cell)
             if root is None:
                 continue
@@ -317,6 +312,32 @@ class Placer:
         return plan
 
 
+def _best_free(
+    candidates: Any, need: int, near: Cell | None, free_taken: dict[Cell, int]
+) -> tuple[Cell | None, tuple[int | bool, ...] | None]:
+    """Best fit among whole nodes using free GPUs only, with its key as ``_best_node``
+    ranks it: next to ``near`` first, then the fewest free GPUs, then ``order``.
+
+    The loop of most searches, so it rejects on the node's own counter before looking up
+    what the plan took there (which only lowers it), and ranks on the key's varying part.
+    """
+    best, best_key = None, None
+    for node in candidates:
+        free = node.free
+        if free < need:
+            continue
+        if free_taken:
+            free -= free_taken.get(node, 0)
+            if free < need:
+                continue
+        key = (node.parent is not near, free, node.order)
+        if best_key is None or key < best_key:
+            best, best_key = node, key
+    if best_key is None:
+        return None, None
+    return best, (-2, 0, *best_key)
+
+
 def _regions(
     vc: VC, chain: str, pinned: Cell | None
 ) -> tuple[dict[Cell, None], dict[Cell, list[Cell]]]:
@@ -330,15 +351,6 @@ def _regions(
 
 def _order(cell: Cell) -> int:
     return cell.order
-
-
-def _at_level(cell: Cell, level: int) -> list[Cell]:
-    if cell.level == level:
-        return [cell]
-    out: list[Cell] = []
-    for child in cell.children:
-        out.extend(_at_level(child, level))
-    return out
 
 
 def _room(cell: Cell, need: int, victims: bool) -> bool:
@@ -361,8 +373,13 @@ def pick_leaves(
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
     """
-    if free_only and len(parts) == 1 and parts[0].free == need:
-        return [leaf for leaf in parts[0].leaf_cells() if leaf.job is None and leaf.bad == 0]
+    if free_only and len(parts) == 1:
+        part = parts[0]
+        if part.free == need:
+            return [leaf for leaf in part.leaf_cells() if leaf.job is None and leaf.bad == 0]
+        # One cell type per level in a chain: the first child tells for all of them.
+        if part.children and not part.children[0].children:
+            return _first_free(part, need)
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
@@ -407,6 +424,24 @@ def pick_leaves(
             need -= share
         if need == 0:
             break
+    return out
+
+
+def _first_free(node: Cell, need: int) -> list[Cell]:
+    """The first ``need`` free healthy GPUs of a cell whose children are GPUs, in order.
+
+    What the general search below picks there, without its per-call bookkeeping (the
+    simulator's hottest path): with only free GPUs counted every usable child holds exactly
+    one, so no child "fits" a larger request and children are taken in ``order``; a request
+    for one GPU takes the fitting child of lowest ``order``, the same one. Children are
+    built in ``order``, so their list order is it.
+    """
+    out: list[Cell] = []
+    for leaf in node.children:
+        if leaf.job is None and leaf.bad == 0:
+            out.append(leaf)
+            if len(out) == need:
+                break
     return out
 
 
