@@ -11,7 +11,7 @@ GPUs, preferring cells no VC has bound, because those are the last a guaranteed 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,9 +50,13 @@ class Plan:
         return {leaf.job for _, _, leaves in self.placed for leaf in leaves if leaf.job}
 
 
+def _is_free(leaf: Cell) -> bool:
+    return leaf.bad == 0 and leaf.job is None
+
+
 def _usable(threshold: Threshold) -> Callable[[Cell], bool]:
     if threshold is None:
-        return lambda leaf: leaf.bad == 0 and leaf.job is None
+        return _is_free  # one function, so pick_leaves can tell free-only searches apart
     return lambda leaf: leaf.bad == 0 and (leaf.job is None or leaf.prio <= threshold)
 
 
@@ -373,13 +377,13 @@ def pick_leaves(
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
     """
-    if free_only and len(parts) == 1:
+    if len(parts) == 1 and (free_only or ok is _is_free):
         part = parts[0]
-        if part.free == need:
+        if free_only and part.free == need:
             return [leaf for leaf in part.leaf_cells() if leaf.job is None and leaf.bad == 0]
         # One cell type per level in a chain: the first child tells for all of them.
         if part.children and not part.children[0].children:
-            return _first_free(part, need)
+            return _first_free(part, need, () if free_only else taken)
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
@@ -427,18 +431,19 @@ def pick_leaves(
     return out
 
 
-def _first_free(node: Cell, need: int) -> list[Cell]:
-    """The first ``need`` free healthy GPUs of a cell whose children are GPUs, in order.
+def _first_free(node: Cell, need: int, taken: Collection[int]) -> list[Cell]:
+    """The first ``need`` free healthy GPUs not ``taken`` of a cell whose children are GPUs,
+    in order.
 
     What the general search below picks there, without its per-call bookkeeping (the
     simulator's hottest path): with only free GPUs counted every usable child holds exactly
-    one, so no child "fits" a larger request and children are taken in ``order``; a request
-    for one GPU takes the fitting child of lowest ``order``, the same one. Children are
-    built in ``order``, so their list order is it.
+    one (all with the same priority key), so no child "fits" a larger request and children
+    are taken in ``order``; a request for one GPU takes the fitting child of lowest
+    ``order``, the same one. Children are built in ``order``, so their list order is it.
     """
     out: list[Cell] = []
     for leaf in node.children:
-        if leaf.job is None and leaf.bad == 0:
+        if leaf.job is None and leaf.bad == 0 and id(leaf) not in taken:
             out.append(leaf)
             if len(out) == need:
                 break
