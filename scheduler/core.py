@@ -221,7 +221,7 @@ class HivedScheduler:
     def _occupy(self, leaf: Cell, job: Job) -> None:
         owner = leaf.owner()
         if owner is not None:
-            vc = self.vcs[owner.vc or ""]
+            vc = self.vcs.by_name[owner.vc or ""]
             if leaf.bad == 0:
                 vc.free_in -= 1
             if job.prio >= 0:
@@ -236,8 +236,9 @@ class HivedScheduler:
 
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
         owner = leaf.owner()
+        vc = None
         if owner is not None:
-            vc = self.vcs[owner.vc or ""]
+            vc = self.vcs.by_name[owner.vc or ""]
             if leaf.node_cell is not None:
                 self._grew(vc, leaf.node_cell)
             if leaf.bad == 0:
@@ -249,8 +250,8 @@ class HivedScheduler:
             self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
-        if owner is not None and leaf.node_cell is not None:
-            self.vcs[owner.vc or ""].refresh_open(leaf.node_cell)
+        if vc is not None and leaf.node_cell is not None:
+            vc.refresh_open(leaf.node_cell)
         self._bump_oppo()
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
@@ -743,7 +744,13 @@ class HivedScheduler:
 
     def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
         leaf = self.tree.chains[chain].leaf_type
-        return [TaskNeed(r.name, i, self._leaves(r, leaf)) for r, i in unit]
+        out = []
+        role, leaves = None, 0
+        for r, i in unit:
+            if r is not role:  # a role's tasks come in a row: size each role once
+                role, leaves = r, self._leaves(r, leaf)
+            out.append(TaskNeed(r.name, i, leaves))
+        return out
 
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
         vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None

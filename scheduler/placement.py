@@ -91,8 +91,12 @@ class Placer:
         last: Cell | None = None
         whole, partial = _regions(vc, chain, pinned)
         opened = vc.open.get(chain, {}) if pinned is None else None
+        prev_need = 0
         for task in sorted(tasks, key=lambda t: -t.leaves):
-            while True:
+            node = None
+            if threshold is None and _still_best(last, task.leaves, prev_need, whole, plan):
+                node = last
+            while node is None:
                 node = self._best_node(
                     whole, partial, chain, task.leaves, threshold, ok, plan, last, only, opened
                 )
@@ -113,7 +117,7 @@ class Placer:
             counters = threshold is None and parts is None and node not in plan.taken_on
             leaves = pick_leaves(parts or [node], task.leaves, ok, plan.taken, counters)
             plan.add(task, node, leaves)
-            last = node
+            last, prev_need = node, task.leaves
         return plan
 
     def undo(self, vc: VC, plan: Plan) -> None:
@@ -227,6 +231,8 @@ class Placer:
                 for cell in root.at_level(level):
                     if cell.free == cell.leaves:
                         key: tuple[int, ...] = (0, 0, cell.order)
+                    elif best_key is not None and best_key[0] == 0:
+                        continue  # an idle cell was found: no busy one can rank before it
                     elif _room(cell, need, victims):
                         key = (1, -cell.free, cell.order)
                     else:
@@ -314,6 +320,24 @@ class Placer:
             plan.add(task, best, pick_leaves([best], task.leaves, ok, plan.taken, counters))
             last = best
         return plan
+
+
+def _still_best(
+    last: Cell | None, need: int, prev_need: int, whole: dict[Cell, None], plan: Plan
+) -> bool:
+    """Whether a free-only search may skip the scan: the previous task's node is the best
+    fit again when this task is as large and that node still holds it.
+
+    Why that is safe: the node won the last scan (same candidates, since only a failed scan
+    binds more cells; same need, so the same nodes qualify). Since then only its own free
+    count dropped, which ranks it better, and it now counts as next to the gang's previous
+    task, which no node outside its parent does; nodes inside its parent ranked as they did
+    against it. (A gang of one-GPU tasks, the simulator's usual job, scans once, not once
+    per GPU.)
+    """
+    if last is None or need != prev_need or last not in whole:
+        return False
+    return last.free - plan.free_taken.get(last, 0) >= need
 
 
 def _best_free(
