@@ -992,14 +992,17 @@ def _gpu(leaf: Cell) -> int:
 
 def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
     """Where a task runs, GPUs in index order, with their leaf ids."""
-    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    if len(leaves) == 1:  # the simulator's one-GPU tasks: no sorting, no generators
+        leaf = leaves[0]
+        return TaskPlacement(role, index, leaf.node or "", (leaf.gpu or 0,), (leaf.leaf_id,))
+    ordered = sorted(leaves, key=_gpu)
     node = ordered[0].node if ordered else ""
     return TaskPlacement(
         role,
         index,
         node or "",
-        tuple(leaf.gpu or 0 for leaf in ordered),
-        tuple(leaf.leaf_id for leaf in ordered),
+        tuple([leaf.gpu or 0 for leaf in ordered]),
+        tuple([leaf.leaf_id for leaf in ordered]),
     )
 
 

@@ -40,10 +40,12 @@ class Plan:
 
     def add(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
         self.placed.append((task, node, leaves))
-        self.taken.update(id(leaf) for leaf in leaves)
-        self.free_taken[node] = self.free_taken.get(node, 0) + sum(
-            1 for leaf in leaves if leaf.job is None
-        )
+        free = 0
+        for leaf in leaves:  # one loop, no generators: this runs once per task
+            self.taken.add(id(leaf))
+            if leaf.job is None:
+                free += 1
+        self.free_taken[node] = self.free_taken.get(node, 0) + free
         self.taken_on[node] = self.taken_on.get(node, 0) + len(leaves)
 
     def victims(self) -> set[str]:
