@@ -171,11 +171,15 @@ class Placer:
                 have = node.free - taken_on.get(node, 0)
                 level = -2
                 if have < need:
-                    for p in sorted(q for q in counts if q <= threshold):
+                    for p in sorted(counts):  # ascending, so stop at the first above
+                        if p > threshold:
+                            break
                         have += counts[p]
                         level = p
                         if have >= need:
                             break
+                if best_key is not None and level > best_key[0]:
+                    continue  # keys rank by this level first: this node cannot win
                 free = node.free - free_taken.get(node, 0)
                 key = (level, max(0, need - free), node.parent is not near, usable, node.order)
                 if best_key is None or key < best_key:
