@@ -407,13 +407,15 @@ def pick_leaves(
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
     """
-    if len(parts) == 1 and (free_only or ok is _is_free):
+    if len(parts) == 1:
         part = parts[0]
         if free_only and part.free == need:
             return [leaf for leaf in part.leaf_cells() if leaf.job is None and leaf.bad == 0]
         # One cell type per level in a chain: the first child tells for all of them.
         if part.children and not part.children[0].children:
-            return _first_free(part, need, () if free_only else taken)
+            if free_only or ok is _is_free:
+                return _first_free(part, need, () if free_only else taken)
+            return _cheapest_leaves(part, need, ok, taken)
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
@@ -478,6 +480,21 @@ def _first_free(node: Cell, need: int, taken: Collection[int]) -> list[Cell]:
             if len(out) == need:
                 break
     return out
+
+
+def _cheapest_leaves(
+    node: Cell, need: int, ok: Callable[[Cell], bool], taken: Collection[int]
+) -> list[Cell]:
+    """``need`` usable GPUs of a cell whose children are GPUs: free ones first, then those
+    of the lowest-priority jobs, each in ``order``.
+
+    What the general search below picks there: a usable child holds one GPU, so for one GPU
+    it takes the child of least (busy, priority, order) and for more it takes children
+    sorted by (-free, -1, priority, order), the same ranking (free GPUs rank as -100).
+    """
+    usable = [leaf for leaf in node.children if id(leaf) not in taken and ok(leaf)]
+    usable.sort(key=lambda leaf: (leaf.job is not None, _prio(leaf), leaf.order))
+    return usable[:need]
 
 
 def _fit_key(
