@@ -21,6 +21,7 @@ class Cell:
     """A physical cell with the counters placement reads."""
 
     __slots__ = (
+        "_at_level",
         "_leaf_list",
         "_node_list",
         "bad",
@@ -75,6 +76,7 @@ class Cell:
         self.bound_below = 0  # bound cells in this subtree, this one included
         self.prio_count: dict[int, int] = {}  # node cells: priority -> GPUs its jobs use
         self._leaf_list: list[Cell] | None = None
+        self._at_level: dict[int, list[Cell]] = {}
         self._node_list: list[Cell] | None = None
 
     def __repr__(self) -> str:
@@ -89,6 +91,19 @@ class Cell:
         if self._leaf_list is None:
             self._leaf_list = [c for c in self.walk() if not c.children]
         return self._leaf_list
+
+    def at_level(self, level: int) -> list[Cell]:
+        """The cells of ``level`` in this subtree, in order. Cached: the tree's shape never
+        changes (a reconfiguration builds a new one), and buddy allocation asks for the
+        same lists on every binding."""
+        cells = self._at_level.get(level)
+        if cells is None:
+            if self.level == level:
+                cells = [self]
+            else:
+                cells = [c for child in self.children for c in child.at_level(level)]
+            self._at_level[level] = cells
+        return cells
 
     def nodes(self) -> list[Cell]:
         """The node-level cells in this subtree, or the node holding this cell."""

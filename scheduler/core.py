@@ -46,6 +46,8 @@ from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
 from labhive.scheduler.views import job_view, node_views, vc_views
 
+_UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
+
 
 class AdoptRefused(ValueError):
     """The cells a driver asks to restore a job onto are unknown, down or taken."""
@@ -115,9 +117,10 @@ class HivedScheduler:
         self.tree = CellTree(config)
         self.vcs = VCs(config, self.tree)
         self.placer = Placer(self.tree, self.vcs)
-        self._leaves_cache: dict[tuple[RoleSpec, str], int] = {}
+        self._leaves_cache: dict[tuple[int, float, int, str], int] = {}
         self._chains_cache: dict[Hashable, list[str]] = {}
         self._checked: dict[Hashable, str | None] = {}
+        self._passed: JobSpec | None = None  # the spec that passed ``check`` last
         self._max_node = {
             leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
             for leaf in {c.leaf_type for c in self.tree.chains.values()}
@@ -134,19 +137,27 @@ class HivedScheduler:
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that can never run here, saying what would fit."""
+        if spec is self._passed:
+            return  # drivers check a spec, then submit it: the second check is free
         key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
-        if key not in self._checked:
+        message = self._checked.get(key, _UNCHECKED)
+        if message is _UNCHECKED:
             try:
                 reject_if_never_runs(self, spec)
-                self._checked[key] = None
+                message = None
             except SpecRejected as err:
-                self._checked[key] = str(err)
-        message = self._checked[key]
+                message = str(err)
+            self._checked[key] = message
         if message is not None:
             raise SpecRejected(message)
+        # Specs are frozen, so the same object passes again until the cluster changes
+        # (``_load`` forgets it).
+        self._passed = spec
 
     def _leaves(self, role: RoleSpec, leaf_type: str) -> int:
-        key = (role, leaf_type)
+        # Keyed by the only fields ``leaves_needed`` reads: hashing plain numbers is several
+        # times cheaper than hashing the whole (dataclass) role, and this runs per task.
+        key = (role.gpu, role.cpu, role.memory_mb, leaf_type)
         n = self._leaves_cache.get(key)
         if n is None:
             n = self._leaves_cache[key] = leaves_needed(role, self.config, leaf_type)
@@ -210,7 +221,7 @@ class HivedScheduler:
     def _occupy(self, leaf: Cell, job: Job) -> None:
         owner = leaf.owner()
         if owner is not None:
-            vc = self.vcs[owner.vc or ""]
+            vc = self.vcs.by_name[owner.vc or ""]
             if leaf.bad == 0:
                 vc.free_in -= 1
             if job.prio >= 0:
@@ -225,8 +236,9 @@ class HivedScheduler:
 
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
         owner = leaf.owner()
+        vc = None
         if owner is not None:
-            vc = self.vcs[owner.vc or ""]
+            vc = self.vcs.by_name[owner.vc or ""]
             if leaf.node_cell is not None:
                 self._grew(vc, leaf.node_cell)
             if leaf.bad == 0:
@@ -238,8 +250,8 @@ class HivedScheduler:
             self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
-        if owner is not None and leaf.node_cell is not None:
-            self.vcs[owner.vc or ""].refresh_open(leaf.node_cell)
+        if vc is not None and leaf.node_cell is not None:
+            vc.refresh_open(leaf.node_cell)
         self._bump_oppo()
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
@@ -306,14 +318,28 @@ class HivedScheduler:
     # ---- queue -------------------------------------------------------------------------------
 
     def _class_key(self, job: Job) -> Hashable:
-        waiting: dict[RoleSpec, int] = {}
-        for role, _ in job.waiting_tasks:
-            waiting[role] = waiting.get(role, 0) + 1
-        shape = tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
+        roles = job.spec.roles
+        if len(roles) == 1 and not job.placed and roles[0].instances > 0:
+            # The usual job, nothing started: its one role waits whole. The same shape as
+            # counting below, without hashing the role once per task.
+            r = roles[0]
+            shape: tuple[tuple[int, float, int, str | None, int], ...] = (
+                (r.gpu, r.cpu, r.memory_mb, r.sku, r.instances),
+            )
+        else:
+            shape = self._shape(job)
         if not job.spec.gang:
             shape = shape[:1]
         vc = None if job.spec.opportunistic else job.vc
         return (vc, job.spec.priority, job.spec.gang, shape)
+
+    @staticmethod
+    def _shape(job: Job) -> tuple[tuple[int, float, int, str | None, int], ...]:
+        """What a job's waiting tasks ask for: per role, its resources and task count."""
+        waiting: dict[RoleSpec, int] = {}
+        for role, _ in job.waiting_tasks:
+            waiting[role] = waiting.get(role, 0) + 1
+        return tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
 
     def _enqueue(self, job: Job) -> None:
         """Put a job (back) in its VC's queue at its original place, in its current class."""
@@ -718,7 +744,13 @@ class HivedScheduler:
 
     def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
         leaf = self.tree.chains[chain].leaf_type
-        return [TaskNeed(r.name, i, self._leaves(r, leaf)) for r, i in unit]
+        out = []
+        role, leaves = None, 0
+        for r, i in unit:
+            if r is not role:  # a role's tasks come in a row: size each role once
+                role, leaves = r, self._leaves(r, leaf)
+            out.append(TaskNeed(r.name, i, leaves))
+        return out
 
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
         vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
@@ -960,14 +992,17 @@ def _gpu(leaf: Cell) -> int:
 
 def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
     """Where a task runs, GPUs in index order, with their leaf ids."""
-    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    if len(leaves) == 1:  # the simulator's one-GPU tasks: no sorting, no generators
+        leaf = leaves[0]
+        return TaskPlacement(role, index, leaf.node or "", (leaf.gpu or 0,), (leaf.leaf_id,))
+    ordered = sorted(leaves, key=_gpu)
     node = ordered[0].node if ordered else ""
     return TaskPlacement(
         role,
         index,
         node or "",
-        tuple(leaf.gpu or 0 for leaf in ordered),
-        tuple(leaf.leaf_id for leaf in ordered),
+        tuple([leaf.gpu or 0 for leaf in ordered]),
+        tuple([leaf.leaf_id for leaf in ordered]),
     )
 
 

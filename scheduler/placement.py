@@ -11,7 +11,7 @@ GPUs, preferring cells no VC has bound, because those are the last a guaranteed 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,19 +40,25 @@ class Plan:
 
     def add(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
         self.placed.append((task, node, leaves))
-        self.taken.update(id(leaf) for leaf in leaves)
-        self.free_taken[node] = self.free_taken.get(node, 0) + sum(
-            1 for leaf in leaves if leaf.job is None
-        )
+        free = 0
+        for leaf in leaves:  # one loop, no generators: this runs once per task
+            self.taken.add(id(leaf))
+            if leaf.job is None:
+                free += 1
+        self.free_taken[node] = self.free_taken.get(node, 0) + free
         self.taken_on[node] = self.taken_on.get(node, 0) + len(leaves)
 
     def victims(self) -> set[str]:
         return {leaf.job for _, _, leaves in self.placed for leaf in leaves if leaf.job}
 
 
+def _is_free(leaf: Cell) -> bool:
+    return leaf.bad == 0 and leaf.job is None
+
+
 def _usable(threshold: Threshold) -> Callable[[Cell], bool]:
     if threshold is None:
-        return lambda leaf: leaf.bad == 0 and leaf.job is None
+        return _is_free  # one function, so pick_leaves can tell free-only searches apart
     return lambda leaf: leaf.bad == 0 and (leaf.job is None or leaf.prio <= threshold)
 
 
@@ -87,8 +93,12 @@ class Placer:
         last: Cell | None = None
         whole, partial = _regions(vc, chain, pinned)
         opened = vc.open.get(chain, {}) if pinned is None else None
+        prev_need = 0
         for task in sorted(tasks, key=lambda t: -t.leaves):
-            while True:
+            node = None
+            if threshold is None and _still_best(last, task.leaves, prev_need, whole, plan):
+                node = last
+            while node is None:
                 node = self._best_node(
                     whole, partial, chain, task.leaves, threshold, ok, plan, last, only, opened
                 )
@@ -109,7 +119,7 @@ class Placer:
             counters = threshold is None and parts is None and node not in plan.taken_on
             leaves = pick_leaves(parts or [node], task.leaves, ok, plan.taken, counters)
             plan.add(task, node, leaves)
-            last = node
+            last, prev_need = node, task.leaves
         return plan
 
     def undo(self, vc: VC, plan: Plan) -> None:
@@ -141,12 +151,7 @@ class Placer:
                 candidates: Any = opened if only is None else [n for n in opened if n in whole]
             else:
                 candidates = [n for n in whole if n.free > 0]
-            for node in candidates:
-                free = node.free - plan.free_taken.get(node, 0)
-                if free >= need:
-                    key = (-2, 0, node.parent is not near, free, node.order)
-                    if best_key is None or key < best_key:
-                        best, best_key = node, key
+            best, best_key = _best_free(candidates, need, near, plan.free_taken)
         else:
             # One pass for every victim priority: a node's key starts with the lowest
             # priority it must preempt, so opportunistic jobs go first, then the lowest.
@@ -166,11 +171,15 @@ class Placer:
                 have = node.free - taken_on.get(node, 0)
                 level = -2
                 if have < need:
-                    for p in sorted(q for q in counts if q <= threshold):
+                    for p in sorted(counts):  # ascending, so stop at the first above
+                        if p > threshold:
+                            break
                         have += counts[p]
                         level = p
                         if have >= need:
                             break
+                if best_key is not None and level > best_key[0]:
+                    continue  # keys rank by this level first: this node cannot win
                 free = node.free - free_taken.get(node, 0)
                 key = (level, max(0, need - free), node.parent is not near, usable, node.order)
                 if best_key is None or key < best_key:
@@ -225,9 +234,11 @@ class Placer:
                 continue
             best, best_root, best_key = None, None, None
             for root in lists[root_level].values():
-                for cell in _at_level(root, level):
+                for cell in root.at_level(level):
                     if cell.free == cell.leaves:
                         key: tuple[int, ...] = (0, 0, cell.order)
+                    elif best_key is not None and best_key[0] == 0:
+                        continue  # an idle cell was found: no busy one can rank before it
                     elif _room(cell, need, victims):
                         key = (1, -cell.free, cell.order)
                     else:
@@ -276,7 +287,7 @@ class Placer:
         self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool]
     ) -> Cell | None:
         best, best_key = None, None
-        for cell in _at_level(node, level):
+        for cell in node.at_level(level):
             root = self.tree.free_root(cell)
             if root is None:
                 continue
@@ -317,6 +328,50 @@ class Placer:
         return plan
 
 
+def _still_best(
+    last: Cell | None, need: int, prev_need: int, whole: dict[Cell, None], plan: Plan
+) -> bool:
+    """Whether a free-only search may skip the scan: the previous task's node is the best
+    fit again when this task is as large and that node still holds it.
+
+    Why that is safe: the node won the last scan (same candidates, since only a failed scan
+    binds more cells; same need, so the same nodes qualify). Since then only its own free
+    count dropped, which ranks it better, and it now counts as next to the gang's previous
+    task, which no node outside its parent does; nodes inside its parent ranked as they did
+    against it. (A gang of one-GPU tasks, the simulator's usual job, scans once, not once
+    per GPU.)
+    """
+    if last is None or need != prev_need or last not in whole:
+        return False
+    return last.free - plan.free_taken.get(last, 0) >= need
+
+
+def _best_free(
+    candidates: Any, need: int, near: Cell | None, free_taken: dict[Cell, int]
+) -> tuple[Cell | None, tuple[int | bool, ...] | None]:
+    """Best fit among whole nodes using free GPUs only, with its key as ``_best_node``
+    ranks it: next to ``near`` first, then the fewest free GPUs, then ``order``.
+
+    The loop of most searches, so it rejects on the node's own counter before looking up
+    what the plan took there (which only lowers it), and ranks on the key's varying part.
+    """
+    best, best_key = None, None
+    for node in candidates:
+        free = node.free
+        if free < need:
+            continue
+        if free_taken:
+            free -= free_taken.get(node, 0)
+            if free < need:
+                continue
+        key = (node.parent is not near, free, node.order)
+        if best_key is None or key < best_key:
+            best, best_key = node, key
+    if best_key is None:
+        return None, None
+    return best, (-2, 0, *best_key)
+
+
 def _regions(
     vc: VC, chain: str, pinned: Cell | None
 ) -> tuple[dict[Cell, None], dict[Cell, list[Cell]]]:
@@ -330,15 +385,6 @@ def _regions(
 
 def _order(cell: Cell) -> int:
     return cell.order
-
-
-def _at_level(cell: Cell, level: int) -> list[Cell]:
-    if cell.level == level:
-        return [cell]
-    out: list[Cell] = []
-    for child in cell.children:
-        out.extend(_at_level(child, level))
-    return out
 
 
 def _room(cell: Cell, need: int, victims: bool) -> bool:
@@ -361,8 +407,15 @@ def pick_leaves(
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
     """
-    if free_only and len(parts) == 1 and parts[0].free == need:
-        return [leaf for leaf in parts[0].leaf_cells() if leaf.job is None and leaf.bad == 0]
+    if len(parts) == 1:
+        part = parts[0]
+        if free_only and part.free == need:
+            return [leaf for leaf in part.leaf_cells() if leaf.job is None and leaf.bad == 0]
+        # One cell type per level in a chain: the first child tells for all of them.
+        if part.children and not part.children[0].children:
+            if free_only or ok is _is_free:
+                return _first_free(part, need, () if free_only else taken)
+            return _cheapest_leaves(part, need, ok, taken)
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
@@ -408,6 +461,40 @@ def pick_leaves(
         if need == 0:
             break
     return out
+
+
+def _first_free(node: Cell, need: int, taken: Collection[int]) -> list[Cell]:
+    """The first ``need`` free healthy GPUs not ``taken`` of a cell whose children are GPUs,
+    in order.
+
+    What the general search below picks there, without its per-call bookkeeping (the
+    simulator's hottest path): with only free GPUs counted every usable child holds exactly
+    one (all with the same priority key), so no child "fits" a larger request and children
+    are taken in ``order``; a request for one GPU takes the fitting child of lowest
+    ``order``, the same one. Children are built in ``order``, so their list order is it.
+    """
+    out: list[Cell] = []
+    for leaf in node.children:
+        if leaf.job is None and leaf.bad == 0 and id(leaf) not in taken:
+            out.append(leaf)
+            if len(out) == need:
+                break
+    return out
+
+
+def _cheapest_leaves(
+    node: Cell, need: int, ok: Callable[[Cell], bool], taken: Collection[int]
+) -> list[Cell]:
+    """``need`` usable GPUs of a cell whose children are GPUs: free ones first, then those
+    of the lowest-priority jobs, each in ``order``.
+
+    What the general search below picks there: a usable child holds one GPU, so for one GPU
+    it takes the child of least (busy, priority, order) and for more it takes children
+    sorted by (-free, -1, priority, order), the same ranking (free GPUs rank as -100).
+    """
+    usable = [leaf for leaf in node.children if id(leaf) not in taken and ok(leaf)]
+    usable.sort(key=lambda leaf: (leaf.job is not None, _prio(leaf), leaf.order))
+    return usable[:need]
 
 
 def _fit_key(
