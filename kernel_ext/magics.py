@@ -1,5 +1,5 @@
 """``%submit``, ``%%submit``, ``%jobs``, ``%queue``, ``%job``, ``%logs``, ``%cancel``, ``%wait``,
-``%cluster``: the scheduler from a notebook, through ``labhive.client`` only.
+``%cluster``, ``%strace``: the scheduler from a notebook, through ``labhive.client`` only.
 
 Every magic turns service errors and bad flags into ``UsageError`` (a message, no traceback).
 In a report run (papermill, nbconvert) ``%submit`` waits for the job by default, so the executed
@@ -313,3 +313,43 @@ class LabHiveMagics(Magics):
 
         with user_errors():
             ClusterMapView(fetch).show()
+
+    @magic_arguments()
+    @argument("source", help="a job id (its strace logs, from --observe strace) or a log's path")
+    @argument("--task", metavar="ROLE-I", help="only this task's log, e.g. worker-0")
+    @argument("--top", type=int, default=15, metavar="N", help="rows and graph edges (default 15)")
+    @line_magic
+    def strace(self, line: str) -> list[Any]:
+        """An strace log as tabs: syscall counts, ioctls by device, timeline, transition graph.
+
+        A job id shows each of the job's logs (submit it with --observe strace); anything else
+        is read as the path of a log on this machine (plain or .gz).
+        """
+        from labhive.kernel_ext.strace_view import StraceView
+        from labhive.scheduler.errors import UserError
+        from labhive.scheduler.observe.strace import parse_file
+
+        args = parse(self.strace, self._expand(line))
+        logs = self._strace_logs(args) if args.source.isdigit() else [(args.source, args.source)]
+        views = []
+        for title, path in logs:
+            try:
+                trace = parse_file(path)
+            except UserError as err:
+                raise UsageError(f"%strace: {err}") from None
+            views.append(StraceView(trace, title, top=args.top).show())
+        return views
+
+    def _strace_logs(self, args: Any) -> list[tuple[str, str]]:
+        """(title, path) of a job's strace logs; the paths must be readable from this kernel."""
+        with user_errors():
+            found = [o for o in self.client.observations(args.source) if o["kind"] == "strace"]
+        if args.task:
+            found = [o for o in found if o["task"] == args.task]
+        if not found:
+            which = f" for task {args.task}" if args.task else ""
+            raise UsageError(
+                f"%strace: job {args.source} has no strace log{which}; "
+                "submit it with --observe strace"
+            )
+        return [(f"job {args.source} {o['task']} attempt {o['attempt']}", o["path"]) for o in found]
