@@ -325,31 +325,15 @@ class LabHiveMagics(Magics):
         A job id shows each of the job's logs (submit it with --observe strace); anything else
         is read as the path of a log on this machine (plain or .gz).
         """
-        from labhive.kernel_ext.strace_view import StraceView
+        from labhive.kernel_ext.strace_view import job_logs, show_logs
         from labhive.scheduler.errors import UserError
-        from labhive.scheduler.observe.strace import parse_file
 
         args = parse(self.strace, self._expand(line))
-        logs = self._strace_logs(args) if args.source.isdigit() else [(args.source, args.source)]
-        views = []
-        for title, path in logs:
-            try:
-                trace = parse_file(path)
-            except UserError as err:
-                raise UsageError(f"%strace: {err}") from None
-            views.append(StraceView(trace, title, top=args.top).show())
-        return views
-
-    def _strace_logs(self, args: Any) -> list[tuple[str, str]]:
-        """(title, path) of a job's strace logs; the paths must be readable from this kernel."""
-        with user_errors():
-            found = [o for o in self.client.observations(args.source) if o["kind"] == "strace"]
-        if args.task:
-            found = [o for o in found if o["task"] == args.task]
-        if not found:
-            which = f" for task {args.task}" if args.task else ""
-            raise UsageError(
-                f"%strace: job {args.source} has no strace log{which}; "
-                "submit it with --observe strace"
-            )
-        return [(f"job {args.source} {o['task']} attempt {o['attempt']}", o["path"]) for o in found]
+        try:
+            if not args.source.isdigit():
+                return show_logs([(args.source, args.source)], args.top)
+            with user_errors():
+                logs = job_logs(self.client.job(args.source), args.task)
+            return show_logs(logs, args.top)
+        except UserError as err:
+            raise UsageError(f"%strace: {err}") from None

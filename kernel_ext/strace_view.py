@@ -18,6 +18,8 @@ import pandas as pd
 
 from labhive.kernel_ext.picture import PALETTE
 from labhive.kernel_ext.views import View
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.observe.strace import parse_file
 
 TOP = 15  # rows of the count and ioctl tables, edges of the transition graph
 MAX_TASKS = 40  # timeline rows: a log of hundreds of workers keeps its busiest
@@ -162,7 +164,10 @@ def headline(trace: Any, title: str) -> str:
     tasks = trace.timeline()
     calls = int(counts["calls"].sum()) if len(counts) else 0
     errors = int(counts["errors"].sum()) if len(counts) else 0
-    return f"{title}: {calls} calls, {errors} errors, {len(tasks)} tasks, {len(counts)} syscalls"
+    task_word = "task" if len(tasks) == 1 else "tasks"
+    return (
+        f"{title}: {calls} calls, {errors} errors, {len(tasks)} {task_word}, {len(counts)} syscalls"
+    )
 
 
 def strace_text(trace: Any, title: str, top: int = 10) -> str:
@@ -218,3 +223,25 @@ class StraceView(View):
         tabs.titles = tuple(name for name, _content in parts)
         head = widgets.HTML(f"<b>{escape(headline(self.trace, self.title))}</b>")
         return widgets.VBox([head, tabs])
+
+
+def job_logs(job: Any, task: str | None = None) -> list[tuple[str, str]]:
+    """(title, path) of a job's strace logs, as the service lists them.
+
+    The paths are on the service's machine: readable here when the kernel runs beside a local
+    executor, which is where ``--observe strace`` writes them.
+    """
+    found = [o for o in job.client.observations(job.data["id"]) if o["kind"] == "strace"]
+    if task:
+        found = [o for o in found if o["task"] == task]
+    if not found:
+        which = f" for task {task}" if task else ""
+        raise UserError(
+            f"job {job.data['id']} has no strace log{which}; submit it with --observe strace"
+        )
+    return [(f"job {job.data['id']} {o['task']} attempt {o['attempt']}", o["path"]) for o in found]
+
+
+def show_logs(logs: list[tuple[str, str]], top: int = TOP) -> list[StraceView]:
+    """Parse and display each log; a missing or unreadable one is a ``UserError``."""
+    return [StraceView(parse_file(path), title, top=top).show() for title, path in logs]

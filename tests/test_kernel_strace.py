@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
+from IPython.testing import globalipapp
 
 from labhive.kernel_ext.strace_view import KILLED, StraceView, sections, timeline_svg
 from labhive.scheduler.observe.strace import parse_file
@@ -76,7 +76,8 @@ def test_live_view_is_a_tab_widget_with_the_snapshot_beside_it(nvidia_smi) -> No
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = get_ipython()
+    globalipapp.start_ipython()  # once per process: the second caller of it gets None
+    ip = globalipapp.get_ipython()
     ip.run_line_magic("load_ext", "labhive.kernel_ext")
     return ip
 
@@ -95,3 +96,31 @@ def test_strace_magic_help_and_usage_errors(shell, tmp_path) -> None:
         shell.run_line_magic("strace", str(tmp_path / "missing.strace"))
     with pytest.raises(UsageError, match="usage: %strace"):
         shell.run_line_magic("strace", "--top many x.strace")
+
+
+def test_strace_magic_and_job_strace_show_a_jobs_observation(shell, tmp_path) -> None:
+    """A job submitted with --observe strace to a real service with the local executor."""
+    from service_fixtures import live_service
+
+    magics = shell.magics_manager.registry["LabHiveMagics"]
+    with live_service(tmp_path / "data") as service:
+        client = service.client("alice-token-123")
+        job = client.submit(command="ls /", vc="vc1", gpus=1, name="obs", observe="strace")
+        job.wait(30, 0.05)
+        plain = client.submit(command="true", vc="vc1", gpus=1, name="plain").wait(30, 0.05)
+        magics._client = client
+        try:
+            (view,) = shell.run_line_magic("strace", f"{job.id}")
+            with pytest.raises(UsageError, match="has no strace log; submit it with --observe"):
+                shell.run_line_magic("strace", f"{plain.id}")
+            with pytest.raises(UsageError, match="no strace log for task worker-3"):
+                shell.run_line_magic("strace", f"--task worker-3 {job.id}")
+            with pytest.raises(UsageError, match=r"^no job 999999"):
+                shell.run_line_magic("strace", "999999")
+        finally:
+            magics._client = None
+        (again,) = job.strace(task="main-0")
+    assert view.title == f"job {job.id} main-0 attempt 1"
+    assert view.text().startswith(f"job {job.id} main-0 attempt 1: ")
+    assert ", 1 task, " in view.text() and "openat" in view.text()
+    assert again.text() == view.text()
