@@ -35,7 +35,10 @@ def _table_html(frame: pd.DataFrame, css_class: str) -> str:
 
 
 def counts_frame(trace: Any, top: int = TOP) -> pd.DataFrame:
-    return trace.counts().head(top)
+    """The busiest syscalls, their share of all calls in percent."""
+    frame = trace.counts().head(top)
+    share = (frame.pop("share") * 100).round(1)
+    return frame.assign(**{"% of calls": share})
 
 
 def ioctls_frame(trace: Any, top: int = TOP) -> pd.DataFrame:
@@ -172,8 +175,10 @@ def headline(trace: Any, title: str) -> str:
 
 def strace_text(trace: Any, title: str, top: int = 10) -> str:
     """The report's ``text/plain``: the headline, the top syscalls and the top ioctls."""
-    parts = [headline(trace, title), "", "top syscalls:"]
-    parts.append(counts_frame(trace, top).to_string(index=False))
+    counts = counts_frame(trace, top)
+    if counts.empty:
+        return headline(trace, title)
+    parts = [headline(trace, title), "", "top syscalls:", counts.to_string(index=False)]
     ioctls = ioctls_frame(trace, top)
     if len(ioctls):
         cols = ["device", "request", "count"]

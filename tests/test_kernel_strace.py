@@ -59,6 +59,13 @@ def test_killed_workers_are_marked_and_a_crowd_is_cut_to_the_busiest() -> None:
     assert "killed by SIGKILL" in svg and svg.count(f'fill="{KILLED}"') < 40
 
 
+def test_an_empty_log_says_so_in_every_section(tmp_path) -> None:
+    (tmp_path / "empty.strace").write_text("")
+    view = StraceView(parse_file(tmp_path / "empty.strace"), "empty", live=False)
+    assert view.text() == "empty: 0 calls, 0 errors, 0 tasks, 0 syscalls"
+    assert "<p>no tasks</p>" in view.html() and "<p>no transitions</p>" in view.html()
+
+
 def test_live_view_is_a_tab_widget_with_the_snapshot_beside_it(nvidia_smi) -> None:
     view = StraceView(nvidia_smi, "nvidia-smi", live=True)
     bundle = view._repr_mimebundle_()
