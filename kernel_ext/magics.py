@@ -1,5 +1,5 @@
 """``%submit``, ``%%submit``, ``%jobs``, ``%queue``, ``%job``, ``%logs``, ``%cancel``, ``%wait``,
-``%cluster``: the scheduler from a notebook, through ``labhive.client`` only.
+``%cluster``, ``%strace``: the scheduler from a notebook, through ``labhive.client`` only.
 
 Every magic turns service errors and bad flags into ``UsageError`` (a message, no traceback).
 In a report run (papermill, nbconvert) ``%submit`` waits for the job by default, so the executed
@@ -313,3 +313,27 @@ class LabHiveMagics(Magics):
 
         with user_errors():
             ClusterMapView(fetch).show()
+
+    @magic_arguments()
+    @argument("source", help="a job id (its strace logs, from --observe strace) or a log's path")
+    @argument("--task", metavar="ROLE-I", help="only this task's log, e.g. worker-0")
+    @argument("--top", type=int, default=15, metavar="N", help="rows and graph edges (default 15)")
+    @line_magic
+    def strace(self, line: str) -> list[Any]:
+        """An strace log as tabs: syscall counts, ioctls by device, timeline, transition graph.
+
+        A job id shows each of the job's logs (submit it with --observe strace); anything else
+        is read as the path of a log on this machine (plain or .gz).
+        """
+        from labhive.kernel_ext.strace_view import job_logs, show_logs
+        from labhive.scheduler.errors import UserError
+
+        args = parse(self.strace, self._expand(line))
+        try:
+            if not args.source.isdigit():
+                return show_logs([(args.source, args.source)], args.top)
+            with user_errors():
+                logs = job_logs(self.client.job(args.source), args.task)
+            return show_logs(logs, args.top)
+        except UserError as err:
+            raise UsageError(f"%strace: {err}") from None

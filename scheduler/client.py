@@ -178,6 +178,13 @@ class Job:
             return []
         return list(doc.get("current") or []) if doc.get("sampling") else []
 
+    def strace(self, task: str | None = None, top: int = 15) -> list[Any]:
+        """Show the job's strace logs (submitted with ``observe="strace"``): counts, ioctls,
+        timeline and transition graph per task; returns the views."""
+        from labhive.kernel_ext.strace_view import job_logs, show_logs
+
+        return show_logs(job_logs(self, task), top)
+
     def widget(self) -> Any:
         """A live ipywidget that follows this job (needs ``ipywidgets``)."""
         from labhive.kernel_ext import widget

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
+from IPython.testing import globalipapp
 
 from labhive.kernel_ext import sweep
 from labhive.kernel_ext.arguments import expand_vars, priority, split_command
@@ -222,7 +222,8 @@ def test_poller_survives_errors_and_stops_on_request() -> None:
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = get_ipython()
+    globalipapp.start_ipython()  # once per process: the second caller of it gets None
+    ip = globalipapp.get_ipython()
     ip.run_line_magic("load_ext", "labhive.kernel_ext")
     return ip
 
