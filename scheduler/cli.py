@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.service.commands",
     "labhive.scheduler.client_commands",
     "labhive.scheduler.scenario_cli",
+    "labhive.scheduler.observe.strace_cli",
 )
 
 

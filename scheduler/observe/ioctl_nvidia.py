@@ -1,0 +1,132 @@
+"""NVIDIA ioctl numbers: the control/device files (/dev/nvidiactl, /dev/nvidiaN) and nvidia-uvm.
+
+Every number is copied from NVIDIA's open-gpu-kernel-modules (release 595.45.04); the header
+of each table is named beside it. The control and device files take ``_IOWR('F', nr, size)``
+requests whose ``nr`` is an escape number; the UVM device takes plain numbers (its
+``UVM_IOCTL_BASE(i)`` is ``i`` on Linux), so only the device tells a UVM request apart.
+"""
+
+from __future__ import annotations
+
+# kernel-open/common/inc/nv-ioctl-numbers.h: NV_IOCTL_MAGIC 'F', NV_IOCTL_BASE 200
+NV_IOCTL_MAGIC = 0x46
+NV_IOCTL_BASE = 200
+
+#: Escape number (the ``nr`` field) -> name, for /dev/nvidiactl and /dev/nvidiaN.
+NV_ESCAPES: dict[int, str] = {
+    # src/nvidia/arch/nvalloc/unix/include/nv_escape.h (resource-manager escapes)
+    0x27: "NV_ESC_RM_ALLOC_MEMORY",
+    0x28: "NV_ESC_RM_ALLOC_OBJECT",
+    0x29: "NV_ESC_RM_FREE",
+    0x2A: "NV_ESC_RM_CONTROL",
+    0x2B: "NV_ESC_RM_ALLOC",
+    0x34: "NV_ESC_RM_DUP_OBJECT",
+    0x35: "NV_ESC_RM_SHARE",
+    0x39: "NV_ESC_RM_I2C_ACCESS",
+    0x41: "NV_ESC_RM_IDLE_CHANNELS",
+    0x4A: "NV_ESC_RM_VID_HEAP_CONTROL",
+    0x4D: "NV_ESC_RM_ACCESS_REGISTRY",
+    0x4E: "NV_ESC_RM_MAP_MEMORY",
+    0x4F: "NV_ESC_RM_UNMAP_MEMORY",
+    0x52: "NV_ESC_RM_GET_EVENT_DATA",
+    0x54: "NV_ESC_RM_ALLOC_CONTEXT_DMA2",
+    0x56: "NV_ESC_RM_ADD_VBLANK_CALLBACK",
+    0x57: "NV_ESC_RM_MAP_MEMORY_DMA",
+    0x58: "NV_ESC_RM_UNMAP_MEMORY_DMA",
+    0x59: "NV_ESC_RM_BIND_CONTEXT_DMA",
+    0x5C: "NV_ESC_RM_EXPORT_OBJECT_TO_FD",
+    0x5D: "NV_ESC_RM_IMPORT_OBJECT_FROM_FD",
+    0x5E: "NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO",
+    0x5F: "NV_ESC_RM_LOCKLESS_DIAGNOSTIC",
+    # kernel-open/common/inc/nv-ioctl-numbers.h (NV_IOCTL_BASE + n)
+    NV_IOCTL_BASE + 0: "NV_ESC_CARD_INFO",
+    NV_IOCTL_BASE + 1: "NV_ESC_REGISTER_FD",
+    NV_IOCTL_BASE + 6: "NV_ESC_ALLOC_OS_EVENT",
+    NV_IOCTL_BASE + 7: "NV_ESC_FREE_OS_EVENT",
+    NV_IOCTL_BASE + 9: "NV_ESC_STATUS_CODE",
+    NV_IOCTL_BASE + 10: "NV_ESC_CHECK_VERSION_STR",
+    NV_IOCTL_BASE + 11: "NV_ESC_IOCTL_XFER_CMD",
+    NV_IOCTL_BASE + 12: "NV_ESC_ATTACH_GPUS_TO_FD",
+    NV_IOCTL_BASE + 13: "NV_ESC_QUERY_DEVICE_INTR",
+    NV_IOCTL_BASE + 14: "NV_ESC_SYS_PARAMS",
+    NV_IOCTL_BASE + 17: "NV_ESC_EXPORT_TO_DMABUF_FD",
+    NV_IOCTL_BASE + 18: "NV_ESC_WAIT_OPEN_COMPLETE",
+    # kernel-open/common/inc/nv-ioctl-numa.h
+    NV_IOCTL_BASE + 15: "NV_ESC_NUMA_INFO",
+    NV_IOCTL_BASE + 16: "NV_ESC_SET_NUMA_STATUS",
+}
+
+#: Request number -> name, for /dev/nvidia-uvm.
+UVM_IOCTLS: dict[int, str] = {
+    # kernel-open/nvidia-uvm/uvm_linux_ioctl.h
+    0x30000001: "UVM_INITIALIZE",
+    0x30000002: "UVM_DEINITIALIZE",
+    # kernel-open/nvidia-uvm/uvm_ioctl.h (UVM_IOCTL_BASE(i) is i on Linux; the Windows-only
+    # UVM_REGION_SET_BACKING/UNSET_BACKING are left out)
+    1: "UVM_RESERVE_VA",
+    2: "UVM_RELEASE_VA",
+    3: "UVM_REGION_COMMIT",
+    4: "UVM_REGION_DECOMMIT",
+    5: "UVM_REGION_SET_STREAM",
+    6: "UVM_SET_STREAM_RUNNING",
+    7: "UVM_SET_STREAM_STOPPED",
+    10: "UVM_ADD_SESSION",
+    12: "UVM_ENABLE_COUNTERS",
+    13: "UVM_MAP_COUNTER",
+    14: "UVM_CREATE_EVENT_QUEUE",
+    15: "UVM_REMOVE_EVENT_QUEUE",
+    16: "UVM_MAP_EVENT_QUEUE",
+    17: "UVM_EVENT_CTRL",
+    20: "UVM_GET_GPU_UUID_TABLE",
+    23: "UVM_CREATE_RANGE_GROUP",
+    24: "UVM_DESTROY_RANGE_GROUP",
+    25: "UVM_REGISTER_GPU_VASPACE",
+    26: "UVM_UNREGISTER_GPU_VASPACE",
+    27: "UVM_REGISTER_CHANNEL",
+    28: "UVM_UNREGISTER_CHANNEL",
+    29: "UVM_ENABLE_PEER_ACCESS",
+    30: "UVM_DISABLE_PEER_ACCESS",
+    31: "UVM_SET_RANGE_GROUP",
+    33: "UVM_MAP_EXTERNAL_ALLOCATION",
+    34: "UVM_FREE",
+    35: "UVM_MEM_MAP",
+    37: "UVM_REGISTER_GPU",
+    38: "UVM_UNREGISTER_GPU",
+    39: "UVM_PAGEABLE_MEM_ACCESS",
+    40: "UVM_PREVENT_MIGRATION_RANGE_GROUPS",
+    41: "UVM_ALLOW_MIGRATION_RANGE_GROUPS",
+    42: "UVM_SET_PREFERRED_LOCATION",
+    43: "UVM_UNSET_PREFERRED_LOCATION",
+    44: "UVM_ENABLE_READ_DUPLICATION",
+    45: "UVM_DISABLE_READ_DUPLICATION",
+    46: "UVM_SET_ACCESSED_BY",
+    47: "UVM_UNSET_ACCESSED_BY",
+    51: "UVM_MIGRATE",
+    53: "UVM_MIGRATE_RANGE_GROUP",
+    56: "UVM_TOOLS_INIT_EVENT_TRACKER",
+    57: "UVM_TOOLS_SET_NOTIFICATION_THRESHOLD",
+    58: "UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS",
+    59: "UVM_TOOLS_EVENT_QUEUE_DISABLE_EVENTS",
+    60: "UVM_TOOLS_ENABLE_COUNTERS",
+    61: "UVM_TOOLS_DISABLE_COUNTERS",
+    62: "UVM_TOOLS_READ_PROCESS_MEMORY",
+    63: "UVM_TOOLS_WRITE_PROCESS_MEMORY",
+    64: "UVM_TOOLS_GET_PROCESSOR_UUID_TABLE",
+    65: "UVM_MAP_DYNAMIC_PARALLELISM_REGION",
+    66: "UVM_UNMAP_EXTERNAL",
+    67: "UVM_TOOLS_FLUSH_EVENTS",
+    68: "UVM_ALLOC_SEMAPHORE_POOL",
+    69: "UVM_CLEAN_UP_ZOMBIE_RESOURCES",
+    70: "UVM_PAGEABLE_MEM_ACCESS_ON_GPU",
+    71: "UVM_POPULATE_PAGEABLE",
+    72: "UVM_VALIDATE_VA_RANGE",
+    73: "UVM_CREATE_EXTERNAL_RANGE",
+    74: "UVM_MAP_EXTERNAL_SPARSE",
+    75: "UVM_MM_INITIALIZE",
+    76: "UVM_TOOLS_INIT_EVENT_TRACKER_V2",
+    77: "UVM_TOOLS_GET_PROCESSOR_UUID_TABLE_V2",
+    78: "UVM_ALLOC_DEVICE_P2P",
+    79: "UVM_CLEAR_ALL_ACCESS_COUNTERS",
+    80: "UVM_DISCARD",
+    2047: "UVM_IS_8_SUPPORTED",
+}

@@ -1,0 +1,565 @@
+"""Lines of strace output -> records, streaming.
+
+The parser takes any strace output form in one pass, without being told which: ``-f`` pid
+columns (``[pid  N]`` on stderr, ``N  `` with ``-o``), ``--decode-pids=comm``, ``-t/-tt/-ttt``
+and ``-r`` timestamps, ``-i``/``-n`` columns, ``-T`` durations, ``-y/-yy`` paths, ``-X`` forms,
+``<unfinished ...>``/``<... resumed>`` pairs (joined per pid), signals, exits, strace's own
+messages, ``-k`` stack frames, and the ``-c/-C/-w`` summary tables. A line it does not
+understand becomes an :class:`Unparsed` record with its number; every line is counted exactly
+once in :class:`LineStats`, so ``parsed + unparsed == total`` always holds.
+
+Speed matters (a training job produces millions of lines): the common case, a complete call,
+costs one regex match and a few string splits; argument structure is parsed only on request
+(:meth:`Call.parsed_args`). Memory is bounded by the number of tasks with a call in flight.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.observe.strace_records import (
+    Call,
+    Exit,
+    Message,
+    Record,
+    Signal,
+    SummaryRow,
+    Unparsed,
+    angle_content,
+)
+
+# pid column: "[pid  667] " (stderr) or "667   " (-o), either with an optional "<comm>".
+_PID = r"(?:\[pid +(\d+)(?:<[^>\]]*>)?\] |(\d+)(?:<[^>\s]*>)? +)?"
+# -t/-tt "11:17:14.877061", -ttt "1795346229.453172", -r "     0.000123" (right-aligned).
+_TIME = r"(?: *(\d+:\d\d:\d\d(?:\.\d+)?|\d+\.\d+) +)?"
+# -n "[ 257] " and -i "[00007f6bbee7eb1d] ".
+_COLUMNS = r"(?:\[ *\d+\] )?(?:\[[0-9a-f?]{4,16}\] )?"
+_PREFIX = _PID + _TIME + _COLUMNS
+_TIME_RE = re.compile(r"\d+:\d\d:\d\d(?:\.\d+)?|\d+\.\d+", re.ASCII)
+_PREFIX_RE = re.compile(_PREFIX, re.ASCII)
+# The hot path: a complete call. Greedy args find the LAST ") = ", so "=" inside strings is safe.
+_CALL_RE = re.compile(_PREFIX + r"([A-Za-z_?][\w?]*)\((.*)\) += (.*)$", re.ASCII)
+_RESUMED_RE = re.compile(r"<\.\.\. ([\w?]+) resumed>(.*)$")
+# "<pid changed to N ...>": an execve by a thread, finished under the leader's pid
+_UNFINISHED_RE = re.compile(
+    r"([A-Za-z_?][\w?]*)\((.*?) ?<(?:unfinished|pid changed to \d+) \.\.\.>$"
+)
+_TAIL_RE = re.compile(r"(.*)\) += (.*)$")
+_SIGNAL_RE = re.compile(r"--- (?:stopped by )?(\w+)(?: (.*))? ---$")
+_EXIT_RE = re.compile(
+    r"\+\+\+ (?:exited with (-?\d+)|killed by (\w+)( \(core dumped\))?"
+    r"|superseded by execve in pid (\d+)) \+\+\+$"
+)
+_MESSAGE_RE = re.compile(
+    r"(?:\S*strace: (.*)|\[ (Process PID=.*) \]|(System call usage summary for .*))$"
+)
+_DETACHED_RE = re.compile(r"([A-Za-z_?][\w?]*)\((.*?) ?<detached \.\.\.>$")
+_PROCESS_EVENT_RE = re.compile(r"Process (\d+) (attached|detached)")
+_EMBEDDED_MESSAGE_RE = re.compile(r"(.*?)((?:/\S*/)?strace: Process \d+ (?:attached|detached).*)$")
+_DASHES_RE = re.compile(r"-+(?: +-+)*$")
+_UNFINISHED_TAIL = " <unfinished ...>"
+
+#: Column titles of -c tables (including the ones -U can select) -> SummaryRow fields.
+TABLE_COLUMNS = {
+    "% time": "percent_time",
+    "seconds": "seconds",
+    "usecs/call": "usecs_per_call",
+    "calls": "calls",
+    "errors": "errors",
+    "syscall": "syscall",
+}
+
+
+@dataclass
+class LineStats:
+    """How every line of a log was accounted for. ``kinds`` counts lines by what they were:
+    call, unfinished, resumed, signal, exit, message, stack (-k), dump (-e read=/write=), table,
+    blank, unparsed."""
+
+    total: int = 0
+    parsed: int = 0
+    unparsed: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    time_mode: str | None = None  # "clock" (-t/-tt), "epoch" (-ttt), "relative" (-r) or None
+
+
+def split_return(ret: str) -> tuple[str, int | None, str | None, str | None, float | None]:
+    """``"-1 ENOENT (No such file or directory) <0.000012>"`` -> (value text, value, errno,
+    note, duration). The value text keeps a -y path (``3</etc/ld.so.cache>``)."""
+    if ret.isdigit() and ret.isascii():  # the common case: "0", "3", "832"
+        return ret, int(ret), None, None, None
+    duration = None
+    if ret.endswith(">"):
+        i = ret.rfind(" <")
+        if i >= 0:
+            d = ret[i + 2 : -1]
+            if d[:1].isdigit():
+                try:
+                    duration = float(d)
+                    ret = ret[:i]
+                except ValueError:
+                    pass
+            elif d == "unavailable":
+                ret = ret[:i]
+    val, _, rest = ret.partition(" ")
+    lt = val.find("<")
+    if lt > 0:
+        if not val.endswith(">"):  # a -y path with a space in it
+            inner = angle_content(ret[lt + 1 :])
+            if inner is not None:
+                end = lt + len(inner) + 2
+                val, rest = ret[:end], ret[end:].lstrip()
+        num = val[:lt]
+    else:
+        num = val
+    if num == "?":
+        retval = None
+    else:
+        try:
+            retval = int(num, 16) if num.startswith("0x") else int(num)
+        except ValueError:
+            retval = None
+    errno = note = None
+    if rest:
+        if rest[0] == "E":
+            errno, _, note = rest.partition(" ")
+        else:
+            note = rest
+        if note and note[0] == "(" and note[-1] == ")":
+            note = note[1:-1]
+        note = note or None
+    return val, retval, errno, note, duration
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class _Table:
+    """State of a -c table being read: column spans come from its dashes line."""
+
+    def __init__(self, header: str) -> None:
+        self.header = header
+        self.columns: list[tuple[int, int | None, str]] | None = None
+        self.closed = False  # the dashes line before "total" was seen
+
+    def set_dashes(self, dashes: str) -> None:
+        spans = [(m.start(), m.end()) for m in re.finditer(r"-+", dashes)]
+        cols = []
+        for n, (start, end) in enumerate(spans):
+            last = n == len(spans) - 1
+            title = (self.header[start:] if last else self.header[start:end]).strip()
+            cols.append((start, None if last else end, title))
+        self.columns = cols
+
+    def row(self, line_no: int, text: str) -> SummaryRow | None:
+        assert self.columns is not None
+        values: dict[str, str] = {}
+        extra: dict[str, str] = {}
+        for start, end, title in self.columns:
+            cell = (text[start:] if end is None else text[start:end]).strip()
+            key = TABLE_COLUMNS.get(title)
+            if key is None:
+                extra[title] = cell
+            else:
+                values[key] = cell
+        name = values.get("syscall", "")
+        if not name or " " in name:
+            return None
+        calls = _int(values["calls"]) if "calls" in values else None
+        errors = _int(values.get("errors") or "0")
+        seconds = _float(values["seconds"]) if "seconds" in values else None
+        usecs = _float(values["usecs_per_call"]) if "usecs_per_call" in values else None
+        pct = _float(values["percent_time"]) if "percent_time" in values else None
+        numbers = [v for k, v in values.items() if k != "syscall" and v]
+        if errors is None or any(_float(v) is None for v in numbers):
+            return None
+        return SummaryRow(line_no, name, calls, errors, seconds, usecs, pct, extra)
+
+
+def _is_table_header(body: str) -> bool:
+    s = body.strip()
+    return s.startswith("% time") or ("calls" in s.split() and "syscall" in s.split())
+
+
+def iter_records(
+    lines: Iterable[str], *, pid: int | None = None, stats: LineStats | None = None
+) -> Iterator[Record]:
+    """Parse strace output lines (with or without their newline) into records, streaming.
+
+    ``pid`` is the task for lines without a pid column (the file suffix of ``-ff`` logs).
+    Unfinished calls are held until their resumed half arrives (then yielded once, joined,
+    ``state="joined"``) or until their task exits or the input ends (``state="unfinished"``).
+    ``-k`` stack frames are attached to the call they follow before it is yielded.
+    ``stats`` (when given) is filled in as the generator finishes.
+    """
+    st = stats if stats is not None else LineStats()
+    call_match = _CALL_RE.match
+    time_format = _TIME_RE.fullmatch
+    n = n_call = n_unparsed = n_stack = n_dump = 0
+    kinds: dict[str, int] = {}
+    pending: dict[int | None, Call] = {}
+    pids: dict[str, int] = {}  # pid column text -> number (a log has few tasks)
+    held: Record | None = None
+    last_call: Call | Signal | None = None  # where -k frames and data dumps go
+    table: _Table | None = None
+    fragment: tuple[int, str] | None = None  # a call cut by a message strace wrote into it
+    # time state: "HH:MM:" -> seconds cache, day wrap, -r running sum
+    clock_key = ""
+    clock_base = 0.0
+    day = 0.0
+    last_clock = -1.0
+    rel_sum = 0.0
+    time_mode: str | None = None
+
+    def to_seconds(ts: str) -> float:
+        nonlocal clock_key, clock_base, day, last_clock, rel_sum, time_mode
+        if ts[2:3] == ":" or ts[1:2] == ":":
+            key, _, secs = ts.rpartition(":")
+            if key != clock_key:
+                h, _, m = key.partition(":")
+                clock_key, clock_base = key, int(h) * 3600 + int(m) * 60
+            t = clock_base + float(secs)
+            if t + day < last_clock - 43200:  # past midnight
+                day += 86400.0
+            t += day
+            last_clock = t
+            time_mode = "clock"
+            return t
+        v = float(ts)
+        if v > 1e8:
+            time_mode = "epoch"
+            return v
+        time_mode = "relative"
+        rel_sum += v
+        return rel_sum
+
+    def bump(kind: str) -> None:
+        kinds[kind] = kinds.get(kind, 0) + 1
+
+    try:
+        for raw in lines:
+            n += 1
+            line = raw.rstrip("\r\n")
+            first_n = n
+            if fragment is not None and _MESSAGE_RE.match(line) is None:
+                first_n, head_text = fragment  # stderr form: the call goes on on this line
+                fragment = None
+                line = head_text + line
+            if table is not None:
+                got = _table_line(line, n, table)
+                if got is not None:
+                    row, table = got
+                    bump("table")
+                    if row is not None:
+                        if held is not None:
+                            yield held
+                        held = row
+                    continue
+                table = None  # the table ended early: read this line as any other
+            if not line.endswith(_UNFINISHED_TAIL):
+                # Fast path for a complete call, without regex: the LAST " = " splits the
+                # return off (strings in the arguments may hold " = "), the first "(" ends the
+                # name; the prefix is split on blanks. Anything unexpected: the regex path.
+                eq = line.rfind(" = ")
+                if eq > 0:
+                    head = line[:eq].rstrip(" ")
+                    lp = head.find("(")
+                    if lp > 0 and head[-1] == ")":
+                        pre = head[:lp]
+                        toks = pre.split()
+                        ts = None
+                        call_pid = pid
+                        name = toks.pop() if toks and pre[-1] != " " else ""
+                        ok = name.isidentifier()
+                        if ok and toks:
+                            i = 0
+                            t0 = toks[0]
+                            if t0.isdecimal():
+                                call_pid = pids.get(t0)
+                                if call_pid is None:
+                                    call_pid = pids[t0] = int(t0)
+                                i = 1
+                            elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdecimal():
+                                call_pid, i = int(toks[1][:-1]), 2
+                            if i < len(toks) and toks[i][0].isdigit():
+                                ts = toks[i]
+                                i += 1
+                                if not time_format(ts):
+                                    ok = False
+                            for tok in toks[i:]:  # -n "[ 257]", -i "[00007f6b...]"
+                                if tok[0] != "[" and tok[-1] != "]":
+                                    ok = False
+                        if ok:
+                            ret = line[eq + 3 :]
+                            if ret.isdigit() and ret.isascii():  # most returns: "0", "3"
+                                val, retval, errno, note, dur = ret, int(ret), None, None, None
+                            else:
+                                val, retval, errno, note, dur = split_return(ret)
+                            call = Call(
+                                first_n,
+                                call_pid,
+                                None if ts is None else to_seconds(ts),
+                                name,
+                                head[lp + 1 : -1],
+                                val,
+                                retval,
+                                errno,
+                                note,
+                                dur,
+                            )
+                            n_call += 1
+                            if held is not None:
+                                yield held
+                            held = last_call = call
+                            continue
+                m = call_match(line)
+                if m is not None:
+                    p1, p2, ts, name, args, ret = m.groups()
+                    if ret.endswith(_UNFINISHED_TAIL):  # "= " inside an unfinished call's string
+                        m = None
+                    else:
+                        val, retval, errno, note, dur = split_return(ret)
+                        call = Call(
+                            first_n,
+                            int(p1 or p2) if (p1 or p2) else pid,
+                            to_seconds(ts) if ts else None,
+                            name,
+                            args,
+                            val,
+                            retval,
+                            errno,
+                            note,
+                            dur,
+                        )
+                        n_call += 1
+                        if held is not None:
+                            yield held
+                        held = last_call = call
+                        continue
+            # --- everything but a complete call: rarer, so clarity over speed ---
+            if line.startswith((" > ", " | ")):
+                if last_call is not None and line[1] == ">":  # -k: a stack frame
+                    if last_call.stack is None:
+                        last_call.stack = []
+                    last_call.stack.append(line[3:])
+                    n_stack += 1
+                elif isinstance(last_call, Call):  # -e read=/write=: a line of a data dump
+                    if last_call.data is None:
+                        last_call.data = []
+                    last_call.data.append(line[3:])
+                    n_dump += 1
+                else:
+                    n_unparsed += 1
+                    if held is not None:
+                        yield held
+                    held = Unparsed(n, line)
+                continue
+            emit, kind, table, attach, cut = _parse_rare(
+                line, first_n, pid, table, pending, to_seconds
+            )
+            if cut is not None:
+                fragment = cut
+            if kind == "unparsed":
+                n_unparsed += 1
+            else:
+                bump(kind)
+            if attach is not None:
+                last_call = attach
+            if emit is None:
+                continue
+            for rec in emit if isinstance(emit, list) else (emit,):
+                if held is not None:
+                    yield held
+                held = rec
+        if held is not None:
+            yield held
+            held = None
+        for call in pending.values():  # never resumed: the log ended first
+            yield call
+        pending.clear()
+    finally:
+        kinds["call"] = n_call
+        kinds["stack"] = n_stack
+        kinds["dump"] = n_dump
+        kinds["unparsed"] = n_unparsed
+        st.total = n
+        st.unparsed = n_unparsed
+        st.parsed = n - n_unparsed
+        st.kinds = {k: v for k, v in kinds.items() if v}
+        st.time_mode = time_mode
+
+
+def _parse_rare(line, n, default_pid, table, pending, to_seconds):
+    """Classify a line that is not a complete call.
+
+    Returns (what to emit: None, a record or a list of records; the line's kind; the -c table
+    state; the call that following -k stack frames belong to, or None; the head of a call that
+    a message cut, to be continued by the next line, or None)."""
+    if not line.strip():
+        return None, "blank", table, None, None
+    if _is_table_header(line):
+        return None, "table", _Table(line), None, None
+    m = _MESSAGE_RE.match(line)
+    if m is not None:
+        text = m.group(1) or m.group(2) or m.group(3)
+        ev = _PROCESS_EVENT_RE.match(text)
+        msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
+        return msg, "message", table, None, None
+    m = _PREFIX_RE.match(line)
+    p1, p2, ts = m.group(1), m.group(2), m.group(3)
+    pid = int(p1 or p2) if (p1 or p2) else default_pid
+    body = line[m.end() :]
+    time = to_seconds(ts) if ts else None
+    if body.startswith("<... "):
+        emit, attach = _resumed(body, n, pid, time, pending)
+        if emit is not None or attach is not None:
+            return emit, "resumed", table, attach, None
+    elif body.endswith((_UNFINISHED_TAIL, " ...>")) and not body.endswith("<detached ...>"):
+        um = _UNFINISHED_RE.match(body)
+        if um is not None:
+            call = Call(n, pid, time, um.group(1), um.group(2), state="unfinished")
+            previous = pending.pop(pid, None)  # a task has one call in flight; keep an odd one
+            pending[pid] = call
+            return previous, "unfinished", table, call, None
+    elif body.endswith("<detached ...>"):
+        dm = _DETACHED_RE.match(body)
+        if dm is not None:  # strace let go of the task (-p, then ^C) during this call
+            call = Call(n, pid, time, dm.group(1), dm.group(2), note="detached", state="unfinished")
+            return call, "unfinished", table, call, None
+    elif body.startswith("--- "):
+        sm = _SIGNAL_RE.match(body)
+        if sm is not None:
+            info = "stopped" if body.startswith("--- stopped by ") else (sm.group(2) or "")
+            sig = Signal(n, pid, time, sm.group(1), info)
+            return sig, "signal", table, sig, None
+    elif body.startswith("+++ "):
+        em = _EXIT_RE.match(body)
+        if em is not None:
+            code = int(em.group(1)) if em.group(1) is not None else None
+            execer = int(em.group(4)) if em.group(4) else None
+            ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)), execer)
+            flushed = pending.pop(pid, None)  # its call in flight will never return
+            if execer is not None and execer in pending:
+                # a thread's execve replaced the leader: the exec resumes under the leader's pid
+                pending[pid] = pending.pop(execer)
+            return ([flushed, ex] if flushed is not None else ex), "exit", table, None, None
+    em = _EMBEDDED_MESSAGE_RE.match(line)
+    if em is not None and em.group(1).strip():
+        # stderr form: "clone(...|SIGCHLDstrace: Process 9 attached" and the call goes on
+        # on the next line; keep the head, report the message.
+        text = em.group(2).split("strace: ", 1)[1]
+        ev = _PROCESS_EVENT_RE.match(text)
+        msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
+        return msg, "message", table, None, (n, em.group(1))
+    return Unparsed(n, line), "unparsed", table, None, None
+
+
+def _resumed(
+    body: str, n: int, pid: int | None, time: float | None, pending: dict[int | None, Call]
+) -> tuple[Call | None, Call | None]:
+    """Join ``<... name resumed>rest`` with its task's unfinished call.
+
+    Returns (the call to emit, the call stack frames attach to); (None, None) when the line
+    is not a well-formed resumed line."""
+    rm = _RESUMED_RE.match(body)
+    if rm is None:
+        return None, None
+    name, rest = rm.group(1), rm.group(2)
+    first = pending.pop(pid, None)
+    if first is not None and first.name != name:
+        pending[pid] = first  # not ours: leave it in flight
+        first = None
+    if first is None and pid is not None and None in pending and pending[None].name == name:
+        first = pending.pop(None)  # stderr form: the task had no pid column when it started
+    if first is None and pid is None:
+        # stderr form: the task lost its pid column when the others ended; join with the one
+        # call of that name in flight, if only one is.
+        same = [k for k, c in pending.items() if c.name == name]
+        if len(same) == 1:
+            first = pending.pop(same[0])
+    tm = _TAIL_RE.match(rest)
+    if tm is None:
+        if rest.endswith(_UNFINISHED_TAIL) and first is not None:  # interrupted again
+            first.args = (first.args or "") + rest[: -len(_UNFINISHED_TAIL)]
+            pending[pid] = first
+            return None, first
+        if first is not None:
+            pending[pid] = first
+        return None, None
+    tail, ret = tm.groups()
+    if tail.endswith(_UNFINISHED_TAIL):  # "<... poll resumed> <unfinished ...>) = ?"
+        tail = tail[: -len(_UNFINISHED_TAIL)]
+    val, retval, errno, note, dur = split_return(ret)
+    if first is None:
+        orphan = Call(n, pid, time, name, None, val, retval, errno, note, dur, "resumed", n)
+        return orphan, orphan
+    first.args = (first.args or "") + tail
+    first.ret, first.retval, first.errno, first.note = val, retval, errno, note
+    first.duration = dur
+    first.state = "joined"
+    first.end_line = n
+    if first.pid is None:
+        first.pid = pid
+    return first, first
+
+
+def _table_line(line: str, n: int, table: _Table) -> tuple[SummaryRow | None, _Table | None] | None:
+    """A line inside a -c table -> (its row or None, the table state after it); None when the
+    line does not belong to the table."""
+    if table.columns is None:
+        if _DASHES_RE.match(line):
+            table.set_dashes(line)
+            return None, table
+        return None
+    if _DASHES_RE.match(line):
+        table.closed = True
+        return None, table
+    row = table.row(n, line)
+    if row is None:
+        return None
+    return row, (None if row.syscall == "total" else table)
+
+
+def open_log(path: str | Path) -> IO[str]:
+    """Open a strace log for reading text: ``-`` is stdin, ``.gz`` is decompressed (by its
+    magic bytes, whatever the name). Undecodable bytes are kept as surrogate escapes."""
+    if str(path) == "-":
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+    p = Path(path)
+    try:
+        fh = p.open("rb")
+    except FileNotFoundError:
+        raise UserError(f"no strace log at {p}: check the path") from None
+    except IsADirectoryError:
+        raise UserError(f"{p} is a directory: give one strace log file") from None
+    magic = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(
+            gzip.GzipFile(fileobj=fh), encoding="utf-8", errors="surrogateescape"
+        )
+    return io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape")
+
+
+def ff_pid(path: str | Path) -> int | None:
+    """The pid an ``-ff`` log carries in its name (``trace.604`` -> 604), else None."""
+    suffix = Path(path).suffix
+    return int(suffix[1:]) if suffix[1:].isdecimal() else None
