@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.client_commands",
     "labhive.scheduler.scenario_cli",
     "labhive.scheduler.observe.strace_cli",
+    "labhive.scheduler.sim.cli",
 )
 
 

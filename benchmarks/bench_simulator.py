@@ -1,0 +1,112 @@
+"""Simulator speed: replay 10/25/50/100% of a Philly-format trace under FIFO and HiveD.
+
+The trace is the SYNTHETIC Philly-format log in ``../shared/data/philly/synthetic`` (the real
+``cluster_job_log`` is not available here); its figures measure the simulator, they are not
+Philly results. The cluster is Philly's real machine list (552 machines, 2,490 GPUs), one VC.
+
+Each (policy, share) runs in a fresh process so its peak memory (max RSS) is its own. Printed
+per run: jobs, wall seconds, CPU seconds (the one-core cost; wall time also counts waiting for
+the CPU on a shared machine), jobs per CPU second, peak memory; then the 100%/10% cost ratio.
+Targets (issue 4): full trace < 20 s per policy on one core, 100%/10% <= 12, peak < 2 GB.
+
+    .venv/bin/python benchmarks/bench_simulator.py [--policies fifo,hived] [--shares 10,25,50,100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "philly"
+TRACE = DATA / "synthetic" / "synthetic_cluster_job_log.json.gz"
+CLUSTER = DATA / "cluster_machine_list"
+
+
+def one(policy: str, share: int, trace: Path, cluster: Path) -> dict[str, object]:
+    """Load, then replay the first ``share`` % of the trace's jobs under ``policy``."""
+    from labhive.scheduler.sim.machines import load_sim_cluster
+    from labhive.scheduler.sim.runner import run_policy
+    from labhive.scheduler.sim.traces import load_trace
+
+    t0 = time.perf_counter()
+    config, _ = load_sim_cluster(cluster)
+    jobs = load_trace(trace).jobs
+    jobs = jobs[: max(1, len(jobs) * share // 100)]
+    load_s = time.perf_counter() - t0
+    wall, cpu = time.perf_counter(), time.process_time()
+    run = run_policy(policy, config, jobs)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    overall = run.summary["overall"]
+    return {
+        "policy": policy,
+        "share": share,
+        "jobs": len(jobs),
+        "events": run.result.events,
+        "load_s": load_s,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "finished": overall["finished"],
+        "utilization": overall["utilization"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policies", default="fifo,hived")
+    parser.add_argument("--shares", default="10,25,50,100")
+    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--cluster", type=Path, default=CLUSTER)
+    parser.add_argument("--one", nargs=2, metavar=("POLICY", "SHARE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one[0], int(args.one[1]), args.trace, args.cluster)))
+        return 0
+    if not args.trace.is_file():
+        print(f"no trace at {args.trace}; give --trace", file=sys.stderr)
+        return 2
+    synthetic = "synthetic" in str(args.trace).lower()
+    print(f"trace: {args.trace}" + (" (SYNTHETIC: not Philly results)" if synthetic else ""))
+    print(
+        f"cluster: {args.cluster}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    header = f"{'policy':8} {'share':>5} {'jobs':>8} {'events':>8} {'load s':>7} {'wall s':>7}"
+    header += f" {'CPU s':>7} {'jobs/CPU s':>10} {'peak MB':>8} {'util':>6}"
+    print(header)
+    print("-" * len(header))
+    results: dict[tuple[str, int], dict[str, float]] = {}
+    for policy in args.policies.split(","):
+        for share in (int(s) for s in args.shares.split(",")):
+            cmd = [sys.executable, __file__, "--one", policy, str(share)]
+            cmd += ["--trace", str(args.trace), "--cluster", str(args.cluster)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                print(f"{policy:8} {share:>4}% failed: {out.stderr.strip().splitlines()[-1:]}")
+                continue
+            r = json.loads(out.stdout)
+            results[(policy, share)] = r
+            print(
+                f"{policy:8} {share:>4}% {r['jobs']:>8,} {r['events']:>8,} {r['load_s']:>7.1f} "
+                f"{r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['jobs'] / r['cpu_s']:>10,.0f} "
+                f"{r['peak_mb']:>8.0f} {r['utilization']:>6.1%}",
+                flush=True,
+            )
+    for policy in args.policies.split(","):
+        lo, hi = results.get((policy, 10)), results.get((policy, 100))
+        if lo and hi:
+            print(
+                f"{policy}: 100%/10% cost ratio {hi['cpu_s'] / lo['cpu_s']:.1f} (CPU), "
+                f"{hi['wall_s'] / lo['wall_s']:.1f} (wall); target <= 12"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

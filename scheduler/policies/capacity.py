@@ -1,0 +1,98 @@
+"""Capacity: each VC is guaranteed its quota of GPUs, may borrow idle ones, and gets its
+quota back by preemption (YARN's capacity scheduler, with VCs as queues).
+
+A job whose VC stays within its quota with it starts as guaranteed; if the GPUs it needs are
+held by other VCs' borrowed jobs, the most recently started of those are preempted until it
+fits. A job beyond its VC's quota starts only on idle GPUs, as borrowed (shown opportunistic),
+and is the first to go when a VC reclaims its share; ``borrow=false`` turns borrowing off
+(hard quotas). The VC using the smallest fraction of its quota is served first; within a VC,
+submission order, strict unless ``backfill=true``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from labhive.scheduler.queue_policy import (
+    QueuedJob,
+    QueuedPolicy,
+    policy_options,
+    pool_from_config,
+    vc_gpus,
+)
+
+if TYPE_CHECKING:
+    from labhive.scheduler.config import ClusterConfig
+
+
+class CapacityPolicy(QueuedPolicy):
+    name = "capacity"
+
+    def __init__(
+        self, *args: Any, borrow: bool = True, backfill: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.borrow = borrow
+        self.backfill = backfill
+        self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        return (job.vc, job.gpus) if self.backfill else job.vc
+
+    def group_priority(self, head: QueuedJob) -> Any:
+        quota = self.vc_gpus.get(head.vc, 0)
+        used = self.vc_used.get(head.vc, 0)
+        return (used / quota if quota else math.inf, head.seq)
+
+    def guaranteed_used(self, vc: str) -> int:
+        return self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0)
+
+    def admit(self, job: QueuedJob) -> tuple[bool, bool]:
+        if self.guaranteed_used(job.vc) + job.gpus <= self.vc_gpus.get(job.vc, 0):
+            return True, False
+        return self.borrow, True
+
+    def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
+        if opportunistic:
+            return ()
+        return self._reclaimable(job.vc)
+
+    def _reclaimable(self, vc: str) -> Iterator[QueuedJob]:
+        for job_id in reversed(list(self._borrowers)):
+            victim = self._borrowers.get(job_id)
+            if victim is not None and victim.vc != vc:
+                yield victim
+
+    def on_started(self, job: QueuedJob) -> None:
+        if job.opportunistic:
+            self._borrowers[job.job_id] = job
+
+    def on_stopped(self, job: QueuedJob) -> None:
+        self._borrowers.pop(job.job_id, None)
+
+    def preempt_reason(self, victim: QueuedJob) -> str:
+        return f"{victim.vc} borrowed these GPUs beyond its quota; their VC reclaimed them"
+
+    def wait_reason(self, job: QueuedJob) -> str:
+        quota = self.vc_gpus.get(job.vc, 0)
+        used = self.guaranteed_used(job.vc)
+        if used + job.gpus <= quota:
+            return (
+                f"{job.vc} has {quota - used} of its {quota} GPUs free for the {job.gpus} "
+                f"this job needs, but they are not placeable yet ({self.pool.free_gpus} idle)"
+            )
+        tail = f"borrowing waits for {job.gpus} idle GPUs" if self.borrow else "borrowing is off"
+        return f"{job.vc} uses {used} of its {quota} GPUs; {tail}"
+
+
+def create(config: ClusterConfig, **options: Any) -> CapacityPolicy:
+    opts = policy_options(options, locality="consolidated", borrow=True, backfill=False)
+    return CapacityPolicy(
+        pool_from_config(config, opts["locality"]),
+        vc_gpus(config),
+        borrow=opts["borrow"],
+        backfill=opts["backfill"],
+        pool_factory=lambda c: pool_from_config(c, opts["locality"]),
+    )

@@ -1,0 +1,161 @@
+"""Tiresias' discretized two-dimensional LAS (Gu et al., NSDI '19).
+
+A job's attained service is GPUs x seconds run (both dimensions: a wide job ages faster). Jobs
+sit in priority queues split at ``thresholds`` of attained GPU-seconds (default 3250 and 7200,
+the Tiresias simulator's queue limits: three queues); a job moves down when it crosses one,
+at a time the policy asks the driver for with ``next_wakeup``. Higher queues go first, each
+queue in submission order; a waiting job preempts running jobs of strictly lower queues
+(lowest queue, latest submitted first) when that makes it fit. Starvation guard (Tiresias'
+PROMOTEKNOB): a job waiting in a lower queue for ``promote_knob`` x the time it has run goes
+back to the top queue with its attained service reset; ``promote_knob=0`` turns it off.
+Jobs that do not fit are skipped (``backfill=false`` makes each queue order strict).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from labhive.scheduler.queue_policy import (
+    QueuedJob,
+    QueuedPolicy,
+    policy_options,
+    pool_from_config,
+    vc_gpus,
+)
+
+if TYPE_CHECKING:
+    from labhive.scheduler.config import ClusterConfig
+
+THRESHOLDS = (3250.0, 7200.0)
+PROMOTE_KNOB = 8.0
+_EPS = 1e-6
+
+
+class LasPolicy(QueuedPolicy):
+    name = "las"
+
+    def __init__(
+        self,
+        *args: Any,
+        thresholds: tuple[float, ...] = THRESHOLDS,
+        promote_knob: float = PROMOTE_KNOB,
+        backfill: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.thresholds = tuple(sorted(float(t) for t in thresholds))
+        self.promote_knob = float(promote_knob)
+        self.backfill = backfill
+        self._running: list[dict[str, QueuedJob]] = [{} for _ in range(len(self.thresholds) + 1)]
+        self._demotions: list[tuple[float, int, str]] = []  # (when, token, job id)
+        self._promotions: list[tuple[float, int, str]] = []
+
+    def level_of(self, attained: float) -> int:
+        return bisect.bisect_right(self.thresholds, attained + _EPS)
+
+    def order_key(self, job: QueuedJob) -> Any:
+        return (job.level, job.seq)
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        return (job.level, job.gpus) if self.backfill else job.level
+
+    def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
+        return self._lower_than(job.level)
+
+    def _lower_than(self, level: int) -> Iterator[QueuedJob]:
+        for lower in range(len(self._running) - 1, level, -1):
+            for job_id in reversed(list(self._running[lower])):
+                victim = self._running[lower].get(job_id)
+                if victim is not None:
+                    yield victim
+
+    def on_started(self, job: QueuedJob) -> None:
+        self._running[job.level][job.job_id] = job
+        self._plan_demotion(job)
+
+    def _plan_demotion(self, job: QueuedJob) -> None:
+        if job.level < len(self.thresholds) and job.gpus > 0:
+            served = job.attained + job.gpus * (self._now - job.started)
+            when = self._now + (self.thresholds[job.level] - served) / job.gpus
+            heapq.heappush(self._demotions, (max(when, self._now), job.token, job.job_id))
+
+    def on_stopped(self, job: QueuedJob) -> None:
+        self._running[job.level].pop(job.job_id, None)
+        job.level = max(job.level, self.level_of(job.attained))
+
+    def _enqueue(self, job: QueuedJob) -> None:
+        super()._enqueue(job)
+        if job.level > 0 and self.promote_knob > 0 and job.gpus > 0:
+            ran = job.attained / job.gpus
+            when = self._now + self.promote_knob * ran
+            heapq.heappush(self._promotions, (when, job.token, job.job_id))
+
+    def on_tick(self) -> None:
+        now = self._now + _EPS
+        while self._demotions and self._demotions[0][0] <= now:
+            _, token, job_id = heapq.heappop(self._demotions)
+            job = self._jobs.get(job_id)
+            if job is None or not job.running or job.token != token:
+                continue
+            del self._running[job.level][job_id]
+            job.level += 1
+            self._running[job.level][job_id] = job
+            self._plan_demotion(job)
+        while self._promotions and self._promotions[0][0] <= now:
+            _, token, job_id = heapq.heappop(self._promotions)
+            job = self._waiting.get(job_id)
+            if job is None or job.token != token:
+                continue
+            job.level = 0
+            job.attained = 0.0
+            self.requeue_waiting(job)
+
+    def next_wakeup(self) -> float | None:
+        times = []
+        for heap, valid in (
+            (self._demotions, self._running_token),
+            (self._promotions, self._waiting_token),
+        ):
+            while heap and not valid(heap[0][2], heap[0][1]):
+                heapq.heappop(heap)
+            if heap:
+                times.append(heap[0][0])
+        return min(times) if times else None
+
+    def _running_token(self, job_id: str, token: int) -> bool:
+        job = self._jobs.get(job_id)
+        return job is not None and job.running and job.token == token
+
+    def _waiting_token(self, job_id: str, token: int) -> bool:
+        job = self._waiting.get(job_id)
+        return job is not None and job.token == token
+
+    def preempt_reason(self, victim: QueuedJob) -> str:
+        return f"a job in a higher LAS queue needs its GPUs (it is in queue {victim.level})"
+
+    def wait_reason(self, job: QueuedJob) -> str:
+        return (
+            f"in LAS queue {job.level} with {job.attained:.0f} GPU-seconds attained; needs "
+            f"{job.gpus} GPUs, {self.pool.free_gpus} free"
+        )
+
+
+def create(config: ClusterConfig, **options: Any) -> LasPolicy:
+    opts = policy_options(
+        options,
+        locality="consolidated",
+        thresholds=THRESHOLDS,
+        promote_knob=PROMOTE_KNOB,
+        backfill=True,
+    )
+    return LasPolicy(
+        pool_from_config(config, opts["locality"]),
+        vc_gpus(config),
+        thresholds=opts["thresholds"],
+        promote_knob=opts["promote_knob"],
+        backfill=opts["backfill"],
+        pool_factory=lambda c: pool_from_config(c, opts["locality"]),
+    )

@@ -1,0 +1,517 @@
+"""The lifecycle the queue-ordering policies share; each policy only says who goes next.
+
+FIFO, SJF, DRF, Capacity and LAS differ in three answers, which a subclass gives:
+- ``order_key(job)``: a job's place in its waiting line (static while it waits);
+- ``group_key(job)``: the scope of head-of-line blocking. Waiting jobs are kept in groups; in a
+  scheduling pass a group whose first job cannot start is passed over for the rest of the pass
+  (every later job in it is no better placed), other groups go on. One group for all jobs is a
+  strict queue; a group per GPU count lets smaller jobs backfill past a blocked big one;
+- ``group_priority(head)``: which group's head is tried next (default: its ``order_key``); DRF
+  and Capacity rank groups by a share that changes as jobs start.
+Optionally ``admit`` (may this job start now, guaranteed or borrowed?) and ``victims`` (running
+jobs it may preempt, in preemption order). Placement is ``NodePool``'s, the same for all.
+
+Cost: a new submission tries only that job, and only if it heads its group; a pass after
+resources free up visits each group's head once, so a 10,000-job queue is never rescanned.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import (
+    Adopt,
+    Cancel,
+    ClusterView,
+    Decision,
+    Event,
+    Finish,
+    JobView,
+    NodeDown,
+    NodeUp,
+    Preempt,
+    Reconfigure,
+    Requeue,
+    SpecRejected,
+    Start,
+    Stop,
+    Submit,
+    TaskPlacement,
+    Tick,
+    VCView,
+)
+from labhive.scheduler.node_pool import (
+    Gang,
+    Locality,
+    NodePool,
+    PoolNode,
+    gang_of,
+)
+
+if TYPE_CHECKING:
+    from labhive.scheduler.config import ClusterConfig
+
+
+@dataclass(slots=True, eq=False)
+class QueuedJob:
+    """A job while a queue policy holds it."""
+
+    job_id: str
+    spec: JobSpec
+    seq: int
+    gang: Gang
+    submitted: float
+    running: bool = False
+    opportunistic: bool = False  # started on borrowed capacity (Capacity's elastic share)
+    started: float = 0.0  # start of the current run
+    attained: float = 0.0  # GPU-seconds received in earlier runs (LAS)
+    level: int = 0  # LAS queue index
+    waiting_since: float = 0.0
+    token: int = 0  # bumped on every state change, so stale heap entries can be told apart
+
+    @property
+    def vc(self) -> str:
+        return self.spec.vc
+
+    @property
+    def gpus(self) -> int:
+        return self.gang.gpus
+
+    @property
+    def cpu(self) -> float:
+        return self.gang.cpu
+
+    @property
+    def memory_mb(self) -> float:
+        return self.gang.memory_mb
+
+    @property
+    def user(self) -> str:
+        return self.spec.user or ""
+
+
+class QueuedPolicy:
+    """A ``Scheduler`` whose subclasses supply ordering (and optionally preemption)."""
+
+    name = "queued"
+
+    def __init__(self, pool: NodePool, vc_gpus: dict[str, int], *, pool_factory: Any = None):
+        self.pool = pool
+        self.vc_gpus = dict(vc_gpus)
+        self._pool_factory = pool_factory
+        self._jobs: dict[str, QueuedJob] = {}
+        self._waiting: dict[str, QueuedJob] = {}
+        self._groups: dict[Hashable, list[tuple[Any, int, int, str]]] = {}
+        self._seq = 0
+        self._now = 0.0
+        self._last_gang: tuple[JobSpec, Gang] | None = None
+        self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
+        self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
+
+    # ---- what subclasses decide --------------------------------------------------------------
+
+    def order_key(self, job: QueuedJob) -> Any:
+        return job.seq
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        return None
+
+    def group_priority(self, head: QueuedJob) -> Any:
+        return self.order_key(head)
+
+    def admit(self, job: QueuedJob) -> tuple[bool, bool]:
+        """(may start now, as borrowed/opportunistic)."""
+        return True, False
+
+    def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
+        """Running jobs ``job`` may preempt, the first to go first."""
+        return ()
+
+    def on_started(self, job: QueuedJob) -> None:
+        """Hook: ``job`` just started (at ``self._now``)."""
+
+    def on_stopped(self, job: QueuedJob) -> None:
+        """Hook: ``job`` stopped running (finished, preempted, requeued, or its node died)."""
+
+    def on_tick(self) -> None:
+        """Hook: a ``Tick`` arrived (at ``self._now``); reorder, then a pass runs."""
+
+    def next_wakeup(self) -> float | None:
+        return None
+
+    def wait_reason(self, job: QueuedJob) -> str:
+        """Why a waiting job is not running, as policy-specific text."""
+        return ""
+
+    # ---- the Scheduler interface ---------------------------------------------------------
+
+    def check(self, spec: JobSpec) -> None:
+        if spec.vc not in self.vc_gpus:
+            raise SpecRejected(
+                f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vc_gpus))}"
+            )
+        gang = self._gang(spec)
+        if not gang.tasks:
+            raise SpecRejected("the job has no tasks")
+        if not self.pool.fits_empty(gang):
+            biggest = gang.largest
+            raise SpecRejected(
+                f"the job needs {spec.total_gpus} GPUs (largest task {biggest}) but this cluster "
+                f"has {self.pool.total_gpus} GPUs and at most {self.pool.max_node_gpus} on a node"
+            )
+
+    def handle(self, event: Event) -> list[Decision]:
+        self._now = max(self._now, event.time)
+        out: list[Decision] = []
+        if isinstance(event, Submit):
+            self.check(event.spec)
+            job = self._new_job(event.job_id, event.spec)
+            self._enqueue(job)
+            self._schedule(out, only=job)
+            return out
+        if isinstance(event, Finish | Cancel):
+            gone = self._jobs.pop(event.job_id, None)
+            if gone is None:
+                return out
+            if gone.running:
+                self._stop(gone)
+            else:
+                self._dequeue(gone)
+        elif isinstance(event, Requeue):
+            back = self._jobs.get(event.job_id)
+            if back is None:
+                return out
+            if back.running:
+                self._stop(back)
+                self._enqueue(back)
+        elif isinstance(event, NodeDown):
+            for job_id in self.pool.set_healthy(event.node, False):
+                job = self._jobs[job_id]
+                self._stop(job)
+                self._enqueue(job)
+                out.append(Stop(job_id, f"node {event.node} is down {event.reason}".strip()))
+        elif isinstance(event, NodeUp):
+            self.pool.set_healthy(event.node, True)
+        elif isinstance(event, Adopt):
+            self._adopt(event, out)
+        elif isinstance(event, Reconfigure):
+            self._reconfigure(event.config, out)
+        elif isinstance(event, Tick):
+            self.on_tick()
+        self._schedule(out)
+        return out
+
+    def job(self, job_id: str) -> JobView | None:
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        if job.running:
+            return self._view(job, None, None)
+        for view in self.jobs():
+            if view.job_id == job_id:
+                return view
+        return None
+
+    def jobs(self) -> list[JobView]:
+        running = sorted((j for j in self._jobs.values() if j.running), key=lambda j: j.seq)
+        waiting = sorted(self._waiting.values(), key=lambda j: (self.order_key(j), j.seq))
+        per_vc: dict[str, int] = {}
+        for j in waiting:
+            per_vc[j.vc] = per_vc.get(j.vc, 0) + 1
+        views = [self._view(j, None, None) for j in running]
+        position: dict[str, int] = {}
+        for j in waiting:
+            position[j.vc] = position.get(j.vc, 0) + 1
+            views.append(self._view(j, position[j.vc], per_vc[j.vc]))
+        return views
+
+    def cluster(self) -> ClusterView:
+        waiting: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
+        for j in self._waiting.values():
+            waiting[j.vc] = waiting.get(j.vc, 0) + 1
+        vcs = {
+            vc: VCView(
+                name=vc,
+                guaranteed_gpus=self.vc_gpus.get(vc, 0),
+                used_gpus=self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0),
+                opportunistic_gpus=self.vc_borrowed.get(vc, 0),
+                waiting=waiting.get(vc, 0),
+            )
+            for vc in sorted(waiting)
+        }
+        return ClusterView(nodes=self.pool.views(), vcs=vcs)
+
+    # ---- state changes -------------------------------------------------------------------
+
+    def _gang(self, spec: JobSpec) -> Gang:
+        """The spec's gang; the one ``check`` just built is reused for the ``Submit`` after."""
+        last = self._last_gang
+        if last is not None and last[0] is spec:
+            return last[1]
+        gang = gang_of(spec)
+        self._last_gang = (spec, gang)
+        return gang
+
+    def _new_job(self, job_id: str, spec: JobSpec) -> QueuedJob:
+        job = QueuedJob(
+            job_id=job_id,
+            spec=spec,
+            seq=self._seq,
+            gang=self._gang(spec),
+            submitted=self._now,
+        )
+        self._seq += 1
+        self._jobs[job_id] = job
+        return job
+
+    def _enqueue(self, job: QueuedJob) -> None:
+        job.token += 1
+        job.waiting_since = self._now
+        self._waiting[job.job_id] = job
+        entry = (self.order_key(job), job.seq, job.token, job.job_id)
+        heapq.heappush(self._groups.setdefault(self.group_key(job), []), entry)
+
+    def _dequeue(self, job: QueuedJob) -> None:
+        """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
+        self._waiting.pop(job.job_id, None)
+        job.token += 1
+
+    def requeue_waiting(self, job: QueuedJob) -> None:
+        """Re-file a waiting job whose ``order_key`` changed (e.g. an LAS promotion)."""
+        self._dequeue(job)
+        self._enqueue(job)
+
+    def _head(self, group: Hashable) -> QueuedJob | None:
+        heap = self._groups.get(group)
+        while heap:
+            _, _, token, job_id = heap[0]
+            job = self._waiting.get(job_id)
+            if job is not None and job.token == token:
+                return job
+            heapq.heappop(heap)
+        if heap is not None:
+            del self._groups[group]
+        return None
+
+    def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
+        self._dequeue(job)
+        job.running = True
+        job.opportunistic = opp
+        job.started = self._now
+        self.vc_used[job.vc] = self.vc_used.get(job.vc, 0) + job.gpus
+        if opp:
+            self.vc_borrowed[job.vc] = self.vc_borrowed.get(job.vc, 0) + job.gpus
+        self.on_started(job)
+        return Start(job.job_id, tasks, opportunistic=opp)
+
+    def _stop(self, job: QueuedJob, *, release: bool = True) -> None:
+        """Stop running and free the GPUs; the caller re-enqueues it or forgets it."""
+        if release:
+            self.pool.release(job.job_id)
+        job.running = False
+        job.token += 1
+        job.attained += job.gpus * (self._now - job.started)
+        self.vc_used[job.vc] -= job.gpus
+        if job.opportunistic:
+            self.vc_borrowed[job.vc] -= job.gpus
+        self.on_stopped(job)
+        job.opportunistic = False
+
+    # ---- scheduling pass -----------------------------------------------------------------
+
+    def _schedule(self, out: list[Decision], only: QueuedJob | None = None) -> None:
+        """Start what can start. With ``only`` (a new submission), try just that job."""
+        if only is not None:
+            if self._head(self.group_key(only)) is only:
+                self._try(only, out)
+            return
+        heads: list[tuple[Any, int, Hashable]] = []
+        for group in list(self._groups):
+            head = self._head(group)
+            if head is not None:
+                heads.append((self.group_priority(head), head.seq, group))
+        heapq.heapify(heads)
+        while heads:
+            _, _, group = heapq.heappop(heads)
+            head = self._head(group)
+            if head is None or not self._try(head, out):
+                continue  # this group is blocked for the rest of the pass
+            nxt = self._head(group)
+            if nxt is not None:
+                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
+        allowed, opp = self.admit(job)
+        if not allowed:
+            return False
+        tasks = self.pool.place(job.job_id, job.gang) if job.gpus <= self.pool.free_gpus else None
+        if tasks is None:
+            tasks = self._preempt_for(job, opp, out)
+            if tasks is None:
+                return False
+        out.append(self._start(job, tasks, opp))
+        return True
+
+    def _preempt_for(
+        self, job: QueuedJob, opp: bool, out: list[Decision]
+    ) -> tuple[TaskPlacement, ...] | None:
+        """Free GPUs by preempting ``victims`` (fewest first) until the job fits; else undo."""
+        released: list[tuple[QueuedJob, tuple[TaskPlacement, ...]]] = []
+        freed = self.pool.free_gpus
+        tasks = None
+        for victim in self.victims(job, opp):
+            released.append((victim, self.pool.placement(victim.job_id)))
+            self.pool.release(victim.job_id)
+            freed += victim.gpus
+            if freed >= job.gpus:
+                tasks = self.pool.place(job.job_id, job.gang)
+                if tasks is not None:
+                    break
+        if tasks is None:
+            for victim, held in released:
+                self.pool.claim(victim.job_id, held, victim.gang)
+            return None
+        for victim, _ in released:
+            self._stop(victim, release=False)  # its GPUs went to ``job`` already
+            self._enqueue(victim)
+            out.append(Preempt(victim.job_id, by=job.job_id, reason=self.preempt_reason(victim)))
+        return tasks
+
+    def preempt_reason(self, victim: QueuedJob) -> str:
+        return f"preempted by {self.name}"
+
+    # ---- restore and reconfigure ---------------------------------------------------------
+
+    def _adopt(self, event: Adopt, out: list[Decision]) -> None:
+        job = self._new_job(event.job_id, event.spec)
+        if not self.pool.claim(job.job_id, event.tasks, job.gang):
+            self._enqueue(job)
+            out.append(Stop(job.job_id, "its GPUs are no longer free or healthy"))
+            return
+        self._start(job, event.tasks, event.opportunistic)
+
+    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+        if self._pool_factory is None:
+            raise SpecRejected(f"policy {self.name} was built without a cluster config")
+        old, self.pool = self.pool, self._pool_factory(config)
+        self.vc_gpus = vc_gpus(config)
+        for vc in self.vc_gpus:
+            self.vc_used.setdefault(vc, 0)
+            self.vc_borrowed.setdefault(vc, 0)
+        for job in sorted((j for j in self._jobs.values() if j.running), key=lambda j: j.seq):
+            held = old.placement(job.job_id)
+            if not self.pool.claim(job.job_id, held, job.gang):
+                self.pool.claim(job.job_id, (), job.gang)
+                self._stop(job)
+                self._enqueue(job)
+                out.append(Stop(job.job_id, "its cells are gone after reconfiguration"))
+
+    # ---- views ---------------------------------------------------------------------------
+
+    def _view(self, job: QueuedJob, position: int | None, length: int | None) -> JobView:
+        why = None
+        if not job.running:
+            why = self._why(job, position, length)
+        elif job.opportunistic:
+            why = f"running on GPUs borrowed beyond {job.vc}'s quota; preempted first"
+        return JobView(
+            job_id=job.job_id,
+            name=job.spec.name,
+            vc=job.vc,
+            priority=job.spec.priority,
+            state="RUNNING" if job.running else "WAITING",
+            tasks=self.pool.placement(job.job_id),
+            opportunistic=job.opportunistic,
+            queue_position=position,
+            queue_length=length,
+            why=why,
+        )
+
+    def _why(self, job: QueuedJob, position: int | None, length: int | None) -> str:
+        where = (
+            " on one node"
+            if self.pool.locality == "consolidated" and job.gpus <= self.pool.max_node_gpus
+            else ""
+        )
+        text = self.wait_reason(job) or (
+            f"needs {job.gpus} GPUs{where}; {self.pool.free_gpus} of {self.pool.total_gpus} free"
+        )
+        if position is not None:
+            text += f"; position {position} of {length} in {job.vc}"
+        return text
+
+
+# ---- building from a cluster config ------------------------------------------------------
+
+
+def pool_from_config(config: ClusterConfig, locality: Locality = "consolidated") -> NodePool:
+    """The config's nodes as GPU slots; CPU and memory per node from its SKU when given (a
+    leaf cell's share times the node's leaf cells), unbounded otherwise."""
+    merged: dict[str, tuple[str | None, set[int]]] = {}
+    for spec in config.nodes():  # a node in two chains is listed twice: one node here
+        sku, gpus = merged.setdefault(spec.name, (spec.sku, set()))
+        gpus.update(spec.gpus)
+    nodes = []
+    for name, (leaf, gpus) in merged.items():
+        sku = config.sku(leaf) if leaf else None
+        n = len(gpus)
+        cpu = sku.cpu * n if sku is not None and sku.cpu > 0 else math.inf
+        mem = sku.memory_mb * n if sku is not None and sku.memory_mb > 0 else math.inf
+        nodes.append(PoolNode(name, leaf, tuple(sorted(gpus)), cpu=cpu, memory_mb=mem))
+    return NodePool(nodes, locality)
+
+
+def vc_gpus(config: ClusterConfig) -> dict[str, int]:
+    """Each VC's guaranteed GPUs (its quota): its virtual cells' leaf cells."""
+    return {
+        name: sum(cell.number * _leaves(config, cell.cell_type) for cell in vc.cells)
+        for name, vc in config.vcs.items()
+    }
+
+
+def _leaves(config: ClusterConfig, cell_type: str) -> int:
+    ctype = config.cell_types[cell_type]
+    if ctype.child is None:
+        return 1
+    return ctype.child_number * _leaves(config, ctype.child)
+
+
+def policy_options(options: dict[str, Any], **defaults: Any) -> dict[str, Any]:
+    """Options a policy accepts, with defaults. Text values (from ``--policy las:knob=4``) are
+    converted to the default's type (a tuple is written ``3250/7200``); an unknown option is a
+    clear error."""
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise UserError(
+            f"unknown option(s) {', '.join(unknown)}; "
+            f"this policy takes {', '.join(sorted(defaults))}"
+        )
+    merged = dict(defaults)
+    for key, value in options.items():
+        merged[key] = _coerce(key, value, defaults[key])
+    return merged
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    if not isinstance(value, str) or isinstance(default, str):
+        return value
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(value)
+            return value.lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, tuple):
+            return tuple(float(v) for v in value.replace(";", "/").split("/") if v.strip())
+    except ValueError:
+        raise UserError(f"option {key}={value!r} should look like {default!r}") from None
+    return value

@@ -1,0 +1,186 @@
+"""``labhive simulate``: replay a job trace under one or more policies and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from labhive.scheduler.errors import UserError
+
+SYNTHETIC_NOTE = (
+    "NOTE: this trace is SYNTHETIC (generated in the Philly format); its metrics are not "
+    "Philly results."
+)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="replay a job trace under scheduling policies, in virtual time",
+        description=(
+            "Replay a job trace (Philly cluster_job_log JSON, plain or .gz; the derived Philly "
+            "CSV; or the generic CSV: submit_time,vc,user,gpus,duration,status) on a cluster "
+            "(a HiveD config, or a machine list such as Philly's cluster_machine_list) under "
+            "one or more policies, and compare JCT, queuing delay, makespan, utilization, "
+            "fragmentation and fairness."
+        ),
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", help="trace file")
+    src.add_argument(
+        "--scenario",
+        help="a scenario file (as labhive replay takes) instead of a trace; its cluster is used",
+    )
+    p.add_argument("--cluster", help="HiveD cluster config or machine list (with --trace)")
+    p.add_argument(
+        "--policy",
+        action="append",
+        required=True,
+        help="policy, optionally with options: NAME or NAME:key=value,... (repeat to compare)",
+    )
+    p.add_argument("--vcs", help="CSV of VC weights (vc,nodes) to split a machine list into VCs")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--out", type=Path, help="write per-job CSVs, summary.json and figures here")
+    p.add_argument("--limit", type=int, help="replay only the first N jobs (by submit time)")
+    p.add_argument("--sample", type=float, help="replay each job with this probability")
+    p.add_argument("--seed", type=int, default=0, help="seed for --sample (default 0)")
+    p.add_argument(
+        "--checkpoint",
+        type=float,
+        help="seconds between checkpoints: a preempted job keeps progress up to its last one "
+        "(default: none, it reruns its whole duration)",
+    )
+    p.add_argument(
+        "--locality",
+        choices=("consolidated", "anywhere"),
+        help="gang placement of the queue policies (default consolidated; HiveD places its own)",
+    )
+    p.add_argument(
+        "--service-time",
+        choices=("run", "span"),
+        default="run",
+        help="Philly traces: replay the summed attempt run times (run, default) or first start "
+        "to last end (span)",
+    )
+    p.add_argument("--priority", default="prod", help="priority of trace jobs (default prod)")
+    p.add_argument("--strict", action="store_true", help="reject the trace on a malformed row")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or notes on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from labhive.scheduler.jobs import parse_priority
+    from labhive.scheduler.sim.machines import load_sim_cluster
+    from labhive.scheduler.sim.report import document, table, write_outputs
+    from labhive.scheduler.sim.runner import run_policy
+    from labhive.scheduler.sim.traces import load_trace
+
+    if args.limit is not None and args.limit < 1:
+        raise UserError("--limit must be at least 1")
+    if args.sample is not None and not 0 < args.sample <= 1:
+        raise UserError("--sample must be a probability in (0, 1]")
+    if args.checkpoint is not None and args.checkpoint <= 0:
+        raise UserError("--checkpoint must be a positive number of seconds")
+    if args.scenario is not None:
+        return _run_scenario(args)
+    if args.cluster is None:
+        raise UserError("--trace needs --cluster (a HiveD config or a machine list)")
+    priority = parse_priority(args.priority)
+    config, cluster_note = load_sim_cluster(args.cluster, args.vcs)
+    trace = load_trace(
+        args.trace, strict=args.strict, service_time=args.service_time, limit=args.limit
+    )
+    notes = _notes(args, trace, cluster_note)
+    runs = [
+        run_policy(
+            policy,
+            config,
+            trace.jobs,
+            locality=args.locality,
+            checkpoint=args.checkpoint,
+            priority=priority,
+            sample=args.sample,
+            seed=args.seed,
+            progress=not args.quiet,
+        )
+        for policy in args.policy
+    ]
+    left_out = runs[0].left_out if runs else {}
+    if left_out:
+        notes.append(
+            "not replayed on this cluster: "
+            + ", ".join(f"{n} ({why})" for why, n in sorted(left_out.items()))
+        )
+    meta = _meta(args, trace, cluster_note, notes, dict(left_out))
+    if args.out is not None:
+        files = write_outputs(runs, meta, args.out)
+        notes.append(f"wrote {len(files)} files to {args.out}/")
+    if args.json:
+        print(json.dumps(document(runs, meta), indent=2))
+    else:
+        print(table(runs, notes))
+    return 0
+
+
+def _run_scenario(args: argparse.Namespace) -> int:
+    from labhive.scheduler.scenario import load_scenario
+    from labhive.scheduler.sim.report import document, table, write_outputs
+    from labhive.scheduler.sim.runner import run_scenario
+
+    if args.cluster is not None:
+        raise UserError("a scenario names its own cluster; drop --cluster")
+    scenario = load_scenario(args.scenario)
+    runs = [run_scenario(p, scenario, checkpoint=args.checkpoint) for p in args.policy]
+    notes = [f"scenario: {args.scenario}: {len(scenario.events)} events"]
+    meta = {"scenario": str(args.scenario), "checkpoint": args.checkpoint, "notes": notes}
+    if args.out is not None:
+        files = write_outputs(runs, meta, args.out)
+        notes.append(f"wrote {len(files)} files to {args.out}/")
+    if args.json:
+        print(json.dumps(document(runs, meta), indent=2))
+    else:
+        print(table(runs, notes))
+    return 0
+
+
+def _notes(args: argparse.Namespace, trace: Any, cluster_note: str) -> list[str]:
+    notes = []
+    if "synthetic" in str(args.trace).lower():
+        notes.append(SYNTHETIC_NOTE)
+    notes.append(f"trace: {args.trace} ({trace.format}): {len(trace.jobs):,} jobs to replay")
+    if trace.skipped:
+        notes.append(
+            "  not runnable by the trace's rules: "
+            + ", ".join(f"{n:,} ({why})" for why, n in sorted(trace.skipped.items()))
+        )
+    if trace.problems:
+        shown = "; ".join(str(p) for p in trace.problems[:5])
+        more = f" and {len(trace.problems) - 5} more" if len(trace.problems) > 5 else ""
+        notes.append(
+            f"  {len(trace.problems)} malformed rows skipped (--strict rejects): {shown}{more}"
+        )
+    notes.append(f"cluster: {cluster_note}")
+    return notes
+
+
+def _meta(
+    args: argparse.Namespace,
+    trace: Any,
+    cluster_note: str,
+    notes: list[str],
+    left_out: dict[str, int],
+) -> dict[str, Any]:
+    return {
+        "trace": str(args.trace),
+        "trace_format": trace.format,
+        "synthetic": "synthetic" in str(args.trace).lower(),
+        "cluster": cluster_note,
+        "seed": args.seed,
+        "checkpoint": args.checkpoint,
+        "skipped": dict(trace.skipped),
+        "malformed": [{"line": p.line, "message": p.message} for p in trace.problems],
+        "left_out": left_out,
+        "notes": notes,
+    }

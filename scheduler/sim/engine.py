@@ -1,0 +1,327 @@
+"""The trace simulator: the scenario replayer's virtual-time driver, fed by a job stream.
+
+``Simulation`` is a ``VirtualTimeDriver`` (``scheduler/replay.py``): the same clock, the same
+job records and lifecycle (``scheduler/lifecycle.py``), the same way decisions are applied, so
+a scenario gives the same placements under ``labhive replay`` and ``labhive simulate``. What
+the simulator adds:
+- submissions stream from the sorted trace instead of sitting in the heap (100k jobs);
+- a run lasts the job's *remaining* service time: a preempted or stopped run keeps the
+  progress up to its last checkpoint (``checkpoint`` seconds apart; none by default, so it
+  reruns its whole duration, as in replay);
+- a trace job that ended Failed or Killed ends FAILED after its recorded duration;
+- ``Tick`` events at the times the policy asks for (``next_wakeup``, e.g. LAS demotions);
+- the metrics: each job's first start, end and GPU time, and a ``Timeline`` of integrals.
+At one instant, completions run first, then scripted actions and wake-ups, then arrivals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.lifecycle import JobRecord, apply_decision
+from labhive.scheduler.model import (
+    Decision,
+    Event,
+    Preempt,
+    Scheduler,
+    Start,
+    Stop,
+    TaskPlacement,
+    Tick,
+)
+from labhive.scheduler.replay import _COMPLETION, VirtualTimeDriver
+from labhive.scheduler.sim.timeline import Timeline
+
+#: Trace statuses that mean the job ended well; any other ends it FAILED.
+OK_STATUSES = frozenset({"", "pass", "passed", "succeeded", "success", "completed", "ok"})
+#: Record states in which a job has ended after running (its JCT counts).
+ENDED = frozenset({"SUCCEEDED", "FAILED"})
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    """One job of the workload and what happened to it; the per-job CSV is made of these."""
+
+    job_id: str
+    spec: JobSpec
+    submit: float
+    duration: float
+    vc: str = ""  # the VC it is reported under (the trace's), which may differ from spec.vc
+    user: str = ""
+    status: str = "Pass"  # as the trace recorded it
+    record: JobRecord | None = None
+    remaining: float = 0.0
+    first_start: float | None = None
+    end: float | None = None
+    running: bool = False
+    run_start: float = 0.0
+    gpus_held: int = 0
+    gpu_seconds: float = 0.0  # GPU time held, lost work included
+    stops: int = 0
+    nodes: tuple[str, ...] = ()  # where its last run ran
+
+    def __post_init__(self) -> None:
+        self.remaining = self.duration
+        self.vc = self.vc or self.spec.vc
+        self.user = self.user or (self.spec.user or "")
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.total_gpus
+
+    @property
+    def state(self) -> str:
+        return self.record.state if self.record is not None else "PENDING"
+
+    @property
+    def ok(self) -> bool:
+        return self.status.strip().lower() in OK_STATUSES
+
+    @property
+    def tasks(self) -> tuple[TaskPlacement, ...]:
+        return self.record.tasks if self.record is not None else ()
+
+    @property
+    def reason(self) -> str:
+        return self.record.reason if self.record is not None else ""
+
+    @property
+    def preemptions(self) -> int:
+        return self.record.preemptions if self.record is not None else 0
+
+    @property
+    def attempts(self) -> int:
+        return self.record.attempt if self.record is not None else 0
+
+    @property
+    def jct(self) -> float | None:
+        return self.end - self.submit if self.end is not None and self.state in ENDED else None
+
+    @property
+    def queue_delay(self) -> float | None:
+        return None if self.first_start is None else self.first_start - self.submit
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: list[SimJob]
+    timeline: Timeline
+    total_gpus: int
+    end_time: float
+    events: int = 0
+    wakeups: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Simulation(VirtualTimeDriver):
+    """Drive ``scheduler`` through ``jobs`` (sorted by submit time) and scheduled actions."""
+
+    now: float
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        jobs: Sequence[SimJob],
+        *,
+        total_gpus: int,
+        checkpoint: float | None = None,
+        progress: Callable[[int], None] | None = None,
+        observe: Callable[[Simulation, str], None] | None = None,
+    ) -> None:
+        super().__init__(scheduler)
+        if checkpoint is not None and checkpoint <= 0:
+            raise ValueError("checkpoint interval must be positive")
+        self.jobs = list(jobs)
+        if any(j.record is not None for j in self.jobs):
+            raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
+        self.sim_jobs: dict[str, SimJob] = {}
+        self.checkpoint = checkpoint
+        self.progress = progress
+        self.observe = observe
+        self.timeline = Timeline(total_gpus)
+        self.total_gpus = total_gpus
+        self.events = 0
+        self.wakeups = 0
+        self._wake: float | None = None
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        jobs = self.jobs
+        i, n = 0, len(jobs)
+        ended = 0
+        while i < n or self.pending():
+            nxt = self.next_time()
+            if nxt is not None and (i >= n or nxt <= jobs[i].submit):
+                self._advance(nxt)
+                label = self.step()
+            else:
+                job = jobs[i]
+                i += 1
+                self._advance(job.submit)
+                self.sim_jobs[job.job_id] = job
+                record = self.submit(job.job_id, job.spec, job.duration)
+                label = f"{job.spec.name} submitted" + (
+                    " (rejected)" if record.state == "REJECTED" else ""
+                )
+            if label is None:
+                continue
+            self.events += 1
+            self._plan_wakeup()
+            if self.observe is not None:
+                self.observe(self, label)
+            if self.progress is not None and label.endswith(("finished", "failed")):
+                ended += 1
+                if ended == 512:
+                    self.progress(ended)
+                    ended = 0
+        if self.progress is not None and ended:
+            self.progress(ended)
+        self.timeline.close(self.now)
+        return SimResult(
+            policy=getattr(self.scheduler, "name", type(self.scheduler).__name__),
+            jobs=[j for j in self.sim_jobs.values()],
+            timeline=self.timeline,
+            total_gpus=self.total_gpus,
+            end_time=self.now,
+            events=self.events,
+            wakeups=self.wakeups,
+        )
+
+    def _advance(self, time: float) -> None:
+        if time > self.now or self.timeline.start is None:
+            self.timeline.advance(time)
+            self.now = max(self.now, time)
+
+    def _plan_wakeup(self) -> None:
+        wake = self.scheduler.next_wakeup()
+        if wake is None or (self._wake is not None and wake >= self._wake - 1e-9):
+            return
+        self._wake = when = max(wake, self.now)
+
+        def tick() -> str | None:
+            if self._wake != when:
+                return None  # superseded by an earlier request
+            self._wake = None
+            wanted = self.scheduler.next_wakeup()
+            if wanted is None or wanted > self.now + 1e-9:
+                self._plan_wakeup()  # what it was for is gone (the job ended): not a step
+                return None
+            self.wakeups += 1
+            self.feed(Tick(self.now))
+            return "tick"
+
+        self.at(when, tick)
+
+    # ---- lifecycle hooks (the records themselves are the replayer's) ----------------------
+
+    def submit(self, job_id: str, spec: JobSpec, duration: float | None = None) -> JobRecord:
+        job = self.sim_jobs.get(job_id)
+        if job is None:  # a scenario submission, not from the trace
+            job = self.sim_jobs[job_id] = SimJob(job_id, spec, self.now, duration or 0.0)
+            if duration is None:
+                job.remaining = math.inf  # runs until a scripted finish, fail or cancel
+        self.timeline.wait(job, +1)  # before the policy sees it: it may start at once
+        record = super().submit(job_id, spec, duration)
+        job.record = record
+        if record.state == "REJECTED":
+            self.timeline.wait(job, -1)
+        return record
+
+    def end(self, job_id: str, ok: bool) -> None:
+        job = self.sim_jobs.get(job_id)
+        record = self.records.get(job_id)
+        if job is None or record is None or not job.running:
+            return super().end(job_id, ok)
+        self._stopped(job, keep=job.remaining)
+        retry = not ok and record.retries_left > 0
+        if retry:  # the next attempt runs from the start, and may start at once
+            job.remaining = job.duration
+            self.timeline.wait(job, +1)
+        else:
+            job.end = self.now
+        super().end(job_id, ok)
+
+    def cancel(self, job_id: str) -> None:
+        job = self.sim_jobs.get(job_id)
+        record = self.records.get(job_id)
+        if job is not None and record is not None and not record.done:
+            if job.running:
+                self._stopped(job, keep=0.0)
+            else:
+                self.timeline.wait(job, -1)
+            job.end = self.now
+        super().cancel(job_id)
+
+    def feed(self, event: Event) -> list[Decision]:
+        """The replayer's ``feed`` (policy, then ``apply_decision`` per decision), with the
+        simulator's bookkeeping around each decision: a run cut short is accounted before
+        the record changes, so a job stopped and restarted by one event is timed right."""
+        decisions = self.scheduler.handle(event)
+        self.decisions += len(decisions)
+        for d in decisions:
+            record = self.records.get(d.job_id)
+            if record is None:
+                continue
+            job = self.sim_jobs.get(d.job_id)
+            if job is not None and job.running and isinstance(d, Preempt | Stop):
+                self._stopped(job, keep=None)
+                self.timeline.wait(job, +1)
+                if isinstance(d, Preempt):
+                    self.timeline.preempted(job)
+                else:
+                    job.stops += 1
+            if apply_decision(record, d, self.now) and isinstance(d, Start):
+                self._time_run(record)
+            elif job is not None and job.running and isinstance(d, Start):
+                more = sum(len(t.gpus) for t in d.tasks)  # more tasks of an incremental job
+                job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
+                job.run_start = self.now
+                job.gpus_held += more
+                job.nodes = tuple(sorted({t.node for t in record.tasks}))
+                self.timeline.run(job, more)
+        return decisions
+
+    def _time_run(self, record: JobRecord) -> None:
+        """A run starts: time its end by the job's remaining service time."""
+        job = self.sim_jobs[record.job_id]
+        job.running = True
+        job.run_start = self.now
+        job.gpus_held = sum(len(t.gpus) for t in record.tasks)
+        job.nodes = tuple(sorted({t.node for t in record.tasks}))
+        if job.first_start is None:
+            job.first_start = self.now
+        self.timeline.wait(job, -1)
+        self.timeline.run(job, job.gpus_held)
+        if math.isinf(job.remaining):
+            return
+        generation = record.generation
+
+        def complete() -> str | None:
+            if record.generation != generation or record.state != "RUNNING":
+                return None
+            self.end(record.job_id, job.ok)
+            return f"{record.spec.name} {'finished' if job.ok else 'failed'}"
+
+        self.at(self.now + job.remaining, complete, _COMPLETION)
+
+    def _stopped(self, job: SimJob, keep: float | None) -> None:
+        """The run ends; ``remaining`` drops by ``keep`` (None: the checkpointed progress)."""
+        ran = self.now - job.run_start
+        job.gpu_seconds += ran * job.gpus_held
+        self.timeline.run(job, -job.gpus_held)
+        job.gpus_held = 0
+        job.running = False
+        if keep is None:
+            keep = self._saved(ran)
+        job.remaining = max(0.0, job.remaining - keep)
+
+    def _saved(self, ran: float) -> float:
+        if self.checkpoint is None:
+            return 0.0
+        return math.floor(ran / self.checkpoint + 1e-9) * self.checkpoint

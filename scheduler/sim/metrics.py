@@ -1,0 +1,109 @@
+"""Metrics of one simulated run, overall and per VC.
+
+Definitions (also in ``docs/policies.md``):
+- JCT: end - submit, over jobs that ended after running (SUCCEEDED, or FAILED as the trace
+  recorded them: failed and killed jobs replay their recorded durations). Queuing delay:
+  first start - submit.
+- makespan: last end - first submit; throughput: finished jobs per hour of makespan.
+- utilization: GPU-seconds held / (cluster GPUs x makespan), lost work included.
+- fragmentation: GPU-seconds idle while some waiting job needed no more GPUs than were idle
+  (it waited for their shape or place, not their number), over cluster GPUs x makespan.
+- VC share: a VC's GPU-seconds served / GPU-seconds it asked for (running + waiting jobs'
+  GPUs over time); 1 means it never waited. ``jain_vc_share`` is Jain's index over VCs.
+- finish-time fairness: a job's rho = JCT / its duration (time in the shared cluster over its
+  time alone, Themis' ratio with the job's own run as the isolated time); per VC the mean;
+  overall the worst VC's mean and Jain's index over the VCs' means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from labhive.scheduler.sim.engine import ENDED, SimJob, SimResult
+
+
+def jain(values: Iterable[float]) -> float | None:
+    """Jain's fairness index: 1 when all equal, 1/n when one value takes everything."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None
+    square = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * square) if square else 1.0
+
+
+def _stats(values: list[float], prefix: str) -> dict[str, float | None]:
+    if not values:
+        return {f"{prefix}_{k}": None for k in ("avg", "median", "p95", "p99")}
+    arr = np.asarray(values, dtype=float)
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return {
+        f"{prefix}_avg": float(arr.mean()),
+        f"{prefix}_median": float(p50),
+        f"{prefix}_p95": float(p95),
+        f"{prefix}_p99": float(p99),
+    }
+
+
+def _group(jobs: list[SimJob]) -> dict[str, Any]:
+    finished = [j for j in jobs if j.state in ENDED and j.end is not None]
+    jct = [j.end - j.submit for j in finished if j.end is not None]
+    delay = [j.first_start - j.submit for j in jobs if j.first_start is not None]
+    rho = [
+        (j.end - j.submit) / j.duration for j in finished if j.end is not None and j.duration > 0
+    ]
+    out: dict[str, Any] = {
+        "jobs": len(jobs),
+        "finished": len(finished),
+        "failed": sum(1 for j in finished if j.state == "FAILED"),
+        "unfinished": sum(1 for j in jobs if j.state in ("WAITING", "RUNNING")),
+        "rejected": sum(1 for j in jobs if j.state == "REJECTED"),
+        "cancelled": sum(1 for j in jobs if j.state == "STOPPED"),
+        "preemptions": sum(j.preemptions for j in jobs),
+        "gpu_hours": sum(j.gpu_seconds for j in jobs) / 3600.0,
+    }
+    out.update(_stats(jct, "jct"))
+    out.update(_stats(delay, "queue_delay"))
+    out["ftf_rho"] = float(np.mean(rho)) if rho else None
+    return out
+
+
+def summarize(result: SimResult) -> dict[str, Any]:
+    jobs, tl = result.jobs, result.timeline
+    overall = _group(jobs)
+    submits = [j.submit for j in jobs]
+    ends = [j.end for j in jobs if j.end is not None]
+    makespan = (max(ends) - min(submits)) if ends and submits else 0.0
+    capacity = result.total_gpus * tl.span
+    overall.update(
+        {
+            "makespan": makespan,
+            "throughput_per_hour": overall["finished"] / (makespan / 3600) if makespan else None,
+            "utilization": tl.busy_gpu_seconds / capacity if capacity else None,
+            "fragmentation": tl.frag_gpu_seconds / capacity if capacity else None,
+            "fragmented_time_share": tl.frag_seconds / tl.span if tl.span else None,
+        }
+    )
+    by_vc: dict[str, list[SimJob]] = {}
+    for j in jobs:
+        by_vc.setdefault(j.vc, []).append(j)
+    per_vc: dict[str, dict[str, Any]] = {}
+    for vc in sorted(by_vc):
+        stats = _group(by_vc[vc])
+        acc = tl.vcs.get(vc)
+        stats["share"] = acc.served / acc.demand if acc is not None and acc.demand else None
+        per_vc[vc] = stats
+    shares = [s["share"] for s in per_vc.values() if s["share"] is not None]
+    rhos = [s["ftf_rho"] for s in per_vc.values() if s["ftf_rho"] is not None]
+    overall["jain_vc_share"] = jain(shares)
+    overall["ftf_worst_vc"] = max(rhos) if rhos else None
+    overall["jain_vc_ftf"] = jain(rhos)
+    return {
+        "policy": result.policy,
+        "total_gpus": result.total_gpus,
+        "events": result.events,
+        "overall": overall,
+        "per_vc": per_vc,
+    }

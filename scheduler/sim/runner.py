@@ -1,0 +1,112 @@
+"""One simulation run per policy: load once, replay the same jobs under each policy."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.jobs import PRIORITY_CLASSES
+from labhive.scheduler.policies import get_policy
+from labhive.scheduler.replay import _action as scenario_action
+from labhive.scheduler.scenario import Scenario
+from labhive.scheduler.sim.engine import SimResult, Simulation
+from labhive.scheduler.sim.metrics import summarize
+from labhive.scheduler.sim.traces import TraceJob
+from labhive.scheduler.sim.workload import sim_jobs
+
+
+def parse_policy(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME`` or ``NAME:key=value,key=value`` (as ``--policy`` takes it)."""
+    name, _, rest = text.partition(":")
+    options: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UserError(f"policy option {item!r} in {text!r} should be key=value")
+        options[key.strip()] = value.strip()
+    return name.strip(), options
+
+
+@dataclass
+class PolicyRun:
+    label: str
+    result: SimResult
+    summary: dict[str, Any]
+    left_out: Counter[str] = field(default_factory=Counter)
+
+
+def run_policy(
+    policy: str,
+    config: ClusterConfig,
+    trace_jobs: list[TraceJob],
+    *,
+    locality: str | None = None,
+    checkpoint: float | None = None,
+    priority: int = PRIORITY_CLASSES["prod"],
+    sample: float | None = None,
+    seed: int = 0,
+    progress: bool = False,
+    observe: Callable[..., None] | None = None,
+) -> PolicyRun:
+    name, options = parse_policy(policy)
+    if locality is not None and name != "hived":
+        options.setdefault("locality", locality)
+    scheduler = get_policy(name, config, **options)
+    jobs, left_out = sim_jobs(trace_jobs, config, priority=priority, sample=sample, seed=seed)
+    bar = _progress_bar(len(jobs), policy) if progress else None
+    sim = Simulation(
+        scheduler,
+        jobs,
+        total_gpus=config.total_gpus(),
+        checkpoint=checkpoint,
+        progress=bar.update if bar is not None else None,
+        observe=observe,
+    )
+    try:
+        result = sim.run()
+    finally:
+        if bar is not None:
+            bar.close()
+    summary = summarize(result)
+    summary["policy"] = policy
+    return PolicyRun(policy, result, summary, left_out)
+
+
+def run_scenario(
+    policy: str,
+    scenario: Scenario,
+    *,
+    checkpoint: float | None = None,
+    observe: Callable[..., None] | None = None,
+) -> PolicyRun:
+    """A scenario file's events, on the simulator: the same actions ``labhive replay`` takes,
+    scheduled on the simulator's clock (one core, two drivers, the same placements)."""
+    name, options = parse_policy(policy)
+    scheduler = get_policy(name, scenario.cluster, **options)
+    sim = Simulation(
+        scheduler,
+        [],
+        total_gpus=scenario.cluster.total_gpus(),
+        checkpoint=checkpoint,
+        observe=observe,
+    )
+    for event in scenario.events:
+        sim.at(event.at, scenario_action(sim, event))
+    result = sim.run()
+    summary = summarize(result)
+    summary["policy"] = policy
+    return PolicyRun(policy, result, summary)
+
+
+def _progress_bar(total: int, label: str) -> Any:
+    """A tqdm bar on stderr, only when stderr is a terminal (never in pipes, logs, CI)."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label, unit="job", file=sys.stderr, leave=False)

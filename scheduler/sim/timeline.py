@@ -1,0 +1,104 @@
+"""What the cluster looked like over virtual time, kept as running integrals.
+
+The driver reports each change (GPUs taken or given back, a job starting or stopping to
+wait, a preemption) and each advance of the clock; the timeline integrates GPU use, idle GPUs
+while a waiting job would fit by count (fragmentation), and per VC the GPU time served versus
+asked for (for the fairness index). Each VC's integral advances only when that VC changes,
+so a change costs O(1) however many VCs there are. The step series (one point per instant at
+which time moved) feeds the utilization and queue-length figures.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+
+class _VC:
+    __slots__ = ("demand", "last", "served", "used", "waiting_gpus")
+
+    def __init__(self, now: float) -> None:
+        self.last = now
+        self.used = 0
+        self.waiting_gpus = 0
+        self.served = 0.0  # GPU-seconds run
+        self.demand = 0.0  # GPU-seconds run or waited for
+
+    def advance(self, now: float) -> None:
+        dt = now - self.last
+        if dt > 0:
+            self.served += self.used * dt
+            self.demand += (self.used + self.waiting_gpus) * dt
+        self.last = now
+
+
+class Timeline:
+    def __init__(self, total_gpus: int) -> None:
+        self.total_gpus = total_gpus
+        self.start: float | None = None
+        self.now = 0.0
+        self.used = 0
+        self.waiting = 0
+        self.busy_gpu_seconds = 0.0
+        self.frag_gpu_seconds = 0.0
+        self.frag_seconds = 0.0
+        self.preemptions = 0
+        self._wait_sizes: dict[int, int] = {}
+        self.vcs: dict[str, _VC] = {}
+        self.t = array("d")
+        self.used_series = array("l")
+        self.waiting_series = array("l")
+
+    def advance(self, t: float) -> None:
+        """Time moves from ``now`` to ``t`` with the current state."""
+        if self.start is None:
+            self.start = self.now = t
+            return
+        dt = t - self.now
+        if dt <= 0:
+            return
+        self.t.append(self.now)
+        self.used_series.append(self.used)
+        self.waiting_series.append(self.waiting)
+        self.busy_gpu_seconds += self.used * dt
+        idle = self.total_gpus - self.used
+        if self.waiting and idle > 0 and min(self._wait_sizes) <= idle:
+            self.frag_gpu_seconds += idle * dt
+            self.frag_seconds += dt
+        self.now = t
+
+    def _vc(self, name: str) -> _VC:
+        vc = self.vcs.get(name)
+        if vc is None:
+            vc = self.vcs[name] = _VC(self.now)
+        vc.advance(self.now)
+        return vc
+
+    def run(self, job: Any, gpus: int) -> None:
+        self.used += gpus
+        self._vc(job.vc).used += gpus
+
+    def wait(self, job: Any, sign: int) -> None:
+        self.waiting += sign
+        size = job.gpus
+        count = self._wait_sizes.get(size, 0) + sign
+        if count:
+            self._wait_sizes[size] = count
+        else:
+            del self._wait_sizes[size]
+        self._vc(job.vc).waiting_gpus += sign * size
+
+    def preempted(self, job: Any) -> None:
+        self.preemptions += 1
+
+    def close(self, t: float) -> None:
+        self.advance(t)
+        self.t.append(self.now)
+        self.used_series.append(self.used)
+        self.waiting_series.append(self.waiting)
+        for vc in self.vcs.values():
+            vc.advance(self.now)
+
+    @property
+    def span(self) -> float:
+        return 0.0 if self.start is None else self.now - self.start

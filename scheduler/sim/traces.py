@@ -1,0 +1,376 @@
+"""Job traces for the simulator: the Philly job log, its derived CSV, and a generic CSV.
+
+Every loader yields the same ``TraceJob`` rows so the driver never cares where a trace came
+from. Times are seconds since ``PHILLY_EPOCH`` (naive, as the trace's own strings are), the
+origin the derived Philly CSV already uses, so the JSON and the CSV of one trace agree.
+
+Rows fall into three kinds, all accounted for, none dropped silently:
+- runnable: replayed with their recorded service time (failed and killed jobs too);
+- not runnable by the trace's own rules (no attempts, a start or end missing, zero GPUs):
+  counted in ``Trace.skipped`` by reason, as the Philly analysis notebook does;
+- malformed (missing keys, unparsable numbers or times): reported with their line number in
+  ``Trace.problems``, or, with ``strict``, a ``UserError`` naming the first one.
+
+The generic CSV, for converting any other trace, has a header row and these columns:
+``submit_time`` (seconds, or ``YYYY-MM-DD HH:MM:SS``), ``vc``, ``user``, ``gpus``, ``duration``
+(seconds of service), ``status`` (free text, e.g. Pass/Failed/Killed; may be empty); optional:
+``job_id``, ``cpu``, ``memory_mb``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from labhive.scheduler.errors import UserError
+
+PHILLY_EPOCH = datetime(2017, 8, 7)
+TraceFormat = Literal["philly-json", "philly-csv", "generic-csv"]
+ServiceTime = Literal["run", "span"]
+#: Values the Philly log uses for "no time" (the string "None" in the real file).
+_MISSING = (None, "", "None", "none", "null")
+
+GENERIC_COLUMNS = ("submit_time", "vc", "user", "gpus", "duration", "status")
+PHILLY_CSV_COLUMNS = ("jobid", "vc", "user", "status", "submit_time_s", "gpus", "run_time_s")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job to replay: arrives at ``submit``, needs ``gpus`` for ``duration`` seconds."""
+
+    job_id: str
+    submit: float
+    vc: str
+    user: str
+    gpus: int
+    duration: float
+    status: str = "Pass"
+    line: int = 0
+    cpu: float | None = None
+    memory_mb: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowProblem:
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+@dataclass
+class Trace:
+    source: str
+    format: TraceFormat
+    jobs: list[TraceJob]
+    problems: list[RowProblem] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def limited(self, n: int | None) -> Trace:
+        """The first ``n`` jobs in submit order (a prefix keeps arrival gaps real)."""
+        if n is None or n >= len(self.jobs):
+            return self
+        return replace(self, jobs=self.jobs[:n])
+
+
+class _RowError(ValueError):
+    """A malformed row; the loader records it with the row's line."""
+
+
+def load_trace(
+    path: str | Path,
+    fmt: TraceFormat | None = None,
+    *,
+    strict: bool = False,
+    service_time: ServiceTime = "run",
+    limit: int | None = None,
+) -> Trace:
+    """Load any supported trace; the format is sniffed when not given."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"trace {path} does not exist; give a Philly cluster_job_log or a CSV")
+    text = _read_text(path)
+    fmt = fmt or sniff_format(text, path)
+    if fmt == "philly-json":
+        trace = _load_philly_json(text, str(path), service_time)
+    elif fmt == "philly-csv":
+        trace = _load_csv(text, str(path), fmt, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS)
+    else:
+        required = tuple(c for c in GENERIC_COLUMNS if c != "status")
+        trace = _load_csv(text, str(path), fmt, _generic_row, required)
+    if strict and trace.problems:
+        raise UserError(
+            f"{path}: {trace.problems[0]} ({len(trace.problems)} malformed rows in all; "
+            "fix them or drop --strict to skip them)"
+        )
+    trace.jobs.sort(key=lambda j: (j.submit, j.line))
+    return trace.limited(limit)
+
+
+def _read_text(path: Path) -> str:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"{path} is not UTF-8 text (byte {err.start}); give a JSON or CSV trace"
+        ) from None
+
+
+def sniff_format(text: str, path: Path | str = "") -> TraceFormat:
+    """JSON if it opens with ``[``; otherwise the CSV header tells Philly-derived from generic."""
+    head = text.lstrip()[:1]
+    if head == "[":
+        return "philly-json"
+    header = next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])
+    names = {h.strip() for h in header}
+    if set(PHILLY_CSV_COLUMNS) <= names:
+        return "philly-csv"
+    if set(GENERIC_COLUMNS) - {"status"} <= names:
+        return "generic-csv"
+    raise UserError(
+        f"{path}: cannot tell the trace format: expected a Philly cluster_job_log (a JSON array), "
+        f"the derived Philly CSV (columns {', '.join(PHILLY_CSV_COLUMNS)}), or the generic CSV "
+        f"(columns {', '.join(GENERIC_COLUMNS)}); found header {', '.join(sorted(names))}"
+    )
+
+
+# ---- Philly JSON -------------------------------------------------------------------------
+
+
+def _iter_json_array(text: str, source: str) -> Iterator[tuple[int, Any]]:
+    """Elements of one JSON array with the line each starts on, so a bad row can be named."""
+    decoder = json.JSONDecoder()
+    ws = " \t\r\n"
+    n = len(text)
+    pos = len(text) - len(text.lstrip())
+    if text[pos : pos + 1] != "[":
+        raise UserError(f"{source}: expected a JSON array of jobs ('[' at the start)")
+    pos += 1
+    line = 1 + text.count("\n", 0, pos)
+    last = pos
+    while True:
+        while pos < n and text[pos] in ws:
+            pos += 1
+        if pos < n and text[pos] == "]":
+            return
+        line += text.count("\n", last, pos)
+        last = pos
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            raise UserError(
+                f"{source}: line {err.lineno}: broken JSON ({err.msg}); the rest of the file "
+                "cannot be read"
+            ) from None
+        yield line, obj
+        while pos < n and text[pos] in ws:
+            pos += 1
+        if pos < n and text[pos] == ",":
+            pos += 1
+        elif pos < n and text[pos] == "]":
+            return
+        else:
+            raise UserError(
+                f"{source}: line {line + text.count(chr(10), last, pos)}: "
+                "expected ',' or ']' after a job"
+            )
+
+
+def parse_philly_time(value: Any) -> float | None:
+    """Seconds since ``PHILLY_EPOCH``, or None for the log's missing-time markers."""
+    if value in _MISSING:
+        return None
+    if not isinstance(value, str):
+        raise _RowError(f"time {value!r} is not a 'YYYY-MM-DD HH:MM:SS' string")
+    try:
+        return (datetime.fromisoformat(value) - PHILLY_EPOCH).total_seconds()
+    except ValueError:
+        raise _RowError(f"time {value!r} is not 'YYYY-MM-DD HH:MM:SS'") from None
+
+
+def _load_philly_json(text: str, source: str, service_time: ServiceTime) -> Trace:
+    trace = Trace(source, "philly-json", [])
+    for line, obj in _iter_json_array(text, source):
+        try:
+            job = _philly_json_row(obj, line, service_time)
+        except _RowError as err:
+            trace.problems.append(RowProblem(line, str(err)))
+            continue
+        if isinstance(job, str):
+            trace.skipped[job] += 1
+        else:
+            trace.jobs.append(job)
+    return trace
+
+
+def _philly_json_row(obj: Any, line: int, service_time: ServiceTime) -> TraceJob | str:
+    """A runnable job, or the reason (a str) the trace's rules say it cannot be replayed."""
+    if not isinstance(obj, dict):
+        raise _RowError(f"a job must be a JSON object, not {type(obj).__name__}")
+    missing = [k for k in ("jobid", "vc", "submitted_time", "attempts") if k not in obj]
+    if missing:
+        raise _RowError(f"missing {', '.join(missing)}")
+    submit = parse_philly_time(obj["submitted_time"])
+    if submit is None:
+        raise _RowError("submitted_time is missing")
+    attempts = obj["attempts"]
+    if not isinstance(attempts, list):
+        raise _RowError("attempts must be a list")
+    if not attempts:
+        return "no attempts"
+    first = attempts[0]
+    if not isinstance(first, dict) or not isinstance(first.get("detail", []), list):
+        raise _RowError("an attempt must be an object with a detail list")
+    gpus = 0
+    for d in first.get("detail", []):
+        if not isinstance(d, dict) or not isinstance(d.get("gpus", []), list):
+            raise _RowError("attempt detail entries must be {ip, gpus: [...]}")
+        gpus += len(d.get("gpus", []))
+    run = 0.0
+    starts: list[float] = []
+    ends: list[float] = []
+    complete = True
+    for a in attempts:
+        if not isinstance(a, dict):
+            raise _RowError("an attempt must be an object")
+        start = parse_philly_time(a.get("start_time"))
+        end = parse_philly_time(a.get("end_time"))
+        if start is None or end is None:
+            complete = False
+        else:
+            run += max(0.0, end - start)
+            starts.append(start)
+            ends.append(end)
+    if not complete:
+        return "attempt without start or end"
+    if gpus == 0:
+        return "zero GPUs"
+    duration = run if service_time == "run" else max(ends) - min(starts)
+    return TraceJob(
+        job_id=str(obj["jobid"]),
+        submit=submit,
+        vc=str(obj["vc"]),
+        user=str(obj.get("user", "")),
+        gpus=gpus,
+        duration=duration,
+        status=str(obj.get("status", "")),
+        line=line,
+    )
+
+
+# ---- CSVs --------------------------------------------------------------------------------
+
+
+def _load_csv(
+    text: str, source: str, fmt: TraceFormat, parse_row: Any, required: tuple[str, ...]
+) -> Trace:
+    trace = Trace(source, fmt, [])
+    reader = csv.DictReader(io.StringIO(text))
+    reader.fieldnames = [f.strip() for f in reader.fieldnames or []]
+    missing = [c for c in required if c not in reader.fieldnames]
+    if missing:
+        raise UserError(f"{source}: line 1: the header lacks {', '.join(missing)} ({fmt} trace)")
+    for row in reader:
+        line = reader.line_num
+        if None in row or any(v is None for v in row.values()):
+            trace.problems.append(RowProblem(line, "wrong number of columns"))
+            continue
+        try:
+            job = parse_row(row, line)
+        except _RowError as err:
+            trace.problems.append(RowProblem(line, str(err)))
+            continue
+        if isinstance(job, str):
+            trace.skipped[job] += 1
+        else:
+            trace.jobs.append(job)
+    return trace
+
+
+def _number(row: dict[str, str], key: str, *, integer: bool = False) -> float:
+    raw = row.get(key, "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _RowError(f"{key} {raw!r} is not a number") from None
+    if value != value or value < 0:
+        raise _RowError(f"{key} {raw!r} must be a non-negative number")
+    if integer and value != int(value):
+        raise _RowError(f"{key} {raw!r} must be a whole number")
+    return value
+
+
+def _philly_csv_row(service_time: ServiceTime) -> Any:
+    def parse(row: dict[str, str], line: int) -> TraceJob | str:
+        if row.get("gpus", "").strip() == "":
+            return "no attempts"
+        if row.get("complete", "1").strip() not in ("1", "1.0"):
+            return "attempt without start or end"
+        gpus = int(_number(row, "gpus", integer=True))
+        if gpus == 0:
+            return "zero GPUs"
+        key = "run_time_s" if service_time == "run" else "duration_s"
+        return TraceJob(
+            job_id=row["jobid"].strip(),
+            submit=_number(row, "submit_time_s"),
+            vc=row["vc"].strip(),
+            user=row["user"].strip(),
+            gpus=gpus,
+            duration=_number(row, key),
+            status=row["status"].strip(),
+            line=line,
+        )
+
+    return parse
+
+
+def _generic_row(row: dict[str, str], line: int) -> TraceJob | str:
+    raw_submit = row["submit_time"].strip()
+    try:
+        submit = float(raw_submit)
+    except ValueError:
+        submit_or_none = parse_philly_time(raw_submit)
+        if submit_or_none is None:
+            raise _RowError("submit_time is empty") from None
+        submit = submit_or_none
+    gpus = int(_number(row, "gpus", integer=True))
+    if gpus == 0:
+        return "zero GPUs"
+    vc = row["vc"].strip()
+    if not vc:
+        raise _RowError("vc is empty")
+    cpu = _number(row, "cpu") if row.get("cpu", "").strip() else None
+    mem = int(_number(row, "memory_mb", integer=True)) if row.get("memory_mb", "").strip() else None
+    return TraceJob(
+        job_id=(row.get("job_id") or "").strip() or f"job-{line}",
+        submit=submit,
+        vc=vc,
+        user=row["user"].strip(),
+        gpus=gpus,
+        duration=_number(row, "duration"),
+        status=(row.get("status") or "").strip() or "Pass",
+        line=line,
+        cpu=cpu,
+        memory_mb=mem,
+    )
+
+
+def write_generic_csv(jobs: list[TraceJob], path: str | Path) -> None:
+    """Write jobs in the generic format (used to convert traces and by the tests)."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["job_id", *GENERIC_COLUMNS])
+        for j in jobs:
+            w.writerow([j.job_id, j.submit, j.vc, j.user, j.gpus, j.duration, j.status])

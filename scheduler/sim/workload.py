@@ -1,0 +1,86 @@
+"""Trace rows become jobs the scheduling core understands.
+
+A trace job asking for G GPUs becomes a gang of G one-GPU tasks (one worker per GPU, as
+data-parallel training runs), so the same job can be packed on one node or spread, as the
+policy's locality choice or HiveD's topology-aware placement decides. Its duration is the
+recorded service time. All trace jobs get one priority (``prod`` unless told otherwise): the
+Philly log records none.
+
+VCs: a cluster with a single VC takes every job; otherwise a job keeps its trace VC and a
+job whose VC the cluster lacks is not replayed (counted, as Helios drops Philly's small VCs).
+Metrics are always reported under the trace's VC.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
+from labhive.scheduler.sim.engine import SimJob
+from labhive.scheduler.sim.traces import TraceJob
+
+ROLE = "worker"
+
+
+def trace_job_spec(tj: TraceJob, vc: str, priority: int = PRIORITY_CLASSES["prod"]) -> JobSpec:
+    extra: dict[str, float | int] = {}
+    if tj.cpu is not None:
+        extra["cpu"] = tj.cpu / tj.gpus
+    if tj.memory_mb is not None:
+        extra["memory_mb"] = max(1, round(tj.memory_mb / tj.gpus))
+    role = RoleSpec(ROLE, instances=tj.gpus, gpu=1, **extra)  # type: ignore[arg-type]
+    return JobSpec(
+        name=tj.job_id,
+        vc=vc,
+        priority=priority,
+        roles=(role,),
+        gang=True,
+        duration=tj.duration,
+        user=tj.user,
+    )
+
+
+def sim_jobs(
+    trace_jobs: list[TraceJob],
+    config: ClusterConfig,
+    *,
+    priority: int = PRIORITY_CLASSES["prod"],
+    sample: float | None = None,
+    seed: int = 0,
+) -> tuple[list[SimJob], Counter[str]]:
+    """The jobs to replay on ``config``, and how many were left out, by reason.
+
+    ``sample`` keeps each job with that probability, drawn from ``seed``: the same seed gives
+    the same jobs.
+    """
+    vcs = sorted(config.vcs)
+    single = vcs[0] if len(vcs) == 1 else None
+    rng = random.Random(seed)
+    left_out: Counter[str] = Counter()
+    seen: set[str] = set()
+    out: list[SimJob] = []
+    for tj in trace_jobs:
+        if sample is not None and rng.random() >= sample:
+            left_out["not sampled"] += 1
+            continue
+        vc = single or tj.vc
+        if vc not in config.vcs:
+            left_out["VC not in the cluster"] += 1
+            continue
+        job_id = tj.job_id if tj.job_id not in seen else f"{tj.job_id}@{tj.line}"
+        seen.add(job_id)
+        spec = trace_job_spec(tj, vc, priority)
+        out.append(
+            SimJob(
+                job_id=job_id,
+                spec=spec,
+                submit=tj.submit,
+                duration=tj.duration,
+                vc=tj.vc,
+                user=tj.user,
+                status=tj.status,
+            )
+        )
+    return out, left_out
