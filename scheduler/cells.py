@@ -166,6 +166,7 @@ class CellTree:
         # Per chain, the nodes with a free healthy GPU: what most searches start from.
         self.open: dict[str, dict[Cell, None]] = {}
         self.oppo_total = 0  # GPUs opportunistic jobs use, cluster-wide
+        self.free_total = 0  # healthy GPUs no job uses, cluster-wide
         order = 0
         for spec in config.physical_cells:
             chain = self.chains.get(spec.chain)
@@ -178,6 +179,7 @@ class CellTree:
         for chain in self.chains.values():
             chain.node_cells = [c for t in chain.tops for c in t.walk() if c.is_node]
             self.open[chain.name] = dict.fromkeys(chain.node_cells)
+            self.free_total += sum(t.leaves for t in chain.tops)
         for pid, spec in config.pinned.items():
             self.pinned[pid] = self.cells[spec.id]
 
@@ -208,6 +210,8 @@ class CellTree:
         guaranteed = prio >= 0
         if not guaranteed:
             self.oppo_total += 1
+        if healthy:
+            self.free_total -= 1
         cell: Cell | None = leaf
         while cell is not None:
             if healthy:
@@ -227,6 +231,8 @@ class CellTree:
         guaranteed = leaf.prio >= 0
         if not guaranteed:
             self.oppo_total -= 1
+        if healthy:
+            self.free_total += 1
         leaf.job = None
         cell: Cell | None = leaf
         while cell is not None:
@@ -247,6 +253,8 @@ class CellTree:
             if (leaf.bad == 0) == healthy:
                 continue
             delta = 1 if healthy else -1
+            if leaf.job is None:
+                self.free_total += delta
             cell: Cell | None = leaf
             while cell is not None:
                 cell.bad -= delta

@@ -204,7 +204,9 @@ def load_cluster_config(source: str | Path | Mapping[str, Any]) -> ClusterConfig
 
 
 def _read(source: str | Path) -> tuple[str, str]:
-    if isinstance(source, Path) or ("\n" not in source and source.endswith((".yaml", ".yml"))):
+    if isinstance(source, Path) or (
+        "\n" not in source and (source.endswith((".yaml", ".yml")) or Path(source).is_file())
+    ):
         path = Path(source)
         try:
             return path.read_text(), str(path)

@@ -15,6 +15,7 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from labhive.scheduler.admission import reject_if_never_runs
 from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
@@ -29,7 +30,6 @@ from labhive.scheduler.model import (
     JobView,
     NodeDown,
     NodeUp,
-    NodeView,
     Preempt,
     Reconfigure,
     Requeue,
@@ -44,6 +44,7 @@ from labhive.scheduler.model import (
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
+from labhive.scheduler.views import job_view, node_views, vc_views
 
 
 class AdoptRefused(ValueError):
@@ -61,6 +62,8 @@ class Job:
     downgraded_by: str | None = None
     queued_key: Hashable | None = None  # the class it waits in, if any
     in_order: bool = False  # listed in its VC's queue order
+    pinned: str | None = None  # the pinned cell its roles name, if any
+    needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
 
     @property
     def vc(self) -> str:
@@ -68,15 +71,13 @@ class Job:
 
     @property
     def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:
+        if not self.placed:
+            return self.tasks
         return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
 
     @property
     def opportunistic(self) -> bool:
         return self.prio == OPPORTUNISTIC
-
-    @property
-    def pinned(self) -> str | None:
-        return next((r.pinned_cell for r in self.spec.roles if r.pinned_cell), None)
 
 
 def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
@@ -136,84 +137,13 @@ class HivedScheduler:
         key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
         if key not in self._checked:
             try:
-                self._check(spec)
+                reject_if_never_runs(self, spec)
                 self._checked[key] = None
             except SpecRejected as err:
                 self._checked[key] = str(err)
         message = self._checked[key]
         if message is not None:
             raise SpecRejected(message)
-
-    def _check(self, spec: JobSpec) -> None:
-        leaf_types = sorted(self._max_node)
-        vc = self.vcs.by_name.get(spec.vc)
-        if vc is None:
-            raise SpecRejected(
-                f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vcs.by_name))}"
-            )
-        skus = {r.sku for r in spec.roles if r.sku is not None}
-        for sku in sorted(skus):
-            if sku not in self._max_node:
-                raise SpecRejected(
-                    f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}"
-                )
-        if spec.gang and len(skus) > 1:
-            raise SpecRejected(
-                f"a gang stays within one chain, but its roles ask for {', '.join(sorted(skus))}; "
-                "give every role the same skuType or set gangAllocation: false"
-            )
-        vc_types = {self.tree.chains[c].leaf_type for c in vc.quota}
-        vc_types |= {self.tree.chains[c.chain].leaf_type for c in vc.pinned}
-        pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
-        for pin in sorted(pins):
-            if pin not in {c.pinned_id for c in vc.pinned}:
-                have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned)) or "none"
-                raise SpecRejected(
-                    f"pinnedCellId {pin} is not pinned to {vc.name}; its pinned cells: {have}"
-                )
-        if spec.gang and len(pins) > 1:
-            raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
-        if not spec.opportunistic:
-            for sku in sorted(skus - vc_types):
-                raise SpecRejected(
-                    f"{vc.name} has no {sku} cells; it has {self._describe(vc)}. "
-                    "Ask for one of those, or submit as priority oppo to use idle cells"
-                )
-        for role in spec.roles:
-            types = [role.sku] if role.sku else leaf_types
-            fits = [t for t in types if self._leaves(role, t) <= self._max_node[t]]
-            if not fits:
-                biggest = max(self._max_node[t] for t in types)
-                raise SpecRejected(
-                    f"task role {role.name} needs {self._leaves(role, types[0])} GPUs in one "
-                    f"task, but the largest {'/'.join(types)} node has {biggest}; split it into "
-                    f"tasks of at most {biggest} GPUs"
-                )
-        if not spec.gang:
-            return
-        types = sorted(skus) or leaf_types
-        need = min(sum(self._leaves(r, t) * r.instances for r in spec.roles) for t in types)
-        cluster = sum(self._type_leaves[t] for t in types)
-        what = f"this gang needs {need} GPUs"
-        if need > cluster:
-            raise SpecRejected(
-                f"{what}, more than the cluster's {cluster}; ask for at most {cluster} or set "
-                "gang: false (gangAllocation: false) to start tasks as cells free up"
-            )
-        if not spec.opportunistic and need > vc.leaves(self.tree):
-            have = vc.leaves(self.tree)
-            raise SpecRejected(
-                f"{what}, more than {vc.name} has in all ({self._describe(vc)}); ask for at "
-                f"most {have} or set gang: false (gangAllocation: false)"
-            )
-
-    def _describe(self, vc: VC) -> str:
-        parts = []
-        for chain in vc.chains() or [c.chain for c in vc.pinned]:
-            n = vc.leaves(self.tree, chain)
-            if n:
-                parts.append(f"{n} {self.tree.chains[chain].leaf_type}")
-        return " + ".join(parts) + " GPUs" if parts else "no cells"
 
     def _leaves(self, role: RoleSpec, leaf_type: str) -> int:
         key = (role, leaf_type)
@@ -257,6 +187,7 @@ class HivedScheduler:
         self._seq += 1
         tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
         self._jobs[job_id] = job
         return job
 
@@ -296,11 +227,8 @@ class HivedScheduler:
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs[owner.vc or ""]
-            self._tick += 1
-            node = leaf.node_cell
-            if node is not None:
-                vc.grown.pop(node, None)
-                vc.grown[node] = self._tick
+            if leaf.node_cell is not None:
+                self._grew(vc, leaf.node_cell)
             if leaf.bad == 0:
                 vc.free_in += 1
             if leaf.prio >= 0:
@@ -335,18 +263,33 @@ class HivedScheduler:
             vc.free_in -= cell.free
             vc.oppo_in -= cell.oppo
             self.vcs.unbind(vc, cell)
+            # More free physical cells help only VCs with cells left to bind in this chain.
             for other in self.vcs.by_name.values():
-                if cell.chain in other.quota:
-                    self._bump(other)
+                if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
+                    other.pool_epoch += 1
+                    self._bump(other, 1 << 30)
 
     def _bind_counters(self, vc: VC, plan: Plan) -> None:
         for cell in plan.bound:
-            vc.free_in += cell.free
-            vc.oppo_in += cell.oppo
+            self._bound(vc, cell)
+
+    def _bound(self, vc: VC, cell: Cell) -> None:
+        """A cell was bound to the VC: count it, and let failed searches look at it."""
+        vc.free_in += cell.free
+        vc.oppo_in += cell.oppo
+        for node in cell.nodes():
+            self._grew(vc, node)
+
+    def _grew(self, vc: VC, node: Cell) -> None:
+        """The VC may use more of ``node`` than before (kept newest last)."""
+        self._tick += 1
+        vc.grown.pop(node, None)
+        vc.grown[node] = self._tick
 
     def _bump(self, vc: VC, freed: int | None = None) -> None:
         """The VC's capacity may have grown: for every job when ``freed`` is None, else only
         for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
+        vc.version += 1
         if freed is None:
             vc.epoch += 1
             level = 1 << 30
@@ -431,11 +374,14 @@ class HivedScheduler:
         vc = cls.vc_ref
         if vc is None:
             return None
+        if cls.stamp_version == vc.version:
+            return cls.stamp
         freed = 0
         for p, n in vc.freed.items():
             if p >= cls.priority:
                 freed += n
-        return (vc.epoch, freed)
+        cls.stamp_version, cls.stamp = vc.version, (vc.epoch, vc.pool_epoch, freed)
+        return cls.stamp
 
     def _blocked(self, cls: JobClass) -> bool:
         return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
@@ -443,15 +389,19 @@ class HivedScheduler:
     def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
         cls.blocked_at = self._stamp(cls) if stamp is None else stamp
         vc = cls.vc_ref
-        cls.failed_at = (self._tick, vc.epoch) if vc is not None and cls.priority >= 0 else None
+        if vc is not None and cls.priority >= 0:
+            cls.failed_at = (self._tick, vc.epoch, vc.pool_epoch)
+        else:
+            cls.failed_at = None
 
-    def _since(self, cls: JobClass) -> int | None:
-        """When the class last failed, if only GPUs freed in its VC changed since then (so
-        only the nodes they lie on need a new look)."""
+    def _since(self, cls: JobClass) -> tuple[int, bool] | None:
+        """When the class last failed, if only GPUs freed in its VC (and free physical cells)
+        changed since then: only the nodes those GPUs lie on need a new look, and binding
+        more cells only if more physical cells became free (the bool)."""
         vc = cls.vc_ref
         if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
             return None
-        return cls.failed_at[0]
+        return cls.failed_at[0], cls.failed_at[2] != vc.pool_epoch
 
     def _collect_ready(self) -> list[JobClass]:
         """The classes worth an attempt: new or unblocked ones whose need the capacity they
@@ -466,7 +416,6 @@ class HivedScheduler:
             self._dirty_oppo = False
         out = []
         idle: int | None = None
-        widest = 0
         rooms: dict[tuple[str, int], int] = {}
         for cls in self._ready:
             if not cls.entries:
@@ -476,11 +425,8 @@ class HivedScheduler:
                 continue
             if cls.priority < 0:
                 if idle is None:
-                    idle = sum(t.free for c in self.tree.chains.values() for t in c.tops)
-                    widest = max(
-                        (n.free for nodes in self.tree.open.values() for n in nodes), default=0
-                    )
-                room = idle if widest >= cls.task_need else -1
+                    idle = self.tree.free_total
+                room = idle if self._node_with(cls.task_need) else -1
             elif cls.vc_ref is None:
                 room = -1
             else:
@@ -494,6 +440,22 @@ class HivedScheduler:
             out.append(cls)
         self._ready.clear()
         return out
+
+    def _may_fit(self, cls: JobClass) -> bool:
+        """The cheap bound again, just before an attempt: jobs placed since the class was
+        collected may have taken what it needed."""
+        if cls.priority < 0:
+            return self._node_with(cls.task_need)
+        vc = cls.vc_ref
+        return vc is not None and self._room(vc, cls.priority) >= cls.need
+
+    def _node_with(self, free: int) -> bool:
+        """Whether some node has ``free`` idle healthy GPUs."""
+        for nodes in self.tree.open.values():
+            for node in nodes:
+                if node.free >= free:
+                    return True
+        return False
 
     def _room(self, vc: VC, priority: int) -> int:
         """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
@@ -510,7 +472,10 @@ class HivedScheduler:
         failed: dict[Hashable, list[tuple[int, int, float, int, int]]] = {}
         tie = 0
         while True:
-            for cls in self._collect_ready():
+            ready = (
+                self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
+            )
+            for cls in ready:
                 tie += 1
                 heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
             if not heap:
@@ -524,11 +489,13 @@ class HivedScheduler:
             if cls.signature is None:
                 cls.signature = self._signature(job)
             group, size = cls.signature
-            if group is not None and any(_dominates(f, size) for f in failed.get(group, ())):
+            if (group is not None and any(_dominates(f, size) for f in failed.get(group, ()))) or (
+                not self._may_fit(cls)
+            ):
                 self._block(cls)
                 continue
             before = len(job.placed)
-            self._try(job, out, self._since(cls))
+            self._try(job, out, self._since(cls), cls)
             if not job.waiting_tasks:
                 self._dequeue(job)
                 self._ready.add(cls)
@@ -574,20 +541,35 @@ class HivedScheduler:
             names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
         return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
 
-    def _try(self, job: Job, out: list[Decision], since: int | None = None) -> None:
+    def _try(
+        self,
+        job: Job,
+        out: list[Decision],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> None:
         waiting = job.waiting_tasks
         units = [waiting] if job.spec.gang else [[t] for t in waiting]
         for unit in units:
-            plan = self._find(job, unit, since)
+            plan = self._find(job, unit, since, cls)
             since = None
             if plan is None or not self._commit(job, plan, out):
                 return
 
     def _find(
-        self, job: Job, unit: list[tuple[RoleSpec, int]], since: int | None = None
+        self,
+        job: Job,
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
     ) -> Plan | None:
         chains = self._chains(job, [r for r, _ in unit])
-        needs = {chain: self._needs(unit, chain) for chain in chains}
+        whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
+        needs = job.needs if whole_job else None
+        if needs is None or any(c not in needs for c in chains):
+            needs = {chain: self._needs(unit, chain) for chain in chains}
+            if whole_job:
+                job.needs = needs
         if job.opportunistic:
             for chain in chains:
                 plan = self.placer.opportunistic(chain, needs[chain])
@@ -597,6 +579,96 @@ class HivedScheduler:
         vc = self.vcs.by_name.get(job.vc)
         if vc is None or not chains:
             return None
+        slots = self._slot_count(job, vc, chains, needs, unit, cls)
+        if (
+            slots is not None
+            and cls is not None
+            and since is not None
+            and cls.slots is not None
+            and cls.slots_tick == since[0]
+        ):
+            # Slots on the VC's nodes now, plus what binding its free cells could add.
+            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(vc, *slots[:2])
+            if places < len(unit):
+                return None  # not enough places yet for the gang: no search needed
+        plan = self._search(job, vc, chains, needs, unit, since)
+        if slots is not None and cls is not None:
+            if plan is None:
+                cls.slots = {n: c for n in vc.nodes[slots[0]] if (c := self._slots(n, *slots[1:]))}
+                cls.slots_tick = self._tick
+            else:
+                cls.slots = None
+        return plan
+
+    def _slot_count(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        cls: JobClass | None,
+    ) -> tuple[str, int, int] | None:
+        """(chain, GPUs per task, priority) when a gang's chances can be counted in task slots
+        per whole node: one chain, tasks of one size, no pinned or part-node cells."""
+        if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
+            return None
+        chain = chains[0]
+        sizes = {t.leaves for t in needs[chain]}
+        if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
+            return None
+        return chain, sizes.pop(), job.prio
+
+    @staticmethod
+    def _slots(node: Cell, leaves: int, priority: int) -> int:
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
+        usable = node.free
+        for p, n in node.prio_count.items():
+            if p < priority:
+                usable += n
+        return usable // leaves
+
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: tuple[str, int, int]) -> int:
+        """The gang's task slots now, from those at its last failure and the nodes that
+        changed since (remembered for the next time)."""
+        assert cls.slots is not None
+        mine = vc.nodes.get(slots[0], {})
+        for node in self._grown_since(vc, since):
+            if node.chain != slots[0]:
+                continue
+            count = self._slots(node, *slots[1:]) if node in mine else 0
+            if count:
+                cls.slots[node] = count
+            else:
+                cls.slots.pop(node, None)
+        cls.slots_tick = self._tick
+        return sum(cls.slots.values())
+
+    def _bindable(self, vc: VC, chain: str, leaves: int) -> int:
+        """At most how many more tasks of ``leaves`` GPUs binding the VC's free cells could
+        place: its unbound node cells, as far as healthy free nodes exist (optimistic)."""
+        info = self.tree.chains[chain]
+        unbound = vc.unbound.get(chain, {})
+        if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
+            return 1 << 30  # cells smaller than a node: do not guess
+        nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
+        if not nodes:
+            return 0
+        pool = 0
+        for level, cells in self.tree.free_list[chain].items():
+            if level >= info.node_level:
+                pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
+        return min(nodes, pool) * (info.node_leaves // leaves)
+
+    def _search(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None,
+    ) -> Plan | None:
         least = min(sum(t.leaves for t in n) for n in needs.values())
         room = vc.free_in + vc.unbound_leaves
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
@@ -611,13 +683,26 @@ class HivedScheduler:
                 continue
             only = None
             if since is not None and len(unit) == 1:
-                only = self._grown_since(vc, since)
+                only = self._grown_since(vc, since[0])
+            # Binding failed last time too, unless physical cells were freed since, the unit
+            # is a gang (it may have bound some), or the VC binds parts of nodes (which can
+            # now combine with GPUs freed beside them).
+            bind = since is None or since[1] or len(unit) > 1 or self._binds_parts(vc, chains)
             pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
             for chain in chains:
-                plan = self.placer.guaranteed(vc, chain, needs[chain], threshold, only, pinned)
+                plan = self.placer.guaranteed(
+                    vc, chain, needs[chain], threshold, only, pinned, bind
+                )
                 if plan is not None:
                     return plan
         return None
+
+    def _binds_parts(self, vc: VC, chains: list[str]) -> bool:
+        return any(
+            n > 0 and level < self.tree.chains[chain].node_level
+            for chain in chains
+            for level, n in vc.unbound.get(chain, {}).items()
+        )
 
     def _oppo_running(self) -> int:
         return self.tree.oppo_total
@@ -653,17 +738,10 @@ class HivedScheduler:
             self._vacate_job(victim, touched)
             self._enqueue(victim)
         started = []
-        for task, node, leaves in plan.placed:
+        for task, _, leaves in plan.placed:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
-            placement = TaskPlacement(
-                task.role,
-                task.index,
-                node.node or "",
-                tuple(leaf.gpu or 0 for leaf in ordered),
-                tuple(leaf.leaf_id for leaf in ordered),
-            )
+            placement = _placement(task.role, task.index, leaves)
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
         out.append(Start(job.job_id, tuple(started), job.opportunistic))
@@ -770,9 +848,9 @@ class HivedScheduler:
                 out.append(Stop(job.job_id, f"reconfigured: {err}"))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
-                job = self._jobs.get(job_id)
-                if job is not None and job.waiting_tasks and job.queued_key is None:
-                    self._enqueue(job)
+                queued = self._jobs.get(job_id)
+                if queued is not None and queued.waiting_tasks and queued.queued_key is None:
+                    self._enqueue(queued)
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)
@@ -825,7 +903,10 @@ class HivedScheduler:
         for task, leaves in wanted:
             for leaf in leaves:
                 self._occupy(leaf, job)
-            job.placed[(task.role, task.index)] = (task, leaves)
+            job.placed[(task.role, task.index)] = (
+                _placement(task.role, task.index, leaves),
+                leaves,
+            )
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
         owner = leaf.owner()
@@ -841,8 +922,7 @@ class HivedScheduler:
             root = self.tree.free_root(cell)
             if root is not None and self.vcs.can_bind(vc, cell, root):
                 self.vcs.bind(vc, cell)
-                vc.free_in += cell.free
-                vc.oppo_in += cell.oppo
+                self._bound(vc, cell)
                 bound.append(cell)
                 return True
         return False
@@ -862,80 +942,13 @@ class HivedScheduler:
         return [self._view(j) for j in (*running, *waiting)]
 
     def _view(self, job: Job) -> JobView:
-        tasks = tuple(sorted((p for p, _ in job.placed.values()), key=lambda p: (p.role, p.index)))
-        position = length = None
-        why = None
-        queue = self._queues.get(job.vc)
-        if not job.placed and queue is not None:
-            position = queue.position(job.spec.priority, job.seq, job.job_id)
-            length = len(queue.order)
-        if job.waiting_tasks:
-            from labhive.scheduler.why import why_waiting
-
-            why = why_waiting(self, job, position, length)
-        elif job.downgraded_by is not None:
-            by = self._jobs.get(job.downgraded_by)
-            name = by.spec.name if by else job.downgraded_by
-            why = f"downgraded to opportunistic by {name}; preempted first if its GPUs are needed"
-        elif job.opportunistic:
-            why = "running opportunistically on idle cells; preempted first if they are needed"
-        return JobView(
-            job.job_id,
-            job.spec.name,
-            job.vc,
-            job.spec.priority,
-            "RUNNING" if job.placed else "WAITING",
-            tasks,
-            job.opportunistic,
-            position,
-            length,
-            why,
-        )
+        return job_view(self, job)
 
     def cluster(self) -> ClusterView:
-        merged: dict[str, dict[str, object]] = {}
-        for name, cells in self.tree.nodes.items():
-            entry = merged.setdefault(name, {"sku": cells[0].chain, "gpus": [], "used": {}})
-            for cell in cells:
-                for leaf in cell.leaf_cells():
-                    entry["gpus"].append(leaf.gpu)  # type: ignore[attr-defined]
-                    if leaf.job:
-                        entry["used"][leaf.gpu] = leaf.job  # type: ignore[index]
-            entry["sku"] = self.tree.chains[cells[0].chain].leaf_type
-            entry["healthy"] = all(c.bad == 0 for c in cells)
-        nodes = tuple(
-            NodeView(
-                name,
-                str(e["sku"]),
-                tuple(sorted(e["gpus"])),  # type: ignore[call-overload]
-                bool(e["healthy"]),
-                dict(e["used"]),  # type: ignore[call-overload]
-                "" if e["healthy"] else "down",
-            )
-            for name, e in merged.items()
-        )
-        return ClusterView(nodes, self.vc_views(), self.config.virtual)
+        return ClusterView(node_views(self), self.vc_views(), self.config.virtual)
 
     def vc_views(self) -> dict[str, VCView]:
-        used: dict[str, int] = {}
-        oppo: dict[str, int] = {}
-        waiting: dict[str, int] = {}
-        for job in self._jobs.values():
-            n = sum(len(leaves) for _, leaves in job.placed.values())
-            target = oppo if job.opportunistic else used
-            target[job.vc] = target.get(job.vc, 0) + n
-            if not job.placed:
-                waiting[job.vc] = waiting.get(job.vc, 0) + 1
-        return {
-            name: VCView(
-                name,
-                vc.leaves(self.tree),
-                used.get(name, 0),
-                oppo.get(name, 0),
-                waiting.get(name, 0),
-            )
-            for name, vc in self.vcs.by_name.items()
-        }
+        return vc_views(self)
 
     def next_wakeup(self) -> float | None:
         return None
@@ -943,6 +956,19 @@ class HivedScheduler:
 
 def _gpu(leaf: Cell) -> int:
     return leaf.gpu or 0
+
+
+def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
+    """Where a task runs, GPUs in index order, with their leaf ids."""
+    ordered = sorted(leaves, key=_gpu) if len(leaves) > 1 else leaves
+    node = ordered[0].node if ordered else ""
+    return TaskPlacement(
+        role,
+        index,
+        node or "",
+        tuple(leaf.gpu or 0 for leaf in ordered),
+        tuple(leaf.leaf_id for leaf in ordered),
+    )
 
 
 def _dominates(

@@ -73,12 +73,14 @@ class Placer:
         threshold: Threshold,
         only: set[Cell] | None = None,
         pinned: Cell | None = None,
+        bind: bool = True,
     ) -> Plan | None:
         """Place every task in ``vc``'s cells of ``chain``, or nothing (bindings undone).
 
-        ``only``: the nodes that changed since the same search last failed; nothing else can
-        have become a fit, and binding more cells failed then too. ``pinned``: the job named
-        one of the VC's pinned cells and runs there or nowhere.
+        ``only``: the bound nodes that changed since the same search last failed; no other
+        can have become a fit. ``bind``: whether binding more cells may help (it failed then
+        too, unless physical cells were freed since). ``pinned``: the job named one of the
+        VC's pinned cells and runs there or nowhere.
         """
         plan = Plan(chain)
         ok = _usable(threshold)
@@ -93,12 +95,14 @@ class Placer:
                 if node is not None:
                     break
                 if (
-                    only is not None
+                    not bind
                     or pinned is not None
-                    or not self._bind_for(vc, chain, task.leaves, ok, plan)
+                    or not self._bind_for(vc, chain, task.leaves, ok, plan, threshold is not None)
                 ):
                     self.undo(vc, plan)
                     return None
+                if only is not None:
+                    only = only | set(plan.bound[-1].nodes())
                 whole, partial = _regions(vc, chain, pinned)
                 opened = vc.open.get(chain, {}) if pinned is None else None
             parts = partial.get(node) if node not in whole else None
@@ -140,7 +144,7 @@ class Placer:
             for node in candidates:
                 free = node.free - plan.free_taken.get(node, 0)
                 if free >= need:
-                    key = (0, node.parent is not near, free, node.order)
+                    key = (-2, 0, node.parent is not near, free, node.order)
                     if best_key is None or key < best_key:
                         best, best_key = node, key
         else:
@@ -181,13 +185,20 @@ class Placer:
                     free += leaf.job is None
             if usable < need:
                 continue
-            key = (max(0, need - free), node.parent is not near, usable, node.order)
+            level = -2 if free >= need or threshold is None else threshold
+            key = (level, max(0, need - free), node.parent is not near, usable, node.order)
             if best_key is None or key < best_key:
                 best, best_key = node, key
         return best
 
     def _bind_for(
-        self, vc: VC, chain: str, need: int, ok: Callable[[Cell], bool], plan: Plan
+        self,
+        vc: VC,
+        chain: str,
+        need: int,
+        ok: Callable[[Cell], bool],
+        plan: Plan,
+        victims: bool,
     ) -> bool:
         """Bind one more of the VC's cells (several below node level) so a task fits."""
         info = self.tree.chains[chain]
@@ -195,7 +206,7 @@ class Placer:
         for level in levels:
             if level < info.node_level or info.node_leaves < need:
                 continue
-            cell = self.choose_physical(vc, info, level, need, ok)
+            cell = self.choose_physical(vc, info, level, need, victims)
             if cell is not None:
                 self.vcs.bind(vc, cell)
                 plan.bound.append(cell)
@@ -204,7 +215,7 @@ class Placer:
         return bool(small) and self._bind_inside_node(vc, info, small, need, ok, plan)
 
     def choose_physical(
-        self, vc: VC, info: Chain, level: int, need: int, ok: Callable[[Cell], bool]
+        self, vc: VC, info: Chain, level: int, need: int, victims: bool
     ) -> Cell | None:
         """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
         then healthy and idle, and only where binding it keeps every VC's cells placeable."""
@@ -217,7 +228,7 @@ class Placer:
                 for cell in _at_level(root, level):
                     if cell.free == cell.leaves:
                         key: tuple[int, ...] = (0, 0, cell.order)
-                    elif _room(cell, need, ok):
+                    elif _room(cell, need, victims):
                         key = (1, -cell.free, cell.order)
                     else:
                         continue
@@ -330,11 +341,12 @@ def _at_level(cell: Cell, level: int) -> list[Cell]:
     return out
 
 
-def _room(cell: Cell, need: int, ok: Callable[[Cell], bool]) -> bool:
-    """Whether some node in ``cell`` (or the node part it is) has ``need`` usable GPUs."""
-    if cell.node_cell is not None:
-        return sum(1 for leaf in cell.leaf_cells() if ok(leaf)) >= need
-    return any(sum(1 for leaf in n.leaf_cells() if ok(leaf)) >= need for n in cell.nodes())
+def _room(cell: Cell, need: int, victims: bool) -> bool:
+    """Whether some node in free ``cell`` (or the node part it is) has ``need`` usable GPUs:
+    free ones, and with ``victims`` those of opportunistic jobs (the only jobs a cell no VC
+    has bound can hold)."""
+    parts = [cell] if cell.node_cell is not None else cell.nodes()
+    return any(n.free + (n.oppo if victims else 0) >= need for n in parts)
 
 
 def pick_leaves(
@@ -349,6 +361,8 @@ def pick_leaves(
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
     """
+    if free_only and len(parts) == 1 and parts[0].free == need:
+        return [leaf for leaf in parts[0].leaf_cells() if leaf.job is None and leaf.bad == 0]
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:

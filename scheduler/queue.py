@@ -26,6 +26,10 @@ class JobClass:
     task_need: int = 0  # ... of which its largest task needs on one node
     failed_at: tuple[int, int] | None = None  # (core tick, VC epoch) of its last failure
     vc_ref: Any = None  # the core's VC object, saving a lookup on the hot path
+    slots: dict[Any, int] | None = None  # a failed gang's task slots per node (core)
+    slots_tick: int | None = None
+    stamp: Hashable = None  # its VC's capacity stamp, cached for one VC version
+    stamp_version: int = -1
     signature: tuple[Hashable, Hashable] | None = None  # what its failure says (core)
 
     def add(self, seq: int, job_id: str) -> None:

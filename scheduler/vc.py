@@ -28,6 +28,8 @@ class VC:
         self.open: dict[str, dict[Cell, None]] = {}  # whole nodes with a free healthy GPU
         self.total: dict[str | None, int] = {}  # leaves per chain (None: all), cached
         self.epoch = 0  # bumped whenever this VC's capacity may have grown for every job
+        self.version = 0  # bumped with any of the three below (caches the core's stamps)
+        self.pool_epoch = 0  # bumped when more physical cells became free to bind
         self.freed: dict[int, int] = {}  # priority -> times GPUs of such jobs were freed
         # Usage inside the VC's bound cells, kept by the core for cheap pre-checks.
         self.free_in = 0  # healthy GPUs no job uses

@@ -137,8 +137,7 @@ def _guaranteed(
                 if lvl < info.node_level
                 else (info.level_leaves[lvl] // info.node_leaves) * (info.node_leaves // size)
             )
-            usable = lambda leaf: leaf.bad == 0 and (leaf.job is None or leaf.prio < 0)  # noqa: E731
-            if sched.placer.choose_physical(vc, info, lvl, min(k, info.node_leaves), usable):
+            if sched.placer.choose_physical(vc, info, lvl, min(k, info.node_leaves), True):
                 free += count * per_cell
             else:
                 reserved += count * per_cell

@@ -160,6 +160,12 @@ def test_unreadable_file_is_a_config_error(tmp_path):
         load_cluster_config(tmp_path / "missing.yaml")
 
 
+def test_a_path_without_yaml_suffix_loads(tmp_path):
+    path = tmp_path / "cluster.conf"
+    path.write_text(BASE)
+    assert [n.name for n in load_cluster_config(str(path)).nodes()] == ["n0", "n1"]
+
+
 def test_a_parsed_mapping_loads_too():
     import yaml
 

@@ -297,6 +297,27 @@ def test_gang_is_whole_or_nothing_incremental_is_task_by_task():
     assert c.state("gang") == "WAITING" and len(c.gpus("inc")) == 2
 
 
+def test_a_waiting_gang_starts_as_soon_as_gpus_free_up_beside_a_bindable_cell():
+    two_nodes = RACK.replace("a: {virtualCells: [{cellType: RACK, cellNumber: 1}]}\n", "")
+    c = Cluster(two_nodes)
+    c.submit("o", vc="b", priority="oppo", gpus=1)  # on n0
+    c.submit("x", vc="b", priority=0, gpus=1)
+    c.submit("y", vc="b", priority=0, gpus=1)
+    c.submit("g", vc="b", priority=0, tasks=2, gpus=3)
+    assert c.state("g") == "WAITING"  # one node bound with 2 free, the other node needs binding
+    c.finish("x")
+    assert c.started() == ["g"] and c.preempted() == []
+
+
+def test_a_part_node_vc_combines_freed_gpus_with_newly_bound_ones():
+    c = Cluster(virtual_cluster(nodes=1, gpus_per_node=4, vcs=("a", "b")))  # 2 GPU cells each
+    c.submit("one", vc="a", priority=0, gpus=1)
+    c.submit("pair", vc="a", priority=0, gpus=2)
+    assert c.state("pair") == "WAITING"
+    c.finish("one")
+    assert c.started() == ["pair"]
+
+
 # ---- adoption and reconfiguration ---------------------------------------------------------
 
 
@@ -316,6 +337,20 @@ def test_adopt_restores_a_running_job_on_exactly_its_cells():
     with pytest.raises(AdoptRefused, match="GPU n2/0 lies outside a's free cells"):
         c.handle(Adopt("o", other, (TaskPlacement("main", 0, "n2", (0,)),)))
     assert c.sched.job("o") is None
+
+
+def test_adopt_an_opportunistic_job_anywhere_idle():
+    c = Cluster(RACK)
+    spec = parse_job({"name": "o", "vc": "a", "priority": "oppo", "gpus": 4})
+    c.handle(Adopt("o", spec, (TaskPlacement("main", 0, "n1", (0, 1, 2, 3)),), opportunistic=True))
+    view = c.sched.job("o")
+    assert view is not None and view.state == "RUNNING" and view.opportunistic
+    assert view.tasks[0].cells == ("n1/0", "n1/1", "n1/2", "n1/3")
+    # b may not split rack r1 (a is guaranteed a whole rack), so it takes n1 back from the
+    # opportunistic job, which restarts on the rack b left alone.
+    c.submit("g", vc="b", priority="test", tasks=2, gpus=4)
+    assert c.preempted() == ["o"] and c.nodes("g") == ["n0", "n1"]
+    assert c.nodes("o") == ["n2"]
 
 
 def test_reconfigure_keeps_running_jobs_where_their_cells_still_exist():

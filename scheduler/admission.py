@@ -1,0 +1,89 @@
+"""Admission: a spec that can never run on this cluster is refused at submit, with a message
+saying what would fit (DESIGN.md "Job lifecycle"). One that could run under some state of the
+cluster is accepted and, if it cannot start, waits with a why-text instead (``why.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from labhive.scheduler.cells import CellTree
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.vc import VC
+
+if TYPE_CHECKING:
+    from labhive.scheduler.core import HivedScheduler
+
+
+def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
+    """Raise ``SpecRejected`` with what would fit when ``spec`` can never run here."""
+    leaf_types = sorted(sched._max_node)
+    vc = sched.vcs.by_name.get(spec.vc)
+    if vc is None:
+        raise SpecRejected(
+            f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(sched.vcs.by_name))}"
+        )
+    skus = {r.sku for r in spec.roles if r.sku is not None}
+    for sku in sorted(skus):
+        if sku not in sched._max_node:
+            raise SpecRejected(f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}")
+    if spec.gang and len(skus) > 1:
+        raise SpecRejected(
+            f"a gang stays within one chain, but its roles ask for {', '.join(sorted(skus))}; "
+            "give every role the same skuType or set gangAllocation: false"
+        )
+    vc_types = {sched.tree.chains[c].leaf_type for c in vc.quota}
+    vc_types |= {sched.tree.chains[c.chain].leaf_type for c in vc.pinned}
+    pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
+    for pin in sorted(pins):
+        if pin not in {c.pinned_id for c in vc.pinned}:
+            have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned)) or "none"
+            raise SpecRejected(
+                f"pinnedCellId {pin} is not pinned to {vc.name}; its pinned cells: {have}"
+            )
+    if spec.gang and len(pins) > 1:
+        raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
+    if not spec.opportunistic:
+        for sku in sorted(skus - vc_types):
+            raise SpecRejected(
+                f"{vc.name} has no {sku} cells; it has {describe(sched.tree, vc)}. "
+                "Ask for one of those, or submit as priority oppo to use idle cells"
+            )
+    for role in spec.roles:
+        types = [role.sku] if role.sku else leaf_types
+        fits = [t for t in types if sched._leaves(role, t) <= sched._max_node[t]]
+        if not fits:
+            biggest = max(sched._max_node[t] for t in types)
+            raise SpecRejected(
+                f"task role {role.name} needs {sched._leaves(role, types[0])} GPUs in one "
+                f"task, but the largest {'/'.join(types)} node has {biggest}; split it into "
+                f"tasks of at most {biggest} GPUs"
+            )
+    if not spec.gang:
+        return
+    types = sorted(skus) or leaf_types
+    need = min(sum(sched._leaves(r, t) * r.instances for r in spec.roles) for t in types)
+    cluster = sum(sched._type_leaves[t] for t in types)
+    what = f"this gang needs {need} GPUs"
+    if need > cluster:
+        raise SpecRejected(
+            f"{what}, more than the cluster's {cluster}; ask for at most {cluster} or set "
+            "gang: false (gangAllocation: false) to start tasks as cells free up"
+        )
+    if not spec.opportunistic and need > vc.leaves(sched.tree):
+        have = vc.leaves(sched.tree)
+        raise SpecRejected(
+            f"{what}, more than {vc.name} has in all ({describe(sched.tree, vc)}); ask for at "
+            f"most {have} or set gang: false (gangAllocation: false)"
+        )
+
+
+def describe(tree: CellTree, vc: VC) -> str:
+    """A VC's cells in a phrase: '4 K80 + 4 M60 GPUs'."""
+    parts = []
+    for chain in vc.chains() or [c.chain for c in vc.pinned]:
+        n = vc.leaves(tree, chain)
+        if n:
+            parts.append(f"{n} {tree.chains[chain].leaf_type}")
+    return " + ".join(parts) + " GPUs" if parts else "no cells"
