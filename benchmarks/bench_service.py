@@ -24,6 +24,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -69,7 +70,7 @@ def service(tmp: Path, db: str | None):
         time.sleep(0.1)
     token = (tmp / "data" / "admin.token").read_text().strip()
     try:
-        yield port, token
+        yield port, token, proc.pid
     finally:
         _cancel_running(url, token)
         proc.send_signal(signal.SIGINT)
@@ -125,9 +126,12 @@ def measure(backend: str, clients: int, seconds: float) -> dict:
         pg = throwaway_postgres(fsync=True) if backend == "postgresql" else nullcontext(None)
         with pg as server:
             db = new_database(server) if server else None
-            with service(Path(tmp), db) as (port, token):
+            with service(Path(tmp), db) as (port, token, pid):
                 asyncio.run(drive(port, token, clients, 1.0))  # warm up
+                cpu = psutil.Process(pid).cpu_times()
                 latencies, errors, elapsed = asyncio.run(drive(port, token, clients, seconds))
+                after = psutil.Process(pid).cpu_times()
+    used = (after.user + after.system) - (cpu.user + cpu.system)
     latencies.sort()
     return {
         "backend": backend,
@@ -138,6 +142,8 @@ def measure(backend: str, clients: int, seconds: float) -> dict:
         "p50_ms": round(statistics.median(latencies) * 1000, 2),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 2),
         "errors": len(errors),
+        # what one submission costs the service, whatever else loads the machine
+        "cpu_ms": round(used / len(latencies) * 1000, 3),
     }
 
 
@@ -148,15 +154,17 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgresql")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    heads = ("backend", "clients", "subs", "subs/s", "p50 ms", "p99 ms")
-    print(f"{heads[0]:<11} " + " ".join(f"{h:>7}" for h in heads[1:]) + " errors")
+    heads = ("backend", "clients", "subs", "subs/s", "p50 ms", "p99 ms", "errors", "cpu ms")
+    print(f"{heads[0]:<11} " + " ".join(f"{h:>7}" for h in heads[1:]))
     for backend in args.backends.split(","):
         r = measure(backend, args.clients, args.seconds)
         print(
             f"{r['backend']:<11} {r['clients']:>7} {r['submissions']:>7} {r['per_second']:>7} "
-            f"{r['p50_ms']:>7} {r['p99_ms']:>7} {r['errors']}",
+            f"{r['p50_ms']:>7} {r['p99_ms']:>7} {r['errors']:>7} {r['cpu_ms']:>7}",
             flush=True,
         )
+    print("cpu ms: the service's CPU time per submission (HTTP, store, scheduler loop)")
+    print(f"load average afterwards {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -189,7 +189,7 @@ class Job:
 class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30):
         self.url = service_url(url)
-        self.token = find_token(token)
+        self.token = (find_token(token) or "").strip() or None
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 

@@ -371,6 +371,7 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
             False,
         ),
         image=None if first_image is None else str(first_image),
+        observe=_str(extras, "observe", where, "extras.observe"),  # e.g. strace (local executor)
         raw=dict(data),
     )
 

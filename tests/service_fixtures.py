@@ -71,16 +71,18 @@ class Live:
 
 
 @contextmanager
-def live_service(data_dir: Path, db: str | None = None, grace_s: float = 2.0) -> Iterator[Live]:
+def live_service(
+    data_dir: Path, db: str | None = None, grace_s: float = 2.0, users: str = USERS
+) -> Iterator[Live]:
     import uvicorn
 
     from labhive.scheduler.service.server import ServeOptions, build
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    users = data_dir / "users.yaml"
-    users.write_text(USERS)
+    users_file = data_dir / "users.yaml"
+    users_file.write_text(users)
     port = free_port()
-    opts = ServeOptions(port=port, db=db, data_dir=data_dir, users=users, grace_s=grace_s)
+    opts = ServeOptions(port=port, db=db, data_dir=data_dir, users=users_file, grace_s=grace_s)
     running = build(opts)
     running.service.loop.poll_s = 0.05
     running.service.loop.start()

@@ -20,15 +20,21 @@ import httpx  # noqa: F401
 import psutil  # noqa: F401
 import pydantic.v1  # noqa: F401 - FastAPI's compatibility check loads it per route
 import sqlalchemy  # noqa: F401
-import uvicorn  # noqa: F401
+import uvicorn
+import uvicorn.loops.auto
+import uvicorn.protocols.http.auto
+import uvicorn.server  # noqa: F401
 
 import labhive.scheduler.config
 import labhive.scheduler.detect
 import labhive.scheduler.executors.local
 import labhive.scheduler.policies.hived
 import labhive.scheduler.service.app
+import labhive.scheduler.service.metrics
 import labhive.scheduler.service.server  # noqa: F401
 from labhive.scheduler import cli
+
+cli.build_parser()  # imports every command module
 
 
 def main() -> None:

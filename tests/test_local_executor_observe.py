@@ -50,3 +50,16 @@ def test_an_unknown_observation_is_refused_with_the_choices(tmp_path):
     ex = LocalExecutor(tmp_path)
     with pytest.raises(LaunchError, match="the choice is 'strace'"):
         launch_one(ex, "perf", "true", observe="perf")
+
+
+def test_an_openpai_job_asks_for_strace_through_its_extras():
+    from labhive.scheduler.jobs import parse_job
+
+    doc = {
+        "protocolVersion": 2,
+        "name": "traced",
+        "taskRoles": {"main": {"instances": 1, "commands": ["true"]}},
+        "extras": {"observe": "strace"},
+    }
+    assert parse_job(doc).observe == "strace"
+    assert parse_job({**doc, "extras": {}}).observe is None

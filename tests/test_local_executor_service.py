@@ -17,6 +17,7 @@ import pytest
 from local_exec_util import processes_under
 
 from labhive.scheduler.client import Client, ServiceUnavailable
+from labhive.scheduler.executors.env import free_port
 
 pytest_plugins = ["service_fixtures"]
 
@@ -57,7 +58,8 @@ def test_a_prod_job_preempts_an_oppo_job_within_the_grace_period_and_it_is_reque
     prod = c.submit(command="sleep 1; echo prod ran", vc="vc1", gpus=4, priority="prod")
     wait_until(lambda: processes_under(jobs_dir / str(oppo.id)) == [], what="oppo to stop")
     assert time.monotonic() - t0 < GRACE_S + 3.0
-    assert state(prod) == "RUNNING" and state(oppo) == "WAITING"
+    wait_until(lambda: state(prod) == "RUNNING", what="the prod job to start")
+    assert state(oppo) == "WAITING"
     moves = [(e["from_state"], e["to_state"], e["reason"]) for e in oppo.events()]
     assert moves[-1] == ("RUNNING", "WAITING", "preempted")
     assert oppo.retries_used == 0
@@ -122,11 +124,9 @@ def data_dir(tmp_path: Path):
 
 
 def test_after_kill_9_of_the_service_its_jobs_are_readopted_and_finish_normally(data_dir):
-    from service_fixtures import _free_port
-
     go, go_early = data_dir.parent / "go", data_dir.parent / "go-early"
     wait_for = "while [ ! -e {0} ]; do sleep 0.05; done; "
-    port = _free_port()
+    port = free_port()
     first = serve(data_dir, port)
     c = Client(f"http://127.0.0.1:{port}/api/v1", (data_dir / "admin.token").read_text().strip())
     ok = c.submit(command=wait_for.format(go) + "echo done", vc="vc1", gpus=1, name="ok")

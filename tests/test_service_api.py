@@ -123,6 +123,7 @@ def test_malformed_requests_get_4xx_with_a_message_and_store_nothing(live) -> No
     url = live.url
     auth = {"Authorization": f"Bearer {ALICE}"}
     raw = {"headers": {**auth, "Content-Type": "application/json"}}
+    big = b"{" + b" " * (2 << 20) + b"}"
 
     def j(doc: object, headers: dict | None = None) -> dict:
         return {"json": doc, "headers": auth if headers is None else headers}
@@ -135,7 +136,8 @@ def test_malformed_requests_get_4xx_with_a_message_and_store_nothing(live) -> No
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "gpus": 64}), 422, "64"),
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "gpu": 1}), 422, "gpu"),
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "priority": "urgent"}), 422, "urgent"),
-        ("POST", "/jobs", {**raw, "content": b"{" + b" " * (2 << 20) + b"}"}, 413, "too large"),
+        ("POST", "/jobs", {**raw, "content": big}, 413, "too large"),
+        ("POST", "/jobs", {**raw, "content": iter([big])}, 413, "too large"),  # chunked
         (
             "POST",
             "/jobs",
@@ -177,3 +179,54 @@ def test_client_errors_carry_the_service_message(live_sqlite) -> None:
     with pytest.raises(Rejected, match="unknown"):
         live_sqlite.client(ALICE).submit(command="true", vc="vc9", name="x")
     assert json.dumps(live_sqlite.client().health())
+
+
+def test_preemption_requeues_without_spending_a_retry(live_sqlite) -> None:
+    """Opportunistic jobs on every idle GPU yield to vc1's own guaranteed job: the one preempted
+    waits again with reason 'preempted', a new attempt, no retry spent, its processes gone."""
+    c = live_sqlite.client(ALICE)
+    loop = live_sqlite.running.service.loop
+    oppo = [
+        c.submit(command="sleep 60", vc="vc1", gpus=4, priority="oppo", retries=1, name=f"o{i}")
+        for i in range(2)
+    ]
+    deadline = time.monotonic() + 30
+    while not all(loop.handles(j.id) for j in oppo):
+        assert time.monotonic() < deadline, "the opportunistic jobs never started"
+        time.sleep(0.05)
+    handles = {j.id: next(iter(loop.handles(j.id).values())) for j in oppo}
+    prod = c.submit(command="sleep 60", vc="vc1", gpus=4, priority="prod", name="p")
+    while not any(j.refresh().state == "WAITING" for j in oppo):
+        assert time.monotonic() < deadline, "no opportunistic job was preempted"
+        time.sleep(0.05)
+    (victim,) = [j for j in oppo if j.state == "WAITING"]
+    assert (victim.attempt, victim.retries_used) == (2, 0)
+    assert _states(victim)[-1][1:] == ("WAITING", "preempted")
+    assert f"job {prod.id}" in victim.events()[-1]["why"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(handles[victim.id].info["pgid"], 0)
+    for job in (prod, *oppo):
+        c.cancel(job.id)
+
+
+def test_logs_are_served_in_chunks_by_offset(live_sqlite) -> None:
+    c = live_sqlite.client(ALICE)
+    job = c.submit(command="seq 1 3000", vc="vc1", gpus=1, name="seq").wait(30, 0.05)
+    expected = "".join(f"{i}\n" for i in range(1, 3001))
+    text, offset = "", 0
+    while True:
+        chunk = c.logs(job.id, offset, limit=1000)
+        text += chunk.data
+        offset = chunk.next_offset
+        if chunk.complete:
+            break
+    assert text == expected and offset == len(expected)
+    assert "".join(c.follow_logs(job.id)) == expected
+
+
+def test_strace_observations_are_listed(live_sqlite) -> None:
+    c = live_sqlite.client(ALICE)
+    job = c.submit(command="ls /", vc="vc1", gpus=1, name="obs", observe="strace").wait(30, 0.05)
+    assert job.state == "SUCCEEDED", job.events()
+    (obs,) = c.observations(job.id)
+    assert obs["kind"] == "strace" and obs["task"] == "main-0" and obs["size"] > 0

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as FPath
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
-from fastapi.security import HTTPBearer
 from sqlalchemy import func, select
 
 from labhive import __version__
@@ -67,7 +68,7 @@ class Service:
             self.intake = Intake(self.store, self.loop)
 
     def identify(self, request: Request) -> Identity:
-        return self.auth.identify(request.headers.get("authorization"))
+        return self.auth.identify(request)
 
     def admit(self, doc: dict[str, Any], who: Identity) -> JobSpec:
         """Parse and check a submission; raise a UserError/SpecRejected/Forbidden to refuse."""
@@ -85,16 +86,15 @@ class Service:
         return dataclasses.replace(spec, user=who.name)
 
 
-_bearer = HTTPBearer(auto_error=False, description="the admin token file, or a user's token")
-
-
-async def _who(request: Request, _: Annotated[Any, Depends(_bearer)]) -> Identity:
-    """The caller, as the service's authenticator sees them (the one identity check); the
-    bearer dependency documents the scheme in OpenAPI."""
+async def _who(request: Request) -> Identity:
+    """The caller, as the service's authenticator sees them (the one identity check)."""
     return request.app.state.service.identify(request)  # type: ignore[no-any-return]
 
 
 Who = Annotated[Identity, Depends(_who)]
+#: Ids and offsets stay within what every backend stores (SQLite's and PostgreSQL's integers).
+MAX_INT = 2**53
+JobId = Annotated[int, FPath(ge=1, le=MAX_INT)]
 
 
 def create_app(service: Service) -> FastAPI:
@@ -110,7 +110,35 @@ def create_app(service: Service) -> FastAPI:
     _install_error_handlers(app)
     _routes(app, service)  # on the app itself: no nested routers to match through
     _public_routes(app, service)
+    _document_bearer_auth(app)
     return app
+
+
+PUBLIC = (f"{PREFIX}/health", f"{PREFIX}/metrics")
+
+
+def _document_bearer_auth(app: FastAPI) -> None:
+    """Declare the bearer scheme in the OpenAPI document (done here rather than by a security
+    dependency, which would cost every request a dependency resolution)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the admin token file, or a user's token",
+                }
+            }
+            for path, operations in schema["paths"].items():
+                if path not in PUBLIC:
+                    for operation in operations.values():
+                        operation["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _routes(app: FastAPI, svc: Service) -> None:
@@ -153,7 +181,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
         vc: str | None = None,
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     ) -> s.JobList:
         query = select(jobs).order_by(jobs.c.id.desc()).limit(limit).offset(offset)
         if not me.admin:
@@ -169,7 +197,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
         return s.JobList(jobs=[_job_out(r, svc.loop) for r in rows])
 
     @get("/jobs/{job_id}", response_model=s.JobOut)
-    def get_job(job_id: int, me: Who) -> s.JobOut:
+    def get_job(job_id: JobId, me: Who) -> s.JobOut:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
             task_rows = _tasks(conn, job_id, row["attempt"])
@@ -177,7 +205,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
 
     @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
     def cancel(
-        job_id: int, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
+        job_id: JobId, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
     ) -> s.JobOut:
         with svc.store.write() as conn:
             _owned(conn, job_id, me)
@@ -196,7 +224,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
                 svc.loop.changed.wait(min(left, 0.2))
 
     @get("/jobs/{job_id}/events", response_model=s.EventList)
-    def job_events(job_id: int, me: Who) -> s.EventList:
+    def job_events(job_id: JobId, me: Who) -> s.EventList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
             rows = conn.execute(
@@ -207,13 +235,13 @@ def _routes(app: FastAPI, svc: Service) -> None:
 
     @get("/jobs/{job_id}/logs", response_model=s.LogChunk)
     def job_logs(
-        job_id: int,
+        job_id: JobId,
         me: Who,
         task: str | None = None,
         stream: Literal["stdout", "stderr"] = "stdout",
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
-        attempt: Annotated[int | None, Query(ge=1)] = None,
+        attempt: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
     ) -> s.LogChunk:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
@@ -244,7 +272,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
         )
 
     @get("/jobs/{job_id}/observations", response_model=s.ObservationList)
-    def job_observations(job_id: int, me: Who) -> s.ObservationList:
+    def job_observations(job_id: JobId, me: Who) -> s.ObservationList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
             task_rows = [
@@ -280,7 +308,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
                     ).where(jobs.c.state.in_(lc.ACTIVE))
                 ).mappings()
             }
-        running, waiting = [], []
+        running: list[s.QueueEntry] = []
+        waiting: list[s.QueueEntry] = []
         for v in views:
             row = rows.get(int(v.job_id))
             if row is None or (vc and v.vc != vc):
@@ -511,10 +540,13 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._refuse(send, declared.decode("latin-1"))
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > self.limit:
+                await self._refuse(send, declared.decode("latin-1"))
+                return
+            await self.app(scope, receive, send)  # the server holds the body to its length
             return
-        body = bytearray()
+        body = bytearray()  # chunked: count as it arrives
         more = True
         while more:
             message = await receive()

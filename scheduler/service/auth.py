@@ -53,8 +53,9 @@ class Identity:
 
 
 class Authenticator(Protocol):
-    def identify(self, authorization: str | None) -> Identity:
-        """The caller behind an ``Authorization`` header; raise ``AuthError`` if none."""
+    def identify(self, request: Any) -> Identity:
+        """The caller behind a request (a Starlette ``Request``: headers, cookies); raise
+        ``AuthError`` when it carries no valid credentials."""
 
 
 def ensure_admin_token(path: Path) -> tuple[str, bool]:
@@ -123,7 +124,10 @@ class TokenAuthenticator:
         self._users = users
         self._hint = f"the admin token is in {token_file}"
 
-    def identify(self, authorization: str | None) -> Identity:
+    def identify(self, request: Any) -> Identity:
+        return self.identify_header(request.headers.get("authorization"))
+
+    def identify_header(self, authorization: str | None) -> Identity:
         if not authorization:
             raise AuthError(
                 f"missing bearer token: send 'Authorization: Bearer TOKEN' ({self._hint})"

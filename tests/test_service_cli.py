@@ -1,0 +1,150 @@
+"""Given a live service, expect the `labhive` client commands to submit, list, show, follow logs,
+cancel and show the queue and cluster as readable tables, JSON with --json, and user mistakes as
+one line on stderr with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from labhive.scheduler.cli import main
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.service.auth import ensure_admin_token, load_users
+
+pytest_plugins = ["service_fixtures"]
+
+
+def run(capsys: pytest.CaptureFixture[str], live, *argv: str) -> tuple[int, str, str]:
+    code = main([argv[0], "--url", live.url, "--token", live.admin, *argv[1:]])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_submit_watch_and_cancel_from_the_command_line(live_sqlite, capsys, tmp_path) -> None:
+    live = live_sqlite
+    code, out, _ = run(capsys, live, "submit", "--vc", "vc1", "--gpus", "1", "--tasks", "2",
+                       "--name", "greet", "--wait", "--", "echo hello from $RANK")  # fmt: skip
+    assert code == 0 and "greet" in out and "SUCCEEDED" in out
+    job_id = out.split()[1]
+    code, out, _ = run(capsys, live, "logs", job_id, "-f")
+    assert out.strip() == "hello from 0"
+    code, out, _ = run(capsys, live, "show", job_id)
+    assert "main-1" in out and "started" in out and "succeeded" in out
+    spec = tmp_path / "long.yaml"
+    spec.write_text("name: long\nvc: vc1\ngpus: 4\ncommand: sleep 60\n")
+    code, out, _ = run(capsys, live, "submit", str(spec), "--json")
+    long_id = json.loads(out)["id"]
+    code, out, _ = run(capsys, live, "submit", "--vc", "vc1", "--", "true")
+    deadline = time.monotonic() + 20
+    while "RUNNING" not in run(capsys, live, "jobs", "--state", "RUNNING")[1]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    code, out, _ = run(capsys, live, "queue")
+    assert "vc1" in out and "WAITING" in out and "POS" in out
+    code, out, _ = run(capsys, live, "cluster")
+    assert "virtual" in out and "vnode-0" in out
+    code, out, _ = run(capsys, live, "cancel", str(long_id))
+    assert "STOPPED" in out
+    code, out, _ = run(capsys, live, "jobs", "--json")
+    assert {j["state"] for j in json.loads(out)} <= {"SUCCEEDED", "STOPPED", "WAITING", "RUNNING"}
+
+
+def test_user_mistakes_are_one_line_and_exit_2(live_sqlite, capsys) -> None:
+    code, _, err = run(capsys, live_sqlite, "submit", "--vc", "vc1", "--gpus", "64", "--", "true")
+    assert code == 2 and "job rejected" in err and "Traceback" not in err
+    code, _, err = run(capsys, live_sqlite, "show", "12345")
+    assert code == 2 and "no job 12345" in err
+    code, _, err = run(capsys, live_sqlite, "submit")
+    assert code == 2 and "give a job file or a command" in err
+    code = main(["jobs", "--url", live_sqlite.url, "--token", "wrong-token"])
+    assert code == 2 and "invalid token" in capsys.readouterr().err
+    code = main(["jobs", "--url", "http://127.0.0.1:9", "--token", "x"])
+    assert code == 2 and "cannot reach the LabHive service" in capsys.readouterr().err
+
+
+def test_admin_token_file_is_private_and_stable(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "admin.token"
+    token, created = ensure_admin_token(path)
+    assert created and len(token) >= 32
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert ensure_admin_token(path) == (token, False)
+
+
+def test_users_file_grants_vcs_through_groups(tmp_path: Path) -> None:
+    users = tmp_path / "users.yaml"
+    users.write_text(
+        "users:\n  ann: {token: ann-token-1, groups: [lab]}\n"
+        "groups:\n  lab: {vcs: [vc1]}\n  staff: {vcs: ['*'], admin: true}\n"
+    )
+    (ann,) = load_users(users).values()
+    assert ann.may_submit_to("vc1") and not ann.may_submit_to("default") and not ann.admin
+    users.write_text("users:\n  bob: {token: bob-token-1, groups: [ghosts]}\n")
+    with pytest.raises(UserError, match="unknown group 'ghosts'"):
+        load_users(users)
+    users.write_text("users:\n  bob: {token: short}\n")
+    with pytest.raises(UserError, match="8\\+ characters"):
+        load_users(users)
+
+
+def test_up_prints_how_to_use_it_and_ctrl_c_stops_every_job(tmp_path: Path) -> None:
+    """`labhive up` on embedded defaults; Ctrl-C stops the service and the job's processes,
+    and the job waits again for the next start."""
+    import signal
+    import subprocess
+    import sys
+
+    from pg_throwaway import free_port
+
+    from labhive.scheduler.client import Client
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "up", "--port", str(port),
+           "--data-dir", str(tmp_path / "data"), "--grace-s", "1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        banner = "".join(proc.stdout.readline() for _ in range(6))  # type: ignore[union-attr]
+        assert f"http://127.0.0.1:{port}/api/v1" in banner
+        assert "admin.token" in banner and "labhive submit" in banner
+        client = Client(f"http://127.0.0.1:{port}", (tmp_path / "data" / "admin.token").read_text())
+        job = client.submit(command="sleep 60", gpus=1, name="long")
+        deadline = time.monotonic() + 30
+        while job.refresh().state != "RUNNING" or not job.tasks:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) in (0, 130)  # 130: the conventional Ctrl-C status
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    handle = json.loads(
+        next((tmp_path / "data" / "jobs").glob(f"{job.id}/1/main-0/handle.json")).read_text()
+    )
+    with pytest.raises(ProcessLookupError):
+        os.killpg(handle["pgid"], 0)
+    from labhive.scheduler.service.store import Store, job_row
+
+    store = Store(f"sqlite:///{tmp_path / 'data' / 'labhive.db'}")
+    with store.read() as conn:
+        row = job_row(conn, job.id)
+    store.dispose()
+    assert row is not None and (row["state"], row["reason"]) == ("WAITING", "requeued")
+
+
+def test_bearer_tokens_identify_admin_and_users(tmp_path: Path) -> None:
+    from labhive.scheduler.service.auth import AuthError, TokenAuthenticator
+
+    users = tmp_path / "users.yaml"
+    users.write_text(
+        "users:\n  ann: {token: ann-token-1, groups: [lab]}\ngroups:\n  lab: {vcs: [vc1]}\n"
+    )
+    auth = TokenAuthenticator("admin-secret-1", load_users(users), tmp_path / "admin.token")
+    assert auth.identify_header("Bearer admin-secret-1").admin
+    assert auth.identify_header("token ann-token-1").name == "ann"
+    for bad in (None, "", "Bearer", "Basic abc", "Bearer nope-nope"):
+        with pytest.raises(AuthError):
+            auth.identify_header(bad)
