@@ -9,6 +9,8 @@ command -v strace >/dev/null || need+=(strace)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 # the kernel extension's browser test drives Debian's chromium through Playwright
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# promtool and a Prometheus server: tests/test_metrics_*.py check the rules and scrape the service
+command -v promtool >/dev/null || need+=(prometheus)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.scenario_cli",
     "labhive.scheduler.observe.strace_cli",
     "labhive.scheduler.sim.cli",
+    "labhive.scheduler.observe.monitoring_cli",
 )
 
 

@@ -156,6 +156,9 @@ class Job:
     def events(self) -> list[dict[str, Any]]:
         return self.client.events(self.data["id"])
 
+    def gpus(self) -> dict[str, Any]:
+        return self.client.job_gpus(self.data["id"])
+
     def logs(self, offset: int = 0, **kw: Any) -> LogChunk:
         return self.client.logs(self.data["id"], offset, **kw)
 
@@ -293,6 +296,10 @@ class Client:
 
     def observations(self, job_id: int | str) -> list[dict[str, Any]]:
         return list(self._get(f"/jobs/{_id(job_id)}/observations")["observations"])
+
+    def job_gpus(self, job_id: int | str) -> dict[str, Any]:
+        """The job's GPU history (downsampled) and its GPUs' latest readings (monitoring)."""
+        return dict(self._get(f"/jobs/{_id(job_id)}/gpus"))
 
     # ---- the cluster --------------------------------------------------------------------
 

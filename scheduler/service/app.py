@@ -35,6 +35,7 @@ from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
 from labhive.scheduler.service.intake import Intake, StoreUnavailable
 from labhive.scheduler.service.loop import SchedulerLoop
+from labhive.scheduler.service.monitoring import JobGpusOut, Monitoring
 from labhive.scheduler.service.store import Store, events, job_row, jobs, tasks
 
 log = logging.getLogger("labhive.service")
@@ -61,11 +62,14 @@ class Service:
     policy: str = "hived"
     max_body: int = MAX_BODY
     cancel_wait_s: float = 5.0
+    monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
 
     def __post_init__(self) -> None:
         self._check_lock = threading.Lock()
         if self.intake is None:
             self.intake = Intake(self.store, self.loop)
+        if self.monitoring is None:
+            self.monitoring = Monitoring(self.store, self.loop, interval_s=0)
 
     def identify(self, request: Request) -> Identity:
         return self.auth.identify(request)
@@ -295,6 +299,14 @@ def _routes(app: FastAPI, svc: Service) -> None:
                     s.Observation(task=name, attempt=t["attempt"], kind=kind, path=path, size=size)
                 )
         return s.ObservationList(job_id=job_id, observations=out)
+
+    @get("/jobs/{job_id}/gpus", response_model=JobGpusOut)
+    def job_gpus(job_id: JobId, me: Who) -> JobGpusOut:
+        """The job's GPU history (downsampled) and its GPUs' latest readings."""
+        with svc.store.read() as conn:
+            _owned(conn, job_id, me)
+        assert svc.monitoring is not None
+        return svc.monitoring.job_gpus(job_id)
 
     @get("/queue", response_model=s.QueueOut)
     def queue(me: Who, vc: str | None = None) -> s.QueueOut:

@@ -44,6 +44,12 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool) -> Non
     parser.add_argument("--users", type=Path, help="users/groups YAML (tokens, group -> VCs)")
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
+    parser.add_argument(
+        "--gpu-sample-s",
+        type=float,
+        default=10.0,
+        help="seconds between NVML GPU samples; 0 turns GPU sampling off (default 10)",
+    )
     parser.set_defaults(stop_tasks_on_exit=stop_default)
 
 
@@ -62,6 +68,7 @@ def _options(args: argparse.Namespace) -> Any:
         grace_s=args.grace_s,
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
+        gpu_sample_s=args.gpu_sample_s,
     )
 
 

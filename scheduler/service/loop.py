@@ -160,6 +160,10 @@ class SchedulerLoop:
         self.last_pass = 0.0
         self.passes = 0
         self.changed = threading.Condition()  # notified after every pass that changed the store
+        # Monitoring hooks (service/monitoring.py): node-health events in, timings and exits out.
+        self._external: deque[Event] = deque()
+        self.on_decision: Callable[[float], None] | None = None
+        self.on_task_exit: Callable[[int, TaskExit], None] | None = None
 
     # ---- inputs (any thread) -------------------------------------------------------------
 
@@ -169,6 +173,11 @@ class SchedulerLoop:
 
     def cancel(self, job_id: int) -> None:
         self._cancels.append(job_id)
+        self._wake.set()
+
+    def inject(self, events_in: list[Event]) -> None:
+        """Events from outside the job lifecycle (``NodeDown``/``NodeUp`` from GPU health)."""
+        self._external.extend(events_in)
         self._wake.set()
 
     # ---- views (any thread) --------------------------------------------------------------
@@ -312,6 +321,7 @@ class SchedulerLoop:
         cancels = _drain(self._cancels)
         self._settle_exits(exits, work, events_in, t)
         events_in.extend(self._cancel_jobs(cancels, work, t))
+        events_in.extend(_drain(self._external))  # node health (monitoring)
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         for job_id, spec in intake:
             if job_id in self._specs:
@@ -348,8 +358,11 @@ class SchedulerLoop:
                     continue  # already waiting in the policy
                 if isinstance(ev, Finish) and ev.job_id in displaced:
                     ev = Cancel(ev.job_id, ev.time)  # done after all: leave the queue
+                began = time.perf_counter()
                 try:
                     out = self.scheduler.handle(ev)
+                    if self.on_decision is not None:
+                        self.on_decision(time.perf_counter() - began)
                     decisions.extend(out)
                     displaced.update(d.job_id for d in out if isinstance(d, Preempt | Stop))
                 except SpecRejected as err:  # the cluster changed under a stored job
@@ -382,6 +395,8 @@ class SchedulerLoop:
             if run is None or ex.key.attempt != run.attempt or ex.key not in run.task_ids:
                 continue  # a stale attempt's straggler
             work.ended_tasks.append((run.task_ids[ex.key], ex.exit_code))
+            if self.on_task_exit is not None and ex.exit_code != 0:
+                self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)

@@ -36,6 +36,7 @@ class ServeOptions:
     grace_s: float = 10.0
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
+    gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
 
 
 @dataclass
@@ -116,7 +117,12 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         grace_s=opts.grace_s,
         launch_builder=launch_builder_for(opts.executor, config),
     )
-    service = Service(store, loop, executor, auth, parse, checker.check, policy=opts.policy)
+    from labhive.scheduler.service.monitoring import Monitoring
+
+    monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
+    service = Service(
+        store, loop, executor, auth, parse, checker.check, policy=opts.policy, monitoring=monitoring
+    )
     app = create_app(service)
     return Running(
         service=service,
@@ -147,10 +153,12 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
     server = uvicorn.Server(config)
     sock = _bind(opts.host, opts.port)
     running.service.loop.start()
+    running.service.monitoring.start()  # no-op without an NVIDIA driver
     try:
         print((banner or describe)(running), flush=True)
         server.run(sockets=[sock])
     finally:
+        running.service.monitoring.stop()
         running.service.intake.close()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
         running.service.store.dispose()

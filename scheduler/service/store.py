@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0001_initial"
+HEAD_REVISION = "0002_job_gpu_history"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
@@ -119,6 +119,26 @@ allocations = Table(
     Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
     Column("task_id", Integer, ForeignKey("tasks.id"), nullable=False),
     Index("ix_allocations_job", "job_id"),
+)
+
+# Per-job GPU readings, downsampled as the job runs (service/monitoring.py, observe/history.py).
+job_gpu_history = Table(
+    "job_gpu_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("node", String(256), nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("uuid", String(64), nullable=True),
+    Column("t0", Float, nullable=False),
+    Column("t1", Float, nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("gpu_util", Float, nullable=True),
+    Column("mem_copy_util", Float, nullable=True),
+    Column("fb_used_mib", Float, nullable=True),
+    Column("power_w", Float, nullable=True),
+    Column("temperature_c", Float, nullable=True),
+    Index("ix_job_gpu_history_job", "job_id", "node", "gpu"),
 )
 
 

@@ -1,0 +1,150 @@
+"""The real job service (store on SQLite, scheduler loop, local executor, REST app) on a
+one-GPU node ``gpu-node-1`` whose GPU is the recorded H100 (plus zeroed ECC counters, which the
+recording did not query), sampled through the real sampler code path. The HiveD policy is
+wrapped to record the node events the loop hands it."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from fastapi.testclient import TestClient
+from nvml_recorded import RecordedNVML, load_h100
+
+from labhive.scheduler.config import cluster_from_gpus
+from labhive.scheduler.executors.local import LocalExecutor
+from labhive.scheduler.jobs import JobSpec, parse_job
+from labhive.scheduler.model import Decision, Event, NodeDown, NodeUp, Scheduler
+from labhive.scheduler.observe.nvml import Sampler
+from labhive.scheduler.policies import get_policy
+from labhive.scheduler.service.app import Service, create_app
+from labhive.scheduler.service.auth import TokenAuthenticator, ensure_admin_token, load_users
+from labhive.scheduler.service.loop import SchedulerLoop
+from labhive.scheduler.service.monitoring import Monitoring
+from labhive.scheduler.service.store import Store, database_url
+
+NODE = "gpu-node-1"
+
+
+class Watching:
+    """The HiveD policy, plus a record of the node events the loop gave it."""
+
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.node_events: list[Event] = []
+
+    def handle(self, event: Event) -> list[Decision]:
+        if isinstance(event, NodeDown | NodeUp):
+            self.node_events.append(event)
+        return self.inner.handle(event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass
+class World:
+    service: Service
+    client: TestClient
+    nvml: RecordedNVML
+    policy: Watching
+    headers: dict[str, str]
+
+    def submit(self, **job: Any) -> int:
+        r = self.client.post("/api/v1/jobs", json=job, headers=self.headers)
+        assert r.status_code == 201, r.text
+        return int(r.json()["id"])
+
+    def wait_state(self, job_id: int, state: str, timeout: float = 15.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self.client.get(f"/api/v1/jobs/{job_id}", headers=self.headers).json()
+            if r["state"] == state:
+                return r
+            time.sleep(0.05)
+        raise AssertionError(f"job {job_id} never became {state}: {r}")
+
+    def task_leaf_pid(self, job_id: int) -> int:
+        """The pid of the job's command (below the executor's supervisor and shell)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            handles = list(self.service.loop.handles(job_id).values())
+            found = [
+                p
+                for h in handles
+                for p in psutil.Process(h.info["pid"]).children(recursive=True)
+                if p.name() == "sleep"
+            ]
+            if found:
+                return found[0].pid
+            time.sleep(0.05)
+        raise AssertionError("the job's sleep never started")
+
+    def metrics(self) -> str:
+        r = self.client.get("/api/v1/metrics")
+        assert r.status_code == 200
+        return r.text
+
+    def wait_samples(self, n: int = 2) -> None:
+        """Until the sampler has read the (changed) recording ``n`` more times."""
+        seen = self.nvml.calls.count("nvmlDeviceGetCount")
+        deadline = time.monotonic() + 10
+        while self.nvml.calls.count("nvmlDeviceGetCount") < seen + n:
+            assert time.monotonic() < deadline, "the sampler stopped sampling"
+            time.sleep(0.02)
+
+
+@contextmanager
+def labhive_service(
+    tmp_path: Path, interval_s: float = 0.05, db: str | None = None
+) -> Iterator[World]:
+    """``db``: a SQLite path or PostgreSQL URL (default: SQLite in ``tmp_path``)."""
+    config = cluster_from_gpus(NODE, 1, vcs=("vc1",))
+    store = Store(database_url(db, tmp_path))
+    store.migrate()
+    executor = LocalExecutor(tmp_path / "tasks", grace_s=2.0)
+    policy = Watching(get_policy("hived", config))
+
+    def load_spec(row: dict[str, Any]) -> JobSpec:
+        spec = parse_job(row["spec"], default_vc="vc1")
+        return dataclasses.replace(spec, user=row["user"], name=row["name"])
+
+    loop = SchedulerLoop(store, lambda: policy, executor, load_spec, grace_s=2.0, poll_s=0.05)
+    recording = load_h100()
+    recording["devices"][0]["ecc_errors"] = {  # ECC counters, as an H100 with ECC on reports
+        "corrected_volatile": 0,
+        "uncorrected_volatile": 0,
+        "corrected_aggregate": 0,
+        "uncorrected_aggregate": 0,
+    }
+    nvml = RecordedNVML(recording)
+    monitoring = Monitoring(
+        store, loop, interval_s=interval_s, sampler=Sampler(nvml, hostname=NODE)
+    )
+    token, _ = ensure_admin_token(tmp_path / "admin.token")
+    auth = TokenAuthenticator(token, load_users(None), tmp_path / "admin.token")
+    service = Service(
+        store,
+        loop,
+        executor,
+        auth,
+        lambda doc: parse_job(doc, default_vc="vc1"),
+        policy.check,
+        policy="hived",
+        monitoring=monitoring,
+    )
+    loop.start()
+    monitoring.start()
+    try:
+        with TestClient(create_app(service)) as client:
+            yield World(service, client, nvml, policy, {"Authorization": f"Bearer {token}"})
+    finally:
+        monitoring.stop()
+        loop.stop(stop_tasks=True)
+        store.dispose()
