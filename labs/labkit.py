@@ -54,7 +54,10 @@ def _labhive_command() -> list[str]:
 
 
 #: For shell cells: ``!{labkit.LABHIVE} replay demo``.
-LABHIVE = " ".join(_labhive_command()) if shutil.which("labhive") or Path(sys.executable).parent.joinpath("labhive").exists() else "labhive"
+try:
+    LABHIVE = _labhive_command()[0]
+except RuntimeError:
+    LABHIVE = "labhive"
 
 
 @dataclass
