@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 import os
 import shutil
 import signal
@@ -317,3 +318,129 @@ def timed(label: str) -> Iterator[None]:
 def ran_on(job: Job) -> str:
     """The nodes the job's tasks were placed on (also after it ended)."""
     return ",".join(sorted({t["node"] for t in job.refresh().data.get("tasks") or []})) or "-"
+
+
+# ---- alert rules, the simple kind ------------------------------------------------------------------
+
+_THRESHOLD = re.compile(
+    r"^\s*(?P<metric>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(?P<labels>[^}]*)\})?\s*"
+    r"(?P<op>==|!=|>=|<=|>|<)\s*(?P<value>[-+0-9.eE]+)\s*$"
+)
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An alert rule whose expression is ``metric{label="v",...} OP number``: the only kind a
+    notebook can evaluate without Prometheus (range functions and ``up`` need the real thing)."""
+
+    alert: str
+    expr: str
+    for_s: float
+    severity: str
+    summary: str
+    metric: str | None = None
+    labels: tuple[tuple[str, str, str], ...] = ()
+    op: str = ""
+    value: float = 0.0
+
+    @property
+    def simple(self) -> bool:
+        return self.metric is not None
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for name, how, want in self.labels:
+            got = labels.get(name, "")
+            if (how == "=" and got != want) or (how == "!=" and got == want):
+                return False
+        return True
+
+    def holds(self, metric: str, labels: Mapping[str, str], value: float) -> bool:
+        return metric == self.metric and self.matches(labels) and _OPS[self.op](value, self.value)
+
+
+def _duration(text: str | None) -> float:
+    if not text:
+        return 0.0
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return float(text[:-1]) * units[text[-1]]
+
+
+def load_rules(path: Path) -> list[Rule]:
+    """Every rule of a Prometheus rules file; ``simple`` says whether this module evaluates it."""
+    doc = yaml.safe_load(Path(path).read_text())
+    rules = []
+    for group in doc.get("groups", []):
+        for raw in group.get("rules", []):
+            if "alert" not in raw:
+                continue
+            base = {
+                "alert": raw["alert"],
+                "expr": " ".join(str(raw["expr"]).split()),
+                "for_s": _duration(raw.get("for")),
+                "severity": (raw.get("labels") or {}).get("severity", ""),
+                "summary": (raw.get("annotations") or {}).get("summary", ""),
+            }
+            m = _THRESHOLD.match(base["expr"])
+            if m is None or m["metric"] == "up":  # `up` is Prometheus' own, not on /metrics
+                rules.append(Rule(**base))
+                continue
+            matchers = tuple(
+                (k.strip(), "!=" if "!=" in item else "=", v.strip().strip('"'))
+                for item in (m["labels"] or "").split(",")
+                if item.strip()
+                for k, v in [item.replace("!=", "=").split("=", 1)]
+            )
+            rules.append(Rule(**base, metric=m["metric"], labels=matchers, op=m["op"],
+                              value=float(m["value"])))  # fmt: skip
+    return rules
+
+
+def firing_now(rules: list[Rule], samples: Iterable[tuple[str, Mapping[str, str], float]]) -> list[str]:
+    """Simple rules whose condition holds on these samples now (``for:`` not waited out)."""
+    samples = list(samples)
+    out = []
+    for rule in rules:
+        if not rule.simple:
+            continue
+        for metric, labels, value in samples:
+            if rule.holds(metric, labels, value):
+                where = ", ".join(f"{k}={v}" for k, v in labels.items() if v)
+                out.append(f"{rule.alert} ({rule.severity}): {metric}{{{where}}} = {value:g}")
+    return out
+
+
+def firing_over_time(
+    rules: list[Rule], series: Mapping[float, list[tuple[str, Mapping[str, str], float]]]
+) -> list[dict[str, Any]]:
+    """Evaluate simple rules at each sample time, as Prometheus does at every evaluation: an
+    alert is *pending* while its condition holds and *fires* once it has held for ``for:``."""
+    since: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    fired: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
+    for t in sorted(series):
+        true_now = set()
+        for rule in rules:
+            if not rule.simple:
+                continue
+            for metric, labels, value in series[t]:
+                if rule.holds(metric, labels, value):
+                    key = (rule.alert, tuple(sorted(labels.items())))
+                    true_now.add(key)
+                    since.setdefault(key, t)
+                    if t - since[key] >= rule.for_s and key not in fired:
+                        fired[key] = {"alert": rule.alert, "severity": rule.severity,
+                                      "labels": dict(labels), "pending_from": since[key],
+                                      "fires_at": t}  # fmt: skip
+        for key in list(since):
+            if key not in true_now:
+                since.pop(key)
+                if key in fired and "resolved_at" not in fired[key]:
+                    fired[key]["resolved_at"] = t
+    return list(fired.values())
