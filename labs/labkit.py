@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import re
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ def repo_data(default: str = "../../shared/data") -> Path:
     return Path(os.environ.get("LABHIVE_DATA", default)).resolve()
 
 
-# ---- a private service on the lab's own cluster ------------------------------------------------
+# ---- a private service on the lab's own cluster ---
 
 
 def _free_port() -> int:
@@ -134,7 +134,7 @@ def lab_job(path: Path, command: str, name: str | None = None) -> dict[str, Any]
     return spec
 
 
-# ---- waiting and looking -------------------------------------------------------------------------
+# ---- waiting and looking ---
 
 
 def wait_until(
@@ -189,7 +189,7 @@ def text_table(frame: pd.DataFrame) -> str:
     return frame.to_string(index=False) if len(frame) else "(empty)"
 
 
-# ---- scenario replays ------------------------------------------------------------------------------
+# ---- scenario replays ---
 
 
 def replay_frame(steps: list[dict[str, Any]], jobs: Iterable[str] | None = None) -> pd.DataFrame:
@@ -236,7 +236,7 @@ def job_nodes(job: Mapping[str, Any]) -> str:
     return ",".join(sorted({t["node"] for t in job["tasks"]})) or "-"
 
 
-# ---- the observation table and its check ----------------------------------------------------------
+# ---- the observation table and its check ---
 
 
 @dataclass(frozen=True)
@@ -308,19 +308,12 @@ def missing_answers(questions: list[Question], answers: Mapping[str, str]) -> li
     return [q.key for q in questions if not answers.get(q.key)]
 
 
-@contextlib.contextmanager
-def timed(label: str) -> Iterator[None]:
-    start = time.monotonic()
-    yield
-    print(f"{label}: {time.monotonic() - start:.1f} s")
-
-
 def ran_on(job: Job) -> str:
     """The nodes the job's tasks were placed on (also after it ended)."""
     return ",".join(sorted({t["node"] for t in job.refresh().data.get("tasks") or []})) or "-"
 
 
-# ---- alert rules, the simple kind ------------------------------------------------------------------
+# ---- alert rules, the simple kind ---
 
 _THRESHOLD = re.compile(
     r"^\s*(?P<metric>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(?P<labels>[^}]*)\})?\s*"
@@ -403,7 +396,9 @@ def load_rules(path: Path) -> list[Rule]:
     return rules
 
 
-def firing_now(rules: list[Rule], samples: Iterable[tuple[str, Mapping[str, str], float]]) -> list[str]:
+def firing_now(
+    rules: list[Rule], samples: Iterable[tuple[str, Mapping[str, str], float]]
+) -> list[str]:
     """Simple rules whose condition holds on these samples now (``for:`` not waited out)."""
     samples = list(samples)
     out = []
