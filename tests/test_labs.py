@@ -134,3 +134,21 @@ def test_experiment_report_is_one_command_to_html(tmp_path: Path) -> None:
 def test_labs_folder_holds_the_five_labs() -> None:
     labs = sorted(p.name for p in LABS.glob("lab*.ipynb"))
     assert [name[:4] for name in labs] == ["lab1", "lab2", "lab3", "lab4", "lab5"]
+
+
+def test_lab1_also_runs_cell_after_cell_with_live_widgets(
+    service: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As "Run All" in JupyterLab: the magics make live widgets and return at once unless
+    told to wait; the lab's cells must still see finished jobs where they need them."""
+    monkeypatch.setenv("LABHIVE_INTERACTIVE", "1")
+    nb, _ = execute(LABS / "lab1_a_jobs_life.ipynb", tmp_path / "live.ipynb")
+    widgets = [
+        out
+        for cell in nb["cells"]
+        for out in cell.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in out.get("data", {})
+    ]
+    assert widgets, "no live widget was displayed"
+    assert "CHECK PASSED" in text_of(nb)
+    assert stale_widgets(nb) == []
