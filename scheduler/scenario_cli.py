@@ -40,7 +40,12 @@ def run_replay(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     result = replay(scenario, args.policy)
     if args.json:
-        json.dump({"steps": result.steps, "failures": result.failures}, sys.stdout, indent=1)
+        doc = {
+            "virtual": scenario.cluster.virtual,  # GPU slots, not real GPUs
+            "steps": result.steps,
+            "failures": result.failures,
+        }
+        json.dump(doc, sys.stdout, indent=1)
         print()
     else:
         print(render(result.steps, virtual=scenario.cluster.virtual))

@@ -26,7 +26,7 @@ from labhive.scheduler.model import (
 )
 
 PROPERTY_SETTINGS = settings(
-    max_examples=200,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

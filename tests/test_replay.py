@@ -175,7 +175,7 @@ def test_cli_replay_json_document(capsys):
     assert second["tasks"] == [
         {"role": "train", "index": 0, "node": "hostname-dan", "gpus": [0], "state": "RUNNING"}
     ]
-    assert doc["failures"] == []
+    assert doc["failures"] == [] and doc["virtual"] is False
 
 
 def test_cli_replay_exits_1_naming_the_failed_expectation(tmp_path, capsys):
