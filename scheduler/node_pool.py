@@ -48,6 +48,12 @@ class Gang:
     cpu: float
     memory_mb: float
     largest: int
+    runs: tuple[tuple[TaskDemand, ...], ...] = ()  # consecutive identical tasks, grouped
+
+    @property
+    def shape(self) -> tuple[tuple[int, float, int, int], ...]:
+        """What placement depends on: identical shapes fit (or not) alike."""
+        return tuple((r[0].gpu, r[0].cpu, r[0].memory_mb, len(r)) for r in self.runs)
 
 
 def gang_of(spec: JobSpec) -> Gang:
@@ -63,6 +69,7 @@ def gang_of(spec: JobSpec) -> Gang:
         cpu=sum(t.cpu for t in tasks),
         memory_mb=float(sum(t.memory_mb for t in tasks)),
         largest=max((t.gpu for t in tasks), default=0),
+        runs=_runs(tasks),
     )
 
 
@@ -218,8 +225,8 @@ class NodePool:
                         return [(node, list(gang.tasks))]
                 return None
             need = math.ceil(total / self.max_node_gpus)
-            return self._pack(gang.tasks, self._descending(), max_nodes=need)
-        return self._pack(gang.tasks, self._ascending(1), max_nodes=None)
+            return self._pack(gang, self._descending(), max_nodes=need)
+        return self._pack(gang, self._ascending(1), max_nodes=None)
 
     def _ascending(self, at_least: int) -> Iterator[PoolNode]:
         for f in range(max(at_least, 1), self.max_node_gpus + 1):
@@ -230,10 +237,13 @@ class NodePool:
             yield from self._buckets[f].values()
 
     def _pack(
-        self, demands: tuple[TaskDemand, ...], nodes: Iterator[PoolNode], max_nodes: int | None
+        self, gang: Gang, nodes: Iterator[PoolNode], max_nodes: int | None
     ) -> list[tuple[PoolNode, list[TaskDemand]]] | None:
-        """First-fit decreasing of the tasks over ``nodes`` in the given order."""
-        left = list(demands)
+        """First-fit decreasing of the tasks over ``nodes`` in the given order. Runs of
+        identical tasks (a gang of one-GPU workers) are placed a node's worth at a time."""
+        runs = gang.runs
+        pos = [0] * len(runs)
+        left = len(gang.tasks)
         plan: list[tuple[PoolNode, list[TaskDemand]]] = []
         for node in nodes:
             if not left:
@@ -242,18 +252,17 @@ class NodePool:
                 return None
             group: list[TaskDemand] = []
             g = cpu = mem = 0.0
-            rest: list[TaskDemand] = []
-            for d in left:
-                if node.room(d, int(g), cpu, mem) >= 1:
-                    group.append(d)
-                    g += d.gpu
-                    cpu += d.cpu
-                    mem += d.memory_mb
-                else:
-                    rest.append(d)
+            for i, run in enumerate(runs):
+                n = min(len(run) - pos[i], node.room(run[0], int(g), cpu, mem))
+                if n > 0:
+                    group.extend(run[pos[i] : pos[i] + n])
+                    pos[i] += n
+                    g += n * run[0].gpu
+                    cpu += n * run[0].cpu
+                    mem += n * run[0].memory_mb
             if group:
                 plan.append((node, group))
-                left = rest
+                left -= len(group)
         return plan if not left else None
 
     # ---- health and views ----------------------------------------------------------------
@@ -290,3 +299,18 @@ class NodePool:
                 g >= gang.gpus and c >= gang.cpu and m >= gang.memory_mb for g, c, m in self._shapes
             )
         return True
+
+
+def _runs(tasks: list[TaskDemand]) -> tuple[tuple[TaskDemand, ...], ...]:
+    """Consecutive tasks with the same needs, grouped (tasks come largest first)."""
+    runs: list[list[TaskDemand]] = []
+    for d in tasks:
+        if runs and (runs[-1][0].gpu, runs[-1][0].cpu, runs[-1][0].memory_mb) == (
+            d.gpu,
+            d.cpu,
+            d.memory_mb,
+        ):
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return tuple(tuple(r) for r in runs)

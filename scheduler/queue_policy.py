@@ -100,6 +100,12 @@ class QueuedPolicy:
     """A ``Scheduler`` whose subclasses supply ordering (and optionally preemption)."""
 
     name = "queued"
+    #: Set by policies that preempt (they override ``victims`` and ``victim_gpus``).
+    preemptive = False
+    #: Preemption searches allowed per scheduling pass: each releases (and, failing,
+    #: restores) a few jobs, so a pass over many blocked groups stays cheap; jobs left out
+    #: are tried again at the next event.
+    SEARCHES_PER_PASS = 2
 
     def __init__(self, pool: NodePool, vc_gpus: dict[str, int], *, pool_factory: Any = None):
         self.pool = pool
@@ -111,6 +117,8 @@ class QueuedPolicy:
         self._seq = 0
         self._now = 0.0
         self._last_gang: tuple[JobSpec, Gang] | None = None
+        self._searches = self.SEARCHES_PER_PASS
+        self._no_room: set[Hashable] = set()
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
 
@@ -130,8 +138,12 @@ class QueuedPolicy:
         return True, False
 
     def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
-        """Running jobs ``job`` may preempt, the first to go first."""
+        """Running jobs ``job`` may preempt, the first to go first (``preemptive`` only)."""
         return ()
+
+    def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
+        """An upper bound of the GPUs ``victims`` hold, so hopeless searches are skipped."""
+        return 0
 
     def on_started(self, job: QueuedJob) -> None:
         """Hook: ``job`` just started (at ``self._now``)."""
@@ -327,17 +339,24 @@ class QueuedPolicy:
 
     def _schedule(self, out: list[Decision], only: QueuedJob | None = None) -> None:
         """Start what can start. With ``only`` (a new submission), try just that job."""
+        self._searches = self.SEARCHES_PER_PASS
+        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         if only is not None:
             if self._head(self.group_key(only)) is only:
                 self._try(only, out)
             return
+        free = self.pool.free_gpus
+        if not self.preemptive and free == 0:
+            return  # nothing can start until something ends
         heads: list[tuple[Any, int, Hashable]] = []
         for group in list(self._groups):
             head = self._head(group)
-            if head is not None:
+            if head is not None and (self.preemptive or head.gpus <= free):
                 heads.append((self.group_priority(head), head.seq, group))
         heapq.heapify(heads)
         while heads:
+            if not self.preemptive and self.pool.free_gpus == 0:
+                return  # nothing can start until something ends
             _, _, group = heapq.heappop(heads)
             head = self._head(group)
             if head is None or not self._try(head, out):
@@ -350,7 +369,12 @@ class QueuedPolicy:
         allowed, opp = self.admit(job)
         if not allowed:
             return False
-        tasks = self.pool.place(job.job_id, job.gang) if job.gpus <= self.pool.free_gpus else None
+        tasks = None
+        shape = job.gang.shape
+        if job.gpus <= self.pool.free_gpus and shape not in self._no_room:
+            tasks = self.pool.place(job.job_id, job.gang)
+            if tasks is None:
+                self._no_room.add(shape)  # the same gang will not fit either this pass
         if tasks is None:
             tasks = self._preempt_for(job, opp, out)
             if tasks is None:
@@ -361,9 +385,19 @@ class QueuedPolicy:
     def _preempt_for(
         self, job: QueuedJob, opp: bool, out: list[Decision]
     ) -> tuple[TaskPlacement, ...] | None:
-        """Free GPUs by preempting ``victims`` (fewest first) until the job fits; else undo."""
+        """Free GPUs by preempting ``victims`` in their order until the job fits; else undo.
+
+        Bounded: nothing is tried unless the victims hold enough GPUs by count, and the search
+        stops once the released GPUs exceed the need by a node's worth twice over (the rest
+        are spread too thin to help a consolidated gang)."""
+        if not self.preemptive or self.pool.free_gpus + self.victim_gpus(job, opp) < job.gpus:
+            return None
+        if self._searches <= 0:
+            return None  # this pass has searched enough; the next event tries again
+        self._searches -= 1
         released: list[tuple[QueuedJob, tuple[TaskPlacement, ...]]] = []
         freed = self.pool.free_gpus
+        limit = job.gpus + 2 * self.pool.max_node_gpus
         tasks = None
         for victim in self.victims(job, opp):
             released.append((victim, self.pool.placement(victim.job_id)))
@@ -371,14 +405,17 @@ class QueuedPolicy:
             freed += victim.gpus
             if freed >= job.gpus:
                 tasks = self.pool.place(job.job_id, job.gang)
-                if tasks is not None:
+                if tasks is not None or freed >= limit:
                     break
         if tasks is None:
             for victim, held in released:
                 self.pool.claim(victim.job_id, held, victim.gang)
             return None
-        for victim, _ in released:
-            self._stop(victim, release=False)  # its GPUs went to ``job`` already
+        self._no_room.clear()  # the cluster changed
+        for victim, held in released:
+            if self.pool.claim(victim.job_id, held, victim.gang):
+                continue  # its GPUs were not needed after all: it keeps running
+            self._stop(victim, release=False)  # its GPUs went to ``job``
             self._enqueue(victim)
             out.append(Preempt(victim.job_id, by=job.job_id, reason=self.preempt_reason(victim)))
         return tasks

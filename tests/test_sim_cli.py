@@ -63,6 +63,9 @@ def test_json_and_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     fifo = doc["policies"]["fifo"]["overall"]
     assert fifo["jobs"] == 300 and fifo["finished"] == 300
     assert 0 < fifo["utilization"] < 1
+    series = doc["policies"]["fifo"]["over_time"]["utilization"]
+    assert len(series) == 200
+    assert sum(series) / len(series) == pytest.approx(fifo["utilization"], rel=1e-4)
     assert set(doc["policies"]["fifo"]["per_vc"]) <= {
         "6214e9", "7f04ca", "11cb48", "b436b2", "ee9e8c", "e13805",
         "6c71a0", "2869ce", "ed69ec", "103959", "0e4a51", "795a4c", "51b7ef", "925e2b", "23dbec",

@@ -3,10 +3,11 @@ quota back by preemption (YARN's capacity scheduler, with VCs as queues).
 
 A job whose VC stays within its quota with it starts as guaranteed; if the GPUs it needs are
 held by other VCs' borrowed jobs, the most recently started of those are preempted until it
-fits. A job beyond its VC's quota starts only on idle GPUs, as borrowed (shown opportunistic),
-and is the first to go when a VC reclaims its share; ``borrow=false`` turns borrowing off
-(hard quotas). The VC using the smallest fraction of its quota is served first; within a VC,
-submission order, strict unless ``backfill=true``.
+fits (only from VCs then using more than their quota). A job beyond its VC's quota starts
+only on idle GPUs, as borrowed (shown opportunistic), and is the first to go when a VC
+reclaims its share; ``borrow=false`` turns borrowing off (hard quotas). The VC using the
+smallest fraction of its quota is served first; within a VC, submission order, strict unless
+``backfill=true``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 class CapacityPolicy(QueuedPolicy):
     name = "capacity"
+    preemptive = True
 
     def __init__(
         self, *args: Any, borrow: bool = True, backfill: bool = False, **kwargs: Any
@@ -59,10 +61,18 @@ class CapacityPolicy(QueuedPolicy):
             return ()
         return self._reclaimable(job.vc)
 
+    def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
+        if opportunistic:
+            return 0
+        return sum(self.vc_borrowed.values()) - self.vc_borrowed.get(job.vc, 0)
+
     def _reclaimable(self, vc: str) -> Iterator[QueuedJob]:
         for job_id in reversed(list(self._borrowers)):
             victim = self._borrowers.get(job_id)
-            if victim is not None and victim.vc != vc:
+            if victim is None or victim.vc == vc:
+                continue
+            # only a VC using more than its quota gives back (its borrowed jobs, newest first)
+            if self.vc_used.get(victim.vc, 0) > self.vc_gpus.get(victim.vc, 0):
                 yield victim
 
     def on_started(self, job: QueuedJob) -> None:

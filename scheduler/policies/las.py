@@ -36,6 +36,7 @@ _EPS = 1e-6
 
 class LasPolicy(QueuedPolicy):
     name = "las"
+    preemptive = True
 
     def __init__(
         self,
@@ -49,7 +50,9 @@ class LasPolicy(QueuedPolicy):
         self.thresholds = tuple(sorted(float(t) for t in thresholds))
         self.promote_knob = float(promote_knob)
         self.backfill = backfill
-        self._running: list[dict[str, QueuedJob]] = [{} for _ in range(len(self.thresholds) + 1)]
+        levels = len(self.thresholds) + 1
+        self._running: list[dict[str, QueuedJob]] = [{} for _ in range(levels)]
+        self._level_gpus = [0] * levels  # GPUs held by running jobs, per queue
         self._demotions: list[tuple[float, int, str]] = []  # (when, token, job id)
         self._promotions: list[tuple[float, int, str]] = []
 
@@ -65,6 +68,9 @@ class LasPolicy(QueuedPolicy):
     def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
         return self._lower_than(job.level)
 
+    def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
+        return sum(self._level_gpus[job.level + 1 :])
+
     def _lower_than(self, level: int) -> Iterator[QueuedJob]:
         for lower in range(len(self._running) - 1, level, -1):
             for job_id in reversed(list(self._running[lower])):
@@ -72,8 +78,15 @@ class LasPolicy(QueuedPolicy):
                 if victim is not None:
                     yield victim
 
+    def _file_running(self, job: QueuedJob, sign: int) -> None:
+        if sign > 0:
+            self._running[job.level][job.job_id] = job
+        else:
+            del self._running[job.level][job.job_id]
+        self._level_gpus[job.level] += sign * job.gpus
+
     def on_started(self, job: QueuedJob) -> None:
-        self._running[job.level][job.job_id] = job
+        self._file_running(job, +1)
         self._plan_demotion(job)
 
     def _plan_demotion(self, job: QueuedJob) -> None:
@@ -83,7 +96,7 @@ class LasPolicy(QueuedPolicy):
             heapq.heappush(self._demotions, (max(when, self._now), job.token, job.job_id))
 
     def on_stopped(self, job: QueuedJob) -> None:
-        self._running[job.level].pop(job.job_id, None)
+        self._file_running(job, -1)
         job.level = max(job.level, self.level_of(job.attained))
 
     def _enqueue(self, job: QueuedJob) -> None:
@@ -100,9 +113,9 @@ class LasPolicy(QueuedPolicy):
             job = self._jobs.get(job_id)
             if job is None or not job.running or job.token != token:
                 continue
-            del self._running[job.level][job_id]
+            self._file_running(job, -1)
             job.level += 1
-            self._running[job.level][job_id] = job
+            self._file_running(job, +1)
             self._plan_demotion(job)
         while self._promotions and self._promotions[0][0] <= now:
             _, token, job_id = heapq.heappop(self._promotions)

@@ -7,7 +7,8 @@ Definitions (also in ``docs/policies.md``):
 - makespan: last end - first submit; throughput: finished jobs per hour of makespan.
 - utilization: GPU-seconds held / (cluster GPUs x makespan), lost work included.
 - fragmentation: GPU-seconds idle while some waiting job needed no more GPUs than were idle
-  (it waited for their shape or place, not their number), over cluster GPUs x makespan.
+  (it waited for their shape or place, or for its VC's quota under VC-enforcing policies,
+  not for their number), over cluster GPUs x makespan.
 - VC share: a VC's GPU-seconds served / GPU-seconds it asked for (running + waiting jobs'
   GPUs over time); 1 means it never waited. ``jain_vc_share`` is Jain's index over VCs.
 - finish-time fairness: a job's rho = JCT / its duration (time in the shared cluster over its
@@ -106,4 +107,34 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "events": result.events,
         "overall": overall,
         "per_vc": per_vc,
+        "over_time": over_time(result),
+    }
+
+
+def over_time(result: SimResult, buckets: int = 200) -> dict[str, list[float]]:
+    """Utilization and mean queue length in at most ``buckets`` equal spans of the run
+    (time-weighted averages of the step series), for plots and ``--json`` readers."""
+    tl = result.timeline
+    t = np.asarray(tl.t, dtype=float)
+    if len(t) < 2 or t[-1] <= t[0]:
+        return {"t": [], "utilization": [], "queue_length": []}
+    used = np.asarray(tl.used_series, dtype=float)[:-1]
+    waiting = np.asarray(tl.waiting_series, dtype=float)[:-1]
+    edges = np.linspace(t[0], t[-1], buckets + 1)
+    # integral of a step series up to each edge, by cumulative sums over the steps
+    dt = np.diff(t)
+    cum_used = np.concatenate([[0.0], np.cumsum(used * dt)])
+    cum_wait = np.concatenate([[0.0], np.cumsum(waiting * dt)])
+
+    def integral(cum: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(dt) - 1)
+        return cum[i] + values[i] * (x - t[i])
+
+    span = np.diff(edges)
+    util = np.diff(integral(cum_used, used, edges)) / span / max(result.total_gpus, 1)
+    queue = np.diff(integral(cum_wait, waiting, edges)) / span
+    return {
+        "t": [float(x - t[0]) for x in edges[:-1]],
+        "utilization": [round(float(u), 6) for u in util],
+        "queue_length": [round(float(q), 3) for q in queue],
     }
