@@ -24,7 +24,14 @@ import pytest
 from sqlalchemy import select
 
 from labhive.scheduler.service.lifecycle import STATES, TERMINAL, TRANSITIONS
-from labhive.scheduler.service.store import Store, allocations, events, jobs, tasks
+from labhive.scheduler.service.store import (
+    Store,
+    allocations,
+    database_url,
+    events,
+    jobs,
+    tasks,
+)
 
 KILLS = 50
 CLUSTER = """
@@ -50,7 +57,7 @@ def _free_port() -> int:
 class Harness:
     """Starts and kills the service; clients record what the service accepted."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, db: str | None = None) -> None:
         self.data = tmp / "data"
         self.log = tmp / "service.log"
         (tmp / "cluster.yaml").write_text(CLUSTER)
@@ -60,6 +67,9 @@ class Harness:
             "serve", "--port", str(self.port), "--data-dir", str(self.data),
             "--cluster", str(tmp / "cluster.yaml"), "--grace-s", "0.5",
         ]  # fmt: skip
+        if db:
+            self.argv += ["--db", db]
+        self.db_url = database_url(db, self.data)
         self.zygote = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("service_zygote.py"))],
             stdin=subprocess.PIPE,
@@ -173,8 +183,8 @@ class Harness:
             self.problems.append(f"{job['state']} job with running tasks: {job}")
 
 
-def _check_store(db: Path, accepted: set[int], attempts: int) -> dict[int, str]:
-    store = Store(f"sqlite:///{db}")
+def _check_store(db_url: str, accepted: set[int], attempts: int) -> dict[int, str]:
+    store = Store(db_url)
     with store.read() as conn:  # one snapshot, while the service keeps writing
         rows = {r.id: r for r in conn.execute(select(jobs))}
         evs = conn.execute(select(events).order_by(events.c.id)).all()
@@ -208,7 +218,10 @@ def _check_store(db: Path, accepted: set[int], attempts: int) -> dict[int, str]:
 
 @pytest.mark.slow
 def test_kill_9_at_50_random_moments_loses_nothing(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    chaos(Harness(tmp_path))
+
+
+def chaos(h: Harness) -> None:
     rnd = random.Random(5)
     try:
         h.cold_start()
@@ -239,10 +252,10 @@ def test_kill_9_at_50_random_moments_loses_nothing(tmp_path: Path) -> None:
             c.join(timeout=10)
         h.start()
         h.wait_ready()
-        _check_store(h.data / "labhive.db", h.accepted, h.attempts)
+        _check_store(h.db_url, h.accepted, h.attempts)
         deadline = time.monotonic() + 60  # left alone, every job finishes
         while True:
-            states = _check_store(h.data / "labhive.db", h.accepted, h.attempts)
+            states = _check_store(h.db_url, h.accepted, h.attempts)
             active = [j for j, s in states.items() if s not in TERMINAL]
             if not active or time.monotonic() > deadline:
                 break
@@ -250,6 +263,10 @@ def test_kill_9_at_50_random_moments_loses_nothing(tmp_path: Path) -> None:
         print(f"drained in {time.monotonic() - deadline + 60:.1f} s")
         assert active == [], f"jobs that never finished: {active}; {h.log.read_text()[-2000:]}"
         assert h.problems == []
+        gpus = h.probe.get(
+            h.url + "/gpus", headers={"Authorization": f"Bearer {h.token()}"}
+        ).json()["gpus"]
+        assert [g for g in gpus if g["job"] is not None] == [], "the policy still holds GPUs"
         alive = []  # every task ever launched, recorded by the service or not, is gone
         for record in (h.data / "jobs").glob("*/*/*/handle.json"):
             try:

@@ -2,9 +2,10 @@
 
 Every handler asks ``Service.identify`` who is calling (the one identity check) and the
 ``Identity`` methods what they may do. A submission is parsed, checked against the cluster and
-stored in one short transaction, then queued for the scheduler loop: the handler never waits
-for scheduling. Every user mistake becomes a 4xx whose ``detail`` says what to fix, and nothing
-is stored when a request is refused.
+committed (``intake.py`` groups concurrent ones into one transaction) before its 201, then
+queued for the scheduler loop: the handler never waits for scheduling. Every user mistake
+becomes a 4xx whose ``detail`` says what to fix, and nothing is stored when a request is
+refused.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class NotFound(Exception):
 
 @dataclass
 class Service:
-    """What the handlers need; ``server.build_service`` assembles it."""
+    """What the handlers need; ``server.build`` assembles it."""
 
     store: Store
     loop: SchedulerLoop

@@ -30,7 +30,6 @@ from sqlalchemy import select, update
 
 from labhive.scheduler.executors.base import (
     Executor,
-    LaunchError,
     TaskExit,
     TaskHandle,
     TaskKey,
@@ -310,17 +309,18 @@ class SchedulerLoop:
         t = self.clock()
         work = _Pass()
         # Events in an order that keeps the policy's view and the store's in step: restored jobs
-        # first, then what ended (exits, cancels), and only then new work that may preempt.
+        # first, then what ended, then new work (which may preempt), then cancels.
         recovered = self._pending_events
         self._pending_events = []
         events_in: list[Event] = [e for e in recovered if isinstance(e, Adopt)]
         exits = self._pending_exits + list(self.executor.poll())
         self._pending_exits = []
         self._inflight_exits = exits  # kept until committed: a failed pass must not lose them
-        intake = _drain(self._intake)
+        # Cancels before submissions: a job's submission is queued before any cancel of it, so
+        # every cancel drained here finds its job in the intake drained next.
         cancels = _drain(self._cancels)
+        intake = _drain(self._intake)
         self._settle_exits(exits, work, events_in, t)
-        events_in.extend(self._cancel_jobs(cancels, work, t))
         events_in.extend(_drain(self._external))  # node health (monitoring)
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         for job_id, spec in intake:
@@ -329,6 +329,8 @@ class SchedulerLoop:
             self._specs[job_id] = spec
             events_in.append(Submit(str(job_id), spec, t))
             work.new_jobs.append(job_id)
+        # after the submits: a job cancelled right after it was submitted must be known here
+        events_in.extend(self._cancel_jobs(cancels, work, t))
         with self._sched_lock:
             due = self.scheduler.next_wakeup()
         if due is not None and due <= t:
@@ -467,6 +469,7 @@ class SchedulerLoop:
 
     def _commit(self, work: _Pass, t: float) -> None:
         """Everything the pass decided, in one transaction."""
+        stale: list[int] = []
         with self.store.write() as conn:
             for task_id, code in work.ended_tasks:
                 lc.task_ended(conn, task_id, code, t)
@@ -476,6 +479,7 @@ class SchedulerLoop:
                     continue
                 if job["cancel_requested"] and target == lc.WAITING:
                     target, reason = lc.STOPPED, "cancelled"
+                    stale.append(job_id)  # the policy was told Requeue
                 lc.end_attempt(conn, job, target, reason, why, t, spend_retry=spend, exit_code=code)
             for job_id in work.cancelled_waiting:
                 job = job_row(conn, job_id)
@@ -498,6 +502,8 @@ class SchedulerLoop:
                 if isinstance(d, Start) and job["state"] in lc.ACTIVE:
                     self._record_start(conn, job, d, t)
                     pending.setdefault(job["id"], []).append(d)
+                elif isinstance(d, Start):
+                    stale.append(job["id"])  # ended in the store: never started
                 elif isinstance(d, Preempt | Stop) and job["state"] == lc.RUNNING:
                     if isinstance(d, Preempt):
                         reason, why = "preempted", f"preempted by job {d.by}: {d.reason}"
@@ -513,6 +519,11 @@ class SchedulerLoop:
                     lc.note(conn, job, "downgraded", f"downgraded by job {d.by}: {d.reason}", t)
             work.starts = [d for starts in pending.values() for d in starts]
             self._record_whys(conn, work.new_jobs)
+        if stale:
+            # The store ended these jobs while the policy still holds them (waiting, or placed
+            # by this very pass): remove them next pass, so their cells go to someone else.
+            self._pending_events.extend(Cancel(str(job_id), t) for job_id in stale)
+            self._wake.set()
 
     def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
         _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
@@ -545,7 +556,7 @@ class SchedulerLoop:
             launches = self._build(job, spec, d.tasks)
             try:
                 handles = self.executor.launch(launches)
-            except LaunchError as err:
+            except Exception as err:  # LaunchError, or any executor failure: the attempt failed
                 log.warning("job %s failed to launch: %s", job_id, err)
                 for launch in launches:
                     self._pending_exits.append(TaskExit(launch.key, 127, str(err)))

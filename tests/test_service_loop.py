@@ -1,0 +1,84 @@
+"""Given the scheduler loop driven pass by pass (real store, HiveD policy, local processes),
+expect the policy and the store to agree after every pass, even when a cancel races a
+submission or a retry: no job the store ended keeps GPUs in the policy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.loop import SchedulerLoop
+from labhive.scheduler.service.server import ServeOptions, build
+from labhive.scheduler.service.store import job_row
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[SchedulerLoop]:
+    running = build(ServeOptions(data_dir=tmp_path / "data", grace_s=1))
+    running.service.intake.close()  # this test submits by hand
+    loop = running.service.loop
+    loop.recover()
+    yield loop
+    loop.stop(stop_tasks=True)
+    loop.store.dispose()
+
+
+def _submit(loop: SchedulerLoop, doc: dict) -> int:
+    spec = parse_job(doc)
+    new = lc.NewJob(spec.name, "ann", spec.vc, spec.priority, spec.retries, spec.task_count,
+                    spec.total_gpus, doc)  # fmt: skip
+    with loop.store.write() as conn:
+        job_id = lc.submit(conn, new, time.time())
+    loop.submitted(job_id, spec)
+    return job_id
+
+
+def _state(loop: SchedulerLoop, job_id: int) -> str:
+    with loop.store.read() as conn:
+        row = job_row(conn, job_id)
+    assert row is not None
+    return str(row["state"])
+
+
+def _used_gpus(loop: SchedulerLoop) -> int:
+    return sum(len(n.used) for n in loop.cluster().nodes)
+
+
+def test_a_cancel_in_the_same_pass_as_its_submission_wins(loop: SchedulerLoop) -> None:
+    job_id = _submit(loop, {"name": "a", "vc": "vc1", "gpus": 1, "command": "sleep 30"})
+    with loop.store.write() as conn:
+        lc.request_cancel(conn, job_id)
+    loop.cancel(job_id)
+    loop.step()
+    assert _state(loop, job_id) == "STOPPED"
+    assert loop.view(job_id) is None and _used_gpus(loop) == 0
+
+
+def test_a_failed_attempt_of_a_cancelled_job_does_not_leave_it_in_the_policy(
+    loop: SchedulerLoop,
+) -> None:
+    """The cancel reached the store but not the loop (the service died in between); the task
+    then fails with a retry left: the job ends STOPPED and the policy lets go of it."""
+    job_id = _submit(
+        loop, {"name": "f", "vc": "vc1", "gpus": 4, "retries": 1, "command": "sleep 0.3; exit 1"}
+    )
+    loop.step()
+    assert _state(loop, job_id) == "RUNNING"
+    with loop.store.write() as conn:
+        lc.request_cancel(conn, job_id)  # ... and no loop.cancel()
+    deadline = time.monotonic() + 20
+    while _state(loop, job_id) == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+        loop.step()
+    assert _state(loop, job_id) == "STOPPED"
+    loop.step()
+    assert loop.view(job_id) is None and _used_gpus(loop) == 0
+    other = _submit(loop, {"name": "next", "vc": "vc1", "gpus": 4, "command": "true"})
+    loop.step()
+    assert _state(loop, other) == "RUNNING"  # vc1's GPUs are really free
