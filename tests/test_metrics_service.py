@@ -108,3 +108,24 @@ def test_virtual_cluster_has_no_sampler_and_no_readings(tmp_path) -> None:
     finally:
         running.service.monitoring.stop()
         running.service.store.dispose()
+
+
+def test_oom_killed_task_is_counted_per_vc(tmp_path) -> None:
+    """The exit the local executor reports for a task its cgroup killed for memory (this
+    machine has no cgroup memory controller to do it for real), handed over by the loop."""
+    from labhive.scheduler.executors.base import TaskExit, TaskKey
+
+    with labhive_service(tmp_path) as w:
+        job = w.submit(name="hungry", vc="vc1", gpus=1, command="sleep 60")
+        w.wait_state(job, "RUNNING")
+        hook = w.service.loop.on_task_exit
+        assert hook is not None
+        reason = "killed by SIGKILL: went over its memory limit of 64 MB"
+        hook(job, TaskExit(TaskKey(str(job), 1, "main", 0), 137, reason))
+        hook(job, TaskExit(TaskKey(str(job), 1, "main", 0), 1, "exit code 1"))
+        oom = [
+            s
+            for s in samples(w.metrics(), "labhive_job_failures_total")
+            if s.labels["reason"] == "oom_killed"
+        ]
+        assert [(s.labels["vc"], s.value) for s in oom] == [("vc1", 1.0)]

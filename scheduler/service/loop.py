@@ -321,7 +321,7 @@ class SchedulerLoop:
         cancels = _drain(self._cancels)
         intake = _drain(self._intake)
         self._settle_exits(exits, work, events_in, t)
-        events_in.extend(_drain(self._external))  # node health (monitoring)
+        events_in.extend(_drain(self._external))  # node health (monitoring), before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         for job_id, spec in intake:
             if job_id in self._specs:
