@@ -1,0 +1,441 @@
+"""Plumbing the course labs share, kept out of the notebooks so that their cells show the ideas.
+
+The labs talk to LabHive only through its public pieces: ``labhive serve`` (a private service
+on the lab's own cluster config), ``labhive.client``, the scenario replayer and the simulator.
+Nothing here computes an answer the lab asks for; it starts things, waits, and tabulates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from labhive.client import Client, Job
+
+
+def repo_data(default: str = "../../shared/data") -> Path:
+    """The shared data directory seen from ``labs/`` (``../shared/data`` from the repo root)."""
+    return Path(os.environ.get("LABHIVE_DATA", default)).resolve()
+
+
+# ---- a private service on the lab's own cluster ---
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _labhive_command() -> list[str]:
+    """The ``labhive`` beside this kernel's Python (a venv's bin may not be on PATH)."""
+    beside = Path(sys.executable).parent / "labhive"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("labhive")
+    if found is None:
+        raise RuntimeError("the labhive command is not installed: pip install -e . at the repo")
+    return [found]
+
+
+#: For shell cells: ``!{labkit.LABHIVE} replay demo``.
+try:
+    LABHIVE = _labhive_command()[0]
+except RuntimeError:
+    LABHIVE = "labhive"
+
+
+@dataclass
+class LabService:
+    """``labhive serve --cluster FILE`` on a loopback port, its data in a temporary folder.
+
+    It is exactly what an admin runs, only private to this notebook: the lab's two-node
+    cluster (Carol and Dan) with the local executor, so jobs are real processes.
+    """
+
+    cluster: Path
+    url: str = ""
+    client: Client | None = None
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="labhive-lab-")))
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 90) -> LabService:
+        port = _free_port()
+        data = self.root / "data"
+        log = (self.root / "serve.log").open("wb")
+        argv = [*_labhive_command(), "serve", "--port", str(port), "--data-dir", str(data)]
+        argv += ["--cluster", str(self.cluster), "--grace-s", "1"]
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # fmt: skip
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        token = data / "admin.token"
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"labhive serve exited: {(self.root / 'serve.log').read_text()}")
+            if token.exists() and token.read_text().strip():
+                client = Client(self.url, token.read_text().strip())
+                with contextlib.suppress(Exception):
+                    client.health()
+                    self.client = client
+                    return self
+                client.close()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"labhive serve did not answer within {timeout:.0f} s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.client is not None:
+            for job in self.client.jobs(limit=1000):
+                if not job.done:
+                    with contextlib.suppress(Exception):
+                        job.cancel()
+            self.client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LabService:
+        return self.start()
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop()
+
+
+def lab_job(path: Path, command: str, name: str | None = None) -> dict[str, Any]:
+    """The lab's OpenPAI job file, unchanged except its commands (the MNIST epoch needs a GPU
+    and a dataset; a short ``sleep`` keeps the same resources, VC, priority and gang setting)."""
+    spec = copy.deepcopy(yaml.safe_load(Path(path).read_text()))
+    for role in spec["taskRoles"].values():
+        role["commands"] = [command]
+    if name is not None:
+        spec["name"] = name
+    return spec
+
+
+# ---- waiting and looking ---
+
+
+def wait_until(
+    what: str, check: Callable[[], bool], timeout: float = 60, poll_s: float = 0.2
+) -> None:
+    """Poll ``check`` until it holds; a clear error after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for: {what}")
+        time.sleep(poll_s)
+
+
+def wait_state(job: Job, *states: str, timeout: float = 60) -> Job:
+    wait_until(f"job {job.name} to be {'/'.join(states)}",
+               lambda: job.refresh().state in states, timeout)  # fmt: skip
+    return job
+
+
+def nodes_of(job: Job) -> str:
+    """The nodes the job's running tasks occupy, sorted and comma-separated."""
+    running = {t["node"] for t in job.data.get("tasks") or [] if t.get("state") == "RUNNING"}
+    return ",".join(sorted(running)) or "-"
+
+
+def running_tasks(job: Job) -> int:
+    return sum(1 for t in job.data.get("tasks") or [] if t.get("state") == "RUNNING")
+
+
+def jobs_frame(jobs: Iterable[Job]) -> pd.DataFrame:
+    """Each job's state now: the table a student reads after every step."""
+    rows = []
+    for job in jobs:
+        job.refresh()
+        rows.append(
+            {
+                "job": job.name,
+                "vc": job.vc,
+                "priority": job.priority,
+                "state": job.state,
+                "tasks running": f"{running_tasks(job)}/{job.task_count}",
+                "nodes": nodes_of(job),
+                "position": job.position if job.position is not None else "",
+                "why": job.why or job.reason,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def text_table(frame: pd.DataFrame) -> str:
+    """A DataFrame as plain text that a papermill report keeps readable."""
+    return frame.to_string(index=False) if len(frame) else "(empty)"
+
+
+# ---- scenario replays ---
+
+
+def replay_frame(steps: list[dict[str, Any]], jobs: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per (virtual time, job) from ``replay(...).steps``, the last step per time."""
+    wanted = set(jobs) if jobs is not None else None
+    last: dict[float, dict[str, Any]] = {}
+    for step in steps:
+        last[step["t"]] = step
+    rows = []
+    for t, step in sorted(last.items()):
+        for job in step["jobs"]:
+            if wanted is not None and job["name"] not in wanted:
+                continue
+            nodes = ",".join(sorted({task["node"] for task in job["tasks"]})) or "-"
+            rows.append(
+                {
+                    "t": t,
+                    "event": step["event"],
+                    "job": job["name"],
+                    "state": job["state"],
+                    "tasks running": len(job["tasks"]),
+                    "nodes": nodes,
+                    "reason": job["reason"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def state_at(steps: list[dict[str, Any]], t: float, name: str) -> dict[str, Any]:
+    """A job as the replay showed it after everything that happened at or before ``t``."""
+    found: dict[str, Any] | None = None
+    for step in steps:
+        if step["t"] > t:
+            break
+        for job in step["jobs"]:
+            if job["name"] == name:
+                found = job
+    if found is None:
+        raise KeyError(f"{name} was not submitted by t={t:g}")
+    return found
+
+
+def job_nodes(job: Mapping[str, Any]) -> str:
+    return ",".join(sorted({t["node"] for t in job["tasks"]})) or "-"
+
+
+# ---- the observation table and its check ---
+
+
+@dataclass(frozen=True)
+class Question:
+    """One row of the lab's observation table."""
+
+    key: str
+    experiment: str
+    question: str
+    expected: str
+
+
+def observation_table(
+    questions: list[Question],
+    live: Mapping[str, str],
+    replayed: Mapping[str, str],
+    answers: Mapping[str, str],
+) -> pd.DataFrame:
+    rows = []
+    for q in questions:
+        rows.append(
+            {
+                "experiment": q.experiment,
+                "question": q.question,
+                "live run": live.get(q.key, "(not run)"),
+                "replay": replayed.get(q.key, "(not run)"),
+                "your answer": answers.get(q.key) or "",
+                "expected": q.expected,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _same(got: str, want: str) -> bool:
+    return " ".join(str(got).split()).lower() == " ".join(str(want).split()).lower()
+
+
+def check_observations(
+    questions: list[Question],
+    live: Mapping[str, str],
+    replayed: Mapping[str, str],
+    answers: Mapping[str, str],
+) -> list[str]:
+    """What differs from the expected behaviour, one sentence each (empty: all as expected).
+
+    The live run and the replay must match; an answer the student left empty is only reported
+    as missing, a filled one must match too.
+    """
+    problems = []
+    for q in questions:
+        for source, values in (("the live run", live), ("the replay", replayed)):
+            got = values.get(q.key)
+            if got is None:
+                problems.append(f"{q.experiment}: {q.question} - {source} did not record it")
+            elif not _same(got, q.expected):
+                problems.append(
+                    f"{q.experiment}: {q.question} - {source} saw {got!r}, expected {q.expected!r}"
+                )
+        answer = answers.get(q.key)
+        if answer and not _same(answer, q.expected):
+            problems.append(
+                f"{q.experiment}: {q.question} - you wrote {answer!r}; the cluster did "
+                f"{q.expected!r}. Look at the table above for why."
+            )
+    return problems
+
+
+def missing_answers(questions: list[Question], answers: Mapping[str, str]) -> list[str]:
+    return [q.key for q in questions if not answers.get(q.key)]
+
+
+def ran_on(job: Job) -> str:
+    """The nodes the job's tasks were placed on (also after it ended)."""
+    return ",".join(sorted({t["node"] for t in job.refresh().data.get("tasks") or []})) or "-"
+
+
+# ---- alert rules, the simple kind ---
+
+_THRESHOLD = re.compile(
+    r"^\s*(?P<metric>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(?P<labels>[^}]*)\})?\s*"
+    r"(?P<op>==|!=|>=|<=|>|<)\s*(?P<value>[-+0-9.eE]+)\s*$"
+)
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An alert rule whose expression is ``metric{label="v",...} OP number``: the only kind a
+    notebook can evaluate without Prometheus (range functions and ``up`` need the real thing)."""
+
+    alert: str
+    expr: str
+    for_s: float
+    severity: str
+    summary: str
+    metric: str | None = None
+    labels: tuple[tuple[str, str, str], ...] = ()
+    op: str = ""
+    value: float = 0.0
+
+    @property
+    def simple(self) -> bool:
+        return self.metric is not None
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for name, how, want in self.labels:
+            got = labels.get(name, "")
+            if (how == "=" and got != want) or (how == "!=" and got == want):
+                return False
+        return True
+
+    def holds(self, metric: str, labels: Mapping[str, str], value: float) -> bool:
+        return metric == self.metric and self.matches(labels) and _OPS[self.op](value, self.value)
+
+
+def _duration(text: str | None) -> float:
+    if not text:
+        return 0.0
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return float(text[:-1]) * units[text[-1]]
+
+
+def load_rules(path: Path) -> list[Rule]:
+    """Every rule of a Prometheus rules file; ``simple`` says whether this module evaluates it."""
+    doc = yaml.safe_load(Path(path).read_text())
+    rules = []
+    for group in doc.get("groups", []):
+        for raw in group.get("rules", []):
+            if "alert" not in raw:
+                continue
+            base = {
+                "alert": raw["alert"],
+                "expr": " ".join(str(raw["expr"]).split()),
+                "for_s": _duration(raw.get("for")),
+                "severity": (raw.get("labels") or {}).get("severity", ""),
+                "summary": (raw.get("annotations") or {}).get("summary", ""),
+            }
+            m = _THRESHOLD.match(base["expr"])
+            if m is None or m["metric"] == "up":  # `up` is Prometheus' own, not on /metrics
+                rules.append(Rule(**base))
+                continue
+            matchers = tuple(
+                (k.strip(), "!=" if "!=" in item else "=", v.strip().strip('"'))
+                for item in (m["labels"] or "").split(",")
+                if item.strip()
+                for k, v in [item.replace("!=", "=").split("=", 1)]
+            )
+            rules.append(Rule(**base, metric=m["metric"], labels=matchers, op=m["op"],
+                              value=float(m["value"])))  # fmt: skip
+    return rules
+
+
+def firing_now(
+    rules: list[Rule], samples: Iterable[tuple[str, Mapping[str, str], float]]
+) -> list[str]:
+    """Simple rules whose condition holds on these samples now (``for:`` not waited out)."""
+    samples = list(samples)
+    out = []
+    for rule in rules:
+        if not rule.simple:
+            continue
+        for metric, labels, value in samples:
+            if rule.holds(metric, labels, value):
+                where = ", ".join(f"{k}={v}" for k, v in labels.items() if v)
+                out.append(f"{rule.alert} ({rule.severity}): {metric}{{{where}}} = {value:g}")
+    return out
+
+
+def firing_over_time(
+    rules: list[Rule], series: Mapping[float, list[tuple[str, Mapping[str, str], float]]]
+) -> list[dict[str, Any]]:
+    """Evaluate simple rules at each sample time, as Prometheus does at every evaluation: an
+    alert is *pending* while its condition holds and *fires* once it has held for ``for:``."""
+    since: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    fired: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
+    for t in sorted(series):
+        true_now = set()
+        for rule in rules:
+            if not rule.simple:
+                continue
+            for metric, labels, value in series[t]:
+                if rule.holds(metric, labels, value):
+                    key = (rule.alert, tuple(sorted(labels.items())))
+                    true_now.add(key)
+                    since.setdefault(key, t)
+                    if t - since[key] >= rule.for_s and key not in fired:
+                        fired[key] = {"alert": rule.alert, "severity": rule.severity,
+                                      "labels": dict(labels), "pending_from": since[key],
+                                      "fires_at": t}  # fmt: skip
+        for key in list(since):
+            if key not in true_now:
+                since.pop(key)
+                if key in fired and "resolved_at" not in fired[key]:
+                    fired[key]["resolved_at"] = t
+    return list(fired.values())
