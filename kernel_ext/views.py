@@ -140,6 +140,9 @@ def job_view(job: JobSource, live: bool | None = None) -> JobView:
     if view is None or (live is not None and view.live != live):
         view = JobView(job, live)
         _JOB_VIEWS[key] = view
+    else:
+        # A later cell (``job``, ``%job``) shows the job as it is now, not as it was cached.
+        view.refresh()
     return view
 
 

@@ -97,6 +97,12 @@ def test_cancel_stops_a_running_job(kernel: Kernel, service: Service) -> None:
     assert cancelled.error is None, cancelled.stderr
     assert wait_state(alice, job_id, ENDED, timeout=20) == "STOPPED"
     assert cancelled.stdout.startswith("job sleeper: ")
+    # Shown again in a later cell, the job is as it is now, not as its first display cached it.
+    for line in ("%job $sleeper.id", "sleeper"):
+        shown = kernel.run(line)
+        assert shown.error is None, shown.stderr
+        texts = [b.get("text/plain", "") for b in [*shown.displays.values(), *shown.anonymous]]
+        assert any(t.startswith("job sleeper: STOPPED") for t in texts), (line, texts)
 
 
 @pytest.mark.parametrize(
