@@ -237,7 +237,11 @@ def run_up(
     for busy in (port, service_port):
         _check_free(busy)
     log = Path(plan.data_dir) / "jupyterhub.log"
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops it as cleanly as Ctrl-C
+    # Ctrl-C and `kill` both stop it cleanly. SIGINT is set explicitly because a shell that
+    # starts a command in the background without job control (scripts, CI) leaves SIGINT
+    # ignored, and Python then never raises KeyboardInterrupt: Ctrl-C sent later did nothing.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     proc = start_hub(config, log)
     try:
         wait_ready(plan, proc, log)
