@@ -21,18 +21,6 @@ from labhive.hub_extension.hubconfig import HubPlan, write_config
 from labhive.hub_extension.up import start_hub, stop_group, wait_ready
 
 T = TypeVar("T")
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
 #: One node of 4 GPU slots: vc1 and default get 2 each.
 CLUSTER = """\
 physicalCluster:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nbformat
 import yaml
 from jupyter_client.manager import KernelManager
 
@@ -64,6 +65,68 @@ def stop_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+
+
+#: Debian's Chromium, driven by Playwright without a browser download.
+CHROMIUM = "/usr/bin/chromium"
+#: Flags for headless Chromium on a machine with no network but loopback.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+
+def write_notebook(path: Path, *cells: str) -> None:
+    """A notebook of code cells on the venv's python3 kernel."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+
+
+@contextmanager
+def jupyter_app(program: str, root: Path, *args: str, token: str, **env: str) -> Iterator[str]:
+    """``jupyter-lab`` or ``jupyter-server`` serving ``root`` on a loopback port, stopped by
+    process group afterwards; yields its base URL once it answers."""
+    port = free_port()
+    cmd = [
+        f"{VENV_BIN}/{program}", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", *args,
+    ]  # fmt: skip
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = root.parent / f"{program}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=venv_env(**env), start_new_session=True
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/api/status?token={token}", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, f"{program} exited: {log.read_text()}"
+            assert time.monotonic() < deadline, f"{program} not up: {log.read_text()}"
+            time.sleep(0.3)
+        yield base
+    finally:
+        stop_group(proc)
 
 
 @contextmanager

@@ -6,81 +6,19 @@ then RUNNING once the blocker is cancelled, then SUCCEEDED.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-import nbformat
-from kernel_support import VENV_BIN, free_port, labhive_serve, stop_group, venv_env
+from kernel_support import CHROMIUM, CHROMIUM_FLAGS, jupyter_app, labhive_serve, write_notebook
 
 from labhive.client import Client
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 TOKEN = "labhive-browser-test"
-
-
-@contextmanager
-def jupyterlab(root: Path, env: dict[str, str]) -> Iterator[str]:
-    """JupyterLab serving ``root`` on a loopback port; yields its base URL."""
-    port = free_port()
-    cmd = [
-        f"{VENV_BIN}/jupyter-lab",
-        "--no-browser",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        f"--IdentityProvider.token={TOKEN}",
-        f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=None",
-        "--LabApp.expose_app_in_browser=True",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    log = root.parent / "lab.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=venv_env(**env), start_new_session=True
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/api/status?token={TOKEN}", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, f"jupyter lab exited: {log.read_text()}"
-            assert time.monotonic() < deadline, f"jupyter lab not up: {log.read_text()}"
-            time.sleep(0.3)
-        yield base
-    finally:
-        stop_group(proc)
-
-
-def write_notebook(path: Path, *cells: str) -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, path)
+LAB_ARGS = (
+    "--LabApp.news_url=None",
+    "--LabApp.expose_app_in_browser=True",
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+)
 
 
 def wait_until_running(client: Client, job_id: int, timeout: float = 30) -> None:
@@ -105,7 +43,10 @@ def test_job_widget_follows_a_job_from_waiting_to_succeeded(tmp_path: Path) -> N
         alice = Client(svc.url, svc.token("alice"))
         blocker = alice.submit(name="blocker", command="sleep 300", vc="vc1", gpus=4)
         wait_until_running(alice, blocker.id)
-        with jupyterlab(root, svc.env("alice")) as base, sync_playwright() as pw:
+        with (
+            jupyter_app("jupyter-lab", root, *LAB_ARGS, token=TOKEN, **svc.env("alice")) as base,
+            sync_playwright() as pw,
+        ):
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             try:

@@ -16,22 +16,10 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import nbformat
-from hub_support import CHROMIUM, CHROMIUM_FLAGS, Hub, real_hub, wait_for
+from hub_support import Hub, real_hub, wait_for
+from kernel_support import CHROMIUM, CHROMIUM_FLAGS, write_notebook
 
 from labhive.client import Client
-
-
-def write_notebook(path: Path, *cells: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, path)
 
 
 def login(browser: Any, hub: Hub, name: str, then: str = "") -> Any:

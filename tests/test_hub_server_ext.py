@@ -6,51 +6,21 @@ starts find the service through ``LABHIVE_URL``."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
-from kernel_support import VENV_BIN, free_port, labhive_serve, stop_group, venv_env
+from kernel_support import jupyter_app, labhive_serve
 
 from labhive.hub_extension.spawner import JUPYTER_CONFIG
 
 TOKEN = "labhive-ext-test"
 
 
-@contextmanager
-def jupyter_server(root: Path, *args: str, **env: str) -> Iterator[str]:
-    port = free_port()
-    cmd = [
-        f"{VENV_BIN}/jupyter-server", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", *args,
-    ]  # fmt: skip
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    log = root.parent / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=venv_env(**env), start_new_session=True
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/api/status?token={TOKEN}", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, f"jupyter server exited: {log.read_text()}"
-            assert time.monotonic() < deadline, f"jupyter server not up: {log.read_text()}"
-            time.sleep(0.3)
-        yield base
-    finally:
-        stop_group(proc)
+def jupyter_server(root: Path, *args: str, **env: str) -> AbstractContextManager[str]:
+    return jupyter_app("jupyter-server", root, *args, token=TOKEN, **env)
 
 
 def env_dump_kernel(folder: Path, out: Path) -> Path:
