@@ -12,13 +12,14 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 from local_exec_util import processes_of, wait_exits
 
 from labhive.scheduler.executors.base import TaskHandle, TaskKey
-from labhive.scheduler.executors.local import LocalExecutor
+from labhive.scheduler.executors.local import LocalExecutor, _start_ticks
 
 SERVICE = textwrap.dedent(
     """
@@ -118,27 +119,58 @@ def test_an_adopted_task_can_be_stopped_with_everything_it_forked(crashed_servic
     assert ex.poll() == []
 
 
-def test_a_pid_now_used_by_another_process_is_not_the_task_and_is_left_alone(tmp_path):
+def _handle_for(proc: subprocess.Popen, tmp_path: Path, **recorded: Any) -> TaskHandle:
+    """A handle as a service would have stored it, for a process of the test's own."""
+    workdir = tmp_path / "jobs" / "gone" / "0" / "main-0"
+    info = {
+        "pid": proc.pid,
+        "pgid": proc.pid,
+        "create_time": psutil.Process(proc.pid).create_time(),
+        "workdir": str(workdir),
+        "stdout": str(workdir / "stdout"),
+        "stderr": str(workdir / "stderr"),
+        "exit_file": str(workdir / "exit.json"),
+        "limits": {},
+    }
+    return TaskHandle(TaskKey("gone", 0, "main", 0), {**info, **recorded})
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        {"create_time_shift": -3600},  # a handle from before start ticks were recorded
+        {"start_ticks_shift": -100},
+    ],
+)
+def test_a_pid_now_used_by_another_process_is_not_the_task_and_is_left_alone(tmp_path, recorded):
     stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        key = TaskKey("gone", 0, "main", 0)
-        workdir = tmp_path / "jobs" / "gone" / "0" / "main-0"
-        info = {
-            "pid": stranger.pid,
-            "pgid": stranger.pid,
-            "create_time": psutil.Process(stranger.pid).create_time() - 3600,
-            "workdir": str(workdir),
-            "stdout": str(workdir / "stdout"),
-            "stderr": str(workdir / "stderr"),
-            "exit_file": str(workdir / "exit.json"),
-            "limits": {},
-        }
-        (exit,) = LocalExecutor(tmp_path).adopt([TaskHandle(key, info)])
+        handle = _handle_for(stranger, tmp_path)
+        if "create_time_shift" in recorded:
+            handle.info["create_time"] += recorded["create_time_shift"]
+        else:
+            handle.info["start_ticks"] = _start_ticks(stranger.pid) + recorded["start_ticks_shift"]
+        (exit,) = LocalExecutor(tmp_path).adopt([handle])
         assert exit.exit_code is None
         assert stranger.poll() is None  # not signalled: it only happens to have the old pid
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_stepped_system_clock_does_not_make_a_running_task_look_gone(tmp_path):
+    """psutil's create time follows the wall clock; the start in ticks since boot does not."""
+    task = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        handle = _handle_for(task, tmp_path, start_ticks=_start_ticks(task.pid))
+        handle.info["create_time"] -= 2.0  # as read before an NTP step of two seconds
+        ex = LocalExecutor(tmp_path)
+        assert ex.adopt([handle]) == []  # still running: adopted, not settled
+        ex.stop([handle], grace_s=1)
+        assert task.wait(5) is not None
+    finally:
+        task.kill()
+        task.wait()
 
 
 def test_a_task_known_only_by_its_key_is_found_from_its_directory(crashed_service, tmp_path):

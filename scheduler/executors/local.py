@@ -158,6 +158,7 @@ class LocalExecutor:
             "pid": popen.pid,
             "pgid": popen.pid,
             "create_time": psutil.Process(popen.pid).create_time(),
+            "start_ticks": _start_ticks(popen.pid),
             "workdir": str(work),
             "stdout": str(work / "stdout"),
             "stderr": str(work / "stderr"),
@@ -305,13 +306,34 @@ def _process(info: dict[str, Any]) -> psutil.Process | None:
     """The task's supervisor if it is still running: same pid, same start time, not a zombie."""
     try:
         proc = psutil.Process(int(info["pid"]))
-        if abs(proc.create_time() - float(info["create_time"])) > _START_TIME_SLACK_S:
+        if not _same_start(proc, info):
             return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
         return proc
     except psutil.Error:
         return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start in clock ticks since boot (``/proc/PID/stat`` field 22).
+
+    A wall-clock create time moves when the system clock is stepped (psutil derives it from
+    the boot time, which the kernel recomputes from the clock), so a task could look like a
+    reused pid after an NTP step; ticks since boot never move.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _same_start(proc: psutil.Process, info: dict[str, Any]) -> bool:
+    """Whether ``proc`` is the process the handle recorded, not a later one with its pid."""
+    if info.get("start_ticks") is not None:
+        return _start_ticks(proc.pid) == int(info["start_ticks"])
+    return abs(proc.create_time() - float(info["create_time"])) <= _START_TIME_SLACK_S
 
 
 def _killpg(info: dict[str, Any], sig: signal.Signals) -> None:
@@ -322,7 +344,7 @@ def _killpg(info: dict[str, Any], sig: signal.Signals) -> None:
     """
     try:
         proc = psutil.Process(int(info["pid"]))
-        if abs(proc.create_time() - float(info["create_time"])) > _START_TIME_SLACK_S:
+        if not _same_start(proc, info):
             return
     except psutil.NoSuchProcess:
         pass
