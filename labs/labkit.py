@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import pandas as pd
 import yaml
 
 from labhive.client import Client, Job
+from labhive.scheduler.executors.env import free_port
 
 
 def repo_data(default: str = "../../shared/data") -> Path:
@@ -35,12 +35,6 @@ def repo_data(default: str = "../../shared/data") -> Path:
 
 
 # ---- a private service on the lab's own cluster ---
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _labhive_command() -> list[str]:
@@ -76,7 +70,7 @@ class LabService:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 90) -> LabService:
-        port = _free_port()
+        port = free_port()
         data = self.root / "data"
         log = (self.root / "serve.log").open("wb")
         argv = [*_labhive_command(), "serve", "--port", str(port), "--data-dir", str(data)]

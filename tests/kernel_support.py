@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,18 +20,14 @@ import nbformat
 import yaml
 from jupyter_client.manager import KernelManager
 
+from labhive.scheduler.executors.env import free_port
+
 USERS = {
     "alice": {"token": "alice-token-123", "groups": ["students"]},
     "bob": {"token": "bob-token-456", "groups": ["students"]},
 }
 GROUPS = {"students": {"vcs": ["default", "vc1"]}}
 VENV_BIN = str(Path(sys.executable).parent)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def venv_env(**extra: str) -> dict[str, str]:

@@ -12,13 +12,14 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from labhive.scheduler.executors.env import free_port
 
 _counter = itertools.count()
 
@@ -30,12 +31,6 @@ def _pg_bin(name: str) -> str:
     if found is None:
         raise RuntimeError(f"{name} not found: install Debian's postgresql package (.ci/deps.sh)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -19,11 +18,7 @@ from typing import Any
 import yaml
 from monitoring_files import RULES, SCRAPE
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from labhive.scheduler.executors.env import free_port
 
 
 class Prometheus:

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ import psutil
 import pytest
 from sqlalchemy import select
 
+from labhive.scheduler.executors.env import free_port
 from labhive.scheduler.service.lifecycle import STATES, TERMINAL, TRANSITIONS
 from labhive.scheduler.service.store import (
     Store,
@@ -49,12 +49,6 @@ virtualClusters:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Harness:
     """Starts and kills the service; clients record what the service accepted."""
 
@@ -62,7 +56,7 @@ class Harness:
         self.data = tmp / "data"
         self.log = tmp / "service.log"
         (tmp / "cluster.yaml").write_text(CLUSTER)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api/v1"
         self.argv = [
             "serve", "--port", str(self.port), "--data-dir", str(self.data),
