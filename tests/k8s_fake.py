@@ -495,17 +495,5 @@ class FakeServer:
         return [p for m, p, _, _ in self.api.requests if method in (None, m)]
 
 
-def wait_until(check: Callable[[], Any], timeout: float = 5.0, what: str = "") -> Any:
-    """Polls ``check`` until it returns something truthy; fails the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.02)
-
-
 def names(items: Iterable[dict[str, Any]]) -> list[str]:
     return [i["metadata"]["name"] for i in items]

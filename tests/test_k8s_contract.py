@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from k8s_fake import wait_until
 from kubernetes import client as k8s
+from waiting import wait_until
 
 from labhive.scheduler.executors.base import TaskExit, TaskKey, TaskLaunch
 from labhive.scheduler.executors.k8s_objects import (

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from k8s_fake import FakeServer, Kubelet, wait_until
+from k8s_fake import FakeServer, Kubelet
 from kubernetes import client as k8s
+from waiting import wait_until
 
 from labhive.scheduler.executors.base import (
     LaunchError,

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from k8s_fake import FakeServer, Kubelet, wait_until
+from k8s_fake import FakeServer, Kubelet
+from waiting import wait_until
 
 from labhive.scheduler.cli import build_parser
 from labhive.scheduler.client import Client

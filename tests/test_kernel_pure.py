@@ -211,7 +211,7 @@ def test_poller_survives_errors_and_stops_on_request() -> None:
         raise RuntimeError("service down")
 
     poller = Poller(fetch, lambda _: None, on_error=errors.append).start()
-    assert calls.wait(2)
+    assert calls.wait(30)
     poller.stop()
     poller.join(6)
     assert not poller.running and str(errors[0]) == "service down"
