@@ -75,6 +75,13 @@ def test_admin_token_file_is_private_and_stable(tmp_path: Path) -> None:
     assert ensure_admin_token(path) == (token, False)
 
 
+def test_a_fresh_admin_token_can_always_follow_token_on_the_command_line(tmp_path: Path) -> None:
+    tokens = [ensure_admin_token(tmp_path / f"{i}.token")[0] for i in range(300)]
+    assert not [t for t in tokens if t.startswith("-")]
+    code = main(["jobs", "--url", "http://127.0.0.1:9", "--token", tokens[0]])
+    assert code == 2  # unreachable, but the arguments parsed
+
+
 def test_users_file_grants_vcs_through_groups(tmp_path: Path) -> None:
     users = tmp_path / "users.yaml"
     users.write_text(

@@ -67,7 +67,9 @@ def ensure_admin_token(path: Path) -> tuple[str, bool]:
         if token:
             return token, False
     path.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
+    # Hex, not urlsafe base64: a token that starts with "-" cannot follow ``--token`` on a
+    # command line (argparse takes it for an option), which broke one start in 64.
+    token = secrets.token_hex(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(token + "\n")
