@@ -26,7 +26,7 @@ from labhive.scheduler.model import (
 )
 
 PROPERTY_SETTINGS = settings(
-    max_examples=150,
+    max_examples=settings.default.max_examples * 3 // 2,  # 150, or more when exploring
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -44,7 +44,11 @@ def check(lines: list[str], frames: bool = False) -> None:
         trace.timeline()
 
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=settings.default.max_examples * 3 // 2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @FAST

@@ -1,0 +1,20 @@
+"""Hypothesis profiles: the suite is repeatable by default, exploring is a deliberate act.
+
+``repeatable`` (the default) derives examples from each test's name, so a green main stays green
+on the next CI run; ``explore`` (``HYPOTHESIS_PROFILE=explore make test``) draws fresh random
+examples, many more of them (tests that ask for more than the default keep their
+ratio), and is how new counterexamples get found (add them as explicit
+``@example``s when they show a bug)."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+# No deadline: CI shares 2 cores, and a slow example is not a wrong one (speed has benchmarks).
+settings.register_profile(
+    "repeatable", derandomize=True, database=None, deadline=None, print_blob=True
+)
+settings.register_profile("explore", max_examples=2000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
