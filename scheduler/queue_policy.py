@@ -2,10 +2,11 @@
 
 FIFO, SJF, DRF, Capacity and LAS differ in three answers, which a subclass gives:
 - ``order_key(job)``: a job's place in its waiting line (static while it waits);
-- ``group_key(job)``: the scope of head-of-line blocking. Waiting jobs are kept in groups; in a
+- ``line_key(job)``: the scope of head-of-line blocking. Waiting jobs are kept in groups; in a
   scheduling pass a group whose first job cannot start is passed over for the rest of the pass
-  (every later job in it is no better placed), other groups go on. One group for all jobs is a
-  strict queue; a group per GPU count lets smaller jobs backfill past a blocked big one;
+  (every later job in it is no better placed), other groups go on. One line for all jobs is a
+  strict queue. With ``backfill`` (every queue policy's option) each line is split further by
+  GPU count, so smaller jobs start past a blocked big one;
 - ``group_priority(head)``: which group's head is tried next (default: its ``order_key``); DRF
   and Capacity rank groups by a share that changes as jobs start.
 Optionally ``admit`` (may this job start now, guaranteed or borrowed?) and ``victims`` (running
@@ -21,7 +22,7 @@ import heapq
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import JobSpec
@@ -56,6 +57,9 @@ from labhive.scheduler.node_pool import (
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
+
+
+Q = TypeVar("Q", bound="QueuedPolicy")
 
 
 @dataclass(slots=True, eq=False)
@@ -106,9 +110,19 @@ class QueuedPolicy:
     #: restores) a few jobs, so a pass over many blocked groups stays cheap; jobs left out
     #: are tried again at the next event.
     SEARCHES_PER_PASS = 2
+    #: Whether backfill is on when the ``backfill`` option is not given.
+    BACKFILL = False
 
-    def __init__(self, pool: NodePool, vc_gpus: dict[str, int], *, pool_factory: Any = None):
+    def __init__(
+        self,
+        pool: NodePool,
+        vc_gpus: dict[str, int],
+        *,
+        backfill: bool | None = None,
+        pool_factory: Any = None,
+    ):
         self.pool = pool
+        self.backfill = self.BACKFILL if backfill is None else backfill
         self.vc_gpus = dict(vc_gpus)
         self._pool_factory = pool_factory
         self._jobs: dict[str, QueuedJob] = {}
@@ -127,8 +141,12 @@ class QueuedPolicy:
     def order_key(self, job: QueuedJob) -> Any:
         return job.seq
 
-    def group_key(self, job: QueuedJob) -> Hashable:
+    def line_key(self, job: QueuedJob) -> Hashable:
         return None
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        line = self.line_key(job)
+        return (line, job.gpus) if self.backfill else line
 
     def group_priority(self, head: QueuedJob) -> Any:
         return self.order_key(head)
@@ -485,6 +503,20 @@ class QueuedPolicy:
 
 
 # ---- building from a cluster config ------------------------------------------------------
+
+
+def from_config(cls: type[Q], config: ClusterConfig, options: dict[str, Any], **defaults: Any) -> Q:
+    """A queue policy for ``config``: ``options`` (from ``--policy name:key=value``) checked
+    against the policy's own ``defaults`` plus what every queue policy takes (``locality``,
+    ``backfill``); a reconfigured cluster gets a pool of the same locality."""
+    opts = policy_options(options, locality="consolidated", backfill=cls.BACKFILL, **defaults)
+    locality = opts.pop("locality")
+    return cls(
+        pool_from_config(config, locality),
+        vc_gpus(config),
+        pool_factory=lambda changed: pool_from_config(changed, locality),
+        **opts,
+    )
 
 
 def pool_from_config(config: ClusterConfig, locality: Locality = "consolidated") -> NodePool:

@@ -37,14 +37,19 @@ def gang_trace() -> list:
     ]
 
 
-def test_a_gang_waits_for_all_its_gpus_and_blocks_a_strict_fifo_queue() -> None:
-    jobs = simulate("fifo", cluster([2, 2]), gang_trace())
+STRICT_BY_DEFAULT = ["fifo", "sjf", "drf", "capacity"]  # LAS backfills by default
+
+
+@pytest.mark.parametrize("policy", STRICT_BY_DEFAULT)
+def test_a_gang_waits_for_all_its_gpus_and_blocks_a_strict_queue(policy: str) -> None:
+    jobs = simulate(policy, cluster([2, 2]), gang_trace())
     assert spans(jobs)["gang"] == (100, 110)  # 3 GPUs free at 50 are not enough
     assert spans(jobs)["small"] == (110, 120)  # behind the gang in a strict queue
 
 
-def test_backfill_lets_a_small_job_pass_a_blocked_gang() -> None:
-    jobs = simulate("fifo", cluster([2, 2]), gang_trace(), backfill=True)
+@pytest.mark.parametrize("policy", [*STRICT_BY_DEFAULT, "las"])
+def test_backfill_lets_a_small_job_pass_a_blocked_gang(policy: str) -> None:
+    jobs = simulate(policy, cluster([2, 2]), gang_trace(), backfill=True)
     assert spans(jobs)["small"] == (2, 12)
     assert spans(jobs)["gang"] == (100, 110)
 

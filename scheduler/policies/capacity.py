@@ -16,13 +16,7 @@ import math
 from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import (
-    QueuedJob,
-    QueuedPolicy,
-    policy_options,
-    pool_from_config,
-    vc_gpus,
-)
+from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
@@ -32,16 +26,13 @@ class CapacityPolicy(QueuedPolicy):
     name = "capacity"
     preemptive = True
 
-    def __init__(
-        self, *args: Any, borrow: bool = True, backfill: bool = False, **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, borrow: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.borrow = borrow
-        self.backfill = backfill
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
 
-    def group_key(self, job: QueuedJob) -> Hashable:
-        return (job.vc, job.gpus) if self.backfill else job.vc
+    def line_key(self, job: QueuedJob) -> Hashable:
+        return job.vc
 
     def group_priority(self, head: QueuedJob) -> Any:
         quota = self.vc_gpus.get(head.vc, 0)
@@ -98,11 +89,4 @@ class CapacityPolicy(QueuedPolicy):
 
 
 def create(config: ClusterConfig, **options: Any) -> CapacityPolicy:
-    opts = policy_options(options, locality="consolidated", borrow=True, backfill=False)
-    return CapacityPolicy(
-        pool_from_config(config, opts["locality"]),
-        vc_gpus(config),
-        borrow=opts["borrow"],
-        backfill=opts["backfill"],
-        pool_factory=lambda c: pool_from_config(c, opts["locality"]),
-    )
+    return from_config(CapacityPolicy, config, options, borrow=True)

@@ -13,13 +13,7 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import (
-    QueuedJob,
-    QueuedPolicy,
-    policy_options,
-    pool_from_config,
-    vc_gpus,
-)
+from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
@@ -32,7 +26,7 @@ class DrfPolicy(QueuedPolicy):
         super().__init__(*args, **kwargs)
         self._usage: dict[str, list[float]] = {}
 
-    def group_key(self, job: QueuedJob) -> Hashable:
+    def line_key(self, job: QueuedJob) -> Hashable:
         return job.user
 
     def group_priority(self, head: QueuedJob) -> Any:
@@ -68,9 +62,4 @@ class DrfPolicy(QueuedPolicy):
 
 
 def create(config: ClusterConfig, **options: Any) -> DrfPolicy:
-    opts = policy_options(options, locality="consolidated")
-    return DrfPolicy(
-        pool_from_config(config, opts["locality"]),
-        vc_gpus(config),
-        pool_factory=lambda c: pool_from_config(c, opts["locality"]),
-    )
+    return from_config(DrfPolicy, config, options)

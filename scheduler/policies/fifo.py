@@ -7,16 +7,9 @@ fits start past a blocked larger one (smaller GPU counts skip ahead; equal ones 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import (
-    QueuedJob,
-    QueuedPolicy,
-    policy_options,
-    pool_from_config,
-    vc_gpus,
-)
+from labhive.scheduler.queue_policy import QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
@@ -25,19 +18,6 @@ if TYPE_CHECKING:
 class FifoPolicy(QueuedPolicy):
     name = "fifo"
 
-    def __init__(self, *args: Any, backfill: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.backfill = backfill
-
-    def group_key(self, job: QueuedJob) -> Hashable:
-        return job.gpus if self.backfill else None
-
 
 def create(config: ClusterConfig, **options: Any) -> FifoPolicy:
-    opts = policy_options(options, locality="consolidated", backfill=False)
-    return FifoPolicy(
-        pool_from_config(config, opts["locality"]),
-        vc_gpus(config),
-        backfill=opts["backfill"],
-        pool_factory=lambda c: pool_from_config(c, opts["locality"]),
-    )
+    return from_config(FifoPolicy, config, options)

@@ -18,13 +18,7 @@ import heapq
 from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import (
-    QueuedJob,
-    QueuedPolicy,
-    policy_options,
-    pool_from_config,
-    vc_gpus,
-)
+from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
@@ -37,19 +31,18 @@ _EPS = 1e-6
 class LasPolicy(QueuedPolicy):
     name = "las"
     preemptive = True
+    BACKFILL = True
 
     def __init__(
         self,
         *args: Any,
         thresholds: tuple[float, ...] = THRESHOLDS,
         promote_knob: float = PROMOTE_KNOB,
-        backfill: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.thresholds = tuple(sorted(float(t) for t in thresholds))
         self.promote_knob = float(promote_knob)
-        self.backfill = backfill
         levels = len(self.thresholds) + 1
         self._running: list[dict[str, QueuedJob]] = [{} for _ in range(levels)]
         self._level_gpus = [0] * levels  # GPUs held by running jobs, per queue
@@ -62,8 +55,8 @@ class LasPolicy(QueuedPolicy):
     def order_key(self, job: QueuedJob) -> Any:
         return (job.level, job.seq)
 
-    def group_key(self, job: QueuedJob) -> Hashable:
-        return (job.level, job.gpus) if self.backfill else job.level
+    def line_key(self, job: QueuedJob) -> Hashable:
+        return job.level
 
     def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
         return self._lower_than(job.level)
@@ -157,18 +150,4 @@ class LasPolicy(QueuedPolicy):
 
 
 def create(config: ClusterConfig, **options: Any) -> LasPolicy:
-    opts = policy_options(
-        options,
-        locality="consolidated",
-        thresholds=THRESHOLDS,
-        promote_knob=PROMOTE_KNOB,
-        backfill=True,
-    )
-    return LasPolicy(
-        pool_from_config(config, opts["locality"]),
-        vc_gpus(config),
-        thresholds=opts["thresholds"],
-        promote_knob=opts["promote_knob"],
-        backfill=opts["backfill"],
-        pool_factory=lambda c: pool_from_config(c, opts["locality"]),
-    )
+    return from_config(LasPolicy, config, options, thresholds=THRESHOLDS, promote_knob=PROMOTE_KNOB)
