@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import httpx
@@ -230,3 +231,30 @@ def test_strace_observations_are_listed(live_sqlite) -> None:
     assert job.state == "SUCCEEDED", job.events()
     (obs,) = c.observations(job.id)
     assert obs["kind"] == "strace" and obs["task"] == "main-0" and obs["size"] > 0
+
+
+def test_a_slow_identity_check_does_not_hold_up_other_callers(live_sqlite) -> None:
+    """Under JupyterHub the identity check may ask the hub over HTTP (a cache miss); while it
+    waits, everyone else must still be served, so it must not run on the event loop."""
+    service = live_sqlite.running.service
+    inner, entered, release = service.auth, threading.Event(), threading.Event()
+    timed_out: list[bool] = []
+
+    class SlowHub:
+        def identify(self, request):
+            if request.headers.get("authorization") == f"Bearer {ALICE}":
+                entered.set()
+                timed_out.append(not release.wait(20))
+            return inner.identify(request)
+
+    service.auth = SlowHub()
+    slow = threading.Thread(target=lambda: live_sqlite.client(ALICE).queue())
+    slow.start()
+    try:
+        assert entered.wait(30), "alice's request never reached the identity check"
+        assert live_sqlite.client(BOB).queue() is not None  # served while alice's check waits
+        assert timed_out == [], "bob was served only after alice's check gave up"
+    finally:
+        release.set()
+        slow.join(30)
+    assert timed_out == [False]

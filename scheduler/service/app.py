@@ -91,8 +91,11 @@ class Service:
         return dataclasses.replace(spec, user=who.name)
 
 
-async def _who(request: Request) -> Identity:
-    """The caller, as the service's authenticator sees them (the one identity check)."""
+def _who(request: Request) -> Identity:
+    """The caller, as the service's authenticator sees them (the one identity check).
+
+    A plain ``def`` on purpose: FastAPI runs it in its thread pool, so an authenticator that
+    asks the hub over HTTP on a cache miss never stalls the event loop and every other request."""
     return request.app.state.service.identify(request)  # type: ignore[no-any-return]
 
 
