@@ -30,27 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from pg_throwaway import free_port, new_database, throwaway_postgres  # noqa: E402
 
-CLUSTER = """
-physicalCluster:
-  cellTypes:
-    VNODE: {childCellType: VGPU, childCellNumber: 4, isNodeLevel: true}
-    POOL: {childCellType: VNODE, childCellNumber: 2}
-  physicalCells:
-    - cellType: POOL
-      cellChildren: [{cellAddress: vnode-0}, {cellAddress: vnode-1}]
-virtualClusters:
-  default: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
-  vc1: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
-"""
+CLUSTER = ROOT / "tests" / "data" / "cluster-2x4.yaml"  # the chaos test's cluster
 
 
 @contextmanager
 def service(tmp: Path, db: str | None):
     port = free_port()
-    (tmp / "cluster.yaml").write_text(CLUSTER)
     cmd = [
         sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port),
-        "--data-dir", str(tmp / "data"), "--cluster", str(tmp / "cluster.yaml"),
+        "--data-dir", str(tmp / "data"), "--cluster", str(CLUSTER),
         "--grace-s", "1",
     ]  # fmt: skip
     if db:

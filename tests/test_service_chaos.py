@@ -35,18 +35,7 @@ from labhive.scheduler.service.store import (
 )
 
 KILLS = 50
-CLUSTER = """
-physicalCluster:
-  cellTypes:
-    VNODE: {childCellType: VGPU, childCellNumber: 4, isNodeLevel: true}
-    POOL: {childCellType: VNODE, childCellNumber: 2}
-  physicalCells:
-    - cellType: POOL
-      cellChildren: [{cellAddress: vnode-0}, {cellAddress: vnode-1}]
-virtualClusters:
-  default: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
-  vc1: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
-"""
+CLUSTER = Path(__file__).with_name("data") / "cluster-2x4.yaml"
 
 
 class Harness:
@@ -55,12 +44,11 @@ class Harness:
     def __init__(self, tmp: Path, db: str | None = None) -> None:
         self.data = tmp / "data"
         self.log = tmp / "service.log"
-        (tmp / "cluster.yaml").write_text(CLUSTER)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api/v1"
         self.argv = [
             "serve", "--port", str(self.port), "--data-dir", str(self.data),
-            "--cluster", str(tmp / "cluster.yaml"), "--grace-s", "0.5",
+            "--cluster", str(CLUSTER), "--grace-s", "0.5",
         ]  # fmt: skip
         if db:
             self.argv += ["--db", db]

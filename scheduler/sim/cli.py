@@ -73,7 +73,6 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from labhive.scheduler.jobs import parse_priority
     from labhive.scheduler.sim.machines import load_sim_cluster
-    from labhive.scheduler.sim.report import document, table, write_outputs
     from labhive.scheduler.sim.runner import run_policy
     from labhive.scheduler.sim.traces import load_trace
 
@@ -114,19 +113,11 @@ def run(args: argparse.Namespace) -> int:
             + ", ".join(f"{n} ({why})" for why, n in sorted(left_out.items()))
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
-    if args.out is not None:
-        files = write_outputs(runs, meta, args.out)
-        notes.append(f"wrote {len(files)} files to {args.out}/")
-    if args.json:
-        print(json.dumps(document(runs, meta), indent=2))
-    else:
-        print(table(runs, notes))
-    return 0
+    return _report(args, runs, meta, notes)
 
 
 def _run_scenario(args: argparse.Namespace) -> int:
     from labhive.scheduler.scenario import load_scenario
-    from labhive.scheduler.sim.report import document, table, write_outputs
     from labhive.scheduler.sim.runner import run_scenario
 
     if args.cluster is not None:
@@ -135,6 +126,15 @@ def _run_scenario(args: argparse.Namespace) -> int:
     runs = [run_scenario(p, scenario, checkpoint=args.checkpoint) for p in args.policy]
     notes = [f"scenario: {args.scenario}: {len(scenario.events)} events"]
     meta = {"scenario": str(args.scenario), "checkpoint": args.checkpoint, "notes": notes}
+    return _report(args, runs, meta, notes)
+
+
+def _report(
+    args: argparse.Namespace, runs: list[Any], meta: dict[str, Any], notes: list[str]
+) -> int:
+    """Files under --out, then the JSON document or the table (with the notes) on stdout."""
+    from labhive.scheduler.sim.report import document, table, write_outputs
+
     if args.out is not None:
         files = write_outputs(runs, meta, args.out)
         notes.append(f"wrote {len(files)} files to {args.out}/")

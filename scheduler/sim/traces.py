@@ -24,7 +24,7 @@ import gzip
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -203,16 +203,21 @@ def parse_philly_time(value: Any) -> float | None:
 def _load_philly_json(text: str, source: str, service_time: ServiceTime) -> Trace:
     trace = Trace(source, "philly-json", [])
     for line, obj in _iter_json_array(text, source):
-        try:
-            job = _philly_json_row(obj, line, service_time)
-        except _RowError as err:
-            trace.problems.append(RowProblem(line, str(err)))
-            continue
-        if isinstance(job, str):
-            trace.skipped[job] += 1
-        else:
-            trace.jobs.append(job)
+        _take(trace, line, _philly_json_row, obj, line, service_time)
     return trace
+
+
+def _take(trace: Trace, line: int, parse: Callable[..., TraceJob | str], *row: Any) -> None:
+    """One row into the trace: a job, a reason to skip it, or a problem with its line."""
+    try:
+        job = parse(*row)
+    except _RowError as err:
+        trace.problems.append(RowProblem(line, str(err)))
+        return
+    if isinstance(job, str):
+        trace.skipped[job] += 1
+    else:
+        trace.jobs.append(job)
 
 
 def _philly_json_row(obj: Any, line: int, service_time: ServiceTime) -> TraceJob | str:
@@ -287,15 +292,7 @@ def _load_csv(
         if None in row or any(v is None for v in row.values()):
             trace.problems.append(RowProblem(line, "wrong number of columns"))
             continue
-        try:
-            job = parse_row(row, line)
-        except _RowError as err:
-            trace.problems.append(RowProblem(line, str(err)))
-            continue
-        if isinstance(job, str):
-            trace.skipped[job] += 1
-        else:
-            trace.jobs.append(job)
+        _take(trace, line, parse_row, row, line)
     return trace
 
 
