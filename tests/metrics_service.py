@@ -6,7 +6,6 @@ wrapped to record the node events the loop hands it."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 import psutil
 from fastapi.testclient import TestClient
 from nvml_recorded import RecordedNVML, load_h100
+from waiting import wait_until
 
 from labhive.scheduler.config import cluster_from_gpus
 from labhive.scheduler.executors.local import LocalExecutor
@@ -61,30 +61,37 @@ class World:
         assert r.status_code == 201, r.text
         return int(r.json()["id"])
 
-    def wait_state(self, job_id: int, state: str, timeout: float = 15.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_state(self, job_id: int, state: str) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
             r = self.client.get(f"/api/v1/jobs/{job_id}", headers=self.headers).json()
-            if r["state"] == state:
-                return r
-            time.sleep(0.05)
-        raise AssertionError(f"job {job_id} never became {state}: {r}")
+            return r if r["state"] == state else None
+
+        return wait_until(reached, f"job {job_id} to become {state}")
 
     def task_leaf_pid(self, job_id: int) -> int:
         """The pid of the job's command (below the executor's supervisor and shell)."""
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def sleeps() -> list[psutil.Process]:
             handles = list(self.service.loop.handles(job_id).values())
-            found = [
+            return [
                 p
                 for h in handles
                 for p in psutil.Process(h.info["pid"]).children(recursive=True)
                 if p.name() == "sleep"
             ]
-            if found:
-                return found[0].pid
-            time.sleep(0.05)
-        raise AssertionError("the job's sleep never started")
+
+        return wait_until(sleeps, "the job's sleep to start")[0].pid
+
+    def running_on_the_gpu(self, name: str, sm: int = 37) -> tuple[int, int]:
+        """A running job (``sleep 60``) whose process the GPU reports as using it: (job, pid).
+        The recording's own pids were another machine's."""
+        job = self.submit(name=name, vc="vc1", gpus=1, command="sleep 60")
+        self.wait_state(job, "RUNNING")
+        leaf = self.task_leaf_pid(job)
+        device = self.nvml.recording["devices"][0]
+        device["compute_procs"] = [{"pid": leaf, "usedGpuMemory": 2**30}]
+        device["process_utilization"] = [{"pid": leaf, "sm": sm, "mem": 2}]
+        return job, leaf
 
     def metrics(self) -> str:
         r = self.client.get("/api/v1/metrics")
@@ -94,10 +101,7 @@ class World:
     def wait_samples(self, n: int = 2) -> None:
         """Until the sampler has read the (changed) recording ``n`` more times."""
         seen = self.nvml.calls.count("nvmlDeviceGetCount")
-        deadline = time.monotonic() + 10
-        while self.nvml.calls.count("nvmlDeviceGetCount") < seen + n:
-            assert time.monotonic() < deadline, "the sampler stopped sampling"
-            time.sleep(0.02)
+        wait_until(lambda: self.nvml.calls.count("nvmlDeviceGetCount") >= seen + n, "samples")
 
 
 @contextmanager

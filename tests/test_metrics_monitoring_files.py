@@ -43,11 +43,7 @@ def test_metric_name_extraction() -> None:
 def test_rules_and_dashboard_query_only_exported_metrics(tmp_path) -> None:
     """Against the service's own /metrics, with a job whose process holds the GPU."""
     with labhive_service(tmp_path) as w:
-        job = w.submit(name="train", vc="vc1", gpus=1, command="sleep 60")
-        w.wait_state(job, "RUNNING")
-        leaf = w.task_leaf_pid(job)
-        w.nvml.recording["devices"][0]["compute_procs"] = [{"pid": leaf, "usedGpuMemory": 2**30}]
-        w.nvml.recording["devices"][0]["process_utilization"] = [{"pid": leaf, "sm": 37, "mem": 2}]
+        w.running_on_the_gpu("train")
         w.wait_samples()
         exported = exported_names(w.metrics())
     for source, exprs in (("alert rules", rule_exprs()), ("dashboard", dashboard_exprs())):

@@ -25,12 +25,7 @@ def samples(text: str, name: str) -> list:
 
 def test_gpu_and_process_carry_the_job(tmp_path) -> None:
     with labhive_service(tmp_path) as w:
-        job = w.submit(name="train", vc="vc1", gpus=1, command="sleep 60")
-        w.wait_state(job, "RUNNING")
-        leaf = w.task_leaf_pid(job)
-        # the GPU now reports the job's own process (the recording's pid was another machine's)
-        w.nvml.recording["devices"][0]["compute_procs"] = [{"pid": leaf, "usedGpuMemory": 2**30}]
-        w.nvml.recording["devices"][0]["process_utilization"] = [{"pid": leaf, "sm": 37, "mem": 2}]
+        job, leaf = w.running_on_the_gpu("train")
         w.wait_samples()
         text = w.metrics()
         (util,) = samples(text, "DCGM_FI_DEV_GPU_UTIL")
