@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -316,6 +317,16 @@ class Client:
 
     def cluster(self) -> dict[str, Any]:
         return dict(self._get("/cluster"))
+
+    def node_down(self, node: str, reason: str = "") -> dict[str, Any]:
+        """Take a node out of service (admins): its jobs are requeued, nothing starts there,
+        and it stays down across service restarts until ``node_up``."""
+        path = f"/nodes/{quote(node, safe='')}/down"
+        return dict(self._request("POST", path, json={"reason": reason}).json())
+
+    def node_up(self, node: str) -> dict[str, Any]:
+        """Put a node an admin took down back into service (admins)."""
+        return dict(self._request("POST", f"/nodes/{quote(node, safe='')}/up").json())
 
     def vcs(self) -> dict[str, Any]:
         return dict(self._get("/vcs")["vcs"])

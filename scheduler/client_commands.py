@@ -1,4 +1,4 @@
-"""Client sub-commands: ``labhive submit | jobs | show | logs | cancel | queue | cluster``.
+"""Client sub-commands: ``labhive submit | jobs | show | logs | cancel | queue | cluster | node``.
 
 They talk to a running service through ``labhive.client`` only; ``--json`` prints what the
 service returned, otherwise a readable table.
@@ -62,6 +62,12 @@ def register(subparsers: Any) -> None:
 
     p = _add(subparsers, "cluster", "nodes, GPUs and VCs")
     p.set_defaults(func=_cluster)
+
+    p = _add(subparsers, "node", "take a node out of service or put it back (admins)")
+    p.add_argument("action", choices=["down", "up"])
+    p.add_argument("name", help="the node, as `labhive cluster` lists it")
+    p.add_argument("--reason", default="", help="why (down only); users see it")
+    p.set_defaults(func=_node)
 
 
 def _add(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -262,8 +268,26 @@ def _cluster(args: argparse.Namespace) -> int:
     kind = "virtual cluster: GPU slots, nothing computes" if c["virtual"] else "cluster"
     print(f"{kind}; policy {c['policy']}")
     print(table(("NODE", "SKU", "HEALTH", "GPUS (index:job)"), [
-        (n["name"], n["sku"], "ok" if n["healthy"] else f"down {n['reason']}",
+        (n["name"], n["sku"], "ok" if n["healthy"] else n["reason"] or "down",
          " ".join(f"{g}:{n['used'].get(str(g), '-')}" for g in n["gpus"]))
         for n in c["nodes"]
     ]))  # fmt: skip
+    return 0
+
+
+@_guard
+def _node(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.action == "down":
+        n = client.node_down(args.name, args.reason)
+    else:
+        if args.reason:
+            raise UserError("--reason goes with `labhive node down`")
+        n = client.node_up(args.name)
+    if args.json:
+        _print_json(n)
+    elif n["healthy"]:
+        print(f"{n['name']}: in service")
+    else:
+        print(f"{n['name']}: down ({n['reason'] or 'down'})")
     return 0

@@ -30,7 +30,7 @@ from labhive import __version__
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import Executor, TaskHandle, TaskKey
 from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.model import NodeView, SpecRejected
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
@@ -351,18 +351,23 @@ def _routes(app: FastAPI, svc: Service) -> None:
     @get("/cluster", response_model=s.ClusterOut)
     def cluster(me: Who) -> s.ClusterOut:
         view = svc.loop.cluster()
-        nodes = [
-            s.NodeOut(
-                name=n.name,
-                sku=n.sku,
-                gpus=list(n.gpus),
-                healthy=n.healthy,
-                reason=n.reason,
-                used={str(g): int(j) for g, j in n.used.items()},
-            )
-            for n in view.nodes
-        ]
+        nodes = [_node_out(svc, n) for n in view.nodes]
         return s.ClusterOut(virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=_vcs(svc, me))
+
+    @post("/nodes/{node}/down", response_model=s.NodeOut)
+    def node_down(node: str, me: Who, body: s.NodeDownRequest | None = None) -> s.NodeOut:
+        """Take a node out of service (admins): its jobs are stopped and requeued, nothing
+        starts there, and it stays down across restarts until ``/nodes/{node}/up``."""
+        _known_node(svc, node, me)
+        svc.loop.take_down(node, body.reason if body else "", me.name)
+        return _node_settled(svc, node, healthy=False)
+
+    @post("/nodes/{node}/up", response_model=s.NodeOut)
+    def node_up(node: str, me: Who) -> s.NodeOut:
+        """Put a node an admin took down back into service (admins)."""
+        _known_node(svc, node, me)
+        svc.loop.bring_up(node)
+        return _node_settled(svc, node, healthy=node not in svc.loop.health_down)
 
     @get("/vcs", response_model=s.VCList)
     def vcs(me: Who) -> s.VCList:
@@ -470,6 +475,39 @@ def _job_out(
             out.queue_length = view.queue_length
             out.why = view.why or out.why
     return out
+
+
+def _node_out(svc: Service, n: NodeView) -> s.NodeOut:
+    held = svc.loop.held.get(n.name)
+    return s.NodeOut(
+        name=n.name,
+        sku=n.sku,
+        gpus=list(n.gpus),
+        healthy=n.healthy,
+        reason=held or n.reason,
+        used={str(g): int(j) for g, j in n.used.items()},
+        held=held is not None,
+    )
+
+
+def _known_node(svc: Service, node: str, me: Identity) -> None:
+    if not me.admin:
+        raise Forbidden("only an admin may take nodes down or bring them up")
+    names = [n.name for n in svc.loop.cluster().nodes]
+    if node not in names:
+        raise NotFound(f"no node {node!r}; this cluster has {', '.join(names)}")
+
+
+def _node_settled(svc: Service, node: str, healthy: bool, wait_s: float = 5.0) -> s.NodeOut:
+    """The node once the loop has applied the change (as it stands after ``wait_s`` at most)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        (view,) = [n for n in svc.loop.cluster().nodes if n.name == node]
+        left = deadline - time.monotonic()
+        if view.healthy == healthy or left <= 0:
+            return _node_out(svc, view)
+        with svc.loop.changed:
+            svc.loop.changed.wait(min(left, 0.2))
 
 
 def _vcs(svc: Service, me: Identity) -> dict[str, s.VCOut]:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, insert, select, update
 
 from labhive.scheduler.executors.base import (
     Executor,
@@ -46,6 +46,8 @@ from labhive.scheduler.model import (
     Event,
     Finish,
     JobView,
+    NodeDown,
+    NodeUp,
     Preempt,
     Requeue,
     Scheduler,
@@ -57,7 +59,7 @@ from labhive.scheduler.model import (
     Tick,
 )
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service.store import Store, job_row, jobs
+from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 
 log = logging.getLogger("labhive.service.loop")
 
@@ -164,6 +166,8 @@ class SchedulerLoop:
         self.changed = threading.Condition()  # notified after every pass that changed the store
         # Monitoring hooks (service/monitoring.py): node-health events in, timings and exits out.
         self._external: deque[Event] = deque()
+        self.held: dict[str, str] = {}  # nodes an admin took down -> why (see take_down)
+        self.health_down: set[str] = set()  # nodes health reports down, whatever admins say
         self.on_decision: Callable[[float], None] | None = None
         self.on_task_exit: Callable[[int, TaskExit], None] | None = None
 
@@ -178,9 +182,48 @@ class SchedulerLoop:
         self._wake.set()
 
     def inject(self, events_in: list[Event]) -> None:
-        """Events from outside the job lifecycle (``NodeDown``/``NodeUp`` from GPU health)."""
-        self._external.extend(events_in)
+        """Events from outside the job lifecycle (``NodeDown``/``NodeUp`` from GPU health). A
+        node an admin took down stays down: health saying it is fine does not bring it back."""
+        self._external.extend(self._health(events_in))
         self._wake.set()
+
+    def _health(self, events_in: list[Event]) -> list[Event]:
+        """Node health as reported (GPU health, Kubernetes readiness), less the ``NodeUp`` of
+        nodes an admin holds down; remembers which nodes health itself holds down."""
+        out: list[Event] = []
+        for e in events_in:
+            if isinstance(e, NodeDown):
+                self.health_down.add(e.node)
+            elif isinstance(e, NodeUp):
+                self.health_down.discard(e.node)
+                if e.node in self.held:
+                    continue
+            out.append(e)
+        return out
+
+    def take_down(self, node: str, reason: str, by: str) -> None:
+        """An admin takes ``node`` out of service: its jobs are stopped and requeued, nothing
+        starts there until ``bring_up``, and the mark is stored so a restart keeps it."""
+        with self.store.write() as conn:
+            conn.execute(delete(node_marks).where(node_marks.c.node == node))
+            conn.execute(
+                insert(node_marks).values(
+                    node=node, reason=reason, marked_by=by, marked_at=self.clock()
+                )
+            )
+        self.held[node] = _why_down(by, reason)
+        self._external.append(NodeDown(node, self.clock(), self.held[node]))
+        self._wake.set()
+
+    def bring_up(self, node: str) -> None:
+        """Lift an admin's mark; the node takes work again unless health still holds it down
+        (a broken GPU is not put back in service by hand)."""
+        with self.store.write() as conn:
+            conn.execute(delete(node_marks).where(node_marks.c.node == node))
+        self.held.pop(node, None)
+        if node not in self.health_down:
+            self._external.append(NodeUp(node, self.clock()))
+            self._wake.set()
 
     # ---- views (any thread) --------------------------------------------------------------
 
@@ -244,6 +287,7 @@ class SchedulerLoop:
                 ).mappings()
             ]
             attempt_tasks = lc.attempt_tasks(conn, [j for j in active if j["state"] == "RUNNING"])
+            marks = list(conn.execute(select(node_marks)).mappings())
         by_job: dict[int, list[dict[str, Any]]] = {}
         for task in attempt_tasks:
             by_job.setdefault(task["job_id"], []).append(task)
@@ -288,10 +332,22 @@ class SchedulerLoop:
             run.lost = any(c is None for c in run.codes.values())
             self._running[job["id"]] = run
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
-        self._pending_events = adopts + submits
+        self._pending_events = adopts + self._hold_marked(marks, t) + submits
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
         self._wake.set()
+
+    def _hold_marked(self, marks: list[Any], t: float) -> list[Event]:
+        """The stored admin marks as ``NodeDown`` events (after the adopts: a job adopted on a
+        marked node, left by a kill between the mark and the pass, is stopped like any other)."""
+        nodes = {n.name for n in self.cluster().nodes}
+        self.held = {}
+        for mark in marks:
+            if mark["node"] not in nodes:
+                log.warning("node %r is marked down but not in the cluster: ignored", mark["node"])
+                continue
+            self.held[mark["node"]] = _why_down(mark["marked_by"], mark["reason"])
+        return [NodeDown(node, t, why) for node, why in self.held.items()]
 
     def _adopt(self, handles: list[TaskHandle]) -> list[TaskExit]:
         """Hand recorded tasks back to the executor; a task whose launch was never recorded (a
@@ -327,7 +383,7 @@ class SchedulerLoop:
         events_in.extend(_drain(self._external))  # node health (monitoring), before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         if self._node_events is not None:
-            events_in.extend(self._node_events())
+            events_in.extend(self._health(self._node_events()))
         for job_id, spec in intake:
             if job_id in self._specs:
                 continue  # already loaded from the store by a recovery
@@ -590,6 +646,10 @@ class SchedulerLoop:
                 if job is not None and job["state"] == lc.RUNNING:
                     lc.end_attempt(conn, job, lc.WAITING, "requeued", why, t)
         self._running.clear()
+
+
+def _why_down(by: str, reason: str) -> str:
+    return f"taken down by {by}" + (f": {reason}" if reason else "")
 
 
 def _drain(queue: deque) -> list:

@@ -193,6 +193,14 @@ class NodeOut(BaseModel):
     healthy: bool
     reason: str
     used: dict[str, int]
+    held: bool = Field(
+        False, description="an admin took the node down; only POST /nodes/{node}/up lifts it"
+    )
+
+
+class NodeDownRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("", max_length=500, description="why, shown to users in the cluster view")
 
 
 class ClusterOut(BaseModel):

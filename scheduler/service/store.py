@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0002_job_gpu_history"
+HEAD_REVISION = "0003_node_marks"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
@@ -139,6 +139,17 @@ job_gpu_history = Table(
     Column("power_w", Float, nullable=True),
     Column("temperature_c", Float, nullable=True),
     Index("ix_job_gpu_history_job", "job_id", "node", "gpu"),
+)
+
+# Nodes an admin took out of service (``POST /nodes/{node}/down``). A mark outlives restarts and
+# GPU health cannot lift it: only ``POST /nodes/{node}/up`` does (service/loop.py holds them).
+node_marks = Table(
+    "node_marks",
+    metadata,
+    Column("node", String(256), primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("marked_by", String(256), nullable=False),
+    Column("marked_at", Float, nullable=False),
 )
 
 
