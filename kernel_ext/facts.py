@@ -166,6 +166,7 @@ class NodeFacts:
     gpus: tuple[int, ...]
     used: Mapping[int, str]  # GPU index -> job id
     healthy: bool = True
+    reason: str = ""  # why it is down ("taken down by admin: ...", a GPU health fault)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,7 @@ class ClusterFacts:
                 gpus=tuple(int(g) for g in n.get("gpus") or ()),
                 used={int(k): str(v) for k, v in (n.get("used") or {}).items()},
                 healthy=bool(n.get("healthy", True)),
+                reason=str(n.get("reason") or ""),
             )
             for n in data.get("nodes") or ()
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from labhive.kernel_ext.facts import ClusterFacts
+from labhive.kernel_ext.facts import ClusterFacts, NodeFacts
 
 PALETTE = ("#2563eb", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d", "#b45309")
 FREE = "#e5e7eb"
@@ -38,7 +38,10 @@ def cluster_svg(cluster: ClusterFacts) -> str:
     for row, node in enumerate(cluster.nodes):
         y = TITLE_H + row * (CELL + GAP)
         label = node.name + ("" if node.healthy else " (down)")
-        out.append(f'<text x="0" y="{y + CELL * 0.65:.0f}">{escape(label)}</text>')
+        out.append(
+            f'<text x="0" y="{y + CELL * 0.65:.0f}">{escape(label)}'
+            f"<title>{escape(_health(node))}</title></text>"
+        )
         for col, gpu in enumerate(node.gpus):
             x = LABEL_W + col * (CELL + GAP)
             job = node.used.get(gpu)
@@ -84,7 +87,14 @@ def cluster_text(cluster: ClusterFacts) -> str:
                 marks.append(".")
             else:
                 marks.append(letters.get(cluster.job_vcs.get(job, ""), "#"))
-        lines.append(f"{node.name:<16} {''.join(marks)}")
+        down = "" if node.healthy else f"  {_health(node)}"
+        lines.append(f"{node.name:<16} {''.join(marks)}{down}")
     if letters:
         lines.append("  ".join(f"{letter}={vc}" for vc, letter in letters.items()) + "  .=free")
     return "\n".join(lines)
+
+
+def _health(node: NodeFacts) -> str:
+    if node.healthy:
+        return "in service"
+    return f"down: {node.reason}" if node.reason and node.reason != "down" else "down"

@@ -170,7 +170,13 @@ def test_cluster_map_colours_gpus_by_the_vc_of_their_job() -> None:
         "vcs": {"vc1": {"guaranteed_gpus": 4}, "default": {"guaranteed_gpus": 4}},
         "nodes": [
             {"name": "node-1", "gpus": [0, 1, 2, 3], "used": {"0": "j1", "1": "j1"}},
-            {"name": "node-2", "gpus": [0, 1, 2, 3], "used": {"3": "j2"}, "healthy": False},
+            {
+                "name": "node-2",
+                "gpus": [0, 1, 2, 3],
+                "used": {"3": "j2"},
+                "healthy": False,
+                "reason": "taken down by admin: fan",
+            },
             {"name": "node-3", "gpus": [0, 1], "used": {"1": "j9"}},
         ],
     }
@@ -179,7 +185,7 @@ def test_cluster_map_colours_gpus_by_the_vc_of_their_job() -> None:
     assert cluster_text(cluster).splitlines() == [
         "virtual cluster (GPU slots, no devices)",
         "node-1           BB..",
-        "node-2           xxxx",
+        "node-2           xxxx  down: taken down by admin: fan",
         "node-3           .#",
         "A=default  B=vc1  .=free",
     ]
