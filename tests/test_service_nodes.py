@@ -66,20 +66,45 @@ def test_gpu_health_cannot_lift_an_admins_mark_nor_an_admin_lift_a_broken_gpu(
     live_sqlite,
 ) -> None:
     admin, loop = live_sqlite.client(), live_sqlite.running.service.loop
-    name = admin.cluster()["nodes"][0]["name"]
-    admin.node_down(name)
-    loop.inject([NodeUp(name)])  # health: the GPUs answer again
-    loop.step()
-    assert (node(admin, name)["healthy"], node(admin, name)["reason"]) == (
+    first, second = (n["name"] for n in admin.cluster()["nodes"])
+    admin.node_down(first)
+    loop.inject([NodeUp(first)])  # health: the GPUs answer again
+    admin.node_down(second)  # returns once a pass has run, after the NodeUp had its chance
+    assert (node(admin, first)["healthy"], node(admin, first)["reason"]) == (
         False,
         "taken down by admin",
     )
+    admin.node_up(second)
 
-    loop.inject([NodeDown(name, reason="GPU 0 fell off the bus")])
-    lifted = admin.node_up(name)  # the admin's mark goes; the broken GPU keeps it down
+    loop.inject([NodeDown(first, reason="GPU 0 fell off the bus")])
+    lifted = admin.node_up(first)  # the admin's mark goes; the broken GPU keeps it down
     assert (lifted["healthy"], lifted["held"]) == (False, False)
-    loop.inject([NodeUp(name)])
-    wait_until(lambda: node(admin, name)["healthy"], "health to bring the node back")
+    loop.inject([NodeUp(first)])
+    wait_until(lambda: node(admin, first)["healthy"], "health to bring the node back")
+
+
+def test_a_policy_rebuilt_after_a_failed_pass_still_knows_which_nodes_are_down(
+    live_sqlite,
+) -> None:
+    admin, loop = live_sqlite.client(), live_sqlite.running.service.loop
+    first, second = (n["name"] for n in admin.cluster()["nodes"])
+    admin.node_down(first, "maintenance")
+    loop.inject([NodeDown(second, reason="Xid 79")])
+    wait_until(lambda: not node(admin, second)["healthy"], "health to take the node down")
+    decide = loop._decide
+
+    def fail_once(*args):
+        loop._decide = decide
+        raise RuntimeError("a bug in a pass")
+
+    loop._decide = fail_once  # the loop logs it and rebuilds the policy from the store
+    job = live_sqlite.client(ALICE).submit(command="true", vc="vc1", gpus=1, name="after")
+    wait_until(lambda: loop._decide is decide and job.refresh().why, "the rebuilt policy's why")
+    assert job.state == "WAITING"  # both nodes are still down for the new policy
+    assert [n["healthy"] for n in admin.cluster()["nodes"]] == [False, False]
+    loop.inject([NodeUp(second)])
+    assert job.wait(30, 0.05).state == "SUCCEEDED"
+    assert job.tasks[0]["node"] == second
 
 
 def test_a_node_taken_down_stays_down_across_a_restart(tmp_path) -> None:

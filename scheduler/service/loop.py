@@ -167,7 +167,8 @@ class SchedulerLoop:
         # Monitoring hooks (service/monitoring.py): node-health events in, timings and exits out.
         self._external: deque[Event] = deque()
         self.held: dict[str, str] = {}  # nodes an admin took down -> why (see take_down)
-        self.health_down: set[str] = set()  # nodes health reports down, whatever admins say
+        self.health_down: dict[str, str] = {}  # nodes health reports down -> why, whatever
+        # admins say (kept so a rebuilt policy learns them again)
         self.on_decision: Callable[[float], None] | None = None
         self.on_task_exit: Callable[[int, TaskExit], None] | None = None
 
@@ -193,9 +194,9 @@ class SchedulerLoop:
         out: list[Event] = []
         for e in events_in:
             if isinstance(e, NodeDown):
-                self.health_down.add(e.node)
+                self.health_down[e.node] = e.reason
             elif isinstance(e, NodeUp):
-                self.health_down.discard(e.node)
+                self.health_down.pop(e.node, None)
                 if e.node in self.held:
                     continue
             out.append(e)
@@ -332,14 +333,15 @@ class SchedulerLoop:
             run.lost = any(c is None for c in run.codes.values())
             self._running[job["id"]] = run
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
-        self._pending_events = adopts + self._hold_marked(marks, t) + submits
+        self._pending_events = adopts + self._nodes_down(marks, t) + submits
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
         self._wake.set()
 
-    def _hold_marked(self, marks: list[Any], t: float) -> list[Event]:
-        """The stored admin marks as ``NodeDown`` events (after the adopts: a job adopted on a
-        marked node, left by a kill between the mark and the pass, is stopped like any other)."""
+    def _nodes_down(self, marks: list[Any], t: float) -> list[Event]:
+        """What a rebuilt policy must learn again: nodes an admin marked (stored) and nodes
+        health holds down (remembered), as ``NodeDown`` events. They follow the adopts, so a
+        job adopted on such a node (a kill between the mark and its pass) is stopped there."""
         nodes = {n.name for n in self.cluster().nodes}
         self.held = {}
         for mark in marks:
@@ -347,7 +349,8 @@ class SchedulerLoop:
                 log.warning("node %r is marked down but not in the cluster: ignored", mark["node"])
                 continue
             self.held[mark["node"]] = _why_down(mark["marked_by"], mark["reason"])
-        return [NodeDown(node, t, why) for node, why in self.held.items()]
+        down = {n: why for n, why in self.health_down.items() if n in nodes} | self.held
+        return [NodeDown(node, t, why) for node, why in down.items()]
 
     def _adopt(self, handles: list[TaskHandle]) -> list[TaskExit]:
         """Hand recorded tasks back to the executor; a task whose launch was never recorded (a
