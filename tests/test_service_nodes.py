@@ -79,6 +79,7 @@ def test_gpu_health_cannot_lift_an_admins_mark_nor_an_admin_lift_a_broken_gpu(
     loop.inject([NodeDown(first, reason="GPU 0 fell off the bus")])
     lifted = admin.node_up(first)  # the admin's mark goes; the broken GPU keeps it down
     assert (lifted["healthy"], lifted["held"]) == (False, False)
+    assert lifted["reason"] == "GPU 0 fell off the bus"
     loop.inject([NodeUp(first)])
     wait_until(lambda: node(admin, first)["healthy"], "health to bring the node back")
 

@@ -484,7 +484,7 @@ def _node_out(svc: Service, n: NodeView) -> s.NodeOut:
         sku=n.sku,
         gpus=list(n.gpus),
         healthy=n.healthy,
-        reason=held or n.reason,
+        reason=held or (svc.loop.health_down.get(n.name) if not n.healthy else None) or n.reason,
         used={str(g): int(j) for g, j in n.used.items()},
         held=held is not None,
     )
