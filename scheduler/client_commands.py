@@ -268,7 +268,7 @@ def _cluster(args: argparse.Namespace) -> int:
     kind = "virtual cluster: GPU slots, nothing computes" if c["virtual"] else "cluster"
     print(f"{kind}; policy {c['policy']}")
     print(table(("NODE", "SKU", "HEALTH", "GPUS (index:job)"), [
-        (n["name"], n["sku"], "ok" if n["healthy"] else n["reason"] or "down",
+        (n["name"], n["sku"], "ok" if n["healthy"] else n["reason"],
          " ".join(f"{g}:{n['used'].get(str(g), '-')}" for g in n["gpus"]))
         for n in c["nodes"]
     ]))  # fmt: skip
@@ -289,5 +289,5 @@ def _node(args: argparse.Namespace) -> int:
     elif n["healthy"]:
         print(f"{n['name']}: in service")
     else:
-        print(f"{n['name']}: down ({n['reason'] or 'down'})")
+        print(f"{n['name']}: down ({n['reason']})")
     return 0

@@ -110,6 +110,7 @@ class HivedScheduler:
         self._dirty_vcs: dict[str, int] = {}  # VC -> the highest priority that may now fit
         self._dirty_oppo = False
         self._tick = 0  # counts freed GPUs, to tell which nodes changed since a failure
+        self.down_reasons: dict[str, str] = {}  # node -> the reason its NodeDown gave
         self._load(config)
 
     def _load(self, config: ClusterConfig) -> None:
@@ -831,7 +832,10 @@ class HivedScheduler:
         if cells is None:
             raise ValueError(f"unknown node {node!r}")
         touched: set[Cell] = set()
-        if not healthy:
+        if healthy:
+            self.down_reasons.pop(node, None)
+        else:
+            self.down_reasons[node] = reason
             hit = sorted(
                 {leaf.job for cell in cells for leaf in cell.leaf_cells() if leaf.job},
                 key=lambda j: self._jobs[j].seq,

@@ -188,7 +188,7 @@ class NodeView:
     gpus: tuple[int, ...]
     healthy: bool = True
     used: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
-    reason: str = ""
+    reason: str = ""  # why it is down: the NodeDown's reason, "down" when it gave none
 
 
 @dataclass(frozen=True, slots=True)

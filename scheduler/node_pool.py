@@ -87,6 +87,7 @@ class PoolNode:
     cpu_free: float = math.inf
     memory_free: float = math.inf
     healthy: bool = True
+    down_reason: str = ""
     used: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -267,17 +268,21 @@ class NodePool:
 
     # ---- health and views ----------------------------------------------------------------
 
-    def set_healthy(self, name: str, healthy: bool) -> list[str]:
-        """Mark a node; returns the jobs running on it (the caller stops them)."""
+    def set_healthy(self, name: str, healthy: bool, reason: str = "") -> list[str]:
+        """Mark a node (down for ``reason``); returns the jobs running on it (the caller stops
+        them)."""
         node = self.nodes.get(name)
-        if node is None or node.healthy == healthy:
+        if node is None:
+            return []
+        node.down_reason = "" if healthy else reason or "down"
+        if node.healthy == healthy:
             return []
         self._unfile(node)
         node.healthy = healthy
         self._file(node)
         return sorted(set(node.used.values()))
 
-    def views(self, reasons: dict[str, str] | None = None) -> tuple[NodeView, ...]:
+    def views(self) -> tuple[NodeView, ...]:
         return tuple(
             NodeView(
                 name=n.name,
@@ -285,7 +290,7 @@ class NodePool:
                 gpus=n.gpus,
                 healthy=n.healthy,
                 used=dict(n.used),
-                reason=(reasons or {}).get(n.name, ""),
+                reason=n.down_reason,
             )
             for n in self.nodes.values()
         )

@@ -221,7 +221,7 @@ class QueuedPolicy:
                 self._stop(back)
                 self._enqueue(back)
         elif isinstance(event, NodeDown):
-            for job_id in self.pool.set_healthy(event.node, False):
+            for job_id in self.pool.set_healthy(event.node, False, event.reason):
                 job = self._jobs[job_id]
                 self._stop(job)
                 self._enqueue(job)

@@ -57,7 +57,7 @@ def node_views(sched: HivedScheduler) -> tuple[NodeView, ...]:
                 tuple(sorted(leaf.gpu or 0 for leaf in leaves)),
                 healthy,
                 {leaf.gpu or 0: leaf.job for leaf in leaves if leaf.job},
-                "" if healthy else "down",
+                "" if healthy else sched.down_reasons.get(name) or "down",
             )
         )
     return tuple(out)

@@ -193,3 +193,19 @@ def test_unknown_policy_option_is_a_clear_error() -> None:
         get_policy("fifo", cluster([1]), bogus="1")
     with pytest.raises(UserError, match="backfill"):
         get_policy("fifo", cluster([1]), backfill="maybe")
+
+
+@pytest.mark.parametrize("policy", ["hived", "fifo", "las"])
+def test_a_down_node_shows_the_reason_it_was_taken_down_for(policy: str) -> None:
+    from labhive.scheduler.model import NodeDown, NodeUp
+
+    sched = get_policy(policy, cluster([2, 2]))
+
+    def reasons() -> list[tuple[bool, str]]:
+        return [(n.healthy, n.reason) for n in sched.cluster().nodes]
+
+    sched.handle(NodeDown("n0", reason="disk failure"))
+    sched.handle(NodeDown("n1"))
+    assert reasons() == [(False, "disk failure"), (False, "down")]
+    sched.handle(NodeUp("n0"))
+    assert reasons() == [(True, ""), (False, "down")]

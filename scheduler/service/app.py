@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi import Path as FPath
@@ -30,7 +30,7 @@ from labhive import __version__
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import Executor, TaskHandle, TaskKey
 from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import NodeView, SpecRejected
+from labhive.scheduler.model import NodeDown, NodeUp, NodeView, SpecRejected
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
@@ -43,6 +43,7 @@ log = logging.getLogger("labhive.service")
 PREFIX = "/api/v1"
 MAX_BODY = 1 << 20
 MAX_LOG_CHUNK = 1 << 20
+T = TypeVar("T")
 
 
 class NotFound(Exception):
@@ -219,17 +220,16 @@ def _routes(app: FastAPI, svc: Service) -> None:
             _owned(conn, job_id, me)
             lc.request_cancel(conn, job_id)
         svc.loop.cancel(job_id)
-        deadline = time.monotonic() + wait
-        while True:
+
+        def look() -> tuple[bool, s.JobOut]:
             with svc.store.read() as conn:
                 row = job_row(conn, job_id)
                 assert row is not None
                 task_rows = _tasks(conn, job_id, row["attempt"])
-            left = deadline - time.monotonic()
-            if row["state"] in lc.TERMINAL or left <= 0:
-                return _job_out(row, svc.loop, task_rows, with_spec=True)
-            with svc.loop.changed:
-                svc.loop.changed.wait(min(left, 0.2))
+            out = _job_out(row, svc.loop, task_rows, with_spec=True)
+            return row["state"] in lc.TERMINAL, out
+
+        return _settled(svc, wait, look)
 
     @get("/jobs/{job_id}/events", response_model=s.EventList)
     def job_events(job_id: JobId, me: Who) -> s.EventList:
@@ -359,15 +359,13 @@ def _routes(app: FastAPI, svc: Service) -> None:
         """Take a node out of service (admins): its jobs are stopped and requeued, nothing
         starts there, and it stays down across restarts until ``/nodes/{node}/up``."""
         _known_node(svc, node, me)
-        svc.loop.take_down(node, body.reason if body else "", me.name)
-        return _node_settled(svc, node, healthy=False)
+        return _node_settled(svc, svc.loop.take_down(node, body.reason if body else "", me.name))
 
     @post("/nodes/{node}/up", response_model=s.NodeOut)
     def node_up(node: str, me: Who) -> s.NodeOut:
         """Put a node an admin took down back into service (admins)."""
         _known_node(svc, node, me)
-        svc.loop.bring_up(node)
-        return _node_settled(svc, node, healthy=node not in svc.loop.health_down)
+        return _node_settled(svc, svc.loop.bring_up(node))
 
     @get("/vcs", response_model=s.VCList)
     def vcs(me: Who) -> s.VCList:
@@ -478,15 +476,14 @@ def _job_out(
 
 
 def _node_out(svc: Service, n: NodeView) -> s.NodeOut:
-    held = svc.loop.held.get(n.name)
     return s.NodeOut(
         name=n.name,
         sku=n.sku,
         gpus=list(n.gpus),
         healthy=n.healthy,
-        reason=held or (svc.loop.health_down.get(n.name) if not n.healthy else None) or n.reason,
+        reason=n.reason,
         used={str(g): int(j) for g, j in n.used.items()},
-        held=held is not None,
+        held=n.name in svc.loop.held,
     )
 
 
@@ -498,14 +495,26 @@ def _known_node(svc: Service, node: str, me: Identity) -> None:
         raise NotFound(f"no node {node!r}; this cluster has {', '.join(names)}")
 
 
-def _node_settled(svc: Service, node: str, healthy: bool, wait_s: float = 5.0) -> s.NodeOut:
-    """The node once the loop has applied the change (as it stands after ``wait_s`` at most)."""
+def _node_settled(svc: Service, event: NodeDown | NodeUp, wait_s: float = 5.0) -> s.NodeOut:
+    """The node once the loop has applied ``event`` (as it stands after ``wait_s`` at most)."""
+    want = (True, "") if isinstance(event, NodeUp) else (False, event.reason or "down")
+
+    def look() -> tuple[bool, s.NodeOut]:
+        (view,) = [n for n in svc.loop.cluster().nodes if n.name == event.node]
+        return (view.healthy, view.reason) == want, _node_out(svc, view)
+
+    return _settled(svc, wait_s, look)
+
+
+def _settled(svc: Service, wait_s: float, look: Callable[[], tuple[bool, T]]) -> T:
+    """``look()`` gives (done, answer); ask again after each scheduler pass until it is done or
+    ``wait_s`` has passed, and return the last answer."""
     deadline = time.monotonic() + wait_s
     while True:
-        (view,) = [n for n in svc.loop.cluster().nodes if n.name == node]
+        done, answer = look()
         left = deadline - time.monotonic()
-        if view.healthy == healthy or left <= 0:
-            return _node_out(svc, view)
+        if done or left <= 0:
+            return answer
         with svc.loop.changed:
             svc.loop.changed.wait(min(left, 0.2))
 

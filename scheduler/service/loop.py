@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, insert, select, update
 
@@ -62,6 +62,7 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 
 log = logging.getLogger("labhive.service.loop")
+E = TypeVar("E", bound=Event)
 
 #: Builds the tasks' launch descriptions for a start (the local executor's env builder plugs in).
 LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
@@ -189,20 +190,20 @@ class SchedulerLoop:
         self._wake.set()
 
     def _health(self, events_in: list[Event]) -> list[Event]:
-        """Node health as reported (GPU health, Kubernetes readiness), less the ``NodeUp`` of
-        nodes an admin holds down; remembers which nodes health itself holds down."""
+        """Node health as reported (GPU health, Kubernetes readiness), less what concerns nodes
+        an admin holds down (they stay down, for the admin's reason); remembers which nodes
+        health itself holds down."""
         out: list[Event] = []
         for e in events_in:
             if isinstance(e, NodeDown):
                 self.health_down[e.node] = e.reason
             elif isinstance(e, NodeUp):
                 self.health_down.pop(e.node, None)
-                if e.node in self.held:
-                    continue
-            out.append(e)
+            if not (isinstance(e, NodeDown | NodeUp) and e.node in self.held):
+                out.append(e)
         return out
 
-    def take_down(self, node: str, reason: str, by: str) -> None:
+    def take_down(self, node: str, reason: str, by: str) -> NodeDown:
         """An admin takes ``node`` out of service: its jobs are stopped and requeued, nothing
         starts there until ``bring_up``, and the mark is stored so a restart keeps it."""
         with self.store.write() as conn:
@@ -213,18 +214,25 @@ class SchedulerLoop:
                 )
             )
         self.held[node] = _why_down(by, reason)
-        self._external.append(NodeDown(node, self.clock(), self.held[node]))
-        self._wake.set()
+        return self._queue(NodeDown(node, self.clock(), self.held[node]))
 
-    def bring_up(self, node: str) -> None:
+    def bring_up(self, node: str) -> NodeUp | NodeDown:
         """Lift an admin's mark; the node takes work again unless health still holds it down
         (a broken GPU is not put back in service by hand)."""
         with self.store.write() as conn:
             conn.execute(delete(node_marks).where(node_marks.c.node == node))
         self.held.pop(node, None)
-        if node not in self.health_down:
-            self._external.append(NodeUp(node, self.clock()))
-            self._wake.set()
+        broken = self.health_down.get(node)  # then it stays down, for health's reason
+        if broken is None:
+            return self._queue(NodeUp(node, self.clock()))
+        return self._queue(NodeDown(node, self.clock(), broken))
+
+    def _queue(self, event: E) -> E:
+        """An admin's node event, past the health filter; returned so the caller can wait for
+        the cluster view to show it."""
+        self._external.append(event)
+        self._wake.set()
+        return event
 
     # ---- views (any thread) --------------------------------------------------------------
 
