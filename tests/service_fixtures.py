@@ -7,8 +7,6 @@ root, since PostgreSQL refuses root), one fresh database per test.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +15,7 @@ from typing import Any
 
 import pytest
 from pg_throwaway import free_port, new_database, throwaway_postgres
+from serving import serving
 
 from labhive.scheduler.client import Client
 from labhive.scheduler.service.store import Store
@@ -74,8 +73,6 @@ class Live:
 def live_service(
     data_dir: Path, db: str | None = None, grace_s: float = 2.0, users: str = USERS
 ) -> Iterator[Live]:
-    import uvicorn
-
     from labhive.scheduler.service.server import ServeOptions, build
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -86,20 +83,10 @@ def live_service(
     running = build(opts)
     running.service.loop.poll_s = 0.05
     running.service.loop.start()
-    config = uvicorn.Config(running.app, host="127.0.0.1", port=port, log_level="warning")
-    config.lifespan = "off"
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.02)
     try:
-        yield Live(running.url, running.token_file.read_text().strip(), running, data_dir)
+        with serving(running.app, port):
+            yield Live(running.url, running.token_file.read_text().strip(), running, data_dir)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         running.service.intake.close()
         running.service.loop.stop(stop_tasks=True)
         running.service.store.dispose()

@@ -8,13 +8,13 @@ that goes NotReady to reach the policy as a bad node.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from k8s_fake import FakeServer, Kubelet
+from serving import serving
 from waiting import wait_until
 
 from labhive.scheduler.cli import build_parser
@@ -49,8 +49,6 @@ current-context: fake
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[Client, FakeServer, Kubelet]]:
-    import uvicorn
-
     from labhive.scheduler.service.server import build
 
     with FakeServer({"node-a": 4, "node-b": 4}) as fake:
@@ -66,19 +64,11 @@ def service(tmp_path: Path) -> Iterator[tuple[Client, FakeServer, Kubelet]]:
         executor._node_poll_s = 0.1
         loop.poll_s = 0.05
         loop.start()
-        config = uvicorn.Config(running.app, host="127.0.0.1", port=0, log_level="warning")
-        config.lifespan = "off"
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        wait_until(lambda: server.started, timeout=30, what="the service")
-        port = server.servers[0].sockets[0].getsockname()[1]
         token = running.token_file.read_text().strip()
         try:
-            yield Client(f"http://127.0.0.1:{port}/api/v1", token), fake, kubelet
+            with serving(running.app) as port:
+                yield Client(f"http://127.0.0.1:{port}/api/v1", token), fake, kubelet
         finally:
-            server.should_exit = True
-            thread.join(timeout=10)
             loop.stop(stop_tasks=True)
             executor.close()
             running.service.store.dispose()

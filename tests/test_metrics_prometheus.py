@@ -6,29 +6,13 @@ client library to read the job's GPU history over HTTP."""
 
 from __future__ import annotations
 
-import threading
-import time
-
-import uvicorn
 from metrics_service import NODE, labhive_service
 from monitoring_files import dashboard_exprs, instantiate, rule_exprs
-from prometheus_server import free_port, prometheus
+from prometheus_server import prometheus
+from serving import serving
 
 from labhive.scheduler.client import Client
 from labhive.scheduler.service.app import create_app
-
-
-def serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.02)
-    return server, thread, f"127.0.0.1:{port}"
 
 
 def test_prometheus_scrapes_the_service_and_answers_promql(tmp_path) -> None:
@@ -36,8 +20,8 @@ def test_prometheus_scrapes_the_service_and_answers_promql(tmp_path) -> None:
         job = w.submit(name="train", vc="vc1", gpus=1, command="sleep 60")
         w.wait_state(job, "RUNNING")
         w.wait_samples()
-        server, thread, target = serve(create_app(w.service))
-        try:
+        with serving(create_app(w.service), timeout=10) as port:
+            target = f"127.0.0.1:{port}"
             with prometheus(target, "/api/v1/metrics", tmp_path / "prom") as prom:
                 (up,) = prom.wait_for('up{job="labhive"}')
                 assert up["value"][1] == "1"
@@ -61,6 +45,3 @@ def test_prometheus_scrapes_the_service_and_answers_promql(tmp_path) -> None:
                 w.nvml.recording["devices"][0]["lost"] = True
                 (alert,) = prom.wait_for('ALERTS{alertname="LabHiveGpuLost",alertstate="firing"}')
                 assert alert["metric"]["Hostname"] == NODE and alert["metric"]["gpu"] == "0"
-        finally:
-            server.should_exit = True
-            thread.join(10)
