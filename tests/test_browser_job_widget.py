@@ -6,10 +6,10 @@ then RUNNING once the blocker is cancelled, then SUCCEEDED.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from kernel_support import CHROMIUM, CHROMIUM_FLAGS, jupyter_app, labhive_serve, write_notebook
+from waiting import wait_until
 
 from labhive.client import Client
 
@@ -22,10 +22,7 @@ LAB_ARGS = (
 
 
 def wait_until_running(client: Client, job_id: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while client.job(job_id).state != "RUNNING":
-        assert time.monotonic() < deadline, "the blocker never started"
-        time.sleep(0.2)
+    wait_until(lambda: client.job(job_id).state == "RUNNING", "the blocker to start", timeout, 0.2)
 
 
 def test_job_widget_follows_a_job_from_waiting_to_succeeded(tmp_path: Path) -> None:

@@ -7,12 +7,12 @@ The kernel is driven the way papermill drives it (no stdin), so ``%submit`` wait
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kernel_support import Kernel, Service, labhive_serve
+from waiting import wait_until
 
 from labhive.client import Client, PermissionDenied
 
@@ -40,11 +40,11 @@ def as_user(service: Service, user: str) -> Client:
 
 
 def wait_state(client: Client, job_id: int, states: tuple[str, ...], timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while (state := client.job(job_id).state) not in states:
-        assert time.monotonic() < deadline, f"job {job_id} still {state}"
-        time.sleep(0.2)
-    return state
+    def reached() -> str | None:
+        state = client.job(job_id).state
+        return state if state in states else None
+
+    return wait_until(reached, f"job {job_id} to become {' or '.join(states)}", timeout, 0.2)
 
 
 def test_gang_of_two_runs_and_both_tasks_output_shows_in_logs(kernel: Kernel) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import psutil
+from waiting import wait_until
 
 from labhive.scheduler.observe.owners import owner_of, process_owners
 from labhive.scheduler.observe.prometheus import Owner
@@ -17,15 +17,13 @@ def test_grandchild_of_a_task_belongs_to_its_job() -> None:
     # the task's shell starts a shell that starts the "training" process
     task = subprocess.Popen(["sh", "-c", "sh -c 'sleep 30' & wait"])
     try:
-        deadline = time.time() + 5
-        while time.time() < deadline:
-            leaves = [
+        (leaf,) = wait_until(
+            lambda: [
                 p for p in psutil.Process(task.pid).children(recursive=True) if p.name() == "sleep"
-            ]
-            if leaves:
-                break
-            time.sleep(0.02)
-        (leaf,) = leaves
+            ],
+            "the task's sleep",
+            5,
+        )
         alice = Owner("42", "vc1", "alice")
         assert owner_of(leaf.pid, {task.pid: alice}) == alice
         assert owner_of(os.getpid(), {task.pid: alice}) is None  # the test runner is a stranger

@@ -4,19 +4,11 @@ history at /jobs/{id}/gpus, and a lost GPU to take the node down in the schedule
 
 from __future__ import annotations
 
-import time
-
 from metrics_service import NODE, labhive_service
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 pytest_plugins = ["service_fixtures"]
-
-
-def until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def samples(text: str, name: str) -> list:
@@ -79,11 +71,12 @@ def test_lost_gpu_takes_the_node_down_and_back_up(tmp_path) -> None:
         w.wait_samples()
         text = w.metrics()
         assert [s.value for s in samples(text, "labhive_gpu_lost")] == [1]
-        until(lambda: w.policy.node_events)  # the loop thread hands it to the policy
+        # the loop thread hands it to the policy
+        wait_until(lambda: w.policy.node_events, "the NodeDown", 10)
         (down,) = w.policy.node_events
         assert down.node == NODE and "GPU 0" in down.reason and "lost" in down.reason
         w.nvml.recording["devices"][0]["lost"] = False
-        until(lambda: len(w.policy.node_events) == 2)
+        wait_until(lambda: len(w.policy.node_events) == 2, "the NodeUp", 10)
         assert [type(e).__name__ for e in w.policy.node_events] == ["NodeDown", "NodeUp"]
 
 

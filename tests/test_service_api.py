@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 from sqlalchemy import func, select
+from waiting import wait_until
 
 from labhive.scheduler.client import (
     AuthenticationError,
@@ -68,10 +69,7 @@ def test_cancel_stops_waiting_and_running_jobs_and_refuses_ended_ones(live_sqlit
     c = live_sqlite.client(ALICE)
     job = c.submit(command="sleep 60", vc="vc1", gpus=4, name="long")  # fills vc1
     waiting = c.submit(command="true", vc="vc1", gpus=1, name="second")
-    deadline = time.monotonic() + 20
-    while not live_sqlite.running.service.loop.handles(job.id):
-        assert time.monotonic() < deadline, "the task never started"
-        time.sleep(0.05)
+    wait_until(lambda: live_sqlite.running.service.loop.handles(job.id), "the task to start", 20)
     assert c.cancel(waiting.id).state == "STOPPED"
     assert _states(waiting)[-1] == ("WAITING", "STOPPED", "cancelled")
     (handle,) = live_sqlite.running.service.loop.handles(job.id).values()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from labhive.scheduler.cli import main
 from labhive.scheduler.errors import UserError
@@ -40,10 +40,11 @@ def test_submit_watch_and_cancel_from_the_command_line(live_sqlite, capsys, tmp_
     code, out, _ = run(capsys, live, "submit", str(spec), "--json")
     long_id = json.loads(out)["id"]
     code, out, _ = run(capsys, live, "submit", "--vc", "vc1", "--", "true")
-    deadline = time.monotonic() + 20
-    while "RUNNING" not in run(capsys, live, "jobs", "--state", "RUNNING")[1]:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+
+    def running() -> bool:
+        return "RUNNING" in run(capsys, live, "jobs", "--state", "RUNNING")[1]
+
+    wait_until(running, "a running job", 20, 0.1)
     code, out, _ = run(capsys, live, "queue")
     assert "vc1" in out and "WAITING" in out and "POS" in out
     code, out, _ = run(capsys, live, "cluster")
