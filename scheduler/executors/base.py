@@ -46,6 +46,9 @@ class TaskLaunch:
     env: dict[str, str] = field(default_factory=dict)  # job-level env, rendezvous included
     image: str | None = None
     user: str | None = None
+    #: The OS identity the task runs as (its LabHive user's); None: the service's own.
+    uid: int | None = None
+    gid: int | None = None
     observe: str | None = None  # "strace" to run the task under strace
     vc: str | None = None  # the job's virtual cluster (labels pods for per-VC views)
 
