@@ -202,6 +202,9 @@ def test_a_task_runs_as_its_users_uid(executor: SlurmExecutor) -> None:
         handles = executor.launch([replace(launch, uid=uid, gid=uid)])
         assert settle(executor, 1)["who"].exit_code == 0
         assert Path(handles[0].info["stdout"]).read_text().split() == [str(uid)] * 3
+        work = Path(handles[0].info["workdir"])  # its environment is for its user alone
+        assert (work.stat().st_uid, work.stat().st_mode & 0o777) == (uid, 0o700)
+        assert ((work / "run.sh").stat().st_mode & 0o777) == 0o600
     finally:
         subprocess.run(["userdel", "lhslurmtest"], capture_output=True, check=False)
         subprocess.run(["groupdel", "lhslurmtest"], capture_output=True, check=False)

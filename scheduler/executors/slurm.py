@@ -192,10 +192,13 @@ class SlurmExecutor:
         work = task_dir(self.data_dir, launch.key)
         if work.exists():
             self._retire(work)
-        work.mkdir(parents=True)
-        (work / RUN_FILE).write_text(_run_script(launch, env, work))
+        work.mkdir(parents=True, mode=0o700)
+        work.chmod(0o700)  # its environment (tokens included) is for its user alone
+        run = work / RUN_FILE
+        run.write_text(_run_script(launch, env, work))
+        run.chmod(0o600)
         if launch.uid is not None and os.geteuid() == 0:
-            for path in (work, *work.iterdir()):
+            for path in (work, run):
                 os.chown(path, launch.uid, launch.gid if launch.gid is not None else launch.uid)
         return work
 
