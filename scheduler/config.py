@@ -555,9 +555,9 @@ def _physical_cells(
     raw: list[Any], types: dict[str, CellType], ctx: _Ctx
 ) -> tuple[list[PhysicalCell], dict[str, PhysicalCell]]:
     builder = _CellBuilder(types, ctx)
-    cells = []
+    tops = []
     total_leaves = total_cells = 0
-    for i, spec in enumerate(raw):
+    for i, spec in enumerate(raw):  # every top cell is checked and counted before any is built
         key = f"physicalCluster.physicalCells[{i}]"
         line = raw.line_of(i) if isinstance(raw, LineList) else None
         if not isinstance(spec, Mapping):
@@ -581,6 +581,9 @@ def _physical_cells(
                 f"{total_cells:,} cells in all (childCellNumber multiplied down each chain); "
                 f"LabHive reads at most {MAX_LEAF_CELLS:,} GPU cells and {MAX_CELLS:,} cells",
             )
+        tops.append((i, spec, name, key, line))
+    cells = []
+    for i, spec, name, key, line in tops:
         builder.chain = name
         cells.append(builder.build(spec, types[name], str(i), (), None, {}, key, line))
     if not cells:

@@ -192,7 +192,7 @@ def load_yaml(text: str, *, origin: str = "", offset: int = 0) -> Any:
     try:
         return yaml.load(text, Loader=_loader(offset))
     except YamlSyntaxError as err:
-        raise YamlSyntaxError(f"{where}{err}") from None
+        raise type(err)(f"{where}{err}") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = f"line {mark.line + 1 + offset}: " if mark else ""
