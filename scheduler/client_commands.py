@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.terminal import visible
 
 
 def register(subparsers: Any) -> None:
@@ -111,7 +112,10 @@ def _print_json(data: Any) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in r] for r in rows]
+    """Aligned columns; control characters in a cell (a job name is anyone's text) are shown
+    as escapes, so no cell can move the cursor or clear the screen."""
+    cells = [[str(h) for h in headers]]
+    cells += [["-" if v is None else visible(str(v)) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join(
         "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
@@ -149,7 +153,7 @@ def _submit(args: argparse.Namespace) -> int:
         _print_json(job.data)
     else:
         where = f" (position {job.position})" if job.position else ""
-        print(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}")
+        print(visible(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}"))
     return 0 if job.state != "FAILED" else 1
 
 
@@ -195,13 +199,14 @@ def _show(args: argparse.Namespace) -> int:
         _print_json({**job.data, "events": events})
         return 0
     d = job.data
-    print(f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}")
+    head = f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}"
+    print(visible(head))
     line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
     if d.get("queue_position"):
         line += f"  position {d['queue_position']} of {d['queue_length']}"
-    print(line)
+    print(visible(line))
     if d.get("why"):
-        print(f"why   {d['why']}")
+        print(visible(f"why   {d['why']}"))
     if d["tasks"]:
         print(table(("TASK", "NODE", "GPUS", "STATE", "EXIT"), [
             (f"{t['role']}-{t['index']}", t["node"], ",".join(map(str, t["gpus"])) or "-",
@@ -242,7 +247,7 @@ def _cancel(args: argparse.Namespace) -> int:
         _print_json(job.data)
     else:
         pending = "" if job.state == "STOPPED" else " (stopping)"
-        print(f"job {job.id} '{job.name}': {job.state}{pending}")
+        print(visible(f"job {job.id} '{job.name}': {job.state}{pending}"))
     return 0
 
 
@@ -294,7 +299,7 @@ def _cluster(args: argparse.Namespace) -> int:
         _print_json(c)
         return 0
     kind = "virtual cluster: GPU slots, nothing computes" if c["virtual"] else "cluster"
-    print(f"{kind}; policy {c['policy']}")
+    print(visible(f"{kind}; policy {c['policy']}"))
     print(table(("NODE", "SKU", "HEALTH", "GPUS (index:job)"), [
         (n["name"], n["sku"], "ok" if n["healthy"] else n["reason"],
          " ".join(f"{g}:{n['used'].get(str(g), '-')}" for g in n["gpus"]))
@@ -315,7 +320,7 @@ def _node(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(n)
     elif n["healthy"]:
-        print(f"{n['name']}: in service")
+        print(visible(f"{n['name']}: in service"))
     else:
-        print(f"{n['name']}: down ({n['reason']})")
+        print(visible(f"{n['name']}: down ({n['reason']})"))
     return 0
