@@ -19,6 +19,7 @@ VC is full waits in its queue with a visible position instead of a spinner. Enab
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -49,6 +50,29 @@ _POSITION_TAIL = re.compile(r";?\s*position \d+ of \d+ in \S+\s*$")
 
 class ServerJobEnded(Exception):
     """The server's job ended before the server ran; the message is shown on the spawn page."""
+
+
+#: Characters a server job name (and its launch file's name) keeps from the hub's names.
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
+JOB_NAME_LEN = 64
+
+
+def server_job_name(user: str, server: str = "") -> str:
+    """One job name (and launch file) per hub user and server, whatever their names.
+
+    A user's default server whose name is plain and short keeps the readable
+    ``jupyter-NAME``. Any other name is cut and sanitized, then gets ``~`` and a hash of the
+    exact (user, server) pair: a plain name never holds ``~``, so ``eve@x`` cannot meet
+    ``eve_x``, two long names sharing a prefix cannot meet, and user ``a``'s server ``b``
+    cannot meet user ``a-b``.
+    """
+    plain = f"jupyter-{user}"
+    if not server and _PLAIN.fullmatch(user) and len(plain) <= JOB_NAME_LEN:
+        return plain
+    digest = hashlib.sha256(json.dumps([user, server]).encode())
+    tag = "~" + digest.hexdigest()[:16]
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{plain}-{server}" if server else plain)
+    return readable[: JOB_NAME_LEN - len(tag)] + tag
 
 
 class LabHiveSpawner(Spawner):
@@ -268,8 +292,7 @@ class LabHiveSpawner(Spawner):
         )
 
     def _job_name(self) -> str:
-        suffix = f"-{self.name}" if self.name else ""
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"jupyter-{self.user.name}{suffix}")[:64]
+        return server_job_name(self.user.name, self.name)
 
     def _write_launch_file(self) -> Path:
         """The server's command and environment (its hub token included), readable by the

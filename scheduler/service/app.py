@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from fastapi import Path as FPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 
 from labhive import __version__
@@ -34,7 +36,7 @@ from labhive.scheduler.model import NodeDown, NodeUp, NodeView, SpecRejected
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
-from labhive.scheduler.service.intake import Intake, StoreUnavailable
+from labhive.scheduler.service.intake import UNREACHABLE, Intake, StoreUnavailable
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.monitoring import JobGpusOut, Monitoring
 from labhive.scheduler.service.store import Store, events, job_row, jobs, tasks
@@ -351,7 +353,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
     @get("/cluster", response_model=s.ClusterOut)
     def cluster(me: Who) -> s.ClusterOut:
         view = svc.loop.cluster()
-        nodes = [_node_out(svc, n) for n in view.nodes]
+        shown = _job_shown(svc, me)
+        nodes = [_node_out(svc, n, shown) for n in view.nodes]
         return s.ClusterOut(virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=_vcs(svc, me))
 
     @post("/nodes/{node}/down", response_model=s.NodeOut)
@@ -374,13 +377,14 @@ def _routes(app: FastAPI, svc: Service) -> None:
     @get("/gpus", response_model=s.GPUList)
     def gpus(me: Who) -> s.GPUList:
         view = svc.loop.cluster()
+        shown = _job_shown(svc, me)
         out = [
             s.GPUOut(
                 node=n.name,
                 index=g,
                 sku=n.sku,
                 healthy=n.healthy,
-                job=int(n.used[g]) if g in n.used else None,
+                job=shown(n.used[g]) if g in n.used else None,
                 virtual=view.virtual,
             )
             for n in view.nodes
@@ -475,14 +479,33 @@ def _job_out(
     return out
 
 
-def _node_out(svc: Service, n: NodeView) -> s.NodeOut:
+#: What a non-admin sees in place of another user's job id on the GPU and cluster views.
+FOREIGN_JOB = "another user's job"
+
+
+def _job_shown(svc: Service, me: Identity) -> Callable[[str], int | str]:
+    """How a job holding a GPU is shown to ``me``: its id to an admin or its owner, else
+    ``FOREIGN_JOB`` (ids of others' jobs tell when they submit and how much they run)."""
+    if me.admin:
+        return int
+    with svc.store.read() as conn:
+        mine = {
+            str(i)
+            for i in conn.execute(
+                select(jobs.c.id).where(jobs.c.user == me.name, jobs.c.state.in_(lc.ACTIVE))
+            ).scalars()
+        }
+    return lambda job: int(job) if str(job) in mine else FOREIGN_JOB
+
+
+def _node_out(svc: Service, n: NodeView, shown: Callable[[str], int | str] = int) -> s.NodeOut:
     return s.NodeOut(
         name=n.name,
         sku=n.sku,
         gpus=list(n.gpus),
         healthy=n.healthy,
         reason=n.reason,
-        used={str(g): int(j) for g, j in n.used.items()},
+        used={str(g): shown(j) for g, j in n.used.items()},
         held=n.name in svc.loop.held,
     )
 
@@ -538,7 +561,17 @@ def _vcs(svc: Service, me: Identity) -> dict[str, s.VCOut]:
 
 
 def _error(status: int, detail: str, **headers: str) -> JSONResponse:
+    # a message may quote the request; keep it sendable whatever characters it quotes
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse({"detail": detail}, status_code=status, headers=headers or None)
+
+
+def _incident(status: int, detail: str, err: BaseException) -> JSONResponse:
+    """A server-side failure: a generic ``detail`` and a reference; what went wrong (SQL,
+    parameters, exception text, which may hold other users' data) goes to the log only."""
+    ref = secrets.token_hex(6)
+    log.error("request failed (reference %s)", ref, exc_info=err)
+    return _error(status, f"{detail} (reference {ref} in the service log)", **{"X-Request-Id": ref})
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -583,12 +616,23 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(_: Request, err: StoreUnavailable) -> JSONResponse:
-        return _error(503, f"the job store is unavailable, nothing was stored: {err}")
+        return _incident(
+            503, "the job store is unavailable, nothing was stored; try again soon", err
+        )
+
+    async def _unreachable(_: Request, err: Exception) -> JSONResponse:
+        return _incident(503, "the job store is unavailable; try again soon", err)
+
+    for kind in UNREACHABLE:
+        app.add_exception_handler(kind, _unreachable)
+
+    @app.exception_handler(sa_exc.SQLAlchemyError)
+    async def _store_error(_: Request, err: sa_exc.SQLAlchemyError) -> JSONResponse:
+        return _incident(500, "internal error in the job store", err)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, err: Exception) -> JSONResponse:
-        log.exception("internal error")
-        return _error(500, f"internal error: {type(err).__name__}: {err}")
+        return _incident(500, "internal error", err)
 
 
 class BodyLimit:

@@ -182,7 +182,9 @@ class GPUOut(BaseModel):
     index: int
     sku: str | None
     healthy: bool
-    job: int | None
+    job: int | str | None = Field(
+        description="the job's id, or \"another user's job\" for a non-admin's view of others'"
+    )
     virtual: bool
 
 
@@ -192,7 +194,9 @@ class NodeOut(BaseModel):
     gpus: list[int]
     healthy: bool
     reason: str
-    used: dict[str, int]
+    used: dict[str, int | str] = Field(
+        description="GPU index -> job id (\"another user's job\" for others' jobs to non-admins)"
+    )
     held: bool = Field(
         False, description="an admin took the node down; only POST /nodes/{node}/up lifts it"
     )
