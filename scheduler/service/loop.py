@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labhive.scheduler.executors.base import (
     Executor,
@@ -59,6 +61,7 @@ from labhive.scheduler.model import (
     Tick,
 )
 from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.backoff import LoopHealth
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 
 log = logging.getLogger("labhive.service.loop")
@@ -162,8 +165,10 @@ class SchedulerLoop:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_pass = 0.0
+        self.last_pass = 0.0  # clock() of the last pass that completed
         self.passes = 0
+        self.health = LoopHealth()  # failure streak and last good pass, for /health
+        self._must_recover = False  # a pass or a recovery failed: rebuild before the next
         self.changed = threading.Condition()  # notified after every pass that changed the store
         # Monitoring hooks (service/monitoring.py): node-health events in, timings and exits out.
         self._external: deque[Event] = deque()
@@ -255,7 +260,13 @@ class SchedulerLoop:
     # ---- life ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.recover()
+        """Rebuild from the store and run; a store that cannot be read yet (the database is
+        still starting) is retried by the loop with backoff, and /health says so meanwhile."""
+        try:
+            self.recover()
+        except Exception as err:
+            self._must_recover = True
+            self.health.failed(err, log, "rebuilding the scheduler from the store")
         self._thread = threading.Thread(target=self._run, name="labhive-loop", daemon=True)
         self._thread.start()
 
@@ -271,16 +282,30 @@ class SchedulerLoop:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(self.poll_s)
+            if self.health.failing:  # back off: new work must not cut the wait short
+                self._stopping.wait(self.health.delay())
+            else:
+                self._wake.wait(self.poll_s)
             self._wake.clear()
             if self._stopping.is_set():
                 break
-            try:
-                self.step()
-            except Exception:  # never let one bad pass kill the service: rebuild from the store
-                log.exception("scheduler pass failed; rebuilding the policy from the store")
-                time.sleep(0.5)
+            self.try_pass()
+
+    def try_pass(self) -> bool:
+        """One pass, after rebuilding from the store if the last one failed. A failure (the
+        database is down, the executor broke) is counted, never raised: the loop must outlive
+        it. Returns whether the pass ran."""
+        try:
+            if self._must_recover:
                 self.recover()
+                self._must_recover = False
+            self.step()
+        except Exception as err:  # whatever it was, the in-memory state may be half-applied
+            self._must_recover = True
+            self.health.failed(err, log, "scheduler pass")
+            return False
+        self.health.passed(log)
+        return True
 
     # ---- recovery ------------------------------------------------------------------------
 
@@ -308,8 +333,13 @@ class SchedulerLoop:
         submits: list[Event] = []
         handles: list[TaskHandle] = []
         t = self.clock()
+        unloadable: list[tuple[dict[str, Any], str]] = []
         for job in active:
-            spec = self._load_spec(job)
+            try:
+                spec = self._load_spec(job)
+            except Exception as err:  # stored before today's intake checks: fail it alone
+                unloadable.append((job, _storable(f"{type(err).__name__}: {err}")))
+                continue
             self._specs[job["id"]] = spec
             if job["cancel_requested"]:
                 self._cancels.append(job["id"])
@@ -341,10 +371,37 @@ class SchedulerLoop:
             run.lost = any(c is None for c in run.codes.values())
             self._running[job["id"]] = run
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
+        if unloadable:
+            self._fail_unloadable(unloadable, by_job, t)
         self._pending_events = adopts + self._nodes_down(marks, t) + submits
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
         self._wake.set()
+
+    def _fail_unloadable(
+        self, bad: list[tuple[dict[str, Any], str]], tasks_of: dict[int, list[Any]], t: float
+    ) -> None:
+        """Jobs whose stored spec no longer parses (stored before intake refused it) fail with
+        the reason, their tasks stopped, so they cannot wedge every rebuild of the loop."""
+        for job, message in bad:
+            log.warning("job %s cannot be loaded from the store: %s", job["id"], message)
+            handles = [
+                TaskHandle(TaskKey(str(job["id"]), r["attempt"], r["role"], r["idx"]), r["handle"])
+                for r in tasks_of.get(job["id"], [])
+                if r["state"] == lc.RUNNING and r["handle"]
+            ]
+            if handles:
+                self.executor.stop(handles, self.grace_s)
+        with self.store.write() as conn:
+            for job, message in bad:
+                row = job_row(conn, job["id"])
+                if row is None or row["state"] not in lc.ACTIVE:
+                    continue
+                why = f"its stored spec is no longer valid ({message}); submit it again"
+                if row["state"] == lc.RUNNING:
+                    lc.end_attempt(conn, row, lc.FAILED, "rejected", why, t)
+                else:
+                    lc.transition(conn, row, lc.FAILED, "rejected", why, t, finished_at=t)
 
     def _nodes_down(self, marks: list[Any], t: float) -> list[Event]:
         """What a rebuilt policy must learn again: nodes an admin marked (stored) and nodes
@@ -572,8 +629,10 @@ class SchedulerLoop:
                 if job is None:
                     continue
                 if isinstance(d, Start) and job["state"] in lc.ACTIVE:
-                    self._record_start(conn, job, d, t)
-                    pending.setdefault(job["id"], []).append(d)
+                    if self._record_start_alone(conn, job, d, t):
+                        pending.setdefault(job["id"], []).append(d)
+                    else:
+                        stale.append(job["id"])  # FAILED in the store: free its cells
                 elif isinstance(d, Start):
                     stale.append(job["id"])  # ended in the store: never started
                 elif isinstance(d, Preempt | Stop) and job["state"] == lc.RUNNING:
@@ -590,12 +649,45 @@ class SchedulerLoop:
                     )
                     lc.note(conn, job, "downgraded", f"downgraded by job {d.by}: {d.reason}", t)
             work.starts = [d for starts in pending.values() for d in starts]
-            self._record_whys(conn, work.new_jobs)
+            try:
+                with conn.begin_nested():
+                    self._record_whys(conn, work.new_jobs)
+            except Exception as err:  # a why is a courtesy: it never fails the pass
+                if transient(err):
+                    raise
+                log.warning("could not record why new jobs wait (%s)", type(err).__name__)
         if stale:
             # The store ended these jobs while the policy still holds them (waiting, or placed
             # by this very pass): remove them next pass, so their cells go to someone else.
             self._pending_events.extend(Cancel(str(job_id), t) for job_id in stale)
             self._wake.set()
+
+    def _record_start_alone(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> bool:
+        """Record one start in its own savepoint: a job whose start the store cannot hold (a
+        role name it cannot encode or that is too long, stored before intake refused such
+        names) fails alone, with a reason, instead of failing the pass for every job. A
+        database that is down is not the job's fault: that error fails the pass (retried)."""
+        try:
+            with conn.begin_nested():
+                self._record_start(conn, job, d, t)
+            return True
+        except Exception as err:
+            if transient(err):
+                raise
+            kind = type(err).__name__
+        log.warning("job %s: its start could not be recorded (%s)", job["id"], kind)
+        why = (
+            f"its start could not be recorded in the job store ({kind}): a task "
+            "role or name it cannot hold (a lone surrogate, a NUL, over 128 characters); "
+            "rename it and submit again"
+        )
+        if job["state"] == lc.RUNNING:
+            lc.end_attempt(conn, job, lc.FAILED, "unstorable", why, t)
+        else:
+            lc.transition(conn, job, lc.FAILED, "unstorable", why, t, finished_at=t)
+        self._specs.pop(job["id"], None)
+        self._running.pop(job["id"], None)
+        return False
 
     def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
         _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
@@ -625,13 +717,14 @@ class SchedulerLoop:
                 job = job_row(conn, job_id)
             if job is None:
                 continue
-            launches = self._build(job, spec, d.tasks)
             try:
+                launches = self._build(job, spec, d.tasks)
                 handles = self.executor.launch(launches)
             except Exception as err:  # LaunchError, or any executor failure: the attempt failed
                 log.warning("job %s failed to launch: %s", job_id, err)
-                for launch in launches:
-                    self._pending_exits.append(TaskExit(launch.key, 127, str(err)))
+                for p in d.tasks:
+                    key = TaskKey(str(job_id), run.attempt, p.role, p.index)
+                    self._pending_exits.append(TaskExit(key, 127, str(err)))
                 failed.append(job_id)
                 continue
             with self.store.write() as conn:
@@ -657,6 +750,19 @@ class SchedulerLoop:
                 if job is not None and job["state"] == lc.RUNNING:
                     lc.end_attempt(conn, job, lc.WAITING, "requeued", why, t)
         self._running.clear()
+
+
+def _storable(text: str, limit: int = 400) -> str:
+    """``text`` as any store holds it: surrogates escaped, NULs dropped, cut to ``limit``."""
+    return text.encode("utf-8", "backslashreplace").decode().replace("\0", "")[:limit]
+
+
+def transient(err: BaseException) -> bool:
+    """Whether a store error is the database's (down, connection lost: retry the pass) rather
+    than one row's (a value it cannot hold: fail that job)."""
+    if isinstance(err, OperationalError | InterfaceError | DisconnectionError | PoolTimeout):
+        return True
+    return bool(getattr(err, "connection_invalidated", False))
 
 
 def _why_down(by: str, reason: str) -> str:
