@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pg_throwaway import new_database, pg_ctl_postgres
 from service_fixtures import live_service
 from waiting import wait_until
 
@@ -74,3 +75,36 @@ def test_a_job_whose_start_cannot_be_stored_fails_alone(
         else:
             wait_until(lambda: live.client().job(bad).state == "SUCCEEDED", "the long name")
         assert live.client().health()["status"] == "ok"
+
+
+def _health(live) -> tuple[int, dict]:
+    answer = httpx.get(f"{live.url}/health", timeout=10)
+    return answer.status_code, answer.json()
+
+
+def test_a_database_outage_degrades_health_and_the_loop_carries_on_after_it(
+    tmp_path: Path,
+) -> None:
+    """A real PostgreSQL stopped (``pg_ctl stop``) and started again under a running service:
+    /health goes 503 "degraded" while the loop cannot pass, the job that ran through the
+    outage is recorded as finished, and new jobs start once the database is back."""
+    with pg_ctl_postgres() as pg, live_service(tmp_path / "data", new_database(pg.url)) as live:
+        live.running.service.loop_stall_s = 1.0
+        alice = live.client(ALICE)
+        through = alice.submit(command="sleep 3", vc="vc1", gpus=1, name="through")
+        wait_until(lambda: through.refresh().state == "RUNNING", "the job to start")
+        pg.stop()
+        _, body = wait_until(
+            lambda: (h := _health(live))[0] == 503 and h, "/health to degrade", timeout=60
+        )
+        assert body["status"] == "degraded" and body["loop_failures"] >= 1
+        assert body["database"].startswith("error") and "SELECT" not in body["database"]
+        time.sleep(3)  # the job ends while the database is down
+        pg.start()
+        wait_until(lambda: _health(live)[0] == 200, "/health to recover", timeout=60)
+        assert through.wait(timeout=60, poll_s=0.1).state == "SUCCEEDED"
+        after = alice.submit(command="true", vc="vc1", gpus=1, name="after")
+        assert after.wait(timeout=60, poll_s=0.1).state == "SUCCEEDED"
+        metrics = httpx.get(f"{live.url}/metrics", timeout=10).text
+        age = [ln for ln in metrics.splitlines() if ln.startswith("labhive_loop_last_pass_age")]
+        assert age and float(age[0].split()[-1]) < 30
