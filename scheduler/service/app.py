@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import func, select
+from starlette.concurrency import run_in_threadpool
 
 from labhive import __version__
 from labhive.scheduler.errors import UserError
@@ -215,13 +216,16 @@ def _routes(app: FastAPI, svc: Service) -> None:
         return _job_out(row, svc.loop, task_rows, with_spec=True)
 
     @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
-    def cancel(
+    async def cancel(
         job_id: JobId, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
     ) -> s.JobOut:
-        with svc.store.write() as conn:
-            _owned(conn, job_id, me)
-            lc.request_cancel(conn, job_id)
-        svc.loop.cancel(job_id)
+        """Waits (up to ``wait`` s) for the job to end without holding a request thread: the
+        store is read in the thread pool, the waiting is on the event loop."""
+
+        def request() -> None:
+            with svc.store.write() as conn:
+                _owned(conn, job_id, me)
+                lc.request_cancel(conn, job_id)
 
         def look() -> tuple[bool, s.JobOut]:
             with svc.store.read() as conn:
@@ -231,7 +235,15 @@ def _routes(app: FastAPI, svc: Service) -> None:
             out = _job_out(row, svc.loop, task_rows, with_spec=True)
             return row["state"] in lc.TERMINAL, out
 
-        return _settled(svc, wait, look)
+        await run_in_threadpool(request)
+        svc.loop.cancel(job_id)
+        deadline = time.monotonic() + wait
+        while True:
+            done, answer = await run_in_threadpool(look)
+            left = deadline - time.monotonic()
+            if done or left <= 0:
+                return answer
+            await svc.loop.next_change(min(left, 0.2))
 
     @get("/jobs/{job_id}/events", response_model=s.EventList)
     def job_events(job_id: JobId, me: Who) -> s.EventList:
