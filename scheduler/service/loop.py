@@ -726,7 +726,7 @@ class SchedulerLoop:
                 drain = self._reserved.draining.get(job_id)
                 if run is not None:
                     victim: Settle = (job_id, lc.WAITING, reason, why, False, None)
-                    self._begin_drain(run, victim, None, work, reason)
+                    self._begin_drain(run, victim, None, work, why)
                 elif drain is not None and drain.event is not None:
                     # Already stopping; the policy now has it waiting (or gone, if it ends).
                     ends = drain.settle[1] in lc.TERMINAL
