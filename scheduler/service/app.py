@@ -27,6 +27,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
+from starlette.concurrency import run_in_threadpool
 
 from labhive import __version__
 from labhive.scheduler.errors import UserError
@@ -39,6 +40,7 @@ from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, 
 from labhive.scheduler.service.intake import UNREACHABLE, Intake, StoreUnavailable
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.monitoring import JobGpusOut, Monitoring
+from labhive.scheduler.service.responses import encodable
 from labhive.scheduler.service.store import Store, events, job_row, jobs, tasks
 
 log = logging.getLogger("labhive.service")
@@ -66,6 +68,7 @@ class Service:
     policy: str = "hived"
     max_body: int = MAX_BODY
     cancel_wait_s: float = 5.0
+    loop_stall_s: float = 30.0  # /health is 503 once the loop has not passed for this long
     monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
 
     def __post_init__(self) -> None:
@@ -215,13 +218,16 @@ def _routes(app: FastAPI, svc: Service) -> None:
         return _job_out(row, svc.loop, task_rows, with_spec=True)
 
     @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
-    def cancel(
+    async def cancel(
         job_id: JobId, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
     ) -> s.JobOut:
-        with svc.store.write() as conn:
-            _owned(conn, job_id, me)
-            lc.request_cancel(conn, job_id)
-        svc.loop.cancel(job_id)
+        """Waits (up to ``wait`` s) for the job to end without holding a request thread: the
+        store is read in the thread pool, the waiting is on the event loop."""
+
+        def request() -> None:
+            with svc.store.write() as conn:
+                _owned(conn, job_id, me)
+                lc.request_cancel(conn, job_id)
 
         def look() -> tuple[bool, s.JobOut]:
             with svc.store.read() as conn:
@@ -231,7 +237,15 @@ def _routes(app: FastAPI, svc: Service) -> None:
             out = _job_out(row, svc.loop, task_rows, with_spec=True)
             return row["state"] in lc.TERMINAL, out
 
-        return _settled(svc, wait, look)
+        await run_in_threadpool(request)
+        svc.loop.cancel(job_id)
+        deadline = time.monotonic() + wait
+        while True:
+            done, answer = await run_in_threadpool(look)
+            left = deadline - time.monotonic()
+            if done or left <= 0:
+                return answer
+            await svc.loop.next_change(min(left, 0.2))
 
     @get("/jobs/{job_id}/events", response_model=s.EventList)
     def job_events(job_id: JobId, me: Who) -> s.EventList:
@@ -396,23 +410,36 @@ def _routes(app: FastAPI, svc: Service) -> None:
 def _public_routes(app: FastAPI, svc: Service) -> None:
     """/health and /metrics answer without a token (probes and Prometheus scrape them)."""
 
-    @app.get(PREFIX + "/health", response_model=s.Health)
-    def health() -> s.Health:
+    @app.get(
+        PREFIX + "/health",
+        response_model=s.Health,
+        responses={503: {"model": s.Health, "description": "degraded: the loop is stalled"}},
+    )
+    def health() -> JSONResponse:
+        """200 "ok", or 503 "degraded" when the database does not answer or the scheduler loop
+        has not completed a pass for ``loop_stall_s`` (so a supervisor restarts the service).
+        No exception text: this answers anyone."""
         try:
             with svc.store.read() as conn:
                 conn.execute(select(1))
             database = "ok"
         except Exception as err:  # health reports a broken database, it does not raise
-            database = f"error: {err}"
-        age = time.time() - svc.loop.last_pass if svc.loop.last_pass else -1.0
-        return s.Health(
-            status="ok" if database == "ok" else "degraded",
+            database = f"error: {type(err).__name__}"
+        loop = svc.loop.health
+        age = loop.age()
+        ok = database == "ok" and age <= svc.loop_stall_s
+        body = s.Health(
+            status="ok" if ok else "degraded",
             version=__version__,
             database=database,
             loop_age_s=round(age, 3),
+            loop_last_pass=svc.loop.last_pass or None,
+            loop_failures=loop.failures,
+            loop_error=loop.error,
             policy=svc.policy,
             executor=getattr(svc.executor, "name", type(svc.executor).__name__),
         )
+        return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
     @app.get(PREFIX + "/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
@@ -453,6 +480,8 @@ def _job_out(
     task_rows: list[dict[str, Any]] | None = None,
     with_spec: bool = False,
 ) -> s.JobOut:
+    if with_spec:  # names in a spec stored before intake checked them may not encode
+        row, task_rows = encodable(row), encodable(task_rows)
     out = s.JobOut(
         **{k: row.get(k) for k in s.JobOut.model_fields if k not in ("tasks", "spec") and k in row},
         tasks=[

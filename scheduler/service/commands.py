@@ -63,6 +63,13 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         "when run as a hub-managed service (--users then holds only the group -> VC grants)",
     )
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    parser.add_argument(
+        "--loop-stall-s",
+        type=float,
+        default=30.0,
+        help="/health answers 503 degraded once the scheduler loop has not completed a pass "
+        "for this long (a liveness probe then restarts the service; default 30)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
     parser.add_argument(
         "--gpu-sample-s",
@@ -96,6 +103,7 @@ def _options(args: argparse.Namespace) -> Any:
         users=args.users,
         auth=args.auth,
         grace_s=args.grace_s,
+        loop_stall_s=args.loop_stall_s,
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
         gpu_sample_s=args.gpu_sample_s,

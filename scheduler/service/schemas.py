@@ -226,7 +226,10 @@ class Health(BaseModel):
     status: str
     version: str
     database: str
-    loop_age_s: float
+    loop_age_s: float  # seconds since the scheduler loop's last good pass
+    loop_last_pass: float | None = None  # when it was (epoch seconds)
+    loop_failures: int = 0  # failed passes in a row (the loop backs off and retries)
+    loop_error: str | None = None  # the kind of the last failure, while failing
     policy: str
     executor: str
 
