@@ -50,20 +50,25 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
                 f"{vc.name} has no {sku} cells; it has {describe(sched.tree, vc)}. "
                 "Ask for one of those, or submit as priority oppo to use idle cells"
             )
+    own = sorted(vc_types) if not spec.opportunistic and vc_types else leaf_types
     for role in spec.roles:
-        types = [role.sku] if role.sku else leaf_types
-        fits = [t for t in types if sched._leaves(role, t) <= sched._max_node[t]]
+        types = [role.sku] if role.sku else own
+        fits = [t for t in types if sched._leaves(role, t, vc.name) <= sched._max_node[t]]
         if not fits:
             biggest = max(sched._max_node[t] for t in types)
+            need = sched._leaves(role, types[0], vc.name)
+            # A CPU- or memory-heavy task takes more leaf cells than it asks GPUs for.
+            unit = "GPUs" if need == role.gpu else "leaf cells"
+            mine = f"of {vc.name} " if types is own and own != leaf_types else ""
             raise SpecRejected(
-                f"task role {role.name} needs {sched._leaves(role, types[0])} GPUs in one "
-                f"task, but the largest {'/'.join(types)} node has {biggest}; split it into "
-                f"tasks of at most {biggest} GPUs"
+                f"task role {role.name} needs {need} {unit} in one task, but the largest "
+                f"{'/'.join(types)} node {mine}has {biggest}; split it into tasks of at most "
+                f"{biggest} {unit}"
             )
     if not spec.gang:
         return
     types = sorted(skus) or leaf_types
-    need = min(sum(sched._leaves(r, t) * r.instances for r in spec.roles) for t in types)
+    need = min(sum(sched._leaves(r, t, spec.vc) * r.instances for r in spec.roles) for t in types)
     cluster = sum(sched._type_leaves[t] for t in types)
     what = f"this gang needs {need} GPUs"
     if need > cluster:

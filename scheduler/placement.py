@@ -56,6 +56,10 @@ def _is_free(leaf: Cell) -> bool:
     return leaf.bad == 0 and leaf.job is None
 
 
+def _not_guaranteed(leaf: Cell) -> bool:
+    return leaf.bad == 0 and (leaf.job is None or leaf.prio < 0)
+
+
 def _usable(threshold: Threshold) -> Callable[[Cell], bool]:
     if threshold is None:
         return _is_free  # one function, so pick_leaves can tell free-only searches apart
@@ -98,10 +102,19 @@ class Placer:
             node = None
             if threshold is None and _still_best(last, task.leaves, prev_need, whole, plan):
                 node = last
+            spare = bind and pinned is None  # may bind quota to spare a guaranteed job
             while node is None:
-                node = self._best_node(
+                node, level = self._best_node(
                     whole, partial, chain, task.leaves, threshold, ok, plan, last, only, opened
                 )
+                if node is not None and level >= 0 and spare:
+                    spare = False
+                    node = self._spare_guaranteed(vc, chain, task.leaves, plan, node, only)
+                    if node is None:
+                        whole, partial = _regions(vc, chain, pinned)
+                        opened = vc.open.get(chain, {}) if pinned is None else None
+                        only = None if only is None else only | set(plan.bound[-1].nodes())
+                        continue
                 if node is not None:
                     break
                 if (
@@ -122,6 +135,17 @@ class Placer:
             last, prev_need = node, task.leaves
         return plan
 
+    def _spare_guaranteed(
+        self, vc: VC, chain: str, need: int, plan: Plan, node: Cell, only: set[Cell] | None
+    ) -> Cell | None:
+        """HiveD binds a VC's unbound quota on idle or opportunistic cells before it preempts
+        a guaranteed job of the VC: ``node`` (which would preempt one) when no such binding
+        exists, else None (the caller searches again, the new cell included)."""
+        mark = len(plan.bound)
+        if not self._bind_for(vc, chain, need, _not_guaranteed, plan, True):
+            return node
+        return None if len(plan.bound) > mark else node
+
     def undo(self, vc: VC, plan: Plan) -> None:
         for cell in reversed(plan.bound):
             self.vcs.unbind(vc, cell)
@@ -139,9 +163,10 @@ class Placer:
         last: Cell | None,
         only: set[Cell] | None = None,
         opened: dict[Cell, None] | None = None,
-    ) -> Cell | None:
+    ) -> tuple[Cell | None, int]:
         """Best fit: the node with the fewest usable GPUs that still holds the task, next to
-        the gang's previous task where possible, preempting as few GPUs as it can."""
+        the gang's previous task where possible, preempting as few jobs as it can; with the
+        highest priority it must preempt there (-2: none, -1: opportunistic jobs only)."""
         best, best_key = None, None
         near = last.parent if last else None
         if only is not None:
@@ -181,24 +206,47 @@ class Placer:
                 if best_key is not None and level > best_key[0]:
                     continue  # keys rank by this level first: this node cannot win
                 free = node.free - free_taken.get(node, 0)
-                key = (level, max(0, need - free), node.parent is not near, usable, node.order)
+                victims = 0
+                if level > -2:
+                    victims = len(fewest_victims([node], need, ok, plan.taken))
+                key = (
+                    level,
+                    victims,
+                    max(0, need - free),
+                    node.parent is not near,
+                    usable,
+                    node.order,
+                )
                 if best_key is None or key < best_key:
                     best, best_key = node, key
         for node, parts in partial.items():
-            free = usable = 0
+            free = usable = spare = 0
             for part in parts:
                 for leaf in part.leaf_cells():
                     if id(leaf) in plan.taken or not ok(leaf):
                         continue
                     usable += 1
                     free += leaf.job is None
+                    spare += leaf.job is None or leaf.prio < 0
             if usable < need:
                 continue
-            level = -2 if free >= need or threshold is None else threshold
-            key = (level, max(0, need - free), node.parent is not near, usable, node.order)
+            victims = 0
+            if free >= need or threshold is None:
+                level = -2
+            else:
+                level = -1 if spare >= need else threshold
+                victims = len(fewest_victims(parts, need, ok, plan.taken))
+            key = (
+                level,
+                victims,
+                max(0, need - free),
+                node.parent is not near,
+                usable,
+                node.order,
+            )
             if best_key is None or key < best_key:
                 best, best_key = node, key
-        return best
+        return best, -2 if best_key is None else best_key[0]
 
     def _bind_for(
         self,
@@ -369,7 +417,7 @@ def _best_free(
             best, best_key = node, key
     if best_key is None:
         return None, None
-    return best, (-2, 0, *best_key)
+    return best, (-2, 0, 0, *best_key)
 
 
 def _regions(
@@ -406,7 +454,13 @@ def pick_leaves(
     them (buddy best fit), free GPUs before those of lower-priority jobs.
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
+    A preempting pick takes busy GPUs only of ``fewest_victims``' jobs.
     """
+    if not free_only and ok is not _is_free:
+        victims = fewest_victims(parts, need, ok, taken)
+        if victims:
+            usable = ok
+            ok = lambda leaf: usable(leaf) and (leaf.job is None or leaf.job in victims)  # noqa: E731
     if len(parts) == 1:
         part = parts[0]
         if free_only and part.free == need:
@@ -506,3 +560,45 @@ def _fit_key(
 
 def _prio(cell: Cell) -> int:
     return cell.prio if not cell.children and cell.job is not None else -100
+
+
+def fewest_victims(
+    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: Collection[int]
+) -> set[str]:
+    """The jobs whose GPUs in ``parts`` (of one node) a task of ``need`` GPUs preempts: none
+    while free GPUs suffice; else only jobs up to the lowest priority that covers the
+    shortfall, and of those as few as possible (the largest here first, then the lowest
+    priority, then cell order), as HiveD preempts."""
+    free = 0
+    jobs: dict[str, list[int]] = {}  # job -> [usable GPUs here, priority, first cell order]
+    for part in parts:
+        for leaf in part.leaf_cells():
+            if id(leaf) in taken or not ok(leaf):
+                continue
+            if leaf.job is None:
+                free += 1
+                continue
+            entry = jobs.get(leaf.job)
+            if entry is None:
+                jobs[leaf.job] = [1, leaf.prio, leaf.order]
+            else:
+                entry[0] += 1
+    short = need - free
+    if short <= 0 or not jobs:
+        return set()
+    level, have = -2, 0
+    for count, prio, _ in sorted(jobs.values(), key=lambda e: e[1]):
+        if have >= short and prio > level:
+            break
+        have += count
+        level = prio
+    out: set[str] = set()
+    ranked = sorted(
+        (e for e in jobs.items() if e[1][1] <= level), key=lambda e: (-e[1][0], e[1][1], e[1][2])
+    )
+    for job, (count, _, _) in ranked:
+        out.add(job)
+        short -= count
+        if short <= 0:
+            break
+    return out

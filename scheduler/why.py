@@ -62,7 +62,7 @@ def why_waiting(sched: HivedScheduler, job: Job, position: int | None, length: i
 
 def _task_leaves(sched: HivedScheduler, job: Job, chain: str) -> int:
     leaf = sched.tree.chains[chain].leaf_type
-    return max(sched._leaves(r, leaf) for r, _ in job.waiting_tasks)
+    return max(sched._leaves(r, leaf, job.vc) for r, _ in job.waiting_tasks)
 
 
 def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: str) -> str:
@@ -88,7 +88,7 @@ def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | 
     if not job.spec.gang or len(job.waiting_tasks) < 2:
         return None
     sizes = {
-        c: sum(sched._leaves(r, sched.tree.chains[c].leaf_type) for r, _ in job.tasks)
+        c: sum(sched._leaves(r, sched.tree.chains[c].leaf_type, job.vc) for r, _ in job.tasks)
         for c in chains
     }
     if any(sizes[c] <= vc.leaves(sched.tree, c) for c in chains):

@@ -1,0 +1,168 @@
+"""HiveD's own rules where LabHive used to decide differently (issue 17): given this cluster
+and these submissions, expect what HiveD's algorithm does."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import Cluster
+
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.model import SpecRejected
+
+ONE_RACK = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}
+    RACK: {childCellType: NODE, childCellNumber: 4}
+  physicalCells:
+  - cellType: RACK
+    cellChildren: [{cellAddress: n0}, {cellAddress: n1}, {cellAddress: n2}, {cellAddress: n3}]
+virtualClusters:
+  a: {virtualCells: [{cellType: RACK.NODE, cellNumber: 4}]}
+"""
+
+ONE_NODE = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}
+  physicalCells:
+  - {cellType: NODE, cellAddress: n0}
+  - {cellType: NODE, cellAddress: n1}
+virtualClusters:
+  a: {virtualCells: [{cellType: NODE, cellNumber: 2}]}
+"""
+
+PINNED = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}
+    RACK: {childCellType: NODE, childCellNumber: 2}
+  physicalCells:
+  - cellType: RACK
+    cellChildren: [{cellAddress: n0}, {cellAddress: n1, pinnedCellId: PIN}]
+virtualClusters:
+  a:
+    virtualCells: [{cellType: RACK.NODE, cellNumber: 1}]
+    pinnedCells: [{pinnedCellId: PIN}]
+"""
+
+TWO_SKUS = """\
+physicalCluster:
+  skuTypes:
+    SMALL: {gpu: 1, cpu: 2, memory: 4096Mi}
+    BIG: {gpu: 1, cpu: 8, memory: 32768Mi}
+  cellTypes:
+    SMALL-NODE: {childCellType: SMALL, childCellNumber: 4, isNodeLevel: true}
+    BIG-NODE: {childCellType: BIG, childCellNumber: 4, isNodeLevel: true}
+  physicalCells:
+  - {cellType: SMALL-NODE, cellAddress: s0}
+  - {cellType: BIG-NODE, cellAddress: b0}
+virtualClusters:
+  small: {virtualCells: [{cellType: SMALL-NODE, cellNumber: 1}]}
+  big: {virtualCells: [{cellType: BIG-NODE, cellNumber: 1}]}
+"""
+
+
+# ---- bug 1: bind unbound quota before preempting the VC's guaranteed jobs ------------------
+
+
+def test_unbound_quota_on_opportunistic_cells_is_bound_before_guaranteed_jobs_are_preempted():
+    c = Cluster(ONE_RACK)
+    c.submit("t1", vc="a", priority="test", gpus=4)
+    c.submit("t2", vc="a", priority="test", gpus=4)
+    c.submit("borrow", vc="a", priority="oppo", gpus=4)
+    assert (c.nodes("t1"), c.nodes("t2"), c.nodes("borrow")) == (["n0"], ["n1"], ["n2"])
+    c.submit("p", vc="a", priority="prod", tasks=2, gpus=4)
+    assert c.preempted() == ["borrow"]  # HiveD: only the opportunistic job goes
+    assert c.nodes("p") == ["n2", "n3"]
+    assert c.state("t1") == c.state("t2") == "RUNNING"
+    assert len(c.sched.vcs["a"].bound["RACK"]) == 4
+
+
+def test_a_gang_binds_an_idle_cell_and_preempts_one_guaranteed_job_not_two():
+    c = Cluster(ONE_RACK)
+    c.submit("t1", vc="a", priority="test", gpus=4)
+    c.submit("t2", vc="a", priority="test", gpus=4)
+    c.submit("t3", vc="a", priority="test", gpus=4)
+    c.submit("p", vc="a", priority="prod", tasks=2, gpus=4)
+    assert len(c.preempted()) == 1
+    assert "n3" in c.nodes("p")
+
+
+# ---- bug 2: a pinned job is not pruned by an unrelated failure -----------------------------
+
+
+def test_a_pinned_job_is_not_skipped_behind_a_failed_job_of_the_vcs_other_cells():
+    c = Cluster(PINNED)
+    c.submit("busy", vc="a", priority="prod", gpus=4)
+    c.submit("pin1", vc="a", priority="prod", gpus=4, pinned_cell="PIN")
+    assert (c.nodes("busy"), c.nodes("pin1")) == (["n0"], ["n1"])
+    c.submit("big", vc="a", priority="prod", gpus=3)  # waits: n0 is full
+    c.submit("pin2", vc="a", priority="test", gpus=4, pinned_cell="PIN")  # waits for pin1
+    c.finish("pin1")  # one pass tries big (fails), then pin2: larger and lower, but pinned
+    assert c.started() == ["pin2"] and c.nodes("pin2") == ["n1"]
+    assert c.state("big") == "WAITING"
+
+
+def test_a_pinned_job_and_a_plain_job_of_one_shape_do_not_share_a_class():
+    c = Cluster(PINNED)
+    c.submit("busy", vc="a", priority="prod", gpus=4)
+    c.submit("pin1", vc="a", priority="prod", gpus=4, pinned_cell="PIN")
+    c.submit("plain", vc="a", priority="test", gpus=4)
+    c.submit("pin2", vc="a", priority="test", gpus=4, pinned_cell="PIN")
+    c.finish("pin1")
+    assert c.started() == ["pin2"] and c.state("plain") == "WAITING"
+
+
+# ---- bug 3: a CPU-heavy job without a skuType is sized by its VC's smallest SKU -------------
+
+
+def test_a_cpu_heavy_job_without_sku_is_sized_by_its_vcs_sku_and_rejected_when_too_big():
+    c = Cluster(TWO_SKUS)
+    # 12 CPUs: 6 SMALL leaf cells (2 CPUs each), more than a SMALL node's 4; on BIG it
+    # would take 2, but the VC small has no BIG cells.
+    with pytest.raises(SpecRejected) as err:
+        c.sched.check(parse_job({"name": "j", "vc": "small", "gpus": 1, "cpu": 12}))
+    assert str(err.value) == (
+        "task role main needs 6 leaf cells in one task, but the largest SMALL node of small "
+        "has 4; split it into tasks of at most 4 leaf cells"
+    )
+    c.submit("ok", vc="big", priority="prod", gpus=1, cpu=12)
+    assert c.gpus("ok") == {"b0": (0, 1)}  # 12 CPUs of 8 per BIG cell: 2 leaf cells
+
+
+def test_a_vc_of_two_skus_sizes_a_job_without_sku_by_its_smallest_in_every_chain():
+    mixed = TWO_SKUS.split("virtualClusters:")[0] + (
+        "virtualClusters:\n"
+        "  mixed: {virtualCells: [{cellType: BIG-NODE, cellNumber: 1}, "
+        "{cellType: SMALL-NODE, cellNumber: 1}]}\n"
+    )
+    c = Cluster(mixed)
+    c.submit("j", vc="mixed", priority="prod", gpus=1, cpu=6)
+    assert c.gpus("j") == {"b0": (0, 1, 2)}  # 6 CPUs = 3 SMALL cells, 3 cells on BIG too
+
+
+# ---- bug 4: as few victims as possible ------------------------------------------------------
+
+
+def test_one_victim_where_one_suffices():
+    c = Cluster(ONE_NODE)
+    c.submit("x", vc="a", priority="test", gpus=1)
+    c.submit("y", vc="a", priority="test", gpus=1)
+    c.submit("z", vc="a", priority="test", gpus=2)
+    c.submit("w", vc="a", priority="test", gpus=4)
+    assert c.nodes("z") == ["n0"]
+    c.submit("p", vc="a", priority="prod", gpus=2)
+    assert c.preempted() == ["z"] and c.gpus("p") == {"n0": (2, 3)}
+
+
+def test_the_node_with_fewest_victims_wins():
+    c = Cluster(ONE_NODE)
+    c.submit("x", vc="a", priority="test", gpus=1)
+    c.submit("y", vc="a", priority="test", gpus=1)
+    c.submit("h", vc="a", priority="prod", gpus=2)
+    c.submit("z", vc="a", priority="test", gpus=2)
+    c.submit("h2", vc="a", priority="prod", gpus=2)
+    assert c.nodes("x") == c.nodes("y") == ["n0"] and c.nodes("z") == ["n1"]
+    c.submit("p", vc="a", priority="prod", gpus=2)
+    assert c.preempted() == ["z"]
