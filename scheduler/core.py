@@ -141,7 +141,7 @@ class HivedScheduler:
         """Refuse a job that can never run here, saying what would fit."""
         if spec is self._passed:
             return  # drivers check a spec, then submit it: the second check is free
-        key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
+        key = (spec.vc, spec.priority, spec.gang, spec.roles)
         message = self._checked.get(key, _UNCHECKED)
         if message is _UNCHECKED:
             try:

@@ -8,6 +8,8 @@ from helpers import Cluster
 
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.replay import replay
+from labhive.scheduler.scenario import load_scenario
 
 ONE_RACK = """\
 physicalCluster:
@@ -166,3 +168,72 @@ def test_the_node_with_fewest_victims_wins():
     assert c.nodes("x") == c.nodes("y") == ["n0"] and c.nodes("z") == ["n1"]
     c.submit("p", vc="a", priority="prod", gpus=2)
     assert c.preempted() == ["z"]
+
+
+# ---- item 8: HiveD's submit-time rules ------------------------------------------------------
+
+PINNED_SKU = """\
+physicalCluster:
+  skuTypes:
+    K80: {gpu: 1, cpu: 4, memory: 8192Mi}
+    V100: {gpu: 1, cpu: 8, memory: 16384Mi}
+  cellTypes:
+    K80-NODE: {childCellType: K80, childCellNumber: 4, isNodeLevel: true}
+    V100-NODE: {childCellType: V100, childCellNumber: 4, isNodeLevel: true}
+  physicalCells:
+  - {cellType: K80-NODE, cellAddress: k0}
+  - {cellType: V100-NODE, cellAddress: v0, pinnedCellId: PIN}
+virtualClusters:
+  a:
+    virtualCells: [{cellType: K80-NODE, cellNumber: 1}]
+    pinnedCells: [{pinnedCellId: PIN}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("short", "message"),
+    [
+        (
+            {"priority": "oppo", "pinned_cell": "PIN"},
+            "an opportunistic job cannot run in pinned cell PIN (HiveD gives pinned cells to "
+            "their VC's guaranteed jobs only); give it a guaranteed priority or drop "
+            "pinnedCellId",
+        ),
+        (
+            {"priority": "prod", "sku": "V100"},
+            "a has V100 cells only in its pinned cells (PIN); name one with pinnedCellId, or "
+            "ask for a skuType of its other cells",
+        ),
+    ],
+)
+def test_hived_submit_rules_reject_at_once(short, message):
+    c = Cluster(PINNED_SKU)
+    with pytest.raises(SpecRejected) as err:
+        c.sched.check(parse_job({"name": "j", "vc": "a", "gpus": 1, **short}))
+    assert str(err.value) == message
+
+
+def test_a_v100_job_naming_the_pinned_cell_is_accepted_and_runs_there():
+    c = Cluster(PINNED_SKU)
+    c.submit("j", vc="a", priority="prod", gpus=1, sku="V100", pinned_cell="PIN")
+    assert c.nodes("j") == ["v0"]
+
+
+def test_a_priority_outside_hiveds_range_is_rejected_and_the_replay_goes_on(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        """\
+events:
+  - {at: 0, submit: {name: huge, vc: vc1, priority: 2000, gpus: 1, duration: 10}}
+  - {at: 0, submit: {name: low, vc: vc1, priority: -5, gpus: 1, duration: 10}}
+  - {at: 1, submit: {name: fine, vc: vc1, priority: 1000, gpus: 1, duration: 10}}
+expect:
+  - {at: 0, job: huge, state: REJECTED, reason: "priority 2000 is outside HiveD's range"}
+  - {at: 0, job: low, state: REJECTED, reason: "use -1 (opportunistic) or 0..1000"}
+  - {at: 1, job: fine, state: RUNNING}
+"""
+    )
+    result = replay(load_scenario(path))
+    assert result.failures == []
+    rejected = [j for j in result.steps[0]["jobs"] if j["name"] == "huge"]
+    assert rejected[0]["priority"] == 2000 and rejected[0]["state"] == "REJECTED"
