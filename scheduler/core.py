@@ -14,6 +14,7 @@ import heapq
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from labhive.scheduler.admission import reject_if_never_runs
 from labhive.scheduler.cells import Cell, CellTree
@@ -44,7 +45,7 @@ from labhive.scheduler.model import (
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
-from labhive.scheduler.views import job_view, node_views, vc_views
+from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, vc_views
 
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
@@ -1008,6 +1009,10 @@ class HivedScheduler:
 
     def vc_views(self) -> dict[str, VCView]:
         return vc_views(self)
+
+    def cells(self) -> dict[str, Any]:
+        """Bindings and free cells, for replay's JSON (``views.vc_cells``, ``free_list``)."""
+        return {"vcs": vc_cells(self), "free_list": free_list(self)}
 
     def next_wakeup(self) -> float | None:
         return None

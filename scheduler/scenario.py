@@ -25,7 +25,16 @@ from labhive.scheduler.jobs import (
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 ACTIONS = ("submit", "finish", "fail", "cancel", "node_down", "node_up", "reconfigure")
-EXPECT_KEYS = {"at", "job", "state", "reason", "nodes", "queue_position"}
+EXPECT_KEYS = {
+    "at",
+    "job",
+    "state",
+    "reason",
+    "nodes",
+    "queue_position",
+    "preempted",
+    "downgraded",
+}
 STATES = {"WAITING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "REJECTED"}
 
 
@@ -267,6 +276,9 @@ def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) ->
     checks = {k: v for k, v in raw.items() if k not in ("at", "job")}
     if "state" in checks and checks["state"] not in STATES:
         raise _err(origin, line, f"{key}.state", f"must be one of {', '.join(sorted(STATES))}")
+    for flag in ("preempted", "downgraded"):
+        if flag in checks and not isinstance(checks[flag], bool):
+            raise _err(origin, line, f"{key}.{flag}", "must be true or false")
     if "nodes" in checks and not isinstance(checks["nodes"], list):
         raise _err(origin, line, f"{key}.nodes", "must be a list of node names")
     return Expectation(float(at), str(job), checks, line)

@@ -237,3 +237,60 @@ expect:
     assert result.failures == []
     rejected = [j for j in result.steps[0]["jobs"] if j["name"] == "huge"]
     assert rejected[0]["priority"] == 2000 and rejected[0]["state"] == "REJECTED"
+
+
+# ---- replay output a lab or a test can assert on --------------------------------------------
+
+
+def test_replay_shows_victims_downgrades_and_bindings_per_event(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        """\
+cluster: virtual
+events:
+  - {at: 0, submit: {name: lazy, vc: vc1, priority: test, gpus: 4, duration: 100,
+                     lazy_preemption: true}}
+  - {at: 0, submit: {name: borrow, vc: default, priority: oppo, gpus: 2, duration: 100}}
+  - {at: 5, submit: {name: boss, vc: vc1, priority: prod, gpus: 4, duration: 10}}
+expect:
+  - {at: 0, job: borrow, state: RUNNING, preempted: false}
+  - {at: 5, job: borrow, state: WAITING, preempted: true}
+  - {at: 5, job: lazy, state: RUNNING, downgraded: true, preempted: false}
+  - {at: 5, job: boss, state: RUNNING, downgraded: false}
+"""
+    )
+    result = replay(load_scenario(path))
+    assert result.failures == []
+    # Two submissions at t=0 are two steps; each step says whom it preempted or downgraded.
+    assert [(s["t"], s["event"]) for s in result.steps[:3]] == [
+        (0, "submit lazy"),
+        (0, "submit borrow"),
+        (5, "submit boss"),
+    ]
+    boss = result.steps[2]
+    assert boss["downgraded"] == [{"job": "lazy", "by": "boss"}]
+    assert boss["preempted"] == [{"job": "borrow", "by": "boss"}]
+    assert result.steps[0]["preempted"] == result.steps[0]["downgraded"] == []
+    # lazy, now opportunistic, holds no cell of vc1: vc1's one cell is bound where boss runs.
+    bound = boss["vcs"]["vc1"]["bound"]
+    assert [(b["virtual"], b["physical"], b["used"]) for b in bound] == [
+        ("vc1/VGPU-POOL.VGPU-NODE/0", "0/vnode-1", 4)
+    ]
+    assert boss["vcs"]["vc1"]["free_cells"] == {"VGPU-POOL.VGPU-NODE": 0}
+    assert boss["free_list"] == {"VGPU-POOL": {"VGPU-POOL.VGPU-NODE": 1}}
+
+
+def test_preempted_expectation_is_not_fooled_by_an_opportunistic_jobs_reason(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        """\
+cluster: virtual
+events:
+  - {at: 0, submit: {name: borrow, vc: default, priority: oppo, gpus: 1, duration: 100}}
+expect:
+  - {at: 0, job: borrow, preempted: true}
+"""
+    )
+    result = replay(load_scenario(path))
+    assert result.failures == ["at 0, borrow: preempted: True (line 5): preempted is False"]
+    assert "preempted first" in result.steps[0]["jobs"][0]["reason"]
