@@ -128,9 +128,14 @@ class Placer:
                     only = only | set(plan.bound[-1].nodes())
                 whole, partial = _regions(vc, chain, pinned)
                 opened = vc.open.get(chain, {}) if pinned is None else None
-            parts = partial.get(node) if node not in whole else None
-            counters = threshold is None and parts is None and node not in plan.taken_on
-            leaves = pick_leaves(parts or [node], task.leaves, ok, plan.taken, counters)
+            region = [node]
+            if not node.is_node:  # one of the VC's cells inside a node
+                node = node.node_cell
+                assert node is not None
+            elif node not in whole:  # the VC's single-GPU cells on this node, together
+                region = _leaf_parts(partial[node])
+            counters = threshold is None and region[0] is node and node not in plan.taken_on
+            leaves = pick_leaves(region, task.leaves, ok, plan.taken, counters)
             plan.add(task, node, leaves)
             last, prev_need = node, task.leaves
         return plan
@@ -220,32 +225,33 @@ class Placer:
                 if best_key is None or key < best_key:
                     best, best_key = node, key
         for node, parts in partial.items():
-            free = usable = spare = 0
-            for part in parts:
-                for leaf in part.leaf_cells():
+            for part in _task_regions(node, parts):  # a task lies inside one VC cell
+                free = usable = spare = 0
+                for leaf in part.leaf_cells() if part is not node else _leaf_parts(parts):
                     if id(leaf) in plan.taken or not ok(leaf):
                         continue
                     usable += 1
                     free += leaf.job is None
                     spare += leaf.job is None or leaf.prio < 0
-            if usable < need:
-                continue
-            victims = 0
-            if free >= need or threshold is None:
-                level = -2
-            else:
-                level = -1 if spare >= need else threshold
-                victims = len(fewest_victims(parts, need, ok, plan.taken))
-            key = (
-                level,
-                victims,
-                max(0, need - free),
-                node.parent is not near,
-                usable,
-                node.order,
-            )
-            if best_key is None or key < best_key:
-                best, best_key = node, key
+                if usable < need:
+                    continue
+                victims = 0
+                if free >= need or threshold is None:
+                    level = -2
+                else:
+                    level = -1 if spare >= need else threshold
+                    region = [part] if part is not node else _leaf_parts(parts)
+                    victims = len(fewest_victims(region, need, ok, plan.taken))
+                key = (
+                    level,
+                    victims,
+                    max(0, need - free),
+                    node.parent is not near,
+                    usable,
+                    part.order,
+                )
+                if best_key is None or key < best_key:
+                    best, best_key = part, key
         return best, -2 if best_key is None else best_key[0]
 
     def _bind_for(
@@ -306,24 +312,50 @@ class Placer:
         ok: Callable[[Cell], bool],
         plan: Plan,
     ) -> bool:
-        """A VC with cells smaller than a node binds several of them on one node."""
+        """A VC with cells smaller than a node binds one that holds the whole task: a task
+        lies inside one of its VC's cells, as in HiveD (two sockets' cells bound side by side
+        are not a node's worth of guaranteed topology). The smallest such cell first, on a
+        node where the VC already holds cells first."""
         parts = vc.parts.get(info.name, {})
-        for node in sorted(info.node_cells, key=lambda n: (n not in parts, n.order)):
+        nodes = sorted(info.node_cells, key=lambda n: (n not in parts, n.order))
+        for level in sorted(levels):
+            if info.level_leaves[level] < need:
+                continue
+            for node in nodes:
+                cell = self._free_inside(vc, node, level, ok, need)
+                if cell is not None:
+                    self.vcs.bind(vc, cell)
+                    plan.bound.append(cell)
+                    return True
+        return 1 in levels and self._bind_gpus(vc, info, nodes, need, ok, plan)
+
+    def _bind_gpus(
+        self,
+        vc: VC,
+        info: Chain,
+        nodes: list[Cell],
+        need: int,
+        ok: Callable[[Cell], bool],
+        plan: Plan,
+    ) -> bool:
+        """A VC whose cells are single GPUs (LabHive's generated one-node clusters share a
+        node GPU by GPU) binds several on one node for a multi-GPU task: a documented
+        departure from HiveD, where such a task would never run."""
+        parts = vc.parts.get(info.name, {})
+        for node in nodes:
             have = sum(
                 1
-                for part in parts.get(node, [])
-                for leaf in part.leaf_cells()
+                for leaf in _leaf_parts(parts.get(node, []))
                 if id(leaf) not in plan.taken and ok(leaf)
             )
             mark = len(plan.bound)
-            for level in levels:
-                while have < need and vc.unbound[info.name].get(level, 0) > 0:
-                    cell = self._free_inside(vc, node, level, ok)
-                    if cell is None:
-                        break
-                    self.vcs.bind(vc, cell)
-                    plan.bound.append(cell)
-                    have += sum(1 for leaf in cell.leaf_cells() if ok(leaf))
+            while have < need and vc.unbound[info.name].get(1, 0) > 0:
+                cell = self._free_inside(vc, node, 1, ok, 1)
+                if cell is None:
+                    break
+                self.vcs.bind(vc, cell)
+                plan.bound.append(cell)
+                have += 1
             if have >= need:
                 return True
             for cell in reversed(plan.bound[mark:]):
@@ -332,7 +364,7 @@ class Placer:
         return False
 
     def _free_inside(
-        self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool]
+        self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool], need: int
     ) -> Cell | None:
         best, best_key = None, None
         for cell in node.at_level(level):
@@ -340,7 +372,7 @@ class Placer:
             if root is None:
                 continue
             usable = sum(1 for leaf in cell.leaf_cells() if ok(leaf))
-            if usable == 0:
+            if usable < need:
                 continue
             key = (-usable, root.level, cell.order)
             if (best_key is None or key < best_key) and self.vcs.can_bind(vc, cell, root):
@@ -429,6 +461,18 @@ def _regions(
     if pinned.node_cell is not None:
         return {}, {pinned.node_cell: [pinned]}
     return dict.fromkeys(pinned.nodes()), {}
+
+
+def _task_regions(node: Cell, parts: list[Cell]) -> list[Cell]:
+    """Where in a node a task may lie: one of the VC's cells there, or (standing for them
+    all, as ``node``) its single-GPU cells together (see ``Placer._bind_gpus``)."""
+    if any(not p.children for p in parts):
+        return [*(p for p in parts if p.children), node]
+    return parts
+
+
+def _leaf_parts(parts: list[Cell]) -> list[Cell]:
+    return [p for p in parts if not p.children]
 
 
 def _order(cell: Cell) -> int:

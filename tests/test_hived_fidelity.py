@@ -294,3 +294,55 @@ expect:
     result = replay(load_scenario(path))
     assert result.failures == ["at 0, borrow: preempted: True (line 5): preempted is False"]
     assert "preempted first" in result.steps[0]["jobs"][0]["reason"]
+
+
+# ---- item 5: a task lies inside ONE of its VC's cells ---------------------------------------
+
+SOCKETS = """\
+physicalCluster:
+  cellTypes:
+    SOCKET: {childCellType: GPU, childCellNumber: 4}
+    NODE: {childCellType: SOCKET, childCellNumber: 2, isNodeLevel: true}
+    RACK: {childCellType: NODE, childCellNumber: 4}
+  physicalCells:
+  - cellType: RACK
+    cellChildren: [{cellAddress: n0}, {cellAddress: n1}, {cellAddress: n2}, {cellAddress: n3}]
+virtualClusters:
+  a: {virtualCells: [{cellType: RACK.NODE.SOCKET, cellNumber: 2}]}
+  b:
+    virtualCells:
+    - {cellType: RACK.NODE, cellNumber: 2}
+    - {cellType: RACK.NODE.SOCKET, cellNumber: 2}
+"""
+
+
+def test_two_socket_cells_never_make_a_node_for_one_task():
+    c = Cluster(SOCKETS)
+    c.submit("wide", vc="a", priority="prod", gpus=8)
+    assert c.state("wide") == "WAITING"
+    assert c.why("wide") == (
+        "a task of 8 GPUs can never start in a: a task lies inside one of its VC's cells, and "
+        "the largest of a's holds 4; ask for at most 4 per task; position 1 of 1 in a"
+    )
+    assert c.sched.vcs["a"].bound["RACK"] == {}  # nothing bound for it
+    c.submit("pair", vc="a", priority="prod", tasks=2, gpus=4)  # one task per socket cell
+    view = c.sched.job("pair")
+    assert view is not None and [len(t.gpus) for t in view.tasks] == [4, 4]
+
+
+def test_a_gang_needs_as_many_cells_as_it_has_tasks_of_that_size():
+    c = Cluster(SOCKETS)
+    c.submit("g3", vc="b", priority="prod", tasks=3, gpus=8)  # 24 GPUs: b has 24, in 4 cells
+    assert c.state("g3") == "WAITING"
+    assert "b's cells hold at most 2 such tasks; ask for at most 2 tasks" in (c.why("g3") or "")
+    c.submit("g2", vc="b", priority="prod", tasks=2, gpus=8)
+    assert c.state("g2") == "RUNNING" and len(set(c.nodes("g2"))) == 2
+
+
+def test_single_gpu_cells_of_a_generated_one_node_cluster_still_combine():
+    # Documented departure: LabHive's generated one-node clusters share a node GPU by GPU.
+    from labhive.scheduler.config import cluster_from_gpus
+
+    c = Cluster(cluster_from_gpus("box", 4))
+    c.submit("two", vc="default", priority="prod", gpus=2)
+    assert c.gpus("two") == {"box": (0, 1)}
