@@ -281,24 +281,27 @@ class Placer:
         self, vc: VC, info: Chain, level: int, need: int, victims: bool
     ) -> Cell | None:
         """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
-        then healthy and idle, and only where binding it keeps every VC's cells placeable."""
+        then, as HiveD splits, at every level down the cell holding the fewest opportunistic
+        jobs (later guaranteed jobs preempt less), then idle before busy; and only where
+        binding it keeps every VC's cells placeable."""
         lists = self.tree.free_list[info.name]
         for root_level in info.levels[::-1]:
             if root_level < level or not lists[root_level]:
                 continue
             best, best_root, best_key = None, None, None
+            clean = False  # the best is idle with no opportunistic job on its path
             for root in lists[root_level].values():
                 for cell in root.at_level(level):
-                    if cell.free == cell.leaves:
-                        key: tuple[int, ...] = (0, 0, cell.order)
-                    elif best_key is not None and best_key[0] == 0:
-                        continue  # an idle cell was found: no busy one can rank before it
-                    elif _room(cell, need, victims):
-                        key = (1, -cell.free, cell.order)
-                    else:
-                        continue
+                    idle = cell.free == cell.leaves
+                    if not idle and (clean or not _room(cell, need, victims)):
+                        continue  # once a clean idle cell is found no busy one ranks before it
+                    path = _oppo_path(root, cell)
+                    key = (path, 0, 0, cell.order) if idle else (path, 1, -cell.free, cell.order)
                     if best_key is None or key < best_key:
                         best, best_root, best_key = cell, root, key
+                        clean = idle and not any(path)
+                    if clean and best is cell:
+                        break  # later cells of this root rank after it
             if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):
                 return best
         return None
@@ -473,6 +476,26 @@ def _task_regions(node: Cell, parts: list[Cell]) -> list[Cell]:
 
 def _leaf_parts(parts: list[Cell]) -> list[Cell]:
     return [p for p in parts if not p.children]
+
+
+def _oppo_path(root: Cell, cell: Cell) -> tuple[int, ...]:
+    """Opportunistic jobs in each cell from ``root`` down to ``cell`` (zeros at no cost)."""
+    if root.oppo == 0:
+        return (0,) * (root.level - cell.level + 1)
+    path = []
+    probe: Cell | None = cell
+    while probe is not None:
+        path.append(_oppo_jobs(probe))
+        if probe is root:
+            break
+        probe = probe.parent
+    return tuple(reversed(path))
+
+
+def _oppo_jobs(cell: Cell) -> int:
+    if cell.oppo == 0:
+        return 0
+    return len({leaf.job for leaf in cell.leaf_cells() if leaf.job and leaf.prio < 0})
 
 
 def _order(cell: Cell) -> int:

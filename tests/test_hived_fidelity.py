@@ -346,3 +346,30 @@ def test_single_gpu_cells_of_a_generated_one_node_cluster_still_combine():
     c = Cluster(cluster_from_gpus("box", 4))
     c.submit("two", vc="default", priority="prod", gpus=2)
     assert c.gpus("two") == {"box": (0, 1)}
+
+
+# ---- item 9: binding splits the cell with the fewest opportunistic jobs ---------------------
+
+TWO_RACKS = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}
+    RACK: {childCellType: NODE, childCellNumber: 2}
+  physicalCells:
+  - {cellType: RACK, cellChildren: [{cellAddress: n0}, {cellAddress: n1}]}
+  - {cellType: RACK, cellChildren: [{cellAddress: n2}, {cellAddress: n3}]}
+virtualClusters:
+  b: {virtualCells: [{cellType: RACK.NODE, cellNumber: 4}]}
+"""
+
+
+def test_binding_splits_the_rack_with_fewer_opportunistic_jobs():
+    c = Cluster(TWO_RACKS)
+    c.submit("o", vc="b", priority="oppo", gpus=1)
+    assert c.nodes("o") == ["n0"]
+    c.submit("j", vc="b", priority="prod", gpus=4)
+    assert c.nodes("j") == ["n2"]  # not n1: rack 0 holds an opportunistic job
+    c.submit("k", vc="b", priority="prod", gpus=4)
+    assert c.nodes("k") == ["n3"]  # the idle rack's other node, then rack 0
+    c.submit("m", vc="b", priority="prod", gpus=4)
+    assert c.nodes("m") == ["n1"] and c.preempted() == []
