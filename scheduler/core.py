@@ -14,6 +14,7 @@ import heapq
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from labhive.scheduler.admission import reject_if_never_runs
 from labhive.scheduler.cells import Cell, CellTree
@@ -44,7 +45,7 @@ from labhive.scheduler.model import (
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
-from labhive.scheduler.views import job_view, node_views, vc_views
+from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, vc_views
 
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
@@ -119,6 +120,7 @@ class HivedScheduler:
         self.vcs = VCs(config, self.tree)
         self.placer = Placer(self.tree, self.vcs)
         self._leaves_cache: dict[tuple[int, float, int, str], int] = {}
+        self._vc_types: dict[str, tuple[str, ...]] = {}
         self._chains_cache: dict[Hashable, list[str]] = {}
         self._checked: dict[Hashable, str | None] = {}
         self._passed: JobSpec | None = None  # the spec that passed ``check`` last
@@ -140,7 +142,7 @@ class HivedScheduler:
         """Refuse a job that can never run here, saying what would fit."""
         if spec is self._passed:
             return  # drivers check a spec, then submit it: the second check is free
-        key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
+        key = (spec.vc, spec.priority, spec.gang, spec.roles)
         message = self._checked.get(key, _UNCHECKED)
         if message is _UNCHECKED:
             try:
@@ -155,7 +157,16 @@ class HivedScheduler:
         # (``_load`` forgets it).
         self._passed = spec
 
-    def _leaves(self, role: RoleSpec, leaf_type: str) -> int:
+    def _leaves(self, role: RoleSpec, leaf_type: str, vc: str | None = None) -> int:
+        """Leaf cells a task of ``role`` takes on ``leaf_type``. A role without a skuType
+        in ``vc`` is sized, as OpenPAI does, by the VC's smallest SKU (the one it needs the
+        most leaf cells of), whatever chain it lands in."""
+        if vc is not None and role.sku is None and self.config.skus:
+            types = self._vc_types.get(vc)
+            if types is None:
+                types = self._vc_types[vc] = self._sizing_types(vc)
+            if types:
+                return max(self._leaves(role, t) for t in types)
         # Keyed by the only fields ``leaves_needed`` reads: hashing plain numbers is several
         # times cheaper than hashing the whole (dataclass) role, and this runs per task.
         key = (role.gpu, role.cpu, role.memory_mb, leaf_type)
@@ -163,6 +174,14 @@ class HivedScheduler:
         if n is None:
             n = self._leaves_cache[key] = leaves_needed(role, self.config, leaf_type)
         return n
+
+    def _sizing_types(self, vc_name: str) -> tuple[str, ...]:
+        """The leaf types of a VC's cells, pinned ones included (none: unknown VC)."""
+        vc = self.vcs.by_name.get(vc_name)
+        if vc is None:
+            return ()
+        chains = [*vc.quota, *(c.chain for c in vc.pinned)]
+        return tuple(sorted({self.tree.chains[c].leaf_type for c in chains}))
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -331,8 +350,9 @@ class HivedScheduler:
             shape = self._shape(job)
         if not job.spec.gang:
             shape = shape[:1]
-        vc = None if job.spec.opportunistic else job.vc
-        return (vc, job.spec.priority, job.spec.gang, shape)
+        # Opportunistic jobs of all VCs share classes, unless SKUs size them by their VC's.
+        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        return (vc, job.spec.priority, job.spec.gang, job.pinned, shape)
 
     @staticmethod
     def _shape(job: Job) -> tuple[tuple[int, float, int, str | None, int], ...]:
@@ -372,7 +392,7 @@ class HivedScheduler:
         chains = self._chains(job, [r for r, _ in unit])
         if not chains:
             return 1 << 30
-        return min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
+        return min(sum(t.leaves for t in self._needs(unit, c, job.vc)) for c in chains)
 
     def _task_need(self, job: Job) -> int:
         """The fewest GPUs the job's largest waiting task needs on one node."""
@@ -381,7 +401,8 @@ class HivedScheduler:
         if not chains:
             return 1 << 30
         return min(
-            max(self._leaves(r, self.tree.chains[c].leaf_type) for r in roles) for c in chains
+            max(self._leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
+            for c in chains
         )
 
     def _dequeue(self, job: Job, keep_order: bool = False) -> None:
@@ -540,8 +561,9 @@ class HivedScheduler:
         size = (job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks))
         if len(job.spec.roles) != 1:
             return None, size
-        vc = None if job.spec.opportunistic else job.vc
-        return (vc, role.sku, job.spec.gang), size
+        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        # A pinned job runs in its pinned cell only: what fails elsewhere says nothing of it.
+        return (vc, role.sku, job.spec.gang, job.pinned), size
 
     # ---- placing -----------------------------------------------------------------------------
 
@@ -594,7 +616,7 @@ class HivedScheduler:
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
         needs = job.needs if whole_job else None
         if needs is None or any(c not in needs for c in chains):
-            needs = {chain: self._needs(unit, chain) for chain in chains}
+            needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
             if whole_job:
                 job.needs = needs
         if job.opportunistic:
@@ -743,13 +765,15 @@ class HivedScheduler:
             out.add(node)
         return out
 
-    def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
+    def _needs(
+        self, unit: list[tuple[RoleSpec, int]], chain: str, vc: str | None = None
+    ) -> list[TaskNeed]:
         leaf = self.tree.chains[chain].leaf_type
         out = []
         role, leaves = None, 0
         for r, i in unit:
             if r is not role:  # a role's tasks come in a row: size each role once
-                role, leaves = r, self._leaves(r, leaf)
+                role, leaves = r, self._leaves(r, leaf, vc)
             out.append(TaskNeed(r.name, i, leaves))
         return out
 
@@ -985,6 +1009,10 @@ class HivedScheduler:
 
     def vc_views(self) -> dict[str, VCView]:
         return vc_views(self)
+
+    def cells(self) -> dict[str, Any]:
+        """Bindings and free cells, for replay's JSON (``views.vc_cells``, ``free_list``)."""
+        return {"vcs": vc_cells(self), "free_list": free_list(self)}
 
     def next_wakeup(self) -> float | None:
         return None

@@ -51,6 +51,8 @@ class VirtualTimeDriver:
         self.decisions = 0
         self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
         self._counter = 0
+        # Per job, (preemptions, downgrades) the last ``snapshot`` showed: what a step adds.
+        self.shown: dict[str, tuple[int, int]] = {}
 
     # ---- scheduling work in virtual time -----------------------------------------------------
 
@@ -223,23 +225,51 @@ def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
         "queue_position": position,
         "reason": reason,
         "tasks": tasks,
+        "preemptions": record.preemptions,
+        "preempted_by": _name(driver, record.preempted_by),
+        "downgraded": record.state == "RUNNING" and bool(record.downgraded_by),
     }
 
 
+def _name(driver: VirtualTimeDriver, job_id: str) -> str | None:
+    record = driver.records.get(job_id)
+    return record.spec.name if record is not None else job_id or None
+
+
 def snapshot(driver: VirtualTimeDriver, description: str) -> dict[str, Any]:
+    """The state after one event: jobs, VC usage, whom this event preempted and downgraded
+    (and by whom), and with HiveD each VC's bound cells and free cells per level."""
     vcs = driver.scheduler.cluster().vcs
+    preempted, downgraded = [], []
+    for record in driver.records.values():
+        was = driver.shown.get(record.job_id, (0, 0))
+        now = (record.preemptions, record.downgrades)
+        if now == was:
+            continue
+        driver.shown[record.job_id] = now
+        name = record.spec.name
+        if now[0] > was[0]:
+            preempted.append({"job": name, "by": _name(driver, record.preempted_by)})
+        if now[1] > was[1]:
+            downgraded.append({"job": name, "by": _name(driver, record.downgraded_by)})
+    cells = getattr(driver.scheduler, "cells", None)
+    bindings = cells() if callable(cells) else {"vcs": {}, "free_list": {}}
     return {
         "t": driver.now,
         "event": description,
         "jobs": [job_state(driver, r) for r in driver.records.values()],
+        "preempted": preempted,
+        "downgraded": downgraded,
         "vcs": {
             name: {
                 "guaranteed_gpus": v.guaranteed_gpus,
                 "used_gpus": v.used_gpus,
                 "opportunistic_gpus": v.opportunistic_gpus,
+                **bindings["vcs"].get(name, {}),
             }
             for name, v in vcs.items()
         },
+        "free_list": bindings["free_list"],
     }
 
 
@@ -257,6 +287,9 @@ def check(driver: VirtualTimeDriver, expect: Expectation) -> str | None:
         elif key == "reason":
             got = state["reason"]
             ok = str(want) in got
+        elif key == "preempted":  # ever preempted by then, not a word in the reason
+            got = state["preemptions"] > 0
+            ok = got == want
         else:
             got = state[key]
             ok = got == want

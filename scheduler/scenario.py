@@ -16,11 +16,26 @@ from typing import Any
 
 from labhive.scheduler.config import ClusterConfig, load_cluster_config, virtual_cluster
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.jobs import JobSpec, SpecError, load_job_file, parse_job
+from labhive.scheduler.jobs import (
+    JobSpec,
+    SpecError,
+    load_job_file,
+    parse_job,
+    parse_priority,
+)
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 ACTIONS = ("submit", "finish", "fail", "cancel", "node_down", "node_up", "reconfigure")
-EXPECT_KEYS = {"at", "job", "state", "reason", "nodes", "queue_position"}
+EXPECT_KEYS = {
+    "at",
+    "job",
+    "state",
+    "reason",
+    "nodes",
+    "queue_position",
+    "preempted",
+    "downgraded",
+}
 STATES = {"WAITING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "REJECTED"}
 
 
@@ -229,8 +244,21 @@ def _parse_submission(
         if value.get("name") is not None:  # several students submitting the same file
             spec = replace(spec, name=str(value["name"]))
         return spec, None if duration is None else float(duration)
-    spec = parse_job(value, origin=origin)
+    spec = _parse_short(value, origin)
     return spec, spec.duration
+
+
+def _parse_short(value: Mapping[str, Any], origin: str) -> JobSpec:
+    """A short-form job; a whole-number priority outside HiveD's range is kept, so that the
+    replay shows that submission REJECTED (as the service refuses it) and goes on."""
+    priority = value.get("priority")
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        try:
+            parse_priority(priority)
+        except ValueError:
+            rest = {k: v for k, v in value.items() if k != "priority"}
+            return replace(parse_job(rest, origin=origin), priority=priority)
+    return parse_job(value, origin=origin)
 
 
 def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) -> Expectation:
@@ -253,6 +281,9 @@ def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) ->
         not isinstance(checks["state"], str) or checks["state"] not in STATES
     ):
         raise _err(origin, line, f"{key}.state", f"must be one of {', '.join(sorted(STATES))}")
+    for flag in ("preempted", "downgraded"):
+        if flag in checks and not isinstance(checks[flag], bool):
+            raise _err(origin, line, f"{key}.{flag}", "must be true or false")
     if "nodes" in checks and not isinstance(checks["nodes"], list):
         raise _err(origin, line, f"{key}.nodes", "must be a list of node names")
     return Expectation(float(at), str(job), checks, line)

@@ -5,8 +5,9 @@ Built on demand from the core's state, never on the scheduling path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.config import levels_name
 from labhive.scheduler.model import JobView, NodeView, VCView
 from labhive.scheduler.why import why_waiting
 
@@ -82,4 +83,56 @@ def vc_views(sched: HivedScheduler) -> dict[str, VCView]:
             waiting.get(name, 0),
         )
         for name, vc in sched.vcs.by_name.items()
+    }
+
+
+def vc_cells(sched: HivedScheduler) -> dict[str, dict[str, Any]]:
+    """Per VC, its virtual cells bound to physical ones (by chain and level, in cell order)
+    and how many of its cells are free per level: bound cells no guaranteed job uses plus
+    cells not bound yet (lazy binding). What a comparison with HiveD's own bindings needs."""
+    types = sched.config.cell_types
+    out: dict[str, dict[str, Any]] = {}
+    for name, vc in sched.vcs.by_name.items():
+        bound = []
+        free: dict[str, int] = {}
+        for chain, levels in vc.quota.items():
+            for level in levels:
+                free[levels_name(types, chain, level)] = vc.unbound[chain].get(level, 0)
+        cells = sorted(
+            (c for cells in vc.bound.values() for c in cells.values()),
+            key=lambda c: (c.chain, -c.level, c.order),
+        )
+        index: dict[str, int] = {}
+        for cell in cells:
+            kind = levels_name(types, cell.chain, cell.level)
+            if cell.pinned:
+                virtual = cell.pinned_id or kind
+            else:
+                index[kind] = index.get(kind, -1) + 1
+                virtual = f"{name}/{kind}/{index[kind]}"
+                if cell.guaranteed == 0:
+                    free[kind] = free.get(kind, 0) + 1
+            bound.append(
+                {
+                    "chain": cell.chain,
+                    "level": kind,
+                    "virtual": virtual,
+                    "physical": cell.id,
+                    "nodes": sorted({n.node or "" for n in cell.nodes()}),
+                    "pinned": cell.pinned,
+                    "used": cell.leaves - cell.free - cell.bad,
+                }
+            )
+        out[name] = {"bound": bound, "free_cells": free}
+    return out
+
+
+def free_list(sched: HivedScheduler) -> dict[str, dict[str, int]]:
+    """The physical cells no VC has bound, counted per chain and level (the buddy free list)."""
+    types = sched.config.cell_types
+    return {
+        chain: {
+            levels_name(types, chain, level): len(cells) for level, cells in levels.items() if cells
+        }
+        for chain, levels in sched.tree.free_list.items()
     }

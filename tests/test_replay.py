@@ -168,8 +168,26 @@ def test_cli_replay_json_document(capsys):
     doc = json.loads(capsys.readouterr().out)
     step = doc["steps"][1]
     assert step["t"] == 10 and step["event"] == "submit job-config-2"
-    assert step["vcs"]["vc1"] == {"guaranteed_gpus": 1, "used_gpus": 1, "opportunistic_gpus": 0}
+    vc1 = step["vcs"]["vc1"]
+    assert (vc1["guaranteed_gpus"], vc1["used_gpus"], vc1["opportunistic_gpus"]) == (1, 1, 0)
+    assert vc1["bound"] == [
+        {
+            "chain": "GPU-D-NODE-POOL",
+            "level": "GPU-D-NODE-POOL.GPU-D-NODE",
+            "virtual": "vc1/GPU-D-NODE-POOL.GPU-D-NODE/0",
+            "physical": "1/hostname-dan",
+            "nodes": ["hostname-dan"],
+            "pinned": False,
+            "used": 1,
+        }
+    ]
+    assert vc1["free_cells"] == {"GPU-D-NODE-POOL.GPU-D-NODE": 0}
+    assert step["vcs"]["default"]["free_cells"] == {"GPU-C-NODE-POOL.GPU-C-NODE": 1}
+    assert step["free_list"] == {"GPU-C-NODE-POOL": {"GPU-C-NODE-POOL": 1}, "GPU-D-NODE-POOL": {}}
+    assert step["preempted"] == [{"job": "job-config-1", "by": "job-config-2"}]
+    assert step["downgraded"] == []
     first, second = step["jobs"]
+    assert (first["preemptions"], first["preempted_by"]) == (1, "job-config-2")
     assert first["state"] == "WAITING" and first["reason"].startswith("preempted by job-config-2")
     assert first["queue_position"] == 1
     assert second["tasks"] == [
