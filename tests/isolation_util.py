@@ -27,6 +27,7 @@ import json, os, sys
 out = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
        "home": os.environ.get("HOME"), "cwd": os.getcwd(), "tries": {}}
 for label, how, path in json.loads(os.environ["PROBE_TARGETS"]):
+    path = os.path.expanduser(path)  # "~/x": in the task's own work dir, by absolute path
     try:
         if how == "list":
             os.listdir(path)

@@ -472,6 +472,7 @@ def _job_out(
                 exit_code=t["exit_code"],
                 attempt=t["attempt"],
                 limits=(t.get("handle") or {}).get("limits"),
+                run_as=(t.get("handle") or {}).get("run_as"),
             )
             for t in task_rows or ()
         ],

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.workdir import PRIVATE_FILE, secure_dir
 from labhive.scheduler.service.store import Store
 
@@ -42,3 +43,16 @@ def secure_sqlite(store: Store) -> Iterator[None]:
     for f in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), Path(f"{db}-journal")):
         with contextlib.suppress(FileNotFoundError):
             os.chmod(f, PRIVATE_FILE)
+
+
+def check_private(path: Path, what: str) -> None:
+    """Refuse a secrets file other users could read: tasks run as those users."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return  # reading it reports the problem
+    if mode & 0o077:
+        raise UserError(
+            f"{path} holds {what} and other users may read it (mode {mode:04o}); tasks run as "
+            f"those users could read it too: run `chmod 600 {path}` and start again"
+        )

@@ -110,7 +110,11 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         hub_authenticator,
         load_users,
     )
-    from labhive.scheduler.service.datadir import secure_data_dir, secure_sqlite
+    from labhive.scheduler.service.datadir import (
+        check_private,
+        secure_data_dir,
+        secure_sqlite,
+    )
     from labhive.scheduler.service.loop import SchedulerLoop
     from labhive.scheduler.service.store import Store, database_url
 
@@ -119,6 +123,8 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
             f"unknown task identity {opts.task_identity!r}; choose one of: users, service"
         )
     data_dir = secure_data_dir(Path(opts.data_dir).resolve())
+    if opts.users and opts.auth == "token" and opts.task_identity == "users":
+        check_private(Path(opts.users), "users' tokens")
     config = load_cluster_config(opts.cluster) if opts.cluster else default_cluster()
     default_vc = "default" if "default" in config.vcs else next(iter(config.vcs), "default")
     policy = make_policy or (lambda cfg: get_policy(opts.policy, cfg))
