@@ -59,6 +59,8 @@ def prepare(
         )
     hub_dir = data_dir.resolve() / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o711)  # homes and the service's task dirs lie below: pass, don't list
+    os.chmod(hub_dir, 0o711)
     keys = _secrets(hub_dir / "secrets.json")
     if grants is None:
         grants = hub_dir / "grants.yaml"

@@ -11,11 +11,14 @@ import os
 import shlex
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from isolation_util import (
+    ALICE_UID,
+    FIRST_UID,
+    USERS,
+    isolated_service,
     needs_root,
     open_tmp_dir,
     parse_probe,
@@ -23,24 +26,12 @@ from isolation_util import (
     probe_env,
     user_python,
 )
-from pg_throwaway import free_port
 from service_fixtures import Live
-from serving import serving
 from waiting import wait_until
 
 from labhive.scheduler.errors import UserError
 
 pytest_plugins = ["service_fixtures"]
-ALICE_UID = 200201
-FIRST_UID = 200300
-USERS = f"""
-users:
-  alice: {{token: alice-token-123, groups: [students], uid: {ALICE_UID}}}
-  bob: {{token: bob-token-4567, groups: [students]}}
-groups:
-  students: {{vcs: [vc1]}}
-"""
-
 CANCEL = """
 import json, os, sys, urllib.request, urllib.error
 url, job = sys.argv[1], sys.argv[2]
@@ -61,31 +52,6 @@ for token in candidates:
         codes.append(err.code)
 print(json.dumps({"tried": len(candidates), "codes": codes}))
 """
-
-
-@contextmanager
-def isolated_service(data_dir: Path) -> Iterator[Live]:
-    from labhive.scheduler.service.server import ServeOptions, build
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    users_file = data_dir / "users.yaml"
-    users_file.write_text(USERS)
-    os.chmod(users_file, 0o600)
-    port = free_port()
-    opts = ServeOptions(
-        port=port, data_dir=data_dir, users=users_file, grace_s=1, task_identity="users",
-        first_uid=FIRST_UID,
-    )  # fmt: skip
-    running = build(opts)
-    running.service.loop.poll_s = 0.05
-    running.service.loop.start()
-    try:
-        with serving(running.app, port):
-            yield Live(running.url, running.token_file.read_text().strip(), running, data_dir)
-    finally:
-        running.service.intake.close()
-        running.service.loop.stop(stop_tasks=True)
-        running.service.store.dispose()
 
 
 @pytest.fixture

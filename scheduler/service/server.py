@@ -167,7 +167,8 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
         store, loop, executor, auth, parse, checker.check,
-        policy=opts.policy, monitoring=monitoring, accounts=accounts,
+        policy=opts.policy, monitoring=monitoring,
+        accounts=accounts if opts.task_identity == "users" else None,
     )  # fmt: skip
     app = create_app(service)
     if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers
