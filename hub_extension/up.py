@@ -248,6 +248,7 @@ def run_up(
     try:
         wait_ready(plan, proc, log)
         print(banner(plan, keys, log), flush=True)
+        print(f"  tasks run as: {_tasks_run_as()}", flush=True)
         proc.wait()
         print(f"JupyterHub exited (status {proc.returncode}); see {log}", file=sys.stderr)
         return 1
@@ -258,6 +259,13 @@ def run_up(
         return 0
     finally:
         stop_group(proc, grace_s=grace_s + 20)
+
+
+def _tasks_run_as() -> str:
+    """Whom jobs and notebook servers run as (the trust model), as the service will say."""
+    from labhive.scheduler.service.server import ServeOptions, tasks_run_as
+
+    return tasks_run_as(ServeOptions())
 
 
 def _interrupt(*_: Any) -> None:

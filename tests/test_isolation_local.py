@@ -115,3 +115,28 @@ def test_root_is_refused_as_a_tasks_identity(open_tmp: Path) -> None:
     ex = LocalExecutor(open_tmp / "data")
     with pytest.raises(LaunchError, match="may not run as root"):
         launch_one(ex, "root", "true", uid=0, gid=0)
+
+
+def test_a_service_that_is_not_root_runs_tasks_as_itself_and_says_so() -> None:
+    from labhive.scheduler.executors.workdir import become, run_as
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child that is no longer root, asking what it would run a task as
+        try:
+            become(65534, 65534)
+            os.write(write, repr(run_as(UID_A, UID_A).record()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        record = f.read()
+    assert record == repr(
+        {
+            "uid": 65534,
+            "gid": 65534,
+            "separated": False,
+            "why": f"the service runs as uid 65534, not root, so it cannot switch to uid {UID_A}",
+        }
+    )
