@@ -162,3 +162,13 @@ def test_a_users_file_others_can_read_is_refused_when_tasks_run_as_users() -> No
         opts = ServeOptions(data_dir=tmp / "data", users=users, task_identity="users")
         with pytest.raises(UserError, match=r"chmod 600 .*users.yaml"):
             build(opts)
+
+
+def test_the_hubs_grants_file_may_name_uids_without_tokens(tmp_path: Path) -> None:
+    from labhive.scheduler.service.accounts import load_configured
+    from labhive.scheduler.service.auth import load_grants
+
+    grants = tmp_path / "grants.yaml"
+    grants.write_text("groups:\n  students: {vcs: [vc1]}\nusers:\n  alice: {uid: 1001}\n")
+    assert set(load_grants(grants)) == {"students"}
+    assert load_configured(grants) == {"alice": (1001, 1001)}

@@ -47,7 +47,7 @@ _CONTROLLERS = ("memory", "cpu")
 V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
 _CPU_PERIOD_US = 100_000
 MIB = 1024 * 1024
-DEFAULT_PIDS_MAX = 4096
+DEFAULT_PIDS_MAX = 16384  # threads count too: generous for data loaders, stops a fork bomb
 NVIDIA_MAJOR = 195
 #: /dev/nvidia0.. are minors 0..253; 254 is nvidia-modeset, 255 nvidiactl.
 _NVIDIA_GPU_MINORS = range(0, 254)
