@@ -1,8 +1,10 @@
 """Run a job's tasks as real processes on this machine.
 
-Each task gets a working directory ``DATA_DIR/jobs/<job_id>/<attempt>/<role>-<index>/`` holding
+Each task gets a directory ``DATA_DIR/jobs/<job_id>/<attempt>/<role>-<index>/`` holding
 its ``stdout`` and ``stderr``, the ``launch.json`` it was started from and, once it ended, the
-``exit.json`` its supervisor wrote (see ``supervise.py``). The supervisor is the leader of a new
+``exit.json`` its supervisor wrote (see ``supervise.py``), all the service's own, and the task's
+working directory ``work/``, its user's own (see ``workdir.py`` for who may read what). The
+command runs as the launch's uid/gid when the service is root. The supervisor is the leader of a new
 session and process group that the task's command and its children share, so one ``killpg``
 reaches all of them, and the service can die without taking the tasks with it.
 
@@ -32,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import limits
+from labhive.scheduler.executors import limits, workdir
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -107,11 +109,15 @@ class LocalExecutor:
         *,
         shell: str | None = None,
         limit_support: limits.LimitSupport | None = None,
+        pids_max: int = limits.DEFAULT_PIDS_MAX,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
+        workdir.secure_dir(self.data_dir)  # 0711: tasks pass through to their own dirs only
         self.grace_s = grace_s
         self.shell = shell
         self.limit_support = limit_support or limits.detect()
+        self.pids_max = pids_max
+        self._scope = limits.scope_name(self.data_dir)  # cgroups of this data dir's tasks
         self._tasks: dict[TaskKey, _Task] = {}
 
     # ---- launch ---------------------------------------------------------------------------
@@ -144,11 +150,19 @@ class LocalExecutor:
         work = task_dir(self.data_dir, launch.key)
         if work.exists():
             _retire(work)
-        work.mkdir(parents=True)
-        argv = self._argv(launch, work)
-        enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
-        (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
+        owner = workdir.run_as(launch.uid, launch.gid)
+        cwd = workdir.prepare_task_dir(self.data_dir, work, owner)
+        argv = self._argv(launch, work, owner)
+        enforced = limits.apply(
+            self.limit_support, launch.key, launch.cpu, launch.memory_mb,
+            gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
+        )  # fmt: skip
+        launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": owner.record()}
+        write_json_atomic(work / LAUNCH_FILE, launch_doc)
         env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
+        if owner.switch:  # the service's $HOME is not theirs to use
+            env.update(HOME=str(cwd), USER=launch.user or str(owner.uid))
+            env["LOGNAME"] = env["USER"]
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:
@@ -160,6 +174,8 @@ class LocalExecutor:
             "create_time": psutil.Process(popen.pid).create_time(),
             "start_ticks": _start_ticks(popen.pid),
             "workdir": str(work),
+            "cwd": str(cwd),
+            "run_as": owner.record(),
             "stdout": str(work / "stdout"),
             "stderr": str(work / "stderr"),
             "exit_file": str(work / EXIT_FILE),
@@ -171,7 +187,7 @@ class LocalExecutor:
         self._tasks[launch.key] = _Task(handle, popen)
         return handle
 
-    def _argv(self, launch: TaskLaunch, work: Path) -> list[str]:
+    def _argv(self, launch: TaskLaunch, work: Path, owner: workdir.RunAs) -> list[str]:
         argv = [self.shell or user_shell(), "-c", launch.command]
         if launch.observe is None:
             return argv
@@ -180,7 +196,12 @@ class LocalExecutor:
         strace = shutil.which("strace")
         if strace is None:
             raise LaunchError("strace is not installed here: install it (apt-get install strace)")
-        return [strace, "-f", "-tt", "-T", "-y", "-o", str(work / STRACE_LOG), "--", *argv]
+        # strace runs as the user: its log is theirs, in the service's directory (no symlink
+        # swap possible), named relative to the work dir (the absolute path may not be
+        # traversable for them)
+        workdir.private_file(work / STRACE_LOG, owner)
+        log = f"../{STRACE_LOG}"
+        return [strace, "-f", "-tt", "-T", "-y", "-o", log, "--", *argv]
 
     # ---- poll and adopt -------------------------------------------------------------------
 
@@ -420,14 +441,15 @@ def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
     how = how or f"exit code {record['exit_code']}"
     if limits.oom_killed(enforced):
         mb = enforced["memory"]["bytes"] // limits.MIB
-        return f"{how}: went over its memory limit of {mb} MB"
+        return f"killed: over its memory limit of {mb} MiB ({how})"
     return how
 
 
 def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """The supervisor leads a new session, so the task outlives the service and one killpg
     reaches all of it; it reads its instructions from the working directory."""
-    with (work / "stdout").open("wb") as out, (work / "stderr").open("wb") as err:
+    stdout, stderr = workdir.private_file(work / "stdout"), workdir.private_file(work / "stderr")
+    with stdout.open("wb") as out, stderr.open("wb") as err:
         return subprocess.Popen(
             [sys.executable, "-I", "-m", "labhive.scheduler.executors.supervise", str(work)],
             cwd=work,
