@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import limits
+from labhive.scheduler.executors import container, limits
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -113,6 +113,7 @@ class LocalExecutor:
         self.shell = shell
         self.limit_support = limit_support or limits.detect()
         self._tasks: dict[TaskKey, _Task] = {}
+        self._containers: container.Support | None = None  # detected at the first image
 
     # ---- launch ---------------------------------------------------------------------------
 
@@ -145,10 +146,15 @@ class LocalExecutor:
         if work.exists():
             _retire(work)
         work.mkdir(parents=True)
-        argv = self._argv(launch, work)
-        enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
-        (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
         env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
+        if launch.image:
+            task_env = {**launch.env, **extra_env, **launch_env(launch)}
+            argv, enforced = self._container_argv(launch, work, task_env)
+            env.update(self._podman_env())
+        else:
+            argv = self._argv(launch, work)
+            enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
+        (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:
@@ -171,8 +177,10 @@ class LocalExecutor:
         self._tasks[launch.key] = _Task(handle, popen)
         return handle
 
-    def _argv(self, launch: TaskLaunch, work: Path) -> list[str]:
-        argv = [self.shell or user_shell(), "-c", launch.command]
+    def _argv(self, launch: TaskLaunch, work: Path, argv: list[str] | None = None) -> list[str]:
+        """The task's command line, under strace when it is observed (a container's: podman's
+        ``run`` is traced, which follows conmon, runc and the container's processes)."""
+        argv = argv or [self.shell or user_shell(), "-c", launch.command]
         if launch.observe is None:
             return argv
         if launch.observe != "strace":
@@ -181,6 +189,80 @@ class LocalExecutor:
         if strace is None:
             raise LaunchError("strace is not installed here: install it (apt-get install strace)")
         return [strace, "-f", "-tt", "-T", "-y", "-o", str(work / STRACE_LOG), "--", *argv]
+
+    # ---- containers (a job with an image; see container.py) --------------------------------
+
+    def _container_support(self) -> container.Support:
+        if self._containers is None:
+            self._containers = container.detect()
+        return self._containers
+
+    def _podman_env(self) -> dict[str, str]:
+        conf = container.write_conf(self.data_dir, self._container_support())
+        return container.environment(conf)
+
+    def _container_argv(
+        self, launch: TaskLaunch, work: Path, task_env: dict[str, str]
+    ) -> tuple[list[str], dict[str, Any]]:
+        pull = os.environ.get("LABHIVE_IMAGE_PULL") == "1"
+        support = self._container_support()
+        argv, record = container.prepare(support, launch, work, task_env, pull)
+        try:
+            return self._argv(launch, work, argv), record
+        except BaseException:
+            container.release_v1_parent(record["container"]["name"])
+            raise
+
+    def _has_podman(self) -> bool:
+        return self._container_support().podman is not None
+
+    def _settle_container(self, info: dict[str, Any], exit_code: int, how: str) -> str:
+        """The container's own account of its end (OOM kill), then remove it."""
+        record = info["limits"]
+        if not self._has_podman():
+            return how
+        podman, env = self._container_support().podman or "", self._podman_env()
+        state = container.inspect(podman, record["container"]["name"], env)
+        reason = container.describe(how, container.oom_killed(state, record, exit_code), record)
+        container.remove(podman, record, env)
+        return reason
+
+    def _orphan_container(self, key: TaskKey, record: dict[str, Any]) -> TaskExit | None:
+        """The supervisor died without an exit.json: podman may still know how the task ended."""
+        if not self._has_podman():
+            return None
+        podman, env = self._container_support().podman or "", self._podman_env()
+        state = container.inspect(podman, record["container"]["name"], env)
+        done = state is not None and not state.get("Running") and "ExitCode" in state
+        container.remove(podman, record, env)
+        if not done:
+            return None
+        assert state is not None
+        code = int(state["ExitCode"])
+        oom = container.oom_killed(state, record, code)
+        how = container.describe(f"exit code {code}", oom, record)
+        return TaskExit(key, code, f"{how} (from podman: its supervisor left no record)")
+
+    def _remove_container(self, record: dict[str, Any]) -> None:
+        if self._has_podman():
+            container.remove(self._container_support().podman or "", record, self._podman_env())
+
+    def _adopt_by_label(self, key: TaskKey) -> TaskExit | None:
+        """A task the service has no record of, whose container is still known to podman."""
+        support = self._container_support()
+        if support.podman is None:
+            return None
+        env = self._podman_env()
+        name = container.find(support.podman, key, env)
+        state = None if name is None else container.inspect(support.podman, name, env)
+        if name is None or state is None:
+            return None
+        if state.get("Running"):
+            container.remove(support.podman, {"container": {"name": name}}, env)
+            return TaskExit(key, None, f"container {name} ran with no record: stopped it")
+        code = int(state.get("ExitCode", -1))
+        container.remove(support.podman, {"container": {"name": name}}, env)
+        return TaskExit(key, code, f"exit code {code} (container {name}, found by its labels)")
 
     # ---- poll and adopt -------------------------------------------------------------------
 
@@ -202,7 +284,10 @@ class LocalExecutor:
                 continue
             info = self._info(handle)
             if info is None:
-                ended.append(TaskExit(handle.key, None, "no record that this task was launched"))
+                found = self._adopt_by_label(handle.key) if self._has_podman() else None
+                ended.append(
+                    found or TaskExit(handle.key, None, "no record that this task was launched")
+                )
                 continue
             task = _Task(TaskHandle(handle.key, info), None)
             if self._ended(task):
@@ -222,12 +307,18 @@ class LocalExecutor:
         record = _read_exit(task.info)
         if record is None:
             _killpg(task.info, signal.SIGKILL)  # the supervisor died: leave nothing behind
+            if "container" in task.info.get("limits", {}):
+                found = self._orphan_container(key, task.info["limits"])
+                if found is not None:
+                    return found
             how = _wait_status(task)
             reason = f"the task's supervisor ended ({how}) without recording an exit status"
             limits.release(task.info.get("limits", {}))
             return TaskExit(key, None, reason)
         reason = _describe(record, task.info.get("limits", {}))
         limits.release(task.info.get("limits", {}))
+        if "container" in task.info.get("limits", {}):
+            reason = self._settle_container(task.info, int(record["exit_code"]), reason)
         return TaskExit(key, int(record["exit_code"]), reason)
 
     # ---- stop -----------------------------------------------------------------------------
@@ -254,6 +345,8 @@ class LocalExecutor:
         for task in tasks:
             self._reap(task)
             limits.release(task.info.get("limits", {}))
+            if "container" in task.info.get("limits", {}):
+                self._remove_container(task.info["limits"])
 
     def _reap(self, task: _Task, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s
