@@ -142,7 +142,8 @@ def prepare(
         parent = _v1_memory_parent(name, memory)
         record["container"]["memory_parent"] = parent
         record["memory"]["by"] = "container (cgroup v1 parent)"
-        memory_args = ["--cgroup-parent", f"/{V1_PARENT}/{name}"]
+        # conmon stays in the supervisor's cgroup: in the limited parent an OOM could kill it
+        memory_args = ["--cgroup-parent", f"/{V1_PARENT}/{name}", "--cgroups", "no-conmon"]
     else:
         memory_args = ["--memory", f"{memory}b", "--memory-swap", f"{memory}b"]
     _own_workdir(work, launch)
@@ -287,9 +288,7 @@ def remove(podman: str, record: Mapping[str, Any], env: Mapping[str, str]) -> No
     name = record.get("container", {}).get("name")
     if name:
         _podman(podman, ["rm", "--force", "--time", "0", name], env)
-    parent = record.get("container", {}).get("memory_parent")
-    if parent:
-        release_v1_parent(Path(parent).name)
+        release_v1_parent(name)
 
 
 def release_v1_parent(name: str, root: Path = CGROUP_ROOT) -> None:
