@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -202,3 +203,37 @@ def _stream(argv: Sequence[str], progress: Callable[[str], None]) -> None:
             f"mmdebstrap failed (exit {proc.returncode}): {detail}; "
             "building needs a reachable Debian mirror (pass --mirror URL for a local one)"
         )
+
+
+# ---- a tiny image without a mirror ---------------------------------------------------------
+
+BUSYBOX = "/bin/busybox"
+
+
+def busybox_image(name: str = "labhive/busybox", busybox: str = BUSYBOX) -> str:
+    """A 2 MB image of busybox-static and its applets, made offline (tests, labs, benchmarks):
+    no mirror is needed, only Debian's busybox-static package on the host."""
+    if not os.path.exists(busybox) or _dynamic(busybox):
+        raise UserError("busybox-static is not installed here: apt-get install busybox-static")
+    with tempfile.TemporaryDirectory(prefix="labhive-image-") as tmp:
+        tarball = Path(tmp) / "rootfs.tar"
+        applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
+        with tarfile.open(tarball, "w") as tar:
+            for d, mode in (("bin", 0o755), ("etc", 0o755), ("tmp", 0o1777)):
+                info = tarfile.TarInfo(d)
+                info.type, info.mode = tarfile.DIRTYPE, mode
+                tar.addfile(info)
+            tar.add(busybox, "bin/busybox")
+            for applet in applets.stdout.split():
+                if applet != "busybox":
+                    link = tarfile.TarInfo(f"bin/{applet}")
+                    link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+                    tar.addfile(link)
+        import_rootfs(tarball, qualified(name), progress=lambda _: None)
+    return qualified(name)
+
+
+def _dynamic(path: str) -> bool:
+    """Whether the binary needs a dynamic loader (then it cannot run alone in an image)."""
+    with open(path, "rb") as f:
+        return b"ld-linux" in f.read(1 << 16)

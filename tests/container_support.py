@@ -9,7 +9,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from labhive.scheduler.executors import container
 TINY = "labhive/test-tiny"
 PYTHON_PACKAGES = ("python3",)
 CACHE = Path(os.environ.get("LABHIVE_TEST_IMAGES", Path.home() / ".cache/labhive-test-images"))
-BUSYBOX = "/bin/busybox"
 
 
 def podman_or_skip() -> container.Support:
@@ -37,37 +35,14 @@ def _has(image: str) -> bool:
     return images._short(image) in {i.name for i in images.list_images()}
 
 
-def _tiny_rootfs(tarball: Path) -> None:
-    """A root filesystem of busybox-static and its applets, plus a writable /tmp."""
-    if not os.path.exists(BUSYBOX) or "static" not in _file_kind(BUSYBOX):
-        pytest.skip("busybox-static is not installed (apt-get install busybox-static)")
-    applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True).stdout.split()
-    with tarfile.open(tarball, "w") as tar:
-        for d in ("bin", "tmp", "etc"):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
-            tar.addfile(info)
-        tar.add(BUSYBOX, "bin/busybox")
-        for applet in applets:
-            if applet != "busybox":
-                link = tarfile.TarInfo(f"bin/{applet}")
-                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-                tar.addfile(link)
-
-
-def _file_kind(path: str) -> str:
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
-    return "static" if b"ld-linux" not in head else "dynamic"
-
-
 @pytest.fixture(scope="session")
-def tiny_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+def tiny_image() -> str:
     """busybox in a 2 MB image, imported in this run."""
     podman_or_skip()
-    tarball = tmp_path_factory.mktemp("tiny") / "rootfs.tar"
-    _tiny_rootfs(tarball)
-    images.import_rootfs(tarball, TINY, progress=lambda _: None)
+    try:
+        images.busybox_image(TINY)
+    except UserError as err:
+        pytest.skip(str(err))
     return TINY
 
 
