@@ -48,6 +48,13 @@ def test_a_job_naming_an_image_runs_in_a_container(live_sqlite, tiny_image):
     )
 
 
+def test_an_oom_kill_is_what_the_failed_job_says(live_sqlite, tiny_image):
+    hog = "a=$(head -c 100000000 /dev/zero | tr '\\0' a)"
+    job = live_sqlite.client().submit(command=hog, vc="vc1", gpus=1, memory_mb=32, image=tiny_image)
+    assert (job.wait(60, 0.05).state, job.exit_code) == ("FAILED", 137)
+    assert job.data["why"].endswith("main-0 killed: over its memory limit of 32 MiB")
+
+
 def serve(data_dir: Path, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port)]
     cmd += ["--data-dir", str(data_dir), "--grace-s", "1"]
