@@ -84,6 +84,7 @@ class LabHiveMagics(Magics):
     @argument("--retries", type=int, metavar="R", help="retries after a failed attempt")
     @argument("--name", metavar="NAME", help="job name (a sweep appends each point to it)")
     @argument("--observe", choices=["strace"], help="run each task under strace")
+    @argument("--image", metavar="IMAGE", help="run each task in a container from IMAGE")
     @argument("--incremental", action="store_true", help="place tasks as they fit, not as a gang")
     @argument(
         "--sweep",
@@ -161,6 +162,7 @@ class LabHiveMagics(Magics):
             "memory_mb": args.memory_mb,
             "retries": args.retries,
             "observe": args.observe,
+            "image": args.image,
             "gang": False if args.incremental else None,
         }
         return {k: v for k, v in form.items() if v is not None}

@@ -433,3 +433,33 @@ def firing_over_time(
                 if key in fired and "resolved_at" not in fired[key]:
                     fired[key]["resolved_at"] = t
     return list(fired.values())
+
+
+# ---- Lab 3, part 4: isolation ------------------------------------------------------------
+
+
+def lab_image(name: str = "labhive/lab-busybox") -> tuple[str | None, str]:
+    """An image for the isolation part (busybox, made offline), or None and why there is none:
+    without podman the part prints a note and skips its cells."""
+    from labhive.scheduler import images
+    from labhive.scheduler.errors import UserError
+
+    try:
+        if name in {i.name for i in images.list_images()}:
+            return name, ""
+        return images.busybox_image(name), ""
+    except (UserError, OSError, subprocess.SubprocessError) as err:
+        return None, str(err)
+
+
+def run_and_log(client: Client, command: str, **short: Any) -> tuple[Job, str, str]:
+    """Submit a short-form job, wait for its end: (job, stdout, stderr) of its first task."""
+    job = client.submit(command=command, **short).wait(180, 0.2)
+    out = client.logs(job.id).data
+    err = client.logs(job.id, stream="stderr").data
+    return job, out, err
+
+
+def namespaces(listing: str) -> dict[str, str]:
+    """``name ns:[inode]`` lines (from readlink /proc/self/ns/*) as a mapping."""
+    return dict(line.split(maxsplit=1) for line in listing.splitlines() if " " in line)

@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.sim.cli",
     "labhive.scheduler.service.commands",
     "labhive.scheduler.client_commands",
+    "labhive.scheduler.image_cli",
     "labhive.scheduler.observe.monitoring_cli",
 )
 

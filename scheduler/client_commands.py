@@ -30,6 +30,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--retries", type=int, help="retries after a failed attempt")
     p.add_argument("--name", help="job name (default: the command's first word)")
     p.add_argument("--observe", choices=["strace"], help="run the tasks under strace")
+    p.add_argument("--image", help="run each task in a container from IMAGE (labhive image ls)")
     p.add_argument("--no-gang", action="store_true", help="start tasks as they fit")
     p.add_argument("--wait", action="store_true", help="wait for the job to end")
     p.add_argument("target", nargs="?", metavar="FILE", help="a job file (.yaml/.yml/.json)")
@@ -142,6 +143,7 @@ def _submit(args: argparse.Namespace) -> int:
         "retries": args.retries,
         "name": args.name,
         "observe": args.observe,
+        "image": args.image,
         "gang": False if args.no_gang else None,
         # one word is a shell line as typed ('echo $RANK; sleep 1'); several are quoted as given
         "command": (command[0] if len(command) == 1 else shlex.join(command)) if command else None,

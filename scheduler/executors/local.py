@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import limits, workdir
+from labhive.scheduler.executors import container, limits, workdir
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -119,6 +119,7 @@ class LocalExecutor:
         self.pids_max = pids_max
         self._scope = limits.scope_name(self.data_dir)  # cgroups of this data dir's tasks
         self._tasks: dict[TaskKey, _Task] = {}
+        self._containers: container.Support | None = None  # detected at the first image
 
     # ---- launch ---------------------------------------------------------------------------
 
@@ -152,15 +153,24 @@ class LocalExecutor:
             _retire(work)
         owner = workdir.run_as(launch.uid, launch.gid)
         cwd = workdir.prepare_task_dir(self.data_dir, work, owner)
-        argv = self._argv(launch, work, owner)
-        enforced = limits.apply(
-            self.limit_support, launch.key, launch.cpu, launch.memory_mb,
-            gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
-        )  # fmt: skip
-        launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": owner.record()}
-        write_json_atomic(work / LAUNCH_FILE, launch_doc)
         env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
-        if owner.switch:  # the service's $HOME is not theirs to use
+        runner = owner  # who the supervisor execs the command as
+        if launch.image:
+            # podman runs as the service; the container's processes run as the user (--user)
+            task_env = {**launch.env, **extra_env, **launch_env(launch)}
+            argv, enforced = self._container_argv(launch, work, cwd, task_env, owner)
+            env.update(self._podman_env())
+            runner = workdir.run_as(None, None)
+        else:
+            argv = self._argv(launch, work, owner)
+            enforced = limits.apply(
+                self.limit_support, launch.key, launch.cpu, launch.memory_mb,
+                gpus=launch.gpus, scope=self._scope, virtual=launch.virtual,
+                pids_max=self.pids_max,
+            )  # fmt: skip
+        launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": runner.record()}
+        write_json_atomic(work / LAUNCH_FILE, launch_doc)
+        if runner.switch:  # the service's $HOME is not theirs to use
             env.update(HOME=str(cwd), USER=launch.user or str(owner.uid))
             env["LOGNAME"] = env["USER"]
         try:
@@ -187,8 +197,12 @@ class LocalExecutor:
         self._tasks[launch.key] = _Task(handle, popen)
         return handle
 
-    def _argv(self, launch: TaskLaunch, work: Path, owner: workdir.RunAs) -> list[str]:
-        argv = [self.shell or user_shell(), "-c", launch.command]
+    def _argv(
+        self, launch: TaskLaunch, work: Path, owner: workdir.RunAs, argv: list[str] | None = None
+    ) -> list[str]:
+        """The task's command line, under strace when it is observed (a container's: podman's
+        ``run`` is traced, which follows conmon, runc and the container's processes)."""
+        argv = argv or [self.shell or user_shell(), "-c", launch.command]
         if launch.observe is None:
             return argv
         if launch.observe != "strace":
@@ -202,6 +216,86 @@ class LocalExecutor:
         workdir.private_file(work / STRACE_LOG, owner)
         log = f"../{STRACE_LOG}"
         return [strace, "-f", "-tt", "-T", "-y", "-o", log, "--", *argv]
+
+    # ---- containers (a job with an image; see container.py) --------------------------------
+
+    def _container_support(self) -> container.Support:
+        if self._containers is None:
+            self._containers = container.detect()
+        return self._containers
+
+    def _podman_env(self) -> dict[str, str]:
+        conf = container.write_conf(self.data_dir, self._container_support())
+        return container.environment(conf)
+
+    def _container_argv(
+        self,
+        launch: TaskLaunch,
+        work: Path,
+        cwd: Path,
+        task_env: dict[str, str],
+        owner: workdir.RunAs,
+    ) -> tuple[list[str], dict[str, Any]]:
+        """``podman run`` for the task, its user's work dir bound in as the container's."""
+        pull = os.environ.get("LABHIVE_IMAGE_PULL") == "1"
+        support = self._container_support()
+        argv, record = container.prepare(support, launch, cwd, task_env, pull)
+        try:
+            return self._argv(launch, work, owner, argv), record
+        except BaseException:
+            container.release_v1_parent(record["container"]["name"])
+            raise
+
+    def _has_podman(self) -> bool:
+        return self._container_support().podman is not None
+
+    def _settle_container(self, info: dict[str, Any], exit_code: int, how: str) -> str:
+        """The container's own account of its end (OOM kill), then remove it."""
+        record = info["limits"]
+        if not self._has_podman():
+            return how
+        podman, env = self._container_support().podman or "", self._podman_env()
+        state = container.inspect(podman, record["container"]["name"], env)
+        reason = container.describe(how, container.oom_killed(state, record, exit_code), record)
+        container.remove(podman, record, env)
+        return reason
+
+    def _orphan_container(self, key: TaskKey, record: dict[str, Any]) -> TaskExit | None:
+        """The supervisor died without an exit.json: podman may still know how the task ended."""
+        if not self._has_podman():
+            return None
+        podman, env = self._container_support().podman or "", self._podman_env()
+        state = container.inspect(podman, record["container"]["name"], env)
+        done = state is not None and not state.get("Running") and "ExitCode" in state
+        container.remove(podman, record, env)
+        if not done:
+            return None
+        assert state is not None
+        code = int(state["ExitCode"])
+        oom = container.oom_killed(state, record, code)
+        how = container.describe(f"exit code {code}", oom, record)
+        return TaskExit(key, code, f"{how} (from podman: its supervisor left no record)")
+
+    def _remove_container(self, record: dict[str, Any]) -> None:
+        if self._has_podman():
+            container.remove(self._container_support().podman or "", record, self._podman_env())
+
+    def _adopt_by_label(self, key: TaskKey) -> TaskExit | None:
+        """A task the service has no record of, whose container is still known to podman."""
+        support = self._container_support()
+        if support.podman is None:
+            return None
+        env = self._podman_env()
+        name = container.find(support.podman, key, env)
+        state = None if name is None else container.inspect(support.podman, name, env)
+        if name is None or state is None:
+            return None
+        if state.get("Running"):
+            container.remove(support.podman, {"container": {"name": name}}, env)
+            return TaskExit(key, None, f"container {name} ran with no record: stopped it")
+        code = int(state.get("ExitCode", -1))
+        container.remove(support.podman, {"container": {"name": name}}, env)
+        return TaskExit(key, code, f"exit code {code} (container {name}, found by its labels)")
 
     # ---- poll and adopt -------------------------------------------------------------------
 
@@ -223,7 +317,10 @@ class LocalExecutor:
                 continue
             info = self._info(handle)
             if info is None:
-                ended.append(TaskExit(handle.key, None, "no record that this task was launched"))
+                found = self._adopt_by_label(handle.key) if self._has_podman() else None
+                ended.append(
+                    found or TaskExit(handle.key, None, "no record that this task was launched")
+                )
                 continue
             task = _Task(TaskHandle(handle.key, info), None)
             if self._ended(task):
@@ -243,12 +340,18 @@ class LocalExecutor:
         record = _read_exit(task.info)
         if record is None:
             _killpg(task.info, signal.SIGKILL)  # the supervisor died: leave nothing behind
+            if "container" in task.info.get("limits", {}):
+                found = self._orphan_container(key, task.info["limits"])
+                if found is not None:
+                    return found
             how = _wait_status(task)
             reason = f"the task's supervisor ended ({how}) without recording an exit status"
             limits.release(task.info.get("limits", {}))
             return TaskExit(key, None, reason)
         reason = _describe(record, task.info.get("limits", {}))
         limits.release(task.info.get("limits", {}))
+        if "container" in task.info.get("limits", {}):
+            reason = self._settle_container(task.info, int(record["exit_code"]), reason)
         return TaskExit(key, int(record["exit_code"]), reason)
 
     # ---- stop -----------------------------------------------------------------------------
@@ -275,6 +378,8 @@ class LocalExecutor:
         for task in tasks:
             self._reap(task)
             limits.release(task.info.get("limits", {}))
+            if "container" in task.info.get("limits", {}):
+                self._remove_container(task.info["limits"])
 
     def _reap(self, task: _Task, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s

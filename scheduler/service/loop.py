@@ -119,6 +119,8 @@ class _Running:
     codes: dict[tuple[str, int], int | None] = field(default_factory=dict)
     lost: bool = False
     gpus: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) the attempt holds
+    #: What the executor knows beyond a code ("killed: over its memory limit of 256 MiB").
+    notes: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 @dataclass
@@ -642,6 +644,8 @@ class SchedulerLoop:
             if self.on_task_exit is not None and ex.exit_code != 0:
                 self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
+            if ex.reason and not ex.reason.startswith("exit code"):
+                run.notes[(ex.key.role, ex.key.index)] = ex.reason
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)
         for job_id in sorted(decided):
@@ -676,6 +680,7 @@ class SchedulerLoop:
         assert job is not None
         target, spend = lc.after_failure(job)
         why = f"attempt {run.attempt} failed (exit codes {', '.join(bad)})"
+        why += "".join(f"; {r}-{i} {note}" for (r, i), note in sorted(run.notes.items()))
         if target == lc.WAITING:
             why += f"; retry {job['retries_used'] + 1} of {job['retries']}"
             return (job_id, target, "retrying", why, spend, code), Requeue(str(job_id), t)

@@ -101,6 +101,23 @@ def launch_builder_for(executor: str, config: Any) -> Any:
     )
 
 
+def image_check_for(executor: str, check: Callable[[JobSpec], None]) -> Callable[[JobSpec], None]:
+    """The local executor runs a job's image from podman's storage: a job naming one it does
+    not have is refused at submit, with the names of those it has (see ``images.py``)."""
+    if executor != "local":
+        return check
+    from labhive.scheduler.images import Catalog
+
+    catalog = Catalog()
+
+    def checked(spec: JobSpec) -> None:
+        check(spec)
+        if spec.image:
+            catalog.check(spec.image)
+
+    return checked
+
+
 def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = None) -> Running:
     """Everything but the HTTP server; the loop is not started yet. ``make_policy`` (a cluster
     config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
@@ -172,7 +189,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
 
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
-        store, loop, executor, auth, parse, checker.check,
+        store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
         accounts=accounts if opts.task_identity == "users" else None,
     )  # fmt: skip

@@ -1,0 +1,315 @@
+"""Run a task whose job names an image as an OCI container, through podman.
+
+The local executor's supervisor model stays as it is: the supervisor runs ``podman run`` in the
+foreground (no ``--rm``), and ``podman run``'s exit code is the container's, so ``exit.json``,
+adoption after a kill -9 of the service and the grace period of a stop all work unchanged. What
+this module adds is the ``podman run`` command line, the container's limits, and, once the task
+ended, what ``podman inspect`` says about it (exit code, OOM kill) before the container is
+removed.
+
+What a container gets:
+- its task directory bind-mounted as its working directory (``/labhive/task``), nothing else of
+  the host's files: other users' job directories and the service's data directory are not in
+  its mount namespace at all;
+- its own pid, mount, ipc and uts namespaces; the host network (``--network host``), so a gang
+  rendezvouses on ``MASTER_ADDR``/``MASTER_PORT`` as bare tasks do;
+- the task's environment (``PAI_*``, rendezvous, ``CUDA_VISIBLE_DEVICES``), passed by name;
+- the task's OS user (``--user uid:gid``; the service's own when the launch names none);
+- only the device nodes of its own GPUs (``/dev/nvidiaN`` plus the control and UVM nodes), or
+  their CDI names where nvidia-container-toolkit generated a CDI spec;
+- ``--cpus`` and ``--pids-limit`` as its cgroup's CPU quota and pids limit. Memory: on cgroup v2,
+  ``--memory`` (podman then reports an OOM kill in ``State.OOMKilled``); on cgroup v1, where
+  conmon does not notice OOM kills and runc deletes the container's cgroup at exit, the limit is
+  set on a parent cgroup LabHive creates (``--cgroup-parent``), whose peak usage survives the
+  container and tells an OOM kill (SIGKILL at the limit) from other ends.
+
+Runtime: ``runc`` on cgroup v1 or hybrid hosts (``crun`` refuses: "cgroups in hybrid mode not
+supported"), ``crun`` on cgroup v2 hosts where it is installed. podman's default ulimits are
+dropped (``default_ulimits = []`` in a ``containers.conf`` under the service's data directory,
+given through ``CONTAINERS_CONF``): podman raises RLIMIT_NOFILE/NPROC by default, which
+sandboxed hosts refuse.
+
+``observe: strace`` traces ``podman run`` with ``strace -f``: that follows podman, conmon, runc
+and the container's processes (the runtime's clone flags, mounts and pivot_root included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labhive.scheduler.executors.base import LaunchError, TaskKey, TaskLaunch
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CONF_FILE = "containers.conf"
+WORKDIR = "/labhive/task"
+#: The shell a task's command runs in inside the image (every Debian and busybox image has it).
+SHELL = "/bin/sh"
+#: The pids limit of a task's container: far above what a training job forks, low enough that
+#: a fork bomb stops there rather than at the host's limit.
+PIDS_LIMIT = 4096
+#: The parent (under each cgroup v1 controller) of the per-task parents that carry memory limits.
+V1_PARENT = "labhive-containers"
+MIB = 1024 * 1024
+_NVIDIA_SHARED = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+
+@dataclass(frozen=True, slots=True)
+class Support:
+    """How this host runs containers: podman's path, the OCI runtime, the cgroup version."""
+
+    podman: str | None
+    runtime: str
+    cgroup_v1: bool
+    why_not: str = ""
+
+
+def detect(root: Path = CGROUP_ROOT) -> Support:
+    """podman and the runtime that works on this host's cgroup hierarchy (see the docstring)."""
+    v2 = (root / "cgroup.controllers").exists()
+    runtime = "crun" if v2 and shutil.which("crun") else "runc"
+    podman = shutil.which("podman")
+    if podman is None:
+        return Support(None, runtime, not v2, "podman is not installed: apt-get install podman")
+    if shutil.which(runtime) is None:
+        return Support(None, runtime, not v2, f"{runtime} is not installed: apt-get install runc")
+    return Support(podman, runtime, not v2)
+
+
+def write_conf(data_dir: Path, support: Support) -> Path:
+    """The containers.conf every ``podman run`` of the service uses (see the docstring)."""
+    path = data_dir / CONF_FILE
+    text = (
+        "# written by LabHive's local executor: the settings its task containers need\n"
+        "[containers]\n"
+        "default_ulimits = []\n"
+        "[engine]\n"
+        f'runtime = "{support.runtime}"\n'
+        'cgroup_manager = "cgroupfs"\n'
+        'events_logger = "file"\n'
+    )
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_name(f".{CONF_FILE}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
+def container_name(key: TaskKey) -> str:
+    raw = f"labhive-{key.job_id}-{key.attempt}-{key.role}-{key.index}"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
+
+
+def labels(key: TaskKey) -> dict[str, str]:
+    """What finds a task's container again, whatever became of the service that started it."""
+    return {
+        "labhive.job": key.job_id,
+        "labhive.attempt": str(key.attempt),
+        "labhive.role": key.role,
+        "labhive.index": str(key.index),
+    }
+
+
+# ---- launch --------------------------------------------------------------------------------
+
+
+def prepare(
+    support: Support, launch: TaskLaunch, work: Path, env_keys: Iterable[str], pull: bool
+) -> tuple[list[str], dict[str, Any]]:
+    """The ``podman run`` argv for the task and its limits record (``TaskHandle.info``)."""
+    if support.podman is None:
+        raise LaunchError(f"job names image {launch.image!r}, but {support.why_not}")
+    assert launch.image is not None
+    name = container_name(launch.key)
+    memory = launch.memory_mb * MIB
+    devices = gpu_devices(launch)
+    record: dict[str, Any] = {
+        "container": {"name": name, "runtime": support.runtime},
+        "cpu": {"enforced": True, "by": f"container ({support.runtime})", "cores": launch.cpu},
+        "pids": {"enforced": True, "by": "container", "max": PIDS_LIMIT},
+        "memory": {"enforced": True, "by": "container", "bytes": memory},
+    }
+    if support.cgroup_v1:
+        parent = _v1_memory_parent(name, memory)
+        record["container"]["memory_parent"] = parent
+        record["memory"]["by"] = "container (cgroup v1 parent)"
+        # conmon stays in the supervisor's cgroup: in the limited parent an OOM could kill it
+        memory_args = ["--cgroup-parent", f"/{V1_PARENT}/{name}", "--cgroups", "no-conmon"]
+    else:
+        memory_args = ["--memory", f"{memory}b", "--memory-swap", f"{memory}b"]
+    _own_workdir(work, launch)
+    argv = [
+        support.podman,
+        "run",
+        "--replace",
+        "--name",
+        name,
+        *_flag_pairs("--label", [f"{k}={v}" for k, v in labels(launch.key).items()]),
+        "--network",
+        "host",
+        "--user",
+        _user(launch),
+        "--security-opt",
+        "no-new-privileges",
+        "--volume",
+        f"{work}:{WORKDIR}",
+        "--workdir",
+        WORKDIR,
+        "--cpus",
+        f"{max(launch.cpu, 0.01):g}",
+        "--pids-limit",
+        str(PIDS_LIMIT),
+        *memory_args,
+        *_flag_pairs("--device", devices),
+        *_flag_pairs("--env", sorted(env_keys)),
+        "--pull",
+        "missing" if pull else "never",
+        launch.image,
+        SHELL,
+        "-c",
+        launch.command,
+    ]
+    return argv, record
+
+
+def _flag_pairs(flag: str, values: Iterable[str]) -> list[str]:
+    return [item for value in values for item in (flag, value)]
+
+
+def _user(launch: TaskLaunch) -> str:
+    uid = os.getuid() if launch.uid is None else launch.uid
+    gid = os.getgid() if launch.gid is None else launch.gid
+    return f"{uid}:{gid}"
+
+
+def _own_workdir(work: Path, launch: TaskLaunch) -> None:
+    """The task's user owns its directory (0700) so that it can write there, and only it."""
+    if launch.uid is None or os.getuid() != 0:
+        return
+    gid = launch.gid if launch.gid is not None else launch.uid
+    os.chown(work, launch.uid, gid)
+    work.chmod(0o700)
+
+
+def gpu_devices(launch: TaskLaunch, cdi_dirs: Iterable[Path] = _CDI_DIRS) -> list[str]:
+    """The device nodes (or CDI names) of the task's own GPUs; none on a virtual cluster.
+
+    GPU index N is ``/dev/nvidiaN``: the driver numbers device minors in NVML's index order
+    unless an admin renumbered them."""
+    if launch.virtual or not launch.gpus:
+        return []
+    if any(d.is_dir() and any(d.glob("nvidia*.yaml")) for d in cdi_dirs):
+        return [f"nvidia.com/gpu={g}" for g in launch.gpus]
+    own = [d for d in (f"/dev/nvidia{g}" for g in launch.gpus) if os.path.exists(d)]
+    if not own:  # slots without devices (no driver here): nothing to map
+        return []
+    return own + [d for d in _NVIDIA_SHARED if os.path.exists(d)]
+
+
+def _v1_memory_parent(name: str, memory: int, root: Path = CGROUP_ROOT) -> str:
+    """A memory cgroup (v1) holding the container, limited to ``memory`` bytes, swap included."""
+    parent = root / "memory" / V1_PARENT / name
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        (parent / "memory.limit_in_bytes").write_text(str(memory))
+        with contextlib.suppress(OSError):  # no swap accounting: the memory limit alone
+            (parent / "memory.memsw.limit_in_bytes").write_text(str(memory))
+    except OSError as err:
+        raise LaunchError(f"cannot set the container's memory limit in {parent}: {err}") from err
+    return str(parent)
+
+
+# ---- settle --------------------------------------------------------------------------------
+
+
+def environment(conf: Path) -> dict[str, str]:
+    """What podman commands of this executor need in their environment."""
+    return {"CONTAINERS_CONF": str(conf)}
+
+
+def inspect(podman: str, name: str, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The container's ``State`` as podman records it, or None when there is no such container."""
+    done = _podman(podman, ["inspect", "--type", "container", name], env)
+    if done is None or done.returncode != 0:
+        return None
+    try:
+        state = json.loads(done.stdout)[0]["State"]
+    except (ValueError, LookupError, TypeError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def find(podman: str, key: TaskKey, env: Mapping[str, str]) -> str | None:
+    """The name of the task's container, found by its labels (None when there is none)."""
+    filters = _flag_pairs("--filter", [f"label={k}={v}" for k, v in labels(key).items()])
+    done = _podman(podman, ["ps", "--all", "--format", "{{.Names}}", *filters], env)
+    if done is None or done.returncode != 0:
+        return None
+    names = done.stdout.split()
+    return names[0] if names else None
+
+
+def oom_killed(state: Mapping[str, Any] | None, record: Mapping[str, Any], exit_code: int) -> bool:
+    """Whether the task ended by the kernel's OOM killer at its memory limit."""
+    if state and state.get("OOMKilled"):
+        return True
+    parent = record.get("container", {}).get("memory_parent")
+    if not parent or exit_code != 137:  # 128 + SIGKILL: the OOM killer's signal
+        return False
+    limit = int(record["memory"]["bytes"])
+    return any(_peak(parent, f) >= limit for f in ("memory", "memory.memsw"))
+
+
+def _peak(parent: str, prefix: str) -> int:
+    try:
+        return int(Path(parent, f"{prefix}.max_usage_in_bytes").read_text())
+    except (OSError, ValueError):
+        return -1
+
+
+def describe(how: str, oom: bool, record: Mapping[str, Any]) -> str:
+    if oom:
+        mib = int(record["memory"]["bytes"]) // MIB
+        return f"killed: over its memory limit of {mib} MiB"
+    return how
+
+
+def remove(podman: str, record: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Remove the container and its memory parent cgroup (v1): nothing of the task is left."""
+    name = record.get("container", {}).get("name")
+    if name:
+        _podman(podman, ["rm", "--force", "--time", "0", name], env)
+        release_v1_parent(name)
+
+
+def release_v1_parent(name: str, root: Path = CGROUP_ROOT) -> None:
+    """rmdir the task's parent cgroup in every controller, the podman-made children first."""
+    for controller in root.glob(f"*/{V1_PARENT}/{name}"):
+        for sub in sorted(controller.glob("**/"), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                sub.rmdir()
+
+
+def _podman(
+    podman: str, args: list[str], env: Mapping[str, str], timeout_s: float = 60
+) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(
+            [podman, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, **env},
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None

@@ -1,0 +1,111 @@
+"""Given the job service with the local executor and podman, expect a job naming an image the
+cluster lacks to be refused at submit with the names of those it has, a job naming one it has
+to run in a container, and, after a kill -9 of ``labhive serve`` while containers run, the
+restarted service to re-adopt them and settle each with its container's real exit code."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from container_support import containers_of, podman_or_skip, tiny_image
+from waiting import wait_until
+
+from labhive.scheduler.client import Client, LabHiveError, ServiceUnavailable
+from labhive.scheduler.executors.env import free_port
+
+__all__ = ["tiny_image"]  # a fixture, used by name
+pytest_plugins = ["service_fixtures"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def podman() -> None:
+    podman_or_skip()
+
+
+def test_a_job_naming_an_unknown_image_is_refused_with_the_images_there_are(
+    live_sqlite, tiny_image
+):
+    c = live_sqlite.client()
+    with pytest.raises(LabHiveError) as refused:
+        c.submit(command="true", vc="vc1", gpus=1, image="labhive/nope")
+    assert refused.value.status == 422
+    assert "image 'labhive/nope' is not available on this cluster" in refused.value.message
+    assert tiny_image in refused.value.message.split("images it has: ")[1]
+    assert c.jobs() == []  # nothing stored
+
+
+def test_a_job_naming_an_image_runs_in_a_container(live_sqlite, tiny_image):
+    c = live_sqlite.client()
+    job = c.submit(command="cat /proc/1/cmdline; echo; pwd", vc="vc1", gpus=1, image=tiny_image)
+    assert job.wait(60, 0.05).state == "SUCCEEDED"
+    assert (
+        c.logs(job.id).data
+        == "/bin/sh\x00-c\x00cat /proc/1/cmdline; echo; pwd\x00\n/labhive/task\n"
+    )
+
+
+def test_an_oom_kill_is_what_the_failed_job_says(live_sqlite, tiny_image):
+    hog = "a=$(head -c 100000000 /dev/zero | tr '\\0' a)"
+    job = live_sqlite.client().submit(command=hog, vc="vc1", gpus=1, memory_mb=32, image=tiny_image)
+    assert (job.wait(60, 0.05).state, job.exit_code) == ("FAILED", 137)
+    assert job.data["why"].endswith("main-0 killed: over its memory limit of 32 MiB")
+
+
+def serve(data_dir: Path, port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port)]
+    cmd += ["--data-dir", str(data_dir), "--grace-s", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+    client = Client(f"http://127.0.0.1:{port}/api/v1", "unused")
+
+    def up() -> bool:
+        assert proc.poll() is None, "the service exited"
+        try:
+            client.health()
+            return True
+        except ServiceUnavailable:
+            return False
+
+    wait_until(up, what="the service to answer")
+    return proc
+
+
+def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_codes(
+    tmp_path, tiny_image
+):
+    data_dir, port = tmp_path / "data", free_port()
+    first = serve(data_dir, port)
+    c = Client(f"http://127.0.0.1:{port}/api/v1", (data_dir / "admin.token").read_text().strip())
+    wait = "while [ ! -e go ]; do sleep 0.05; done; "  # go: a file in the task's own directory
+    ok = c.submit(command=wait + "echo done", vc="vc1", gpus=1, name="ok", image=tiny_image)
+    bad = c.submit(command=wait + "exit 4", vc="vc1", gpus=1, name="bad", image=tiny_image)
+    jobs = (ok, bad)
+    dirs = {}
+
+    def running() -> bool:
+        for j in jobs:
+            found = list(data_dir.glob(f"jobs/{j.id}/*/*/handle.json"))
+            if found:
+                dirs[j.id] = found[0].parent
+        return len(dirs) == 2 and all(containers_of(str(j.id)) for j in jobs)
+
+    wait_until(running, what="both containers to run")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = serve(data_dir, port)
+    try:
+        assert [j.refresh().state for j in jobs] == ["RUNNING", "RUNNING"]
+        for d in dirs.values():
+            (d / "go").touch()
+        assert ok.wait(30, 0.05).state == "SUCCEEDED"
+        assert (bad.wait(30, 0.05).state, bad.exit_code) == ("FAILED", 4)
+        assert c.logs(ok.id).data == "done\n"
+        for job in jobs:  # the same containers carried on, and are gone once settled
+            assert [e["reason"] for e in job.events()].count("started") == 1
+            assert containers_of(str(job.id)) == []
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=30)
