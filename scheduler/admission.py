@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from labhive.scheduler.cells import CellTree
+from labhive.scheduler.cpu_pool import cpu_only
 from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, JobSpec
 from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.vc import VC
@@ -29,6 +30,9 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
         raise SpecRejected(
             f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(sched.vcs.by_name))}"
         )
+    if cpu_only(sched.config, spec):
+        _reject_cpu_only(sched, spec)
+        return
     skus = {r.sku for r in spec.roles if r.sku is not None}
     for sku in sorted(skus):
         if sku not in sched._max_node:
@@ -101,6 +105,18 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
             f"{what}, more than {vc.name} has in all ({describe(sched.tree, vc)}); ask for at "
             f"most {have} or set gang: false (gangAllocation: false)"
         )
+
+
+def _reject_cpu_only(sched: HivedScheduler, spec: JobSpec) -> None:
+    """A task that asks for no GPU must fit one node's CPUs and memory."""
+    cpu, memory = sched.cpu.largest()
+    for role in spec.roles:
+        if role.cpu > cpu or role.memory_mb > memory:
+            raise SpecRejected(
+                f"task role {role.name} asks for {role.cpu:g} CPUs and {role.memory_mb} MB "
+                f"memory, but the largest node has {cpu:g} CPUs and {memory} MB; ask for at "
+                "most that per task"
+            )
 
 
 def describe(tree: CellTree, vc: VC) -> str:

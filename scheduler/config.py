@@ -125,6 +125,9 @@ class ClusterConfig:
     virtual: bool = False
     source: str = ""
     pinned: dict[str, PhysicalCell] = field(default_factory=dict)
+    # CPUs and memory (MB) of nodes, for tasks that ask for no GPU on a cluster without
+    # skuTypes (``cpu_pool.py``); a node not named here gets ``cpu_pool.default_capacity``.
+    node_resources: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def nodes(self) -> list[NodeSpec]:
         out = []

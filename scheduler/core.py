@@ -10,15 +10,17 @@ failure stopped. Why-texts for waiting jobs are computed only when someone asks 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from labhive.scheduler.admission import reject_if_never_runs
 from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -67,6 +69,7 @@ class Job:
     in_order: bool = False  # listed in its VC's queue order
     pinned: str | None = None  # the pinned cell its roles name, if any
     needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
+    cpu_only: bool = False  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
 
     @property
     def vc(self) -> str:
@@ -118,6 +121,8 @@ class HivedScheduler:
         self.config = config
         self.tree = CellTree(config)
         self.vcs = VCs(config, self.tree)
+        self.cpu = CpuPool(config)
+        self._cpu_waiting: list[tuple[int, int, str]] = []  # (-priority, seq, job id)
         self.placer = Placer(self.tree, self.vcs)
         self._leaves_cache: dict[tuple[int, float, int, str], int] = {}
         self._vc_types: dict[str, tuple[str, ...]] = {}
@@ -205,6 +210,8 @@ class HivedScheduler:
             case Tick():
                 return out
         self._schedule(out)
+        if self._cpu_waiting:
+            self._schedule_cpu(out)
         return out
 
     def _submit(self, job_id: str, spec: JobSpec) -> None:
@@ -219,6 +226,7 @@ class HivedScheduler:
         tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
         job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
+        job.cpu_only = cpu_only(self.config, spec)
         self._jobs[job_id] = job
         return job
 
@@ -275,6 +283,11 @@ class HivedScheduler:
         self._bump_oppo()
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
+        if job.cpu_only:
+            for placement, _ in job.placed.values():
+                self.cpu.release(placement.node, self._role(job, placement.role))
+            job.placed.clear()
+            return
         settle = touched is None
         touched = set() if touched is None else touched
         for _, leaves in job.placed.values():
@@ -364,6 +377,11 @@ class HivedScheduler:
 
     def _enqueue(self, job: Job) -> None:
         """Put a job (back) in its VC's queue at its original place, in its current class."""
+        if job.cpu_only:
+            entry = (-job.spec.priority, job.seq, job.job_id)
+            if entry not in self._cpu_waiting:
+                bisect.insort(self._cpu_waiting, entry)
+            return
         self._dequeue(job, keep_order=True)
         queue = self._queues.setdefault(job.vc, VCQueue())
         key = self._class_key(job)
@@ -406,6 +424,11 @@ class HivedScheduler:
         )
 
     def _dequeue(self, job: Job, keep_order: bool = False) -> None:
+        if job.cpu_only:
+            entry = (-job.spec.priority, job.seq, job.job_id)
+            if entry in self._cpu_waiting:
+                self._cpu_waiting.remove(entry)
+            return
         if job.queued_key is not None:
             cls = self._classes.get(job.queued_key)
             if cls is not None:
@@ -564,6 +587,31 @@ class HivedScheduler:
         vc = None if job.spec.opportunistic and not self.config.skus else job.vc
         # A pinned job runs in its pinned cell only: what fails elsewhere says nothing of it.
         return (vc, role.sku, job.spec.gang, job.pinned), size
+
+    def _schedule_cpu(self, out: list[Decision]) -> None:
+        """Start waiting CPU-only jobs in queue order where nodes' CPUs and memory hold them
+        (a gang whole, an incremental job task by task); no preemption either way."""
+        for entry in list(self._cpu_waiting):
+            job = self._jobs[entry[2]]
+            units = [job.waiting_tasks] if job.spec.gang else [[t] for t in job.waiting_tasks]
+            started = []
+            for unit in units:
+                nodes = self.cpu.plan(unit)
+                if nodes is None:
+                    break
+                for (role, index), node in zip(unit, nodes, strict=True):
+                    self.cpu.hold(node, role)
+                    placement = TaskPlacement(role.name, index, node, ())
+                    job.placed[(role.name, index)] = (placement, [])
+                    started.append(placement)
+            if started:
+                out.append(Start(job.job_id, tuple(started), False))
+            if not job.waiting_tasks:
+                self._cpu_waiting.remove(entry)
+
+    @staticmethod
+    def _role(job: Job, name: str) -> RoleSpec:
+        return next(r for r in job.spec.roles if r.name == name)
 
     # ---- placing -----------------------------------------------------------------------------
 
@@ -856,12 +904,15 @@ class HivedScheduler:
         if cells is None:
             raise ValueError(f"unknown node {node!r}")
         touched: set[Cell] = set()
+        if node in self.cpu.nodes:
+            self.cpu.nodes[node].healthy = healthy
         if healthy:
             self.down_reasons.pop(node, None)
         else:
             self.down_reasons[node] = reason
             hit = sorted(
-                {leaf.job for cell in cells for leaf in cell.leaf_cells() if leaf.job},
+                {leaf.job for cell in cells for leaf in cell.leaf_cells() if leaf.job}
+                | {j.job_id for j in self._jobs.values() if j.cpu_only and _on(j, node)},
                 key=lambda j: self._jobs[j].seq,
             )
             for job_id in hit:
@@ -891,6 +942,7 @@ class HivedScheduler:
         )
         kept = {j.job_id: dict(j.placed) for j in running}
         old_queues = self._queues
+        cpu_waiting = self._cpu_waiting
         self._queues, self._ready = {}, set()
         self._classes, self._oppo_classes, self._vc_classes = {}, {}, {}
         self._load(config)
@@ -911,6 +963,9 @@ class HivedScheduler:
                 queued = self._jobs.get(job_id)
                 if queued is not None and queued.waiting_tasks and queued.queued_key is None:
                     self._enqueue(queued)
+        for _, _, job_id in cpu_waiting:
+            if job_id in self._jobs:
+                self._enqueue(self._jobs[job_id])
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)
@@ -931,6 +986,9 @@ class HivedScheduler:
 
     def _place_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
         """Put a running job back on exactly these GPUs, binding its VC's cells around them."""
+        if job.cpu_only:
+            self._place_cpu_exactly(job, tasks)
+            return
         wanted = []
         for task in tasks:
             ids = task.cells or tuple(f"{task.node}/{g}" for g in task.gpus)
@@ -967,6 +1025,18 @@ class HivedScheduler:
                 _placement(task.role, task.index, leaves),
                 leaves,
             )
+
+    def _place_cpu_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
+        """A CPU-only job back on its nodes, holding their CPUs and memory again."""
+        for task in tasks:
+            room = self.cpu.nodes.get(task.node)
+            if room is None:
+                raise AdoptRefused(f"node {task.node} does not exist in this cluster")
+            if not room.healthy:
+                raise AdoptRefused(f"node {task.node} is down")
+        for task in tasks:
+            self.cpu.hold(task.node, self._role(job, task.role))
+            job.placed[(task.role, task.index)] = (replace(task, gpus=(), cells=()), [])
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
         owner = leaf.owner()
@@ -1016,6 +1086,10 @@ class HivedScheduler:
 
     def next_wakeup(self) -> float | None:
         return None
+
+
+def _on(job: Job, node: str) -> bool:
+    return any(p.node == node for p, _ in job.placed.values())
 
 
 def _gpu(leaf: Cell) -> int:

@@ -189,6 +189,11 @@ class NodeView:
     healthy: bool = True
     used: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
     reason: str = ""  # why it is down: the NodeDown's reason, "down" when it gave none
+    # Its CPUs and memory, and how much tasks that take no GPU cell hold (HiveD; 0 unknown).
+    cpu: float = 0.0
+    cpu_used: float = 0.0
+    memory_mb: int = 0
+    memory_used_mb: int = 0
 
 
 @dataclass(frozen=True, slots=True)
