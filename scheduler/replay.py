@@ -4,6 +4,10 @@
 fail, cancel, node changes, reconfiguration) into policy events, applies the decisions, and
 finishes running jobs when their duration has passed. A preempted or stopped run is dropped
 and reruns its whole duration. ``replay`` runs a scenario on it and checks expectations.
+
+Same-time events: ``step_time`` runs every action due at one virtual time and only then lets
+the policy decide (``model.handle_together``), so a batch submission is ordered by the policy
+(SJF starts the short jobs first) rather than by the order of the lines in the file.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from labhive.scheduler.model import (
     SpecRejected,
     Start,
     Submit,
+    handle_together,
 )
 from labhive.scheduler.scenario import Expectation, Scenario, ScenarioEvent
 
@@ -53,6 +58,9 @@ class VirtualTimeDriver:
         self._counter = 0
         # Per job, (preemptions, downgrades) the last ``snapshot`` showed: what a step adds.
         self.shown: dict[str, tuple[int, int]] = {}
+        #: Events held back until every action of the instant has run (None: feed at once).
+        self._batch: list[Event] | None = None
+        self._batches = hasattr(scheduler, "handle_batch")
 
     # ---- scheduling work in virtual time -----------------------------------------------------
 
@@ -66,6 +74,40 @@ class VirtualTimeDriver:
         time, _, _, action = heapq.heappop(self._heap)
         self.now = max(self.now, time)
         return action()
+
+    def step_time(self, seen: Callable[[str], None]) -> None:
+        """Run every action due at the next virtual time, then let the policy decide once on
+        all their events; ``seen`` gets what happened, in order, once it is decided (a policy
+        without ``handle_batch`` decides after each action, and is seen after each)."""
+        time = self._heap[0][0]
+        while self._heap and self._heap[0][0] <= time:
+            self.hold()
+            labels: list[str] = []
+            while self._heap and self._heap[0][0] <= time:
+                self.seen(self.step(), labels, seen)
+            self.decide()
+            for label in labels:
+                seen(label)
+
+    def seen(self, label: str | None, held: list[str], seen: Callable[[str], None]) -> None:
+        """An action's label: kept until the decision if events are held, else seen now."""
+        if label is None:
+            return
+        if self._batch is not None:
+            held.append(label)
+        else:
+            seen(label)
+
+    def hold(self) -> None:
+        """From now on ``feed`` keeps events for ``decide`` (if the policy decides in batches)."""
+        if self._batches:
+            self._batch = []
+
+    def decide(self) -> None:
+        """The held events go to the policy together; apply its decisions."""
+        batch, self._batch = self._batch, None
+        if batch:
+            self.apply(handle_together(self.scheduler, batch))
 
     def pending(self) -> bool:
         return bool(self._heap)
@@ -101,16 +143,24 @@ class VirtualTimeDriver:
         self.feed(Cancel(job_id, self.now))
 
     def feed(self, event: Event) -> list[Decision]:
-        """Give the policy one event and apply what it decides."""
+        """Give the policy one event and apply what it decides (held while ``hold`` is on)."""
+        if self._batch is not None:
+            self._batch.append(event)
+            return []
         decisions = self.scheduler.handle(event)
+        self.apply(decisions)
+        return decisions
+
+    def apply(self, decisions: list[Decision]) -> None:
         self.decisions += len(decisions)
         for decision in decisions:
             record = self.records.get(decision.job_id)
-            if record is None:
-                continue
-            if apply_decision(record, decision, self.now) and isinstance(decision, Start):
-                self._time_run(record)
-        return decisions
+            if record is not None:
+                self.apply_one(record, decision)
+
+    def apply_one(self, record: JobRecord, decision: Decision) -> None:
+        if apply_decision(record, decision, self.now) and isinstance(decision, Start):
+            self._time_run(record)
 
     def _time_run(self, record: JobRecord) -> None:
         duration = self.durations.get(record.job_id)
@@ -153,9 +203,7 @@ def replay(scenario: Scenario, policy: str = "hived") -> ReplayResult:
         upcoming = driver.next_time()
         while expects and upcoming is not None and expects[0].at < upcoming:
             _record(result, check(driver, expects.pop(0)))
-        description = driver.step()
-        if description is not None:
-            result.steps.append(snapshot(driver, description))
+        driver.step_time(lambda label: result.steps.append(snapshot(driver, label)))
     for expect in expects:
         _record(result, check(driver, expect))
     return result
