@@ -49,6 +49,8 @@ def prepare(
     policy: str = "hived",
     grants: Path | None = None,
     grace_s: float = 10.0,
+    course: Path | None = None,
+    course_data: Path | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -57,6 +59,9 @@ def prepare(
             "configurable-http-proxy is not installed (JupyterHub's proxy): install it with "
             "`npm install -g configurable-http-proxy` (`make test` does, through .ci/deps.sh)"
         )
+    for folder, option in ((course, "--course"), (course_data, "--course-data")):
+        if folder is not None and not Path(folder).is_dir():
+            raise UserError(f"{option} {folder}: no such folder; give an existing one")
     hub_dir = data_dir.resolve() / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
     keys = _secrets(hub_dir / "secrets.json")
@@ -81,6 +86,8 @@ def prepare(
         grace_s=grace_s,
         log_level="WARN",
         notebook_dir=str(data_dir.resolve() / "home" / "{username}"),
+        course_dir=str(Path(course).resolve()) if course else None,
+        course_data=str(Path(course_data).resolve()) if course_data else None,
     )
     up_args = f"{str(hub_dir / 'secrets.json')!r}, {plan.admin_users!r}"
     config = write_config(
@@ -278,6 +285,7 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
             f"  cluster:      {cluster_line(plan, token_file)}",
             f"  service:      {hub}/services/labhive/api/v1/queue (LabHive REST API, OAuth)",
             f"  notebooks:    {plan.notebook_dir} (each user's server starts there)",
+            *_course_lines(plan),
             f"  data & logs:  {plan.data_dir} (hub log: {log.name})",
             "  CLI and papermill as the admin (in another terminal; a user's own token comes",
             f"  from {hub}/hub/token):",
@@ -287,13 +295,24 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
     )
 
 
+def _course_lines(plan: HubPlan) -> list[str]:
+    if not plan.course_dir:
+        return ["  course:       none (--course DIR copies a folder into every user's home)"]
+    name = Path(plan.course_dir).name
+    lines = [f"  course:       {plan.course_dir} -> ~/{name}/ in every home (new files only)"]
+    if plan.course_data:
+        lines.append(f"                its data: {plan.course_data} (LABHIVE_DATA in servers)")
+    return lines
+
+
 def run_up(
     data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
-    grants: Path | None, grace_s: float,
+    grants: Path | None, grace_s: float, course: Path | None = None,
+    course_data: Path | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
-        grants=grants, grace_s=grace_s,
+        grants=grants, grace_s=grace_s, course=course, course_data=course_data,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)
