@@ -78,7 +78,12 @@ def register(subparsers: Any) -> None:
 def _add(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--url", help="service URL (default: $LABHIVE_URL or http://127.0.0.1:8765)")
-    p.add_argument("--token", help="bearer token (default: $LABHIVE_TOKEN or a token file)")
+    p.add_argument(
+        "--token",
+        help="bearer token (default: $LABHIVE_TOKEN, else the file $LABHIVE_TOKEN_FILE names, "
+        "else $JUPYTERHUB_API_TOKEN, ~/.config/labhive/token or ./data/admin.token, which "
+        "labhive serve and labhive up write)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
@@ -256,9 +261,11 @@ def _show(args: argparse.Namespace) -> int:
         line += f"  position {d['queue_position']} of {d['queue_length']}"
     print(line)
     if d.get("why"):
-        print(f"why   {d['why']}")
+        from labhive.scheduler.client import why_without_position
+
+        print(f"why   {why_without_position(d['why']) if d.get('queue_position') else d['why']}")
     if d["tasks"]:
-        print(table(("TASK", "NODE", "GPUS", "STATE", "EXIT"), [
+        print(table(("TASK", "NODE", "GPU IDS", "STATE", "EXIT"), [
             (f"{t['role']}-{t['index']}", t["node"], ",".join(map(str, t["gpus"])) or "-",
              t["state"], t["exit_code"]) for t in d["tasks"]
         ]))  # fmt: skip
