@@ -36,6 +36,7 @@ def test_submit_watch_and_cancel_from_the_command_line(live_sqlite, capsys, tmp_
     assert out.strip() == "hello from 0"
     code, out, _ = run(capsys, live, "show", job_id)
     assert "main-1" in out and "started" in out and "succeeded" in out
+    assert "GPU IDS" in out.splitlines()[2], "the indices, named apart from the GPU counts"
     spec = tmp_path / "long.yaml"
     spec.write_text("name: long\nvc: vc1\ngpus: 4\ncommand: sleep 60\n")
     code, out, _ = run(capsys, live, "submit", str(spec), "--json")
