@@ -139,6 +139,18 @@ class LabHiveSpawner(Spawner):
         ``["/usr/bin/python3", "/path/to/labhive/hub_extension/launch.py"]``.""",
     ).tag(config=True)
 
+    course_dir = Unicode(
+        help="""A folder of course material (labs, their helper module) copied into each
+        user's server folder under its own name (``/srv/course/labs`` -> ``~/labs``) when
+        their server starts: only files not delivered before, so a student's edits are never
+        overwritten (``labhive.hub_extension.course``). Default: $LABHIVE_COURSE_DIR.""",
+    ).tag(config=True)
+
+    course_data = Unicode(
+        help="""The course's data folder, given to servers and kernels as ``LABHIVE_DATA``
+        (the labs find their data there wherever they are opened). Default: $LABHIVE_DATA.""",
+    ).tag(config=True)
+
     # ---- state kept across hub restarts ---------------------------------------------------
     job_id: int | None = None
     last_end: str = ""  # why the last server ended, when the user should be told
@@ -147,6 +159,14 @@ class LabHiveSpawner(Spawner):
     @default("service_url")
     def _default_service_url(self) -> str:
         return os.environ.get("LABHIVE_URL", "http://127.0.0.1:8765")
+
+    @default("course_dir")
+    def _default_course_dir(self) -> str:
+        return os.environ.get("LABHIVE_COURSE_DIR", "")
+
+    @default("course_data")
+    def _default_course_data(self) -> str:
+        return os.environ.get("LABHIVE_DATA", "")
 
     @default("secrets_dir")
     def _default_secrets_dir(self) -> str:
@@ -315,6 +335,15 @@ class LabHiveSpawner(Spawner):
 
     def _job_name(self) -> str:
         return server_job_name(self.user.name, self.name)
+
+    def get_env(self) -> dict[str, str]:
+        """The hub's environment for the server, plus where the course's files and data are."""
+        env = dict(super().get_env())
+        if self.course_dir:
+            env["LABHIVE_COURSE_DIR"] = os.path.abspath(self.course_dir)
+        if self.course_data:
+            env["LABHIVE_DATA"] = os.path.abspath(self.course_data)
+        return env
 
     def _write_launch_file(self, owner: homes.Owner | None = None) -> Path:
         """The server's command and environment (its hub token included), readable by the

@@ -85,6 +85,15 @@ def service_url(url: str | None = None) -> str:
     return url if url.endswith(API) else url + API
 
 
+_POSITION_TAIL = re.compile(r";?\s*position \d+ of \d+ in \S+\s*$")
+
+
+def why_without_position(why: str) -> str:
+    """The scheduler's why-text without its "; position 2 of 3 in vc1" tail, for displays
+    that show the position already (it would read twice)."""
+    return _POSITION_TAIL.sub("", why or "").strip()
+
+
 def find_token(token: str | None = None) -> str | None:
     if token:
         return token

@@ -234,3 +234,15 @@ def test_cli_validate_refuses_bad_files_with_exit_2_and_no_traceback(tmp_path):
         )
         assert proc.returncode == 2
         assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_validate_checks_several_files_each_on_its_own(tmp_path, capsys):
+    bad_job = write(tmp_path, "name: a\npriority: urgent\n", "job.yaml")
+    good = [EXAMPLES / "lab6" / "hived-config-two-vcs.yaml", EXAMPLES / "demo.yaml"]
+    assert main(["validate", *map(str, good)]) == 0
+    assert capsys.readouterr().out.count(" OK: ") == 2
+    assert main(["validate", str(good[0]), str(bad_job), str(good[1])]) == 2
+    out, err = capsys.readouterr()
+    assert out.count(" OK: ") == 2, "the files after a wrong one are still checked"
+    assert "line 2: priority: unknown priority 'urgent'" in err
+    assert "1 of 3 files have errors" in err

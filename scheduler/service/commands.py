@@ -31,6 +31,17 @@ def register(subparsers: Any) -> None:
         "--users", type=Path, help="group -> VC grants YAML (default: DATA/hub/grants.yaml)"
     )
     up.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    up.add_argument(
+        "--course",
+        type=Path,
+        help="a folder of course material (e.g. labs) copied into every user's home on their "
+        "server's start, new files only (make up: labs)",
+    )
+    up.add_argument(
+        "--course-data",
+        type=Path,
+        help="the course's data folder, LABHIVE_DATA in every server (make up: ../shared/data)",
+    )
     up.set_defaults(func=_up)
 
 
@@ -135,5 +146,6 @@ def _up(args: argparse.Namespace) -> int:
 
     return run_up(
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
-        policy=args.policy, grants=args.users, grace_s=args.grace_s,
+        policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
+        course_data=args.course_data,
     )  # fmt: skip
