@@ -172,3 +172,22 @@ def test_the_hubs_grants_file_may_name_uids_without_tokens(tmp_path: Path) -> No
     grants.write_text("groups:\n  students: {vcs: [vc1]}\nusers:\n  alice: {uid: 1001}\n")
     assert set(load_grants(grants)) == {"students"}
     assert load_configured(grants) == {"alice": (1001, 1001)}
+
+
+@needs_root
+def test_a_python_users_cannot_run_is_named_at_start_up(monkeypatch) -> None:
+    from labhive.scheduler.service.server import ServeOptions, unreachable_python
+
+    with open_tmp_dir() as tmp:
+        for folder, mode in (("open", 0o755), ("private", 0o700)):
+            (tmp / folder).mkdir(mode=mode)
+            os.chmod(tmp / folder, mode)
+            (tmp / folder / "python").write_text("")
+            os.chmod(tmp / folder / "python", 0o755)
+        monkeypatch.setattr("sys.executable", str(tmp / "open" / "python"))
+        assert unreachable_python(ServeOptions(task_identity="users")) == ""
+        monkeypatch.setattr("sys.executable", str(tmp / "private" / "python"))
+        problem = unreachable_python(ServeOptions(task_identity="users"))
+        assert f"({tmp / 'private'} is not open to other users)" in problem
+        assert "--task-identity service" in problem
+        assert unreachable_python(ServeOptions(task_identity="service")) == ""
