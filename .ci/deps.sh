@@ -13,6 +13,9 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 command -v promtool >/dev/null || need+=(prometheus)
 # the hub tests (and `labhive up`) run JupyterHub's proxy, configurable-http-proxy, from npm
 command -v npm >/dev/null || need+=(npm)
+# the Slurm executor's tests bring up a real Slurm (slurmctld + a slurmd per namespaced node)
+command -v slurmctld >/dev/null || need+=(slurm-wlm)
+command -v munged >/dev/null || need+=(munge)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
