@@ -58,6 +58,7 @@ from labhive.scheduler.model import (
     TaskPlacement,
     Tick,
 )
+from labhive.scheduler.observe.tally import failure_reason
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 
@@ -109,6 +110,7 @@ class _Running:
     handles: dict[TaskKey, TaskHandle] = field(default_factory=dict)
     task_ids: dict[TaskKey, int] = field(default_factory=dict)
     codes: dict[tuple[str, int], int | None] = field(default_factory=dict)
+    notes: dict[tuple[str, int], str] = field(default_factory=dict)  # why a task was killed
     lost: bool = False
 
 
@@ -472,6 +474,8 @@ class SchedulerLoop:
             if self.on_task_exit is not None and ex.exit_code != 0:
                 self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
+            if failure_reason(ex.reason):  # killed for memory: the job's why says so
+                run.notes[(ex.key.role, ex.key.index)] = ex.reason
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)
         for job_id in sorted(decided):
@@ -489,7 +493,11 @@ class SchedulerLoop:
         """Decide where the attempt goes and tell the policy (Finish frees for good, Requeue
         keeps the job's place in the queue)."""
         run = self._running.pop(job_id)
-        bad = sorted(f"{r}-{i}: {c}" for (r, i), c in run.codes.items() if c != 0)
+        bad = sorted(
+            f"{r}-{i}: {c}" + (f" ({run.notes[r, i]})" if (r, i) in run.notes else "")
+            for (r, i), c in run.codes.items()
+            if c != 0
+        )
         code = next((c for c in run.codes.values() if c not in (0, None)), None)
         if outcome == "succeeded":
             work.settled.append((job_id, lc.SUCCEEDED, "succeeded", None, False, 0))
