@@ -115,6 +115,9 @@ def service_command(plan: HubPlan) -> list[str]:
         cmd += ["--cluster", plan.cluster]
     if plan.stop_tasks_on_exit:
         cmd.append("--stop-tasks-on-exit")
+    identity = os.environ.get("LABHIVE_TASK_IDENTITY")
+    if identity:  # the hub passes managed services only the variables it names
+        cmd += ["--task-identity", identity]
     return cmd
 
 

@@ -344,9 +344,11 @@ def run_up(
 
 def _tasks_run_as() -> str:
     """Whom jobs and notebook servers run as (the trust model), as the service will say."""
-    from labhive.scheduler.service.server import ServeOptions, tasks_run_as
+    from labhive.scheduler.service.server import ServeOptions, tasks_run_as, unreachable_python
 
-    return tasks_run_as(ServeOptions())
+    opts = ServeOptions()
+    problem = unreachable_python(opts)
+    return tasks_run_as(opts) + (f"\n  WARNING: {problem}" if problem else "")
 
 
 def _interrupt(*_: Any) -> None:

@@ -52,7 +52,7 @@ def test_an_oom_kill_is_what_the_failed_job_says(live_sqlite, tiny_image):
     hog = "a=$(head -c 100000000 /dev/zero | tr '\\0' a)"
     job = live_sqlite.client().submit(command=hog, vc="vc1", gpus=1, memory_mb=32, image=tiny_image)
     assert (job.wait(60, 0.05).state, job.exit_code) == ("FAILED", 137)
-    assert job.data["why"].endswith("main-0 killed: over its memory limit of 32 MiB")
+    assert job.data["why"].endswith("(killed: over its memory limit of 32 MiB))"), job.data["why"]
 
 
 def serve(data_dir: Path, port: int) -> subprocess.Popen:

@@ -90,7 +90,9 @@ def test_a_task_cannot_fork_past_its_pids_limit(open_tmp: Path) -> None:
 @needs("cpu")
 def test_a_busy_task_is_throttled_to_its_cpu_quota(open_tmp: Path) -> None:
     spin = (
-        "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n"
+        "import time\nt = time.time()\n"
+        "while time.time() - t < 1.5 or time.process_time() < 0.3 and time.time() - t < 10:\n"
+        "    pass\n"
         "print(time.process_time() / (time.time() - t), flush=True)\ntime.sleep(60)\n"
     )
     ex = LocalExecutor(open_tmp / "data")
@@ -101,8 +103,9 @@ def test_a_busy_task_is_throttled_to_its_cpu_quota(open_tmp: Path) -> None:
     (cgroup,) = [c for c in h.info["limits"]["cgroups"] if c.startswith(str(V1["cpu"]))]
     stat = dict(line.split() for line in Path(cgroup, "cpu.stat").read_text().splitlines())
     ex.stop([h], grace_s=0)
-    assert int(stat["nr_throttled"]) > 0, stat
     assert share < 0.35, f"the task got {share:.2f} of a core with a quota of 0.2"
+    # the quota bit, or (on a machine too busy to give it even its quota) it got less anyway
+    assert int(stat["nr_throttled"]) > 0 or share < 0.2, (stat, share)
 
 
 @needs("devices")

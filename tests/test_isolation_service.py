@@ -172,3 +172,44 @@ def test_the_hubs_grants_file_may_name_uids_without_tokens(tmp_path: Path) -> No
     grants.write_text("groups:\n  students: {vcs: [vc1]}\nusers:\n  alice: {uid: 1001}\n")
     assert set(load_grants(grants)) == {"students"}
     assert load_configured(grants) == {"alice": (1001, 1001)}
+
+
+@needs_root
+def test_a_python_users_cannot_run_is_named_at_start_up(monkeypatch) -> None:
+    from labhive.scheduler.service.server import ServeOptions, unreachable_python
+
+    with open_tmp_dir() as tmp:
+        for folder, mode in (("open", 0o755), ("private", 0o700)):
+            (tmp / folder).mkdir(mode=mode)
+            os.chmod(tmp / folder, mode)
+            (tmp / folder / "python").write_text("")
+            os.chmod(tmp / folder / "python", 0o755)
+        monkeypatch.setattr("sys.executable", str(tmp / "open" / "python"))
+        assert unreachable_python(ServeOptions(task_identity="users")) == ""
+        monkeypatch.setattr("sys.executable", str(tmp / "private" / "python"))
+        problem = unreachable_python(ServeOptions(task_identity="users"))
+        assert f"({tmp / 'private'} is not open to other users)" in problem
+        assert "--task-identity service" in problem
+        assert unreachable_python(ServeOptions(task_identity="service")) == ""
+
+
+@needs_root
+def test_a_job_killed_for_memory_says_so(service: Live) -> None:
+    from labhive.scheduler.executors import limits
+
+    support = limits.detect()
+    if support.cgroup_parent is None and "memory" not in support.v1:
+        pytest.skip(f"no memory cgroup here: {support.why_not_cgroup}")
+    shm = f"/dev/shm/labhive-test-{os.getpid()}-oom"
+    try:
+        job = service.client("bob-token-4567").submit(
+            name="hog", command=f"exec dd if=/dev/zero of={shm} bs=1M count=400", vc="vc1",
+            gpus=0, memory_mb=64,
+        )  # fmt: skip
+        wait_until(lambda: job.refresh().done, "the hog to end", 60)
+    finally:
+        Path(shm).unlink(missing_ok=True)
+    assert (job.state, job.exit_code) == ("FAILED", 137), job.data
+    why = job.events()[-1]["why"]
+    oom = "killed: over its memory limit of 64 MiB"
+    assert why == f"attempt 1 failed (exit codes main-0: 137 ({oom}))", why

@@ -546,7 +546,7 @@ def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
     how = how or f"exit code {record['exit_code']}"
     if limits.oom_killed(enforced):
         mb = enforced["memory"]["bytes"] // limits.MIB
-        return f"killed: over its memory limit of {mb} MiB ({how})"
+        return f"killed: over its memory limit of {mb} MiB"
     return how
 
 

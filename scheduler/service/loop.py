@@ -64,6 +64,7 @@ from labhive.scheduler.model import (
     TaskPlacement,
     Tick,
 )
+from labhive.scheduler.observe.tally import failure_reason
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.actuation import Actuator, Drain, Reservations, Settle
 from labhive.scheduler.service.backoff import LoopHealth
@@ -117,10 +118,10 @@ class _Running:
     handles: dict[TaskKey, TaskHandle] = field(default_factory=dict)
     task_ids: dict[TaskKey, int] = field(default_factory=dict)
     codes: dict[tuple[str, int], int | None] = field(default_factory=dict)
-    lost: bool = False
-    gpus: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) the attempt holds
     #: What the executor knows beyond a code ("killed: over its memory limit of 256 MiB").
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
+    lost: bool = False
+    gpus: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) the attempt holds
 
 
 @dataclass
@@ -644,7 +645,7 @@ class SchedulerLoop:
             if self.on_task_exit is not None and ex.exit_code != 0:
                 self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
-            if ex.reason and not ex.reason.startswith("exit code"):
+            if failure_reason(ex.reason):  # killed for memory: the job's why says so
                 run.notes[(ex.key.role, ex.key.index)] = ex.reason
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)
@@ -668,7 +669,11 @@ class SchedulerLoop:
     def _settle(self, job_id: int, run: _Running, outcome: str, t: float) -> tuple[Settle, Event]:
         """Where the attempt goes, and what the policy learns once its tasks are gone (Finish
         frees for good, Requeue keeps the job's place in the queue)."""
-        bad = sorted(f"{r}-{i}: {c}" for (r, i), c in run.codes.items() if c != 0)
+        bad = sorted(
+            f"{r}-{i}: {c}" + (f" ({run.notes[r, i]})" if (r, i) in run.notes else "")
+            for (r, i), c in run.codes.items()
+            if c != 0
+        )
         code = next((c for c in run.codes.values() if c not in (0, None)), None)
         if outcome == "succeeded":
             return (job_id, lc.SUCCEEDED, "succeeded", None, False, 0), Finish(str(job_id), t)
@@ -680,7 +685,6 @@ class SchedulerLoop:
         assert job is not None
         target, spend = lc.after_failure(job)
         why = f"attempt {run.attempt} failed (exit codes {', '.join(bad)})"
-        why += "".join(f"; {r}-{i} {note}" for (r, i), note in sorted(run.notes.items()))
         if target == lc.WAITING:
             why += f"; retry {job['retries_used'] + 1} of {job['retries']}"
             return (job_id, target, "retrying", why, spend, code), Requeue(str(job_id), t)

@@ -221,6 +221,23 @@ def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:
     return accounts.filling(builder or partial(default_launches, virtual=config.virtual))
 
 
+def unreachable_python(opts: ServeOptions) -> str:
+    """Why users' uids cannot run this Python (jobs and notebook servers that use it would
+    fail with "Permission denied"), or "" when they can or tasks do not switch uids."""
+    if opts.task_identity != "users" or os.geteuid() != 0:
+        return ""
+    exe = Path(sys.executable).resolve()
+    for path in (exe, *exe.parents):
+        if not path.stat().st_mode & 0o001:
+            return (
+                f"tasks run as users' uids cannot execute {sys.executable} ({path} is not open "
+                "to other users): jobs and notebook servers using it will fail with 'Permission "
+                "denied'; install LabHive where every uid can run it (/usr, /opt), or start with "
+                "--task-identity service (then users are not separated)"
+            )
+    return ""
+
+
 def tasks_run_as(opts: ServeOptions) -> str:
     """Whom tasks run as, in words for the start-up banner and log (the trust model)."""
     me = os.geteuid()
@@ -245,6 +262,8 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
     running = build(opts)
     if "NOT separated" in running.tasks_run_as:
         log.warning("tasks run as %s", running.tasks_run_as)
+    if problem := unreachable_python(opts):
+        log.warning("%s", problem)
     config = uvicorn.Config(
         running.app,
         host=opts.host,
