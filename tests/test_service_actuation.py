@@ -93,6 +93,7 @@ def test_a_preemptor_starts_only_once_its_victims_processes_are_gone(live: Live)
     )
     assert "preempted by job" in victim.why and victim.state == "RUNNING"
     assert preemptor.refresh().state == "WAITING"
+    assert f"once the tasks of job {victim.id} have exited" in preemptor.why
     wait_until(lambda: preemptor.refresh().state != "WAITING", "the preemptor to start", 60)
     assert not any(_alive(p) for p in pids[victim.id]), "the preemptor started beside its victim"
     assert victim.refresh().state == "WAITING" and victim.reason == "preempted"

@@ -134,6 +134,7 @@ class _Pass:
     new_jobs: list[int] = field(default_factory=list)
     stopping: list[tuple[int, str]] = field(default_factory=list)  # (job, why) now draining
     handles: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (task id, info)
+    held_whys: list[tuple[int, str]] = field(default_factory=list)  # starts held back: why
 
 
 class SchedulerLoop:
@@ -722,6 +723,11 @@ class SchedulerLoop:
             if isinstance(d, Start):
                 if self._reserved.blocks(d):
                     self._reserved.hold(d)
+                    if blockers := self._reserved.blockers(d):
+                        ids = ", ".join(map(str, blockers))
+                        why = (f"placed; starts once the tasks of job {ids} have exited "
+                               f"(grace {self.grace_s:g} s)")  # fmt: skip
+                        work.held_whys.append((job_id, why))
                 else:
                     work.decisions.append(d)
             elif isinstance(d, Preempt | Stop):
@@ -758,6 +764,12 @@ class SchedulerLoop:
                 job = job_row(conn, job_id)
                 if job is not None and job["state"] == lc.RUNNING:
                     lc.transition(conn, job, lc.RUNNING, "stopping", why, t)
+            for job_id, why in work.held_whys:
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id, jobs.c.state == lc.WAITING)
+                    .values(why=why)
+                )
             for job_id, target, reason, why, spend, code in work.settled:
                 job = job_row(conn, job_id)
                 if job is None or job["state"] != lc.RUNNING:
