@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.service import lifecycle as lc
@@ -103,3 +104,19 @@ def test_an_executor_that_fails_makes_the_loop_back_off_and_carry_on(loop: Sched
     assert _state(loop, job_id) == "WAITING"
     assert loop.try_pass() and loop.health.failures == 0
     assert _state(loop, job_id) == "RUNNING"
+
+
+def test_a_job_cancelled_while_the_service_stops_ends_cancelled(loop: SchedulerLoop) -> None:
+    """Its stop runs off the pass; stopping the service waits for it and records the cancel,
+    instead of requeueing the job for the next start."""
+    job_id = _submit(loop, {"name": "a", "vc": "vc1", "gpus": 1, "command": "sleep 30"})
+    loop.step()
+    wait_until(lambda: loop.step() is not None and loop.handles(job_id), "the launch")
+    with loop.store.write() as conn:
+        lc.request_cancel(conn, job_id)
+    loop.cancel(job_id)
+    loop.step()
+    with loop.store.read() as conn:
+        assert job_row(conn, job_id)["reason"] == "stopping"
+    loop.stop(stop_tasks=True)
+    assert _state(loop, job_id) == "STOPPED"

@@ -923,6 +923,9 @@ class SchedulerLoop:
 
     def _requeue_all(self, why: str) -> None:
         t = self.clock()
+        done = _Pass()  # jobs whose stop completed end as decided (cancelled, failed ...)
+        self._finish_drains(done, [])
+        self._commit(done, t)
         draining = [(job_id, d.run) for job_id, d in self._reserved.draining.items()]
         for job_id, run in list(self._running.items()) + draining:
             self.executor.stop(list(run.handles.values()), self.grace_s)
