@@ -3,11 +3,12 @@
 Starts ``labhive serve`` on loopback (a virtual 2 x 4 GPU cluster, the local executor, a 10 s
 grace period), runs 4 one-GPU tasks in VC ``vc1`` that ignore SIGTERM, cancels all 4, and during
 the next ``--window`` seconds (the grace period the stops take) another user submits one-GPU
-jobs to VC ``default``, one after another, each waiting for the last to start. Reported per
-probe: the store's submit-to-start time (``started_at - submitted_at``: the scheduling pass)
-and what the client saw (submit until ``GET /jobs/{id}`` no longer says WAITING, polled every
-20 ms). Before the stops moved off the scheduling pass each cancel froze the loop for the
-whole grace period (the issue measured ~30 s).
+jobs to VC ``default``, one after another, each once the last has ended (so that they never
+queue for each other's GPUs). Reported per probe: the store's submit-to-start time
+(``started_at - submitted_at``: the scheduling pass) and what the client saw (submit until
+``GET /jobs/{id}`` no longer says WAITING, polled every 20 ms). Before the stops moved off the
+scheduling pass each cancel froze the loop for the whole grace period (the issue measured
+~30 s). Runs against whichever ``labhive`` the Python running it imports.
 
     python benchmarks/bench_actuation.py [--grace 10] [--window 12] [--stubborn 4]
 """
@@ -102,7 +103,8 @@ def probe(bob: httpx.Client, i: int) -> tuple[float, float]:
     job_id = bob.post("/jobs", json=doc).raise_for_status().json()["id"]
     job = _until(lambda: (j := bob.get(f"/jobs/{job_id}").json())["state"] != "WAITING" and j)
     seen = time.perf_counter() - began
-    job = _until(lambda: (j := bob.get(f"/jobs/{job_id}").json())["started_at"] and j)
+    # Its end, before the next probe: probes must not queue for each other's GPUs.
+    job = _until(lambda: (j := bob.get(f"/jobs/{job_id}").json())["state"] == "SUCCEEDED" and j)
     return job["started_at"] - job["submitted_at"], seen
 
 

@@ -93,6 +93,7 @@ def test_a_preemptor_starts_only_once_its_victims_processes_are_gone(live: Live)
     )
     assert "preempted by job" in victim.why and victim.state == "RUNNING"
     assert preemptor.refresh().state == "WAITING"
+    assert f"once the tasks of job {victim.id} have exited" in preemptor.why
     wait_until(lambda: preemptor.refresh().state != "WAITING", "the preemptor to start", 60)
     assert not any(_alive(p) for p in pids[victim.id]), "the preemptor started beside its victim"
     assert victim.refresh().state == "WAITING" and victim.reason == "preempted"
@@ -101,23 +102,25 @@ def test_a_preemptor_starts_only_once_its_victims_processes_are_gone(live: Live)
         live.client(ALICE).cancel(job.id, wait=0)
 
 
-def test_cancel_requests_waiting_for_a_slow_stop_park_no_request_thread(live: Live) -> None:
+def test_cancel_requests_waiting_for_a_slow_stop_park_no_request_thread(tmp_path: Path) -> None:
     """More waiting cancels than the server has request threads (40): another user's request
-    is still answered while every one of them waits."""
-    stubborn = _running(live, ALICE, vc="vc1", gpus=1, name="stubborn")
-    url = f"{live.url}/jobs/{stubborn.id}/cancel"
-    auth = {"Authorization": f"Bearer {ALICE}"}
-    with ThreadPoolExecutor(60) as pool:
-        waits = [
-            pool.submit(httpx.post, url, params={"wait": 8}, headers=auth, timeout=60)
-            for _ in range(60)
-        ]
-        _stopping(stubborn)
-        listed = httpx.get(
-            f"{live.url}/jobs", headers={"Authorization": f"Bearer {BOB}"}, timeout=60
-        )
-        assert listed.status_code == 200
-        assert not any(w.done() for w in waits), "a cancel wait ended before the grace did"
-        answers = [w.result() for w in waits]
-    assert all(a.status_code == 200 for a in answers)
-    assert {a.json()["reason"] for a in answers} <= {"started", "stopping", "cancelled"}
+    is still answered while every one of them waits (a 20 s grace, waits of 15 s: room for a
+    slow machine)."""
+    with live_service(tmp_path / "data", grace_s=20) as live:
+        stubborn = _running(live, ALICE, vc="vc1", gpus=1, name="stubborn")
+        url = f"{live.url}/jobs/{stubborn.id}/cancel"
+        auth = {"Authorization": f"Bearer {ALICE}"}
+        with ThreadPoolExecutor(60) as pool:
+            waits = [
+                pool.submit(httpx.post, url, params={"wait": 15}, headers=auth, timeout=60)
+                for _ in range(60)
+            ]
+            _stopping(stubborn)
+            listed = httpx.get(
+                f"{live.url}/jobs", headers={"Authorization": f"Bearer {BOB}"}, timeout=60
+            )
+            assert listed.status_code == 200
+            assert not any(w.done() for w in waits), "a cancel wait ended before the grace did"
+            answers = [w.result() for w in waits]
+        assert all(a.status_code == 200 for a in answers)
+        assert {a.json()["reason"] for a in answers} <= {"started", "stopping", "cancelled"}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.service import lifecycle as lc
@@ -82,3 +83,40 @@ def test_a_failed_attempt_of_a_cancelled_job_does_not_leave_it_in_the_policy(
     other = _submit(loop, {"name": "next", "vc": "vc1", "gpus": 4, "command": "true"})
     loop.step()
     assert _state(loop, other) == "RUNNING"  # vc1's GPUs are really free
+
+
+def test_an_executor_that_fails_makes_the_loop_back_off_and_carry_on(loop: SchedulerLoop) -> None:
+    """Its poll raises three times (a broken executor): each pass fails and is counted, none
+    raises, and once the executor works again the policy, rebuilt from the store, starts
+    what was submitted meanwhile."""
+    real_poll, failures = loop.executor.poll, iter(range(3))
+
+    def broken_poll():  # fails three times, then works
+        if next(failures, None) is not None:
+            raise OSError("executor unreachable")
+        return real_poll()
+
+    loop.executor.poll = broken_poll  # type: ignore[method-assign]
+    job_id = _submit(loop, {"name": "a", "vc": "vc1", "gpus": 1, "command": "sleep 30"})
+    assert [loop.try_pass() for _ in range(3)] == [False, False, False]
+    assert (loop.health.failures, loop.health.error) == (3, "OSError")
+    assert loop.health.delay() == 2.0
+    assert _state(loop, job_id) == "WAITING"
+    assert loop.try_pass() and loop.health.failures == 0
+    assert _state(loop, job_id) == "RUNNING"
+
+
+def test_a_job_cancelled_while_the_service_stops_ends_cancelled(loop: SchedulerLoop) -> None:
+    """Its stop runs off the pass; stopping the service waits for it and records the cancel,
+    instead of requeueing the job for the next start."""
+    job_id = _submit(loop, {"name": "a", "vc": "vc1", "gpus": 1, "command": "sleep 30"})
+    loop.step()
+    wait_until(lambda: loop.step() is not None and loop.handles(job_id), "the launch")
+    with loop.store.write() as conn:
+        lc.request_cancel(conn, job_id)
+    loop.cancel(job_id)
+    loop.step()
+    with loop.store.read() as conn:
+        assert job_row(conn, job_id)["reason"] == "stopping"
+    loop.stop(stop_tasks=True)
+    assert _state(loop, job_id) == "STOPPED"

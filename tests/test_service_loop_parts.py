@@ -69,6 +69,7 @@ def test_a_start_onto_draining_gpus_is_held_until_the_drain_ends() -> None:
                           None, False, None), None, token=1)  # fmt: skip
     onto, beside, victim_again = _start(2, "n0", 1), _start(3, "n1", 0), _start(1, "n1", 1)
     assert r.blocks(onto) and not r.blocks(beside) and r.blocks(victim_again)
+    assert (r.blockers(onto), r.blockers(beside)) == ([1], [])
     r.hold(onto)
     r.hold(victim_again)
     assert r.release() == [] and r.held == [onto, victim_again]

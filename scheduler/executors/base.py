@@ -72,6 +72,11 @@ class TaskExit:
 
 
 class Executor(Protocol):
+    """Thread use: the service's scheduling loop calls ``poll`` and ``adopt``; its worker
+    threads call ``launch`` and ``stop`` (a stop may wait out a whole grace period), one job
+    at a time per worker, so calls for different jobs overlap and ``poll`` must tolerate a
+    task that a concurrent ``stop`` removes."""
+
     name: str
 
     def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:

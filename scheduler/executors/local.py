@@ -305,7 +305,8 @@ class LocalExecutor:
         for key, task in list(self._tasks.items()):
             if not self._ended(task):
                 continue
-            del self._tasks[key]
+            if self._tasks.pop(key, None) is None:
+                continue  # a stop (in the service's worker thread) took it meanwhile
             ended.append(self._settle(task))
         return ended
 

@@ -62,6 +62,11 @@ class Reservations:
         busy = self.busy()
         return any((p.node, g) in busy for p in start.tasks for g in p.gpus)
 
+    def blockers(self, start: Start) -> list[int]:
+        """The draining jobs holding GPUs ``start`` was given."""
+        gpus = {(p.node, g) for p in start.tasks for g in p.gpus}
+        return sorted(j for j, d in self.draining.items() if d.gpus & gpus)
+
     def busy(self) -> set[tuple[str, int]]:
         return {gpu for d in self.draining.values() for gpu in d.gpus}
 

@@ -137,6 +137,7 @@ class _Pass:
     new_jobs: list[int] = field(default_factory=list)
     stopping: list[tuple[int, str]] = field(default_factory=list)  # (job, why) now draining
     handles: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (task id, info)
+    held_whys: list[tuple[int, str]] = field(default_factory=list)  # starts held back: why
 
 
 class SchedulerLoop:
@@ -566,25 +567,36 @@ class SchedulerLoop:
                 self._specs.pop(job_id, None)
 
     def _begin_drain(
-        self, run: _Running, settle: Settle, event: Event | None, work: _Pass, why: str
+        self,
+        run: _Running,
+        settle: Settle,
+        event: Event | None,
+        work: _Pass,
+        why: str,
+        only: set[TaskKey] | None = None,
     ) -> None:
-        """Stop the attempt's tasks off the pass; its GPUs stay reserved until they are gone,
-        and the store shows the job RUNNING, "stopping", until then."""
+        """Stop the attempt's tasks (``only`` these, when given) off the pass; its GPUs stay
+        reserved until they are gone, and the store shows the job RUNNING, "stopping", until
+        then."""
         job_id = settle[0]
         token = next(self._tokens)
         drain = Drain(job_id, run, frozenset(run.gpus), settle, event, token)
         self._reserved.draining[job_id] = drain
         work.stopping.append((job_id, f"{why}; waiting for its tasks to exit "
                                       f"(grace {self.grace_s:g} s)"))  # fmt: skip
-        self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run))
+        self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run, only))
 
-    def _stop_tasks(self, job_id: int, token: int, run: _Running) -> None:
+    def _stop_tasks(
+        self, job_id: int, token: int, run: _Running, only: set[TaskKey] | None
+    ) -> None:
         """(A worker.) Stop the attempt's tasks, retrying while the executor fails (the GPUs
-        stay reserved meanwhile), then tell the loop they are gone."""
+        stay reserved meanwhile), then tell the loop they are gone. Runs after the job's
+        launch, so its handles are known."""
         delay = 0.5
         while True:
             try:
-                self.executor.stop(list(run.handles.values()), self.grace_s)
+                handles = [h for k, h in run.handles.items() if only is None or k in only]
+                self.executor.stop(handles, self.grace_s)
                 break
             except Exception as err:
                 if self._stopping.is_set():
@@ -657,9 +669,10 @@ class SchedulerLoop:
                 continue
             del self._running[job_id]
             settle, event = self._settle(job_id, run, outcome, t)
-            alive = [k for k in run.handles if (k.role, k.index) not in run.codes]
+            # By task, not by handle: a launch still in flight has no handles yet.
+            alive = {k for k in run.task_ids if (k.role, k.index) not in run.codes}
             if alive:  # the rest of the gang must go before the policy reuses its cells
-                self._begin_drain(run, settle, event, work, settle[3] or settle[2])
+                self._begin_drain(run, settle, event, work, settle[3] or settle[2], alive)
                 continue
             work.settled.append(settle)
             out.append(event)
@@ -719,6 +732,11 @@ class SchedulerLoop:
             if isinstance(d, Start):
                 if self._reserved.blocks(d):
                     self._reserved.hold(d)
+                    if blockers := self._reserved.blockers(d):
+                        ids = ", ".join(map(str, blockers))
+                        why = (f"placed; starts once the tasks of job {ids} have exited "
+                               f"(grace {self.grace_s:g} s)")  # fmt: skip
+                        work.held_whys.append((job_id, why))
                 else:
                     work.decisions.append(d)
             elif isinstance(d, Preempt | Stop):
@@ -755,6 +773,12 @@ class SchedulerLoop:
                 job = job_row(conn, job_id)
                 if job is not None and job["state"] == lc.RUNNING:
                     lc.transition(conn, job, lc.RUNNING, "stopping", why, t)
+            for job_id, why in work.held_whys:
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id, jobs.c.state == lc.WAITING)
+                    .values(why=why)
+                )
             for job_id, target, reason, why, spend, code in work.settled:
                 job = job_row(conn, job_id)
                 if job is None or job["state"] != lc.RUNNING:
@@ -908,6 +932,9 @@ class SchedulerLoop:
 
     def _requeue_all(self, why: str) -> None:
         t = self.clock()
+        done = _Pass()  # jobs whose stop completed end as decided (cancelled, failed ...)
+        self._finish_drains(done, [])
+        self._commit(done, t)
         draining = [(job_id, d.run) for job_id, d in self._reserved.draining.items()]
         for job_id, run in list(self._running.items()) + draining:
             self.executor.stop(list(run.handles.values()), self.grace_s)
