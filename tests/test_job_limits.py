@@ -110,3 +110,14 @@ def test_a_deeply_nested_spec_is_refused_without_recursion():
         deep = [deep]
     with pytest.raises(SpecError, match="NUL"):
         parse_job({"name": "ok", "command": deep})
+
+
+def test_labhive_validate_prints_the_message_and_exits_2(tmp_path, capsys):
+    from labhive.scheduler.cli import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text("protocolVersion: 2\nname: x\ntaskRoles:\n  w: {instances: 10000000000}\n")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "line 4: taskRoles.w.instances: must be a whole number >= 1" in err
+    assert "Traceback" not in err
