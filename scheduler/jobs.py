@@ -242,7 +242,9 @@ def _str(
     default: Any = None,
     max_len: int | None = None,
 ) -> Any:
-    value = data.get(key, default)
+    value = data.get(key)
+    if value is None:  # null means "not given": the default
+        value = default
     if value is not None and not isinstance(value, (str, int)):
         raise where.error(path, data, f"must be a string, got {_show(value)}", key)
     text = None if value is None else str(value)
@@ -292,7 +294,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         cpu=float(_num(data, "cpu", where, "cpu", minimum=0, whole=False, default=1.0)),
         memory_mb=_num(data, "memory_mb", where, "memory_mb", minimum=0, whole=True, default=1024),
         sku=_str(data, "sku", where, "sku"),
-        commands=tuple(str(c) for c in commands),
+        commands=_commands(commands, data, "command", where),
         pinned_cell=_str(data, "pinned_cell", where, "pinned_cell"),
     )
     return JobSpec(
@@ -309,6 +311,16 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         observe=_str(data, "observe", where, "observe"),
         raw=dict(data),
     )
+
+
+def _commands(items: Any, data: dict[str, Any], path: str, where: _Where) -> tuple[str, ...]:
+    """Command lines: strings (a number is taken as its text); null or a mapping is a mistake
+    that would otherwise run as the shell command ``None``."""
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            key = "command" if path == "command" else "commands"
+            raise where.error(path, data, f"must hold strings, got {_show(item)}", key)
+    return tuple(str(c) for c in items)
 
 
 def _duration(data: dict[str, Any], where: _Where) -> float | None:
@@ -390,7 +402,9 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
                 pinned_cell=_str(
                     hived_role, "pinnedCellId", where, f"extras.hivedScheduler.{path}.pinnedCellId"
                 ),
-                commands=tuple(str(c).strip() for c in commands),
+                commands=tuple(
+                    c.strip() for c in _commands(commands, raw, f"{path}.commands", where)
+                ),
                 min_succeeded=_num(
                     completion,
                     "minSucceededInstances",

@@ -59,6 +59,9 @@ def openpai(role: str = "worker", **res: object) -> dict:
         ({"name": "ok", "memory_mb": 2**70}, "memory_mb", "at most 1099511627776"),
         ({**openpai(), "prerequisites": 5}, "prerequisites", "must be a list"),
         ({**openpai(), "jobRetryCount": None}, "jobRetryCount", "got null"),
+        ({"name": "ok", "command": [None]}, "command", "must hold strings, got None"),
+        ({"name": "ok", "command": ["a", {"x": 1}]}, "command", "must hold strings"),
+        ({**openpai(), "taskRoles": {"w": {"commands": [None]}}}, "commands", "must hold strings"),
     ],
     ids=repr,
 )
@@ -78,6 +81,14 @@ def test_one_task_bound_for_all_roles_of_an_openpai_job():
         parse_job(doc)
     doc["taskRoles"]["ps"]["instances"] = lim.MAX_TASKS - half
     assert parse_job(doc).task_count == lim.MAX_TASKS
+
+
+def test_null_for_an_optional_name_means_its_default():
+    assert parse_job({"name": "a", "vc": None}, default_vc="vc1").vc == "vc1"
+    doc = {**openpai(), "defaults": {"virtualCluster": None}}
+    assert parse_job(doc, default_vc="vc1").vc == "vc1"
+    with pytest.raises(SpecError, match="name: is required"):
+        parse_job({"name": None})
 
 
 def test_the_largest_allowed_jobs_still_parse():
