@@ -124,7 +124,7 @@ def test_a_row_the_store_refuses_fails_only_itself(live, caplog) -> None:
             assert "reference" in str(result) and "INSERT" not in str(result)
         else:
             assert isinstance(result, tuple), result
-    assert "storing them one by one" in caplog.text  # a mixed batch was split
+    assert "finding the rows the store refuses" in caplog.text  # a mixed batch was split
     with svc.store.read() as conn:
         stored = set(conn.execute(select(jobs.c.name)).scalars())
     assert stored == {n for n in names if n.startswith("ok")}

@@ -100,8 +100,10 @@ class Intake:
             for p in batch:
                 p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
             return
-        except Exception:  # some row is bad: find it by storing each on its own
-            log.warning("a batch of %d submissions failed; storing them one by one", len(batch))
+        except Exception:  # some row is bad: find it, store the rest
+            log.warning(
+                "a batch of %d submissions failed; finding the rows the store refuses", len(batch)
+            )
             self._store_each(batch, t)
             return
         self._accepted(batch, ids, t)
@@ -127,7 +129,7 @@ class Intake:
                 for part in (batch[:half], batch[half:]):
                     _insert_part(conn, part, t, stored, refused)
         except Exception:
-            log.exception("storing %d submissions one by one failed", len(batch))
+            log.exception("storing %d submissions around a refused row failed", len(batch))
             for p in batch:
                 p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
             return
