@@ -287,6 +287,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     if command is not None and not isinstance(command, (str, list)):
         raise where.error("command", data, "must be a string or a list of strings", "command")
     commands = tuple(command) if isinstance(command, list) else (command,) if command else ()
+    _check_commands(commands, data, "command", where)
     role = RoleSpec(
         SHORT_ROLE,
         instances=tasks,
@@ -294,7 +295,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         cpu=float(_num(data, "cpu", where, "cpu", minimum=0, whole=False, default=1.0)),
         memory_mb=_num(data, "memory_mb", where, "memory_mb", minimum=0, whole=True, default=1024),
         sku=_str(data, "sku", where, "sku"),
-        commands=_commands(commands, data, "command", where),
+        commands=tuple(str(c) for c in commands),
         pinned_cell=_str(data, "pinned_cell", where, "pinned_cell"),
     )
     return JobSpec(
@@ -313,14 +314,13 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     )
 
 
-def _commands(items: Any, data: dict[str, Any], path: str, where: _Where) -> tuple[str, ...]:
-    """Command lines: strings (a number is taken as its text); null or a mapping is a mistake
-    that would otherwise run as the shell command ``None``."""
+def _check_commands(items: Any, data: dict[str, Any], path: str, where: _Where) -> None:
+    """Command lines are strings (a number is taken as its text); a null or a mapping is a
+    mistake that would otherwise run as the shell command ``None``."""
     for item in items:
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             key = "command" if path == "command" else "commands"
             raise where.error(path, data, f"must hold strings, got {_show(item)}", key)
-    return tuple(str(c) for c in items)
 
 
 def _duration(data: dict[str, Any], where: _Where) -> float | None:
@@ -383,6 +383,7 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         commands = raw.get("commands") or []
         if not isinstance(commands, list):
             raise where.error(f"{path}.commands", raw, "must be a list of strings", "commands")
+        _check_commands(commands, raw, f"{path}.commands", where)
         image = raw.get("dockerImage")
         first_image = first_image or images.get(str(image), image)
         roles.append(
@@ -402,9 +403,7 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
                 pinned_cell=_str(
                     hived_role, "pinnedCellId", where, f"extras.hivedScheduler.{path}.pinnedCellId"
                 ),
-                commands=tuple(
-                    c.strip() for c in _commands(commands, raw, f"{path}.commands", where)
-                ),
+                commands=tuple(str(c).strip() for c in commands),
                 min_succeeded=_num(
                     completion,
                     "minSucceededInstances",
