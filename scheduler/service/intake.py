@@ -44,6 +44,9 @@ class Unstorable(UserError):
 
 #: Errors that say the database is out of reach, not that one row is bad.
 UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+#: Errors that say a row holds a value the database cannot store (too long, out of range, not
+#: encodable, null where required); any other error is the store's, and fails the batch (503).
+ROW_FAULTS = (sa_exc.DataError, sa_exc.IntegrityError, ValueError, OverflowError, TypeError)
 
 
 @dataclass
@@ -95,16 +98,16 @@ class Intake:
         t = time.time()
         try:
             ids = self._insert(batch, t)
-        except UNREACHABLE:  # the database is out of reach: every row would fail alike
-            log.exception("storing %d submissions failed: the store is unreachable", len(batch))
-            for p in batch:
-                p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
-            return
-        except Exception:  # some row is bad: find it, store the rest
+        except ROW_FAULTS:  # some row is bad: find it, store the rest
             log.warning(
                 "a batch of %d submissions failed; finding the rows the store refuses", len(batch)
             )
             self._store_each(batch, t)
+            return
+        except Exception:  # the store's own failure (out of reach, broken): every row alike
+            log.exception("storing %d submissions failed", len(batch))
+            for p in batch:
+                p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
             return
         self._accepted(batch, ids, t)
 
@@ -150,9 +153,7 @@ def _insert_part(
     try:
         with conn.begin_nested():
             ids = lc.submit_many(conn, [p.job for p in part], t)
-    except UNREACHABLE:
-        raise
-    except Exception:
+    except ROW_FAULTS:
         if len(part) == 1:
             refused.append((part[0], _unstorable(part[0])))
             return
