@@ -162,3 +162,31 @@ def test_gpu_and_cluster_views_hide_other_users_job_ids(live_sqlite) -> None:
     assert holders(admin) == used(admin) == [job.id]
     assert holders(bob) == used(bob) == ["another user's job"]
     job.cancel()
+
+
+def test_both_backends_store_a_batch_alike(store) -> None:
+    """PostgreSQL stores a batch with its own statement (one round trip); the rows and first
+    events must be those the SQLite path writes from ``_job_values``, ids in the order given."""
+    from labhive.scheduler.service.store import events
+
+    new = [
+        lc.NewJob(
+            f"j{i}", f"user{i % 2}", "vc1", 10 * i, i, i + 1, 2 * i, {"name": f"j{i}", "n": i}
+        )
+        for i in range(5)
+    ]
+    with store.write() as conn:
+        ids = lc.submit_many(conn, new, 1234.5)
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    with store.read() as conn:
+        for job, job_id in zip(new, ids, strict=True):
+            row = dict(conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().one())
+            assert row == {**lc._job_values(job, 1234.5), "id": job_id}
+            (event,) = conn.execute(select(events).where(events.c.job_id == job_id)).mappings()
+            assert (event["time"], event["from_state"], event["to_state"], event["reason"]) == (
+                1234.5,
+                None,
+                "WAITING",
+                "submitted",
+            )
+            assert (event["attempt"], event["why"]) == (1, None)
