@@ -144,14 +144,22 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     heads = ("backend", "clients", "subs", "subs/s", "p50 ms", "p99 ms", "errors", "cpu ms")
     print(f"{heads[0]:<11} " + " ".join(f"{h:>7}" for h in heads[1:]))
+    results = {}
     for backend in args.backends.split(","):
-        r = measure(backend, args.clients, args.seconds)
+        r = results[backend] = measure(backend, args.clients, args.seconds)
         print(
             f"{r['backend']:<11} {r['clients']:>7} {r['submissions']:>7} {r['per_second']:>7} "
             f"{r['p50_ms']:>7} {r['p99_ms']:>7} {r['errors']:>7} {r['cpu_ms']:>7}",
             flush=True,
         )
     print("cpu ms: the service's CPU time per submission (HTTP, store, scheduler loop)")
+    # ratios hold up better than the figures themselves on a busy machine
+    if {"sqlite", "postgresql"} <= set(results):
+        pg, lite = results["postgresql"], results["sqlite"]
+        print(
+            f"postgresql/sqlite: subs/s {pg['per_second'] / lite['per_second']:.2f}, "
+            f"p99 {pg['p99_ms'] / lite['p99_ms']:.2f}, cpu ms {pg['cpu_ms'] / lite['cpu_ms']:.2f}"
+        )
     print(f"load average afterwards {os.getloadavg()[0]:.1f}")
 
 

@@ -242,7 +242,9 @@ def _str(
     default: Any = None,
     max_len: int | None = None,
 ) -> Any:
-    value = data.get(key, default)
+    value = data.get(key)
+    if value is None:  # null means "not given": the default
+        value = default
     if value is not None and not isinstance(value, (str, int)):
         raise where.error(path, data, f"must be a string, got {_show(value)}", key)
     text = None if value is None else str(value)
@@ -285,6 +287,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     if command is not None and not isinstance(command, (str, list)):
         raise where.error("command", data, "must be a string or a list of strings", "command")
     commands = tuple(command) if isinstance(command, list) else (command,) if command else ()
+    _check_commands(commands, data, "command", where)
     role = RoleSpec(
         SHORT_ROLE,
         instances=tasks,
@@ -309,6 +312,15 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         observe=_str(data, "observe", where, "observe"),
         raw=dict(data),
     )
+
+
+def _check_commands(items: Any, data: dict[str, Any], path: str, where: _Where) -> None:
+    """Command lines are strings (a number is taken as its text); a null or a mapping is a
+    mistake that would otherwise run as the shell command ``None``."""
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            key = "command" if path == "command" else "commands"
+            raise where.error(path, data, f"must hold strings, got {_show(item)}", key)
 
 
 def _duration(data: dict[str, Any], where: _Where) -> float | None:
@@ -371,6 +383,7 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         commands = raw.get("commands") or []
         if not isinstance(commands, list):
             raise where.error(f"{path}.commands", raw, "must be a list of strings", "commands")
+        _check_commands(commands, raw, f"{path}.commands", where)
         image = raw.get("dockerImage")
         first_image = first_image or images.get(str(image), image)
         roles.append(

@@ -59,6 +59,9 @@ def openpai(role: str = "worker", **res: object) -> dict:
         ({"name": "ok", "memory_mb": 2**70}, "memory_mb", "at most 1099511627776"),
         ({**openpai(), "prerequisites": 5}, "prerequisites", "must be a list"),
         ({**openpai(), "jobRetryCount": None}, "jobRetryCount", "got null"),
+        ({"name": "ok", "command": [None]}, "command", "must hold strings, got None"),
+        ({"name": "ok", "command": ["a", {"x": 1}]}, "command", "must hold strings"),
+        ({**openpai(), "taskRoles": {"w": {"commands": [None]}}}, "commands", "must hold strings"),
     ],
     ids=repr,
 )
@@ -78,6 +81,14 @@ def test_one_task_bound_for_all_roles_of_an_openpai_job():
         parse_job(doc)
     doc["taskRoles"]["ps"]["instances"] = lim.MAX_TASKS - half
     assert parse_job(doc).task_count == lim.MAX_TASKS
+
+
+def test_null_for_an_optional_name_means_its_default():
+    assert parse_job({"name": "a", "vc": None}, default_vc="vc1").vc == "vc1"
+    doc = {**openpai(), "defaults": {"virtualCluster": None}}
+    assert parse_job(doc, default_vc="vc1").vc == "vc1"
+    with pytest.raises(SpecError, match="name: is required"):
+        parse_job({"name": None})
 
 
 def test_the_largest_allowed_jobs_still_parse():
@@ -110,3 +121,14 @@ def test_a_deeply_nested_spec_is_refused_without_recursion():
         deep = [deep]
     with pytest.raises(SpecError, match="NUL"):
         parse_job({"name": "ok", "command": deep})
+
+
+def test_labhive_validate_prints_the_message_and_exits_2(tmp_path, capsys):
+    from labhive.scheduler.cli import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text("protocolVersion: 2\nname: x\ntaskRoles:\n  w: {instances: 10000000000}\n")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "line 4: taskRoles.w.instances: must be a whole number >= 1" in err
+    assert "Traceback" not in err

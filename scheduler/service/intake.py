@@ -6,8 +6,8 @@ that queued up while the previous transaction ran and stores them together, whic
 per-submission cost of a commit (and of SQLAlchemy's per-statement work) into a per-batch cost;
 at low load a batch is one job and nothing waits.
 
-A batch the store refuses is stored again row by row, each in its own transaction, so a row
-that cannot be stored fails only its own submission (a 422 naming a reference in the server
+A batch the store refuses is stored again in halves under savepoints down to the bad rows, so
+a row that cannot be stored fails only its own submission (a 422 naming a reference in the server
 log) and every other one is still committed; only an unreachable store fails them all (503).
 No answer carries the database's message: it can hold other users' rows.
 """
@@ -20,6 +20,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
@@ -43,6 +44,9 @@ class Unstorable(UserError):
 
 #: Errors that say the database is out of reach, not that one row is bad.
 UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+#: Errors that say a row holds a value the database cannot store (too long, out of range, not
+#: encodable, null where required); any other error is the store's, and fails the batch (503).
+ROW_FAULTS = (sa_exc.DataError, sa_exc.IntegrityError, ValueError, OverflowError, TypeError)
 
 
 @dataclass
@@ -94,15 +98,16 @@ class Intake:
         t = time.time()
         try:
             ids = self._insert(batch, t)
-        except UNREACHABLE:  # the database is out of reach: every row would fail alike
-            log.exception("storing %d submissions failed: the store is unreachable", len(batch))
+        except ROW_FAULTS:  # some row is bad: find it, store the rest
+            log.warning(
+                "a batch of %d submissions failed; finding the rows the store refuses", len(batch)
+            )
+            self._store_each(batch, t)
+            return
+        except Exception:  # the store's own failure (out of reach, broken): every row alike
+            log.exception("storing %d submissions failed", len(batch))
             for p in batch:
                 p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
-            return
-        except Exception:  # some row is bad: find it by storing each on its own
-            log.warning("a batch of %d submissions failed; storing them one by one", len(batch))
-            for p in batch:
-                self._store_one(p, t)
             return
         self._accepted(batch, ids, t)
 
@@ -115,23 +120,58 @@ class Intake:
             self.scheduler_loop.submitted(job_id, p.spec)
             p.loop.call_soon_threadsafe(_resolve, p.future, (job_id, t))
 
-    def _store_one(self, p: _Pending, t: float) -> None:
+    def _store_each(self, batch: list[_Pending], t: float) -> None:
+        """Find the bad rows by halving the batch under savepoints, all in one transaction (one
+        commit, and k bad rows among n cost about k log n tries, not n): a refused row is
+        rolled back alone and answered alone."""
+        stored: list[tuple[_Pending, int]] = []
+        refused: list[tuple[_Pending, Unstorable]] = []
+        half = len(batch) // 2
         try:
-            ids = self._insert([p], t)
-        except UNREACHABLE:
-            log.exception("storing a submission failed: the store is unreachable")
-            p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
-            return
+            with self.store.write() as conn:
+                for part in (batch[:half], batch[half:]):
+                    _insert_part(conn, part, t, stored, refused)
         except Exception:
-            ref = secrets.token_hex(6)
-            log.exception("submission %s by %s could not be stored", ref, p.job.user)
-            err = Unstorable(
-                f"the job store cannot hold this job (reference {ref} in the service log); "
-                "check its names, commands and numbers for unusual characters or sizes"
-            )
-            p.loop.call_soon_threadsafe(_fail, p.future, err)
+            log.exception("storing %d submissions around a refused row failed", len(batch))
+            for p in batch:
+                p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
             return
-        self._accepted([p], ids, t)
+        self._accepted([p for p, _ in stored], [i for _, i in stored], t)
+        for p, err in refused:
+            p.loop.call_soon_threadsafe(_fail, p.future, err)
+
+
+def _insert_part(
+    conn: Any,
+    part: list[_Pending],
+    t: float,
+    stored: list[tuple[_Pending, int]],
+    refused: list[tuple[_Pending, Unstorable]],
+) -> None:
+    if not part:
+        return
+    try:
+        with conn.begin_nested():
+            ids = lc.submit_many(conn, [p.job for p in part], t)
+    except ROW_FAULTS:
+        if len(part) == 1:
+            refused.append((part[0], _unstorable(part[0])))
+            return
+        half = len(part) // 2
+        for piece in (part[:half], part[half:]):
+            _insert_part(conn, piece, t, stored, refused)
+        return
+    stored.extend(zip(part, ids, strict=True))
+
+
+def _unstorable(p: _Pending) -> Unstorable:
+    """The answer for a row the database refused; what it said goes to the log only."""
+    ref = secrets.token_hex(6)
+    log.exception("submission %s by %s could not be stored", ref, p.job.user)
+    return Unstorable(
+        f"the job store cannot hold this job (reference {ref} in the service log); "
+        "check its names, commands and numbers for unusual characters or sizes"
+    )
 
 
 def _resolve(future: asyncio.Future, value: tuple[int, float]) -> None:
