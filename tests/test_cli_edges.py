@@ -281,6 +281,23 @@ def test_a_job_name_with_escape_codes_never_reaches_the_terminal_raw(live_sqlite
             assert "x\\x1b[2Jy" in out.out
 
 
+def test_replay_and_validate_show_escape_codes_in_job_names(tmp_path, capsys) -> None:
+    """Whether job parsing accepts such names or refuses them, nothing printed carries them raw."""
+    events = '  - {at: 0, submit: {name: "a\\e[2Jb", tasks: 1, gpus: 1, duration: 5}}\n'
+    scenario = write(tmp_path, "events:\n" + events, "scenario.yaml")
+    job = write(tmp_path, 'name: "j\\e]0;owned\\a"\ncommand: "true"\n', "job.yaml")
+    for argv, shown in [
+        (["replay", str(scenario)], "a\\x1b[2Jb"),
+        (["validate", str(scenario)], ""),
+        (["validate", str(job)], "j\\x1b]0;owned\\x07"),
+    ]:
+        code = main(argv)
+        out = capsys.readouterr()
+        assert code in (0, 2) and BUG not in out.err
+        assert "\x1b" not in out.out + out.err and "\x07" not in out.out + out.err
+        assert code == 2 or shown in out.out
+
+
 def test_submitting_a_file_with_an_infinite_cpu_is_a_message(tmp_path, capsys) -> None:
     spec = write(tmp_path, "name: inf\ncommand: 'true'\ncpu: .inf\n", "job.yaml")
     assert main(["submit", str(spec), "--url", "http://127.0.0.1:9", "--token", "t"]) == 2
