@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.terminal import visible
+from labhive.scheduler.terminal import visible, visible_tree
 
 
 def register(subparsers: Any) -> None:
@@ -145,7 +145,7 @@ def _submit(args: argparse.Namespace) -> int:
         _print_json(job.data)
     else:
         where = f" (position {job.position})" if job.position else ""
-        print(visible(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}"))
+        print(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}")
     return 0 if job.state != "FAILED" else 1
 
 
@@ -190,15 +190,14 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({**job.data, "events": events})
         return 0
-    d = job.data
-    head = f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}"
-    print(visible(head))
+    d = visible_tree(job.data)  # names, users and why-texts come from other people
+    print(f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}")
     line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
     if d.get("queue_position"):
         line += f"  position {d['queue_position']} of {d['queue_length']}"
-    print(visible(line))
+    print(line)
     if d.get("why"):
-        print(visible(f"why   {d['why']}"))
+        print(f"why   {d['why']}")
     if d["tasks"]:
         print(table(("TASK", "NODE", "GPUS", "STATE", "EXIT"), [
             (f"{t['role']}-{t['index']}", t["node"], ",".join(map(str, t["gpus"])) or "-",
