@@ -17,7 +17,7 @@ from typing import Any
 from labhive.scheduler.config import ClusterConfig, load_cluster_config, virtual_cluster
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import JobSpec, SpecError, load_job_file, parse_job
-from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
+from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml, read_text
 
 ACTIONS = ("submit", "finish", "fail", "cancel", "node_down", "node_up", "reconfigure")
 EXPECT_KEYS = {"at", "job", "state", "reason", "nodes", "queue_position"}
@@ -86,9 +86,9 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     if not path.exists() and example_path(str(source)) is not None:
         path = example_path(str(source)) or path
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ScenarioError(f"cannot read scenario {path}: {err.strerror}") from None
+        text = read_text(path, "scenario")
+    except UserError as err:
+        raise ScenarioError(str(err)) from None
     try:
         data = load_yaml(text, origin=str(path))
     except YamlSyntaxError as err:

@@ -62,13 +62,10 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from labhive.scheduler.yamlines import YamlSyntaxError, load_yaml
+    from labhive.scheduler.yamlines import YamlSyntaxError, load_yaml, read_text
 
     path = Path(args.file)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}") from None
+    text = read_text(path, "file")
     try:
         data = load_yaml(text, origin=str(path))
     except YamlSyntaxError as err:

@@ -11,6 +11,7 @@ is 400 bytes of text and 43 million values), each refused at once with the limit
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -127,6 +128,22 @@ def _loader(offset: int) -> type[yaml.SafeLoader]:
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, sequence)
     return Loader
+
+
+def read_text(path: Path, what: str) -> str:
+    """The text of ``path``; a file that cannot be read as UTF-8 text (missing, a directory,
+    binary, a NUL in its name) is a ``UserError`` naming ``what`` it should have been."""
+    try:
+        return path.read_text()
+    except OSError as err:
+        raise UserError(f"cannot read {what} {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"{what} {path} is not UTF-8 text (byte {err.start}: {err.object[err.start]:#04x}); "
+            "save it as UTF-8"
+        ) from None
+    except ValueError:
+        raise UserError(f"no {what} at {str(path)!r}: a file name has no NUL character") from None
 
 
 def _hashable(value: Any) -> bool:

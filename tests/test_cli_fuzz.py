@@ -49,6 +49,7 @@ SNIPPETS = [
     "&a ", "*a", "*zz", "<<: *a\n", "? [a, b]\n: 1\n", "{", "}", "[", "- ", ": ", "\t", "'",
     '"', "!!int 0x", "!!float abc", "2020-13-45", ".inf", ".nan", "~", "\n  ", "#", "\x1b[2J",
     "\\0", "%YAML 1.1\n---\n", "--- |\n", "null",
+    "\udcff",  # written as the byte 0xff: not UTF-8
 ]  # fmt: skip
 
 
@@ -176,7 +177,7 @@ def test_damaged_files_get_an_answer_never_a_traceback(workdir, case) -> None:
     source, text = case
     folder = next(f for f in workdir if source.is_relative_to(f))
     path = workdir[folder] / source.relative_to(folder).with_name(f"fuzzed-{source.name}")
-    path.write_text(text)
+    path.write_text(text, errors="surrogateescape")
     for command, allowed in (("validate", {0, 2}), ("replay", {0, 1, 2})):
         started = time.monotonic()
         code, output = run_in_process(command, str(path))
