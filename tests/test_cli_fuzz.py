@@ -220,7 +220,7 @@ def test_the_real_cli_exits_2_with_a_message(tmp_path, name) -> None:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
 
-    for command in ("validate", "replay"):
+    for command in ("validate", "replay") if "events" in REAL_CASES[name] else ("validate",):
         proc = subprocess.run(
             [sys.executable, "-m", "labhive.scheduler.cli", command, str(path)],
             capture_output=True,
