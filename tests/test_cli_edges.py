@@ -228,6 +228,16 @@ def test_a_file_that_is_not_utf8_is_a_message_for_every_reader(tmp_path, capsys)
         assert f"{what} {binary} is not UTF-8 text (byte 6: 0xff); save it as UTF-8" in err
 
 
+def test_a_nul_in_a_command_line_path_is_a_message(capsys) -> None:
+    for argv, message in [
+        (["validate", "a\0b"], "no file at 'a\\x00b': a file name has no NUL character"),
+        (["replay", "a\0b"], "no scenario at 'a\\x00b'"),
+        (["strace", "parse", "a\0b"], "no strace log at 'a\\x00b'"),
+    ]:
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+
+
 # ---- the command line itself ------------------------------------------------------------------
 
 
