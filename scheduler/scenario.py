@@ -17,7 +17,7 @@ from typing import Any
 from labhive.scheduler.config import ClusterConfig, load_cluster_config, virtual_cluster
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import JobSpec, SpecError, load_job_file, parse_job
-from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml, read_text
+from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 ACTIONS = ("submit", "finish", "fail", "cancel", "node_down", "node_up", "reconfigure")
 EXPECT_KEYS = {"at", "job", "state", "reason", "nodes", "queue_position"}
@@ -85,6 +85,8 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     path = Path(source)
     if not path.exists() and example_path(str(source)) is not None:
         path = example_path(str(source)) or path
+    from labhive.scheduler.yamlines import read_text
+
     try:
         text = read_text(path, "scenario")
     except UserError as err:
@@ -249,9 +251,9 @@ def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) ->
     if not isinstance(job, str) or job not in names:
         raise _err(origin, line, f"{key}.job", f"no job named {job!r} is submitted")
     checks = {k: v for k, v in raw.items() if k not in ("at", "job")}
-    if "state" in checks and (
-        not isinstance(checks["state"], str) or checks["state"] not in STATES
-    ):
+    if not isinstance(checks.get("state", ""), str):  # a list or mapping is no state either
+        raise _err(origin, line, f"{key}.state", f"must be one of {', '.join(sorted(STATES))}")
+    if "state" in checks and checks["state"] not in STATES:
         raise _err(origin, line, f"{key}.state", f"must be one of {', '.join(sorted(STATES))}")
     if "nodes" in checks and not isinstance(checks["nodes"], list):
         raise _err(origin, line, f"{key}.nodes", "must be a list of node names")

@@ -62,10 +62,17 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from labhive.scheduler.yamlines import YamlSyntaxError, load_yaml, read_text
+    from labhive.scheduler.yamlines import YamlSyntaxError, load_yaml
 
     path = Path(args.file)
-    text = read_text(path, "file")
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
+    except ValueError as err:  # not UTF-8, or a NUL in the name
+        from labhive.scheduler.yamlines import unreadable
+
+        raise UserError(unreadable(path, "file", err)) from None
     try:
         data = load_yaml(text, origin=str(path))
     except YamlSyntaxError as err:

@@ -135,15 +135,18 @@ def read_text(path: Path, what: str) -> str:
     binary, a NUL in its name) is a ``UserError`` naming ``what`` it should have been."""
     try:
         return path.read_text()
-    except OSError as err:
-        raise UserError(f"cannot read {what} {path}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise UserError(
-            f"{what} {path} is not UTF-8 text (byte {err.start}: {err.object[err.start]:#04x}); "
-            "save it as UTF-8"
-        ) from None
-    except ValueError:
-        raise UserError(f"no {what} at {str(path)!r}: a file name has no NUL character") from None
+    except (OSError, ValueError) as err:
+        raise UserError(unreadable(path, what, err)) from None
+
+
+def unreadable(path: Path, what: str, err: OSError | ValueError) -> str:
+    """What to tell a user whose file ``path.read_text()`` refused with ``err``."""
+    if isinstance(err, UnicodeDecodeError):
+        byte = err.object[err.start]
+        return f"{what} {path} is not UTF-8 text (byte {err.start}: {byte:#04x}); save it as UTF-8"
+    if isinstance(err, OSError):
+        return f"cannot read {what} {path}: {err.strerror}"
+    return f"no {what} at {str(path)!r}: a file name has no NUL character"
 
 
 def _hashable(value: Any) -> bool:
