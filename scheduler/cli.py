@@ -21,6 +21,12 @@ from labhive.scheduler.terminal import visible
 #: What ``labhive`` exits with when its reader went away (``labhive jobs | head``): the status
 #: of a process that SIGPIPE ended, as a shell pipeline expects.
 EXIT_BROKEN_PIPE = 128 + 13
+#: Where LabHive's own code lies: a bug is reported at its innermost frame there, not in the
+#: standard library function it called.
+_PACKAGE_DIRS = tuple(
+    os.path.dirname(importlib.import_module(name).__file__ or "")
+    for name in ("labhive.scheduler", "labhive")
+)
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -73,7 +79,8 @@ def bug_message(command: str, err: BaseException) -> str:
     """One line for an exception no handler expected: it is LabHive's bug, not the user's
     mistake, and the file and line where it happened make the report useful."""
     frames = traceback.extract_tb(err.__traceback__)
-    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    ours = [f for f in frames if f.filename.startswith(_PACKAGE_DIRS)] or frames
+    where = f" at {os.path.basename(ours[-1].filename)}:{ours[-1].lineno}" if ours else ""
     text = visible(f"{type(err).__name__}: {err}")[:300]
     return (
         f"labhive {command}: internal error (a bug in LabHive, please report it with the input "

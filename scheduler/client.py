@@ -363,15 +363,12 @@ def connect(url: str | None = None, token: str | None = None) -> Client:
 def load_spec_file(path: str | Path) -> dict[str, Any]:
     """A job file as a mapping, read with the same limits (size, depth, aliases) and line
     numbers as ``labhive validate``."""
-    from labhive.scheduler.yamlines import YamlSyntaxError, load_yaml
+    from labhive.scheduler.errors import UserError
+    from labhive.scheduler.yamlines import load_yaml, read_text
 
     try:
-        doc = load_yaml(Path(path).read_text(), origin=f"job file {path}")
-    except OSError as err:
-        raise LabHiveError(f"cannot read job file {path}: {err.strerror}") from None
-    except ValueError:  # a NUL in the name
-        raise LabHiveError(f"no job file {str(path)!r}: a file name has no NUL character") from None
-    except YamlSyntaxError as err:
+        doc = load_yaml(read_text(Path(path), "job file"), origin=f"job file {path}")
+    except UserError as err:  # unreadable, not YAML, or over the limits
         raise LabHiveError(str(err)) from None
     if not isinstance(doc, dict):
         raise LabHiveError(f"job file {path} must hold one mapping (a job)")

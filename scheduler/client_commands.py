@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.terminal import visible
+from labhive.scheduler.terminal import visible, visible_tree
 
 
 def register(subparsers: Any) -> None:
@@ -268,13 +268,12 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({**job.data, "events": events})
         return 0
-    d = job.data
-    head = f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}"
-    print(visible(head))
+    d = visible_tree(job.data)  # names, users and why-texts come from other people
+    print(f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}")
     line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
     if d.get("queue_position"):
         line += f"  position {d['queue_position']} of {d['queue_length']}"
-    print(visible(line))
+    print(line)
     if d.get("why"):
         from labhive.scheduler.client import why_without_position
 

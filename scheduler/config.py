@@ -18,7 +18,13 @@ from typing import Any
 
 from labhive.scheduler.buddy import first_short_level
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.yamlines import LineList, YamlSyntaxError, line_of, load_yaml
+from labhive.scheduler.yamlines import (
+    LineList,
+    YamlSyntaxError,
+    line_of,
+    load_yaml,
+    read_text,
+)
 
 
 class ConfigError(UserError):
@@ -219,9 +225,9 @@ def _read(source: str | Path) -> tuple[str, str]:
     ):
         path = Path(source)
         try:
-            return path.read_text(), str(path)
-        except OSError as err:
-            raise ConfigError(f"cannot read cluster config {path}: {err.strerror}") from None
+            return read_text(path, "cluster config"), str(path)
+        except UserError as err:
+            raise ConfigError(str(err)) from None
     return str(source), ""
 
 

@@ -100,10 +100,12 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     path = Path(source)
     if not path.exists() and example_path(str(source)) is not None:
         path = example_path(str(source)) or path
+    from labhive.scheduler.yamlines import read_text
+
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ScenarioError(f"cannot read scenario {path}: {err.strerror}") from None
+        text = read_text(path, "scenario")
+    except UserError as err:
+        raise ScenarioError(str(err)) from None
     try:
         data = load_yaml(text, origin=str(path))
     except YamlSyntaxError as err:
@@ -277,9 +279,9 @@ def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) ->
     if not isinstance(job, str) or job not in names:
         raise _err(origin, line, f"{key}.job", f"no job named {job!r} is submitted")
     checks = {k: v for k, v in raw.items() if k not in ("at", "job")}
-    if "state" in checks and (
-        not isinstance(checks["state"], str) or checks["state"] not in STATES
-    ):
+    if not isinstance(checks.get("state", ""), str):  # a list or mapping is no state either
+        raise _err(origin, line, f"{key}.state", f"must be one of {', '.join(sorted(STATES))}")
+    if "state" in checks and checks["state"] not in STATES:
         raise _err(origin, line, f"{key}.state", f"must be one of {', '.join(sorted(STATES))}")
     for flag in ("preempted", "downgraded"):
         if flag in checks and not isinstance(checks[flag], bool):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.terminal import visible
 
 
 def register(subparsers: Any) -> None:
@@ -48,13 +49,14 @@ def run_replay(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=1)
         print()
     else:
-        print(render(result.steps, virtual=scenario.cluster.virtual))
+        # job names and reasons are whatever the scenario's author wrote: shown, never obeyed
+        print(visible(render(result.steps, virtual=scenario.cluster.virtual), keep_newlines=True))
         for failure in result.failures:
-            print(f"EXPECTATION FAILED: {failure}")
+            print(visible(f"EXPECTATION FAILED: {failure}"))
         if scenario.expects and result.ok:
             print(f"all {len(scenario.expects)} expectations hold")
     if not result.ok:
-        print(f"labhive replay: expectation failed: {result.failures[0]}", file=sys.stderr)
+        print(f"labhive replay: expectation failed: {visible(result.failures[0])}", file=sys.stderr)
         return 1
     return 0
 
@@ -82,11 +84,15 @@ def validate_file(path: Path) -> int:
         text = path.read_text()
     except OSError as err:
         raise UserError(f"cannot read {path}: {err.strerror}") from None
+    except ValueError as err:  # not UTF-8, or a NUL in the name
+        from labhive.scheduler.yamlines import unreadable
+
+        raise UserError(unreadable(path, "file", err)) from None
     try:
         data = load_yaml(text, origin=str(path))
     except YamlSyntaxError as err:
         raise UserError(str(err)) from None
-    print(describe(path, data))
+    print(visible(describe(path, data)))
     return 0
 
 

@@ -9,6 +9,7 @@ still readable and nothing is hidden.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 #: C0 controls, DEL and C1 controls (the 8-bit CSI ``\x9b`` starts escape sequences too), plus
 #: the Unicode line and paragraph separators and bidirectional overrides that reorder a row.
@@ -25,3 +26,14 @@ def visible(text: str, *, keep_newlines: bool = False) -> str:
     if keep_newlines:
         return "\n".join(_CONTROL.sub(_escape, part) for part in text.split("\n"))
     return _CONTROL.sub(_escape, text)
+
+
+def visible_tree(data: Any) -> Any:
+    """``data`` (JSON-like: mappings, lists, text) with :func:`visible` applied to every text."""
+    if isinstance(data, str):
+        return visible(data)
+    if isinstance(data, dict):
+        return {key: visible_tree(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [visible_tree(item) for item in data]
+    return data

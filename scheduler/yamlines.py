@@ -11,6 +11,7 @@ is 400 bytes of text and 43 million values), each refused at once with the limit
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -127,6 +128,25 @@ def _loader(offset: int) -> type[yaml.SafeLoader]:
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, sequence)
     return Loader
+
+
+def read_text(path: Path, what: str) -> str:
+    """The text of ``path``; a file that cannot be read as UTF-8 text (missing, a directory,
+    binary, a NUL in its name) is a ``UserError`` naming ``what`` it should have been."""
+    try:
+        return path.read_text()
+    except (OSError, ValueError) as err:
+        raise UserError(unreadable(path, what, err)) from None
+
+
+def unreadable(path: Path, what: str, err: OSError | ValueError) -> str:
+    """What to tell a user whose file ``path.read_text()`` refused with ``err``."""
+    if isinstance(err, UnicodeDecodeError):
+        byte = err.object[err.start]
+        return f"{what} {path} is not UTF-8 text (byte {err.start}: {byte:#04x}); save it as UTF-8"
+    if isinstance(err, OSError):
+        return f"cannot read {what} {path}: {err.strerror}"
+    return f"no {what} at {str(path)!r}: a file name has no NUL character"
 
 
 def _hashable(value: Any) -> bool:

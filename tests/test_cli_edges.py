@@ -6,6 +6,7 @@ the cut. Each test is one finding of issue 16 (item 5)."""
 from __future__ import annotations
 
 import gzip
+import re
 import resource
 import subprocess
 import sys
@@ -212,19 +213,45 @@ def test_a_nul_in_a_cluster_path_is_shown_escaped(tmp_path, capsys) -> None:
     assert code == 2 and "no cluster config at" in err and "c\\x00.yaml" in err and "\0" not in err
 
 
+def test_a_file_that_is_not_utf8_is_a_message_for_every_reader(tmp_path, capsys) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"name: \xff\xfe\n")
+    scenario = write(tmp_path, "cluster: binary.yaml\n" + SUBMIT, "scenario.yaml")
+    for argv, what in [
+        (["validate", str(binary)], "file"),
+        (["replay", str(binary)], "scenario"),
+        (["validate", str(scenario)], "cluster config"),
+        (["submit", str(binary), "--url", "http://127.0.0.1:9"], "job file"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{what} {binary} is not UTF-8 text (byte 6: 0xff); save it as UTF-8" in err
+
+
+def test_a_nul_in_a_command_line_path_is_a_message(capsys) -> None:
+    for argv, message in [
+        (["validate", "a\0b"], "no file at 'a\\x00b': a file name has no NUL character"),
+        (["replay", "a\0b"], "no scenario at 'a\\x00b'"),
+        (["strace", "parse", "a\0b"], "no strace log at 'a\\x00b'"),
+    ]:
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+
+
 # ---- the command line itself ------------------------------------------------------------------
 
 
 def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(monkeypatch, capsys) -> None:
     def broken(args: object) -> int:
-        return {}["missing"]
+        return len(visible(None))  # type: ignore[arg-type]  # fails inside re, called by us
 
     monkeypatch.setattr(scenario_cli, "run_validate", broken)
     assert main(["validate", "x.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "labhive validate: internal error (a bug in LabHive" in err
-    assert "KeyError: 'missing' at test_cli_edges.py:" in err
+    assert "TypeError: expected string or bytes-like object" in err
+    assert re.search(r" at terminal\.py:\d+$", err.rstrip())  # our innermost frame, not re's
 
 
 def test_the_real_cli_refuses_bombs_and_giant_clusters_quickly_in_bounded_memory(tmp_path) -> None:
@@ -271,14 +298,30 @@ def test_a_job_name_with_escape_codes_never_reaches_the_terminal_raw(live_sqlite
     """Whether the service stores such a name or refuses it, nothing printed carries an ESC."""
     base = ["--url", live_sqlite.url, "--token", live_sqlite.admin]
     submitted = main(["submit", *base, "--vc", "vc1", "--name", "x\x1b[2Jy", "--", "true"])
-    out = capsys.readouterr()
-    assert "\x1b" not in out.out + out.err and submitted in (0, 2)
+    assert submitted in (0, 2) and BUG not in capsys.readouterr().err  # the submitter's own text
     for command in (["jobs"], ["queue"], ["show", "1"]):
         code = main([command[0], *base, *command[1:]])
         out = capsys.readouterr()
         assert code in (0, 2) and "\x1b" not in out.out + out.err
         if submitted == 0 and command == ["jobs"]:
             assert "x\\x1b[2Jy" in out.out
+
+
+def test_replay_and_validate_show_escape_codes_in_job_names(tmp_path, capsys) -> None:
+    """Whether job parsing accepts such names or refuses them, nothing printed carries them raw."""
+    events = '  - {at: 0, submit: {name: "a\\e[2Jb", tasks: 1, gpus: 1, duration: 5}}\n'
+    scenario = write(tmp_path, "events:\n" + events, "scenario.yaml")
+    job = write(tmp_path, 'name: "j\\e]0;owned\\a"\ncommand: "true"\n', "job.yaml")
+    for argv, shown in [
+        (["replay", str(scenario)], "a\\x1b[2Jb"),
+        (["validate", str(scenario)], ""),
+        (["validate", str(job)], "j\\x1b]0;owned\\x07"),
+    ]:
+        code = main(argv)
+        out = capsys.readouterr()
+        assert code in (0, 2) and BUG not in out.err
+        assert "\x1b" not in out.out + out.err and "\x07" not in out.out + out.err
+        assert code == 2 or shown in out.out
 
 
 def test_submitting_a_file_with_an_infinite_cpu_is_a_message(tmp_path, capsys) -> None:

@@ -592,7 +592,7 @@ def open_log(path: str | Path) -> IO[str]:
     except OSError as err:
         raise UserError(f"cannot read strace log {p}: {err.strerror}") from None
     except ValueError:  # a NUL in the name
-        raise UserError(f"no strace log at {p!r}: a file name has no NUL character") from None
+        raise UserError(f"no strace log at {str(p)!r}: a file name has no NUL character") from None
     magic = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
     if magic == b"\x1f\x8b":
         stream = io.BufferedReader(_GzipUpToCut(fh))
