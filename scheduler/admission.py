@@ -93,7 +93,8 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
     types = sorted(skus) or leaf_types
     need = min(sum(sched._leaves(r, t, spec.vc) * r.instances for r in spec.roles) for t in types)
     cluster = sum(sched._type_leaves[t] for t in types)
-    what = f"this gang needs {need} GPUs"
+    gpus = sum(r.gpu * r.instances for r in spec.roles)
+    what = f"this gang needs {need} {'GPUs' if need == gpus else 'leaf cells'}"
     if need > cluster:
         raise SpecRejected(
             f"{what}, more than the cluster's {cluster}; ask for at most {cluster} or set "

@@ -3,6 +3,8 @@ and these submissions, expect what HiveD's algorithm does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers import Cluster
 
@@ -373,3 +375,23 @@ def test_binding_splits_the_rack_with_fewer_opportunistic_jobs():
     assert c.nodes("k") == ["n3"]  # the idle rack's other node, then rack 0
     c.submit("m", vc="b", priority="prod", gpus=4)
     assert c.nodes("m") == ["n1"] and c.preempted() == []
+
+
+# ---- the documented differences from HiveD, each a scenario ---------------------------------
+
+DIFFERENCES = sorted((Path(__file__).parent / "data" / "hived-differences").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", DIFFERENCES, ids=lambda p: p.stem)
+def test_each_documented_difference_from_hived_replays_as_described(path):
+    scenario = load_scenario(path)
+    assert scenario.expects
+    assert replay(scenario).failures == []
+
+
+def test_every_difference_scenario_is_listed_in_the_docs():
+    docs = (Path(__file__).parents[1] / "docs" / "scheduler-core.md").read_text()
+    section = docs.split("## Where LabHive differs from HiveD, and why")[1]
+    assert len(DIFFERENCES) == 8
+    for path in DIFFERENCES:
+        assert f"tests/data/hived-differences/{path.name}" in section
