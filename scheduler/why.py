@@ -85,6 +85,8 @@ def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: s
 
 def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | None:
     """Accepted but not placeable under the VC's current cells at all."""
+    if job.grouped:
+        return None  # its affinity groups are placed apart: not judged here
     if not job.spec.gang or len(job.waiting_tasks) < 2:
         return _never_in_cells(sched, job, vc, chains)
     sizes = {
