@@ -477,3 +477,26 @@ def test_roles_of_one_affinity_group_share_a_chain_but_groups_need_not():
     c.sched.check(job({"k": "one", "v": "two"}))
     with pytest.raises(SpecRejected, match="a gang stays within one chain, but its roles ask"):
         c.sched.check(job({"k": "same", "v": "same"}))
+
+
+def test_an_openpai_job_with_a_priority_outside_hiveds_range_is_rejected_in_a_replay():
+    spec = {
+        "protocolVersion": 2,
+        "name": "huge",
+        "defaults": {"virtualCluster": "vc1"},
+        "taskRoles": {"main": {"resourcePerInstance": {"gpu": 1}, "commands": ["true"]}},
+        "extras": {"hivedScheduler": {"jobPriorityClass": 1001}},
+    }
+    scenario = load_scenario(
+        {
+            "events": [
+                {"at": 0, "submit": {"spec": spec, "duration": 5}},
+                {"at": 1, "submit": {"name": "next", "vc": "vc1", "gpus": 1, "duration": 5}},
+            ],
+            "expect": [
+                {"at": 0, "job": "huge", "state": "REJECTED", "reason": "priority 1001"},
+                {"at": 1, "job": "next", "state": "RUNNING"},
+            ],
+        }
+    )
+    assert replay(scenario).failures == []
