@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from labhive.scheduler.cells import CellTree
 from labhive.scheduler.cpu_pool import cpu_only
-from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, JobSpec
+from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.vc import VC
 
@@ -37,11 +37,16 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
     for sku in sorted(skus):
         if sku not in sched._max_node:
             raise SpecRejected(f"unknown skuType {sku!r}; this cluster has {', '.join(leaf_types)}")
-    if spec.gang and len(skus) > 1:
-        raise SpecRejected(
-            f"a gang stays within one chain, but its roles ask for {', '.join(sorted(skus))}; "
-            "give every role the same skuType or set gangAllocation: false"
-        )
+    groups = affinity_groups(spec)
+    unit = "an affinity group" if len(groups) > 1 else "a gang"
+    for group in groups:
+        group_skus = {r.sku for r in group if r.sku is not None}
+        if spec.gang and len(group_skus) > 1:
+            raise SpecRejected(
+                f"{unit} stays within one chain, but its roles ask for "
+                f"{', '.join(sorted(group_skus))}; give every role the same skuType or set "
+                "gangAllocation: false"
+            )
     vc_types = {sched.tree.chains[c].leaf_type for c in vc.quota}
     vc_types |= {sched.tree.chains[c.chain].leaf_type for c in vc.pinned}
     pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
@@ -51,17 +56,21 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
             raise SpecRejected(
                 f"pinnedCellId {pin} is not pinned to {vc.name}; its pinned cells: {have}"
             )
-    if spec.gang and len(pins) > 1:
-        raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
+    for group in groups:
+        if spec.gang and len({r.pinned_cell for r in group if r.pinned_cell}) > 1:
+            raise SpecRejected(f"{unit} runs in one pinned cell; give every role the same one")
     if spec.opportunistic and pins:
         raise SpecRejected(
             f"an opportunistic job cannot run in pinned cell {min(pins)} (HiveD gives pinned "
             "cells to their VC's guaranteed jobs only); give it a guaranteed priority or "
             "drop pinnedCellId"
         )
-    if not spec.opportunistic and not pins:
-        free_types = {sched.tree.chains[c].leaf_type for c in vc.quota if vc.quota[c]}
-        for sku in sorted(skus & vc_types - free_types):
+    free_types = {sched.tree.chains[c].leaf_type for c in vc.quota if vc.quota[c]}
+    for group in groups:
+        if spec.opportunistic or any(r.pinned_cell for r in group):
+            continue
+        group_skus = {r.sku for r in group if r.sku is not None}
+        for sku in sorted(group_skus & vc_types - free_types):
             have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned))
             raise SpecRejected(
                 f"{vc.name} has {sku} cells only in its pinned cells ({have}); name one with "
@@ -90,10 +99,31 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
             )
     if not spec.gang:
         return
+    for group in groups:
+        _reject_big_gang(sched, spec, vc, group, "this gang" if len(groups) == 1 else "a group")
+
+
+def affinity_groups(spec: JobSpec) -> list[tuple[RoleSpec, ...]]:
+    """A gang's roles by OpenPAI's ``affinityGroupName`` (each group placed whole, apart from
+    the others); one group when no role names one. An incremental job: all its roles."""
+    if not spec.gang:
+        return [spec.roles]
+    groups: dict[str | None, list[RoleSpec]] = {}
+    for role in spec.roles:
+        groups.setdefault(role.affinity_group, []).append(role)
+    return [tuple(g) for g in groups.values()]
+
+
+def _reject_big_gang(
+    sched: HivedScheduler, spec: JobSpec, vc: VC, group: tuple[RoleSpec, ...], name: str
+) -> None:
+    leaf_types = sorted(sched._max_node)
+    skus = {r.sku for r in group if r.sku is not None}
     types = sorted(skus) or leaf_types
-    need = min(sum(sched._leaves(r, t, spec.vc) * r.instances for r in spec.roles) for t in types)
+    need = min(sum(sched._leaves(r, t, spec.vc) * r.instances for r in group) for t in types)
     cluster = sum(sched._type_leaves[t] for t in types)
-    what = f"this gang needs {need} GPUs"
+    gpus = sum(r.gpu * r.instances for r in group)
+    what = f"{name} needs {need} {'GPUs' if need == gpus else 'leaf cells'}"
     if need > cluster:
         raise SpecRejected(
             f"{what}, more than the cluster's {cluster}; ask for at most {cluster} or set "

@@ -70,6 +70,7 @@ class Job:
     pinned: str | None = None  # the pinned cell its roles name, if any
     needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
     cpu_only: bool = False  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
+    grouped: bool = False  # a gang of several affinity groups, each placed whole and apart
 
     @property
     def vc(self) -> str:
@@ -227,6 +228,7 @@ class HivedScheduler:
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
         job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
         job.cpu_only = cpu_only(self.config, spec)
+        job.grouped = spec.gang and len({r.affinity_group for r in spec.roles}) > 1
         self._jobs[job_id] = job
         return job
 
@@ -351,6 +353,8 @@ class HivedScheduler:
     # ---- queue -------------------------------------------------------------------------------
 
     def _class_key(self, job: Job) -> Hashable:
+        if job.grouped:
+            return ("groups", job.job_id)  # rare: a class of its own
         roles = job.spec.roles
         if len(roles) == 1 and not job.placed and roles[0].instances > 0:
             # The usual job, nothing started: its one role waits whole. The same shape as
@@ -405,8 +409,7 @@ class HivedScheduler:
 
     def _class_need(self, job: Job) -> int:
         """The fewest GPUs a job of this class can start with (its next task if incremental)."""
-        waiting = job.waiting_tasks
-        unit = waiting if job.spec.gang else waiting[:1]
+        unit = self._units(job)[0]
         chains = self._chains(job, [r for r, _ in unit])
         if not chains:
             return 1 << 30
@@ -618,14 +621,14 @@ class HivedScheduler:
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
         """The chains a job may run in, in config order (cached: asked on every attempt)."""
         skus = frozenset(r.sku for r in roles if r.sku)
-        key = (job.vc, job.opportunistic, job.pinned, skus)
+        pin = job.pinned if not job.grouped else _pin(roles)
+        key = (job.vc, job.opportunistic, pin, skus)
         chains = self._chains_cache.get(key)
         if chains is None:
-            chains = self._chains_cache[key] = self._find_chains(job, skus)
+            chains = self._chains_cache[key] = self._find_chains(job, skus, pin)
         return chains
 
-    def _find_chains(self, job: Job, skus: frozenset[str | None]) -> list[str]:
-        pin = job.pinned
+    def _find_chains(self, job: Job, skus: frozenset[str | None], pin: str | None) -> list[str]:
         if pin is not None and not job.opportunistic:
             cell = self.tree.pinned.get(pin)
             return [cell.chain] if cell is not None else []
@@ -638,6 +641,21 @@ class HivedScheduler:
             names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
         return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
 
+    @staticmethod
+    def _units(job: Job) -> list[list[tuple[RoleSpec, int]]]:
+        """What is placed whole: the gang, each of its affinity groups (OpenPAI's
+        ``affinityGroupName``: placed apart, each in its own chain), or each task of an
+        incremental job."""
+        waiting = job.waiting_tasks
+        if not job.spec.gang:
+            return [[t] for t in waiting]
+        if not job.grouped:
+            return [waiting]
+        groups: dict[str | None, list[tuple[RoleSpec, int]]] = {}
+        for task in waiting:
+            groups.setdefault(task[0].affinity_group, []).append(task)
+        return list(groups.values())
+
     def _try(
         self,
         job: Job,
@@ -645,9 +663,7 @@ class HivedScheduler:
         since: tuple[int, bool] | None = None,
         cls: JobClass | None = None,
     ) -> None:
-        waiting = job.waiting_tasks
-        units = [waiting] if job.spec.gang else [[t] for t in waiting]
-        for unit in units:
+        for unit in self._units(job):
             plan = self._find(job, unit, since, cls)
             since = None
             if plan is None or not self._commit(job, plan, out):
@@ -785,7 +801,8 @@ class HivedScheduler:
             # is a gang (it may have bound some), or the VC binds parts of nodes (which can
             # now combine with GPUs freed beside them).
             bind = since is None or since[1] or len(unit) > 1 or self._binds_parts(vc, chains)
-            pinned = self.tree.pinned.get(job.pinned or "") if job.pinned else None
+            pin = job.pinned if not job.grouped else _pin([r for r, _ in unit])
+            pinned = self.tree.pinned.get(pin) if pin else None
             for chain in chains:
                 plan = self.placer.guaranteed(
                     vc, chain, needs[chain], threshold, only, pinned, bind
@@ -1086,6 +1103,10 @@ class HivedScheduler:
 
     def next_wakeup(self) -> float | None:
         return None
+
+
+def _pin(roles: list[RoleSpec]) -> str | None:
+    return next((r.pinned_cell for r in roles if r.pinned_cell), None)
 
 
 def _on(job: Job, node: str) -> bool:

@@ -59,13 +59,13 @@ class CpuPool:
     """Every node's CPUs and memory, and which CPU-only tasks hold how much of them."""
 
     def __init__(self, config: ClusterConfig) -> None:
+        gpus: dict[str, int] = {}
+        for node in config.nodes():  # a node in two chains appears twice: count all its GPUs
+            gpus[node.name] = gpus.get(node.name, 0) + len(node.gpus)
         self.nodes: dict[str, NodeRoom] = {}
-        for node in config.nodes():
-            if node.name in self.nodes:  # a node in two chains: count its GPUs once more
-                continue
-            gpus = sum(len(n.gpus) for n in config.nodes() if n.name == node.name)
-            cpu, memory = config.node_resources.get(node.name) or default_capacity(gpus)
-            self.nodes[node.name] = NodeRoom(node.name, float(cpu), int(memory))
+        for name, count in gpus.items():
+            cpu, memory = config.node_resources.get(name) or default_capacity(count)
+            self.nodes[name] = NodeRoom(name, float(cpu), int(memory))
 
     def largest(self) -> tuple[float, int]:
         """The most CPUs and memory any one node has (what admission compares a task to)."""

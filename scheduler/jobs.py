@@ -37,6 +37,7 @@ class RoleSpec:
     min_succeeded: int | None = None
     min_failed: int | None = None
     pinned_cell: str | None = None  # HiveD's pinnedCellId: run only in this pinned cell
+    affinity_group: str | None = None  # OpenPAI's affinityGroupName: placed whole, apart
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +403,12 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
                 sku=_str(hived_role, "skuType", where, f"extras.hivedScheduler.{path}.skuType"),
                 pinned_cell=_str(
                     hived_role, "pinnedCellId", where, f"extras.hivedScheduler.{path}.pinnedCellId"
+                ),
+                affinity_group=_str(
+                    hived_role,
+                    "affinityGroupName",
+                    where,
+                    f"extras.hivedScheduler.{path}.affinityGroupName",
                 ),
                 commands=tuple(str(c).strip() for c in commands),
                 min_succeeded=_num(

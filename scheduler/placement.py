@@ -211,17 +211,13 @@ class Placer:
                 if best_key is not None and level > best_key[0]:
                     continue  # keys rank by this level first: this node cannot win
                 free = node.free - free_taken.get(node, 0)
+                rest = (max(0, need - free), node.parent is not near, usable, node.order)
                 victims = 0
                 if level > -2:
+                    if best_key is not None and (level, 1, *rest) >= best_key:
+                        continue  # even with one victim (the fewest possible) it cannot win
                     victims = len(fewest_victims([node], need, ok, plan.taken))
-                key = (
-                    level,
-                    victims,
-                    max(0, need - free),
-                    node.parent is not near,
-                    usable,
-                    node.order,
-                )
+                key = (level, victims, *rest)
                 if best_key is None or key < best_key:
                     best, best_key = node, key
         for node, parts in partial.items():

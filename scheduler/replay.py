@@ -53,6 +53,8 @@ class VirtualTimeDriver:
         self.now = 0.0
         self.records: dict[str, JobRecord] = {}
         self.durations: dict[str, float | None] = {}
+        # Per job, (preemptions, downgrades) the last ``snapshot`` showed: what a step adds.
+        self.shown: dict[str, tuple[int, int]] = {}
         self.decisions = 0
         self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
         self._counter = 0

@@ -242,7 +242,7 @@ def _parse_submission(
                 raise _err(origin, line, f"{key}.submit.spec", "a file name has no NUL character")
             spec = load_job_file(base / spec_value)
         else:
-            spec = parse_job(spec_value, origin=origin)
+            spec = _parse_short(spec_value, origin)
         if value.get("name") is not None:  # several students submitting the same file
             spec = replace(spec, name=str(value["name"]))
         return spec, None if duration is None else float(duration)
@@ -250,15 +250,25 @@ def _parse_submission(
     return spec, spec.duration
 
 
-def _parse_short(value: Mapping[str, Any], origin: str) -> JobSpec:
-    """A short-form job; a whole-number priority outside HiveD's range is kept, so that the
-    replay shows that submission REJECTED (as the service refuses it) and goes on."""
-    priority = value.get("priority")
+def _parse_short(value: Any, origin: str) -> JobSpec:
+    """A job (short form or OpenPAI); a whole-number priority outside HiveD's range is kept,
+    so that the replay shows that submission REJECTED (as the service refuses it) and goes
+    on."""
+    if not isinstance(value, Mapping):
+        return parse_job(value, origin=origin)
+    extras = value.get("extras")
+    hived = extras.get("hivedScheduler") if isinstance(extras, Mapping) else None
+    if isinstance(hived, Mapping) and "jobPriorityClass" in hived:
+        priority = hived["jobPriorityClass"]
+        rest = {**value, "extras": {**extras, "hivedScheduler": {**hived}}}
+        del rest["extras"]["hivedScheduler"]["jobPriorityClass"]
+    else:
+        priority = value.get("priority")
+        rest = {k: v for k, v in value.items() if k != "priority"}
     if isinstance(priority, int) and not isinstance(priority, bool):
         try:
             parse_priority(priority)
         except ValueError:
-            rest = {k: v for k, v in value.items() if k != "priority"}
             return replace(parse_job(rest, origin=origin), priority=priority)
     return parse_job(value, origin=origin)
 

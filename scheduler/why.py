@@ -85,6 +85,8 @@ def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: s
 
 def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | None:
     """Accepted but not placeable under the VC's current cells at all."""
+    if job.grouped:
+        return None  # its affinity groups are placed apart: not judged here
     if not job.spec.gang or len(job.waiting_tasks) < 2:
         return _never_in_cells(sched, job, vc, chains)
     sizes = {
@@ -96,11 +98,12 @@ def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | 
     largest = max(chains, key=lambda c: vc.leaves(sched.tree, c))
     most = vc.leaves(sched.tree, largest)
     leaf = sched.tree.chains[largest].leaf_type
-    word = "GPU" if all(sizes[c] == sum(r.gpu for r, _ in job.tasks) for c in chains) else "leaf"
+    gpus = all(sizes[c] == sum(r.gpu for r, _ in job.tasks) for c in chains)
+    word, unit = ("GPU", "GPUs") if gpus else ("leaf-cell", "leaf cells")
     return (
         f"this {min(sizes.values())}-{word} gang can never start in {vc.name} as its cells are: "
         f"a gang stays within one chain and the largest of {vc.name}'s holds {most} {leaf} "
-        f"GPUs; ask for at most {most} GPUs or set gang: false to start tasks one by one"
+        f"{unit}; ask for at most {most} {unit} or set gang: false to start tasks one by one"
     )
 
 

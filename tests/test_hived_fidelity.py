@@ -3,6 +3,8 @@ and these submissions, expect what HiveD's algorithm does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers import Cluster
 
@@ -373,3 +375,128 @@ def test_binding_splits_the_rack_with_fewer_opportunistic_jobs():
     assert c.nodes("k") == ["n3"]  # the idle rack's other node, then rack 0
     c.submit("m", vc="b", priority="prod", gpus=4)
     assert c.nodes("m") == ["n1"] and c.preempted() == []
+
+
+# ---- the documented differences from HiveD, each a scenario ---------------------------------
+
+DIFFERENCES = sorted((Path(__file__).parent / "data" / "hived-differences").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", DIFFERENCES, ids=lambda p: p.stem)
+def test_each_documented_difference_from_hived_replays_as_described(path):
+    scenario = load_scenario(path)
+    assert scenario.expects
+    assert replay(scenario).failures == []
+
+
+def test_every_difference_scenario_is_listed_in_the_docs():
+    docs = (Path(__file__).parents[1] / "docs" / "scheduler-core.md").read_text()
+    section = docs.split("## Where LabHive differs from HiveD, and why")[1]
+    assert len(DIFFERENCES) == 7
+    for path in DIFFERENCES:
+        assert f"tests/data/hived-differences/{path.name}" in section
+
+
+# ---- item 6: affinity groups, each placed whole and apart -----------------------------------
+
+TWO_GROUPS = {
+    "protocolVersion": 2,
+    "name": "two-groups",
+    "type": "job",
+    "defaults": {"virtualCluster": "a"},
+    "taskRoles": {
+        "ps": {"instances": 1, "resourcePerInstance": {"gpu": 4}, "commands": ["true"]},
+        "worker": {"instances": 2, "resourcePerInstance": {"gpu": 2}, "commands": ["true"]},
+    },
+    "extras": {
+        "hivedScheduler": {
+            "jobPriorityClass": "prod",
+            "taskRoles": {
+                "ps": {"pinnedCellId": "PIN", "affinityGroupName": "ps"},
+                "worker": {"affinityGroupName": "workers"},
+            },
+        }
+    },
+}
+
+
+def test_affinity_groups_place_a_pinned_role_beside_the_vcs_other_cells():
+    result = replay(load_scenario(Path(__file__).parent / "data" / "affinity-groups.yaml"))
+    assert result.failures == []
+    job = result.steps[0]["jobs"][0]
+    assert {(t["role"], t["node"]) for t in job["tasks"]} == {
+        ("ps", "node-1"),
+        ("worker", "node-0"),
+    }
+
+
+def test_each_affinity_group_starts_on_its_own_when_it_fits():
+    from labhive.scheduler.model import Submit
+
+    c = Cluster(PINNED)
+    c.submit("busy", vc="a", priority="prod", gpus=3)  # n0 has 1 GPU left: workers wait
+    c.handle(Submit("two-groups", parse_job(TWO_GROUPS)))
+    view = c.sched.job("two-groups")
+    assert view is not None and view.state == "RUNNING"
+    assert [(t.role, t.node) for t in view.tasks] == [("ps", "n1")]
+    c.finish("busy")
+    view = c.sched.job("two-groups")
+    assert view is not None
+    assert sorted((t.role, t.node) for t in view.tasks) == [
+        ("ps", "n1"),
+        ("worker", "n0"),
+        ("worker", "n0"),
+    ]
+
+
+def test_roles_of_one_affinity_group_share_a_chain_but_groups_need_not():
+    c = Cluster(PINNED_SKU)
+    roles = {
+        "k": {"instances": 1, "resourcePerInstance": {"gpu": 1}, "commands": ["true"]},
+        "v": {"instances": 1, "resourcePerInstance": {"gpu": 1}, "commands": ["true"]},
+    }
+
+    def job(groups: dict[str, str]) -> object:
+        hived = {
+            "jobPriorityClass": "prod",
+            "taskRoles": {
+                "k": {"skuType": "K80", "affinityGroupName": groups["k"]},
+                "v": {"skuType": "V100", "pinnedCellId": "PIN", "affinityGroupName": groups["v"]},
+            },
+        }
+        return parse_job(
+            {
+                "protocolVersion": 2,
+                "name": "j",
+                "defaults": {"virtualCluster": "a"},
+                "taskRoles": roles,
+                "extras": {"hivedScheduler": hived},
+            }
+        )
+
+    c.sched.check(job({"k": "one", "v": "two"}))
+    with pytest.raises(SpecRejected, match="a gang stays within one chain, but its roles ask"):
+        c.sched.check(job({"k": "same", "v": "same"}))
+
+
+def test_an_openpai_job_with_a_priority_outside_hiveds_range_is_rejected_in_a_replay():
+    spec = {
+        "protocolVersion": 2,
+        "name": "huge",
+        "defaults": {"virtualCluster": "vc1"},
+        "taskRoles": {"main": {"resourcePerInstance": {"gpu": 1}, "commands": ["true"]}},
+        "extras": {"hivedScheduler": {"jobPriorityClass": 1001}},
+    }
+    scenario = load_scenario(
+        {
+            "events": [
+                {"at": 0, "submit": {"spec": spec, "duration": 5}},
+                {"at": 1, "submit": {"name": "next", "vc": "vc1", "gpus": 1, "duration": 5}},
+            ],
+            "expect": [
+                {"at": 0, "job": "huge", "state": "REJECTED", "reason": "priority 1001"},
+                {"at": 1, "job": "next", "state": "RUNNING"},
+            ],
+        }
+    )
+    assert replay(scenario).failures == []

@@ -1,7 +1,8 @@
 """Given any cluster and any sequence of events, expect HiveD's invariants after every event:
 no GPU used twice, a gang whole or not at all, a VC's guaranteed jobs within its cells, VC
-safety, a reason for every waiting job, the core's counters true to its cells, and no guaranteed
-job preempted while the preemptor's VC could bind more of its quota instead."""
+safety, a reason for every waiting job, the core's counters true to its cells, a task inside one
+of its VC's cells, and no guaranteed job preempted while the preemptor's VC could bind more of
+its quota instead."""
 
 from __future__ import annotations
 
@@ -36,12 +37,15 @@ PROPERTY_SETTINGS = settings(
 
 
 @st.composite
-def clusters(draw: Any, whole_racks: bool = False, gpu_cells: bool = False) -> dict[str, Any]:
+def clusters(
+    draw: Any, whole_racks: bool = False, gpu_cells: bool = False, sockets: bool = False
+) -> dict[str, Any]:
     """Racks of nodes; VCs own node-level cells (some nodes left to no VC), with
-    ``whole_racks`` some VCs own rack-level cells too, with ``gpu_cells`` single GPUs."""
+    ``whole_racks`` some VCs own rack-level cells too, with ``gpu_cells`` single GPUs, with
+    ``sockets`` the two socket cells (half a node each) of the loose nodes."""
     racks = draw(st.integers(1, 3))
     per_rack = draw(st.integers(1, 3))
-    gpus = draw(st.sampled_from([1, 2, 4]))
+    gpus = draw(st.sampled_from([2, 4] if sockets else [1, 2, 4]))
     vcs = draw(st.integers(1, 3))
     rack_owner = [-1] * racks
     if whole_racks:
@@ -57,15 +61,23 @@ def clusters(draw: Any, whole_racks: bool = False, gpu_cells: bool = False) -> d
         )
         gpu_counts = [split.count(v) for v in range(vcs)]
         counts = [0] * vcs
-    if not any(counts) and not any(rack_counts) and not any(gpu_counts):
+    socket_counts = [0] * vcs
+    if sockets:  # the loose nodes' sockets go one by one instead
+        split = draw(st.lists(st.integers(-1, vcs - 1), min_size=loose * 2, max_size=loose * 2))
+        socket_counts = [split.count(v) for v in range(vcs)]
+        counts = [0] * vcs
+    if not any(counts) and not any(rack_counts) and not any(gpu_counts) and not any(socket_counts):
         counts[0] = 1 if loose else 0
         rack_counts[0] = 0 if loose else 1
+    node = {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True}
+    types = {"NODE": node, "RACK": {"childCellType": "NODE", "childCellNumber": per_rack}}
+    if sockets:
+        types["SOCKET"] = {"childCellType": "GPU", "childCellNumber": gpus // 2}
+        types["NODE"] = {"childCellType": "SOCKET", "childCellNumber": 2, "isNodeLevel": True}
+    small = "RACK.NODE.SOCKET" if sockets else "RACK.NODE.GPU"
     return {
         "physicalCluster": {
-            "cellTypes": {
-                "NODE": {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True},
-                "RACK": {"childCellType": "NODE", "childCellNumber": per_rack},
-            },
+            "cellTypes": types,
             "physicalCells": [
                 {
                     "cellType": "RACK",
@@ -79,7 +91,7 @@ def clusters(draw: Any, whole_racks: bool = False, gpu_cells: bool = False) -> d
                 "virtualCells": [
                     {"cellType": "RACK.NODE", "cellNumber": n},
                     {"cellType": "RACK", "cellNumber": rack_counts[v]},
-                    {"cellType": "RACK.NODE.GPU", "cellNumber": gpu_counts[v]},
+                    {"cellType": small, "cellNumber": gpu_counts[v] + socket_counts[v]},
                 ]
             }
             for v, n in enumerate(counts)
@@ -125,6 +137,10 @@ def check_invariants(sched: HivedScheduler, config: Any) -> None:
                 for leaf in leaves:
                     owner = leaf.owner()
                     assert owner is not None and owner.vc == view.vc, "guaranteed outside its VC"
+                owners = {id(leaf.owner()): leaf.owner() for leaf in leaves}
+                assert len(owners) == 1 or all(not o.children for o in owners.values()), (
+                    "a task spans several of its VC's cells"  # single-GPU cells excepted
+                )
     for name, n in per_vc.items():
         assert n <= sched.vcs[name].leaves(sched.tree), f"{name} uses more than its cells"
     check_counters(sched)
@@ -238,8 +254,10 @@ def guaranteed_running(sched: HivedScheduler) -> set[str]:
     return {j.job_id for j in sched._jobs.values() if j.placed and j.prio >= 0}
 
 
-def run_events(data: Any, whole_racks: bool, gpu_cells: bool = False) -> None:
-    raw = data.draw(clusters(whole_racks, gpu_cells))
+def run_events(
+    data: Any, whole_racks: bool, gpu_cells: bool = False, sockets: bool = False
+) -> None:
+    raw = data.draw(clusters(whole_racks, gpu_cells, sockets))
     config = load_cluster_config(raw)
     sched = HivedScheduler(config)
     nodes = sorted({n.name for n in config.nodes()})
@@ -247,7 +265,7 @@ def run_events(data: Any, whole_racks: bool, gpu_cells: bool = False) -> None:
     down: set[str] = set()
     for i, (kind, arg) in enumerate(ops):
         guaranteed = guaranteed_running(sched)
-        before = bindable(sched) if not whole_racks and not gpu_cells else {}
+        before = bindable(sched) if not (whole_racks or gpu_cells or sockets) else {}
         decisions: list[Any] = []
         if kind == "submit":
             spec = parse_job({"name": f"j{i}", **arg})
@@ -276,7 +294,7 @@ def run_events(data: Any, whole_racks: bool, gpu_cells: bool = False) -> None:
         check_invariants(sched, config)
         if before:
             check_binds_before_preempting(sched, guaranteed, before, decisions)
-        if not whole_racks and not gpu_cells:  # re-creates bindings: exact for node cells
+        if not (whole_racks or gpu_cells or sockets):  # re-creates bindings: exact for nodes
             check_vc_safety(sched, config)
 
 
@@ -296,3 +314,9 @@ def test_invariants_hold_with_rack_level_cells(data: Any) -> None:
 @given(data=st.data())
 def test_invariants_hold_with_cells_smaller_than_a_node(data: Any) -> None:
     run_events(data, whole_racks=False, gpu_cells=True)
+
+
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_invariants_hold_with_socket_cells(data: Any) -> None:
+    run_events(data, whole_racks=False, sockets=True)
