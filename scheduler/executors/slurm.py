@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import shlex
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +134,7 @@ class SlurmExecutor:
         self._node_poll_s = node_poll_s
         self._clock = clock
         self._tasks: dict[TaskKey, TaskHandle] = {}
+        self._lock = threading.Lock()  # the loop polls while actuation workers launch and stop
         self._queried_at = float("-inf")
         self._nodes_listed_at: float | None = None
         self._node_health: dict[str, str | None] = {}
@@ -144,7 +146,7 @@ class SlurmExecutor:
         if not tasks:
             return []
         for launch in tasks:
-            if launch.key in self._tasks:
+            if launch.key in dict(self._tracked()):
                 raise LaunchError(f"task {launch.key} is already running")
         try:
             addresses = {n.name: n.address for n in nodes(self.slurm.json(["sinfo"]))}
@@ -183,7 +185,8 @@ class SlurmExecutor:
             }
             write_json_atomic(work / HANDLE_FILE, info)
             handle = TaskHandle(launch.key, info)
-            self._tasks[launch.key] = handle
+            with self._lock:
+                self._tasks[launch.key] = handle
             handles.append(handle)
         return handles
 
@@ -226,10 +229,12 @@ class SlurmExecutor:
 
     def poll(self) -> list[TaskExit]:
         """Tasks that ended since the last poll: a recorded exit at once, a vanished Slurm job
-        once ``squeue`` (asked at most every ``poll_s``) no longer runs it."""
-        ended = [self._settled(k) for k in list(self._tasks) if _recorded(self._tasks[k].info)]
+        once ``squeue`` (asked at most every ``poll_s``) no longer runs it. The loop polls
+        while actuation workers launch and stop: a task a stop took away is simply skipped."""
+        ended = [e for k, h in self._tracked() if _recorded(h.info) for e in self._settled(k)]
         now = time.monotonic()
-        if not self._tasks or now - self._queried_at < self._poll_s:
+        tracked = self._tracked()
+        if not tracked or now - self._queried_at < self._poll_s:
             return ended
         self._queried_at = now
         try:
@@ -237,35 +242,45 @@ class SlurmExecutor:
         except SlurmError as err:
             log.warning("cannot ask Slurm for job states (tasks keep their state): %s", err)
             return ended
-        for key in list(self._tasks):
-            slurm_id = self._tasks[key].info["slurm_job_id"]
-            state = states.get(slurm_id)
+        for key, handle in tracked:
+            state = states.get(handle.info["slurm_job_id"])
             if state is None or state in ENDED_STATES:
-                ended.append(self._settled(key, state or "gone from squeue"))
+                ended.extend(self._settled(key, state or "gone from squeue"))
         return ended
 
-    def _settled(self, key: TaskKey, slurm_state: str | None = None) -> TaskExit:
-        info = self._tasks.pop(key).info
+    def _tracked(self) -> list[tuple[TaskKey, TaskHandle]]:
+        with self._lock:
+            return list(self._tasks.items())
+
+    def _settled(self, key: TaskKey, slurm_state: str | None = None) -> list[TaskExit]:
+        """The task's exit (none when a concurrent stop settled it first)."""
+        with self._lock:
+            handle = self._tasks.pop(key, None)
+        if handle is None:
+            return []
+        info = handle.info
         record = _read_exit(info)
         if record is not None:
-            return TaskExit(key, record, _describe(record))
+            return [TaskExit(key, record, _describe(record))]
         lost = slurm_state in _LOST_STATES
         why = (
             f"Slurm job {info['slurm_job_id']} ended ({slurm_state}) "
             "before the task recorded an exit status"
         )
-        return TaskExit(key, None, why, requeue=lost)
+        return [TaskExit(key, None, why, requeue=lost)]
 
     def adopt(self, handles: Sequence[TaskHandle]) -> list[TaskExit]:
         """Take over tasks recorded before a restart; settle those whose Slurm job ended."""
         for handle in handles:
             info = self._info(handle)
-            if info is not None and handle.key not in self._tasks:
-                self._tasks[handle.key] = TaskHandle(handle.key, info)
+            with self._lock:
+                if info is not None and handle.key not in self._tasks:
+                    self._tasks[handle.key] = TaskHandle(handle.key, info)
+        tracked = dict(self._tracked())
         lost = [
             TaskExit(h.key, None, "no record that this task was launched")
             for h in handles
-            if h.key not in self._tasks
+            if h.key not in tracked
         ]
         self._queried_at = float("-inf")
         adopted = {h.key for h in handles}
@@ -278,8 +293,9 @@ class SlurmExecutor:
         left; return once Slurm says the tasks are gone (or cannot be asked)."""
         grace = self.grace_s if grace_s is None else grace_s
         infos = [i for i in (self._info(h) for h in handles) if i is not None]
-        for handle in handles:
-            self._tasks.pop(handle.key, None)
+        with self._lock:
+            for handle in handles:
+                self._tasks.pop(handle.key, None)
         targets = self._targets(infos)
         if not targets:
             return
@@ -291,7 +307,7 @@ class SlurmExecutor:
     def _targets(self, infos: list[dict[str, Any]]) -> list[str]:
         """Whole Slurm jobs whose every task is stopped; single steps of the others."""
         ours = {str(i["slurm_job_id"]) for i in infos}
-        still = {str(h.info["slurm_job_id"]) for h in self._tasks.values()}
+        still = {str(h.info["slurm_job_id"]) for _, h in self._tracked()}
         targets = sorted(ours - still)
         for info in infos:
             if str(info["slurm_job_id"]) in still:
@@ -365,7 +381,8 @@ class SlurmExecutor:
         return [str(path)] if path.exists() else []
 
     def _info(self, handle: TaskHandle) -> dict[str, Any] | None:
-        tracked = self._tasks.get(handle.key)
+        with self._lock:
+            tracked = self._tasks.get(handle.key)
         if tracked is not None:
             return tracked.info
         if "slurm_job_id" in handle.info:
