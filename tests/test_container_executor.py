@@ -67,6 +67,19 @@ def test_a_container_cannot_see_another_jobs_directory_or_the_data_dir(ex, tiny_
     assert out.split() == ["task"]  # all it has of the host: its own directory
 
 
+def test_a_container_gets_the_tasks_environment_not_the_services(ex, tiny_image, monkeypatch):
+    monkeypatch.setenv("SERVICE_ONLY_SECRET", "s3cret")
+    code, _, out, _ = run(ex, "envs", "env", image=tiny_image, env={"JOB_LEVEL": "yes"})
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert code == 0 and "SERVICE_ONLY_SECRET" not in env
+    assert (env["JOB_LEVEL"], env["PAI_JOB_NAME"], env["CUDA_VISIBLE_DEVICES"]) == (
+        "yes",
+        "envs",
+        "0",
+    )
+    assert env["LABHIVE_JOB_ID"] == "envs" and env["PAI_TASK_ROLE_NAME"] == "worker"
+
+
 def test_an_oom_kill_is_detected_and_reported(ex, tiny_image):
     hog = "a=$(head -c 100000000 /dev/zero | tr '\\0' a); echo survived"
     code, reason, out, _ = run(ex, "oom", hog, image=tiny_image, memory_mb=32)

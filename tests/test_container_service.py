@@ -48,6 +48,27 @@ def test_a_job_naming_an_image_runs_in_a_container(live_sqlite, tiny_image):
     )
 
 
+def test_an_openpai_job_runs_in_the_image_its_role_names(live_sqlite, tiny_image):
+    job = live_sqlite.client().submit(
+        {
+            "protocolVersion": 2,
+            "name": "pai-boxed",
+            "prerequisites": [{"type": "dockerimage", "name": "box", "uri": tiny_image}],
+            "taskRoles": {
+                "main": {
+                    "instances": 1,
+                    "dockerImage": "box",
+                    "resourcePerInstance": {"gpu": 1, "cpu": 1, "memoryMB": 256},
+                    "commands": ["readlink /proc/self/ns/mnt > /dev/null && pwd"],
+                }
+            },
+            "defaults": {"virtualCluster": "vc1"},
+        }
+    )
+    assert job.wait(60, 0.05).state == "SUCCEEDED"
+    assert live_sqlite.client().logs(job.id).data == "/labhive/task\n"
+
+
 def test_an_oom_kill_is_what_the_failed_job_says(live_sqlite, tiny_image):
     hog = "a=$(head -c 100000000 /dev/zero | tr '\\0' a)"
     job = live_sqlite.client().submit(command=hog, vc="vc1", gpus=1, memory_mb=32, image=tiny_image)
