@@ -123,10 +123,21 @@ def server_args(plan: HubPlan) -> list[str]:
     return args
 
 
+def private_hub_dir(data: Path) -> None:
+    """The hub's directory holds the service's data dir (tasks pass through to their work
+    dirs: 0711) and the hub's secrets; JupyterHub creates its database with the umask's mode,
+    so it is made 0600 first (SQLite keeps an existing file's mode)."""
+    data.mkdir(parents=True, exist_ok=True)
+    os.chmod(data, 0o711)
+    db = data / "jupyterhub.sqlite"
+    os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+    os.chmod(db, 0o600)
+
+
 def configure(c: Any, plan: HubPlan) -> None:
     """Apply the plan to a JupyterHub config object (see the module docstring)."""
     data = Path(plan.data_dir)
-    data.mkdir(parents=True, exist_ok=True)
+    private_hub_dir(data)
     hub = c.JupyterHub
     hub.bind_url = plan.public_url
     hub.hub_bind_url = f"http://127.0.0.1:{plan.hub_port}"

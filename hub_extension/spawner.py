@@ -35,6 +35,7 @@ from jupyterhub.spawner import Spawner
 from jupyterhub.utils import random_port
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
+from labhive.hub_extension import homes
 from labhive.scheduler.client import (
     Client,
     LabHiveError,
@@ -103,6 +104,15 @@ class LabHiveSpawner(Spawner):
     secrets_dir = Unicode(
         help="""Directory (mode 0700) for the per-server 0600 files that carry the hub's
         credentials to the server task. Default: ./labhive-servers next to the hub.""",
+    ).tag(config=True)
+
+    launcher = List(
+        Unicode(),
+        help="""The command that starts the server in its task from the launch file (given as
+        its last argument). Default: the hub's Python with ``-m labhive.hub_extension.launch``.
+        Where users' uids cannot execute the hub's Python (it lives in a private home), name
+        one they can: the launcher needs only the standard library, e.g.
+        ``["/usr/bin/python3", "/path/to/labhive/hub_extension/launch.py"]``.""",
     ).tag(config=True)
 
     # ---- state kept across hub restarts ---------------------------------------------------
@@ -223,8 +233,9 @@ class LabHiveSpawner(Spawner):
         profile = self._profile()
         vc = await self._choose_vc()
         self.port = random_port()
-        secrets = self._write_launch_file()
-        launcher = f"{shlex.quote(sys.executable)} -m labhive.hub_extension.launch"
+        secrets = self._write_launch_file(await self._owner())
+        default = [sys.executable, "-m", "labhive.hub_extension.launch"]
+        launcher = " ".join(map(shlex.quote, self.launcher or default))
         command = f"exec {launcher} {shlex.quote(str(secrets))}"
         doc = {
             "name": self._job_name(),
@@ -267,13 +278,25 @@ class LabHiveSpawner(Spawner):
             "your server; ask an instructor to add you to a group that grants one"
         )
 
+    async def _owner(self) -> homes.Owner | None:
+        """The uid/gid the server's task will run as (asked of the service), when this hub
+        can hand the server its home and launch file; None: files stay the hub's own."""
+        try:
+            me = await self._call(lambda c: c.me(), token=self.api_token)
+        except NotFoundError:  # a service from before per-user identities
+            return None
+        except LabHiveError as err:
+            raise ServerJobEnded(f"LabHive refused to start your server: {err.message}") from None
+        return homes.owner_from(me)
+
     def _job_name(self) -> str:
         suffix = f"-{self.name}" if self.name else ""
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"jupyter-{self.user.name}{suffix}")[:64]
 
-    def _write_launch_file(self) -> Path:
+    def _write_launch_file(self, owner: homes.Owner | None = None) -> Path:
         """The server's command and environment (its hub token included), readable by the
-        hub's user only; the job's stored command names this file, never the secrets."""
+        hub's user only, or by the server's own uid (see ``homes``); the job's stored command
+        names this file, never the secrets."""
         env = self.get_env()
         env["LABHIVE_URL"] = self.server_service_url or self.service_url
         # the server extension is enabled by this package's own config dir, however installed
@@ -282,12 +305,14 @@ class LabHiveSpawner(Spawner):
         cmd = [*self.cmd, *self.get_args()]
         beside_python = str(Path(sys.executable).parent)  # the hub's venv, even when not on PATH
         cmd[0] = shutil.which(cmd[0]) or shutil.which(cmd[0], path=beside_python) or cmd[0]
-        folder = Path(self.secrets_dir)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = folder / f"{self._job_name()}.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump({"env": env, "cmd": cmd, "cwd": self._cwd()}, out)
+        cwd = self._cwd()
+        if cwd:
+            homes.make_home(Path(cwd), owner)
+            if owner is not None:
+                env["HOME"] = cwd  # the hub's home is not theirs
+        path = homes.launch_folder(Path(self.secrets_dir), owner) / f"{self._job_name()}.json"
+        with os.fdopen(homes.open_launch_file(path, owner), "w") as out:
+            json.dump({"env": env, "cmd": cmd, "cwd": cwd}, out)
         return path
 
     def _cwd(self) -> str | None:

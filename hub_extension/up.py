@@ -59,6 +59,8 @@ def prepare(
         )
     hub_dir = data_dir.resolve() / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o711)  # homes and the service's task dirs lie below: pass, don't list
+    os.chmod(hub_dir, 0o711)
     keys = _secrets(hub_dir / "secrets.json")
     if grants is None:
         grants = hub_dir / "grants.yaml"
@@ -246,6 +248,7 @@ def run_up(
     try:
         wait_ready(plan, proc, log)
         print(banner(plan, keys, log), flush=True)
+        print(f"  tasks run as: {_tasks_run_as()}", flush=True)
         proc.wait()
         print(f"JupyterHub exited (status {proc.returncode}); see {log}", file=sys.stderr)
         return 1
@@ -256,6 +259,13 @@ def run_up(
         return 0
     finally:
         stop_group(proc, grace_s=grace_s + 20)
+
+
+def _tasks_run_as() -> str:
+    """Whom jobs and notebook servers run as (the trust model), as the service will say."""
+    from labhive.scheduler.service.server import ServeOptions, tasks_run_as
+
+    return tasks_run_as(ServeOptions())
 
 
 def _interrupt(*_: Any) -> None:

@@ -232,6 +232,10 @@ class Client:
         clean = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", path, params=clean).json()
 
+    def me(self) -> dict[str, Any]:
+        """Who this client's token is: name, admin, VCs, and the OS uid/gid their tasks run as."""
+        return self._get("/me")  # type: ignore[no-any-return]
+
     # ---- jobs ---------------------------------------------------------------------------
 
     def submit(self, spec: Mapping[str, Any] | str | Path | None = None, **short: Any) -> Job:

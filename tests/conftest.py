@@ -18,3 +18,10 @@ settings.register_profile(
 )
 settings.register_profile("explore", max_examples=2000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+# Services the suite starts run tasks as the service's own user, as before issue 15: this
+# machine's Python lives under /root (0700), which the per-user uids a root service would switch
+# to cannot execute, and most of the suite's jobs run Python. The isolation tests
+# (tests/test_isolation_*.py) ask for per-user identities explicitly, with commands every uid
+# can run.
+os.environ.setdefault("LABHIVE_TASK_IDENTITY", "service")

@@ -35,7 +35,7 @@ def ex(tmp_path: Path):
 
 
 def run(ex: LocalExecutor, job: str, command: str, **kw) -> tuple[int | None, str, str, Path]:
-    """Launch one containerized task, wait for its end: (exit code, reason, stdout, workdir)."""
+    """Launch one containerized task, wait for its end: (exit code, reason, stdout, task dir)."""
     (handle,) = ex.launch([task(job, command, **kw)])
     (end,) = wait_exits(ex, 1, timeout_s=60).values()
     work = Path(handle.info["workdir"])
@@ -48,8 +48,8 @@ def test_a_container_task_runs_as_its_uid_in_its_own_directory(ex, tiny_image):
         uid=4242, gid=4343,
     )  # fmt: skip
     assert (code, out.split()) == (0, ["4242", "4343", "/labhive/task", "0"])
-    assert ((work / "mine").stat().st_uid, (work / "mine").stat().st_gid) == (4242, 4343)
-    assert (work / "mine").read_text() == "hi\n"
+    mine = work / "work" / "mine"  # the task's working directory (workdir.py), mounted
+    assert (mine.stat().st_uid, mine.stat().st_gid, mine.read_text()) == (4242, 4343, "hi\n")
     assert containers_of("uid") == []  # removed once settled
 
 

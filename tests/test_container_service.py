@@ -5,19 +5,21 @@ restarted service to re-adopt them and settle each with its container's real exi
 
 from __future__ import annotations
 
+import errno
+import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from container_support import containers_of, podman_or_skip, tiny_image
+from container_support import containers_of, podman_or_skip, python_image, tiny_image
 from waiting import wait_until
 
 from labhive.scheduler.client import Client, LabHiveError, ServiceUnavailable
 from labhive.scheduler.executors.env import free_port
 
-__all__ = ["tiny_image"]  # a fixture, used by name
+__all__ = ["python_image", "tiny_image"]  # fixtures, used by name
 pytest_plugins = ["service_fixtures"]
 
 
@@ -120,7 +122,7 @@ def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_cod
     try:
         assert [j.refresh().state for j in jobs] == ["RUNNING", "RUNNING"]
         for d in dirs.values():
-            (d / "go").touch()
+            (d / "work" / "go").touch()  # the task's working directory, mounted
         assert ok.wait(30, 0.05).state == "SUCCEEDED"
         assert (bad.wait(30, 0.05).state, bad.exit_code) == ("FAILED", 4)
         assert c.logs(ok.id).data == "done\n"
@@ -130,3 +132,42 @@ def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_cod
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=30)
+
+
+def test_a_users_container_runs_as_their_uid_and_reaches_nothing_else(python_image):
+    """As the bare-process test in test_isolation_service.py, in a container: alice's job runs
+    as her uid; her own directory is writable, the service's files and bob's are not there."""
+    from isolation_util import ALICE_UID, isolated_service, open_tmp_dir, parse_probe, probe_env
+    from isolation_util import PROBE as probe_script
+
+    with open_tmp_dir() as tmp, isolated_service(tmp / "data") as live:
+        data = live.data_dir
+        bob = live.client("bob-token-4567").submit(
+            name="bob", command="echo BOB-SECRET", vc="vc1", gpus=0, image=python_image
+        )
+        assert bob.wait(60, 0.05).state == "SUCCEEDED"
+        bob_task = data / "jobs" / str(bob.id) / "1" / f"{bob.tasks[0]['role']}-0"
+        targets = [
+            ("its own file", "write", "~/mine.txt"),
+            ("the data directory", "list", data),
+            ("the database", "read", data / "labhive.db"),
+            ("the admin token", "read", data / "admin.token"),
+            ("bob's stdout", "read", bob_task / "stdout"),
+            ("bob's work directory", "list", bob_task / "work"),
+        ]
+        env = probe_env(targets)["PROBE_TARGETS"]
+        command = f"export PROBE_TARGETS={shlex.quote(env)}; python3 -c {shlex.quote(probe_script)}"
+        alice = live.client("alice-token-123").submit(
+            name="alice", command=command, vc="vc1", gpus=0, image=python_image
+        )
+        assert alice.wait(60, 0.05).state == "SUCCEEDED", alice.logs(stream="stderr").data
+        report = parse_probe(alice.logs().data.encode())
+        assert (report["uid"], report["gid"], report["home"]) == (
+            ALICE_UID,
+            ALICE_UID,
+            "/labhive/task",
+        )
+        assert report["tries"] == {  # not in its mount namespace: ENOENT rather than EACCES
+            label: "ok" if label == "its own file" else errno.ENOENT for label, _, _ in targets
+        }
+        assert alice.tasks[0]["run_as"] == {"uid": ALICE_UID, "gid": ALICE_UID, "separated": True}

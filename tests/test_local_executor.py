@@ -139,7 +139,7 @@ def test_a_relative_data_dir_works_from_the_tasks_own_directory(tmp_path, monkey
     (h,) = ex.launch([task("rel", "pwd")])
     assert wait_exits(ex, 1)[h.key].exit_code == 0
     out = ex.read_log(h, "stdout", 0, 4096).decode().strip()
-    assert out == str(tmp_path / "data" / "jobs" / "rel" / "0" / "worker-0")
+    assert out == str(tmp_path / "data" / "jobs" / "rel" / "0" / "worker-0" / "work")
 
 
 def test_the_services_credentials_do_not_reach_a_task(ex, monkeypatch):

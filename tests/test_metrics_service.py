@@ -108,7 +108,7 @@ def test_oom_killed_task_is_counted_per_vc(tmp_path) -> None:
         w.wait_state(job, "RUNNING")
         hook = w.service.loop.on_task_exit
         assert hook is not None
-        reason = "killed by SIGKILL: went over its memory limit of 64 MB"
+        reason = "killed: over its memory limit of 64 MiB (killed by SIGKILL)"
         hook(job, TaskExit(TaskKey(str(job), 1, "main", 0), 137, reason))
         hook(job, TaskExit(TaskKey(str(job), 1, "main", 0), 1, "exit code 1"))
         oom = [

@@ -1,8 +1,10 @@
 """Run a job's tasks as real processes on this machine.
 
-Each task gets a working directory ``DATA_DIR/jobs/<job_id>/<attempt>/<role>-<index>/`` holding
+Each task gets a directory ``DATA_DIR/jobs/<job_id>/<attempt>/<role>-<index>/`` holding
 its ``stdout`` and ``stderr``, the ``launch.json`` it was started from and, once it ended, the
-``exit.json`` its supervisor wrote (see ``supervise.py``). The supervisor is the leader of a new
+``exit.json`` its supervisor wrote (see ``supervise.py``), all the service's own, and the task's
+working directory ``work/``, its user's own (see ``workdir.py`` for who may read what). The
+command runs as the launch's uid/gid when the service is root. The supervisor is the leader of a new
 session and process group that the task's command and its children share, so one ``killpg``
 reaches all of them, and the service can die without taking the tasks with it.
 
@@ -32,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import container, limits
+from labhive.scheduler.executors import container, limits, workdir
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -107,11 +109,15 @@ class LocalExecutor:
         *,
         shell: str | None = None,
         limit_support: limits.LimitSupport | None = None,
+        pids_max: int = limits.DEFAULT_PIDS_MAX,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
+        workdir.secure_dir(self.data_dir)  # 0711: tasks pass through to their own dirs only
         self.grace_s = grace_s
         self.shell = shell
         self.limit_support = limit_support or limits.detect()
+        self.pids_max = pids_max
+        self._scope = limits.scope_name(self.data_dir)  # cgroups of this data dir's tasks
         self._tasks: dict[TaskKey, _Task] = {}
         self._containers: container.Support | None = None  # detected at the first image
 
@@ -145,16 +151,26 @@ class LocalExecutor:
         work = task_dir(self.data_dir, launch.key)
         if work.exists():
             _retire(work)
-        work.mkdir(parents=True)
+        owner = workdir.run_as(launch.uid, launch.gid)
+        cwd = workdir.prepare_task_dir(self.data_dir, work, owner)
         env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
-        if launch.image:
+        run_as = owner.record()
+        if launch.image:  # podman runs as the service; the container as the task's user
             task_env = {**launch.env, **extra_env, **launch_env(launch)}
-            argv, enforced = self._container_argv(launch, work, task_env)
+            argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
             env.update(self._podman_env())
+            run_as = {**workdir.run_as(None, None).record(), "container_user": run_as}
         else:
-            argv = self._argv(launch, work)
-            enforced = limits.apply(self.limit_support, launch.key, launch.cpu, launch.memory_mb)
-        (work / LAUNCH_FILE).write_text(json.dumps({"argv": argv, "limits": enforced}))
+            argv = self._argv(launch, work, owner)
+            enforced = limits.apply(
+                self.limit_support, launch.key, launch.cpu, launch.memory_mb,
+                gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
+            )  # fmt: skip
+        launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": run_as}
+        write_json_atomic(work / LAUNCH_FILE, launch_doc)
+        if owner.switch and not launch.image:  # the service's $HOME is not theirs to use
+            env.update(HOME=str(cwd), USER=launch.user or str(owner.uid))
+            env["LOGNAME"] = env["USER"]
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:
@@ -166,6 +182,8 @@ class LocalExecutor:
             "create_time": psutil.Process(popen.pid).create_time(),
             "start_ticks": _start_ticks(popen.pid),
             "workdir": str(work),
+            "cwd": str(cwd),
+            "run_as": owner.record(),
             "stdout": str(work / "stdout"),
             "stderr": str(work / "stderr"),
             "exit_file": str(work / EXIT_FILE),
@@ -177,7 +195,9 @@ class LocalExecutor:
         self._tasks[launch.key] = _Task(handle, popen)
         return handle
 
-    def _argv(self, launch: TaskLaunch, work: Path, argv: list[str] | None = None) -> list[str]:
+    def _argv(
+        self, launch: TaskLaunch, work: Path, owner: workdir.RunAs, argv: list[str] | None = None
+    ) -> list[str]:
         """The task's command line, under strace when it is observed (a container's: podman's
         ``run`` is traced, which follows conmon, runc and the container's processes)."""
         argv = argv or [self.shell or user_shell(), "-c", launch.command]
@@ -188,7 +208,12 @@ class LocalExecutor:
         strace = shutil.which("strace")
         if strace is None:
             raise LaunchError("strace is not installed here: install it (apt-get install strace)")
-        return [strace, "-f", "-tt", "-T", "-y", "-o", str(work / STRACE_LOG), "--", *argv]
+        # strace runs as the user: its log is theirs, in the service's directory (no symlink
+        # swap possible), named relative to the work dir (the absolute path may not be
+        # traversable for them)
+        workdir.private_file(work / STRACE_LOG, owner)
+        log = f"../{STRACE_LOG}"
+        return [strace, "-f", "-tt", "-T", "-y", "-o", log, "--", *argv]
 
     # ---- containers (a job with an image; see container.py) --------------------------------
 
@@ -202,13 +227,19 @@ class LocalExecutor:
         return container.environment(conf)
 
     def _container_argv(
-        self, launch: TaskLaunch, work: Path, task_env: dict[str, str]
+        self,
+        launch: TaskLaunch,
+        work: Path,
+        cwd: Path,
+        owner: workdir.RunAs,
+        task_env: dict[str, str],
     ) -> tuple[list[str], dict[str, Any]]:
         pull = os.environ.get("LABHIVE_IMAGE_PULL") == "1"
         support = self._container_support()
-        argv, record = container.prepare(support, launch, work, task_env, pull)
-        try:
-            return self._argv(launch, work, argv), record
+        user = (owner.uid, owner.gid)
+        argv, record = container.prepare(support, launch, cwd, user, task_env, pull)
+        try:  # strace (when observed) runs as the service, around podman
+            return self._argv(launch, work, workdir.run_as(None, None), argv), record
         except BaseException:
             container.release_v1_parent(record["container"]["name"])
             raise
@@ -519,14 +550,15 @@ def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
     how = how or f"exit code {record['exit_code']}"
     if limits.oom_killed(enforced):
         mb = enforced["memory"]["bytes"] // limits.MIB
-        return f"{how}: went over its memory limit of {mb} MB"
+        return f"killed: over its memory limit of {mb} MiB ({how})"
     return how
 
 
 def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """The supervisor leads a new session, so the task outlives the service and one killpg
     reaches all of it; it reads its instructions from the working directory."""
-    with (work / "stdout").open("wb") as out, (work / "stderr").open("wb") as err:
+    stdout, stderr = workdir.private_file(work / "stdout"), workdir.private_file(work / "stderr")
+    with stdout.open("wb") as out, stderr.open("wb") as err:
         return subprocess.Popen(
             [sys.executable, "-I", "-m", "labhive.scheduler.executors.supervise", str(work)],
             cwd=work,

@@ -13,9 +13,11 @@ It also makes the task behave like a container's PID 1:
 - it survives the SIGTERM the executor sends to the task's process group, so it can still record
   how the command ended; only the executor's SIGKILL after the grace period stops it.
 
-Limits are applied to the command alone (between fork and exec), so the supervisor's own memory
-never counts against the task. The launch parameters come from ``launch.json``, written by the
-executor.
+Limits and identity are applied to the command alone (between fork and exec): the supervisor's
+own memory never counts against the task, and the supervisor keeps the service's identity (it
+must write ``exit.json`` where the task cannot) while the command joins its cgroups, enters its
+working directory and then becomes its user (no supplementary groups, its gid, its uid) before
+exec. The launch parameters come from ``launch.json``, written by the executor.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from typing import Any, NoReturn
 
 import psutil
 
+from labhive.scheduler.executors.workdir import become
+
 LAUNCH_FILE = "launch.json"
 EXIT_FILE = "exit.json"
 _PR_SET_CHILD_SUBREAPER = 36
@@ -44,23 +48,31 @@ def _become_subreaper() -> None:
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _start(argv: list[str], limits: dict[str, Any]) -> int:
-    """Fork the command with the task's limits; return its pid."""
+def _start(launch: dict[str, Any]) -> int:
+    """Fork the command with the task's limits and identity; return its pid."""
     pid = os.fork()
     if pid == 0:
-        _exec_command(argv, limits)
+        _exec_command(launch)
     return pid
 
 
-def _exec_command(argv: list[str], limits: dict[str, Any]) -> NoReturn:
-    """In the forked child: default signal handling, the limits, then the command."""
+def _exec_command(launch: dict[str, Any]) -> NoReturn:
+    """In the forked child: default signal handling, the limits, the working directory, the
+    user, then the command."""
     try:
         for sig in _FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
+        limits = launch.get("limits", {})
         for name, value in limits.get("rlimits", {}).items():
             resource.setrlimit(getattr(resource, name), (value, value))
-        if limits.get("cgroup"):
-            Path(limits["cgroup"], "cgroup.procs").write_text(str(os.getpid()))
+        for cgroup in filter(None, [limits.get("cgroup"), *limits.get("cgroups", ())]):
+            Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
+        if launch.get("cwd"):
+            os.chdir(launch["cwd"])  # as the service: the user may not traverse the path to it
+        identity = launch.get("run_as") or {}
+        if identity.get("separated"):
+            become(int(identity["uid"]), int(identity["gid"]))
+        argv = launch["argv"]
         os.execvp(argv[0], argv)
     except BaseException as err:  # report why, then die like a shell that cannot exec
         with contextlib.suppress(OSError):
@@ -131,7 +143,10 @@ def exit_record(status: int, leftovers: int) -> dict[str, Any]:
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Readers see the whole file or none of it, whenever this process is killed."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)  # the service's records: never readable by a task's uid
+        out.write(json.dumps(data))
     os.replace(tmp, path)
 
 
@@ -141,7 +156,7 @@ def main(workdir: str) -> int:
     _become_subreaper()
     work = Path(workdir)
     launch = json.loads((work / LAUNCH_FILE).read_text())
-    pid = _start(launch["argv"], launch.get("limits", {}))
+    pid = _start(launch)
     status = _wait_for(pid)
     leftovers = kill_leftovers()
     record = exit_record(status, leftovers)

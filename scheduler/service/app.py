@@ -65,6 +65,7 @@ class Service:
     max_body: int = MAX_BODY
     cancel_wait_s: float = 5.0
     monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
+    accounts: Any = None  # users' OS identities (service/accounts.py), for GET /me
 
     def __post_init__(self) -> None:
         self._check_lock = threading.Lock()
@@ -180,6 +181,16 @@ def _routes(app: FastAPI, svc: Service) -> None:
         assert svc.intake is not None
         job_id, t = await svc.intake.submit(job, spec)
         return JSONResponse(lc.new_job_view(job, job_id, t), status_code=201)
+
+    @get("/me")
+    def whoami(me: Who) -> dict[str, Any]:
+        """The caller's LabHive identity and the OS uid/gid their tasks run as (the hub's
+        spawner gives a server's home and launch file to that uid)."""
+        out: dict[str, Any] = {"name": me.name, "admin": me.admin, "vcs": sorted(me.vcs)}
+        if svc.accounts is not None:
+            account = svc.accounts.of(me.name)
+            out.update(uid=account.uid, gid=account.gid)
+        return out
 
     @get("/jobs", response_model=s.JobList)
     def list_jobs(
@@ -461,6 +472,7 @@ def _job_out(
                 exit_code=t["exit_code"],
                 attempt=t["attempt"],
                 limits=(t.get("handle") or {}).get("limits"),
+                run_as=(t.get("handle") or {}).get("run_as"),
             )
             for t in task_rows or ()
         ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,16 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         help="on exit stop every job process (their jobs wait again) instead of leaving them "
         "running for the next start to re-adopt",
     )
+    parser.add_argument(
+        "--task-identity",
+        choices=["users", "service"],
+        default=os.environ.get("LABHIVE_TASK_IDENTITY", "users"),
+        help="users (default; $LABHIVE_TASK_IDENTITY): a root service runs every task as its "
+        "user's uid/gid; service: every task as the service's own user (no separation)",
+    )
+    parser.add_argument(
+        "--first-uid", type=int, default=200000, help="allocated uids start here (200000)"
+    )
     k8s_serve.add_options(parser)
 
 
@@ -99,6 +110,8 @@ def _options(args: argparse.Namespace) -> Any:
         log_level=args.log_level,
         gpu_sample_s=args.gpu_sample_s,
         executor_options=k8s_serve.options_from(args),
+        task_identity=args.task_identity,
+        first_uid=args.first_uid,
     )
 
 

@@ -69,6 +69,7 @@ class TaskOut(BaseModel):
     exit_code: int | None = None
     attempt: int
     limits: dict[str, Any] | None = None  # what the executor enforced (memory, cpu) and how
+    run_as: dict[str, Any] | None = None  # the OS uid/gid it ran as, and whether users are apart
 
 
 class JobOut(BaseModel):

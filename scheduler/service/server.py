@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 import sys
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 
 EXECUTORS = ("local", "kubernetes")
+TASK_IDENTITIES = ("users", "service")
+log = logging.getLogger("labhive.service")
 
 
 @dataclass
@@ -39,6 +42,12 @@ class ServeOptions:
     log_level: str = "warning"
     gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
     executor_options: dict[str, Any] = field(default_factory=dict)  # --executor kubernetes
+    #: "users": each task runs as its user's uid/gid (when the service is root); "service": as
+    #: the service's own user, users not separated (the test suite's default: see conftest.py)
+    task_identity: str = field(
+        default_factory=lambda: os.environ.get("LABHIVE_TASK_IDENTITY", "users")
+    )
+    first_uid: int = 200000  # allocated uids start here (service/accounts.py)
 
 
 @dataclass
@@ -52,6 +61,7 @@ class Running:
     token_created: bool
     database: str
     virtual: bool
+    tasks_run_as: str = ""
 
 
 def make_executor(
@@ -109,6 +119,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.detect import default_cluster
     from labhive.scheduler.jobs import parse_job
     from labhive.scheduler.policies import get_policy
+    from labhive.scheduler.service.accounts import Accounts, load_configured
     from labhive.scheduler.service.app import Service, create_app
     from labhive.scheduler.service.auth import (
         TokenAuthenticator,
@@ -116,11 +127,21 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         hub_authenticator,
         load_users,
     )
+    from labhive.scheduler.service.datadir import (
+        check_private,
+        secure_data_dir,
+        secure_sqlite,
+    )
     from labhive.scheduler.service.loop import SchedulerLoop
     from labhive.scheduler.service.store import Store, database_url
 
-    data_dir = Path(opts.data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    if opts.task_identity not in TASK_IDENTITIES:
+        raise UserError(
+            f"unknown task identity {opts.task_identity!r}; choose one of: users, service"
+        )
+    data_dir = secure_data_dir(Path(opts.data_dir).resolve())
+    if opts.users and opts.auth == "token" and opts.task_identity == "users":
+        check_private(Path(opts.users), "users' tokens")
     config = load_cluster_config(opts.cluster) if opts.cluster else default_cluster()
     default_vc = "default" if "default" in config.vcs else next(iter(config.vcs), "default")
     policy = make_policy or (lambda cfg: get_policy(opts.policy, cfg))
@@ -134,7 +155,10 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
 
     url = database_url(opts.db, data_dir)
     store = Store(url)
-    store.migrate()
+    with secure_sqlite(store):
+        store.migrate()
+    accounts = Accounts(store, load_configured(opts.users), opts.first_uid)
+    accounts.sync()
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
     auth: Any
@@ -152,22 +176,17 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         load_spec,
         virtual=config.virtual,
         grace_s=opts.grace_s,
-        launch_builder=launch_builder_for(opts.executor, config),
+        launch_builder=_with_identity(opts, config, accounts),
         node_events=getattr(executor, "node_events", None),
     )
     from labhive.scheduler.service.monitoring import Monitoring
 
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
-        store,
-        loop,
-        executor,
-        auth,
-        parse,
-        image_check_for(opts.executor, checker.check),
-        policy=opts.policy,
-        monitoring=monitoring,
-    )
+        store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),
+        policy=opts.policy, monitoring=monitoring,
+        accounts=accounts if opts.task_identity == "users" else None,
+    )  # fmt: skip
     app = create_app(service)
     if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers
         app = auth.wrap(app)
@@ -179,6 +198,36 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         token_created=created,
         database=store.engine.url.render_as_string(hide_password=True),
         virtual=config.virtual,
+        tasks_run_as=tasks_run_as(opts),
+    )
+
+
+def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:
+    """The launch builder, with every task's uid/gid filled in unless tasks run as the
+    service's own user."""
+    builder = launch_builder_for(opts.executor, config)
+    if opts.task_identity != "users":
+        return builder
+    from functools import partial
+
+    from labhive.scheduler.service.loop import default_launches
+
+    return accounts.filling(builder or partial(default_launches, virtual=config.virtual))
+
+
+def tasks_run_as(opts: ServeOptions) -> str:
+    """Whom tasks run as, in words for the start-up banner and log (the trust model)."""
+    me = os.geteuid()
+    if opts.task_identity == "users" and me == 0:
+        return f"each user's own uid/gid (configured, or allocated from {opts.first_uid})"
+    why = (
+        "--task-identity service was chosen"
+        if opts.task_identity != "users"
+        else "the service is not root, so it cannot switch uids"
+    )
+    return (
+        f"uid {me}, the service's own ({why}): users are NOT separated, every job can read "
+        "the data dir, other users' output and the tokens"
     )
 
 
@@ -188,6 +237,8 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
 
     logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
     running = build(opts)
+    if "NOT separated" in running.tasks_run_as:
+        log.warning("tasks run as %s", running.tasks_run_as)
     config = uvicorn.Config(
         running.app,
         host=opts.host,
@@ -235,6 +286,7 @@ def describe(running: Running) -> str:
             f"LabHive service at {running.url}",
             f"  admin token: {running.token_file}{created}",
             f"  database:    {running.database}",
+            f"  tasks run as {running.tasks_run_as}",
             f"  {kind}; Ctrl-C stops the service",
             f"  export LABHIVE_URL={running.url} LABHIVE_TOKEN_FILE={running.token_file}",
         ]

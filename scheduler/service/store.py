@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0003_node_marks"
+HEAD_REVISION = "0004_accounts"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
@@ -150,6 +150,18 @@ node_marks = Table(
     Column("reason", Text, nullable=False),
     Column("marked_by", String(256), nullable=False),
     Column("marked_at", Float, nullable=False),
+)
+
+# Each user's OS identity (service/accounts.py): configured in users.yaml / the hub's grants, or
+# allocated once from a range and kept here so a user's files stay theirs across restarts.
+accounts = Table(
+    "accounts",
+    metadata,
+    Column("user", String(128), primary_key=True),
+    Column("uid", Integer, nullable=False, unique=True),
+    Column("gid", Integer, nullable=False),
+    Column("source", String(16), nullable=False),  # "allocated" or "configured"
+    Column("created_at", Float, nullable=False),
 )
 
 
