@@ -15,7 +15,7 @@ import pytest
 
 from labhive.scheduler import images
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.executors import container
+from labhive.scheduler.executors import container, limits
 
 TINY = "labhive/test-tiny"
 PYTHON_PACKAGES = ("python3",)
@@ -64,18 +64,18 @@ def python_image() -> str:
     return name
 
 
-def containers_of(job_id: str) -> list[str]:
-    """Names of the containers podman still has for a job (stopped ones included)."""
+def containers_of(job_id: str, data_dir: Path) -> list[str]:
+    """Names of the containers podman still has for a job of the service with this data dir
+    (stopped ones included); other test runs' containers, on this host too, are not counted."""
+    scope = limits.scope_name(data_dir.resolve())
+    filters = [
+        "--filter",
+        f"label=labhive.job={job_id}",
+        "--filter",
+        f"label=labhive.service={scope}",
+    ]
     done = subprocess.run(
-        [
-            "podman",
-            "ps",
-            "--all",
-            "--format",
-            "{{.Names}}",
-            "--filter",
-            f"label=labhive.job={job_id}",
-        ],
+        ["podman", "ps", "--all", "--format", "{{.Names}}", *filters],
         capture_output=True,
         text=True,
         check=True,

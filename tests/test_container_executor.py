@@ -50,7 +50,7 @@ def test_a_container_task_runs_as_its_uid_in_its_own_directory(ex, tiny_image):
     assert (code, out.split()) == (0, ["4242", "4343", "/labhive/task", "0"])
     mine = work / "work" / "mine"  # the task's working directory (workdir.py), mounted
     assert (mine.stat().st_uid, mine.stat().st_gid, mine.read_text()) == (4242, 4343, "hi\n")
-    assert containers_of("uid") == []  # removed once settled
+    assert containers_of("uid", ex.data_dir) == []  # removed once settled
 
 
 def test_a_container_cannot_see_another_jobs_directory_or_the_data_dir(ex, tiny_image):
@@ -149,9 +149,9 @@ def test_a_stopped_container_is_removed(ex, tiny_image):
     (handle,) = ex.launch([task("stopme", "sleep 60", image=tiny_image)])
     from waiting import wait_until
 
-    wait_until(lambda: containers_of("stopme") != [], what="the container to exist")
+    wait_until(lambda: containers_of("stopme", ex.data_dir) != [], what="the container to exist")
     ex.stop([handle], grace_s=0.5)
-    assert containers_of("stopme") == []
+    assert containers_of("stopme", ex.data_dir) == []
 
 
 def test_a_container_the_service_never_recorded_is_found_by_its_labels(tmp_path, tiny_image):
@@ -166,7 +166,7 @@ def test_a_container_the_service_never_recorded_is_found_by_its_labels(tmp_path,
     second = LocalExecutor(tmp_path / "data")
     (end,) = second.adopt([TaskHandle(TaskKey("lost", 0, "worker", 0), {})])
     assert (end.exit_code, "found by its labels" in end.reason) == (7, True)
-    assert containers_of("lost") == []
+    assert containers_of("lost", tmp_path / "data") == []
 
 
 def test_the_launch_record_says_what_the_container_enforces(ex, tiny_image):

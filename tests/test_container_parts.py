@@ -36,11 +36,12 @@ def test_the_conf_drops_default_ulimits_and_names_the_runtime(tmp_path: Path):
     assert conf == tmp_path / "containers.conf"
 
 
-def test_names_and_labels_find_the_task_again():
+def test_names_and_labels_find_the_task_again_and_tell_services_apart():
     key = launch().key
-    assert container.container_name(key) == "labhive-7-2-work_er-1"
-    assert container.labels(key) == {
-        "labhive.job": "7", "labhive.attempt": "2", "labhive.role": "work er", "labhive.index": "1",
+    assert container.container_name(key, "d0123") == "labhive-d0123-7-2-work_er-1"
+    assert container.labels(key, "d0123") == {
+        "labhive.service": "d0123", "labhive.job": "7", "labhive.attempt": "2",
+        "labhive.role": "work er", "labhive.index": "1",
     }  # fmt: skip
 
 

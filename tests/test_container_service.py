@@ -113,7 +113,7 @@ def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_cod
             found = list(data_dir.glob(f"jobs/{j.id}/*/*/handle.json"))
             if found:
                 dirs[j.id] = found[0].parent
-        return len(dirs) == 2 and all(containers_of(str(j.id)) for j in jobs)
+        return len(dirs) == 2 and all(containers_of(str(j.id), data_dir) for j in jobs)
 
     wait_until(running, what="both containers to run")
     first.send_signal(signal.SIGKILL)
@@ -128,7 +128,7 @@ def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_cod
         assert c.logs(ok.id).data == "done\n"
         for job in jobs:  # the same containers carried on, and are gone once settled
             assert [e["reason"] for e in job.events()].count("started") == 1
-            assert containers_of(str(job.id)) == []
+            assert containers_of(str(job.id), data_dir) == []
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=30)

@@ -106,14 +106,17 @@ def write_conf(data_dir: Path, support: Support) -> Path:
     return path
 
 
-def container_name(key: TaskKey) -> str:
-    raw = f"labhive-{key.job_id}-{key.attempt}-{key.role}-{key.index}"
+def container_name(key: TaskKey, scope: str = "") -> str:
+    """``labhive-<scope>-<job>-<attempt>-<role>-<index>``: ``scope`` names the service (its data
+    dir, ``limits.scope_name``), so two services on one host never share a container name."""
+    raw = f"labhive-{scope + '-' if scope else ''}{key.job_id}-{key.attempt}-{key.role}-{key.index}"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
 
 
-def labels(key: TaskKey) -> dict[str, str]:
+def labels(key: TaskKey, scope: str = "") -> dict[str, str]:
     """What finds a task's container again, whatever became of the service that started it."""
     return {
+        "labhive.service": scope,
         "labhive.job": key.job_id,
         "labhive.attempt": str(key.attempt),
         "labhive.role": key.role,
@@ -131,6 +134,7 @@ def prepare(
     user: tuple[int, int],
     env_keys: Iterable[str],
     pull: bool,
+    scope: str = "",
 ) -> tuple[list[str], dict[str, Any]]:
     """The ``podman run`` argv for the task and its limits record (``TaskHandle.info``).
 
@@ -139,7 +143,7 @@ def prepare(
     if support.podman is None:
         raise LaunchError(f"job names image {launch.image!r}, but {support.why_not}")
     assert launch.image is not None
-    name = container_name(launch.key)
+    name = container_name(launch.key, scope)
     memory = launch.memory_mb * MIB
     devices = gpu_devices(launch)
     record: dict[str, Any] = {
@@ -162,7 +166,7 @@ def prepare(
         "--replace",
         "--name",
         name,
-        *_flag_pairs("--label", [f"{k}={v}" for k, v in labels(launch.key).items()]),
+        *_flag_pairs("--label", [f"{k}={v}" for k, v in labels(launch.key, scope).items()]),
         "--network",
         "host",
         "--user",
@@ -244,9 +248,9 @@ def inspect(podman: str, name: str, env: Mapping[str, str]) -> dict[str, Any] | 
     return state if isinstance(state, dict) else None
 
 
-def find(podman: str, key: TaskKey, env: Mapping[str, str]) -> str | None:
+def find(podman: str, key: TaskKey, env: Mapping[str, str], scope: str = "") -> str | None:
     """The name of the task's container, found by its labels (None when there is none)."""
-    filters = _flag_pairs("--filter", [f"label={k}={v}" for k, v in labels(key).items()])
+    filters = _flag_pairs("--filter", [f"label={k}={v}" for k, v in labels(key, scope).items()])
     done = _podman(podman, ["ps", "--all", "--format", "{{.Names}}", *filters], env)
     if done is None or done.returncode != 0:
         return None

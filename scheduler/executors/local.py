@@ -237,7 +237,9 @@ class LocalExecutor:
         pull = os.environ.get("LABHIVE_IMAGE_PULL") == "1"
         support = self._container_support()
         user = (owner.uid, owner.gid)
-        argv, record = container.prepare(support, launch, cwd, user, task_env, pull)
+        argv, record = container.prepare(
+            support, launch, cwd, user, task_env, pull, scope=self._scope
+        )
         try:  # strace (when observed) runs as the service, around podman
             return self._argv(launch, work, workdir.run_as(None, None), argv), record
         except BaseException:
@@ -284,7 +286,7 @@ class LocalExecutor:
         if support.podman is None:
             return None
         env = self._podman_env()
-        name = container.find(support.podman, key, env)
+        name = container.find(support.podman, key, env, scope=self._scope)
         state = None if name is None else container.inspect(support.podman, name, env)
         if name is None or state is None:
             return None
