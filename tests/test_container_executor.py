@@ -154,6 +154,18 @@ def test_a_stopped_container_is_removed(ex, tiny_image):
     assert containers_of("stopme", ex.data_dir) == []
 
 
+def test_stop_gives_the_container_its_term_signal_within_the_grace_period(ex, tiny_image):
+    trap = "trap 'echo got TERM; exit 0' TERM; echo up; while true; do sleep 0.1; done"
+    (handle,) = ex.launch([task("graceful", trap, image=tiny_image)])
+    out = Path(handle.info["stdout"])
+    from waiting import wait_until
+
+    wait_until(lambda: out.read_text() == "up\n", what="the container to start")
+    ex.stop([handle], grace_s=30)
+    assert out.read_text() == "up\ngot TERM\n"  # it ended on TERM, not on the KILL after 30 s
+    assert containers_of("graceful", ex.data_dir) == []
+
+
 def test_a_container_the_service_never_recorded_is_found_by_its_labels(tmp_path, tiny_image):
     first = LocalExecutor(tmp_path / "data")
     (handle,) = first.launch([task("lost", "exit 7", image=tiny_image)])
