@@ -6,6 +6,7 @@ restarted service to re-adopt them and settle each with its container's real exi
 from __future__ import annotations
 
 import errno
+import json
 import shlex
 import signal
 import subprocess
@@ -38,6 +39,34 @@ def test_a_job_naming_an_unknown_image_is_refused_with_the_images_there_are(
     assert "image 'labhive/nope' is not available on this cluster" in refused.value.message
     assert tiny_image in refused.value.message.split("images it has: ")[1]
     assert c.jobs() == []  # nothing stored
+
+
+def test_labhive_submit_image_runs_in_it_or_says_which_images_there_are(
+    live_sqlite, tiny_image, capsys
+):
+    from labhive.scheduler.cli import main
+
+    base = ["submit", "--url", live_sqlite.url, "--token", live_sqlite.admin, "--vc", "vc1"]
+    code = main([*base, "--image", tiny_image, "--wait", "--json", "--", "pwd"])
+    out = capsys.readouterr().out
+    assert code == 0 and json.loads(out)["state"] == "SUCCEEDED"
+    assert live_sqlite.client().logs(json.loads(out)["id"]).data == "/labhive/task\n"
+    code = main([*base, "--image", "labhive/absent", "--", "pwd"])
+    err = capsys.readouterr().err
+    assert code == 2 and "image 'labhive/absent' is not available" in err and tiny_image in err
+
+
+def test_the_submit_magic_takes_an_image(live_sqlite, tiny_image, monkeypatch):
+    from IPython.testing import globalipapp
+
+    monkeypatch.setenv("LABHIVE_URL", live_sqlite.url)
+    monkeypatch.setenv("LABHIVE_TOKEN", live_sqlite.admin)
+    globalipapp.start_ipython()
+    shell = globalipapp.get_ipython()
+    shell.run_line_magic("load_ext", "labhive.kernel_ext")
+    job = shell.run_line_magic("submit", f"--vc vc1 --image {tiny_image} --wait -- pwd")
+    assert job.refresh().state == "SUCCEEDED"
+    assert live_sqlite.client().logs(job.id).data == "/labhive/task\n"
 
 
 def test_a_job_naming_an_image_runs_in_a_container(live_sqlite, tiny_image):
