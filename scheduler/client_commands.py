@@ -61,7 +61,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--vc")
     p.set_defaults(func=_queue)
 
-    p = _add(subparsers, "cluster", "nodes, GPUs and VCs")
+    p = _add(subparsers, "cluster", "nodes, GPUs and VCs (or: from-slurm, a config from Slurm)")
+    p.add_argument(
+        "source", nargs="?", choices=["from-slurm"],
+        help="from-slurm: write a HiveD cluster config from sinfo (and topology.conf)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slurm-conf", help="from-slurm: the cluster's slurm.conf (default $SLURM_CONF)"
+    )
+    p.add_argument("-o", "--output", type=Path, help="from-slurm: write here (default: stdout)")
     p.set_defaults(func=_cluster)
 
     p = _add(subparsers, "node", "take a node out of service or put it back (admins)")
@@ -261,8 +269,28 @@ def _queue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_from_slurm(args: argparse.Namespace) -> int:
+    import os
+
+    from labhive.scheduler.executors.slurm_cli import Slurm, SlurmError
+    from labhive.scheduler.executors.slurm_config import cluster_from_slurm
+
+    try:
+        text = cluster_from_slurm(Slurm(conf=args.slurm_conf or os.environ.get("SLURM_CONF")))
+    except (SlurmError, ValueError, OSError) as err:
+        raise UserError(f"cannot write a cluster config from Slurm: {err}") from err
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+        print(f"wrote {args.output}; check it with `labhive validate {args.output}`")
+    return 0
+
+
 @_guard
 def _cluster(args: argparse.Namespace) -> int:
+    if args.source == "from-slurm":
+        return _cluster_from_slurm(args)
     c = _client(args).cluster()
     if args.json:
         _print_json(c)

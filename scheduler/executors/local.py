@@ -390,19 +390,8 @@ class LocalExecutor:
 
     def read_log(self, handle: TaskHandle, stream: Stream, offset: int, limit: int) -> bytes:
         """Up to ``limit`` bytes from ``offset``; empty when the task wrote nothing there yet."""
-        if stream not in ("stdout", "stderr"):
-            raise ValueError(f"no log stream {stream!r}: the choice is stdout or stderr")
-        if offset < 0 or limit < 0:
-            raise ValueError("offset and limit must be >= 0")
         info = self._info(handle)
-        if info is None:
-            return b""
-        try:
-            with open(info[stream], "rb") as f:
-                f.seek(offset)
-                return f.read(limit)
-        except FileNotFoundError:
-            return b""
+        return b"" if info is None else read_log_range(info, stream, offset, limit)
 
     def observations(self, handle: TaskHandle) -> list[str]:
         info = self._info(handle)
@@ -527,6 +516,11 @@ def _retire(work: Path) -> None:
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
         info = json.loads((work / HANDLE_FILE).read_text())
         _kill_tree(info)
+    set_aside_task_dir(work)
+
+
+def set_aside_task_dir(work: Path) -> None:
+    """Rename an earlier launch's task directory to ``<name>.stale-N``, kept for inspection."""
     n = 1
     while work.with_name(f"{work.name}.stale-{n}").exists():
         n += 1
@@ -570,3 +564,19 @@ def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes
             stderr=err,
             start_new_session=True,
         )
+
+
+def read_log_range(info: dict[str, Any], stream: Stream, offset: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``offset`` of the task's stdout or stderr file (named in its
+    info); empty when the task wrote nothing there yet. Shared by executors whose tasks write
+    their logs to files the service can read (local, Slurm on a shared file system)."""
+    if stream not in ("stdout", "stderr"):
+        raise ValueError(f"no log stream {stream!r}: the choice is stdout or stderr")
+    if offset < 0 or limit < 0:
+        raise ValueError("offset and limit must be >= 0")
+    try:
+        with open(info[stream], "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""

@@ -51,7 +51,7 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
     parser.add_argument("--cluster", help="HiveD cluster config (default: this machine's GPUs)")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
     parser.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
-    from labhive.scheduler.executors import k8s_serve
+    from labhive.scheduler.executors import k8s_serve, slurm_serve
     from labhive.scheduler.service.server import EXECUTORS
 
     parser.add_argument("--executor", default="local", choices=EXECUTORS, help="where tasks run")
@@ -89,10 +89,11 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         "--first-uid", type=int, default=200000, help="allocated uids start here (200000)"
     )
     k8s_serve.add_options(parser)
+    slurm_serve.add_options(parser)
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from labhive.scheduler.executors import k8s_serve
+    from labhive.scheduler.executors import k8s_serve, slurm_serve
     from labhive.scheduler.service.server import ServeOptions
 
     return ServeOptions(
@@ -109,7 +110,7 @@ def _options(args: argparse.Namespace) -> Any:
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
         gpu_sample_s=args.gpu_sample_s,
-        executor_options=k8s_serve.options_from(args),
+        executor_options={**k8s_serve.options_from(args), **slurm_serve.options_from(args)},
         task_identity=args.task_identity,
         first_uid=args.first_uid,
     )

@@ -21,7 +21,7 @@ from labhive.scheduler.executors.base import Executor
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 
-EXECUTORS = ("local", "kubernetes")
+EXECUTORS = ("local", "kubernetes", "slurm")
 TASK_IDENTITIES = ("users", "service")
 log = logging.getLogger("labhive.service")
 
@@ -41,7 +41,7 @@ class ServeOptions:
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
     gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
-    executor_options: dict[str, Any] = field(default_factory=dict)  # --executor kubernetes
+    executor_options: dict[str, Any] = field(default_factory=dict)  # kubernetes, slurm
     #: "users": each task runs as its user's uid/gid (when the service is root); "service": as
     #: the service's own user, users not separated (the test suite's default: see conftest.py)
     task_identity: str = field(
@@ -76,6 +76,11 @@ def make_executor(
 
         opts = opts or ServeOptions()
         return kubernetes_executor(opts.executor_options, config, bool(opts.cluster))
+    if name == "slurm":
+        from labhive.scheduler.executors.slurm_serve import slurm_executor
+
+        opts = opts or ServeOptions()
+        return slurm_executor(opts.executor_options, config, bool(opts.cluster), data_dir, grace_s)
     raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
 
 

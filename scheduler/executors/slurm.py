@@ -1,0 +1,498 @@
+"""Run a job's tasks on a Slurm cluster: LabHive decides, Slurm executes.
+
+LabHive keeps its decisions (VCs, cells, priorities, gangs, preemption) and hands each placed
+gang to Slurm as ONE batch job pinned to the nodes it chose: one component per node
+(``--nodelist``, that node's GPUs as ``--gres=gpu:N``, its CPUs and memory), a heterogeneous job
+when the gang spans nodes, so that every node gets exactly its share. The batch script starts
+each task as its own job step (``srun --exact``) and records each step's exit status in the
+task's directory, as the local executor's supervisor does; so the task directories must be on a
+file system the nodes share with the service (the usual ``/home`` or ``/scratch`` of a Slurm
+site). Slurm picks the GPU devices inside a node; the task records the ``CUDA_VISIBLE_DEVICES``
+Slurm gave it (``slurm_gpus`` in its directory).
+
+State comes from ``squeue --json`` (a job that left the queue has ended) and node health from
+``sinfo --json``: a node Slurm marks DOWN, DRAIN or FAIL becomes a ``NodeDown`` for the
+scheduler, with Slurm's reason, and a ``NodeUp`` when it comes back. Stop is ``scancel`` with
+the grace period: TERM to the steps, then Slurm's own TERM+KILL. After a restart of the
+service, tasks are found again by their Slurm job ids (kept in each handle) and settle with the
+exit codes their batch script recorded.
+
+Tasks run as their LabHive user: ``sbatch --uid/--gid`` when the service runs as root (Slurm
+needs an account for that uid on the controller and the nodes), else as the service's user.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labhive.scheduler.executors.base import (
+    LaunchError,
+    Stream,
+    TaskExit,
+    TaskHandle,
+    TaskKey,
+    TaskLaunch,
+)
+from labhive.scheduler.executors.env import LOOPBACK
+from labhive.scheduler.executors.local import (
+    HANDLE_FILE,
+    STRACE_LOG,
+    read_log_range,
+    set_aside_task_dir,
+    task_dir,
+)
+from labhive.scheduler.executors.slurm_cli import (
+    ENDED_STATES,
+    Slurm,
+    SlurmError,
+    job_states,
+    nodes,
+)
+from labhive.scheduler.executors.supervise import EXIT_FILE, write_json_atomic
+from labhive.scheduler.model import NodeDown, NodeUp
+
+log = logging.getLogger("labhive.executors.slurm")
+
+RUN_FILE = "run.sh"
+GPUS_FILE = "slurm_gpus"
+#: Job states in which Slurm lost the job through no fault of its own: the service requeues.
+_LOST_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
+#: Variables that name the GPUs: Slurm sets them per step from the devices it picked.
+_GPU_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABHIVE_GPUS"})
+
+
+@dataclass(frozen=True)
+class _Component:
+    """The part of a gang on one node: one component of the Slurm job."""
+
+    node: str
+    tasks: tuple[TaskLaunch, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(t.gpus) for t in self.tasks)
+
+    @property
+    def cpus(self) -> int:
+        return sum(_cpus(t) for t in self.tasks)
+
+    @property
+    def memory_mb(self) -> int:
+        return sum(t.memory_mb for t in self.tasks)
+
+    def options(self, partition: str | None) -> list[str]:
+        opts = [
+            f"--nodelist={self.node}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--cpus-per-task={self.cpus}",
+        ]
+        opts.append(f"--mem={self.memory_mb}M")
+        if self.gpus:
+            opts.append(f"--gres=gpu:{self.gpus}")
+        if partition:
+            opts.append(f"--partition={partition}")
+        return opts
+
+
+def _cpus(task: TaskLaunch) -> int:
+    return max(1, int(-(-task.cpu // 1)))  # whole CPUs, at least one
+
+
+class SlurmExecutor:
+    """Tasks as Slurm job steps (see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        grace_s: float = 10.0,
+        *,
+        slurm: Slurm | None = None,
+        partition: str | None = None,
+        node_names: Iterable[str] = (),
+        poll_s: float = 1.0,
+        node_poll_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.data_dir = Path(data_dir).resolve()
+        self.grace_s = grace_s
+        self.slurm = slurm or Slurm()
+        self.partition = partition
+        self._node_names = tuple(dict.fromkeys(node_names))
+        self._poll_s = poll_s
+        self._node_poll_s = node_poll_s
+        self._clock = clock
+        self._tasks: dict[TaskKey, TaskHandle] = {}
+        self._queried_at = float("-inf")
+        self._nodes_listed_at: float | None = None
+        self._node_health: dict[str, str | None] = {}
+
+    # ---- launch ---------------------------------------------------------------------------
+
+    def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
+        """Submit the gang as one Slurm job; raise ``LaunchError`` when Slurm refuses it."""
+        if not tasks:
+            return []
+        for launch in tasks:
+            if launch.key in self._tasks:
+                raise LaunchError(f"task {launch.key} is already running")
+        try:
+            addresses = {n.name: n.address for n in nodes(self.slurm.json(["sinfo"]))}
+        except SlurmError as err:
+            raise LaunchError(str(err)) from err
+        missing = sorted({t.node for t in tasks} - set(addresses))
+        if missing:
+            raise LaunchError(
+                f"Slurm has no node named {', '.join(missing)}: check the cluster config"
+            )
+        works = {t.key: self._prepare(t, _addressed_env(t, tasks, addresses)) for t in tasks}
+        components = _components(tasks)
+        first = tasks[0].key
+        script = works[first].parent / f"slurm-{first.role}-{first.index}.sh"
+        script.write_text(_batch_script(components, works))
+        argv = ["sbatch", "--parsable", f"--job-name=labhive-{first.job_id}-{first.attempt}"]
+        argv += [f"--output={script.with_suffix('.out')}", *self._identity(tasks[0], works)]
+        for i, component in enumerate(components):
+            argv += ([":"] if i else []) + component.options(self.partition)
+        argv.append(str(script))
+        try:
+            slurm_id = self.slurm.run(argv).strip().split(";")[0]
+        except SlurmError as err:
+            raise LaunchError(_launch_advice(str(err), tasks[0])) from err
+        handles = []
+        for launch in tasks:
+            work = works[launch.key]
+            info = {
+                "slurm_job_id": slurm_id,
+                "node": launch.node,
+                "workdir": str(work),
+                "stdout": str(work / "stdout"),
+                "stderr": str(work / "stderr"),
+                "exit_file": str(work / EXIT_FILE),
+                "observe": launch.observe,
+            }
+            write_json_atomic(work / HANDLE_FILE, info)
+            handle = TaskHandle(launch.key, info)
+            self._tasks[launch.key] = handle
+            handles.append(handle)
+        return handles
+
+    def _prepare(self, launch: TaskLaunch, env: Mapping[str, str]) -> Path:
+        """The task's directory with its ``run.sh``, owned by the user the task runs as."""
+        work = task_dir(self.data_dir, launch.key)
+        if work.exists():
+            self._retire(work)
+        work.mkdir(parents=True, mode=0o700)
+        work.chmod(0o700)  # its environment (tokens included) is for its user alone
+        run = work / RUN_FILE
+        run.write_text(_run_script(launch, env, work))
+        run.chmod(0o600)
+        if launch.uid is not None and os.geteuid() == 0:
+            for path in (work, run):
+                os.chown(path, launch.uid, launch.gid if launch.gid is not None else launch.uid)
+        return work
+
+    def _retire(self, work: Path) -> None:
+        """An earlier launch of this attempt the service never recorded (it died in between):
+        cancel its Slurm job, so it keeps no GPUs, and keep its files aside."""
+        try:
+            old = json.loads((work / HANDLE_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            old = {}
+        if old.get("slurm_job_id"):
+            self._scancel([str(old["slurm_job_id"])])
+        set_aside_task_dir(work)
+
+    @staticmethod
+    def _identity(launch: TaskLaunch, works: Mapping[TaskKey, Path]) -> list[str]:
+        if launch.uid is None or os.geteuid() != 0:
+            return []
+        gid = launch.gid if launch.gid is not None else launch.uid
+        out = next(iter(works.values())).parent
+        os.chown(out, launch.uid, gid)  # the batch script's own output lands here
+        return [f"--uid={launch.uid}", f"--gid={gid}"]
+
+    # ---- poll and adopt -------------------------------------------------------------------
+
+    def poll(self) -> list[TaskExit]:
+        """Tasks that ended since the last poll: a recorded exit at once, a vanished Slurm job
+        once ``squeue`` (asked at most every ``poll_s``) no longer runs it."""
+        ended = [self._settled(k) for k in list(self._tasks) if _recorded(self._tasks[k].info)]
+        now = time.monotonic()
+        if not self._tasks or now - self._queried_at < self._poll_s:
+            return ended
+        self._queried_at = now
+        try:
+            states = job_states(self.slurm.json(["squeue"]))
+        except SlurmError as err:
+            log.warning("cannot ask Slurm for job states (tasks keep their state): %s", err)
+            return ended
+        for key in list(self._tasks):
+            slurm_id = self._tasks[key].info["slurm_job_id"]
+            state = states.get(slurm_id)
+            if state is None or state in ENDED_STATES:
+                ended.append(self._settled(key, state or "gone from squeue"))
+        return ended
+
+    def _settled(self, key: TaskKey, slurm_state: str | None = None) -> TaskExit:
+        info = self._tasks.pop(key).info
+        record = _read_exit(info)
+        if record is not None:
+            return TaskExit(key, record, _describe(record))
+        lost = slurm_state in _LOST_STATES
+        why = (
+            f"Slurm job {info['slurm_job_id']} ended ({slurm_state}) "
+            "before the task recorded an exit status"
+        )
+        return TaskExit(key, None, why, requeue=lost)
+
+    def adopt(self, handles: Sequence[TaskHandle]) -> list[TaskExit]:
+        """Take over tasks recorded before a restart; settle those whose Slurm job ended."""
+        for handle in handles:
+            info = self._info(handle)
+            if info is not None and handle.key not in self._tasks:
+                self._tasks[handle.key] = TaskHandle(handle.key, info)
+        lost = [
+            TaskExit(h.key, None, "no record that this task was launched")
+            for h in handles
+            if h.key not in self._tasks
+        ]
+        self._queried_at = float("-inf")
+        adopted = {h.key for h in handles}
+        return lost + [e for e in self.poll() if e.key in adopted]
+
+    # ---- stop -----------------------------------------------------------------------------
+
+    def stop(self, handles: Sequence[TaskHandle], grace_s: float | None = None) -> None:
+        """TERM the tasks' steps, wait up to the grace period, then have Slurm kill what is
+        left; return once Slurm says the tasks are gone (or cannot be asked)."""
+        grace = self.grace_s if grace_s is None else grace_s
+        infos = [i for i in (self._info(h) for h in handles) if i is not None]
+        for handle in handles:
+            self._tasks.pop(handle.key, None)
+        targets = self._targets(infos)
+        if not targets:
+            return
+        self._scancel(targets, "--signal=TERM")
+        if not self._wait_gone(infos, grace):
+            self._scancel(targets)
+            self._wait_gone(infos, max(grace, self.slurm.timeout_s))
+
+    def _targets(self, infos: list[dict[str, Any]]) -> list[str]:
+        """Whole Slurm jobs whose every task is stopped; single steps of the others."""
+        ours = {str(i["slurm_job_id"]) for i in infos}
+        still = {str(h.info["slurm_job_id"]) for h in self._tasks.values()}
+        targets = sorted(ours - still)
+        for info in infos:
+            if str(info["slurm_job_id"]) in still:
+                step = _step(info)
+                if step:
+                    targets.append(step)
+        return targets
+
+    def _scancel(self, targets: list[str], *flags: str) -> None:
+        try:
+            self.slurm.run(["scancel", *flags, *targets])
+        except SlurmError as err:
+            log.warning("scancel %s: %s", " ".join(targets), err)
+
+    def _wait_gone(self, infos: list[dict[str, Any]], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if all(_recorded(i) for i in infos):
+                return True
+            try:
+                states = job_states(self.slurm.json(["squeue"]))
+            except SlurmError:
+                return False
+            pending = [i for i in infos if not _recorded(i)]
+            if all(states.get(str(i["slurm_job_id"]), "GONE") in (*ENDED_STATES, "GONE")
+                   for i in pending):  # fmt: skip
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
+    # ---- nodes ----------------------------------------------------------------------------
+
+    def node_events(self) -> list[NodeDown | NodeUp]:
+        """Health changes of the config's nodes since the last call (the first call reports
+        every node that is bad from the start); ``sinfo`` is asked at most every
+        ``node_poll_s``. An unreachable controller reports nothing."""
+        now = time.monotonic()
+        if self._nodes_listed_at is not None and now - self._nodes_listed_at < self._node_poll_s:
+            return []
+        self._nodes_listed_at = now
+        try:
+            listed = {n.name: n for n in nodes(self.slurm.json(["sinfo"]))}
+        except SlurmError as err:
+            log.warning("cannot list Slurm's nodes: %s", err)
+            return []
+        t = self._clock()
+        events: list[NodeDown | NodeUp] = []
+        for name in self._node_names or tuple(listed):
+            node = listed.get(name)
+            problem = node.problem if node else "Slurm has no node of this name"
+            was_known, was_bad = name in self._node_health, self._node_health.get(name) is not None
+            if problem and (not was_known or not was_bad):
+                events.append(NodeDown(name, t, problem))
+            elif not problem and was_bad:
+                events.append(NodeUp(name, t))
+            self._node_health[name] = problem
+        return events
+
+    # ---- logs and observations ------------------------------------------------------------
+
+    def read_log(self, handle: TaskHandle, stream: Stream, offset: int, limit: int) -> bytes:
+        info = self._info(handle)
+        return b"" if info is None else read_log_range(info, stream, offset, limit)
+
+    def observations(self, handle: TaskHandle) -> list[str]:
+        info = self._info(handle)
+        if info is None or info.get("observe") != "strace":
+            return []
+        path = Path(info["workdir"]) / STRACE_LOG
+        return [str(path)] if path.exists() else []
+
+    def _info(self, handle: TaskHandle) -> dict[str, Any] | None:
+        tracked = self._tasks.get(handle.key)
+        if tracked is not None:
+            return tracked.info
+        if "slurm_job_id" in handle.info:
+            return handle.info
+        try:
+            return json.loads((task_dir(self.data_dir, handle.key) / HANDLE_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+
+# ---- scripts --------------------------------------------------------------------------------
+
+
+def _components(tasks: Sequence[TaskLaunch]) -> list[_Component]:
+    """The gang's tasks by node, nodes in the order the gang first names them."""
+    by_node: dict[str, list[TaskLaunch]] = {}
+    for task in tasks:
+        by_node.setdefault(task.node, []).append(task)
+    return [_Component(node, tuple(ts)) for node, ts in by_node.items()]
+
+
+def _batch_script(components: Sequence[_Component], works: Mapping[TaskKey, Path]) -> str:
+    """Start every task as a step on its node; record each step's exit status as it ends."""
+    lines = [
+        "#!/bin/bash",
+        "# Written by LabHive: one step per task; exit statuses into exit.json",
+        "declare -A dirs",
+    ]
+    het = len(components) > 1
+    for group, component in enumerate(components):
+        for task in component.tasks:
+            work = works[task.key]
+            step = ["srun", "--nodes=1", "--ntasks=1", "--exact", f"--cpus-per-task={_cpus(task)}"]
+            step += [f"--mem={task.memory_mb}M", f"--job-name={task.key.role}-{task.key.index}"]
+            step += [f"--het-group={group}"] if het else []
+            step += [f"--gres=gpu:{len(task.gpus)}"] if task.gpus else ["--gres=none"]
+            step += [f"--output={work / 'stdout'}", f"--error={work / 'stderr'}"]
+            step += ["/bin/sh", str(work / RUN_FILE)]
+            lines.append(shlex.join(step) + " &")
+            lines.append(f"dirs[$!]={shlex.quote(str(work))}")
+    lines += [
+        "while ((${#dirs[@]})); do",
+        "    wait -n -p done; status=$?",
+        '    [ -n "${dirs[$done]:-}" ] || continue',
+        '    printf \'{"exit_code": %d}\\n\' "$status" > "${dirs[$done]}/exit.json.tmp"',
+        '    mv "${dirs[$done]}/exit.json.tmp" "${dirs[$done]}/exit.json"',
+        '    unset "dirs[$done]"',
+        "done",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _run_script(launch: TaskLaunch, env: Mapping[str, str], work: Path) -> str:
+    """The task's own script: its environment, the GPUs Slurm gave it, then its command."""
+    lines = ["#!/bin/sh", f"cd {shlex.quote(str(work))} || exit 111"]
+    lines += [
+        f"export {k}={shlex.quote(v)}"
+        for k, v in env.items()
+        if k not in _GPU_VARS and k.isidentifier()
+    ]
+    lines += [
+        'export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-}"',
+        'export LABHIVE_GPUS="$CUDA_VISIBLE_DEVICES"',
+        f"printf '%s\\n' \"$CUDA_VISIBLE_DEVICES\" > {GPUS_FILE}",
+        'printf \'%s.%s\\n\' "$SLURM_JOB_ID" "$SLURM_STEP_ID" > slurm_step',
+    ]
+    command = ["/bin/bash", "-c", launch.command]
+    if launch.observe == "strace":
+        command = ["strace", "-f", "-tt", "-T", "-y", "-o", str(work / STRACE_LOG), "--", *command]
+    elif launch.observe is not None:
+        raise LaunchError(f"unknown observation {launch.observe!r}: the choice is 'strace'")
+    lines.append("exec " + shlex.join(command))
+    return "\n".join(lines) + "\n"
+
+
+def _addressed_env(
+    launch: TaskLaunch, gang: Sequence[TaskLaunch], addresses: Mapping[str, str]
+) -> dict[str, str]:
+    """The launch's environment with node addresses where it names loopback: the service built
+    it for one machine, but on Slurm each node is reached at the address ``sinfo`` reports."""
+    env = dict(launch.env)
+    where = {(t.key.role, t.key.index): t.node for t in gang}
+    mine = addresses.get(launch.node, LOOPBACK)
+    env["PAI_CONTAINER_HOST_IP"] = mine
+    for (role, index), node in where.items():
+        name = f"PAI_HOST_IP_{role}_{index}"
+        if name in env:
+            env[name] = addresses.get(node, LOOPBACK)
+    rank0 = next((t for t in gang if t.env.get("RANK") == "0"), None)
+    if "MASTER_ADDR" in env and rank0 is not None:
+        env["MASTER_ADDR"] = addresses.get(rank0.node, LOOPBACK)
+    return env
+
+
+def _launch_advice(message: str, launch: TaskLaunch) -> str:
+    if "Invalid --uid" in message or "Invalid --gid" in message or "Invalid user" in message:
+        return (
+            f"Slurm knows no account uid {launch.uid} (group gid {launch.gid}): create that "
+            "account on the controller and every node (or name an existing uid for user "
+            f"{launch.user!r} in users.yaml). Slurm said: {message}"
+        )
+    return f"Slurm refused the job: {message}"
+
+
+# ---- records ----------------------------------------------------------------------------------
+
+
+def _recorded(info: Mapping[str, Any]) -> bool:
+    return Path(info["exit_file"]).exists()
+
+
+def _read_exit(info: Mapping[str, Any]) -> int | None:
+    try:
+        return int(json.loads(Path(info["exit_file"]).read_text())["exit_code"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _describe(code: int) -> str:
+    if code > 128:
+        return f"exit code {code} (killed by signal {code - 128})"
+    return f"exit code {code}"
+
+
+def _step(info: Mapping[str, Any]) -> str | None:
+    """The task's Slurm step (``JOBID.STEPID``), as its run script recorded it."""
+    try:
+        return (Path(info["workdir"]) / "slurm_step").read_text().strip() or None
+    except OSError:
+        return None

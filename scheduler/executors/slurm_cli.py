@@ -1,0 +1,160 @@
+"""Talking to Slurm: its commands, each with a timeout, and what their JSON says.
+
+Every call goes through ``Slurm.run``, which bounds it (with slurmctld gone a client command
+blocks for about ten seconds per retry) and turns a failure into ``SlurmError`` with the
+command's own message. The JSON readers below take ``squeue --json`` and ``sinfo --json`` as
+Slurm 22.05 prints them; they keep only what LabHive needs, so a newer Slurm that adds fields
+still reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Node states in which Slurm runs no new work (``sinfo``'s state words, lower case).
+BAD_NODE_STATES = ("down", "drain", "drained", "draining", "fail", "failing", "not_responding")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or timed out; the message carries Slurm's own words."""
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """How to reach one Slurm cluster: its config file (``SLURM_CONF``) and a time bound."""
+
+    conf: str | None = None
+    timeout_s: float = 20.0
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, **self.extra_env}
+        if self.conf:
+            env["SLURM_CONF"] = self.conf
+        return env
+
+    def run(self, argv: Sequence[str], stdin: str | None = None) -> str:
+        """Run a Slurm command; its stdout, or ``SlurmError`` saying what went wrong."""
+        if shutil.which(argv[0]) is None:
+            raise SlurmError(
+                f"{argv[0]} is not installed here: install Slurm's client commands "
+                "(Debian: apt-get install slurm-client)"
+            )
+        try:
+            done = subprocess.run(
+                list(argv), input=stdin, capture_output=True, text=True,
+                timeout=self.timeout_s, env=self.env(), check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as err:
+            raise SlurmError(
+                f"{' '.join(argv[:2])} did not answer within {self.timeout_s:g} s: "
+                "is slurmctld running and reachable?"
+            ) from err
+        if done.returncode != 0:
+            words = (done.stderr or done.stdout).strip().splitlines()
+            raise SlurmError(f"{argv[0]} failed: {words[-1] if words else done.returncode}")
+        return done.stdout
+
+    def json(self, argv: Sequence[str]) -> dict[str, Any]:
+        out = self.run([*argv, "--json"])
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError as err:
+            raise SlurmError(f"{argv[0]} --json printed no JSON: {out[:200]!r}") from err
+        return doc if isinstance(doc, dict) else {}
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node as ``sinfo`` reports it."""
+
+    name: str
+    address: str
+    state: str  # lower case, flags joined by "+" ("idle", "mixed+drain", ...)
+    reason: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    gpu_type: str | None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the node takes no work, or None when it is usable."""
+        words = set(self.state.replace("*", "+not_responding").split("+"))
+        bad = [w for w in BAD_NODE_STATES if w in words]
+        if not bad:
+            return None
+        because = f": {self.reason}" if self.reason else ""
+        return f"Slurm marks it {'+'.join(bad).upper()}{because}"
+
+
+def nodes(doc: Mapping[str, Any]) -> list[SlurmNode]:
+    """``sinfo --json``'s nodes (a node in two partitions is listed once)."""
+    seen: dict[str, SlurmNode] = {}
+    for raw in doc.get("nodes") or []:
+        name = str(raw.get("name") or raw.get("hostname") or "")
+        if not name or name in seen:
+            continue
+        gpus, gpu_type = parse_gres(str(raw.get("gres") or ""))
+        seen[name] = SlurmNode(
+            name=name,
+            address=str(raw.get("address") or name),
+            state=_state(raw),
+            reason=str(raw.get("reason") or ""),
+            cpus=int(raw.get("cpus") or 0),
+            memory_mb=int(raw.get("real_memory") or 0),
+            gpus=gpus,
+            gpu_type=gpu_type,
+        )
+    return list(seen.values())
+
+
+def _state(raw: Mapping[str, Any]) -> str:
+    state = raw.get("state")
+    flags = raw.get("state_flags") or []
+    words = [str(state).lower()] if state else []
+    words += [str(f).lower() for f in flags if str(f).lower() not in words]
+    return "+".join(words) or "unknown"
+
+
+def parse_gres(gres: str) -> tuple[int, str | None]:
+    """GPUs in a node's GRES string: ``gpu:4``, ``gpu:a100:8``, ``gpu:a100:8(S:0-1),nic:1``."""
+    total, kind = 0, None
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        try:
+            total += int(parts[-1])
+        except ValueError:
+            continue
+        if len(parts) == 3:
+            kind = parts[1]
+    return total, kind
+
+
+#: Job states after which nothing of the job runs any more.
+ENDED_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+     "BOOT_FAIL", "DEADLINE"}
+)  # fmt: skip
+
+
+def job_states(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Slurm job id -> its state, upper case. A het job is listed under its leader's id, in the
+    state of a component still active if any is (all its components end together)."""
+    out: dict[str, str] = {}
+    for job in doc.get("jobs") or []:
+        leader = str(job.get("het_job_id") or job.get("job_id") or "")
+        if not leader:
+            continue
+        state = str(job.get("job_state") or "UNKNOWN").upper()
+        if out.get(leader) is None or out[leader] in ENDED_STATES:
+            out[leader] = state
+    return out

@@ -1,0 +1,229 @@
+"""The Slurm executor against a real two-node Slurm (each node in its own network namespace).
+
+Given a gang LabHive placed on two nodes, expect one Slurm job pinned to them, each task on its
+node with its own GPUs, both ranks agreeing on the rendezvous, and rank 1 reaching rank 0 over
+TCP; a stop that honours the grace period; a node drained in Slurm seen as a node going down;
+and tasks found again by a new executor after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster, Unavailable
+from waiting import wait_until
+
+from labhive.scheduler.executors.base import LaunchError, TaskExit, TaskLaunch
+from labhive.scheduler.executors.slurm import SlurmExecutor
+from labhive.scheduler.executors.slurm_cli import Slurm
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.model import NodeDown, NodeUp, TaskPlacement
+from labhive.scheduler.service.loop import default_launches
+
+pytestmark = pytest.mark.slow
+
+RANK0 = (
+    f"{sys.executable} -c 'import os,socket; s=socket.socket(); "
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+    's.bind(("0.0.0.0", int(os.environ["MASTER_PORT"]))); s.listen(); s.settimeout(60); '
+    'c, a = s.accept(); print("rank0 accepted", a[0], flush=True)\''
+)
+RANK1 = (
+    f"{sys.executable} -c 'import os,socket,time\n"
+    "for _ in range(300):\n"
+    "    try:\n"
+    '        addr = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))\n'
+    "        socket.create_connection(addr, 2); break\n"
+    "    except OSError: time.sleep(0.1)\n"
+    'print("rank1 connected", flush=True)\''
+)
+SHOW = (
+    'echo "host=$(hostname) cvd=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR:$MASTER_PORT rank=$RANK"'
+)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+    except Unavailable as why:
+        pytest.skip(f"no real Slurm here: {why}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """The service's data dir; its parents let a task's uid reach its own directory (pytest's
+    tmp_path lies under a 0700 directory of root's)."""
+    path = Path(tempfile.mkdtemp(prefix="lhslurm-data-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def executor(slurm: SlurmCluster, data_dir: Path) -> SlurmExecutor:
+    return SlurmExecutor(
+        data_dir, grace_s=2.0, slurm=Slurm(conf=str(slurm.conf)),
+        node_names=slurm.nodes, poll_s=0.2, node_poll_s=0,
+    )  # fmt: skip
+
+
+def gang(
+    job_id: str, commands: dict[str, str], nodes: dict[str, str], gpus: int
+) -> list[TaskLaunch]:
+    """The launches the service would make for a job of one task per role, placed on nodes."""
+    spec = parse_job({
+        "protocolVersion": 2, "name": f"job{job_id}",
+        "taskRoles": {
+            role: {"instances": 1, "commands": [cmd],
+                   "resourcePerInstance": {"gpu": gpus, "cpu": 1, "memoryMB": 512}}
+            for role, cmd in commands.items()
+        },
+    })  # fmt: skip
+    placements = tuple(TaskPlacement(role, 0, nodes[role], tuple(range(gpus))) for role in commands)
+    job = {"id": job_id, "attempt": 0, "name": spec.name, "user": "alice"}
+    return default_launches(job, spec, placements, virtual=False)
+
+
+def settle(executor: SlurmExecutor, count: int) -> dict[str, TaskExit]:
+    ended: dict[str, TaskExit] = {}
+
+    def done() -> bool:
+        ended.update({e.key.role: e for e in executor.poll()})
+        return len(ended) >= count
+
+    wait_until(done, timeout=90)
+    return ended
+
+
+def test_a_two_node_gang_runs_one_task_per_node_with_its_gpus_and_meets_over_tcp(
+    slurm: SlurmCluster, executor: SlurmExecutor
+) -> None:
+    launches = gang(
+        "101", {"master": f"{SHOW}; {RANK0}", "worker": f"{SHOW}; {RANK1}"},
+        {"master": "n1", "worker": "n2"}, gpus=2,
+    )  # fmt: skip
+    handles = executor.launch(launches)
+    assert len({h.info["slurm_job_id"] for h in handles}) == 1  # one allocation for the gang
+    ended = settle(executor, 2)
+    assert {r: e.exit_code for r, e in ended.items()} == {"master": 0, "worker": 0}, ended
+    out = {h.key.role: Path(h.info["stdout"]).read_text() for h in handles}
+    master = f"master={slurm.address('n1')}:"
+    assert "host=n1" in out["master"] and "host=n2" in out["worker"]
+    assert master in out["master"] and master in out["worker"]
+    assert f"rank0 accepted {slurm.address('n2')}" in out["master"]
+    assert "rank1 connected" in out["worker"]
+    for h in handles:  # each rank sees the two devices Slurm gave it, and says which
+        seen = (Path(h.info["workdir"]) / "slurm_gpus").read_text().strip()
+        assert len(seen.split(",")) == 2, seen
+        assert f"cvd={seen}" in out[h.key.role]
+
+
+def test_exit_codes_are_each_tasks_own(executor: SlurmExecutor) -> None:
+    launches = gang(
+        "102", {"ok": "true", "bad": "exit 3", "killed": "kill -9 $$"},
+        {"ok": "n1", "bad": "n1", "killed": "n2"}, gpus=1,
+    )  # fmt: skip
+    executor.launch(launches)
+    ended = settle(executor, 3)
+    assert {r: e.exit_code for r, e in ended.items()} == {"ok": 0, "bad": 3, "killed": 137}
+    assert "signal 9" in ended["killed"].reason
+
+
+def test_stop_waits_the_grace_period_then_slurm_kills(executor: SlurmExecutor) -> None:
+    launches = gang("103", {"stubborn": "trap '' TERM; echo up; sleep 600"}, {"stubborn": "n1"}, 1)
+    handles = executor.launch(launches)
+    stdout = Path(handles[0].info["stdout"])
+    wait_until(lambda: stdout.exists() and "up" in stdout.read_text(), timeout=60)
+    executor.stop(handles, grace_s=1.0)
+    states = subprocess.run(
+        ["squeue", "-h", "-j", handles[0].info["slurm_job_id"], "-o", "%T"],
+        capture_output=True, text=True, env=executor.slurm.env(), check=False,
+    ).stdout.split()  # fmt: skip
+    assert not {"RUNNING", "PENDING", "COMPLETING"} & set(states), states
+    assert executor.poll() == []  # a stopped task is settled by stop, never by poll
+
+
+def test_a_node_drained_in_slurm_goes_down_with_its_reason_and_comes_back(
+    slurm: SlurmCluster, executor: SlurmExecutor
+) -> None:
+    assert executor.node_events() == []  # both healthy from the start
+    slurm.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=fan broken")
+    try:
+        events = executor.node_events()
+        assert [(type(e), e.node) for e in events] == [(NodeDown, "n2")]
+        assert "DRAIN" in events[0].reason and "fan broken" in events[0].reason
+    finally:
+        slurm.scontrol("update", "NodeName=n2", "State=RESUME")
+    later: list = []  # Slurm may say NOT_RESPONDING for a moment after the resume
+    wait_until(lambda: later.extend(executor.node_events()) or NodeUp in map(type, later), 30)
+    assert [(type(e), e.node) for e in later if isinstance(e, NodeUp)] == [(NodeUp, "n2")]
+
+
+def test_a_new_executor_adopts_running_tasks_and_settles_them_with_real_exit_codes(
+    slurm: SlurmCluster, executor: SlurmExecutor, data_dir: Path
+) -> None:
+    launches = gang("104", {"a": "sleep 3; exit 7", "b": "exit 5"}, {"a": "n1", "b": "n2"}, 1)
+    handles = executor.launch(launches)
+    # the service dies; a new one reads the handles from its store
+    stored = [type(h)(h.key, json.loads(json.dumps(h.info))) for h in handles]
+    again = SlurmExecutor(
+        data_dir, slurm=Slurm(conf=str(slurm.conf)), node_names=slurm.nodes, poll_s=0.2
+    )
+    ended = {e.key.role: e for e in again.adopt(stored)}
+    ended.update(settle(again, 2 - len(ended)))
+    assert {r: e.exit_code for r, e in ended.items()} == {"a": 7, "b": 5}
+
+
+def test_a_task_runs_as_its_users_uid(executor: SlurmExecutor) -> None:
+    uid = 23457
+    subprocess.run(["groupadd", "-g", str(uid), "lhslurmtest"], capture_output=True, check=False)
+    made = subprocess.run(
+        ["useradd", "-u", str(uid), "-g", str(uid), "-M", "-s", "/bin/sh", "lhslurmtest"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if made.returncode not in (0, 9):  # 9: the account exists already
+        pytest.skip(f"cannot create a test account: {made.stderr.strip()}")
+    try:
+        (launch,) = gang("105", {"who": "id -u; id -g; id -G"}, {"who": "n2"}, 0)
+        handles = executor.launch([replace(launch, uid=uid, gid=uid)])
+        assert settle(executor, 1)["who"].exit_code == 0
+        assert Path(handles[0].info["stdout"]).read_text().split() == [str(uid)] * 3
+        work = Path(handles[0].info["workdir"])  # its environment is for its user alone
+        assert (work.stat().st_uid, work.stat().st_mode & 0o777) == (uid, 0o700)
+        assert ((work / "run.sh").stat().st_mode & 0o777) == 0o600
+    finally:
+        subprocess.run(["userdel", "lhslurmtest"], capture_output=True, check=False)
+        subprocess.run(["groupdel", "lhslurmtest"], capture_output=True, check=False)
+
+
+def test_an_unknown_uid_is_refused_with_what_to_do(executor: SlurmExecutor) -> None:
+    (launch,) = gang("106", {"who": "id -u"}, {"who": "n1"}, 0)
+    with pytest.raises(LaunchError, match="create that account"):
+        executor.launch([replace(launch, uid=3999999, gid=3999999)])
+
+
+def test_from_slurm_writes_a_config_that_validates(slurm: SlurmCluster, tmp_path: Path) -> None:
+    out = tmp_path / "cluster.yaml"
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli"]
+    done = subprocess.run(
+        [*cmd, "cluster", "from-slurm", "--slurm-conf", str(slurm.conf), "-o", str(out)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    checked = subprocess.run([*cmd, "validate", str(out)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "2 nodes, 8 GPUs" in checked.stdout
