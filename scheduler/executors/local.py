@@ -175,6 +175,8 @@ class LocalExecutor:
             popen = _spawn_supervisor(work, env)
         except BaseException:
             limits.release(enforced)
+            if "container" in enforced:
+                container.release_v1_parent(enforced["container"]["name"])
             raise
         info = {
             "pid": popen.pid,
