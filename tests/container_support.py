@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,14 +37,17 @@ def _has(image: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def tiny_image() -> str:
-    """busybox in a 2 MB image, imported in this run."""
+def tiny_image() -> Iterator[str]:
+    """busybox in a 2 MB image, imported in this run under a name of its own (another test run
+    on this host may be re-importing its own at the same moment), removed at the end."""
     podman_or_skip()
+    name = f"{TINY}-{os.getpid()}"
     try:
-        images.busybox_image(TINY)
+        images.busybox_image(name)
     except UserError as err:
         pytest.skip(str(err))
-    return TINY
+    yield name
+    subprocess.run(["podman", "rmi", "--force", name], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")

@@ -120,7 +120,7 @@ def test_a_containerized_gang_rendezvouses_over_the_host_network(ex, python_imag
         "    s = socket.create_server((addr, port)); c, _ = s.accept()\n"
         "    print('rank 0 of', world, 'got', c.recv(64).decode(), flush=True)\n"
         "else:\n"
-        "    for _ in range(200):\n"
+        "    for _ in range(600):\n"
         "        try: c = socket.create_connection((addr, port)); break\n"
         "        except OSError: time.sleep(0.05)\n"
         "    c.sendall(b'hello from rank 1'); print('rank 1 of', world, 'sent', flush=True)\n"
