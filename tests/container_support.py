@@ -85,3 +85,24 @@ def containers_of(job_id: str, data_dir: Path) -> list[str]:
         check=True,
     )
     return done.stdout.split()
+
+
+def remove_containers(data_dir: Path) -> None:
+    """Whatever a failed test left running for this service's data dir goes (others' stay)."""
+    scope = limits.scope_name(data_dir.resolve())
+    names = subprocess.run(
+        [
+            "podman",
+            "ps",
+            "--all",
+            "--format",
+            "{{.Names}}",
+            "--filter",
+            f"label=labhive.service={scope}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    if names:
+        subprocess.run(["podman", "rm", "--force", "--time", "0", *names], capture_output=True)

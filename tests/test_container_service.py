@@ -14,7 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from container_support import containers_of, podman_or_skip, python_image, tiny_image
+from container_support import (
+    containers_of,
+    podman_or_skip,
+    python_image,
+    remove_containers,
+    tiny_image,
+)
 from waiting import wait_until
 
 from labhive.scheduler.client import Client, LabHiveError, ServiceUnavailable
@@ -125,28 +131,37 @@ def serve(data_dir: Path, port: int) -> subprocess.Popen:
     return proc
 
 
+@pytest.fixture
+def data_dir(tmp_path: Path):
+    data = tmp_path / "data"
+    yield data
+    remove_containers(data)  # a failed test must not leave its containers waiting forever
+
+
 def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_codes(
-    tmp_path, tiny_image
+    data_dir, tiny_image
 ):
-    data_dir, port = tmp_path / "data", free_port()
+    port = free_port()
     first = serve(data_dir, port)
     c = Client(f"http://127.0.0.1:{port}/api/v1", (data_dir / "admin.token").read_text().strip())
     wait = "while [ ! -e go ]; do sleep 0.05; done; "  # go: a file in the task's own directory
-    ok = c.submit(command=wait + "echo done", vc="vc1", gpus=1, name="ok", image=tiny_image)
-    bad = c.submit(command=wait + "exit 4", vc="vc1", gpus=1, name="bad", image=tiny_image)
-    jobs = (ok, bad)
-    dirs = {}
+    try:
+        ok = c.submit(command=wait + "echo done", vc="vc1", gpus=1, name="ok", image=tiny_image)
+        bad = c.submit(command=wait + "exit 4", vc="vc1", gpus=1, name="bad", image=tiny_image)
+        jobs = (ok, bad)
+        dirs = {}
 
-    def running() -> bool:
-        for j in jobs:
-            found = list(data_dir.glob(f"jobs/{j.id}/*/*/handle.json"))
-            if found:
-                dirs[j.id] = found[0].parent
-        return len(dirs) == 2 and all(containers_of(str(j.id), data_dir) for j in jobs)
+        def running() -> bool:
+            for j in jobs:
+                found = list(data_dir.glob(f"jobs/{j.id}/*/*/handle.json"))
+                if found:
+                    dirs[j.id] = found[0].parent
+            return len(dirs) == 2 and all(containers_of(str(j.id), data_dir) for j in jobs)
 
-    wait_until(running, what="both containers to run")
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+        wait_until(running, what="both containers to run")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
     second = serve(data_dir, port)
     try:
         assert [j.refresh().state for j in jobs] == ["RUNNING", "RUNNING"]
