@@ -165,7 +165,7 @@ def build(
             what = ", ".join(packages) or "minbase"
             progress(f"building {image} from Debian {suite} with {what} (about 80 s)")
             partial = rootfs.with_name(f".{rootfs.name}.partial")
-            argv = [tool, "--variant=minbase", "--mode=root", "--format=tar"]
+            argv = [tool, "--variant=minbase", "--mode=auto", "--format=tar"]
             if packages:
                 argv.append("--include=" + ",".join(packages))
             _stream([*argv, suite, str(partial), *([mirror] if mirror else [])], progress)
