@@ -12,10 +12,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# The course material every user finds in their home (labs/ -> ~/labs/) and its data.
+COURSE      ?= labs
+COURSE_DATA ?= $(wildcard ../shared/data)
+
 ## up: start the platform on its embedded defaults
 up: $(STAMP)
-	@command -v configurable-http-proxy >/dev/null || npm install -g configurable-http-proxy
-	$(BIN)/labhive up
+	@command -v configurable-http-proxy >/dev/null || \
+		npm install -g --no-fund --no-audit --loglevel=error configurable-http-proxy
+	$(BIN)/labhive up --course $(COURSE) $(if $(COURSE_DATA),--course-data $(COURSE_DATA))
 
 ## test: install what the tests need (system packages too), lint, run the whole suite
 test: $(STAMP)

@@ -13,15 +13,15 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 command -v promtool >/dev/null || need+=(prometheus)
 # the hub tests (and `labhive up`) run JupyterHub's proxy, configurable-http-proxy, from npm
 command -v npm >/dev/null || need+=(npm)
+# the Slurm executor's tests bring up a real Slurm (slurmctld + a slurmd per namespaced node)
+command -v slurmctld >/dev/null || need+=(slurm-wlm)
+command -v munged >/dev/null || need+=(munge)
 # podman with runc (crun refuses cgroup v1/hybrid hosts) runs jobs that name an image;
 # mmdebstrap builds images from Debian packages; busybox-static makes the tiny test image
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
-# the Slurm executor's tests bring up a real Slurm (slurmctld + a slurmd per namespaced node)
-command -v slurmctld >/dev/null || need+=(slurm-wlm)
-command -v munged >/dev/null || need+=(munge)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq

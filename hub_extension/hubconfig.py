@@ -60,6 +60,8 @@ class HubPlan:
     profiles: list[dict[str, Any]] = field(default_factory=list)
     server_args: list[str] = field(default_factory=list)
     notebook_dir: str | None = None  # e.g. "/srv/notebooks/{username}"; made when missing
+    course_dir: str | None = None  # copied into every user's notebook_dir (spawner.course_dir)
+    course_data: str | None = None  # the course's data, LABHIVE_DATA in servers and kernels
     poll_interval: int = 30  # seconds between the hub's polls of each server (its job)
     grace_s: float = 10.0
     log_level: str = "INFO"
@@ -161,6 +163,10 @@ def configure(c: Any, plan: HubPlan) -> None:
     c.Spawner.poll_interval = plan.poll_interval
     if plan.notebook_dir:
         c.Spawner.notebook_dir = plan.notebook_dir
+    if plan.course_dir:
+        spawner.course_dir = plan.course_dir
+    if plan.course_data:
+        spawner.course_data = plan.course_data
 
     hub.services = [
         {

@@ -4,7 +4,8 @@ The spawner writes FILE (mode 0600) with the server's command and the hub's envi
 it, the server's token included, so no secret is ever stored in the job store. The task's own
 variables (``LABHIVE_*``, ``PAI_*``, ``CUDA_VISIBLE_DEVICES``) are kept; any ``JUPYTERHUB_*``
 inherited from the service (which is itself a hub service) is dropped first, so the server
-sees exactly its own.
+sees exactly its own. With ``LABHIVE_COURSE_DIR`` in that environment, the course's new files
+are first copied into the server's folder (``labhive.hub_extension.course``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
@@ -33,9 +35,25 @@ def main(argv: list[str]) -> int:
     if cwd:
         os.makedirs(cwd, exist_ok=True)
         os.chdir(cwd)
+    if env.get("LABHIVE_COURSE_DIR"):
+        _course(env["LABHIVE_COURSE_DIR"], os.getcwd())
     cmd = [str(c) for c in doc["cmd"]]
     os.execvpe(cmd[0], cmd, env)
     return 1  # pragma: no cover - exec does not return
+
+
+def _course(course: str, home: str) -> None:
+    """The instructor's course files into the home (see ``course``); a missing course folder
+    is said in the server's log and does not stop the server."""
+    from labhive.hub_extension.course import deliver
+
+    try:
+        copied = deliver(Path(course), Path(home))
+    except OSError as err:
+        print(f"labhive launch: course files not copied: {err}", file=sys.stderr)
+        return
+    if copied:
+        print(f"labhive launch: {len(copied)} course file(s) copied into {home}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ VC is full waits in its queue with a visible position instead of a spinner. Enab
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -50,6 +51,29 @@ _POSITION_TAIL = re.compile(r";?\s*position \d+ of \d+ in \S+\s*$")
 
 class ServerJobEnded(Exception):
     """The server's job ended before the server ran; the message is shown on the spawn page."""
+
+
+#: Characters a server job name (and its launch file's name) keeps from the hub's names.
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
+JOB_NAME_LEN = 64
+
+
+def server_job_name(user: str, server: str = "") -> str:
+    """One job name (and launch file) per hub user and server, whatever their names.
+
+    A user's default server whose name is plain and short keeps the readable
+    ``jupyter-NAME``. Any other name is cut and sanitized, then gets ``~`` and a hash of the
+    exact (user, server) pair: a plain name never holds ``~``, so ``eve@x`` cannot meet
+    ``eve_x``, two long names sharing a prefix cannot meet, and user ``a``'s server ``b``
+    cannot meet user ``a-b``.
+    """
+    plain = f"jupyter-{user}"
+    if not server and _PLAIN.fullmatch(user) and len(plain) <= JOB_NAME_LEN:
+        return plain
+    digest = hashlib.sha256(json.dumps([user, server]).encode())
+    tag = "~" + digest.hexdigest()[:16]
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{plain}-{server}" if server else plain)
+    return readable[: JOB_NAME_LEN - len(tag)] + tag
 
 
 class LabHiveSpawner(Spawner):
@@ -115,6 +139,18 @@ class LabHiveSpawner(Spawner):
         ``["/usr/bin/python3", "/path/to/labhive/hub_extension/launch.py"]``.""",
     ).tag(config=True)
 
+    course_dir = Unicode(
+        help="""A folder of course material (labs, their helper module) copied into each
+        user's server folder under its own name (``/srv/course/labs`` -> ``~/labs``) when
+        their server starts: only files not delivered before, so a student's edits are never
+        overwritten (``labhive.hub_extension.course``). Default: $LABHIVE_COURSE_DIR.""",
+    ).tag(config=True)
+
+    course_data = Unicode(
+        help="""The course's data folder, given to servers and kernels as ``LABHIVE_DATA``
+        (the labs find their data there wherever they are opened). Default: $LABHIVE_DATA.""",
+    ).tag(config=True)
+
     # ---- state kept across hub restarts ---------------------------------------------------
     job_id: int | None = None
     last_end: str = ""  # why the last server ended, when the user should be told
@@ -123,6 +159,14 @@ class LabHiveSpawner(Spawner):
     @default("service_url")
     def _default_service_url(self) -> str:
         return os.environ.get("LABHIVE_URL", "http://127.0.0.1:8765")
+
+    @default("course_dir")
+    def _default_course_dir(self) -> str:
+        return os.environ.get("LABHIVE_COURSE_DIR", "")
+
+    @default("course_data")
+    def _default_course_data(self) -> str:
+        return os.environ.get("LABHIVE_DATA", "")
 
     @default("secrets_dir")
     def _default_secrets_dir(self) -> str:
@@ -290,8 +334,16 @@ class LabHiveSpawner(Spawner):
         return homes.owner_from(me)
 
     def _job_name(self) -> str:
-        suffix = f"-{self.name}" if self.name else ""
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"jupyter-{self.user.name}{suffix}")[:64]
+        return server_job_name(self.user.name, self.name)
+
+    def get_env(self) -> dict[str, str]:
+        """The hub's environment for the server, plus where the course's files and data are."""
+        env = dict(super().get_env())
+        if self.course_dir:
+            env["LABHIVE_COURSE_DIR"] = os.path.abspath(self.course_dir)
+        if self.course_data:
+            env["LABHIVE_DATA"] = os.path.abspath(self.course_data)
+        return env
 
     def _write_launch_file(self, owner: homes.Owner | None = None) -> Path:
         """The server's command and environment (its hub token included), readable by the

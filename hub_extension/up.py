@@ -49,6 +49,8 @@ def prepare(
     policy: str = "hived",
     grants: Path | None = None,
     grace_s: float = 10.0,
+    course: Path | None = None,
+    course_data: Path | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -57,6 +59,9 @@ def prepare(
             "configurable-http-proxy is not installed (JupyterHub's proxy): install it with "
             "`npm install -g configurable-http-proxy` (`make test` does, through .ci/deps.sh)"
         )
+    for folder, option in ((course, "--course"), (course_data, "--course-data")):
+        if folder is not None and not Path(folder).is_dir():
+            raise UserError(f"{option} {folder}: no such folder; give an existing one")
     hub_dir = data_dir.resolve() / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o711)  # homes and the service's task dirs lie below: pass, don't list
@@ -83,22 +88,31 @@ def prepare(
         grace_s=grace_s,
         log_level="WARN",
         notebook_dir=str(data_dir.resolve() / "home" / "{username}"),
+        course_dir=str(Path(course).resolve()) if course else None,
+        course_data=str(Path(course_data).resolve()) if course_data else None,
     )
+    up_args = f"{str(hub_dir / 'secrets.json')!r}, {plan.admin_users!r}"
     config = write_config(
         plan,
         hub_dir,
         "from labhive.hub_extension.up import add_up_service",
-        f"add_up_service(c, {str(hub_dir / 'secrets.json')!r})  # noqa: F821",
+        f"add_up_service(c, {up_args})  # noqa: F821",
     )
     return plan, config, keys
 
 
-def add_up_service(c: Any, secrets_file: str) -> None:
-    """A token for ``labhive up`` itself: it stops every server on Ctrl-C, before the hub."""
+def add_up_service(c: Any, secrets_file: str, admins: list[str] | None = None) -> None:
+    """A token for ``labhive up`` itself: it stops every server on Ctrl-C, before the hub, and
+    makes the admins' API token for the CLI and papermill (``admin_token``)."""
     token = json.loads(Path(secrets_file).read_text())["up_token"]
     c.JupyterHub.services.append({"name": UP_SERVICE, "api_token": token})
+    tokens = [f"tokens!user={name}" for name in admins or ["admin"]]
     c.JupyterHub.load_roles.append(
-        {"name": "labhive-up", "scopes": ["admin:servers", "list:users"], "services": [UP_SERVICE]}
+        {
+            "name": "labhive-up",
+            "scopes": ["admin:servers", "list:users", *tokens],
+            "services": [UP_SERVICE],
+        }
     )
 
 
@@ -210,7 +224,57 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
             child.kill()
 
 
-def banner(plan: HubPlan, keys: dict[str, str], log: Path) -> str:
+def admin_token(plan: HubPlan, up_token: str, path: Path) -> Path:
+    """The first admin's own JupyterHub API token in ``path`` (0600), for the CLI and papermill.
+
+    In hub mode the service accepts only tokens the hub vouches for, so the token ``labhive
+    serve`` writes for itself would be refused; this one acts as the admin user (their groups,
+    the LabHive admin scope). It is kept while the hub still accepts it (restarts keep it)."""
+    api = f"{plan.public_url}/hub/api"
+    if path.exists():
+        kept = path.read_text().strip()
+        who = httpx.get(f"{api}/user", headers={"Authorization": f"token {kept}"}, timeout=10)
+        if kept and who.status_code == 200:
+            return path
+    name = plan.admin_users[0]
+    try:
+        made = httpx.post(
+            f"{api}/users/{name}/tokens",
+            json={"note": "labhive up: the CLI and papermill"},
+            headers={"Authorization": f"token {up_token}"},
+            timeout=10,
+        )
+        made.raise_for_status()
+    except httpx.HTTPError as err:
+        raise UserError(
+            f"JupyterHub did not make {name}'s API token ({err}); make one at "
+            f"{plan.public_url}/hub/token and put it in {path}"
+        ) from None
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(made.json()["token"] + "\n")
+    return path
+
+
+def cluster_line(plan: HubPlan, token_file: Path) -> str:
+    """What the service runs on, in a line: "virtual: 2 nodes x 4 GPU slots; VCs default, vc1"."""
+    from labhive.client import Client, LabHiveError
+
+    try:
+        with Client(plan.service_url, token_file.read_text().strip(), timeout=10) as client:
+            cluster = client.cluster()
+    except LabHiveError as err:
+        return f"(cannot ask the service: {err.message})"
+    nodes = cluster.get("nodes") or []
+    slots = sorted({len(n.get("gpus") or ()) for n in nodes})
+    per = f"{slots[0]}" if len(slots) == 1 else "-".join(map(str, (slots[0], slots[-1])))
+    vcs = ", ".join(cluster.get("vcs") or {}) or "none"
+    if cluster.get("virtual"):
+        return f"VIRTUAL (no NVIDIA driver): {len(nodes)} nodes x {per} GPU slots; VCs {vcs}"
+    return f"{len(nodes)} nodes x {per} GPUs; VCs {vcs}"
+
+
+def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> str:
     hub = plan.public_url
     return "\n".join(
         [
@@ -220,21 +284,37 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path) -> str:
             f"  add users:    {hub}/hub/admin -> Add Users (or POST {hub}/hub/api/users)",
             f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in {plan.grants}",
             "                (group 'instructors' = LabHive admins; restart to reload grants)",
+            f"  cluster:      {cluster_line(plan, token_file)}",
             f"  service:      {hub}/services/labhive/api/v1/queue (LabHive REST API, OAuth)",
             f"  notebooks:    {plan.notebook_dir} (each user's server starts there)",
+            *_course_lines(plan),
             f"  data & logs:  {plan.data_dir} (hub log: {log.name})",
+            "  CLI and papermill as the admin (in another terminal; a user's own token comes",
+            f"  from {hub}/hub/token):",
+            f"    export LABHIVE_URL={plan.service_url} LABHIVE_TOKEN_FILE={token_file}",
             "  Ctrl-C stops the hub, the service and every job process",
         ]
     )
 
 
+def _course_lines(plan: HubPlan) -> list[str]:
+    if not plan.course_dir:
+        return ["  course:       none (--course DIR copies a folder into every user's home)"]
+    name = Path(plan.course_dir).name
+    lines = [f"  course:       {plan.course_dir} -> ~/{name}/ in every home (new files only)"]
+    if plan.course_data:
+        lines.append(f"                its data: {plan.course_data} (LABHIVE_DATA in servers)")
+    return lines
+
+
 def run_up(
     data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
-    grants: Path | None, grace_s: float,
+    grants: Path | None, grace_s: float, course: Path | None = None,
+    course_data: Path | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
-        grants=grants, grace_s=grace_s,
+        grants=grants, grace_s=grace_s, course=course, course_data=course_data,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)
@@ -247,7 +327,8 @@ def run_up(
     proc = start_hub(config, log)
     try:
         wait_ready(plan, proc, log)
-        print(banner(plan, keys, log), flush=True)
+        token_file = admin_token(plan, keys["up_token"], data_dir.resolve() / "admin.token")
+        print(banner(plan, keys, log, token_file), flush=True)
         print(f"  tasks run as: {_tasks_run_as()}", flush=True)
         proc.wait()
         print(f"JupyterHub exited (status {proc.returncode}); see {log}", file=sys.stderr)

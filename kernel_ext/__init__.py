@@ -30,14 +30,22 @@ def show(job: Any) -> Any:
 
 
 def show_table(table: Any) -> Any:
-    """Display a sweep's ``JobTable`` as a table that follows its jobs until they end."""
+    """Display a sweep's ``JobTable`` as a table that follows its jobs until they end; one
+    view per table, so the magic's display and the table as the cell's result are one."""
     from labhive.kernel_ext.facts import JobFacts
     from labhive.kernel_ext.views import TableView
 
-    def fetch() -> list[JobFacts]:
-        return [JobFacts.from_api(job.refresh().data) for job in table.jobs]
+    view = getattr(table, "_labhive_view", None)
+    if view is None:
 
-    return TableView(fetch).show()
+        def fetch() -> list[JobFacts]:
+            return [JobFacts.from_api(job.refresh().data) for job in table.jobs]
+
+        view = TableView(fetch)
+        table._labhive_view = view
+    else:
+        view.jobs = list(view._fetch())  # shown again: as it is now
+    return view.show()
 
 
 def widget(job: Any) -> Any:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from labhive.scheduler.client import why_without_position
+
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 #: The id shown for another user's job, whose id the service does not reveal.
 OTHERS = "-"
@@ -81,7 +83,10 @@ class JobFacts:
             user=data.get("user"),
             position=data.get("queue_position"),
             queue_length=data.get("queue_length"),
-            why=data.get("why"),
+            # the displays show the position themselves; the why-text's own copy would repeat
+            why=(why_without_position(data["why"]) or None)
+            if data.get("why") and data.get("queue_position")
+            else data.get("why"),
             reason=data.get("reason") or None,
             tasks=tuple(TaskFacts.from_api(t) for t in data.get("tasks") or ()),
             gpus=data.get("gpus"),

@@ -18,9 +18,10 @@ CHUNK = 65536
 class LogTail:
     """The last ``lines`` lines of each task of a job's current attempt."""
 
-    def __init__(self, job: Any, lines: int = 15) -> None:
+    def __init__(self, job: Any, lines: int = 15, stream: str = "stdout") -> None:
         self.job = job
         self.lines = lines
+        self.stream = stream
         self._attempt: Any = None
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, str] = {}
@@ -47,7 +48,7 @@ class LogTail:
             offset = self._offsets.get(task, 0)
             text = ""
             while True:
-                chunk = self.job.logs(offset, task=task, limit=CHUNK)
+                chunk = self.job.logs(offset, task=task, limit=CHUNK, stream=self.stream)
                 text += chunk.data
                 offset = chunk.next_offset
                 self._complete[task] = chunk.complete

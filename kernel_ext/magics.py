@@ -185,11 +185,14 @@ class LabHiveMagics(Magics):
     def _follow(self, job: Any, args: Any) -> Any:
         view = job_view(job).show()
         if self._wants_wait(args):
-            facts = wait_for(view, args.timeout)
-            self._report([facts], [job])
+            # a live widget in this cell already shows the progress, the end and the log tail
+            facts = wait_for(view, args.timeout, out=_silent if view.live else None)
+            if not view.live:
+                self._report([facts], [job])
         return job
 
     def _follow_table(self, table: Any, args: Any) -> Any:
+        """The sweep's table, shown once: waiting updates that display (no second table)."""
         from labhive.kernel_ext import show_table
 
         view = show_table(table)
@@ -197,17 +200,17 @@ class LabHiveMagics(Magics):
             deadline = None if args.timeout is None else time.monotonic() + args.timeout
             for job in table.jobs:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                wait_for(job_view(job, live=False), left, out=lambda _line: None)
+                wait_for(job_view(job, live=False), left, out=_silent)
                 view.jobs = [JobFacts.from_api(j.data) for j in table.jobs]
                 view.publish()
-            self._report(view.jobs, [])
         return table
 
-    def _report(self, facts: list[JobFacts], jobs: list[Any]) -> None:
-        """After a wait: the final summary, then each job's log tail."""
+    def _report(self, facts: list[JobFacts], jobs: list[Any], logs: bool = True) -> None:
+        """After a wait: the final summary, then each job's log tail (unless ``logs`` is off:
+        a live widget shows it)."""
         now = time.time()
         print(jobs_text(facts, now) if len(facts) > 1 else summary_line(facts[0], now))
-        for job in jobs:
+        for job in jobs if logs else ():
             tail = LogTail(job, TAIL_LINES)
             tail.read_new()
             if tail.text():
@@ -300,8 +303,11 @@ class LabHiveMagics(Magics):
         args = parse(self.wait, self._expand(line))
         with user_errors():
             jobs = [self.client.job(i) for i in args.ids]
-            facts = [wait_for(job_view(j), args.timeout) for j in jobs]
-        self._report(facts, jobs)
+            views = [job_view(j) for j in jobs]
+            live = any(v.live for v in views)
+            facts = [wait_for(v, args.timeout, out=_silent if live else None) for v in views]
+        # the jobs' live widgets (in the cells that submitted them) show their logs already
+        self._report(facts, jobs, logs=not live)
 
     @magic_arguments()
     @line_magic
@@ -333,9 +339,21 @@ class LabHiveMagics(Magics):
         args = parse(self.strace, self._expand(line))
         try:
             if not args.source.isdigit():
-                return show_logs([(args.source, args.source)], args.top)
+                return Shown(show_logs([(args.source, args.source)], args.top))
             with user_errors():
                 logs = job_logs(self.client.job(args.source), args.task)
-            return show_logs(logs, args.top)
+            return Shown(show_logs(logs, args.top))
         except UserError as err:
             raise UsageError(f"%strace: {err}") from None
+
+
+class Shown(list[Any]):
+    """Views a magic displayed already and returns for use in code: as a cell's result they
+    add nothing (no ``[<StraceView at 0x...>]`` under the pictures)."""
+
+    def _ipython_display_(self) -> None:
+        return None
+
+
+def _silent(_line: str) -> None:
+    """Progress lines nobody needs: a live widget shows the same."""

@@ -60,15 +60,24 @@ def cluster_svg(cluster: ClusterFacts) -> str:
                     f'<text x="{x + CELL / 2:.0f}" y="{y + CELL * 0.65:.0f}" fill="white" '
                     f'text-anchor="middle" font-size="9">{escape(job[-4:])}</text>'
                 )
-    legend = [*colours.items(), ("free", FREE)]
-    if any(j not in cluster.job_vcs for n in cluster.nodes for j in n.used.values()):
-        legend.append(("other", OTHER))
-    for i, (vc, colour) in enumerate(legend):
-        x = i * 90
+    legend = [(f"job in {vc}", colour) for vc, colour in colours.items()] + [("free", FREE)]
+    if _others(cluster):
+        legend.append((OTHER_LABEL, OTHER))
+    x = 0
+    for label, colour in legend:
         out.append(f'<rect x="{x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
-        out.append(f'<text x="{x + 16}" y="{legend_y + 11}">{escape(vc)}</text>')
+        out.append(f'<text x="{x + 16}" y="{legend_y + 11}">{escape(label)}</text>')
+        x += 16 + 7 * len(label) + 14
     out.append("</svg>")
-    return "".join(out)
+    return "".join(out).replace(f'width="{width}"', f'width="{max(width, x)}"', 1)
+
+
+OTHER_LABEL = "another user's job (hidden from you)"
+
+
+def _others(cluster: ClusterFacts) -> bool:
+    """Whether some GPU holds a job this user may not see (drawn in OTHER)."""
+    return any(j not in cluster.job_vcs for n in cluster.nodes for j in n.used.values())
 
 
 def cluster_text(cluster: ClusterFacts) -> str:
@@ -90,7 +99,10 @@ def cluster_text(cluster: ClusterFacts) -> str:
         down = "" if node.healthy else f"  {_health(node)}"
         lines.append(f"{node.name:<16} {''.join(marks)}{down}")
     if letters:
-        lines.append("  ".join(f"{letter}={vc}" for vc, letter in letters.items()) + "  .=free")
+        key = [f"{letter}=job in {vc}" for vc, letter in letters.items()] + [".=free"]
+        if _others(cluster):
+            key.append(f"#={OTHER_LABEL}")
+        lines.append("  ".join(key))
     return "\n".join(lines)
 
 

@@ -87,14 +87,24 @@ def tasks_html(tasks: Sequence[TaskFacts]) -> str:
     if not tasks:
         return ""
     rows = "".join(
-        f"<tr><td>{escape(t.role)}/{t.index}</td><td>{escape(t.node or '-')}</td>"
-        f"<td>{escape(gpu_list(t.gpus))}</td><td>{escape(t.state or '')}</td></tr>"
+        f"<tr>{_td(f'{t.role}/{t.index}')}{_td(t.node or '-')}{_td(gpu_list(t.gpus))}"
+        f"{_td(t.state or '')}</tr>"
         for t in tasks
     )
+    head = "".join(f'<th style="{_CELL};border-bottom:1px solid #9ca3af">{h}</th>' for h in
+                   ("task", "node", "GPUs", "state"))  # fmt: skip
     return (
-        '<table class="labhive-tasks"><tr><th>task</th><th>node</th><th>GPUs</th>'
-        f"<th>state</th></tr>{rows}</table>"
+        # styled inline: JupyterLab's output area resets table CSS, which misaligned the columns
+        '<table class="labhive-tasks" style="border-collapse:collapse;margin:4px 0;'
+        f'font-size:12px;table-layout:auto"><tr>{head}</tr>{rows}</table>'
     )
+
+
+_CELL = "text-align:left;padding:2px 10px 2px 0;vertical-align:top;white-space:nowrap"
+
+
+def _td(text: str) -> str:
+    return f'<td style="{_CELL}">{escape(text)}</td>'
 
 
 def job_html(job: JobFacts, now: float) -> str:

@@ -5,7 +5,8 @@ The figures come from the strace engine's DataFrames (``Trace.counts()``, ``.ioc
 ``.timeline()``, ``.transitions()``); nothing is parsed again here. The pictures are SVG strings
 so the same markup fills the widget's tabs and the report's ``text/html``, and no plotting
 library or graphviz binary is needed. A log without timestamps still gets a timeline: its
-tasks are drawn over log line numbers instead of seconds.
+tasks are drawn over log line numbers instead of seconds, and its title says so. Every edge of
+the transition graph carries an arrow and its count; a call followed by itself is a loop.
 """
 
 from __future__ import annotations
@@ -78,11 +79,12 @@ def timeline_svg(trace: Any) -> str:
     hi = float(tasks[hi_col].max())
     scale = PLOT_W / (hi - lo) if hi > lo else 0.0
     height = 30 + len(tasks) * ROW_H + 20
+    title = "tasks over time (s)" if unit == "s" else "tasks over the log (no timestamps: by line)"
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="labhive-strace-timeline" '
         f'width="{LABEL_W + PLOT_W + 20}" height="{height}" font-family="sans-serif" '
         'font-size="12">',
-        f'<text x="0" y="16" font-weight="bold">tasks over time ({unit})</text>',
+        f'<text x="0" y="16" font-weight="bold">{title}</text>',
     ]
     for i, row in enumerate(tasks.itertuples(index=False)):
         y = 26 + i * ROW_H
@@ -98,8 +100,9 @@ def timeline_svg(trace: Any) -> str:
             f'fill="{fill}"><title>{escape(tip)}</title></rect>'
         )
     axis_y = 26 + len(tasks) * ROW_H + 12
-    out.append(f'<text x="{LABEL_W}" y="{axis_y}">{lo:g} {unit}</text>')
-    out.append(f'<text x="{LABEL_W + PLOT_W}" y="{axis_y}" text-anchor="end">{hi:g} {unit}</text>')
+    first, last = (f"{lo:g} s", f"{hi:g} s") if unit == "s" else (f"line {lo:g}", f"line {hi:g}")
+    out.append(f'<text x="{LABEL_W}" y="{axis_y}">{first}</text>')
+    out.append(f'<text x="{LABEL_W + PLOT_W}" y="{axis_y}" text-anchor="end">{last}</text>')
     if hidden:
         note = f"{hidden} quieter tasks not drawn"
         out.append(
@@ -129,29 +132,34 @@ def transitions_svg(trace: Any, top: int = TOP) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" class="labhive-strace-graph" width="{size}" '
         f'height="{size + 24}" font-family="sans-serif" font-size="12">',
         '<defs><marker id="labhive-arrow" viewBox="0 0 10 10" refX="10" refY="5" '
-        'markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
+        'markerWidth="9" markerHeight="9" markerUnits="userSpaceOnUse" '
+        'orient="auto-start-reverse">'
         '<path d="M 0 0 L 10 5 L 0 10 z" fill="#6b7280"/></marker></defs>',
         f'<text x="0" y="16" font-weight="bold">top {len(edges)} call transitions</text>',
     ]
+    labels = []
     for row in edges.itertuples(index=False):
         (x1, y1), (x2, y2) = place[row.source], place[row.target]
         width = 1 + 5 * row.count / most
         tip = f"<title>{escape(f'{row.source} -> {row.target}: {row.count}')}</title>"
         if row.source == row.target:
-            dx, dy = (x1 - centre) / radius * 18, (y1 - centre) / radius * 18
-            out.append(
-                f'<circle cx="{x1 + dx:.1f}" cy="{y1 + dy + 12:.1f}" r="14" fill="none" '
-                f'stroke="#6b7280" stroke-width="{width:.1f}">{tip}</circle>'
-            )
-            continue
-        # stop short of the target's label so the arrow head stays visible
-        length = math.hypot(x2 - x1, y2 - y1) or 1.0
-        ex, ey = x2 - (x2 - x1) * 22 / length, y2 - (y2 - y1) * 22 / length
+            path, (lx, ly) = _self_loop(x1, y1 + 12, centre, radius)
+        else:
+            # stop short of the target's label so the arrow head stays visible
+            length = math.hypot(x2 - x1, y2 - y1) or 1.0
+            ex, ey = x2 - (x2 - x1) * 22 / length, y2 - (y2 - y1) * 22 / length
+            path = f"M {x1:.1f} {y1 + 12:.1f} L {ex:.1f} {ey + 12:.1f}"
+            lx, ly = x1 + (ex - x1) * 0.6, y1 + 12 + (ey - y1) * 0.6
         out.append(
-            f'<line x1="{x1:.1f}" y1="{y1 + 12:.1f}" x2="{ex:.1f}" y2="{ey + 12:.1f}" '
-            f'stroke="#6b7280" stroke-opacity="0.7" stroke-width="{width:.1f}" '
-            f'marker-end="url(#labhive-arrow)">{tip}</line>'
+            f'<path d="{path}" fill="none" stroke="#6b7280" stroke-opacity="0.7" '
+            f'stroke-width="{width:.1f}" marker-end="url(#labhive-arrow)">{tip}</path>'
         )
+        labels.append(
+            f'<text x="{lx:.1f}" y="{ly + 4:.1f}" text-anchor="middle" font-size="10" '
+            f'fill="#374151" stroke="white" stroke-width="3" paint-order="stroke" '
+            f'class="labhive-edge-count">{int(row.count)}</text>'
+        )
+    out += labels  # over every edge, so no line crosses a count
     for name, (x, y) in place.items():
         out.append(
             f'<text x="{x:.1f}" y="{y + 16:.1f}" text-anchor="middle" font-weight="bold" '
@@ -159,6 +167,21 @@ def transitions_svg(trace: Any, top: int = TOP) -> str:
         )
     out.append("</svg>")
     return "".join(out)
+
+
+def _self_loop(x: float, y: float, centre: float, radius: float) -> tuple[str, tuple[float, float]]:
+    """A call followed by itself: a loop outside the circle, back into its own name, with
+    its arrow; returns the path and where its count goes."""
+    ux, uy = (x - centre) / radius, (y - 12 - centre) / radius  # outward, unit length
+    px, py = -uy, ux  # along the circle
+    sx, sy = x + ux * 10 + px * 8, y + uy * 10 + py * 8
+    ex, ey = x + ux * 10 - px * 8, y + uy * 10 - py * 8
+    c1 = (sx + ux * 48 + px * 22, sy + uy * 48 + py * 22)
+    c2 = (ex + ux * 48 - px * 22, ey + uy * 48 - py * 22)
+    path = (
+        f"M {sx:.1f} {sy:.1f} C {c1[0]:.1f} {c1[1]:.1f} {c2[0]:.1f} {c2[1]:.1f} {ex:.1f} {ey:.1f}"
+    )
+    return path, (x + ux * 52, y + uy * 52)
 
 
 def headline(trace: Any, title: str) -> str:

@@ -37,6 +37,7 @@ from labhive.kernel_ext.widgets import (
     JobWidget,
     LiveHTML,
     fetch_snapshot,
+    stderr_html,
 )
 
 
@@ -106,13 +107,14 @@ class JobView(View):
         self.facts = JobFacts.from_api(job.data)
         self.tail = LogTail(job, LOG_LINES)
         self.log = ""
+        self.stderr = ""
 
     def text(self) -> str:
         return summary_line(self.facts, time.time())
 
     def html(self) -> str:
         log = f'<pre class="labhive-log">{escape(self.log)}</pre>' if self.log else ""
-        return job_html(self.facts, time.time()) + log
+        return job_html(self.facts, time.time()) + log + stderr_html(self.stderr)
 
     def make_widget(self) -> JobWidget:
         widget = JobWidget(self.job, on_snapshot=self._from_widget)
@@ -120,13 +122,13 @@ class JobView(View):
 
     def _from_widget(self, snap: JobSnapshot) -> None:
         before = (self.facts.state, self.facts.position)
-        self.facts, self.log = snap.facts, snap.log
+        self.facts, self.log, self.stderr = snap.facts, snap.log, snap.stderr
         if (snap.facts.state, snap.facts.position) != before:
             self.publish()
 
     def refresh(self) -> JobFacts:
         snap = fetch_snapshot(self.job, self.tail)
-        self.facts, self.log = snap.facts, snap.log
+        self.facts, self.log, self.stderr = snap.facts, snap.log, snap.stderr
         return self.facts
 
 

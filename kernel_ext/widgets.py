@@ -21,6 +21,7 @@ from labhive.kernel_ext.poller import Poller
 from labhive.kernel_ext.render import job_html
 
 LOG_LINES = 15
+STDERR_LINES = 10  # of a FAILED job: where a MemoryError or a traceback says why
 
 
 class JobSource(Protocol):
@@ -42,16 +43,44 @@ class JobSnapshot:
     facts: JobFacts
     log: str
     gpus: tuple[Mapping[str, Any], ...]
+    stderr: str = ""  # the last lines a FAILED job's tasks wrote to stderr
+    gpu_note: str = ""  # why a running job shows no GPU readings
 
 
 def fetch_snapshot(source: JobSource, tail: LogTail) -> JobSnapshot:
-    """One poll: the job, what its tasks printed since the last poll, its GPUs' readings."""
+    """One poll: the job, what its tasks printed since the last poll, its GPUs' readings
+    (or why there are none), and for a failed job the end of its stderr."""
     source.refresh()
     facts = JobFacts.from_api(source.data)
     if facts.state != "WAITING":
         tail.read_new()
-    gpus = tuple(source.gpu_usage()) if facts.state == "RUNNING" else ()
-    return JobSnapshot(facts, tail.text(), gpus)
+    gpus, note = gpu_readings(source, facts) if facts.state == "RUNNING" else ((), "")
+    stderr = ""
+    if facts.state == "FAILED":
+        errors = LogTail(source, STDERR_LINES, stream="stderr")
+        errors.read_new()
+        stderr = errors.text()
+    return JobSnapshot(facts, tail.text(), gpus, stderr, note)
+
+
+def gpu_readings(source: JobSource, facts: JobFacts) -> tuple[tuple[Mapping[str, Any], ...], str]:
+    """The GPUs' latest readings, or a sentence saying why the metrics area stays empty."""
+    if facts.gpus == 0:
+        return (), "this job holds no GPU"
+    history = getattr(source, "gpu_history", None)
+    if history is None:
+        return tuple(source.gpu_usage()), ""
+    try:
+        doc = history()
+    except Exception:
+        return (), ""
+    if not doc.get("sampling"):
+        return (), (
+            "no GPU readings: the service samples no GPUs here (a virtual cluster's GPUs are "
+            "slots handed to processes, with nothing to measure)"
+        )
+    current = tuple(doc.get("current") or ())
+    return current, "" if current else f"no GPU readings yet (every {doc.get('interval_s')} s)"
 
 
 def gpu_html(gpus: Sequence[Mapping[str, Any]]) -> str:
@@ -70,6 +99,26 @@ def gpu_html(gpus: Sequence[Mapping[str, Any]]) -> str:
             "</div></div></div>"
         )
     return "".join(rows)
+
+
+def log_html(log: str) -> str:
+    if not log:
+        return ""
+    return (
+        '<pre class="labhive-log" style="max-height:18em;overflow:auto;margin:2px 0">'
+        f"{escape(log)}</pre>"
+    )
+
+
+def stderr_html(stderr: str) -> str:
+    """A failed job's last stderr lines, red, under the log."""
+    if not stderr:
+        return ""
+    return (
+        f'<div class="labhive-stderr"><b>last lines of stderr</b>'
+        '<pre style="color:#b91c1c;max-height:12em;overflow:auto;margin:2px 0">'
+        f"{escape(stderr)}</pre></div>"
+    )
 
 
 class JobWidget(widgets.VBox):
@@ -119,14 +168,15 @@ class JobWidget(widgets.VBox):
     def show(self, snap: JobSnapshot) -> None:
         self.snapshot = snap
         self.summary.value = job_html(snap.facts, time.time())
-        self.gpu_bars.value = gpu_html(snap.gpus)
-        self.log_view.value = (
-            f'<pre class="labhive-log" style="max-height:18em;overflow:auto;margin:2px 0">'
-            f"{escape(snap.log)}</pre>"
-            if snap.log
+        self.gpu_bars.value = gpu_html(snap.gpus) or (
+            f'<div class="labhive-gpu-note" style="color:#6b7280">{escape(snap.gpu_note)}</div>'
+            if snap.gpu_note
             else ""
         )
+        self.log_view.value = log_html(snap.log) + stderr_html(snap.stderr)
         self.cancel_button.disabled = snap.facts.terminal
+        if snap.facts.terminal:  # nothing left to cancel: no dimmed button on a finished job
+            self.cancel_button.layout.display = "none"
         if self._on_snapshot is not None:
             self._on_snapshot(snap)
 

@@ -29,9 +29,24 @@ from labhive.client import Client, Job
 from labhive.scheduler.executors.env import free_port
 
 
-def repo_data(default: str = "../../shared/data") -> Path:
-    """The shared data directory seen from ``labs/`` (``../shared/data`` from the repo root)."""
-    return Path(os.environ.get("LABHIVE_DATA", default)).resolve()
+def course_data(data_dir: str | os.PathLike[str] = "", missing_ok: bool = False) -> Path:
+    """Where the course's data is, wherever the lab was opened (the repository's ``labs/``, a
+    copy in a student's hub home, Binder): the lab's ``data_dir`` parameter when given, else
+    ``$LABHIVE_DATA`` (every hub server has it when the instructor set the course's data),
+    else a ``shared/data`` folder beside the repository or above it."""
+    if str(data_dir):
+        return Path(data_dir).expanduser().resolve()
+    if os.environ.get("LABHIVE_DATA"):
+        return Path(os.environ["LABHIVE_DATA"]).expanduser().resolve()
+    for folder in Path(__file__).resolve().parents:
+        if (folder / "shared" / "data").is_dir():
+            return folder / "shared" / "data"
+    if missing_ok:
+        return Path("shared-data-not-found")
+    raise FileNotFoundError(
+        "the course data was not found: set LABHIVE_DATA (or the lab's data_dir parameter) to "
+        "the folder that holds strace/, philly/ and openpai-lab6/"
+    )
 
 
 # ---- a private service on the lab's own cluster ---

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from labhive.scheduler.cells import CellTree
-from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.cpu_pool import cpu_only
+from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, JobSpec
 from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.vc import VC
 
@@ -19,11 +20,19 @@ if TYPE_CHECKING:
 def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
     """Raise ``SpecRejected`` with what would fit when ``spec`` can never run here."""
     leaf_types = sorted(sched._max_node)
+    if spec.priority != OPPORTUNISTIC and not MIN_GUARANTEED <= spec.priority <= MAX_GUARANTEED:
+        raise SpecRejected(
+            f"priority {spec.priority} is outside HiveD's range; use {OPPORTUNISTIC} "
+            f"(opportunistic) or {MIN_GUARANTEED}..{MAX_GUARANTEED} (guaranteed)"
+        )
     vc = sched.vcs.by_name.get(spec.vc)
     if vc is None:
         raise SpecRejected(
             f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(sched.vcs.by_name))}"
         )
+    if cpu_only(sched.config, spec):
+        _reject_cpu_only(sched, spec)
+        return
     skus = {r.sku for r in spec.roles if r.sku is not None}
     for sku in sorted(skus):
         if sku not in sched._max_node:
@@ -44,26 +53,45 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
             )
     if spec.gang and len(pins) > 1:
         raise SpecRejected("a gang runs in one pinned cell; give every role the same one")
+    if spec.opportunistic and pins:
+        raise SpecRejected(
+            f"an opportunistic job cannot run in pinned cell {min(pins)} (HiveD gives pinned "
+            "cells to their VC's guaranteed jobs only); give it a guaranteed priority or "
+            "drop pinnedCellId"
+        )
+    if not spec.opportunistic and not pins:
+        free_types = {sched.tree.chains[c].leaf_type for c in vc.quota if vc.quota[c]}
+        for sku in sorted(skus & vc_types - free_types):
+            have = ", ".join(sorted(c.pinned_id or "" for c in vc.pinned))
+            raise SpecRejected(
+                f"{vc.name} has {sku} cells only in its pinned cells ({have}); name one with "
+                "pinnedCellId, or ask for a skuType of its other cells"
+            )
     if not spec.opportunistic:
         for sku in sorted(skus - vc_types):
             raise SpecRejected(
                 f"{vc.name} has no {sku} cells; it has {describe(sched.tree, vc)}. "
                 "Ask for one of those, or submit as priority oppo to use idle cells"
             )
+    own = sorted(vc_types) if not spec.opportunistic and vc_types else leaf_types
     for role in spec.roles:
-        types = [role.sku] if role.sku else leaf_types
-        fits = [t for t in types if sched._leaves(role, t) <= sched._max_node[t]]
+        types = [role.sku] if role.sku else own
+        fits = [t for t in types if sched._leaves(role, t, vc.name) <= sched._max_node[t]]
         if not fits:
             biggest = max(sched._max_node[t] for t in types)
+            need = sched._leaves(role, types[0], vc.name)
+            # A CPU- or memory-heavy task takes more leaf cells than it asks GPUs for.
+            unit = "GPUs" if need == role.gpu else "leaf cells"
+            mine = f"of {vc.name} " if types is own and own != leaf_types else ""
             raise SpecRejected(
-                f"task role {role.name} needs {sched._leaves(role, types[0])} GPUs in one "
-                f"task, but the largest {'/'.join(types)} node has {biggest}; split it into "
-                f"tasks of at most {biggest} GPUs"
+                f"task role {role.name} needs {need} {unit} in one task, but the largest "
+                f"{'/'.join(types)} node {mine}has {biggest}; split it into tasks of at most "
+                f"{biggest} {unit}"
             )
     if not spec.gang:
         return
     types = sorted(skus) or leaf_types
-    need = min(sum(sched._leaves(r, t) * r.instances for r in spec.roles) for t in types)
+    need = min(sum(sched._leaves(r, t, spec.vc) * r.instances for r in spec.roles) for t in types)
     cluster = sum(sched._type_leaves[t] for t in types)
     what = f"this gang needs {need} GPUs"
     if need > cluster:
@@ -77,6 +105,18 @@ def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
             f"{what}, more than {vc.name} has in all ({describe(sched.tree, vc)}); ask for at "
             f"most {have} or set gang: false (gangAllocation: false)"
         )
+
+
+def _reject_cpu_only(sched: HivedScheduler, spec: JobSpec) -> None:
+    """A task that asks for no GPU must fit one node's CPUs and memory."""
+    cpu, memory = sched.cpu.largest()
+    for role in spec.roles:
+        if role.cpu > cpu or role.memory_mb > memory:
+            raise SpecRejected(
+                f"task role {role.name} asks for {role.cpu:g} CPUs and {role.memory_mb} MB "
+                f"memory, but the largest node has {cpu:g} CPUs and {memory} MB; ask for at "
+                "most that per task"
+            )
 
 
 def describe(tree: CellTree, vc: VC) -> str:

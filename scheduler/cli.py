@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from labhive import __version__
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.terminal import visible
+
+#: What ``labhive`` exits with when its reader went away (``labhive jobs | head``): the status
+#: of a process that SIGPIPE ended, as a shell pipeline expects.
+EXIT_BROKEN_PIPE = 128 + 13
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -47,12 +54,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(func(args) or 0)
+        code = int(func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except UserError as err:
-        print(f"labhive {args.command}: {err}", file=sys.stderr)
+        print(f"labhive {args.command}: {visible(str(err), keep_newlines=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as err:  # the last resort: a bug, said in one line
+        print(bug_message(args.command, err), file=sys.stderr)
+        return 2
+
+
+def bug_message(command: str, err: BaseException) -> str:
+    """One line for an exception no handler expected: it is LabHive's bug, not the user's
+    mistake, and the file and line where it happened make the report useful."""
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    text = visible(f"{type(err).__name__}: {err}")[:300]
+    return (
+        f"labhive {command}: internal error (a bug in LabHive, please report it with the input "
+        f"that caused it): {text}{where}"
+    )
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed the pipe: stop quietly. stdout is pointed at /dev/null so
+    that the interpreter's final flush does not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (captured in tests)
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ inside a JupyterHub single-user server the hub's ``/services/labhive/`` prefix, 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import os
 import re
 import shlex
@@ -81,6 +83,15 @@ def service_url(url: str | None = None) -> str:
         url = f"{host.rstrip('/')}{hub.rstrip('/')}/services/labhive"
     url = (url or DEFAULT_URL).rstrip("/")
     return url if url.endswith(API) else url + API
+
+
+_POSITION_TAIL = re.compile(r";?\s*position \d+ of \d+ in \S+\s*$")
+
+
+def why_without_position(why: str) -> str:
+    """The scheduler's why-text without its "; position 2 of 3 in vc1" tail, for displays
+    that show the position already (it would read twice)."""
+    return _POSITION_TAIL.sub("", why or "").strip()
 
 
 def find_token(token: str | None = None) -> str | None:
@@ -248,7 +259,9 @@ class Client:
         doc.update({k: v for k, v in short.items() if v is not None})
         if "taskRoles" not in doc and "name" not in doc:
             doc["name"] = default_name(doc.get("command"))
-        return Job(self, self._request("POST", "/jobs", json=doc).json())
+        body = json_body(doc)
+        headers = {"content-type": "application/json"}
+        return Job(self, self._request("POST", "/jobs", content=body, headers=headers).json())
 
     def jobs(self, state: str | None = None, vc: str | None = None, limit: int = 100) -> list[Job]:
         data = self._get("/jobs", state=state, vc=vc, limit=limit)
@@ -348,17 +361,57 @@ def connect(url: str | None = None, token: str | None = None) -> Client:
 
 
 def load_spec_file(path: str | Path) -> dict[str, Any]:
-    import yaml
+    """A job file as a mapping, read with the same limits (size, depth, aliases) and line
+    numbers as ``labhive validate``."""
+    from labhive.scheduler.yamlines import YamlSyntaxError, load_yaml
 
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = load_yaml(Path(path).read_text(), origin=f"job file {path}")
     except OSError as err:
         raise LabHiveError(f"cannot read job file {path}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise LabHiveError(f"job file {path} is not valid YAML/JSON: {err}") from None
+    except ValueError:  # a NUL in the name
+        raise LabHiveError(f"no job file {str(path)!r}: a file name has no NUL character") from None
+    except YamlSyntaxError as err:
+        raise LabHiveError(str(err)) from None
     if not isinstance(doc, dict):
         raise LabHiveError(f"job file {path} must hold one mapping (a job)")
     return doc
+
+
+def json_body(doc: Any) -> bytes:
+    """``doc`` as the JSON the service reads; a value JSON cannot carry (YAML's ``.inf`` and
+    ``.nan``, a date) is refused here, naming where it is, instead of failing in the encoder."""
+    bad = _not_json(doc, "")
+    if bad is not None:
+        where, value = bad
+        raise LabHiveError(
+            f"{where or 'the job'}: {value!r} cannot be sent to the service; "
+            "give a finite number, text, true/false, a list or a mapping"
+        )
+    return json.dumps(doc, allow_nan=False).encode()
+
+
+def _not_json(value: Any, where: str) -> tuple[str, Any] | None:
+    """The first value under ``value`` (and the dotted path to it) that JSON cannot carry."""
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, value)
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, list | tuple | Mapping) or _not_json(key, where):
+                return (where, key)
+            found = _not_json(item, f"{where}.{key}" if where else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = _not_json(item, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    return (where, value)
 
 
 def default_name(command: Any) -> str:

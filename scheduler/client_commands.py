@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.terminal import visible
 
 
 def register(subparsers: Any) -> None:
@@ -31,7 +32,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--observe", choices=["strace"], help="run the tasks under strace")
     p.add_argument("--image", help="run each task in a container from IMAGE (labhive image ls)")
     p.add_argument("--no-gang", action="store_true", help="start tasks as they fit")
-    p.add_argument("--wait", action="store_true", help="wait for the job to end")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the job to end, printing its state, queue position and why as they change",
+    )
+    p.add_argument("--follow", action="store_true", help="--wait, and print its log as it grows")
     p.add_argument("target", nargs="?", metavar="FILE", help="a job file (.yaml/.yml/.json)")
     p.add_argument("words", nargs="*", metavar="-- COMMAND", help="or the command to run")
     p.set_defaults(func=_submit)
@@ -82,7 +88,12 @@ def register(subparsers: Any) -> None:
 def _add(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--url", help="service URL (default: $LABHIVE_URL or http://127.0.0.1:8765)")
-    p.add_argument("--token", help="bearer token (default: $LABHIVE_TOKEN or a token file)")
+    p.add_argument(
+        "--token",
+        help="bearer token (default: $LABHIVE_TOKEN, else the file $LABHIVE_TOKEN_FILE names, "
+        "else $JUPYTERHUB_API_TOKEN, ~/.config/labhive/token or ./data/admin.token, which "
+        "labhive serve and labhive up write)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
@@ -112,7 +123,10 @@ def _print_json(data: Any) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in r] for r in rows]
+    """Aligned columns; control characters in a cell (a job name is anyone's text) are shown
+    as escapes, so no cell can move the cursor or clear the screen."""
+    cells = [[str(h) for h in headers]]
+    cells += [["-" if v is None else visible(str(v)) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join(
         "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
@@ -145,14 +159,72 @@ def _submit(args: argparse.Namespace) -> int:
         "command": (command[0] if len(command) == 1 else shlex.join(command)) if command else None,
     }
     job = _client(args).submit(file, **short)
-    if args.wait:
-        job.wait()
+    if args.wait or args.follow:
+        _watch(job, args.follow, sys.stderr if args.json else sys.stdout)
     if args.json:
         _print_json(job.data)
     else:
         where = f" (position {job.position})" if job.position else ""
-        print(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}")
+        print(visible(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}{_outcome(job)}"))
     return 0 if job.state != "FAILED" else 1
+
+
+def _watch(job: Any, follow: bool, out: Any, poll_s: float = 0.5) -> None:
+    """Until the job ends: a line whenever its state, queue position or why-text changes, and
+    with ``follow`` its (first task's) log as it grows, so a waiting user sees why they wait."""
+    print(visible(f"job {job.id} '{job.name}' submitted to {job.vc}"), file=out, flush=True)
+    last: tuple[Any, ...] = ()
+    offset = 0
+    while True:
+        d = job.data
+        key = (d["state"], d.get("attempt"), d.get("queue_position"), d.get("queue_length"),
+               d.get("why"))  # fmt: skip
+        if key != last:
+            last = key
+            print(visible(f"{time.strftime('%H:%M:%S')}  {_progress(job)}"), file=out, flush=True)
+        if follow and job.state != "WAITING":
+            offset = _print_log(job, offset, drain=job.done)
+        if job.done:
+            return
+        time.sleep(poll_s)
+        job.refresh()
+
+
+def _progress(job: Any) -> str:
+    """The job in a line: "WAITING: position 1 of 2 in vc1 - <why>", "RUNNING on vnode-0 GPUs 0"."""
+    from labhive.scheduler.client import why_without_position
+
+    d = job.data
+    if d["state"] == "WAITING":
+        pos, length = d.get("queue_position"), d.get("queue_length")
+        where = f"position {pos} of {length} in {d['vc']}" if pos else ""
+        why = why_without_position(d.get("why") or d.get("reason") or "")
+        return f"WAITING{': ' + where if where else ''}{' - ' + why if why else ''}"
+    tasks = [t for t in d.get("tasks") or () if t.get("node")]
+    on = "; ".join(f"{t['node']} GPUs {','.join(map(str, t['gpus'])) or 'none'}" for t in tasks)
+    text = f"{d['state']}{' on ' + on if on and d['state'] == 'RUNNING' else ''}"
+    attempt = int(d.get("attempt") or 1)
+    return text + (f" (attempt {attempt})" if attempt > 1 else "") + _outcome(job)
+
+
+def _outcome(job: Any) -> str:
+    """Why a job ended badly, for its last line; nothing for a success."""
+    d = job.data
+    if d["state"] not in ("FAILED", "STOPPED"):
+        return ""
+    code = f", exit code {d['exit_code']}" if d.get("exit_code") is not None else ""
+    return f" - {d.get('why') or d.get('reason') or 'no reason given'}{code}"
+
+
+def _print_log(job: Any, offset: int, drain: bool) -> int:
+    """Print the log from ``offset``; all that is left when ``drain``. Returns the new offset."""
+    while True:
+        chunk = job.logs(offset)
+        sys.stdout.write(chunk.data)
+        sys.stdout.flush()
+        offset = chunk.next_offset
+        if not drain or not chunk.data:
+            return offset
 
 
 def _file_or_command(rest: list[str]) -> tuple[str | None, list[str]]:
@@ -197,15 +269,19 @@ def _show(args: argparse.Namespace) -> int:
         _print_json({**job.data, "events": events})
         return 0
     d = job.data
-    print(f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}")
+    head = f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}"
+    print(visible(head))
     line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
     if d.get("queue_position"):
         line += f"  position {d['queue_position']} of {d['queue_length']}"
-    print(line)
+    print(visible(line))
     if d.get("why"):
-        print(f"why   {d['why']}")
+        from labhive.scheduler.client import why_without_position
+
+        why = why_without_position(d["why"]) if d.get("queue_position") else d["why"]
+        print(visible(f"why   {why}"))
     if d["tasks"]:
-        print(table(("TASK", "NODE", "GPUS", "STATE", "EXIT"), [
+        print(table(("TASK", "NODE", "GPU IDS", "STATE", "EXIT"), [
             (f"{t['role']}-{t['index']}", t["node"], ",".join(map(str, t["gpus"])) or "-",
              t["state"], t["exit_code"]) for t in d["tasks"]
         ]))  # fmt: skip
@@ -244,7 +320,7 @@ def _cancel(args: argparse.Namespace) -> int:
         _print_json(job.data)
     else:
         pending = "" if job.state == "STOPPED" else " (stopping)"
-        print(f"job {job.id} '{job.name}': {job.state}{pending}")
+        print(visible(f"job {job.id} '{job.name}': {job.state}{pending}"))
     return 0
 
 
@@ -296,7 +372,7 @@ def _cluster(args: argparse.Namespace) -> int:
         _print_json(c)
         return 0
     kind = "virtual cluster: GPU slots, nothing computes" if c["virtual"] else "cluster"
-    print(f"{kind}; policy {c['policy']}")
+    print(visible(f"{kind}; policy {c['policy']}"))
     print(table(("NODE", "SKU", "HEALTH", "GPUS (index:job)"), [
         (n["name"], n["sku"], "ok" if n["healthy"] else n["reason"],
          " ".join(f"{g}:{n['used'].get(str(g), '-')}" for g in n["gpus"]))
@@ -317,7 +393,7 @@ def _node(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(n)
     elif n["healthy"]:
-        print(f"{n['name']}: in service")
+        print(visible(f"{n['name']}: in service"))
     else:
-        print(f"{n['name']}: down ({n['reason']})")
+        print(visible(f"{n['name']}: down ({n['reason']})"))
     return 0

@@ -125,6 +125,9 @@ class ClusterConfig:
     virtual: bool = False
     source: str = ""
     pinned: dict[str, PhysicalCell] = field(default_factory=dict)
+    # CPUs and memory (MB) of nodes, for tasks that ask for no GPU on a cluster without
+    # skuTypes (``cpu_pool.py``); a node not named here gets ``cpu_pool.default_capacity``.
+    node_resources: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def nodes(self) -> list[NodeSpec]:
         out = []
@@ -158,6 +161,13 @@ TOP_KEYS = {
     "webServerAddress",
     "waitingPodSchedulingBlockMilliSec",
 }
+#: The most leaf cells (GPUs) a config may define, and the most cells of all levels: a bound
+#: far above any real cluster (the largest traces have a few thousand GPUs) that keeps a typo
+#: such as ``childCellNumber: 100000000`` from building cells until memory runs out.
+MAX_LEAF_CELLS = 1_000_000
+MAX_CELLS = 2_000_000
+#: Cell types on the way from a top-level cell down to a GPU.
+MAX_CELL_LEVELS = 32
 _QUANTITY = re.compile(r"^\s*([0-9.]+)\s*([KMGTPE]i?|[kmgtpe])?\s*$")
 _UNIT = {
     "": 1,
@@ -219,7 +229,14 @@ def _from_mapping(data: Any, ctx: _Ctx, text: str | None = None) -> ClusterConfi
     if not isinstance(data, Mapping):
         raise ctx.error("(top level)", line_of(data), "a cluster config must be a YAML mapping")
     if "hivedscheduler" in data:
+        wrapper = data["hivedscheduler"]
         data = _unwrap(data, ctx, text)
+        if not isinstance(data, Mapping):
+            raise ctx.error(
+                "hivedscheduler.config",
+                line_of(wrapper, "config"),
+                "must hold a HiveD config (a mapping)",
+            )
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise ctx.error(
@@ -357,6 +374,13 @@ def _cell_types(raw: Mapping[str, Any], ctx: _Ctx) -> dict[str, CellType]:
         if name not in specs:
             out[name] = CellType(name, None, 0, False, 1)
             return 1
+        if len(seen) >= MAX_CELL_LEVELS:
+            raise ctx.error(
+                f"physicalCluster.cellTypes.{seen[0]}",
+                line_of(raw, seen[0]),
+                f"more than {MAX_CELL_LEVELS} cell types on the way down to a GPU, "
+                "the most LabHive reads",
+            )
         if name in seen:
             cycle = " -> ".join((*seen[seen.index(name) :], name))
             raise ctx.error(
@@ -534,14 +558,15 @@ def _physical_cells(
     raw: list[Any], types: dict[str, CellType], ctx: _Ctx
 ) -> tuple[list[PhysicalCell], dict[str, PhysicalCell]]:
     builder = _CellBuilder(types, ctx)
-    cells = []
-    for i, spec in enumerate(raw):
+    tops = []
+    total_leaves = total_cells = 0
+    for i, spec in enumerate(raw):  # every top cell is checked and counted before any is built
         key = f"physicalCluster.physicalCells[{i}]"
         line = raw.line_of(i) if isinstance(raw, LineList) else None
         if not isinstance(spec, Mapping):
             raise ctx.error(key, line, "must be a mapping with a cellType")
         name = spec.get("cellType")
-        if name not in types or types[name].is_leaf:
+        if not isinstance(name, str) or name not in types or types[name].is_leaf:
             known = ", ".join(sorted(t for t in types if not types[t].is_leaf))
             raise ctx.error(
                 f"{key}.cellType",
@@ -549,11 +574,36 @@ def _physical_cells(
                 f"unknown cell type {name!r}; defined cellTypes: {known}",
             )
         builder.chain_has_one_node_level(name, f"{key}.cellType", line_of(spec, "cellType"))
+        leaves, all_cells = _cell_counts(types, name)
+        total_leaves, total_cells = total_leaves + leaves, total_cells + all_cells
+        if total_leaves > MAX_LEAF_CELLS or total_cells > MAX_CELLS:
+            raise ctx.error(
+                f"{key}.cellType",
+                line_of(spec, "cellType") or line,
+                f"physicalCells up to this one hold {total_leaves:,} GPU cells and "
+                f"{total_cells:,} cells in all (childCellNumber multiplied down each chain); "
+                f"LabHive reads at most {MAX_LEAF_CELLS:,} GPU cells and {MAX_CELLS:,} cells",
+            )
+        tops.append((i, spec, name, key, line))
+    cells = []
+    for i, spec, name, key, line in tops:
         builder.chain = name
         cells.append(builder.build(spec, types[name], str(i), (), None, {}, key, line))
     if not cells:
         raise ctx.error("physicalCluster.physicalCells", line_of(raw), "lists no cells")
     return cells, builder.pinned
+
+
+def _cell_counts(types: dict[str, CellType], top: str) -> tuple[int, int]:
+    """How many leaf cells and how many cells in all a ``top`` cell holds once expanded, counted
+    without building them (so an absurd childCellNumber is refused at once)."""
+    width, cells = 1, 1
+    ctype = types[top]
+    while ctype.child is not None:
+        width *= ctype.child_number
+        cells += width
+        ctype = types[ctype.child]
+    return width, cells
 
 
 def _vcs(

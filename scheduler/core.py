@@ -10,14 +10,17 @@ failure stopped. Why-texts for waiting jobs are computed only when someone asks 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from labhive.scheduler.admission import reject_if_never_runs
 from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -44,7 +47,7 @@ from labhive.scheduler.model import (
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
-from labhive.scheduler.views import job_view, node_views, vc_views
+from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, vc_views
 
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
@@ -66,6 +69,7 @@ class Job:
     in_order: bool = False  # listed in its VC's queue order
     pinned: str | None = None  # the pinned cell its roles name, if any
     needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
+    cpu_only: bool = False  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
 
     @property
     def vc(self) -> str:
@@ -117,8 +121,11 @@ class HivedScheduler:
         self.config = config
         self.tree = CellTree(config)
         self.vcs = VCs(config, self.tree)
+        self.cpu = CpuPool(config)
+        self._cpu_waiting: list[tuple[int, int, str]] = []  # (-priority, seq, job id)
         self.placer = Placer(self.tree, self.vcs)
         self._leaves_cache: dict[tuple[int, float, int, str], int] = {}
+        self._vc_types: dict[str, tuple[str, ...]] = {}
         self._chains_cache: dict[Hashable, list[str]] = {}
         self._checked: dict[Hashable, str | None] = {}
         self._passed: JobSpec | None = None  # the spec that passed ``check`` last
@@ -140,7 +147,7 @@ class HivedScheduler:
         """Refuse a job that can never run here, saying what would fit."""
         if spec is self._passed:
             return  # drivers check a spec, then submit it: the second check is free
-        key = (spec.vc, spec.opportunistic, spec.gang, spec.roles)
+        key = (spec.vc, spec.priority, spec.gang, spec.roles)
         message = self._checked.get(key, _UNCHECKED)
         if message is _UNCHECKED:
             try:
@@ -155,7 +162,16 @@ class HivedScheduler:
         # (``_load`` forgets it).
         self._passed = spec
 
-    def _leaves(self, role: RoleSpec, leaf_type: str) -> int:
+    def _leaves(self, role: RoleSpec, leaf_type: str, vc: str | None = None) -> int:
+        """Leaf cells a task of ``role`` takes on ``leaf_type``. A role without a skuType
+        in ``vc`` is sized, as OpenPAI does, by the VC's smallest SKU (the one it needs the
+        most leaf cells of), whatever chain it lands in."""
+        if vc is not None and role.sku is None and self.config.skus:
+            types = self._vc_types.get(vc)
+            if types is None:
+                types = self._vc_types[vc] = self._sizing_types(vc)
+            if types:
+                return max(self._leaves(role, t) for t in types)
         # Keyed by the only fields ``leaves_needed`` reads: hashing plain numbers is several
         # times cheaper than hashing the whole (dataclass) role, and this runs per task.
         key = (role.gpu, role.cpu, role.memory_mb, leaf_type)
@@ -163,6 +179,14 @@ class HivedScheduler:
         if n is None:
             n = self._leaves_cache[key] = leaves_needed(role, self.config, leaf_type)
         return n
+
+    def _sizing_types(self, vc_name: str) -> tuple[str, ...]:
+        """The leaf types of a VC's cells, pinned ones included (none: unknown VC)."""
+        vc = self.vcs.by_name.get(vc_name)
+        if vc is None:
+            return ()
+        chains = [*vc.quota, *(c.chain for c in vc.pinned)]
+        return tuple(sorted({self.tree.chains[c].leaf_type for c in chains}))
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -186,6 +210,8 @@ class HivedScheduler:
             case Tick():
                 return out
         self._schedule(out)
+        if self._cpu_waiting:
+            self._schedule_cpu(out)
         return out
 
     def _submit(self, job_id: str, spec: JobSpec) -> None:
@@ -200,6 +226,7 @@ class HivedScheduler:
         tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
         job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
+        job.cpu_only = cpu_only(self.config, spec)
         self._jobs[job_id] = job
         return job
 
@@ -256,6 +283,11 @@ class HivedScheduler:
         self._bump_oppo()
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
+        if job.cpu_only:
+            for placement, _ in job.placed.values():
+                self.cpu.release(placement.node, self._role(job, placement.role))
+            job.placed.clear()
+            return
         settle = touched is None
         touched = set() if touched is None else touched
         for _, leaves in job.placed.values():
@@ -331,8 +363,9 @@ class HivedScheduler:
             shape = self._shape(job)
         if not job.spec.gang:
             shape = shape[:1]
-        vc = None if job.spec.opportunistic else job.vc
-        return (vc, job.spec.priority, job.spec.gang, shape)
+        # Opportunistic jobs of all VCs share classes, unless SKUs size them by their VC's.
+        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        return (vc, job.spec.priority, job.spec.gang, job.pinned, shape)
 
     @staticmethod
     def _shape(job: Job) -> tuple[tuple[int, float, int, str | None, int], ...]:
@@ -344,6 +377,11 @@ class HivedScheduler:
 
     def _enqueue(self, job: Job) -> None:
         """Put a job (back) in its VC's queue at its original place, in its current class."""
+        if job.cpu_only:
+            entry = (-job.spec.priority, job.seq, job.job_id)
+            if entry not in self._cpu_waiting:
+                bisect.insort(self._cpu_waiting, entry)
+            return
         self._dequeue(job, keep_order=True)
         queue = self._queues.setdefault(job.vc, VCQueue())
         key = self._class_key(job)
@@ -372,7 +410,7 @@ class HivedScheduler:
         chains = self._chains(job, [r for r, _ in unit])
         if not chains:
             return 1 << 30
-        return min(sum(t.leaves for t in self._needs(unit, c)) for c in chains)
+        return min(sum(t.leaves for t in self._needs(unit, c, job.vc)) for c in chains)
 
     def _task_need(self, job: Job) -> int:
         """The fewest GPUs the job's largest waiting task needs on one node."""
@@ -381,10 +419,16 @@ class HivedScheduler:
         if not chains:
             return 1 << 30
         return min(
-            max(self._leaves(r, self.tree.chains[c].leaf_type) for r in roles) for c in chains
+            max(self._leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
+            for c in chains
         )
 
     def _dequeue(self, job: Job, keep_order: bool = False) -> None:
+        if job.cpu_only:
+            entry = (-job.spec.priority, job.seq, job.job_id)
+            if entry in self._cpu_waiting:
+                self._cpu_waiting.remove(entry)
+            return
         if job.queued_key is not None:
             cls = self._classes.get(job.queued_key)
             if cls is not None:
@@ -540,8 +584,34 @@ class HivedScheduler:
         size = (job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks))
         if len(job.spec.roles) != 1:
             return None, size
-        vc = None if job.spec.opportunistic else job.vc
-        return (vc, role.sku, job.spec.gang), size
+        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        # A pinned job runs in its pinned cell only: what fails elsewhere says nothing of it.
+        return (vc, role.sku, job.spec.gang, job.pinned), size
+
+    def _schedule_cpu(self, out: list[Decision]) -> None:
+        """Start waiting CPU-only jobs in queue order where nodes' CPUs and memory hold them
+        (a gang whole, an incremental job task by task); no preemption either way."""
+        for entry in list(self._cpu_waiting):
+            job = self._jobs[entry[2]]
+            units = [job.waiting_tasks] if job.spec.gang else [[t] for t in job.waiting_tasks]
+            started = []
+            for unit in units:
+                nodes = self.cpu.plan(unit)
+                if nodes is None:
+                    break
+                for (role, index), node in zip(unit, nodes, strict=True):
+                    self.cpu.hold(node, role)
+                    placement = TaskPlacement(role.name, index, node, ())
+                    job.placed[(role.name, index)] = (placement, [])
+                    started.append(placement)
+            if started:
+                out.append(Start(job.job_id, tuple(started), False))
+            if not job.waiting_tasks:
+                self._cpu_waiting.remove(entry)
+
+    @staticmethod
+    def _role(job: Job, name: str) -> RoleSpec:
+        return next(r for r in job.spec.roles if r.name == name)
 
     # ---- placing -----------------------------------------------------------------------------
 
@@ -594,7 +664,7 @@ class HivedScheduler:
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
         needs = job.needs if whole_job else None
         if needs is None or any(c not in needs for c in chains):
-            needs = {chain: self._needs(unit, chain) for chain in chains}
+            needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
             if whole_job:
                 job.needs = needs
         if job.opportunistic:
@@ -743,13 +813,15 @@ class HivedScheduler:
             out.add(node)
         return out
 
-    def _needs(self, unit: list[tuple[RoleSpec, int]], chain: str) -> list[TaskNeed]:
+    def _needs(
+        self, unit: list[tuple[RoleSpec, int]], chain: str, vc: str | None = None
+    ) -> list[TaskNeed]:
         leaf = self.tree.chains[chain].leaf_type
         out = []
         role, leaves = None, 0
         for r, i in unit:
             if r is not role:  # a role's tasks come in a row: size each role once
-                role, leaves = r, self._leaves(r, leaf)
+                role, leaves = r, self._leaves(r, leaf, vc)
             out.append(TaskNeed(r.name, i, leaves))
         return out
 
@@ -832,12 +904,15 @@ class HivedScheduler:
         if cells is None:
             raise ValueError(f"unknown node {node!r}")
         touched: set[Cell] = set()
+        if node in self.cpu.nodes:
+            self.cpu.nodes[node].healthy = healthy
         if healthy:
             self.down_reasons.pop(node, None)
         else:
             self.down_reasons[node] = reason
             hit = sorted(
-                {leaf.job for cell in cells for leaf in cell.leaf_cells() if leaf.job},
+                {leaf.job for cell in cells for leaf in cell.leaf_cells() if leaf.job}
+                | {j.job_id for j in self._jobs.values() if j.cpu_only and _on(j, node)},
                 key=lambda j: self._jobs[j].seq,
             )
             for job_id in hit:
@@ -867,6 +942,7 @@ class HivedScheduler:
         )
         kept = {j.job_id: dict(j.placed) for j in running}
         old_queues = self._queues
+        cpu_waiting = self._cpu_waiting
         self._queues, self._ready = {}, set()
         self._classes, self._oppo_classes, self._vc_classes = {}, {}, {}
         self._load(config)
@@ -887,6 +963,9 @@ class HivedScheduler:
                 queued = self._jobs.get(job_id)
                 if queued is not None and queued.waiting_tasks and queued.queued_key is None:
                     self._enqueue(queued)
+        for _, _, job_id in cpu_waiting:
+            if job_id in self._jobs:
+                self._enqueue(self._jobs[job_id])
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)
@@ -907,6 +986,9 @@ class HivedScheduler:
 
     def _place_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
         """Put a running job back on exactly these GPUs, binding its VC's cells around them."""
+        if job.cpu_only:
+            self._place_cpu_exactly(job, tasks)
+            return
         wanted = []
         for task in tasks:
             ids = task.cells or tuple(f"{task.node}/{g}" for g in task.gpus)
@@ -943,6 +1025,18 @@ class HivedScheduler:
                 _placement(task.role, task.index, leaves),
                 leaves,
             )
+
+    def _place_cpu_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
+        """A CPU-only job back on its nodes, holding their CPUs and memory again."""
+        for task in tasks:
+            room = self.cpu.nodes.get(task.node)
+            if room is None:
+                raise AdoptRefused(f"node {task.node} does not exist in this cluster")
+            if not room.healthy:
+                raise AdoptRefused(f"node {task.node} is down")
+        for task in tasks:
+            self.cpu.hold(task.node, self._role(job, task.role))
+            job.placed[(task.role, task.index)] = (replace(task, gpus=(), cells=()), [])
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
         owner = leaf.owner()
@@ -986,8 +1080,16 @@ class HivedScheduler:
     def vc_views(self) -> dict[str, VCView]:
         return vc_views(self)
 
+    def cells(self) -> dict[str, Any]:
+        """Bindings and free cells, for replay's JSON (``views.vc_cells``, ``free_list``)."""
+        return {"vcs": vc_cells(self), "free_list": free_list(self)}
+
     def next_wakeup(self) -> float | None:
         return None
+
+
+def _on(job: Job, node: str) -> bool:
+    return any(p.node == node for p, _ in job.placed.values())
 
 
 def _gpu(leaf: Cell) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labhive.scheduler import job_limits as lim
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
@@ -162,6 +163,9 @@ def parse_job(data: dict[str, Any], *, default_vc: str = "default", origin: str 
     where = _Where(origin)
     if not isinstance(data, dict):
         raise where.error("(job)", data, "a job spec must be a mapping")
+    unstorable = lim.find_unstorable(data)
+    if unstorable is not None:
+        raise where.error(unstorable[0], data, unstorable[1])
     if "protocolVersion" in data or "taskRoles" in data:
         return _openpai(data, default_vc, where)
     return _short(data, default_vc, where)
@@ -184,21 +188,69 @@ def load_job_file(path: str | Path, *, default_vc: str = "default") -> JobSpec:
 def _num(
     data: Any, key: str, where: _Where, path: str, *, minimum: float, whole: bool, default: Any
 ) -> Any:
+    """A number from ``minimum`` to the key's bound (``_MAXIMA``); null only where the key is
+    optional (no default)."""
+    maximum = _MAXIMA.get(key, lim.MAX_WHOLE)
     value = data.get(key, default) if isinstance(data, dict) else default
+    kind = "a whole number" if whole else "a number"
     if value is None:
-        return None
-    ok = isinstance(value, int) if whole else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or value < minimum:
-        kind = "a whole number" if whole else "a number"
-        raise where.error(path, data, f"must be {kind} >= {minimum:g}, got {value!r}", key)
-    return value
+        if default is None:
+            return None
+        shown = f"null (leave it out for {default!r})"
+    else:
+        ok = isinstance(value, int) if whole else isinstance(value, (int, float))
+        if not isinstance(value, bool) and ok and minimum <= value <= maximum:
+            return value
+        shown = _show(value)
+    raise where.error(
+        path,
+        data,
+        f"must be {kind} >= {_bound(minimum)}, got {shown}; at most {_bound(maximum)}",
+        key,
+    )
 
 
-def _str(data: dict[str, Any], key: str, where: _Where, path: str, default: Any = None) -> Any:
+#: Upper bounds by key, shared by both job forms (``job_limits`` says why each one).
+_MAXIMA: dict[str, float] = {
+    "tasks": lim.MAX_TASKS,
+    "instances": lim.MAX_TASKS,
+    "gpus": lim.MAX_GPUS_PER_TASK,
+    "gpu": lim.MAX_GPUS_PER_TASK,
+    "cpu": lim.MAX_CPU_PER_TASK,
+    "memory_mb": lim.MAX_MEMORY_MB,
+    "memoryMB": lim.MAX_MEMORY_MB,
+    "retries": lim.MAX_RETRIES,
+    "jobRetryCount": lim.MAX_RETRIES,
+}
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _show(value: Any) -> str:
+    """A value for an error message: its repr, cut short (a message must not echo a megabyte)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _str(
+    data: dict[str, Any],
+    key: str,
+    where: _Where,
+    path: str,
+    default: Any = None,
+    max_len: int | None = None,
+) -> Any:
     value = data.get(key, default)
     if value is not None and not isinstance(value, (str, int)):
-        raise where.error(path, data, f"must be a string, got {value!r}", key)
-    return None if value is None else str(value)
+        raise where.error(path, data, f"must be a string, got {_show(value)}", key)
+    text = None if value is None else str(value)
+    if text is not None and max_len is not None and len(text) > max_len:
+        raise where.error(
+            path, data, f"is {len(text)} characters long; the limit is {max_len}", key
+        )
+    return text
 
 
 def _priority(data: dict[str, Any], key: str, where: _Where, path: str, default: Any) -> int:
@@ -225,7 +277,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
             "(an OpenPAI job starts with protocolVersion: 2)",
             unknown[0],
         )
-    name = _str(data, "name", where, "name")
+    name = _str(data, "name", where, "name", max_len=lim.MAX_JOB_NAME)
     if not name:
         raise where.error("name", data, "is required: give the job a name")
     tasks = _num(data, "tasks", where, "tasks", minimum=1, whole=True, default=1)
@@ -245,7 +297,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     )
     return JobSpec(
         name=name,
-        vc=_str(data, "vc", where, "vc", default_vc),
+        vc=_str(data, "vc", where, "vc", default_vc, max_len=lim.MAX_VC_NAME),
         priority=_priority(data, "priority", where, "priority", "test"),
         roles=(role,),
         gang=_flag(data, "gang", where, "gang", True),
@@ -285,13 +337,13 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     unknown = sorted(set(data) - OPENPAI_KEYS, key=str)
     if unknown:
         raise where.error(str(unknown[0]), data, "unknown key in an OpenPAI v2 job", unknown[0])
-    name = _str(data, "name", where, "name")
+    name = _str(data, "name", where, "name", max_len=lim.MAX_JOB_NAME)
     if not name:
         raise where.error("name", data, "is required: give the job a name")
     extras = _mapping(data, "extras", where, "extras")
     hived = _mapping(extras, "hivedScheduler", where, "extras.hivedScheduler")
     hived_roles = _mapping(hived, "taskRoles", where, "extras.hivedScheduler.taskRoles")
-    images = _images(data)
+    images = _images(data, where)
     raw_roles = _mapping(data, "taskRoles", where, "taskRoles")
     if not raw_roles:
         raise where.error("taskRoles", data, "is required: at least one task role", "taskRoles")
@@ -301,6 +353,14 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         path = f"taskRoles.{role_name}"
         if not isinstance(raw, dict):
             raise where.error(path, raw_roles, "must be a mapping", role_name)
+        if len(str(role_name)) > lim.MAX_ROLE_NAME:
+            raise where.error(
+                "taskRoles",
+                raw_roles,
+                f"role name {_show(str(role_name))} is {len(str(role_name))} characters long; "
+                f"the limit is {lim.MAX_ROLE_NAME}",
+                role_name,
+            )
         unknown = sorted(set(raw) - ROLE_KEYS, key=str)
         if unknown:
             raise where.error(f"{path}.{unknown[0]}", raw, "unknown key in a task role", unknown[0])
@@ -351,10 +411,18 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
                 ),
             )
         )
+    _check_task_total(roles, data, where)
     defaults = _mapping(data, "defaults", where, "defaults")
     return JobSpec(
         name=name,
-        vc=_str(defaults, "virtualCluster", where, "defaults.virtualCluster", default_vc),
+        vc=_str(
+            defaults,
+            "virtualCluster",
+            where,
+            "defaults.virtualCluster",
+            default_vc,
+            max_len=lim.MAX_VC_NAME,
+        ),
         priority=_priority(
             hived, "jobPriorityClass", where, "extras.hivedScheduler.jobPriorityClass", "test"
         ),
@@ -376,10 +444,29 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     )
 
 
-def _images(data: dict[str, Any]) -> dict[str, Any]:
+def _check_task_total(roles: list[RoleSpec], data: dict[str, Any], where: _Where) -> None:
+    """One bound on a job's tasks, whatever its form: the scheduler's cost (and the store's
+    rows) for a job must not grow without limit with what one user asks for."""
+    total = sum(r.instances for r in roles)
+    if total > lim.MAX_TASKS:
+        raise where.error(
+            "taskRoles",
+            data,
+            f"{total} tasks in all roles; a job may have at most {lim.MAX_TASKS} "
+            "(split it into several jobs)",
+            "taskRoles",
+        )
+
+
+def _images(data: dict[str, Any], where: _Where) -> dict[str, Any]:
     """dockerimage prerequisites by name: a role's ``dockerImage`` names one of them."""
     out = {}
-    for item in data.get("prerequisites") or []:
+    prerequisites = data.get("prerequisites") or []
+    if not isinstance(prerequisites, list):
+        raise where.error(
+            "prerequisites", data, "must be a list of mappings (name, type, uri)", "prerequisites"
+        )
+    for item in prerequisites:
         if isinstance(item, dict) and item.get("type") == "dockerimage" and "name" in item:
             out[str(item["name"])] = item.get("uri")
     return out

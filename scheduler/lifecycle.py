@@ -39,6 +39,9 @@ class JobRecord:
     ended: float | None = None
     generation: int = 0  # bumped whenever a run is cut short, to drop stale completions
     preemptions: int = 0
+    preempted_by: str = ""  # the job that preempted it last
+    downgraded_by: str = ""  # while it runs downgraded (lazy preemption): by whom
+    downgrades: int = 0
     interrupted: tuple[float, str] | None = None  # when and why the last run was cut short
 
     @property
@@ -71,16 +74,20 @@ def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
         case Preempt():
             _back_to_waiting(record, decision.reason, now)
             record.preemptions += 1
+            record.preempted_by = decision.by
         case Stop():
             _back_to_waiting(record, f"stopped: {decision.reason}", now)
         case Downgrade():
             record.opportunistic = True
             record.reason = decision.reason
+            record.downgraded_by = decision.by
+            record.downgrades += 1
     return False
 
 
 def _back_to_waiting(record: JobRecord, reason: str, now: float) -> None:
     record.interrupted = (now, reason)
+    record.downgraded_by = ""
     record.state = "WAITING"
     record.tasks = ()
     record.reason = reason

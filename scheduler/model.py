@@ -189,6 +189,11 @@ class NodeView:
     healthy: bool = True
     used: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
     reason: str = ""  # why it is down: the NodeDown's reason, "down" when it gave none
+    # Its CPUs and memory, and how much tasks that take no GPU cell hold (HiveD; 0 unknown).
+    cpu: float = 0.0
+    cpu_used: float = 0.0
+    memory_mb: int = 0
+    memory_used_mb: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,3 +225,16 @@ class Scheduler(Protocol):
 
     def next_wakeup(self) -> float | None:
         """The virtual time at which the policy wants a ``Tick``, if any."""
+
+
+def handle_together(scheduler: Scheduler, events: list[Event]) -> list[Decision]:
+    """The events of one virtual instant, then the decisions. A policy that offers
+    ``handle_batch(events)`` applies them all before it decides (so three jobs submitted in the
+    same second are ordered by the policy, not by the file); any other gets them one by one."""
+    batch = getattr(scheduler, "handle_batch", None)
+    if batch is not None:
+        return list(batch(events))
+    out: list[Decision] = []
+    for event in events:
+        out.extend(scheduler.handle(event))
+    return out

@@ -56,6 +56,10 @@ def _is_free(leaf: Cell) -> bool:
     return leaf.bad == 0 and leaf.job is None
 
 
+def _not_guaranteed(leaf: Cell) -> bool:
+    return leaf.bad == 0 and (leaf.job is None or leaf.prio < 0)
+
+
 def _usable(threshold: Threshold) -> Callable[[Cell], bool]:
     if threshold is None:
         return _is_free  # one function, so pick_leaves can tell free-only searches apart
@@ -98,10 +102,19 @@ class Placer:
             node = None
             if threshold is None and _still_best(last, task.leaves, prev_need, whole, plan):
                 node = last
+            spare = bind and pinned is None  # may bind quota to spare a guaranteed job
             while node is None:
-                node = self._best_node(
+                node, level = self._best_node(
                     whole, partial, chain, task.leaves, threshold, ok, plan, last, only, opened
                 )
+                if node is not None and level >= 0 and spare:
+                    spare = False
+                    node = self._spare_guaranteed(vc, chain, task.leaves, plan, node, only)
+                    if node is None:
+                        whole, partial = _regions(vc, chain, pinned)
+                        opened = vc.open.get(chain, {}) if pinned is None else None
+                        only = None if only is None else only | set(plan.bound[-1].nodes())
+                        continue
                 if node is not None:
                     break
                 if (
@@ -115,12 +128,28 @@ class Placer:
                     only = only | set(plan.bound[-1].nodes())
                 whole, partial = _regions(vc, chain, pinned)
                 opened = vc.open.get(chain, {}) if pinned is None else None
-            parts = partial.get(node) if node not in whole else None
-            counters = threshold is None and parts is None and node not in plan.taken_on
-            leaves = pick_leaves(parts or [node], task.leaves, ok, plan.taken, counters)
+            region = [node]
+            if not node.is_node:  # one of the VC's cells inside a node
+                node = node.node_cell
+                assert node is not None
+            elif node not in whole:  # the VC's single-GPU cells on this node, together
+                region = _leaf_parts(partial[node])
+            counters = threshold is None and region[0] is node and node not in plan.taken_on
+            leaves = pick_leaves(region, task.leaves, ok, plan.taken, counters)
             plan.add(task, node, leaves)
             last, prev_need = node, task.leaves
         return plan
+
+    def _spare_guaranteed(
+        self, vc: VC, chain: str, need: int, plan: Plan, node: Cell, only: set[Cell] | None
+    ) -> Cell | None:
+        """HiveD binds a VC's unbound quota on idle or opportunistic cells before it preempts
+        a guaranteed job of the VC: ``node`` (which would preempt one) when no such binding
+        exists, else None (the caller searches again, the new cell included)."""
+        mark = len(plan.bound)
+        if not self._bind_for(vc, chain, need, _not_guaranteed, plan, True):
+            return node
+        return None if len(plan.bound) > mark else node
 
     def undo(self, vc: VC, plan: Plan) -> None:
         for cell in reversed(plan.bound):
@@ -139,9 +168,10 @@ class Placer:
         last: Cell | None,
         only: set[Cell] | None = None,
         opened: dict[Cell, None] | None = None,
-    ) -> Cell | None:
+    ) -> tuple[Cell | None, int]:
         """Best fit: the node with the fewest usable GPUs that still holds the task, next to
-        the gang's previous task where possible, preempting as few GPUs as it can."""
+        the gang's previous task where possible, preempting as few jobs as it can; with the
+        highest priority it must preempt there (-2: none, -1: opportunistic jobs only)."""
         best, best_key = None, None
         near = last.parent if last else None
         if only is not None:
@@ -181,24 +211,48 @@ class Placer:
                 if best_key is not None and level > best_key[0]:
                     continue  # keys rank by this level first: this node cannot win
                 free = node.free - free_taken.get(node, 0)
-                key = (level, max(0, need - free), node.parent is not near, usable, node.order)
+                victims = 0
+                if level > -2:
+                    victims = len(fewest_victims([node], need, ok, plan.taken))
+                key = (
+                    level,
+                    victims,
+                    max(0, need - free),
+                    node.parent is not near,
+                    usable,
+                    node.order,
+                )
                 if best_key is None or key < best_key:
                     best, best_key = node, key
         for node, parts in partial.items():
-            free = usable = 0
-            for part in parts:
-                for leaf in part.leaf_cells():
+            for part in _task_regions(node, parts):  # a task lies inside one VC cell
+                free = usable = spare = 0
+                for leaf in part.leaf_cells() if part is not node else _leaf_parts(parts):
                     if id(leaf) in plan.taken or not ok(leaf):
                         continue
                     usable += 1
                     free += leaf.job is None
-            if usable < need:
-                continue
-            level = -2 if free >= need or threshold is None else threshold
-            key = (level, max(0, need - free), node.parent is not near, usable, node.order)
-            if best_key is None or key < best_key:
-                best, best_key = node, key
-        return best
+                    spare += leaf.job is None or leaf.prio < 0
+                if usable < need:
+                    continue
+                victims = 0
+                if free >= need or threshold is None:
+                    level = -2
+                else:
+                    level = -1 if spare >= need else threshold
+                    region = [part] if part is not node else _leaf_parts(parts)
+                    victims = len(fewest_victims(region, need, ok, plan.taken))
+                key = (
+                    level,
+                    victims,
+                    max(0, need - free),
+                    node.parent is not near,
+                    usable,
+                    part.order,
+                )
+                if best_key is None or key < best_key:
+                    best, best_key = part, key
+        return best, -2 if best_key is None else best_key[0]
 
     def _bind_for(
         self,
@@ -227,24 +281,27 @@ class Placer:
         self, vc: VC, info: Chain, level: int, need: int, victims: bool
     ) -> Cell | None:
         """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
-        then healthy and idle, and only where binding it keeps every VC's cells placeable."""
+        then, as HiveD splits, at every level down the cell holding the fewest opportunistic
+        jobs (later guaranteed jobs preempt less), then idle before busy; and only where
+        binding it keeps every VC's cells placeable."""
         lists = self.tree.free_list[info.name]
         for root_level in info.levels[::-1]:
             if root_level < level or not lists[root_level]:
                 continue
             best, best_root, best_key = None, None, None
+            clean = False  # the best is idle with no opportunistic job on its path
             for root in lists[root_level].values():
                 for cell in root.at_level(level):
-                    if cell.free == cell.leaves:
-                        key: tuple[int, ...] = (0, 0, cell.order)
-                    elif best_key is not None and best_key[0] == 0:
-                        continue  # an idle cell was found: no busy one can rank before it
-                    elif _room(cell, need, victims):
-                        key = (1, -cell.free, cell.order)
-                    else:
-                        continue
+                    idle = cell.free == cell.leaves
+                    if not idle and (clean or not _room(cell, need, victims)):
+                        continue  # once a clean idle cell is found no busy one ranks before it
+                    path = _oppo_path(root, cell)
+                    key = (path, 0, 0, cell.order) if idle else (path, 1, -cell.free, cell.order)
                     if best_key is None or key < best_key:
                         best, best_root, best_key = cell, root, key
+                        clean = idle and not any(path)
+                    if clean and best is cell:
+                        break  # later cells of this root rank after it
             if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):
                 return best
         return None
@@ -258,24 +315,50 @@ class Placer:
         ok: Callable[[Cell], bool],
         plan: Plan,
     ) -> bool:
-        """A VC with cells smaller than a node binds several of them on one node."""
+        """A VC with cells smaller than a node binds one that holds the whole task: a task
+        lies inside one of its VC's cells, as in HiveD (two sockets' cells bound side by side
+        are not a node's worth of guaranteed topology). The smallest such cell first, on a
+        node where the VC already holds cells first."""
         parts = vc.parts.get(info.name, {})
-        for node in sorted(info.node_cells, key=lambda n: (n not in parts, n.order)):
+        nodes = sorted(info.node_cells, key=lambda n: (n not in parts, n.order))
+        for level in sorted(levels):
+            if info.level_leaves[level] < need:
+                continue
+            for node in nodes:
+                cell = self._free_inside(vc, node, level, ok, need)
+                if cell is not None:
+                    self.vcs.bind(vc, cell)
+                    plan.bound.append(cell)
+                    return True
+        return 1 in levels and self._bind_gpus(vc, info, nodes, need, ok, plan)
+
+    def _bind_gpus(
+        self,
+        vc: VC,
+        info: Chain,
+        nodes: list[Cell],
+        need: int,
+        ok: Callable[[Cell], bool],
+        plan: Plan,
+    ) -> bool:
+        """A VC whose cells are single GPUs (LabHive's generated one-node clusters share a
+        node GPU by GPU) binds several on one node for a multi-GPU task: a documented
+        departure from HiveD, where such a task would never run."""
+        parts = vc.parts.get(info.name, {})
+        for node in nodes:
             have = sum(
                 1
-                for part in parts.get(node, [])
-                for leaf in part.leaf_cells()
+                for leaf in _leaf_parts(parts.get(node, []))
                 if id(leaf) not in plan.taken and ok(leaf)
             )
             mark = len(plan.bound)
-            for level in levels:
-                while have < need and vc.unbound[info.name].get(level, 0) > 0:
-                    cell = self._free_inside(vc, node, level, ok)
-                    if cell is None:
-                        break
-                    self.vcs.bind(vc, cell)
-                    plan.bound.append(cell)
-                    have += sum(1 for leaf in cell.leaf_cells() if ok(leaf))
+            while have < need and vc.unbound[info.name].get(1, 0) > 0:
+                cell = self._free_inside(vc, node, 1, ok, 1)
+                if cell is None:
+                    break
+                self.vcs.bind(vc, cell)
+                plan.bound.append(cell)
+                have += 1
             if have >= need:
                 return True
             for cell in reversed(plan.bound[mark:]):
@@ -284,7 +367,7 @@ class Placer:
         return False
 
     def _free_inside(
-        self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool]
+        self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool], need: int
     ) -> Cell | None:
         best, best_key = None, None
         for cell in node.at_level(level):
@@ -292,7 +375,7 @@ class Placer:
             if root is None:
                 continue
             usable = sum(1 for leaf in cell.leaf_cells() if ok(leaf))
-            if usable == 0:
+            if usable < need:
                 continue
             key = (-usable, root.level, cell.order)
             if (best_key is None or key < best_key) and self.vcs.can_bind(vc, cell, root):
@@ -369,7 +452,7 @@ def _best_free(
             best, best_key = node, key
     if best_key is None:
         return None, None
-    return best, (-2, 0, *best_key)
+    return best, (-2, 0, 0, *best_key)
 
 
 def _regions(
@@ -381,6 +464,38 @@ def _regions(
     if pinned.node_cell is not None:
         return {}, {pinned.node_cell: [pinned]}
     return dict.fromkeys(pinned.nodes()), {}
+
+
+def _task_regions(node: Cell, parts: list[Cell]) -> list[Cell]:
+    """Where in a node a task may lie: one of the VC's cells there, or (standing for them
+    all, as ``node``) its single-GPU cells together (see ``Placer._bind_gpus``)."""
+    if any(not p.children for p in parts):
+        return [*(p for p in parts if p.children), node]
+    return parts
+
+
+def _leaf_parts(parts: list[Cell]) -> list[Cell]:
+    return [p for p in parts if not p.children]
+
+
+def _oppo_path(root: Cell, cell: Cell) -> tuple[int, ...]:
+    """Opportunistic jobs in each cell from ``root`` down to ``cell`` (zeros at no cost)."""
+    if root.oppo == 0:
+        return (0,) * (root.level - cell.level + 1)
+    path = []
+    probe: Cell | None = cell
+    while probe is not None:
+        path.append(_oppo_jobs(probe))
+        if probe is root:
+            break
+        probe = probe.parent
+    return tuple(reversed(path))
+
+
+def _oppo_jobs(cell: Cell) -> int:
+    if cell.oppo == 0:
+        return 0
+    return len({leaf.job for leaf in cell.leaf_cells() if leaf.job and leaf.prio < 0})
 
 
 def _order(cell: Cell) -> int:
@@ -406,7 +521,13 @@ def pick_leaves(
     them (buddy best fit), free GPUs before those of lower-priority jobs.
 
     ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
+    A preempting pick takes busy GPUs only of ``fewest_victims``' jobs.
     """
+    if not free_only and ok is not _is_free:
+        victims = fewest_victims(parts, need, ok, taken)
+        if victims:
+            usable = ok
+            ok = lambda leaf: usable(leaf) and (leaf.job is None or leaf.job in victims)  # noqa: E731
     if len(parts) == 1:
         part = parts[0]
         if free_only and part.free == need:
@@ -506,3 +627,45 @@ def _fit_key(
 
 def _prio(cell: Cell) -> int:
     return cell.prio if not cell.children and cell.job is not None else -100
+
+
+def fewest_victims(
+    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: Collection[int]
+) -> set[str]:
+    """The jobs whose GPUs in ``parts`` (of one node) a task of ``need`` GPUs preempts: none
+    while free GPUs suffice; else only jobs up to the lowest priority that covers the
+    shortfall, and of those as few as possible (the largest here first, then the lowest
+    priority, then cell order), as HiveD preempts."""
+    free = 0
+    jobs: dict[str, list[int]] = {}  # job -> [usable GPUs here, priority, first cell order]
+    for part in parts:
+        for leaf in part.leaf_cells():
+            if id(leaf) in taken or not ok(leaf):
+                continue
+            if leaf.job is None:
+                free += 1
+                continue
+            entry = jobs.get(leaf.job)
+            if entry is None:
+                jobs[leaf.job] = [1, leaf.prio, leaf.order]
+            else:
+                entry[0] += 1
+    short = need - free
+    if short <= 0 or not jobs:
+        return set()
+    level, have = -2, 0
+    for count, prio, _ in sorted(jobs.values(), key=lambda e: e[1]):
+        if have >= short and prio > level:
+            break
+        have += count
+        level = prio
+    out: set[str] = set()
+    ranked = sorted(
+        (e for e in jobs.items() if e[1][1] <= level), key=lambda e: (-e[1][0], e[1][1], e[1][2])
+    )
+    for job, (count, _, _) in ranked:
+        out.add(job)
+        short -= count
+        if short <= 0:
+            break
+    return out

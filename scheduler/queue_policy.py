@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -197,27 +197,47 @@ class QueuedPolicy:
             )
 
     def handle(self, event: Event) -> list[Decision]:
-        self._now = max(self._now, event.time)
         out: list[Decision] = []
+        if isinstance(event, Finish | Cancel | Requeue) and event.job_id not in self._jobs:
+            self._now = max(self._now, event.time)
+            return out  # not ours (any more): nothing changed
+        new = self._apply(event, out)
+        self._schedule(out, only=new)
+        return out
+
+    def handle_batch(self, events: Sequence[Event]) -> list[Decision]:
+        """Apply every event of one virtual instant, then decide once: three jobs submitted
+        in the same second are ordered by the policy, not by which came first in the file.
+        A batch of submissions only tries the lines they joined (nothing was freed)."""
+        out: list[Decision] = []
+        joined: set[Hashable] = set()
+        only_submits = True
+        for event in events:
+            new = self._apply(event, out)
+            if new is None:
+                only_submits = False
+            else:
+                joined.add(self.group_key(new))
+        self._schedule(out, groups=joined if only_submits else None)
+        return out
+
+    def _apply(self, event: Event, out: list[Decision]) -> QueuedJob | None:
+        """One event's state change, no scheduling; the new job of a ``Submit``."""
+        self._now = max(self._now, event.time)
         if isinstance(event, Submit):
             self.check(event.spec)
             job = self._new_job(event.job_id, event.spec)
             self._enqueue(job)
-            self._schedule(out, only=job)
-            return out
+            return job
         if isinstance(event, Finish | Cancel):
             gone = self._jobs.pop(event.job_id, None)
-            if gone is None:
-                return out
-            if gone.running:
+            if gone is not None and gone.running:
                 self._stop(gone)
-            else:
+            elif gone is not None:
                 self._dequeue(gone)
         elif isinstance(event, Requeue):
             back = self._jobs.get(event.job_id)
-            if back is None:
-                return out
-            if back.running:
+            if back is not None and back.running:
                 self._stop(back)
                 self._enqueue(back)
         elif isinstance(event, NodeDown):
@@ -234,8 +254,7 @@ class QueuedPolicy:
             self._reconfigure(event.config, out)
         elif isinstance(event, Tick):
             self.on_tick()
-        self._schedule(out)
-        return out
+        return None
 
     def job(self, job_id: str) -> JobView | None:
         job = self._jobs.get(job_id)
@@ -355,8 +374,14 @@ class QueuedPolicy:
 
     # ---- scheduling pass -----------------------------------------------------------------
 
-    def _schedule(self, out: list[Decision], only: QueuedJob | None = None) -> None:
-        """Start what can start. With ``only`` (a new submission), try just that job."""
+    def _schedule(
+        self,
+        out: list[Decision],
+        only: QueuedJob | None = None,
+        groups: set[Hashable] | None = None,
+    ) -> None:
+        """Start what can start. With ``only`` (a new submission), try just that job; with
+        ``groups``, only those lines (the others are as blocked as before)."""
         self._searches = self.SEARCHES_PER_PASS
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         if only is not None:
@@ -367,7 +392,7 @@ class QueuedPolicy:
         if not self.preemptive and free == 0:
             return  # nothing can start until something ends
         heads: list[tuple[Any, int, Hashable]] = []
-        for group in list(self._groups):
+        for group in list(self._groups) if groups is None else groups:
             head = self._head(group)
             if head is not None and (self.preemptive or head.gpus <= free):
                 heads.append((self.group_priority(head), head.seq, group))

@@ -4,6 +4,10 @@
 fail, cancel, node changes, reconfiguration) into policy events, applies the decisions, and
 finishes running jobs when their duration has passed. A preempted or stopped run is dropped
 and reruns its whole duration. ``replay`` runs a scenario on it and checks expectations.
+
+Same-time events: ``step_time`` runs every action due at one virtual time and only then lets
+the policy decide (``model.handle_together``), so a batch submission is ordered by the policy
+(SJF starts the short jobs first) rather than by the order of the lines in the file.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from labhive.scheduler.model import (
     SpecRejected,
     Start,
     Submit,
+    handle_together,
 )
 from labhive.scheduler.scenario import Expectation, Scenario, ScenarioEvent
 
@@ -51,6 +56,11 @@ class VirtualTimeDriver:
         self.decisions = 0
         self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
         self._counter = 0
+        # Per job, (preemptions, downgrades) the last ``snapshot`` showed: what a step adds.
+        self.shown: dict[str, tuple[int, int]] = {}
+        #: Events held back until every action of the instant has run (None: feed at once).
+        self._batch: list[Event] | None = None
+        self._batches = hasattr(scheduler, "handle_batch")
 
     # ---- scheduling work in virtual time -----------------------------------------------------
 
@@ -64,6 +74,40 @@ class VirtualTimeDriver:
         time, _, _, action = heapq.heappop(self._heap)
         self.now = max(self.now, time)
         return action()
+
+    def step_time(self, seen: Callable[[str], None]) -> None:
+        """Run every action due at the next virtual time, then let the policy decide once on
+        all their events; ``seen`` gets what happened, in order, once it is decided (a policy
+        without ``handle_batch`` decides after each action, and is seen after each)."""
+        time = self._heap[0][0]
+        while self._heap and self._heap[0][0] <= time:
+            self.hold()
+            labels: list[str] = []
+            while self._heap and self._heap[0][0] <= time:
+                self.seen(self.step(), labels, seen)
+            self.decide()
+            for label in labels:
+                seen(label)
+
+    def seen(self, label: str | None, held: list[str], seen: Callable[[str], None]) -> None:
+        """An action's label: kept until the decision if events are held, else seen now."""
+        if label is None:
+            return
+        if self._batch is not None:
+            held.append(label)
+        else:
+            seen(label)
+
+    def hold(self) -> None:
+        """From now on ``feed`` keeps events for ``decide`` (if the policy decides in batches)."""
+        if self._batches:
+            self._batch = []
+
+    def decide(self) -> None:
+        """The held events go to the policy together; apply its decisions."""
+        batch, self._batch = self._batch, None
+        if batch:
+            self.apply(handle_together(self.scheduler, batch))
 
     def pending(self) -> bool:
         return bool(self._heap)
@@ -99,16 +143,24 @@ class VirtualTimeDriver:
         self.feed(Cancel(job_id, self.now))
 
     def feed(self, event: Event) -> list[Decision]:
-        """Give the policy one event and apply what it decides."""
+        """Give the policy one event and apply what it decides (held while ``hold`` is on)."""
+        if self._batch is not None:
+            self._batch.append(event)
+            return []
         decisions = self.scheduler.handle(event)
+        self.apply(decisions)
+        return decisions
+
+    def apply(self, decisions: list[Decision]) -> None:
         self.decisions += len(decisions)
         for decision in decisions:
             record = self.records.get(decision.job_id)
-            if record is None:
-                continue
-            if apply_decision(record, decision, self.now) and isinstance(decision, Start):
-                self._time_run(record)
-        return decisions
+            if record is not None:
+                self.apply_one(record, decision)
+
+    def apply_one(self, record: JobRecord, decision: Decision) -> None:
+        if apply_decision(record, decision, self.now) and isinstance(decision, Start):
+            self._time_run(record)
 
     def _time_run(self, record: JobRecord) -> None:
         duration = self.durations.get(record.job_id)
@@ -151,9 +203,7 @@ def replay(scenario: Scenario, policy: str = "hived") -> ReplayResult:
         upcoming = driver.next_time()
         while expects and upcoming is not None and expects[0].at < upcoming:
             _record(result, check(driver, expects.pop(0)))
-        description = driver.step()
-        if description is not None:
-            result.steps.append(snapshot(driver, description))
+        driver.step_time(lambda label: result.steps.append(snapshot(driver, label)))
     for expect in expects:
         _record(result, check(driver, expect))
     return result
@@ -223,23 +273,51 @@ def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
         "queue_position": position,
         "reason": reason,
         "tasks": tasks,
+        "preemptions": record.preemptions,
+        "preempted_by": _name(driver, record.preempted_by),
+        "downgraded": record.state == "RUNNING" and bool(record.downgraded_by),
     }
 
 
+def _name(driver: VirtualTimeDriver, job_id: str) -> str | None:
+    record = driver.records.get(job_id)
+    return record.spec.name if record is not None else job_id or None
+
+
 def snapshot(driver: VirtualTimeDriver, description: str) -> dict[str, Any]:
+    """The state after one event: jobs, VC usage, whom this event preempted and downgraded
+    (and by whom), and with HiveD each VC's bound cells and free cells per level."""
     vcs = driver.scheduler.cluster().vcs
+    preempted, downgraded = [], []
+    for record in driver.records.values():
+        was = driver.shown.get(record.job_id, (0, 0))
+        now = (record.preemptions, record.downgrades)
+        if now == was:
+            continue
+        driver.shown[record.job_id] = now
+        name = record.spec.name
+        if now[0] > was[0]:
+            preempted.append({"job": name, "by": _name(driver, record.preempted_by)})
+        if now[1] > was[1]:
+            downgraded.append({"job": name, "by": _name(driver, record.downgraded_by)})
+    cells = getattr(driver.scheduler, "cells", None)
+    bindings = cells() if callable(cells) else {"vcs": {}, "free_list": {}}
     return {
         "t": driver.now,
         "event": description,
         "jobs": [job_state(driver, r) for r in driver.records.values()],
+        "preempted": preempted,
+        "downgraded": downgraded,
         "vcs": {
             name: {
                 "guaranteed_gpus": v.guaranteed_gpus,
                 "used_gpus": v.used_gpus,
                 "opportunistic_gpus": v.opportunistic_gpus,
+                **bindings["vcs"].get(name, {}),
             }
             for name, v in vcs.items()
         },
+        "free_list": bindings["free_list"],
     }
 
 
@@ -257,6 +335,9 @@ def check(driver: VirtualTimeDriver, expect: Expectation) -> str | None:
         elif key == "reason":
             got = state["reason"]
             ok = str(want) in got
+        elif key == "preempted":  # ever preempted by then, not a word in the reason
+            got = state["preemptions"] > 0
+            ok = got == want
         else:
             got = state[key]
             ok = got == want

@@ -7,6 +7,7 @@ relative to the scenario file.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -15,11 +16,26 @@ from typing import Any
 
 from labhive.scheduler.config import ClusterConfig, load_cluster_config, virtual_cluster
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.jobs import JobSpec, SpecError, load_job_file, parse_job
+from labhive.scheduler.jobs import (
+    JobSpec,
+    SpecError,
+    load_job_file,
+    parse_job,
+    parse_priority,
+)
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 ACTIONS = ("submit", "finish", "fail", "cancel", "node_down", "node_up", "reconfigure")
-EXPECT_KEYS = {"at", "job", "state", "reason", "nodes", "queue_position"}
+EXPECT_KEYS = {
+    "at",
+    "job",
+    "state",
+    "reason",
+    "nodes",
+    "queue_position",
+    "preempted",
+    "downgraded",
+}
 STATES = {"WAITING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "REJECTED"}
 
 
@@ -161,7 +177,7 @@ def _event(raw: Any, i: int, items: list[Any], base: Path, origin: str) -> Scena
     if not isinstance(raw, Mapping):
         raise _err(origin, line, key, "must be a mapping such as {at: 0, submit: {...}}")
     at = raw.get("at")
-    if isinstance(at, bool) or not isinstance(at, (int, float)) or at < 0:
+    if not _is_time(at) or at < 0:
         raise _err(origin, line, f"{key}.at", f"must be a time in seconds >= 0, got {at!r}")
     actions = [a for a in ACTIONS if a in raw]
     extra = sorted(set(raw) - {"at", "reason", *ACTIONS}, key=str)
@@ -220,14 +236,29 @@ def _parse_submission(
             raise _err(origin, line, f"{key}.submit.duration", "must be seconds >= 0")
         spec_value = value["spec"]
         if isinstance(spec_value, str):
+            if "\0" in spec_value:
+                raise _err(origin, line, f"{key}.submit.spec", "a file name has no NUL character")
             spec = load_job_file(base / spec_value)
         else:
             spec = parse_job(spec_value, origin=origin)
         if value.get("name") is not None:  # several students submitting the same file
             spec = replace(spec, name=str(value["name"]))
         return spec, None if duration is None else float(duration)
-    spec = parse_job(value, origin=origin)
+    spec = _parse_short(value, origin)
     return spec, spec.duration
+
+
+def _parse_short(value: Mapping[str, Any], origin: str) -> JobSpec:
+    """A short-form job; a whole-number priority outside HiveD's range is kept, so that the
+    replay shows that submission REJECTED (as the service refuses it) and goes on."""
+    priority = value.get("priority")
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        try:
+            parse_priority(priority)
+        except ValueError:
+            rest = {k: v for k, v in value.items() if k != "priority"}
+            return replace(parse_job(rest, origin=origin), priority=priority)
+    return parse_job(value, origin=origin)
 
 
 def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) -> Expectation:
@@ -241,13 +272,23 @@ def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) ->
             origin, line, f"{key}.{extra[0]}", f"unknown key; use {', '.join(sorted(EXPECT_KEYS))}"
         )
     at, job = raw.get("at"), raw.get("job")
-    if isinstance(at, bool) or not isinstance(at, (int, float)):
+    if not _is_time(at):
         raise _err(origin, line, f"{key}.at", "a time in seconds is required")
-    if job not in names:
+    if not isinstance(job, str) or job not in names:
         raise _err(origin, line, f"{key}.job", f"no job named {job!r} is submitted")
     checks = {k: v for k, v in raw.items() if k not in ("at", "job")}
-    if "state" in checks and checks["state"] not in STATES:
+    if "state" in checks and (
+        not isinstance(checks["state"], str) or checks["state"] not in STATES
+    ):
         raise _err(origin, line, f"{key}.state", f"must be one of {', '.join(sorted(STATES))}")
+    for flag in ("preempted", "downgraded"):
+        if flag in checks and not isinstance(checks[flag], bool):
+            raise _err(origin, line, f"{key}.{flag}", "must be true or false")
     if "nodes" in checks and not isinstance(checks["nodes"], list):
         raise _err(origin, line, f"{key}.nodes", "must be a list of node names")
     return Expectation(float(at), str(job), checks, line)
+
+
+def _is_time(value: Any) -> bool:
+    """A finite number of seconds (YAML's .inf and .nan are numbers too, but not times)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,4 +1,4 @@
-"""``labhive replay SCENARIO`` and ``labhive validate FILE``."""
+"""``labhive replay SCENARIO`` and ``labhive validate FILE...``."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ def register(subparsers: Any) -> None:
     replay.set_defaults(func=run_replay)
     validate = subparsers.add_parser(
         "validate",
-        help="check a cluster config, job spec or scenario",
-        description="Checks a HiveD cluster config, an OpenPAI/short-form job spec or a "
-        "scenario; exits 2 with the offending key and line when it is wrong.",
+        help="check cluster configs, job specs or scenarios",
+        description="Checks HiveD cluster configs, OpenPAI/short-form job specs or scenarios, "
+        "each file on its own; exits 2, with the offending key and line, when any is wrong.",
     )
-    validate.add_argument("file")
+    validate.add_argument("file", nargs="+", help="one or more files")
     validate.set_defaults(func=run_validate)
 
 
@@ -60,9 +60,24 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    """Each file checked on its own: one line per file, errors on stderr, exit 2 if any."""
+    if len(args.file) == 1:
+        return validate_file(Path(args.file[0]))
+    wrong = 0
+    for name in args.file:
+        try:
+            validate_file(Path(name))
+        except UserError as err:
+            print(f"labhive validate: {err}", file=sys.stderr)
+            wrong += 1
+    if wrong:
+        raise UserError(f"{wrong} of {len(args.file)} files have errors (above)")
+    return 0
+
+
+def validate_file(path: Path) -> int:
     from labhive.scheduler.yamlines import YamlSyntaxError, load_yaml
 
-    path = Path(args.file)
     try:
         text = path.read_text()
     except OSError as err:

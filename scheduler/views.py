@@ -5,8 +5,9 @@ Built on demand from the core's state, never on the scheduling path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.config import levels_name
 from labhive.scheduler.model import JobView, NodeView, VCView
 from labhive.scheduler.why import why_waiting
 
@@ -22,7 +23,10 @@ def job_view(sched: HivedScheduler, job: Job) -> JobView:
     if not job.placed and queue is not None:
         position = queue.position(job.spec.priority, job.seq, job.job_id)
         length = len(queue.order)
-    if job.waiting_tasks:
+    if job.cpu_only:
+        position = length = None
+        why = _why_cpu(sched, job) if job.waiting_tasks else _holds(job)
+    elif job.waiting_tasks:
         why = why_waiting(sched, job, position, length)
     elif job.downgraded_by is not None:
         by = sched._jobs.get(job.downgraded_by)
@@ -44,6 +48,26 @@ def job_view(sched: HivedScheduler, job: Job) -> JobView:
     )
 
 
+def _holds(job: Job) -> str:
+    """What a running CPU-only job holds: CPUs and memory, no GPU cell."""
+    roles = {r.name: r for r in job.spec.roles}
+    cpu = sum(roles[p.role].cpu for p, _ in job.placed.values())
+    memory = sum(roles[p.role].memory_mb for p, _ in job.placed.values())
+    nodes = ", ".join(sorted({p.node for p, _ in job.placed.values()}))
+    return f"CPU-only: holds {cpu:g} CPUs and {memory} MB memory on {nodes}, no GPU"
+
+
+def _why_cpu(sched: HivedScheduler, job: Job) -> str:
+    role = max((r for r, _ in job.waiting_tasks), key=lambda r: (r.cpu, r.memory_mb))
+    cpu, memory = sched.cpu.free()
+    ahead = next(i for i, e in enumerate(sched._cpu_waiting) if e[2] == job.job_id)
+    return (
+        f"no healthy node has {role.cpu:g} CPUs and {role.memory_mb} MB memory free for this "
+        f"CPU-only task (at most {cpu:g} CPUs and {memory} MB free on one node; it takes no "
+        f"GPU); position {ahead + 1} of {len(sched._cpu_waiting)} among CPU-only jobs"
+    )
+
+
 def node_views(sched: HivedScheduler) -> tuple[NodeView, ...]:
     """One view per node name; a node in two chains shows all its GPUs."""
     out = []
@@ -58,6 +82,7 @@ def node_views(sched: HivedScheduler) -> tuple[NodeView, ...]:
                 healthy,
                 {leaf.gpu or 0: leaf.job for leaf in leaves if leaf.job},
                 "" if healthy else sched.down_reasons.get(name) or "down",
+                *_cpu_use(sched, name),
             )
         )
     return tuple(out)
@@ -83,3 +108,63 @@ def vc_views(sched: HivedScheduler) -> dict[str, VCView]:
         )
         for name, vc in sched.vcs.by_name.items()
     }
+
+
+def vc_cells(sched: HivedScheduler) -> dict[str, dict[str, Any]]:
+    """Per VC, its virtual cells bound to physical ones (by chain and level, in cell order)
+    and how many of its cells are free per level: bound cells no guaranteed job uses plus
+    cells not bound yet (lazy binding). What a comparison with HiveD's own bindings needs."""
+    types = sched.config.cell_types
+    out: dict[str, dict[str, Any]] = {}
+    for name, vc in sched.vcs.by_name.items():
+        bound = []
+        free: dict[str, int] = {}
+        for chain, levels in vc.quota.items():
+            for level in levels:
+                free[levels_name(types, chain, level)] = vc.unbound[chain].get(level, 0)
+        cells = sorted(
+            (c for cells in vc.bound.values() for c in cells.values()),
+            key=lambda c: (c.chain, -c.level, c.order),
+        )
+        index: dict[str, int] = {}
+        for cell in cells:
+            kind = levels_name(types, cell.chain, cell.level)
+            if cell.pinned:
+                virtual = cell.pinned_id or kind
+            else:
+                index[kind] = index.get(kind, -1) + 1
+                virtual = f"{name}/{kind}/{index[kind]}"
+                if cell.guaranteed == 0:
+                    free[kind] = free.get(kind, 0) + 1
+            bound.append(
+                {
+                    "chain": cell.chain,
+                    "level": kind,
+                    "virtual": virtual,
+                    "physical": cell.id,
+                    "nodes": sorted({n.node or "" for n in cell.nodes()}),
+                    "pinned": cell.pinned,
+                    "used": cell.leaves - cell.free - cell.bad,
+                }
+            )
+        out[name] = {"bound": bound, "free_cells": free}
+    return out
+
+
+def free_list(sched: HivedScheduler) -> dict[str, dict[str, int]]:
+    """The physical cells no VC has bound, counted per chain and level (the buddy free list)."""
+    types = sched.config.cell_types
+    return {
+        chain: {
+            levels_name(types, chain, level): len(cells) for level, cells in levels.items() if cells
+        }
+        for chain, levels in sched.tree.free_list.items()
+    }
+
+
+def _cpu_use(sched: HivedScheduler, node: str) -> tuple[float, float, int, int]:
+    """A node's CPUs and memory, and what CPU-only tasks hold of them."""
+    room = sched.cpu.nodes.get(node)
+    if room is None:
+        return 0.0, 0.0, 0, 0
+    return room.cpu, room.cpu_used, room.memory_mb, room.memory_used_mb

@@ -62,7 +62,7 @@ def why_waiting(sched: HivedScheduler, job: Job, position: int | None, length: i
 
 def _task_leaves(sched: HivedScheduler, job: Job, chain: str) -> int:
     leaf = sched.tree.chains[chain].leaf_type
-    return max(sched._leaves(r, leaf) for r, _ in job.waiting_tasks)
+    return max(sched._leaves(r, leaf, job.vc) for r, _ in job.waiting_tasks)
 
 
 def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: str) -> str:
@@ -86,21 +86,85 @@ def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: s
 def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | None:
     """Accepted but not placeable under the VC's current cells at all."""
     if not job.spec.gang or len(job.waiting_tasks) < 2:
-        return None
+        return _never_in_cells(sched, job, vc, chains)
     sizes = {
-        c: sum(sched._leaves(r, sched.tree.chains[c].leaf_type) for r, _ in job.tasks)
+        c: sum(sched._leaves(r, sched.tree.chains[c].leaf_type, job.vc) for r, _ in job.tasks)
         for c in chains
     }
     if any(sizes[c] <= vc.leaves(sched.tree, c) for c in chains):
-        return None
+        return _never_in_cells(sched, job, vc, chains)
     largest = max(chains, key=lambda c: vc.leaves(sched.tree, c))
     most = vc.leaves(sched.tree, largest)
     leaf = sched.tree.chains[largest].leaf_type
+    word = "GPU" if all(sizes[c] == sum(r.gpu for r, _ in job.tasks) for c in chains) else "leaf"
     return (
-        f"this {min(sizes.values())}-GPU gang can never start in {vc.name} as its cells are: "
+        f"this {min(sizes.values())}-{word} gang can never start in {vc.name} as its cells are: "
         f"a gang stays within one chain and the largest of {vc.name}'s holds {most} {leaf} "
         f"GPUs; ask for at most {most} GPUs or set gang: false to start tasks one by one"
     )
+
+
+def _never_in_cells(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | None:
+    """A task lies inside one of its VC's cells (HiveD): tasks larger than every cell, or a
+    gang with more tasks than the cells can hold one by one, never start."""
+    if job.pinned:
+        return None
+    waiting = job.waiting_tasks
+    best: tuple[int, int, int, str] | None = None  # (slots, size, tasks, chain) if never
+    for chain in chains:
+        info = sched.tree.chains[chain]
+        sizes = sorted((sched._leaves(r, info.leaf_type, job.vc) for r, _ in waiting), reverse=True)
+        units = sizes[:1] if not job.spec.gang else sizes
+        counts = {k: sum(1 for x in units if x >= k) for k in set(units)}
+        short = [(task_slots(info, vc.quota.get(chain, {}), k), k, n) for k, n in counts.items()]
+        short = [t for t in short if t[0] < t[2]]
+        if not short:
+            return None
+        slots, k, n = min(short, key=lambda t: (t[0], -t[1]))
+        if best is None or slots > best[0]:
+            best = (slots, k, n, chain)
+    if best is None:
+        return None
+    slots, k, n, chain = best
+    word = "GPUs" if k == max(r.gpu for r, _ in waiting) else "leaf cells"
+    largest = max_cell(sched.tree.chains[chain], vc.quota.get(chain, {}))
+    if slots == 0:
+        return (
+            f"a task of {k} {word} can never start in {vc.name}: a task lies inside one of its "
+            f"VC's cells, and the largest of {vc.name}'s holds {largest}; ask for at most "
+            f"{largest} per task"
+        )
+    return (
+        f"this gang of {n} tasks of {k} {word} can never start in {vc.name}: a task lies inside "
+        f"one of its VC's cells, and {vc.name}'s cells hold at most {slots} such tasks; ask "
+        f"for at most {slots} tasks or set gang: false"
+    )
+
+
+def task_slots(info: Chain, quota: dict[int, int], k: int) -> int:
+    """How many tasks of ``k`` leaves a VC's cells of one chain hold, each task inside one
+    cell (a node-or-larger cell holds them per node; single-GPU cells combine on a node)."""
+    slots = 0
+    for level, n in quota.items():
+        if level >= info.node_level:
+            per_node = info.node_leaves // k
+            slots += n * (info.level_leaves[level] // info.node_leaves) * per_node
+        elif level == 1:
+            slots += n // k if k <= info.node_leaves else 0
+        else:
+            slots += n * (info.level_leaves[level] // k)
+    return slots
+
+
+def max_cell(info: Chain, quota: dict[int, int]) -> int:
+    """The most leaves one task may take in these cells."""
+    levels = [lvl for lvl, n in quota.items() if n > 0]
+    if not levels:
+        return 0
+    top = max(levels)
+    if top == 1:
+        return min(info.node_leaves, quota[1])
+    return info.level_leaves[min(top, info.node_level)]
 
 
 def _usable(leaf: Cell, prio: int) -> bool:

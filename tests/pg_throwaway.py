@@ -7,6 +7,7 @@ to run as root), with trust auth on 127.0.0.1 only.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -75,7 +76,7 @@ def throwaway_postgres(fsync: bool = False) -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], root: Path) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen[bytes] | None, root: Path) -> None:
     import psycopg
 
     deadline = time.monotonic() + 30
@@ -84,7 +85,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], root: Path) -> None:
             psycopg.connect(f"{url}/postgres", connect_timeout=2).close()
             return
         except psycopg.OperationalError:
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
                 raise RuntimeError(
                     f"PostgreSQL did not start: {(root / 'server.log').read_text()}"
                 ) from None
@@ -99,3 +100,43 @@ def new_database(server: str) -> str:
     with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return f"{server}/{name}"
+
+
+class PgCtlServer:
+    """A throwaway server run by ``pg_ctl``, which a test can stop and start again under a
+    running service (a database outage): same data, same port."""
+
+    def __init__(self, root: Path, port: int) -> None:
+        self.root, self.port = root, port
+        self.data = root / "data"
+        self.url = f"postgresql://postgres@127.0.0.1:{port}"
+
+    def _ctl(self, *args: str) -> None:
+        cmd = [_pg_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log")]
+        subprocess.run(_as_postgres([*cmd, *args]), check=True, capture_output=True, timeout=60)
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -h 127.0.0.1 -k {self.root} -F"
+        self._ctl("-w", "-o", opts, "start")
+        _wait_ready(self.url, None, self.root)
+
+    def stop(self) -> None:
+        self._ctl("-w", "-m", "fast", "stop")
+
+
+@contextmanager
+def pg_ctl_postgres() -> Iterator[PgCtlServer]:
+    """A running ``PgCtlServer``; stopped and removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="labhive-pgctl-"))
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+    initdb = [_pg_bin("initdb"), "-D", str(root / "data"), "-U", "postgres", "--auth=trust"]
+    subprocess.run(_as_postgres([*initdb, "-E", "UTF8"]), check=True, capture_output=True)
+    server = PgCtlServer(root, free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.SubprocessError):
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,7 +1,8 @@
 """End to end in a real browser: JupyterLab on loopback, headless Debian Chromium through
 Playwright (no browser download), a real ``labhive serve``. A notebook runs ``%submit`` while
 another job holds the VC, and the job widget is seen going WAITING (with its queue position),
-then RUNNING once the blocker is cancelled, then SUCCEEDED.
+then RUNNING once the blocker is cancelled, then SUCCEEDED: its task table laid out, no Cancel
+button left, and no JupyterLab news prompt (the server's settings overrides turn it off).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from kernel_support import CHROMIUM, CHROMIUM_FLAGS, jupyter_app, labhive_serve,
 from waiting import wait_until
 
 from labhive.client import Client
+from labhive.hub_extension.spawner import JUPYTER_CONFIG
 
 TOKEN = "labhive-browser-test"
 LAB_ARGS = (
@@ -19,6 +21,14 @@ LAB_ARGS = (
     "--LabApp.expose_app_in_browser=True",
     "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
 )
+
+
+#: The news prompt's setting as the page received it (its default, with the server's overrides).
+NEWS_SETTING = """async () => {
+  const plugin = await window.jupyterapp.serviceManager.settings.fetch(
+    '@jupyterlab/apputils-extension:notification');
+  return plugin.schema.properties.fetchNews.default;
+}"""
 
 
 def wait_until_running(client: Client, job_id: int, timeout: float = 30) -> None:
@@ -41,7 +51,14 @@ def test_job_widget_follows_a_job_from_waiting_to_succeeded(tmp_path: Path) -> N
         blocker = alice.submit(name="blocker", command="sleep 300", vc="vc1", gpus=4)
         wait_until_running(alice, blocker.id)
         with (
-            jupyter_app("jupyter-lab", root, *LAB_ARGS, token=TOKEN, **svc.env("alice")) as base,
+            jupyter_app(
+                "jupyter-lab",
+                root,
+                *LAB_ARGS,
+                token=TOKEN,
+                **svc.env("alice"),
+                JUPYTER_CONFIG_PATH=str(JUPYTER_CONFIG),  # as the hub's servers get it
+            ) as base,
             sync_playwright() as pw,
         ):
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
@@ -63,6 +80,12 @@ def test_job_widget_follows_a_job_from_waiting_to_succeeded(tmp_path: Path) -> N
                 text = page.inner_text(job)
                 assert text.startswith("job watched SUCCEEDED after"), text
                 assert "vnode-" in text
+                cell = ".labhive-job-widget .labhive-tasks td"
+                assert page.eval_on_selector(cell, "e => getComputedStyle(e).textAlign") == "left"
+                assert not page.is_visible(".labhive-job-widget button:has-text('Cancel')")
+                news = page.evaluate(NEWS_SETTING)
+                assert news == "false", f"JupyterLab's news setting is {news!r}"
+                assert "Jupyter news" not in page.inner_text("body")
 
                 shot = tmp_path / "job-widget.png"
                 page.screenshot(path=str(shot), full_page=True)

@@ -346,11 +346,15 @@ def test_adopt_an_opportunistic_job_anywhere_idle():
     view = c.sched.job("o")
     assert view is not None and view.state == "RUNNING" and view.opportunistic
     assert view.tasks[0].cells == ("n1/0", "n1/1", "n1/2", "n1/3")
-    # b may not split rack r1 (a is guaranteed a whole rack), so it takes n1 back from the
-    # opportunistic job, which restarts on the rack b left alone.
+    # b may split only one rack (a is guaranteed a whole one); as HiveD, its binding picks the
+    # rack with fewer opportunistic jobs, so the adopted job keeps running.
     c.submit("g", vc="b", priority="test", tasks=2, gpus=4)
-    assert c.preempted() == ["o"] and c.nodes("g") == ["n0", "n1"]
-    assert c.nodes("o") == ["n2"]
+    assert c.preempted() == [] and c.nodes("g") == ["n2", "n3"]
+    assert c.nodes("o") == ["n1"]
+    # a's rack can only be the one o runs on now: o yields, and has nowhere else to go.
+    c.submit("r", vc="a", priority="test", tasks=2, gpus=4)
+    assert c.preempted() == ["o"] and c.nodes("r") == ["n0", "n1"]
+    assert c.state("o") == "WAITING"
 
 
 def test_reconfigure_keeps_running_jobs_where_their_cells_still_exist():

@@ -202,3 +202,45 @@ def _refused(url: str) -> bool:
     except httpx.TransportError:
         return True
     return False
+
+
+def test_a_new_users_home_gets_the_course_files_once_and_keeps_their_edits(
+    live: Live, tmp_path: Path
+) -> None:
+    course = tmp_path / "course" / "labs"
+    (course / "data").mkdir(parents=True)
+    (course / "lab1.ipynb").write_text('{"cells": []}')
+    (course / "labkit.py").write_text("KIT = 1\n")
+    (course / "data" / "trace.csv").write_text("id,gpus\n1,2\n")
+    (course / "__pycache__").mkdir()
+    (course / "__pycache__" / "labkit.cpython-311.pyc").write_bytes(b"\0")
+    data = tmp_path / "course-data"
+    spawner = make_spawner(
+        live, tmp_path, notebook_dir=str(tmp_path / "home" / "{username}"),
+        course_dir=str(course), course_data=str(data),
+    )  # fmt: skip
+    spawner.user_options = {"profile": "cpu"}
+    home = tmp_path / "home" / "alice" / "labs"
+
+    url = asyncio.run(asyncio.wait_for(spawner.start(), 30))
+    try:
+        assert _answers(url)
+        assert (home / "lab1.ipynb").read_text() == '{"cells": []}'
+        assert (home / "data" / "trace.csv").read_text() == "id,gpus\n1,2\n"
+        assert not (home / "__pycache__").exists()
+        env = json.loads((tmp_path / "server-env.json").read_text())
+        assert env["LABHIVE_DATA"] == str(data) and env["LABHIVE_COURSE_DIR"] == str(course)
+    finally:
+        asyncio.run(spawner.stop())
+
+    (home / "labkit.py").write_text("KIT = 'my edit'\n")  # the student's edit
+    (home / "lab1.ipynb").unlink()  # and a lab they deleted
+    (course / "lab2.ipynb").write_text('{"cells": [1]}')  # the instructor adds a lab
+    url = asyncio.run(asyncio.wait_for(spawner.start(), 30))
+    try:
+        assert _answers(url)
+        assert (home / "labkit.py").read_text() == "KIT = 'my edit'\n"
+        assert not (home / "lab1.ipynb").exists()
+        assert (home / "lab2.ipynb").read_text() == '{"cells": [1]}'
+    finally:
+        asyncio.run(spawner.stop())

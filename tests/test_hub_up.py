@@ -1,7 +1,7 @@
-"""``labhive up`` for real: it prints the URL and the admin login; the admin logs in and gets a
-server (a LabHive job); a training job runs; Ctrl-C then stops the server (its job cancelled),
-the hub, the service and every job process (the training job waits for the next start), and
-leaves nothing listening."""
+"""``labhive up`` for real: it prints the URL, the admin login and the export lines for the CLI
+(which then lists jobs); the admin logs in and gets a server (a LabHive job); a training job
+runs; Ctrl-C then stops the server (its job cancelled), the hub, the service and every job
+process (the training job waits for the next start), and leaves nothing listening."""
 
 from __future__ import annotations
 
@@ -104,6 +104,20 @@ def test_labhive_up_prints_the_login_serves_and_ctrl_c_stops_everything(tmp_path
             60,
             "the admin's server job",
         )
+        exports = re.search(r"export (LABHIVE_URL=\S+) (LABHIVE_TOKEN_FILE=\S+)", text)
+        assert exports, text
+        env = {**venv_env(), **dict(kv.split("=", 1) for kv in exports.groups())}
+        env.pop("LABHIVE_TOKEN", None)
+        cli = subprocess.run(
+            [sys.executable, "-m", "labhive.scheduler.cli", "jobs"], env=env, cwd=tmp_path,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert cli.returncode == 0 and "jupyter-admin" in cli.stdout, cli.stdout + cli.stderr
+        virtual = service.cluster()["virtual"]
+        assert ("cluster:      VIRTUAL (no NVIDIA driver)" in text) == virtual, text
+        if virtual:
+            assert "2 nodes x 4 GPU slots; VCs default, vc1" in text, text
+
         train = service.submit(name="train", command="sleep 6543", gpus=1)
         wait_for(lambda: train.refresh().state == "RUNNING", 30, "the training job")
         everything = wait_for(

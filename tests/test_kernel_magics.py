@@ -142,6 +142,45 @@ def test_sweep_submits_the_product(kernel: Kernel, service: Service) -> None:
     assert len(table) == 5 and all("SUCCEEDED" in row for row in table[1:])
 
 
+def test_a_cell_sweep_shows_its_table_once(kernel: Kernel) -> None:
+    out = kernel.run("%%submit --name once --sweep n=1,2 --shell\necho n=$n\n", timeout=90)
+    assert out.error is None, out.stderr
+    (table,) = out.texts()  # one display, updated to the end: no printed copy, no Out[] copy
+    assert len(table.splitlines()) == 3 and table.count("SUCCEEDED") == 2, table
+    assert "SUCCEEDED" not in out.stdout
+
+
+def test_a_failed_jobs_widget_shows_its_stderr_and_a_running_one_why_no_gpu_readings(
+    kernel: Kernel,
+) -> None:
+    """A MemoryError is visible in the widget of the job it ended; a finished job has no
+    Cancel button; on the virtual cluster the GPU-metrics area says why it is empty."""
+    out = kernel.run(
+        "import time\n"
+        "boom = %submit --name boom --no-wait -- python -c \"print('step 1'); "
+        "raise MemoryError('no room for step 2')\"\n"
+        "w = boom.widget()\n"
+        "w.poller.join(30)\n"
+        "print(w.snapshot.facts.state, w.cancel_button.layout.display)\n"
+        "print(repr(w.log_view.value))\n"
+        "slow = %submit --name slow --no-wait -- sleep 60\n"
+        "v = slow.widget()\n"
+        "deadline = time.monotonic() + 30\n"
+        "while not v.gpu_bars.value and time.monotonic() < deadline:\n"
+        "    time.sleep(0.2)\n"
+        "print(repr(v.gpu_bars.value), v.cancel_button.layout.display)\n"
+        "slow.cancel(); v.close()\n",
+        timeout=90,
+    )
+    assert out.error is None, out.stderr
+    flags, log, gpus = out.stdout.splitlines()[:3]
+    assert flags == "FAILED none"
+    assert "step 1" in log and "last lines of stderr" in log
+    assert "MemoryError: no room for step 2" in log
+    assert "virtual cluster" in gpus and "no GPU readings" in gpus
+    assert gpus.rstrip().endswith("None"), "a running job keeps its Cancel button"
+
+
 def test_another_users_command_and_logs_stay_hidden(kernel: Kernel, service: Service) -> None:
     bob = as_user(service, "bob")
     running = bob.submit(name="bobs", command="echo bob-secret-42; sleep 300", vc="vc1", gpus=4)

@@ -187,10 +187,11 @@ def test_cluster_map_colours_gpus_by_the_vc_of_their_job() -> None:
         "node-1           BB..",
         "node-2           xxxx  down: taken down by admin: fan",
         "node-3           .#",
-        "A=default  B=vc1  .=free",
+        "A=job in default  B=job in vc1  .=free  #=another user's job (hidden from you)",
     ]
     svg = cluster_svg(cluster)
-    assert svg.count("<rect") == 10 + 4  # 10 GPUs; legend: 2 VCs, "free", "other"
+    assert svg.count("<rect") == 10 + 4  # 10 GPUs; legend: 2 VCs, "free", "another user's"
+    assert ">job in vc1</text>" in svg and ">another user&#x27;s job (hidden from you)<" in svg
     assert "virtual cluster" in svg and "node-1 GPU 1: job j1 (vc1)" in svg
 
 

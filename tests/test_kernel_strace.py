@@ -43,12 +43,17 @@ def test_ioctl_tab_groups_decoded_requests_by_device(nvidia_smi) -> None:
 def test_pictures_draw_tasks_and_the_busiest_transitions(nvidia_smi) -> None:
     tabs = dict(sections(nvidia_smi, top=5))
     # no timestamps in this log: the tasks are drawn over log lines
-    assert "tasks over time (line)" in tabs["timeline"]
+    assert "tasks over the log (no timestamps: by line)" in tabs["timeline"]
     assert tabs["timeline"].count("<rect") == 2 and "pid 519" in tabs["timeline"]
     graph = tabs["transitions"]
     assert "top 5 call transitions" in graph
     assert "ioctl -&gt; ioctl: 46" in graph and "read -&gt; close: 42" in graph
     assert graph.count("<title>") == 5
+    # every edge has its arrow and its count; ioctl -> ioctl is a loop (a curve), not a circle
+    assert graph.count('marker-end="url(#labhive-arrow)"') == 5
+    assert graph.count('class="labhive-edge-count"') == 5
+    assert 'class="labhive-edge-count">46</text>' in graph
+    assert "<circle" not in graph and graph.count(" C ") >= 1
 
 
 def test_killed_workers_are_marked_and_a_crowd_is_cut_to_the_busiest() -> None:

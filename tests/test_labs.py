@@ -7,6 +7,7 @@ those checks to pass and the executed notebook to end with meaningful text, not 
 from __future__ import annotations
 
 import csv
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from kernel_support import Service, labhive_serve, venv_env
 from labs_support import (
     LABS,
     NOTEBOOKS,
+    REPO,
     execute,
     last_output,
     service_env,
@@ -80,6 +82,26 @@ def test_lab4_policies_on_a_trace_say_the_trace_is_synthetic(tmp_path: Path) -> 
     assert "SYNTHETIC (generated in the Philly format; not Philly results)" in text
     assert "gpu_time_first" in text
     assert "a slice of the real 552-machine list" in text
+
+
+def test_a_copy_of_the_labs_in_a_home_finds_the_course_data_through_labhive_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the hub delivers them: ``labs/`` copied into a user's home, far from the repository,
+    with ``LABHIVE_DATA`` set by the spawner's ``course_data``."""
+    data = next((p / "shared" / "data" for p in REPO.parents if (p / "shared" / "data").is_dir()),
+                None)  # fmt: skip
+    if data is None:
+        pytest.skip("the course data (shared/data beside the repository) is not here")
+    home = tmp_path / "home" / "alice" / "labs"
+    shutil.copytree(LABS, home, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("LABHIVE_DATA", str(data))
+    nb, _ = execute(home / "lab4_scheduling_on_a_trace.ipynb", tmp_path / "lab4.ipynb",
+                    {"jobs": 300})  # fmt: skip
+    assert "CHECK PASSED (on a SYNTHETIC trace)" in text_of(nb)
+    monkeypatch.delenv("LABHIVE_DATA")
+    with pytest.raises(Exception, match="set LABHIVE_DATA"):
+        execute(home / "lab4_scheduling_on_a_trace.ipynb", tmp_path / "lab4-lost.ipynb")
 
 
 def test_lab5_metrics_drill_and_alerts(service: Service, tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def test_promtool_accepts_rules_and_scrape_config(tmp_path) -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=30
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 10 rules found" in out.stdout
+    assert "SUCCESS: 11 rules found" in out.stdout
     # the config names the rules file beside it
     shutil.copy(SCRAPE, tmp_path / "prometheus.yml")
     shutil.copy(RULES, tmp_path / RULES.name)

@@ -1,6 +1,7 @@
 """Given any cluster and any sequence of events, expect HiveD's invariants after every event:
 no GPU used twice, a gang whole or not at all, a VC's guaranteed jobs within its cells, VC
-safety, a reason for every waiting job, and the core's counters true to its cells."""
+safety, a reason for every waiting job, the core's counters true to its cells, and no guaranteed
+job preempted while the preemptor's VC could bind more of its quota instead."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from labhive.scheduler.model import (
     Finish,
     NodeDown,
     NodeUp,
+    Preempt,
     Requeue,
     SpecRejected,
+    Start,
     Submit,
     TaskPlacement,
 )
@@ -188,6 +191,53 @@ def check_vc_safety(sched: HivedScheduler, config: Any) -> None:
         assert not started, f"{view.name} waits though its VC has room: {view.why}"
 
 
+def bindable(sched: HivedScheduler) -> dict[str, tuple[set[str], int]]:
+    """Per VC, the healthy free physical nodes it may bind now, and its unbound node cells
+    (node-level quota only: each binding leaves the others safe)."""
+    out = {}
+    for name, vc in sched.vcs.by_name.items():
+        nodes: set[str] = set()
+        unbound = 0
+        for chain, levels in vc.unbound.items():
+            level = sched.tree.chains[chain].node_level
+            unbound += levels.get(level, 0)
+            for roots in sched.tree.free_list[chain].values():
+                for root in roots.values():
+                    for cell in root.at_level(level):
+                        if not cell.bad and sched.vcs.can_bind(vc, cell, root):
+                            nodes.add(cell.node or "")
+        out[name] = (nodes, unbound)
+    return out
+
+
+def check_binds_before_preempting(
+    sched: HivedScheduler,
+    guaranteed: set[str],
+    before: dict[str, tuple[set[str], int]],
+    decisions: list[Any],
+) -> None:
+    """A guaranteed job is never preempted while the preemptor's VC could bind its unbound
+    quota to free (idle or opportunistic, healthy) nodes: a preemptor of a guaranteed job
+    used as many of the nodes its VC could bind as it had cells to bind."""
+    starts = {d.job_id: d for d in decisions if isinstance(d, Start)}
+    for d in decisions:
+        if not isinstance(d, Preempt) or d.job_id not in guaranteed or d.by not in starts:
+            continue
+        job = sched._jobs.get(d.by)
+        if job is None or job.spec.opportunistic:
+            continue
+        nodes, unbound = before[job.vc]
+        used = nodes & {t.node for t in starts[d.by].tasks}
+        assert len(used) >= min(len(nodes), unbound), (
+            f"{d.by} preempted guaranteed {d.job_id} though {job.vc} could bind "
+            f"{sorted(nodes - used)}"
+        )
+
+
+def guaranteed_running(sched: HivedScheduler) -> set[str]:
+    return {j.job_id for j in sched._jobs.values() if j.placed and j.prio >= 0}
+
+
 def run_events(data: Any, whole_racks: bool, gpu_cells: bool = False) -> None:
     raw = data.draw(clusters(whole_racks, gpu_cells))
     config = load_cluster_config(raw)
@@ -196,31 +246,36 @@ def run_events(data: Any, whole_racks: bool, gpu_cells: bool = False) -> None:
     ops = data.draw(operations(len(config.vcs)))
     down: set[str] = set()
     for i, (kind, arg) in enumerate(ops):
+        guaranteed = guaranteed_running(sched)
+        before = bindable(sched) if not whole_racks and not gpu_cells else {}
+        decisions: list[Any] = []
         if kind == "submit":
             spec = parse_job({"name": f"j{i}", **arg})
             try:
                 sched.check(spec)
             except SpecRejected:
                 continue
-            sched.handle(Submit(f"j{i}", spec))
+            decisions = sched.handle(Submit(f"j{i}", spec))
         elif kind in ("finish", "requeue", "cancel"):
             ids = sorted(sched._jobs)
             if not ids:
                 continue
             job_id = ids[arg % len(ids)]
             event = {"finish": Finish, "requeue": Requeue, "cancel": Cancel}[kind](job_id)
-            sched.handle(event)
+            decisions = sched.handle(event)
         elif kind == "node_down":
             node = nodes[arg % len(nodes)]
             down.add(node)
-            sched.handle(NodeDown(node))
+            decisions = sched.handle(NodeDown(node))
         else:
             if not down:
                 continue
             node = sorted(down)[arg % len(down)]
             down.discard(node)
-            sched.handle(NodeUp(node))
+            decisions = sched.handle(NodeUp(node))
         check_invariants(sched, config)
+        if before:
+            check_binds_before_preempting(sched, guaranteed, before, decisions)
         if not whole_racks and not gpu_cells:  # re-creates bindings: exact for node cells
             check_vc_safety(sched, config)
 

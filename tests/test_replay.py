@@ -168,8 +168,26 @@ def test_cli_replay_json_document(capsys):
     doc = json.loads(capsys.readouterr().out)
     step = doc["steps"][1]
     assert step["t"] == 10 and step["event"] == "submit job-config-2"
-    assert step["vcs"]["vc1"] == {"guaranteed_gpus": 1, "used_gpus": 1, "opportunistic_gpus": 0}
+    vc1 = step["vcs"]["vc1"]
+    assert (vc1["guaranteed_gpus"], vc1["used_gpus"], vc1["opportunistic_gpus"]) == (1, 1, 0)
+    assert vc1["bound"] == [
+        {
+            "chain": "GPU-D-NODE-POOL",
+            "level": "GPU-D-NODE-POOL.GPU-D-NODE",
+            "virtual": "vc1/GPU-D-NODE-POOL.GPU-D-NODE/0",
+            "physical": "1/hostname-dan",
+            "nodes": ["hostname-dan"],
+            "pinned": False,
+            "used": 1,
+        }
+    ]
+    assert vc1["free_cells"] == {"GPU-D-NODE-POOL.GPU-D-NODE": 0}
+    assert step["vcs"]["default"]["free_cells"] == {"GPU-C-NODE-POOL.GPU-C-NODE": 1}
+    assert step["free_list"] == {"GPU-C-NODE-POOL": {"GPU-C-NODE-POOL": 1}, "GPU-D-NODE-POOL": {}}
+    assert step["preempted"] == [{"job": "job-config-1", "by": "job-config-2"}]
+    assert step["downgraded"] == []
     first, second = step["jobs"]
+    assert (first["preemptions"], first["preempted_by"]) == (1, "job-config-2")
     assert first["state"] == "WAITING" and first["reason"].startswith("preempted by job-config-2")
     assert first["queue_position"] == 1
     assert second["tasks"] == [
@@ -216,3 +234,15 @@ def test_cli_validate_refuses_bad_files_with_exit_2_and_no_traceback(tmp_path):
         )
         assert proc.returncode == 2
         assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_validate_checks_several_files_each_on_its_own(tmp_path, capsys):
+    bad_job = write(tmp_path, "name: a\npriority: urgent\n", "job.yaml")
+    good = [EXAMPLES / "lab6" / "hived-config-two-vcs.yaml", EXAMPLES / "demo.yaml"]
+    assert main(["validate", *map(str, good)]) == 0
+    assert capsys.readouterr().out.count(" OK: ") == 2
+    assert main(["validate", str(good[0]), str(bad_job), str(good[1])]) == 2
+    out, err = capsys.readouterr()
+    assert out.count(" OK: ") == 2, "the files after a wrong one are still checked"
+    assert "line 2: priority: unknown priority 'urgent'" in err
+    assert "1 of 3 files have errors" in err

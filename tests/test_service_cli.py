@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ def test_submit_watch_and_cancel_from_the_command_line(live_sqlite, capsys, tmp_
     assert out.strip() == "hello from 0"
     code, out, _ = run(capsys, live, "show", job_id)
     assert "main-1" in out and "started" in out and "succeeded" in out
+    assert "GPU IDS" in out.splitlines()[2], "the indices, named apart from the GPU counts"
     spec = tmp_path / "long.yaml"
     spec.write_text("name: long\nvc: vc1\ngpus: 4\ncommand: sleep 60\n")
     code, out, _ = run(capsys, live, "submit", str(spec), "--json")
@@ -53,6 +55,40 @@ def test_submit_watch_and_cancel_from_the_command_line(live_sqlite, capsys, tmp_
     assert "STOPPED" in out
     code, out, _ = run(capsys, live, "jobs", "--json")
     assert {j["state"] for j in json.loads(out)} <= {"SUCCEEDED", "STOPPED", "WAITING", "RUNNING"}
+
+
+def test_submit_wait_says_why_it_waits_then_follows_the_log_to_the_outcome(
+    live_sqlite, capsys
+) -> None:
+    """Given vc1's 4 GPUs held, ``submit --follow`` of a 1-GPU job prints its queue position
+    and the scheduler's why as they come, then its log and how it ended."""
+    live = live_sqlite
+    blocker = live.client().submit(name="blocker", command="sleep 600", gpus=4, vc="vc1")
+    wait_until(lambda: blocker.refresh().state == "RUNNING", "the blocker to run", 20, 0.1)
+    result: list[int] = []
+    argv = ["submit", "--url", live.url, "--token", live.admin, "--vc", "vc1", "--gpus", "1",
+            "--name", "late", "--follow", "--", "echo trained; exit 3"]  # fmt: skip
+    cli = threading.Thread(target=lambda: result.append(main(argv)))
+    seen: list[str] = []
+
+    def printed(text: str) -> bool:
+        seen.append(capsys.readouterr().out)
+        return text in "".join(seen)
+
+    cli.start()
+    try:
+        wait_until(lambda: printed("WAITING: position 1 of 1 in vc1 - "), "the position", 20, 0.1)
+    finally:
+        blocker.cancel()
+    cli.join(60)
+    assert not cli.is_alive() and result == [1]  # the job failed: exit status 1
+    seen.append(capsys.readouterr().out)
+    lines = "".join(seen).splitlines()
+    assert lines[0].startswith("job ") and lines[0].endswith("'late' submitted to vc1"), lines
+    waiting = next(line for line in lines if "WAITING: position" in line)
+    assert waiting.count("position") == 1, "the why-text must not repeat the position"
+    assert "trained" in lines, lines  # the log, between the state lines and the outcome
+    assert "FAILED" in lines[-1] and "exit code 3" in lines[-1], lines
 
 
 def test_user_mistakes_are_one_line_and_exit_2(live_sqlite, capsys) -> None:

@@ -236,6 +236,7 @@ class LocalExecutor:
         owner: workdir.RunAs,
         task_env: dict[str, str],
     ) -> tuple[list[str], dict[str, Any]]:
+        """``podman run`` for the task, its user's work dir bound in as the container's."""
         pull = os.environ.get("LABHIVE_IMAGE_PULL") == "1"
         support = self._container_support()
         user = (owner.uid, owner.gid)

@@ -183,6 +183,7 @@ class ServiceSnapshot:
     failures: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (vc, reason) -> n
     decision_latency: HistogramData | None = None
     virtual: bool = False
+    loop_age_s: float | None = None  # seconds since the scheduler loop's last good pass
 
 
 # ---- GPU series in dcgm-exporter's text shape ----------------------------------------------
@@ -409,6 +410,13 @@ class _SnapshotCollector:
         h = s.decision_latency or HistogramData.of((), DECISION_BUCKETS)
         latency.add_metric([], h.cumulative(), sum_value=h.total)
         yield latency
+        if s.loop_age_s is not None:
+            yield GaugeMetricFamily(
+                "labhive_loop_last_pass_age_seconds",
+                "Seconds since the scheduler loop last completed a pass; it grows while the "
+                "loop fails (database down, executor broken) and backs off.",
+                value=s.loop_age_s,
+            )
 
 
 def render(

@@ -49,7 +49,13 @@ from labhive.scheduler.errors import UserError
 from labhive.scheduler.observe.ioctl import IoctlRequest, decode
 from labhive.scheduler.observe.strace_frames import Trace
 from labhive.scheduler.observe.strace_observer import Observer
-from labhive.scheduler.observe.strace_parse import LineStats, ff_pid, iter_records, open_log
+from labhive.scheduler.observe.strace_parse import (
+    LineStats,
+    cut_note,
+    ff_pid,
+    iter_records,
+    open_log,
+)
 from labhive.scheduler.observe.strace_records import (
     Call,
     Exit,
@@ -155,14 +161,20 @@ def summarize_file(
         paths = [paths]
     observer = Observer()
     stats = LineStats()
+    notes = []
     for path in paths:
         part = LineStats()
         with open_log(path) as fh:
             for rec in iter_records(fh, pid=ff_pid(path), stats=part):
                 observer.add(rec)
+            note = cut_note(fh, part.total)
+        if note:
+            notes.append(f"{path}: {note}")
         _merge(stats, part)
     out: dict[str, Any] = {"source": [str(p) for p in paths]}
     out.update(observer.summary(stats, top=top))
+    if notes:  # a log still being written: what was there is summarized, and said to be partial
+        out["notes"] = notes
     return out
 
 

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from labhive.scheduler.terminal import visible
+
 _EPILOG = """examples:
   labhive strace parse train.strace.gz          readable summary (top syscalls, ioctls by device)
   labhive strace parse --json trace.log > s.json  the same as one JSON document
@@ -52,6 +54,9 @@ def _parse(args: argparse.Namespace) -> int:
 
     summary = summarize_file(args.files, top=args.top if not args.json else None)
     _emit(summary, args)
+    if args.json:  # the text form shows them first; the JSON document carries them as "notes"
+        for note in summary.get("notes", ()):
+            print(f"labhive strace parse: note: {visible(note)}", file=sys.stderr)
     return 0
 
 
@@ -80,15 +85,17 @@ def _emit(summary: dict[str, Any], args: argparse.Namespace, stream: Any = None)
         json.dump(summary, out, indent=2, default=str)
         out.write("\n")
     else:
-        out.write(render_summary(summary, top=args.top))
+        out.write(visible(render_summary(summary, top=args.top), keep_newlines=True))
 
 
 def render_summary(s: dict[str, Any], top: int = 15) -> str:
-    """The summary dict as text a person reads in a terminal."""
+    """The summary dict as text a person reads in a terminal (the caller escapes control
+    characters: names and unparsed lines come from the log)."""
     lines: list[str] = []
     src = s.get("source")
     if src:
         lines.append(f"strace log: {', '.join(src) if isinstance(src, list) else src}")
+    lines.extend(f"note: {note}" for note in s.get("notes", ()))
     acc = s.get("lines")
     if acc:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(acc["kinds"].items()))

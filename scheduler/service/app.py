@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,9 @@ from fastapi import Path as FPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
+from starlette.concurrency import run_in_threadpool
 
 from labhive import __version__
 from labhive.scheduler.errors import UserError
@@ -34,9 +37,10 @@ from labhive.scheduler.model import NodeDown, NodeUp, NodeView, SpecRejected
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
-from labhive.scheduler.service.intake import Intake, StoreUnavailable
+from labhive.scheduler.service.intake import UNREACHABLE, Intake, StoreUnavailable
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.monitoring import JobGpusOut, Monitoring
+from labhive.scheduler.service.responses import encodable
 from labhive.scheduler.service.store import Store, events, job_row, jobs, tasks
 
 log = logging.getLogger("labhive.service")
@@ -64,6 +68,7 @@ class Service:
     policy: str = "hived"
     max_body: int = MAX_BODY
     cancel_wait_s: float = 5.0
+    loop_stall_s: float = 30.0  # /health is 503 once the loop has not passed for this long
     monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
     accounts: Any = None  # users' OS identities (service/accounts.py), for GET /me
 
@@ -224,13 +229,16 @@ def _routes(app: FastAPI, svc: Service) -> None:
         return _job_out(row, svc.loop, task_rows, with_spec=True)
 
     @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
-    def cancel(
+    async def cancel(
         job_id: JobId, me: Who, wait: Annotated[float, Query(ge=0, le=60)] = svc.cancel_wait_s
     ) -> s.JobOut:
-        with svc.store.write() as conn:
-            _owned(conn, job_id, me)
-            lc.request_cancel(conn, job_id)
-        svc.loop.cancel(job_id)
+        """Waits (up to ``wait`` s) for the job to end without holding a request thread: the
+        store is read in the thread pool, the waiting is on the event loop."""
+
+        def request() -> None:
+            with svc.store.write() as conn:
+                _owned(conn, job_id, me)
+                lc.request_cancel(conn, job_id)
 
         def look() -> tuple[bool, s.JobOut]:
             with svc.store.read() as conn:
@@ -240,7 +248,15 @@ def _routes(app: FastAPI, svc: Service) -> None:
             out = _job_out(row, svc.loop, task_rows, with_spec=True)
             return row["state"] in lc.TERMINAL, out
 
-        return _settled(svc, wait, look)
+        await run_in_threadpool(request)
+        svc.loop.cancel(job_id)
+        deadline = time.monotonic() + wait
+        while True:
+            done, answer = await run_in_threadpool(look)
+            left = deadline - time.monotonic()
+            if done or left <= 0:
+                return answer
+            await svc.loop.next_change(min(left, 0.2))
 
     @get("/jobs/{job_id}/events", response_model=s.EventList)
     def job_events(job_id: JobId, me: Who) -> s.EventList:
@@ -362,7 +378,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
     @get("/cluster", response_model=s.ClusterOut)
     def cluster(me: Who) -> s.ClusterOut:
         view = svc.loop.cluster()
-        nodes = [_node_out(svc, n) for n in view.nodes]
+        shown = _job_shown(svc, me)
+        nodes = [_node_out(svc, n, shown) for n in view.nodes]
         return s.ClusterOut(virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=_vcs(svc, me))
 
     @post("/nodes/{node}/down", response_model=s.NodeOut)
@@ -385,13 +402,14 @@ def _routes(app: FastAPI, svc: Service) -> None:
     @get("/gpus", response_model=s.GPUList)
     def gpus(me: Who) -> s.GPUList:
         view = svc.loop.cluster()
+        shown = _job_shown(svc, me)
         out = [
             s.GPUOut(
                 node=n.name,
                 index=g,
                 sku=n.sku,
                 healthy=n.healthy,
-                job=int(n.used[g]) if g in n.used else None,
+                job=shown(n.used[g]) if g in n.used else None,
                 virtual=view.virtual,
             )
             for n in view.nodes
@@ -403,23 +421,36 @@ def _routes(app: FastAPI, svc: Service) -> None:
 def _public_routes(app: FastAPI, svc: Service) -> None:
     """/health and /metrics answer without a token (probes and Prometheus scrape them)."""
 
-    @app.get(PREFIX + "/health", response_model=s.Health)
-    def health() -> s.Health:
+    @app.get(
+        PREFIX + "/health",
+        response_model=s.Health,
+        responses={503: {"model": s.Health, "description": "degraded: the loop is stalled"}},
+    )
+    def health() -> JSONResponse:
+        """200 "ok", or 503 "degraded" when the database does not answer or the scheduler loop
+        has not completed a pass for ``loop_stall_s`` (so a supervisor restarts the service).
+        No exception text: this answers anyone."""
         try:
             with svc.store.read() as conn:
                 conn.execute(select(1))
             database = "ok"
         except Exception as err:  # health reports a broken database, it does not raise
-            database = f"error: {err}"
-        age = time.time() - svc.loop.last_pass if svc.loop.last_pass else -1.0
-        return s.Health(
-            status="ok" if database == "ok" else "degraded",
+            database = f"error: {type(err).__name__}"
+        loop = svc.loop.health
+        age = loop.age()
+        ok = database == "ok" and age <= svc.loop_stall_s
+        body = s.Health(
+            status="ok" if ok else "degraded",
             version=__version__,
             database=database,
             loop_age_s=round(age, 3),
+            loop_last_pass=svc.loop.last_pass or None,
+            loop_failures=loop.failures,
+            loop_error=loop.error,
             policy=svc.policy,
             executor=getattr(svc.executor, "name", type(svc.executor).__name__),
         )
+        return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
     @app.get(PREFIX + "/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
@@ -460,6 +491,8 @@ def _job_out(
     task_rows: list[dict[str, Any]] | None = None,
     with_spec: bool = False,
 ) -> s.JobOut:
+    if with_spec:  # names in a spec stored before intake checked them may not encode
+        row, task_rows = encodable(row), encodable(task_rows)
     out = s.JobOut(
         **{k: row.get(k) for k in s.JobOut.model_fields if k not in ("tasks", "spec") and k in row},
         tasks=[
@@ -487,14 +520,33 @@ def _job_out(
     return out
 
 
-def _node_out(svc: Service, n: NodeView) -> s.NodeOut:
+#: What a non-admin sees in place of another user's job id on the GPU and cluster views.
+FOREIGN_JOB = "another user's job"
+
+
+def _job_shown(svc: Service, me: Identity) -> Callable[[str], int | str]:
+    """How a job holding a GPU is shown to ``me``: its id to an admin or its owner, else
+    ``FOREIGN_JOB`` (ids of others' jobs tell when they submit and how much they run)."""
+    if me.admin:
+        return int
+    with svc.store.read() as conn:
+        mine = {
+            str(i)
+            for i in conn.execute(
+                select(jobs.c.id).where(jobs.c.user == me.name, jobs.c.state.in_(lc.ACTIVE))
+            ).scalars()
+        }
+    return lambda job: int(job) if str(job) in mine else FOREIGN_JOB
+
+
+def _node_out(svc: Service, n: NodeView, shown: Callable[[str], int | str] = int) -> s.NodeOut:
     return s.NodeOut(
         name=n.name,
         sku=n.sku,
         gpus=list(n.gpus),
         healthy=n.healthy,
         reason=n.reason,
-        used={str(g): int(j) for g, j in n.used.items()},
+        used={str(g): shown(j) for g, j in n.used.items()},
         held=n.name in svc.loop.held,
     )
 
@@ -550,7 +602,17 @@ def _vcs(svc: Service, me: Identity) -> dict[str, s.VCOut]:
 
 
 def _error(status: int, detail: str, **headers: str) -> JSONResponse:
+    # a message may quote the request; keep it sendable whatever characters it quotes
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse({"detail": detail}, status_code=status, headers=headers or None)
+
+
+def _incident(status: int, detail: str, err: BaseException) -> JSONResponse:
+    """A server-side failure: a generic ``detail`` and a reference; what went wrong (SQL,
+    parameters, exception text, which may hold other users' data) goes to the log only."""
+    ref = secrets.token_hex(6)
+    log.error("request failed (reference %s)", ref, exc_info=err)
+    return _error(status, f"{detail} (reference {ref} in the service log)", **{"X-Request-Id": ref})
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -595,12 +657,23 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(_: Request, err: StoreUnavailable) -> JSONResponse:
-        return _error(503, f"the job store is unavailable, nothing was stored: {err}")
+        return _incident(
+            503, "the job store is unavailable, nothing was stored; try again soon", err
+        )
+
+    async def _unreachable(_: Request, err: Exception) -> JSONResponse:
+        return _incident(503, "the job store is unavailable; try again soon", err)
+
+    for kind in UNREACHABLE:
+        app.add_exception_handler(kind, _unreachable)
+
+    @app.exception_handler(sa_exc.SQLAlchemyError)
+    async def _store_error(_: Request, err: sa_exc.SQLAlchemyError) -> JSONResponse:
+        return _incident(500, "internal error in the job store", err)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, err: Exception) -> JSONResponse:
-        log.exception("internal error")
-        return _error(500, f"internal error: {type(err).__name__}: {err}")
+        return _incident(500, "internal error", err)
 
 
 class BodyLimit:

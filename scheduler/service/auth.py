@@ -27,8 +27,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.job_limits import text_problem
 
 ADMIN = "admin"
+#: Names no users file may give a user: the admin token's identity, and names the service or
+#: the hub's services go by. Jobs are owned by their user's name, so a users-file ``admin``
+#: would own (read, cancel) every job the admin token submitted.
+RESERVED_NAMES = frozenset({ADMIN, "root", "labhive"})
+#: Hub services act as ``service:NAME`` (hubauth.py); no user may take such a name.
+RESERVED_PREFIX = "service:"
+#: A user's name is stored with each of their jobs (``jobs.user``, 128 characters).
+MAX_USER_NAME = 128
 
 
 class AuthError(Exception):
@@ -86,6 +95,7 @@ def load_users(path: Path | None) -> dict[str, Identity]:
     users = _mapping(doc.get("users"), f"{path}: users")
     by_token: dict[str, Identity] = {}
     for name, entry in users.items():
+        check_user_name(name, path)
         entry = _mapping(entry, f"{path}: users.{name}")
         token = entry.get("token")
         if not isinstance(token, str) or len(token) < 8:
@@ -100,6 +110,26 @@ def load_users(path: Path | None) -> dict[str, Identity]:
             str(name), member_of, grants, admin=bool(entry.get("admin", False))
         )
     return by_token
+
+
+def check_user_name(name: Any, path: Path | str) -> None:
+    """Refuse a users-file name that is reserved or that the store cannot hold, so that a name
+    is one user's and only theirs (ownership of jobs goes by it)."""
+    text = str(name)
+    problem = text_problem(text)
+    if problem is not None or not text.strip():
+        raise UserError(f"{path}: users: a user name {problem or 'is empty'}")
+    if len(text) > MAX_USER_NAME:
+        raise UserError(
+            f"{path}: users: the name {text[:20]!r}... is {len(text)} characters long; "
+            f"the limit is {MAX_USER_NAME}"
+        )
+    if text.lower() in RESERVED_NAMES or text.lower().startswith(RESERVED_PREFIX):
+        raise UserError(
+            f"{path}: users.{text}: {text!r} is reserved (the admin token and the service's own "
+            f"identities use {', '.join(sorted(RESERVED_NAMES))} and {RESERVED_PREFIX}NAME); "
+            "give this user another name, and admin rights with admin: true or an admin group"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,17 @@ def register(subparsers: Any) -> None:
         "--users", type=Path, help="group -> VC grants YAML (default: DATA/hub/grants.yaml)"
     )
     up.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    up.add_argument(
+        "--course",
+        type=Path,
+        help="a folder of course material (e.g. labs) copied into every user's home on their "
+        "server's start, new files only (make up: labs)",
+    )
+    up.add_argument(
+        "--course-data",
+        type=Path,
+        help="the course's data folder, LABHIVE_DATA in every server (make up: ../shared/data)",
+    )
     up.set_defaults(func=_up)
 
 
@@ -64,6 +75,13 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         "when run as a hub-managed service (--users then holds only the group -> VC grants)",
     )
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    parser.add_argument(
+        "--loop-stall-s",
+        type=float,
+        default=30.0,
+        help="/health answers 503 degraded once the scheduler loop has not completed a pass "
+        "for this long (a liveness probe then restarts the service; default 30)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
     parser.add_argument(
         "--gpu-sample-s",
@@ -107,6 +125,7 @@ def _options(args: argparse.Namespace) -> Any:
         users=args.users,
         auth=args.auth,
         grace_s=args.grace_s,
+        loop_stall_s=args.loop_stall_s,
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
         gpu_sample_s=args.gpu_sample_s,
@@ -127,5 +146,6 @@ def _up(args: argparse.Namespace) -> int:
 
     return run_up(
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
-        policy=args.policy, grants=args.users, grace_s=args.grace_s,
+        policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
+        course_data=args.course_data,
     )  # fmt: skip

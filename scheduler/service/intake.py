@@ -5,16 +5,25 @@ job survives a kill -9 at any later moment. Under load the writer thread takes e
 that queued up while the previous transaction ran and stores them together, which turns the
 per-submission cost of a commit (and of SQLAlchemy's per-statement work) into a per-batch cost;
 at low load a batch is one job and nothing waits.
+
+A batch the store refuses is stored again row by row, each in its own transaction, so a row
+that cannot be stored fails only its own submission (a 422 naming a reference in the server
+log) and every other one is still committed; only an unreachable store fails them all (503).
+No answer carries the database's message: it can hold other users' rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 import time
 from dataclasses import dataclass
 
+from sqlalchemy import exc as sa_exc
+
+from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
@@ -25,7 +34,15 @@ MAX_BATCH = 512
 
 
 class StoreUnavailable(RuntimeError):
-    """The store refused the batch; nothing of it was stored."""
+    """The store cannot be reached; nothing of the submission was stored (503)."""
+
+
+class Unstorable(UserError):
+    """The store refused this one job's row (a value it cannot hold); nothing was stored."""
+
+
+#: Errors that say the database is out of reach, not that one row is bad.
+UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
 
 @dataclass
@@ -52,7 +69,7 @@ class Intake:
         future: asyncio.Future[tuple[int, float]] = loop.create_future()
         with self._cv:
             if self._closed:
-                raise StoreUnavailable("the service is shutting down")
+                raise StoreUnavailable()
             self._queue.append(_Pending(job, spec, future, loop))
             self._cv.notify()
         return await future
@@ -76,16 +93,45 @@ class Intake:
     def _store(self, batch: list[_Pending]) -> None:
         t = time.time()
         try:
-            with self.store.write() as conn:
-                ids = lc.submit_many(conn, [p.job for p in batch], t)
-        except Exception as err:  # the whole batch failed: tell every waiting client
-            log.exception("storing %d submissions failed", len(batch))
+            ids = self._insert(batch, t)
+        except UNREACHABLE:  # the database is out of reach: every row would fail alike
+            log.exception("storing %d submissions failed: the store is unreachable", len(batch))
             for p in batch:
-                p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable(str(err)))
+                p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
             return
+        except Exception:  # some row is bad: find it by storing each on its own
+            log.warning("a batch of %d submissions failed; storing them one by one", len(batch))
+            for p in batch:
+                self._store_one(p, t)
+            return
+        self._accepted(batch, ids, t)
+
+    def _insert(self, batch: list[_Pending], t: float) -> list[int]:
+        with self.store.write() as conn:
+            return lc.submit_many(conn, [p.job for p in batch], t)
+
+    def _accepted(self, batch: list[_Pending], ids: list[int], t: float) -> None:
         for p, job_id in zip(batch, ids, strict=True):
             self.scheduler_loop.submitted(job_id, p.spec)
             p.loop.call_soon_threadsafe(_resolve, p.future, (job_id, t))
+
+    def _store_one(self, p: _Pending, t: float) -> None:
+        try:
+            ids = self._insert([p], t)
+        except UNREACHABLE:
+            log.exception("storing a submission failed: the store is unreachable")
+            p.loop.call_soon_threadsafe(_fail, p.future, StoreUnavailable())
+            return
+        except Exception:
+            ref = secrets.token_hex(6)
+            log.exception("submission %s by %s could not be stored", ref, p.job.user)
+            err = Unstorable(
+                f"the job store cannot hold this job (reference {ref} in the service log); "
+                "check its names, commands and numbers for unusual characters or sizes"
+            )
+            p.loop.call_soon_threadsafe(_fail, p.future, err)
+            return
+        self._accepted([p], ids, t)
 
 
 def _resolve(future: asyncio.Future, value: tuple[int, float]) -> None:

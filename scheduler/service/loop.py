@@ -18,15 +18,21 @@ in submission order for WAITING ones).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labhive.scheduler.executors.base import (
     Executor,
@@ -59,6 +65,8 @@ from labhive.scheduler.model import (
     Tick,
 )
 from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.actuation import Actuator, Drain, Reservations, Settle
+from labhive.scheduler.service.backoff import LoopHealth
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 
 log = logging.getLogger("labhive.service.loop")
@@ -110,6 +118,7 @@ class _Running:
     task_ids: dict[TaskKey, int] = field(default_factory=dict)
     codes: dict[tuple[str, int], int | None] = field(default_factory=dict)
     lost: bool = False
+    gpus: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) the attempt holds
     #: What the executor knows beyond a code ("killed: over its memory limit of 256 MiB").
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -119,12 +128,14 @@ class _Pass:
     """The store changes one pass accumulates for its single transaction."""
 
     ended_tasks: list[tuple[int, int | None]] = field(default_factory=list)
-    settled: list[tuple[int, str, str, str | None, bool, int | None]] = field(default_factory=list)
+    settled: list[Settle] = field(default_factory=list)
     cancelled_waiting: list[int] = field(default_factory=list)
     rejected: list[tuple[int, str]] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)  # in the policy's order
     starts: list[Start] = field(default_factory=list)  # those still standing after the commit
     new_jobs: list[int] = field(default_factory=list)
+    stopping: list[tuple[int, str]] = field(default_factory=list)  # (job, why) now draining
+    handles: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (task id, info)
 
 
 class SchedulerLoop:
@@ -164,8 +175,19 @@ class SchedulerLoop:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_pass = 0.0
+        self.last_pass = 0.0  # clock() of the last pass that completed
         self.passes = 0
+        self.health = LoopHealth()  # failure streak and last good pass, for /health
+        # Actuation (service/actuation.py): workers launch and stop; the pass only decides.
+        self._actuator = Actuator()
+        self._reserved = Reservations()  # draining jobs' GPUs and the starts waiting for them
+        self._stopped: deque[tuple[int, int]] = deque()  # (job, drain token) from the workers
+        self._launched: deque[tuple[int, int, list[TaskHandle]]] = deque()  # (job, attempt, ...)
+        self._worker_exits: deque[TaskExit] = deque()  # launches that failed
+        self._tokens = itertools.count(1)
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._waiters_lock = threading.Lock()
+        self._must_recover = False  # a pass or a recovery failed: rebuild before the next
         self.changed = threading.Condition()  # notified after every pass that changed the store
         # Monitoring hooks (service/monitoring.py): node-health events in, timings and exits out.
         self._external: deque[Event] = deque()
@@ -252,12 +274,44 @@ class SchedulerLoop:
 
     def handles(self, job_id: int) -> dict[TaskKey, TaskHandle]:
         running = self._running.get(job_id)
+        if running is None and job_id in self._reserved.draining:
+            running = self._reserved.draining[job_id].run
         return dict(running.handles) if running else {}
+
+    async def next_change(self, timeout: float) -> None:
+        """Wait, without holding a thread, for the next pass that changed the store (or for
+        ``timeout``): what an async handler uses to follow a job (``cancel?wait=``)."""
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        with self._waiters_lock:
+            self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter[1].wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            with self._waiters_lock:
+                self._waiters.remove(waiter)
+
+    def _notify(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+        with self._waiters_lock:
+            waiters = list(self._waiters)
+        for aloop, event in waiters:
+            # its event loop may have closed: then nobody waits there any more
+            with contextlib.suppress(RuntimeError):
+                aloop.call_soon_threadsafe(event.set)
 
     # ---- life ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.recover()
+        """Rebuild from the store and run; a store that cannot be read yet (the database is
+        still starting) is retried by the loop with backoff, and /health says so meanwhile."""
+        try:
+            self.recover()
+        except Exception as err:
+            self._must_recover = True
+            self.health.failed(err, log, "rebuilding the scheduler from the store")
         self._thread = threading.Thread(target=self._run, name="labhive-loop", daemon=True)
         self._thread.start()
 
@@ -268,26 +322,46 @@ class SchedulerLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        # Launches and stops in flight finish first when the tasks are to be stopped; else a
+        # restart re-adopts (or requeues) what they would have done.
+        self._actuator.close(wait=stop_tasks)
         if stop_tasks:
             self._requeue_all("the service stopped")
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(self.poll_s)
+            if self.health.failing:  # back off: new work must not cut the wait short
+                self._stopping.wait(self.health.delay())
+            else:
+                self._wake.wait(self.poll_s)
             self._wake.clear()
             if self._stopping.is_set():
                 break
-            try:
-                self.step()
-            except Exception:  # never let one bad pass kill the service: rebuild from the store
-                log.exception("scheduler pass failed; rebuilding the policy from the store")
-                time.sleep(0.5)
+            self.try_pass()
+
+    def try_pass(self) -> bool:
+        """One pass, after rebuilding from the store if the last one failed. A failure (the
+        database is down, the executor broke) is counted, never raised: the loop must outlive
+        it. Returns whether the pass ran."""
+        try:
+            if self._must_recover:
                 self.recover()
+                self._must_recover = False
+            self.step()
+        except Exception as err:  # whatever it was, the in-memory state may be half-applied
+            self._must_recover = True
+            self.health.failed(err, log, "scheduler pass")
+            return False
+        self.health.passed(log)
+        return True
 
     # ---- recovery ------------------------------------------------------------------------
 
     def recover(self) -> None:
         """Rebuild the policy and the running set from the store; adopt running tasks."""
+        # Launches finish first, so every task they start is known to the executor when it
+        # re-adopts the store's tasks (stops in flight are chained again by the re-drains).
+        self._actuator.wait_idle(timeout=self.grace_s + 30)
         # Submissions queued from here on are either read below or deduplicated at intake.
         self._intake.clear()
         with self.store.read() as conn:
@@ -306,12 +380,18 @@ class SchedulerLoop:
             self.scheduler = self._make_scheduler()
         self._specs.clear()
         self._running.clear()
+        self._reserved.clear()
         adopts: list[Event] = []
         submits: list[Event] = []
         handles: list[TaskHandle] = []
         t = self.clock()
+        unloadable: list[tuple[dict[str, Any], str]] = []
         for job in active:
-            spec = self._load_spec(job)
+            try:
+                spec = self._load_spec(job)
+            except Exception as err:  # stored before today's intake checks: fail it alone
+                unloadable.append((job, _storable(f"{type(err).__name__}: {err}")))
+                continue
             self._specs[job["id"]] = spec
             if job["cancel_requested"]:
                 self._cancels.append(job["id"])
@@ -340,13 +420,41 @@ class SchedulerLoop:
                         tuple(task["cells"]),
                     )
                 )
+                run.gpus.update((task["node"], g) for g in task["gpus"])
             run.lost = any(c is None for c in run.codes.values())
             self._running[job["id"]] = run
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
+        if unloadable:
+            self._fail_unloadable(unloadable, by_job, t)
         self._pending_events = adopts + self._nodes_down(marks, t) + submits
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
         self._wake.set()
+
+    def _fail_unloadable(
+        self, bad: list[tuple[dict[str, Any], str]], tasks_of: dict[int, list[Any]], t: float
+    ) -> None:
+        """Jobs whose stored spec no longer parses (stored before intake refused it) fail with
+        the reason, their tasks stopped, so they cannot wedge every rebuild of the loop."""
+        for job, message in bad:
+            log.warning("job %s cannot be loaded from the store: %s", job["id"], message)
+            handles = [
+                TaskHandle(TaskKey(str(job["id"]), r["attempt"], r["role"], r["idx"]), r["handle"])
+                for r in tasks_of.get(job["id"], [])
+                if r["state"] == lc.RUNNING and r["handle"]
+            ]
+            if handles:
+                self.executor.stop(handles, self.grace_s)
+        with self.store.write() as conn:
+            for job, message in bad:
+                row = job_row(conn, job["id"])
+                if row is None or row["state"] not in lc.ACTIVE:
+                    continue
+                why = f"its stored spec is no longer valid ({message}); submit it again"
+                if row["state"] == lc.RUNNING:
+                    lc.end_attempt(conn, row, lc.FAILED, "rejected", why, t)
+                else:
+                    lc.transition(conn, row, lc.FAILED, "rejected", why, t, finished_at=t)
 
     def _nodes_down(self, marks: list[Any], t: float) -> list[Event]:
         """What a rebuilt policy must learn again: nodes an admin marked (stored) and nodes
@@ -377,7 +485,8 @@ class SchedulerLoop:
     # ---- one pass ------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Drain inputs, decide, apply. Returns whether anything changed."""
+        """Drain inputs, decide, commit, hand launches and stops to the workers. Returns
+        whether anything changed."""
         t = self.clock()
         work = _Pass()
         # Events in an order that keeps the policy's view and the store's in step: restored jobs
@@ -385,13 +494,15 @@ class SchedulerLoop:
         recovered = self._pending_events
         self._pending_events = []
         events_in: list[Event] = [e for e in recovered if isinstance(e, Adopt)]
-        exits = self._pending_exits + list(self.executor.poll())
+        exits = self._pending_exits + _drain(self._worker_exits) + list(self.executor.poll())
         self._pending_exits = []
         self._inflight_exits = exits  # kept until committed: a failed pass must not lose them
         # Cancels before submissions: a job's submission is queued before any cancel of it, so
         # every cancel drained here finds its job in the intake drained next.
         cancels = _drain(self._cancels)
         intake = _drain(self._intake)
+        self._collect_launched(work)
+        self._finish_drains(work, events_in)
         self._settle_exits(exits, work, events_in, t)
         events_in.extend(_drain(self._external))  # node health (monitoring), before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
@@ -409,20 +520,79 @@ class SchedulerLoop:
             due = self.scheduler.next_wakeup()
         if due is not None and due <= t:
             events_in.append(Tick(t))
-        if not events_in and not work.ended_tasks and not work.settled:
+        if not events_in and not (
+            work.ended_tasks or work.settled or work.handles or work.stopping
+        ):
             self._inflight_exits = []
             self.last_pass = t
             return False
         decisions = self._decide(events_in, work)
+        work.decisions = list(self._reserved.release())  # held starts whose GPUs are free now
         self._apply(decisions, work, t)
         self._commit(work, t)
         self._inflight_exits = []
         self._launch(work.starts, t)
         self.last_pass = t
         self.passes += 1
-        with self.changed:
-            self.changed.notify_all()
+        self._notify()
         return True
+
+    def _collect_launched(self, work: _Pass) -> None:
+        """Handles of tasks the workers started, to record in this pass's transaction."""
+        for job_id, attempt, handles in _drain(self._launched):
+            run = self._running.get(job_id)
+            drain = self._reserved.draining.get(job_id)
+            run = run or (drain.run if drain else None)
+            if run is None or run.attempt != attempt:
+                continue  # ended meanwhile: nothing left to find again after a restart
+            for h in handles:
+                run.handles[h.key] = h
+                if h.key in run.task_ids:
+                    work.handles.append((run.task_ids[h.key], h.info))
+
+    def _finish_drains(self, work: _Pass, out: list[Event]) -> None:
+        """Jobs whose tasks are gone: record their end and tell the policy, which only now
+        counts their GPUs free; the starts held back for those GPUs follow in this pass."""
+        for job_id, token in _drain(self._stopped):
+            drain = self._reserved.draining.get(job_id)
+            if drain is None or drain.token != token:
+                continue  # a drain the loop forgot when it rebuilt from the store
+            del self._reserved.draining[job_id]
+            work.settled.append(drain.settle)
+            if drain.event is not None:
+                out.append(drain.event)
+            if drain.settle[1] in lc.TERMINAL:
+                self._specs.pop(job_id, None)
+
+    def _begin_drain(
+        self, run: _Running, settle: Settle, event: Event | None, work: _Pass, why: str
+    ) -> None:
+        """Stop the attempt's tasks off the pass; its GPUs stay reserved until they are gone,
+        and the store shows the job RUNNING, "stopping", until then."""
+        job_id = settle[0]
+        token = next(self._tokens)
+        drain = Drain(job_id, run, frozenset(run.gpus), settle, event, token)
+        self._reserved.draining[job_id] = drain
+        work.stopping.append((job_id, f"{why}; waiting for its tasks to exit "
+                                      f"(grace {self.grace_s:g} s)"))  # fmt: skip
+        self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run))
+
+    def _stop_tasks(self, job_id: int, token: int, run: _Running) -> None:
+        """(A worker.) Stop the attempt's tasks, retrying while the executor fails (the GPUs
+        stay reserved meanwhile), then tell the loop they are gone."""
+        delay = 0.5
+        while True:
+            try:
+                self.executor.stop(list(run.handles.values()), self.grace_s)
+                break
+            except Exception as err:
+                if self._stopping.is_set():
+                    return  # the next start re-adopts the job and stops it again
+                log.warning("stopping job %s failed (%r); retrying in %.1f s", job_id, err, delay)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 10.0)
+        self._stopped.append((job_id, token))
+        self._wake.set()
 
     def _decide(self, events_in: list[Event], work: _Pass) -> list[Decision]:
         decisions: list[Decision] = []
@@ -484,27 +654,27 @@ class SchedulerLoop:
             outcome = lc.attempt_outcome(spec.roles, run.codes, lost=run.lost)
             if outcome is None:
                 continue
-            alive = [h for k, h in run.handles.items() if (k.role, k.index) not in run.codes]
-            if alive:
-                self.executor.stop(alive, self.grace_s)
-            self._settle(job_id, outcome, work, out, t)
+            del self._running[job_id]
+            settle, event = self._settle(job_id, run, outcome, t)
+            alive = [k for k in run.handles if (k.role, k.index) not in run.codes]
+            if alive:  # the rest of the gang must go before the policy reuses its cells
+                self._begin_drain(run, settle, event, work, settle[3] or settle[2])
+                continue
+            work.settled.append(settle)
+            out.append(event)
+            if settle[1] in lc.TERMINAL:
+                self._specs.pop(job_id, None)
 
-    def _settle(self, job_id: int, outcome: str, work: _Pass, out: list[Event], t: float) -> None:
-        """Decide where the attempt goes and tell the policy (Finish frees for good, Requeue
-        keeps the job's place in the queue)."""
-        run = self._running.pop(job_id)
+    def _settle(self, job_id: int, run: _Running, outcome: str, t: float) -> tuple[Settle, Event]:
+        """Where the attempt goes, and what the policy learns once its tasks are gone (Finish
+        frees for good, Requeue keeps the job's place in the queue)."""
         bad = sorted(f"{r}-{i}: {c}" for (r, i), c in run.codes.items() if c != 0)
         code = next((c for c in run.codes.values() if c not in (0, None)), None)
         if outcome == "succeeded":
-            work.settled.append((job_id, lc.SUCCEEDED, "succeeded", None, False, 0))
-            out.append(Finish(str(job_id), t))
-            self._specs.pop(job_id, None)
-            return
+            return (job_id, lc.SUCCEEDED, "succeeded", None, False, 0), Finish(str(job_id), t)
         if outcome == "lost":
             why = f"attempt {run.attempt} lost its tasks ({', '.join(bad) or 'vanished'})"
-            work.settled.append((job_id, lc.WAITING, "lost", why, False, None))
-            out.append(Requeue(str(job_id), t))
-            return
+            return (job_id, lc.WAITING, "lost", why, False, None), Requeue(str(job_id), t)
         with self.store.read() as conn:
             job = job_row(conn, job_id)
         assert job is not None
@@ -513,43 +683,74 @@ class SchedulerLoop:
         why += "".join(f"; {r}-{i} {note}" for (r, i), note in sorted(run.notes.items()))
         if target == lc.WAITING:
             why += f"; retry {job['retries_used'] + 1} of {job['retries']}"
-            work.settled.append((job_id, target, "retrying", why, spend, code))
-            out.append(Requeue(str(job_id), t))
-        else:
-            work.settled.append((job_id, target, "failed", why, spend, code))
-            out.append(Finish(str(job_id), t))
-            self._specs.pop(job_id, None)
+            return (job_id, target, "retrying", why, spend, code), Requeue(str(job_id), t)
+        return (job_id, target, "failed", why, spend, code), Finish(str(job_id), t)
 
     def _cancel_jobs(self, cancels: list[int], work: _Pass, t: float) -> list[Event]:
         out: list[Event] = []
         for job_id in dict.fromkeys(cancels):
+            cancelled: Settle = (job_id, lc.STOPPED, "cancelled", None, False, None)
+            drain = self._reserved.draining.get(job_id)
             if job_id in self._running:
                 run = self._running.pop(job_id)
-                self.executor.stop(list(run.handles.values()), self.grace_s)
-                work.settled.append((job_id, lc.STOPPED, "cancelled", None, False, None))
-                self._specs.pop(job_id, None)
-                out.append(Cancel(str(job_id), t))
+                self._begin_drain(run, cancelled, Cancel(str(job_id), t), work, "cancelled")
+            elif drain is not None:  # already stopping: it ends cancelled
+                if drain.event is None:  # the policy has it waiting again: drop it now
+                    out.append(Cancel(str(job_id), t))
+                drain.settle, drain.event = cancelled, Cancel(str(job_id), t)
+                self._reserved.drop(job_id)
             elif job_id in self._specs:
                 work.cancelled_waiting.append(job_id)
                 self._specs.pop(job_id, None)
+                self._reserved.drop(job_id)  # a start held back for it never happens
                 out.append(Cancel(str(job_id), t))
         return out
 
     def _apply(self, decisions: list[Decision], work: _Pass, t: float) -> None:
-        """Stop the processes of preempted jobs before the store says their GPUs are free."""
-        work.decisions = decisions
+        """Sort the policy's decisions: a victim's tasks are stopped off the pass (draining),
+        a start onto GPUs still draining is held back until they are free, and the rest is
+        committed in the policy's order."""
         for d in decisions:
-            if isinstance(d, Preempt | Stop):
-                run = self._running.pop(int(d.job_id), None)
+            job_id = int(d.job_id)
+            if isinstance(d, Start):
+                if self._reserved.blocks(d):
+                    self._reserved.hold(d)
+                else:
+                    work.decisions.append(d)
+            elif isinstance(d, Preempt | Stop):
+                # Displaced before it launched: its start never happens (it stays WAITING).
+                self._reserved.drop(job_id)
+                work.decisions = [
+                    x for x in work.decisions if not (isinstance(x, Start) and x.job_id == d.job_id)
+                ]
+                if isinstance(d, Preempt):
+                    reason, why = "preempted", f"preempted by job {d.by}: {d.reason}"
+                else:
+                    reason, why = "stopped", d.reason
+                run = self._running.pop(job_id, None)
+                drain = self._reserved.draining.get(job_id)
                 if run is not None:
-                    self.executor.stop(list(run.handles.values()), self.grace_s)
+                    victim: Settle = (job_id, lc.WAITING, reason, why, False, None)
+                    self._begin_drain(run, victim, None, work, why)
+                elif drain is not None and drain.event is not None:
+                    # Already stopping; the policy now has it waiting (or gone, if it ends).
+                    ends = drain.settle[1] in lc.TERMINAL
+                    drain.event = Cancel(d.job_id, t) if ends else None
+            else:
+                work.decisions.append(d)
 
     def _commit(self, work: _Pass, t: float) -> None:
         """Everything the pass decided, in one transaction."""
         stale: list[int] = []
         with self.store.write() as conn:
+            for task_id, info in work.handles:
+                lc.record_handle(conn, task_id, info)
             for task_id, code in work.ended_tasks:
                 lc.task_ended(conn, task_id, code, t)
+            for job_id, why in work.stopping:
+                job = job_row(conn, job_id)
+                if job is not None and job["state"] == lc.RUNNING:
+                    lc.transition(conn, job, lc.RUNNING, "stopping", why, t)
             for job_id, target, reason, why, spend, code in work.settled:
                 job = job_row(conn, job_id)
                 if job is None or job["state"] != lc.RUNNING:
@@ -569,44 +770,71 @@ class SchedulerLoop:
                         lc.end_attempt(conn, job, lc.FAILED, "rejected", message, t)
                     else:
                         lc.transition(conn, job, lc.FAILED, "rejected", message, t, finished_at=t)
-            # In the policy's order: a job started and preempted within one batch must end up
-            # WAITING, its GPUs free for whoever the policy gave them to next.
+            # In the policy's order (a victim's end, above, before the start on its GPUs).
             pending: dict[int, list[Start]] = {}
             for d in work.decisions:
                 job = job_row(conn, int(d.job_id))
                 if job is None:
                     continue
                 if isinstance(d, Start) and job["state"] in lc.ACTIVE:
-                    self._record_start(conn, job, d, t)
-                    pending.setdefault(job["id"], []).append(d)
+                    if self._record_start_alone(conn, job, d, t):
+                        pending.setdefault(job["id"], []).append(d)
+                    else:
+                        stale.append(job["id"])  # FAILED in the store: free its cells
                 elif isinstance(d, Start):
                     stale.append(job["id"])  # ended in the store: never started
-                elif isinstance(d, Preempt | Stop) and job["state"] == lc.RUNNING:
-                    if isinstance(d, Preempt):
-                        reason, why = "preempted", f"preempted by job {d.by}: {d.reason}"
-                    else:
-                        reason, why = "stopped", d.reason
-                    lc.end_attempt(conn, job, lc.WAITING, reason, why, t)
-                    pending.pop(job["id"], None)
-                    self._running.pop(job["id"], None)
                 elif isinstance(d, Downgrade) and job["state"] == lc.RUNNING:
                     conn.execute(
                         update(jobs).where(jobs.c.id == job["id"]).values(opportunistic=True)
                     )
                     lc.note(conn, job, "downgraded", f"downgraded by job {d.by}: {d.reason}", t)
             work.starts = [d for starts in pending.values() for d in starts]
-            self._record_whys(conn, work.new_jobs)
+            try:
+                with conn.begin_nested():
+                    self._record_whys(conn, work.new_jobs)
+            except Exception as err:  # a why is a courtesy: it never fails the pass
+                if transient(err):
+                    raise
+                log.warning("could not record why new jobs wait (%s)", type(err).__name__)
         if stale:
             # The store ended these jobs while the policy still holds them (waiting, or placed
             # by this very pass): remove them next pass, so their cells go to someone else.
             self._pending_events.extend(Cancel(str(job_id), t) for job_id in stale)
             self._wake.set()
 
+    def _record_start_alone(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> bool:
+        """Record one start in its own savepoint: a job whose start the store cannot hold (a
+        role name it cannot encode or that is too long, stored before intake refused such
+        names) fails alone, with a reason, instead of failing the pass for every job. A
+        database that is down is not the job's fault: that error fails the pass (retried)."""
+        try:
+            with conn.begin_nested():
+                self._record_start(conn, job, d, t)
+            return True
+        except Exception as err:
+            if transient(err):
+                raise
+            kind = type(err).__name__
+        log.warning("job %s: its start could not be recorded (%s)", job["id"], kind)
+        why = (
+            f"its start could not be recorded in the job store ({kind}): a task "
+            "role or name it cannot hold (a lone surrogate, a NUL, over 128 characters); "
+            "rename it and submit again"
+        )
+        if job["state"] == lc.RUNNING:
+            lc.end_attempt(conn, job, lc.FAILED, "unstorable", why, t)
+        else:
+            lc.transition(conn, job, lc.FAILED, "unstorable", why, t, finished_at=t)
+        self._specs.pop(job["id"], None)
+        self._running.pop(job["id"], None)
+        return False
+
     def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
         _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
         run = self._running.setdefault(job["id"], _Running(job["attempt"]))
         for p, task_id in zip(d.tasks, ids, strict=True):
             run.task_ids[TaskKey(str(job["id"]), job["attempt"], p.role, p.index)] = task_id
+            run.gpus.update((p.node, g) for g in p.gpus)
 
     def _record_whys(self, conn: Any, job_ids: list[int]) -> None:
         """The why-text of freshly queued jobs goes on the job and on its 'submitted' event."""
@@ -619,7 +847,8 @@ class SchedulerLoop:
         lc.set_whys(conn, whys)
 
     def _launch(self, starts: list[Start], t: float) -> None:
-        failed: list[int] = []
+        """Hand the committed starts to the workers; a launch that cannot even be described
+        (its environment cannot be built) fails its attempt like a failed launch."""
         for d in starts:
             job_id = int(d.job_id)
             run = self._running.get(job_id)
@@ -630,21 +859,41 @@ class SchedulerLoop:
                 job = job_row(conn, job_id)
             if job is None:
                 continue
-            launches = self._build(job, spec, d.tasks)
             try:
-                handles = self.executor.launch(launches)
-            except Exception as err:  # LaunchError, or any executor failure: the attempt failed
-                log.warning("job %s failed to launch: %s", job_id, err)
-                for launch in launches:
-                    self._pending_exits.append(TaskExit(launch.key, 127, str(err)))
-                failed.append(job_id)
+                launches = self._build(job, spec, d.tasks)
+            except Exception as err:
+                self._launch_failed(job_id, run, d.tasks, err)
                 continue
-            with self.store.write() as conn:
-                for h in handles:
-                    run.handles[h.key] = h
-                    lc.record_handle(conn, run.task_ids[h.key], h.info)
-        if failed:
-            self._wake.set()
+            self._actuator.submit(
+                job_id, partial(self._launch_tasks, job_id, run, launches, d.tasks)
+            )
+
+    def _launch_tasks(
+        self,
+        job_id: int,
+        run: _Running,
+        launches: list[TaskLaunch],
+        placements: tuple[TaskPlacement, ...],
+    ) -> None:
+        """(A worker.) Start the tasks; the next pass records their handles."""
+        try:
+            handles = self.executor.launch(launches)
+        except Exception as err:  # LaunchError, or any executor failure: the attempt failed
+            self._launch_failed(job_id, run, placements, err)
+            return
+        for h in handles:
+            run.handles[h.key] = h  # before any stop chained after this launch runs
+        self._launched.append((job_id, run.attempt, handles))
+        self._wake.set()
+
+    def _launch_failed(
+        self, job_id: int, run: _Running, placements: tuple[TaskPlacement, ...], err: Exception
+    ) -> None:
+        log.warning("job %s failed to launch: %s", job_id, err)
+        for p in placements:
+            key = TaskKey(str(job_id), run.attempt, p.role, p.index)
+            self._worker_exits.append(TaskExit(key, 127, str(err)))
+        self._wake.set()
 
     def _build(
         self, job: dict[str, Any], spec: JobSpec, placements: tuple[TaskPlacement, ...]
@@ -655,13 +904,28 @@ class SchedulerLoop:
 
     def _requeue_all(self, why: str) -> None:
         t = self.clock()
-        for job_id, run in list(self._running.items()):
+        draining = [(job_id, d.run) for job_id, d in self._reserved.draining.items()]
+        for job_id, run in list(self._running.items()) + draining:
             self.executor.stop(list(run.handles.values()), self.grace_s)
             with self.store.write() as conn:
                 job = job_row(conn, job_id)
                 if job is not None and job["state"] == lc.RUNNING:
                     lc.end_attempt(conn, job, lc.WAITING, "requeued", why, t)
         self._running.clear()
+        self._reserved.clear()
+
+
+def _storable(text: str, limit: int = 400) -> str:
+    """``text`` as any store holds it: surrogates escaped, NULs dropped, cut to ``limit``."""
+    return text.encode("utf-8", "backslashreplace").decode().replace("\0", "")[:limit]
+
+
+def transient(err: BaseException) -> bool:
+    """Whether a store error is the database's (down, connection lost: retry the pass) rather
+    than one row's (a value it cannot hold: fail that job)."""
+    if isinstance(err, OperationalError | InterfaceError | DisconnectionError | PoolTimeout):
+        return True
+    return bool(getattr(err, "connection_invalidated", False))
 
 
 def _why_down(by: str, reason: str) -> str:

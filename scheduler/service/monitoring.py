@@ -266,6 +266,7 @@ class Monitoring:
             failures=self.tally.failures(),
             decision_latency=self.decisions.snapshot(),
             virtual=view.virtual,
+            loop_age_s=round(self.loop.health.age(), 3),
         )
 
     def owners(self) -> tuple[dict[tuple[str, int], Owner], dict[int, Owner]]:

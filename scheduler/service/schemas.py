@@ -183,7 +183,9 @@ class GPUOut(BaseModel):
     index: int
     sku: str | None
     healthy: bool
-    job: int | None
+    job: int | str | None = Field(
+        description="the job's id, or \"another user's job\" for a non-admin's view of others'"
+    )
     virtual: bool
 
 
@@ -193,7 +195,9 @@ class NodeOut(BaseModel):
     gpus: list[int]
     healthy: bool
     reason: str
-    used: dict[str, int]
+    used: dict[str, int | str] = Field(
+        description="GPU index -> job id (\"another user's job\" for others' jobs to non-admins)"
+    )
     held: bool = Field(
         False, description="an admin took the node down; only POST /nodes/{node}/up lifts it"
     )
@@ -223,7 +227,10 @@ class Health(BaseModel):
     status: str
     version: str
     database: str
-    loop_age_s: float
+    loop_age_s: float  # seconds since the scheduler loop's last good pass
+    loop_last_pass: float | None = None  # when it was (epoch seconds)
+    loop_failures: int = 0  # failed passes in a row (the loop backs off and retries)
+    loop_error: str | None = None  # the kind of the last failure, while failing
     policy: str
     executor: str
 

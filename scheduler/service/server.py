@@ -38,6 +38,7 @@ class ServeOptions:
     users: Path | None = None
     auth: str = "token"  # "hub": identity from JupyterHub (run as a hub-managed service)
     grace_s: float = 10.0
+    loop_stall_s: float = 30.0  # /health is 503 "degraded" past this long without a pass
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
     gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
@@ -189,7 +190,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),
-        policy=opts.policy, monitoring=monitoring,
+        policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
         accounts=accounts if opts.task_identity == "users" else None,
     )  # fmt: skip
     app = create_app(service)

@@ -24,7 +24,9 @@ def register(subparsers: Any) -> None:
             "CSV; or the generic CSV: submit_time,vc,user,gpus,duration,status) on a cluster "
             "(a HiveD config, or a machine list such as Philly's cluster_machine_list) under "
             "one or more policies, and compare JCT, queuing delay, makespan, utilization, "
-            "fragmentation and fairness."
+            "fragmentation and fairness. The Alibaba GPU trace v2023 (openb_pod_list_*.csv "
+            "with --cluster openb_node_list_*.csv) replays on a GPU-sharing model with the "
+            "policies fifo, sjf, firstfit, bestfit and fgd."
         ),
     )
     src = p.add_mutually_exclusive_group(required=True)
@@ -44,6 +46,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--out", type=Path, help="write per-job CSVs, summary.json and figures here")
     p.add_argument("--limit", type=int, help="replay only the first N jobs (by submit time)")
+    p.add_argument(
+        "--machines",
+        type=int,
+        help="use only the first N machines of a machine or node list (a slice where jobs "
+        "contend; the whole list of a big cluster often leaves every policy idle)",
+    )
+    p.add_argument(
+        "--fill",
+        action="store_true",
+        help="Alibaba trace: also run the fragmentation paper's experiment (GPU tasks arrive "
+        "and never leave) and print the GPU share left unallocated as load grows",
+    )
     p.add_argument("--sample", type=float, help="replay each job with this probability")
     p.add_argument("--seed", type=int, default=0, help="seed for --sample (default 0)")
     p.add_argument(
@@ -82,12 +96,22 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--sample must be a probability in (0, 1]")
     if args.checkpoint is not None and args.checkpoint <= 0:
         raise UserError("--checkpoint must be a positive number of seconds")
+    if args.machines is not None and args.machines < 1:
+        raise UserError("--machines must be at least 1")
     if args.scenario is not None:
         return _run_scenario(args)
     if args.cluster is None:
         raise UserError("--trace needs --cluster (a HiveD config or a machine list)")
+    from labhive.scheduler.sim.openb import is_pod_list
+
+    if is_pod_list(args.trace):
+        from labhive.scheduler.sim.sharing_cli import run_sharing
+
+        return run_sharing(args)
+    if args.fill:
+        raise UserError("--fill applies to the Alibaba trace (openb_pod_list_*.csv)")
     priority = parse_priority(args.priority)
-    config, cluster_note = load_sim_cluster(args.cluster, args.vcs)
+    config, cluster_note = load_sim_cluster(args.cluster, args.vcs, args.machines)
     trace = load_trace(
         args.trace, strict=args.strict, service_time=args.service_time, limit=args.limit
     )
@@ -106,6 +130,14 @@ def run(args: argparse.Namespace) -> int:
         )
         for policy in args.policy
     ]
+    if runs and not any(
+        j.queue_delay or j.state in ("WAITING", "REJECTED") for r in runs for j in r.result.jobs
+    ):
+        notes.append(
+            "no job ever queued under any policy: the cluster is larger than this load needs, "
+            "so every policy gives the same figures; try --machines N for a slice where jobs "
+            "contend"
+        )
     left_out = runs[0].left_out if runs else {}
     if left_out:
         notes.append(

@@ -11,7 +11,8 @@ the simulator adds:
 - a trace job that ended Failed or Killed ends FAILED after its recorded duration;
 - ``Tick`` events at the times the policy asks for (``next_wakeup``, e.g. LAS demotions);
 - the metrics: each job's first start, end and GPU time, and a ``Timeline`` of integrals.
-At one instant, completions run first, then scripted actions and wake-ups, then arrivals.
+At one instant, completions run first, then scripted actions and wake-ups, then arrivals, and
+only then does the policy decide, once, on all of them (``VirtualTimeDriver.step_time``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.lifecycle import JobRecord, apply_decision
 from labhive.scheduler.model import (
     Decision,
-    Event,
     Preempt,
     Scheduler,
     Start,
@@ -148,40 +148,33 @@ class Simulation(VirtualTimeDriver):
         self.events = 0
         self.wakeups = 0
         self._wake: float | None = None
+        self._ended = 0  # jobs ended since the last progress report
 
     # ---- the loop ------------------------------------------------------------------------
 
     def run(self) -> SimResult:
         jobs = self.jobs
         i, n = 0, len(jobs)
-        ended = 0
         while i < n or self.pending():
             nxt = self.next_time()
-            if nxt is not None and (i >= n or nxt <= jobs[i].submit):
-                self._advance(nxt)
-                label = self.step()
-            else:
-                job = jobs[i]
-                i += 1
-                self._advance(job.submit)
-                self.sim_jobs[job.job_id] = job
-                record = self.submit(job.job_id, job.spec, job.duration)
-                label = f"{job.spec.name} submitted" + (
-                    " (rejected)" if record.state == "REJECTED" else ""
-                )
-            if label is None:
-                continue
-            self.events += 1
-            self._plan_wakeup()
-            if self.observe is not None:
-                self.observe(self, label)
-            if self.progress is not None and label.endswith(("finished", "failed")):
-                ended += 1
-                if ended == 512:
-                    self.progress(ended)
-                    ended = 0
-        if self.progress is not None and ended:
-            self.progress(ended)
+            time = jobs[i].submit if i < n and (nxt is None or jobs[i].submit < nxt) else nxt
+            assert time is not None
+            self._advance(time)
+            while True:  # the instant's actions, its arrivals, then one decision; again if
+                self.hold()  # that decision timed more actions for this same instant
+                labels: list[str] = []
+                while self.pending() and (self.next_time() or 0.0) <= time:
+                    self.seen(self.step(), labels, self._seen)
+                while i < n and jobs[i].submit <= time:
+                    self.seen(self._arrive(jobs[i]), labels, self._seen)
+                    i += 1
+                self.decide()
+                for label in labels:
+                    self._seen(label)
+                if not self.pending() or (self.next_time() or 0.0) > time:
+                    break
+        if self.progress is not None and self._ended:
+            self.progress(self._ended)
         self.timeline.close(self.now)
         return SimResult(
             policy=getattr(self.scheduler, "name", type(self.scheduler).__name__),
@@ -192,6 +185,23 @@ class Simulation(VirtualTimeDriver):
             events=self.events,
             wakeups=self.wakeups,
         )
+
+    def _seen(self, label: str) -> None:
+        """One event done and decided: count it, ask for the next wake-up, report progress."""
+        self.events += 1
+        self._plan_wakeup()
+        if self.observe is not None:
+            self.observe(self, label)
+        if self.progress is not None and label.endswith(("finished", "failed")):
+            self._ended += 1
+            if self._ended == 512:
+                self.progress(self._ended)
+                self._ended = 0
+
+    def _arrive(self, job: SimJob) -> str:
+        self.sim_jobs[job.job_id] = job
+        record = self.submit(job.job_id, job.spec, job.duration)
+        return f"{job.spec.name} submitted" + (" (rejected)" if record.state == "REJECTED" else "")
 
     def _advance(self, time: float) -> None:
         if time > self.now or self.timeline.start is None:
@@ -258,34 +268,27 @@ class Simulation(VirtualTimeDriver):
             job.end = self.now
         super().cancel(job_id)
 
-    def feed(self, event: Event) -> list[Decision]:
-        """The replayer's ``feed`` (policy, then ``apply_decision`` per decision), with the
-        simulator's bookkeeping around each decision: a run cut short is accounted before
-        the record changes, so a job stopped and restarted by one event is timed right."""
-        decisions = self.scheduler.handle(event)
-        self.decisions += len(decisions)
-        for d in decisions:
-            record = self.records.get(d.job_id)
-            if record is None:
-                continue
-            job = self.sim_jobs.get(d.job_id)
-            if job is not None and job.running and isinstance(d, Preempt | Stop):
-                self._stopped(job, keep=None)
-                self.timeline.wait(job, +1)
-                if isinstance(d, Preempt):
-                    self.timeline.preempted(job)
-                else:
-                    job.stops += 1
-            if apply_decision(record, d, self.now) and isinstance(d, Start):
-                self._time_run(record)
-            elif job is not None and job.running and isinstance(d, Start):
-                more = sum(len(t.gpus) for t in d.tasks)  # more tasks of an incremental job
-                job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
-                job.run_start = self.now
-                job.gpus_held += more
-                job.nodes = tuple(sorted({t.node for t in record.tasks}))
-                self.timeline.run(job, more)
-        return decisions
+    def apply_one(self, record: JobRecord, d: Decision) -> None:
+        """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a
+        run cut short is accounted before the record changes, so a job stopped and restarted
+        in one instant is timed right."""
+        job = self.sim_jobs.get(d.job_id)
+        if job is not None and job.running and isinstance(d, Preempt | Stop):
+            self._stopped(job, keep=None)
+            self.timeline.wait(job, +1)
+            if isinstance(d, Preempt):
+                self.timeline.preempted(job)
+            else:
+                job.stops += 1
+        if apply_decision(record, d, self.now) and isinstance(d, Start):
+            self._time_run(record)
+        elif job is not None and job.running and isinstance(d, Start):
+            more = sum(len(t.gpus) for t in d.tasks)  # more tasks of an incremental job
+            job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
+            job.run_start = self.now
+            job.gpus_held += more
+            job.nodes = tuple(sorted({t.node for t in record.tasks}))
+            self.timeline.run(job, more)
 
     def _time_run(self, record: JobRecord) -> None:
         """A run starts: time its end by the job's remaining service time."""

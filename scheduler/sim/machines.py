@@ -141,26 +141,32 @@ def share_out(total: int, weights: dict[str, int]) -> dict[str, int]:
 
 
 def load_sim_cluster(
-    path: str | Path, vc_weights_path: str | Path | None = None
+    path: str | Path, vc_weights_path: str | Path | None = None, machines: int | None = None
 ) -> tuple[ClusterConfig, str]:
-    """A machine list or a HiveD config file; returns the config and a one-line description."""
+    """A machine list (``machines``: only its first N with GPUs) or a HiveD config file;
+    returns the config and a one-line description."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"cluster {path} does not exist; give a HiveD config or a machine list")
     if is_machine_list(path):
-        machines, empty = load_machine_list(path)
+        listed, empty = load_machine_list(path)
+        listed = listed[:machines] if machines is not None else listed
         weights = load_vc_weights(vc_weights_path) if vc_weights_path else None
-        config = load_cluster_config(cluster_dict(machines, weights))
-        shapes = Counter((m.gpus, m.gpu_memory) for m in machines)
+        config = load_cluster_config(cluster_dict(listed, weights))
+        shapes = Counter((m.gpus, m.gpu_memory) for m in listed)
         parts = ", ".join(
             f"{n} x {g} GPU{(' ' + mem) if mem else ''}" for (g, mem), n in sorted(shapes.items())
         )
         note = f"; {empty} machines without GPUs left out" if empty else ""
+        if machines is not None:
+            note += f"; the first {len(listed)} machines (--machines)"
         return (
             config,
             f"{path.name}: {parts} = {config.total_gpus()} GPUs, {len(config.vcs)} VCs{note}",
         )
     if vc_weights_path:
         raise UserError("--vcs applies to a machine list; a HiveD config defines its own VCs")
+    if machines is not None:
+        raise UserError("--machines applies to a machine list; a HiveD config is taken whole")
     config = load_cluster_config(path)
     return config, f"{path.name}: {config.total_gpus()} GPUs, {len(config.vcs)} VCs"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,20 +59,20 @@ def run_policy(
         options.setdefault("locality", locality)
     scheduler = get_policy(name, config, **options)
     jobs, left_out = sim_jobs(trace_jobs, config, priority=priority, sample=sample, seed=seed)
-    bar = _progress_bar(len(jobs), policy) if progress else None
+    report = ProgressReport(len(jobs), policy, quiet=not progress)
     sim = Simulation(
         scheduler,
         jobs,
         total_gpus=config.total_gpus(),
         checkpoint=checkpoint,
-        progress=bar.update if bar is not None else None,
+        progress=report.update,
         observe=observe,
     )
+    started = time.perf_counter()
     try:
         result = sim.run()
     finally:
-        if bar is not None:
-            bar.close()
+        report.close(time.perf_counter() - started)
     summary = summarize(result)
     summary["policy"] = policy
     return PolicyRun(policy, result, summary, left_out)
@@ -103,10 +104,34 @@ def run_scenario(
     return PolicyRun(policy, result, summary)
 
 
-def _progress_bar(total: int, label: str) -> Any:
-    """A tqdm bar on stderr, only when stderr is a terminal (never in pipes, logs, CI)."""
-    if not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+class ProgressReport:
+    """Progress of one policy's run: a tqdm bar on a terminal, else one line when it ends
+    (never both, nothing with ``quiet``), on stderr so stdout stays the result."""
 
-    return tqdm(total=total, desc=label, unit="job", file=sys.stderr, leave=False)
+    def __init__(self, total: int, label: str, *, quiet: bool = False) -> None:
+        self.total = total
+        self.label = label
+        self.quiet = quiet
+        self.bar: Any = None
+        if not quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="job", file=sys.stderr, leave=False)
+
+    def update(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self, seconds: float) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if not self.quiet:
+            print(
+                f"simulate: {self.label}: {self.total:,} jobs in {seconds:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def progress_reporter(total: int, label: str, *, quiet: bool = False) -> ProgressReport:
+    return ProgressReport(total, label, quiet=quiet)
