@@ -7,7 +7,9 @@ p95. The cgroup setup row times ``limits.apply`` + ``limits.release`` alone (v2 
 controllers, else v1: memory, cpu, pids, devices), for a task without GPUs and for one with a
 GPU (which writes one devices rule per other NVIDIA minor).
 
-To add a mode (a container runtime, say), add an entry to ``MODES``: a name, a function that
+The container rows run a busybox image through podman (``executors/container.py``; the
+container's cgroup is podman's, so the executor's own cgroups are off there). To add a mode, add
+an entry to ``MODES``: a name, a function that
 makes the executor for a data dir, and the extra ``TaskLaunch`` fields its tasks get.
 
     python benchmarks/bench_isolation.py [--starts 20]
@@ -28,11 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labhive.scheduler import images
+from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors import limits
 from labhive.scheduler.executors.base import Executor, TaskKey, TaskLaunch
 from labhive.scheduler.executors.local import LocalExecutor
 
 OTHER_UID = 200999
+IMAGE = "labhive/bench-busybox"
 NO_CGROUPS = limits.LimitSupport(None, "turned off for this benchmark")
 
 
@@ -41,6 +46,12 @@ class StartMode:
     make: Callable[[Path], Executor]
     launch: dict[str, Any] = field(default_factory=dict)  # extra TaskLaunch fields
     needs_root: bool = False
+
+
+def in_containers(data_dir: Path) -> Executor:
+    """The local executor with a busybox image made for it (podman, runc or crun)."""
+    images.busybox_image(IMAGE)
+    return LocalExecutor(data_dir, limit_support=NO_CGROUPS)
 
 
 MODES: dict[str, StartMode] = {
@@ -53,6 +64,10 @@ MODES: dict[str, StartMode] = {
     "bare, service's user + cgroups": StartMode(lambda d: LocalExecutor(d)),
     "bare, another uid + cgroups": StartMode(
         lambda d: LocalExecutor(d), {"uid": OTHER_UID, "gid": OTHER_UID}, needs_root=True
+    ),
+    "container, service's user": StartMode(in_containers, {"image": IMAGE}, needs_root=True),
+    "container, another uid": StartMode(
+        in_containers, {"image": IMAGE, "uid": OTHER_UID, "gid": OTHER_UID}, needs_root=True
     ),
 }
 
@@ -112,7 +127,11 @@ def main() -> None:
             if mode.needs_root and not root:
                 print(row(name, [], "skipped: needs root"))
                 continue
-            samples = start_latencies(mode, Path(tmp) / name.replace(" ", "_"), args.starts)
+            try:
+                samples = start_latencies(mode, Path(tmp) / name.replace(" ", "_"), args.starts)
+            except UserError as err:  # podman or busybox-static missing, say
+                print(row(name, [], f"skipped: {err}"))
+                continue
             print(row(name, samples), flush=True)
     print(f"\n{'cgroup setup + removal alone':<38} {'p50':>9} {'p95':>9}")
     for label, gpus in (("task without GPUs", ()), ("task with 1 GPU", (0,))):

@@ -165,7 +165,7 @@ def build(
             what = ", ".join(packages) or "minbase"
             progress(f"building {image} from Debian {suite} with {what} (about 80 s)")
             partial = rootfs.with_name(f".{rootfs.name}.partial")
-            argv = [tool, "--variant=minbase", "--mode=root", "--format=tar"]
+            argv = [tool, "--variant=minbase", "--mode=auto", "--format=tar"]
             if packages:
                 argv.append("--include=" + ",".join(packages))
             _stream([*argv, suite, str(partial), *([mirror] if mirror else [])], progress)
@@ -176,13 +176,22 @@ def build(
 
 
 def import_rootfs(rootfs: Path, image: str, progress: Callable[[str], None] = print) -> None:
-    """``podman import`` a root filesystem tarball as ``image``, with a usable PATH."""
+    """``podman import`` a root filesystem tarball as ``image``, with a usable PATH; the image
+    it replaces is removed (unless a container still uses it) rather than left dangling."""
     progress(f"importing {rootfs.stat().st_size // (1 << 20)} MiB into podman as {image}")
-    _run(
-        [podman(), "import", "--change", f"ENV {IMAGE_PATH}", str(rootfs), image],
+    before = subprocess.run(
+        [podman(), "image", "inspect", "--format", "{{.Id}}", image],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    new = _run(
+        [podman(), "import", "--quiet", "--change", f"ENV {IMAGE_PATH}", str(rootfs), image],
         f"importing {image} (podman import)",
         timeout_s=600,
-    )
+    ).strip()
+    if before and before not in new:
+        subprocess.run([podman(), "rmi", before], capture_output=True, check=False)
 
 
 def _stream(argv: Sequence[str], progress: Callable[[str], None]) -> None:

@@ -9,13 +9,14 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from labhive.scheduler import images
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.executors import container
+from labhive.scheduler.executors import container, limits
 
 TINY = "labhive/test-tiny"
 PYTHON_PACKAGES = ("python3",)
@@ -36,14 +37,17 @@ def _has(image: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def tiny_image() -> str:
-    """busybox in a 2 MB image, imported in this run."""
+def tiny_image() -> Iterator[str]:
+    """busybox in a 2 MB image, imported in this run under a name of its own (another test run
+    on this host may be re-importing its own at the same moment), removed at the end."""
     podman_or_skip()
+    name = f"{TINY}-{os.getpid()}"
     try:
-        images.busybox_image(TINY)
+        images.busybox_image(name)
     except UserError as err:
         pytest.skip(str(err))
-    return TINY
+    yield name
+    subprocess.run(["podman", "rmi", "--force", name], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -64,9 +68,29 @@ def python_image() -> str:
     return name
 
 
-def containers_of(job_id: str) -> list[str]:
-    """Names of the containers podman still has for a job (stopped ones included)."""
+def containers_of(job_id: str, data_dir: Path) -> list[str]:
+    """Names of the containers podman still has for a job of the service with this data dir
+    (stopped ones included); other test runs' containers, on this host too, are not counted."""
+    scope = limits.scope_name(data_dir.resolve())
+    filters = [
+        "--filter",
+        f"label=labhive.job={job_id}",
+        "--filter",
+        f"label=labhive.service={scope}",
+    ]
     done = subprocess.run(
+        ["podman", "ps", "--all", "--format", "{{.Names}}", *filters],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def remove_containers(data_dir: Path) -> None:
+    """Whatever a failed test left running for this service's data dir goes (others' stay)."""
+    scope = limits.scope_name(data_dir.resolve())
+    names = subprocess.run(
         [
             "podman",
             "ps",
@@ -74,10 +98,11 @@ def containers_of(job_id: str) -> list[str]:
             "--format",
             "{{.Names}}",
             "--filter",
-            f"label=labhive.job={job_id}",
+            f"label=labhive.service={scope}",
         ],
         capture_output=True,
         text=True,
-        check=True,
-    )
-    return done.stdout.split()
+        check=False,
+    ).stdout.split()
+    if names:
+        subprocess.run(["podman", "rm", "--force", "--time", "0", *names], capture_output=True)

@@ -35,7 +35,7 @@ def ex(tmp_path: Path):
 
 
 def run(ex: LocalExecutor, job: str, command: str, **kw) -> tuple[int | None, str, str, Path]:
-    """Launch one containerized task, wait for its end: (exit code, reason, stdout, workdir)."""
+    """Launch one containerized task, wait for its end: (exit code, reason, stdout, task dir)."""
     (handle,) = ex.launch([task(job, command, **kw)])
     (end,) = wait_exits(ex, 1, timeout_s=60).values()
     work = Path(handle.info["workdir"])
@@ -48,9 +48,9 @@ def test_a_container_task_runs_as_its_uid_in_its_own_directory(ex, tiny_image):
         uid=4242, gid=4343,
     )  # fmt: skip
     assert (code, out.split()) == (0, ["4242", "4343", "/labhive/task", "0"])
-    assert ((work / "mine").stat().st_uid, (work / "mine").stat().st_gid) == (4242, 4343)
-    assert (work / "mine").read_text() == "hi\n"
-    assert containers_of("uid") == []  # removed once settled
+    mine = work / "work" / "mine"  # the task's working directory (workdir.py), mounted
+    assert (mine.stat().st_uid, mine.stat().st_gid, mine.read_text()) == (4242, 4343, "hi\n")
+    assert containers_of("uid", ex.data_dir) == []  # removed once settled
 
 
 def test_a_container_cannot_see_another_jobs_directory_or_the_data_dir(ex, tiny_image):
@@ -65,6 +65,19 @@ def test_a_container_cannot_see_another_jobs_directory_or_the_data_dir(ex, tiny_
     assert f"ls: {data_dir}: No such file or directory" in err
     assert f"can't open '{data_dir}/admin.token': No such file or directory" in err
     assert out.split() == ["task"]  # all it has of the host: its own directory
+
+
+def test_a_container_gets_the_tasks_environment_not_the_services(ex, tiny_image, monkeypatch):
+    monkeypatch.setenv("SERVICE_ONLY_SECRET", "s3cret")
+    code, _, out, _ = run(ex, "envs", "env", image=tiny_image, env={"JOB_LEVEL": "yes"})
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert code == 0 and "SERVICE_ONLY_SECRET" not in env
+    assert (env["JOB_LEVEL"], env["PAI_JOB_NAME"], env["CUDA_VISIBLE_DEVICES"]) == (
+        "yes",
+        "envs",
+        "0",
+    )
+    assert env["LABHIVE_JOB_ID"] == "envs" and env["PAI_TASK_ROLE_NAME"] == "worker"
 
 
 def test_an_oom_kill_is_detected_and_reported(ex, tiny_image):
@@ -107,7 +120,7 @@ def test_a_containerized_gang_rendezvouses_over_the_host_network(ex, python_imag
         "    s = socket.create_server((addr, port)); c, _ = s.accept()\n"
         "    print('rank 0 of', world, 'got', c.recv(64).decode(), flush=True)\n"
         "else:\n"
-        "    for _ in range(200):\n"
+        "    for _ in range(600):\n"
         "        try: c = socket.create_connection((addr, port)); break\n"
         "        except OSError: time.sleep(0.05)\n"
         "    c.sendall(b'hello from rank 1'); print('rank 1 of', world, 'sent', flush=True)\n"
@@ -136,9 +149,21 @@ def test_a_stopped_container_is_removed(ex, tiny_image):
     (handle,) = ex.launch([task("stopme", "sleep 60", image=tiny_image)])
     from waiting import wait_until
 
-    wait_until(lambda: containers_of("stopme") != [], what="the container to exist")
+    wait_until(lambda: containers_of("stopme", ex.data_dir) != [], what="the container to exist")
     ex.stop([handle], grace_s=0.5)
-    assert containers_of("stopme") == []
+    assert containers_of("stopme", ex.data_dir) == []
+
+
+def test_stop_gives_the_container_its_term_signal_within_the_grace_period(ex, tiny_image):
+    trap = "trap 'echo got TERM; exit 0' TERM; echo up; while true; do sleep 0.1; done"
+    (handle,) = ex.launch([task("graceful", trap, image=tiny_image)])
+    out = Path(handle.info["stdout"])
+    from waiting import wait_until
+
+    wait_until(lambda: out.read_text() == "up\n", what="the container to start")
+    ex.stop([handle], grace_s=30)
+    assert out.read_text() == "up\ngot TERM\n"  # it ended on TERM, not on the KILL after 30 s
+    assert containers_of("graceful", ex.data_dir) == []
 
 
 def test_a_container_the_service_never_recorded_is_found_by_its_labels(tmp_path, tiny_image):
@@ -153,7 +178,7 @@ def test_a_container_the_service_never_recorded_is_found_by_its_labels(tmp_path,
     second = LocalExecutor(tmp_path / "data")
     (end,) = second.adopt([TaskHandle(TaskKey("lost", 0, "worker", 0), {})])
     assert (end.exit_code, "found by its labels" in end.reason) == (7, True)
-    assert containers_of("lost") == []
+    assert containers_of("lost", tmp_path / "data") == []
 
 
 def test_the_launch_record_says_what_the_container_enforces(ex, tiny_image):

@@ -8,13 +8,15 @@ ended, what ``podman inspect`` says about it (exit code, OOM kill) before the co
 removed.
 
 What a container gets:
-- its task directory bind-mounted as its working directory (``/labhive/task``), nothing else of
-  the host's files: other users' job directories and the service's data directory are not in
-  its mount namespace at all;
+- its task's ``work/`` directory (``workdir.py``) bind-mounted as its working directory
+  (``/labhive/task``), nothing else of the host's files (its records and logs stay outside):
+  other users' job directories and the service's data directory are not in its mount
+  namespace at all;
 - its own pid, mount, ipc and uts namespaces; the host network (``--network host``), so a gang
   rendezvouses on ``MASTER_ADDR``/``MASTER_PORT`` as bare tasks do;
 - the task's environment (``PAI_*``, rendezvous, ``CUDA_VISIBLE_DEVICES``), passed by name;
-- the task's OS user (``--user uid:gid``; the service's own when the launch names none);
+- the task's OS user (``--user uid:gid``, as ``workdir.run_as`` decides), its ``HOME`` its
+  working directory;
 - only the device nodes of its own GPUs (``/dev/nvidiaN`` plus the control and UVM nodes), or
   their CDI names where nvidia-container-toolkit generated a CDI spec;
 - ``--cpus`` and ``--pids-limit`` as its cgroup's CPU quota and pids limit. Memory: on cgroup v2,
@@ -104,14 +106,17 @@ def write_conf(data_dir: Path, support: Support) -> Path:
     return path
 
 
-def container_name(key: TaskKey) -> str:
-    raw = f"labhive-{key.job_id}-{key.attempt}-{key.role}-{key.index}"
+def container_name(key: TaskKey, scope: str = "") -> str:
+    """``labhive-<scope>-<job>-<attempt>-<role>-<index>``: ``scope`` names the service (its data
+    dir, ``limits.scope_name``), so two services on one host never share a container name."""
+    raw = f"labhive-{scope + '-' if scope else ''}{key.job_id}-{key.attempt}-{key.role}-{key.index}"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
 
 
-def labels(key: TaskKey) -> dict[str, str]:
+def labels(key: TaskKey, scope: str = "") -> dict[str, str]:
     """What finds a task's container again, whatever became of the service that started it."""
     return {
+        "labhive.service": scope,
         "labhive.job": key.job_id,
         "labhive.attempt": str(key.attempt),
         "labhive.role": key.role,
@@ -123,13 +128,22 @@ def labels(key: TaskKey) -> dict[str, str]:
 
 
 def prepare(
-    support: Support, launch: TaskLaunch, work: Path, env_keys: Iterable[str], pull: bool
+    support: Support,
+    launch: TaskLaunch,
+    work: Path,
+    user: tuple[int, int],
+    env_keys: Iterable[str],
+    pull: bool,
+    scope: str = "",
 ) -> tuple[list[str], dict[str, Any]]:
-    """The ``podman run`` argv for the task and its limits record (``TaskHandle.info``)."""
+    """The ``podman run`` argv for the task and its limits record (``TaskHandle.info``).
+
+    ``work`` is the task's working directory, already its user's (``workdir.py``); ``user`` the
+    uid/gid it runs as (``workdir.run_as``: the service's own when users are not separated)."""
     if support.podman is None:
         raise LaunchError(f"job names image {launch.image!r}, but {support.why_not}")
     assert launch.image is not None
-    name = container_name(launch.key)
+    name = container_name(launch.key, scope)
     memory = launch.memory_mb * MIB
     devices = gpu_devices(launch)
     record: dict[str, Any] = {
@@ -146,18 +160,17 @@ def prepare(
         memory_args = ["--cgroup-parent", f"/{V1_PARENT}/{name}", "--cgroups", "no-conmon"]
     else:
         memory_args = ["--memory", f"{memory}b", "--memory-swap", f"{memory}b"]
-    _own_workdir(work, launch)
     argv = [
         support.podman,
         "run",
         "--replace",
         "--name",
         name,
-        *_flag_pairs("--label", [f"{k}={v}" for k, v in labels(launch.key).items()]),
+        *_flag_pairs("--label", [f"{k}={v}" for k, v in labels(launch.key, scope).items()]),
         "--network",
         "host",
         "--user",
-        _user(launch),
+        f"{user[0]}:{user[1]}",
         "--security-opt",
         "no-new-privileges",
         "--volume",
@@ -171,6 +184,8 @@ def prepare(
         *memory_args,
         *_flag_pairs("--device", devices),
         *_flag_pairs("--env", sorted(env_keys)),
+        "--env",
+        f"HOME={WORKDIR}",
         "--pull",
         "missing" if pull else "never",
         launch.image,
@@ -183,21 +198,6 @@ def prepare(
 
 def _flag_pairs(flag: str, values: Iterable[str]) -> list[str]:
     return [item for value in values for item in (flag, value)]
-
-
-def _user(launch: TaskLaunch) -> str:
-    uid = os.getuid() if launch.uid is None else launch.uid
-    gid = os.getgid() if launch.gid is None else launch.gid
-    return f"{uid}:{gid}"
-
-
-def _own_workdir(work: Path, launch: TaskLaunch) -> None:
-    """The task's user owns its directory (0700) so that it can write there, and only it."""
-    if launch.uid is None or os.getuid() != 0:
-        return
-    gid = launch.gid if launch.gid is not None else launch.uid
-    os.chown(work, launch.uid, gid)
-    work.chmod(0o700)
 
 
 def gpu_devices(launch: TaskLaunch, cdi_dirs: Iterable[Path] = _CDI_DIRS) -> list[str]:
@@ -248,9 +248,9 @@ def inspect(podman: str, name: str, env: Mapping[str, str]) -> dict[str, Any] | 
     return state if isinstance(state, dict) else None
 
 
-def find(podman: str, key: TaskKey, env: Mapping[str, str]) -> str | None:
+def find(podman: str, key: TaskKey, env: Mapping[str, str], scope: str = "") -> str | None:
     """The name of the task's container, found by its labels (None when there is none)."""
-    filters = _flag_pairs("--filter", [f"label={k}={v}" for k, v in labels(key).items()])
+    filters = _flag_pairs("--filter", [f"label={k}={v}" for k, v in labels(key, scope).items()])
     done = _podman(podman, ["ps", "--all", "--format", "{{.Names}}", *filters], env)
     if done is None or done.returncode != 0:
         return None

@@ -154,29 +154,29 @@ class LocalExecutor:
         owner = workdir.run_as(launch.uid, launch.gid)
         cwd = workdir.prepare_task_dir(self.data_dir, work, owner)
         env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
-        runner = owner  # who the supervisor execs the command as
-        if launch.image:
-            # podman runs as the service; the container's processes run as the user (--user)
+        run_as = owner.record()
+        if launch.image:  # podman runs as the service; the container as the task's user
             task_env = {**launch.env, **extra_env, **launch_env(launch)}
-            argv, enforced = self._container_argv(launch, work, cwd, task_env, owner)
+            argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
             env.update(self._podman_env())
-            runner = workdir.run_as(None, None)
+            run_as = {**workdir.run_as(None, None).record(), "container_user": run_as}
         else:
             argv = self._argv(launch, work, owner)
             enforced = limits.apply(
                 self.limit_support, launch.key, launch.cpu, launch.memory_mb,
-                gpus=launch.gpus, scope=self._scope, virtual=launch.virtual,
-                pids_max=self.pids_max,
+                gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
             )  # fmt: skip
-        launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": runner.record()}
+        launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": run_as}
         write_json_atomic(work / LAUNCH_FILE, launch_doc)
-        if runner.switch:  # the service's $HOME is not theirs to use
+        if owner.switch and not launch.image:  # the service's $HOME is not theirs to use
             env.update(HOME=str(cwd), USER=launch.user or str(owner.uid))
             env["LOGNAME"] = env["USER"]
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:
             limits.release(enforced)
+            if "container" in enforced:
+                container.release_v1_parent(enforced["container"]["name"])
             raise
         info = {
             "pid": popen.pid,
@@ -233,15 +233,18 @@ class LocalExecutor:
         launch: TaskLaunch,
         work: Path,
         cwd: Path,
-        task_env: dict[str, str],
         owner: workdir.RunAs,
+        task_env: dict[str, str],
     ) -> tuple[list[str], dict[str, Any]]:
         """``podman run`` for the task, its user's work dir bound in as the container's."""
         pull = os.environ.get("LABHIVE_IMAGE_PULL") == "1"
         support = self._container_support()
-        argv, record = container.prepare(support, launch, cwd, task_env, pull)
-        try:
-            return self._argv(launch, work, owner, argv), record
+        user = (owner.uid, owner.gid)
+        argv, record = container.prepare(
+            support, launch, cwd, user, task_env, pull, scope=self._scope
+        )
+        try:  # strace (when observed) runs as the service, around podman
+            return self._argv(launch, work, workdir.run_as(None, None), argv), record
         except BaseException:
             container.release_v1_parent(record["container"]["name"])
             raise
@@ -286,7 +289,7 @@ class LocalExecutor:
         if support.podman is None:
             return None
         env = self._podman_env()
-        name = container.find(support.podman, key, env)
+        name = container.find(support.podman, key, env, scope=self._scope)
         state = None if name is None else container.inspect(support.podman, name, env)
         if name is None or state is None:
             return None
