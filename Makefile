@@ -1,5 +1,9 @@
 # The two commands of the README's quick start. Each creates .venv when missing.
-PYTHON ?= python3
+# Debian's /usr/bin/python3 (3.11+) when there is one: tasks and notebook servers run as their
+# users' uids, which must be able to execute the venv's interpreter; a Python installed under
+# root's private home (pyenv in /root) is closed to them. Any python3 >= 3.11 otherwise.
+PYTHON ?= $(shell /usr/bin/python3 -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' \
+	2>/dev/null && echo /usr/bin/python3 || echo python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
