@@ -257,10 +257,19 @@ class LabHiveSpawner(Spawner):
             names = sorted(grant.vcs)
             if "*" in grant.vcs:
                 if every_vc is None:
-                    every_vc = await self._call(lambda c: list(c.vcs()))
+                    every_vc = await self._every_vc()
                 names = every_vc
             ordered += [v for v in names if v not in ordered]
         return ordered
+
+    async def _every_vc(self) -> list[str]:
+        """Every VC of the cluster, in the service's order (a grant of "*"); none when the
+        service cannot say (the form then offers fewer VCs; start still checks)."""
+        try:
+            return [str(name) for name in await self._call(lambda c: list(c.vcs()))]
+        except LabHiveError as err:
+            self.log.warning("%s: cannot list VCs for the form: %s", self._log_name, err.message)
+            return []
 
     def _profile(self) -> dict[str, Any]:
         sizes = self._sizes()

@@ -253,6 +253,7 @@ users:
 groups:
   "*": {vcs: [default]}
   vc1: {vcs: [vc1]}
+  instructors: {vcs: ["*"]}
 """
 
 
@@ -274,6 +275,9 @@ def test_the_spawn_form_offers_the_users_vcs_their_own_first_and_says_a_queued_j
         assert "<option value='vc1' selected>vc1 (your VC)</option>" in form, form
         assert "<option value='default'>default</option>" in form, form
         assert spawner.options_from_form({"vc": ["default"]}) == {"profile": "", "vc": "default"}
+        teacher = make_spawner(live, tmp_path, user="tina", grants_file=str(grants))
+        teacher.user = SimpleNamespace(**{**vars(teacher.user), "groups": [_Group("instructors")]})
+        assert asyncio.run(teacher._vc_choices()) == list(live.client().vcs()), "all, in order"
 
         blocker = block_vc1(live)
         try:
