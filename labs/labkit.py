@@ -287,25 +287,27 @@ class Question:
 
 #: Lab 2's observation table. The expected values live here, not in the notebook, so that a
 #: student sees them only in the checking cell's output, after filling in their own answers.
+# fmt: off
 LAB2_QUESTIONS = [
     Question("e1_second", "1 VC safety", "state of the 2nd vc1 job while the 1st runs", "WAITING"),
     Question("e1_default", "1 VC safety", "node of default's job while vc1's queue is full",
-             "hostname-carol"),  # fmt: skip
+             "hostname-carol"),
     Question("e1_where", "1 VC safety", "nodes the three vc1 jobs ran on", "hostname-dan"),
     Question("e2_victim", "2 priority", "test job, once the prod job is submitted",
-             "WAITING (preempted)"),  # fmt: skip
+             "WAITING (preempted)"),
     Question("e2_prod_node", "2 priority", "node of the prod job", "hostname-dan"),
     Question("e2_after", "2 priority", "test job, after the prod job ends", "RUNNING"),
     Question("e3_oppo_node", "3 opportunistic", "node of the oppo vc1 job while vc1 is full",
-             "hostname-carol"),  # fmt: skip
+             "hostname-carol"),
     Question("e3_oppo_after", "3 opportunistic", "oppo job, once default submits a test job",
-             "WAITING (preempted)"),  # fmt: skip
+             "WAITING (preempted)"),
     Question("e4_gang", "4 gang", "gang tasks running while one node is busy", "0"),
     Question("e4_gang_later", "4 gang", "nodes of the gang once both are free",
-             "hostname-carol,hostname-dan"),  # fmt: skip
+             "hostname-carol,hostname-dan"),
     Question("e5_incr", "5 incremental", "tasks running while one node is busy", "1"),
     Question("e5_incr_later", "5 incremental", "tasks running once the other job ends", "2"),
 ]
+# fmt: on
 
 
 def observation_table(
