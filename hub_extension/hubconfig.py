@@ -161,6 +161,8 @@ def configure(c: Any, plan: HubPlan) -> None:
     spawner.service_token = plan.service_token
     spawner.secrets_dir = str(data / "servers")
     spawner.profiles = plan.profiles
+    if plan.grants:
+        spawner.grants_file = plan.grants  # the spawn form's VC choice, the user's own first
     c.Spawner.args = server_args(plan)
     c.Spawner.default_url = "/lab"
     c.Spawner.poll_interval = plan.poll_interval

@@ -101,7 +101,16 @@ class LabHiveSpawner(Spawner):
     vcs = List(
         Unicode(),
         help="""VCs to put servers in, in order of preference: the first the user's groups
-        grant is used. Empty: the first granted VC in the service's order.""",
+        grant is used. Empty: the user's own VC (see ``grants_file``), else the first granted
+        VC in the service's order.""",
+    ).tag(config=True)
+
+    grants_file = Unicode(
+        "",
+        help="""The service's group -> VC grants (the ``groups`` section of its users file,
+        e.g. ``labhive up``'s ``grants.yaml``). With it the spawn form offers each user the
+        VCs their groups grant, their own first (those of their named groups, then those
+        every user gets through ``"*"``), and a server goes to the user's own VC by default.""",
     ).tag(config=True)
 
     priority = Unicode(
@@ -215,13 +224,18 @@ class LabHiveSpawner(Spawner):
     def _sizes(self) -> list[dict[str, Any]]:
         return list(self.profiles) or [{"slug": "cpu", "display_name": "CPU only", "gpus": 0}]
 
-    def _options_form(self, _spawner: Any = None) -> str:
-        sizes = self._sizes()
+    async def _options_form(self, _spawner: Any = None) -> str:
+        """The notice of how the last server ended, the VC choice and the size choice; empty
+        (no form: the server starts at once) when there is nothing to choose or tell."""
         notice = (
             f"<p class='alert alert-warning'>{escape(self.last_end)}</p>" if self.last_end else ""
         )
+        return notice + self._vc_select(await self._vc_choices()) + self._size_radios()
+
+    def _size_radios(self) -> str:
+        sizes = self._sizes()
         if len(sizes) < 2:
-            return notice
+            return ""
         rows = []
         for i, p in enumerate(sizes):
             checked = " checked" if i == 0 else ""
@@ -230,14 +244,66 @@ class LabHiveSpawner(Spawner):
                 f"value='{escape(str(p['slug']))}'{checked}> "
                 f"{escape(str(p.get('display_name', p['slug'])))}</label></div>"
             )
+        return "<p>Server size (it waits in your VC's queue for these GPUs):</p>" + "".join(rows)
+
+    def _vc_select(self, choices: list[str]) -> str:
+        if len(choices) < 2:
+            return ""
+        first = next((v for v in self.vcs if v in choices), choices[0])
+        options = "".join(
+            f"<option value='{escape(v)}'{' selected' if v == first else ''}>{escape(v)}"
+            f"{' (your VC)' if v == choices[0] else ''}</option>"
+            for v in choices
+        )
         return (
-            notice
-            + "<p>Server size (it waits in your VC's queue for these GPUs):</p>"
-            + "".join(rows)
+            "<p><label for='labhive-vc'>Virtual cluster (your server queues and runs in its "
+            "share of the GPUs):</label> <select id='labhive-vc' name='vc' "
+            f"class='form-control'>{options}</select></p>"
         )
 
     def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        return {"profile": (formdata.get("profile") or [""])[0]}
+        options = {"profile": (formdata.get("profile") or [""])[0]}
+        if formdata.get("vc"):
+            options["vc"] = formdata["vc"][0]
+        return options
+
+    async def _vc_choices(self) -> list[str]:
+        """The VCs this user's groups grant, their own first: those of their named groups
+        (in name order), then those everyone gets through ``"*"``. Empty without a
+        ``grants_file`` or when it cannot be read (the service still checks at start)."""
+        if not self.grants_file:
+            return []
+        from labhive.scheduler.errors import UserError
+        from labhive.scheduler.service.auth import EVERYONE, load_grants
+
+        try:
+            grants = load_grants(Path(self.grants_file))
+        except (OSError, UserError) as err:
+            self.log.warning("%s: cannot read grants %s: %s", self._log_name, self.grants_file, err)
+            return []
+        groups = sorted(str(getattr(g, "name", g)) for g in getattr(self.user, "groups", ()))
+        ordered: list[str] = []
+        every_vc: list[str] | None = None
+        for group in [*groups, EVERYONE]:
+            grant = grants.get(group)
+            if grant is None:
+                continue
+            names = sorted(grant.vcs)
+            if "*" in grant.vcs:
+                if every_vc is None:
+                    every_vc = await self._every_vc()
+                names = every_vc
+            ordered += [v for v in names if v not in ordered]
+        return ordered
+
+    async def _every_vc(self) -> list[str]:
+        """Every VC of the cluster, in the service's order (a grant of "*"); none when the
+        service cannot say (the form then offers fewer VCs; start still checks)."""
+        try:
+            return [str(name) for name in await self._call(lambda c: list(c.vcs()))]
+        except LabHiveError as err:
+            self.log.warning("%s: cannot list VCs for the form: %s", self._log_name, err.message)
+            return []
 
     def _profile(self) -> dict[str, Any]:
         sizes = self._sizes()
@@ -314,7 +380,15 @@ class LabHiveSpawner(Spawner):
         except LabHiveError as err:
             raise ServerJobEnded(f"LabHive refused to start your server: {err.message}") from None
         granted = [name for name, v in vcs.items() if v.get("may_submit")]
-        for name in [*self.vcs, *granted]:
+        chosen = (self.user_options or {}).get("vc")
+        if chosen:
+            if chosen in granted:
+                return str(chosen)
+            raise ServerJobEnded(
+                f"you may not start a server in VC {chosen!r}; your groups grant: "
+                f"{', '.join(granted) or 'none'}"
+            )
+        for name in [*self.vcs, *await self._vc_choices(), *granted]:
             if name in granted:
                 return str(name)
         raise ServerJobEnded(
@@ -425,7 +499,8 @@ class LabHiveSpawner(Spawner):
                         f"{t['node']} GPUs {t['gpus'] or 'none'}" for t in job.get("tasks") or ()
                     )
                     text = (
-                        f"RUNNING: job {self.job_id} on {where or 'its node'}; starting JupyterLab"
+                        f"RUNNING: job {self.job_id} in VC {job['vc']} on "
+                        f"{where or 'its node'}; starting JupyterLab"
                     )
                     yield {"progress": 70, "message": text}
                 return
@@ -468,9 +543,26 @@ class LabHiveSpawner(Spawner):
         return str(back[-1].get("why") or back[-1].get("reason") or "") if back else ""
 
     async def stop(self, now: bool = False) -> None:
-        """Cancel the job; unless ``now``, wait (up to 20 s) for its process to be gone."""
+        """Cancel the job; unless ``now``, wait (up to 20 s) for its process to be gone. A
+        server stopped while its job still queued leaves a notice for the next spawn form."""
+        queued = None if self._ending else await self._queued_job()  # else it says already
         await self._cancel(wait=0 if now else 20)
+        if queued is not None:
+            self.last_end = (
+                f"Your server's job {self.job_id} was still waiting in {queued['vc']}'s queue "
+                "when the server was stopped, so that queued job was cancelled."
+            )
+            self.log.info("%s: %s", self._log_name, self.last_end)
         self._remove_launch_file()
+
+    async def _queued_job(self) -> dict[str, Any] | None:
+        if self.job_id is None:
+            return None
+        try:
+            job = await self._job()
+        except LabHiveError:
+            return None
+        return job if job["state"] == "WAITING" else None
 
     async def _cancel(self, wait: float) -> None:
         if self.job_id is None:

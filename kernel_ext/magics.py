@@ -189,6 +189,7 @@ class LabHiveMagics(Magics):
             facts = wait_for(view, args.timeout, out=_silent if view.live else None)
             if not view.live:
                 self._report([facts], [job])
+                view.drop_log()  # printed right below it: not twice in an HTML report
         return job
 
     def _follow_table(self, table: Any, args: Any) -> Any:

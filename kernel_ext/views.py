@@ -126,6 +126,11 @@ class JobView(View):
         if (snap.facts.state, snap.facts.position) != before:
             self.publish()
 
+    def drop_log(self) -> None:
+        """Show the job without its log tail (the magic printed it beside the display)."""
+        self.log = ""
+        self.publish()
+
     def refresh(self) -> JobFacts:
         snap = fetch_snapshot(self.job, self.tail)
         self.facts, self.log, self.stderr = snap.facts, snap.log, snap.stderr

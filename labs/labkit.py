@@ -198,6 +198,33 @@ def text_table(frame: pd.DataFrame) -> str:
     return frame.to_string(index=False) if len(frame) else "(empty)"
 
 
+@dataclass
+class Table:
+    """A DataFrame shown as an HTML table in JupyterLab (cells do not wrap mid-word) and as
+    ``text_table`` in a text report."""
+
+    frame: pd.DataFrame
+
+    def _repr_html_(self) -> str:
+        if not len(self.frame):
+            return "<p>(empty)</p>"
+        html = self.frame.to_html(index=False, border=0, classes="labhive-lab-table")
+        return (
+            "<style>.labhive-lab-table td, .labhive-lab-table th {white-space: nowrap; "
+            "text-align: left; padding: 2px 12px 2px 0}</style>" + html
+        )
+
+    def __repr__(self) -> str:
+        return text_table(self.frame)
+
+
+def show(frame: pd.DataFrame) -> None:
+    """Display a table: HTML in JupyterLab, text in a papermill report."""
+    from IPython.display import display
+
+    display(Table(frame))
+
+
 # ---- scenario replays ---
 
 
@@ -258,24 +285,52 @@ class Question:
     expected: str
 
 
+#: Lab 2's observation table. The expected values live here, not in the notebook, so that a
+#: student sees them only in the checking cell's output, after filling in their own answers.
+# fmt: off
+LAB2_QUESTIONS = [
+    Question("e1_second", "1 VC safety", "state of the 2nd vc1 job while the 1st runs", "WAITING"),
+    Question("e1_default", "1 VC safety", "node of default's job while vc1's queue is full",
+             "hostname-carol"),
+    Question("e1_where", "1 VC safety", "nodes the three vc1 jobs ran on", "hostname-dan"),
+    Question("e2_victim", "2 priority", "test job, once the prod job is submitted",
+             "WAITING (preempted)"),
+    Question("e2_prod_node", "2 priority", "node of the prod job", "hostname-dan"),
+    Question("e2_after", "2 priority", "test job, after the prod job ends", "RUNNING"),
+    Question("e3_oppo_node", "3 opportunistic", "node of the oppo vc1 job while vc1 is full",
+             "hostname-carol"),
+    Question("e3_oppo_after", "3 opportunistic", "oppo job, once default submits a test job",
+             "WAITING (preempted)"),
+    Question("e4_gang", "4 gang", "gang tasks running while one node is busy", "0"),
+    Question("e4_gang_later", "4 gang", "nodes of the gang once both are free",
+             "hostname-carol,hostname-dan"),
+    Question("e5_incr", "5 incremental", "tasks running while one node is busy", "1"),
+    Question("e5_incr_later", "5 incremental", "tasks running once the other job ends", "2"),
+]
+# fmt: on
+
+
 def observation_table(
     questions: list[Question],
     live: Mapping[str, str],
     replayed: Mapping[str, str],
     answers: Mapping[str, str],
+    reveal: bool = False,
 ) -> pd.DataFrame:
+    """The table students fill; the ``expected`` column only when ``reveal`` (the check)."""
     rows = []
     for q in questions:
-        rows.append(
-            {
-                "experiment": q.experiment,
-                "question": q.question,
-                "live run": live.get(q.key, "(not run)"),
-                "replay": replayed.get(q.key, "(not run)"),
-                "your answer": answers.get(q.key) or "",
-                "expected": q.expected,
-            }
-        )
+        row = {
+            "key": q.key,
+            "experiment": q.experiment,
+            "question": q.question,
+            "live run": live.get(q.key, "(not run)"),
+            "replay": replayed.get(q.key, "(not run)"),
+            "your answer": answers.get(q.key) or "",
+        }
+        if reveal:
+            row["expected"] = q.expected
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

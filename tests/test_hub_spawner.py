@@ -10,6 +10,7 @@ see the launch file carry the hub's environment into the task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -151,7 +152,7 @@ def test_a_preempted_server_ends_with_a_message_shown_next_time(live: Live, tmp_
         assert live.client().job(spawner.job_id).state == "STOPPED"
         spawner.clear_state()
         assert "higher-priority job" in spawner.get_state()["labhive_last_end"]
-        assert "higher-priority job" in spawner._options_form()
+        assert "higher-priority job" in asyncio.run(spawner._options_form())
     finally:
         preemptor.cancel()
 
@@ -244,3 +245,74 @@ def test_a_new_users_home_gets_the_course_files_once_and_keeps_their_edits(
         assert (home / "lab2.ipynb").read_text() == '{"cells": [1]}'
     finally:
         asyncio.run(spawner.stop())
+
+
+CAROL_GRANTS = """\
+users:
+  carol: {token: carol-token-789, groups: [vc1]}
+groups:
+  "*": {vcs: [default]}
+  vc1: {vcs: [vc1]}
+  instructors: {vcs: ["*"]}
+"""
+
+
+def test_the_spawn_form_offers_the_users_vcs_their_own_first_and_says_a_queued_job_was_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Given carol in group vc1 (and everyone granted default): the form offers vc1 (her own,
+    selected) and default; a server without a choice goes to vc1, not the first granted;
+    a choice she has no grant for is refused; stopping her server while it queues says its
+    queued job was cancelled, on the next form."""
+    grants = tmp_path / "grants.yaml"
+    grants.write_text(CAROL_GRANTS)
+    with live_service(tmp_path / "data", users=CAROL_GRANTS) as live:
+        spawner = make_spawner(
+            live, tmp_path, token="carol-token-789", user="carol", grants_file=str(grants)
+        )
+        spawner.user = SimpleNamespace(**{**vars(spawner.user), "groups": [_Group("vc1")]})
+        form = asyncio.run(spawner._options_form())
+        assert "<option value='vc1' selected>vc1 (your VC)</option>" in form, form
+        assert "<option value='default'>default</option>" in form, form
+        assert spawner.options_from_form({"vc": ["default"]}) == {"profile": "", "vc": "default"}
+        teacher = make_spawner(live, tmp_path, user="tina", grants_file=str(grants))
+        teacher.user = SimpleNamespace(**{**vars(teacher.user), "groups": [_Group("instructors")]})
+        assert asyncio.run(teacher._vc_choices()) == list(live.client().vcs()), "all, in order"
+
+        blocker = block_vc1(live)
+        try:
+            spawner.user_options = {}
+            started = asyncio.run(_start_then_stop_while_waiting(spawner))
+            assert started.startswith("WAITING: position 1 of 1 in vc1"), started
+            assert live.client().job(spawner.job_id).state == "STOPPED"
+            assert "was still waiting in vc1's queue" in spawner.last_end
+            assert "queued job was cancelled" in asyncio.run(spawner._options_form())
+        finally:
+            blocker.cancel()
+
+        spawner.user_options = {"vc": "default"}
+        asyncio.run(asyncio.wait_for(spawner.start(), 30))
+        try:
+            assert live.client().job(spawner.job_id).vc == "default"
+        finally:
+            asyncio.run(spawner.stop(now=True))
+        spawner.user_options = {"vc": "vc2"}
+        with pytest.raises(ServerJobEnded, match=r"may not start a server in VC 'vc2'.*vc1"):
+            asyncio.run(spawner.start())
+
+
+class _Group(SimpleNamespace):
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name)
+
+
+async def _start_then_stop_while_waiting(spawner: LabHiveSpawner) -> str:
+    """The user presses stop on the spawn page while the server queues: the hub cancels
+    start() and calls stop()."""
+    start = asyncio.ensure_future(spawner.start())
+    message = await first_waiting_message(spawner)
+    start.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await start
+    await spawner.stop()
+    return message

@@ -84,6 +84,8 @@ def test_cell_magic_runs_the_body_with_the_kernels_python(kernel: Kernel) -> Non
 
     assert f"sum is 45 on {tuple(sys.version_info[:2])}" in lines
     assert out.texts()[-1].startswith("job body: SUCCEEDED")
+    (card,) = out.displays.values()  # the job's display: its final state, the log printed once
+    assert "SUCCEEDED" in card["text/html"] and "sum is 45" not in card["text/html"]
 
 
 def test_cancel_stops_a_running_job(kernel: Kernel, service: Service) -> None:

@@ -7,6 +7,7 @@ those checks to pass and the executed notebook to end with meaningful text, not 
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -50,8 +51,18 @@ def test_lab1_a_jobs_life(service: Service, tmp_path: Path) -> None:
 
 
 def test_lab2_hived_experiments_live_and_replayed(service: Service, tmp_path: Path) -> None:
-    text = run("lab2_sharing_with_hived.ipynb", tmp_path)
+    nb, _ = execute(LABS / "lab2_sharing_with_hived.ipynb", tmp_path / "lab2.ipynb")
+    text = text_of(nb)
     assert "CHECK PASSED: the live run, the replay agree" in text
+    # tables are HTML for JupyterLab, and the expected values appear only in the checking cell
+    tables = [o["data"] for c in nb["cells"] for o in c.get("outputs", []) if "data" in o]
+    html = ["".join(d.get("text/html", "")) for d in tables]
+    assert sum('class="dataframe labhive-lab-table"' in h for h in html) > 8, html
+    shown = [(i, "".join(c["source"])) for i, c in enumerate(nb["cells"])]
+    check = next(i for i, src in shown if "check_observations" in src)
+    before = [d for c in nb["cells"][:check] for o in c.get("outputs", []) if (d := o.get("data"))]
+    assert before and not any("expected" in "".join(d.get("text/plain", "")) for d in before)
+    assert all("Question(" not in src for _, src in shown), "the expected values are in a cell"
     assert "12 of 12 answers not filled yet" in text
     assert "preempted" in text and "hostname-carol,hostname-dan" in text
 
@@ -60,7 +71,9 @@ def test_lab2_checking_cell_says_what_differs_from_a_students_answers(tmp_path: 
     answers = {"e1_second": "RUNNING", "e4_gang": "0", "e5_incr": "2"}
     text = run("lab2_sharing_with_hived.ipynb", tmp_path, live=False, answers=answers)
     assert "9 of 12 answers not filled yet" in text
-    differences = text.split("DIFFERENCES:")[1]
+    after = text.split("DIFFERENCES:")[1].splitlines()
+    differences = "\n".join(line for line in after if line.startswith(" - "))
+    assert "hostname-carol" in text.split("DIFFERENCES:")[1], "the revealed table follows"
     assert "1 VC safety: state of the 2nd vc1 job while the 1st runs - you wrote 'RUNNING'" in (
         differences
     )
@@ -109,6 +122,8 @@ def test_lab5_metrics_drill_and_alerts(service: Service, tmp_path: Path) -> None
     assert "CHECK PASSED" in text
     assert 'labhive_queue_length{vc="vc1"} 2.0' in text
     assert "LabHiveNodeUnhealthy" in text and "LabHiveQueueWaitTooLong" in text
+    assert "Warning" not in text, "a pandas warning in the student's output"
+    assert not re.search(r"^vnode-\d+\s+\d+\.0\s", text, re.M), "job ids shown as floats"
 
 
 def test_submit_and_watch_ends_with_the_jobs_final_state(service: Service, tmp_path: Path) -> None:
