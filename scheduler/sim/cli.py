@@ -67,6 +67,13 @@ def register(subparsers: Any) -> None:
         "(default: none, it reruns its whole duration)",
     )
     p.add_argument(
+        "--restart-cost",
+        type=float,
+        default=0.0,
+        help="seconds a preempted job spends restoring its state when it restarts (added to "
+        "its remaining work and counted as wasted GPU time; default 0)",
+    )
+    p.add_argument(
         "--locality",
         choices=("consolidated", "anywhere"),
         help="gang placement of the queue policies (default consolidated; HiveD places its own)",
@@ -98,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--checkpoint must be a positive number of seconds")
     if args.machines is not None and args.machines < 1:
         raise UserError("--machines must be at least 1")
+    if args.restart_cost < 0:
+        raise UserError("--restart-cost must be 0 or more seconds")
     if args.scenario is not None:
         return _run_scenario(args)
     if args.cluster is None:
@@ -123,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             trace.jobs,
             locality=args.locality,
             checkpoint=args.checkpoint,
+            restart_cost=args.restart_cost,
             priority=priority,
             sample=args.sample,
             seed=args.seed,
@@ -138,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             "so every policy gives the same figures; try --machines N for a slice where jobs "
             "contend"
         )
+    notes.extend(_waste_warnings(runs))
     left_out = runs[0].left_out if runs else {}
     if left_out:
         notes.append(
@@ -146,6 +157,21 @@ def run(args: argparse.Namespace) -> int:
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
     return _report(args, runs, meta, notes)
+
+
+def _waste_warnings(runs: list[Any]) -> list[str]:
+    from labhive.scheduler.sim.metrics import WASTE_WARNING
+
+    out = []
+    for r in runs:
+        share = r.summary["overall"].get("wasted_share") or 0.0
+        if share > WASTE_WARNING:
+            out.append(
+                f"WARNING: {r.label} wasted {share:.1%} of its GPU time on preempted runs "
+                "(progress lost, restarts): give --checkpoint SECONDS, a longer las:quantum, "
+                "or turn starvation promotion off (las:promote_knob=0, the default)"
+            )
+    return out
 
 
 def _run_scenario(args: argparse.Namespace) -> int:
@@ -179,7 +205,7 @@ def _report(
 
 def _notes(args: argparse.Namespace, trace: Any, cluster_note: str) -> list[str]:
     notes = []
-    if "synthetic" in str(args.trace).lower():
+    if trace.synthetic:
         notes.append(SYNTHETIC_NOTE)
     notes.append(f"trace: {args.trace} ({trace.format}): {len(trace.jobs):,} jobs to replay")
     if trace.skipped:
@@ -207,7 +233,7 @@ def _meta(
     return {
         "trace": str(args.trace),
         "trace_format": trace.format,
-        "synthetic": "synthetic" in str(args.trace).lower(),
+        "synthetic": trace.synthetic,
         "cluster": cluster_note,
         "seed": args.seed,
         "checkpoint": args.checkpoint,
