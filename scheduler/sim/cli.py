@@ -89,6 +89,36 @@ def register(subparsers: Any) -> None:
     p.add_argument("--strict", action="store_true", help="reject the trace on a malformed row")
     p.add_argument("--quiet", action="store_true", help="no progress bar or notes on stderr")
     p.set_defaults(func=run)
+    r = subparsers.add_parser(
+        "trace-report",
+        help="a trace's job statistics beside a real cluster's (AcmeTrace cluster_summary.csv)",
+        description=(
+            "Compare a job trace's statistics (median and average run time, GPUs per job, "
+            "completed/cancelled/failed shares) with a real cluster's row of AcmeTrace's "
+            "cluster_summary.csv (default row: Philly), e.g. to check a synthetic trace."
+        ),
+    )
+    r.add_argument("trace", help="trace file (any format labhive simulate reads)")
+    r.add_argument("--against", required=True, help="AcmeTrace cluster_summary.csv")
+    r.add_argument("--row", default="Philly", help="the cluster to compare with (default Philly)")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from labhive.scheduler.sim.compare import comparison, comparison_text
+    from labhive.scheduler.sim.traces import load_trace
+
+    trace = load_trace(args.trace)
+    rows = comparison(trace, args.against, args.row)
+    if args.json:
+        print(json.dumps({"trace": str(args.trace), "synthetic": trace.synthetic, "rows": rows}))
+        return 0
+    if trace.synthetic:
+        print(SYNTHETIC_NOTE)
+    print(f"trace: {args.trace} ({trace.format}): {len(trace.jobs):,} runnable jobs")
+    print(comparison_text(rows, args.row))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
