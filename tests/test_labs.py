@@ -79,6 +79,8 @@ def test_lab4_policies_on_a_trace_say_the_trace_is_synthetic(tmp_path: Path) -> 
     assert "SYNTHETIC (generated in the Philly format; not Philly results)" in text
     assert "gpu_time_first" in text
     assert "a slice of the real 552-machine list" in text
+    assert "SYNTHETIC trace next to the real Philly cluster" in text
+    assert "share a GPU" in text and "(REAL data)" in text  # the Alibaba sharing section
 
 
 def test_lab5_metrics_drill_and_alerts(service: Service, tmp_path: Path) -> None:
