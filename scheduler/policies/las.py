@@ -67,6 +67,8 @@ class LasPolicy(QueuedPolicy):
         return job.level
 
     def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
+        if self.per_vc:
+            return (v for v in self._lower_than(job.level) if v.vc == job.vc)
         return self._lower_than(job.level)
 
     def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
@@ -138,8 +140,9 @@ class LasPolicy(QueuedPolicy):
         while self._matured and self._matured[0][0] <= now:
             heapq.heappop(self._matured)  # its quantum is over: the passes since saw it
         sources = [(self._demotions, self._running_token), (self._promotions, self._waiting_token)]
-        if self._waiting:  # a waiting job may preempt a lower run once its quantum is over
-            top = min(k[0] if isinstance(k, tuple) else k for k in self._groups)
+        heads = [h for g in list(self._groups) if (h := self._head(g)) is not None]
+        if heads:  # a waiting job may preempt a lower run once its quantum is over
+            top = min(h.level for h in heads)
             sources.append((self._matured, lambda j, t: self._preemptible(j, t, top)))
         for heap, valid in sources:
             while heap and not valid(heap[0][2], heap[0][1]):
@@ -178,4 +181,5 @@ def create(config: ClusterConfig, **options: Any) -> LasPolicy:
         thresholds=THRESHOLDS,
         promote_knob=PROMOTE_KNOB,
         quantum=QUANTUM,
+        per_vc=False,
     )

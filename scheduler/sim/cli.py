@@ -43,6 +43,12 @@ def register(subparsers: Any) -> None:
         help="policy, optionally with options: NAME or NAME:key=value,... (repeat to compare)",
     )
     p.add_argument("--vcs", help="CSV of VC weights (vc,nodes) to split a machine list into VCs")
+    p.add_argument(
+        "--per-vc",
+        action="store_true",
+        help="FIFO, SJF, LAS: a queue per VC, each VC running at most its quota (Helios' "
+        "model) instead of one pool for all",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--out", type=Path, help="write per-job CSVs, summary.json and figures here")
     p.add_argument("--limit", type=int, help="replay only the first N jobs (by submit time)")
@@ -149,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         return run_sharing(args)
     if args.fill:
         raise UserError("--fill applies to the Alibaba trace (openb_pod_list_*.csv)")
+    if args.per_vc:
+        args.policy = [_per_vc(p) for p in args.policy]
     priority = parse_priority(args.priority)
     config, cluster_note = load_sim_cluster(args.cluster, args.vcs, args.machines)
     trace = load_trace(
@@ -187,6 +195,20 @@ def run(args: argparse.Namespace) -> int:
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
     return _report(args, runs, meta, notes)
+
+
+PER_VC_POLICIES = ("fifo", "sjf", "las")
+
+
+def _per_vc(policy: str) -> str:
+    """``--per-vc``: the policy with ``per_vc=true`` (FIFO, SJF and LAS offer it)."""
+    name, _, rest = policy.partition(":")
+    if name not in PER_VC_POLICIES:
+        raise UserError(
+            f"--per-vc applies to {', '.join(PER_VC_POLICIES)}; {name} "
+            + ("keeps VC quotas already" if name in ("capacity", "hived") else "has no per-VC mode")
+        )
+    return f"{name}:{rest + ',' if rest else ''}per_vc=true"
 
 
 def _waste_warnings(runs: list[Any]) -> list[str]:
