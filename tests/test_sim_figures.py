@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from labhive.scheduler.cli import main
 from labhive.scheduler.sim.report import PALETTE
 
@@ -42,3 +44,21 @@ def test_a_policy_keeps_its_colour_across_figures(tmp_path: Path) -> None:
         ("sjf p95", "sjf"),
         ("sjf avg", "sjf"),
     ]
+
+
+def test_progress_is_a_line_per_policy_off_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time,vc,user,gpus,duration\n0,default,a,1,10\n5,default,b,1,10\n")
+    machines = tmp_path / "m.csv"
+    machines.write_text("machineId,number of GPUs\nm0,2\n")
+    args = ["simulate", "--trace", str(trace), "--cluster", str(machines), "--policy", "fifo"]
+    assert main([*args, "--policy", "las"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" in ")[0] for line in err] == [
+        "simulate: fifo: 2 jobs",
+        "simulate: las: 2 jobs",
+    ]
+    assert main([*args, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
