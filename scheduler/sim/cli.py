@@ -147,12 +147,18 @@ def run(args: argparse.Namespace) -> int:
         return _run_scenario(args)
     if args.cluster is None:
         raise UserError("--trace needs --cluster (a HiveD config or a machine list)")
-    from labhive.scheduler.sim.openb import is_pod_list
+    from labhive.scheduler.sim.openb import is_node_list, is_pod_list
 
     if is_pod_list(args.trace):
         from labhive.scheduler.sim.sharing_cli import run_sharing
 
+        _sharing_flags(args)
         return run_sharing(args)
+    if is_node_list(args.cluster):
+        raise UserError(
+            f"{args.cluster} is the Alibaba node list: it goes with its pod list "
+            "(openb_pod_list_*.csv); this trace needs a HiveD config or a machine list"
+        )
     if args.fill:
         raise UserError("--fill applies to the Alibaba trace (openb_pod_list_*.csv)")
     if args.per_vc:
@@ -198,6 +204,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 PER_VC_POLICIES = ("fifo", "sjf", "las")
+
+
+def _sharing_flags(args: argparse.Namespace) -> None:
+    """The Alibaba trace has no VCs, users or preemption: say which flags do not apply."""
+    unused = [
+        flag
+        for flag, on in (
+            ("--per-vc", args.per_vc),
+            ("--vcs", args.vcs is not None),
+            ("--checkpoint", args.checkpoint is not None),
+            ("--restart-cost", args.restart_cost > 0),
+            ("--sample", args.sample is not None),
+            ("--locality", args.locality is not None),
+        )
+        if on
+    ]
+    if unused:
+        raise UserError(
+            f"{', '.join(unused)} do(es) not apply to the Alibaba trace (no VCs, no "
+            "preemption); it takes --machines, --limit, --fill, --json, --out"
+        )
 
 
 def _per_vc(policy: str) -> str:
