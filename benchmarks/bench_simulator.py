@@ -97,7 +97,9 @@ def main() -> int:
     if not args.trace.is_file():
         print(f"no trace at {args.trace}; give --trace", file=sys.stderr)
         return 2
-    synthetic = "synthetic" in str(args.trace).lower()
+    from labhive.scheduler.sim.traces import file_is_synthetic
+
+    synthetic = file_is_synthetic(args.trace)
     print(f"trace: {args.trace}" + (" (SYNTHETIC: not Philly results)" if synthetic else ""))
     print(
         f"cluster: {args.cluster}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"

@@ -13,7 +13,7 @@ from labhive.scheduler.cli import main
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.metrics import summarize
-from labhive.scheduler.sim.traces import load_trace
+from labhive.scheduler.sim.traces import file_is_synthetic, load_trace
 
 
 def long_and_short() -> list:
@@ -73,7 +73,9 @@ def test_a_synthetic_trace_is_known_by_its_content(
         pytest.skip(f"no synthetic sample at {sample}")
     renamed = tmp_path / "philly_jobs.csv"
     shutil.copy(sample, renamed)
-    assert load_trace(renamed).synthetic
+    assert load_trace(renamed).synthetic and file_is_synthetic(renamed)
+    packed = PHILLY / "synthetic" / "synthetic_cluster_job_log.json.gz"
+    assert file_is_synthetic(packed)
     machines = tmp_path / "m.csv"
     machines.write_text("machineId,number of GPUs\nm0,8\n")
     args = ["simulate", "--trace", str(renamed), "--cluster", str(machines), "--limit", "20"]
@@ -81,4 +83,4 @@ def test_a_synthetic_trace_is_known_by_its_content(
     assert "this trace is SYNTHETIC" in capsys.readouterr().out
     real_looking = tmp_path / "synthetic_name_only.csv"
     real_looking.write_text("submit_time,vc,user,gpus,duration\n0,default,a,1,10\n")
-    assert not load_trace(real_looking).synthetic
+    assert not load_trace(real_looking).synthetic and not file_is_synthetic(real_looking)

@@ -82,6 +82,18 @@ def is_synthetic(text: str) -> bool:
     return digest in SYNTHETIC_FIRST_RECORDS
 
 
+def file_is_synthetic(path: str | Path) -> bool:
+    """``is_synthetic`` for a file, reading only its first lines (plain or gzipped)."""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    opener: Any = gzip.open if gz else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
+            return is_synthetic(fh.readline() + fh.readline())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 @dataclass
 class Trace:
     source: str
