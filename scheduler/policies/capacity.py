@@ -72,7 +72,9 @@ class CapacityPolicy(QueuedPolicy):
         return sum(self.vc_borrowed.values()) - self.vc_borrowed.get(job.vc, 0)
 
     def _reclaimable(self, vc: str) -> Iterator[QueuedJob]:
-        for job_id in reversed(list(self._borrowers)):
+        # no copy: nothing changes ``_borrowers`` while a search walks it (victims are only
+        # stopped after the search), and a search stops early, so it costs what it visits
+        for job_id in reversed(self._borrowers):
             victim = self._borrowers.get(job_id)
             if victim is None or victim.vc == vc:
                 continue

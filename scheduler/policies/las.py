@@ -77,7 +77,7 @@ class LasPolicy(QueuedPolicy):
     def _lower_than(self, level: int) -> Iterator[QueuedJob]:
         young = self._now - self.quantum + _EPS
         for lower in range(len(self._running) - 1, level, -1):
-            for job_id in reversed(list(self._running[lower])):
+            for job_id in reversed(self._running[lower]):  # no copy: see Capacity
                 victim = self._running[lower].get(job_id)
                 if victim is not None and victim.started <= young:
                     yield victim
