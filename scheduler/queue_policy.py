@@ -410,9 +410,14 @@ class QueuedPolicy:
         if not self.preemptive and free == 0:
             return  # nothing can start until something ends
         heads: list[tuple[Any, int, Hashable]] = []
-        for group in list(self._groups) if groups is None else groups:
-            head = self._head(group)
-            if head is not None and (self.preemptive or head.gpus <= free):
+        waiting, lines = self._waiting, self._groups
+        for group in list(lines) if groups is None else groups:
+            # the common case inline (a pass visits every line): a line's first entry is live
+            line = lines.get(group)
+            head = waiting.get(line[0][3]) if line else None
+            if head is None or line is None or head.token != line[0][2]:
+                head = self._head(group)  # drops stale entries
+            if head is not None and (self.preemptive or head.gang.gpus <= free):
                 heads.append((self.group_priority(head), head.seq, group))
         heapq.heapify(heads)
         while heads:

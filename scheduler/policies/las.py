@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
@@ -139,7 +139,10 @@ class LasPolicy(QueuedPolicy):
         now = self._now + _EPS
         while self._matured and self._matured[0][0] <= now:
             heapq.heappop(self._matured)  # its quantum is over: the passes since saw it
-        sources = [(self._demotions, self._running_token), (self._promotions, self._waiting_token)]
+        sources: list[tuple[list[tuple[float, int, str]], Callable[[str, int], bool]]] = [
+            (self._demotions, self._running_token),
+            (self._promotions, self._waiting_token),
+        ]
         heads = [h for g in list(self._groups) if (h := self._head(g)) is not None]
         if heads:  # a waiting job may preempt a lower run once its quantum is over
             top = min(h.level for h in heads)
