@@ -9,7 +9,12 @@ per run: jobs, wall seconds, CPU seconds (the one-core cost; wall time also coun
 the CPU on a shared machine), jobs per CPU second, peak memory; then the 100%/10% cost ratio.
 Targets (issue 4): full trace < 20 s per policy on one core, 100%/10% <= 12, peak < 2 GB.
 
+``--jobs 100000,1000000`` instead replays that many jobs: the trace repeated back to back
+(each copy shifted by the trace's span, so the load stays the trace's), and prints jobs per
+CPU second and peak memory per size (issue 20's target: 1M jobs < 60 s per policy, < 2 GB).
+
     .venv/bin/python benchmarks/bench_simulator.py [--policies fifo,hived] [--shares 10,25,50,100]
+    .venv/bin/python benchmarks/bench_simulator.py --policies fifo,hived --jobs 100000,1000000
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "philly"
@@ -38,7 +44,8 @@ def one(policy: str, share: int, trace: Path, cluster: Path) -> dict[str, object
     t0 = time.perf_counter()
     config, _ = load_sim_cluster(cluster)
     jobs = load_trace(trace).jobs
-    jobs = jobs[: max(1, len(jobs) * share // 100)]
+    # a negative share -N means N jobs, the trace repeated as often as needed
+    jobs = repeated(jobs, -share) if share < 0 else jobs[: max(1, len(jobs) * share // 100)]
     load_s = time.perf_counter() - t0
     wall, cpu = time.perf_counter(), time.process_time()
     run = run_policy(policy, config, jobs)
@@ -58,10 +65,28 @@ def one(policy: str, share: int, trace: Path, cluster: Path) -> dict[str, object
     }
 
 
+def repeated(jobs: list[Any], n: int) -> list[Any]:
+    """``n`` jobs: copies of the trace back to back, each shifted by the trace's span."""
+    from dataclasses import replace
+
+    span = jobs[-1].submit - jobs[0].submit + 1.0
+    out = []
+    copy = 0
+    while len(out) < n:
+        shift = copy * span
+        out.extend(
+            replace(j, job_id=f"{j.job_id}#{copy}", submit=j.submit + shift)
+            for j in jobs[: n - len(out)]
+        )
+        copy += 1
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policies", default="fifo,hived")
     parser.add_argument("--shares", default="10,25,50,100")
+    parser.add_argument("--jobs", help="job counts instead of shares, e.g. 100000,1000000")
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--cluster", type=Path, default=CLUSTER)
     parser.add_argument("--one", nargs=2, metavar=("POLICY", "SHARE"), help=argparse.SUPPRESS)
@@ -72,7 +97,9 @@ def main() -> int:
     if not args.trace.is_file():
         print(f"no trace at {args.trace}; give --trace", file=sys.stderr)
         return 2
-    synthetic = "synthetic" in str(args.trace).lower()
+    from labhive.scheduler.sim.traces import file_is_synthetic
+
+    synthetic = file_is_synthetic(args.trace)
     print(f"trace: {args.trace}" + (" (SYNTHETIC: not Philly results)" if synthetic else ""))
     print(
         f"cluster: {args.cluster}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
@@ -82,18 +109,20 @@ def main() -> int:
     print(header)
     print("-" * len(header))
     results: dict[tuple[str, int], dict[str, float]] = {}
+    sizes = [-int(n) for n in args.jobs.split(",")] if args.jobs else None
     for policy in args.policies.split(","):
-        for share in (int(s) for s in args.shares.split(",")):
+        for share in sizes or [int(s) for s in args.shares.split(",")]:
             cmd = [sys.executable, __file__, "--one", policy, str(share)]
             cmd += ["--trace", str(args.trace), "--cluster", str(args.cluster)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if out.returncode != 0:
-                print(f"{policy:8} {share:>4}% failed: {out.stderr.strip().splitlines()[-1:]}")
+                print(f"{policy:8} {share:>5} failed: {out.stderr.strip().splitlines()[-1:]}")
                 continue
             r = json.loads(out.stdout)
             results[(policy, share)] = r
             print(
-                f"{policy:8} {share:>4}% {r['jobs']:>8,} {r['events']:>8,} {r['load_s']:>7.1f} "
+                f"{policy:8} {_share(share):>5} {r['jobs']:>8,} {r['events']:>8,} "
+                f"{r['load_s']:>7.1f} "
                 f"{r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['jobs'] / r['cpu_s']:>10,.0f} "
                 f"{r['peak_mb']:>8.0f} {r['utilization']:>6.1%}",
                 flush=True,
@@ -106,6 +135,10 @@ def main() -> int:
                 f"{hi['wall_s'] / lo['wall_s']:.1f} (wall); target <= 12"
             )
     return 0
+
+
+def _share(share: int) -> str:
+    return f"{share}%" if share >= 0 else "-"
 
 
 if __name__ == "__main__":

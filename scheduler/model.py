@@ -232,7 +232,7 @@ def handle_together(scheduler: Scheduler, events: list[Event]) -> list[Decision]
     ``handle_batch(events)`` applies them all before it decides (so three jobs submitted in the
     same second are ordered by the policy, not by the file); any other gets them one by one."""
     batch = getattr(scheduler, "handle_batch", None)
-    if batch is not None:
+    if batch is not None and len(events) > 1:
         return list(batch(events))
     out: list[Decision] = []
     for event in events:

@@ -12,6 +12,10 @@ FIFO, SJF, DRF, Capacity and LAS differ in three answers, which a subclass gives
 Optionally ``admit`` (may this job start now, guaranteed or borrowed?) and ``victims`` (running
 jobs it may preempt, in preemption order). Placement is ``NodePool``'s, the same for all.
 
+Per-VC queues (``per_vc=true``, offered by FIFO, SJF and LAS; Helios' model): each VC has its
+own lines and runs at most its guaranteed GPUs (its quota, counted on the shared pool), never
+borrowing; a job larger than its VC's quota is rejected; LAS preempts only within the VC.
+
 Cost: a new submission tries only that job, and only if it heads its group; a pass after
 resources free up visits each group's head once, so a 10,000-job queue is never rescanned.
 """
@@ -119,10 +123,12 @@ class QueuedPolicy:
         vc_gpus: dict[str, int],
         *,
         backfill: bool | None = None,
+        per_vc: bool = False,
         pool_factory: Any = None,
     ):
         self.pool = pool
         self.backfill = self.BACKFILL if backfill is None else backfill
+        self.per_vc = per_vc
         self.vc_gpus = dict(vc_gpus)
         self._pool_factory = pool_factory
         self._jobs: dict[str, QueuedJob] = {}
@@ -146,7 +152,13 @@ class QueuedPolicy:
 
     def group_key(self, job: QueuedJob) -> Hashable:
         line = self.line_key(job)
+        if self.per_vc:
+            line = (job.vc, line)
         return (line, job.gpus) if self.backfill else line
+
+    def within_quota(self, job: QueuedJob) -> bool:
+        """Per-VC mode: the VC's running jobs plus this one stay within its quota."""
+        return self.vc_used.get(job.vc, 0) + job.gpus <= self.vc_gpus.get(job.vc, 0)
 
     def group_priority(self, head: QueuedJob) -> Any:
         return self.order_key(head)
@@ -194,6 +206,12 @@ class QueuedPolicy:
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs (largest task {biggest}) but this cluster "
                 f"has {self.pool.total_gpus} GPUs and at most {self.pool.max_node_gpus} on a node"
+            )
+        if self.per_vc and spec.total_gpus > self.vc_gpus[spec.vc]:
+            raise SpecRejected(
+                f"the job needs {spec.total_gpus} GPUs but VC {spec.vc} is guaranteed "
+                f"{self.vc_gpus[spec.vc]} and per-VC queues never borrow; ask for fewer GPUs "
+                "or drop per_vc"
             )
 
     def handle(self, event: Event) -> list[Decision]:
@@ -392,9 +410,14 @@ class QueuedPolicy:
         if not self.preemptive and free == 0:
             return  # nothing can start until something ends
         heads: list[tuple[Any, int, Hashable]] = []
-        for group in list(self._groups) if groups is None else groups:
-            head = self._head(group)
-            if head is not None and (self.preemptive or head.gpus <= free):
+        waiting, lines = self._waiting, self._groups
+        for group in list(lines) if groups is None else groups:
+            # the common case inline (a pass visits every line): a line's first entry is live
+            line = lines.get(group)
+            head = waiting.get(line[0][3]) if line else None
+            if head is None or line is None or head.token != line[0][2]:
+                head = self._head(group)  # drops stale entries
+            if head is not None and (self.preemptive or head.gang.gpus <= free):
                 heads.append((self.group_priority(head), head.seq, group))
         heapq.heapify(heads)
         while heads:
@@ -410,11 +433,12 @@ class QueuedPolicy:
 
     def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
         allowed, opp = self.admit(job)
-        if not allowed:
+        if not allowed or (self.per_vc and not self._room_in_vc(job)):
             return False
         tasks = None
         shape = job.gang.shape
-        if job.gpus <= self.pool.free_gpus and shape not in self._no_room:
+        over = self._over_quota(job)
+        if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
             tasks = self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
@@ -424,6 +448,22 @@ class QueuedPolicy:
                 return False
         out.append(self._start(job, tasks, opp))
         return True
+
+    def _over_quota(self, job: QueuedJob) -> int:
+        """Per-VC mode: GPUs the VC must give back before the job may start (else 0)."""
+        if not self.per_vc:
+            return 0
+        return max(0, self.vc_used.get(job.vc, 0) + job.gpus - self.vc_gpus.get(job.vc, 0))
+
+    def _room_in_vc(self, job: QueuedJob) -> bool:
+        """Per-VC mode: within quota now, or (preemptive policies) once the VC's own victims
+        are gone (``victims`` yields only the VC's jobs then)."""
+        if self.within_quota(job):
+            return True
+        if not self.preemptive:
+            return False
+        held = sum(v.gpus for v in self.victims(job, False))
+        return self.vc_used.get(job.vc, 0) - held + job.gpus <= self.vc_gpus.get(job.vc, 0)
 
     def _preempt_for(
         self, job: QueuedJob, opp: bool, out: list[Decision]
@@ -442,11 +482,14 @@ class QueuedPolicy:
         freed = self.pool.free_gpus
         limit = job.gpus + 2 * self.pool.max_node_gpus
         tasks = None
+        over = self._over_quota(job)  # per-VC mode: the VC's own jobs must give these back
+        vc_freed = 0
         for victim in self.victims(job, opp):
             released.append((victim, self.pool.placement(victim.job_id)))
             self.pool.release(victim.job_id)
             freed += victim.gpus
-            if freed >= job.gpus:
+            vc_freed += victim.gpus if victim.vc == job.vc else 0
+            if freed >= job.gpus and vc_freed >= over:
                 tasks = self.pool.place(job.job_id, job.gang)
                 if tasks is not None or freed >= limit:
                     break
@@ -455,8 +498,13 @@ class QueuedPolicy:
                 self.pool.claim(victim.job_id, held, victim.gang)
             return None
         self._no_room.clear()  # the cluster changed
+        spare = vc_freed - over
         for victim, held in released:
-            if self.pool.claim(victim.job_id, held, victim.gang):
+            own = victim.vc == job.vc and over > 0
+            if (not own or victim.gpus <= spare) and self.pool.claim(
+                victim.job_id, held, victim.gang
+            ):
+                spare -= victim.gpus if own else 0
                 continue  # its GPUs were not needed after all: it keeps running
             self._stop(victim, release=False)  # its GPUs went to ``job``
             self._enqueue(victim)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from labhive.scheduler.config import ClusterConfig, load_cluster_config
@@ -12,12 +11,7 @@ from labhive.scheduler.sim.machines import Machine, cluster_dict
 from labhive.scheduler.sim.traces import TraceJob
 from labhive.scheduler.sim.workload import trace_job_spec
 
-#: The course data beside the checkout; ``LABHIVE_SHARED_DATA`` points elsewhere (a worktree).
-DATA = Path(
-    os.environ.get(
-        "LABHIVE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    )
-)
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PHILLY = DATA / "philly"
 
 

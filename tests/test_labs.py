@@ -95,6 +95,8 @@ def test_lab4_policies_on_a_trace_say_the_trace_is_synthetic(tmp_path: Path) -> 
     assert "SYNTHETIC (generated in the Philly format; not Philly results)" in text
     assert "gpu_time_first" in text
     assert "a slice of the real 552-machine list" in text
+    assert "SYNTHETIC trace next to the real Philly cluster" in text
+    assert "share a GPU" in text and "(REAL data)" in text  # the Alibaba sharing section
 
 
 def test_a_copy_of_the_labs_in_a_home_finds_the_course_data_through_labhive_data(

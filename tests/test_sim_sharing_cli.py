@@ -60,6 +60,20 @@ def test_policies_that_do_not_apply_to_gpu_sharing_are_named(
     assert "does not apply to the Alibaba trace" in capsys.readouterr().err
 
 
+def test_flags_that_do_not_apply_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pods, nodes = files(tmp_path)
+    args = ["simulate", "--trace", str(pods), "--cluster", str(nodes), "--policy", "fifo"]
+    assert main([*args, "--per-vc", "--checkpoint", "60"]) == 2
+    assert "--per-vc, --checkpoint do(es) not apply" in capsys.readouterr().err
+    generic = tmp_path / "t.csv"
+    generic.write_text("submit_time,vc,user,gpus,duration\n0,default,a,1,10\n")
+    args = ["simulate", "--trace", str(generic), "--cluster", str(nodes), "--policy", "fifo"]
+    assert main(args) == 2
+    assert "goes with its pod list" in capsys.readouterr().err
+
+
 def test_an_idle_cluster_is_called_idle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("submit_time,vc,user,gpus,duration\n0,default,a,1,10\n100,default,b,1,10\n")

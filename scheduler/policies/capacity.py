@@ -16,6 +16,8 @@ import math
 from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
@@ -30,6 +32,18 @@ class CapacityPolicy(QueuedPolicy):
         super().__init__(*args, **kwargs)
         self.borrow = borrow
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
+
+    def check(self, spec: JobSpec) -> None:
+        """Also reject, with hard quotas, a job larger than its VC's quota: it would block
+        its VC's line forever."""
+        super().check(spec)
+        quota = self.vc_gpus.get(spec.vc, 0)
+        if not self.borrow and spec.total_gpus > quota:
+            raise SpecRejected(
+                f"the job needs {spec.total_gpus} GPUs but VC {spec.vc}'s quota is {quota} and "
+                "borrowing is off (capacity:borrow=false); ask for at most "
+                f"{quota} GPUs or allow borrowing"
+            )
 
     def line_key(self, job: QueuedJob) -> Hashable:
         return job.vc
@@ -58,7 +72,9 @@ class CapacityPolicy(QueuedPolicy):
         return sum(self.vc_borrowed.values()) - self.vc_borrowed.get(job.vc, 0)
 
     def _reclaimable(self, vc: str) -> Iterator[QueuedJob]:
-        for job_id in reversed(list(self._borrowers)):
+        # no copy: nothing changes ``_borrowers`` while a search walks it (victims are only
+        # stopped after the search), and a search stops early, so it costs what it visits
+        for job_id in reversed(self._borrowers):
             victim = self._borrowers.get(job_id)
             if victim is None or victim.vc == vc:
                 continue

@@ -20,4 +20,4 @@ class FifoPolicy(QueuedPolicy):
 
 
 def create(config: ClusterConfig, **options: Any) -> FifoPolicy:
-    return from_config(FifoPolicy, config, options)
+    return from_config(FifoPolicy, config, options, per_vc=False)

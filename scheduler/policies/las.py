@@ -5,17 +5,21 @@ sit in priority queues split at ``thresholds`` of attained GPU-seconds (default 
 the Tiresias simulator's queue limits: three queues); a job moves down when it crosses one,
 at a time the policy asks the driver for with ``next_wakeup``. Higher queues go first, each
 queue in submission order; a waiting job preempts running jobs of strictly lower queues
-(lowest queue, latest submitted first) when that makes it fit. Starvation guard (Tiresias'
-PROMOTEKNOB): a job waiting in a lower queue for ``promote_knob`` x the time it has run goes
-back to the top queue with its attained service reset; ``promote_knob=0`` turns it off.
-Jobs that do not fit are skipped (``backfill=false`` makes each queue order strict).
+(lowest queue, latest submitted first) when that makes it fit, once they have run for
+``quantum`` seconds (default 300) in their current run, so no run is cut shorter than that.
+Starvation guard (Tiresias' PROMOTEKNOB): a job waiting in a lower queue for ``promote_knob`` x
+the time it has run goes back to the top queue with its attained service reset. It is off by
+default (``promote_knob=0``): without checkpoints a promoted job preempts others that lose
+their progress, is demoted, preempted and promoted again, and long jobs never finish (Tiresias
+pairs it with free checkpoints: ``--checkpoint 1``). Jobs that do not fit are skipped
+(``backfill=false`` makes each queue order strict).
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
@@ -24,7 +28,8 @@ if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
 
 THRESHOLDS = (3250.0, 7200.0)
-PROMOTE_KNOB = 8.0
+PROMOTE_KNOB = 0.0  # Tiresias' simulator uses 8 with checkpoints; off without them
+QUANTUM = 300.0
 _EPS = 1e-6
 
 
@@ -38,11 +43,14 @@ class LasPolicy(QueuedPolicy):
         *args: Any,
         thresholds: tuple[float, ...] = THRESHOLDS,
         promote_knob: float = PROMOTE_KNOB,
+        quantum: float = QUANTUM,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.thresholds = tuple(sorted(float(t) for t in thresholds))
         self.promote_knob = float(promote_knob)
+        self.quantum = max(0.0, float(quantum))
+        self._matured: list[tuple[float, int, str]] = []  # (quantum over, token, job id)
         levels = len(self.thresholds) + 1
         self._running: list[dict[str, QueuedJob]] = [{} for _ in range(levels)]
         self._level_gpus = [0] * levels  # GPUs held by running jobs, per queue
@@ -59,16 +67,19 @@ class LasPolicy(QueuedPolicy):
         return job.level
 
     def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
+        if self.per_vc:
+            return (v for v in self._lower_than(job.level) if v.vc == job.vc)
         return self._lower_than(job.level)
 
     def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
         return sum(self._level_gpus[job.level + 1 :])
 
     def _lower_than(self, level: int) -> Iterator[QueuedJob]:
+        young = self._now - self.quantum + _EPS
         for lower in range(len(self._running) - 1, level, -1):
-            for job_id in reversed(list(self._running[lower])):
+            for job_id in reversed(self._running[lower]):  # no copy: see Capacity
                 victim = self._running[lower].get(job_id)
-                if victim is not None:
+                if victim is not None and victim.started <= young:
                     yield victim
 
     def _file_running(self, job: QueuedJob, sign: int) -> None:
@@ -81,6 +92,8 @@ class LasPolicy(QueuedPolicy):
     def on_started(self, job: QueuedJob) -> None:
         self._file_running(job, +1)
         self._plan_demotion(job)
+        if self.quantum > 0:
+            heapq.heappush(self._matured, (self._now + self.quantum, job.token, job.job_id))
 
     def _plan_demotion(self, job: QueuedJob) -> None:
         if job.level < len(self.thresholds) and job.gpus > 0:
@@ -110,6 +123,8 @@ class LasPolicy(QueuedPolicy):
             job.level += 1
             self._file_running(job, +1)
             self._plan_demotion(job)
+            if job.started + self.quantum > self._now:  # newly preemptible once it matures
+                heapq.heappush(self._matured, (job.started + self.quantum, job.token, job_id))
         while self._promotions and self._promotions[0][0] <= now:
             _, token, job_id = heapq.heappop(self._promotions)
             job = self._waiting.get(job_id)
@@ -121,10 +136,18 @@ class LasPolicy(QueuedPolicy):
 
     def next_wakeup(self) -> float | None:
         times = []
-        for heap, valid in (
+        now = self._now + _EPS
+        while self._matured and self._matured[0][0] <= now:
+            heapq.heappop(self._matured)  # its quantum is over: the passes since saw it
+        sources: list[tuple[list[tuple[float, int, str]], Callable[[str, int], bool]]] = [
             (self._demotions, self._running_token),
             (self._promotions, self._waiting_token),
-        ):
+        ]
+        heads = [h for g in list(self._groups) if (h := self._head(g)) is not None]
+        if heads:  # a waiting job may preempt a lower run once its quantum is over
+            top = min(h.level for h in heads)
+            sources.append((self._matured, lambda j, t: self._preemptible(j, t, top)))
+        for heap, valid in sources:
             while heap and not valid(heap[0][2], heap[0][1]):
                 heapq.heappop(heap)
             if heap:
@@ -134,6 +157,10 @@ class LasPolicy(QueuedPolicy):
     def _running_token(self, job_id: str, token: int) -> bool:
         job = self._jobs.get(job_id)
         return job is not None and job.running and job.token == token
+
+    def _preemptible(self, job_id: str, token: int, top: int) -> bool:
+        job = self._jobs.get(job_id)
+        return job is not None and job.running and job.token == token and job.level > top
 
     def _waiting_token(self, job_id: str, token: int) -> bool:
         job = self._waiting.get(job_id)
@@ -150,4 +177,12 @@ class LasPolicy(QueuedPolicy):
 
 
 def create(config: ClusterConfig, **options: Any) -> LasPolicy:
-    return from_config(LasPolicy, config, options, thresholds=THRESHOLDS, promote_knob=PROMOTE_KNOB)
+    return from_config(
+        LasPolicy,
+        config,
+        options,
+        thresholds=THRESHOLDS,
+        promote_knob=PROMOTE_KNOB,
+        quantum=QUANTUM,
+        per_vc=False,
+    )

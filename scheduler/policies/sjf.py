@@ -26,4 +26,4 @@ class SjfPolicy(QueuedPolicy):
 
 
 def create(config: ClusterConfig, **options: Any) -> SjfPolicy:
-    return from_config(SjfPolicy, config, options)
+    return from_config(SjfPolicy, config, options, per_vc=False)

@@ -43,6 +43,12 @@ def register(subparsers: Any) -> None:
         help="policy, optionally with options: NAME or NAME:key=value,... (repeat to compare)",
     )
     p.add_argument("--vcs", help="CSV of VC weights (vc,nodes) to split a machine list into VCs")
+    p.add_argument(
+        "--per-vc",
+        action="store_true",
+        help="FIFO, SJF, LAS: a queue per VC, each VC running at most its quota (Helios' "
+        "model) instead of one pool for all",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--out", type=Path, help="write per-job CSVs, summary.json and figures here")
     p.add_argument("--limit", type=int, help="replay only the first N jobs (by submit time)")
@@ -67,6 +73,13 @@ def register(subparsers: Any) -> None:
         "(default: none, it reruns its whole duration)",
     )
     p.add_argument(
+        "--restart-cost",
+        type=float,
+        default=0.0,
+        help="seconds a preempted job spends restoring its state when it restarts (added to "
+        "its remaining work and counted as wasted GPU time; default 0)",
+    )
+    p.add_argument(
         "--locality",
         choices=("consolidated", "anywhere"),
         help="gang placement of the queue policies (default consolidated; HiveD places its own)",
@@ -82,6 +95,36 @@ def register(subparsers: Any) -> None:
     p.add_argument("--strict", action="store_true", help="reject the trace on a malformed row")
     p.add_argument("--quiet", action="store_true", help="no progress bar or notes on stderr")
     p.set_defaults(func=run)
+    r = subparsers.add_parser(
+        "trace-report",
+        help="a trace's job statistics beside a real cluster's (AcmeTrace cluster_summary.csv)",
+        description=(
+            "Compare a job trace's statistics (median and average run time, GPUs per job, "
+            "completed/cancelled/failed shares) with a real cluster's row of AcmeTrace's "
+            "cluster_summary.csv (default row: Philly), e.g. to check a synthetic trace."
+        ),
+    )
+    r.add_argument("trace", help="trace file (any format labhive simulate reads)")
+    r.add_argument("--against", required=True, help="AcmeTrace cluster_summary.csv")
+    r.add_argument("--row", default="Philly", help="the cluster to compare with (default Philly)")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from labhive.scheduler.sim.compare import comparison, comparison_text
+    from labhive.scheduler.sim.traces import load_trace
+
+    trace = load_trace(args.trace)
+    rows = comparison(trace, args.against, args.row)
+    if args.json:
+        print(json.dumps({"trace": str(args.trace), "synthetic": trace.synthetic, "rows": rows}))
+        return 0
+    if trace.synthetic:
+        print(SYNTHETIC_NOTE)
+    print(f"trace: {args.trace} ({trace.format}): {len(trace.jobs):,} runnable jobs")
+    print(comparison_text(rows, args.row))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,18 +141,28 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--checkpoint must be a positive number of seconds")
     if args.machines is not None and args.machines < 1:
         raise UserError("--machines must be at least 1")
+    if args.restart_cost < 0:
+        raise UserError("--restart-cost must be 0 or more seconds")
     if args.scenario is not None:
         return _run_scenario(args)
     if args.cluster is None:
         raise UserError("--trace needs --cluster (a HiveD config or a machine list)")
-    from labhive.scheduler.sim.openb import is_pod_list
+    from labhive.scheduler.sim.openb import is_node_list, is_pod_list
 
     if is_pod_list(args.trace):
         from labhive.scheduler.sim.sharing_cli import run_sharing
 
+        _sharing_flags(args)
         return run_sharing(args)
+    if is_node_list(args.cluster):
+        raise UserError(
+            f"{args.cluster} is the Alibaba node list: it goes with its pod list "
+            "(openb_pod_list_*.csv); this trace needs a HiveD config or a machine list"
+        )
     if args.fill:
         raise UserError("--fill applies to the Alibaba trace (openb_pod_list_*.csv)")
+    if args.per_vc:
+        args.policy = [_per_vc(p) for p in args.policy]
     priority = parse_priority(args.priority)
     config, cluster_note = load_sim_cluster(args.cluster, args.vcs, args.machines)
     trace = load_trace(
@@ -123,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             trace.jobs,
             locality=args.locality,
             checkpoint=args.checkpoint,
+            restart_cost=args.restart_cost,
             priority=priority,
             sample=args.sample,
             seed=args.seed,
@@ -138,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
             "so every policy gives the same figures; try --machines N for a slice where jobs "
             "contend"
         )
+    notes.extend(_waste_warnings(runs))
     left_out = runs[0].left_out if runs else {}
     if left_out:
         notes.append(
@@ -146,6 +201,56 @@ def run(args: argparse.Namespace) -> int:
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
     return _report(args, runs, meta, notes)
+
+
+PER_VC_POLICIES = ("fifo", "sjf", "las")
+
+
+def _sharing_flags(args: argparse.Namespace) -> None:
+    """The Alibaba trace has no VCs, users or preemption: say which flags do not apply."""
+    unused = [
+        flag
+        for flag, on in (
+            ("--per-vc", args.per_vc),
+            ("--vcs", args.vcs is not None),
+            ("--checkpoint", args.checkpoint is not None),
+            ("--restart-cost", args.restart_cost > 0),
+            ("--sample", args.sample is not None),
+            ("--locality", args.locality is not None),
+        )
+        if on
+    ]
+    if unused:
+        raise UserError(
+            f"{', '.join(unused)} do(es) not apply to the Alibaba trace (no VCs, no "
+            "preemption); it takes --machines, --limit, --fill, --json, --out"
+        )
+
+
+def _per_vc(policy: str) -> str:
+    """``--per-vc``: the policy with ``per_vc=true`` (FIFO, SJF and LAS offer it)."""
+    name, _, rest = policy.partition(":")
+    if name not in PER_VC_POLICIES:
+        raise UserError(
+            f"--per-vc applies to {', '.join(PER_VC_POLICIES)}; {name} "
+            + ("keeps VC quotas already" if name in ("capacity", "hived") else "has no per-VC mode")
+        )
+    return f"{name}:{rest + ',' if rest else ''}per_vc=true"
+
+
+def _waste_warnings(runs: list[Any]) -> list[str]:
+    from labhive.scheduler.sim.metrics import WASTE_WARNING
+
+    out = []
+    for r in runs:
+        share = r.summary["overall"].get("wasted_share") or 0.0
+        if share > WASTE_WARNING:
+            out.append(
+                f"WARNING: {r.label} wasted {share:.1%} of its GPU time on preempted runs "
+                "(progress lost, restarts): give --checkpoint SECONDS, a longer las:quantum, "
+                "or turn starvation promotion off (las:promote_knob=0, the default)"
+            )
+    return out
 
 
 def _run_scenario(args: argparse.Namespace) -> int:
@@ -179,7 +284,7 @@ def _report(
 
 def _notes(args: argparse.Namespace, trace: Any, cluster_note: str) -> list[str]:
     notes = []
-    if "synthetic" in str(args.trace).lower():
+    if trace.synthetic:
         notes.append(SYNTHETIC_NOTE)
     notes.append(f"trace: {args.trace} ({trace.format}): {len(trace.jobs):,} jobs to replay")
     if trace.skipped:
@@ -207,7 +312,7 @@ def _meta(
     return {
         "trace": str(args.trace),
         "trace_format": trace.format,
-        "synthetic": "synthetic" in str(args.trace).lower(),
+        "synthetic": trace.synthetic,
         "cluster": cluster_note,
         "seed": args.seed,
         "checkpoint": args.checkpoint,

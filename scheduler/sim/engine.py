@@ -7,7 +7,9 @@ the simulator adds:
 - submissions stream from the sorted trace instead of sitting in the heap (100k jobs);
 - a run lasts the job's *remaining* service time: a preempted or stopped run keeps the
   progress up to its last checkpoint (``checkpoint`` seconds apart; none by default, so it
-  reruns its whole duration, as in replay);
+  reruns its whole duration, as in replay), and a restart after a preemption costs
+  ``restart_cost`` more seconds of service (restoring state; 0 by default); the progress
+  lost and the restart costs are the job's *wasted* GPU time;
 - a trace job that ended Failed or Killed ends FAILED after its recorded duration;
 - ``Tick`` events at the times the policy asks for (``next_wakeup``, e.g. LAS demotions);
 - the metrics: each job's first start, end and GPU time, and a ``Timeline`` of integrals.
@@ -61,6 +63,8 @@ class SimJob:
     run_start: float = 0.0
     gpus_held: int = 0
     gpu_seconds: float = 0.0  # GPU time held, lost work included
+    wasted_gpu_seconds: float = 0.0  # progress lost to preemptions, plus restart costs
+    run_seconds: float = 0.0  # time running, over all runs
     stops: int = 0
     nodes: tuple[str, ...] = ()  # where its last run ran
 
@@ -130,6 +134,7 @@ class Simulation(VirtualTimeDriver):
         *,
         total_gpus: int,
         checkpoint: float | None = None,
+        restart_cost: float = 0.0,
         progress: Callable[[int], None] | None = None,
         observe: Callable[[Simulation, str], None] | None = None,
     ) -> None:
@@ -141,6 +146,9 @@ class Simulation(VirtualTimeDriver):
             raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.sim_jobs: dict[str, SimJob] = {}
         self.checkpoint = checkpoint
+        if restart_cost < 0:
+            raise ValueError("restart cost must not be negative")
+        self.restart_cost = restart_cost
         self.progress = progress
         self.observe = observe
         self.timeline = Timeline(total_gpus)
@@ -314,15 +322,20 @@ class Simulation(VirtualTimeDriver):
         self.at(self.now + job.remaining, complete, COMPLETION)
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
-        """The run ends; ``remaining`` drops by ``keep`` (None: the checkpointed progress)."""
+        """The run ends; ``remaining`` drops by ``keep`` (None: cut short by the policy, so
+        the checkpointed progress is kept, the rest is lost and the restart costs extra)."""
         ran = self.now - job.run_start
         job.gpu_seconds += ran * job.gpus_held
+        job.run_seconds += ran
         self.timeline.run(job, -job.gpus_held)
-        job.gpus_held = 0
+        held, job.gpus_held = job.gpus_held, 0
         job.running = False
+        extra = 0.0
         if keep is None:
-            keep = self._saved(ran)
-        job.remaining = max(0.0, job.remaining - keep)
+            keep = min(self._saved(ran), job.remaining)
+            extra = self.restart_cost if not math.isinf(job.remaining) else 0.0
+            job.wasted_gpu_seconds += (ran - keep + extra) * held
+        job.remaining = max(0.0, job.remaining - keep) + extra
 
     def _saved(self, ran: float) -> float:
         if self.checkpoint is None:

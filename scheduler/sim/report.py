@@ -27,6 +27,8 @@ OVERALL_ROWS: tuple[tuple[str, str, str], ...] = (
     ("queuing delay median", "queue_delay_median", "dur"),
     ("queuing delay p95", "queue_delay_p95", "dur"),
     ("queuing delay p99", "queue_delay_p99", "dur"),
+    ("total waiting avg (also after preemptions)", "waiting_total_avg", "dur"),
+    ("total waiting p95", "waiting_total_p95", "dur"),
     ("makespan", "makespan", "dur"),
     ("throughput (jobs/h)", "throughput_per_hour", "num"),
     ("GPU utilization", "utilization", "pct"),
@@ -34,13 +36,17 @@ OVERALL_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Jain index of VC shares", "jain_vc_share", "num"),
     ("finish-time fairness, worst VC rho", "ftf_worst_vc", "num"),
     ("Jain index of VC rho", "jain_vc_ftf", "num"),
+    ("  worst VC rho, jobs > 1 min", "ftf_worst_vc_long", "num"),
+    ("  Jain index of VC rho, jobs > 1 min", "jain_vc_ftf_long", "num"),
     ("preemptions", "preemptions", "int"),
+    ("GPU time wasted by preemption", "wasted_share", "pct"),
 )
 VC_ROWS: tuple[tuple[str, str, str], ...] = (
     ("jobs", "jobs", "int"),
     ("JCT avg", "jct_avg", "dur"),
     ("queue avg", "queue_delay_avg", "dur"),
     ("queue p95", "queue_delay_p95", "dur"),
+    ("wait avg", "waiting_total_avg", "dur"),
     ("share", "share", "num"),
     ("rho", "ftf_rho", "num"),
     ("preempt", "preemptions", "int"),
@@ -186,10 +192,21 @@ def _thin(x: np.ndarray, y: np.ndarray, points: int = 3000) -> tuple[np.ndarray,
     return grid, y[np.clip(idx, 0, len(y) - 1)]
 
 
+#: One colour per policy, the same in every figure (plotly's default qualitative palette).
+PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880")
+
+
+def policy_colours(runs: list[PolicyRun]) -> dict[str, str]:
+    """Each run's colour by its position in the comparison, so a policy keeps its colour in
+    the CDF, both panels of the utilization figure and the per-VC bars."""
+    return {r.label: PALETTE[i % len(PALETTE)] for i, r in enumerate(runs)}
+
+
 def write_figures(runs: list[PolicyRun], out: Path) -> list[Path]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    colour = policy_colours(runs)
     files = []
     cdf = go.Figure()
     for r in runs:
@@ -197,7 +214,15 @@ def write_figures(runs: list[PolicyRun], out: Path) -> list[Path]:
         if len(jct) == 0:
             continue
         q = np.linspace(0, 1, min(len(jct), 2000))
-        cdf.add_trace(go.Scatter(x=np.quantile(jct, q) / 3600, y=q, mode="lines", name=r.label))
+        cdf.add_trace(
+            go.Scatter(
+                x=np.quantile(jct, q) / 3600,
+                y=q,
+                mode="lines",
+                name=r.label,
+                line={"color": colour[r.label]},
+            )
+        )
     cdf.update_layout(
         title="JCT CDF per policy",
         xaxis_title="job completion time (hours, log)",
@@ -222,13 +247,22 @@ def write_figures(runs: list[PolicyRun], out: Path) -> list[Path]:
                 y=100 * used / max(r.result.total_gpus, 1),
                 name=f"{r.label} util %",
                 line_shape="hv",
+                line={"color": colour[r.label]},
+                legendgroup=r.label,
             ),
             row=1,
             col=1,
         )
         x, waiting = _thin(days, np.asarray(tl.waiting_series, dtype=float))
         over_time.add_trace(
-            go.Scatter(x=x, y=waiting, name=f"{r.label} waiting jobs", line_shape="hv"),
+            go.Scatter(
+                x=x,
+                y=waiting,
+                name=f"{r.label} waiting jobs",
+                line_shape="hv",
+                line={"color": colour[r.label], "dash": "dot"},
+                legendgroup=r.label,
+            ),
             row=2,
             col=1,
         )
@@ -242,19 +276,28 @@ def write_figures(runs: list[PolicyRun], out: Path) -> list[Path]:
         waits.add_trace(
             go.Bar(
                 x=vcs,
-                y=[(r.summary["per_vc"][v]["queue_delay_avg"] or 0) / 3600 for v in vcs],
-                name=f"{r.label} avg",
+                y=[(r.summary["per_vc"][v]["queue_delay_p95"] or 0) / 3600 for v in vcs],
+                name=f"{r.label} p95",
+                marker={"color": colour[r.label], "opacity": 0.4, "pattern": {"shape": "/"}},
+                offsetgroup=r.label,
+                legendgroup=r.label,
             )
         )
         waits.add_trace(
             go.Bar(
                 x=vcs,
-                y=[(r.summary["per_vc"][v]["queue_delay_p95"] or 0) / 3600 for v in vcs],
-                name=f"{r.label} p95",
+                y=[(r.summary["per_vc"][v]["queue_delay_avg"] or 0) / 3600 for v in vcs],
+                name=f"{r.label} avg",
+                marker={"color": colour[r.label]},
+                offsetgroup=r.label,
+                legendgroup=r.label,
             )
         )
     waits.update_layout(
-        title="Queuing delay per VC", barmode="group", yaxis_title="hours", xaxis_title="VC"
+        title="Queuing delay per VC: each policy's avg (solid) paired with its p95 (hatched)",
+        barmode="group",  # one slot per policy; its avg drawn over its p95
+        yaxis_title="hours",
+        xaxis_title="VC",
     )
     files.append(_write(waits, out / "vc_waits.html"))
     return files

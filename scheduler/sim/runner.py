@@ -48,6 +48,7 @@ def run_policy(
     *,
     locality: str | None = None,
     checkpoint: float | None = None,
+    restart_cost: float = 0.0,
     priority: int = PRIORITY_CLASSES["prod"],
     sample: float | None = None,
     seed: int = 0,
@@ -65,6 +66,7 @@ def run_policy(
         jobs,
         total_gpus=config.total_gpus(),
         checkpoint=checkpoint,
+        restart_cost=restart_cost,
         progress=report.update,
         observe=observe,
     )

@@ -93,8 +93,19 @@ class Fragmentation:
         for w, cpu, mem, gpus, demand, models in classes:
             by_demand.setdefault((gpus, demand), []).append((w, cpu, mem, models))
         self.groups = list(by_demand.items())
+        self._memo: dict[tuple[str, int, int, tuple[int, ...]], float] = {}
 
     def of(self, model: str, cpu: int, memory: int, free: list[int]) -> float:
+        """Memoised by node state: nodes of one kind pass through the same states."""
+        key = (model, cpu, memory, tuple(sorted(free)))
+        value = self._memo.get(key)
+        if value is None:
+            if len(self._memo) > 500_000:
+                self._memo.clear()
+            value = self._memo[key] = self._of(model, cpu, memory, free)
+        return value
+
+    def _of(self, model: str, cpu: int, memory: int, free: list[int]) -> float:
         total = sum(free)
         if total == 0:
             return 0.0

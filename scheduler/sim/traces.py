@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
 import json
 from collections import Counter
@@ -67,6 +68,32 @@ class RowProblem:
         return f"line {self.line}: {self.message}"
 
 
+#: SHA-256 (first 16 hex digits) of the first job record of each SYNTHETIC Philly-format file
+#: shipped in ``shared/data/philly/synthetic/`` (the JSON log, its derived CSV, the 1,000-job
+#: sample): a copy under any name, or a prefix of one, is still known for what it is.
+SYNTHETIC_FIRST_RECORDS = frozenset({"3bba8ca5cae969a3", "55192e6ab567698c", "520aa8c9bd63ee56"})
+
+
+def is_synthetic(text: str) -> bool:
+    """Whether the trace is one of the generated Philly-format files, by its content."""
+    lines = text.split("\n", 2)
+    first = lines[1].rstrip("\r") if len(lines) > 1 else ""
+    digest = hashlib.sha256(first.encode()).hexdigest()[:16]
+    return digest in SYNTHETIC_FIRST_RECORDS
+
+
+def file_is_synthetic(path: str | Path) -> bool:
+    """``is_synthetic`` for a file, reading only its first lines (plain or gzipped)."""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    opener: Any = gzip.open if gz else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
+            return is_synthetic(fh.readline() + fh.readline())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 @dataclass
 class Trace:
     source: str
@@ -74,6 +101,7 @@ class Trace:
     jobs: list[TraceJob]
     problems: list[RowProblem] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    synthetic: bool = False  # generated, not recorded (``is_synthetic``)
 
     def limited(self, n: int | None) -> Trace:
         """The first ``n`` jobs in submit order (a prefix keeps arrival gaps real)."""
@@ -113,6 +141,7 @@ def load_trace(
             "fix them or drop --strict to skip them)"
         )
     trace.jobs.sort(key=lambda j: (j.submit, j.line))
+    trace.synthetic = is_synthetic(text)
     return trace.limited(limit)
 
 
