@@ -127,7 +127,7 @@ def test_job_file_errors_carry_the_line(tmp_path):
         load_job_file(path)
     assert str(err.value) == (
         f"{path} line 19: taskRoles.train.resourcePerInstance.gpu: "
-        "must be a whole number >= 0, got 'one'"
+        "must be a whole number >= 0, got 'one'; at most 10000"
     )
 
 
