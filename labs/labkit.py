@@ -134,10 +134,15 @@ class LabService:
 
 def lab_job(path: Path, command: str, name: str | None = None) -> dict[str, Any]:
     """The lab's OpenPAI job file, unchanged except its commands (the MNIST epoch needs a GPU
-    and a dataset; a short ``sleep`` keeps the same resources, VC, priority and gang setting)."""
+    and a dataset; a short ``sleep`` keeps the same resources, VC, priority and gang setting)
+    and its image: the course's Docker Hub image cannot be pulled on a laptop, so the tasks run
+    as plain processes (a job naming an image the cluster lacks is refused at submit)."""
     spec = copy.deepcopy(yaml.safe_load(Path(path).read_text()))
+    images = [p for p in spec.get("prerequisites") or [] if p.get("type") == "dockerimage"]
+    spec["prerequisites"] = [p for p in spec.get("prerequisites") or [] if p not in images]
     for role in spec["taskRoles"].values():
         role["commands"] = [command]
+        role.pop("dockerImage", None)
     if name is not None:
         spec["name"] = name
     return spec

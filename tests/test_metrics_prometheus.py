@@ -36,7 +36,7 @@ def test_prometheus_scrapes_the_service_and_answers_promql(tmp_path) -> None:
                     prom.query(instantiate(expr, job=str(job)))  # raises unless accepted
                 assert prom.query(instantiate('DCGM_FI_DEV_FB_USED{job="$job"}', job=str(job)))
                 rules = prom.api("rules")["groups"]
-                assert sum(len(g["rules"]) for g in rules) == 10
+                assert sum(len(g["rules"]) for g in rules) == 11
                 # the client library (widgets, reports) reads the job's GPU history
                 token = w.headers["Authorization"].split()[1]
                 with Client(url=f"http://{target}/api/v1", token=token) as client:
