@@ -45,6 +45,9 @@ def test_binder_installs_labhive_and_starts_the_service_beside_the_server(tmp_pa
         HOME=str(tmp_path / "home"),
         LABHIVE_DATA_DIR=str(tmp_path / "labhive"),
         LABHIVE_PORT=str(free_port()),
+        # repo2docker runs all of it as one unprivileged user, whose service runs tasks as
+        # itself; this suite runs as root, where users' uids could not run the venv under /tmp
+        LABHIVE_TASK_IDENTITY="service",
     )
     build = subprocess.run(
         ["bash", str(BINDER / "postBuild")], cwd=REPO, env=env, capture_output=True, text=True,
