@@ -74,8 +74,18 @@ PRIVATE_ENV = frozenset(
 
 
 def inherited_env() -> dict[str, str]:
-    """The service's environment, less its credentials: what every task starts from."""
-    return {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+    """The service's environment, less its credentials: what every task starts from.
+
+    ``python`` in a task's command means the Python LabHive runs in (its virtualenv's ``bin``
+    comes first on PATH, as in an activated environment), not whatever else PATH names first:
+    a task that runs as its user's uid may not be able to execute that one at all (pyenv's
+    shims under root's private home answer "command not found", exit 127)."""
+    env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+    here = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if here and path.split(os.pathsep)[0] != here:
+        env["PATH"] = os.pathsep.join(p for p in (here, path) if p)
+    return env
 
 
 def task_dir(data_dir: Path, key: TaskKey) -> Path:
