@@ -5,6 +5,7 @@ behind, logs read from any offset."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +51,14 @@ def test_launch_env_overrides_and_job_env_reach_the_task(ex):
     (h,) = ex.launch([task("envy", "echo $MY_VAR $HOME", env={"MY_VAR": "from-job"})])
     wait_exits(ex, 1)
     assert ex.read_log(h, "stdout", 0, 100).decode().split() == ["from-job", os.environ["HOME"]]
+
+
+def test_python_in_a_task_is_the_python_labhive_runs_in(ex):
+    """Not whatever PATH names first (pyenv's shims under /root: 'not found' for a user's uid)."""
+    (h,) = ex.launch([task("py", "command -v python")])
+    wait_exits(ex, 1)
+    found = ex.read_log(h, "stdout", 0, 500).decode().strip()
+    assert found == str(Path(sys.executable).parent / "python")
 
 
 def test_a_failing_task_reports_its_exit_code_and_a_signalled_one_its_signal(ex):

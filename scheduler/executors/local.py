@@ -74,8 +74,18 @@ PRIVATE_ENV = frozenset(
 
 
 def inherited_env() -> dict[str, str]:
-    """The service's environment, less its credentials: what every task starts from."""
-    return {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+    """The service's environment, less its credentials: what every task starts from.
+
+    ``python`` in a task's command means the Python LabHive runs in (its virtualenv's ``bin``
+    comes first on PATH, as in an activated environment), not whatever else PATH names first:
+    a task that runs as its user's uid may not be able to execute that one at all (pyenv's
+    shims under root's private home answer "command not found", exit 127)."""
+    env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+    here = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if here and path.split(os.pathsep)[0] != here:
+        env["PATH"] = os.pathsep.join(p for p in (here, path) if p)
+    return env
 
 
 def task_dir(data_dir: Path, key: TaskKey) -> Path:
@@ -398,11 +408,7 @@ class LocalExecutor:
         return b"" if info is None else read_log_range(info, stream, offset, limit)
 
     def observations(self, handle: TaskHandle) -> list[str]:
-        info = self._info(handle)
-        if info is None or info.get("observe") != "strace":
-            return []
-        path = Path(info["workdir"]) / STRACE_LOG
-        return [str(path)] if path.exists() else []
+        return strace_observations(self._info(handle))
 
     def _info(self, handle: TaskHandle) -> dict[str, Any] | None:
         """The task's info: as tracked, as recorded, or, for a handle the service never got to
@@ -412,10 +418,7 @@ class LocalExecutor:
             return task.info
         if "pid" in handle.info:
             return handle.info
-        try:
-            return json.loads((task_dir(self.data_dir, handle.key) / HANDLE_FILE).read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
+        return recorded_info(self.data_dir, handle.key)
 
 
 # ---- processes ----------------------------------------------------------------------------
@@ -568,6 +571,22 @@ def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes
             stderr=err,
             start_new_session=True,
         )
+
+
+def strace_observations(info: dict[str, Any] | None) -> list[str]:
+    """The task's strace log, when it ran under strace and wrote one."""
+    if info is None or info.get("observe") != "strace":
+        return []
+    path = Path(info["workdir"]) / STRACE_LOG
+    return [str(path)] if path.exists() else []
+
+
+def recorded_info(data_dir: Path, key: TaskKey) -> dict[str, Any] | None:
+    """The copy of a task's info in its directory (for a launch the service never recorded)."""
+    try:
+        return json.loads((task_dir(data_dir, key) / HANDLE_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def read_log_range(info: dict[str, Any], stream: Stream, offset: int, limit: int) -> bytes:

@@ -47,7 +47,9 @@ from labhive.scheduler.executors.local import (
     HANDLE_FILE,
     STRACE_LOG,
     read_log_range,
+    recorded_info,
     set_aside_task_dir,
+    strace_observations,
     task_dir,
 )
 from labhive.scheduler.executors.slurm_cli import (
@@ -374,11 +376,7 @@ class SlurmExecutor:
         return b"" if info is None else read_log_range(info, stream, offset, limit)
 
     def observations(self, handle: TaskHandle) -> list[str]:
-        info = self._info(handle)
-        if info is None or info.get("observe") != "strace":
-            return []
-        path = Path(info["workdir"]) / STRACE_LOG
-        return [str(path)] if path.exists() else []
+        return strace_observations(self._info(handle))
 
     def _info(self, handle: TaskHandle) -> dict[str, Any] | None:
         with self._lock:
@@ -387,10 +385,7 @@ class SlurmExecutor:
             return tracked.info
         if "slurm_job_id" in handle.info:
             return handle.info
-        try:
-            return json.loads((task_dir(self.data_dir, handle.key) / HANDLE_FILE).read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
+        return recorded_info(self.data_dir, handle.key)
 
 
 # ---- scripts --------------------------------------------------------------------------------
