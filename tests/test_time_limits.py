@@ -1,0 +1,102 @@
+"""Time limits: given a job that declares one, expect the service to stop its real processes at
+the limit (with the grace period) and the job to end FAILED, "time limit of 2 s reached"; a job
+that ends in time succeeds. And the forms users write limits in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from local_exec_util import processes_under
+from waiting import wait_until
+
+from labhive.scheduler.jobs import SpecError, parse_job
+from labhive.scheduler.time_limits import limit_reached, parse_time_limit, show_duration
+
+pytest_plugins = ["service_fixtures"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(90, 90.0), (2.5, 2.5), ("45", 45.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0),
+     ("1h30m", 5400.0), ("1h 30m", 5400.0), ("10min", 600.0), ("1d", 86400.0)],
+)  # fmt: skip
+def test_time_limits_are_seconds_or_durations(text, seconds):
+    assert parse_time_limit(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "soon", "2x", "-5", 0, -1, True, "5 30", [1], "400d"])
+def test_a_bad_time_limit_says_which_forms_work(bad):
+    with pytest.raises(ValueError, match=r"30m|at most"):
+        parse_time_limit(bad)
+
+
+def test_the_reason_reads_naturally():
+    assert limit_reached(7200) == "time limit of 2 h reached"
+    assert limit_reached(2) == "time limit of 2 s reached"
+    assert show_duration(5400) == "1 h 30 min"
+    assert show_duration(1800) == "30 min"
+
+
+def test_the_short_form_and_openpai_declare_a_limit():
+    short = parse_job({"name": "a", "command": "true", "time_limit": "2h"})
+    assert short.time_limit == 7200.0
+    openpai = parse_job(
+        {
+            "protocolVersion": 2,
+            "name": "b",
+            "taskRoles": {"main": {"commands": ["true"]}},
+            "extras": {"labhive": {"timeLimit": "30m"}},
+        }
+    )
+    assert openpai.time_limit == 1800.0
+    assert parse_job({"name": "c", "command": "true"}).time_limit is None
+
+
+def test_a_bad_limit_in_a_spec_names_the_key():
+    with pytest.raises(SpecError, match=r"time_limit: must be seconds or a duration"):
+        parse_job({"name": "a", "command": "true", "time_limit": "later"})
+    with pytest.raises(SpecError, match=r"extras.labhive.timeLimit"):
+        parse_job(
+            {
+                "protocolVersion": 2,
+                "name": "b",
+                "taskRoles": {"main": {"commands": ["true"]}},
+                "extras": {"labhive": {"timeLimit": "x"}},
+            }
+        )
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    from service_fixtures import live_service
+
+    with live_service(tmp_path / "data", grace_s=1.0) as live:
+        yield live
+
+
+def test_a_job_past_its_limit_is_stopped_and_fails_with_the_reason(service):
+    c = service.client()
+    job = c.submit(command="sleep 600", vc="vc1", gpus=1, name="long", time_limit=2)
+    done = job.wait(60, 0.1)
+    assert done.state == "FAILED"
+    assert done.reason == "time limit of 2 s reached"
+    assert processes_under(service.data_dir / "jobs" / str(job.id)) == []
+    assert done.retries_used == 0
+    moves = [(e["from_state"], e["to_state"], e["reason"]) for e in job.events()]
+    assert ("RUNNING", "RUNNING", "stopping") in moves
+
+
+def test_a_job_that_ends_in_time_succeeds(service):
+    c = service.client()
+    job = c.submit(command="sleep 0.2; echo done", vc="vc1", gpus=1, time_limit="1m")
+    assert job.wait(60, 0.1).state == "SUCCEEDED"
+
+
+def test_a_waiting_job_starts_its_clock_only_when_it_runs(service):
+    c = service.client()
+    first = c.submit(command="sleep 3", vc="vc1", gpus=4, name="first")
+    second = c.submit(command="sleep 0.5", vc="vc1", gpus=4, name="second", time_limit=2)
+    wait_until(lambda: first.refresh().state == "RUNNING", what="the first job to run")
+    assert first.wait(60, 0.1).state == "SUCCEEDED"
+    assert second.wait(60, 0.1).state == "SUCCEEDED"
