@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cpu", type=float, help="CPUs per task")
     p.add_argument("--memory-mb", type=int, help="memory per task in MB")
     p.add_argument("--retries", type=int, help="retries after a failed attempt")
+    p.add_argument("--time", help='time limit per attempt: seconds or "30m", "2h"')
     p.add_argument("--name", help="job name (default: the command's first word)")
     p.add_argument("--observe", choices=["strace"], help="run the tasks under strace")
     p.add_argument("--image", help="run each task in a container from IMAGE (labhive image ls)")
@@ -151,6 +152,7 @@ def _submit(args: argparse.Namespace) -> int:
         "cpu": args.cpu,
         "memory_mb": args.memory_mb,
         "retries": args.retries,
+        "time_limit": args.time,
         "name": args.name,
         "observe": args.observe,
         "image": args.image,

@@ -100,3 +100,47 @@ def test_a_waiting_job_starts_its_clock_only_when_it_runs(service):
     wait_until(lambda: first.refresh().state == "RUNNING", what="the first job to run")
     assert first.wait(60, 0.1).state == "SUCCEEDED"
     assert second.wait(60, 0.1).state == "SUCCEEDED"
+
+
+def test_labhive_submit_time_sets_the_limit(service, capsys):
+    from labhive.scheduler.cli import main
+
+    argv = ["submit", "--url", service.url, "--token", service.admin, "--vc", "vc1",
+            "--time", "2s", "--wait", "--", "sleep 600"]  # fmt: skip
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAILED" in out and "time limit of 2 s reached" in out
+
+
+def test_labhive_submit_with_a_bad_time_says_how_to_write_one(service, capsys):
+    from labhive.scheduler.cli import main
+
+    argv = ["submit", "--url", service.url, "--token", service.admin, "--time", "soon",
+            "--", "true"]  # fmt: skip
+    assert main(argv) == 2
+    assert '"30m"' in capsys.readouterr().err
+
+
+def test_percent_submit_time_goes_into_the_short_form():
+    from IPython.core.magic_arguments import parse_argstring
+
+    from labhive.kernel_ext.magics import LabHiveMagics
+
+    args = parse_argstring(LabHiveMagics.submit, "--gpus 1 --time 30m -- sleep 600")
+    assert LabHiveMagics._short_form(args)["time_limit"] == "30m"
+    assert parse_job({"name": "n", "command": "x", **LabHiveMagics._short_form(args)}).time_limit
+
+
+def test_the_simulator_cuts_a_run_at_its_limit_and_the_queue_moves_up():
+    """Given one 4-GPU node, a job of 100 s with a 30 s limit and a job queued behind it,
+    expect the first to fail at 30 and the second to start then."""
+    import dataclasses
+
+    from sim_helpers import cluster, job, simulate
+
+    long, after = job("long", 0, 4, 100), job("after", 1, 4, 10)
+    long.spec = dataclasses.replace(long.spec, time_limit=30.0)
+    out = simulate("fifo", cluster([4]), [long, after])
+    assert (out["long"].state, out["long"].end) == ("FAILED", 30.0)
+    assert (out["after"].first_start, out["after"].state) == (30.0, "SUCCEEDED")
