@@ -1,0 +1,95 @@
+"""ETAs: given this cluster, these running jobs and this queue, expect these estimated starts
+(exact in virtual time where durations are known), and durations learnt from history."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from sim_helpers import cluster
+
+from labhive.scheduler.eta import (
+    NO_HISTORY,
+    DurationModel,
+    Past,
+    RunningJob,
+    WaitingJob,
+    command_name,
+    forecast,
+    remaining,
+)
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.model import Start, Submit
+from labhive.scheduler.policies import get_policy
+
+
+def spec(name: str, gpus: int, vc: str = "default", command: str = "python train.py", **kw):
+    return parse_job({"name": name, "vc": vc, "gpus": gpus, "command": command, **kw})
+
+
+def placed(config, policy: str, job_id: str, s):
+    """Where the live policy would put ``s`` on an empty cluster: the running job's tasks."""
+    sched = get_policy(policy, config)
+    (start,) = [d for d in sched.handle(Submit(job_id, s, 0.0)) if isinstance(d, Start)]
+    return start.tasks
+
+
+@pytest.mark.parametrize("policy", ["hived", "fifo"])
+def test_a_queue_behind_one_running_job_starts_as_each_ends(policy):
+    """One 4-GPU node; A (4 GPUs) runs 100 s more; B and C (4 GPUs) wait, 50 s each."""
+    config = cluster([4])
+    a = spec("a", 4)
+    running = [RunningJob("a", a, placed(config, policy, "a", a), (100.0, 100.0, 100.0))]
+    waiting = [
+        WaitingJob("b", spec("b", 4), 1000.0, (50.0, 50.0, 50.0)),
+        WaitingJob("c", spec("c", 4), 1001.0, (50.0, 50.0, 50.0)),
+    ]
+    out = forecast(lambda: get_policy(policy, config), 1010.0, running, waiting)
+    assert (out["b"].eta, out["b"].low, out["b"].high) == (1110.0, 1110.0, 1110.0)
+    assert (out["c"].eta, out["c"].low, out["c"].high) == (1160.0, 1160.0, 1160.0)
+
+
+def test_a_small_job_that_fits_beside_the_running_one_starts_now_and_ranges_follow_quantiles():
+    config = cluster([4])
+    a = spec("a", 2)
+    running = [RunningJob("a", a, placed(config, "fifo", "a", a), (10.0, 60.0, 300.0))]
+    waiting = [
+        WaitingJob("big", spec("big", 4), 0.0, (50.0, 50.0, 50.0)),
+        WaitingJob("small", spec("small", 1), 0.0, (5.0, 5.0, 5.0)),
+    ]
+    out = forecast(lambda: get_policy("hived", config), 0.0, running, waiting)
+    assert (out["big"].low, out["big"].eta, out["big"].high) == (10.0, 60.0, 300.0)
+    assert out["small"].eta == 0.0
+
+
+def test_a_job_that_cannot_start_while_its_node_is_down_gets_no_estimate():
+    config = cluster([4])
+    waiting = [WaitingJob("x", spec("x", 4), 0.0, (1.0, 1.0, 1.0))]
+    make = lambda: get_policy("hived", config)  # noqa: E731
+    assert forecast(make, 0.0, [], waiting, down={"n0": "broken"}) == {}
+    assert forecast(make, 0.0, [], waiting)["x"].eta == 0.0
+
+
+def test_durations_come_from_the_users_then_the_vcs_then_the_clusters_history():
+    history = [Past("ann", "vc1", 1, "train.py", s) for s in (100, 200, 300)]
+    history += [Past("bob", "vc1", 1, "train.py", s) for s in (1000, 1000, 1000, 1000)]
+    history += [Past("cy", "vc2", 2, "eval.py", s) for s in (7, 7, 7)]
+    model = DurationModel.learn(history)
+    job = spec("t", 1, vc="vc1")
+    assert model.predict(job, "ann") == (120.0, 200.0, 280.0)
+    assert model.predict(job, "dan")[1] == 1000.0  # the VC's: ann's and bob's
+    assert model.predict(spec("e", 2, vc="vc9", command="python eval.py"), "x") == (7.0, 7.0, 7.0)
+    limited = dataclasses.replace(job, time_limit=150.0)
+    assert model.predict(limited, "ann") == (120.0, 150.0, 150.0)
+    assert DurationModel().predict(job, "ann") == NO_HISTORY
+    assert DurationModel().predict(limited, "ann") == (150.0, 150.0, 150.0)
+
+
+def test_command_names_skip_runners_flags_and_assignments():
+    assert command_name(spec("a", 1, command="python -u /x/train.py --lr 1")) == "train.py"
+    assert command_name(spec("a", 1, command="CUDA=1 ./run.sh")) == "run.sh"
+    assert command_name(spec("a", 1, command="sleep 600")) == "sleep"
+
+
+def test_a_run_past_its_prediction_is_expected_to_end_soon():
+    assert remaining((10.0, 60.0, 300.0), 100.0) == (1.0, 1.0, 200.0)
