@@ -372,6 +372,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
                 user=row["user"] if mine else None,
                 why=v.why if mine else None,
             )
+            if (estimate := svc.loop.estimates.get(row["id"])) is not None:
+                entry.eta, entry.eta_low, entry.eta_high = estimate.eta, estimate.low, estimate.high
             (waiting if v.state == lc.WAITING else running).append(entry)
         return s.QueueOut(vcs=_vcs(svc, me), running=running, waiting=waiting)
 
@@ -517,6 +519,9 @@ def _job_out(
             out.queue_position = view.queue_position
             out.queue_length = view.queue_length
             out.why = view.why or out.why
+        estimate = loop.estimates.get(row["id"])
+        if estimate is not None:
+            out.eta, out.eta_low, out.eta_high = estimate.eta, estimate.low, estimate.high
     return out
 
 

@@ -200,6 +200,9 @@ class SchedulerLoop:
         # admins say (kept so a rebuilt policy learns them again)
         self.on_decision: Callable[[float], None] | None = None
         self.on_task_exit: Callable[[int, TaskExit], None] | None = None
+        # Waiting jobs' estimated starts, replaced whole by the ETA thread (service/eta.py).
+        self.estimates: dict[int, Any] = {}
+        self.eta: Any = None  # the ETA thread (service/eta.py), started with the loop
 
     # ---- inputs (any thread) -------------------------------------------------------------
 
@@ -272,6 +275,17 @@ class SchedulerLoop:
         with self._sched_lock:
             return self.scheduler.jobs()
 
+    def forecast_state(self) -> tuple[list[JobView], dict[int, JobSpec], dict[str, str]]:
+        """What an ETA forecast starts from: the policy's jobs, their specs, the nodes down."""
+        with self._sched_lock:
+            views = self.scheduler.jobs()
+            specs = dict(self._specs)
+        return views, specs, {**self.health_down, **self.held}
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     def cluster(self) -> ClusterView:
         with self._sched_lock:
             return self.scheduler.cluster()
@@ -318,6 +332,8 @@ class SchedulerLoop:
             self.health.failed(err, log, "rebuilding the scheduler from the store")
         self._thread = threading.Thread(target=self._run, name="labhive-loop", daemon=True)
         self._thread.start()
+        if self.eta is not None:
+            self.eta.start()
 
     def stop(self, stop_tasks: bool = False) -> None:
         """End the loop; with ``stop_tasks`` every running job is stopped and requeued (so the

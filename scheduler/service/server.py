@@ -185,8 +185,10 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         launch_builder=_with_identity(opts, config, accounts),
         node_events=getattr(executor, "node_events", None),
     )
+    from labhive.scheduler.service.eta import EtaTracker
     from labhive.scheduler.service.monitoring import Monitoring
 
+    loop.eta = EtaTracker(store, loop, lambda: policy(config), load_spec)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),

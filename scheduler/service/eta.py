@@ -1,0 +1,238 @@
+"""The service's ETAs: forecast from the live state after every pass that changed it, and kept
+to account.
+
+A thread of its own (never the scheduling pass, whose speed submissions depend on) wakes when
+the loop changed the store, reads the policy's jobs and the store's history, runs the pure
+forecast (``scheduler/eta.py``) and publishes the waiting jobs' estimates on the loop, where the
+REST handlers read them. Each waiting job's first estimate is stored (``job_etas``); when the job
+starts, its error and whether the start fell in the range are stored beside it, for ``/metrics``
+and ``labhive eta-report``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from labhive.scheduler.eta import (
+    DurationModel,
+    Estimate,
+    Past,
+    RunningJob,
+    WaitingJob,
+    command_name,
+    forecast,
+    remaining,
+)
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import Scheduler
+from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.store import Store, job_etas, jobs
+
+log = logging.getLogger(__name__)
+
+#: Ended runs the durations are learnt from (the newest).
+HISTORY = 2000
+
+
+class EtaTracker:
+    def __init__(
+        self,
+        store: Store,
+        loop: Any,
+        make_scheduler: Callable[[], Scheduler],
+        load_spec: Callable[[dict[str, Any]], JobSpec],
+        *,
+        clock: Callable[[], float] = time.time,
+        refresh_s: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.loop = loop
+        self.make_scheduler = make_scheduler
+        self.load_spec = load_spec
+        self.clock = clock
+        self.refresh_s = refresh_s  # recomputed this often even when nothing changed (time runs)
+        self._commands: dict[int, str] = {}  # ended jobs' command names (they never change)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="labhive-eta", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seen, last = -1, 0.0
+        while not self.loop.stopping:
+            with self.loop.changed:
+                self.loop.changed.wait(1.0)
+            if self.loop.passes == seen and self.clock() - last < self.refresh_s:
+                continue
+            seen, last = self.loop.passes, self.clock()
+            try:
+                self.update()
+            except Exception as err:  # an estimate is a courtesy: never kill the thread
+                log.warning("could not compute ETAs (%s: %s)", type(err).__name__, err)
+
+    def update(self) -> dict[int, Estimate]:
+        """Forecast now, publish on the loop, and record first estimates and start errors."""
+        now = self.clock()
+        views, specs, down = self.loop.forecast_state()
+        with self.store.read() as conn:
+            active = {
+                r["id"]: dict(r)
+                for r in conn.execute(
+                    select(jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at).where(
+                        jobs.c.state.in_(lc.ACTIVE)
+                    )
+                ).mappings()
+            }
+            model = DurationModel.learn(self._history(conn))
+        running: list[RunningJob] = []
+        waiting: list[WaitingJob] = []
+        for v in views:
+            job_id = int(v.job_id)
+            row, spec = active.get(job_id), specs.get(job_id)
+            if row is None or spec is None:
+                continue  # ended meanwhile
+            spread = model.predict(spec, row["user"])
+            if v.state == lc.RUNNING:
+                elapsed = now - (row["started_at"] or now)
+                running.append(
+                    RunningJob(v.job_id, spec, v.tasks, remaining(spread, elapsed), v.opportunistic)
+                )
+            else:
+                waiting.append(WaitingJob(v.job_id, spec, row["submitted_at"], spread))
+        found = forecast(self.make_scheduler, now, running, waiting, down)
+        estimates = {int(k): e for k, e in found.items()}
+        self.loop.estimates = estimates
+        vcs = {int(w.job_id): w.spec.vc for w in waiting}
+        self._record(now, estimates, vcs)
+        return estimates
+
+    def _history(self, conn: Any) -> Iterable[Past]:
+        """Ended runs: succeeded ones, and those stopped at their limit (which ran that long)."""
+        rows = conn.execute(
+            select(
+                jobs.c.id,
+                jobs.c.user,
+                jobs.c.vc,
+                jobs.c.gpus,
+                jobs.c.spec,
+                jobs.c.state,
+                jobs.c.reason,
+                jobs.c.started_at,
+                jobs.c.finished_at,
+            )
+            .where(jobs.c.state.in_((lc.SUCCEEDED, lc.FAILED)), jobs.c.started_at.is_not(None))
+            .order_by(jobs.c.id.desc())
+            .limit(HISTORY)
+        ).mappings()
+        for r in rows:
+            if r["finished_at"] is None:
+                continue
+            if r["state"] == lc.FAILED and not str(r["reason"]).startswith("time limit"):
+                continue
+            yield Past(
+                r["user"],
+                r["vc"],
+                r["gpus"],
+                self._command(dict(r)),
+                r["finished_at"] - r["started_at"],
+            )
+
+    def _command(self, row: dict[str, Any]) -> str:
+        name = self._commands.get(row["id"])
+        if name is None:
+            try:
+                name = command_name(self.load_spec(row))
+            except Exception:  # stored before today's checks: no command to learn from
+                name = ""
+            self._commands[row["id"]] = name
+        return name
+
+    def _record(self, now: float, estimates: dict[int, Estimate], vcs: dict[int, str]) -> None:
+        """First estimates of newly waiting jobs; the error of those that started since."""
+        with self.store.read() as conn:
+            known = set(
+                conn.execute(
+                    select(job_etas.c.job_id).where(job_etas.c.job_id.in_(list(estimates)))
+                ).scalars()
+            )
+            started = list(
+                conn.execute(
+                    select(job_etas, jobs.c.started_at.label("began"))
+                    .join(jobs, jobs.c.id == job_etas.c.job_id)
+                    .where(job_etas.c.error_s.is_(None), jobs.c.started_at.is_not(None))
+                ).mappings()
+            )
+        new = [
+            {
+                "job_id": j,
+                "vc": vcs[j],
+                "predicted_at": now,
+                "eta": e.eta,
+                "eta_low": e.low,
+                "eta_high": e.high,
+            }
+            for j, e in estimates.items()
+            if j not in known
+        ]
+        if not new and not started:
+            return
+        with self.store.write() as conn:
+            if new:
+                conn.execute(insert(job_etas), new)
+            for r in started:
+                conn.execute(
+                    update(job_etas)
+                    .where(job_etas.c.job_id == r["job_id"])
+                    .values(
+                        started_at=r["began"],
+                        error_s=r["began"] - r["eta"],
+                        in_range=bool(r["eta_low"] <= r["began"] <= r["eta_high"]),
+                    )
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Accuracy:
+    """How good the ETAs were, for one VC (or all): from the jobs that started."""
+
+    vc: str
+    starts: int
+    median_abs_error_s: float
+    p90_abs_error_s: float
+    coverage: float  # the share of starts inside the p10-p90 range
+
+
+def accuracy(rows: Iterable[dict[str, Any]]) -> list[Accuracy]:
+    """Per VC, then "all", from ``job_etas`` rows with an error."""
+    from labhive.scheduler.eta import quantile
+
+    by_vc: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["error_s"] is None:
+            continue
+        by_vc.setdefault(r["vc"], []).append(r)
+        by_vc.setdefault("all", []).append(r)
+    out = []
+    for vc in sorted(by_vc, key=lambda v: (v == "all", v)):
+        group = by_vc[vc]
+        errors = sorted(abs(r["error_s"]) for r in group)
+        inside = sum(1 for r in group if r["in_range"])
+        out.append(
+            Accuracy(
+                vc, len(group), quantile(errors, 0.5), quantile(errors, 0.9), inside / len(group)
+            )
+        )
+    return out
+
+
+def stored_accuracy(store: Store) -> list[Accuracy]:
+    with store.read() as conn:
+        return accuracy(dict(r) for r in conn.execute(select(job_etas)).mappings())

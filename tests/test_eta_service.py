@@ -1,0 +1,49 @@
+"""ETAs in the live service: given the virtual 2 x 4 GPU cluster (VCs ``default`` and ``vc1``,
+a node each) with one job running in vc1 under a declared limit and two queued behind it, expect
+GET /jobs/{id} to carry the starts the limits imply, the first estimate and its error stored
+when the job starts, and the accuracy on /metrics and in ``labhive eta-report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from waiting import wait_until
+
+from labhive.scheduler.service.eta import stored_accuracy
+
+pytest_plugins = ["service_fixtures"]
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    from service_fixtures import live_service
+
+    with live_service(tmp_path / "data", grace_s=0.5) as live:
+        yield live
+
+
+def test_waiting_jobs_get_the_starts_their_queue_implies(service):
+    c = service.client()
+    a = c.submit(command="sleep 600", vc="vc1", gpus=4, name="a", time_limit=100)
+    wait_until(lambda: a.refresh().state == "RUNNING", what="a to run")
+    b = c.submit(command="sleep 600", vc="vc1", gpus=4, name="b", time_limit=30)
+    d = c.submit(command="sleep 600", vc="vc1", gpus=4, name="d", time_limit=30)
+    wait_until(lambda: d.refresh().data.get("eta") is not None, what="d's estimate")
+    started = a.data["started_at"]
+    b.refresh()
+    assert b.data["eta"] == pytest.approx(started + 100, abs=0.01)
+    assert b.data["eta_low"] == pytest.approx(b.data["eta"]) == pytest.approx(b.data["eta_high"])
+    assert d.data["eta"] == pytest.approx(started + 130, abs=0.01)
+    queue = c._get("/queue")
+    etas = {e["id"]: e["eta"] for e in queue["waiting"]}
+    assert etas[b.id] == pytest.approx(started + 100, abs=0.01)
+    a.cancel()
+    wait_until(lambda: b.refresh().state == "RUNNING", what="b to run")
+
+    def b_scored():
+        return [x for x in stored_accuracy(service.running.service.store) if x.vc == "vc1"]
+
+    (acc,) = wait_until(b_scored, what="b's error to be stored")
+    assert acc.starts == 1 and acc.coverage == 0.0  # cancelled long before its limit
+    assert acc.median_abs_error_s > 50
