@@ -275,6 +275,8 @@ def _show(args: argparse.Namespace) -> int:
     line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
     if d.get("queue_position"):
         line += f"  position {d['queue_position']} of {d['queue_length']}"
+    if d.get("eta") is not None:
+        line += f"  {_starts(d)}"
     print(line)
     if d.get("why"):
         from labhive.scheduler.client import why_without_position
@@ -291,6 +293,15 @@ def _show(args: argparse.Namespace) -> int:
          e["attempt"], e["reason"], e["why"]) for e in events
     ]))  # fmt: skip
     return 0
+
+
+def _starts(d: dict[str, Any]) -> str | None:
+    """A waiting job's estimated start, "starts in ~25 min (10-50)" (None: no estimate)."""
+    if d.get("eta") is None:
+        return None
+    from labhive.scheduler.eta import eta_text
+
+    return eta_text(d["eta"], d["eta_low"], d["eta_high"], time.time())
 
 
 @_guard
@@ -338,9 +349,9 @@ def _queue(args: argparse.Namespace) -> int:
     entries = q["running"] + q["waiting"]
     if entries:
         print()
-        print(table(("POS", "VC", "STATE", "GPUS", "TASKS", "PRIO", "JOB"), [
+        print(table(("POS", "VC", "STATE", "GPUS", "TASKS", "PRIO", "JOB", "STARTS"), [
             (e["position"], e["vc"], e["state"], e["gpus"], e["tasks"], e["priority"],
-             f"{e['id']} {e['name']}" if e["mine"] else "(another user's)")
+             f"{e['id']} {e['name']}" if e["mine"] else "(another user's)", _starts(e))
             for e in entries
         ]))  # fmt: skip
     return 0

@@ -258,3 +258,13 @@ def _handle(sched: Scheduler, events: list[Event]) -> list[Decision]:
     if rest:
         out += handle_together(sched, rest)
     return out
+
+
+def eta_text(eta: float, low: float, high: float, now: float) -> str:
+    """ "starts in ~25 min (10-50)": the range in the estimate's unit, from ``now``."""
+    mid, lo, hi = (max(0.0, x - now) for x in (eta, low, high))
+    if hi < 1:
+        return "starts now"
+    unit, size = ("s", 1) if mid < 90 else ("min", 60) if mid < 90 * 60 else ("h", 3600)
+    a, b, c = (round(x / size) for x in (mid, lo, hi))
+    return f"starts in ~{a} {unit}" + (f" ({b}-{c})" if b != c else "")

@@ -93,3 +93,12 @@ def test_command_names_skip_runners_flags_and_assignments():
 
 def test_a_run_past_its_prediction_is_expected_to_end_soon():
     assert remaining((10.0, 60.0, 300.0), 100.0) == (1.0, 1.0, 200.0)
+
+
+def test_eta_text_says_when_in_the_estimates_unit():
+    from labhive.scheduler.eta import eta_text
+
+    assert eta_text(1500, 600, 3000, 0) == "starts in ~25 min (10-50)"
+    assert eta_text(130, 130, 130, 100) == "starts in ~30 s"
+    assert eta_text(3 * 3600, 2 * 3600, 5 * 3600, 0) == "starts in ~3 h (2-5)"
+    assert eta_text(10, 10, 10, 20) == "starts now"

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
 from labhive.scheduler.service.eta import stored_accuracy
@@ -23,7 +25,7 @@ def service(tmp_path: Path):
         yield live
 
 
-def test_waiting_jobs_get_the_starts_their_queue_implies(service):
+def test_waiting_jobs_get_the_starts_their_queue_implies(service, capsys):
     c = service.client()
     a = c.submit(command="sleep 600", vc="vc1", gpus=4, name="a", time_limit=100)
     wait_until(lambda: a.refresh().state == "RUNNING", what="a to run")
@@ -35,6 +37,8 @@ def test_waiting_jobs_get_the_starts_their_queue_implies(service):
     assert b.data["eta"] == pytest.approx(started + 100, abs=0.01)
     assert b.data["eta_low"] == pytest.approx(b.data["eta"]) == pytest.approx(b.data["eta_high"])
     assert d.data["eta"] == pytest.approx(started + 130, abs=0.01)
+    assert "starts in ~" in cli(service, capsys, "show", str(d.id))[1]
+    assert "starts in ~" in cli(service, capsys, "queue")[1]
     queue = c._get("/queue")
     etas = {e["id"]: e["eta"] for e in queue["waiting"]}
     assert etas[b.id] == pytest.approx(started + 100, abs=0.01)
@@ -47,3 +51,18 @@ def test_waiting_jobs_get_the_starts_their_queue_implies(service):
     (acc,) = wait_until(b_scored, what="b's error to be stored")
     assert acc.starts == 1 and acc.coverage == 0.0  # cancelled long before its limit
     assert acc.median_abs_error_s > 50
+    code, out, _ = cli(service, capsys, "eta-report")
+    assert code == 0 and "vc1" in out and "0%" in out
+    metrics = httpx.get(service.url + "/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    (ratio,) = families["labhive_eta_range_coverage_ratio"].samples
+    assert ratio.labels == {"vc": "vc1"} and ratio.value == 0.0
+    assert "labhive_eta_error_seconds" in families
+
+
+def cli(service, capsys, *argv: str) -> tuple[int, str, str]:
+    from labhive.scheduler.cli import main
+
+    code = main([argv[0], "--url", service.url, "--token", service.admin, *argv[1:]])
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -339,6 +339,13 @@ def _routes(app: FastAPI, svc: Service) -> None:
         assert svc.monitoring is not None
         return svc.monitoring.job_gpus(job_id)
 
+    @get("/eta/accuracy")
+    def eta_accuracy(me: Who) -> dict[str, Any]:
+        """How close the ETAs given at submit came to the real starts, per VC."""
+        from labhive.scheduler.service.eta import stored_accuracy
+
+        return {"vcs": [dataclasses.asdict(a) for a in stored_accuracy(svc.store)]}
+
     @get("/queue", response_model=s.QueueOut)
     def queue(me: Who, vc: str | None = None) -> s.QueueOut:
         views = svc.loop.views()

@@ -236,3 +236,30 @@ def accuracy(rows: Iterable[dict[str, Any]]) -> list[Accuracy]:
 def stored_accuracy(store: Store) -> list[Accuracy]:
     with store.read() as conn:
         return accuracy(dict(r) for r in conn.execute(select(job_etas)).mappings())
+
+
+def render_accuracy(rows: list[Accuracy]) -> str:
+    """The ETAs' accuracy in Prometheus' text format: the absolute error at start as a summary
+    (p50, p90) and the share of starts inside the p10-p90 range, per VC."""
+    lines = [
+        "# HELP labhive_eta_error_seconds Absolute error of the ETA given at submit, at start.",
+        "# TYPE labhive_eta_error_seconds summary",
+    ]
+    for a in rows:
+        if a.vc == "all":
+            continue
+        vc = a.vc.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        lines += [
+            f'labhive_eta_error_seconds{{vc="{vc}",quantile="0.5"}} {a.median_abs_error_s:g}',
+            f'labhive_eta_error_seconds{{vc="{vc}",quantile="0.9"}} {a.p90_abs_error_s:g}',
+            f'labhive_eta_error_seconds_count{{vc="{vc}"}} {a.starts}',
+        ]
+    lines += [
+        "# HELP labhive_eta_range_coverage_ratio Share of starts inside the predicted p10-p90.",
+        "# TYPE labhive_eta_range_coverage_ratio gauge",
+    ]
+    for a in rows:
+        if a.vc != "all":
+            vc = a.vc.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            lines.append(f'labhive_eta_range_coverage_ratio{{vc="{vc}"}} {a.coverage:g}')
+    return "\n".join(lines) + "\n"
