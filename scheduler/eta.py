@@ -6,7 +6,8 @@ live state (nodes down, running jobs adopted where they run, the queue) and is t
 job has started. It runs three times, with the low, middle and high duration of every job
 (p10, p50, p90 of its history, or its declared time limit), which gives each waiting job an
 estimated start and a range. Durations come from ``DurationModel``: that user's history of
-similar jobs (same GPU count and command name), else the VC's, else the cluster's.
+similar jobs (same GPU count and command name), else the VC's, else the cluster's; a job that
+declares a time limit, the share of their limits such jobs used.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Past:
     gpus: int
     command: str
     seconds: float
+    limit: float | None = None  # its declared time limit, if any
 
 
 def command_name(spec: JobSpec) -> str:
@@ -116,45 +118,76 @@ class DurationModel:
     by_vc: dict[tuple[str, int, str], list[float]] = field(default_factory=dict)
     cluster: dict[tuple[int, str], list[float]] = field(default_factory=dict)
     everything: list[float] = field(default_factory=list)
+    #: Of jobs that declared a limit: the share of it they ran, by user, by VC, overall.
+    used_by_user: dict[str, list[float]] = field(default_factory=dict)
+    used_by_vc: dict[str, list[float]] = field(default_factory=dict)
+    used: list[float] = field(default_factory=list)
 
     @classmethod
     def learn(cls, history: Iterable[Past]) -> DurationModel:
         model = cls()
         for p in history:
-            model.by_user.setdefault((p.user, p.gpus, p.command), []).append(p.seconds)
-            model.by_vc.setdefault((p.vc, p.gpus, p.command), []).append(p.seconds)
-            model.cluster.setdefault((p.gpus, p.command), []).append(p.seconds)
-            model.everything.append(p.seconds)
+            model.add(p)
         return model
 
-    def predict(self, spec: JobSpec, user: str) -> Spread:
-        """The job's declared limit bounds every quantile; with no history the limit itself
-        (when declared) is the duration, else ``NO_HISTORY``."""
-        key = (spec.total_gpus, command_name(spec))
-        for samples in (
-            self.by_user.get((user, *key)),
-            self.by_vc.get((spec.vc, *key)),
-            self.cluster.get(key),
-            self.everything,
-        ):
-            if samples and len(samples) >= MIN_SAMPLES:
-                return _capped(spread_of(samples), spec.time_limit)
-        if spec.time_limit is not None:
-            return (spec.time_limit,) * 3
-        return NO_HISTORY
+    def add(self, p: Past) -> None:
+        self.by_user.setdefault((p.user, p.gpus, p.command), []).append(p.seconds)
+        self.by_vc.setdefault((p.vc, p.gpus, p.command), []).append(p.seconds)
+        self.cluster.setdefault((p.gpus, p.command), []).append(p.seconds)
+        self.everything.append(p.seconds)
+        if p.limit:
+            share = min(1.0, p.seconds / p.limit)
+            self.used_by_user.setdefault(p.user, []).append(share)
+            self.used_by_vc.setdefault(p.vc, []).append(share)
+            self.used.append(share)
+
+    def predict(self, spec: JobSpec, user: str, elapsed: float = 0.0) -> Spread:
+        """Seconds left of a run ``elapsed`` seconds in (0: not started), low/middle/high.
+
+        A job with a declared limit runs the share of its limit that jobs with limits used
+        (that user's, else the VC's, else everyone's; the limit itself with no such history):
+        users overestimate, each by their own habit. Without a limit: the durations of similar
+        jobs, else ``NO_HISTORY``. A run already ``elapsed`` in is predicted from the runs that
+        lasted longer (durations are heavy-tailed: a long run is likely to run longer still)."""
+        limit = spec.time_limit
+        if limit is not None:
+            shares = _first_enough(
+                (self.used_by_user.get(user), self.used_by_vc.get(spec.vc), self.used)
+            )
+            samples = [limit] * MIN_SAMPLES if shares is None else [limit * x for x in shares]
+        else:
+            key = (spec.total_gpus, command_name(spec))
+            levels = (
+                self.by_user.get((user, *key)),
+                self.by_vc.get((spec.vc, *key)),
+                self.cluster.get(key),
+                self.everything,
+            )
+            found = _first_enough(levels)
+            if found is None:  # a guess, not samples: shifted, never re-quantiled
+                low, mid, high = (x - elapsed for x in NO_HISTORY)
+                return (low, mid, high) if low > 0 else _outlived(elapsed, None)
+            samples = found
+        left = [x - elapsed for x in samples if x > elapsed]
+        if left and (len(left) >= MIN_SAMPLES or elapsed <= 0):
+            return spread_of(left)
+        return _outlived(elapsed, limit)
 
 
-def _capped(spread: Spread, limit: float | None) -> Spread:
-    if limit is None:
-        return spread
-    low, mid, high = (min(x, limit) for x in spread)
-    return (low, mid, high)
+def _outlived(elapsed: float, limit: float | None) -> Spread:
+    """A run past every similar one: up to its limit when it has one, else as long again."""
+    if limit is not None:
+        rest = max(limit - elapsed, 1.0)
+        return (0.1 * rest, 0.5 * rest, rest)
+    return (0.1 * elapsed, elapsed, 3 * elapsed)
 
 
-def remaining(spread: Spread, elapsed: float, floor: float = 1.0) -> Spread:
-    """What is left of a run ``elapsed`` seconds in; a run past its prediction ends soon."""
-    low, mid, high = (max(x - elapsed, floor) for x in spread)
-    return (low, mid, high)
+def _first_enough(levels: Iterable[list[float] | None]) -> list[float] | None:
+    """The narrowest level of history with enough samples to trust."""
+    for samples in levels:
+        if samples and len(samples) >= MIN_SAMPLES:
+            return samples
+    return None
 
 
 def forecast(

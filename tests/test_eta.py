@@ -16,7 +16,6 @@ from labhive.scheduler.eta import (
     WaitingJob,
     command_name,
     forecast,
-    remaining,
 )
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import Start, Submit
@@ -80,9 +79,18 @@ def test_durations_come_from_the_users_then_the_vcs_then_the_clusters_history():
     assert model.predict(job, "dan")[1] == 1000.0  # the VC's: ann's and bob's
     assert model.predict(spec("e", 2, vc="vc9", command="python eval.py"), "x") == (7.0, 7.0, 7.0)
     limited = dataclasses.replace(job, time_limit=150.0)
-    assert model.predict(limited, "ann") == (120.0, 150.0, 150.0)
+    assert model.predict(limited, "ann") == (150.0, 150.0, 150.0)  # no history of limits
     assert DurationModel().predict(job, "ann") == NO_HISTORY
-    assert DurationModel().predict(limited, "ann") == (150.0, 150.0, 150.0)
+
+
+def test_a_declared_limit_is_scaled_by_the_share_of_their_limits_users_ran():
+    history = [Past("ann", "vc1", 1, "a", s, limit=100.0) for s in (50, 50, 50, 50)]
+    history += [Past("bob", "vc1", 1, "b", s, limit=10.0) for s in (10, 10, 10)]
+    model = DurationModel.learn(history)
+    job = dataclasses.replace(spec("t", 1, vc="vc1"), time_limit=600.0)
+    assert model.predict(job, "ann") == (300.0, 300.0, 300.0)  # ann asks for twice her need
+    assert model.predict(job, "bob") == (600.0, 600.0, 600.0)
+    assert model.predict(job, "cy")[0] == 300.0  # the VC's habits: 4 halves and 3 wholes
 
 
 def test_command_names_skip_runners_flags_and_assignments():
@@ -91,8 +99,13 @@ def test_command_names_skip_runners_flags_and_assignments():
     assert command_name(spec("a", 1, command="sleep 600")) == "sleep"
 
 
-def test_a_run_past_its_prediction_is_expected_to_end_soon():
-    assert remaining((10.0, 60.0, 300.0), 100.0) == (1.0, 1.0, 200.0)
+def test_a_run_in_progress_is_predicted_from_the_runs_that_lasted_longer():
+    model = DurationModel.learn(Past("ann", "vc1", 1, "train.py", s) for s in (10, 100, 200, 300))
+    job = spec("t", 1, vc="vc1")
+    assert model.predict(job, "ann", elapsed=50.0) == (70.0, 150.0, 230.0)
+    assert model.predict(job, "ann", elapsed=400.0) == (40.0, 400.0, 1200.0)  # outlived all
+    limited = dataclasses.replace(job, time_limit=1000.0)
+    assert model.predict(limited, "ann", elapsed=600.0) == (400.0, 400.0, 400.0)
 
 
 def test_eta_text_says_when_in_the_estimates_unit():
@@ -102,3 +115,35 @@ def test_eta_text_says_when_in_the_estimates_unit():
     assert eta_text(130, 130, 130, 100) == "starts in ~30 s"
     assert eta_text(3 * 3600, 2 * 3600, 5 * 3600, 0) == "starts in ~3 h (2-5)"
     assert eta_text(10, 10, 10, 20) == "starts now"
+
+
+def test_replaying_a_trace_scores_the_etas_given_at_submit():
+    """Eight 4-GPU jobs of 100 s, one a second, on one 4-GPU node, each declaring its 100 s:
+    every estimate is exact, so the error is 0 and every start is in its range."""
+    from sim_helpers import job
+
+    from labhive.scheduler.eta_replay import replay_etas
+
+    jobs = [job(f"j{k}", float(k), 4, 100.0) for k in range(8)]
+    for j in jobs:
+        j.spec = dataclasses.replace(j.spec, time_limit=100.0)
+    score, pairs = replay_etas("fifo", cluster([4]), jobs)
+    assert (score.jobs, score.median_abs_error_s, score.coverage) == (7, 0.0, 1.0)
+    assert {k: (e.eta, start) for k, (e, start) in pairs.items()}["j3"] == (300.0, 300.0)
+
+
+def test_without_limits_the_history_learnt_so_far_gives_the_estimate():
+    """The same jobs, no limits: j1-j3 arrive before anything ended (the no-history guess);
+    j4-j7 arrive at 350-353, after three 100 s runs ended, and are estimated exactly."""
+    from sim_helpers import job
+
+    from labhive.scheduler.eta import Estimate
+    from labhive.scheduler.eta_replay import replay_etas
+
+    submits = [0.0, 1.0, 2.0, 3.0, 350.0, 351.0, 352.0, 353.0]
+    jobs = [job(f"j{k}", t, 4, 100.0) for k, t in enumerate(submits)]
+    score, pairs = replay_etas("fifo", cluster([4]), jobs)
+    assert score.jobs == 7
+    assert pairs["j1"][0] == Estimate(3600.0, 600.0, 14400.0)  # j0 runs out the guess
+    for k in range(4, 8):
+        assert pairs[f"j{k}"] == (Estimate(100.0 * k, 100.0 * k, 100.0 * k), 100.0 * k)

@@ -28,7 +28,6 @@ from labhive.scheduler.eta import (
     WaitingJob,
     command_name,
     forecast,
-    remaining,
 )
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
@@ -58,7 +57,7 @@ class EtaTracker:
         self.load_spec = load_spec
         self.clock = clock
         self.refresh_s = refresh_s  # recomputed this often even when nothing changed (time runs)
-        self._commands: dict[int, str] = {}  # ended jobs' command names (they never change)
+        self._commands: dict[int, tuple[str, float | None]] = {}  # ended jobs' (see _learnt)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -99,13 +98,12 @@ class EtaTracker:
             row, spec = active.get(job_id), specs.get(job_id)
             if row is None or spec is None:
                 continue  # ended meanwhile
-            spread = model.predict(spec, row["user"])
             if v.state == lc.RUNNING:
                 elapsed = now - (row["started_at"] or now)
-                running.append(
-                    RunningJob(v.job_id, spec, v.tasks, remaining(spread, elapsed), v.opportunistic)
-                )
+                left = model.predict(spec, row["user"], elapsed)
+                running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
             else:
+                spread = model.predict(spec, row["user"])
                 waiting.append(WaitingJob(v.job_id, spec, row["submitted_at"], spread))
         found = forecast(self.make_scheduler, now, running, waiting, down)
         estimates = {int(k): e for k, e in found.items()}
@@ -137,23 +135,21 @@ class EtaTracker:
                 continue
             if r["state"] == lc.FAILED and not str(r["reason"]).startswith("time limit"):
                 continue
-            yield Past(
-                r["user"],
-                r["vc"],
-                r["gpus"],
-                self._command(dict(r)),
-                r["finished_at"] - r["started_at"],
-            )
+            command, limit = self._learnt(dict(r))
+            seconds = r["finished_at"] - r["started_at"]
+            yield Past(r["user"], r["vc"], r["gpus"], command, seconds, limit)
 
-    def _command(self, row: dict[str, Any]) -> str:
-        name = self._commands.get(row["id"])
-        if name is None:
+    def _learnt(self, row: dict[str, Any]) -> tuple[str, float | None]:
+        """An ended job's command name and declared limit (cached: they never change)."""
+        got = self._commands.get(row["id"])
+        if got is None:
             try:
-                name = command_name(self.load_spec(row))
-            except Exception:  # stored before today's checks: no command to learn from
-                name = ""
-            self._commands[row["id"]] = name
-        return name
+                spec = self.load_spec(row)
+                got = (command_name(spec), spec.time_limit)
+            except Exception:  # stored before today's checks: nothing to learn from
+                got = ("", None)
+            self._commands[row["id"]] = got
+        return got
 
     def _record(self, now: float, estimates: dict[int, Estimate], vcs: dict[int, str]) -> None:
         """First estimates of newly waiting jobs; the error of those that started since."""
