@@ -144,3 +144,41 @@ def test_the_simulator_cuts_a_run_at_its_limit_and_the_queue_moves_up():
     out = simulate("fifo", cluster([4]), [long, after])
     assert (out["long"].state, out["long"].end) == ("FAILED", 30.0)
     assert (out["after"].first_start, out["after"].state) == (30.0, "SUCCEEDED")
+
+
+def vc_with(limit: dict[str, object]):
+    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.sim.machines import Machine, cluster_dict
+
+    raw = cluster_dict([Machine("n0", 4)])
+    raw["virtualClusters"]["default"]["timeLimit"] = limit
+    return load_cluster_config(raw).vcs["default"]
+
+
+def test_a_vc_gives_a_default_limit_and_caps_what_jobs_ask_for():
+    from labhive.scheduler.time_limits import with_vc_limits
+
+    vc = vc_with({"default": "2s", "max": "1h"})
+    assert (vc.time_limit_default, vc.time_limit_max) == (2.0, 3600.0)
+    plain = parse_job({"name": "a", "command": "sleep 600"})
+    assert with_vc_limits(plain, vc, strict=True).time_limit == 2.0
+    asks = parse_job({"name": "a", "command": "sleep 600", "time_limit": "30m"})
+    assert with_vc_limits(asks, vc, strict=True).time_limit == 1800.0
+    greedy = parse_job({"name": "a", "command": "sleep 600", "time_limit": "2h"})
+    with pytest.raises(ValueError, match=r"2 h is over the 1 h maximum of VC default; ask for"):
+        with_vc_limits(greedy, vc, strict=True)
+    assert with_vc_limits(greedy, vc, strict=False).time_limit == 3600.0  # stored before
+    only_max = vc_with({"max": "1h"})
+    assert with_vc_limits(plain, only_max, strict=True).time_limit == 3600.0
+
+
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [("2h", "must be a mapping"), ({"dflt": "1h"}, "dflt"), ({"max": "soon"}, "max"),
+     ({"default": "2h", "max": "1h"}, "default must not be longer than max")],
+)  # fmt: skip
+def test_a_bad_vc_time_limit_names_the_key(limit, message):
+    from labhive.scheduler.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        vc_with(limit)
