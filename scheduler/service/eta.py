@@ -38,6 +38,13 @@ log = logging.getLogger(__name__)
 
 #: Ended runs the durations are learnt from (the newest).
 HISTORY = 2000
+#: Waiting jobs forecast, the first in queue order (a flood of submissions must not make each
+#: forecast cost grow without bound); the rest get no estimate until they move up.
+MAX_WAITING = 500
+#: The thread's share of one core at most: after a forecast that took d seconds it waits
+#: max(MIN_GAP_S, d / DUTY - d), so a long queue never starves the scheduling pass.
+DUTY = 0.1
+MIN_GAP_S = 0.5
 
 
 class EtaTracker:
@@ -65,17 +72,23 @@ class EtaTracker:
         self._thread.start()
 
     def _run(self) -> None:
-        seen, last = -1, 0.0
+        seen, last, gap = -1, 0.0, 0.0
         while not self.loop.stopping:
             with self.loop.changed:
                 self.loop.changed.wait(1.0)
-            if self.loop.passes == seen and self.clock() - last < self.refresh_s:
+            now = self.clock()
+            if now - last < gap:
                 continue
-            seen, last = self.loop.passes, self.clock()
+            if self.loop.passes == seen and now - last < self.refresh_s:
+                continue
+            seen, last = self.loop.passes, now
+            began = time.perf_counter()
             try:
                 self.update()
             except Exception as err:  # an estimate is a courtesy: never kill the thread
                 log.warning("could not compute ETAs (%s: %s)", type(err).__name__, err)
+            took = time.perf_counter() - began
+            gap = max(MIN_GAP_S, took / DUTY - took)
 
     def update(self) -> dict[int, Estimate]:
         """Forecast now, publish on the loop, and record first estimates and start errors."""
@@ -102,7 +115,7 @@ class EtaTracker:
                 elapsed = now - (row["started_at"] or now)
                 left = model.predict(spec, row["user"], elapsed)
                 running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
-            else:
+            elif len(waiting) < MAX_WAITING:
                 spread = model.predict(spec, row["user"])
                 waiting.append(WaitingJob(v.job_id, spec, row["submitted_at"], spread))
         found = forecast(self.make_scheduler, now, running, waiting, down)

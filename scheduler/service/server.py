@@ -195,7 +195,8 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.service.eta import EtaTracker
     from labhive.scheduler.service.monitoring import Monitoring
 
-    loop.eta = EtaTracker(store, loop, lambda: policy(config), load_spec)
+    if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
+        loop.eta = EtaTracker(store, loop, lambda: policy(config), load_spec)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),
