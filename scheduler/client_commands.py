@@ -254,10 +254,10 @@ def _jobs(args: argparse.Namespace) -> int:
         return 0
     rows = [
         (j.id, j.name, j.user, j.vc, j.priority, j.state, j.attempt, j.gpus,
-         _age(j.submitted_at), j.why or j.reason)
+         _age(j.submitted_at), _starts(j.data), j.why or j.reason)
         for j in jobs
     ]  # fmt: skip
-    headers = ("ID", "NAME", "USER", "VC", "PRIO", "STATE", "TRY", "GPUS", "AGE", "WHY")
+    headers = ("ID", "NAME", "USER", "VC", "PRIO", "STATE", "TRY", "GPUS", "AGE", "STARTS", "WHY")
     print(table(headers, rows) if rows else "no jobs")
     return 0
 

@@ -39,6 +39,7 @@ def test_waiting_jobs_get_the_starts_their_queue_implies(service, capsys):
     assert d.data["eta"] == pytest.approx(started + 130, abs=0.01)
     assert "starts in ~" in cli(service, capsys, "show", str(d.id))[1]
     assert "starts in ~" in cli(service, capsys, "queue")[1]
+    assert "starts in ~" in cli(service, capsys, "jobs", "--state", "WAITING")[1]
     queue = c._get("/queue")
     etas = {e["id"]: e["eta"] for e in queue["waiting"]}
     assert etas[b.id] == pytest.approx(started + 100, abs=0.01)
