@@ -51,6 +51,7 @@ def register(subparsers: Any) -> None:
 
     p = _add(subparsers, "show", "a job's state, tasks and history")
     p.add_argument("id")
+    p.add_argument("--suggest", action="store_true", help="what would start a waiting job now")
     p.set_defaults(func=_show)
 
     p = _add(subparsers, "logs", "a job's output")
@@ -267,8 +268,9 @@ def _show(args: argparse.Namespace) -> int:
     client = _client(args)
     job = client.job(args.id)
     events = job.events()
+    tips = client._get(f"/jobs/{job.id}/suggest") if args.suggest else None
     if args.json:
-        _print_json({**job.data, "events": events})
+        _print_json({**job.data, "events": events, **({"suggest": tips} if tips else {})})
         return 0
     d = visible_tree(job.data)  # names, users and why-texts come from other people
     print(f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}")
@@ -283,6 +285,8 @@ def _show(args: argparse.Namespace) -> int:
 
         why = why_without_position(d["why"]) if d.get("queue_position") else d["why"]
         print(visible(f"why   {why}"))
+    if tips is not None:
+        _print_suggestions(tips["suggestions"])
     if d["tasks"]:
         print(table(("TASK", "NODE", "GPU IDS", "STATE", "EXIT"), [
             (f"{t['role']}-{t['index']}", t["node"], ",".join(map(str, t["gpus"])) or "-",
@@ -293,6 +297,18 @@ def _show(args: argparse.Namespace) -> int:
          e["attempt"], e["reason"], e["why"]) for e in events
     ]))  # fmt: skip
     return 0
+
+
+def _print_suggestions(tips: list[dict[str, Any]]) -> None:
+    """What would start it now (the soon ones), else when the earliest change would."""
+    soon = [t for t in tips if t["soon"]]
+    for t in soon:
+        risk = f" ({t['risk']})" if t["risk"] else ""
+        print(visible(f"to start it now: {t['change']} ({t['flags']}), {_starts(t)}{risk}"))
+    if not soon:
+        first = min((t["eta"] for t in tips), default=None)
+        when = "" if first is None else time.strftime(" before %H:%M", time.localtime(first))
+        print(f"to start it now: nothing LabHive can change starts it{when}")
 
 
 def _starts(d: dict[str, Any]) -> str | None:

@@ -67,3 +67,22 @@ def cli(service, capsys, *argv: str) -> tuple[int, str, str]:
     code = main([argv[0], "--url", service.url, "--token", service.admin, *argv[1:]])
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def test_suggestions_when_applied_start_the_job(service, capsys):
+    """vc1 is full for 10 min; a 4-GPU job waits there. Moving it to the idle VC default, or
+    making it opportunistic, starts it now; halving its GPUs does not (vc1 is full)."""
+    c = service.client()
+    c.submit(command="sleep 600", vc="vc1", gpus=4, name="hog", time_limit="10m")
+    waiting = c.submit(command="sleep 600", vc="vc1", gpus=4, name="mine", time_limit="5m")
+    wait_until(lambda: waiting.refresh().data.get("eta") is not None, what="an estimate")
+    tips = c._get(f"/jobs/{waiting.id}/suggest")["suggestions"]
+    soon = {t["flags"]: t for t in tips if t["soon"]}
+    assert set(soon) == {"--vc default", "--priority oppo"}
+    assert soon["--priority oppo"]["risk"].startswith("preemptible")
+    assert {t["flags"] for t in tips if not t["soon"]} >= {"--gpus 2", "--gpus 1"}
+    out = cli(service, capsys, "show", str(waiting.id), "--suggest")[1]
+    assert "to start it now: submit to VC default (--vc default)" in out
+    moved = c.submit(command="sleep 600", vc="default", gpus=4, name="mine2", time_limit="5m")
+    wait_until(lambda: moved.refresh().state == "RUNNING", what="the suggested variant to run")
+    assert cli(service, capsys, "show", str(moved.id), "--suggest")[0] == 2  # not waiting

@@ -339,6 +339,20 @@ def _routes(app: FastAPI, svc: Service) -> None:
         assert svc.monitoring is not None
         return svc.monitoring.job_gpus(job_id)
 
+    @get("/jobs/{job_id}/suggest")
+    def job_suggest(job_id: JobId, me: Who) -> dict[str, Any]:
+        """What would start this waiting job soon: changes tried against the live state."""
+        with svc.store.read() as conn:
+            row = _owned(conn, job_id, me)
+        if row["state"] != lc.WAITING:
+            raise UserError(f"job {job_id} is {row['state']}, not waiting: nothing to suggest")
+        if svc.loop.eta is None:
+            raise UserError("this service runs without ETAs (LABHIVE_ETA=off): no suggestions")
+        everyone = me.admin or "*" in me.vcs
+        vcs = [v for v in svc.loop.cluster().vcs if everyone or v in me.vcs]
+        found = svc.loop.eta.suggest(job_id, vcs)
+        return {"job_id": job_id, "suggestions": [dataclasses.asdict(x) for x in found]}
+
     @get("/eta/accuracy")
     def eta_accuracy(me: Who) -> dict[str, Any]:
         """How close the ETAs given at submit came to the real starts, per VC."""

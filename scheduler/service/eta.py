@@ -33,6 +33,7 @@ from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.store import Store, job_etas, jobs
+from labhive.scheduler.suggest import Suggestion, suggest
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,19 @@ class EtaTracker:
     def update(self) -> dict[int, Estimate]:
         """Forecast now, publish on the loop, and record first estimates and start errors."""
         now = self.clock()
+        running, waiting, down = self.state(now, MAX_WAITING)
+        found = forecast(self.make_scheduler, now, running, waiting, down)
+        estimates = {int(k): e for k, e in found.items()}
+        self.loop.estimates = estimates
+        vcs = {int(w.job_id): w.spec.vc for w in waiting}
+        self._record(now, estimates, vcs)
+        return estimates
+
+    def state(
+        self, now: float, max_waiting: int | None = None
+    ) -> tuple[list[RunningJob], list[WaitingJob], dict[str, str]]:
+        """The live state as the forecast takes it: running jobs with what is left of their
+        runs, the first ``max_waiting`` waiting jobs with their durations, the nodes down."""
         views, specs, down = self.loop.forecast_state()
         with self.store.read() as conn:
             active = {
@@ -115,15 +129,17 @@ class EtaTracker:
                 elapsed = now - (row["started_at"] or now)
                 left = model.predict(spec, row["user"], elapsed)
                 running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
-            elif len(waiting) < MAX_WAITING:
+            elif max_waiting is None or len(waiting) < max_waiting:
                 spread = model.predict(spec, row["user"])
                 waiting.append(WaitingJob(v.job_id, spec, row["submitted_at"], spread))
-        found = forecast(self.make_scheduler, now, running, waiting, down)
-        estimates = {int(k): e for k, e in found.items()}
-        self.loop.estimates = estimates
-        vcs = {int(w.job_id): w.spec.vc for w in waiting}
-        self._record(now, estimates, vcs)
-        return estimates
+        return running, waiting, down
+
+    def suggest(self, job_id: int, vcs: list[str]) -> list[Suggestion]:
+        """What would start this waiting job soon, tried against the live state (on request:
+        a handful of forecasts)."""
+        now = self.clock()
+        running, waiting, down = self.state(now)
+        return suggest(self.make_scheduler, now, running, waiting, str(job_id), vcs, down)
 
     def _history(self, conn: Any) -> Iterable[Past]:
         """Ended runs: succeeded ones, and those stopped at their limit (which ran that long)."""
