@@ -730,7 +730,8 @@ class SchedulerLoop:
         for job_id, run in list(self._running.items()):
             if run.deadline is None or run.deadline > t:
                 continue
-            limit = self._specs[job_id].time_limit or 0.0
+            spec = self._specs.get(job_id)
+            limit = (spec.time_limit if spec is not None else None) or 0.0
             reason = limit_reached(limit)
             why = f"{reason}; ask for more time (time_limit, --time) if it needs longer"
             del self._running[job_id]
@@ -895,7 +896,8 @@ class SchedulerLoop:
         _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
         run = self._running.setdefault(job["id"], _Running(job["attempt"]))
         if job["state"] == lc.WAITING:  # not when an incremental job grows
-            run.deadline = deadline(self._specs[job["id"]].time_limit, t)
+            spec = self._specs.get(job["id"])
+            run.deadline = deadline(spec.time_limit if spec is not None else None, t)
         for p, task_id in zip(d.tasks, ids, strict=True):
             run.task_ids[TaskKey(str(job["id"]), job["attempt"], p.role, p.index)] = task_id
             run.gpus.update((p.node, g) for g in p.gpus)
