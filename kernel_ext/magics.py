@@ -82,6 +82,7 @@ class LabHiveMagics(Magics):
     @argument("--cpu", type=float, metavar="C", help="CPU cores per task")
     @argument("--memory-mb", type=int, metavar="M", help="memory per task, in MB")
     @argument("--retries", type=int, metavar="R", help="retries after a failed attempt")
+    @argument("--time", metavar="T", help='time limit per attempt: seconds or "30m", "2h"')
     @argument("--name", metavar="NAME", help="job name (a sweep appends each point to it)")
     @argument("--observe", choices=["strace"], help="run each task under strace")
     @argument("--image", metavar="IMAGE", help="run each task in a container from IMAGE")
@@ -161,6 +162,7 @@ class LabHiveMagics(Magics):
             "cpu": args.cpu,
             "memory_mb": args.memory_mb,
             "retries": args.retries,
+            "time_limit": args.time,
             "observe": args.observe,
             "image": args.image,
             "gang": False if args.incremental else None,

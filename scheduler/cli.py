@@ -35,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.sim.cli",
     "labhive.scheduler.service.commands",
     "labhive.scheduler.client_commands",
+    "labhive.scheduler.eta_cli",
     "labhive.scheduler.image_cli",
     "labhive.scheduler.observe.monitoring_cli",
 )

@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cpu", type=float, help="CPUs per task")
     p.add_argument("--memory-mb", type=int, help="memory per task in MB")
     p.add_argument("--retries", type=int, help="retries after a failed attempt")
+    p.add_argument("--time", help='time limit per attempt: seconds or "30m", "2h"')
     p.add_argument("--name", help="job name (default: the command's first word)")
     p.add_argument("--observe", choices=["strace"], help="run the tasks under strace")
     p.add_argument("--image", help="run each task in a container from IMAGE (labhive image ls)")
@@ -50,6 +51,7 @@ def register(subparsers: Any) -> None:
 
     p = _add(subparsers, "show", "a job's state, tasks and history")
     p.add_argument("id")
+    p.add_argument("--suggest", action="store_true", help="what would start a waiting job now")
     p.set_defaults(func=_show)
 
     p = _add(subparsers, "logs", "a job's output")
@@ -151,6 +153,7 @@ def _submit(args: argparse.Namespace) -> int:
         "cpu": args.cpu,
         "memory_mb": args.memory_mb,
         "retries": args.retries,
+        "time_limit": args.time,
         "name": args.name,
         "observe": args.observe,
         "image": args.image,
@@ -252,10 +255,10 @@ def _jobs(args: argparse.Namespace) -> int:
         return 0
     rows = [
         (j.id, j.name, j.user, j.vc, j.priority, j.state, j.attempt, j.gpus,
-         _age(j.submitted_at), j.why or j.reason)
+         _age(j.submitted_at), _starts(j.data), j.why or j.reason)
         for j in jobs
     ]  # fmt: skip
-    headers = ("ID", "NAME", "USER", "VC", "PRIO", "STATE", "TRY", "GPUS", "AGE", "WHY")
+    headers = ("ID", "NAME", "USER", "VC", "PRIO", "STATE", "TRY", "GPUS", "AGE", "STARTS", "WHY")
     print(table(headers, rows) if rows else "no jobs")
     return 0
 
@@ -265,20 +268,25 @@ def _show(args: argparse.Namespace) -> int:
     client = _client(args)
     job = client.job(args.id)
     events = job.events()
+    tips = client._get(f"/jobs/{job.id}/suggest") if args.suggest else None
     if args.json:
-        _print_json({**job.data, "events": events})
+        _print_json({**job.data, "events": events, **({"suggest": tips} if tips else {})})
         return 0
     d = visible_tree(job.data)  # names, users and why-texts come from other people
     print(f"job {d['id']} '{d['name']}'  user {d['user']}  vc {d['vc']}  priority {d['priority']}")
     line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
     if d.get("queue_position"):
         line += f"  position {d['queue_position']} of {d['queue_length']}"
+    if d.get("eta") is not None:
+        line += f"  {_starts(d)}"
     print(line)
     if d.get("why"):
         from labhive.scheduler.client import why_without_position
 
         why = why_without_position(d["why"]) if d.get("queue_position") else d["why"]
         print(visible(f"why   {why}"))
+    if tips is not None:
+        _print_suggestions(tips["suggestions"])
     if d["tasks"]:
         print(table(("TASK", "NODE", "GPU IDS", "STATE", "EXIT"), [
             (f"{t['role']}-{t['index']}", t["node"], ",".join(map(str, t["gpus"])) or "-",
@@ -289,6 +297,27 @@ def _show(args: argparse.Namespace) -> int:
          e["attempt"], e["reason"], e["why"]) for e in events
     ]))  # fmt: skip
     return 0
+
+
+def _print_suggestions(tips: list[dict[str, Any]]) -> None:
+    """What would start it now (the soon ones), else when the earliest change would."""
+    soon = [t for t in tips if t["soon"]]
+    for t in soon:
+        risk = f" ({t['risk']})" if t["risk"] else ""
+        print(visible(f"to start it now: {t['change']} ({t['flags']}), {_starts(t)}{risk}"))
+    if not soon:
+        first = min((t["eta"] for t in tips), default=None)
+        when = "" if first is None else time.strftime(" before %H:%M", time.localtime(first))
+        print(f"to start it now: nothing LabHive can change starts it{when}")
+
+
+def _starts(d: dict[str, Any]) -> str | None:
+    """A waiting job's estimated start, "starts in ~25 min (10-50)" (None: no estimate)."""
+    if d.get("eta") is None:
+        return None
+    from labhive.scheduler.eta import eta_text
+
+    return eta_text(d["eta"], d["eta_low"], d["eta_high"], time.time())
 
 
 @_guard
@@ -336,9 +365,9 @@ def _queue(args: argparse.Namespace) -> int:
     entries = q["running"] + q["waiting"]
     if entries:
         print()
-        print(table(("POS", "VC", "STATE", "GPUS", "TASKS", "PRIO", "JOB"), [
+        print(table(("POS", "VC", "STATE", "GPUS", "TASKS", "PRIO", "JOB", "STARTS"), [
             (e["position"], e["vc"], e["state"], e["gpus"], e["tasks"], e["priority"],
-             f"{e['id']} {e['name']}" if e["mine"] else "(another user's)")
+             f"{e['id']} {e['name']}" if e["mine"] else "(another user's)", _starts(e))
             for e in entries
         ]))  # fmt: skip
     return 0

@@ -109,6 +109,10 @@ class VCSpec:
     cells: tuple[VirtualCellSpec, ...]
     pinned: tuple[str, ...] = ()
     line: int | None = None
+    #: ``timeLimit: {default: 2h, max: 1d}``: the limit of jobs that declare none, the most any
+    #: job may declare (seconds; time_limits.py applies them).
+    time_limit_default: float | None = None
+    time_limit_max: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +630,7 @@ def _vcs(
         key = f"virtualClusters.{name}"
         if not isinstance(spec, Mapping):
             raise ctx.error(key, line_of(raw, name), "must be a mapping with virtualCells")
-        _no_unknown(spec, {"virtualCells", "pinnedCells"}, key, ctx)
+        _no_unknown(spec, {"virtualCells", "pinnedCells", "timeLimit"}, key, ctx)
         vcells = []
         items = spec.get("virtualCells") or []
         if not isinstance(items, list):
@@ -661,10 +665,38 @@ def _vcs(
                 )
             used_pins[str(pid)] = str(name)
             pins.append(str(pid))
-        out[str(name)] = VCSpec(str(name), tuple(vcells), tuple(pins), line_of(raw, name))
+        default, most = _vc_time_limit(spec, f"{key}.timeLimit", ctx)
+        out[str(name)] = VCSpec(
+            str(name), tuple(vcells), tuple(pins), line_of(raw, name), default, most
+        )
     if not out:
         raise ctx.error("virtualClusters", line_of(raw), "defines no virtual cluster")
     return out
+
+
+def _vc_time_limit(
+    spec: Mapping[str, Any], key: str, ctx: _Ctx
+) -> tuple[float | None, float | None]:
+    """A VC's ``timeLimit: {default: 2h, max: 1d}`` (either may be left out)."""
+    from labhive.scheduler.time_limits import parse_time_limit
+
+    raw = spec.get("timeLimit")
+    if raw is None:
+        return None, None
+    line = line_of(spec, "timeLimit")
+    if not isinstance(raw, Mapping):
+        raise ctx.error(key, line, "must be a mapping such as {default: 2h, max: 1d}")
+    _no_unknown(raw, {"default", "max"}, key, ctx)
+    out: list[float | None] = []
+    for part in ("default", "max"):
+        try:
+            out.append(None if raw.get(part) is None else parse_time_limit(raw[part]))
+        except ValueError as err:
+            raise ctx.error(f"{key}.{part}", line, str(err)) from None
+    default, most = out
+    if default is not None and most is not None and default > most:
+        raise ctx.error(key, line, "default must not be longer than max")
+    return default, most
 
 
 def _cell_path(

@@ -13,6 +13,7 @@ from typing import Any
 
 from labhive.scheduler import job_limits as lim
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.time_limits import parse_time_limit
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 #: OpenPAI's priority classes (HiveD's ``jobPriorityClass``) and their numeric values.
@@ -55,6 +56,8 @@ class JobSpec:
     user: str | None = None
     image: str | None = None
     observe: str | None = None
+    #: The most seconds one attempt may run (``time_limit``; ``extras.labhive.timeLimit``).
+    time_limit: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -95,6 +98,7 @@ SHORT_KEYS = {
     "image",
     "lazy_preemption",
     "pinned_cell",
+    "time_limit",
 }
 OPENPAI_KEYS = {
     "protocolVersion",
@@ -311,6 +315,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         user=_str(data, "user", where, "user"),
         image=_str(data, "image", where, "image"),
         observe=_str(data, "observe", where, "observe"),
+        time_limit=_time_limit(data, "time_limit", where, "time_limit"),
         raw=dict(data),
     )
 
@@ -327,6 +332,16 @@ def _check_commands(items: Any, data: dict[str, Any], path: str, where: _Where) 
 def _duration(data: dict[str, Any], where: _Where) -> float | None:
     value = _num(data, "duration", where, "duration", minimum=0, whole=False, default=None)
     return None if value is None else float(value)
+
+
+def _time_limit(data: dict[str, Any], key: str, where: _Where, path: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    try:
+        return parse_time_limit(value)
+    except ValueError as err:
+        raise where.error(path, data, str(err), key) from None
 
 
 def _mapping(data: dict[str, Any], key: str, where: _Where, path: str) -> dict[str, Any]:
@@ -460,6 +475,12 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         ),
         image=None if first_image is None else str(first_image),
         observe=_str(extras, "observe", where, "extras.observe"),  # e.g. strace (local executor)
+        time_limit=_time_limit(
+            _mapping(extras, "labhive", where, "extras.labhive"),
+            "timeLimit",
+            where,
+            "extras.labhive.timeLimit",
+        ),
         raw=dict(data),
     )
 

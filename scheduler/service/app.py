@@ -339,6 +339,27 @@ def _routes(app: FastAPI, svc: Service) -> None:
         assert svc.monitoring is not None
         return svc.monitoring.job_gpus(job_id)
 
+    @get("/jobs/{job_id}/suggest")
+    def job_suggest(job_id: JobId, me: Who) -> dict[str, Any]:
+        """What would start this waiting job soon: changes tried against the live state."""
+        with svc.store.read() as conn:
+            row = _owned(conn, job_id, me)
+        if row["state"] != lc.WAITING:
+            raise UserError(f"job {job_id} is {row['state']}, not waiting: nothing to suggest")
+        if svc.loop.eta is None:
+            raise UserError("this service runs without ETAs (LABHIVE_ETA=off): no suggestions")
+        everyone = me.admin or "*" in me.vcs
+        vcs = [v for v in svc.loop.cluster().vcs if everyone or v in me.vcs]
+        found = svc.loop.eta.suggest(job_id, vcs)
+        return {"job_id": job_id, "suggestions": [dataclasses.asdict(x) for x in found]}
+
+    @get("/eta/accuracy")
+    def eta_accuracy(me: Who) -> dict[str, Any]:
+        """How close the ETAs given at submit came to the real starts, per VC."""
+        from labhive.scheduler.service.eta import stored_accuracy
+
+        return {"vcs": [dataclasses.asdict(a) for a in stored_accuracy(svc.store)]}
+
     @get("/queue", response_model=s.QueueOut)
     def queue(me: Who, vc: str | None = None) -> s.QueueOut:
         views = svc.loop.views()
@@ -372,6 +393,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
                 user=row["user"] if mine else None,
                 why=v.why if mine else None,
             )
+            if (estimate := svc.loop.estimates.get(row["id"])) is not None:
+                entry.eta, entry.eta_low, entry.eta_high = estimate.eta, estimate.low, estimate.high
             (waiting if v.state == lc.WAITING else running).append(entry)
         return s.QueueOut(vcs=_vcs(svc, me), running=running, waiting=waiting)
 
@@ -517,6 +540,9 @@ def _job_out(
             out.queue_position = view.queue_position
             out.queue_length = view.queue_length
             out.why = view.why or out.why
+        estimate = loop.estimates.get(row["id"])
+        if estimate is not None:
+            out.eta, out.eta_low, out.eta_high = estimate.eta, estimate.low, estimate.high
     return out
 
 

@@ -69,6 +69,7 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.actuation import Actuator, Drain, Reservations, Settle
 from labhive.scheduler.service.backoff import LoopHealth
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
+from labhive.scheduler.time_limits import deadline, limit_reached
 
 log = logging.getLogger("labhive.service.loop")
 E = TypeVar("E", bound=Event)
@@ -122,6 +123,7 @@ class _Running:
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
     lost: bool = False
     gpus: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) the attempt holds
+    deadline: float | None = None  # clock() at which its time limit stops it
 
 
 @dataclass
@@ -198,6 +200,9 @@ class SchedulerLoop:
         # admins say (kept so a rebuilt policy learns them again)
         self.on_decision: Callable[[float], None] | None = None
         self.on_task_exit: Callable[[int, TaskExit], None] | None = None
+        # Waiting jobs' estimated starts, replaced whole by the ETA thread (service/eta.py).
+        self.estimates: dict[int, Any] = {}
+        self.eta: Any = None  # the ETA thread (service/eta.py), started with the loop
 
     # ---- inputs (any thread) -------------------------------------------------------------
 
@@ -270,6 +275,17 @@ class SchedulerLoop:
         with self._sched_lock:
             return self.scheduler.jobs()
 
+    def forecast_state(self) -> tuple[list[JobView], dict[int, JobSpec], dict[str, str]]:
+        """What an ETA forecast starts from: the policy's jobs, their specs, the nodes down."""
+        with self._sched_lock:
+            views = self.scheduler.jobs()
+            specs = dict(self._specs)
+        return views, specs, {**self.health_down, **self.held}
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     def cluster(self) -> ClusterView:
         with self._sched_lock:
             return self.scheduler.cluster()
@@ -316,6 +332,8 @@ class SchedulerLoop:
             self.health.failed(err, log, "rebuilding the scheduler from the store")
         self._thread = threading.Thread(target=self._run, name="labhive-loop", daemon=True)
         self._thread.start()
+        if self.eta is not None:
+            self.eta.start()
 
     def stop(self, stop_tasks: bool = False) -> None:
         """End the loop; with ``stop_tasks`` every running job is stopped and requeued (so the
@@ -424,6 +442,7 @@ class SchedulerLoop:
                 )
                 run.gpus.update((task["node"], g) for g in task["gpus"])
             run.lost = any(c is None for c in run.codes.values())
+            run.deadline = deadline(spec.time_limit, job["started_at"])
             self._running[job["id"]] = run
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
         if unloadable:
@@ -506,6 +525,7 @@ class SchedulerLoop:
         self._collect_launched(work)
         self._finish_drains(work, events_in)
         self._settle_exits(exits, work, events_in, t)
+        self._stop_expired(work, t)
         events_in.extend(_drain(self._external))  # node health (monitoring), before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         if self._node_events is not None:
@@ -703,6 +723,21 @@ class SchedulerLoop:
             return (job_id, target, "retrying", why, spend, code), Requeue(str(job_id), t)
         return (job_id, target, "failed", why, spend, code), Finish(str(job_id), t)
 
+    def _stop_expired(self, work: _Pass, t: float) -> None:
+        """Jobs past their time limit are stopped the way a cancel stops them (grace period,
+        GPUs reserved until the tasks are gone) and end FAILED, retries unspent: a rerun would
+        hit the same limit."""
+        for job_id, run in list(self._running.items()):
+            if run.deadline is None or run.deadline > t:
+                continue
+            spec = self._specs.get(job_id)
+            limit = (spec.time_limit if spec is not None else None) or 0.0
+            reason = limit_reached(limit)
+            why = f"{reason}; ask for more time (time_limit, --time) if it needs longer"
+            del self._running[job_id]
+            settle: Settle = (job_id, lc.FAILED, reason, why, False, None)
+            self._begin_drain(run, settle, Finish(str(job_id), t), work, reason)
+
     def _cancel_jobs(self, cancels: list[int], work: _Pass, t: float) -> list[Event]:
         out: list[Event] = []
         for job_id in dict.fromkeys(cancels):
@@ -860,6 +895,9 @@ class SchedulerLoop:
     def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
         _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
         run = self._running.setdefault(job["id"], _Running(job["attempt"]))
+        if job["state"] == lc.WAITING:  # not when an incremental job grows
+            spec = self._specs.get(job["id"])
+            run.deadline = deadline(spec.time_limit if spec is not None else None, t)
         for p, task_id in zip(d.tasks, ids, strict=True):
             run.task_ids[TaskKey(str(job["id"]), job["attempt"], p.role, p.index)] = task_id
             run.gpus.update((p.node, g) for g in p.gpus)

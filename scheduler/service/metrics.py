@@ -18,4 +18,6 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 def render(svc: Service) -> str:
-    return svc.monitoring.render()
+    from labhive.scheduler.service.eta import render_accuracy, stored_accuracy
+
+    return svc.monitoring.render() + render_accuracy(stored_accuracy(svc.store))

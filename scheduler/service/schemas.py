@@ -92,6 +92,9 @@ class JobOut(BaseModel):
     why: str | None = None
     queue_position: int | None = None
     queue_length: int | None = None
+    eta: float | None = None  # a waiting job's estimated start (epoch seconds)
+    eta_low: float | None = None  # and its p10-p90 range
+    eta_high: float | None = None
     exit_code: int | None = None
     submitted_at: float
     started_at: float | None = None
@@ -161,6 +164,9 @@ class QueueEntry(BaseModel):
     name: str | None = None
     user: str | None = None
     why: str | None = None
+    eta: float | None = None  # estimated start and its p10-p90 range (waiting jobs)
+    eta_low: float | None = None
+    eta_high: float | None = None
 
 
 class VCOut(BaseModel):

@@ -123,7 +123,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
     from labhive.scheduler.config import load_cluster_config
     from labhive.scheduler.detect import default_cluster
-    from labhive.scheduler.jobs import parse_job
+    from labhive.scheduler.jobs import SpecError, parse_job
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.service.accounts import Accounts, load_configured
     from labhive.scheduler.service.app import Service, create_app
@@ -140,6 +140,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     )
     from labhive.scheduler.service.loop import SchedulerLoop
     from labhive.scheduler.service.store import Store, database_url
+    from labhive.scheduler.time_limits import with_vc_limits
 
     if opts.task_identity not in TASK_IDENTITIES:
         raise UserError(
@@ -154,10 +155,16 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     checker = policy(config)
 
     def parse(doc: dict[str, Any]) -> JobSpec:
-        return parse_job(doc, default_vc=default_vc)
+        spec = parse_job(doc, default_vc=default_vc)
+        try:  # the VC's time limits (a default, a maximum)
+            return with_vc_limits(spec, config.vcs.get(spec.vc), strict=True)
+        except ValueError as err:
+            raise SpecError(str(err)) from None
 
     def load_spec(row: dict[str, Any]) -> JobSpec:
-        return dataclasses.replace(parse(row["spec"]), user=row["user"], name=row["name"])
+        spec = parse_job(row["spec"], default_vc=default_vc)
+        spec = with_vc_limits(spec, config.vcs.get(spec.vc), strict=False)
+        return dataclasses.replace(spec, user=row["user"], name=row["name"])
 
     url = database_url(opts.db, data_dir)
     store = Store(url)
@@ -185,8 +192,11 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         launch_builder=_with_identity(opts, config, accounts),
         node_events=getattr(executor, "node_events", None),
     )
+    from labhive.scheduler.service.eta import EtaTracker
     from labhive.scheduler.service.monitoring import Monitoring
 
+    if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
+        loop.eta = EtaTracker(store, loop, lambda: policy(config), load_spec)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),

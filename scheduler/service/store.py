@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0004_accounts"
+HEAD_REVISION = "0005_job_etas"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
@@ -162,6 +162,22 @@ accounts = Table(
     Column("gid", Integer, nullable=False),
     Column("source", String(16), nullable=False),  # "allocated" or "configured"
     Column("created_at", Float, nullable=False),
+)
+
+# Each waiting job's ETA when it was first estimated, and its error once it started
+# (service/eta.py): what /metrics and ``labhive eta-report`` say about the ETAs' accuracy.
+job_etas = Table(
+    "job_etas",
+    metadata,
+    Column("job_id", Integer, ForeignKey("jobs.id"), primary_key=True),
+    Column("vc", String(128), nullable=False),
+    Column("predicted_at", Float, nullable=False),
+    Column("eta", Float, nullable=False),
+    Column("eta_low", Float, nullable=False),
+    Column("eta_high", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("error_s", Float, nullable=True),  # started_at - eta: late is positive
+    Column("in_range", Boolean, nullable=True),
 )
 
 

@@ -11,6 +11,8 @@ the simulator adds:
   ``restart_cost`` more seconds of service (restoring state; 0 by default); the progress
   lost and the restart costs are the job's *wasted* GPU time;
 - a trace job that ended Failed or Killed ends FAILED after its recorded duration;
+- a job with a declared time limit shorter than its remaining time is cut at its limit and ends
+  FAILED (as the service stops it);
 - ``Tick`` events at the times the policy asks for (``next_wakeup``, e.g. LAS demotions);
 - the metrics: each job's first start, end and GPU time, and a ``Timeline`` of integrals.
 At one instant, completions run first, then scripted actions and wake-ups, then arrivals, and
@@ -312,14 +314,19 @@ class Simulation(VirtualTimeDriver):
         if math.isinf(job.remaining):
             return
         generation = record.generation
+        # A declared time limit cuts the run short, as the service stops it: it ends FAILED.
+        limit = record.spec.time_limit
+        run_for = job.remaining if limit is None else min(job.remaining, limit)
+        cut = run_for < job.remaining
 
         def complete() -> str | None:
             if record.generation != generation or record.state != "RUNNING":
                 return None
-            self.end(record.job_id, job.ok)
-            return f"{record.spec.name} {'finished' if job.ok else 'failed'}"
+            ok = job.ok and not cut
+            self.end(record.job_id, ok)
+            return f"{record.spec.name} {'finished' if ok else 'failed'}"
 
-        self.at(self.now + job.remaining, complete, COMPLETION)
+        self.at(self.now + run_for, complete, COMPLETION)
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
         """The run ends; ``remaining`` drops by ``keep`` (None: cut short by the policy, so

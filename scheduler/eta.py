@@ -1,0 +1,303 @@
+"""When will a waiting job start? A forward simulation of the live state, in virtual time.
+
+Pure, like the policies it drives: a fresh policy (the live one's kind and cluster) learns the
+live state (nodes down, running jobs adopted where they run, the queue) and is then fed the
+``Finish`` events the durations predict, exactly as the simulator feeds it, until every waiting
+job has started. It runs three times, with the low, middle and high duration of every job
+(p10, p50, p90 of its history, or its declared time limit), which gives each waiting job an
+estimated start and a range. Durations come from ``DurationModel``: that user's history of
+similar jobs (same GPU count and command name), else the VC's, else the cluster's; a job that
+declares a time limit, the share of their limits such jobs used.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import (
+    Adopt,
+    Decision,
+    Event,
+    Finish,
+    NodeDown,
+    Preempt,
+    Scheduler,
+    Start,
+    Stop,
+    Submit,
+    TaskPlacement,
+    Tick,
+    handle_together,
+)
+
+#: (low, middle, high) seconds: p10, p50, p90.
+Spread = tuple[float, float, float]
+#: With no history at all: a guess wide enough to be honest about it (10 min, 1 h, 4 h).
+NO_HISTORY: Spread = (600.0, 3600.0, 14400.0)
+#: Samples a level of history needs before it is trusted over the next, wider one.
+MIN_SAMPLES = 3
+#: Words that run the real program named next ("python train.py" is "train.py").
+RUNNERS = frozenset({"python", "python3", "bash", "sh", "srun", "mpirun", "torchrun", "env"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """An estimated start (virtual seconds, the live clock's) and its p10-p90 range."""
+
+    eta: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job_id: str
+    spec: JobSpec
+    tasks: tuple[TaskPlacement, ...]
+    remaining: Spread  # seconds left, low/middle/high
+    opportunistic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingJob:
+    job_id: str
+    spec: JobSpec
+    submitted: float
+    duration: Spread
+
+
+@dataclass(frozen=True, slots=True)
+class Past:
+    """One ended run the durations are learnt from."""
+
+    user: str
+    vc: str
+    gpus: int
+    command: str
+    seconds: float
+    limit: float | None = None  # its declared time limit, if any
+
+
+def command_name(spec: JobSpec) -> str:
+    """The program a job runs, for "similar jobs": the first word, or the script a runner
+    (python, bash, torchrun ...) is given."""
+    for role in spec.roles:
+        for line in role.commands:
+            for word in line.replace(";", " ").split():
+                name = os.path.basename(word)
+                if name in RUNNERS or name.startswith("-") or _ASSIGNMENT.match(word):
+                    continue
+                return name[:128]
+    return ""
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``values``, linearly interpolated."""
+    pos = (len(values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def spread_of(samples: Iterable[float]) -> Spread:
+    values = sorted(samples)
+    return (quantile(values, 0.1), quantile(values, 0.5), quantile(values, 0.9))
+
+
+@dataclass
+class DurationModel:
+    """Durations of past runs by (GPUs, command) for each user, each VC and the cluster."""
+
+    by_user: dict[tuple[str, int, str], list[float]] = field(default_factory=dict)
+    by_vc: dict[tuple[str, int, str], list[float]] = field(default_factory=dict)
+    cluster: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    everything: list[float] = field(default_factory=list)
+    #: Of jobs that declared a limit: the share of it they ran, by user, by VC, overall.
+    used_by_user: dict[str, list[float]] = field(default_factory=dict)
+    used_by_vc: dict[str, list[float]] = field(default_factory=dict)
+    used: list[float] = field(default_factory=list)
+
+    @classmethod
+    def learn(cls, history: Iterable[Past]) -> DurationModel:
+        model = cls()
+        for p in history:
+            model.add(p)
+        return model
+
+    def add(self, p: Past) -> None:
+        self.by_user.setdefault((p.user, p.gpus, p.command), []).append(p.seconds)
+        self.by_vc.setdefault((p.vc, p.gpus, p.command), []).append(p.seconds)
+        self.cluster.setdefault((p.gpus, p.command), []).append(p.seconds)
+        self.everything.append(p.seconds)
+        if p.limit:
+            share = min(1.0, p.seconds / p.limit)
+            self.used_by_user.setdefault(p.user, []).append(share)
+            self.used_by_vc.setdefault(p.vc, []).append(share)
+            self.used.append(share)
+
+    def predict(self, spec: JobSpec, user: str, elapsed: float = 0.0) -> Spread:
+        """Seconds left of a run ``elapsed`` seconds in (0: not started), low/middle/high.
+
+        A job with a declared limit runs the share of its limit that jobs with limits used
+        (that user's, else the VC's, else everyone's; the limit itself with no such history):
+        users overestimate, each by their own habit. Without a limit: the durations of similar
+        jobs, else ``NO_HISTORY``. A run already ``elapsed`` in is predicted from the runs that
+        lasted longer (durations are heavy-tailed: a long run is likely to run longer still)."""
+        limit = spec.time_limit
+        if limit is not None:
+            shares = _first_enough(
+                (self.used_by_user.get(user), self.used_by_vc.get(spec.vc), self.used)
+            )
+            samples = [limit] * MIN_SAMPLES if shares is None else [limit * x for x in shares]
+        else:
+            key = (spec.total_gpus, command_name(spec))
+            levels = (
+                self.by_user.get((user, *key)),
+                self.by_vc.get((spec.vc, *key)),
+                self.cluster.get(key),
+                self.everything,
+            )
+            found = _first_enough(levels)
+            if found is None:  # a guess, not samples: shifted, never re-quantiled
+                low, mid, high = (x - elapsed for x in NO_HISTORY)
+                return (low, mid, high) if low > 0 else _outlived(elapsed, None)
+            samples = found
+        left = [x - elapsed for x in samples if x > elapsed]
+        if left and (len(left) >= MIN_SAMPLES or elapsed <= 0):
+            return spread_of(left)
+        return _outlived(elapsed, limit)
+
+
+def _outlived(elapsed: float, limit: float | None) -> Spread:
+    """A run past every similar one: up to its limit when it has one, else as long again."""
+    if limit is not None:
+        rest = max(limit - elapsed, 1.0)
+        return (0.1 * rest, 0.5 * rest, rest)
+    return (0.1 * elapsed, elapsed, 3 * elapsed)
+
+
+def _first_enough(levels: Iterable[list[float] | None]) -> list[float] | None:
+    """The narrowest level of history with enough samples to trust."""
+    for samples in levels:
+        if samples and len(samples) >= MIN_SAMPLES:
+            return samples
+    return None
+
+
+def forecast(
+    make_scheduler: Callable[[], Scheduler],
+    now: float,
+    running: Sequence[RunningJob],
+    waiting: Sequence[WaitingJob],
+    down: dict[str, str] | None = None,
+    max_steps: int = 100_000,
+) -> dict[str, Estimate]:
+    """Each waiting job's estimated start; jobs that never start in the forecast are left out
+    (their why-text says why they cannot run)."""
+    runs = [
+        _starts(make_scheduler, now, running, waiting, down or {}, which, max_steps)
+        for which in range(3)
+    ]
+    out: dict[str, Estimate] = {}
+    for w in waiting:
+        times = [r.get(w.job_id) for r in runs]
+        if times[1] is None:
+            continue
+        known = [t for t in times if t is not None]
+        out[w.job_id] = Estimate(times[1], min(known), max(known))
+    return out
+
+
+def _starts(
+    make_scheduler: Callable[[], Scheduler],
+    now: float,
+    running: Sequence[RunningJob],
+    waiting: Sequence[WaitingJob],
+    down: dict[str, str],
+    which: int,
+    max_steps: int,
+) -> dict[str, float]:
+    """One forward run with every duration at its ``which`` quantile: job -> first start."""
+    sched = make_scheduler()
+    durations = {r.job_id: r.remaining[which] for r in running}
+    durations.update((w.job_id, w.duration[which]) for w in waiting)
+    ends: list[tuple[float, int, str]] = []  # (end, run number, job)
+    runs: dict[str, int] = {}  # job -> its run number, while it runs
+    started: dict[str, float] = {}
+    pending = {w.job_id for w in waiting}
+    count = 0
+
+    def apply(decisions: list[Decision], t: float) -> None:
+        nonlocal count
+        for d in decisions:
+            if isinstance(d, Start) and d.job_id not in runs:  # (not an incremental job growing)
+                count += 1
+                runs[d.job_id] = count
+                if d.job_id in pending:
+                    started[d.job_id] = t
+                    pending.discard(d.job_id)
+                heapq.heappush(ends, (t + durations[d.job_id], count, d.job_id))
+            elif isinstance(d, Preempt | Stop):
+                runs.pop(d.job_id, None)  # back in the queue; its next start runs it whole
+
+    first: list[Event] = []
+    for r in running:
+        first.append(Adopt(r.job_id, r.spec, r.tasks, r.opportunistic, now))
+        count += 1
+        runs[r.job_id] = count
+        heapq.heappush(ends, (now + r.remaining[which], count, r.job_id))
+    first += [NodeDown(node, now, why) for node, why in down.items()]
+    first += [Submit(w.job_id, w.spec, min(w.submitted, now)) for w in waiting]
+    apply(_handle(sched, first), now)
+    last = now
+    for _ in range(max_steps):
+        if not pending:
+            break
+        t = ends[0][0] if ends else math.inf
+        wake = sched.next_wakeup()
+        ticks = wake is not None and last < wake <= t
+        if ticks:
+            t = wake  # type: ignore[assignment]
+        if math.isinf(t):
+            break  # nothing ends and nothing wakes: the rest never start
+        batch: list[Event] = []
+        while ends and ends[0][0] <= t:
+            _, run, job_id = heapq.heappop(ends)
+            if runs.get(job_id) == run:
+                del runs[job_id]
+                batch.append(Finish(job_id, t))
+        if ticks:
+            batch.append(Tick(t))
+        apply(_handle(sched, batch), t)
+        last = t
+    return started
+
+
+def _handle(sched: Scheduler, events: list[Event]) -> list[Decision]:
+    """Adopts one by one (they place nothing), the rest as one instant."""
+    out: list[Decision] = []
+    rest: list[Event] = []
+    for ev in events:
+        if isinstance(ev, Adopt | NodeDown):
+            out += sched.handle(ev)
+        else:
+            rest.append(ev)
+    if rest:
+        out += handle_together(sched, rest)
+    return out
+
+
+def eta_text(eta: float, low: float, high: float, now: float) -> str:
+    """ "starts in ~25 min (10-50)": the range in the estimate's unit, from ``now``."""
+    mid, lo, hi = (max(0.0, x - now) for x in (eta, low, high))
+    if hi < 1:
+        return "starts now"
+    unit, size = ("s", 1) if mid < 90 else ("min", 60) if mid < 90 * 60 else ("h", 3600)
+    a, b, c = (round(x / size) for x in (mid, lo, hi))
+    return f"starts in ~{a} {unit}" + (f" ({b}-{c})" if b != c else "")

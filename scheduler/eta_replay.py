@@ -1,0 +1,123 @@
+"""How good are the ETAs? Replay a trace through the simulator and, at each submission of a job
+that has to wait, forecast its start from the state at that moment, as the service would; then
+compare with when it really started in the replay.
+
+The forecast knows only what the service knows: running jobs' elapsed time, the queue, and the
+durations of the jobs that already ended (the history it learns from, as it goes); never a
+job's real duration. With ``limits``, every job declares a time limit of its real duration
+times a random overestimate (users overestimate), which caps the predicted durations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.eta import (
+    DurationModel,
+    Estimate,
+    Past,
+    RunningJob,
+    WaitingJob,
+    command_name,
+    forecast,
+    quantile,
+)
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import Scheduler
+from labhive.scheduler.policies import get_policy
+from labhive.scheduler.sim.engine import SimJob, Simulation
+
+#: Users' overestimate of their jobs' durations: limit = duration x uniform(low, high).
+OVERESTIMATE = (1.0, 3.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EtaScore:
+    """Accuracy over the jobs that waited and then started."""
+
+    jobs: int
+    median_abs_error_s: float
+    p90_abs_error_s: float
+    coverage: float  # share of starts inside the predicted p10-p90 range
+
+
+def with_limits(
+    jobs: Sequence[SimJob], seed: int = 0, factor: tuple[float, float] = OVERESTIMATE
+) -> list[SimJob]:
+    """Fresh jobs that declare limits: duration x a random overestimate (at least a second)."""
+    rng = random.Random(seed)
+    out = []
+    for j in jobs:
+        limit = max(1.0, j.duration * rng.uniform(*factor))
+        spec = dataclasses.replace(j.spec, time_limit=limit)
+        out.append(fresh(j, spec))
+    return out
+
+
+def fresh(j: SimJob, spec: JobSpec | None = None) -> SimJob:
+    """A SimJob records one run: a copy to replay again."""
+    return SimJob(j.job_id, spec or j.spec, j.submit, j.duration, j.vc, j.user, j.status)
+
+
+def replay_etas(
+    policy: str, config: ClusterConfig, jobs: Sequence[SimJob]
+) -> tuple[EtaScore, dict[str, tuple[Estimate, float]]]:
+    """Replay ``jobs`` under ``policy``; each waiting job's estimate at submit and real start."""
+    make: Callable[[], Scheduler] = lambda: get_policy(policy, config)  # noqa: E731
+    by_name = {j.spec.name: j for j in jobs}
+    model = DurationModel()
+    given: dict[str, Estimate] = {}
+
+    def observe(sim: Simulation, label: str) -> None:
+        name, _, what = label.rpartition(" ")
+        if what in ("finished", "failed") and name in by_name:
+            j = by_name[name]
+            if j.end is not None and j.first_start is not None:
+                model.add(
+                    Past(
+                        j.user,
+                        j.spec.vc,
+                        j.gpus,
+                        command_name(j.spec),
+                        j.duration,
+                        j.spec.time_limit,
+                    )
+                )
+        if label.endswith(" submitted"):
+            j = by_name.get(label.removesuffix(" submitted"))
+            if j is not None and j.state == "WAITING":
+                found = forecast(make, sim.now, *_state(sim, model))
+                if j.job_id in found:
+                    given[j.job_id] = found[j.job_id]
+
+    sim = Simulation(make(), sorted(jobs, key=lambda j: j.submit), total_gpus=config.total_gpus())
+    sim.observe = observe
+    result = sim.run()
+    started = {j.job_id: j.first_start for j in result.jobs}
+    pairs = {k: (e, started[k]) for k, e in given.items() if started.get(k) is not None}
+    return score(pairs.values()), pairs
+
+
+def _state(sim: Simulation, model: DurationModel) -> tuple[list[RunningJob], list[WaitingJob]]:
+    running, waiting = [], []
+    for v in sim.scheduler.jobs():
+        j = sim.sim_jobs[v.job_id]
+        if v.state == "RUNNING":
+            left = model.predict(j.spec, j.user, sim.now - j.run_start)
+            running.append(RunningJob(v.job_id, j.spec, v.tasks, left, v.opportunistic))
+        else:
+            waiting.append(WaitingJob(v.job_id, j.spec, j.submit, model.predict(j.spec, j.user)))
+    return running, waiting
+
+
+def score(pairs: Iterable[tuple[Estimate, float]]) -> EtaScore:
+    items = list(pairs)
+    if not items:
+        return EtaScore(0, 0.0, 0.0, 0.0)
+    errors = sorted(abs(start - e.eta) for e, start in items)
+    inside = sum(1 for e, start in items if e.low - 1e-6 <= start <= e.high + 1e-6)
+    return EtaScore(len(items), quantile(errors, 0.5), quantile(errors, 0.9), inside / len(items))

@@ -1,0 +1,290 @@
+"""The service's ETAs: forecast from the live state after every pass that changed it, and kept
+to account.
+
+A thread of its own (never the scheduling pass, whose speed submissions depend on) wakes when
+the loop changed the store, reads the policy's jobs and the store's history, runs the pure
+forecast (``scheduler/eta.py``) and publishes the waiting jobs' estimates on the loop, where the
+REST handlers read them. Each waiting job's first estimate is stored (``job_etas``); when the job
+starts, its error and whether the start fell in the range are stored beside it, for ``/metrics``
+and ``labhive eta-report``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from labhive.scheduler.eta import (
+    DurationModel,
+    Estimate,
+    Past,
+    RunningJob,
+    WaitingJob,
+    command_name,
+    forecast,
+)
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import Scheduler
+from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.store import Store, job_etas, jobs
+from labhive.scheduler.suggest import Suggestion, suggest
+
+log = logging.getLogger(__name__)
+
+#: Ended runs the durations are learnt from (the newest).
+HISTORY = 2000
+#: Waiting jobs forecast, the first in queue order (a flood of submissions must not make each
+#: forecast cost grow without bound); the rest get no estimate until they move up.
+MAX_WAITING = 500
+#: The thread's share of one core at most: after a forecast that took d seconds it waits
+#: max(MIN_GAP_S, d / DUTY - d), so a long queue never starves the scheduling pass.
+DUTY = 0.1
+MIN_GAP_S = 0.5
+
+
+class EtaTracker:
+    def __init__(
+        self,
+        store: Store,
+        loop: Any,
+        make_scheduler: Callable[[], Scheduler],
+        load_spec: Callable[[dict[str, Any]], JobSpec],
+        *,
+        clock: Callable[[], float] = time.time,
+        refresh_s: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.loop = loop
+        self.make_scheduler = make_scheduler
+        self.load_spec = load_spec
+        self.clock = clock
+        self.refresh_s = refresh_s  # recomputed this often even when nothing changed (time runs)
+        self._commands: dict[int, tuple[str, float | None]] = {}  # ended jobs' (see _learnt)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="labhive-eta", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seen, last, gap = -1, 0.0, 0.0
+        while not self.loop.stopping:
+            with self.loop.changed:
+                self.loop.changed.wait(1.0)
+            now = self.clock()
+            if now - last < gap:
+                continue
+            if self.loop.passes == seen and now - last < self.refresh_s:
+                continue
+            seen, last = self.loop.passes, now
+            began = time.perf_counter()
+            try:
+                self.update()
+            except Exception as err:  # an estimate is a courtesy: never kill the thread
+                log.warning("could not compute ETAs (%s: %s)", type(err).__name__, err)
+            took = time.perf_counter() - began
+            gap = max(MIN_GAP_S, took / DUTY - took)
+
+    def update(self) -> dict[int, Estimate]:
+        """Forecast now, publish on the loop, and record first estimates and start errors."""
+        now = self.clock()
+        running, waiting, down = self.state(now, MAX_WAITING)
+        found = forecast(self.make_scheduler, now, running, waiting, down)
+        estimates = {int(k): e for k, e in found.items()}
+        self.loop.estimates = estimates
+        vcs = {int(w.job_id): w.spec.vc for w in waiting}
+        self._record(now, estimates, vcs)
+        return estimates
+
+    def state(
+        self, now: float, max_waiting: int | None = None
+    ) -> tuple[list[RunningJob], list[WaitingJob], dict[str, str]]:
+        """The live state as the forecast takes it: running jobs with what is left of their
+        runs, the first ``max_waiting`` waiting jobs with their durations, the nodes down."""
+        views, specs, down = self.loop.forecast_state()
+        with self.store.read() as conn:
+            active = {
+                r["id"]: dict(r)
+                for r in conn.execute(
+                    select(jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at).where(
+                        jobs.c.state.in_(lc.ACTIVE)
+                    )
+                ).mappings()
+            }
+            model = DurationModel.learn(self._history(conn))
+        running: list[RunningJob] = []
+        waiting: list[WaitingJob] = []
+        for v in views:
+            job_id = int(v.job_id)
+            row, spec = active.get(job_id), specs.get(job_id)
+            if row is None or spec is None:
+                continue  # ended meanwhile
+            if v.state == lc.RUNNING:
+                elapsed = now - (row["started_at"] or now)
+                left = model.predict(spec, row["user"], elapsed)
+                running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
+            elif max_waiting is None or len(waiting) < max_waiting:
+                spread = model.predict(spec, row["user"])
+                waiting.append(WaitingJob(v.job_id, spec, row["submitted_at"], spread))
+        return running, waiting, down
+
+    def suggest(self, job_id: int, vcs: list[str]) -> list[Suggestion]:
+        """What would start this waiting job soon, tried against the live state (on request:
+        a handful of forecasts)."""
+        now = self.clock()
+        running, waiting, down = self.state(now)
+        return suggest(self.make_scheduler, now, running, waiting, str(job_id), vcs, down)
+
+    def _history(self, conn: Any) -> Iterable[Past]:
+        """Ended runs: succeeded ones, and those stopped at their limit (which ran that long)."""
+        rows = conn.execute(
+            select(
+                jobs.c.id,
+                jobs.c.user,
+                jobs.c.vc,
+                jobs.c.gpus,
+                jobs.c.spec,
+                jobs.c.state,
+                jobs.c.reason,
+                jobs.c.started_at,
+                jobs.c.finished_at,
+            )
+            .where(jobs.c.state.in_((lc.SUCCEEDED, lc.FAILED)), jobs.c.started_at.is_not(None))
+            .order_by(jobs.c.id.desc())
+            .limit(HISTORY)
+        ).mappings()
+        for r in rows:
+            if r["finished_at"] is None:
+                continue
+            if r["state"] == lc.FAILED and not str(r["reason"]).startswith("time limit"):
+                continue
+            command, limit = self._learnt(dict(r))
+            seconds = r["finished_at"] - r["started_at"]
+            yield Past(r["user"], r["vc"], r["gpus"], command, seconds, limit)
+
+    def _learnt(self, row: dict[str, Any]) -> tuple[str, float | None]:
+        """An ended job's command name and declared limit (cached: they never change)."""
+        got = self._commands.get(row["id"])
+        if got is None:
+            try:
+                spec = self.load_spec(row)
+                got = (command_name(spec), spec.time_limit)
+            except Exception:  # stored before today's checks: nothing to learn from
+                got = ("", None)
+            self._commands[row["id"]] = got
+        return got
+
+    def _record(self, now: float, estimates: dict[int, Estimate], vcs: dict[int, str]) -> None:
+        """First estimates of newly waiting jobs; the error of those that started since."""
+        with self.store.read() as conn:
+            known = set(
+                conn.execute(
+                    select(job_etas.c.job_id).where(job_etas.c.job_id.in_(list(estimates)))
+                ).scalars()
+            )
+            started = list(
+                conn.execute(
+                    select(job_etas, jobs.c.started_at.label("began"))
+                    .join(jobs, jobs.c.id == job_etas.c.job_id)
+                    .where(job_etas.c.error_s.is_(None), jobs.c.started_at.is_not(None))
+                ).mappings()
+            )
+        new = [
+            {
+                "job_id": j,
+                "vc": vcs[j],
+                "predicted_at": now,
+                "eta": e.eta,
+                "eta_low": e.low,
+                "eta_high": e.high,
+            }
+            for j, e in estimates.items()
+            if j not in known
+        ]
+        if not new and not started:
+            return
+        with self.store.write() as conn:
+            if new:
+                conn.execute(insert(job_etas), new)
+            for r in started:
+                conn.execute(
+                    update(job_etas)
+                    .where(job_etas.c.job_id == r["job_id"])
+                    .values(
+                        started_at=r["began"],
+                        error_s=r["began"] - r["eta"],
+                        in_range=bool(r["eta_low"] <= r["began"] <= r["eta_high"]),
+                    )
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Accuracy:
+    """How good the ETAs were, for one VC (or all): from the jobs that started."""
+
+    vc: str
+    starts: int
+    median_abs_error_s: float
+    p90_abs_error_s: float
+    coverage: float  # the share of starts inside the p10-p90 range
+
+
+def accuracy(rows: Iterable[dict[str, Any]]) -> list[Accuracy]:
+    """Per VC, then "all", from ``job_etas`` rows with an error."""
+    from labhive.scheduler.eta import quantile
+
+    by_vc: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["error_s"] is None:
+            continue
+        by_vc.setdefault(r["vc"], []).append(r)
+        by_vc.setdefault("all", []).append(r)
+    out = []
+    for vc in sorted(by_vc, key=lambda v: (v == "all", v)):
+        group = by_vc[vc]
+        errors = sorted(abs(r["error_s"]) for r in group)
+        inside = sum(1 for r in group if r["in_range"])
+        out.append(
+            Accuracy(
+                vc, len(group), quantile(errors, 0.5), quantile(errors, 0.9), inside / len(group)
+            )
+        )
+    return out
+
+
+def stored_accuracy(store: Store) -> list[Accuracy]:
+    with store.read() as conn:
+        return accuracy(dict(r) for r in conn.execute(select(job_etas)).mappings())
+
+
+def render_accuracy(rows: list[Accuracy]) -> str:
+    """The ETAs' accuracy in Prometheus' text format: the absolute error at start as a summary
+    (p50, p90) and the share of starts inside the p10-p90 range, per VC."""
+    lines = [
+        "# HELP labhive_eta_error_seconds Absolute error of the ETA given at submit, at start.",
+        "# TYPE labhive_eta_error_seconds summary",
+    ]
+    for a in rows:
+        if a.vc == "all":
+            continue
+        vc = a.vc.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        lines += [
+            f'labhive_eta_error_seconds{{vc="{vc}",quantile="0.5"}} {a.median_abs_error_s:g}',
+            f'labhive_eta_error_seconds{{vc="{vc}",quantile="0.9"}} {a.p90_abs_error_s:g}',
+            f'labhive_eta_error_seconds_count{{vc="{vc}"}} {a.starts}',
+        ]
+    lines += [
+        "# HELP labhive_eta_range_coverage_ratio Share of starts inside the predicted p10-p90.",
+        "# TYPE labhive_eta_range_coverage_ratio gauge",
+    ]
+    for a in rows:
+        if a.vc != "all":
+            vc = a.vc.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            lines.append(f'labhive_eta_range_coverage_ratio{{vc="{vc}"}} {a.coverage:g}')
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,93 @@
+"""What would start a waiting job now? Changes to the job, each tried against the live state.
+
+Pure, on top of the ETA forecast (``eta.py``): each variant of the job (fewer GPUs per task,
+fewer tasks, another VC the user may use, opportunistic priority) takes the job's place in the
+queue and the forecast says when it would start. The variants that would start within the
+horizon come first, smallest change first; when none does, the earliest start says "nothing
+starts it before T".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from labhive.scheduler.eta import RunningJob, WaitingJob, forecast
+from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec
+from labhive.scheduler.model import Scheduler
+
+#: "Starts now" means within this many seconds.
+HORIZON_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    change: str  # in words: "ask for 2 GPUs per task instead of 4"
+    flags: str  # the submit flags that make it: "--gpus 2"
+    eta: float
+    eta_low: float
+    eta_high: float
+    soon: bool  # starts within the horizon
+    risk: str = ""  # what the change costs ("preemptible ...")
+
+
+def variants(spec: JobSpec, vcs: Iterable[str]) -> list[tuple[str, str, str, JobSpec]]:
+    """(change, flags, risk, variant) for one-role jobs, smallest change first."""
+    if len(spec.roles) != 1:
+        return []
+    role = spec.roles[0]
+    out = []
+    gpus = role.gpu // 2
+    while gpus >= 1:
+        smaller = dataclasses.replace(spec, roles=(dataclasses.replace(role, gpu=gpus),))
+        out.append((f"ask for {gpus} GPUs per task instead of {role.gpu}", f"--gpus {gpus}", "",
+                    smaller))  # fmt: skip
+        gpus //= 2
+    tasks = role.instances // 2
+    while tasks >= 1:
+        fewer = dataclasses.replace(spec, roles=(dataclasses.replace(role, instances=tasks),))
+        out.append((f"run {tasks} tasks instead of {role.instances}", f"--tasks {tasks}", "",
+                    fewer))  # fmt: skip
+        tasks //= 2
+    for vc in sorted(set(vcs) - {spec.vc}):
+        out.append((f"submit to VC {vc}", f"--vc {vc}", "", dataclasses.replace(spec, vc=vc)))
+    if spec.priority != OPPORTUNISTIC:
+        out.append((
+            "run it opportunistically, on any VC's idle GPUs", "--priority oppo",
+            "preemptible: a guaranteed job that needs those GPUs stops it (it is requeued)",
+            dataclasses.replace(spec, priority=OPPORTUNISTIC),
+        ))  # fmt: skip
+    return out
+
+
+def suggest(
+    make_scheduler: Callable[[], Scheduler],
+    now: float,
+    running: Sequence[RunningJob],
+    waiting: Sequence[WaitingJob],
+    job_id: str,
+    vcs: Iterable[str],
+    down: dict[str, str] | None = None,
+    horizon_s: float = HORIZON_S,
+) -> list[Suggestion]:
+    """The job's variants that the policy accepts, each with its forecast start; those that
+    start within ``horizon_s`` first (in the order of ``variants``), then the rest by start."""
+    target = next((w for w in waiting if w.job_id == job_id), None)
+    if target is None:
+        return []
+    checker = make_scheduler()
+    out = []
+    for change, flags, risk, spec in variants(target.spec, vcs):
+        try:
+            checker.check(spec)
+        except ValueError:
+            continue  # can never run on this cluster: no suggestion
+        queue = [dataclasses.replace(w, spec=spec) if w is target else w for w in waiting]
+        found = forecast(make_scheduler, now, running, queue, down).get(job_id)
+        if found is None:
+            continue
+        soon = found.eta - now <= horizon_s
+        out.append(Suggestion(change, flags, found.eta, found.low, found.high, soon, risk))
+    first = [s for s in out if s.soon]
+    return first + sorted((s for s in out if not s.soon), key=lambda s: s.eta)

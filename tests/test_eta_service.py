@@ -1,0 +1,88 @@
+"""ETAs in the live service: given the virtual 2 x 4 GPU cluster (VCs ``default`` and ``vc1``,
+a node each) with one job running in vc1 under a declared limit and two queued behind it, expect
+GET /jobs/{id} to carry the starts the limits imply, the first estimate and its error stored
+when the job starts, and the accuracy on /metrics and in ``labhive eta-report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
+
+from labhive.scheduler.service.eta import stored_accuracy
+
+pytest_plugins = ["service_fixtures"]
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    from service_fixtures import live_service
+
+    with live_service(tmp_path / "data", grace_s=0.5) as live:
+        yield live
+
+
+def test_waiting_jobs_get_the_starts_their_queue_implies(service, capsys):
+    c = service.client()
+    a = c.submit(command="sleep 600", vc="vc1", gpus=4, name="a", time_limit=100)
+    wait_until(lambda: a.refresh().state == "RUNNING", what="a to run")
+    b = c.submit(command="sleep 600", vc="vc1", gpus=4, name="b", time_limit=30)
+    d = c.submit(command="sleep 600", vc="vc1", gpus=4, name="d", time_limit=30)
+    wait_until(lambda: d.refresh().data.get("eta") is not None, what="d's estimate")
+    started = a.data["started_at"]
+    b.refresh()
+    assert b.data["eta"] == pytest.approx(started + 100, abs=0.01)
+    assert b.data["eta_low"] == pytest.approx(b.data["eta"]) == pytest.approx(b.data["eta_high"])
+    assert d.data["eta"] == pytest.approx(started + 130, abs=0.01)
+    assert "starts in ~" in cli(service, capsys, "show", str(d.id))[1]
+    assert "starts in ~" in cli(service, capsys, "queue")[1]
+    assert "starts in ~" in cli(service, capsys, "jobs", "--state", "WAITING")[1]
+    queue = c._get("/queue")
+    etas = {e["id"]: e["eta"] for e in queue["waiting"]}
+    assert etas[b.id] == pytest.approx(started + 100, abs=0.01)
+    a.cancel()
+    wait_until(lambda: b.refresh().state == "RUNNING", what="b to run")
+
+    def b_scored():
+        return [x for x in stored_accuracy(service.running.service.store) if x.vc == "vc1"]
+
+    (acc,) = wait_until(b_scored, what="b's error to be stored")
+    assert acc.starts == 1 and acc.coverage == 0.0  # cancelled long before its limit
+    assert acc.median_abs_error_s > 50
+    code, out, _ = cli(service, capsys, "eta-report")
+    assert code == 0 and "vc1" in out and "0%" in out
+    metrics = httpx.get(service.url + "/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    (ratio,) = families["labhive_eta_range_coverage_ratio"].samples
+    assert ratio.labels == {"vc": "vc1"} and ratio.value == 0.0
+    assert "labhive_eta_error_seconds" in families
+
+
+def cli(service, capsys, *argv: str) -> tuple[int, str, str]:
+    from labhive.scheduler.cli import main
+
+    code = main([argv[0], "--url", service.url, "--token", service.admin, *argv[1:]])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_suggestions_when_applied_start_the_job(service, capsys):
+    """vc1 is full for 10 min; a 4-GPU job waits there. Moving it to the idle VC default, or
+    making it opportunistic, starts it now; halving its GPUs does not (vc1 is full)."""
+    c = service.client()
+    c.submit(command="sleep 600", vc="vc1", gpus=4, name="hog", time_limit="10m")
+    waiting = c.submit(command="sleep 600", vc="vc1", gpus=4, name="mine", time_limit="5m")
+    wait_until(lambda: waiting.refresh().data.get("eta") is not None, what="an estimate")
+    tips = c._get(f"/jobs/{waiting.id}/suggest")["suggestions"]
+    soon = {t["flags"]: t for t in tips if t["soon"]}
+    assert set(soon) == {"--vc default", "--priority oppo"}
+    assert soon["--priority oppo"]["risk"].startswith("preemptible")
+    assert {t["flags"] for t in tips if not t["soon"]} >= {"--gpus 2", "--gpus 1"}
+    out = cli(service, capsys, "show", str(waiting.id), "--suggest")[1]
+    assert "to start it now: submit to VC default (--vc default)" in out
+    moved = c.submit(command="sleep 600", vc="default", gpus=4, name="mine2", time_limit="5m")
+    wait_until(lambda: moved.refresh().state == "RUNNING", what="the suggested variant to run")
+    assert cli(service, capsys, "show", str(moved.id), "--suggest")[0] == 2  # not waiting
