@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 from labhive.scheduler.observe.prometheus import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.monitoring import Monitoring
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-def render(svc: Service) -> str:
-    return svc.monitoring.render()
+def render(monitoring: Monitoring) -> str:
+    """The page; it takes the ``Monitoring`` alone, so that it needs nothing of the app."""
+    return monitoring.render()
