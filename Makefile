@@ -26,15 +26,17 @@ up: $(STAMP)
 		npm install -g --no-fund --no-audit --loglevel=error configurable-http-proxy
 	$(BIN)/labhive up --course $(COURSE) $(if $(COURSE_DATA),--course-data $(COURSE_DATA))
 
-## test: install what the tests need (system packages too), lint, run the whole suite
+## test: install what the tests need (system packages too), lint, type-check, run the whole suite
 test: $(STAMP)
 	bash .ci/deps.sh
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

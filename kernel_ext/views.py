@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from html import escape
-from typing import Any
+from typing import Any, Self
 
 from IPython import get_ipython
 from IPython.display import DisplayHandle, display
@@ -77,7 +77,7 @@ class View(ABC):
         bundle["text/html"] = self.html()
         return bundle
 
-    def show(self) -> View:
+    def show(self) -> Self:
         """Display once per cell, with a display id that later updates reach."""
         count = _execution_count()
         if self._shown_in is not None and self._shown_in == count:

@@ -785,11 +785,13 @@ class HivedScheduler:
         least = min(sum(t.leaves for t in n) for n in needs.values())
         room = vc.free_in + vc.unbound_leaves
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
-        if not lower and not self._oppo_running():
-            lower = [None]  # nobody to preempt: the free search is the only one
         # Free GPUs first (binding more of the VC's cells if need be); only then one search
-        # that may preempt, lowest priorities first (see Placer._best_node).
-        for threshold in dict.fromkeys((None, max(lower, default=OPPORTUNISTIC))):
+        # that may preempt, lowest priorities first (see Placer._best_node), unless there is
+        # nobody to preempt.
+        thresholds: list[int | None] = [None]
+        if lower or self._oppo_running():
+            thresholds.append(max(lower, default=OPPORTUNISTIC))
+        for threshold in thresholds:
             if threshold is not None:  # a cheap upper bound first
                 room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
             if room < least:

@@ -163,8 +163,9 @@ def parse_priority(value: Any) -> int:
     )
 
 
-def parse_job(data: dict[str, Any], *, default_vc: str = "default", origin: str = "") -> JobSpec:
-    """A ``JobSpec`` from the short form or an OpenPAI v2 job (told apart by protocolVersion)."""
+def parse_job(data: object, *, default_vc: str = "default", origin: str = "") -> JobSpec:
+    """A ``JobSpec`` from the short form or an OpenPAI v2 job (told apart by protocolVersion);
+    ``data`` is whatever a file or a request held, so anything that is no mapping is refused."""
     where = _Where(origin)
     if not isinstance(data, dict):
         raise where.error("(job)", data, "a job spec must be a mapping")

@@ -24,13 +24,14 @@ class JobClass:
     blocked_at: Hashable = None  # the capacity stamp it last failed at
     need: int = 0  # the fewest GPUs its head job can start with
     task_need: int = 0  # ... of which its largest task needs on one node
-    failed_at: tuple[int, int] | None = None  # (core tick, VC epoch) of its last failure
+    failed_at: tuple[int, int, int] | None = None  # (core tick, VC epoch, pool epoch) at failure
     vc_ref: Any = None  # the core's VC object, saving a lookup on the hot path
     slots: dict[Any, int] | None = None  # a failed gang's task slots per node (core)
     slots_tick: int | None = None
     stamp: Hashable = None  # its VC's capacity stamp, cached for one VC version
     stamp_version: int = -1
-    signature: tuple[Hashable, Hashable] | None = None  # what its failure says (core)
+    # what its failure says (core): (group, (priority, gpu, cpu, memory_mb, tasks))
+    signature: tuple[Hashable | None, tuple[int, int, float, int, int]] | None = None
 
     def add(self, seq: int, job_id: str) -> None:
         bisect.insort(self.entries, (seq, job_id))

@@ -597,7 +597,7 @@ def pool_from_config(config: ClusterConfig, locality: Locality = "consolidated")
     leaf cell's share times the node's leaf cells), unbounded otherwise."""
     merged: dict[str, tuple[str | None, set[int]]] = {}
     for spec in config.nodes():  # a node in two chains is listed twice: one node here
-        sku, gpus = merged.setdefault(spec.name, (spec.sku, set()))
+        _, gpus = merged.setdefault(spec.name, (spec.sku, set()))
         gpus.update(spec.gpus)
     nodes = []
     for name, (leaf, gpus) in merged.items():

@@ -58,8 +58,6 @@ class VirtualTimeDriver:
         self.decisions = 0
         self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
         self._counter = 0
-        # Per job, (preemptions, downgrades) the last ``snapshot`` showed: what a step adds.
-        self.shown: dict[str, tuple[int, int]] = {}
         #: Events held back until every action of the instant has run (None: feed at once).
         self._batch: list[Event] | None = None
         self._batches = hasattr(scheduler, "handle_batch")

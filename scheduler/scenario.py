@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from labhive.scheduler.config import ClusterConfig, load_cluster_config, virtual_cluster
 from labhive.scheduler.errors import UserError
@@ -257,7 +257,9 @@ def _parse_short(value: Any, origin: str) -> JobSpec:
     if not isinstance(value, Mapping):
         return parse_job(value, origin=origin)
     extras = value.get("extras")
-    hived = extras.get("hivedScheduler") if isinstance(extras, Mapping) else None
+    if not isinstance(extras, Mapping):
+        extras = {}
+    hived = extras.get("hivedScheduler")
     if isinstance(hived, Mapping) and "jobPriorityClass" in hived:
         priority = hived["jobPriorityClass"]
         rest = {**value, "extras": {**extras, "hivedScheduler": {**hived}}}
@@ -301,6 +303,6 @@ def _expect(raw: Any, i: int, items: list[Any], names: set[str], origin: str) ->
     return Expectation(float(at), str(job), checks, line)
 
 
-def _is_time(value: Any) -> bool:
+def _is_time(value: Any) -> TypeGuard[int | float]:
     """A finite number of seconds (YAML's .inf and .nan are numbers too, but not times)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -94,11 +94,11 @@ class VCs:
         self.demand: dict[str, dict[int, int]] = {c: {} for c in tree.chains}
         for spec in config.vcs.values():
             vc = self.by_name[spec.name] = VC(spec.name)
-            for cell in spec.cells:
-                level = config.cell_types[cell.cell_type].level
-                quota = vc.quota.setdefault(cell.chain, {})
-                quota[level] = quota.get(level, 0) + cell.number
-                vc.bound.setdefault(cell.chain, {})
+            for want in spec.cells:
+                level = config.cell_types[want.cell_type].level
+                quota = vc.quota.setdefault(want.chain, {})
+                quota[level] = quota.get(level, 0) + want.number
+                vc.bound.setdefault(want.chain, {})
             for chain, levels in vc.quota.items():
                 vc.unbound[chain] = dict(levels)
                 info = tree.chains[chain]

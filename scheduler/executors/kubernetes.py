@@ -337,8 +337,12 @@ class KubernetesExecutor:
         body = binding_manifest(pod, self.namespace, node)
         try:
             # The API answers 201 with a Status, which the client cannot read as a Binding.
+            # The client sends a dict body as it is; its stubs name only V1Binding.
             resp = self._api.create_namespaced_pod_binding(
-                pod, self.namespace, body, _preload_content=False
+                pod,
+                self.namespace,
+                body,  # type: ignore[arg-type]
+                _preload_content=False,
             )
             _discard_body(resp)
         except ApiException as err:

@@ -377,9 +377,8 @@ class LocalExecutor:
         for handle in handles:
             info = self._info(handle)
             if info is not None:
-                tasks.append(
-                    self._tasks.pop(handle.key, None) or _Task(TaskHandle(handle.key, info), None)
-                )
+                task = self._tasks.pop(handle.key, None)
+                tasks.append(task or _Task(TaskHandle(handle.key, info), None))
         live = [t for t in tasks if not self._ended(t)]
         for task in live:
             _signal_tree(task.info, signal.SIGTERM)

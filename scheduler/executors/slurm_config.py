@@ -42,10 +42,10 @@ def _config(gpu_nodes: list[SlurmNode], switches: dict[str, list[str]]) -> dict:
     sku_of = {n.name: _sku_name(n) for n in gpu_nodes}
     skus: dict[str, dict] = {}
     for node in gpu_nodes:
-        per_gpu = {"gpu": 1, "cpu": max(1, node.cpus // node.gpus)}
-        per_gpu["memory"] = f"{max(1, node.memory_mb // node.gpus)}Mi"
+        cpu = max(1, node.cpus // node.gpus)
+        per_gpu = {"gpu": 1, "cpu": cpu, "memory": f"{max(1, node.memory_mb // node.gpus)}Mi"}
         old = skus.get(sku_of[node.name])
-        if old is None or per_gpu["cpu"] < old["cpu"]:
+        if old is None or cpu < old["cpu"]:
             skus[sku_of[node.name]] = per_gpu
     node_type = {n.name: f"{sku_of[n.name]}-{n.gpus}GPU-NODE" for n in gpu_nodes}
     cell_types: dict[str, dict] = {}

@@ -383,8 +383,8 @@ def _gpu_families(s: ServiceSnapshot) -> Iterator[Metric]:
         "The cluster's GPUs: allocated to jobs, idle, or free on an unhealthy node.",
         labels=["state"],
     )
-    for state, n in totals.items():
-        cluster.add_metric([state], n)
+    for state, count in totals.items():
+        cluster.add_metric([state], count)
     yield cluster
     yield GaugeMetricFamily(
         "labhive_cluster_virtual",

@@ -312,7 +312,8 @@ def iter_records(
                         if ok:
                             ret = line[eq + 3 :]
                             if ret.isdigit() and ret.isascii():  # most returns: "0", "3"
-                                val, retval, errno, note, dur = ret, int(ret), None, None, None
+                                val, errno, note, dur = ret, None, None, None
+                                retval: int | None = int(ret)
                             else:
                                 val, retval, errno, note, dur = split_return(ret)
                             call = Call(

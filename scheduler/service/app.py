@@ -479,7 +479,8 @@ def _public_routes(app: FastAPI, svc: Service) -> None:
     def metrics() -> PlainTextResponse:
         from labhive.scheduler.service.metrics import CONTENT_TYPE, render
 
-        return PlainTextResponse(render(svc), media_type=CONTENT_TYPE)
+        assert svc.monitoring is not None  # set by Service.__post_init__
+        return PlainTextResponse(render(svc.monitoring, svc.store), media_type=CONTENT_TYPE)
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -517,7 +518,7 @@ def _job_out(
     if with_spec:  # names in a spec stored before intake checked them may not encode
         row, task_rows = encodable(row), encodable(task_rows)
     out = s.JobOut(
-        **{k: row.get(k) for k in s.JobOut.model_fields if k not in ("tasks", "spec") and k in row},
+        **{k: row[k] for k in s.JobOut.model_fields if k not in ("tasks", "spec") and k in row},
         tasks=[
             s.TaskOut(
                 role=t["role"],

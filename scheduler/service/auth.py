@@ -175,14 +175,6 @@ def load_grants(path: Path | None) -> dict[str, Grant]:
     return {} if path is None else group_grants(_read_mapping(path), path)
 
 
-def hub_authenticator(grants_file: Path | None) -> Authenticator:
-    """Identity from JupyterHub (tokens and OAuth cookies resolved over the hub's REST API);
-    the resolver lives with the hub integration and imports no Jupyter code."""
-    from labhive.hub_extension.hubauth import HubAuthenticator
-
-    return HubAuthenticator.from_environment(load_grants(grants_file))
-
-
 def _read_mapping(path: Path) -> dict[str, Any]:
     import yaml
 

@@ -814,14 +814,14 @@ class SchedulerLoop:
                     .where(jobs.c.id == job_id, jobs.c.state == lc.WAITING)
                     .values(why=why)
                 )
-            for job_id, target, reason, why, spend, code in work.settled:
+            for job_id, target, reason, msg, spend, code in work.settled:
                 job = job_row(conn, job_id)
                 if job is None or job["state"] != lc.RUNNING:
                     continue
                 if job["cancel_requested"] and target == lc.WAITING:
                     target, reason = lc.STOPPED, "cancelled"
                     stale.append(job_id)  # the policy was told Requeue
-                lc.end_attempt(conn, job, target, reason, why, t, spend_retry=spend, exit_code=code)
+                lc.end_attempt(conn, job, target, reason, msg, t, spend_retry=spend, exit_code=code)
             for job_id in work.cancelled_waiting:
                 job = job_row(conn, job_id)
                 if job is not None and job["state"] == lc.WAITING:

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING
 from labhive.scheduler.observe.prometheus import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.monitoring import Monitoring
+    from labhive.scheduler.service.store import Store
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-def render(svc: Service) -> str:
+def render(monitoring: Monitoring, store: Store) -> str:
+    """The page, with the ETA accuracy series; it takes what it renders, not the app, so that it
+    needs nothing of the app."""
     from labhive.scheduler.service.eta import render_accuracy, stored_accuracy
 
-    return svc.monitoring.render() + render_accuracy(stored_accuracy(svc.store))
+    return monitoring.render() + render_accuracy(stored_accuracy(store))

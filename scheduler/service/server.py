@@ -130,7 +130,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.service.auth import (
         TokenAuthenticator,
         ensure_admin_token,
-        hub_authenticator,
+        load_grants,
         load_users,
     )
     from labhive.scheduler.service.datadir import (
@@ -176,7 +176,12 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     token, created = ensure_admin_token(token_file)
     auth: Any
     if opts.auth == "hub":
-        auth = hub_authenticator(opts.users)
+        # Identity from JupyterHub (tokens and OAuth cookies resolved over its REST API): the
+        # resolver lives with the hub integration, imports no Jupyter code, and implements
+        # auth's Authenticator, which knows nothing of it.
+        from labhive.hub_extension.hubauth import HubAuthenticator
+
+        auth = HubAuthenticator.from_environment(load_grants(opts.users))
     elif opts.auth == "token":
         auth = TokenAuthenticator(token, load_users(opts.users), token_file)
     else:
