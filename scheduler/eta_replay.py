@@ -88,17 +88,17 @@ def replay_etas(
                     )
                 )
         if label.endswith(" submitted"):
-            j = by_name.get(label.removesuffix(" submitted"))
-            if j is not None and j.state == "WAITING":
+            waiting = by_name.get(label.removesuffix(" submitted"))
+            if waiting is not None and waiting.state == "WAITING":
                 found = forecast(make, sim.now, *_state(sim, model))
-                if j.job_id in found:
-                    given[j.job_id] = found[j.job_id]
+                if waiting.job_id in found:
+                    given[waiting.job_id] = found[waiting.job_id]
 
     sim = Simulation(make(), sorted(jobs, key=lambda j: j.submit), total_gpus=config.total_gpus())
     sim.observe = observe
     result = sim.run()
-    started = {j.job_id: j.first_start for j in result.jobs}
-    pairs = {k: (e, started[k]) for k, e in given.items() if started.get(k) is not None}
+    started = {j.job_id: j.first_start for j in result.jobs if j.first_start is not None}
+    pairs = {k: (e, started[k]) for k, e in given.items() if k in started}
     return score(pairs.values()), pairs
 
 
