@@ -388,7 +388,10 @@ class SlurmExecutor:
         if "slurm_job_id" in handle.info:
             return handle.info
         try:
-            return json.loads((task_dir(self.data_dir, handle.key) / HANDLE_FILE).read_text())
+            info: dict[str, Any] = json.loads(
+                (task_dir(self.data_dir, handle.key) / HANDLE_FILE).read_text()
+            )
+            return info
         except (OSError, json.JSONDecodeError):
             return None
 
