@@ -7,8 +7,13 @@ with "time limit of 2 h reached". Declared limits also give the ETA its best dur
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labhive.scheduler.config import VCSpec
+    from labhive.scheduler.jobs import JobSpec
 
 #: Seconds per unit suffix; a bare number is seconds.
 UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
@@ -75,12 +80,10 @@ def deadline(limit: float | None, started_at: float | None) -> float | None:
     return started_at + limit
 
 
-def with_vc_limits(spec: Any, vc: Any, *, strict: bool) -> Any:
+def with_vc_limits(spec: JobSpec, vc: VCSpec | None, *, strict: bool) -> JobSpec:
     """``spec`` (a JobSpec) under its VC's (a VCSpec) ``timeLimit``: the default when it
     declares none; over the maximum, a ValueError saying what to ask for (``strict``, at
     intake) or the maximum (a stored job, after an admin lowered it)."""
-    import dataclasses
-
     if vc is None:
         return spec
     limit = spec.time_limit if spec.time_limit is not None else vc.time_limit_default

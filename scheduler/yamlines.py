@@ -78,7 +78,9 @@ def _loader(offset: int) -> type[yaml.SafeLoader]:
             self.depth += 1
             try:
                 if self.depth > MAX_YAML_DEPTH:
-                    line = self.peek_event().start_mark.line + 1 + offset
+                    # PyYAML's stubs leave the parser's methods untyped
+                    event = self.peek_event()  # type: ignore[no-untyped-call]
+                    line = event.start_mark.line + 1 + offset
                     raise YamlLimitError(
                         f"line {line}: nested more than {MAX_YAML_DEPTH} levels deep "
                         "(mappings and lists inside each other); flatten the document"

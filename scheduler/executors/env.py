@@ -35,7 +35,9 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(sock.getsockname()[1])
 
 
-def gpu_env(gpus: Sequence[int], gpu_uuids: Sequence[str] = (), virtual: bool = False) -> dict:
+def gpu_env(
+    gpus: Sequence[int], gpu_uuids: Sequence[str] = (), virtual: bool = False
+) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES for exactly the task's devices.
 
     Real devices go by UUID, which stays right whatever order CUDA enumerates them in. A task
@@ -116,7 +118,9 @@ def rendezvous_env(
     }
 
 
-def _job_env(spec: JobSpec, placements: Sequence[TaskPlacement], ips: Mapping[str, str]) -> dict:
+def _job_env(
+    spec: JobSpec, placements: Sequence[TaskPlacement], ips: Mapping[str, str]
+) -> dict[str, str]:
     """OpenPAI's job- and role-level variables, the same for every task of the job."""
     roles = [r.name for r in spec.roles]
     env = {

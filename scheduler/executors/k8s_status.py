@@ -45,6 +45,7 @@ class Outcome:
 
 
 def _main_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    cs: Mapping[str, Any]
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
         if cs.get("name") == CONTAINER:
             return cs

@@ -424,7 +424,10 @@ class KubernetesExecutor:
 
     def _read_pod(self, pod: str) -> dict[str, Any] | None:
         try:
-            return _body(self._api.read_namespaced_pod(pod, self.namespace, _preload_content=False))
+            body: dict[str, Any] | None = _body(
+                self._api.read_namespaced_pod(pod, self.namespace, _preload_content=False)
+            )
+            return body
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -588,7 +591,7 @@ class KubernetesExecutor:
         )
         self._watch_resp = resp
         try:
-            for line in iter_resp_lines(resp):
+            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]  # untyped in the client
                 if not line.strip():
                     continue
                 event = json.loads(line)
@@ -740,9 +743,13 @@ def connect(
     try:
         if in_cluster:
             conf = k8s.Configuration()
-            k8s_config.load_incluster_config(client_configuration=conf)
+            # the client's config loaders are untyped
+            k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
             return k8s.ApiClient(conf)
-        return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+        api: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context
+        )
+        return api
     except (ConfigException, OSError) as err:
         where = (
             "the in-cluster service account"

@@ -35,7 +35,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,7 +215,7 @@ def _cgroup_v1(
     pids_max: int,
 ) -> dict[str, Any]:
     """One cgroup per available v1 controller; what is missing falls back or says why."""
-    setters = {
+    setters: dict[str, Callable[[Path], dict[str, Any]]] = {
         "memory": lambda d: _v1_memory(d, memory),
         "cpu": lambda d: _v1_cpu(d, cpu),
         "pids": lambda d: _v1_pids(d, pids_max),

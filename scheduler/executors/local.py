@@ -454,7 +454,7 @@ def _same_start(proc: psutil.Process, info: dict[str, Any]) -> bool:
     """Whether ``proc`` is the process the handle recorded, not a later one with its pid."""
     if info.get("start_ticks") is not None:
         return _start_ticks(proc.pid) == int(info["start_ticks"])
-    return abs(proc.create_time() - float(info["create_time"])) <= _START_TIME_SLACK_S
+    return bool(abs(proc.create_time() - float(info["create_time"])) <= _START_TIME_SLACK_S)
 
 
 def _killpg(info: dict[str, Any], sig: signal.Signals) -> None:
@@ -480,7 +480,8 @@ def _descendants(info: dict[str, Any]) -> list[psutil.Process]:
     if proc is None:
         return []
     try:
-        return proc.children(recursive=True)
+        children: list[psutil.Process] = proc.children(recursive=True)
+        return children
     except psutil.Error:
         return []
 
@@ -535,7 +536,8 @@ def set_aside_task_dir(work: Path) -> None:
 
 def _read_exit(info: dict[str, Any]) -> dict[str, Any] | None:
     try:
-        return json.loads(Path(info["exit_file"]).read_text())
+        exit_info: dict[str, Any] = json.loads(Path(info["exit_file"]).read_text())
+        return exit_info
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
@@ -583,9 +585,10 @@ def strace_observations(info: dict[str, Any] | None) -> list[str]:
 def recorded_info(data_dir: Path, key: TaskKey) -> dict[str, Any] | None:
     """The copy of a task's info in its directory (for a launch the service never recorded)."""
     try:
-        return json.loads((task_dir(data_dir, key) / HANDLE_FILE).read_text())
+        info: dict[str, Any] = json.loads((task_dir(data_dir, key) / HANDLE_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    return info
 
 
 def read_log_range(info: dict[str, Any], stream: Stream, offset: int, limit: int) -> bytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -38,9 +39,9 @@ def cluster_from_slurm(slurm: Slurm, topology: Path | None = None) -> str:
     return header + yaml.safe_dump(config, sort_keys=False)
 
 
-def _config(gpu_nodes: list[SlurmNode], switches: dict[str, list[str]]) -> dict:
+def _config(gpu_nodes: list[SlurmNode], switches: dict[str, list[str]]) -> dict[str, Any]:
     sku_of = {n.name: _sku_name(n) for n in gpu_nodes}
-    skus: dict[str, dict] = {}
+    skus: dict[str, dict[str, Any]] = {}
     for node in gpu_nodes:
         cpu = max(1, node.cpus // node.gpus)
         per_gpu = {"gpu": 1, "cpu": cpu, "memory": f"{max(1, node.memory_mb // node.gpus)}Mi"}
@@ -48,7 +49,7 @@ def _config(gpu_nodes: list[SlurmNode], switches: dict[str, list[str]]) -> dict:
         if old is None or cpu < old["cpu"]:
             skus[sku_of[node.name]] = per_gpu
     node_type = {n.name: f"{sku_of[n.name]}-{n.gpus}GPU-NODE" for n in gpu_nodes}
-    cell_types: dict[str, dict] = {}
+    cell_types: dict[str, dict[str, Any]] = {}
     for node in gpu_nodes:
         cell_types[node_type[node.name]] = {
             "childCellType": sku_of[node.name],

@@ -115,7 +115,7 @@ def kill_leftovers(timeout_s: float = 5.0) -> int:
 def is_running(proc: psutil.Process) -> bool:
     """Alive, and not a zombie waiting to be reaped."""
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 FILES = ("labhive-alerts.yml", "prometheus.yml", "labhive-dashboard.json")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "monitoring", help="Prometheus rules, scrape config, Grafana dashboard; read the GPUs"
     )

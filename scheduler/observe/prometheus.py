@@ -432,6 +432,6 @@ def render(
     body = "\n".join(text) + ("\n" if text else "")
     if snapshot is not None:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_SnapshotCollector(snapshot))  # type: ignore[arg-type]
+        registry.register(_SnapshotCollector(snapshot))
         body += generate_latest(registry).decode()
     return body

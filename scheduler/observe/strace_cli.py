@@ -17,7 +17,7 @@ _EPILOG = """examples:
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "strace",
         help="parse strace logs and decode GPU ioctls",

@@ -20,7 +20,7 @@ import io
 import re
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -410,7 +410,16 @@ def iter_records(
         st.time_mode = time_mode
 
 
-def _parse_rare(line, n, default_pid, table, pending, to_seconds):
+def _parse_rare(
+    line: str,
+    n: int,
+    default_pid: int | None,
+    table: _Table | None,
+    pending: dict[int | None, Call],
+    to_seconds: Callable[[str], float],
+) -> tuple[
+    Record | list[Record] | None, str, _Table | None, Call | Signal | None, tuple[int, str] | None
+]:
     """Classify a line that is not a complete call.
 
     Returns (what to emit: None, a record or a list of records; the line's kind; the -c table
@@ -427,6 +436,7 @@ def _parse_rare(line, n, default_pid, table, pending, to_seconds):
         msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
         return msg, "message", table, None, None
     m = _PREFIX_RE.match(line)
+    assert m is not None  # every part of the prefix is optional: it always matches
     p1, p2, ts = m.group(1), m.group(2), m.group(3)
     pid = int(p1 or p2) if (p1 or p2) else default_pid
     body = line[m.end() :]

@@ -25,9 +25,11 @@ from fastapi import Path as FPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.types import DecoratedCallable
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Message, Receive, Scope, Send
 
 from labhive import __version__
 from labhive.scheduler.errors import UserError
@@ -121,7 +123,7 @@ def create_app(service: Service) -> FastAPI:
         redoc_url=None,
     )
     app.state.service = service
-    app.add_middleware(BodyLimit, limit=service.max_body)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=service.max_body)
     _install_error_handlers(app)
     _routes(app, service)  # on the app itself: no nested routers to match through
     _public_routes(app, service)
@@ -161,10 +163,10 @@ def _routes(app: FastAPI, svc: Service) -> None:
         code: {"model": s.ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
     }
 
-    def get(path: str, **kw: Any) -> Callable:
+    def get(path: str, **kw: Any) -> Callable[[DecoratedCallable], DecoratedCallable]:
         return app.get(PREFIX + path, responses=errors, **kw)
 
-    def post(path: str, **kw: Any) -> Callable:
+    def post(path: str, **kw: Any) -> Callable[[DecoratedCallable], DecoratedCallable]:
         return app.post(PREFIX + path, responses=errors, **kw)
 
     @post("/jobs", status_code=201, response_model=s.JobOut)
@@ -506,7 +508,10 @@ def _tasks(conn: Any, job_id: int, attempt: int) -> list[dict[str, Any]]:
 
 def _last_attempt(conn: Any, job_id: int) -> int | None:
     """The newest attempt that ran tasks (a requeued job's logs are its last run's)."""
-    return conn.execute(select(func.max(tasks.c.attempt)).where(tasks.c.job_id == job_id)).scalar()
+    last: int | None = conn.execute(
+        select(func.max(tasks.c.attempt)).where(tasks.c.job_id == job_id)
+    ).scalar()
+    return last
 
 
 def _job_out(
@@ -710,7 +715,7 @@ class BodyLimit:
         self.app = app
         self.limit = limit
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -734,7 +739,7 @@ class BodyLimit:
                 return
         sent = False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal sent
             if not sent:
                 sent = True
@@ -743,11 +748,11 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Callable, size: str) -> None:
+    async def _refuse(self, send: Send, size: str) -> None:
         detail = f"request body too large ({size} bytes); the limit is {self.limit} bytes"
         response = _error(413, detail)
         await response({"type": "http"}, _no_receive, send)
 
 
-async def _no_receive() -> dict:
+async def _no_receive() -> Message:
     return {"type": "http.disconnect"}

@@ -39,7 +39,7 @@ class LoopHealth:
         """How long to wait before the next try: doubles per failure, up to ``cap_s``."""
         if not self.failures:
             return 0.0
-        return min(self.cap_s, self.first_s * 2 ** (self.failures - 1))
+        return min(self.cap_s, self.first_s * 2.0 ** (self.failures - 1))
 
     def passed(self, log: logging.Logger) -> None:
         if self.failures:

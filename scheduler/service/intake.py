@@ -174,11 +174,11 @@ def _unstorable(p: _Pending) -> Unstorable:
     )
 
 
-def _resolve(future: asyncio.Future, value: tuple[int, float]) -> None:
+def _resolve(future: asyncio.Future[tuple[int, float]], value: tuple[int, float]) -> None:
     if not future.done():
         future.set_result(value)
 
 
-def _fail(future: asyncio.Future, err: Exception) -> None:
+def _fail(future: asyncio.Future[tuple[int, float]], err: Exception) -> None:
     if not future.done():
         future.set_exception(err)

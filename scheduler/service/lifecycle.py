@@ -309,7 +309,7 @@ def after_failure(job: Mapping[str, Any]) -> tuple[str, bool]:
     return FAILED, False
 
 
-def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float) -> dict:
+def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float) -> dict[str, Any]:
     """A WAITING job ends without running (cancelled)."""
     return transition(conn, job, STOPPED, reason, None, t, finished_at=t)
 

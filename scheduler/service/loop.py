@@ -73,6 +73,7 @@ from labhive.scheduler.time_limits import deadline, limit_reached
 
 log = logging.getLogger("labhive.service.loop")
 E = TypeVar("E", bound=Event)
+T = TypeVar("T")
 
 #: Builds the tasks' launch descriptions for a start (the local executor's env builder plugs in).
 LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
@@ -1001,7 +1002,7 @@ def _why_down(by: str, reason: str) -> str:
     return f"taken down by {by}" + (f": {reason}" if reason else "")
 
 
-def _drain(queue: deque) -> list:
+def _drain(queue: deque[T]) -> list[T]:
     out = []
     while queue:
         out.append(queue.popleft())

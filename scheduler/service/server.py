@@ -76,12 +76,16 @@ def make_executor(
         from labhive.scheduler.executors.k8s_serve import kubernetes_executor
 
         opts = opts or ServeOptions()
-        return kubernetes_executor(opts.executor_options, config, bool(opts.cluster))
+        k8s: Executor = kubernetes_executor(opts.executor_options, config, bool(opts.cluster))
+        return k8s
     if name == "slurm":
         from labhive.scheduler.executors.slurm_serve import slurm_executor
 
         opts = opts or ServeOptions()
-        return slurm_executor(opts.executor_options, config, bool(opts.cluster), data_dir, grace_s)
+        slurm: Executor = slurm_executor(
+            opts.executor_options, config, bool(opts.cluster), data_dir, grace_s
+        )
+        return slurm
     raise UserError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
 
 

@@ -153,7 +153,8 @@ def over_time(result: SimResult, buckets: int = 200) -> dict[str, list[float]]:
 
     def integral(cum: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
         i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(dt) - 1)
-        return cum[i] + values[i] * (x - t[i])
+        out: np.ndarray = cum[i] + values[i] * (x - t[i])
+        return out
 
     span = np.diff(edges)
     util = np.diff(integral(cum_used, used, edges)) / span / max(result.total_gpus, 1)
