@@ -235,15 +235,18 @@ def check_binds_before_preempting(
     """A guaranteed job is never preempted while the preemptor's VC could bind its unbound
     quota to free (idle or opportunistic, healthy) nodes: a preemptor of a guaranteed job
     used as many of the nodes its VC could bind as it had cells to bind."""
-    starts = {d.job_id: d for d in decisions if isinstance(d, Start)}
+    placed: dict[str, set[str]] = {}  # an incremental job may start in several decisions
     for d in decisions:
-        if not isinstance(d, Preempt) or d.job_id not in guaranteed or d.by not in starts:
+        if isinstance(d, Start):
+            placed.setdefault(d.job_id, set()).update(t.node for t in d.tasks)
+    for d in decisions:
+        if not isinstance(d, Preempt) or d.job_id not in guaranteed or d.by not in placed:
             continue
         job = sched._jobs.get(d.by)
         if job is None or job.spec.opportunistic:
             continue
         nodes, unbound = before[job.vc]
-        used = nodes & {t.node for t in starts[d.by].tasks}
+        used = nodes & placed[d.by]
         assert len(used) >= min(len(nodes), unbound), (
             f"{d.by} preempted guaranteed {d.job_id} though {job.vc} could bind "
             f"{sorted(nodes - used)}"
