@@ -28,8 +28,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sinfo", "nsenter", "unshare", "ip")
 
@@ -241,3 +244,30 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
+
+
+# ---- fixtures (``pytest_plugins = ["slurm_cluster"]`` in a test module) -------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    """A real Slurm for the module's tests, or a skip saying why there is none."""
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+    except Unavailable as why:
+        pytest.skip(f"no real Slurm here: {why}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """The service's data dir; its parents let a task's uid reach its own directory (pytest's
+    tmp_path lies under a 0700 directory of root's)."""
+    path = Path(tempfile.mkdtemp(prefix="lhslurm-data-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -9,16 +9,13 @@ and tasks found again by a new executor after a restart.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, Unavailable
+from slurm_cluster import SlurmCluster
 from waiting import wait_until
 
 from labhive.scheduler.executors.base import LaunchError, TaskExit, TaskLaunch
@@ -29,6 +26,7 @@ from labhive.scheduler.model import NodeDown, NodeUp, TaskPlacement
 from labhive.scheduler.service.loop import default_launches
 
 pytestmark = pytest.mark.slow
+pytest_plugins = ["slurm_cluster"]
 
 RANK0 = (
     f"{sys.executable} -c 'import os,socket; s=socket.socket(); "
@@ -48,29 +46,6 @@ RANK1 = (
 SHOW = (
     'echo "host=$(hostname) cvd=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR:$MASTER_PORT rank=$RANK"'
 )
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    cluster = SlurmCluster()
-    try:
-        cluster.start()
-    except Unavailable as why:
-        pytest.skip(f"no real Slurm here: {why}")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    """The service's data dir; its parents let a task's uid reach its own directory (pytest's
-    tmp_path lies under a 0700 directory of root's)."""
-    path = Path(tempfile.mkdtemp(prefix="lhslurm-data-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ restarted service to re-adopt a running job and settle it with its real exit cod
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +16,13 @@ from typing import Any
 import pytest
 from pg_throwaway import free_port
 from serving import serving
-from slurm_cluster import SlurmCluster, Unavailable
+from slurm_cluster import SlurmCluster
 from waiting import wait_until
 
 from labhive.scheduler.client import Client
 
 pytestmark = pytest.mark.slow
+pytest_plugins = ["slurm_cluster"]
 
 USERS = """
 users:
@@ -31,27 +30,6 @@ users:
 groups:
   lab: {vcs: [default]}
 """
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    cluster = SlurmCluster()
-    try:
-        cluster.start()
-    except Unavailable as why:
-        pytest.skip(f"no real Slurm here: {why}")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="lhslurm-svc-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager
