@@ -44,8 +44,8 @@ HISTORY = 2000
 MAX_WAITING = 500
 #: The thread's share of one core at most: after a forecast that took d seconds it waits
 #: max(MIN_GAP_S, d / DUTY - d), so a long queue never starves the scheduling pass.
-DUTY = 0.1
-MIN_GAP_S = 0.5
+DUTY = 0.05
+MIN_GAP_S = 2.0
 
 
 class EtaTracker:
