@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from pg_throwaway import free_port  # noqa: E402
+from service_process import serve_process  # noqa: E402
 
 CLUSTER = ROOT / "tests" / "data" / "cluster-2x4.yaml"
 STUBBORN = "trap '' TERM; echo ready; while true; do sleep 0.2; done"
@@ -45,32 +44,12 @@ groups:
 
 
 @contextmanager
-def service(tmp: Path, grace: float):
-    port = free_port()
+def service(tmp: Path, grace: float) -> Iterator[str]:
     (tmp / "users.yaml").write_text(USERS)
-    cmd = [
-        sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port),
-        "--data-dir", str(tmp / "data"), "--cluster", str(CLUSTER), "--grace-s", str(grace),
-        "--users", str(tmp / "users.yaml"), "--stop-tasks-on-exit",
-    ]  # fmt: skip
-    log = (tmp / "service.log").open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api/v1"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((tmp / "service.log").read_text())
-        time.sleep(0.1)
-    try:
-        yield url
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=120)
+    (tmp / "users.yaml").chmod(0o600)  # it holds tokens: the service refuses a readable one
+    args = ["--grace-s", str(grace), "--users", str(tmp / "users.yaml"), "--stop-tasks-on-exit"]
+    with serve_process(tmp, CLUSTER, *args) as served:
+        yield served.url
 
 
 def _http(url: str, token: str) -> httpx.Client:

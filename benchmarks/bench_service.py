@@ -14,12 +14,11 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -28,41 +27,21 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from pg_throwaway import free_port, new_database, throwaway_postgres  # noqa: E402
+from pg_throwaway import new_database, throwaway_postgres  # noqa: E402
+from service_process import serve_process  # noqa: E402
 
 CLUSTER = ROOT / "tests" / "data" / "cluster-2x4.yaml"  # the chaos test's cluster
 
 
 @contextmanager
-def service(tmp: Path, db: str | None):
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port),
-        "--data-dir", str(tmp / "data"), "--cluster", str(CLUSTER),
-        "--grace-s", "1",
-    ]  # fmt: skip
-    if db:
-        cmd += ["--db", db]
-    log = (tmp / "service.log").open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api/v1"
-    deadline = time.monotonic() + 60
-    while True:
+def service(tmp: Path, db: str | None) -> Iterator[tuple[int, str, int]]:
+    args = ["--grace-s", "1", *(["--db", db] if db else [])]
+    with serve_process(tmp, CLUSTER, *args, stop_timeout_s=30) as served:
+        token = (tmp / "data" / "admin.token").read_text().strip()
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((tmp / "service.log").read_text())
-        time.sleep(0.1)
-    token = (tmp / "data" / "admin.token").read_text().strip()
-    try:
-        yield port, token, proc.pid
-    finally:
-        _cancel_running(url, token)
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+            yield served.port, token, served.proc.pid
+        finally:
+            _cancel_running(served.url, token)
 
 
 def _cancel_running(url: str, token: str) -> None:
