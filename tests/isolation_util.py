@@ -15,9 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from pg_throwaway import free_port
-from service_fixtures import Live
-from serving import serving
+from service_fixtures import Live, live_service
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="switching a task's uid needs the service to run as root"
@@ -100,24 +98,8 @@ groups:
 
 @contextmanager
 def isolated_service(data_dir: Path) -> Iterator[Live]:
-    from labhive.scheduler.service.server import ServeOptions, build
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    users_file = data_dir / "users.yaml"
-    users_file.write_text(USERS)
-    os.chmod(users_file, 0o600)
-    port = free_port()
-    opts = ServeOptions(
-        port=port, data_dir=data_dir, users=users_file, grace_s=1, task_identity="users",
-        first_uid=FIRST_UID,
-    )  # fmt: skip
-    running = build(opts)
-    running.service.loop.poll_s = 0.05
-    running.service.loop.start()
-    try:
-        with serving(running.app, port):
-            yield Live(running.url, running.token_file.read_text().strip(), running, data_dir)
-    finally:
-        running.service.intake.close()
-        running.service.loop.stop(stop_tasks=True)
-        running.service.store.dispose()
+    """The service with users alice and bob, each task run as its user's uid."""
+    with live_service(
+        data_dir, grace_s=1, users=USERS, task_identity="users", first_uid=FIRST_UID
+    ) as live:
+        yield live

@@ -71,15 +71,24 @@ class Live:
 
 @contextmanager
 def live_service(
-    data_dir: Path, db: str | None = None, grace_s: float = 2.0, users: str = USERS
+    data_dir: Path,
+    db: str | None = None,
+    grace_s: float = 2.0,
+    users: str = USERS,
+    **options: Any,
 ) -> Iterator[Live]:
+    """The service in this process; ``options`` are further ``ServeOptions`` fields (e.g.
+    ``task_identity``)."""
     from labhive.scheduler.service.server import ServeOptions, build
 
     data_dir.mkdir(parents=True, exist_ok=True)
     users_file = data_dir / "users.yaml"
     users_file.write_text(users)
+    users_file.chmod(0o600)  # it holds tokens (a service running tasks as users refuses more)
     port = free_port()
-    opts = ServeOptions(port=port, db=db, data_dir=data_dir, users=users_file, grace_s=grace_s)
+    opts = ServeOptions(
+        port=port, db=db, data_dir=data_dir, users=users_file, grace_s=grace_s, **options
+    )
     running = build(opts)
     running.service.loop.poll_s = 0.05
     running.service.loop.start()
