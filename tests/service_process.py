@@ -1,4 +1,4 @@
-"""``labhive serve`` as a separate process, answering on a free loopback port (benchmarks)."""
+"""``labhive serve`` as a separate process, for benchmarks and for tests that kill it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from pathlib import Path
 
 import httpx
 from pg_throwaway import free_port
+from waiting import wait_until
+
+from labhive.scheduler.client import Client, ServiceUnavailable
 
 
 @dataclass(frozen=True)
@@ -53,3 +56,23 @@ def serve_process(
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=stop_timeout_s)
         log.close()
+
+
+def spawn_service(data_dir: Path, port: int, grace_s: float = 1.0) -> subprocess.Popen[bytes]:
+    """``labhive serve`` in its own session (a kill -9 of it leaves the tasks alone), once it
+    answers on ``port``; the caller kills or stops it."""
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port)]
+    cmd += ["--data-dir", str(data_dir), "--grace-s", str(grace_s)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+    client = Client(f"http://127.0.0.1:{port}/api/v1", "unused")
+
+    def up() -> bool:
+        assert proc.poll() is None, "the service exited"
+        try:
+            client.health()
+            return True
+        except ServiceUnavailable:
+            return False
+
+    wait_until(up, what="the service to answer")
+    return proc

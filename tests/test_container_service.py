@@ -9,8 +9,6 @@ import errno
 import json
 import shlex
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,9 +19,10 @@ from container_support import (
     remove_containers,
     tiny_image,
 )
+from service_process import spawn_service
 from waiting import wait_until
 
-from labhive.scheduler.client import Client, LabHiveError, ServiceUnavailable
+from labhive.scheduler.client import Client, LabHiveError
 from labhive.scheduler.executors.env import free_port
 
 __all__ = ["python_image", "tiny_image"]  # fixtures, used by name
@@ -113,24 +112,6 @@ def test_an_oom_kill_is_what_the_failed_job_says(live_sqlite, tiny_image):
     assert job.data["why"].endswith("(killed: over its memory limit of 32 MiB))"), job.data["why"]
 
 
-def serve(data_dir: Path, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port)]
-    cmd += ["--data-dir", str(data_dir), "--grace-s", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
-    client = Client(f"http://127.0.0.1:{port}/api/v1", "unused")
-
-    def up() -> bool:
-        assert proc.poll() is None, "the service exited"
-        try:
-            client.health()
-            return True
-        except ServiceUnavailable:
-            return False
-
-    wait_until(up, what="the service to answer")
-    return proc
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path):
     data = tmp_path / "data"
@@ -142,7 +123,7 @@ def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_cod
     data_dir, tiny_image
 ):
     port = free_port()
-    first = serve(data_dir, port)
+    first = spawn_service(data_dir, port)
     c = Client(f"http://127.0.0.1:{port}/api/v1", (data_dir / "admin.token").read_text().strip())
     wait = "while [ ! -e go ]; do sleep 0.05; done; "  # go: a file in the task's own directory
     try:
@@ -162,7 +143,7 @@ def test_after_kill_9_of_the_service_containers_are_readopted_with_real_exit_cod
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    second = serve(data_dir, port)
+    second = spawn_service(data_dir, port)
     try:
         assert [j.refresh().state for j in jobs] == ["RUNNING", "RUNNING"]
         for d in dirs.values():

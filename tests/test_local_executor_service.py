@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from local_exec_util import processes_under
+from service_process import spawn_service
 from waiting import wait_until
 
-from labhive.scheduler.client import Client, ServiceUnavailable
+from labhive.scheduler.client import Client
 from labhive.scheduler.executors.env import free_port
 
 pytest_plugins = ["service_fixtures"]
@@ -87,24 +86,6 @@ def test_an_straced_job_lists_its_system_call_log_as_an_observation(service):
 # ---- kill -9 of the service --------------------------------------------------------------
 
 
-def serve(data_dir: Path, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port)]
-    cmd += ["--data-dir", str(data_dir), "--grace-s", str(GRACE_S)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
-    client = Client(f"http://127.0.0.1:{port}/api/v1", "unused")
-
-    def up() -> bool:
-        assert proc.poll() is None, "the service exited"
-        try:
-            client.health()
-            return True
-        except ServiceUnavailable:
-            return False
-
-    wait_until(up, what="the service to answer")
-    return proc
-
-
 def supervisor_pid(data_dir: Path, job_id: int) -> int:
     (handle,) = (data_dir / "jobs" / str(job_id)).glob("*/*/handle.json")
     return int(json.loads(handle.read_text())["pid"])
@@ -122,7 +103,7 @@ def test_after_kill_9_of_the_service_its_jobs_are_readopted_and_finish_normally(
     go, go_early = data_dir.parent / "go", data_dir.parent / "go-early"
     wait_for = "while [ ! -e {0} ]; do sleep 0.05; done; "
     port = free_port()
-    first = serve(data_dir, port)
+    first = spawn_service(data_dir, port, GRACE_S)
     c = Client(f"http://127.0.0.1:{port}/api/v1", (data_dir / "admin.token").read_text().strip())
     ok = c.submit(command=wait_for.format(go) + "echo done", vc="vc1", gpus=1, name="ok")
     bad = c.submit(command=wait_for.format(go) + "exit 4", vc="vc1", gpus=1, name="bad")
@@ -141,7 +122,7 @@ def test_after_kill_9_of_the_service_its_jobs_are_readopted_and_finish_normally(
         what="ok's supervisor and command, unaffected by the kill",
     )
 
-    second = serve(data_dir, port)
+    second = spawn_service(data_dir, port, GRACE_S)
     try:
         assert state(ok) == "RUNNING" and state(bad) == "RUNNING"
         go.touch()
