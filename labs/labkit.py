@@ -7,6 +7,7 @@ Nothing here computes an answer the lab asks for; it starts things, waits, and t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import os
@@ -103,6 +104,8 @@ class LabService:
                 with contextlib.suppress(Exception):
                     client.health()
                     self.client = client
+                    # a lab that fails never reaches its stop cell: stop when the kernel ends
+                    atexit.register(self.stop)
                     return self
                 client.close()
             if time.monotonic() > deadline:
@@ -110,12 +113,15 @@ class LabService:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.client is not None:
-            for job in self.client.jobs(limit=1000):
+        """Cancel the lab's jobs and stop the service (again: nothing; at exit too)."""
+        atexit.unregister(self.stop)
+        client, self.client = self.client, None
+        if client is not None:
+            for job in client.jobs(limit=1000):
                 if not job.done:
                     with contextlib.suppress(Exception):
                         job.cancel()
-            self.client.close()
+            client.close()
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
