@@ -190,3 +190,33 @@ def test_both_backends_store_a_batch_alike(store) -> None:
                 "submitted",
             )
             assert (event["attempt"], event["why"]) == (1, None)
+
+
+def test_a_broken_intake_connection_costs_at_most_its_batch(pg_server, tmp_path) -> None:
+    """PostgreSQL: the intake keeps its connection between batches (a batch is one round trip,
+    no pool pre-ping). Given the server ending every connection of the service's database (an
+    admin's pg_terminate_backend, a failover), expect the submission right after it answered
+    201 or 503 (never a 500, never SQL) and every later one stored on a new connection."""
+    from pg_throwaway import new_database
+    from service_fixtures import live_service
+
+    db = new_database(pg_server)
+    with live_service(tmp_path / "data", db) as live:
+        doc = {"name": "before", "vc": "vc1", "gpus": 0, "command": "true", "cpu": 0.1}
+        assert post(live.url, ALICE, doc).status_code == 201
+        with live.running.service.store.engine.connect() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).scalar()
+        assert ended >= 1  # the intake's connection at least
+        answers = [post(live.url, ALICE, {**doc, "name": f"after-{i}"}) for i in range(4)]
+        assert answers[0].status_code in (201, 503), answers[0].text
+        assert not any(leak in answers[0].text for leak in LEAKS), answers[0].text
+        assert [a.status_code for a in answers[1:]] == [201, 201, 201], [a.text for a in answers]
+        with live.running.service.store.read() as conn:
+            stored = set(conn.execute(select(jobs.c.name)).scalars())
+        accepted = {f"after-{i}" for i, a in enumerate(answers) if a.status_code == 201}
+        assert stored == {"before"} | accepted

@@ -66,7 +66,8 @@ class Identity:
 class Authenticator(Protocol):
     def identify(self, request: Any) -> Identity:
         """The caller behind a request (a Starlette ``Request``: headers, cookies); raise
-        ``AuthError`` when it carries no valid credentials."""
+        ``AuthError`` when it carries no valid credentials. The API calls it in a worker thread,
+        unless the authenticator has ``blocking = False`` (it never waits on I/O)."""
 
 
 def ensure_admin_token(path: Path) -> tuple[str, bool]:
@@ -197,6 +198,9 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 class TokenAuthenticator:
     """Bearer tokens: the admin's from its file, users' from the users file."""
+
+    #: Answers from memory, never waits on I/O: the API asks it on the event loop (app._who).
+    blocking = False
 
     def __init__(self, admin_token: str, users: dict[str, Identity], token_file: Path) -> None:
         self._admin_token = admin_token
