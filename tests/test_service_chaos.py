@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from pg_throwaway import new_database
 from sqlalchemy import select
 
 from labhive.scheduler.executors.env import free_port
@@ -34,6 +35,7 @@ from labhive.scheduler.service.store import (
     tasks,
 )
 
+pytest_plugins = ["service_fixtures"]
 KILLS = 50
 CLUSTER = Path(__file__).with_name("data") / "cluster-2x4.yaml"
 
@@ -212,6 +214,13 @@ def _check_store(db_url: str, accepted: set[int], attempts: int) -> dict[int, st
 @pytest.mark.slow
 def test_kill_9_at_50_random_moments_loses_nothing(tmp_path: Path) -> None:
     chaos(Harness(tmp_path))
+
+
+@pytest.mark.slow
+def test_kill_9_on_postgresql_loses_nothing(tmp_path: Path, pg_server: str) -> None:
+    """The same on PostgreSQL, where the intake commits a batch with one autocommit statement
+    on a connection it keeps: a 201 is sent only once the server has answered that statement."""
+    chaos(Harness(tmp_path, new_database(pg_server)))
 
 
 def chaos(h: Harness) -> None:
