@@ -122,6 +122,7 @@ def test_malformed_requests_get_4xx_with_a_message_and_store_nothing(live) -> No
     url = live.url
     auth = {"Authorization": f"Bearer {ALICE}"}
     raw = {"headers": {**auth, "Content-Type": "application/json"}}
+    text = {"headers": {**auth, "Content-Type": "text/plain"}}  # a job is JSON, nothing else
     big = b"{" + b" " * (2 << 20) + b"}"
 
     def j(doc: object, headers: dict | None = None) -> dict:
@@ -131,6 +132,8 @@ def test_malformed_requests_get_4xx_with_a_message_and_store_nothing(live) -> No
         ("POST", "/jobs", {**raw, "content": b"{not json"}, 400, "malformed JSON"),
         ("POST", "/jobs", j({"name": "x", "gpus": "two"}), 422, "gpus"),
         ("POST", "/jobs", j([1, 2]), 422, "JSON object"),
+        ("POST", "/jobs", {**raw, "content": b""}, 422, "JSON object"),
+        ("POST", "/jobs", {**text, "content": b'{"name": "x", "vc": "vc1"}'}, 422, "JSON object"),
         ("POST", "/jobs", j({"name": "x", "vc": "nope"}), 422, "nope"),
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "gpus": 64}), 422, "64"),
         ("POST", "/jobs", j({"name": "x", "vc": "vc1", "gpu": 1}), 422, "gpu"),
