@@ -86,8 +86,9 @@ class Intake:
         with self._cv:
             if self._closed:
                 raise StoreUnavailable()
+            if not self._queue:  # else the writer is busy and takes this one with the rest
+                self._cv.notify()
             self._queue.append(_Pending(job, spec, future, loop))
-            self._cv.notify()
         return await future
 
     def close(self) -> None:
@@ -159,8 +160,7 @@ class Intake:
                 log.debug("closing the intake's connection failed", exc_info=True)
 
     def _accepted(self, batch: list[_Pending], ids: list[int], t: float) -> None:
-        for p, job_id in zip(batch, ids, strict=True):
-            self.scheduler_loop.submitted(job_id, p.spec)
+        self.scheduler_loop.submitted_many([(i, p.spec) for p, i in zip(batch, ids, strict=True)])
         _answer([(p, (job_id, t)) for p, job_id in zip(batch, ids, strict=True)])
 
     def _store_each(self, batch: list[_Pending], t: float) -> None:

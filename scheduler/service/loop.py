@@ -211,6 +211,11 @@ class SchedulerLoop:
         self._intake.append((job_id, spec))
         self._wake.set()
 
+    def submitted_many(self, new: list[tuple[int, JobSpec]]) -> None:
+        """A committed batch of submissions (intake.py): one wake-up of the loop for all."""
+        self._intake.extend(new)
+        self._wake.set()
+
     def cancel(self, job_id: int) -> None:
         self._cancels.append(job_id)
         self._wake.set()
