@@ -21,7 +21,7 @@ from labhive.scheduler.client import PermissionDenied
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.accounts import Accounts, Member, fingerprint
-from labhive.scheduler.service.auth import ADMIN_KIND, SERVICE, USER, Identity
+from labhive.scheduler.service.auth import ADMIN_KIND, SERVICE, USER, Forbidden, Identity
 from labhive.scheduler.service.store import Store, accounts, jobs
 
 pytest_plugins = ["service_fixtures"]
@@ -121,6 +121,13 @@ def test_hub_names_that_look_like_the_admin_or_a_service_are_other_accounts(stor
     assert not Identity("x", id=None).owns(None)  # an unowned job is the admins' alone
     again = Accounts(store)  # a restart: the same numbers
     assert {(k, n): again.id_of(Identity(n, kind=k)) for k, n in ids} == ids
+
+
+def test_a_hub_name_the_store_cannot_hold_is_refused_with_what_to_do(store):
+    """JupyterHub allows names no users file would (255 characters): a 403 that says so, not a
+    database error on every request."""
+    with pytest.raises(Forbidden, match=r"200 characters long \(the limit is 128\): ask the hub"):
+        Accounts(store).id_of(Identity("u" * 200))
 
 
 def test_tasks_of_a_retired_account_keep_its_uid_not_the_new_holders(store):

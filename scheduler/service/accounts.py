@@ -39,7 +39,15 @@ from sqlalchemy.exc import IntegrityError
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import TaskLaunch
-from labhive.scheduler.service.auth import ADMIN, ADMIN_KIND, USER, Identity
+from labhive.scheduler.job_limits import text_problem
+from labhive.scheduler.service.auth import (
+    ADMIN,
+    ADMIN_KIND,
+    MAX_USER_NAME,
+    USER,
+    Forbidden,
+    Identity,
+)
 from labhive.scheduler.service.store import Store, accounts, jobs, now
 
 DEFAULT_FIRST_UID = 200000
@@ -173,6 +181,7 @@ class Accounts:
         key = (who.kind, who.name)
         found = self._ids.get(key)
         if found is None:
+            _check_storable(who.name)
             for _ in range(3):  # another request may create it first
                 try:
                     with self.store.write() as conn:
@@ -258,6 +267,18 @@ class Accounts:
             return out
 
         return with_identity
+
+
+def _check_storable(name: str) -> None:
+    """A name the store cannot hold (a hub user's, which no users file checked) is refused
+    with what to do, not a database error."""
+    problem = text_problem(name) or (
+        f"is {len(name)} characters long (the limit is {MAX_USER_NAME})"
+        if len(name) > MAX_USER_NAME
+        else None
+    )
+    if problem:
+        raise Forbidden(f"your user name {problem}: ask the hub's admin for another name")
 
 
 def _live_id(conn: Connection, kind: str, name: str, create: bool = False) -> int | None:

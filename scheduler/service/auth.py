@@ -11,7 +11,7 @@ Users file::
 
     users:
       alice: {token: "s3cret-alice", groups: [students]}
-      bob:   {token: "s3cret-bob", groups: [staff]}
+      bob:   {token: "s3cret-bob", groups: [staff], account: 7}   # hands bob account 7
     groups:
       students: {vcs: [vc1]}
       staff: {vcs: ["*"], admin: true}
@@ -122,8 +122,9 @@ def load_users(path: Path | None) -> dict[str, Identity]:
 
 
 def check_user_name(name: Any, path: Path | str) -> None:
-    """Refuse a users-file name that is reserved or that the store cannot hold, so that a name
-    is one user's and only theirs (ownership of jobs goes by it)."""
+    """Refuse a users-file name that is reserved or that the store cannot hold, so that no
+    listing confuses a user with the admin token or a service (ownership goes by account
+    number: service/accounts.py)."""
     text = str(name)
     problem = text_problem(text)
     if problem is not None or not text.strip():
