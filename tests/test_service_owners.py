@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from service_fixtures import live_service
+from waiting import wait_until
 
 from labhive.scheduler.client import PermissionDenied
 from labhive.scheduler.errors import UserError
@@ -43,11 +44,17 @@ def sleeper(client, name: str = "mine"):
 
 
 def shut_out(client, job_id: int) -> None:
-    """``client`` can neither see, nor read the logs of, nor cancel the job."""
+    """``client`` can neither see, nor read the logs of, nor cancel the job, and the queue,
+    GPU and cluster views show it as someone else's."""
     for act in (client.job, client.logs, client.cancel):
         with pytest.raises(PermissionDenied, match="another user"):
             act(job_id)
     assert job_id not in [j.id for j in client.jobs()]
+    queue = client.queue()
+    assert not any(e["mine"] or e["id"] == job_id for e in queue["running"] + queue["waiting"])
+    held = [g["job"] for g in client.gpus()]
+    held += [j for n in client.cluster()["nodes"] for j in n["used"].values()]
+    assert job_id not in held
 
 
 def test_a_new_alice_gets_a_new_account_and_none_of_the_old_ones_jobs(db_url, tmp_path):
@@ -65,12 +72,15 @@ def test_a_new_alice_gets_a_new_account_and_none_of_the_old_ones_jobs(db_url, tm
         assert same.me()["id"] == old_id
         assert same.job(job.id).owner_id == old_id
     with live_service(data, db_url, users=NEW_ALICE) as live:
+        seen = live.client().job(job.id)
+        wait_until(lambda: seen.refresh().state == "RUNNING", "the old alice's job to run")
         new = live.client("another-alice-789")
         new_id = new.me()["id"]
         assert new_id != old_id
         shut_out(new, job.id)
-        seen = live.client().job(job.id)  # the admin still sees it, and whose it is
+        seen.refresh()  # the admin still sees it, and whose it is
         assert (seen.user, seen.owner_id) == ("alice", old_id)
+        assert job.id in [g["job"] for g in live.client().gpus()]
     handed = users(f"alicia: {{token: another-alice-789, groups: [students], account: {old_id}}}")
     with live_service(data, db_url, users=handed) as live:
         alicia = live.client("another-alice-789")
