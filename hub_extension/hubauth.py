@@ -33,7 +33,14 @@ from urllib.parse import quote, urlencode
 import anyio
 import httpx
 
-from labhive.scheduler.service.auth import AuthError, Forbidden, Grant, Identity, identity_for
+from labhive.scheduler.service.auth import (
+    SERVICE,
+    AuthError,
+    Forbidden,
+    Grant,
+    Identity,
+    identity_for,
+)
 
 ADMIN_SCOPE = "custom:labhive:admin"
 TOKEN_COOKIE = "labhive-oauth-token"
@@ -144,7 +151,7 @@ class HubAuthenticator:
             )
         if model.get("kind") == "service":
             return Identity(
-                f"service:{model['name']}", (), admin, frozenset({"*"} if admin else ())
+                f"service:{model['name']}", (), admin, frozenset({"*"} if admin else ()), SERVICE
             )
         groups = tuple(sorted(str(g) for g in model.get("groups") or ()))
         return identity_for(str(model["name"]), groups, self.grants, admin=admin)

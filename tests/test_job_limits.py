@@ -132,3 +132,27 @@ def test_labhive_validate_prints_the_message_and_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "line 4: taskRoles.w.instances: must be a whole number >= 1" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("field", ["cpu", "gpu", "instances"])
+def test_labhive_validate_and_replay_answer_a_null_resource_with_a_message(tmp_path, capsys, field):
+    """Issue 16: ``labhive validate``/``replay`` of real job files with ``cpu: null``,
+    ``gpu: null`` or ``instances: null`` were tracebacks; each is now the parser's message
+    naming the key, exit 2 (replay: the job is rejected, the scenario still runs)."""
+    import yaml
+
+    from labhive.scheduler.cli import main
+
+    job = openpai()
+    role = job["taskRoles"]["worker"]
+    (role if field == "instances" else role["resourcePerInstance"])[field] = None
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{field}: must be" in err and "got null" in err and "internal error" not in err, err
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump({"events": [{"at": 0, "submit": {"spec": job}}]}))
+    assert main(["replay", str(scenario)]) in (0, 2)
+    out = capsys.readouterr()
+    assert "internal error" not in out.err and "Traceback" not in out.err, out.err

@@ -134,3 +134,28 @@ def test_the_command_line_takes_a_node_down_and_shows_why(live_sqlite, capsys) -
     assert capsys.readouterr().out == f"{name}: in service\n"
     assert main(["node", "up", "nope", *base]) == 2
     assert "no node 'nope'" in capsys.readouterr().err
+
+
+def test_a_node_taken_down_under_a_job_that_ignores_sigterm_holds_up_nobody(tmp_path) -> None:
+    """Issue 16: node-down stopped its jobs inside the scheduling pass, like cancel and
+    preemption, so a task ignoring SIGTERM froze every user's scheduling for the grace period.
+    Now the job shows as stopping, and another job starts and ends while the stubborn one is
+    still being stopped (a 20 s grace: room for a loaded machine)."""
+    from service_fixtures import live_service
+
+    stubborn = "trap '' TERM; echo ready; while true; do sleep 0.2; done"
+    with live_service(tmp_path / "data", grace_s=20) as live:
+        admin = live.client()
+        job = live.client(ALICE).submit(command=stubborn, vc="vc1", gpus=1, name="stubborn")
+        first = running_on(job)
+        wait_until(lambda: "ready" in job.logs().data, "the job to ignore SIGTERM")
+        down = admin.node_down(first, "stubborn test")
+        assert down["healthy"] is False
+        wait_until(lambda: job.refresh().reason == "stopping", "the job to be stopping")
+        # The admin's 1-GPU job: on this 2-node cluster, with one node down, only vc1's cell
+        # on the other node has room.
+        other = admin.submit(command="true", vc="vc1", gpus=1, name="other")
+        assert other.wait(timeout=30, poll_s=0.05).state == "SUCCEEDED"
+        assert job.refresh().reason == "stopping", "the stubborn job ended before its grace"
+        wait_until(lambda: job.refresh().reason != "stopping", "the stubborn job to end", 60)
+        assert not node(admin, first)["used"]

@@ -41,6 +41,7 @@ from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import NodeDown, NodeUp, NodeView, SpecRejected
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.accounts import Accounts
 from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
 from labhive.scheduler.service.intake import UNREACHABLE, Intake, StoreUnavailable
 from labhive.scheduler.service.loop import SchedulerLoop
@@ -76,16 +77,22 @@ class Service:
     loop_stall_s: float = 30.0  # /health is 503 once the loop has not passed for this long
     monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
     accounts: Any = None  # users' OS identities (service/accounts.py), for GET /me
+    owners: Accounts | None = None  # account numbers: jobs are owned by them, not by names
 
     def __post_init__(self) -> None:
         self._check_lock = threading.Lock()
+        if self.owners is None:
+            self.owners = Accounts(self.store)
         if self.intake is None:
             self.intake = Intake(self.store, self.loop)
         if self.monitoring is None:
             self.monitoring = Monitoring(self.store, self.loop, interval_s=0)
 
     def identify(self, request: Request) -> Identity:
-        return self.auth.identify(request)
+        """The caller with their account number, which every ownership check compares."""
+        who = self.auth.identify(request)
+        assert self.owners is not None
+        return dataclasses.replace(who, id=self.owners.id_of(who))
 
     def admit(self, doc: dict[str, Any], who: Identity) -> JobSpec:
         """Parse and check a submission; raise a UserError/SpecRejected/Forbidden to refuse."""
@@ -243,6 +250,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
             task_count=spec.task_count,
             gpus=spec.total_gpus,
             spec=doc,
+            owner_id=me.id,
         )
         assert svc.intake is not None
         job_id, t = await svc.intake.submit(job, spec)
@@ -252,9 +260,11 @@ def _routes(app: FastAPI, svc: Service) -> None:
     def whoami(me: Who) -> dict[str, Any]:
         """The caller's LabHive identity and the OS uid/gid their tasks run as (the hub's
         spawner gives a server's home and launch file to that uid)."""
-        out: dict[str, Any] = {"name": me.name, "admin": me.admin, "vcs": sorted(me.vcs)}
-        if svc.accounts is not None:
-            account = svc.accounts.of(me.name)
+        out: dict[str, Any] = {
+            "name": me.name, "id": me.id, "admin": me.admin, "vcs": sorted(me.vcs)
+        }  # fmt: skip
+        if svc.accounts is not None and me.id is not None:
+            account = svc.accounts.of_id(me.id)
             out.update(uid=account.uid, gid=account.gid)
         return out
 
@@ -271,7 +281,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
     ) -> s.JobList:
         query = select(jobs).order_by(jobs.c.id.desc()).limit(limit).offset(offset)
         if not me.admin:
-            query = query.where(jobs.c.user == me.name)
+            query = query.where(jobs.c.owner_id == me.id)
         elif user:
             query = query.where(jobs.c.user == user)
         if state:
@@ -429,7 +439,12 @@ def _routes(app: FastAPI, svc: Service) -> None:
                 r["id"]: dict(r)
                 for r in conn.execute(
                     select(
-                        jobs.c.id, jobs.c.user, jobs.c.name, jobs.c.gpus, jobs.c.task_count
+                        jobs.c.id,
+                        jobs.c.user,
+                        jobs.c.owner_id,
+                        jobs.c.name,
+                        jobs.c.gpus,
+                        jobs.c.task_count,
                     ).where(jobs.c.state.in_(lc.ACTIVE))
                 ).mappings()
             }
@@ -439,7 +454,7 @@ def _routes(app: FastAPI, svc: Service) -> None:
             row = rows.get(int(v.job_id))
             if row is None or (vc and v.vc != vc):
                 continue
-            mine = me.owns(row["user"])
+            mine = me.owns(row["owner_id"])
             entry = s.QueueEntry(
                 position=v.queue_position,
                 vc=v.vc,
@@ -551,7 +566,7 @@ def _owned(conn: Any, job_id: int, me: Identity) -> dict[str, Any]:
     row = job_row(conn, job_id)
     if row is None:
         raise NotFound(f"no job {job_id}")
-    if not me.owns(row["user"]):
+    if not me.owns(row["owner_id"]):
         raise Forbidden(f"job {job_id} belongs to another user; you see only its queue entry")
     return row
 
@@ -624,7 +639,7 @@ def _job_shown(svc: Service, me: Identity) -> Callable[[str], int | str]:
         mine = {
             str(i)
             for i in conn.execute(
-                select(jobs.c.id).where(jobs.c.user == me.name, jobs.c.state.in_(lc.ACTIVE))
+                select(jobs.c.id).where(jobs.c.owner_id == me.id, jobs.c.state.in_(lc.ACTIVE))
             ).scalars()
         }
     return lambda job: int(job) if str(job) in mine else FOREIGN_JOB

@@ -11,7 +11,7 @@ Users file::
 
     users:
       alice: {token: "s3cret-alice", groups: [students]}
-      bob:   {token: "s3cret-bob", groups: [staff]}
+      bob:   {token: "s3cret-bob", groups: [staff], account: 7}   # hands bob account 7
     groups:
       students: {vcs: [vc1]}
       staff: {vcs: ["*"], admin: true}
@@ -31,8 +31,8 @@ from labhive.scheduler.job_limits import text_problem
 
 ADMIN = "admin"
 #: Names no users file may give a user: the admin token's identity, and names the service or
-#: the hub's services go by. Jobs are owned by their user's name, so a users-file ``admin``
-#: would own (read, cancel) every job the admin token submitted.
+#: the hub's services go by. Jobs are owned by an account number (``Identity.id``), not a name,
+#: but a users-file ``admin`` would still be confused with the admin token in every listing.
 RESERVED_NAMES = frozenset({ADMIN, "root", "labhive"})
 #: Hub services act as ``service:NAME`` (hubauth.py); no user may take such a name.
 RESERVED_PREFIX = "service:"
@@ -48,19 +48,28 @@ class Forbidden(Exception):
     """The caller is known but may not do this (403)."""
 
 
+#: Kinds of identity (``accounts.kind``): one name may be a user and a hub service at once.
+USER, ADMIN_KIND, SERVICE = "user", "admin", "service"
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     name: str
     groups: tuple[str, ...] = ()
     admin: bool = False
     vcs: frozenset[str] = field(default_factory=frozenset)  # "*" grants every VC
+    kind: str = USER
+    #: The caller's account number (``accounts.id``), set by ``Service.identify``; jobs are
+    #: owned by it, so a name re-used by someone new owns nothing of the old holder's.
+    id: int | None = None
 
     def may_submit_to(self, vc: str) -> bool:
         return self.admin or "*" in self.vcs or vc in self.vcs
 
-    def owns(self, job_user: str) -> bool:
-        """May see the job's command, env and logs, and act on it."""
-        return self.admin or job_user == self.name
+    def owns(self, owner_id: int | None) -> bool:
+        """May see the job's command, env and logs, and act on it (an unowned job: admins
+        only)."""
+        return self.admin or (owner_id is not None and owner_id == self.id)
 
 
 class Authenticator(Protocol):
@@ -114,8 +123,9 @@ def load_users(path: Path | None) -> dict[str, Identity]:
 
 
 def check_user_name(name: Any, path: Path | str) -> None:
-    """Refuse a users-file name that is reserved or that the store cannot hold, so that a name
-    is one user's and only theirs (ownership of jobs goes by it)."""
+    """Refuse a users-file name that is reserved or that the store cannot hold, so that no
+    listing confuses a user with the admin token or a service (ownership goes by account
+    number: service/accounts.py)."""
     text = str(name)
     problem = text_problem(text)
     if problem is not None or not text.strip():
@@ -220,7 +230,7 @@ class TokenAuthenticator:
         if scheme.lower() not in ("bearer", "token") or not token:
             raise AuthError("malformed Authorization header: expected 'Bearer TOKEN'")
         if hmac.compare_digest(token.encode(), self._admin_token.encode()):
-            return Identity(ADMIN, ("admin",), admin=True, vcs=frozenset({"*"}))
+            return Identity(ADMIN, ("admin",), True, frozenset({"*"}), kind=ADMIN_KIND)
         for known, identity in self._users.items():
             if hmac.compare_digest(token.encode(), known.encode()):
                 return identity

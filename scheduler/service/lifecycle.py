@@ -68,6 +68,7 @@ class NewJob:
     task_count: int
     gpus: int
     spec: dict[str, Any]
+    owner_id: int | None = None  # the submitter's account (service/accounts.py)
 
 
 # Built once: SQLAlchemy then reuses the compiled statements (submission is the hot path).
@@ -83,14 +84,16 @@ WITH new AS MATERIALIZED (
   SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, r.*
   FROM unnest(CAST(:names AS text[]), CAST(:users AS text[]), CAST(:vcs AS text[]),
               CAST(:priorities AS integer[]), CAST(:retries AS integer[]),
-              CAST(:task_counts AS integer[]), CAST(:gpus AS integer[]), CAST(:specs AS json[]))
-       WITH ORDINALITY AS r(name, "user", vc, priority, retries, task_count, gpus, spec, n)
+              CAST(:task_counts AS integer[]), CAST(:gpus AS integer[]), CAST(:specs AS json[]),
+              CAST(:owner_ids AS integer[]))
+       WITH ORDINALITY AS r(name, "user", vc, priority, retries, task_count, gpus, spec,
+                            owner_id, n)
 ), stored AS (
   INSERT INTO jobs (id, name, "user", vc, priority, state, attempt, retries, retries_used,
                     task_count, gpus, opportunistic, cancel_requested, spec, reason,
-                    submitted_at, updated_at)
+                    submitted_at, updated_at, owner_id)
   SELECT id, name, "user", vc, priority, 'WAITING', 1, retries, 0, task_count, gpus,
-         false, false, spec, 'submitted', :t, :t FROM new
+         false, false, spec, 'submitted', :t, :t, owner_id FROM new
 ), first_events AS (
   INSERT INTO events (job_id, time, from_state, to_state, attempt, reason)
   SELECT id, :t, NULL, 'WAITING', 1, 'submitted' FROM new
@@ -131,6 +134,7 @@ def _pg_arrays(new: Sequence[NewJob], t: float) -> dict[str, Any]:
         "task_counts": [j.task_count for j in new],
         "gpus": [j.gpus for j in new],
         "specs": [json.dumps(j.spec) for j in new],
+        "owner_ids": [j.owner_id for j in new],
         "t": t,
     }
 
@@ -145,6 +149,7 @@ def _job_values(job: NewJob, t: float) -> dict[str, Any]:
     return {
         "name": job.name,
         "user": job.user,
+        "owner_id": job.owner_id,
         "vc": job.vc,
         "priority": job.priority,
         "state": WAITING,

@@ -78,6 +78,7 @@ class JobOut(BaseModel):
     id: int
     name: str
     user: str
+    owner_id: int | None = Field(None, description="the owner's account number (GET /me: id)")
     vc: str
     priority: int
     state: str

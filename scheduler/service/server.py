@@ -129,7 +129,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.detect import default_cluster
     from labhive.scheduler.jobs import SpecError, parse_job
     from labhive.scheduler.policies import get_policy
-    from labhive.scheduler.service.accounts import Accounts, load_configured
+    from labhive.scheduler.service.accounts import Accounts, load_configured, load_members
     from labhive.scheduler.service.app import Service, create_app
     from labhive.scheduler.service.auth import (
         TokenAuthenticator,
@@ -174,7 +174,8 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     store = Store(url)
     with secure_sqlite(store):
         store.migrate()
-    accounts = Accounts(store, load_configured(opts.users), opts.first_uid)
+    members = load_members(opts.users) if opts.auth == "token" else None
+    accounts = Accounts(store, load_configured(opts.users), opts.first_uid, members=members)
     accounts.sync()
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
@@ -210,7 +211,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
-        accounts=accounts if opts.task_identity == "users" else None,
+        accounts=accounts if opts.task_identity == "users" else None, owners=accounts,
     )  # fmt: skip
     app = create_app(service)
     if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers

@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0005_job_etas"
+HEAD_REVISION = "0006_owner_ids"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
@@ -53,7 +53,7 @@ jobs = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("name", String(256), nullable=False),
-    Column("user", String(128), nullable=False),
+    Column("user", String(128), nullable=False),  # the owner's name, as shown
     Column("vc", String(128), nullable=False),
     Column("priority", Integer, nullable=False),
     Column("state", String(16), nullable=False),
@@ -72,8 +72,11 @@ jobs = Table(
     Column("started_at", Float, nullable=True),
     Column("finished_at", Float, nullable=True),
     Column("updated_at", Float, nullable=False),
+    # Who owns the job (accounts.id): every ownership check compares this, never the name.
+    Column("owner_id", Integer, nullable=True),
     Index("ix_jobs_user", "user"),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_owner", "owner_id"),
 )
 
 events = Table(
@@ -152,16 +155,30 @@ node_marks = Table(
     Column("marked_at", Float, nullable=False),
 )
 
-# Each user's OS identity (service/accounts.py): configured in users.yaml / the hub's grants, or
-# allocated once from a range and kept here so a user's files stay theirs across restarts.
+# Every identity that owns jobs (service/accounts.py): a number that never passes to anyone
+# else, the kind and name it goes by, and its OS uid/gid (configured in users.yaml / the hub's
+# grants, or allocated once from a range) so its files stay its own across restarts. A removed
+# or replaced user's account is retired, not deleted: its jobs and uid stay with it.
 accounts = Table(
     "accounts",
     metadata,
-    Column("user", String(128), primary_key=True),
-    Column("uid", Integer, nullable=False, unique=True),
-    Column("gid", Integer, nullable=False),
-    Column("source", String(16), nullable=False),  # "allocated" or "configured"
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(16), nullable=False),  # "user", "admin" or "service"
+    Column("user", String(128), nullable=False),
+    Column("uid", Integer, nullable=True, unique=True),  # None until first needed
+    Column("gid", Integer, nullable=True),
+    Column("source", String(16), nullable=False),  # "allocated", "configured", "jobs"
+    Column("credential", String(64), nullable=True),  # users file: fingerprint of the token
     Column("created_at", Float, nullable=False),
+    Column("retired_at", Float, nullable=True),
+    Index(
+        "uq_accounts_live",
+        "kind",
+        "user",
+        unique=True,
+        sqlite_where=text("retired_at IS NULL"),
+        postgresql_where=text("retired_at IS NULL"),
+    ),
 )
 
 # Each waiting job's ETA when it was first estimated, and its error once it started
