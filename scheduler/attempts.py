@@ -42,6 +42,8 @@ class AttemptEnd:
         return self.state == JobState.WAITING
 
 
+#: The event reason of a failed attempt that is retried (the metrics count it).
+RETRYING = "retrying"
 SUCCEEDED = AttemptEnd(JobState.SUCCEEDED, False, "succeeded")
 LOST = AttemptEnd(JobState.WAITING, False, "lost")
 
@@ -53,9 +55,8 @@ def retries_left(retries: int, retries_used: int) -> int:
 def after_failure(retries: int, retries_used: int) -> AttemptEnd:
     """A failed attempt: back to WAITING spending a retry while any are left, else FAILED."""
     if retries_left(retries, retries_used) > 0:
-        return AttemptEnd(
-            JobState.WAITING, True, "retrying", f"retry {retries_used + 1} of {retries}"
-        )
+        note = f"retry {retries_used + 1} of {retries}"
+        return AttemptEnd(JobState.WAITING, True, RETRYING, note)
     return AttemptEnd(JobState.FAILED, False, "failed", "no retries left" if retries else "")
 
 

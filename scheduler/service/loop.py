@@ -393,7 +393,7 @@ class SchedulerLoop:
                     select(jobs).where(jobs.c.state.in_(lc.ACTIVE)).order_by(jobs.c.id)
                 ).mappings()
             ]
-            attempt_tasks = lc.attempt_tasks(conn, [j for j in active if j["state"] == "RUNNING"])
+            attempt_tasks = lc.attempt_tasks(conn, [j for j in active if j["state"] == lc.RUNNING])
             marks = list(conn.execute(select(node_marks)).mappings())
         by_job: dict[int, list[dict[str, Any]]] = {}
         for task in attempt_tasks:
