@@ -9,7 +9,7 @@ plain string. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,31 +93,14 @@ class JobInfo:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> JobInfo:
+        known = {k: v for k, v in doc.items() if k in _JOB_FIELDS}
         return cls(
-            id=doc["id"],
+            **{**known, **{k: timestamp(doc.get(k)) for k in _TIMES}},
             name=str(doc.get("name") or doc["id"]),
             state=job_state(doc.get("state", "UNKNOWN")),
-            vc=doc.get("vc"),
-            user=doc.get("user"),
-            priority=doc.get("priority"),
-            attempt=doc.get("attempt"),
-            retries=doc.get("retries"),
-            retries_used=doc.get("retries_used"),
-            task_count=doc.get("task_count"),
-            gpus=doc.get("gpus"),
             opportunistic=bool(doc.get("opportunistic")),
             cancel_requested=bool(doc.get("cancel_requested")),
             reason=str(doc.get("reason") or ""),
-            why=doc.get("why"),
-            queue_position=doc.get("queue_position"),
-            queue_length=doc.get("queue_length"),
-            eta=doc.get("eta"),
-            eta_low=doc.get("eta_low"),
-            eta_high=doc.get("eta_high"),
-            exit_code=doc.get("exit_code"),
-            submitted_at=timestamp(doc.get("submitted_at")),
-            started_at=timestamp(doc.get("started_at")),
-            finished_at=timestamp(doc.get("finished_at")),
             tasks=tuple(TaskInfo.from_json(t) for t in doc.get("tasks") or ()),
         )
 
@@ -133,3 +116,9 @@ class JobInfo:
     @property
     def running(self) -> bool:
         return self.state == JobState.RUNNING
+
+
+#: Fields taken from the JSON as they come; the rest are converted in ``from_json``.
+_TIMES = ("submitted_at", "started_at", "finished_at")
+_CONVERTED = {"name", "state", "opportunistic", "cancel_requested", "reason", "tasks", *_TIMES}
+_JOB_FIELDS = {f.name for f in fields(JobInfo)} - _CONVERTED
