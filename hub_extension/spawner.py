@@ -39,6 +39,8 @@ from traitlets import Dict, Float, Integer, List, Unicode, default
 from labhive.hub_extension import homes
 from labhive.scheduler.client import (
     Client,
+    JobInfo,
+    JobState,
     LabHiveError,
     NotFoundError,
     ServiceUnavailable,
@@ -330,9 +332,9 @@ class LabHiveSpawner(Spawner):
 
         return await asyncio.to_thread(run)
 
-    async def _job(self) -> dict[str, Any]:
+    async def _job(self) -> JobInfo:
         assert self.job_id is not None
-        return await self._call(lambda c, i: c.job(i).data, self.job_id)  # type: ignore[no-any-return]
+        return await self._call(lambda c, i: c.job(i).info, self.job_id)  # type: ignore[no-any-return]
 
     # ---- start --------------------------------------------------------------------------
 
@@ -359,11 +361,11 @@ class LabHiveSpawner(Spawner):
             "retries": 0,
         }
         try:
-            job = await self._call(lambda c, d: c.submit(d).data, doc, token=self.api_token)
+            job = await self._call(lambda c, d: c.submit(d).info, doc, token=self.api_token)
         except LabHiveError as err:
             secrets.unlink(missing_ok=True)
             raise ServerJobEnded(f"LabHive refused your server: {err.message}") from None
-        self.job_id = int(job["id"])
+        self.job_id = int(job.id)
         self.log.info("%s: job %s in %s", self._log_name, self.job_id, vc)
         # give up (with the queue's words) before the hub cuts start() off without them
         patience = max(self.start_timeout - 30, self.start_timeout * 0.8)
@@ -447,7 +449,7 @@ class LabHiveSpawner(Spawner):
 
     async def _wait_running(self, deadline: float) -> None:
         """Until the job runs; raise with the queue's words when it ends or waits too long."""
-        job: dict[str, Any] = {}
+        job: JobInfo | None = None
         since = time.monotonic()
         while time.monotonic() < deadline:
             try:
@@ -456,12 +458,12 @@ class LabHiveSpawner(Spawner):
                 self.log.warning("%s: %s", self._log_name, err.message)
                 await asyncio.sleep(self.poll_s)
                 continue
-            if job["state"] == "RUNNING":
+            if job.running:
                 return
-            if job["state"] != "WAITING":
+            if not job.waiting:
                 raise ServerJobEnded(
-                    f"your server's job {self.job_id} ended {job['state']} before the server "
-                    f"started: {job.get('reason') or 'no reason given'}"
+                    f"your server's job {self.job_id} ended {job.state} before the server "
+                    f"started: {job.reason or 'no reason given'}"
                 )
             await asyncio.sleep(self.poll_s)
         waited = waiting_text(job) if job else "in the queue"
@@ -488,18 +490,16 @@ class LabHiveSpawner(Spawner):
                 yield {"message": f"asking LabHive about job {self.job_id}: {err.message}"}
                 await asyncio.sleep(self.poll_s)
                 continue
-            if job["state"] == "WAITING":
+            if job.waiting:
                 text = waiting_text(job)
                 if text != last:
                     last = text
                     yield {"progress": 20, "message": text}
             else:
-                if job["state"] == "RUNNING":
-                    where = ", ".join(
-                        f"{t['node']} GPUs {t['gpus'] or 'none'}" for t in job.get("tasks") or ()
-                    )
+                if job.running:
+                    where = ", ".join(f"{t.node} GPUs {list(t.gpus) or 'none'}" for t in job.tasks)
                     text = (
-                        f"RUNNING: job {self.job_id} in VC {job['vc']} on "
+                        f"RUNNING: job {self.job_id} in VC {job.vc} on "
                         f"{where or 'its node'}; starting JupyterLab"
                     )
                     yield {"progress": 70, "message": text}
@@ -521,17 +521,17 @@ class LabHiveSpawner(Spawner):
         except LabHiveError as err:
             self.log.warning("%s: cannot poll job %s: %s", self._log_name, self.job_id, err.message)
             return None
-        if job["state"] == "RUNNING":
+        if job.running:
             return None
-        if job["state"] == "WAITING":
+        if job.waiting:
             self.last_end = _requeued_message(self.job_id, job, await self._requeue_why())
             self.log.warning("%s: %s", self._log_name, self.last_end)
             await self._cancel(wait=0)
             return 1
         if not self._ending:  # it ended on its own, or someone cancelled it in LabHive
             self.last_end = _ended_message(self.job_id, job)
-        code = job.get("exit_code")
-        return int(code) if code else 1 if job["state"] == "FAILED" else 0
+        code = job.exit_code
+        return int(code) if code else 1 if job.state == JobState.FAILED else 0
 
     async def _requeue_why(self) -> str:
         """Why the job went back to the queue, from its last event ("preempted by ...")."""
@@ -539,7 +539,7 @@ class LabHiveSpawner(Spawner):
             events = await self._call(lambda c, i: c.events(i), self.job_id)
         except LabHiveError:
             return ""
-        back = [e for e in events if e.get("to_state") == "WAITING" and e.get("from_state")]
+        back = [e for e in events if e.get("to_state") == JobState.WAITING and e.get("from_state")]
         return str(back[-1].get("why") or back[-1].get("reason") or "") if back else ""
 
     async def stop(self, now: bool = False) -> None:
@@ -549,20 +549,20 @@ class LabHiveSpawner(Spawner):
         await self._cancel(wait=0 if now else 20)
         if queued is not None:
             self.last_end = (
-                f"Your server's job {self.job_id} was still waiting in {queued['vc']}'s queue "
+                f"Your server's job {self.job_id} was still waiting in {queued.vc}'s queue "
                 "when the server was stopped, so that queued job was cancelled."
             )
             self.log.info("%s: %s", self._log_name, self.last_end)
         self._remove_launch_file()
 
-    async def _queued_job(self) -> dict[str, Any] | None:
+    async def _queued_job(self) -> JobInfo | None:
         if self.job_id is None:
             return None
         try:
             job = await self._job()
         except LabHiveError:
             return None
-        return job if job["state"] == "WAITING" else None
+        return job if job.waiting else None
 
     async def _cancel(self, wait: float) -> None:
         if self.job_id is None:
@@ -581,35 +581,33 @@ class LabHiveSpawner(Spawner):
         (Path(self.secrets_dir) / f"{self._job_name()}.json").unlink(missing_ok=True)
 
 
-def waiting_text(job: dict[str, Any]) -> str:
+def waiting_text(job: JobInfo) -> str:
     """ "WAITING: position 2 of 3 in vc1 — <why>" from a job as the service returns it."""
-    why = _POSITION_TAIL.sub("", job.get("why") or job.get("reason") or "").strip()
-    pos, length = job.get("queue_position"), job.get("queue_length")
-    head = (
-        f"WAITING: position {pos} of {length} in {job['vc']}" if pos else f"WAITING in {job['vc']}"
-    )
+    why = _POSITION_TAIL.sub("", job.why or job.reason or "").strip()
+    pos, length = job.queue_position, job.queue_length
+    head = f"WAITING: position {pos} of {length} in {job.vc}" if pos else f"WAITING in {job.vc}"
     return f"{head} — {why}" if why else head
 
 
-def _ended_message(job_id: int, job: dict[str, Any]) -> str:
+def _ended_message(job_id: int, job: JobInfo) -> str:
     """A notice for a server whose job ended without the hub asking (none for a clean exit)."""
-    reason = job.get("reason") or ""
-    if job["state"] == "FAILED":
+    reason = job.reason
+    if job.state == JobState.FAILED:
         return (
-            f"Your server (job {job_id}) failed ({reason}, exit code {job.get('exit_code')}); "
+            f"Your server (job {job_id}) failed ({reason}, exit code {job.exit_code}); "
             f"its log: `labhive logs {job_id} --stderr`."
         )
-    if job["state"] == "STOPPED":
+    if job.state == JobState.STOPPED:
         return f"Your server (job {job_id}) was cancelled in LabHive ({reason})."
     return ""
 
 
-def _requeued_message(job_id: int, job: dict[str, Any], why: str) -> str:
+def _requeued_message(job_id: int, job: JobInfo, why: str) -> str:
     """Why a server's job is waiting again although the hub thought it was up."""
-    if job.get("attempt", 1) > 1 or job.get("reason") == "preempted":
+    if (job.attempt or 1) > 1 or job.reason == "preempted":
         return (
             f"Your server (job {job_id}) was stopped by LabHive: a higher-priority job needed "
-            f"its resources ({why or job.get('reason') or 'requeued'}). Unsaved work in open "
+            f"its resources ({why or job.reason or 'requeued'}). Unsaved work in open "
             "notebooks may be lost; start a new server to continue."
         )
     return (

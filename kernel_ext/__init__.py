@@ -39,7 +39,7 @@ def show_table(table: Any) -> Any:
     if view is None:
 
         def fetch() -> list[JobFacts]:
-            return [JobFacts.from_api(job.refresh().data) for job in table.jobs]
+            return [JobFacts.from_job(job.refresh().info) for job in table.jobs]
 
         view = TableView(fetch)
         table._labhive_view = view

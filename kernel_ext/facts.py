@@ -1,34 +1,21 @@
-"""The service's JSON, read once into small frozen records the renderers and widgets share.
+"""What the renderers and widgets show, in small frozen records they share.
 
-This is the only module that knows the REST field names; a renamed field is fixed here and
-every view (text, HTML, widget) follows.
+A job comes typed from the client (``JobInfo``: the client is the one place that reads the
+job's REST fields); the queue and cluster documents are read here, the only module of the
+kernel extension that knows their field names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from labhive.scheduler.client import why_without_position
+from labhive.scheduler.client import TERMINAL, JobInfo, JobState, TaskInfo, why_without_position
+from labhive.scheduler.job_info import timestamp as timestamp
 
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 #: The id shown for another user's job, whose id the service does not reveal.
 OTHERS = "-"
-
-
-def timestamp(value: Any) -> float | None:
-    """Seconds since the epoch from a number or an ISO-8601 string (naive means UTC)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).replace("Z", "+00:00")
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +28,8 @@ class TaskFacts:
     exit_code: int | None = None
 
     @classmethod
-    def from_api(cls, data: Mapping[str, Any]) -> TaskFacts:
-        return cls(
-            role=str(data.get("role", "")),
-            index=int(data.get("index", 0)),
-            node=data.get("node"),
-            gpus=tuple(int(g) for g in data.get("gpus") or ()),
-            state=data.get("state"),
-            exit_code=data.get("exit_code"),
-        )
+    def from_task(cls, task: TaskInfo) -> TaskFacts:
+        return cls(task.role, task.index, task.node, task.gpus, task.state, task.exit_code)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,32 +50,35 @@ class JobFacts:
     started: float | None = None
     finished: float | None = None
     attempt: int | None = None
-    command: str | None = None
+
+    @classmethod
+    def from_job(cls, job: JobInfo) -> JobFacts:
+        return cls(
+            id=str(job.id),
+            name=job.name,
+            state=job.state,
+            vc=job.vc,
+            priority=job.priority,
+            user=job.user,
+            position=job.queue_position,
+            queue_length=job.queue_length,
+            # the displays show the position themselves; the why-text's own copy would repeat
+            why=(why_without_position(job.why) or None)
+            if job.why and job.queue_position
+            else job.why,
+            reason=job.reason or None,
+            tasks=tuple(TaskFacts.from_task(t) for t in job.tasks),
+            gpus=job.gpus,
+            submitted=job.submitted_at,
+            started=job.started_at,
+            finished=job.finished_at,
+            attempt=job.attempt,
+        )
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> JobFacts:
-        return cls(
-            id=str(data["id"]),
-            name=str(data.get("name") or data["id"]),
-            state=str(data.get("state", "UNKNOWN")),
-            vc=data.get("vc"),
-            priority=data.get("priority"),
-            user=data.get("user"),
-            position=data.get("queue_position"),
-            queue_length=data.get("queue_length"),
-            # the displays show the position themselves; the why-text's own copy would repeat
-            why=(why_without_position(data["why"]) or None)
-            if data.get("why") and data.get("queue_position")
-            else data.get("why"),
-            reason=data.get("reason") or None,
-            tasks=tuple(TaskFacts.from_api(t) for t in data.get("tasks") or ()),
-            gpus=data.get("gpus"),
-            submitted=timestamp(data.get("submitted_at")),
-            started=timestamp(data.get("started_at")),
-            finished=timestamp(data.get("finished_at")),
-            attempt=data.get("attempt"),
-            command=data.get("command"),
-        )
+        """From a job's JSON as the service sends it."""
+        return cls.from_job(JobInfo.from_json(data))
 
     @property
     def terminal(self) -> bool:
@@ -154,7 +137,7 @@ def queue_entry(entry: Mapping[str, Any]) -> JobFacts:
     return JobFacts(
         id=str(entry["id"]) if mine else OTHERS,
         name=str(entry.get("name") or entry.get("id")) if mine else "another user's job",
-        state=str(entry.get("state", "WAITING")),
+        state=str(entry.get("state", JobState.WAITING)),
         vc=entry.get("vc"),
         priority=entry.get("priority"),
         user=entry.get("user"),

@@ -29,7 +29,7 @@ class LogTail:
         self._complete: dict[str, bool] = {}
 
     def _reset_if_new_attempt(self) -> None:
-        attempt = self.job.data.get("attempt")
+        attempt = self.job.info.attempt
         if attempt != self._attempt:
             self._attempt = attempt
             self._offsets.clear()
@@ -77,7 +77,7 @@ class LogTail:
         """Yield prefixed new lines until every task has ended and all was read."""
         while True:
             self.job.refresh()
-            ended = self.job.data.get("state") in ("SUCCEEDED", "FAILED", "STOPPED")
+            ended = self.job.info.done
             fresh = self.read_new()
             block = prefixed(fresh, several=len(self._tails) > 1)
             if block:

@@ -204,7 +204,7 @@ class LabHiveMagics(Magics):
             for job in table.jobs:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 wait_for(job_view(job, live=False), left, out=_silent)
-                view.jobs = [JobFacts.from_api(j.data) for j in table.jobs]
+                view.jobs = [JobFacts.from_job(j.info) for j in table.jobs]
                 view.publish()
         return table
 
@@ -217,7 +217,7 @@ class LabHiveMagics(Magics):
             tail = LogTail(job, TAIL_LINES)
             tail.read_new()
             if tail.text():
-                print(f"--- last lines of {job.data['name']} ---\n{tail.text()}")
+                print(f"--- last lines of {job.info.name} ---\n{tail.text()}")
 
     # ---- watching and managing ---------------------------------------------------------------
 
@@ -231,7 +231,7 @@ class LabHiveMagics(Magics):
             self.client.jobs()  # fail here, not in the display
 
             def fetch() -> list[JobFacts]:
-                rows = [JobFacts.from_api(j.data) for j in self.client.jobs()]
+                rows = [JobFacts.from_job(j.info) for j in self.client.jobs()]
                 return rows if args.all else [j for j in rows if not j.terminal] or rows
 
             TableView(fetch).show()
@@ -295,7 +295,7 @@ class LabHiveMagics(Magics):
         with user_errors():
             for ident in args.ids:
                 job = self.client.job(ident).cancel()
-                print(summary_line(JobFacts.from_api(job.data), time.time()))
+                print(summary_line(JobFacts.from_job(job.info), time.time()))
 
     @magic_arguments()
     @argument("ids", nargs="+", help="job ids or names")
@@ -319,7 +319,7 @@ class LabHiveMagics(Magics):
         parse(self.cluster, self._expand(line))
 
         def fetch() -> ClusterFacts:
-            jobs = [JobFacts.from_api(j.data) for j in self.client.jobs()]
+            jobs = [JobFacts.from_job(j.info) for j in self.client.jobs()]
             return ClusterFacts.from_api(self.client.cluster(), jobs)
 
         with user_errors():

@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from html import escape
 
 from labhive.kernel_ext.facts import OTHERS, JobFacts, QueueFacts, TaskFacts
+from labhive.scheduler.client import JobState
 
-STATE_COLOURS = {
-    "WAITING": "#d97706",
-    "RUNNING": "#2563eb",
-    "SUCCEEDED": "#16a34a",
-    "FAILED": "#dc2626",
-    "STOPPED": "#6b7280",
+STATE_COLOURS: dict[str, str] = {
+    JobState.WAITING: "#d97706",
+    JobState.RUNNING: "#2563eb",
+    JobState.SUCCEEDED: "#16a34a",
+    JobState.FAILED: "#dc2626",
+    JobState.STOPPED: "#6b7280",
 }
 
 
@@ -62,15 +63,15 @@ def summary_line(job: JobFacts, now: float) -> str:
     head = f"job {job.name}: {job.state}"
     took = job.elapsed(now)
     where = f" on {placement(job.tasks)}" if placement(job.tasks) else ""
-    if job.state == "WAITING":
+    if job.state == JobState.WAITING:
         pos = position(job)
         text = f"{head} ({pos})" if pos else head
         text += f" for {seconds(took)}" if took is not None else ""
         return f"{text} - {job.why}" if job.why else text
-    if job.state == "RUNNING":
+    if job.state == JobState.RUNNING:
         return head + (f" for {seconds(took)}" if took is not None else "") + where
     text = head + (f" after {seconds(took)}" if took is not None else "") + where
-    if job.state == "FAILED" and (job.why or job.reason):
+    if job.state == JobState.FAILED and (job.why or job.reason):
         text += f" - {job.why or job.reason}"
     return text
 
@@ -114,7 +115,7 @@ def job_html(job: JobFacts, now: float) -> str:
         f'<div class="labhive-job" data-state="{escape(job.state)}">',
         f"<b>job {escape(job.name)}</b> {state_badge(job.state)}{rest}",
     ]
-    if job.why and job.state == "WAITING":
+    if job.why and job.state == JobState.WAITING:
         parts.append(f'<div class="labhive-why">{escape(job.why)}</div>')
     parts.append(tasks_html(job.tasks))
     parts.append("</div>")
@@ -125,8 +126,8 @@ _COLUMNS = ("id", "name", "user", "vc", "state", "where / why", "time")
 
 
 def _row(job: JobFacts, now: float) -> tuple[str, ...]:
-    where = placement(job.tasks) if job.state != "WAITING" else position(job)
-    if job.state == "WAITING" and job.why:
+    where = placement(job.tasks) if job.state != JobState.WAITING else position(job)
+    if job.state == JobState.WAITING and job.why:
         where = f"{where}: {job.why}" if where else job.why
     return (
         job.id,

@@ -259,15 +259,15 @@ def job_logs(job: Any, task: str | None = None) -> list[tuple[str, str]]:
     The paths are on the service's machine: readable here when the kernel runs beside a local
     executor, which is where ``--observe strace`` writes them.
     """
-    found = [o for o in job.client.observations(job.data["id"]) if o["kind"] == "strace"]
+    found = [o for o in job.client.observations(job.info.id) if o["kind"] == "strace"]
     if task:
         found = [o for o in found if o["task"] == task]
     if not found:
         which = f" for task {task}" if task else ""
         raise UserError(
-            f"job {job.data['id']} has no strace log{which}; submit it with --observe strace"
+            f"job {job.info.id} has no strace log{which}; submit it with --observe strace"
         )
-    return [(f"job {job.data['id']} {o['task']} attempt {o['attempt']}", o["path"]) for o in found]
+    return [(f"job {job.info.id} {o['task']} attempt {o['attempt']}", o["path"]) for o in found]
 
 
 def show_logs(logs: list[tuple[str, str]], top: int = TOP) -> list[StraceView]:

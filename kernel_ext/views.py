@@ -104,7 +104,7 @@ class JobView(View):
     def __init__(self, job: JobSource, live: bool | None = None) -> None:
         super().__init__(live)
         self.job = job
-        self.facts = JobFacts.from_api(job.data)
+        self.facts = JobFacts.from_job(job.info)
         self.tail = LogTail(job, LOG_LINES)
         self.log = ""
         self.stderr = ""
@@ -142,7 +142,7 @@ _JOB_VIEWS: dict[str, JobView] = {}
 
 
 def job_view(job: JobSource, live: bool | None = None) -> JobView:
-    key = str(job.data["id"])
+    key = str(job.info.id)
     view = _JOB_VIEWS.get(key)
     if view is None or (live is not None and view.live != live):
         view = JobView(job, live)

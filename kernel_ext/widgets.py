@@ -19,6 +19,7 @@ from labhive.kernel_ext.facts import JobFacts
 from labhive.kernel_ext.logtail import LogTail
 from labhive.kernel_ext.poller import Poller
 from labhive.kernel_ext.render import job_html
+from labhive.scheduler.client import JobInfo, JobState
 
 LOG_LINES = 15
 STDERR_LINES = 10  # of a FAILED job: where a MemoryError or a traceback says why
@@ -27,7 +28,8 @@ STDERR_LINES = 10  # of a FAILED job: where a MemoryError or a traceback says wh
 class JobSource(Protocol):
     """What a job widget needs from a job handle; ``labhive.client.Job`` is one."""
 
-    data: dict[str, Any]
+    @property
+    def info(self) -> JobInfo: ...
 
     def refresh(self) -> Any: ...
 
@@ -51,12 +53,12 @@ def fetch_snapshot(source: JobSource, tail: LogTail) -> JobSnapshot:
     """One poll: the job, what its tasks printed since the last poll, its GPUs' readings
     (or why there are none), and for a failed job the end of its stderr."""
     source.refresh()
-    facts = JobFacts.from_api(source.data)
-    if facts.state != "WAITING":
+    facts = JobFacts.from_job(source.info)
+    if facts.state != JobState.WAITING:
         tail.read_new()
-    gpus, note = gpu_readings(source, facts) if facts.state == "RUNNING" else ((), "")
+    gpus, note = gpu_readings(source, facts) if facts.state == JobState.RUNNING else ((), "")
     stderr = ""
-    if facts.state == "FAILED":
+    if facts.state == JobState.FAILED:
         errors = LogTail(source, STDERR_LINES, stream="stderr")
         errors.read_new()
         stderr = errors.text()
@@ -158,7 +160,7 @@ class JobWidget(widgets.VBox):
             lambda snap: snap.facts.terminal,
             interval=interval,
             on_error=self._error,
-            name=f"labhive-job-{source.data['id']}",
+            name=f"labhive-job-{source.info.id}",
         )
 
     def start(self) -> JobWidget:

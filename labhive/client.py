@@ -1,9 +1,12 @@
 """``labhive.client``: the client library for the LabHive service (see ``scheduler/client.py``)."""
 
 from labhive.scheduler.client import (
+    TERMINAL,
     AuthenticationError,
     Client,
     Job,
+    JobInfo,
+    JobState,
     JobTable,
     LabHiveError,
     LogChunk,
@@ -11,6 +14,7 @@ from labhive.scheduler.client import (
     PermissionDenied,
     Rejected,
     ServiceUnavailable,
+    TaskInfo,
     connect,
     fill_command,
     find_token,
@@ -21,9 +25,12 @@ from labhive.scheduler.client import (
 )
 
 __all__ = [
+    "TERMINAL",
     "AuthenticationError",
     "Client",
     "Job",
+    "JobInfo",
+    "JobState",
     "JobTable",
     "LabHiveError",
     "LogChunk",
@@ -31,6 +38,7 @@ __all__ = [
     "PermissionDenied",
     "Rejected",
     "ServiceUnavailable",
+    "TaskInfo",
     "connect",
     "fill_command",
     "find_token",

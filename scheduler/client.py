@@ -33,9 +33,14 @@ from urllib.parse import quote
 
 import httpx
 
+# Exported with the client: the states and the typed job its users read.
+from labhive.scheduler.job_info import JobInfo as JobInfo
+from labhive.scheduler.job_info import TaskInfo as TaskInfo
+from labhive.scheduler.states import TERMINAL as TERMINAL
+from labhive.scheduler.states import JobState as JobState
+
 DEFAULT_URL = "http://127.0.0.1:8765"
 API = "/api/v1"
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
 class LabHiveError(Exception):
@@ -141,12 +146,21 @@ class Job:
             raise AttributeError(name) from None
 
     @property
+    def info(self) -> JobInfo:
+        """The job as last fetched, typed (fields as the API names them)."""
+        return JobInfo.from_json(self.data)
+
+    @property
+    def state(self) -> JobState | str:
+        return self.info.state
+
+    @property
     def position(self) -> int | None:
-        return self.data.get("queue_position")
+        return self.info.queue_position
 
     @property
     def done(self) -> bool:
-        return self.data["state"] in TERMINAL
+        return self.info.done
 
     def refresh(self) -> Job:
         self.data = self.client._get(f"/jobs/{self.data['id']}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.states import JobState
 from labhive.scheduler.terminal import visible, visible_tree
 
 
@@ -169,7 +170,7 @@ def _submit(args: argparse.Namespace) -> int:
     else:
         where = f" (position {job.position})" if job.position else ""
         print(visible(f"job {job.id} '{job.name}' in {job.vc}: {job.state}{where}{_outcome(job)}"))
-    return 0 if job.state != "FAILED" else 1
+    return 0 if job.state != JobState.FAILED else 1
 
 
 def _watch(job: Any, follow: bool, out: Any, poll_s: float = 0.5) -> None:
@@ -179,13 +180,12 @@ def _watch(job: Any, follow: bool, out: Any, poll_s: float = 0.5) -> None:
     last: tuple[Any, ...] = ()
     offset = 0
     while True:
-        d = job.data
-        key = (d["state"], d.get("attempt"), d.get("queue_position"), d.get("queue_length"),
-               d.get("why"))  # fmt: skip
+        d = job.info
+        key = (d.state, d.attempt, d.queue_position, d.queue_length, d.why)
         if key != last:
             last = key
             print(visible(f"{time.strftime('%H:%M:%S')}  {_progress(job)}"), file=out, flush=True)
-        if follow and job.state != "WAITING":
+        if follow and job.state != JobState.WAITING:
             offset = _print_log(job, offset, drain=job.done)
         if job.done:
             return
@@ -197,26 +197,27 @@ def _progress(job: Any) -> str:
     """The job in a line: "WAITING: position 1 of 2 in vc1 - <why>", "RUNNING on vnode-0 GPUs 0"."""
     from labhive.scheduler.client import why_without_position
 
-    d = job.data
-    if d["state"] == "WAITING":
-        pos, length = d.get("queue_position"), d.get("queue_length")
-        where = f"position {pos} of {length} in {d['vc']}" if pos else ""
-        why = why_without_position(d.get("why") or d.get("reason") or "")
+    d = job.info
+    if d.waiting:
+        pos, length = d.queue_position, d.queue_length
+        where = f"position {pos} of {length} in {d.vc}" if pos else ""
+        why = why_without_position(d.why or d.reason or "")
         return f"WAITING{': ' + where if where else ''}{' - ' + why if why else ''}"
-    tasks = [t for t in d.get("tasks") or () if t.get("node")]
-    on = "; ".join(f"{t['node']} GPUs {','.join(map(str, t['gpus'])) or 'none'}" for t in tasks)
-    text = f"{d['state']}{' on ' + on if on and d['state'] == 'RUNNING' else ''}"
-    attempt = int(d.get("attempt") or 1)
+    on = "; ".join(
+        f"{t.node} GPUs {','.join(map(str, t.gpus)) or 'none'}" for t in d.tasks if t.node
+    )
+    text = f"{d.state}{' on ' + on if on and d.running else ''}"
+    attempt = int(d.attempt or 1)
     return text + (f" (attempt {attempt})" if attempt > 1 else "") + _outcome(job)
 
 
 def _outcome(job: Any) -> str:
     """Why a job ended badly, for its last line; nothing for a success."""
-    d = job.data
-    if d["state"] not in ("FAILED", "STOPPED"):
+    d = job.info
+    if d.state not in (JobState.FAILED, JobState.STOPPED):
         return ""
-    code = f", exit code {d['exit_code']}" if d.get("exit_code") is not None else ""
-    return f" - {d.get('why') or d.get('reason') or 'no reason given'}{code}"
+    code = f", exit code {d.exit_code}" if d.exit_code is not None else ""
+    return f" - {d.why or d.reason or 'no reason given'}{code}"
 
 
 def _print_log(job: Any, offset: int, drain: bool) -> int:
@@ -347,7 +348,7 @@ def _cancel(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(job.data)
     else:
-        pending = "" if job.state == "STOPPED" else " (stopping)"
+        pending = "" if job.state == JobState.STOPPED else " (stopping)"
         print(visible(f"job {job.id} '{job.name}': {job.state}{pending}"))
     return 0
 

@@ -1,6 +1,8 @@
-"""A job's lifecycle outside the policy: states, attempts, retries and the reason of each
-transition, kept in one place so every driver (replay, simulator, service) agrees.
+"""A job's lifecycle in virtual time (scenario replay and the simulator): the job record and
+how decisions and attempt ends change it.
 
+The states are ``states.JobState`` and the rules for an ended attempt (retries, reason texts)
+are ``attempts``'s, which the service applies too; this module only keeps them on a record.
 WAITING -> RUNNING -> SUCCEEDED | FAILED | STOPPED; a failed attempt with retries left goes
 back to WAITING (attempt + 1); a preempted or stopped attempt goes back to WAITING without
 spending a retry. REJECTED is for a spec refused at submit, which never reaches the policy.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labhive.scheduler import attempts
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Decision,
@@ -21,8 +24,9 @@ from labhive.scheduler.model import (
     Stop,
     TaskPlacement,
 )
+from labhive.scheduler.states import TERMINAL, JobState
 
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED", "REJECTED"})
+__all__ = ["TERMINAL", "JobRecord", "apply_decision", "cancel", "end_attempt", "rejected"]
 
 
 @dataclass(slots=True)
@@ -30,8 +34,9 @@ class JobRecord:
     job_id: str
     spec: JobSpec
     submitted: float
-    state: str = "WAITING"
+    state: JobState = JobState.WAITING
     attempt: int = 1
+    retries_used: int = 0
     reason: str = ""  # why the last transition happened ("" for a fresh submission)
     tasks: tuple[TaskPlacement, ...] = ()
     opportunistic: bool = False
@@ -46,7 +51,7 @@ class JobRecord:
 
     @property
     def retries_left(self) -> int:
-        return self.spec.retries - (self.attempt - 1)
+        return attempts.retries_left(self.spec.retries, self.retries_used)
 
     @property
     def done(self) -> bool:
@@ -54,16 +59,16 @@ class JobRecord:
 
 
 def rejected(job_id: str, spec: JobSpec, now: float, message: str) -> JobRecord:
-    return JobRecord(job_id, spec, now, state="REJECTED", reason=message, ended=now)
+    return JobRecord(job_id, spec, now, state=JobState.REJECTED, reason=message, ended=now)
 
 
 def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
     """Update the record for a policy decision; True when a run starts (time it)."""
     match decision:
         case Start():
-            fresh = record.state != "RUNNING"
+            fresh = record.state != JobState.RUNNING
             record.tasks = (*record.tasks, *decision.tasks)
-            record.state = "RUNNING"
+            record.state = JobState.RUNNING
             record.opportunistic = decision.opportunistic
             if fresh:
                 record.reason = "running opportunistically" if decision.opportunistic else "started"
@@ -88,7 +93,7 @@ def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
 def _back_to_waiting(record: JobRecord, reason: str, now: float) -> None:
     record.interrupted = (now, reason)
     record.downgraded_by = ""
-    record.state = "WAITING"
+    record.state = JobState.WAITING
     record.tasks = ()
     record.reason = reason
     record.started = None
@@ -100,19 +105,18 @@ def end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Requeue:
     record.generation += 1
     record.tasks = ()
     record.started = None
-    if ok:
-        record.state, record.reason, record.ended = "SUCCEEDED", "finished", now
-        return Finish(record.job_id, now)
-    if record.retries_left > 0:
+    end = attempts.attempt_end(
+        "succeeded" if ok else "failed", record.spec.retries, record.retries_used
+    )
+    record.state, record.reason = end.state, end.text
+    if end.requeued:
         record.attempt += 1
-        record.state = "WAITING"
-        record.reason = f"failed; retry {record.attempt - 1} of {record.spec.retries}"
+        record.retries_used += end.spend_retry
         return Requeue(record.job_id, now)
-    record.state, record.ended = "FAILED", now
-    record.reason = "failed" + (" (no retries left)" if record.spec.retries else "")
+    record.ended = now
     return Finish(record.job_id, now)
 
 
 def cancel(record: JobRecord, now: float) -> None:
     record.generation += 1
-    record.state, record.reason, record.ended, record.tasks = "STOPPED", "cancelled", now, ()
+    record.state, record.reason, record.ended, record.tasks = JobState.STOPPED, "cancelled", now, ()

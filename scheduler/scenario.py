@@ -23,6 +23,7 @@ from labhive.scheduler.jobs import (
     parse_job,
     parse_priority,
 )
+from labhive.scheduler.states import JobState
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
 
 ACTIONS = ("submit", "finish", "fail", "cancel", "node_down", "node_up", "reconfigure")
@@ -36,7 +37,7 @@ EXPECT_KEYS = {
     "preempted",
     "downgraded",
 }
-STATES = {"WAITING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "REJECTED"}
+STATES = frozenset(JobState)
 
 
 class ScenarioError(UserError):

@@ -9,6 +9,7 @@ import pytest
 
 from labhive.hub_extension.hubauth import HubSettings
 from labhive.hub_extension.spawner import waiting_text
+from labhive.scheduler.client import JobInfo
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.service.auth import identity_for, load_grants, load_users
 
@@ -71,12 +72,15 @@ def test_hub_mode_outside_a_hub_says_how_to_run_it() -> None:
 
 def test_the_spawn_page_reads_position_then_why() -> None:
     job = {
+        "id": 7,
+        "state": "WAITING",
         "vc": "vc1",
         "queue_position": 2,
         "queue_length": 3,
         "why": "vc1 has 0 free of the 2 cells this job needs; position 2 of 3 in vc1",
     }
-    assert waiting_text(job) == (
+    assert waiting_text(JobInfo.from_json(job)) == (
         "WAITING: position 2 of 3 in vc1 — vc1 has 0 free of the 2 cells this job needs"
     )
-    assert waiting_text({"vc": "vc1", "why": None, "reason": ""}) == "WAITING in vc1"
+    alone = JobInfo.from_json({"id": 8, "state": "WAITING", "vc": "vc1", "why": None, "reason": ""})
+    assert waiting_text(alone) == "WAITING in vc1"

@@ -9,13 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from waiting import wait_until
 
 from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.lifecycle import JobRecord, end_attempt
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.server import ServeOptions, build
-from labhive.scheduler.service.store import job_row
+from labhive.scheduler.service.store import events, job_row
 
 
 @pytest.fixture
@@ -120,3 +122,34 @@ def test_a_job_cancelled_while_the_service_stops_ends_cancelled(loop: SchedulerL
         assert job_row(conn, job_id)["reason"] == "stopping"
     loop.stop(stop_tasks=True)
     assert _state(loop, job_id) == "STOPPED"
+
+
+def test_a_failing_job_says_what_the_replayed_one_says(loop: SchedulerLoop) -> None:
+    """Both families take their retry rules and words from ``attempts``: the service's events
+    and the replay's record read "retrying", "retry 1 of 1", "failed", "no retries left"."""
+    job_id = _submit(loop, {"name": "f", "vc": "vc1", "gpus": 1, "retries": 1, "command": "exit 3"})
+
+    def ended() -> bool:
+        loop.step()
+        return _state(loop, job_id) == "FAILED"
+
+    wait_until(ended, timeout=30)
+    with loop.store.read() as conn:
+        rows = conn.execute(
+            select(events.c.reason, events.c.why).where(events.c.job_id == job_id)
+        ).all()
+    reasons = [r.reason for r in rows]
+    assert reasons == ["submitted", "started", "retrying", "started", "failed"]
+    retry_why, failed_why = rows[2].why, rows[4].why
+    assert retry_why == "attempt 1 failed (exit codes main-0: 3); retry 1 of 1"
+    assert failed_why == "attempt 2 failed (exit codes main-0: 3); no retries left"
+    with loop.store.read() as conn:
+        row = job_row(conn, job_id)
+    assert row is not None and (row["attempt"], row["retries_used"]) == (2, 1)
+
+    record = JobRecord("f", parse_job({"name": "f", "vc": "vc1", "gpus": 1, "retries": 1}), 0.0)
+    end_attempt(record, ok=False, now=1.0)
+    assert (record.state, record.reason) == ("WAITING", "retrying (retry 1 of 1)")
+    end_attempt(record, ok=False, now=2.0)
+    assert (record.state, record.reason) == ("FAILED", "failed (no retries left)")
+    assert (record.attempt, record.retries_used) == (2, 1)

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from labhive.scheduler.jobs import RoleSpec
+from labhive.scheduler import attempts
 from labhive.scheduler.model import TaskPlacement
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.store import (
@@ -91,15 +91,15 @@ def test_failures_spend_retries_and_preemption_does_not(store: Store) -> None:
         lc.end_attempt(conn, _row(store, job_id), lc.WAITING, "preempted", "by job 9", 3.0)
     assert (_row(store, job_id)["attempt"], _row(store, job_id)["retries_used"]) == (2, 0)
     _start(store, job_id)
-    target, spend = lc.after_failure(_row(store, job_id))
-    assert (target, spend) == (lc.WAITING, True)
+    row = _row(store, job_id)
+    end = attempts.after_failure(row["retries"], row["retries_used"])
+    assert (end.state, end.spend_retry) == (lc.WAITING, True)
     with store.write() as conn:
-        lc.end_attempt(
-            conn, _row(store, job_id), target, "retrying", "exit 3", 4.0, spend_retry=spend
-        )
+        lc.end_attempt(conn, row, end.state, end.reason, "exit 3", 4.0, spend_retry=end.spend_retry)
     assert (_row(store, job_id)["attempt"], _row(store, job_id)["retries_used"]) == (3, 1)
     _start(store, job_id)
-    assert lc.after_failure(_row(store, job_id)) == (lc.FAILED, False)
+    row = _row(store, job_id)
+    assert attempts.after_failure(row["retries"], row["retries_used"]).state == lc.FAILED
     with store.write() as conn:
         lc.end_attempt(conn, _row(store, job_id), lc.FAILED, "failed", "exit 3", 5.0, exit_code=3)
     row = _row(store, job_id)
@@ -187,19 +187,6 @@ def test_readers_never_see_half_a_transition(store: Store) -> None:
     for t in threads:
         t.join(timeout=120)
     assert problems == []
-
-
-def test_completion_policy_follows_openpai() -> None:
-    worker = RoleSpec("worker", instances=3)
-    ps = RoleSpec("ps", instances=1)
-    assert lc.attempt_outcome([worker], {("worker", 0): 0}) is None
-    assert lc.attempt_outcome([worker], {("worker", 0): 1}) == "failed"
-    assert lc.attempt_outcome([worker], {("worker", i): 0 for i in range(3)}) == "succeeded"
-    assert lc.attempt_outcome([worker, ps], {("worker", i): 0 for i in range(3)}) is None
-    assert lc.attempt_outcome([worker], {("worker", 0): None}, lost=True) == "lost"
-    lenient = RoleSpec("worker", instances=3, min_failed=2, min_succeeded=1)
-    assert lc.attempt_outcome([lenient], {("worker", 0): 1}) is None
-    assert lc.attempt_outcome([lenient], {("worker", 0): 1, ("worker", 1): 0}) == "succeeded"
 
 
 def test_database_url_forms(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from prometheus_client.core import (
 
 from labhive.scheduler.model import NodeView, VCView
 from labhive.scheduler.observe.nvml import GpuReading, Sample
+from labhive.scheduler.states import STORED, JobState
 
 __all__ = [
     "CONTENT_TYPE_LATEST",
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 #: OpenPAI's job states, as the service stores them.
-JOB_STATES = ("WAITING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED")
+JOB_STATES = STORED
 #: Queue waits span seconds (an idle lab) to days (a busy department): seconds.
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 #: One policy decision should take well under a millisecond; the tail matters.
@@ -302,7 +303,7 @@ def _job_families(s: ServiceSnapshot, vcs: list[str]) -> Iterator[Metric]:
     for vc in vcs:
         for state in JOB_STATES:
             jobs.add_metric([vc, state], s.jobs.get((vc, state), 0))
-        queue.add_metric([vc], s.jobs.get((vc, "WAITING"), 0))
+        queue.add_metric([vc], s.jobs.get((vc, JobState.WAITING), 0))
     yield jobs
     yield queue
     oldest = GaugeMetricFamily(

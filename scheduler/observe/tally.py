@@ -16,10 +16,12 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from labhive.scheduler.attempts import RETRYING
 from labhive.scheduler.observe.prometheus import WAIT_BUCKETS, HistogramData, RunningHistogram
+from labhive.scheduler.states import JobState
 
-#: Reasons the service gives a transition, as counted here.
-SUBMITTED, PREEMPTED, RETRYING = "submitted", "preempted", "retrying"
+#: Reasons the service gives a transition, as counted here (a retry's is ``attempts``'s).
+SUBMITTED, PREEMPTED = "submitted", "preempted"
 OOM_KILLED = "oom_killed"
 
 
@@ -71,14 +73,14 @@ class EventTally:
             self._preemptions[e.vc] += 1
         elif e.reason == RETRYING:
             self._retries[e.vc] += 1
-        if e.to_state == "FAILED" or e.reason == RETRYING:
-            self._failures[(e.vc, e.reason if e.to_state == "FAILED" else "failed")] += 1
-        if e.to_state == "WAITING" and e.from_state != "WAITING":
+        if e.to_state == JobState.FAILED or e.reason == RETRYING:
+            self._failures[(e.vc, e.reason if e.to_state == JobState.FAILED else "failed")] += 1
+        if e.to_state == JobState.WAITING and e.from_state != JobState.WAITING:
             self._waiting_since[e.job_id] = (e.vc, e.time)
-        elif e.to_state == "RUNNING" and e.from_state == "WAITING":
+        elif e.to_state == JobState.RUNNING and e.from_state == JobState.WAITING:
             vc, since = self._waiting_since.pop(e.job_id, (e.vc, e.time))
             self._waits.setdefault(vc, RunningHistogram(WAIT_BUCKETS)).observe(e.time - since)
-        elif e.to_state != "WAITING":
+        elif e.to_state != JobState.WAITING:
             self._waiting_since.pop(e.job_id, None)
 
     def task_failed(self, vc: str, exit_reason: str) -> None:

@@ -1,10 +1,14 @@
-"""The job lifecycle: OpenPAI's states, the legal moves between them, and their durable record.
+"""The job lifecycle's durable record: the legal moves between states and their SQL.
 
 WAITING -> RUNNING -> SUCCEEDED | FAILED | STOPPED. A failed attempt with retries left goes back
 to WAITING with attempt + 1; a preempted or lost attempt goes back to WAITING without spending a
 retry. Every change writes an event row (time, reason, the scheduler's why) in the same
 transaction as the change itself, and a transition only applies when the job is still in the
 state the caller saw (a conditional UPDATE), so two writers can never both move one job.
+
+The states are ``states.JobState`` and where an ended attempt goes (OpenPAI's completion
+policy, retries, reason texts) is decided by ``attempts``, the rules the simulator and scenario
+replay apply too; this module only writes what they decide.
 
 The functions here take an open write connection; callers group them into one transaction.
 """
@@ -14,26 +18,27 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.jobs import RoleSpec
 from labhive.scheduler.model import TaskPlacement
 from labhive.scheduler.service.store import allocations, events, job_row, jobs, tasks
+from labhive.scheduler.states import ACTIVE as ACTIVE
+from labhive.scheduler.states import STORED, JobState
+from labhive.scheduler.states import TERMINAL as TERMINAL
 
-WAITING, RUNNING = "WAITING", "RUNNING"
-SUCCEEDED, FAILED, STOPPED = "SUCCEEDED", "FAILED", "STOPPED"
-STATES = (WAITING, RUNNING, SUCCEEDED, FAILED, STOPPED)
-TERMINAL = frozenset({SUCCEEDED, FAILED, STOPPED})
-ACTIVE = frozenset({WAITING, RUNNING})
+# The short names this module's callers use; the states themselves are JobState's.
+WAITING, RUNNING = JobState.WAITING, JobState.RUNNING
+SUCCEEDED, FAILED, STOPPED = JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED
+STATES = STORED
 
 #: state -> the states it may move to. RUNNING -> RUNNING records more tasks of an incremental
 #: job or a downgrade to opportunistic; WAITING -> FAILED is a job the cluster lost the means to
 #: run (say, a reconfiguration removed its VC).
-TRANSITIONS: dict[str | None, frozenset[str]] = {
+TRANSITIONS: dict[str | None, frozenset[JobState]] = {
     None: frozenset({WAITING}),
     WAITING: frozenset({RUNNING, STOPPED, FAILED}),
     RUNNING: frozenset({RUNNING, WAITING, SUCCEEDED, FAILED, STOPPED}),
@@ -41,8 +46,6 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     FAILED: frozenset(),
     STOPPED: frozenset(),
 }
-
-Outcome = Literal["succeeded", "failed", "lost"]
 
 
 class IllegalTransition(UserError):
@@ -307,13 +310,6 @@ def end_attempt(
     return transition(conn, job, target, reason, why, t, **changes)
 
 
-def after_failure(job: Mapping[str, Any]) -> tuple[str, bool]:
-    """Where a failed attempt goes: (WAITING, spend a retry) while retries last, else FAILED."""
-    if job["retries_used"] < job["retries"]:
-        return WAITING, True
-    return FAILED, False
-
-
 def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float) -> dict[str, Any]:
     """A WAITING job ends without running (cancelled)."""
     return transition(conn, job, STOPPED, reason, None, t, finished_at=t)
@@ -380,33 +376,3 @@ def attempt_tasks(conn: Connection, running: Iterable[Mapping[str, Any]]) -> lis
     query = select(tasks).where(tasks.c.job_id.in_(list(attempts))).order_by(tasks.c.id)
     rows = [dict(r) for r in conn.execute(query).mappings()]
     return [r for r in rows if r["attempt"] == attempts[r["job_id"]]]
-
-
-def attempt_outcome(
-    roles: Sequence[RoleSpec], codes: Mapping[tuple[str, int], int | None], lost: bool = False
-) -> Outcome | None:
-    """OpenPAI's completion policy over the exit codes seen so far (None: not decided yet).
-
-    A role fails when ``min_failed`` of its tasks failed (default 1) and succeeds when
-    ``min_succeeded`` of them succeeded (default all); the job fails as soon as one role fails
-    and succeeds once every role has succeeded. A task that vanished through no fault of its own
-    (``lost``) makes the attempt lost: it is requeued without spending a retry."""
-    if lost:
-        return "lost"
-    done = True
-    for role in roles:
-        mine = [c for (name, _), c in codes.items() if name == role.name]
-        failed = sum(1 for c in mine if c != 0)
-        succeeded = len(mine) - failed
-        min_failed = role.min_failed if role.min_failed and role.min_failed > 0 else 1
-        min_succeeded = role.min_succeeded
-        if not min_succeeded or min_succeeded < 0:
-            min_succeeded = role.instances
-        if failed >= min_failed:
-            return "failed"
-        if succeeded < min_succeeded:
-            done = False
-    if done:
-        return "succeeded"
-    total = sum(r.instances for r in roles)
-    return "failed" if len(codes) >= total else None

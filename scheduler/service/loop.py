@@ -34,6 +34,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from labhive.scheduler import attempts
 from labhive.scheduler.executors.base import (
     Executor,
     TaskExit,
@@ -397,7 +398,7 @@ class SchedulerLoop:
                     select(jobs).where(jobs.c.state.in_(lc.ACTIVE)).order_by(jobs.c.id)
                 ).mappings()
             ]
-            attempt_tasks = lc.attempt_tasks(conn, [j for j in active if j["state"] == "RUNNING"])
+            attempt_tasks = lc.attempt_tasks(conn, [j for j in active if j["state"] == lc.RUNNING])
             marks = list(conn.execute(select(node_marks)).mappings())
         by_job: dict[int, list[dict[str, Any]]] = {}
         for task in attempt_tasks:
@@ -690,7 +691,7 @@ class SchedulerLoop:
         for job_id in sorted(decided):
             run = self._running[job_id]
             spec = self._specs[job_id]
-            outcome = lc.attempt_outcome(spec.roles, run.codes, lost=run.lost)
+            outcome = attempts.attempt_outcome(spec.roles, run.codes, lost=run.lost)
             if outcome is None:
                 continue
             del self._running[job_id]
@@ -705,29 +706,34 @@ class SchedulerLoop:
             if settle[1] in lc.TERMINAL:
                 self._specs.pop(job_id, None)
 
-    def _settle(self, job_id: int, run: _Running, outcome: str, t: float) -> tuple[Settle, Event]:
-        """Where the attempt goes, and what the policy learns once its tasks are gone (Finish
-        frees for good, Requeue keeps the job's place in the queue)."""
+    def _settle(
+        self, job_id: int, run: _Running, outcome: attempts.Outcome, t: float
+    ) -> tuple[Settle, Event]:
+        """Where the attempt goes (``attempts``'s rules), and what the policy learns once its
+        tasks are gone (Finish frees for good, Requeue keeps the job's place in the queue)."""
         bad = sorted(
             f"{r}-{i}: {c}" + (f" ({run.notes[r, i]})" if (r, i) in run.notes else "")
             for (r, i), c in run.codes.items()
             if c != 0
         )
         code = next((c for c in run.codes.values() if c not in (0, None)), None)
-        if outcome == "succeeded":
-            return (job_id, lc.SUCCEEDED, "succeeded", None, False, 0), Finish(str(job_id), t)
-        if outcome == "lost":
-            why = f"attempt {run.attempt} lost its tasks ({', '.join(bad) or 'vanished'})"
-            return (job_id, lc.WAITING, "lost", why, False, None), Requeue(str(job_id), t)
-        with self.store.read() as conn:
-            job = job_row(conn, job_id)
-        assert job is not None
-        target, spend = lc.after_failure(job)
-        why = f"attempt {run.attempt} failed (exit codes {', '.join(bad)})"
-        if target == lc.WAITING:
-            why += f"; retry {job['retries_used'] + 1} of {job['retries']}"
-            return (job_id, target, "retrying", why, spend, code), Requeue(str(job_id), t)
-        return (job_id, target, "failed", why, spend, code), Finish(str(job_id), t)
+        retries = used = 0
+        if outcome == "failed":  # the retry budget is the store's
+            with self.store.read() as conn:
+                job = job_row(conn, job_id)
+            assert job is not None
+            retries, used = job["retries"], job["retries_used"]
+        end = attempts.attempt_end(outcome, retries, used)
+        what = ", ".join(bad)
+        why = {
+            "succeeded": None,
+            "lost": f"attempt {run.attempt} lost its tasks ({what or 'vanished'})",
+            "failed": f"attempt {run.attempt} failed (exit codes {what})"
+            + (f"; {end.note}" if end.note else ""),
+        }[outcome]
+        code = {"succeeded": 0, "lost": None}.get(outcome, code)
+        settle: Settle = (job_id, end.state, end.reason, why, end.spend_retry, code)
+        return settle, (Requeue if end.requeued else Finish)(str(job_id), t)
 
     def _stop_expired(self, work: _Pass, t: float) -> None:
         """Jobs past their time limit are stopped the way a cancel stops them (grace period,
