@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.cells import Cell, Chain
+from labhive.scheduler.policy_base import position_tail
 
 if TYPE_CHECKING:
     from labhive.scheduler.hived_state import HivedJob, HivedState
@@ -40,7 +41,7 @@ def unit_name(info: Chain, level: int, count: int) -> str:
 def why_waiting(
     sched: HivedState[Any], job: HivedJob, position: int | None, length: int | None
 ) -> str:
-    tail = f"; position {position} of {length} in {job.vc}" if position else ""
+    tail = position_tail(position, length, job.vc)
     waiting = job.waiting_tasks
     roles = [r for r, _ in waiting]
     chains = sched._chains(job, roles)
