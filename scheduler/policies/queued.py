@@ -1,4 +1,4 @@
-"""The lifecycle the queue-ordering policies share; each policy only says who goes next.
+"""The base of the queue-ordering policies beside it; each policy only says who goes next.
 
 FIFO, SJF, DRF, Capacity and LAS differ in three answers, which a subclass gives:
 - ``order_key(job)``: a job's place in its waiting line (static while it waits);
