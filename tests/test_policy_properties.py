@@ -12,23 +12,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_properties import PROPERTY_SETTINGS, clusters, operations
+from test_properties import PROPERTY_SETTINGS, clusters, events, operations
 
 from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import (
     Adopt,
-    Cancel,
-    Event,
-    Finish,
     NodeDown,
     NodeUp,
-    Requeue,
     Scheduler,
-    SpecRejected,
     Stop,
     Submit,
-    Tick,
 )
 from labhive.scheduler.policies import available, get_policy
 
@@ -108,41 +101,20 @@ def run_events(data: Any, name: str, options: dict[str, Any], **cluster: bool) -
     nodes = sorted({n.name for n in config.nodes()})
     specs: dict[str, Any] = {}
     down: dict[str, str] = {}
-    for i, (kind, arg) in enumerate(data.draw(operations(len(config.vcs)))):
-        now = float(i * 60)
-        event: Event
-        if kind == "submit":
-            spec = parse_job({"name": f"j{i}", **arg})
-            try:
-                sched.check(spec)
-            except SpecRejected:
-                continue
-            specs[f"j{i}"] = spec
-            event = Submit(f"j{i}", spec, now)
-        elif kind in ("finish", "requeue", "cancel"):
-            ids = sorted(v.job_id for v in sched.jobs())
-            if not ids:
-                continue
-            event = {"finish": Finish, "requeue": Requeue, "cancel": Cancel}[kind](
-                ids[arg % len(ids)], now
-            )
-        elif kind == "node_down":
-            node = nodes[arg % len(nodes)]
-            down[node] = f"fault {i}"
-            event = NodeDown(node, now, down[node])
-        elif down:
-            node = sorted(down)[arg % len(down)]
-            del down[node]
-            event = NodeUp(node, now)
-        else:
-            event = Tick(now)  # time passes (LAS demotes, Capacity rebalances)
+    for event in events(sched, nodes, data.draw(operations(len(config.vcs)))):
+        if isinstance(event, Submit):
+            specs[event.job_id] = event.spec
+        elif isinstance(event, NodeDown):
+            down[event.node] = event.reason
+        elif isinstance(event, NodeUp):
+            del down[event.node]
         decisions = sched.handle(event)
         if isinstance(event, NodeDown):
             stops = [d for d in decisions if isinstance(d, Stop)]
             assert all(d.reason == f"node {event.node} went down ({event.reason})" for d in stops)
         check_invariants(sched)
         check_gangs(sched, specs)
-        check_cold_rebuild(sched, build, specs, down, now)
+        check_cold_rebuild(sched, build, specs, down, event.time)
 
 
 @pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
