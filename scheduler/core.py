@@ -916,7 +916,8 @@ class HivedScheduler(PolicyBase[Job]):
             )
             for job_id in hit:
                 job = self._jobs[job_id]
-                out.append(Stop(job_id, node_down(node, reason)))
+                why = node_down(node, reason)
+                out.append(Stop(job_id, why))
                 self._vacate_job(job, touched)
                 self._enqueue(job)
         for cell in cells:
