@@ -196,7 +196,7 @@ class LabHiveMagics(Magics):
 
     def _follow_table(self, table: Any, args: Any) -> Any:
         """The sweep's table, shown once: waiting updates that display (no second table)."""
-        from labhive.kernel_ext import show_table
+        from labhive.kernel_ext.display import show_table
 
         view = show_table(table)
         if self._wants_wait(args):

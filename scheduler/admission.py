@@ -5,7 +5,7 @@ cluster is accepted and, if it cannot start, waits with a why-text instead (``wh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.cells import CellTree
 from labhive.scheduler.cpu_pool import cpu_only
@@ -14,10 +14,10 @@ from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.vc import VC
 
 if TYPE_CHECKING:
-    from labhive.scheduler.core import HivedScheduler
+    from labhive.scheduler.hived_state import HivedState
 
 
-def reject_if_never_runs(sched: HivedScheduler, spec: JobSpec) -> None:
+def reject_if_never_runs(sched: HivedState[Any], spec: JobSpec) -> None:
     """Raise ``SpecRejected`` with what would fit when ``spec`` can never run here."""
     leaf_types = sorted(sched._max_node)
     if spec.priority != OPPORTUNISTIC and not MIN_GUARANTEED <= spec.priority <= MAX_GUARANTEED:
@@ -115,7 +115,7 @@ def affinity_groups(spec: JobSpec) -> list[tuple[RoleSpec, ...]]:
 
 
 def _reject_big_gang(
-    sched: HivedScheduler, spec: JobSpec, vc: VC, group: tuple[RoleSpec, ...], name: str
+    sched: HivedState[Any], spec: JobSpec, vc: VC, group: tuple[RoleSpec, ...], name: str
 ) -> None:
     leaf_types = sorted(sched._max_node)
     skus = {r.sku for r in group if r.sku is not None}
@@ -137,7 +137,7 @@ def _reject_big_gang(
         )
 
 
-def _reject_cpu_only(sched: HivedScheduler, spec: JobSpec) -> None:
+def _reject_cpu_only(sched: HivedState[Any], spec: JobSpec) -> None:
     """A task that asks for no GPU must fit one node's CPUs and memory."""
     cpu, memory = sched.cpu.largest()
     for role in spec.roles:

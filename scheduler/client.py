@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -132,6 +132,35 @@ class LogChunk:
     tasks: list[str]
 
 
+class Display(Protocol):
+    """Who shows job handles and tables in a notebook (the kernel extension registers one)."""
+
+    def show(self, job: Job) -> Any: ...
+    def show_table(self, table: JobTable) -> Any: ...
+    def widget(self, job: Job) -> Any: ...
+    def strace(self, job: Job, task: str | None, top: int) -> list[Any]: ...
+
+
+_display: Display | None = None
+
+
+def register_display(display: Display | None) -> Display | None:
+    """Hand the display of handles to ``display`` (``None``: to nobody); returns the one it
+    replaces. The client draws nothing itself, so it imports no Jupyter and no kernel
+    extension: ``labhive.kernel_ext`` registers itself when imported (``%load_ext``)."""
+    global _display
+    replaced, _display = _display, display
+    return replaced
+
+
+def _displayer() -> Display:
+    if _display is None:
+        raise LabHiveError(
+            "showing a job needs the notebook extension: run %load_ext labhive.kernel_ext first"
+        )
+    return _display
+
+
 @dataclass
 class Job:
     """A job as last fetched; ``refresh``/``wait`` update it in place."""
@@ -192,8 +221,7 @@ class Job:
     def follow(self, **kw: Any) -> Iterator[str]:
         return self.client.follow_logs(self.data["id"], **kw)
 
-    # ---- notebook-facing additions (owned by the kernel extension) ------------------------
-    # Jupyter is imported lazily inside these methods only, so this module stays Jupyter-free.
+    # ---- notebook-facing additions (drawn by the registered ``Display``) --------------------
 
     def gpu_usage(self) -> list[dict[str, Any]]:
         """Latest readings (utilization, memory) of the GPUs the job holds; empty on a
@@ -207,20 +235,17 @@ class Job:
     def strace(self, task: str | None = None, top: int = 15) -> list[Any]:
         """Show the job's strace logs (submitted with ``observe="strace"``): counts, ioctls,
         timeline and transition graph per task; returns the views."""
-        from labhive.kernel_ext.strace_view import job_logs, show_logs
-
-        return show_logs(job_logs(self, task), top)
+        return _displayer().strace(self, task, top)
 
     def widget(self) -> Any:
         """A live ipywidget that follows this job (needs ``ipywidgets``)."""
-        from labhive.kernel_ext import widget
-
-        return widget(self)
+        return _displayer().widget(self)
 
     def _ipython_display_(self) -> None:
-        from labhive.kernel_ext import show
-
-        show(self)
+        if _display is None:  # no extension loaded: the plain text a console shows
+            print(repr(self))
+            return
+        _display.show(self)
 
 
 class Client:
@@ -509,9 +534,10 @@ class JobTable:
         return "\n".join(" ".join(f"{k}={v}" for k, v in row.items()) for row in self.rows())
 
     def _ipython_display_(self) -> None:
-        from labhive.kernel_ext import show_table
-
-        show_table(self)
+        if _display is None:  # no extension loaded: the rows as text
+            print(self)
+            return
+        _display.show_table(self)
 
 
 def sweep(

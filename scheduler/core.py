@@ -24,27 +24,21 @@ from labhive.scheduler.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import (
     Adopt,
-    Cancel,
     ClusterView,
     Decision,
     Downgrade,
     Event,
-    Finish,
     JobView,
-    NodeDown,
-    NodeUp,
     Preempt,
-    Reconfigure,
-    Requeue,
     SpecRejected,
     Start,
     Stop,
-    Submit,
     TaskPlacement,
     Tick,
     VCView,
 )
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
+from labhive.scheduler.policy_base import PolicyBase, listing_order, node_down, reconfigured
 from labhive.scheduler.queue import JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
 from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, vc_views
@@ -98,7 +92,7 @@ def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
     return max(need, 1)
 
 
-class HivedScheduler:
+class HivedScheduler(PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -193,23 +187,9 @@ class HivedScheduler:
 
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
-        match event:
-            case Submit():
-                self._submit(event.job_id, event.spec)
-            case Finish() | Cancel():
-                self._remove(event.job_id)
-            case Requeue():
-                self._requeue(event.job_id)
-            case NodeDown():
-                self._node_health(event.node, False, out, event.reason)
-            case NodeUp():
-                self._node_health(event.node, True, out, "")
-            case Reconfigure():
-                self._reconfigure(event.config, out)
-            case Adopt():
-                self._adopt(event)
-            case Tick():
-                return out
+        self._apply(event, out)
+        if isinstance(event, Tick):
+            return out
         self._schedule(out)
         if self._cpu_waiting:
             self._schedule_cpu(out)
@@ -936,7 +916,7 @@ class HivedScheduler:
             )
             for job_id in hit:
                 job = self._jobs[job_id]
-                why = f"node {node} went down" + (f" ({reason})" if reason else "")
+                why = node_down(node, reason)
                 out.append(Stop(job_id, why))
                 self._vacate_job(job, touched)
                 self._enqueue(job)
@@ -976,7 +956,7 @@ class HivedScheduler:
             except AdoptRefused as err:
                 job.prio = job.spec.priority
                 job.downgraded_by = None
-                out.append(Stop(job.job_id, f"reconfigured: {err}"))
+                out.append(Stop(job.job_id, reconfigured(str(err))))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
                 queued = self._jobs.get(job_id)
@@ -989,7 +969,7 @@ class HivedScheduler:
             if job.waiting_tasks and job.queued_key is None:
                 self._enqueue(job)
 
-    def _adopt(self, event: Adopt) -> None:
+    def _adopt(self, event: Adopt, out: list[Decision]) -> None:
         if event.job_id in self._jobs:
             raise AdoptRefused(f"job {event.job_id} is already known")
         job = self._new_job(event.job_id, event.spec)
@@ -1083,12 +1063,13 @@ class HivedScheduler:
         return None if job is None else self._view(job)
 
     def jobs(self) -> list[JobView]:
-        running = sorted((j for j in self._jobs.values() if j.placed), key=lambda j: j.seq)
-        waiting = sorted(
+        listed = listing_order(
+            (j for j in self._jobs.values() if j.placed),
             (j for j in self._jobs.values() if not j.placed),
-            key=lambda j: (-j.spec.priority, j.seq, j.spec.name),
+            seq=lambda j: j.seq,
+            wait_key=lambda j: (-j.spec.priority, j.seq, j.spec.name),
         )
-        return [self._view(j) for j in (*running, *waiting)]
+        return [self._view(j) for j in listed]
 
     def _view(self, job: Job) -> JobView:
         return job_view(self, job)

@@ -12,10 +12,10 @@ from labhive.scheduler.model import JobView, NodeView, VCView
 from labhive.scheduler.why import why_waiting
 
 if TYPE_CHECKING:
-    from labhive.scheduler.core import HivedScheduler, Job
+    from labhive.scheduler.hived_state import HivedJob, HivedState
 
 
-def job_view(sched: HivedScheduler, job: Job) -> JobView:
+def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
     tasks = tuple(sorted((p for p, _ in job.placed.values()), key=lambda p: (p.role, p.index)))
     position = length = None
     why = None
@@ -48,7 +48,7 @@ def job_view(sched: HivedScheduler, job: Job) -> JobView:
     )
 
 
-def _holds(job: Job) -> str:
+def _holds(job: HivedJob) -> str:
     """What a running CPU-only job holds: CPUs and memory, no GPU cell."""
     roles = {r.name: r for r in job.spec.roles}
     cpu = sum(roles[p.role].cpu for p, _ in job.placed.values())
@@ -57,7 +57,7 @@ def _holds(job: Job) -> str:
     return f"CPU-only: holds {cpu:g} CPUs and {memory} MB memory on {nodes}, no GPU"
 
 
-def _why_cpu(sched: HivedScheduler, job: Job) -> str:
+def _why_cpu(sched: HivedState[Any], job: HivedJob) -> str:
     role = max((r for r, _ in job.waiting_tasks), key=lambda r: (r.cpu, r.memory_mb))
     cpu, memory = sched.cpu.free()
     ahead = next(i for i, e in enumerate(sched._cpu_waiting) if e[2] == job.job_id)
@@ -68,7 +68,7 @@ def _why_cpu(sched: HivedScheduler, job: Job) -> str:
     )
 
 
-def node_views(sched: HivedScheduler) -> tuple[NodeView, ...]:
+def node_views(sched: HivedState[Any]) -> tuple[NodeView, ...]:
     """One view per node name; a node in two chains shows all its GPUs."""
     out = []
     for name, cells in sched.tree.nodes.items():
@@ -88,7 +88,7 @@ def node_views(sched: HivedScheduler) -> tuple[NodeView, ...]:
     return tuple(out)
 
 
-def vc_views(sched: HivedScheduler) -> dict[str, VCView]:
+def vc_views(sched: HivedState[Any]) -> dict[str, VCView]:
     used: dict[str, int] = {}
     oppo: dict[str, int] = {}
     waiting: dict[str, int] = {}
@@ -110,7 +110,7 @@ def vc_views(sched: HivedScheduler) -> dict[str, VCView]:
     }
 
 
-def vc_cells(sched: HivedScheduler) -> dict[str, dict[str, Any]]:
+def vc_cells(sched: HivedState[Any]) -> dict[str, dict[str, Any]]:
     """Per VC, its virtual cells bound to physical ones (by chain and level, in cell order)
     and how many of its cells are free per level: bound cells no guaranteed job uses plus
     cells not bound yet (lazy binding). What a comparison with HiveD's own bindings needs."""
@@ -151,7 +151,7 @@ def vc_cells(sched: HivedScheduler) -> dict[str, dict[str, Any]]:
     return out
 
 
-def free_list(sched: HivedScheduler) -> dict[str, dict[str, int]]:
+def free_list(sched: HivedState[Any]) -> dict[str, dict[str, int]]:
     """The physical cells no VC has bound, counted per chain and level (the buddy free list)."""
     types = sched.config.cell_types
     return {
@@ -162,7 +162,7 @@ def free_list(sched: HivedScheduler) -> dict[str, dict[str, int]]:
     }
 
 
-def _cpu_use(sched: HivedScheduler, node: str) -> tuple[float, float, int, int]:
+def _cpu_use(sched: HivedState[Any], node: str) -> tuple[float, float, int, int]:
     """A node's CPUs and memory, and what CPU-only tasks hold of them."""
     room = sched.cpu.nodes.get(node)
     if room is None:

@@ -7,12 +7,13 @@ little longer to say exactly what blocks a job.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.cells import Cell, Chain
+from labhive.scheduler.policy_base import position_tail
 
 if TYPE_CHECKING:
-    from labhive.scheduler.core import HivedScheduler, Job
+    from labhive.scheduler.hived_state import HivedJob, HivedState
     from labhive.scheduler.vc import VC
 
 
@@ -37,8 +38,10 @@ def unit_name(info: Chain, level: int, count: int) -> str:
     return f"{info.level_leaves[level]}-GPU {cells}"
 
 
-def why_waiting(sched: HivedScheduler, job: Job, position: int | None, length: int | None) -> str:
-    tail = f"; position {position} of {length} in {job.vc}" if position else ""
+def why_waiting(
+    sched: HivedState[Any], job: HivedJob, position: int | None, length: int | None
+) -> str:
+    tail = position_tail(position, length, job.vc)
     waiting = job.waiting_tasks
     roles = [r for r, _ in waiting]
     chains = sched._chains(job, roles)
@@ -60,12 +63,12 @@ def why_waiting(sched: HivedScheduler, job: Job, position: int | None, length: i
     return _guaranteed(sched, job, vc, chains, need, what) + what_tail + tail
 
 
-def _task_leaves(sched: HivedScheduler, job: Job, chain: str) -> int:
+def _task_leaves(sched: HivedState[Any], job: HivedJob, chain: str) -> int:
     leaf = sched.tree.chains[chain].leaf_type
     return max(sched._leaves(r, leaf, job.vc) for r, _ in job.waiting_tasks)
 
 
-def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: str) -> str:
+def _oppo(sched: HivedState[Any], job: HivedJob, chains: list[str], need: int, what: str) -> str:
     best = None
     for chain in chains:
         info = sched.tree.chains[chain]
@@ -83,7 +86,7 @@ def _oppo(sched: HivedScheduler, job: Job, chains: list[str], need: int, what: s
     )
 
 
-def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | None:
+def _never(sched: HivedState[Any], job: HivedJob, vc: VC, chains: list[str]) -> str | None:
     """Accepted but not placeable under the VC's current cells at all."""
     if job.grouped:
         return None  # its affinity groups are placed apart: not judged here
@@ -107,7 +110,7 @@ def _never(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | 
     )
 
 
-def _never_in_cells(sched: HivedScheduler, job: Job, vc: VC, chains: list[str]) -> str | None:
+def _never_in_cells(sched: HivedState[Any], job: HivedJob, vc: VC, chains: list[str]) -> str | None:
     """A task lies inside one of its VC's cells (HiveD): tasks larger than every cell, or a
     gang with more tasks than the cells can hold one by one, never start."""
     if job.pinned:
@@ -175,7 +178,7 @@ def _usable(leaf: Cell, prio: int) -> bool:
 
 
 def _guaranteed(
-    sched: HivedScheduler, job: Job, vc: VC, chains: list[str], need: int, what: str
+    sched: HivedState[Any], job: HivedJob, vc: VC, chains: list[str], need: int, what: str
 ) -> str:
     best = None
     for chain in chains:

@@ -6,6 +6,7 @@ its quota instead."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +19,7 @@ from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import (
     Adopt,
     Cancel,
+    Event,
     Finish,
     NodeDown,
     NodeUp,
@@ -27,6 +29,7 @@ from labhive.scheduler.model import (
     Start,
     Submit,
     TaskPlacement,
+    Tick,
 )
 
 PROPERTY_SETTINGS = settings(
@@ -257,6 +260,37 @@ def guaranteed_running(sched: HivedScheduler) -> set[str]:
     return {j.job_id for j in sched._jobs.values() if j.placed and j.prio >= 0}
 
 
+def events(sched: Any, nodes: list[str], ops: list[Any]) -> Iterator[Event]:
+    """The drawn operations as events, each built when it is due (a finish picks one of the
+    jobs the scheduler holds then), so the caller handles an event before drawing the next.
+    A submission the scheduler refuses is left out; without a node down, a node up is a tick."""
+    down: set[str] = set()
+    for i, (kind, arg) in enumerate(ops):
+        now = float(i * 60)
+        if kind == "submit":
+            spec = parse_job({"name": f"j{i}", **arg})
+            try:
+                sched.check(spec)
+            except SpecRejected:
+                continue
+            yield Submit(f"j{i}", spec, now)
+        elif kind in ("finish", "requeue", "cancel"):
+            ids = sorted(view.job_id for view in sched.jobs())
+            if ids:
+                job_id = ids[arg % len(ids)]
+                yield {"finish": Finish, "requeue": Requeue, "cancel": Cancel}[kind](job_id, now)
+        elif kind == "node_down":
+            node = nodes[arg % len(nodes)]
+            down.add(node)
+            yield NodeDown(node, now, f"fault {i}")
+        elif down:
+            node = sorted(down)[arg % len(down)]
+            down.discard(node)
+            yield NodeUp(node, now)
+        else:
+            yield Tick(now)  # time passes (LAS demotes, Capacity rebalances)
+
+
 def run_events(
     data: Any, whole_racks: bool, gpu_cells: bool = False, sockets: bool = False
 ) -> None:
@@ -264,36 +298,10 @@ def run_events(
     config = load_cluster_config(raw)
     sched = HivedScheduler(config)
     nodes = sorted({n.name for n in config.nodes()})
-    ops = data.draw(operations(len(config.vcs)))
-    down: set[str] = set()
-    for i, (kind, arg) in enumerate(ops):
+    for event in events(sched, nodes, data.draw(operations(len(config.vcs)))):
         guaranteed = guaranteed_running(sched)
         before = bindable(sched) if not (whole_racks or gpu_cells or sockets) else {}
-        decisions: list[Any] = []
-        if kind == "submit":
-            spec = parse_job({"name": f"j{i}", **arg})
-            try:
-                sched.check(spec)
-            except SpecRejected:
-                continue
-            decisions = sched.handle(Submit(f"j{i}", spec))
-        elif kind in ("finish", "requeue", "cancel"):
-            ids = sorted(sched._jobs)
-            if not ids:
-                continue
-            job_id = ids[arg % len(ids)]
-            event = {"finish": Finish, "requeue": Requeue, "cancel": Cancel}[kind](job_id)
-            decisions = sched.handle(event)
-        elif kind == "node_down":
-            node = nodes[arg % len(nodes)]
-            down.add(node)
-            decisions = sched.handle(NodeDown(node))
-        else:
-            if not down:
-                continue
-            node = sorted(down)[arg % len(down)]
-            down.discard(node)
-            decisions = sched.handle(NodeUp(node))
+        decisions = sched.handle(event)
         check_invariants(sched, config)
         if before:
             check_binds_before_preempting(sched, guaranteed, before, decisions)

@@ -152,7 +152,7 @@ def test_real_machine_lists_become_hived_clusters() -> None:
 
 
 def test_helios_vcs_share_out_the_machine_list() -> None:
-    from labhive.scheduler.queue_policy import vc_gpus
+    from labhive.scheduler.policies.queued import vc_gpus
 
     config, _ = load_sim_cluster(
         PHILLY / "cluster_machine_list", PHILLY / "philly_vc_nodes_helios.csv"

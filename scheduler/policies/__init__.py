@@ -3,6 +3,7 @@
 A policy module ``labhive.scheduler.policies.NAME`` exposes ``create(config, **options)``
 returning a ``Scheduler``; ``get_policy`` finds it by name, so adding a policy is adding one file.
 The same policies serve the trace simulator and the live service (``labhive serve --policy``).
+``queued`` is no policy: it holds ``QueuedPolicy``, the base of the queue-ordering ones.
 """
 
 from __future__ import annotations
@@ -18,9 +19,17 @@ if TYPE_CHECKING:
     from labhive.scheduler.model import Scheduler
 
 
+#: Modules of this package that hold what policies share, not a policy.
+BASES = {"queued"}
+
+
 def available() -> list[str]:
     """Names of the policies shipped in this package."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(__path__)
+        if not m.name.startswith("_") and m.name not in BASES
+    )
 
 
 def get_policy(name: str, config: ClusterConfig, **options: Any) -> Scheduler:

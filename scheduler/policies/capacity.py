@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import SpecRejected
-from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig

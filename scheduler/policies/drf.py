@@ -13,7 +13,7 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig

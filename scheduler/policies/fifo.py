@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig

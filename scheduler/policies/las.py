@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig

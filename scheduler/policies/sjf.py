@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.queue_policy import QueuedJob, QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig

@@ -1,4 +1,4 @@
-"""The lifecycle the queue-ordering policies share; each policy only says who goes next.
+"""The base of the queue-ordering policies beside it; each policy only says who goes next.
 
 FIFO, SJF, DRF, Capacity and LAS differ in three answers, which a subclass gives:
 - ``order_key(job)``: a job's place in its waiting line (static while it waits);
@@ -38,17 +38,12 @@ from labhive.scheduler.model import (
     Event,
     Finish,
     JobView,
-    NodeDown,
-    NodeUp,
     Preempt,
-    Reconfigure,
     Requeue,
     SpecRejected,
     Start,
     Stop,
-    Submit,
     TaskPlacement,
-    Tick,
     VCView,
 )
 from labhive.scheduler.node_pool import (
@@ -57,6 +52,13 @@ from labhive.scheduler.node_pool import (
     NodePool,
     PoolNode,
     gang_of,
+)
+from labhive.scheduler.policy_base import (
+    PolicyBase,
+    listing_order,
+    node_down,
+    position_tail,
+    reconfigured,
 )
 
 if TYPE_CHECKING:
@@ -104,7 +106,7 @@ class QueuedJob:
         return self.spec.user or ""
 
 
-class QueuedPolicy:
+class QueuedPolicy(PolicyBase[QueuedJob]):
     """A ``Scheduler`` whose subclasses supply ordering (and optionally preemption)."""
 
     name = "queued"
@@ -216,8 +218,8 @@ class QueuedPolicy:
 
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
+        self._now = max(self._now, event.time)
         if isinstance(event, Finish | Cancel | Requeue) and event.job_id not in self._jobs:
-            self._now = max(self._now, event.time)
             return out  # not ours (any more): nothing changed
         new = self._apply(event, out)
         self._schedule(out, only=new)
@@ -231,6 +233,7 @@ class QueuedPolicy:
         joined: set[Hashable] = set()
         only_submits = True
         for event in events:
+            self._now = max(self._now, event.time)
             new = self._apply(event, out)
             if new is None:
                 only_submits = False
@@ -239,40 +242,34 @@ class QueuedPolicy:
         self._schedule(out, groups=joined if only_submits else None)
         return out
 
-    def _apply(self, event: Event, out: list[Decision]) -> QueuedJob | None:
-        """One event's state change, no scheduling; the new job of a ``Submit``."""
-        self._now = max(self._now, event.time)
-        if isinstance(event, Submit):
-            self.check(event.spec)
-            job = self._new_job(event.job_id, event.spec)
+    def _submit(self, job_id: str, spec: JobSpec) -> QueuedJob:
+        self.check(spec)
+        job = self._new_job(job_id, spec)
+        self._enqueue(job)
+        return job
+
+    def _remove(self, job_id: str) -> None:
+        gone = self._jobs.pop(job_id, None)
+        if gone is not None and gone.running:
+            self._stop(gone)
+        elif gone is not None:
+            self._dequeue(gone)
+
+    def _requeue(self, job_id: str) -> None:
+        back = self._jobs.get(job_id)
+        if back is not None and back.running:
+            self._stop(back)
+            self._enqueue(back)
+
+    def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
+        running = self.pool.set_healthy(node, healthy, reason)
+        if healthy:
+            return
+        for job_id in running:
+            job = self._jobs[job_id]
+            self._stop(job)
             self._enqueue(job)
-            return job
-        if isinstance(event, Finish | Cancel):
-            gone = self._jobs.pop(event.job_id, None)
-            if gone is not None and gone.running:
-                self._stop(gone)
-            elif gone is not None:
-                self._dequeue(gone)
-        elif isinstance(event, Requeue):
-            back = self._jobs.get(event.job_id)
-            if back is not None and back.running:
-                self._stop(back)
-                self._enqueue(back)
-        elif isinstance(event, NodeDown):
-            for job_id in self.pool.set_healthy(event.node, False, event.reason):
-                job = self._jobs[job_id]
-                self._stop(job)
-                self._enqueue(job)
-                out.append(Stop(job_id, f"node {event.node} is down {event.reason}".strip()))
-        elif isinstance(event, NodeUp):
-            self.pool.set_healthy(event.node, True)
-        elif isinstance(event, Adopt):
-            self._adopt(event, out)
-        elif isinstance(event, Reconfigure):
-            self._reconfigure(event.config, out)
-        elif isinstance(event, Tick):
-            self.on_tick()
-        return None
+            out.append(Stop(job_id, node_down(node, reason)))
 
     def job(self, job_id: str) -> JobView | None:
         job = self._jobs.get(job_id)
@@ -286,14 +283,21 @@ class QueuedPolicy:
         return None
 
     def jobs(self) -> list[JobView]:
-        running = sorted((j for j in self._jobs.values() if j.running), key=lambda j: j.seq)
-        waiting = sorted(self._waiting.values(), key=lambda j: (self.order_key(j), j.seq))
+        listed = listing_order(
+            (j for j in self._jobs.values() if j.running),
+            self._waiting.values(),
+            seq=lambda j: j.seq,
+            wait_key=lambda j: (self.order_key(j), j.seq),
+        )
         per_vc: dict[str, int] = {}
-        for j in waiting:
+        for j in self._waiting.values():
             per_vc[j.vc] = per_vc.get(j.vc, 0) + 1
-        views = [self._view(j, None, None) for j in running]
+        views: list[JobView] = []
         position: dict[str, int] = {}
-        for j in waiting:
+        for j in listed:
+            if j.running:
+                views.append(self._view(j, None, None))
+                continue
             position[j.vc] = position.get(j.vc, 0) + 1
             views.append(self._view(j, position[j.vc], per_vc[j.vc]))
         return views
@@ -538,7 +542,7 @@ class QueuedPolicy:
                 self.pool.claim(job.job_id, (), job.gang)
                 self._stop(job)
                 self._enqueue(job)
-                out.append(Stop(job.job_id, "its cells are gone after reconfiguration"))
+                out.append(Stop(job.job_id, reconfigured("its GPUs are gone or taken")))
 
     # ---- views ---------------------------------------------------------------------------
 
@@ -570,9 +574,7 @@ class QueuedPolicy:
         text = self.wait_reason(job) or (
             f"needs {job.gpus} GPUs{where}; {self.pool.free_gpus} of {self.pool.total_gpus} free"
         )
-        if position is not None:
-            text += f"; position {position} of {length} in {job.vc}"
-        return text
+        return text + position_tail(position, length, job.vc)
 
 
 # ---- building from a cluster config ------------------------------------------------------

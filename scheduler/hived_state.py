@@ -1,0 +1,86 @@
+"""What HiveD's readers (``admission``, ``views``, ``why``) may see of the scheduler and its jobs.
+
+``core.HivedScheduler`` calls these modules and passes itself; they type that argument with the
+protocols below instead of importing ``core``, so ``core`` depends on them and not the other way
+round (an import circle that tools drew as one knot of four modules). The protocols are read-only
+views: the readers compute texts and views, and change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from labhive.scheduler.cells import Cell, CellTree
+    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.cpu_pool import CpuPool
+    from labhive.scheduler.jobs import JobSpec, RoleSpec
+    from labhive.scheduler.model import TaskPlacement
+    from labhive.scheduler.placement import Placer
+    from labhive.scheduler.queue import VCQueue
+    from labhive.scheduler.vc import VCs
+
+
+class HivedJob(Protocol):
+    """A job as HiveD holds it (``core.Job``)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def prio(self) -> int: ...
+    @property
+    def tasks(self) -> Sequence[tuple[RoleSpec, int]]: ...
+    @property
+    def placed(self) -> Mapping[tuple[str, int], tuple[TaskPlacement, list[Cell]]]: ...
+    @property
+    def downgraded_by(self) -> str | None: ...
+    @property
+    def pinned(self) -> str | None: ...
+    @property
+    def cpu_only(self) -> bool: ...
+    @property
+    def grouped(self) -> bool: ...
+    @property
+    def vc(self) -> str: ...
+    @property
+    def waiting_tasks(self) -> list[tuple[RoleSpec, int]]: ...
+    @property
+    def opportunistic(self) -> bool: ...
+
+
+J = TypeVar("J", bound=HivedJob)
+
+
+class HivedState(Protocol[J]):
+    """The scheduler's state the readers look at (``core.HivedScheduler``)."""
+
+    @property
+    def config(self) -> ClusterConfig: ...
+    @property
+    def tree(self) -> CellTree: ...
+    @property
+    def vcs(self) -> VCs: ...
+    @property
+    def cpu(self) -> CpuPool: ...
+    @property
+    def placer(self) -> Placer: ...
+    @property
+    def down_reasons(self) -> Mapping[str, str]: ...
+    @property
+    def _jobs(self) -> Mapping[str, J]: ...
+    @property
+    def _queues(self) -> Mapping[str, VCQueue]: ...
+    @property
+    def _cpu_waiting(self) -> Sequence[tuple[int, int, str]]: ...
+    @property
+    def _max_node(self) -> Mapping[str, int]: ...
+    @property
+    def _type_leaves(self) -> Mapping[str, int]: ...
+
+    def _leaves(self, role: RoleSpec, leaf_type: str, vc: str | None = None, /) -> int: ...
+    def _chains(self, job: J, roles: list[RoleSpec], /) -> list[str]: ...
