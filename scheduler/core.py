@@ -311,10 +311,14 @@ class HivedScheduler:
         if settle:
             self._settle(touched)
 
+    def _splits(self, job: Job) -> bool:
+        """Whether the job's unit of preemption is smaller than the job (``partial_stops``)."""
+        return self.partial_stops and (job.grouped or not job.spec.gang)
+
     def _unit_of(self, job: Job, keys: set[tuple[str, int]]) -> set[tuple[str, int]] | None:
         """The placed tasks that stop (or are downgraded) with ``keys``: every task of their
         units (``partial_stops``); None when that is the whole job."""
-        if not self.partial_stops or (job.spec.gang and not job.grouped):
+        if not self._splits(job):
             return None
         if job.grouped:
             groups = {self._role(job, role).affinity_group for role, _ in keys}
@@ -887,7 +891,7 @@ class HivedScheduler:
             for v in victims
             if v.spec.lazy_preemption
             and not v.opportunistic
-            and any(k not in v.downgraded for k in _hit(v, plan))
+            and (not v.downgraded or any(k not in v.downgraded for k in _hit(v, plan)))
         ]
         if lazy and vc is not None:
             again = self._lazy(job, vc, plan, lazy, out)
@@ -900,7 +904,7 @@ class HivedScheduler:
         touched: set[Cell] = set()
         for victim in sorted(victims, key=lambda v: (v.prio, -v.seq)):
             reason = self._preempt_reason(victim, job)
-            part = self._unit_of(victim, _hit(victim, plan))
+            part = self._unit_of(victim, _hit(victim, plan)) if self._splits(victim) else None
             if part is None:
                 out.append(Preempt(victim.job_id, job.job_id, reason))
                 self._vacate_job(victim, touched)

@@ -138,6 +138,9 @@ def test_lazy_preemption_downgrades_only_the_task_in_the_way():
     assert running_tasks(c, "inc") == ["main-0@n0", "main-1@n1"]
     view = c.sched.job("inc")
     assert view is not None and not view.opportunistic  # main-1 is still guaranteed
+    assert view.why is not None and view.why.startswith(
+        "task main-0 downgraded to opportunistic by boss"
+    )
     leaves = {leaf.job: leaf.prio for leaf in c.sched.tree.nodes["n1"][0].leaf_cells()}
     assert leaves == {"inc": 10}
     leaves = {leaf.job: leaf.prio for leaf in c.sched.tree.nodes["n0"][0].leaf_cells()}
@@ -270,3 +273,16 @@ def test_a_simulated_job_loses_only_the_stopped_tasks_gpu_time_and_ends_later():
     _, result = simulated(path, checkpoint=5)
     inc = next(j for j in result.jobs if j.spec.name == "inc")
     assert inc.end == 150 and inc.wasted_gpu_seconds == 0
+
+
+# ---- the live service: whole jobs, for now (the documented departure) -----------------------
+
+
+def test_the_service_stops_incremental_jobs_whole_until_its_executors_can_stop_tasks():
+    from labhive.scheduler.service.loop import whole_job_stops
+
+    c = Cluster(ONE_NODE_VC)
+    whole_job_stops(c.sched)
+    c.submit("inc", vc="a", priority="test", tasks=4, gpus=1, gang=False)
+    c.submit("boss", vc="a", priority="prod", gpus=1)
+    assert whole(c) == ["inc"] and stops(c) == []
