@@ -250,7 +250,7 @@ def replay_frame(steps: list[dict[str, Any]], jobs: Iterable[str] | None = None)
         for job in step["jobs"]:
             if wanted is not None and job["name"] not in wanted:
                 continue
-            nodes = ",".join(sorted({task["node"] for task in job["tasks"]})) or "-"
+            nodes = ",".join(sorted({task["node"] for task in job["tasks"] if task["node"]})) or "-"
             rows.append(
                 {
                     "t": t,
@@ -280,7 +280,7 @@ def state_at(steps: list[dict[str, Any]], t: float, name: str) -> dict[str, Any]
 
 
 def job_nodes(job: Mapping[str, Any]) -> str:
-    return ",".join(sorted({t["node"] for t in job["tasks"]})) or "-"
+    return ",".join(sorted({t["node"] for t in job["tasks"] if t["node"]})) or "-"
 
 
 # ---- the observation table and its check ---

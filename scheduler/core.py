@@ -33,6 +33,7 @@ from labhive.scheduler.model import (
     SpecRejected,
     Start,
     Stop,
+    StopTasks,
     TaskPlacement,
     Tick,
     VCView,
@@ -65,6 +66,8 @@ class Job:
     needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
     cpu_only: bool = False  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
     grouped: bool = False  # a gang of several affinity groups, each placed whole and apart
+    # Tasks downgraded to opportunistic on their own (lazy preemption of one unit) -> by whom.
+    downgraded: dict[tuple[str, int], str] = field(default_factory=dict)
 
     @property
     def vc(self) -> str:
@@ -96,6 +99,10 @@ class HivedScheduler(PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
+    #: HiveD's unit of preemption, lazy preemption and node failure: a task of an incremental
+    #: job, an affinity group of a job of several, else the job. A driver that can stop only
+    #: whole jobs turns this off and every such decision stops or downgrades the whole job.
+    partial_stops = True
 
     def __init__(self, config: ClusterConfig) -> None:
         self._jobs: dict[str, Job] = {}
@@ -228,21 +235,23 @@ class HivedScheduler(PolicyBase[Job]):
 
     # ---- cell bookkeeping --------------------------------------------------------------------
 
-    def _occupy(self, leaf: Cell, job: Job) -> None:
+    def _occupy(self, leaf: Cell, job: Job, prio: int | None = None) -> None:
+        """``job`` takes ``leaf``, at its priority unless ``prio`` (a downgraded task) says."""
+        prio = job.prio if prio is None else prio
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs.by_name[owner.vc or ""]
             if leaf.bad == 0:
                 vc.free_in -= 1
-            if job.prio >= 0:
-                vc.prio_in[job.prio] = vc.prio_in.get(job.prio, 0) + 1
+            if prio >= 0:
+                vc.prio_in[prio] = vc.prio_in.get(prio, 0) + 1
             else:
                 vc.oppo_in += 1
-            self.tree.use(leaf, job.job_id, job.prio)
+            self.tree.use(leaf, job.job_id, prio)
             if leaf.node_cell is not None and leaf.node_cell.free == 0:
                 vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
             return
-        self.tree.use(leaf, job.job_id, job.prio)
+        self.tree.use(leaf, job.job_id, prio)
 
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
         owner = leaf.owner()
@@ -278,8 +287,38 @@ class HivedScheduler(PolicyBase[Job]):
         job.placed.clear()
         job.prio = job.spec.priority
         job.downgraded_by = None
+        job.downgraded.clear()
         if settle:
             self._settle(touched)
+
+    def _splits(self, job: Job) -> bool:
+        """Whether the job's unit of preemption is smaller than the job (``partial_stops``)."""
+        return self.partial_stops and (job.grouped or not job.spec.gang)
+
+    def _unit_of(self, job: Job, keys: set[tuple[str, int]]) -> set[tuple[str, int]] | None:
+        """The placed tasks that stop (or are downgraded) with ``keys``: every task of their
+        units (``partial_stops``); None when that is the whole job."""
+        if not self._splits(job):
+            return None
+        if job.grouped:
+            groups = {self._role(job, role).affinity_group for role, _ in keys}
+            keys = {k for k in job.placed if self._role(job, k[0]).affinity_group in groups}
+        return keys if len(keys) < len(job.placed) else None
+
+    def _stop_tasks(
+        self, job: Job, keys: set[tuple[str, int]], touched: set[Cell]
+    ) -> tuple[TaskPlacement, ...]:
+        """Free these tasks' cells; they wait to be placed again, the others keep running."""
+        stopped = []
+        for key in sorted(keys):
+            placement, leaves = job.placed.pop(key)
+            job.downgraded.pop(key, None)
+            stopped.append(placement)
+            if job.cpu_only:
+                self.cpu.release(placement.node, self._role(job, placement.role))
+            for leaf in leaves:
+                self._vacate(leaf, touched)
+        return tuple(stopped)
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
@@ -827,7 +866,13 @@ class HivedScheduler(PolicyBase[Job]):
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
         vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
         victims = [self._jobs[v] for v in plan.victims()]
-        lazy = [v for v in victims if v.spec.lazy_preemption and not v.opportunistic]
+        lazy = [
+            v
+            for v in victims
+            if v.spec.lazy_preemption
+            and not v.opportunistic
+            and (not v.downgraded or any(k not in v.downgraded for k in _hit(v, plan)))
+        ]
         if lazy and vc is not None:
             again = self._lazy(job, vc, plan, lazy, out)
             if again is None:
@@ -838,8 +883,14 @@ class HivedScheduler(PolicyBase[Job]):
             self._bind_counters(vc, plan)
         touched: set[Cell] = set()
         for victim in sorted(victims, key=lambda v: (v.prio, -v.seq)):
-            out.append(Preempt(victim.job_id, job.job_id, self._preempt_reason(victim, job)))
-            self._vacate_job(victim, touched)
+            reason = self._preempt_reason(victim, job)
+            part = self._unit_of(victim, _hit(victim, plan)) if self._splits(victim) else None
+            if part is None:
+                out.append(Preempt(victim.job_id, job.job_id, reason))
+                self._vacate_job(victim, touched)
+            else:
+                stopped = self._stop_tasks(victim, part, touched)
+                out.append(StopTasks(victim.job_id, stopped, reason, job.job_id))
             self._enqueue(victim)
         started = []
         for task, _, leaves in plan.placed:
@@ -857,17 +908,23 @@ class HivedScheduler(PolicyBase[Job]):
     ) -> Plan | None:
         """HiveD's lazy preemption: downgrade the victims to opportunistic and look again; they
         keep running unless the preemptor still needs their very GPUs."""
+        units = {v.job_id: self._unit_of(v, _hit(v, plan)) for v in lazy}
         self.placer.undo(vc, plan)
         touched: set[Cell] = set()
         for victim in lazy:
-            for _, leaves in victim.placed.values():
-                for leaf in leaves:
+            part = units[victim.job_id]
+            keys = set(victim.placed) if part is None else part
+            for key in keys:
+                for leaf in victim.placed[key][1]:
                     self._vacate(leaf, touched)
-            victim.prio = OPPORTUNISTIC
-            victim.downgraded_by = job.job_id
-            for _, leaves in victim.placed.values():
-                for leaf in leaves:
-                    self._occupy(leaf, victim)
+            if part is None:
+                victim.prio = OPPORTUNISTIC
+                victim.downgraded_by = job.job_id
+            for key in keys:
+                if part is not None:
+                    victim.downgraded[key] = job.job_id
+                for leaf in victim.placed[key][1]:
+                    self._occupy(leaf, victim, OPPORTUNISTIC)
         self._settle(touched)
         unit = [
             (r, i)
@@ -875,17 +932,24 @@ class HivedScheduler(PolicyBase[Job]):
             if (r.name, i) in {(t.role, t.index) for t, _, _ in plan.placed}
         ]
         again = self._find(job, unit)
-        victims = again.victims() if again is not None else set()
         for victim in lazy:
-            if victim.job_id not in victims:
-                out.append(
-                    Downgrade(
-                        victim.job_id,
-                        job.job_id,
-                        f"downgraded to opportunistic by {job.spec.name} "
-                        f"(priority {job.spec.priority} > {victim.spec.priority}) in {vc.name}",
-                    )
+            part = units[victim.job_id]
+            hit = _hit(victim, again) if again is not None else set()
+            if hit:
+                hit = self._unit_of(victim, hit) or set(victim.placed)
+            kept = (set(victim.placed) if part is None else part) - hit
+            if not kept:
+                continue  # preempted after all
+            tasks = () if part is None else tuple(victim.placed[k][0] for k in sorted(kept))
+            out.append(
+                Downgrade(
+                    victim.job_id,
+                    job.job_id,
+                    f"downgraded to opportunistic by {job.spec.name} "
+                    f"(priority {job.spec.priority} > {victim.spec.priority}) in {vc.name}",
+                    tasks,
                 )
+            )
         return again
 
     def _preempt_reason(self, victim: Job, by: Job) -> str:
@@ -917,8 +981,13 @@ class HivedScheduler(PolicyBase[Job]):
             for job_id in hit:
                 job = self._jobs[job_id]
                 why = node_down(node, reason)
-                out.append(Stop(job_id, why))
-                self._vacate_job(job, touched)
+                there = {k for k, (p, _) in job.placed.items() if p.node == node}
+                part = self._unit_of(job, there)
+                if part is None:
+                    out.append(Stop(job_id, why))
+                    self._vacate_job(job, touched)
+                else:
+                    out.append(StopTasks(job_id, self._stop_tasks(job, part, touched), why))
                 self._enqueue(job)
         for cell in cells:
             for leaf in cell.leaf_cells():
@@ -956,6 +1025,7 @@ class HivedScheduler(PolicyBase[Job]):
             except AdoptRefused as err:
                 job.prio = job.spec.priority
                 job.downgraded_by = None
+                job.downgraded.clear()
                 out.append(Stop(job.job_id, reconfigured(str(err))))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
@@ -1018,8 +1088,9 @@ class HivedScheduler(PolicyBase[Job]):
                             f"GPU {leaf.leaf_id} lies outside {vc.name}'s free cells"
                         )
         for task, leaves in wanted:
+            prio = OPPORTUNISTIC if (task.role, task.index) in job.downgraded else None
             for leaf in leaves:
-                self._occupy(leaf, job)
+                self._occupy(leaf, job, prio)
             job.placed[(task.role, task.index)] = (
                 _placement(task.role, task.index, leaves),
                 leaves,
@@ -1090,6 +1161,13 @@ class HivedScheduler(PolicyBase[Job]):
 
 def _pin(roles: list[RoleSpec]) -> str | None:
     return next((r.pinned_cell for r in roles if r.pinned_cell), None)
+
+
+def _hit(job: Job, plan: Plan) -> set[tuple[str, int]]:
+    """The tasks of ``job`` holding leaf cells that ``plan`` takes."""
+    return {
+        key for key, (_, leaves) in job.placed.items() if any(id(x) in plan.taken for x in leaves)
+    }
 
 
 def _on(job: Job, node: str) -> bool:

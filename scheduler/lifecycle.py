@@ -10,7 +10,7 @@ spending a retry. REJECTED is for a spec refused at submit, which never reaches 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from labhive.scheduler import attempts
 from labhive.scheduler.jobs import JobSpec
@@ -22,6 +22,7 @@ from labhive.scheduler.model import (
     Requeue,
     Start,
     Stop,
+    StopTasks,
     TaskPlacement,
 )
 from labhive.scheduler.states import TERMINAL, JobState
@@ -48,6 +49,9 @@ class JobRecord:
     downgraded_by: str = ""  # while it runs downgraded (lazy preemption): by whom
     downgrades: int = 0
     interrupted: tuple[float, str] | None = None  # when and why the last run was cut short
+    # Tasks stopped on their own (``StopTasks``) that wait to be placed again -> why.
+    stopped: dict[tuple[str, int], str] = field(default_factory=dict)
+    preempted_tasks: tuple[str, ...] = ()  # the tasks its last preemption stopped (() all)
 
     @property
     def retries_left(self) -> int:
@@ -68,6 +72,8 @@ def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
         case Start():
             fresh = record.state != JobState.RUNNING
             record.tasks = (*record.tasks, *decision.tasks)
+            if not fresh and record.stopped:
+                return _restarted(record, decision.tasks, now)
             record.state = JobState.RUNNING
             record.opportunistic = decision.opportunistic
             if fresh:
@@ -80,17 +86,67 @@ def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
             _back_to_waiting(record, decision.reason, now)
             record.preemptions += 1
             record.preempted_by = decision.by
+            record.preempted_tasks = ()
+        case StopTasks():
+            _stop_tasks(record, decision, now)
         case Stop():
             _back_to_waiting(record, f"stopped: {decision.reason}", now)
         case Downgrade():
-            record.opportunistic = True
+            record.opportunistic = not decision.tasks
             record.reason = decision.reason
+            if decision.tasks:
+                names = ", ".join(task_name(t) for t in decision.tasks)
+                record.reason = f"task {names} {decision.reason}"
             record.downgraded_by = decision.by
             record.downgrades += 1
     return False
 
 
+def task_name(task: TaskPlacement) -> str:
+    """How messages name one task: its role and index (``worker-2``)."""
+    return f"{task.role}-{task.index}"
+
+
+def _stop_tasks(record: JobRecord, decision: StopTasks, now: float) -> None:
+    """Some tasks stop, the others run on: the job stays RUNNING, its current run is cut
+    (``generation``: the stopped tasks' work is lost, so its end is timed again once they run
+    again) and its reason names the waiting tasks."""
+    gone = {(t.role, t.index) for t in decision.tasks}
+    record.tasks = tuple(t for t in record.tasks if (t.role, t.index) not in gone)
+    why = decision.reason if decision.by else f"stopped: {decision.reason}"
+    for task in decision.tasks:
+        record.stopped[(task.role, task.index)] = why
+    record.generation += 1
+    record.interrupted = (now, decision.reason)
+    if decision.by:
+        record.preemptions += 1
+        record.preempted_by = decision.by
+        record.preempted_tasks = tuple(task_name(t) for t in decision.tasks)
+    names = ", ".join(task_name(t) for t in decision.tasks)
+    record.reason = f"{_running(record)}; task {names} {why}, waiting to be placed again"
+
+
+def _running(record: JobRecord) -> str:
+    return f"{len(record.tasks)} of {sum(r.instances for r in record.spec.roles)} tasks running"
+
+
+def _restarted(record: JobRecord, tasks: tuple[TaskPlacement, ...], now: float) -> bool:
+    """Stopped tasks run again; once none waits, the run is timed afresh (True)."""
+    for task in tasks:
+        record.stopped.pop((task.role, task.index), None)
+    if record.stopped:
+        names = ", ".join(f"{r}-{i}" for r, i in sorted(record.stopped))
+        record.reason = f"{_running(record)}; task {names} waits to be placed again"
+        return False
+    record.reason = "every task running again"
+    if record.interrupted and record.interrupted[0] == now:
+        record.reason += f" at once after it was {record.interrupted[1]}"
+    record.generation += 1
+    return True
+
+
 def _back_to_waiting(record: JobRecord, reason: str, now: float) -> None:
+    record.stopped.clear()
     record.interrupted = (now, reason)
     record.downgraded_by = ""
     record.state = JobState.WAITING
@@ -104,6 +160,7 @@ def end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Requeue:
     """The attempt ended; the event to give the policy (a retry requeues the job)."""
     record.generation += 1
     record.tasks = ()
+    record.stopped.clear()
     record.started = None
     end = attempts.attempt_end(
         "succeeded" if ok else "failed", record.spec.retries, record.retries_used

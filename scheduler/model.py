@@ -135,11 +135,27 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True)
 class Downgrade:
-    """Lazy preemption: the job keeps running, now as opportunistic."""
+    """Lazy preemption: the job keeps running, now as opportunistic (only ``tasks`` of it
+    when given: a task of an incremental job, or an affinity group, is its own unit)."""
 
     job_id: str
     by: str
     reason: str
+    tasks: tuple[TaskPlacement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StopTasks:
+    """Stop only these tasks of a running job; the others keep running and the job stays
+    RUNNING. HiveD's unit of preemption and node failure is a task of an incremental job
+    (``gang: false``) or one affinity group, not the job: the stopped tasks wait to be placed
+    again as their own group (no retry spent). ``by`` is the preemptor; "" for a node that
+    went down."""
+
+    job_id: str
+    tasks: tuple[TaskPlacement, ...]
+    reason: str
+    by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +166,7 @@ class Stop:
     reason: str
 
 
-Decision = Start | Preempt | Downgrade | Stop
+Decision = Start | Preempt | Downgrade | Stop | StopTasks
 
 
 # ---- views (what a driver shows) -----------------------------------------------------------

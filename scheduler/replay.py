@@ -265,6 +265,19 @@ def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
             }
             for t in view.tasks
         ]
+        # Tasks stopped on their own (a task or affinity group preempted or on a failed node)
+        # while the others run: what happened to each.
+        tasks += [
+            {
+                "role": role,
+                "index": index,
+                "node": None,
+                "gpus": [],
+                "state": "WAITING",
+                "reason": why,
+            }
+            for (role, index), why in sorted(record.stopped.items())
+        ]
     return {
         "name": record.spec.name,
         "vc": record.spec.vc,
@@ -297,7 +310,10 @@ def snapshot(driver: VirtualTimeDriver, description: str) -> dict[str, Any]:
         driver.shown[record.job_id] = now
         name = record.spec.name
         if now[0] > was[0]:
-            preempted.append({"job": name, "by": _name(driver, record.preempted_by)})
+            entry: dict[str, Any] = {"job": name, "by": _name(driver, record.preempted_by)}
+            if record.preempted_tasks:
+                entry["tasks"] = list(record.preempted_tasks)
+            preempted.append(entry)
         if now[1] > was[1]:
             downgraded.append({"job": name, "by": _name(driver, record.downgraded_by)})
     cells = getattr(driver.scheduler, "cells", None)
@@ -330,7 +346,7 @@ def check(driver: VirtualTimeDriver, expect: Expectation) -> str | None:
     problems = []
     for key, want in expect.checks.items():
         if key == "nodes":
-            got: Any = sorted({t["node"] for t in state["tasks"]})
+            got: Any = sorted({t["node"] for t in state["tasks"] if t["node"]})
             ok = got == sorted(str(n) for n in want)
         elif key == "reason":
             got = state["reason"]

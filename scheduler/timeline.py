@@ -18,7 +18,7 @@ def render(steps: list[dict[str, Any]], *, virtual: bool = False) -> str:
         lines.append(f"t={step['t']:g}  {step['event']}   [GPUs used/guaranteed: {vcs}]")
         rows = [("job", "vc", "prio", "state", "pos", "nodes", "reason")]
         for job in step["jobs"]:
-            nodes = ",".join(sorted({t["node"] for t in job["tasks"]}))
+            nodes = ",".join(sorted({t["node"] for t in job["tasks"] if t["node"]}))
             pos = "" if job["queue_position"] is None else str(job["queue_position"])
             rows.append(
                 (

@@ -27,6 +27,7 @@ from labhive.scheduler.model import (
     Requeue,
     SpecRejected,
     Start,
+    StopTasks,
     Submit,
     TaskPlacement,
     Tick,
@@ -113,11 +114,38 @@ def operations(vcs: int) -> Any:
             "lazy_preemption": st.booleans(),
         }
     ).map(lambda d: ("submit", d))
+    groups = st.fixed_dictionaries(
+        {
+            "vc": st.integers(0, vcs - 1).map(lambda v: f"vc{v}"),
+            "priority": st.sampled_from([-1, 0, 10, 100]),
+            "a": st.integers(1, 2),
+            "b": st.integers(1, 2),
+            "gpus": st.integers(1, 4),
+            "lazy": st.booleans(),
+        }
+    ).map(lambda d: ("groups", d))
     other = st.tuples(
         st.sampled_from(["finish", "requeue", "cancel", "node_down", "node_up"]),
         st.integers(0, 1000),
     )
-    return st.lists(st.one_of(submit, submit, other), min_size=1, max_size=30)
+    return st.lists(st.one_of(submit, submit, groups, other), min_size=1, max_size=30)
+
+
+def two_groups(name: str, d: dict[str, Any]) -> dict[str, Any]:
+    """An OpenPAI job whose roles a and b are two affinity groups."""
+    role = {"resourcePerInstance": {"gpu": d["gpus"]}, "commands": ["true"]}
+    hived = {
+        "jobPriorityClass": d["priority"],
+        "lazyPreemptionEnable": d["lazy"],
+        "taskRoles": {"a": {"affinityGroupName": "ga"}, "b": {"affinityGroupName": "gb"}},
+    }
+    return {
+        "protocolVersion": 2,
+        "name": name,
+        "defaults": {"virtualCluster": d["vc"]},
+        "taskRoles": {"a": {**role, "instances": d["a"]}, "b": {**role, "instances": d["b"]}},
+        "extras": {"hivedScheduler": hived},
+    }
 
 
 def check_invariants(sched: HivedScheduler, config: Any) -> None:
@@ -130,8 +158,15 @@ def check_invariants(sched: HivedScheduler, config: Any) -> None:
         gpus = [(t.node, g) for t in view.tasks for g in t.gpus]
         assert not used & set(gpus), f"a GPU is used twice: {used & set(gpus)}"
         used.update(gpus)
-        if spec.gang:
+        if spec.gang and not job.grouped:
             assert len(view.tasks) in (0, spec.task_count), "a gang is placed partly"
+        for group in {r.affinity_group for r in spec.roles} if job.grouped else ():
+            roles = {r.name: r.instances for r in spec.roles if r.affinity_group == group}
+            placed = sum(1 for t in view.tasks if t.role in roles)
+            assert placed in (0, sum(roles.values())), f"affinity group {group} placed partly"
+        held = {id(leaf) for _, leaves in job.placed.values() for leaf in leaves}
+        owned = {id(leaf) for leaf in sched.tree.leaf.values() if leaf.job == view.job_id}
+        assert held == owned, "a stopped task still holds cells, or a task holds none"
         if view.state == "WAITING" or len(view.tasks) < spec.task_count:
             assert view.why, f"{view.name} waits without a reason"
         if not view.opportunistic and view.tasks:
@@ -243,7 +278,9 @@ def check_binds_before_preempting(
         if isinstance(d, Start):
             placed.setdefault(d.job_id, set()).update(t.node for t in d.tasks)
     for d in decisions:
-        if not isinstance(d, Preempt) or d.job_id not in guaranteed or d.by not in placed:
+        if not isinstance(d, Preempt | StopTasks) or d.job_id not in guaranteed:
+            continue
+        if d.by not in placed:
             continue
         job = sched._jobs.get(d.by)
         if job is None or job.spec.opportunistic:
@@ -267,8 +304,9 @@ def events(sched: Any, nodes: list[str], ops: list[Any]) -> Iterator[Event]:
     down: set[str] = set()
     for i, (kind, arg) in enumerate(ops):
         now = float(i * 60)
-        if kind == "submit":
-            spec = parse_job({"name": f"j{i}", **arg})
+        if kind in ("submit", "groups"):
+            raw_spec = {"name": f"j{i}", **arg} if kind == "submit" else two_groups(f"j{i}", arg)
+            spec = parse_job(raw_spec)
             try:
                 sched.check(spec)
             except SpecRejected:

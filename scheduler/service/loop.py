@@ -169,7 +169,7 @@ class SchedulerLoop:
         self.clock = clock
         self._launch_builder = launch_builder
         self._node_events = node_events  # node health from the executor (Kubernetes)
-        self.scheduler = make_scheduler()
+        self.scheduler = whole_job_stops(make_scheduler())
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
         self._intake: deque[tuple[int, JobSpec]] = deque()
         self._cancels: deque[int] = deque()
@@ -404,7 +404,7 @@ class SchedulerLoop:
         for task in attempt_tasks:
             by_job.setdefault(task["job_id"], []).append(task)
         with self._sched_lock:
-            self.scheduler = self._make_scheduler()
+            self.scheduler = whole_job_stops(self._make_scheduler())
         self._specs.clear()
         self._running.clear()
         self._reserved.clear()
@@ -1018,3 +1018,13 @@ def _drain(queue: deque[T]) -> list[T]:
     while queue:
         out.append(queue.popleft())
     return out
+
+
+def whole_job_stops(scheduler: Scheduler) -> Scheduler:
+    """The service stops and downgrades whole jobs only: its executors cannot yet stop some
+    tasks of a running job and start them again, so HiveD's per-task (per affinity group)
+    preemption and node failure (``HivedScheduler.partial_stops``) is turned off here, the
+    remaining departure documented in docs/scheduler-core.md."""
+    if hasattr(scheduler, "partial_stops"):
+        scheduler.partial_stops = False  # type: ignore[attr-defined]
+    return scheduler

@@ -10,6 +10,10 @@ the simulator adds:
   reruns its whole duration, as in replay), and a restart after a preemption costs
   ``restart_cost`` more seconds of service (restoring state; 0 by default); the progress
   lost and the restart costs are the job's *wasted* GPU time;
+- a task (or affinity group) stopped on its own (``StopTasks``) loses its progress since the
+  last checkpoint, and so does the job (its tasks train in step): the job's remaining time
+  grows back by what the task lost, the job makes no progress until the task runs again, and
+  then it runs its remaining time afresh;
 - a trace job that ended Failed or Killed ends FAILED after its recorded duration;
 - a job with a declared time limit shorter than its remaining time is cut at its limit and ends
   FAILED (as the service stops it);
@@ -34,6 +38,7 @@ from labhive.scheduler.model import (
     Scheduler,
     Start,
     Stop,
+    StopTasks,
     TaskPlacement,
     Tick,
 )
@@ -69,6 +74,8 @@ class SimJob:
     run_seconds: float = 0.0  # time running, over all runs
     stops: int = 0
     nodes: tuple[str, ...] = ()  # where its last run ran
+    timed_at: float = 0.0  # when its current run was timed (progress counts from there)
+    partial: bool = False  # some tasks were stopped on their own and wait: no progress
 
     def __post_init__(self) -> None:
         self.remaining = self.duration
@@ -290,15 +297,41 @@ class Simulation(VirtualTimeDriver):
                 self.timeline.preempted(job)
             else:
                 job.stops += 1
-        if apply_decision(record, d, self.now) and isinstance(d, Start):
+        elif job is not None and job.running and isinstance(d, StopTasks):
+            self._tasks_stopped(job, d)
+        restart = job is not None and job.running and isinstance(d, Start)
+        if apply_decision(record, d, self.now) and isinstance(d, Start) and not restart:
             self._time_run(record)
-        elif job is not None and job.running and isinstance(d, Start):
+        elif job is not None and restart and isinstance(d, Start):
             more = sum(len(t.gpus) for t in d.tasks)  # more tasks of an incremental job
             job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
             job.run_start = self.now
             job.gpus_held += more
             job.nodes = tuple(sorted({t.node for t in record.tasks}))
             self.timeline.run(job, more)
+            if job.partial and not record.stopped:  # every stopped task runs again
+                job.partial = False
+                self._time_end(record, job)
+
+    def _tasks_stopped(self, job: SimJob, d: StopTasks) -> None:
+        """Some tasks stop, the others run on (they hold their GPUs); the first such stop of
+        a run costs the job its progress since the last checkpoint."""
+        lost = sum(len(t.gpus) for t in d.tasks)
+        job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
+        job.run_start = self.now
+        job.gpus_held -= lost
+        self.timeline.run(job, -lost)
+        if d.by:
+            self.timeline.preempted(job)
+        else:
+            job.stops += 1
+        if job.partial or math.isinf(job.remaining):
+            return
+        job.partial = True
+        ran = self.now - job.timed_at
+        keep = min(self._saved(ran), job.remaining)
+        job.wasted_gpu_seconds += (ran - keep + self.restart_cost) * lost
+        job.remaining = max(0.0, job.remaining - keep) + self.restart_cost
 
     def _time_run(self, record: JobRecord) -> None:
         """A run starts: time its end by the job's remaining service time."""
@@ -311,6 +344,11 @@ class Simulation(VirtualTimeDriver):
             job.first_start = self.now
         self.timeline.wait(job, -1)
         self.timeline.run(job, job.gpus_held)
+        self._time_end(record, job)
+
+    def _time_end(self, record: JobRecord, job: SimJob) -> None:
+        """Time the run's end by the job's remaining service time, from now."""
+        job.timed_at = self.now
         if math.isinf(job.remaining):
             return
         generation = record.generation
@@ -337,6 +375,7 @@ class Simulation(VirtualTimeDriver):
         self.timeline.run(job, -job.gpus_held)
         held, job.gpus_held = job.gpus_held, 0
         job.running = False
+        job.partial = False
         extra = 0.0
         if keep is None:
             keep = min(self._saved(ran), job.remaining)
