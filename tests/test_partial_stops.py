@@ -297,3 +297,11 @@ def test_a_node_going_down_stops_only_the_cpu_only_task_on_it():
     # n2 has the CPUs: the stopped task is placed again at once.
     assert [(d.job_id, [t.node for t in d.tasks]) for d in c.last[1:]] == [("cpu", ["n2"])]
     assert running_tasks(c, "cpu") == ["main-0@n0", "main-1@n2"]
+
+
+def test_replay_json_names_the_downgraded_tasks():
+    result = replay(load_scenario(DATA / "incremental-lazy-one-task.yaml"))
+    assert result.failures == []
+    step = next(s for s in result.steps if s["event"].startswith("submit boss"))
+    assert step["downgraded"] == [{"job": "inc", "by": "boss", "tasks": ["main-0"]}]
+    assert step["preempted"] == []
