@@ -52,6 +52,7 @@ class JobRecord:
     # Tasks stopped on their own (``StopTasks``) that wait to be placed again -> why.
     stopped: dict[tuple[str, int], str] = field(default_factory=dict)
     preempted_tasks: tuple[str, ...] = ()  # the tasks its last preemption stopped (() all)
+    downgraded_tasks: tuple[str, ...] = ()  # the tasks its last downgrade hit (() all)
 
     @property
     def retries_left(self) -> int:
@@ -94,9 +95,9 @@ def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
         case Downgrade():
             record.opportunistic = not decision.tasks
             record.reason = decision.reason
+            record.downgraded_tasks = tuple(task_name(t) for t in decision.tasks)
             if decision.tasks:
-                names = ", ".join(task_name(t) for t in decision.tasks)
-                record.reason = f"task {names} {decision.reason}"
+                record.reason = f"task {', '.join(record.downgraded_tasks)} {decision.reason}"
             record.downgraded_by = decision.by
             record.downgrades += 1
     return False

@@ -315,7 +315,10 @@ def snapshot(driver: VirtualTimeDriver, description: str) -> dict[str, Any]:
                 entry["tasks"] = list(record.preempted_tasks)
             preempted.append(entry)
         if now[1] > was[1]:
-            downgraded.append({"job": name, "by": _name(driver, record.downgraded_by)})
+            entry = {"job": name, "by": _name(driver, record.downgraded_by)}
+            if record.downgraded_tasks:
+                entry["tasks"] = list(record.downgraded_tasks)
+            downgraded.append(entry)
     cells = getattr(driver.scheduler, "cells", None)
     bindings = cells() if callable(cells) else {"vcs": {}, "free_list": {}}
     return {

@@ -36,9 +36,9 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
         why = "running opportunistically on idle cells; preempted first if they are needed"
     elif job.downgraded:  # lazy preemption of some tasks (a task or an affinity group)
         names = ", ".join(f"{role}-{index}" for role, index in sorted(job.downgraded))
-        by = {sched._jobs[b].spec.name if b in sched._jobs else b for b in job.downgraded.values()}
+        who = {sched._jobs[b].spec.name if b in sched._jobs else b for b in job.downgraded.values()}
         why = (
-            f"task {names} downgraded to opportunistic by {', '.join(sorted(by))}; preempted "
+            f"task {names} downgraded to opportunistic by {', '.join(sorted(who))}; preempted "
             "first if its GPUs are needed (the other tasks stay guaranteed)"
         )
     return JobView(

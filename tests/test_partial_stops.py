@@ -286,3 +286,22 @@ def test_the_service_stops_incremental_jobs_whole_until_its_executors_can_stop_t
     c.submit("inc", vc="a", priority="test", tasks=4, gpus=1, gang=False)
     c.submit("boss", vc="a", priority="prod", gpus=1)
     assert whole(c) == ["inc"] and stops(c) == []
+
+
+def test_a_node_going_down_stops_only_the_cpu_only_task_on_it():
+    c = Cluster(THREE_NODES)
+    c.submit("cpu", vc="a", priority="test", tasks=2, gpus=0, cpu=20, gang=False)
+    assert running_tasks(c, "cpu") == ["main-0@n0", "main-1@n1"]
+    c.handle(NodeDown("n1"))
+    assert stops(c) == [("cpu", ["main-1"], "")]
+    # n2 has the CPUs: the stopped task is placed again at once.
+    assert [(d.job_id, [t.node for t in d.tasks]) for d in c.last[1:]] == [("cpu", ["n2"])]
+    assert running_tasks(c, "cpu") == ["main-0@n0", "main-1@n2"]
+
+
+def test_replay_json_names_the_downgraded_tasks():
+    result = replay(load_scenario(DATA / "incremental-lazy-one-task.yaml"))
+    assert result.failures == []
+    step = next(s for s in result.steps if s["event"].startswith("submit boss"))
+    assert step["downgraded"] == [{"job": "inc", "by": "boss", "tasks": ["main-0"]}]
+    assert step["preempted"] == []

@@ -1026,5 +1026,5 @@ def whole_job_stops(scheduler: Scheduler) -> Scheduler:
     preemption and node failure (``HivedScheduler.partial_stops``) is turned off here, the
     remaining departure documented in docs/scheduler-core.md."""
     if hasattr(scheduler, "partial_stops"):
-        scheduler.partial_stops = False  # type: ignore[attr-defined]
+        scheduler.partial_stops = False
     return scheduler
