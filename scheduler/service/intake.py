@@ -26,6 +26,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
@@ -215,7 +216,7 @@ def _unstorable(p: _Pending) -> Unstorable:
     )
 
 
-def _answer(answers: list[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
+def _answer(answers: Sequence[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
     """Hand each submission its answer on its event loop: one wake-up of each loop per batch
     (a ``call_soon_threadsafe`` per submission cost the event loop a wake-up each)."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Pending, Any]]] = {}
