@@ -25,8 +25,8 @@ import logging
 import secrets
 import threading
 import time
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
