@@ -195,7 +195,9 @@ class HivedScheduler(PolicyBase[Job]):
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
         self._apply(event, out)
-        if isinstance(event, Tick):
+        if isinstance(event, Tick | Adopt):
+            # An adopt places nothing new: a driver restores every running job before any
+            # decision (a partly stopped job's waiting tasks must not take another's GPUs).
             return out
         self._schedule(out)
         if self._cpu_waiting:

@@ -67,7 +67,13 @@ def check_invariants(sched: Scheduler) -> None:
 def check_gangs(sched: Scheduler, specs: dict[str, Any]) -> None:
     for view in sched.jobs():
         spec = specs[view.job_id]
-        if spec.gang:
+        groups = {r.affinity_group for r in spec.roles}
+        if spec.gang and len(groups) > 1:  # OpenPAI affinity groups: each one whole
+            for group in groups:
+                roles = {r.name: r.instances for r in spec.roles if r.affinity_group == group}
+                placed = sum(1 for t in view.tasks if t.role in roles)
+                assert placed in (0, sum(roles.values())), f"group {group} placed partly"
+        elif spec.gang:
             assert len(view.tasks) in (0, spec.task_count), f"gang {view.name} placed partly"
         if len(view.tasks) < spec.task_count and view.state != "WAITING":
             assert view.why, f"{view.name} has tasks waiting without a reason"
