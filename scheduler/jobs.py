@@ -7,14 +7,18 @@ in a scenario replay, a trace simulation and a live cluster.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler import job_limits as lim
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.time_limits import parse_time_limit
+from labhive.scheduler.time_limits import parse_time_limit, show_duration
 from labhive.scheduler.yamlines import YamlSyntaxError, line_of, load_yaml
+
+if TYPE_CHECKING:
+    from labhive.scheduler.config import VCSpec
 
 #: OpenPAI's priority classes (HiveD's ``jobPriorityClass``) and their numeric values.
 PRIORITY_CLASSES: dict[str, int] = {"crit": 120, "prod": 100, "test": 10, "oppo": -1}
@@ -512,3 +516,23 @@ def _images(data: dict[str, Any], where: _Where) -> dict[str, Any]:
         if isinstance(item, dict) and item.get("type") == "dockerimage" and "name" in item:
             out[str(item["name"])] = item.get("uri")
     return out
+
+
+def with_vc_limits(spec: JobSpec, vc: VCSpec | None, *, strict: bool) -> JobSpec:
+    """``spec`` (a JobSpec) under its VC's (a VCSpec) ``timeLimit``: the default when it
+    declares none; over the maximum, a ValueError saying what to ask for (``strict``, at
+    intake) or the maximum (a stored job, after an admin lowered it)."""
+    if vc is None:
+        return spec
+    limit = spec.time_limit if spec.time_limit is not None else vc.time_limit_default
+    most = vc.time_limit_max
+    if most is not None and limit is not None and limit > most:
+        if strict:
+            raise ValueError(
+                f"time_limit: {show_duration(limit)} is over the {show_duration(most)} maximum "
+                f"of VC {vc.name}; ask for at most {show_duration(most)}"
+            )
+        limit = most
+    if limit is None and most is not None:
+        limit = most  # no default: a job that declares nothing runs up to the maximum
+    return spec if limit == spec.time_limit else dataclasses.replace(spec, time_limit=limit)

@@ -7,13 +7,8 @@ with "time limit of 2 h reached". Declared limits also give the ETA its best dur
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from labhive.scheduler.config import VCSpec
-    from labhive.scheduler.jobs import JobSpec
+from typing import Any
 
 #: Seconds per unit suffix; a bare number is seconds.
 UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
@@ -78,23 +73,3 @@ def deadline(limit: float | None, started_at: float | None) -> float | None:
     if limit is None or started_at is None:
         return None
     return started_at + limit
-
-
-def with_vc_limits(spec: JobSpec, vc: VCSpec | None, *, strict: bool) -> JobSpec:
-    """``spec`` (a JobSpec) under its VC's (a VCSpec) ``timeLimit``: the default when it
-    declares none; over the maximum, a ValueError saying what to ask for (``strict``, at
-    intake) or the maximum (a stored job, after an admin lowered it)."""
-    if vc is None:
-        return spec
-    limit = spec.time_limit if spec.time_limit is not None else vc.time_limit_default
-    most = vc.time_limit_max
-    if most is not None and limit is not None and limit > most:
-        if strict:
-            raise ValueError(
-                f"time_limit: {show_duration(limit)} is over the {show_duration(most)} maximum "
-                f"of VC {vc.name}; ask for at most {show_duration(most)}"
-            )
-        limit = most
-    if limit is None and most is not None:
-        limit = most  # no default: a job that declares nothing runs up to the maximum
-    return spec if limit == spec.time_limit else dataclasses.replace(spec, time_limit=limit)

@@ -7,16 +7,9 @@ from pathlib import Path
 
 from import_graph import circles, imports
 
-#: Circles known and not yet broken, each with the issue that owns it.
-KNOWN = [
-    # time_limits.with_vc_limits is typed with JobSpec and VCSpec (TYPE_CHECKING only), and
-    # both modules import time_limits' parser: issue 19 item 6, not yet done.
-    ["labhive.scheduler.config", "labhive.scheduler.jobs", "labhive.scheduler.time_limits"],
-]
 
-
-def test_the_source_tree_has_no_import_circles_but_the_known_ones() -> None:
-    assert [c for c in circles(imports()) if c not in KNOWN] == []
+def test_the_source_tree_has_no_import_circles() -> None:
+    assert circles(imports()) == []
 
 
 def test_a_circle_through_a_lazy_or_type_only_import_is_found(tmp_path: Path) -> None:

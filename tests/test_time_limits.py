@@ -156,7 +156,7 @@ def vc_with(limit: dict[str, object]):
 
 
 def test_a_vc_gives_a_default_limit_and_caps_what_jobs_ask_for():
-    from labhive.scheduler.time_limits import with_vc_limits
+    from labhive.scheduler.jobs import with_vc_limits
 
     vc = vc_with({"default": "2s", "max": "1h"})
     assert (vc.time_limit_default, vc.time_limit_max) == (2.0, 3600.0)

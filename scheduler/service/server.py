@@ -127,7 +127,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
     from labhive.scheduler.config import load_cluster_config
     from labhive.scheduler.detect import default_cluster
-    from labhive.scheduler.jobs import SpecError, parse_job
+    from labhive.scheduler.jobs import SpecError, parse_job, with_vc_limits
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.service.accounts import Accounts, load_configured, load_members
     from labhive.scheduler.service.app import Service, create_app
@@ -144,7 +144,6 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     )
     from labhive.scheduler.service.loop import SchedulerLoop
     from labhive.scheduler.service.store import Store, database_url
-    from labhive.scheduler.time_limits import with_vc_limits
 
     if opts.task_identity not in TASK_IDENTITIES:
         raise UserError(
