@@ -83,6 +83,15 @@ def server_job_name(user: str, server: str = "") -> str:
     return readable[: JOB_NAME_LEN - len(tag)] + tag
 
 
+def handoff_command(launcher: str, port: int, doc: dict[str, Any], key: str) -> str:
+    """The job's command for a server on another node: the launcher with the non-secret
+    launch document in its arguments and the one-time handoff key on stdin (a here-document,
+    which any POSIX shell reads, keeps the key out of the launcher's argv, which ``ps`` shows
+    every user of the node)."""
+    packed = base64.b64encode(json.dumps(doc).encode()).decode()
+    return f"exec {launcher} --handoff {port} {packed} <<'LABHIVE_KEY'\n{key}\nLABHIVE_KEY"
+
+
 class LabHiveSpawner(Spawner):
     """Runs each single-user server as a LabHive job (see the module docstring)."""
 
@@ -373,9 +382,7 @@ class LabHiveSpawner(Spawner):
             doc = self._launch_doc(owner, on_node=True)
             doc["cmd"].append("--ServerApp.port_retries=0")  # the hub only knows this port
             handed = {k: doc["env"].pop(k) for k in list(doc["env"]) if is_secret(k)}
-            packed = base64.b64encode(json.dumps(doc).encode()).decode()
-            # the key goes in on stdin: a here-string keeps it out of the launcher's argv
-            command = f"exec {launcher} --handoff {self.port} {packed} <<< {key}"
+            command = handoff_command(launcher, self.port, doc, key)
         else:
             secrets_file = self._write_launch_file(owner)
             command = f"exec {launcher} {shlex.quote(str(secrets_file))}"
@@ -419,26 +426,25 @@ class LabHiveSpawner(Spawner):
                     f"started: {job.get('reason') or 'no reason given'} (its log: "
                     f"`labhive logs {self.job_id} --stderr`)"
                 )
+            # RUNNING is recorded before the executor's launch returns: the address follows
             address = next((t.get("address") for t in job.get("tasks") or ()), None)
-            if not address:
+            problem = "LabHive's executor has not said where your server runs (no task address)"
+            if address:
+                try:
+                    await asyncio.to_thread(hand_over, address, self.port, key, env)
+                    return str(address)
+                except HandoffRefused as err:
+                    await self._cancel(wait=0)
+                    raise ServerJobEnded(f"your server could not start safely: {err}") from None
+                except OSError as err:
+                    problem = f"its launcher at {address}:{self.port} did not answer: {err}"
+            if time.monotonic() > deadline:
                 await self._cancel(wait=0)
                 raise ServerJobEnded(
-                    "LabHive's executor does not say where your server runs (no task "
-                    "address); the hub admin should turn off server_on_nodes for this executor"
+                    f"your server's job {self.job_id} runs but {problem}; start it again (if "
+                    "this executor runs servers on the hub's machine, the hub admin should "
+                    "turn off server_on_nodes)"
                 )
-            try:
-                await asyncio.to_thread(hand_over, address, self.port, key, env)
-                return str(address)
-            except HandoffRefused as err:
-                await self._cancel(wait=0)
-                raise ServerJobEnded(f"your server could not be started safely: {err}") from None
-            except OSError as err:
-                if time.monotonic() > deadline:
-                    await self._cancel(wait=0)
-                    raise ServerJobEnded(
-                        f"your server's launcher on {job['tasks'][0]['node']} ({address}:"
-                        f"{self.port}) did not answer: {err}; start it again"
-                    ) from None
             await asyncio.sleep(min(self.poll_s, 0.5))
 
     async def _choose_vc(self) -> str:
