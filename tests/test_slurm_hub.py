@@ -10,17 +10,25 @@ store nor the task's files on the shared filesystem ever held it.
 
 from __future__ import annotations
 
+import secrets
+import socket
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hub_support import Hub, cancel_everything, wait_for
+from kernel_support import CHROMIUM, CHROMIUM_FLAGS, write_notebook
 from pg_throwaway import free_port
 from slurm_cluster import SlurmCluster
+from test_hub_real import jobs_named, login
 from test_slurm_service import service, state
 from waiting import wait_until
 
+from labhive.hub_extension.hubconfig import HubPlan, write_config
 from labhive.hub_extension.launch import hand_over
 from labhive.hub_extension.spawner import handoff_command
 
@@ -84,3 +92,81 @@ def _get(url: str) -> str | None:
             return str(r.read().decode())
     except OSError:
         return None
+
+
+# ---- the whole chain: a real hub in the root namespace, the server on a Slurm node ------------
+
+
+@contextmanager
+def hub_on_slurm(slurm: SlurmCluster, root: Path) -> Iterator[Hub]:
+    """A real JupyterHub whose LabHive service runs jobs on the namespaced Slurm nodes: the
+    hub's API and proxy listen on the bridge too, so a server on a node reaches the hub, and
+    its kernel reaches the service through the proxy."""
+    from labhive.scheduler.executors.slurm_cli import Slurm
+    from labhive.scheduler.executors.slurm_config import cluster_from_slurm
+
+    (root / "cluster.yaml").write_text(cluster_from_slurm(Slurm(conf=str(slurm.conf))))
+    (root / "grants.yaml").write_text("groups:\n  lab: {vcs: [default]}\n")
+    bridge = f"{slurm.subnet}.1"
+    plan = HubPlan(
+        data_dir=str(root / "hub"), service_token=secrets.token_hex(32),
+        public_port=free_port(), hub_port=free_port(), proxy_api_port=free_port(),
+        service_port=free_port(), grants=str(root / "grants.yaml"),
+        cluster=str(root / "cluster.yaml"), authenticator="dummy", admin_users=["teacher"],
+        groups={"lab": ["alice"]}, notebook_dir=str(root / "home" / "{username}"), grace_s=2,
+        server_args=["--LabApp.expose_app_in_browser=True",
+                     "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+    )  # fmt: skip
+    slurm_opts = ["--executor", "slurm", "--slurm-conf", str(slurm.conf)]
+    extra = [
+        f"c.JupyterHub.bind_url = 'http://0.0.0.0:{plan.public_port}'",
+        f"c.JupyterHub.hub_bind_url = 'http://0.0.0.0:{plan.hub_port}'",
+        f"c.JupyterHub.hub_connect_ip = {bridge!r}",
+        "c.LabHiveSpawner.server_on_nodes = True",
+        f"c.LabHiveSpawner.server_service_url = 'http://{bridge}:{plan.public_port}/services/labhive'",
+        f"c.JupyterHub.services[0]['command'] += {slurm_opts!r}",
+    ]
+    config = write_config(plan, Path(plan.data_dir), *extra)
+    hub = Hub(plan, config, Path(plan.data_dir) / "jupyterhub.log")
+    try:
+        hub.start()
+        yield hub
+    finally:
+        cancel_everything(hub)
+        hub.stop()
+
+
+def test_a_hub_users_server_runs_on_a_slurm_node_opens_lab_and_submits(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/deps.sh does)"
+    home = data_dir / "home" / "alice"
+    write_notebook(
+        home / "submit.ipynb",
+        "import socket; open('where.txt', 'w').write(socket.gethostname())",
+        "%load_ext labhive.kernel_ext\n%submit --name from-kernel --gpus 1 -- hostname",
+    )
+    with hub_on_slurm(slurm, data_dir) as hub, sync_playwright() as pw:
+        admin = hub.admin()
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        alice = login(browser, hub, "alice")
+        alice.wait_for_url("**/user/alice/lab**", timeout=180_000)
+        alice.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
+        (server,) = jobs_named(admin, "jupyter-alice")
+        task = server.refresh().tasks[0]
+        assert task["address"] == slurm.address(task["node"])  # reached on the bridge
+
+        alice.goto(f"{hub.url}/user/alice/lab/tree/submit.ipynb")
+        alice.wait_for_function("() => document.body.innerText.includes('| Idle')")
+        alice.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        (mine,) = wait_for(lambda: jobs_named(admin, "from-kernel"), 90, "%submit's job")
+        assert mine.user == "alice"
+        wait_for(lambda: mine.refresh().done, 90, "alice's job to finish")
+        assert mine.state == "SUCCEEDED", mine.data
+        assert (home / "where.txt").read_text() == task["node"]  # the kernel ran on the node
+        assert socket.gethostname() != task["node"]
+        browser.close()
+    leaked = [p for p in data_dir.rglob("*") if p.is_file() and "servers" in p.parts]
+    assert not leaked, f"launch files on the hub's filesystem: {leaked}"
