@@ -10,6 +10,10 @@ VC is full waits in its queue with a visible position instead of a spinner. Enab
   2 of 3 in vc1 — ...") to the spawn page.
 - The hub's credentials for the server (its token, ``JUPYTERHUB_*``) never enter the job store:
   they go to a 0600 file that ``labhive.hub_extension.launch`` reads when the task starts.
+- With ``server_on_nodes`` (Slurm: the server runs on another machine) the server listens on
+  its node and the hub reaches it at the address the executor reports for the task
+  (``GET /jobs/{id}`` tasks' ``address``); the secrets never touch the hub's filesystem: the
+  launcher on the node takes them from the hub over TCP (``launch.hand_over``).
 - ``poll``/``stop`` map to the job; ``get_state`` keeps the job id, so a restarted hub
   re-adopts a running server instead of starting a new one.
 - A server whose job is preempted (it went back to WAITING) is cancelled and ends with a
@@ -19,10 +23,12 @@ VC is full waits in its queue with a visible position instead of a spinner. Enab
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
 import re
+import secrets as tokens
 import shlex
 import shutil
 import sys
@@ -34,9 +40,10 @@ from typing import Any
 
 from jupyterhub.spawner import Spawner
 from jupyterhub.utils import random_port
-from traitlets import Dict, Float, Integer, List, Unicode, default
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, default
 
 from labhive.hub_extension import homes
+from labhive.hub_extension.launch import HandoffRefused, hand_over, is_secret
 from labhive.scheduler.client import (
     Client,
     JobInfo,
@@ -76,6 +83,15 @@ def server_job_name(user: str, server: str = "") -> str:
     tag = "~" + digest.hexdigest()[:16]
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{plain}-{server}" if server else plain)
     return readable[: JOB_NAME_LEN - len(tag)] + tag
+
+
+def handoff_command(launcher: str, port: int, doc: dict[str, Any], key: str) -> str:
+    """The job's command for a server on another node: the launcher with the non-secret
+    launch document in its arguments and the one-time handoff key on stdin (a here-document,
+    which any POSIX shell reads, keeps the key out of the launcher's argv, which ``ps`` shows
+    every user of the node)."""
+    packed = base64.b64encode(json.dumps(doc).encode()).decode()
+    return f"exec {launcher} --handoff {port} {packed} <<'LABHIVE_KEY'\n{key}\nLABHIVE_KEY"
 
 
 class LabHiveSpawner(Spawner):
@@ -135,6 +151,18 @@ class LabHiveSpawner(Spawner):
     ).tag(config=True)
 
     poll_s = Float(1.0, help="How often start and progress ask the service.").tag(config=True)
+
+    server_on_nodes = Bool(
+        False,
+        help="""The service's executor runs servers on other machines than the hub's (``labhive
+        serve --executor slurm``). The server then listens on its node (``--ip=0.0.0.0`` on a
+        port the hub picks and the node checks), the hub's proxy reaches it at the address the
+        executor reports for its task, and its tokens are handed to its launcher over TCP
+        instead of through a file (the node's filesystem need not be the hub's). The nodes must
+        reach the hub's API (set ``c.JupyterHub.hub_connect_ip``) and the LabHive service
+        (``server_service_url``), and run ``launcher`` at the same path. Off: the local
+        executor, the server on the hub's machine.""",
+    ).tag(config=True)
 
     secrets_dir = Unicode(
         help="""Directory (mode 0700) for the per-server 0600 files that carry the hub's
@@ -345,10 +373,21 @@ class LabHiveSpawner(Spawner):
         profile = self._profile()
         vc = await self._choose_vc()
         self.port = random_port()
-        secrets = self._write_launch_file(await self._owner())
+        owner = await self._owner()
         default = [sys.executable, "-m", "labhive.hub_extension.launch"]
         launcher = " ".join(map(shlex.quote, self.launcher or default))
-        command = f"exec {launcher} {shlex.quote(str(secrets))}"
+        secrets_file: Path | None = None
+        key, handed = "", {}
+        if self.server_on_nodes:
+            self.ip = "0.0.0.0"  # the server listens on its node, reached at the node's address
+            key = tokens.token_urlsafe(32)
+            doc = self._launch_doc(owner, on_node=True)
+            doc["cmd"].append("--ServerApp.port_retries=0")  # the hub only knows this port
+            handed = {k: doc["env"].pop(k) for k in list(doc["env"]) if is_secret(k)}
+            command = handoff_command(launcher, self.port, doc, key)
+        else:
+            secrets_file = self._write_launch_file(owner)
+            command = f"exec {launcher} {shlex.quote(str(secrets_file))}"
         doc = {
             "name": self._job_name(),
             "command": command,
@@ -363,14 +402,52 @@ class LabHiveSpawner(Spawner):
         try:
             job = await self._call(lambda c, d: c.submit(d).info, doc, token=self.api_token)
         except LabHiveError as err:
-            secrets.unlink(missing_ok=True)
+            if secrets_file is not None:
+                secrets_file.unlink(missing_ok=True)
             raise ServerJobEnded(f"LabHive refused your server: {err.message}") from None
         self.job_id = int(job.id)
         self.log.info("%s: job %s in %s", self._log_name, self.job_id, vc)
         # give up (with the queue's words) before the hub cuts start() off without them
         patience = max(self.start_timeout - 30, self.start_timeout * 0.8)
         await self._wait_running(deadline=time.monotonic() + patience)
+        if self.server_on_nodes:
+            address = await self._hand_over(key, handed, time.monotonic() + self.http_timeout)
+            return f"http://{address}:{self.port}"
         return f"http://{self.ip}:{self.port}"
+
+    async def _hand_over(self, key: str, env: dict[str, str], deadline: float) -> str:
+        """Hand the server's tokens to its launcher on its node; the node's address.
+
+        Retried while the launcher is not listening yet; the job ending, a node the executor
+        gives no address for, or something other than the launcher on the port ends it."""
+        while True:
+            job = await self._job()
+            if job["state"] != "RUNNING":
+                raise ServerJobEnded(
+                    f"your server's job {self.job_id} ended {job['state']} before the server "
+                    f"started: {job.get('reason') or 'no reason given'} (its log: "
+                    f"`labhive logs {self.job_id} --stderr`)"
+                )
+            # RUNNING is recorded before the executor's launch returns: the address follows
+            address = next((t.get("address") for t in job.get("tasks") or ()), None)
+            problem = "LabHive's executor has not said where your server runs (no task address)"
+            if address:
+                try:
+                    await asyncio.to_thread(hand_over, address, self.port, key, env)
+                    return str(address)
+                except HandoffRefused as err:
+                    await self._cancel(wait=0)
+                    raise ServerJobEnded(f"your server could not start safely: {err}") from None
+                except OSError as err:
+                    problem = f"its launcher at {address}:{self.port} did not answer: {err}"
+            if time.monotonic() > deadline:
+                await self._cancel(wait=0)
+                raise ServerJobEnded(
+                    f"your server's job {self.job_id} runs but {problem}; start it again (if "
+                    "this executor runs servers on the hub's machine, the hub admin should "
+                    "turn off server_on_nodes)"
+                )
+            await asyncio.sleep(min(self.poll_s, 0.5))
 
     async def _choose_vc(self) -> str:
         try:
@@ -425,6 +502,15 @@ class LabHiveSpawner(Spawner):
         """The server's command and environment (its hub token included), readable by the
         hub's user only, or by the server's own uid (see ``homes``); the job's stored command
         names this file, never the secrets."""
+        doc = self._launch_doc(owner)
+        path = homes.launch_folder(Path(self.secrets_dir), owner) / f"{self._job_name()}.json"
+        with os.fdopen(homes.open_launch_file(path, owner), "w") as out:
+            json.dump(doc, out)
+        return path
+
+    def _launch_doc(self, owner: homes.Owner | None, on_node: bool = False) -> dict[str, Any]:
+        """The server's command, environment and folder; ``on_node``: the launcher makes the
+        folder there (the hub's filesystem may not be the node's)."""
         env = self.get_env()
         env["LABHIVE_URL"] = self.server_service_url or self.service_url
         # the server extension is enabled by this package's own config dir, however installed
@@ -435,13 +521,11 @@ class LabHiveSpawner(Spawner):
         cmd[0] = shutil.which(cmd[0]) or shutil.which(cmd[0], path=beside_python) or cmd[0]
         cwd = self._cwd()
         if cwd:
-            homes.make_home(Path(cwd), owner)
+            if not on_node:
+                homes.make_home(Path(cwd), owner)
             if owner is not None:
                 env["HOME"] = cwd  # the hub's home is not theirs
-        path = homes.launch_folder(Path(self.secrets_dir), owner) / f"{self._job_name()}.json"
-        with os.fdopen(homes.open_launch_file(path, owner), "w") as out:
-            json.dump({"env": env, "cmd": cmd, "cwd": cwd}, out)
-        return path
+        return {"env": env, "cmd": cmd, "cwd": cwd}
 
     def _cwd(self) -> str | None:
         notebook_dir = self.format_string(self.notebook_dir) if self.notebook_dir else ""

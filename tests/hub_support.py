@@ -100,11 +100,11 @@ def real_hub(root: Path) -> Iterator[Hub]:
         hub.start()
         yield hub
     finally:
-        _cancel_everything(hub)
+        cancel_everything(hub)
         hub.stop()
 
 
-def _cancel_everything(hub: Hub) -> None:
+def cancel_everything(hub: Hub) -> None:
     """Cancel every job until none is left (a cancel can let a waiting job start)."""
     try:
         with hub.admin() as admin:

@@ -316,3 +316,42 @@ async def _start_then_stop_while_waiting(spawner: LabHiveSpawner) -> str:
         await start
     await spawner.stop()
     return message
+
+
+# ---- server_on_nodes: the address from the task, the tokens by handoff ------------------------
+
+
+def test_a_server_on_nodes_gets_its_address_from_the_task_and_its_token_by_handoff(
+    live: Live, tmp_path: Path
+) -> None:
+    """The node mode over the local executor (its tasks' address is 127.0.0.1); the Slurm
+    nodes are in tests/test_slurm_hub.py."""
+    spawner = make_spawner(live, tmp_path, server_on_nodes=True)
+    spawner.user_options = {"profile": "cpu"}
+    url = asyncio.run(asyncio.wait_for(spawner.start(), 60))
+    job = live.client().job(spawner.job_id)
+    assert url == f"http://{job.tasks[0]['address']}:{spawner.port}" and _answers(url)
+    env = json.loads((tmp_path / "server-env.json").read_text())
+    assert env["JUPYTERHUB_API_TOKEN"] == ALICE  # handed over TCP by the hub
+    assert ALICE not in str(job.data) and ALICE not in str(job.spec)  # nor in its command
+    assert not (tmp_path / "secrets").exists(), "node mode writes no launch file on the hub"
+    asyncio.run(spawner.stop())
+    assert _refused(url)
+
+
+def test_a_server_whose_port_is_taken_on_its_node_ends_saying_where_to_look(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from labhive.hub_extension import spawner as spawner_module
+
+    with socket.create_server(("0.0.0.0", 0)) as taken:
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(spawner_module, "random_port", lambda: port)  # the hub's pick
+        spawner = make_spawner(live, tmp_path, server_on_nodes=True)
+        spawner.user_options = {"profile": "cpu"}
+        with pytest.raises(ServerJobEnded, match=r"ended FAILED .*labhive logs \d+ --stderr"):
+            asyncio.run(asyncio.wait_for(spawner.start(), 60))
+        stderr = live.client().logs(spawner.job_id, stream="stderr").data
+    assert f"port {port} is in use on this node" in stderr

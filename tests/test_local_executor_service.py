@@ -81,6 +81,7 @@ def test_an_straced_job_lists_its_system_call_log_as_an_observation(service):
     assert "/etc/hostname" in Path(obs["path"]).read_text()
     memory = job.tasks[0]["limits"]["memory"]  # what was enforced is on the job
     assert memory["enforced"] and memory["bytes"] == 512 << 20
+    assert job.tasks[0]["address"] == "127.0.0.1"  # where a server in it is reached
 
 
 # ---- kill -9 of the service --------------------------------------------------------------

@@ -43,7 +43,7 @@ from labhive.scheduler.executors.base import (
     TaskKey,
     TaskLaunch,
 )
-from labhive.scheduler.executors.env import free_port, launch_env, rendezvous_env
+from labhive.scheduler.executors.env import LOOPBACK, free_port, launch_env, rendezvous_env
 from labhive.scheduler.executors.supervise import (
     EXIT_FILE,
     LAUNCH_FILE,
@@ -195,6 +195,7 @@ class LocalExecutor:
             "start_ticks": _start_ticks(popen.pid),
             "workdir": str(work),
             "cwd": str(cwd),
+            "address": LOOPBACK,  # where the task's servers are reached (a notebook server's)
             "run_as": owner.record(),
             "stdout": str(work / "stdout"),
             "stderr": str(work / "stderr"),

@@ -179,6 +179,7 @@ class SlurmExecutor:
             info = {
                 "slurm_job_id": slurm_id,
                 "node": launch.node,
+                "address": addresses[launch.node],  # where its servers are reached
                 "workdir": str(work),
                 "stdout": str(work / "stdout"),
                 "stderr": str(work / "stderr"),

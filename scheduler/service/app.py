@@ -603,6 +603,7 @@ def _job_out(
                 role=t["role"],
                 index=t["idx"],
                 node=t["node"],
+                address=(t.get("handle") or {}).get("address"),
                 gpus=list(t["gpus"]),
                 state=t["state"],
                 exit_code=t["exit_code"],

@@ -64,6 +64,9 @@ class TaskOut(BaseModel):
     role: str
     index: int
     node: str
+    #: Where the task's node is reached (a notebook server's URL host): 127.0.0.1 locally,
+    #: the node's address on Slurm; None before the task runs, or for an executor without one.
+    address: str | None = None
     gpus: list[int]
     state: str
     exit_code: int | None = None
