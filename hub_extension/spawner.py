@@ -422,14 +422,14 @@ class LabHiveSpawner(Spawner):
         gives no address for, or something other than the launcher on the port ends it."""
         while True:
             job = await self._job()
-            if job["state"] != "RUNNING":
+            if job.state != JobState.RUNNING:
                 raise ServerJobEnded(
-                    f"your server's job {self.job_id} ended {job['state']} before the server "
-                    f"started: {job.get('reason') or 'no reason given'} (its log: "
+                    f"your server's job {self.job_id} ended {job.state} before the server "
+                    f"started: {job.reason or 'no reason given'} (its log: "
                     f"`labhive logs {self.job_id} --stderr`)"
                 )
             # RUNNING is recorded before the executor's launch returns: the address follows
-            address = next((t.get("address") for t in job.get("tasks") or ()), None)
+            address = next((t.address for t in job.tasks), None)
             problem = "LabHive's executor has not said where your server runs (no task address)"
             if address:
                 try:

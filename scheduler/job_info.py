@@ -47,6 +47,7 @@ class TaskInfo:
     state: str | None = None  # RUNNING, then ENDED (a task's own states)
     exit_code: int | None = None
     attempt: int | None = None
+    address: str | None = None  # where the task runs, as the hub's proxy reaches it
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> TaskInfo:
@@ -58,6 +59,7 @@ class TaskInfo:
             state=doc.get("state"),
             exit_code=doc.get("exit_code"),
             attempt=doc.get("attempt"),
+            address=doc.get("address"),
         )
 
 
