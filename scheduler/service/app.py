@@ -149,7 +149,7 @@ class RequestRoute(APIRoute):
     and cookies into parameters, no dependency resolution) on each call."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        return self.endpoint  # type: ignore[no-any-return]
+        return self.endpoint
 
 
 #: The submission's body in the OpenAPI document (``submit`` reads it itself).

@@ -25,6 +25,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,7 +216,7 @@ def _unstorable(p: _Pending) -> Unstorable:
     )
 
 
-def _answer(answers: list[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
+def _answer(answers: Sequence[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
     """Hand each submission its answer on its event loop: one wake-up of each loop per batch
     (a ``call_soon_threadsafe`` per submission cost the event loop a wake-up each)."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Pending, Any]]] = {}
@@ -225,7 +226,7 @@ def _answer(answers: list[tuple[_Pending, tuple[int, float] | Exception]]) -> No
         loop.call_soon_threadsafe(_settle, some)
 
 
-def _settle(answers: list[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
+def _settle(answers: Sequence[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
     for p, answer in answers:
         if p.future.done():  # the client went away
             continue
