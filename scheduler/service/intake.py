@@ -226,7 +226,7 @@ def _answer(answers: Sequence[tuple[_Pending, tuple[int, float] | Exception]]) -
         loop.call_soon_threadsafe(_settle, some)
 
 
-def _settle(answers: list[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
+def _settle(answers: Sequence[tuple[_Pending, tuple[int, float] | Exception]]) -> None:
     for p, answer in answers:
         if p.future.done():  # the client went away
             continue
