@@ -175,6 +175,10 @@ class Accounts:
         self._cache.clear()
         self._owners.clear()
 
+    def known_id(self, who: Identity) -> int | None:
+        """The caller's account number if it is already known (no store access)."""
+        return self._ids.get((who.kind, who.name))
+
     def id_of(self, who: Identity) -> int:
         """The caller's account number (their account is created on first sight: a hub user,
         a hub service)."""

@@ -91,7 +91,10 @@ class Service:
 
     def identify(self, request: Request) -> Identity:
         """The caller with their account number, which every ownership check compares."""
-        who = self.auth.identify(request)
+        return self.numbered(self.auth.identify(request))
+
+    def numbered(self, who: Identity) -> Identity:
+        """``who`` with their account number (the first sight of a hub user writes it)."""
         assert self.owners is not None
         return dataclasses.replace(who, id=self.owners.id_of(who))
 
@@ -121,7 +124,12 @@ async def _who(request: Request) -> Identity:
     service: Service = request.app.state.service
     if getattr(service.auth, "blocking", True):
         return await run_in_threadpool(service.identify, request)
-    return service.identify(request)
+    who = service.auth.identify(request)
+    assert service.owners is not None
+    known = service.owners.known_id(who)
+    if known is None:  # first sight: the account is written to the store, off the event loop
+        return await run_in_threadpool(service.numbered, who)
+    return dataclasses.replace(who, id=known)
 
 
 Who = Annotated[Identity, Depends(_who)]
