@@ -106,32 +106,42 @@ class EtaTracker:
         self, now: float, max_waiting: int | None = None
     ) -> tuple[list[RunningJob], list[WaitingJob], dict[str, str]]:
         """The live state as the forecast takes it: running jobs with what is left of their
-        runs, the first ``max_waiting`` waiting jobs with their durations, the nodes down."""
-        views, specs, down = self.loop.forecast_state()
+        runs, the first ``max_waiting`` waiting jobs (in queue order: priority, then arrival)
+        with their durations, the nodes down.
+
+        Read from the store, with the policy asked only about the running jobs' placements:
+        its views of thousands of waiting jobs (each with a why-text) cost more than the
+        forecast itself, under the lock the scheduling pass needs. A job the pass has just
+        started but not yet stored counts as waiting at the head of its queue, where the
+        forecast starts it at once."""
+        columns = (jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at)
+        first = (
+            select(*columns)
+            .where(jobs.c.state == lc.WAITING)
+            .order_by(jobs.c.priority.desc(), jobs.c.id)
+        )
         with self.store.read() as conn:
-            active = {
-                r["id"]: dict(r)
-                for r in conn.execute(
-                    select(jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at).where(
-                        jobs.c.state.in_(lc.ACTIVE)
-                    )
-                ).mappings()
-            }
+            started = conn.execute(select(*columns).where(jobs.c.state == lc.RUNNING))
+            running_rows = {r["id"]: dict(r) for r in started.mappings()}
+            if max_waiting is not None:
+                first = first.limit(max_waiting)
+            waiting_rows = [dict(r) for r in conn.execute(first).mappings()]
             model = DurationModel.learn(self._history(conn))
+        views, specs, down = self.loop.forecast_state(running_rows)
         running: list[RunningJob] = []
-        waiting: list[WaitingJob] = []
         for v in views:
-            job_id = int(v.job_id)
-            row, spec = active.get(job_id), specs.get(job_id)
-            if row is None or spec is None:
-                continue  # ended meanwhile
-            if v.state == lc.RUNNING:
-                elapsed = now - (row["started_at"] or now)
-                left = model.predict(spec, row["user"], elapsed)
-                running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
-            elif max_waiting is None or len(waiting) < max_waiting:
-                spread = model.predict(spec, row["user"])
-                waiting.append(WaitingJob(v.job_id, spec, row["submitted_at"], spread))
+            row, spec = running_rows[int(v.job_id)], specs.get(int(v.job_id))
+            if v.state != lc.RUNNING or spec is None:
+                continue  # ended, or sent back to waiting, meanwhile
+            left = model.predict(spec, row["user"], now - (row["started_at"] or now))
+            running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
+        waiting: list[WaitingJob] = []
+        for row in waiting_rows:
+            spec = specs.get(row["id"])
+            if spec is None:
+                continue  # not yet taken in by the pass, or ended meanwhile
+            spread = model.predict(spec, row["user"])
+            waiting.append(WaitingJob(str(row["id"]), spec, row["submitted_at"], spread))
         return running, waiting, down
 
     def suggest(self, job_id: int, vcs: list[str]) -> list[Suggestion]:
