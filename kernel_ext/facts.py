@@ -71,6 +71,7 @@ class JobFacts:
     finished: float | None = None
     attempt: int | None = None
     command: str | None = None
+    eta: tuple[float, float, float] | None = None  # a waiting job's estimated start, p10, p90
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> JobFacts:
@@ -95,6 +96,7 @@ class JobFacts:
             finished=timestamp(data.get("finished_at")),
             attempt=data.get("attempt"),
             command=data.get("command"),
+            eta=estimate(data),
         )
 
     @property
@@ -161,7 +163,16 @@ def queue_entry(entry: Mapping[str, Any]) -> JobFacts:
         position=entry.get("position"),
         why=entry.get("why"),
         gpus=entry.get("gpus"),
+        eta=estimate(entry),
     )
+
+
+def estimate(data: Mapping[str, Any]) -> tuple[float, float, float] | None:
+    """The service's ETA fields (``eta``, ``eta_low``, ``eta_high``); None when it has none."""
+    if data.get("eta") is None:
+        return None
+    eta = float(data["eta"])
+    return eta, float(data.get("eta_low") or eta), float(data.get("eta_high") or eta)
 
 
 @dataclass(frozen=True, slots=True)
