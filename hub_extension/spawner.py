@@ -581,13 +581,20 @@ class LabHiveSpawner(Spawner):
         (Path(self.secrets_dir) / f"{self._job_name()}.json").unlink(missing_ok=True)
 
 
-def waiting_text(job: dict[str, Any]) -> str:
-    """ "WAITING: position 2 of 3 in vc1 — <why>" from a job as the service returns it."""
+def waiting_text(job: dict[str, Any], now: float | None = None) -> str:
+    """ "WAITING: position 2 of 3 in vc1, expected to start in ~5 min — <why>" from a job as
+    the service returns it (the estimate when the service has one)."""
     why = _POSITION_TAIL.sub("", job.get("why") or job.get("reason") or "").strip()
     pos, length = job.get("queue_position"), job.get("queue_length")
     head = (
         f"WAITING: position {pos} of {length} in {job['vc']}" if pos else f"WAITING in {job['vc']}"
     )
+    if job.get("eta") is not None:
+        from labhive.scheduler.eta import eta_text  # here: keeps this change in one function
+
+        eta, low, high = job["eta"], job.get("eta_low") or job["eta"], job.get("eta_high")
+        when = eta_text(eta, low, high or eta, time.time() if now is None else now)
+        head += ", expected to " + when.replace("starts", "start", 1)
     return f"{head} — {why}" if why else head
 
 

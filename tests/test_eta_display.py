@@ -70,3 +70,15 @@ def test_the_job_widget_shows_the_estimate() -> None:
     widget.show(JobSnapshot(facts, "", ()))
     assert "starts in ~25 min (10-50)" in widget.summary.value
     widget.close()
+
+
+def test_the_spawn_page_says_when_a_queued_server_starts() -> None:
+    from labhive.hub_extension.spawner import waiting_text
+
+    job = {"vc": "vc1", "queue_position": 2, "queue_length": 3, "why": "vc1 is full", **ETA}
+    assert waiting_text(job, T0) == (
+        "WAITING: position 2 of 3 in vc1, expected to start in ~25 min (10-50) — vc1 is full"
+    )
+    exact = {**job, "eta": T0 + 300, "eta_low": T0 + 300, "eta_high": T0 + 300, "why": None}
+    assert waiting_text(exact, T0) == "WAITING: position 2 of 3 in vc1, expected to start in ~5 min"
+    assert waiting_text(exact, T0 + 400).endswith(", expected to start now")

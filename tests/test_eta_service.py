@@ -86,3 +86,49 @@ def test_suggestions_when_applied_start_the_job(service, capsys):
     moved = c.submit(command="sleep 600", vc="default", gpus=4, name="mine2", time_limit="5m")
     wait_until(lambda: moved.refresh().state == "RUNNING", what="the suggested variant to run")
     assert cli(service, capsys, "show", str(moved.id), "--suggest")[0] == 2  # not waiting
+
+
+def test_a_queued_notebook_server_s_spawn_page_says_when_it_starts(service, tmp_path):
+    """vc1 is held for 5 min more by a job with a limit, a 1-min job waits first (both at the
+    servers' priority, so neither is preempted): alice's 1-GPU server is second in vc1's queue
+    and starts when both have run out, in ~6 min."""
+    import asyncio
+    import sys
+    from types import SimpleNamespace
+
+    from jupyterhub.objects import Hub
+
+    from labhive.hub_extension.spawner import LabHiveSpawner
+
+    c = service.client()
+    prod = {"command": "sleep 600", "vc": "vc1", "gpus": 4, "priority": "prod"}  # as servers
+    hog = c.submit(name="hog", time_limit="5m", **prod)
+    wait_until(lambda: hog.refresh().state == "RUNNING", what="hog to run")
+    c.submit(name="next", time_limit="1m", **prod)
+    spawner = LabHiveSpawner(
+        user=SimpleNamespace(name="alice", escaped_name="alice", url="/user/alice/", id=1),
+        hub=Hub(ip="127.0.0.1", port=1, base_url="/hub/"),
+        api_token="alice-token-123",
+        service_url=service.url,
+        service_token=service.admin,
+        cmd=[sys.executable, "-c", "import time; time.sleep(600)"],
+        secrets_dir=str(tmp_path / "secrets"),
+        profiles=[{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}],
+        poll_s=0.1,
+    )
+    spawner.user_options = {"profile": "1gpu"}
+
+    async def spawn_page() -> str:
+        start = asyncio.ensure_future(spawner.start())
+        try:
+            async for event in spawner.progress():
+                if "expected to start" in event["message"]:
+                    return str(event["message"])
+            raise AssertionError("progress ended without an estimate")
+        finally:
+            start.cancel()
+            await asyncio.gather(start, return_exceptions=True)
+            await spawner.stop(now=True)
+
+    message = asyncio.run(asyncio.wait_for(spawn_page(), 60))
+    assert message.startswith("WAITING: position 2 of 2 in vc1, expected to start in ~6 min —")
