@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
+from labhive.scheduler.client import Rejected
 from labhive.scheduler.service.eta import stored_accuracy
 
 pytest_plugins = ["service_fixtures"]
@@ -132,3 +133,15 @@ def test_a_queued_notebook_server_s_spawn_page_says_when_it_starts(service, tmp_
 
     message = asyncio.run(asyncio.wait_for(spawn_page(), 60))
     assert message.startswith("WAITING: position 2 of 2 in vc1, expected to start in ~6 min —")
+
+
+def test_a_job_that_can_never_run_is_refused_with_what_would_run_and_that_runs(service):
+    """vc1 is one node of 4 GPUs: 8 GPUs there never fit, in one task or two; 4 do."""
+    c = service.client()
+    with pytest.raises(Rejected, match=r"4 GPUs") as err:
+        c.submit(command="sleep 600", vc="vc1", gpus=8, name="big")
+    message = str(err.value)
+    assert err.value.status == 422
+    assert "It would run if you ask for 4 GPUs per task instead of 8 (--gpus 4)" in message
+    fixed = c.submit(command="sleep 600", vc="vc1", gpus=4, name="big")
+    wait_until(lambda: fixed.refresh().state == "RUNNING", what="the suggested variant to run")
