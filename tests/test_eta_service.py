@@ -63,6 +63,9 @@ def test_waiting_jobs_get_the_starts_their_queue_implies(service, capsys):
     (ratio,) = families["labhive_eta_range_coverage_ratio"].samples
     assert ratio.labels == {"vc": "vc1"} and ratio.value == 0.0
     assert "labhive_eta_error_seconds" in families
+    (forecasts,) = families["labhive_eta_forecasts"].samples  # what the ETA thread cost
+    (cpu,) = families["labhive_eta_forecast_cpu_seconds"].samples
+    assert forecasts.value >= 1 and cpu.value > 0
 
 
 def cli(service, capsys, *argv: str) -> tuple[int, str, str]:
