@@ -45,7 +45,7 @@ MAX_WAITING = 500
 #: The thread's share of one core at most: after a forecast that took d seconds it waits
 #: max(MIN_GAP_S, d / DUTY - d), so a long queue never starves the scheduling pass. At 5% it
 #: took 9% of the service's CPU under a submission flood (the service is held to about half a
-#: core by the GIL); at 2%, about 4%.
+#: core by the GIL); at 2%, 1.6% over 40 s (``benchmarks/bench_eta_cost.py``).
 DUTY = 0.02
 MIN_GAP_S = 2.0
 
