@@ -665,11 +665,18 @@ class LabHiveSpawner(Spawner):
         (Path(self.secrets_dir) / f"{self._job_name()}.json").unlink(missing_ok=True)
 
 
-def waiting_text(job: JobInfo) -> str:
-    """ "WAITING: position 2 of 3 in vc1 — <why>" from a job as the service returns it."""
+def waiting_text(job: JobInfo, now: float | None = None) -> str:
+    """ "WAITING: position 2 of 3 in vc1, expected to start in ~5 min — <why>" from a job as
+    the service returns it (the estimate when the service has one)."""
     why = _POSITION_TAIL.sub("", job.why or job.reason or "").strip()
     pos, length = job.queue_position, job.queue_length
     head = f"WAITING: position {pos} of {length} in {job.vc}" if pos else f"WAITING in {job.vc}"
+    if job.eta is not None:
+        from labhive.scheduler.eta import eta_text  # here: keeps this change in one function
+
+        low, high = job.eta_low or job.eta, job.eta_high or job.eta
+        when = eta_text(job.eta, low, high, time.time() if now is None else now)
+        head += ", expected to " + when.replace("starts", "start", 1)
     return f"{head} — {why}" if why else head
 
 

@@ -50,6 +50,7 @@ class JobFacts:
     started: float | None = None
     finished: float | None = None
     attempt: int | None = None
+    eta: tuple[float, float, float] | None = None  # a waiting job's estimated start, p10, p90
 
     @classmethod
     def from_job(cls, job: JobInfo) -> JobFacts:
@@ -73,6 +74,9 @@ class JobFacts:
             started=job.started_at,
             finished=job.finished_at,
             attempt=job.attempt,
+            eta=(job.eta, job.eta_low or job.eta, job.eta_high or job.eta)
+            if job.eta is not None
+            else None,
         )
 
     @classmethod
@@ -144,7 +148,16 @@ def queue_entry(entry: Mapping[str, Any]) -> JobFacts:
         position=entry.get("position"),
         why=entry.get("why"),
         gpus=entry.get("gpus"),
+        eta=estimate(entry),
     )
+
+
+def estimate(data: Mapping[str, Any]) -> tuple[float, float, float] | None:
+    """The service's ETA fields (``eta``, ``eta_low``, ``eta_high``); None when it has none."""
+    if data.get("eta") is None:
+        return None
+    eta = float(data["eta"])
+    return eta, float(data.get("eta_low") or eta), float(data.get("eta_high") or eta)
 
 
 @dataclass(frozen=True, slots=True)

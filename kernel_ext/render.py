@@ -12,6 +12,7 @@ from html import escape
 
 from labhive.kernel_ext.facts import OTHERS, JobFacts, QueueFacts, TaskFacts
 from labhive.scheduler.client import JobState
+from labhive.scheduler.eta import eta_text
 
 STATE_COLOURS: dict[str, str] = {
     JobState.WAITING: "#d97706",
@@ -58,6 +59,13 @@ def position(job: JobFacts) -> str:
     return f"position {job.position}{total}{where}"
 
 
+def starts(job: JobFacts, now: float) -> str:
+    """ "starts in ~25 min (10-50)" for a waiting job the service has an estimate for."""
+    if job.state != "WAITING" or job.eta is None:
+        return ""
+    return eta_text(*job.eta, now)
+
+
 def summary_line(job: JobFacts, now: float) -> str:
     """One line that says where the job stands: the text a papermill report ends with."""
     head = f"job {job.name}: {job.state}"
@@ -67,6 +75,7 @@ def summary_line(job: JobFacts, now: float) -> str:
         pos = position(job)
         text = f"{head} ({pos})" if pos else head
         text += f" for {seconds(took)}" if took is not None else ""
+        text += f", {starts(job, now)}" if job.eta is not None else ""
         return f"{text} - {job.why}" if job.why else text
     if job.state == JobState.RUNNING:
         return head + (f" for {seconds(took)}" if took is not None else "") + where
@@ -127,6 +136,8 @@ _COLUMNS = ("id", "name", "user", "vc", "state", "where / why", "time")
 
 def _row(job: JobFacts, now: float) -> tuple[str, ...]:
     where = placement(job.tasks) if job.state != JobState.WAITING else position(job)
+    if job.state == JobState.WAITING and job.eta is not None:
+        where = f"{where}, {starts(job, now)}" if where else starts(job, now)
     if job.state == JobState.WAITING and job.why:
         where = f"{where}: {job.why}" if where else job.why
     return (
@@ -176,6 +187,7 @@ def queue_text(queue: QueueFacts, now: float) -> str:
         )
         for job in (j for j in queue.waiting if j.vc == vc.name):
             line = summary_line(job, now) if job.id != OTHERS else f"{job.name}, {job.gpus} GPUs"
+            line += f", {starts(job, now)}" if job.id == OTHERS and job.eta is not None else ""
             lines.append(f"  {job.position or '?'}. {line}")
     return "\n".join(lines) if lines else "no virtual clusters"
 
@@ -185,8 +197,9 @@ def queue_html(queue: QueueFacts, now: float) -> str:
     for vc in queue.vcs:
         waiting = [j for j in queue.waiting if j.vc == vc.name]
         items = "".join(
-            f"<li>{escape(j.name)} ({escape(j.user or '?')}, {j.gpus or '?'} GPUs): "
-            f"{escape(j.why or '')}</li>"
+            f"<li>{escape(j.name)} ({escape(j.user or '?')}, {j.gpus or '?'} GPUs)"
+            + (f", {escape(starts(j, now))}" if j.eta is not None else "")
+            + f": {escape(j.why or '')}</li>"
             for j in waiting
         )
         rows.append(

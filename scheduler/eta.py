@@ -42,6 +42,10 @@ Spread = tuple[float, float, float]
 NO_HISTORY: Spread = (600.0, 3600.0, 14400.0)
 #: Samples a level of history needs before it is trusted over the next, wider one.
 MIN_SAMPLES = 3
+#: With a limit but no history of how much of their limits jobs use: any share from a tenth
+#: to all of it, evenly (a limit is an upper bound; taken as the run's length it made every
+#: range a point at the latest start, which real starts almost always beat: 0% coverage).
+PRIOR_SHARES = tuple(i / 10 for i in range(1, 11))
 #: Words that run the real program named next ("python train.py" is "train.py").
 RUNNERS = frozenset({"python", "python3", "bash", "sh", "srun", "mpirun", "torchrun", "env"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -154,7 +158,7 @@ class DurationModel:
             shares = _first_enough(
                 (self.used_by_user.get(user), self.used_by_vc.get(spec.vc), self.used)
             )
-            samples = [limit] * MIN_SAMPLES if shares is None else [limit * x for x in shares]
+            samples = [limit * x for x in (PRIOR_SHARES if shares is None else shares)]
         else:
             key = (spec.total_gpus, command_name(spec))
             levels = (

@@ -91,3 +91,49 @@ def suggest(
         out.append(Suggestion(change, flags, found.eta, found.low, found.high, soon, risk))
     first = [s for s in out if s.soon]
     return first + sorted((s for s in out if not s.soon), key=lambda s: s.eta)
+
+
+def splits(spec: JobSpec) -> list[tuple[str, str, str, JobSpec]]:
+    """The same GPUs in more, smaller tasks (a one-role job): 16 GPUs x 1 task -> 8 x 2, ..."""
+    if len(spec.roles) != 1:
+        return []
+    role = spec.roles[0]
+    out = []
+    parts = 2
+    while parts <= role.gpu:
+        if role.gpu % parts == 0:
+            gpus, tasks = role.gpu // parts, role.instances * parts
+            split = dataclasses.replace(role, gpu=gpus, instances=tasks)
+            out.append((f"ask for {gpus} GPUs per task and {tasks} tasks",
+                        f"--gpus {gpus} --tasks {tasks}", "",
+                        dataclasses.replace(spec, roles=(split,))))  # fmt: skip
+        parts *= 2
+    return out
+
+
+def runnable(
+    spec: JobSpec, vcs: Iterable[str], check: Callable[[JobSpec], None]
+) -> tuple[str, str, str] | None:
+    """The smallest change (change, flags, risk) that makes a job ``check`` refuses as never
+    runnable one it accepts: the same GPUs split into more tasks first (nothing lost), then the
+    changes ``variants`` tries; None when none does (or the job has several roles)."""
+    for change, flags, risk, variant in (*splits(spec), *variants(spec, vcs)):
+        try:
+            check(variant)
+        except ValueError:
+            continue
+        return change, flags, risk
+    return None
+
+
+def with_remedy(
+    message: str, spec: JobSpec, vcs: Iterable[str], check: Callable[[JobSpec], None]
+) -> str:
+    """A refusal's message followed by what would make the job runnable, when something does."""
+    found = runnable(spec, vcs, check)
+    if found is None:
+        return message
+    change, flags, risk = found
+    return f"{message.rstrip('.')}. It would run if you {change} ({flags})" + (
+        f"; {risk}" if risk else ""
+    )

@@ -79,7 +79,8 @@ def test_durations_come_from_the_users_then_the_vcs_then_the_clusters_history():
     assert model.predict(job, "dan")[1] == 1000.0  # the VC's: ann's and bob's
     assert model.predict(spec("e", 2, vc="vc9", command="python eval.py"), "x") == (7.0, 7.0, 7.0)
     limited = dataclasses.replace(job, time_limit=150.0)
-    assert model.predict(limited, "ann") == (150.0, 150.0, 150.0)  # no history of limits
+    # no history of limits: a tenth to all of it, evenly (p10, p50, p90 of 15, 30, ..., 150)
+    assert model.predict(limited, "ann") == pytest.approx((28.5, 82.5, 136.5))
     assert DurationModel().predict(job, "ann") == NO_HISTORY
 
 
@@ -105,7 +106,8 @@ def test_a_run_in_progress_is_predicted_from_the_runs_that_lasted_longer():
     assert model.predict(job, "ann", elapsed=50.0) == (70.0, 150.0, 230.0)
     assert model.predict(job, "ann", elapsed=400.0) == (40.0, 400.0, 1200.0)  # outlived all
     limited = dataclasses.replace(job, time_limit=1000.0)
-    assert model.predict(limited, "ann", elapsed=600.0) == (400.0, 400.0, 400.0)
+    # no history of limits, 600 s in: the shares past 0.6 are left, 100-400 s
+    assert model.predict(limited, "ann", elapsed=600.0) == pytest.approx((130.0, 250.0, 370.0))
 
 
 def test_eta_text_says_when_in_the_estimates_unit():
@@ -118,18 +120,23 @@ def test_eta_text_says_when_in_the_estimates_unit():
 
 
 def test_replaying_a_trace_scores_the_etas_given_at_submit():
-    """Eight 4-GPU jobs of 100 s, one a second, on one 4-GPU node, each declaring its 100 s:
-    every estimate is exact, so the error is 0 and every start is in its range."""
+    """Eight 4-GPU jobs of 100 s on one 4-GPU node, each declaring its 100 s: j1-j3 arrive
+    before anything ended, when a limit says only "up to 100 s" (a tenth to all of it); j4-j7
+    arrive at 350-353, after three runs used all of their limits, and are estimated exactly."""
     from sim_helpers import job
 
+    from labhive.scheduler.eta import Estimate
     from labhive.scheduler.eta_replay import replay_etas
 
-    jobs = [job(f"j{k}", float(k), 4, 100.0) for k in range(8)]
+    submits = [0.0, 1.0, 2.0, 3.0, 350.0, 351.0, 352.0, 353.0]
+    jobs = [job(f"j{k}", t, 4, 100.0) for k, t in enumerate(submits)]
     for j in jobs:
         j.spec = dataclasses.replace(j.spec, time_limit=100.0)
     score, pairs = replay_etas("fifo", cluster([4]), jobs)
-    assert (score.jobs, score.median_abs_error_s, score.coverage) == (7, 0.0, 1.0)
-    assert {k: (e.eta, start) for k, (e, start) in pairs.items()}["j3"] == (300.0, 300.0)
+    assert pairs["j1"] == (Estimate(55.0, 19.0, 91.0), 100.0)  # j0, 1 s in: 9-99 s left
+    for k in range(4, 8):
+        assert pairs[f"j{k}"] == (Estimate(100.0 * k, 100.0 * k, 100.0 * k), 100.0 * k)
+    assert (score.jobs, score.median_abs_error_s, score.coverage) == (7, 0.0, 4 / 7)
 
 
 def test_without_limits_the_history_learnt_so_far_gives_the_estimate():

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
+from labhive.scheduler.client import Rejected
 from labhive.scheduler.service.eta import stored_accuracy
 
 pytest_plugins = ["service_fixtures"]
@@ -27,22 +28,25 @@ def service(tmp_path: Path):
 
 def test_waiting_jobs_get_the_starts_their_queue_implies(service, capsys):
     c = service.client()
-    a = c.submit(command="sleep 600", vc="vc1", gpus=4, name="a", time_limit=100)
+    a = c.submit(command="sleep 600", vc="vc1", gpus=4, name="a", time_limit=1000)
     wait_until(lambda: a.refresh().state == "RUNNING", what="a to run")
     b = c.submit(command="sleep 600", vc="vc1", gpus=4, name="b", time_limit=30)
     d = c.submit(command="sleep 600", vc="vc1", gpus=4, name="d", time_limit=30)
     wait_until(lambda: d.refresh().data.get("eta") is not None, what="d's estimate")
     started = a.data["started_at"]
     b.refresh()
-    assert b.data["eta"] == pytest.approx(started + 100, abs=0.01)
-    assert b.data["eta_low"] == pytest.approx(b.data["eta"]) == pytest.approx(b.data["eta_high"])
-    assert d.data["eta"] == pytest.approx(started + 130, abs=0.01)
+    # no history of how much of their limits jobs use: a tenth to all of it (p10/p50/p90 of
+    # 0.1, 0.2 ... 1.0 are 0.19, 0.55, 0.91); a is under 100 s in, so no share is behind it
+    ends = [started + x * 1000 for x in (0.55, 0.19, 0.91)]
+    assert [b.data[k] for k in ("eta", "eta_low", "eta_high")] == pytest.approx(ends, abs=0.01)
+    after = [e + x * 30 for e, x in zip(ends, (0.55, 0.19, 0.91), strict=True)]
+    assert [d.data[k] for k in ("eta", "eta_low", "eta_high")] == pytest.approx(after, abs=0.01)
     assert "starts in ~" in cli(service, capsys, "show", str(d.id))[1]
     assert "starts in ~" in cli(service, capsys, "queue")[1]
     assert "starts in ~" in cli(service, capsys, "jobs", "--state", "WAITING")[1]
     queue = c._get("/queue")
     etas = {e["id"]: e["eta"] for e in queue["waiting"]}
-    assert etas[b.id] == pytest.approx(started + 100, abs=0.01)
+    assert etas[b.id] == pytest.approx(ends[0], abs=0.01)
     a.cancel()
     wait_until(lambda: b.refresh().state == "RUNNING", what="b to run")
 
@@ -59,6 +63,9 @@ def test_waiting_jobs_get_the_starts_their_queue_implies(service, capsys):
     (ratio,) = families["labhive_eta_range_coverage_ratio"].samples
     assert ratio.labels == {"vc": "vc1"} and ratio.value == 0.0
     assert "labhive_eta_error_seconds" in families
+    (forecasts,) = families["labhive_eta_forecasts"].samples  # what the ETA thread cost
+    (cpu,) = families["labhive_eta_forecast_cpu_seconds"].samples
+    assert forecasts.value >= 1 and cpu.value > 0
 
 
 def cli(service, capsys, *argv: str) -> tuple[int, str, str]:
@@ -86,3 +93,64 @@ def test_suggestions_when_applied_start_the_job(service, capsys):
     moved = c.submit(command="sleep 600", vc="default", gpus=4, name="mine2", time_limit="5m")
     wait_until(lambda: moved.refresh().state == "RUNNING", what="the suggested variant to run")
     assert cli(service, capsys, "show", str(moved.id), "--suggest")[0] == 2  # not waiting
+
+
+def test_a_queued_notebook_server_s_spawn_page_says_when_it_starts(service, tmp_path):
+    """vc1 is held for up to 5 min by a job with a limit, a 1-min job waits first (both at the
+    servers' priority, so neither is preempted): alice's 1-GPU server is second in vc1's queue
+    and starts when both have ended, by 6 min at the latest; with no history of how much of
+    their limits jobs use, ~55% of that (10-100%, p10-p90 19-91%)."""
+    import asyncio
+    import sys
+    from types import SimpleNamespace
+
+    from jupyterhub.objects import Hub
+
+    from labhive.hub_extension.spawner import LabHiveSpawner
+
+    c = service.client()
+    prod = {"command": "sleep 600", "vc": "vc1", "gpus": 4, "priority": "prod"}  # as servers
+    hog = c.submit(name="hog", time_limit="5m", **prod)
+    wait_until(lambda: hog.refresh().state == "RUNNING", what="hog to run")
+    c.submit(name="next", time_limit="1m", **prod)
+    spawner = LabHiveSpawner(
+        user=SimpleNamespace(name="alice", escaped_name="alice", url="/user/alice/", id=1),
+        hub=Hub(ip="127.0.0.1", port=1, base_url="/hub/"),
+        api_token="alice-token-123",
+        service_url=service.url,
+        service_token=service.admin,
+        cmd=[sys.executable, "-c", "import time; time.sleep(600)"],
+        secrets_dir=str(tmp_path / "secrets"),
+        profiles=[{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}],
+        poll_s=0.1,
+    )
+    spawner.user_options = {"profile": "1gpu"}
+
+    async def spawn_page() -> str:
+        start = asyncio.ensure_future(spawner.start())
+        try:
+            async for event in spawner.progress():
+                if "expected to start" in event["message"]:
+                    return str(event["message"])
+            raise AssertionError("progress ended without an estimate")
+        finally:
+            start.cancel()
+            await asyncio.gather(start, return_exceptions=True)
+            await spawner.stop(now=True)
+
+    message = asyncio.run(asyncio.wait_for(spawn_page(), 60))
+    assert message.startswith(
+        "WAITING: position 2 of 2 in vc1, expected to start in ~3 min (1-5) —"
+    )
+
+
+def test_a_job_that_can_never_run_is_refused_with_what_would_run_and_that_runs(service):
+    """vc1 is one node of 4 GPUs: 8 GPUs there never fit, in one task or two; 4 do."""
+    c = service.client()
+    with pytest.raises(Rejected, match=r"4 GPUs") as err:
+        c.submit(command="sleep 600", vc="vc1", gpus=8, name="big")
+    message = str(err.value)
+    assert err.value.status == 422
+    assert "It would run if you ask for 4 GPUs per task instead of 8 (--gpus 4)" in message
+    fixed = c.submit(command="sleep 600", vc="vc1", gpus=4, name="big")
+    wait_until(lambda: fixed.refresh().state == "RUNNING", what="the suggested variant to run")

@@ -28,6 +28,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from labhive.scheduler.backfill import may_jump
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
@@ -143,6 +144,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self._no_room: set[Hashable] = set()
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
+        self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
 
     # ---- what subclasses decide --------------------------------------------------------------
 
@@ -410,6 +412,8 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             if self._head(self.group_key(only)) is only:
                 self._try(only, out)
             return
+        if groups is None:
+            self._blocked = None  # a full pass finds the blocked head afresh
         free = self.pool.free_gpus
         if not self.preemptive and free == 0:
             return  # nothing can start until something ends
@@ -439,6 +443,8 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         allowed, opp = self.admit(job)
         if not allowed or (self.per_vc and not self._room_in_vc(job)):
             return False
+        if self.backfill and not self._may_jump(job):
+            return False
         tasks = None
         shape = job.gang.shape
         over = self._over_quota(job)
@@ -449,9 +455,27 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         if tasks is None:
             tasks = self._preempt_for(job, opp, out)
             if tasks is None:
+                if self._blocked is None or self._blocked.job_id not in self._waiting:
+                    self._blocked = job
                 return False
         out.append(self._start(job, tasks, opp))
         return True
+
+    def _may_jump(self, job: QueuedJob) -> bool:
+        """EASY backfill (``backfill.py``): past the blocked head only if the job's limit ends
+        before the head could start, or it fits beside the head then."""
+        head = self._blocked
+        if head is None or head is job or head.job_id not in self._waiting:
+            return True
+        if self.group_priority(job) < self.group_priority(head):
+            return True  # ahead of the head in the policy's order: not a jump
+        placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # the running ones
+        running = [
+            (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None) for j in placed
+        ]
+        return may_jump(
+            self._now, job.gpus, job.spec.time_limit, head.gpus, self.pool.free_gpus, running
+        )
 
     def _over_quota(self, job: QueuedJob) -> int:
         """Per-VC mode: GPUs the VC must give back before the job may start (else 0)."""

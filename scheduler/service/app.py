@@ -107,7 +107,13 @@ class Service:
         except (ValueError, TypeError, KeyError) as err:
             raise UserError(f"invalid job: {err}") from err
         with self._check_lock:
-            self.check(spec)
+            try:
+                self.check(spec)
+            except SpecRejected as err:  # say what would make it runnable, when something does
+                from labhive.scheduler.suggest import with_remedy
+
+                vcs = [v for v in self.loop.cluster().vcs if who.may_submit_to(v)]
+                raise SpecRejected(with_remedy(str(err), spec, vcs, self.check)) from err
         if not who.may_submit_to(spec.vc):
             allowed = ", ".join(sorted(who.vcs)) or "none"
             raise Forbidden(f"you may not submit to VC {spec.vc!r}; your groups grant: {allowed}")

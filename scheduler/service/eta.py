@@ -43,8 +43,10 @@ HISTORY = 2000
 #: forecast cost grow without bound); the rest get no estimate until they move up.
 MAX_WAITING = 500
 #: The thread's share of one core at most: after a forecast that took d seconds it waits
-#: max(MIN_GAP_S, d / DUTY - d), so a long queue never starves the scheduling pass.
-DUTY = 0.05
+#: max(MIN_GAP_S, d / DUTY - d), so a long queue never starves the scheduling pass. At 5% it
+#: took 9% of the service's CPU under a submission flood (the service is held to about half a
+#: core by the GIL); at 2%, 1.6% over 40 s (``benchmarks/bench_eta_cost.py``).
+DUTY = 0.02
 MIN_GAP_S = 2.0
 
 
@@ -67,6 +69,9 @@ class EtaTracker:
         self.refresh_s = refresh_s  # recomputed this often even when nothing changed (time runs)
         self._commands: dict[int, tuple[str, float | None]] = {}  # ended jobs' (see _learnt)
         self._thread: threading.Thread | None = None
+        #: What the thread cost (on /metrics): forecasts run and their CPU seconds.
+        self.forecasts = 0
+        self.cpu_s = 0.0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="labhive-eta", daemon=True)
@@ -83,12 +88,14 @@ class EtaTracker:
             if self.loop.passes == seen and now - last < self.refresh_s:
                 continue
             seen, last = self.loop.passes, now
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.thread_time()
             try:
                 self.update()
             except Exception as err:  # an estimate is a courtesy: never kill the thread
                 log.warning("could not compute ETAs (%s: %s)", type(err).__name__, err)
             took = time.perf_counter() - began
+            self.forecasts += 1
+            self.cpu_s += time.thread_time() - cpu
             gap = max(MIN_GAP_S, took / DUTY - took)
 
     def update(self) -> dict[int, Estimate]:
@@ -106,32 +113,42 @@ class EtaTracker:
         self, now: float, max_waiting: int | None = None
     ) -> tuple[list[RunningJob], list[WaitingJob], dict[str, str]]:
         """The live state as the forecast takes it: running jobs with what is left of their
-        runs, the first ``max_waiting`` waiting jobs with their durations, the nodes down."""
-        views, specs, down = self.loop.forecast_state()
+        runs, the first ``max_waiting`` waiting jobs (in queue order: priority, then arrival)
+        with their durations, the nodes down.
+
+        Read from the store, with the policy asked only about the running jobs' placements:
+        its views of thousands of waiting jobs (each with a why-text) cost more than the
+        forecast itself, under the lock the scheduling pass needs. A job the pass has just
+        started but not yet stored counts as waiting at the head of its queue, where the
+        forecast starts it at once."""
+        columns = (jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at)
+        first = (
+            select(*columns)
+            .where(jobs.c.state == lc.WAITING)
+            .order_by(jobs.c.priority.desc(), jobs.c.id)
+        )
         with self.store.read() as conn:
-            active = {
-                r["id"]: dict(r)
-                for r in conn.execute(
-                    select(jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at).where(
-                        jobs.c.state.in_(lc.ACTIVE)
-                    )
-                ).mappings()
-            }
+            started = conn.execute(select(*columns).where(jobs.c.state == lc.RUNNING))
+            running_rows = {r["id"]: dict(r) for r in started.mappings()}
+            if max_waiting is not None:
+                first = first.limit(max_waiting)
+            waiting_rows = [dict(r) for r in conn.execute(first).mappings()]
             model = DurationModel.learn(self._history(conn))
+        views, specs, down = self.loop.forecast_state(running_rows)
         running: list[RunningJob] = []
-        waiting: list[WaitingJob] = []
         for v in views:
-            job_id = int(v.job_id)
-            row, spec = active.get(job_id), specs.get(job_id)
-            if row is None or spec is None:
-                continue  # ended meanwhile
-            if v.state == lc.RUNNING:
-                elapsed = now - (row["started_at"] or now)
-                left = model.predict(spec, row["user"], elapsed)
-                running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
-            elif max_waiting is None or len(waiting) < max_waiting:
-                spread = model.predict(spec, row["user"])
-                waiting.append(WaitingJob(v.job_id, spec, row["submitted_at"], spread))
+            row, spec = running_rows[int(v.job_id)], specs.get(int(v.job_id))
+            if v.state != lc.RUNNING or spec is None:
+                continue  # ended, or sent back to waiting, meanwhile
+            left = model.predict(spec, row["user"], now - (row["started_at"] or now))
+            running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
+        waiting: list[WaitingJob] = []
+        for row in waiting_rows:
+            spec = specs.get(row["id"])
+            if spec is None:
+                continue  # not yet taken in by the pass, or ended meanwhile
+            spread = model.predict(spec, row["user"])
+            waiting.append(WaitingJob(str(row["id"]), spec, row["submitted_at"], spread))
         return running, waiting, down
 
     def suggest(self, job_id: int, vcs: list[str]) -> list[Suggestion]:
@@ -288,3 +305,17 @@ def render_accuracy(rows: list[Accuracy]) -> str:
             vc = a.vc.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
             lines.append(f'labhive_eta_range_coverage_ratio{{vc="{vc}"}} {a.coverage:g}')
     return "\n".join(lines) + "\n"
+
+
+def render_cost(tracker: EtaTracker | None) -> str:
+    """What the ETA thread cost, in Prometheus' text format (nothing when ETAs are off)."""
+    if tracker is None:
+        return ""
+    return (
+        "# HELP labhive_eta_forecasts_total Forecasts the ETA thread ran.\n"
+        "# TYPE labhive_eta_forecasts_total counter\n"
+        f"labhive_eta_forecasts_total {tracker.forecasts}\n"
+        "# HELP labhive_eta_forecast_cpu_seconds_total CPU time the ETA thread spent on them.\n"
+        "# TYPE labhive_eta_forecast_cpu_seconds_total counter\n"
+        f"labhive_eta_forecast_cpu_seconds_total {tracker.cpu_s:g}\n"
+    )

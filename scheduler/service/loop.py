@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -282,10 +282,14 @@ class SchedulerLoop:
         with self._sched_lock:
             return self.scheduler.jobs()
 
-    def forecast_state(self) -> tuple[list[JobView], dict[int, JobSpec], dict[str, str]]:
-        """What an ETA forecast starts from: the policy's jobs, their specs, the nodes down."""
+    def forecast_state(
+        self, job_ids: Iterable[int]
+    ) -> tuple[list[JobView], dict[int, JobSpec], dict[str, str]]:
+        """What an ETA forecast starts from: the policy's views of these jobs (the running
+        ones: a running job's view is cheap, a waiting one's why-text is not, and the lock
+        stalls the pass meanwhile), the specs of all, the nodes down."""
         with self._sched_lock:
-            views = self.scheduler.jobs()
+            views = [v for j in job_ids if (v := self.scheduler.job(str(j))) is not None]
             specs = dict(self._specs)
         return views, specs, {**self.health_down, **self.held}
 

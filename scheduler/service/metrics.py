@@ -21,6 +21,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 def render(monitoring: Monitoring, store: Store) -> str:
     """The page, with the ETA accuracy series; it takes what it renders, not the app, so that it
     needs nothing of the app."""
-    from labhive.scheduler.service.eta import render_accuracy, stored_accuracy
+    from labhive.scheduler.service.eta import render_accuracy, render_cost, stored_accuracy
 
-    return monitoring.render() + render_accuracy(stored_accuracy(store))
+    cost = render_cost(monitoring.loop.eta)
+    return monitoring.render() + render_accuracy(stored_accuracy(store)) + cost
