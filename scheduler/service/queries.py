@@ -87,6 +87,11 @@ class QueueRow(TypedDict):
     task_count: int
 
 
+def columns(row: JobRow | TaskRow | EventRow | QueueRow) -> dict[str, Any]:
+    """A row as a plain mapping of column to value, to copy into a response model."""
+    return cast(dict[str, Any], row)
+
+
 @dataclass(frozen=True)
 class JobFilter:
     """Which jobs ``GET /jobs`` lists: newest first, one page of them.
@@ -101,6 +106,11 @@ class JobFilter:
     vc: str | None = None
     limit: int = 100
     offset: int = 0
+
+
+def ping(conn: Connection) -> None:
+    """The cheapest round trip to the database (``/health`` asks it whether it answers)."""
+    conn.execute(select(1))
 
 
 def job(conn: Connection, job_id: int) -> JobRow | None:

@@ -7,14 +7,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import FastAPI
-from sqlalchemy import select
 
 from labhive.scheduler.model import NodeDown, NodeUp, NodeView
-from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Forbidden, Identity
 from labhive.scheduler.service.routing import NotFound, Who, endpoints
-from labhive.scheduler.service.store import jobs
 
 if TYPE_CHECKING:
     from labhive.scheduler.service.app import Service
@@ -81,12 +79,7 @@ def _job_shown(svc: Service, me: Identity) -> Callable[[str], int | str]:
     if me.admin:
         return int
     with svc.store.read() as conn:
-        mine = {
-            str(i)
-            for i in conn.execute(
-                select(jobs.c.id).where(jobs.c.owner_id == me.id, jobs.c.state.in_(lc.ACTIVE))
-            ).scalars()
-        }
+        mine = {str(i) for i in q.active_job_ids(conn, me.id)}
     return lambda job: int(job) if str(job) in mine else FOREIGN_JOB
 
 

@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import FastAPI, Query
-from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import TaskHandle, TaskKey
 from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Forbidden, Identity
 from labhive.scheduler.service.monitoring import JobGpusOut
 from labhive.scheduler.service.responses import encodable
 from labhive.scheduler.service.routing import MAX_INT, JobId, NotFound, Who, endpoints
-from labhive.scheduler.service.store import events, job_row, jobs, tasks
 
 if TYPE_CHECKING:
     from labhive.scheduler.service.app import Service
@@ -46,24 +46,24 @@ def register(app: FastAPI, svc: Service) -> None:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     ) -> s.JobList:
-        query = select(jobs).order_by(jobs.c.id.desc()).limit(limit).offset(offset)
-        if not me.admin:
-            query = query.where(jobs.c.owner_id == me.id)
-        elif user:
-            query = query.where(jobs.c.user == user)
-        if state:
-            query = query.where(jobs.c.state == state)
-        if vc:
-            query = query.where(jobs.c.vc == vc)
+        want = q.JobFilter(
+            owner_only=not me.admin,
+            owner_id=me.id,
+            user=user,
+            state=state,
+            vc=vc,
+            limit=limit,
+            offset=offset,
+        )
         with svc.store.read() as conn:
-            rows = [dict(r) for r in conn.execute(query).mappings()]
+            rows = q.job_list(conn, want)
         return s.JobList(jobs=[_job_out(r, svc.loop) for r in rows])
 
     @get("/jobs/{job_id}", response_model=s.JobOut)
     def get_job(job_id: JobId, me: Who) -> s.JobOut:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
-            task_rows = _tasks(conn, job_id, row["attempt"])
+            task_rows = q.attempt_tasks(conn, job_id, row["attempt"])
         return _job_out(row, svc.loop, task_rows, with_spec=True)
 
     @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
@@ -80,9 +80,9 @@ def register(app: FastAPI, svc: Service) -> None:
 
         def look() -> tuple[bool, s.JobOut]:
             with svc.store.read() as conn:
-                row = job_row(conn, job_id)
+                row = q.job(conn, job_id)
                 assert row is not None
-                task_rows = _tasks(conn, job_id, row["attempt"])
+                task_rows = q.attempt_tasks(conn, job_id, row["attempt"])
             out = _job_out(row, svc.loop, task_rows, with_spec=True)
             return row["state"] in lc.TERMINAL, out
 
@@ -100,10 +100,9 @@ def register(app: FastAPI, svc: Service) -> None:
     def job_events(job_id: JobId, me: Who) -> s.EventList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
-            rows = conn.execute(
-                select(events).where(events.c.job_id == job_id).order_by(events.c.id)
-            ).mappings()
-            out = [s.EventOut(**{k: r[k] for k in s.EventOut.model_fields}) for r in rows]
+            rows = q.job_events(conn, job_id)
+        fields = s.EventOut.model_fields
+        out = [s.EventOut(**{k: v for k, v in q.columns(r).items() if k in fields}) for r in rows]
         return s.EventList(job_id=job_id, events=out)
 
     @get("/jobs/{job_id}/logs", response_model=s.LogChunk)
@@ -118,8 +117,8 @@ def register(app: FastAPI, svc: Service) -> None:
     ) -> s.LogChunk:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
-            at = attempt or _last_attempt(conn, job_id) or row["attempt"]
-            task_rows = _tasks(conn, job_id, at)
+            at = attempt or q.last_attempt(conn, job_id) or row["attempt"]
+            task_rows = q.attempt_tasks(conn, job_id, at)
         names = [f"{t['role']}-{t['idx']}" for t in task_rows]
         chosen = task_rows[0] if task_rows and task is None else None
         if task is not None:
@@ -148,12 +147,7 @@ def register(app: FastAPI, svc: Service) -> None:
     def job_observations(job_id: JobId, me: Who) -> s.ObservationList:
         with svc.store.read() as conn:
             _owned(conn, job_id, me)
-            task_rows = [
-                dict(r)
-                for r in conn.execute(
-                    select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.id)
-                ).mappings()
-            ]
+            task_rows = q.job_tasks(conn, job_id)
         out = []
         for t in task_rows:
             if not t["handle"]:
@@ -192,8 +186,9 @@ def register(app: FastAPI, svc: Service) -> None:
         return {"job_id": job_id, "suggestions": [dataclasses.asdict(x) for x in found]}
 
 
-def _owned(conn: Any, job_id: int, me: Identity) -> dict[str, Any]:
-    row = job_row(conn, job_id)
+def _owned(conn: Connection, job_id: int, me: Identity) -> q.JobRow:
+    """The job ``job_id`` if ``me`` may see it; a 404 or a 403 that says why otherwise."""
+    row = q.job(conn, job_id)
     if row is None:
         raise NotFound(f"no job {job_id}")
     if not me.owns(row["owner_id"]):
@@ -201,33 +196,17 @@ def _owned(conn: Any, job_id: int, me: Identity) -> dict[str, Any]:
     return row
 
 
-def _tasks(conn: Any, job_id: int, attempt: int) -> list[dict[str, Any]]:
-    query = (
-        select(tasks)
-        .where(tasks.c.job_id == job_id, tasks.c.attempt == attempt)
-        .order_by(tasks.c.role, tasks.c.idx)
-    )
-    return [dict(r) for r in conn.execute(query).mappings()]
-
-
-def _last_attempt(conn: Any, job_id: int) -> int | None:
-    """The newest attempt that ran tasks (a requeued job's logs are its last run's)."""
-    last: int | None = conn.execute(
-        select(func.max(tasks.c.attempt)).where(tasks.c.job_id == job_id)
-    ).scalar()
-    return last
-
-
 def _job_out(
-    row: dict[str, Any],
+    row: q.JobRow,
     loop: SchedulerLoop | None = None,
-    task_rows: list[dict[str, Any]] | None = None,
+    task_rows: list[q.TaskRow] | None = None,
     with_spec: bool = False,
 ) -> s.JobOut:
     if with_spec:  # names in a spec stored before intake checked them may not encode
         row, task_rows = encodable(row), encodable(task_rows)
+    shown = s.JobOut.model_fields.keys() - {"tasks", "spec"}
     out = s.JobOut(
-        **{k: row[k] for k in s.JobOut.model_fields if k not in ("tasks", "spec") and k in row},
+        **{k: v for k, v in q.columns(row).items() if k in shown},
         tasks=[
             s.TaskOut(
                 role=t["role"],

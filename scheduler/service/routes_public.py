@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
-from sqlalchemy import select
 
 from labhive import __version__
+from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.routing import PREFIX
 
@@ -32,7 +32,7 @@ def register(app: FastAPI, svc: Service) -> None:
         No exception text: this answers anyone."""
         try:
             with svc.store.read() as conn:
-                conn.execute(select(1))
+                q.ping(conn)
             database = "ok"
         except Exception as err:  # health reports a broken database, it does not raise
             database = f"error: {type(err).__name__}"

@@ -6,13 +6,12 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
-from sqlalchemy import select
 
 from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.routes_cluster import vcs_out
 from labhive.scheduler.service.routing import Who, endpoints
-from labhive.scheduler.service.store import jobs
 
 if TYPE_CHECKING:
     from labhive.scheduler.service.app import Service
@@ -33,19 +32,7 @@ def register(app: FastAPI, svc: Service) -> None:
     def queue(me: Who, vc: str | None = None) -> s.QueueOut:
         views = svc.loop.views()
         with svc.store.read() as conn:
-            rows = {
-                r["id"]: dict(r)
-                for r in conn.execute(
-                    select(
-                        jobs.c.id,
-                        jobs.c.user,
-                        jobs.c.owner_id,
-                        jobs.c.name,
-                        jobs.c.gpus,
-                        jobs.c.task_count,
-                    ).where(jobs.c.state.in_(lc.ACTIVE))
-                ).mappings()
-            }
+            rows = q.active_jobs(conn)
         running: list[s.QueueEntry] = []
         waiting: list[s.QueueEntry] = []
         for v in views:
