@@ -1,0 +1,177 @@
+"""The store's named read queries for the REST API, with typed rows.
+
+The routers ask for "a job", "a user's jobs", "the tasks of an attempt" by name instead of
+composing SQL inline, so each query is written (and indexed, and reviewed) once. A row is a
+``TypedDict`` of its table's columns: the handlers keep reading ``row["state"]``, and the type
+checker knows which keys exist and what they hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypedDict, cast
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.store import events, jobs, tasks
+
+
+class JobRow(TypedDict):
+    """One row of ``jobs``."""
+
+    id: int
+    name: str
+    user: str
+    vc: str
+    priority: int
+    state: str
+    attempt: int
+    retries: int
+    retries_used: int
+    task_count: int
+    gpus: int
+    opportunistic: bool
+    cancel_requested: bool
+    spec: dict[str, Any]
+    reason: str
+    why: str | None
+    exit_code: int | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+    owner_id: int | None
+
+
+class TaskRow(TypedDict):
+    """One row of ``tasks``: one task of one attempt, with what the executor needs to find it."""
+
+    id: int
+    job_id: int
+    attempt: int
+    role: str
+    idx: int
+    node: str
+    gpus: list[int]
+    cells: Any
+    state: str
+    exit_code: int | None
+    handle: dict[str, Any] | None
+    started_at: float
+    ended_at: float | None
+
+
+class EventRow(TypedDict):
+    """One row of ``events``: a state transition of a job."""
+
+    id: int
+    job_id: int
+    time: float
+    from_state: str | None
+    to_state: str
+    attempt: int
+    reason: str
+    why: str | None
+
+
+class QueueRow(TypedDict):
+    """What the queue shows of an active job beside the loop's view of it."""
+
+    id: int
+    user: str
+    owner_id: int | None
+    name: str
+    gpus: int
+    task_count: int
+
+
+def columns(row: JobRow | TaskRow | EventRow | QueueRow) -> dict[str, Any]:
+    """A row as a plain mapping of column to value, to copy into a response model."""
+    return cast(dict[str, Any], row)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs ``GET /jobs`` lists: newest first, one page of them.
+
+    ``owner_only`` restricts the list to ``owner_id``'s jobs (a user sees only their own);
+    ``user`` filters by the owner's name (an admin's choice)."""
+
+    owner_only: bool = False
+    owner_id: int | None = None
+    user: str | None = None
+    state: str | None = None
+    vc: str | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+def ping(conn: Connection) -> None:
+    """The cheapest round trip to the database (``/health`` asks it whether it answers)."""
+    conn.execute(select(1))
+
+
+def job(conn: Connection, job_id: int) -> JobRow | None:
+    """The job ``job_id``, or None when there is no such job."""
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+    return cast(JobRow, dict(row)) if row else None
+
+
+def job_list(conn: Connection, want: JobFilter) -> list[JobRow]:
+    """One page of the jobs ``want`` selects, newest first."""
+    query = select(jobs).order_by(jobs.c.id.desc()).limit(want.limit).offset(want.offset)
+    if want.owner_only:
+        query = query.where(jobs.c.owner_id == want.owner_id)
+    elif want.user:
+        query = query.where(jobs.c.user == want.user)
+    if want.state:
+        query = query.where(jobs.c.state == want.state)
+    if want.vc:
+        query = query.where(jobs.c.vc == want.vc)
+    return [cast(JobRow, dict(r)) for r in conn.execute(query).mappings()]
+
+
+def attempt_tasks(conn: Connection, job_id: int, attempt: int) -> list[TaskRow]:
+    """The tasks of one attempt of a job, by role and index."""
+    query = (
+        select(tasks)
+        .where(tasks.c.job_id == job_id, tasks.c.attempt == attempt)
+        .order_by(tasks.c.role, tasks.c.idx)
+    )
+    return [cast(TaskRow, dict(r)) for r in conn.execute(query).mappings()]
+
+
+def job_tasks(conn: Connection, job_id: int) -> list[TaskRow]:
+    """Every task of every attempt of a job, in the order they were stored."""
+    query = select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.id)
+    return [cast(TaskRow, dict(r)) for r in conn.execute(query).mappings()]
+
+
+def last_attempt(conn: Connection, job_id: int) -> int | None:
+    """The newest attempt that ran tasks (a requeued job's logs are its last run's)."""
+    last: int | None = conn.execute(
+        select(func.max(tasks.c.attempt)).where(tasks.c.job_id == job_id)
+    ).scalar()
+    return last
+
+
+def job_events(conn: Connection, job_id: int) -> list[EventRow]:
+    """A job's state transitions, oldest first."""
+    query = select(events).where(events.c.job_id == job_id).order_by(events.c.id)
+    return [cast(EventRow, dict(r)) for r in conn.execute(query).mappings()]
+
+
+def active_jobs(conn: Connection) -> dict[int, QueueRow]:
+    """The waiting and running jobs by id, with the columns the queue shows."""
+    query = select(
+        jobs.c.id, jobs.c.user, jobs.c.owner_id, jobs.c.name, jobs.c.gpus, jobs.c.task_count
+    ).where(jobs.c.state.in_(lc.ACTIVE))
+    return {r["id"]: cast(QueueRow, dict(r)) for r in conn.execute(query).mappings()}
+
+
+def active_job_ids(conn: Connection, owner_id: int | None) -> set[int]:
+    """The ids of ``owner_id``'s waiting and running jobs."""
+    query = select(jobs.c.id).where(jobs.c.owner_id == owner_id, jobs.c.state.in_(lc.ACTIVE))
+    return set(conn.execute(query).scalars())

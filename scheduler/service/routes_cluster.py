@@ -1,0 +1,142 @@
+"""The cluster's nodes, GPUs and VCs, and an admin taking nodes down and up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from fastapi import FastAPI
+
+from labhive.scheduler.model import NodeDown, NodeUp, NodeView
+from labhive.scheduler.service import queries as q
+from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.auth import Forbidden, Identity
+from labhive.scheduler.service.routing import NotFound, Who, endpoints
+
+if TYPE_CHECKING:
+    from labhive.scheduler.service.app import Service
+
+T = TypeVar("T")
+
+
+def register(app: FastAPI, svc: Service) -> None:
+    """Add ``/cluster``, ``/nodes/{node}/down|up``, ``/vcs`` and ``/gpus``."""
+    get, post = endpoints(app)
+
+    @get("/cluster", response_model=s.ClusterOut)
+    def cluster(me: Who) -> s.ClusterOut:
+        view = svc.loop.cluster()
+        shown = _job_shown(svc, me)
+        nodes = [_node_out(svc, n, shown) for n in view.nodes]
+        return s.ClusterOut(
+            virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=vcs_out(svc, me)
+        )
+
+    @post("/nodes/{node}/down", response_model=s.NodeOut)
+    def node_down(node: str, me: Who, body: s.NodeDownRequest | None = None) -> s.NodeOut:
+        """Take a node out of service (admins): its jobs are stopped and requeued, nothing
+        starts there, and it stays down across restarts until ``/nodes/{node}/up``."""
+        _known_node(svc, node, me)
+        return _node_settled(svc, svc.loop.take_down(node, body.reason if body else "", me.name))
+
+    @post("/nodes/{node}/up", response_model=s.NodeOut)
+    def node_up(node: str, me: Who) -> s.NodeOut:
+        """Put a node an admin took down back into service (admins)."""
+        _known_node(svc, node, me)
+        return _node_settled(svc, svc.loop.bring_up(node))
+
+    @get("/vcs", response_model=s.VCList)
+    def vcs(me: Who) -> s.VCList:
+        return s.VCList(vcs=vcs_out(svc, me))
+
+    @get("/gpus", response_model=s.GPUList)
+    def gpus(me: Who) -> s.GPUList:
+        view = svc.loop.cluster()
+        shown = _job_shown(svc, me)
+        out = [
+            s.GPUOut(
+                node=n.name,
+                index=g,
+                sku=n.sku,
+                healthy=n.healthy,
+                job=shown(n.used[g]) if g in n.used else None,
+                virtual=view.virtual,
+            )
+            for n in view.nodes
+            for g in n.gpus
+        ]
+        return s.GPUList(gpus=out)
+
+
+#: What a non-admin sees in place of another user's job id on the GPU and cluster views.
+FOREIGN_JOB = "another user's job"
+
+
+def _job_shown(svc: Service, me: Identity) -> Callable[[str], int | str]:
+    """How a job holding a GPU is shown to ``me``: its id to an admin or its owner, else
+    ``FOREIGN_JOB`` (ids of others' jobs tell when they submit and how much they run)."""
+    if me.admin:
+        return int
+    with svc.store.read() as conn:
+        mine = {str(i) for i in q.active_job_ids(conn, me.id)}
+    return lambda job: int(job) if str(job) in mine else FOREIGN_JOB
+
+
+def _node_out(svc: Service, n: NodeView, shown: Callable[[str], int | str] = int) -> s.NodeOut:
+    return s.NodeOut(
+        name=n.name,
+        sku=n.sku,
+        gpus=list(n.gpus),
+        healthy=n.healthy,
+        reason=n.reason,
+        used={str(g): shown(j) for g, j in n.used.items()},
+        held=n.name in svc.loop.held,
+    )
+
+
+def _known_node(svc: Service, node: str, me: Identity) -> None:
+    if not me.admin:
+        raise Forbidden("only an admin may take nodes down or bring them up")
+    names = [n.name for n in svc.loop.cluster().nodes]
+    if node not in names:
+        raise NotFound(f"no node {node!r}; this cluster has {', '.join(names)}")
+
+
+def _node_settled(svc: Service, event: NodeDown | NodeUp, wait_s: float = 5.0) -> s.NodeOut:
+    """The node once the loop has applied ``event`` (as it stands after ``wait_s`` at most)."""
+    want = (True, "") if isinstance(event, NodeUp) else (False, event.reason or "down")
+
+    def look() -> tuple[bool, s.NodeOut]:
+        (view,) = [n for n in svc.loop.cluster().nodes if n.name == event.node]
+        return (view.healthy, view.reason) == want, _node_out(svc, view)
+
+    return _settled(svc, wait_s, look)
+
+
+def _settled(svc: Service, wait_s: float, look: Callable[[], tuple[bool, T]]) -> T:
+    """``look()`` gives (done, answer); ask again after each scheduler pass until it is done or
+    ``wait_s`` has passed, and return the last answer."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        done, answer = look()
+        left = deadline - time.monotonic()
+        if done or left <= 0:
+            return answer
+        with svc.loop.changed:
+            svc.loop.changed.wait(min(left, 0.2))
+
+
+def vcs_out(svc: Service, me: Identity) -> dict[str, s.VCOut]:
+    view = svc.loop.cluster()
+    return {
+        name: s.VCOut(
+            name=name,
+            guaranteed_gpus=v.guaranteed_gpus,
+            used_gpus=v.used_gpus,
+            opportunistic_gpus=v.opportunistic_gpus,
+            waiting=v.waiting,
+            may_submit=me.may_submit_to(name),
+        )
+        for name, v in view.vcs.items()
+    }

@@ -1,0 +1,60 @@
+"""The endpoints that answer without a token: ``/health`` and ``/metrics``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from labhive import __version__
+from labhive.scheduler.service import queries as q
+from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.routing import PREFIX
+
+if TYPE_CHECKING:
+    from labhive.scheduler.service.app import Service
+
+PUBLIC = (f"{PREFIX}/health", f"{PREFIX}/metrics")
+
+
+def register(app: FastAPI, svc: Service) -> None:
+    """/health and /metrics answer without a token (probes and Prometheus scrape them)."""
+
+    @app.get(
+        PREFIX + "/health",
+        response_model=s.Health,
+        responses={503: {"model": s.Health, "description": "degraded: the loop is stalled"}},
+    )
+    def health() -> JSONResponse:
+        """200 "ok", or 503 "degraded" when the database does not answer or the scheduler loop
+        has not completed a pass for ``loop_stall_s`` (so a supervisor restarts the service).
+        No exception text: this answers anyone."""
+        try:
+            with svc.store.read() as conn:
+                q.ping(conn)
+            database = "ok"
+        except Exception as err:  # health reports a broken database, it does not raise
+            database = f"error: {type(err).__name__}"
+        loop = svc.loop.health
+        age = loop.age()
+        ok = database == "ok" and age <= svc.loop_stall_s
+        body = s.Health(
+            status="ok" if ok else "degraded",
+            version=__version__,
+            database=database,
+            loop_age_s=round(age, 3),
+            loop_last_pass=svc.loop.last_pass or None,
+            loop_failures=loop.failures,
+            loop_error=loop.error,
+            policy=svc.policy,
+            executor=getattr(svc.executor, "name", type(svc.executor).__name__),
+        )
+        return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+
+    @app.get(PREFIX + "/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        from labhive.scheduler.service.metrics import CONTENT_TYPE, render
+
+        assert svc.monitoring is not None  # set by Service.__post_init__
+        return PlainTextResponse(render(svc.monitoring, svc.store), media_type=CONTENT_TYPE)
