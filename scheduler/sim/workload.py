@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterable, Iterator
 
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
@@ -43,7 +44,7 @@ def trace_job_spec(tj: TraceJob, vc: str, priority: int = PRIORITY_CLASSES["prod
 
 
 def sim_jobs(
-    trace_jobs: list[TraceJob],
+    trace_jobs: Iterable[TraceJob],
     config: ClusterConfig,
     *,
     priority: int = PRIORITY_CLASSES["prod"],
@@ -55,12 +56,28 @@ def sim_jobs(
     ``sample`` keeps each job with that probability, drawn from ``seed``: the same seed gives
     the same jobs.
     """
+    left_out: Counter[str] = Counter()
+    jobs = list(
+        iter_sim_jobs(trace_jobs, config, left_out, priority=priority, sample=sample, seed=seed)
+    )
+    return jobs, left_out
+
+
+def iter_sim_jobs(
+    trace_jobs: Iterable[TraceJob],
+    config: ClusterConfig,
+    left_out: Counter[str],
+    *,
+    priority: int = PRIORITY_CLASSES["prod"],
+    sample: float | None = None,
+    seed: int = 0,
+) -> Iterator[SimJob]:
+    """``sim_jobs`` one at a time, as the simulation reaches them (a million-job trace is
+    never a list); ``left_out`` counts the jobs not replayed, by reason, as they pass."""
     vcs = sorted(config.vcs)
     single = vcs[0] if len(vcs) == 1 else None
     rng = random.Random(seed)
-    left_out: Counter[str] = Counter()
     seen: set[str] = set()
-    out: list[SimJob] = []
     for tj in trace_jobs:
         if sample is not None and rng.random() >= sample:
             left_out["not sampled"] += 1
@@ -72,15 +89,12 @@ def sim_jobs(
         job_id = tj.job_id if tj.job_id not in seen else f"{tj.job_id}@{tj.line}"
         seen.add(job_id)
         spec = trace_job_spec(tj, vc, priority)
-        out.append(
-            SimJob(
-                job_id=job_id,
-                spec=spec,
-                submit=tj.submit,
-                duration=tj.duration,
-                vc=tj.vc,
-                user=tj.user,
-                status=tj.status,
-            )
+        yield SimJob(
+            job_id=job_id,
+            spec=spec,
+            submit=tj.submit,
+            duration=tj.duration,
+            vc=tj.vc,
+            user=tj.user,
+            status=tj.status,
         )
-    return out, left_out
