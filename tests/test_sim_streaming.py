@@ -89,3 +89,14 @@ def test_jobs_out_of_submit_order_are_refused() -> None:
     jobs = load_trace(SAMPLE, limit=3).jobs
     with pytest.raises(ValueError, match="sorted by submit time"):
         run_policy("fifo", config, [jobs[1], jobs[0], jobs[2]])
+
+
+def test_a_run_that_keeps_no_jobs_reports_the_same_figures() -> None:
+    config, _ = load_sim_cluster(MACHINES, None, 40)
+    jobs = load_trace(SAMPLE, limit=400).jobs
+    for policy in ("fifo", "las", "hived"):
+        kept = run_policy(policy, config, jobs)
+        lean = run_policy(policy, config, iter(jobs), keep_jobs=False)
+        assert lean.summary == kept.summary, policy
+        assert len(kept.result.jobs) == 400 and lean.result.jobs == []
+        assert len(lean.result.table) == 400

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.errors import UserError
+
+if TYPE_CHECKING:
+    from labhive.scheduler.sim.runner import PolicyRun
 
 SYNTHETIC_NOTE = (
     "NOTE: this trace is SYNTHETIC (generated in the Philly format); its metrics are not "
@@ -181,12 +184,11 @@ def run(args: argparse.Namespace) -> int:
             sample=args.sample,
             seed=args.seed,
             progress=not args.quiet,
+            keep_jobs=args.out is not None,  # per-job CSVs and figures need the jobs
         )
         for policy in args.policy
     ]
-    if runs and not any(
-        j.queue_delay or j.state in ("WAITING", "REJECTED") for r in runs for j in r.result.jobs
-    ):
+    if runs and not any(_queued(r) for r in runs):
         notes.append(
             "no job ever queued under any policy: the cluster is larger than this load needs, "
             "so every policy gives the same figures; try --machines N for a slice where jobs "
@@ -201,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
     return _report(args, runs, meta, notes)
+
+
+def _queued(run: PolicyRun) -> bool:
+    """Whether any job ever waited (to start, or at the end), or was rejected."""
+    overall = run.summary["overall"]
+    return bool(overall["queue_delay_avg"]) or run.result.table.count("WAITING", "REJECTED") > 0
 
 
 PER_VC_POLICIES = ("fifo", "sjf", "las")

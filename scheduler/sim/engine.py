@@ -38,6 +38,7 @@ from labhive.scheduler.model import (
     Tick,
 )
 from labhive.scheduler.replay import COMPLETION, VirtualTimeDriver
+from labhive.scheduler.sim.jobtable import JobTable
 from labhive.scheduler.sim.timeline import Timeline
 
 #: Trace statuses that mean the job ended well; any other ends it FAILED.
@@ -70,6 +71,7 @@ class SimJob:
     stops: int = 0
     nodes: tuple[str, ...] = ()  # where its last run ran
     gpus: int = field(init=False)  # the spec's, read on every change (a property cost 4%)
+    row: int = -1  # its row in the run's ``JobTable``
 
     def __post_init__(self) -> None:
         self.remaining = self.duration
@@ -113,20 +115,24 @@ class SimJob:
 @dataclass
 class SimResult:
     policy: str
-    jobs: list[SimJob]
+    jobs: list[SimJob]  # every job, unless the run was told not to keep them (``keep_jobs``)
     timeline: Timeline
     total_gpus: int
     end_time: float
     events: int = 0
     wakeups: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    table: JobTable = field(default_factory=JobTable)  # every job's figures, for the metrics
 
 
 class Simulation(VirtualTimeDriver):
     """Drive ``scheduler`` through ``jobs`` (sorted by submit time) and scheduled actions.
 
     ``jobs`` may be any iterable, a generator too: it is read as virtual time reaches each
-    submission, so a million-job trace never sits in memory as a list of jobs."""
+    submission, so a million-job trace never sits in memory as a list of jobs. With
+    ``keep_jobs=False`` a job that is done is only a row of figures in ``table`` (its record
+    and ``SimJob`` are dropped), so memory holds just the jobs in flight; per-job output
+    (``SimResult.jobs``) then is empty."""
 
     now: float
 
@@ -140,8 +146,11 @@ class Simulation(VirtualTimeDriver):
         restart_cost: float = 0.0,
         progress: Callable[[int], None] | None = None,
         observe: Callable[[Simulation, str], None] | None = None,
+        keep_jobs: bool = True,
     ) -> None:
         super().__init__(scheduler)
+        self.keep_jobs = keep_jobs
+        self.table = JobTable()
         if checkpoint is not None and checkpoint <= 0:
             raise ValueError("checkpoint interval must be positive")
         self.jobs = iter(jobs)
@@ -190,14 +199,17 @@ class Simulation(VirtualTimeDriver):
         if self.progress is not None and self._ended:
             self.progress(self._ended)
         self.timeline.close(self.now)
+        for left in self.sim_jobs.values():  # jobs not done (and, when kept, all of them)
+            self.table.fill(left.row, left)
         return SimResult(
             policy=getattr(self.scheduler, "name", type(self.scheduler).__name__),
-            jobs=[j for j in self.sim_jobs.values()],
+            jobs=list(self.sim_jobs.values()) if self.keep_jobs else [],
             timeline=self.timeline,
             total_gpus=self.total_gpus,
             end_time=self.now,
             events=self.events,
             wakeups=self.wakeups,
+            table=self.table,
         )
 
     def _seen(self, label: str) -> None:
@@ -216,6 +228,7 @@ class Simulation(VirtualTimeDriver):
         if job.record is not None:
             raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.sim_jobs[job.job_id] = job
+        job.row = self.table.add(job)
         record = self.submit(job.job_id, job.spec, job.duration)
         return f"{job.spec.name} submitted" + (" (rejected)" if record.state == "REJECTED" else "")
 
@@ -250,6 +263,7 @@ class Simulation(VirtualTimeDriver):
         job = self.sim_jobs.get(job_id)
         if job is None:  # a scenario submission, not from the trace
             job = self.sim_jobs[job_id] = SimJob(job_id, spec, self.now, duration or 0.0)
+            job.row = self.table.add(job)
             if duration is None:
                 job.remaining = math.inf  # runs until a scripted finish, fail or cancel
         self.timeline.wait(job, +1)  # before the policy sees it: it may start at once
@@ -257,6 +271,7 @@ class Simulation(VirtualTimeDriver):
         job.record = record
         if record.state == "REJECTED":
             self.timeline.wait(job, -1)
+            self._done(job)
         return record
 
     def end(self, job_id: str, ok: bool) -> None:
@@ -272,6 +287,8 @@ class Simulation(VirtualTimeDriver):
         else:
             job.end = self.now
         super().end(job_id, ok)
+        if not retry:
+            self._done(job)
 
     def cancel(self, job_id: str) -> None:
         job = self.sim_jobs.get(job_id)
@@ -283,6 +300,17 @@ class Simulation(VirtualTimeDriver):
                 self.timeline.wait(job, -1)
             job.end = self.now
         super().cancel(job_id)
+        if job is not None and record is not None and record.done:
+            self._done(job)
+
+    def _done(self, job: SimJob) -> None:
+        """The job will not change again: its figures go to the table; unless jobs are kept,
+        the job and its record are forgotten (a million-job run holds only those in flight)."""
+        self.table.fill(job.row, job)
+        if not self.keep_jobs:
+            self.sim_jobs.pop(job.job_id, None)
+            self.records.pop(job.job_id, None)
+            self.durations.pop(job.job_id, None)
 
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a

@@ -54,7 +54,11 @@ def run_policy(
     seed: int = 0,
     progress: bool = False,
     observe: Callable[..., None] | None = None,
+    keep_jobs: bool = True,
 ) -> PolicyRun:
+    """Replay ``trace_jobs`` (a list or a stream, in submit order) under ``policy``.
+    ``keep_jobs=False`` keeps only each job's figures, not the job (``result.jobs`` is empty):
+    what a million-job run needs, when no per-job output is asked for."""
     name, options = parse_policy(policy)
     if locality is not None and name != "hived":
         options.setdefault("locality", locality)
@@ -71,12 +75,13 @@ def run_policy(
         restart_cost=restart_cost,
         progress=report.update,
         observe=observe,
+        keep_jobs=keep_jobs,
     )
     started = time.perf_counter()
     try:
         result = sim.run()
     finally:
-        report.total = len(sim.sim_jobs)  # the jobs replayed (the bar counted the trace's)
+        report.total = len(sim.table)  # the jobs replayed (the bar counted the trace's)
         report.close(time.perf_counter() - started)
     summary = summarize(result)
     summary["policy"] = policy
