@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
     if args.per_vc:
         args.policy = [_per_vc(p) for p in args.policy]
     priority = parse_priority(args.priority)
+    if not args.quiet:
+        for warning in _thrash_warnings(args.policy, args.checkpoint):
+            print(warning, file=sys.stderr, flush=True)
     config, cluster_note = load_sim_cluster(args.cluster, args.vcs, args.machines)
     trace = load_trace(
         args.trace, strict=args.strict, service_time=args.service_time, limit=args.limit
@@ -244,6 +248,30 @@ def _per_vc(policy: str) -> str:
             + ("keeps VC quotas already" if name in ("capacity", "hived") else "has no per-VC mode")
         )
     return f"{name}:{rest + ',' if rest else ''}per_vc=true"
+
+
+def _thrash_warnings(policies: list[str], checkpoint: float | None) -> list[str]:
+    """Said before the run, which may not end for minutes: LAS with starvation promotion
+    and no checkpoints thrashes (a promoted job preempts others, which lose all their
+    progress, are promoted back in turn and preempt it: on 400 jobs of 40 machines, 39,000
+    wake-ups for 240 jobs ended, the simulated clock running on past the last arrival)."""
+    from labhive.scheduler.sim.runner import parse_policy
+
+    out = []
+    for policy in policies:
+        name, options = parse_policy(policy)
+        try:
+            knob = float(options.get("promote_knob", 0))
+        except ValueError:
+            continue  # the policy itself says what is wrong with it
+        if name == "las" and knob > 0 and checkpoint is None:
+            out.append(
+                f"simulate: WARNING: {policy} without --checkpoint thrashes: preempted jobs "
+                "lose all their progress and promotion brings them back to preempt others, so "
+                "long jobs may never finish and the run may take minutes; give --checkpoint "
+                "SECONDS (Tiresias' model: --checkpoint 1) or las:promote_knob=0"
+            )
+    return out
 
 
 def _waste_warnings(runs: list[Any]) -> list[str]:
