@@ -69,7 +69,7 @@ class SimJob:
     wasted_gpu_seconds: float = 0.0  # progress lost to preemptions, plus restart costs
     run_seconds: float = 0.0  # time running, over all runs
     stops: int = 0
-    nodes: tuple[str, ...] = ()  # where its last run ran
+    placed: tuple[TaskPlacement, ...] = ()  # its last run's tasks
     gpus: int = field(init=False)  # the spec's, read on every change (a property cost 4%)
     row: int = -1  # its row in the run's ``JobTable``
 
@@ -78,6 +78,11 @@ class SimJob:
         self.vc = self.vc or self.spec.vc
         self.user = self.user or (self.spec.user or "")
         self.gpus = self.spec.total_gpus
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Where its last run ran (worked out when asked: only per-job output asks)."""
+        return tuple(sorted({t.node for t in self.placed}))
 
     @property
     def state(self) -> str:
@@ -331,7 +336,7 @@ class Simulation(VirtualTimeDriver):
             job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
             job.run_start = self.now
             job.gpus_held += more
-            job.nodes = tuple(sorted({t.node for t in record.tasks}))
+            job.placed = record.tasks
             self.timeline.run(job, more)
 
     def _time_run(self, record: JobRecord) -> None:
@@ -340,7 +345,7 @@ class Simulation(VirtualTimeDriver):
         job.running = True
         job.run_start = self.now
         job.gpus_held = sum(len(t.gpus) for t in record.tasks)
-        job.nodes = tuple(sorted({t.node for t in record.tasks}))
+        job.placed = record.tasks
         if job.first_start is None:
             job.first_start = self.now
         self.timeline.wait(job, -1)

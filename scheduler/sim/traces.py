@@ -359,19 +359,22 @@ def _philly_json_row(obj: Any, line: int, service_time: ServiceTime) -> TraceJob
 def _iter_csv(
     trace: Trace, lines: Iterable[str], parse_row: Any, required: tuple[str, ...]
 ) -> Iterator[TraceJob]:
-    reader = csv.DictReader(lines)
-    reader.fieldnames = [f.strip() for f in reader.fieldnames or []]
-    missing = [c for c in required if c not in reader.fieldnames]
+    reader = csv.reader(lines)  # DictReader's work, without its per-row checks in Python
+    fields = [f.strip() for f in next(reader, [])]
+    missing = [c for c in required if c not in fields]
     if missing:
         raise UserError(
             f"{trace.source}: line 1: the header lacks {', '.join(missing)} ({trace.format} trace)"
         )
-    for row in reader:
+    width = len(fields)
+    for values in reader:
+        if not values:
+            continue  # a blank line
         line = reader.line_num
-        if None in row or any(v is None for v in row.values()):
+        if len(values) != width:
             trace.problems.append(RowProblem(line, "wrong number of columns"))
             continue
-        job = _take(trace, line, parse_row, row, line)
+        job = _take(trace, line, parse_row, dict(zip(fields, values, strict=True)), line)
         if job is not None:
             yield job
 
