@@ -62,7 +62,8 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, float | None]:
 def _total(values: np.ndarray) -> float:
     """Python's own left-to-right sum, as the per-job objects were summed (numpy sums in
     pairs, which differs in the last bits)."""
-    return sum(values.tolist())
+    total: float = sum(values.tolist())
+    return total
 
 
 def _group(cols: dict[str, np.ndarray]) -> dict[str, Any]:
