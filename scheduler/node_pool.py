@@ -118,6 +118,7 @@ class NodePool:
         self.total_cpu = sum(n.cpu for n in self.nodes.values())
         self.total_memory = sum(n.memory_mb for n in self.nodes.values())
         self._shapes = {(len(n.gpus), n.cpu, n.memory_mb) for n in self.nodes.values()}
+        self._fits: dict[tuple[int, float, float], bool] = {}  # fits_empty by gang size
         # buckets[f]: healthy nodes with exactly f free GPUs, in a stable (insertion) order
         self._buckets: list[dict[str, PoolNode]] = [{} for _ in range(self.max_node_gpus + 1)]
         self.free_gpus = 0
@@ -300,9 +301,15 @@ class NodePool:
         if gang.gpus > self.total_gpus or gang.largest > self.max_node_gpus:
             return False
         if self.locality == "consolidated" and gang.gpus <= self.max_node_gpus:
-            return any(
-                g >= gang.gpus and c >= gang.cpu and m >= gang.memory_mb for g, c, m in self._shapes
-            )
+            # asked twice per submission (driver and policy), a million times in a long replay
+            key = (gang.gpus, gang.cpu, gang.memory_mb)
+            fits = self._fits.get(key)
+            if fits is None:
+                fits = self._fits[key] = any(
+                    g >= gang.gpus and c >= gang.cpu and m >= gang.memory_mb
+                    for g, c, m in self._shapes
+                )
+            return fits
         return True
 
 

@@ -84,3 +84,18 @@ def test_a_synthetic_trace_is_known_by_its_content(
     real_looking = tmp_path / "synthetic_name_only.csv"
     real_looking.write_text("submit_time,vc,user,gpus,duration\n0,default,a,1,10\n")
     assert not load_trace(real_looking).synthetic and not file_is_synthetic(real_looking)
+
+
+def test_las_promotion_without_checkpoints_is_warned_before_it_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = PHILLY / "synthetic" / "synthetic_jobs_sample1000.csv"
+    base = ["simulate", "--trace", str(sample), "--cluster", str(PHILLY / "cluster_machine_list")]
+    base += ["--machines", "40", "--limit", "30", "--policy", "las:promote_knob=8"]
+    assert main(base) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("simulate: WARNING: las:promote_knob=8 without --checkpoint thrashes")
+    assert main([*base, "--checkpoint", "60"]) == 0
+    assert "thrashes" not in capsys.readouterr().err
+    assert main([*base, "--policy", "las"]) == 0
+    assert capsys.readouterr().err.count("thrashes") == 1  # the default does not promote

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.errors import UserError
+
+if TYPE_CHECKING:
+    from labhive.scheduler.sim.runner import PolicyRun
 
 SYNTHETIC_NOTE = (
     "NOTE: this trace is SYNTHETIC (generated in the Philly format); its metrics are not "
@@ -164,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
     if args.per_vc:
         args.policy = [_per_vc(p) for p in args.policy]
     priority = parse_priority(args.priority)
+    if not args.quiet:
+        for warning in _thrash_warnings(args.policy, args.checkpoint):
+            print(warning, file=sys.stderr, flush=True)
     config, cluster_note = load_sim_cluster(args.cluster, args.vcs, args.machines)
     trace = load_trace(
         args.trace, strict=args.strict, service_time=args.service_time, limit=args.limit
@@ -181,12 +188,11 @@ def run(args: argparse.Namespace) -> int:
             sample=args.sample,
             seed=args.seed,
             progress=not args.quiet,
+            keep_jobs=args.out is not None,  # per-job CSVs and figures need the jobs
         )
         for policy in args.policy
     ]
-    if runs and not any(
-        j.queue_delay or j.state in ("WAITING", "REJECTED") for r in runs for j in r.result.jobs
-    ):
+    if runs and not any(_queued(r) for r in runs):
         notes.append(
             "no job ever queued under any policy: the cluster is larger than this load needs, "
             "so every policy gives the same figures; try --machines N for a slice where jobs "
@@ -201,6 +207,12 @@ def run(args: argparse.Namespace) -> int:
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
     return _report(args, runs, meta, notes)
+
+
+def _queued(run: PolicyRun) -> bool:
+    """Whether any job ever waited (to start, or at the end), or was rejected."""
+    overall = run.summary["overall"]
+    return bool(overall["queue_delay_avg"]) or run.result.table.count("WAITING", "REJECTED") > 0
 
 
 PER_VC_POLICIES = ("fifo", "sjf", "las")
@@ -236,6 +248,30 @@ def _per_vc(policy: str) -> str:
             + ("keeps VC quotas already" if name in ("capacity", "hived") else "has no per-VC mode")
         )
     return f"{name}:{rest + ',' if rest else ''}per_vc=true"
+
+
+def _thrash_warnings(policies: list[str], checkpoint: float | None) -> list[str]:
+    """Said before the run, which may not end for minutes: LAS with starvation promotion
+    and no checkpoints thrashes (a promoted job preempts others, which lose all their
+    progress, are promoted back in turn and preempt it: on 400 jobs of 40 machines, 39,000
+    wake-ups for 240 jobs ended, the simulated clock running on past the last arrival)."""
+    from labhive.scheduler.sim.runner import parse_policy
+
+    out = []
+    for policy in policies:
+        name, options = parse_policy(policy)
+        try:
+            knob = float(options.get("promote_knob", 0))
+        except ValueError:
+            continue  # the policy itself says what is wrong with it
+        if name == "las" and knob > 0 and checkpoint is None:
+            out.append(
+                f"simulate: WARNING: {policy} without --checkpoint thrashes: preempted jobs "
+                "lose all their progress and promotion brings them back to preempt others, so "
+                "long jobs may never finish and the run may take minutes; give --checkpoint "
+                "SECONDS (Tiresias' model: --checkpoint 1) or las:promote_knob=0"
+            )
+    return out
 
 
 def _waste_warnings(runs: list[Any]) -> list[str]:

@@ -26,7 +26,7 @@ only then does the policy decide, once, on all of them (``VirtualTimeDriver.step
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from labhive.scheduler.model import (
     Tick,
 )
 from labhive.scheduler.replay import COMPLETION, VirtualTimeDriver
+from labhive.scheduler.sim.jobtable import JobTable
 from labhive.scheduler.sim.timeline import Timeline
 
 #: Trace statuses that mean the job ended well; any other ends it FAILED.
@@ -73,7 +74,9 @@ class SimJob:
     wasted_gpu_seconds: float = 0.0  # progress lost to preemptions, plus restart costs
     run_seconds: float = 0.0  # time running, over all runs
     stops: int = 0
-    nodes: tuple[str, ...] = ()  # where its last run ran
+    placed: tuple[TaskPlacement, ...] = ()  # its last run's tasks
+    gpus: int = field(init=False)  # the spec's, read on every change (a property cost 4%)
+    row: int = -1  # its row in the run's ``JobTable``
     timed_at: float = 0.0  # when its current run was timed (progress counts from there)
     partial: bool = False  # some tasks were stopped on their own and wait: no progress
 
@@ -81,10 +84,12 @@ class SimJob:
         self.remaining = self.duration
         self.vc = self.vc or self.spec.vc
         self.user = self.user or (self.spec.user or "")
+        self.gpus = self.spec.total_gpus
 
     @property
-    def gpus(self) -> int:
-        return self.spec.total_gpus
+    def nodes(self) -> tuple[str, ...]:
+        """Where its last run ran (worked out when asked: only per-job output asks)."""
+        return tuple(sorted({t.node for t in self.placed}))
 
     @property
     def state(self) -> str:
@@ -122,37 +127,45 @@ class SimJob:
 @dataclass
 class SimResult:
     policy: str
-    jobs: list[SimJob]
+    jobs: list[SimJob]  # every job, unless the run was told not to keep them (``keep_jobs``)
     timeline: Timeline
     total_gpus: int
     end_time: float
     events: int = 0
     wakeups: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    table: JobTable = field(default_factory=JobTable)  # every job's figures, for the metrics
 
 
 class Simulation(VirtualTimeDriver):
-    """Drive ``scheduler`` through ``jobs`` (sorted by submit time) and scheduled actions."""
+    """Drive ``scheduler`` through ``jobs`` (sorted by submit time) and scheduled actions.
+
+    ``jobs`` may be any iterable, a generator too: it is read as virtual time reaches each
+    submission, so a million-job trace never sits in memory as a list of jobs. With
+    ``keep_jobs=False`` a job that is done is only a row of figures in ``table`` (its record
+    and ``SimJob`` are dropped), so memory holds just the jobs in flight; per-job output
+    (``SimResult.jobs``) then is empty."""
 
     now: float
 
     def __init__(
         self,
         scheduler: Scheduler,
-        jobs: Sequence[SimJob],
+        jobs: Iterable[SimJob],
         *,
         total_gpus: int,
         checkpoint: float | None = None,
         restart_cost: float = 0.0,
         progress: Callable[[int], None] | None = None,
         observe: Callable[[Simulation, str], None] | None = None,
+        keep_jobs: bool = True,
     ) -> None:
         super().__init__(scheduler)
+        self.keep_jobs = keep_jobs
+        self.table = JobTable()
         if checkpoint is not None and checkpoint <= 0:
             raise ValueError("checkpoint interval must be positive")
-        self.jobs = list(jobs)
-        if any(j.record is not None for j in self.jobs):
-            raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
+        self.jobs = iter(jobs)
         self.sim_jobs: dict[str, SimJob] = {}
         self.checkpoint = checkpoint
         if restart_cost < 0:
@@ -171,10 +184,10 @@ class Simulation(VirtualTimeDriver):
 
     def run(self) -> SimResult:
         jobs = self.jobs
-        i, n = 0, len(jobs)
-        while i < n or self.pending():
+        job = next(jobs, None)
+        while job is not None or self.pending():
             nxt = self.next_time()
-            time = jobs[i].submit if i < n and (nxt is None or jobs[i].submit < nxt) else nxt
+            time = job.submit if job is not None and (nxt is None or job.submit < nxt) else nxt
             assert time is not None
             self._advance(time)
             while True:  # the instant's actions, its arrivals, then one decision; again if
@@ -182,9 +195,14 @@ class Simulation(VirtualTimeDriver):
                 labels: list[str] = []
                 while self.pending() and (self.next_time() or 0.0) <= time:
                     self.seen(self.step(), labels, self._seen)
-                while i < n and jobs[i].submit <= time:
-                    self.seen(self._arrive(jobs[i]), labels, self._seen)
-                    i += 1
+                while job is not None and job.submit <= time:
+                    self.seen(self._arrive(job), labels, self._seen)
+                    job = next(jobs, None)
+                    if job is not None and job.submit < time:
+                        raise ValueError(
+                            f"job {job.job_id} is submitted at {job.submit}, before {time}: "
+                            "the jobs must come sorted by submit time"
+                        )
                 self.decide()
                 for label in labels:
                     self._seen(label)
@@ -193,14 +211,17 @@ class Simulation(VirtualTimeDriver):
         if self.progress is not None and self._ended:
             self.progress(self._ended)
         self.timeline.close(self.now)
+        for left in self.sim_jobs.values():  # jobs not done (and, when kept, all of them)
+            self.table.fill(left.row, left)
         return SimResult(
             policy=getattr(self.scheduler, "name", type(self.scheduler).__name__),
-            jobs=[j for j in self.sim_jobs.values()],
+            jobs=list(self.sim_jobs.values()) if self.keep_jobs else [],
             timeline=self.timeline,
             total_gpus=self.total_gpus,
             end_time=self.now,
             events=self.events,
             wakeups=self.wakeups,
+            table=self.table,
         )
 
     def _seen(self, label: str) -> None:
@@ -216,7 +237,10 @@ class Simulation(VirtualTimeDriver):
                 self._ended = 0
 
     def _arrive(self, job: SimJob) -> str:
+        if job.record is not None:
+            raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.sim_jobs[job.job_id] = job
+        job.row = self.table.add(job)
         record = self.submit(job.job_id, job.spec, job.duration)
         return f"{job.spec.name} submitted" + (" (rejected)" if record.state == "REJECTED" else "")
 
@@ -251,6 +275,7 @@ class Simulation(VirtualTimeDriver):
         job = self.sim_jobs.get(job_id)
         if job is None:  # a scenario submission, not from the trace
             job = self.sim_jobs[job_id] = SimJob(job_id, spec, self.now, duration or 0.0)
+            job.row = self.table.add(job)
             if duration is None:
                 job.remaining = math.inf  # runs until a scripted finish, fail or cancel
         self.timeline.wait(job, +1)  # before the policy sees it: it may start at once
@@ -258,6 +283,7 @@ class Simulation(VirtualTimeDriver):
         job.record = record
         if record.state == "REJECTED":
             self.timeline.wait(job, -1)
+            self._done(job)
         return record
 
     def end(self, job_id: str, ok: bool) -> None:
@@ -273,6 +299,8 @@ class Simulation(VirtualTimeDriver):
         else:
             job.end = self.now
         super().end(job_id, ok)
+        if not retry:
+            self._done(job)
 
     def cancel(self, job_id: str) -> None:
         job = self.sim_jobs.get(job_id)
@@ -284,6 +312,17 @@ class Simulation(VirtualTimeDriver):
                 self.timeline.wait(job, -1)
             job.end = self.now
         super().cancel(job_id)
+        if job is not None and record is not None and record.done:
+            self._done(job)
+
+    def _done(self, job: SimJob) -> None:
+        """The job will not change again: its figures go to the table; unless jobs are kept,
+        the job and its record are forgotten (a million-job run holds only those in flight)."""
+        self.table.fill(job.row, job)
+        if not self.keep_jobs:
+            self.sim_jobs.pop(job.job_id, None)
+            self.records.pop(job.job_id, None)
+            self.durations.pop(job.job_id, None)
 
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a
@@ -307,7 +346,7 @@ class Simulation(VirtualTimeDriver):
             job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
             job.run_start = self.now
             job.gpus_held += more
-            job.nodes = tuple(sorted({t.node for t in record.tasks}))
+            job.placed = record.tasks
             self.timeline.run(job, more)
             if job.partial and not record.stopped:  # every stopped task runs again
                 job.partial = False
@@ -339,7 +378,7 @@ class Simulation(VirtualTimeDriver):
         job.running = True
         job.run_start = self.now
         job.gpus_held = sum(len(t.gpus) for t in record.tasks)
-        job.nodes = tuple(sorted({t.node for t in record.tasks}))
+        job.placed = record.tasks
         if job.first_start is None:
             job.first_start = self.now
         self.timeline.wait(job, -1)

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from labhive.scheduler.sim.engine import ENDED, SimJob, SimResult
+from labhive.scheduler.sim.engine import ENDED, SimResult
+from labhive.scheduler.sim.jobtable import state_mask
 
 #: Jobs longer than this (seconds) make the robust fairness figures.
 LONG_JOB = 60.0
@@ -45,8 +46,8 @@ def jain(values: Iterable[float]) -> float | None:
     return (sum(xs) ** 2) / (len(xs) * square) if square else 1.0
 
 
-def _stats(values: list[float], prefix: str) -> dict[str, float | None]:
-    if not values:
+def _stats(values: np.ndarray, prefix: str) -> dict[str, float | None]:
+    if not len(values):
         return {f"{prefix}_{k}": None for k in ("avg", "median", "p95", "p99")}
     arr = np.asarray(values, dtype=float)
     p50, p95, p99 = np.percentile(arr, [50, 95, 99])
@@ -58,29 +59,35 @@ def _stats(values: list[float], prefix: str) -> dict[str, float | None]:
     }
 
 
-def _group(jobs: list[SimJob]) -> dict[str, Any]:
-    finished = [j for j in jobs if j.state in ENDED and j.end is not None]
-    jct = [j.end - j.submit for j in finished if j.end is not None]
-    delay = [j.first_start - j.submit for j in jobs if j.first_start is not None]
-    rho = [
-        (j.end - j.submit) / j.duration for j in finished if j.end is not None and j.duration > 0
-    ]
-    rho_long = [
-        (j.end - j.submit) / j.duration
-        for j in finished
-        if j.end is not None and j.duration > LONG_JOB
-    ]
-    waits = [j.end - j.submit - j.run_seconds for j in finished if j.end is not None]
-    held = sum(j.gpu_seconds for j in jobs)
-    wasted = sum(j.wasted_gpu_seconds for j in jobs)
+def _total(values: np.ndarray) -> float:
+    """Python's own left-to-right sum, as the per-job objects were summed (numpy sums in
+    pairs, which differs in the last bits)."""
+    total: float = sum(values.tolist())
+    return total
+
+
+def _group(cols: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The figures of one group of jobs, given as columns (``JobTable.arrays``)."""
+    submit, end, run = cols["submit"], cols["end"], cols["run_seconds"]
+    state = cols["state"]
+    done = state_mask(state, *ENDED) & ~np.isnan(end)
+    jct = end[done] - submit[done]
+    started = ~np.isnan(cols["first_start"])
+    delay = cols["first_start"][started] - submit[started]
+    duration = cols["duration"][done]
+    rho = jct[duration > 0] / duration[duration > 0]
+    rho_long = jct[duration > LONG_JOB] / duration[duration > LONG_JOB]
+    waits = jct - run[done]
+    held = _total(cols["gpu_seconds"])
+    wasted = _total(cols["wasted"])
     out: dict[str, Any] = {
-        "jobs": len(jobs),
-        "finished": len(finished),
-        "failed": sum(1 for j in finished if j.state == "FAILED"),
-        "unfinished": sum(1 for j in jobs if j.state in ("WAITING", "RUNNING")),
-        "rejected": sum(1 for j in jobs if j.state == "REJECTED"),
-        "cancelled": sum(1 for j in jobs if j.state == "STOPPED"),
-        "preemptions": sum(j.preemptions for j in jobs),
+        "jobs": len(state),
+        "finished": int(done.sum()),
+        "failed": int((done & state_mask(state, "FAILED")).sum()),
+        "unfinished": int(state_mask(state, "WAITING", "RUNNING").sum()),
+        "rejected": int(state_mask(state, "REJECTED").sum()),
+        "cancelled": int(state_mask(state, "STOPPED").sum()),
+        "preemptions": int(cols["preemptions"].sum()),
         "gpu_hours": held / 3600.0,
         "wasted_gpu_hours": wasted / 3600.0,
         "wasted_share": wasted / held if held else 0.0,
@@ -88,17 +95,17 @@ def _group(jobs: list[SimJob]) -> dict[str, Any]:
     out.update(_stats(jct, "jct"))
     out.update(_stats(delay, "queue_delay"))
     out.update(_stats(waits, "waiting_total"))
-    out["ftf_rho"] = float(np.mean(rho)) if rho else None
-    out["ftf_rho_long"] = float(np.mean(rho_long)) if rho_long else None
+    out["ftf_rho"] = float(np.mean(rho)) if len(rho) else None
+    out["ftf_rho_long"] = float(np.mean(rho_long)) if len(rho_long) else None
     return out
 
 
 def summarize(result: SimResult) -> dict[str, Any]:
-    jobs, tl = result.jobs, result.timeline
-    overall = _group(jobs)
-    submits = [j.submit for j in jobs]
-    ends = [j.end for j in jobs if j.end is not None]
-    makespan = (max(ends) - min(submits)) if ends and submits else 0.0
+    tl = result.timeline
+    cols = result.table.arrays()
+    overall = _group(cols)
+    submits, ends = cols["submit"], cols["end"][~np.isnan(cols["end"])]
+    makespan = float(ends.max() - submits.min()) if len(ends) and len(submits) else 0.0
     capacity = result.total_gpus * tl.span
     overall.update(
         {
@@ -109,12 +116,10 @@ def summarize(result: SimResult) -> dict[str, Any]:
             "fragmented_time_share": tl.frag_seconds / tl.span if tl.span else None,
         }
     )
-    by_vc: dict[str, list[SimJob]] = {}
-    for j in jobs:
-        by_vc.setdefault(j.vc, []).append(j)
     per_vc: dict[str, dict[str, Any]] = {}
-    for vc in sorted(by_vc):
-        stats = _group(by_vc[vc])
+    for code, vc in sorted(enumerate(result.table.vcs), key=lambda cv: cv[1]):
+        mine = cols["vc"] == code
+        stats = _group({name: col[mine] for name, col in cols.items()})
         acc = tl.vcs.get(vc)
         stats["share"] = acc.served / acc.demand if acc is not None and acc.demand else None
         per_vc[vc] = stats

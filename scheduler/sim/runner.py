@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from labhive.scheduler.scenario import Scenario
 from labhive.scheduler.sim.engine import SimResult, Simulation
 from labhive.scheduler.sim.metrics import summarize
 from labhive.scheduler.sim.traces import TraceJob
-from labhive.scheduler.sim.workload import sim_jobs
+from labhive.scheduler.sim.workload import iter_sim_jobs
 
 
 def parse_policy(text: str) -> tuple[str, dict[str, str]]:
@@ -44,7 +44,7 @@ class PolicyRun:
 def run_policy(
     policy: str,
     config: ClusterConfig,
-    trace_jobs: list[TraceJob],
+    trace_jobs: Iterable[TraceJob],
     *,
     locality: str | None = None,
     checkpoint: float | None = None,
@@ -54,13 +54,19 @@ def run_policy(
     seed: int = 0,
     progress: bool = False,
     observe: Callable[..., None] | None = None,
+    keep_jobs: bool = True,
 ) -> PolicyRun:
+    """Replay ``trace_jobs`` (a list or a stream, in submit order) under ``policy``.
+    ``keep_jobs=False`` keeps only each job's figures, not the job (``result.jobs`` is empty):
+    what a million-job run needs, when no per-job output is asked for."""
     name, options = parse_policy(policy)
     if locality is not None and name != "hived":
         options.setdefault("locality", locality)
     scheduler = get_policy(name, config, **options)
-    jobs, left_out = sim_jobs(trace_jobs, config, priority=priority, sample=sample, seed=seed)
-    report = ProgressReport(len(jobs), policy, quiet=not progress)
+    left_out: Counter[str] = Counter()  # filled as the jobs stream in
+    jobs = iter_sim_jobs(trace_jobs, config, left_out, priority=priority, sample=sample, seed=seed)
+    total = len(trace_jobs) if isinstance(trace_jobs, Sized) else None
+    report = ProgressReport(total, policy, quiet=not progress)
     sim = Simulation(
         scheduler,
         jobs,
@@ -69,11 +75,13 @@ def run_policy(
         restart_cost=restart_cost,
         progress=report.update,
         observe=observe,
+        keep_jobs=keep_jobs,
     )
     started = time.perf_counter()
     try:
         result = sim.run()
     finally:
+        report.total = len(sim.table)  # the jobs replayed (the bar counted the trace's)
         report.close(time.perf_counter() - started)
     summary = summarize(result)
     summary["policy"] = policy
@@ -110,7 +118,7 @@ class ProgressReport:
     """Progress of one policy's run: a tqdm bar on a terminal, else one line when it ends
     (never both, nothing with ``quiet``), on stderr so stdout stays the result."""
 
-    def __init__(self, total: int, label: str, *, quiet: bool = False) -> None:
+    def __init__(self, total: int | None, label: str, *, quiet: bool = False) -> None:
         self.total = total
         self.label = label
         self.quiet = quiet
@@ -129,7 +137,7 @@ class ProgressReport:
             self.bar.close()
         if not self.quiet:
             print(
-                f"simulate: {self.label}: {self.total:,} jobs in {seconds:.1f} s",
+                f"simulate: {self.label}: {self.total or 0:,} jobs in {seconds:.1f} s",
                 file=sys.stderr,
                 flush=True,
             )

@@ -23,9 +23,10 @@ import csv
 import gzip
 import hashlib
 import io
+import itertools
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -123,18 +124,11 @@ def load_trace(
     limit: int | None = None,
 ) -> Trace:
     """Load any supported trace; the format is sniffed when not given."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"trace {path} does not exist; give a Philly cluster_job_log or a CSV")
+    path = _existing(path)
     text = _read_text(path)
     fmt = fmt or sniff_format(text, path)
-    if fmt == "philly-json":
-        trace = _load_philly_json(text, str(path), service_time)
-    elif fmt == "philly-csv":
-        trace = _load_csv(text, str(path), fmt, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS)
-    else:
-        required = tuple(c for c in GENERIC_COLUMNS if c != "status")
-        trace = _load_csv(text, str(path), fmt, _generic_row, required)
+    trace = Trace(str(path), fmt, [])
+    trace.jobs.extend(_rows(trace, io.StringIO(text), text, service_time))
     if strict and trace.problems:
         raise UserError(
             f"{path}: {trace.problems[0]} ({len(trace.problems)} malformed rows in all; "
@@ -143,6 +137,61 @@ def load_trace(
     trace.jobs.sort(key=lambda j: (j.submit, j.line))
     trace.synthetic = is_synthetic(text)
     return trace.limited(limit)
+
+
+def iter_trace(
+    path: str | Path,
+    fmt: TraceFormat | None = None,
+    *,
+    service_time: ServiceTime = "run",
+    into: Trace | None = None,
+) -> Iterator[TraceJob]:
+    """The trace's runnable jobs one at a time, in file order, for traces too big to hold as
+    a list (a million jobs): a CSV is read line by line; a Philly JSON log is held as text
+    but its jobs are parsed as they are asked for. Skipped and malformed rows are counted in
+    ``into`` (its ``jobs`` stay empty) as they pass. The simulator needs the jobs sorted by
+    submit time, as the Philly log and the CSVs written here are; ``load_trace`` sorts."""
+    path = _existing(path)
+    opener: Any = gzip.open if _gzipped(path) else open
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
+        try:
+            head = fh.read(4096) + fh.readline()  # whole lines, for the sniffer
+            fmt = fmt or sniff_format(head, path)
+            trace = into if into is not None else Trace(str(path), fmt, [])
+            trace.format = fmt
+            if fmt == "philly-json":
+                text = head + fh.read()
+                yield from _rows(trace, (), text, service_time)
+            else:
+                lines = itertools.chain(head.splitlines(keepends=True), fh)
+                yield from _rows(trace, lines, "", service_time)
+        except UnicodeDecodeError as err:
+            raise UserError(
+                f"{path} is not UTF-8 text ({err.reason}); give a JSON or CSV trace"
+            ) from None
+
+
+def _rows(
+    trace: Trace, lines: Iterable[str], text: str, service_time: ServiceTime
+) -> Iterator[TraceJob]:
+    """The runnable jobs of ``trace.format``; problems and skips go to ``trace``."""
+    if trace.format == "philly-json":
+        for line, obj in _iter_json_array(text, trace.source):
+            job = _take(trace, line, _philly_json_row, obj, line, service_time)
+            if job is not None:
+                yield job
+    elif trace.format == "philly-csv":
+        yield from _iter_csv(trace, lines, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS)
+    else:
+        required = tuple(c for c in GENERIC_COLUMNS if c != "status")
+        yield from _iter_csv(trace, lines, _generic_row, required)
+
+
+def _existing(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"trace {path} does not exist; give a Philly cluster_job_log or a CSV")
+    return path
 
 
 def _read_text(path: Path) -> str:
@@ -155,6 +204,11 @@ def _read_text(path: Path) -> str:
         raise UserError(
             f"{path} is not UTF-8 text (byte {err.start}); give a JSON or CSV trace"
         ) from None
+
+
+def _gzipped(path: Path) -> bool:
+    with open(path, "rb") as raw:
+        return raw.read(2) == b"\x1f\x8b"
 
 
 def sniff_format(text: str, path: Path | str = "") -> TraceFormat:
@@ -229,24 +283,19 @@ def parse_philly_time(value: Any) -> float | None:
         raise _RowError(f"time {value!r} is not 'YYYY-MM-DD HH:MM:SS'") from None
 
 
-def _load_philly_json(text: str, source: str, service_time: ServiceTime) -> Trace:
-    trace = Trace(source, "philly-json", [])
-    for line, obj in _iter_json_array(text, source):
-        _take(trace, line, _philly_json_row, obj, line, service_time)
-    return trace
-
-
-def _take(trace: Trace, line: int, parse: Callable[..., TraceJob | str], *row: Any) -> None:
-    """One row into the trace: a job, a reason to skip it, or a problem with its line."""
+def _take(
+    trace: Trace, line: int, parse: Callable[..., TraceJob | str], *row: Any
+) -> TraceJob | None:
+    """One row: a job, or None with the reason to skip it or its problem noted in ``trace``."""
     try:
         job = parse(*row)
     except _RowError as err:
         trace.problems.append(RowProblem(line, str(err)))
-        return
+        return None
     if isinstance(job, str):
         trace.skipped[job] += 1
-    else:
-        trace.jobs.append(job)
+        return None
+    return job
 
 
 def _philly_json_row(obj: Any, line: int, service_time: ServiceTime) -> TraceJob | str:
@@ -307,22 +356,27 @@ def _philly_json_row(obj: Any, line: int, service_time: ServiceTime) -> TraceJob
 # ---- CSVs --------------------------------------------------------------------------------
 
 
-def _load_csv(
-    text: str, source: str, fmt: TraceFormat, parse_row: Any, required: tuple[str, ...]
-) -> Trace:
-    trace = Trace(source, fmt, [])
-    reader = csv.DictReader(io.StringIO(text))
-    reader.fieldnames = [f.strip() for f in reader.fieldnames or []]
-    missing = [c for c in required if c not in reader.fieldnames]
+def _iter_csv(
+    trace: Trace, lines: Iterable[str], parse_row: Any, required: tuple[str, ...]
+) -> Iterator[TraceJob]:
+    reader = csv.reader(lines)  # DictReader's work, without its per-row checks in Python
+    fields = [f.strip() for f in next(reader, [])]
+    missing = [c for c in required if c not in fields]
     if missing:
-        raise UserError(f"{source}: line 1: the header lacks {', '.join(missing)} ({fmt} trace)")
-    for row in reader:
+        raise UserError(
+            f"{trace.source}: line 1: the header lacks {', '.join(missing)} ({trace.format} trace)"
+        )
+    width = len(fields)
+    for values in reader:
+        if not values:
+            continue  # a blank line
         line = reader.line_num
-        if None in row or any(v is None for v in row.values()):
+        if len(values) != width:
             trace.problems.append(RowProblem(line, "wrong number of columns"))
             continue
-        _take(trace, line, parse_row, row, line)
-    return trace
+        job = _take(trace, line, parse_row, dict(zip(fields, values, strict=True)), line)
+        if job is not None:
+            yield job
 
 
 def _number(row: dict[str, str], key: str, *, integer: bool = False) -> float:
@@ -393,7 +447,7 @@ def _generic_row(row: dict[str, str], line: int) -> TraceJob | str:
     )
 
 
-def write_generic_csv(jobs: list[TraceJob], path: str | Path) -> None:
+def write_generic_csv(jobs: Iterable[TraceJob], path: str | Path) -> None:
     """Write jobs in the generic format (used to convert traces and by the tests)."""
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)

@@ -1,0 +1,82 @@
+"""What the metrics need of each job, as columns in arrival order.
+
+A million-job replay cannot keep a million ``SimJob`` objects (with their specs and records)
+until the end only to average a few numbers over them: each job gets a row when it arrives
+and its figures are written there when it is done (and, for jobs still waiting or running
+when the run ends, then), so the simulator may forget the job itself. Eight numbers a job,
+about 70 bytes. Rows stay in arrival order so sums over them add in the same order as over
+the jobs, and give the same bits.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import numpy as np
+
+#: The states a row records, by code (a job's ``state`` string).
+STATES = ("PENDING", "WAITING", "RUNNING", "SUCCEEDED", "FAILED", "REJECTED", "STOPPED")
+_CODE = {s: i for i, s in enumerate(STATES)}
+_FLOATS = ("submit", "end", "first_start", "duration", "run_seconds", "gpu_seconds", "wasted")
+NAN = float("nan")
+
+
+class JobTable:
+    """One row per job: its times and GPU time as floats (NaN: not yet), preemptions, state
+    and VC as small integers."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, array[float]] = {name: array("d") for name in _FLOATS}
+        self.preemptions: array[int] = array("l")
+        self.state = array("b")
+        self.vc = array("h")
+        self.vcs: list[str] = []  # VC names by code
+        self._vc_code: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    def add(self, job: Any) -> int:
+        """A row for a job that just arrived; its index."""
+        row = len(self.state)
+        for column in self.columns.values():
+            column.append(NAN)
+        self.preemptions.append(0)
+        self.state.append(0)
+        code = self._vc_code.get(job.vc)
+        if code is None:
+            code = self._vc_code[job.vc] = len(self.vcs)
+            self.vcs.append(job.vc)
+        self.vc.append(code)
+        self.fill(row, job)
+        return row
+
+    def fill(self, row: int, job: Any) -> None:
+        """The job's figures as they are now, into its row."""
+        c = self.columns
+        c["submit"][row] = job.submit
+        c["end"][row] = NAN if job.end is None else job.end
+        c["first_start"][row] = NAN if job.first_start is None else job.first_start
+        c["duration"][row] = job.duration
+        c["run_seconds"][row] = job.run_seconds
+        c["gpu_seconds"][row] = job.gpu_seconds
+        c["wasted"][row] = job.wasted_gpu_seconds
+        self.preemptions[row] = job.preemptions
+        self.state[row] = _CODE[job.state]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every column as a numpy array, for the metrics."""
+        out = {name: np.array(col, dtype=np.float64) for name, col in self.columns.items()}
+        out["preemptions"] = np.asarray(self.preemptions, dtype=np.int64)
+        out["state"] = np.asarray(self.state, dtype=np.int8)
+        out["vc"] = np.asarray(self.vc, dtype=np.int16)
+        return out
+
+    def count(self, *states: str) -> int:
+        return sum(self.state.count(_CODE[s]) for s in states)
+
+
+def state_mask(states: np.ndarray, *names: str) -> np.ndarray:
+    """Rows in any of the named states."""
+    return np.isin(states, [_CODE[s] for s in names])
