@@ -1,10 +1,10 @@
 """What would start a waiting job now? Changes to the job, each tried against the live state.
 
 Pure, on top of the ETA forecast (``eta.py``): each variant of the job (fewer GPUs per task,
-fewer tasks, another VC the user may use, opportunistic priority) takes the job's place in the
-queue and the forecast says when it would start. The variants that would start within the
-horizon come first, smallest change first; when none does, the earliest start says "nothing
-starts it before T".
+fewer tasks, another VC the user may use, opportunistic priority, a shorter time limit) takes
+the job's place in the queue and the forecast says when it would start. The variants that
+would start within the horizon come first, smallest change first; when none does, the
+earliest start says "nothing starts it before T".
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ from dataclasses import dataclass
 from labhive.scheduler.eta import RunningJob, WaitingJob, forecast
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec
 from labhive.scheduler.model import Scheduler
+from labhive.scheduler.time_limits import show_duration
 
 #: "Starts now" means within this many seconds.
 HORIZON_S = 300.0
+#: Time limits tried, longest first (the smallest change): a queue policy with backfill lets a
+#: job past the blocked head of its line only when its limit ends before the head could start.
+LIMIT_STEPS_S = (7200.0, 3600.0, 1800.0, 600.0)
+LIMIT_RISK = "the job is stopped when it reaches the limit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,27 @@ def variants(spec: JobSpec, vcs: Iterable[str]) -> list[tuple[str, str, str, Job
     return out
 
 
+def shorter_limits(spec: JobSpec) -> list[tuple[str, str, str, JobSpec]]:
+    """(change, flags, risk, variant) with a declared limit shorter than today's (or any)."""
+    out = []
+    for seconds in LIMIT_STEPS_S:
+        if spec.time_limit is not None and seconds >= spec.time_limit:
+            continue
+        shown = show_duration(seconds)
+        change = (
+            f"declare a time limit of {shown}"
+            if spec.time_limit is None
+            else f"shorten its time limit to {shown} (from {show_duration(spec.time_limit)})"
+        )
+        flag = f"{seconds / 3600:g}h" if seconds % 3600 == 0 else f"{seconds / 60:g}m"
+        out.append((change, f"--time {flag}", LIMIT_RISK, replace_limit(spec, seconds)))
+    return out
+
+
+def replace_limit(spec: JobSpec, seconds: float) -> JobSpec:
+    return dataclasses.replace(spec, time_limit=seconds)
+
+
 def suggest(
     make_scheduler: Callable[[], Scheduler],
     now: float,
@@ -89,8 +115,31 @@ def suggest(
             continue
         soon = found.eta - now <= horizon_s
         out.append(Suggestion(change, flags, found.eta, found.low, found.high, soon, risk))
+    out.extend(_limit_suggestions(make_scheduler, now, running, waiting, target, down, horizon_s))
     first = [s for s in out if s.soon]
     return first + sorted((s for s in out if not s.soon), key=lambda s: s.eta)
+
+
+def _limit_suggestions(
+    make_scheduler: Callable[[], Scheduler],
+    now: float,
+    running: Sequence[RunningJob],
+    waiting: Sequence[WaitingJob],
+    target: WaitingJob,
+    down: dict[str, str] | None,
+    horizon_s: float,
+) -> list[Suggestion]:
+    """The longest shorter limit that starts the job within the horizon (a limit that does
+    not start it sooner is no help, so only one that does is offered). The job then runs at
+    most that long, so its forecast durations are capped there."""
+    for change, flags, risk, spec in shorter_limits(target.spec):
+        low, mid, high = (min(d, spec.time_limit or d) for d in target.duration)
+        variant = dataclasses.replace(target, spec=spec, duration=(low, mid, high))
+        queue = [variant if w is target else w for w in waiting]
+        found = forecast(make_scheduler, now, running, queue, down).get(target.job_id)
+        if found is not None and found.eta - now <= horizon_s:
+            return [Suggestion(change, flags, found.eta, found.low, found.high, True, risk)]
+    return []
 
 
 def splits(spec: JobSpec) -> list[tuple[str, str, str, JobSpec]]:

@@ -425,7 +425,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             head = waiting.get(line[0][3]) if line else None
             if head is None or line is None or head.token != line[0][2]:
                 head = self._head(group)  # drops stale entries
-            if head is not None and (self.preemptive or head.gang.gpus <= free):
+            # with backfill a head too big for the free GPUs is tried too: it is the blocked
+            # head whose start later jobs must not delay (EASY), whatever the order of events
+            if head is not None and (self.preemptive or self.backfill or head.gang.gpus <= free):
                 heads.append((self.group_priority(head), head.seq, group))
         heapq.heapify(heads)
         while heads:
