@@ -22,12 +22,15 @@ class LaunchError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class TaskKey:
-    """Names one attempt of one task."""
+    """Names one run of one task: its attempt, and within the attempt its generation (a task
+    stopped alone, HiveD's per-task preemption, runs again as the next generation), so an exit
+    of an old process never counts against its restart."""
 
     job_id: str
     attempt: int
     role: str
     index: int
+    generation: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,10 +229,12 @@ def start(
     placements: Sequence[TaskPlacement],
     opportunistic: bool,
     t: float,
+    generations: Sequence[int] = (),
 ) -> tuple[dict[str, Any], list[int]]:
     """RUNNING with these tasks; their GPUs are allocated in the same transaction.
 
-    A second call for a RUNNING job adds tasks (an incremental job growing)."""
+    A second call for a RUNNING job adds tasks (an incremental job growing), or starts again
+    tasks it stopped alone: those are new rows, of the ``generations`` given (1 by default)."""
     reason = "started opportunistically" if opportunistic else "started"
     if job["state"] == RUNNING:
         reason = "more tasks started"
@@ -242,7 +244,7 @@ def start(
         changes["started_at"] = t
     row = transition(conn, job, RUNNING, reason, where, t, **changes)
     ids = []
-    for p in placements:
+    for i, p in enumerate(placements):
         task_id = conn.execute(
             insert(tasks)
             .values(
@@ -250,6 +252,7 @@ def start(
                 attempt=job["attempt"],
                 role=p.role,
                 idx=p.index,
+                generation=generations[i] if i < len(generations) else 1,
                 node=p.node,
                 gpus=list(p.gpus),
                 cells=list(p.cells),

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -430,7 +430,9 @@ class SchedulerLoop:
             # The whole attempt goes back to the policy, ended tasks included (a gang is placed
             # whole); only the tasks still running go back to the executor.
             for task in by_job.get(job["id"], []):
-                key = TaskKey(str(job["id"]), task["attempt"], task["role"], task["idx"])
+                key = TaskKey(
+                    str(job["id"]), task["attempt"], task["role"], task["idx"], task["generation"]
+                )
                 run.task_ids[key] = task["id"]
                 if task["state"] == lc.RUNNING:
                     handle = TaskHandle(key, task["handle"] or {})
@@ -467,7 +469,10 @@ class SchedulerLoop:
         for job, message in bad:
             log.warning("job %s cannot be loaded from the store: %s", job["id"], message)
             handles = [
-                TaskHandle(TaskKey(str(job["id"]), r["attempt"], r["role"], r["idx"]), r["handle"])
+                TaskHandle(
+                    TaskKey(str(job["id"]), r["attempt"], r["role"], r["idx"], r["generation"]),
+                    r["handle"],
+                )
                 for r in tasks_of.get(job["id"], [])
                 if r["state"] == lc.RUNNING and r["handle"]
             ]
@@ -905,13 +910,16 @@ class SchedulerLoop:
         return False
 
     def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
-        _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
         run = self._running.setdefault(job["id"], _Running(job["attempt"]))
+        # A task started again within its attempt is its next generation (a new row).
+        keys = [_next_key(run, str(job["id"]), p.role, p.index) for p in d.tasks]
+        generations = [k.generation for k in keys]
+        _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t, generations)
         if job["state"] == lc.WAITING:  # not when an incremental job grows
             spec = self._specs.get(job["id"])
             run.deadline = deadline(spec.time_limit if spec is not None else None, t)
-        for p, task_id in zip(d.tasks, ids, strict=True):
-            run.task_ids[TaskKey(str(job["id"]), job["attempt"], p.role, p.index)] = task_id
+        for p, key, task_id in zip(d.tasks, keys, ids, strict=True):
+            run.task_ids[key] = task_id
             run.gpus.update((p.node, g) for g in p.gpus)
 
     def _record_whys(self, conn: Any, job_ids: list[int]) -> None:
@@ -938,7 +946,10 @@ class SchedulerLoop:
             if job is None:
                 continue
             try:
-                launches = self._build(job, spec, d.tasks)
+                launches = [
+                    replace(x, key=_current_key(run, x.key))
+                    for x in self._build(job, spec, d.tasks)
+                ]
             except Exception as err:
                 self._launch_failed(job_id, run, d.tasks, err)
                 continue
@@ -969,7 +980,7 @@ class SchedulerLoop:
     ) -> None:
         log.warning("job %s failed to launch: %s", job_id, err)
         for p in placements:
-            key = TaskKey(str(job_id), run.attempt, p.role, p.index)
+            key = _current_key(run, TaskKey(str(job_id), run.attempt, p.role, p.index))
             self._worker_exits.append(TaskExit(key, 127, str(err)))
         self._wake.set()
 
@@ -994,6 +1005,19 @@ class SchedulerLoop:
                     lc.end_attempt(conn, job, lc.WAITING, "requeued", why, t)
         self._running.clear()
         self._reserved.clear()
+
+
+def _current_key(run: _Running, key: TaskKey) -> TaskKey:
+    """The key of the newest generation of ``key``'s task the attempt recorded (``key`` itself
+    when there is none)."""
+    same = [k for k in run.task_ids if (k.role, k.index) == (key.role, key.index)]
+    return max(same, key=lambda k: k.generation, default=key)
+
+
+def _next_key(run: _Running, job_id: str, role: str, index: int) -> TaskKey:
+    """The key a (re)start of this task records: one generation past its newest."""
+    newest = _current_key(run, TaskKey(job_id, run.attempt, role, index, 0))
+    return TaskKey(job_id, run.attempt, role, index, newest.generation + 1)
 
 
 def _storable(text: str, limit: int = 400) -> str:
