@@ -283,6 +283,21 @@ def task_ended(conn: Connection, task_id: int, exit_code: int | None, t: float) 
     )
 
 
+def tasks_stopped(
+    conn: Connection, job: Mapping[str, Any], task_ids: Sequence[int], why: str, t: float
+) -> None:
+    """Some tasks of a running job were stopped alone (HiveD's per-task preemption, a node
+    down): their rows end STOPPED (they run again as a new generation), their GPUs are
+    released, and the job, still RUNNING, says why."""
+    conn.execute(
+        update(tasks)
+        .where(tasks.c.id.in_(list(task_ids)), tasks.c.state == RUNNING)
+        .values(state=STOPPED, ended_at=t)
+    )
+    conn.execute(delete(allocations).where(allocations.c.task_id.in_(list(task_ids))))
+    transition(conn, job, RUNNING, "tasks stopped", why, t)
+
+
 def end_attempt(
     conn: Connection,
     job: Mapping[str, Any],
