@@ -23,14 +23,18 @@ from labhive.scheduler.service.server import ServeOptions, build
 from labhive.scheduler.service.store import events, job_row, tasks
 
 
-@pytest.fixture
-def loop(tmp_path: Path) -> Iterator[SchedulerLoop]:
-    running = build(ServeOptions(data_dir=tmp_path / "data", grace_s=1))
+def _started(data_dir: Path) -> SchedulerLoop:
+    running = build(ServeOptions(data_dir=data_dir, grace_s=1))
     running.service.intake.close()  # this test submits by hand
     loop = running.service.loop
     loop.partial_stops = True
-    loop.recover()
-    loop.start()
+    loop.start()  # rebuilds from the store, re-adopting what runs
+    return loop
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[SchedulerLoop]:
+    loop = _started(tmp_path / "data")
     yield loop
     loop.stop(stop_tasks=True)
     loop.store.dispose()
@@ -105,3 +109,44 @@ def test_a_preemptor_stops_one_task_which_runs_again_as_its_next_generation(
             )
         ]
     assert len(whys) == 1 and f"preempted by job {boss}" in whys[0]
+
+
+def test_a_restart_while_a_task_is_stopped_adopts_the_others_and_runs_it_again(
+    tmp_path: Path,
+) -> None:
+    """The service goes away (its tasks left running) while one task is stopped and its
+    preemptor runs; the next start adopts the three survivors and the preemptor, keeps the
+    stopped task waiting, and runs it again (generation 2) once the preemptor is done."""
+    loop = _started(tmp_path / "data")
+    inc = _submit(loop, {"name": "inc", "vc": "vc1", "tasks": 4, "gpus": 1, "gang": False,
+                         "command": "sleep 12"})  # fmt: skip
+    wait_until(lambda: len([r for r in _tasks(loop, inc) if r["handle"]]) == 4, "four tasks")
+    pids = {(r["role"], r["idx"]): r["handle"]["pid"] for r in _tasks(loop, inc)}
+    boss = _submit(loop, {"name": "boss", "vc": "vc1", "priority": "prod", "gpus": 1,
+                          "command": "sleep 4"})  # fmt: skip
+    wait_until(lambda: _state(loop, boss) == "RUNNING", "the preemptor running")
+    (stopped,) = [r for r in _tasks(loop, inc) if r["state"] == "STOPPED"]
+    gone = (stopped["role"], stopped["idx"])
+    loop.stop(stop_tasks=False)  # what a kill leaves: the store, and the processes running
+    loop.store.dispose()
+    loop = _started(tmp_path / "data")
+    try:
+        assert _state(loop, inc) == "RUNNING"
+        assert all(_alive(pid) for at, pid in pids.items() if at != gone)
+        wait_until(lambda: _state(loop, boss) == "SUCCEEDED", "the preemptor done", timeout=60)
+        again = wait_until(
+            lambda: [r for r in _tasks(loop, inc) if r["generation"] == 2 and r["handle"]],
+            "the stopped task running again",
+            timeout=60,
+        )
+        assert [(r["role"], r["idx"]) for r in again] == [gone]
+        survivors = [
+            r for r in _tasks(loop, inc) if r["generation"] == 1 and r["state"] != "STOPPED"
+        ]
+        assert {(r["role"], r["idx"]): r["handle"]["pid"] for r in survivors} == {
+            at: pid for at, pid in pids.items() if at != gone
+        }
+        wait_until(lambda: _state(loop, inc) == "SUCCEEDED", "the job done", timeout=60)
+    finally:
+        loop.stop(stop_tasks=True)
+        loop.store.dispose()
