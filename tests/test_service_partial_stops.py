@@ -1,8 +1,9 @@
-"""Given the live scheduler loop with the local executor (real processes, SQLite) and
-per-task stops turned on, an incremental job (``gang: false``) of four 1-GPU tasks filling
-vc1's node, then a higher-priority 1-GPU job: expect exactly one task's process to end (the
-other three keep their pids), the preemptor to run, and the stopped task to run again, as the
-next generation with a new pid, once the preemptor is done; the job then SUCCEEDED."""
+"""Given the live scheduler loop with the local executor (real processes; SQLite and
+PostgreSQL) and per-task stops turned on, an incremental job (``gang: false``) of four 1-GPU
+tasks filling vc1's node, then a higher-priority 1-GPU job: expect exactly one task's process
+to end (the other three keep their pids), the preemptor to run, and the stopped task to run
+again, as the next generation with a new pid, once the preemptor is done; the job then
+SUCCEEDED."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.server import ServeOptions, build
 from labhive.scheduler.service.store import events, job_row, tasks
 
+pytest_plugins = ["service_fixtures"]
 
-def _started(data_dir: Path) -> SchedulerLoop:
-    running = build(ServeOptions(data_dir=data_dir, grace_s=1))
+
+def _started(data_dir: Path, db: str | None = None) -> SchedulerLoop:
+    running = build(ServeOptions(data_dir=data_dir, grace_s=1, db=db))
     running.service.intake.close()  # this test submits by hand
     loop = running.service.loop
     loop.partial_stops = True
@@ -33,8 +36,8 @@ def _started(data_dir: Path) -> SchedulerLoop:
 
 
 @pytest.fixture
-def loop(tmp_path: Path) -> Iterator[SchedulerLoop]:
-    loop = _started(tmp_path / "data")
+def loop(tmp_path: Path, db_url: str) -> Iterator[SchedulerLoop]:
+    loop = _started(tmp_path / "data", db_url)
     yield loop
     loop.stop(stop_tasks=True)
     loop.store.dispose()

@@ -922,10 +922,15 @@ class SchedulerLoop:
                 elif isinstance(d, Start):
                     stale.append(job["id"])  # ended in the store: never started
                 elif isinstance(d, Downgrade) and job["state"] == lc.RUNNING:
-                    conn.execute(
-                        update(jobs).where(jobs.c.id == job["id"]).values(opportunistic=True)
-                    )
-                    lc.note(conn, job, "downgraded", f"downgraded by job {d.by}: {d.reason}", t)
+                    # Some tasks only (partial stops): the job stays guaranteed, the note names
+                    # the tasks now opportunistic.
+                    names = ", ".join(f"{p.role}-{p.index}" for p in d.tasks)
+                    if not d.tasks:
+                        conn.execute(
+                            update(jobs).where(jobs.c.id == job["id"]).values(opportunistic=True)
+                        )
+                    why = f"downgraded by job {d.by}: {d.reason}"
+                    lc.note(conn, job, "downgraded", f"{names}: {why}" if names else why, t)
             work.starts = [d for starts in pending.values() for d in starts]
             try:
                 with conn.begin_nested():
