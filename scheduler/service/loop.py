@@ -1110,10 +1110,12 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """The service stops and downgrades whole jobs only: its executors cannot yet stop some
-    tasks of a running job and start them again, so HiveD's per-task (per affinity group)
-    preemption and node failure (``HivedScheduler.partial_stops``) is turned off here, the
-    remaining departure documented in docs/scheduler-core.md."""
+    """The service stops and downgrades whole jobs unless ``SchedulerLoop.partial_stops`` is
+    set: the loop can stop some tasks of a running job and start them again (per-task
+    generations), but ETA forecasts and per-task downgrades across a restart cannot follow
+    yet, so HiveD's per-task (per affinity group) preemption and node failure
+    (``HivedScheduler.partial_stops``) is off by default, the departure documented in
+    docs/scheduler-core.md."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler
