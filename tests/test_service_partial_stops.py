@@ -153,3 +153,19 @@ def test_a_restart_while_a_task_is_stopped_adopts_the_others_and_runs_it_again(
     finally:
         loop.stop(stop_tasks=True)
         loop.store.dispose()
+
+
+def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path: Path) -> None:
+    from labhive.scheduler.executors.kubernetes import KubernetesExecutor
+    from labhive.scheduler.executors.slurm import SlurmExecutor
+
+    loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop
+    try:
+        assert getattr(loop._policy(), "partial_stops", None) is False  # off by default
+        loop.partial_stops = True
+        assert getattr(loop._policy(), "partial_stops", None) is True  # the local executor can
+        assert KubernetesExecutor.partial_stops is False and SlurmExecutor.partial_stops is False
+        loop.executor = KubernetesExecutor.__new__(KubernetesExecutor)
+        assert getattr(loop._policy(), "partial_stops", None) is False
+    finally:
+        loop.store.dispose()

@@ -81,6 +81,10 @@ class Executor(Protocol):
     task that a concurrent ``stop`` removes."""
 
     name: str
+    #: Whether it can stop some tasks of a running job and start them again as their next
+    #: generation (each generation its own directory, name and exit); the loop stops whole
+    #: jobs for an executor that cannot.
+    partial_stops: bool
 
     def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
         """Start all the tasks (one call per gang) or none: raise ``LaunchError`` otherwise."""

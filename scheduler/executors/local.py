@@ -112,6 +112,7 @@ class LocalExecutor:
     """Tasks as process groups on this machine (see the module docstring)."""
 
     name = "local"
+    partial_stops = True  # task directories and container names carry the generation
 
     def __init__(
         self,

@@ -82,11 +82,11 @@ class Reservations:
     def blockers(self, start: Start) -> list[int]:
         """The draining jobs holding GPUs ``start`` was given."""
         gpus = {(p.node, g) for p in start.tasks for g in p.gpus}
-        drains = [(d.job_id, d.gpus) for d in [*self.draining.values(), *self.parts.values()]]
-        return sorted({j for j, held in drains if held & gpus})
+        drains: list[Drain | PartDrain] = [*self.draining.values(), *self.parts.values()]
+        return sorted({d.job_id for d in drains if d.gpus & gpus})
 
     def busy(self) -> set[tuple[str, int]]:
-        drains = [*self.draining.values(), *self.parts.values()]
+        drains: list[Drain | PartDrain] = [*self.draining.values(), *self.parts.values()]
         return {gpu for d in drains for gpu in d.gpus}
 
     def hold(self, start: Start) -> None:

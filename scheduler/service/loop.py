@@ -391,7 +391,9 @@ class SchedulerLoop:
 
     def _policy(self) -> Scheduler:
         scheduler = self._make_scheduler()
-        return scheduler if self.partial_stops else whole_job_stops(scheduler)
+        if self.partial_stops and getattr(self.executor, "partial_stops", False):
+            return scheduler
+        return whole_job_stops(scheduler)
 
     # ---- recovery ------------------------------------------------------------------------
 
@@ -474,7 +476,7 @@ class SchedulerLoop:
         # A job with tasks stopped alone is adopted after every other: adopting it lets the
         # policy place those tasks at once, so it must find the others' GPUs taken already.
         stopped = {j for j, rows in by_job.items() if any(r["state"] == lc.STOPPED for r in rows)}
-        adopts.sort(key=lambda a: int(a.job_id) in stopped)
+        adopts.sort(key=lambda a: isinstance(a, Adopt) and int(a.job_id) in stopped)
         self._pending_events = adopts + self._nodes_down(marks, t) + submits
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
@@ -611,8 +613,9 @@ class SchedulerLoop:
             if part is not None:  # some tasks of a running job are gone
                 work.tasks_stopped.append(part)
                 for run in (self._running.get(job_id), self._draining_run(job_id)):
-                    for key in part.keys if run is not None else ():
-                        run.handles.pop(key, None)
+                    for key in part.keys:
+                        if run is not None:
+                            run.handles.pop(key, None)
                 continue
             drain = self._reserved.draining.get(job_id)
             if drain is None or drain.token != token:
