@@ -22,12 +22,15 @@ class LaunchError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class TaskKey:
-    """Names one attempt of one task."""
+    """Names one run of one task: its attempt, and within the attempt its generation (a task
+    stopped alone, HiveD's per-task preemption, runs again as the next generation), so an exit
+    of an old process never counts against its restart."""
 
     job_id: str
     attempt: int
     role: str
     index: int
+    generation: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,10 @@ class Executor(Protocol):
     task that a concurrent ``stop`` removes."""
 
     name: str
+    #: Whether it can stop some tasks of a running job and start them again as their next
+    #: generation (each generation its own directory, name and exit); the loop stops whole
+    #: jobs for an executor that cannot.
+    partial_stops: bool
 
     def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
         """Start all the tasks (one call per gang) or none: raise ``LaunchError`` otherwise."""

@@ -110,6 +110,7 @@ def container_name(key: TaskKey, scope: str = "") -> str:
     """``labhive-<scope>-<job>-<attempt>-<role>-<index>``: ``scope`` names the service (its data
     dir, ``limits.scope_name``), so two services on one host never share a container name."""
     raw = f"labhive-{scope + '-' if scope else ''}{key.job_id}-{key.attempt}-{key.role}-{key.index}"
+    raw += f"-g{key.generation}" if key.generation > 1 else ""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
 
 
@@ -121,7 +122,7 @@ def labels(key: TaskKey, scope: str = "") -> dict[str, str]:
         "labhive.attempt": str(key.attempt),
         "labhive.role": key.role,
         "labhive.index": str(key.index),
-    }
+    } | ({"labhive.generation": str(key.generation)} if key.generation > 1 else {})
 
 
 # ---- launch --------------------------------------------------------------------------------

@@ -119,6 +119,7 @@ class KubernetesExecutor:
     """The executor for ``labhive serve --executor kubernetes``."""
 
     name = "kubernetes"
+    partial_stops = False  # pod names carry no generation: a restarted task's would clash
 
     def __init__(
         self,

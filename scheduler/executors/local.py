@@ -90,7 +90,8 @@ def inherited_env() -> dict[str, str]:
 
 def task_dir(data_dir: Path, key: TaskKey) -> Path:
     """Where the task lives; a key that would name a path elsewhere is refused."""
-    parts = (key.job_id, str(key.attempt), f"{key.role}-{key.index}")
+    run = f"{key.role}-{key.index}" + (f".g{key.generation}" if key.generation > 1 else "")
+    parts = (key.job_id, str(key.attempt), run)
     for part in parts:
         if not part or "/" in part or "\0" in part or part in (".", ".."):
             raise LaunchError(f"task {key} cannot name a directory: {part!r}")
@@ -111,6 +112,7 @@ class LocalExecutor:
     """Tasks as process groups on this machine (see the module docstring)."""
 
     name = "local"
+    partial_stops = True  # task directories and container names carry the generation
 
     def __init__(
         self,

@@ -114,6 +114,7 @@ class SlurmExecutor:
     """Tasks as Slurm job steps (see the module docstring)."""
 
     name = "slurm"
+    partial_stops = False  # its job steps are named by attempt and task, not generation
 
     def __init__(
         self,

@@ -47,17 +47,34 @@ class Drain:
 
 
 @dataclass
+class PartDrain:
+    """Some tasks of a running job being stopped (HiveD's per-task preemption); the job keeps
+    running, these tasks' GPUs stay reserved until their processes are gone."""
+
+    job_id: int
+    attempt: int
+    keys: frozenset[Any]  # the stopped runs' TaskKeys
+    task_ids: tuple[int, ...]
+    gpus: frozenset[tuple[str, int]]
+    why: str
+
+
+@dataclass
 class Reservations:
-    """Draining jobs and the starts that wait for their GPUs."""
+    """Draining jobs (whole, or some of their tasks) and the starts that wait for their GPUs."""
 
     draining: dict[int, Drain] = field(default_factory=dict)
+    parts: dict[int, PartDrain] = field(default_factory=dict)  # by drain token
     held: list[Start] = field(default_factory=list)  # in the policy's order
+
+    def draining_jobs(self) -> set[int]:
+        return set(self.draining) | {p.job_id for p in self.parts.values()}
 
     def blocks(self, start: Start) -> bool:
         """Whether ``start`` must wait: its job is draining or has an earlier start held back,
         or one of its GPUs is still held by a draining job."""
         job_id = int(start.job_id)
-        if job_id in self.draining or any(int(h.job_id) == job_id for h in self.held):
+        if job_id in self.draining_jobs() or any(int(h.job_id) == job_id for h in self.held):
             return True
         busy = self.busy()
         return any((p.node, g) in busy for p in start.tasks for g in p.gpus)
@@ -65,10 +82,12 @@ class Reservations:
     def blockers(self, start: Start) -> list[int]:
         """The draining jobs holding GPUs ``start`` was given."""
         gpus = {(p.node, g) for p in start.tasks for g in p.gpus}
-        return sorted(j for j, d in self.draining.items() if d.gpus & gpus)
+        drains: list[Drain | PartDrain] = [*self.draining.values(), *self.parts.values()]
+        return sorted({d.job_id for d in drains if d.gpus & gpus})
 
     def busy(self) -> set[tuple[str, int]]:
-        return {gpu for d in self.draining.values() for gpu in d.gpus}
+        drains: list[Drain | PartDrain] = [*self.draining.values(), *self.parts.values()]
+        return {gpu for d in drains for gpu in d.gpus}
 
     def hold(self, start: Start) -> None:
         self.held.append(start)
@@ -82,10 +101,11 @@ class Reservations:
         ready: list[Start] = []
         waiting: list[Start] = []
         busy = self.busy()
+        draining = self.draining_jobs()
         for start in self.held:
             job_id = int(start.job_id)
             gpus = {(p.node, g) for p in start.tasks for g in p.gpus}
-            blocked = job_id in self.draining or gpus & busy
+            blocked = job_id in draining or gpus & busy
             if blocked or any(int(w.job_id) == job_id for w in waiting):
                 waiting.append(start)
             else:
@@ -95,6 +115,7 @@ class Reservations:
 
     def clear(self) -> None:
         self.draining.clear()
+        self.parts.clear()
         self.held.clear()
 
 

@@ -229,10 +229,12 @@ def start(
     placements: Sequence[TaskPlacement],
     opportunistic: bool,
     t: float,
+    generations: Sequence[int] = (),
 ) -> tuple[dict[str, Any], list[int]]:
     """RUNNING with these tasks; their GPUs are allocated in the same transaction.
 
-    A second call for a RUNNING job adds tasks (an incremental job growing)."""
+    A second call for a RUNNING job adds tasks (an incremental job growing), or starts again
+    tasks it stopped alone: those are new rows, of the ``generations`` given (1 by default)."""
     reason = "started opportunistically" if opportunistic else "started"
     if job["state"] == RUNNING:
         reason = "more tasks started"
@@ -242,7 +244,7 @@ def start(
         changes["started_at"] = t
     row = transition(conn, job, RUNNING, reason, where, t, **changes)
     ids = []
-    for p in placements:
+    for i, p in enumerate(placements):
         task_id = conn.execute(
             insert(tasks)
             .values(
@@ -250,6 +252,7 @@ def start(
                 attempt=job["attempt"],
                 role=p.role,
                 idx=p.index,
+                generation=generations[i] if i < len(generations) else 1,
                 node=p.node,
                 gpus=list(p.gpus),
                 cells=list(p.cells),
@@ -278,6 +281,21 @@ def task_ended(conn: Connection, task_id: int, exit_code: int | None, t: float) 
         .where(tasks.c.id == task_id, tasks.c.state == RUNNING)
         .values(state="ENDED", exit_code=exit_code, ended_at=t)
     )
+
+
+def tasks_stopped(
+    conn: Connection, job: Mapping[str, Any], task_ids: Sequence[int], why: str, t: float
+) -> None:
+    """Some tasks of a running job were stopped alone (HiveD's per-task preemption, a node
+    down): their rows end STOPPED (they run again as a new generation), their GPUs are
+    released, and the job, still RUNNING, says why."""
+    conn.execute(
+        update(tasks)
+        .where(tasks.c.id.in_(list(task_ids)), tasks.c.state == RUNNING)
+        .values(state=STOPPED, ended_at=t)
+    )
+    conn.execute(delete(allocations).where(allocations.c.task_id.in_(list(task_ids))))
+    transition(conn, job, RUNNING, "tasks stopped", why, t)
 
 
 def end_attempt(

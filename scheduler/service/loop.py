@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -61,13 +61,14 @@ from labhive.scheduler.model import (
     SpecRejected,
     Start,
     Stop,
+    StopTasks,
     Submit,
     TaskPlacement,
     Tick,
 )
 from labhive.scheduler.observe.tally import failure_reason
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service.actuation import Actuator, Drain, Reservations, Settle
+from labhive.scheduler.service.actuation import Actuator, Drain, PartDrain, Reservations, Settle
 from labhive.scheduler.service.backoff import LoopHealth
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 from labhive.scheduler.time_limits import deadline, limit_reached
@@ -126,6 +127,8 @@ class _Running:
     lost: bool = False
     gpus: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) the attempt holds
     deadline: float | None = None  # clock() at which its time limit stops it
+    #: The newest generation recorded per task, those stopped alone included.
+    generations: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -140,6 +143,7 @@ class _Pass:
     starts: list[Start] = field(default_factory=list)  # those still standing after the commit
     new_jobs: list[int] = field(default_factory=list)
     stopping: list[tuple[int, str]] = field(default_factory=list)  # (job, why) now draining
+    tasks_stopped: list[PartDrain] = field(default_factory=list)  # some tasks are gone
     handles: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (task id, info)
     held_whys: list[tuple[int, str]] = field(default_factory=list)  # starts held back: why
 
@@ -169,7 +173,10 @@ class SchedulerLoop:
         self.clock = clock
         self._launch_builder = launch_builder
         self._node_events = node_events  # node health from the executor (Kubernetes)
-        self.scheduler = whole_job_stops(make_scheduler())
+        #: Stop some tasks of a running job (HiveD's per-task preemption) rather than whole
+        #: jobs; off until the whole path (restart env, per-task downgrades) is done.
+        self.partial_stops = False
+        self.scheduler = self._policy()
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
         self._intake: deque[tuple[int, JobSpec]] = deque()
         self._cancels: deque[int] = deque()
@@ -386,6 +393,12 @@ class SchedulerLoop:
         self.health.passed(log)
         return True
 
+    def _policy(self) -> Scheduler:
+        scheduler = self._make_scheduler()
+        if self.partial_stops and getattr(self.executor, "partial_stops", False):
+            return scheduler
+        return whole_job_stops(scheduler)
+
     # ---- recovery ------------------------------------------------------------------------
 
     def recover(self) -> None:
@@ -408,7 +421,7 @@ class SchedulerLoop:
         for task in attempt_tasks:
             by_job.setdefault(task["job_id"], []).append(task)
         with self._sched_lock:
-            self.scheduler = whole_job_stops(self._make_scheduler())
+            self.scheduler = self._policy()
         self._specs.clear()
         self._running.clear()
         self._reserved.clear()
@@ -434,7 +447,13 @@ class SchedulerLoop:
             # The whole attempt goes back to the policy, ended tasks included (a gang is placed
             # whole); only the tasks still running go back to the executor.
             for task in by_job.get(job["id"], []):
-                key = TaskKey(str(job["id"]), task["attempt"], task["role"], task["idx"])
+                at = (task["role"], task["idx"])
+                run.generations[at] = max(run.generations.get(at, 0), task["generation"])
+                if task["state"] == lc.STOPPED:
+                    continue  # stopped alone: the policy places it again
+                key = TaskKey(
+                    str(job["id"]), task["attempt"], task["role"], task["idx"], task["generation"]
+                )
                 run.task_ids[key] = task["id"]
                 if task["state"] == lc.RUNNING:
                     handle = TaskHandle(key, task["handle"] or {})
@@ -458,6 +477,10 @@ class SchedulerLoop:
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
         if unloadable:
             self._fail_unloadable(unloadable, by_job, t)
+        # A job with tasks stopped alone is adopted after every other: adopting it lets the
+        # policy place those tasks at once, so it must find the others' GPUs taken already.
+        stopped = {j for j, rows in by_job.items() if any(r["state"] == lc.STOPPED for r in rows)}
+        adopts.sort(key=lambda a: isinstance(a, Adopt) and int(a.job_id) in stopped)
         self._pending_events = adopts + self._nodes_down(marks, t) + submits
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
@@ -471,7 +494,10 @@ class SchedulerLoop:
         for job, message in bad:
             log.warning("job %s cannot be loaded from the store: %s", job["id"], message)
             handles = [
-                TaskHandle(TaskKey(str(job["id"]), r["attempt"], r["role"], r["idx"]), r["handle"])
+                TaskHandle(
+                    TaskKey(str(job["id"]), r["attempt"], r["role"], r["idx"], r["generation"]),
+                    r["handle"],
+                )
                 for r in tasks_of.get(job["id"], [])
                 if r["state"] == lc.RUNNING and r["handle"]
             ]
@@ -554,7 +580,7 @@ class SchedulerLoop:
         if due is not None and due <= t:
             events_in.append(Tick(t))
         if not events_in and not (
-            work.ended_tasks or work.settled or work.handles or work.stopping
+            work.ended_tasks or work.settled or work.handles or work.stopping or work.tasks_stopped
         ):
             self._inflight_exits = []
             self.last_pass = t
@@ -587,6 +613,14 @@ class SchedulerLoop:
         """Jobs whose tasks are gone: record their end and tell the policy, which only now
         counts their GPUs free; the starts held back for those GPUs follow in this pass."""
         for job_id, token in _drain(self._stopped):
+            part = self._reserved.parts.pop(token, None)
+            if part is not None:  # some tasks of a running job are gone
+                work.tasks_stopped.append(part)
+                for run in (self._running.get(job_id), self._draining_run(job_id)):
+                    for key in part.keys:
+                        if run is not None:
+                            run.handles.pop(key, None)
+                continue
             drain = self._reserved.draining.get(job_id)
             if drain is None or drain.token != token:
                 continue  # a drain the loop forgot when it rebuilt from the store
@@ -596,6 +630,10 @@ class SchedulerLoop:
                 out.append(drain.event)
             if drain.settle[1] in lc.TERMINAL:
                 self._specs.pop(job_id, None)
+
+    def _draining_run(self, job_id: int) -> _Running | None:
+        drain = self._reserved.draining.get(job_id)
+        return drain.run if drain is not None else None
 
     def _begin_drain(
         self,
@@ -616,6 +654,28 @@ class SchedulerLoop:
         work.stopping.append((job_id, f"{why}; waiting for its tasks to exit "
                                       f"(grace {self.grace_s:g} s)"))  # fmt: skip
         self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run, only))
+
+    def _stop_some(self, d: StopTasks, work: _Pass) -> None:
+        """Stop these tasks alone (the job keeps running): their GPUs stay reserved until the
+        processes are gone; the store records them STOPPED then, and their restart is the next
+        generation, so a late exit of the old process is not theirs."""
+        job_id = int(d.job_id)
+        run = self._running.get(job_id)
+        if run is None:
+            return
+        which = {(p.role, p.index) for p in d.tasks}
+        keys = [k for k in run.task_ids if (k.role, k.index) in which]
+        ids = tuple(run.task_ids.pop(k) for k in keys)
+        gpus = frozenset((p.node, g) for p in d.tasks for g in p.gpus)
+        run.gpus -= gpus
+        for k in keys:
+            run.codes.pop((k.role, k.index), None)
+        names = ", ".join(f"{r}-{i}" for r, i in sorted(which))
+        why = f"{names}: " + (f"preempted by job {d.by}: {d.reason}" if d.by else d.reason)
+        token = next(self._tokens)
+        part = PartDrain(job_id, run.attempt, frozenset(keys), ids, gpus, why)
+        self._reserved.parts[token] = part
+        self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run, set(keys)))
 
     def _stop_tasks(
         self, job_id: int, token: int, run: _Running, only: set[TaskKey] | None
@@ -790,6 +850,8 @@ class SchedulerLoop:
                         work.held_whys.append((job_id, why))
                 else:
                     work.decisions.append(d)
+            elif isinstance(d, StopTasks):
+                self._stop_some(d, work)
             elif isinstance(d, Preempt | Stop):
                 # Displaced before it launched: its start never happens (it stays WAITING).
                 self._reserved.drop(job_id)
@@ -820,6 +882,10 @@ class SchedulerLoop:
                 lc.record_handle(conn, task_id, info)
             for task_id, code in work.ended_tasks:
                 lc.task_ended(conn, task_id, code, t)
+            for part in work.tasks_stopped:
+                job = job_row(conn, part.job_id)
+                if job is not None and (job["state"], job["attempt"]) == (lc.RUNNING, part.attempt):
+                    lc.tasks_stopped(conn, job, part.task_ids, part.why, t)
             for job_id, why in work.stopping:
                 job = job_row(conn, job_id)
                 if job is not None and job["state"] == lc.RUNNING:
@@ -863,10 +929,15 @@ class SchedulerLoop:
                 elif isinstance(d, Start):
                     stale.append(job["id"])  # ended in the store: never started
                 elif isinstance(d, Downgrade) and job["state"] == lc.RUNNING:
-                    conn.execute(
-                        update(jobs).where(jobs.c.id == job["id"]).values(opportunistic=True)
-                    )
-                    lc.note(conn, job, "downgraded", f"downgraded by job {d.by}: {d.reason}", t)
+                    # Some tasks only (partial stops): the job stays guaranteed, the note names
+                    # the tasks now opportunistic.
+                    names = ", ".join(f"{p.role}-{p.index}" for p in d.tasks)
+                    if not d.tasks:
+                        conn.execute(
+                            update(jobs).where(jobs.c.id == job["id"]).values(opportunistic=True)
+                        )
+                    why = f"downgraded by job {d.by}: {d.reason}"
+                    lc.note(conn, job, "downgraded", f"{names}: {why}" if names else why, t)
             work.starts = [d for starts in pending.values() for d in starts]
             try:
                 with conn.begin_nested():
@@ -909,13 +980,17 @@ class SchedulerLoop:
         return False
 
     def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
-        _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t)
         run = self._running.setdefault(job["id"], _Running(job["attempt"]))
+        # A task started again within its attempt is its next generation (a new row).
+        keys = [_next_key(run, str(job["id"]), p.role, p.index) for p in d.tasks]
+        generations = [k.generation for k in keys]
+        run.generations.update(((k.role, k.index), k.generation) for k in keys)
+        _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t, generations)
         if job["state"] == lc.WAITING:  # not when an incremental job grows
             spec = self._specs.get(job["id"])
             run.deadline = deadline(spec.time_limit if spec is not None else None, t)
-        for p, task_id in zip(d.tasks, ids, strict=True):
-            run.task_ids[TaskKey(str(job["id"]), job["attempt"], p.role, p.index)] = task_id
+        for p, key, task_id in zip(d.tasks, keys, ids, strict=True):
+            run.task_ids[key] = task_id
             run.gpus.update((p.node, g) for g in p.gpus)
 
     def _record_whys(self, conn: Any, job_ids: list[int]) -> None:
@@ -942,7 +1017,10 @@ class SchedulerLoop:
             if job is None:
                 continue
             try:
-                launches = self._build(job, spec, d.tasks)
+                launches = [
+                    replace(x, key=_current_key(run, x.key))
+                    for x in self._build(job, spec, d.tasks)
+                ]
             except Exception as err:
                 self._launch_failed(job_id, run, d.tasks, err)
                 continue
@@ -973,7 +1051,7 @@ class SchedulerLoop:
     ) -> None:
         log.warning("job %s failed to launch: %s", job_id, err)
         for p in placements:
-            key = TaskKey(str(job_id), run.attempt, p.role, p.index)
+            key = _current_key(run, TaskKey(str(job_id), run.attempt, p.role, p.index))
             self._worker_exits.append(TaskExit(key, 127, str(err)))
         self._wake.set()
 
@@ -998,6 +1076,20 @@ class SchedulerLoop:
                     lc.end_attempt(conn, job, lc.WAITING, "requeued", why, t)
         self._running.clear()
         self._reserved.clear()
+
+
+def _current_key(run: _Running, key: TaskKey) -> TaskKey:
+    """The key of the newest generation of ``key``'s task the attempt recorded (``key`` itself
+    when there is none)."""
+    same = [k for k in run.task_ids if (k.role, k.index) == (key.role, key.index)]
+    return max(same, key=lambda k: k.generation, default=key)
+
+
+def _next_key(run: _Running, job_id: str, role: str, index: int) -> TaskKey:
+    """The key a (re)start of this task records: one generation past its newest."""
+    newest = _current_key(run, TaskKey(job_id, run.attempt, role, index, 0)).generation
+    newest = max(newest, run.generations.get((role, index), 0))
+    return TaskKey(job_id, run.attempt, role, index, newest + 1)
 
 
 def _storable(text: str, limit: int = 400) -> str:
@@ -1025,10 +1117,12 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """The service stops and downgrades whole jobs only: its executors cannot yet stop some
-    tasks of a running job and start them again, so HiveD's per-task (per affinity group)
-    preemption and node failure (``HivedScheduler.partial_stops``) is turned off here, the
-    remaining departure documented in docs/scheduler-core.md."""
+    """The service stops and downgrades whole jobs unless ``SchedulerLoop.partial_stops`` is
+    set: the loop can stop some tasks of a running job and start them again (per-task
+    generations), but ETA forecasts and per-task downgrades across a restart cannot follow
+    yet, so HiveD's per-task (per affinity group) preemption and node failure
+    (``HivedScheduler.partial_stops``) is off by default, the departure documented in
+    docs/scheduler-core.md."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler

@@ -53,6 +53,7 @@ class TaskRow(TypedDict):
     attempt: int
     role: str
     idx: int
+    generation: int
     node: str
     gpus: list[int]
     cells: Any
@@ -134,11 +135,12 @@ def job_list(conn: Connection, want: JobFilter) -> list[JobRow]:
 
 
 def attempt_tasks(conn: Connection, job_id: int, attempt: int) -> list[TaskRow]:
-    """The tasks of one attempt of a job, by role and index."""
+    """The tasks of one attempt of a job, by role and index, a task's newest run first (a
+    task stopped on its own and started again has a row per generation)."""
     query = (
         select(tasks)
         .where(tasks.c.job_id == job_id, tasks.c.attempt == attempt)
-        .order_by(tasks.c.role, tasks.c.idx)
+        .order_by(tasks.c.role, tasks.c.idx, tasks.c.generation.desc())
     )
     return [cast(TaskRow, dict(r)) for r in conn.execute(query).mappings()]
 

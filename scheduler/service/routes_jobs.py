@@ -119,7 +119,7 @@ def register(app: FastAPI, svc: Service) -> None:
             row = _owned(conn, job_id, me)
             at = attempt or q.last_attempt(conn, job_id) or row["attempt"]
             task_rows = q.attempt_tasks(conn, job_id, at)
-        names = [f"{t['role']}-{t['idx']}" for t in task_rows]
+        names = list(dict.fromkeys(f"{t['role']}-{t['idx']}" for t in task_rows))
         chosen = task_rows[0] if task_rows and task is None else None
         if task is not None:
             chosen = next((t for t in task_rows if f"{t['role']}-{t['idx']}" == task), None)
@@ -127,7 +127,7 @@ def register(app: FastAPI, svc: Service) -> None:
                 raise NotFound(f"job {job_id} attempt {at} has no task {task!r}; tasks: {names}")
         data = b""
         if chosen is not None and chosen["handle"]:
-            key = TaskKey(str(job_id), at, chosen["role"], chosen["idx"])
+            key = TaskKey(str(job_id), at, chosen["role"], chosen["idx"], chosen["generation"])
             data = svc.executor.read_log(TaskHandle(key, chosen["handle"]), stream, offset, limit)
         ended = chosen is not None and chosen["state"] != lc.RUNNING
         complete = (ended or row["state"] in lc.TERMINAL) and len(data) < limit
@@ -152,7 +152,7 @@ def register(app: FastAPI, svc: Service) -> None:
         for t in task_rows:
             if not t["handle"]:
                 continue
-            key = TaskKey(str(job_id), t["attempt"], t["role"], t["idx"])
+            key = TaskKey(str(job_id), t["attempt"], t["role"], t["idx"], t["generation"])
             for path in svc.executor.observations(TaskHandle(key, t["handle"])):
                 p = Path(path)
                 size = p.stat().st_size if p.exists() else 0

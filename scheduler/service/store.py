@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0006_owner_ids"
+HEAD_REVISION = "0007_task_generation"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
@@ -101,6 +101,8 @@ tasks = Table(
     Column("attempt", Integer, nullable=False),
     Column("role", String(128), nullable=False),
     Column("idx", Integer, nullable=False),
+    # A task stopped alone and started again within its attempt is the next generation.
+    Column("generation", Integer, nullable=False, default=1, server_default=text("1")),
     Column("node", String(256), nullable=False),
     Column("gpus", JSON, nullable=False),
     Column("cells", JSON, nullable=False),
@@ -109,7 +111,7 @@ tasks = Table(
     Column("handle", JSON, nullable=True),
     Column("started_at", Float, nullable=False),
     Column("ended_at", Float, nullable=True),
-    UniqueConstraint("job_id", "attempt", "role", "idx", name="uq_task_attempt"),
+    UniqueConstraint("job_id", "attempt", "role", "idx", "generation", name="uq_task_generation"),
     Index("ix_tasks_job", "job_id"),
     Index("ix_tasks_state", "state"),
 )

@@ -1,0 +1,171 @@
+"""Given the live scheduler loop with the local executor (real processes; SQLite and
+PostgreSQL) and per-task stops turned on, an incremental job (``gang: false``) of four 1-GPU
+tasks filling vc1's node, then a higher-priority 1-GPU job: expect exactly one task's process
+to end (the other three keep their pids), the preemptor to run, and the stopped task to run
+again, as the next generation with a new pid, once the preemptor is done; the job then
+SUCCEEDED."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from sqlalchemy import select
+from waiting import wait_until
+
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.loop import SchedulerLoop
+from labhive.scheduler.service.server import ServeOptions, build
+from labhive.scheduler.service.store import events, job_row, tasks
+
+pytest_plugins = ["service_fixtures"]
+
+
+def _started(data_dir: Path, db: str | None = None) -> SchedulerLoop:
+    running = build(ServeOptions(data_dir=data_dir, grace_s=1, db=db))
+    running.service.intake.close()  # this test submits by hand
+    loop = running.service.loop
+    loop.partial_stops = True
+    loop.start()  # rebuilds from the store, re-adopting what runs
+    return loop
+
+
+@pytest.fixture
+def loop(tmp_path: Path, db_url: str) -> Iterator[SchedulerLoop]:
+    loop = _started(tmp_path / "data", db_url)
+    yield loop
+    loop.stop(stop_tasks=True)
+    loop.store.dispose()
+
+
+def _submit(loop: SchedulerLoop, doc: dict) -> int:
+    spec = parse_job(doc)
+    new = lc.NewJob(spec.name, "ann", spec.vc, spec.priority, spec.retries, spec.task_count,
+                    spec.total_gpus, doc)  # fmt: skip
+    with loop.store.write() as conn:
+        job_id = lc.submit(conn, new, time.time())
+    loop.submitted(job_id, spec)
+    return job_id
+
+
+def _state(loop: SchedulerLoop, job_id: int) -> str:
+    with loop.store.read() as conn:
+        row = job_row(conn, job_id)
+    assert row is not None
+    return str(row["state"])
+
+
+def _tasks(loop: SchedulerLoop, job_id: int) -> list[dict[str, Any]]:
+    with loop.store.read() as conn:
+        query = select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.id)
+        return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_preemptor_stops_one_task_which_runs_again_as_its_next_generation(
+    loop: SchedulerLoop,
+) -> None:
+    inc = _submit(loop, {"name": "inc", "vc": "vc1", "tasks": 4, "gpus": 1, "gang": False,
+                         "command": "sleep 8"})  # fmt: skip
+    first = wait_until(
+        lambda: (rows := _tasks(loop, inc)) and all(r["handle"] for r in rows) and rows,
+        "the four tasks running with their pids",
+    )
+    assert len(first) == 4
+    pids = {(r["role"], r["idx"]): r["handle"]["pid"] for r in first}
+    boss = _submit(loop, {"name": "boss", "vc": "vc1", "priority": "prod", "gpus": 1,
+                          "command": "sleep 1"})  # fmt: skip
+    stopped = wait_until(
+        lambda: [r for r in _tasks(loop, inc) if r["state"] == "STOPPED"], "a task stopped"
+    )
+    assert len(stopped) == 1 and _state(loop, inc) == "RUNNING"
+    gone = (stopped[0]["role"], stopped[0]["idx"])
+    assert not _alive(pids[gone])
+    assert all(_alive(pid) for at, pid in pids.items() if at != gone)
+    wait_until(lambda: _state(loop, boss) == "SUCCEEDED", "the preemptor done", timeout=60)
+    again = wait_until(
+        lambda: [r for r in _tasks(loop, inc) if r["generation"] == 2 and r["handle"]],
+        "the stopped task running again",
+        timeout=60,
+    )
+    assert [(r["role"], r["idx"], r["attempt"]) for r in again] == [(*gone, 1)]
+    assert again[0]["handle"]["pid"] != pids[gone]
+    wait_until(lambda: _state(loop, inc) == "SUCCEEDED", "the job done", timeout=60)
+    with loop.store.read() as conn:
+        whys = [
+            r.why
+            for r in conn.execute(
+                select(events.c.why).where(
+                    events.c.job_id == inc, events.c.reason == "tasks stopped"
+                )
+            )
+        ]
+    assert len(whys) == 1 and f"preempted by job {boss}" in whys[0]
+
+
+def test_a_restart_while_a_task_is_stopped_adopts_the_others_and_runs_it_again(
+    tmp_path: Path,
+) -> None:
+    """The service goes away (its tasks left running) while one task is stopped and its
+    preemptor runs; the next start adopts the three survivors and the preemptor, keeps the
+    stopped task waiting, and runs it again (generation 2) once the preemptor is done."""
+    loop = _started(tmp_path / "data")
+    inc = _submit(loop, {"name": "inc", "vc": "vc1", "tasks": 4, "gpus": 1, "gang": False,
+                         "command": "sleep 12"})  # fmt: skip
+    wait_until(lambda: len([r for r in _tasks(loop, inc) if r["handle"]]) == 4, "four tasks")
+    pids = {(r["role"], r["idx"]): r["handle"]["pid"] for r in _tasks(loop, inc)}
+    boss = _submit(loop, {"name": "boss", "vc": "vc1", "priority": "prod", "gpus": 1,
+                          "command": "sleep 4"})  # fmt: skip
+    wait_until(lambda: _state(loop, boss) == "RUNNING", "the preemptor running")
+    (stopped,) = [r for r in _tasks(loop, inc) if r["state"] == "STOPPED"]
+    gone = (stopped["role"], stopped["idx"])
+    loop.stop(stop_tasks=False)  # what a kill leaves: the store, and the processes running
+    loop.store.dispose()
+    loop = _started(tmp_path / "data")
+    try:
+        assert _state(loop, inc) == "RUNNING"
+        assert all(_alive(pid) for at, pid in pids.items() if at != gone)
+        wait_until(lambda: _state(loop, boss) == "SUCCEEDED", "the preemptor done", timeout=60)
+        again = wait_until(
+            lambda: [r for r in _tasks(loop, inc) if r["generation"] == 2 and r["handle"]],
+            "the stopped task running again",
+            timeout=60,
+        )
+        assert [(r["role"], r["idx"]) for r in again] == [gone]
+        survivors = [
+            r for r in _tasks(loop, inc) if r["generation"] == 1 and r["state"] != "STOPPED"
+        ]
+        assert {(r["role"], r["idx"]): r["handle"]["pid"] for r in survivors} == {
+            at: pid for at, pid in pids.items() if at != gone
+        }
+        wait_until(lambda: _state(loop, inc) == "SUCCEEDED", "the job done", timeout=60)
+    finally:
+        loop.stop(stop_tasks=True)
+        loop.store.dispose()
+
+
+def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path: Path) -> None:
+    from labhive.scheduler.executors.kubernetes import KubernetesExecutor
+    from labhive.scheduler.executors.slurm import SlurmExecutor
+
+    loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop
+    try:
+        assert getattr(loop._policy(), "partial_stops", None) is False  # off by default
+        loop.partial_stops = True
+        assert getattr(loop._policy(), "partial_stops", None) is True  # the local executor can
+        assert KubernetesExecutor.partial_stops is False and SlurmExecutor.partial_stops is False
+        loop.executor = KubernetesExecutor.__new__(KubernetesExecutor)
+        assert getattr(loop._policy(), "partial_stops", None) is False
+    finally:
+        loop.store.dispose()
