@@ -46,6 +46,14 @@ from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, v
 
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
+#: More than any cluster's GPUs and above any job's priority (priorities are small ints):
+#: a need no chain can meet, a bound that does not limit, a freed level every job gains from.
+UNBOUNDED = 1 << 30
+#: Below any job's priority: a VC no release has made dirty yet in this pass.
+NOT_DIRTY = -UNBOUNDED
+#: A class's room when no node or VC can hold it (any real room is >= 0, so it blocks).
+NO_ROOM = -1
+
 
 class AdoptRefused(ValueError):
     """The cells a driver asks to restore a job onto are unknown, down or taken."""
@@ -335,7 +343,7 @@ class HivedScheduler(PolicyBase[Job]):
             for other in self.vcs.by_name.values():
                 if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
                     other.pool_epoch += 1
-                    self._bump(other, 1 << 30)
+                    self._bump(other, UNBOUNDED)
 
     def _bind_counters(self, vc: VC, plan: Plan) -> None:
         for cell in plan.bound:
@@ -360,11 +368,11 @@ class HivedScheduler(PolicyBase[Job]):
         vc.version += 1
         if freed is None:
             vc.epoch += 1
-            level = 1 << 30
+            level = UNBOUNDED
         else:
             vc.freed[freed] = vc.freed.get(freed, 0) + 1
             level = freed
-        if self._dirty_vcs.get(vc.name, -(1 << 30)) < level:
+        if self._dirty_vcs.get(vc.name, NOT_DIRTY) < level:
             self._dirty_vcs[vc.name] = level
 
     def _bump_oppo(self) -> None:
@@ -433,7 +441,7 @@ class HivedScheduler(PolicyBase[Job]):
         unit = self._units(job)[0]
         chains = self._chains(job, [r for r, _ in unit])
         if not chains:
-            return 1 << 30
+            return UNBOUNDED
         return min(sum(t.leaves for t in self._needs(unit, c, job.vc)) for c in chains)
 
     def _task_need(self, job: Job) -> int:
@@ -441,7 +449,7 @@ class HivedScheduler(PolicyBase[Job]):
         roles = [r for r, _ in job.waiting_tasks]
         chains = self._chains(job, roles)
         if not chains:
-            return 1 << 30
+            return UNBOUNDED
         return min(
             max(self._leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
             for c in chains
@@ -521,13 +529,13 @@ class HivedScheduler(PolicyBase[Job]):
             if cls.priority < 0:
                 if idle is None:
                     idle = self.tree.free_total
-                room = idle if self._node_with(cls.task_need) else -1
+                room = idle if self._node_with(cls.task_need) else NO_ROOM
             elif cls.vc_ref is None:
-                room = -1
+                room = NO_ROOM
             else:
                 key = (cls.vc, cls.priority)
-                room = rooms.get(key, -1)
-                if room < 0:
+                room = rooms.get(key, NO_ROOM)
+                if room == NO_ROOM:
                     room = rooms[key] = self._room(cls.vc_ref, cls.priority)
             if room < cls.need:
                 self._block(cls, stamp)
@@ -784,7 +792,7 @@ class HivedScheduler(PolicyBase[Job]):
         info = self.tree.chains[chain]
         unbound = vc.unbound.get(chain, {})
         if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
-            return 1 << 30  # cells smaller than a node: do not guess
+            return UNBOUNDED  # cells smaller than a node: do not guess
         nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
         if not nodes:
             return 0
