@@ -40,7 +40,7 @@ from labhive.scheduler.model import (
 )
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.policy_base import PolicyBase, listing_order, node_down, reconfigured
-from labhive.scheduler.queue import JobClass, VCQueue
+from labhive.scheduler.queue import FailedAt, JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
 from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, vc_views
 
@@ -53,6 +53,16 @@ UNBOUNDED = 1 << 30
 NOT_DIRTY = -UNBOUNDED
 #: A class's room when no node or VC can hold it (any real room is >= 0, so it blocks).
 NO_ROOM = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SlotShape:
+    """A gang whose chances count in task slots per whole node: its one chain, the GPUs of
+    each (equal) task, and its priority (it may use GPUs of lower-priority jobs)."""
+
+    chain: str
+    leaves: int
+    priority: int
 
 
 class AdoptRefused(ValueError):
@@ -493,7 +503,7 @@ class HivedScheduler(PolicyBase[Job]):
         cls.blocked_at = self._stamp(cls) if stamp is None else stamp
         vc = cls.vc_ref
         if vc is not None and cls.priority >= 0:
-            cls.failed_at = (self._tick, vc.epoch, vc.pool_epoch)
+            cls.failed_at = FailedAt(self._tick, vc.epoch, vc.pool_epoch)
         else:
             cls.failed_at = None
 
@@ -502,9 +512,10 @@ class HivedScheduler(PolicyBase[Job]):
         changed since then: only the nodes those GPUs lie on need a new look, and binding
         more cells only if more physical cells became free (the bool)."""
         vc = cls.vc_ref
-        if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
+        failed = cls.failed_at
+        if failed is None or vc is None or failed.epoch != vc.epoch:
             return None
-        return cls.failed_at[0], cls.failed_at[2] != vc.pool_epoch
+        return failed.tick, failed.pool_epoch != vc.pool_epoch
 
     def _collect_ready(self) -> list[JobClass]:
         """The classes worth an attempt: new or unblocked ones whose need the capacity they
@@ -730,13 +741,18 @@ class HivedScheduler(PolicyBase[Job]):
             and cls.slots_tick == since[0]
         ):
             # Slots on the VC's nodes now, plus what binding its free cells could add.
-            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(vc, *slots[:2])
+            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(
+                vc, slots.chain, slots.leaves
+            )
             if places < len(unit):
                 return None  # not enough places yet for the gang: no search needed
         plan = self._search(job, vc, chains, needs, unit, since)
         if slots is not None and cls is not None:
             if plan is None:
-                cls.slots = {n: c for n in vc.nodes[slots[0]] if (c := self._slots(n, *slots[1:]))}
+                size, prio = slots.leaves, slots.priority
+                cls.slots = {
+                    n: c for n in vc.nodes[slots.chain] if (c := self._slots(n, size, prio))
+                }
                 cls.slots_tick = self._tick
             else:
                 cls.slots = None
@@ -750,8 +766,8 @@ class HivedScheduler(PolicyBase[Job]):
         needs: dict[str, list[TaskNeed]],
         unit: list[tuple[RoleSpec, int]],
         cls: JobClass | None,
-    ) -> tuple[str, int, int] | None:
-        """(chain, GPUs per task, priority) when a gang's chances can be counted in task slots
+    ) -> SlotShape | None:
+        """The gang's slot shape when a gang's chances can be counted in task slots
         per whole node: one chain, tasks of one size, no pinned or part-node cells."""
         if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
             return None
@@ -759,7 +775,7 @@ class HivedScheduler(PolicyBase[Job]):
         sizes = {t.leaves for t in needs[chain]}
         if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
             return None
-        return chain, sizes.pop(), job.prio
+        return SlotShape(chain, sizes.pop(), job.prio)
 
     @staticmethod
     def _slots(node: Cell, leaves: int, priority: int) -> int:
@@ -770,15 +786,16 @@ class HivedScheduler(PolicyBase[Job]):
                 usable += n
         return usable // leaves
 
-    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: tuple[str, int, int]) -> int:
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: SlotShape) -> int:
         """The gang's task slots now, from those at its last failure and the nodes that
         changed since (remembered for the next time)."""
         assert cls.slots is not None
-        mine = vc.nodes.get(slots[0], {})
+        chain, size, prio = slots.chain, slots.leaves, slots.priority
+        mine = vc.nodes.get(chain, {})
         for node in self._grown_since(vc, since):
-            if node.chain != slots[0]:
+            if node.chain != chain:
                 continue
-            count = self._slots(node, *slots[1:]) if node in mine else 0
+            count = self._slots(node, size, prio) if node in mine else 0
             if count:
                 cls.slots[node] = count
             else:
