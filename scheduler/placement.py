@@ -540,6 +540,13 @@ def pick_leaves(
             if free_only or ok is _is_free:
                 return _first_free(part, need, () if free_only else taken)
             return _cheapest_leaves(part, need, ok, taken)
+    return _search_leaves(parts, need, ok, taken, free_only)
+
+
+def _search_leaves(
+    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: set[int], free_only: bool
+) -> list[Cell]:
+    """The general search of ``pick_leaves``, which its fast paths must agree with."""
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
