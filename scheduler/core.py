@@ -261,12 +261,7 @@ class HivedScheduler(PolicyBase[Job]):
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs.by_name[owner.vc or ""]
-            if leaf.bad == 0:
-                vc.free_in -= 1
-            if prio >= 0:
-                vc.prio_in[prio] = vc.prio_in.get(prio, 0) + 1
-            else:
-                vc.oppo_in += 1
+            vc.occupy(leaf.bad == 0, prio)
             self.tree.use(leaf, job.job_id, prio)
             if leaf.node_cell is not None and leaf.node_cell.free == 0:
                 vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
@@ -280,12 +275,7 @@ class HivedScheduler(PolicyBase[Job]):
             vc = self.vcs.by_name[owner.vc or ""]
             if leaf.node_cell is not None:
                 self._grew(vc, leaf.node_cell)
-            if leaf.bad == 0:
-                vc.free_in += 1
-            if leaf.prio >= 0:
-                vc.prio_in[leaf.prio] -= 1
-            else:
-                vc.oppo_in -= 1
+            vc.vacate(leaf.bad == 0, leaf.prio)
             self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
@@ -346,8 +336,7 @@ class HivedScheduler(PolicyBase[Job]):
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
-            vc.free_in -= cell.free
-            vc.oppo_in -= cell.oppo
+            vc.count_unbound(cell)
             self.vcs.unbind(vc, cell)
             # More free physical cells help only VCs with cells left to bind in this chain.
             for other in self.vcs.by_name.values():
@@ -361,8 +350,7 @@ class HivedScheduler(PolicyBase[Job]):
 
     def _bound(self, vc: VC, cell: Cell) -> None:
         """A cell was bound to the VC: count it, and let failed searches look at it."""
-        vc.free_in += cell.free
-        vc.oppo_in += cell.oppo
+        vc.count_bound(cell)
         for node in cell.nodes():
             self._grew(vc, node)
 
@@ -1108,8 +1096,7 @@ class HivedScheduler(PolicyBase[Job]):
                 for leaf in leaves:
                     if not self._own(vc, leaf, bound):
                         for cell in reversed(bound):
-                            vc.free_in -= cell.free
-                            vc.oppo_in -= cell.oppo
+                            vc.count_unbound(cell)
                             self.vcs.unbind(vc, cell)
                         raise AdoptRefused(
                             f"GPU {leaf.leaf_id} lies outside {vc.name}'s free cells"
