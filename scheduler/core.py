@@ -40,11 +40,29 @@ from labhive.scheduler.model import (
 )
 from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.policy_base import PolicyBase, listing_order, node_down, reconfigured
-from labhive.scheduler.queue import JobClass, VCQueue
+from labhive.scheduler.queue import FailedAt, JobClass, VCQueue
 from labhive.scheduler.vc import VC, VCs
 from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, vc_views
 
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
+
+#: More than any cluster's GPUs and above any job's priority (priorities are small ints):
+#: a need no chain can meet, a bound that does not limit, a freed level every job gains from.
+UNBOUNDED = 1 << 30
+#: Below any job's priority: a VC no release has made dirty yet in this pass.
+NOT_DIRTY = -UNBOUNDED
+#: A class's room when no node or VC can hold it (any real room is >= 0, so it blocks).
+NO_ROOM = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SlotShape:
+    """A gang whose chances count in task slots per whole node: its one chain, the GPUs of
+    each (equal) task, and its priority (it may use GPUs of lower-priority jobs)."""
+
+    chain: str
+    leaves: int
+    priority: int
 
 
 class AdoptRefused(ValueError):
@@ -243,12 +261,7 @@ class HivedScheduler(PolicyBase[Job]):
         owner = leaf.owner()
         if owner is not None:
             vc = self.vcs.by_name[owner.vc or ""]
-            if leaf.bad == 0:
-                vc.free_in -= 1
-            if prio >= 0:
-                vc.prio_in[prio] = vc.prio_in.get(prio, 0) + 1
-            else:
-                vc.oppo_in += 1
+            vc.occupy(leaf.bad == 0, prio)
             self.tree.use(leaf, job.job_id, prio)
             if leaf.node_cell is not None and leaf.node_cell.free == 0:
                 vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
@@ -262,12 +275,7 @@ class HivedScheduler(PolicyBase[Job]):
             vc = self.vcs.by_name[owner.vc or ""]
             if leaf.node_cell is not None:
                 self._grew(vc, leaf.node_cell)
-            if leaf.bad == 0:
-                vc.free_in += 1
-            if leaf.prio >= 0:
-                vc.prio_in[leaf.prio] -= 1
-            else:
-                vc.oppo_in -= 1
+            vc.vacate(leaf.bad == 0, leaf.prio)
             self._bump(vc, leaf.prio)
             touched.add(owner)
         self.tree.release(leaf)
@@ -328,14 +336,13 @@ class HivedScheduler(PolicyBase[Job]):
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
-            vc.free_in -= cell.free
-            vc.oppo_in -= cell.oppo
+            vc.count_unbound(cell)
             self.vcs.unbind(vc, cell)
             # More free physical cells help only VCs with cells left to bind in this chain.
             for other in self.vcs.by_name.values():
                 if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
                     other.pool_epoch += 1
-                    self._bump(other, 1 << 30)
+                    self._bump(other, UNBOUNDED)
 
     def _bind_counters(self, vc: VC, plan: Plan) -> None:
         for cell in plan.bound:
@@ -343,8 +350,7 @@ class HivedScheduler(PolicyBase[Job]):
 
     def _bound(self, vc: VC, cell: Cell) -> None:
         """A cell was bound to the VC: count it, and let failed searches look at it."""
-        vc.free_in += cell.free
-        vc.oppo_in += cell.oppo
+        vc.count_bound(cell)
         for node in cell.nodes():
             self._grew(vc, node)
 
@@ -360,11 +366,11 @@ class HivedScheduler(PolicyBase[Job]):
         vc.version += 1
         if freed is None:
             vc.epoch += 1
-            level = 1 << 30
+            level = UNBOUNDED
         else:
             vc.freed[freed] = vc.freed.get(freed, 0) + 1
             level = freed
-        if self._dirty_vcs.get(vc.name, -(1 << 30)) < level:
+        if self._dirty_vcs.get(vc.name, NOT_DIRTY) < level:
             self._dirty_vcs[vc.name] = level
 
     def _bump_oppo(self) -> None:
@@ -433,7 +439,7 @@ class HivedScheduler(PolicyBase[Job]):
         unit = self._units(job)[0]
         chains = self._chains(job, [r for r, _ in unit])
         if not chains:
-            return 1 << 30
+            return UNBOUNDED
         return min(sum(t.leaves for t in self._needs(unit, c, job.vc)) for c in chains)
 
     def _task_need(self, job: Job) -> int:
@@ -441,7 +447,7 @@ class HivedScheduler(PolicyBase[Job]):
         roles = [r for r, _ in job.waiting_tasks]
         chains = self._chains(job, roles)
         if not chains:
-            return 1 << 30
+            return UNBOUNDED
         return min(
             max(self._leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
             for c in chains
@@ -485,7 +491,7 @@ class HivedScheduler(PolicyBase[Job]):
         cls.blocked_at = self._stamp(cls) if stamp is None else stamp
         vc = cls.vc_ref
         if vc is not None and cls.priority >= 0:
-            cls.failed_at = (self._tick, vc.epoch, vc.pool_epoch)
+            cls.failed_at = FailedAt(self._tick, vc.epoch, vc.pool_epoch)
         else:
             cls.failed_at = None
 
@@ -494,9 +500,10 @@ class HivedScheduler(PolicyBase[Job]):
         changed since then: only the nodes those GPUs lie on need a new look, and binding
         more cells only if more physical cells became free (the bool)."""
         vc = cls.vc_ref
-        if cls.failed_at is None or vc is None or cls.failed_at[1] != vc.epoch:
+        failed = cls.failed_at
+        if failed is None or vc is None or failed.epoch != vc.epoch:
             return None
-        return cls.failed_at[0], cls.failed_at[2] != vc.pool_epoch
+        return failed.tick, failed.pool_epoch != vc.pool_epoch
 
     def _collect_ready(self) -> list[JobClass]:
         """The classes worth an attempt: new or unblocked ones whose need the capacity they
@@ -521,13 +528,13 @@ class HivedScheduler(PolicyBase[Job]):
             if cls.priority < 0:
                 if idle is None:
                     idle = self.tree.free_total
-                room = idle if self._node_with(cls.task_need) else -1
+                room = idle if self._node_with(cls.task_need) else NO_ROOM
             elif cls.vc_ref is None:
-                room = -1
+                room = NO_ROOM
             else:
                 key = (cls.vc, cls.priority)
-                room = rooms.get(key, -1)
-                if room < 0:
+                room = rooms.get(key, NO_ROOM)
+                if room == NO_ROOM:
                     room = rooms[key] = self._room(cls.vc_ref, cls.priority)
             if room < cls.need:
                 self._block(cls, stamp)
@@ -722,13 +729,18 @@ class HivedScheduler(PolicyBase[Job]):
             and cls.slots_tick == since[0]
         ):
             # Slots on the VC's nodes now, plus what binding its free cells could add.
-            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(vc, *slots[:2])
+            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(
+                vc, slots.chain, slots.leaves
+            )
             if places < len(unit):
                 return None  # not enough places yet for the gang: no search needed
         plan = self._search(job, vc, chains, needs, unit, since)
         if slots is not None and cls is not None:
             if plan is None:
-                cls.slots = {n: c for n in vc.nodes[slots[0]] if (c := self._slots(n, *slots[1:]))}
+                size, prio = slots.leaves, slots.priority
+                cls.slots = {
+                    n: c for n in vc.nodes[slots.chain] if (c := self._slots(n, size, prio))
+                }
                 cls.slots_tick = self._tick
             else:
                 cls.slots = None
@@ -742,8 +754,8 @@ class HivedScheduler(PolicyBase[Job]):
         needs: dict[str, list[TaskNeed]],
         unit: list[tuple[RoleSpec, int]],
         cls: JobClass | None,
-    ) -> tuple[str, int, int] | None:
-        """(chain, GPUs per task, priority) when a gang's chances can be counted in task slots
+    ) -> SlotShape | None:
+        """The gang's slot shape when a gang's chances can be counted in task slots
         per whole node: one chain, tasks of one size, no pinned or part-node cells."""
         if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
             return None
@@ -751,7 +763,7 @@ class HivedScheduler(PolicyBase[Job]):
         sizes = {t.leaves for t in needs[chain]}
         if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
             return None
-        return chain, sizes.pop(), job.prio
+        return SlotShape(chain, sizes.pop(), job.prio)
 
     @staticmethod
     def _slots(node: Cell, leaves: int, priority: int) -> int:
@@ -762,15 +774,16 @@ class HivedScheduler(PolicyBase[Job]):
                 usable += n
         return usable // leaves
 
-    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: tuple[str, int, int]) -> int:
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: SlotShape) -> int:
         """The gang's task slots now, from those at its last failure and the nodes that
         changed since (remembered for the next time)."""
         assert cls.slots is not None
-        mine = vc.nodes.get(slots[0], {})
+        chain, size, prio = slots.chain, slots.leaves, slots.priority
+        mine = vc.nodes.get(chain, {})
         for node in self._grown_since(vc, since):
-            if node.chain != slots[0]:
+            if node.chain != chain:
                 continue
-            count = self._slots(node, *slots[1:]) if node in mine else 0
+            count = self._slots(node, size, prio) if node in mine else 0
             if count:
                 cls.slots[node] = count
             else:
@@ -784,7 +797,7 @@ class HivedScheduler(PolicyBase[Job]):
         info = self.tree.chains[chain]
         unbound = vc.unbound.get(chain, {})
         if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
-            return 1 << 30  # cells smaller than a node: do not guess
+            return UNBOUNDED  # cells smaller than a node: do not guess
         nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
         if not nodes:
             return 0
@@ -1083,8 +1096,7 @@ class HivedScheduler(PolicyBase[Job]):
                 for leaf in leaves:
                     if not self._own(vc, leaf, bound):
                         for cell in reversed(bound):
-                            vc.free_in -= cell.free
-                            vc.oppo_in -= cell.oppo
+                            vc.count_unbound(cell)
                             self.vcs.unbind(vc, cell)
                         raise AdoptRefused(
                             f"GPU {leaf.leaf_id} lies outside {vc.name}'s free cells"

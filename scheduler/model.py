@@ -171,7 +171,8 @@ Decision = Start | Preempt | Downgrade | Stop | StopTasks
 
 # ---- views (what a driver shows) -----------------------------------------------------------
 
-JobState = Literal["WAITING", "RUNNING"]
+#: What a job view shows of a job in the scheduler (not the lifecycle ``states.JobState``).
+ViewState = Literal["WAITING", "RUNNING"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +181,7 @@ class JobView:
     name: str
     vc: str
     priority: int
-    state: JobState
+    state: ViewState
     tasks: tuple[TaskPlacement, ...] = ()
     opportunistic: bool = False
     queue_position: int | None = None  # 1-based, within the job's VC; None while running

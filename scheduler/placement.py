@@ -21,6 +21,13 @@ from labhive.scheduler.vc import VC, VCs
 #: ``threshold`` of a search: None = free GPUs only; p = GPUs of jobs with priority <= p too.
 Threshold = int | None
 
+#: A node's preemption level when free GPUs suffice: below every level that preempts.
+NO_VICTIMS = -2
+#: The level when only opportunistic jobs (priority -1, ``jobs.OPPORTUNISTIC``) are preempted.
+OPPORTUNISTIC_ONLY = -1
+#: How a free GPU ranks against busy ones: below any job priority, opportunistic included.
+FREE_RANK = -100
+
 
 @dataclass(slots=True)
 class TaskNeed:
@@ -171,7 +178,7 @@ class Placer:
     ) -> tuple[Cell | None, int]:
         """Best fit: the node with the fewest usable GPUs that still holds the task, next to
         the gang's previous task where possible, preempting as few jobs as it can; with the
-        highest priority it must preempt there (-2: none, -1: opportunistic jobs only)."""
+        highest priority it must preempt there (``NO_VICTIMS``: none; ``OPPORTUNISTIC_ONLY``)."""
         best, best_key = None, None
         near = last.parent if last else None
         if only is not None:
@@ -199,7 +206,7 @@ class Placer:
                     if usable < need:
                         continue
                 have = node.free - taken_on.get(node, 0)
-                level = -2
+                level = NO_VICTIMS
                 if have < need:
                     for p in sorted(counts):  # ascending, so stop at the first above
                         if p > threshold:
@@ -213,7 +220,7 @@ class Placer:
                 free = node.free - free_taken.get(node, 0)
                 rest = (max(0, need - free), node.parent is not near, usable, node.order)
                 victims = 0
-                if level > -2:
+                if level > NO_VICTIMS:
                     if best_key is not None and (level, 1, *rest) >= best_key:
                         continue  # even with one victim (the fewest possible) it cannot win
                     victims = len(fewest_victims([node], need, ok, plan.taken))
@@ -233,9 +240,9 @@ class Placer:
                     continue
                 victims = 0
                 if free >= need or threshold is None:
-                    level = -2
+                    level = NO_VICTIMS
                 else:
-                    level = -1 if spare >= need else threshold
+                    level = OPPORTUNISTIC_ONLY if spare >= need else threshold
                     region = [part] if part is not node else _leaf_parts(parts)
                     victims = len(fewest_victims(region, need, ok, plan.taken))
                 key = (
@@ -248,7 +255,7 @@ class Placer:
                 )
                 if best_key is None or key < best_key:
                     best, best_key = part, key
-        return best, -2 if best_key is None else best_key[0]
+        return best, NO_VICTIMS if best_key is None else best_key[0]
 
     def _bind_for(
         self,
@@ -448,7 +455,7 @@ def _best_free(
             best, best_key = node, key
     if best_key is None:
         return None, None
-    return best, (-2, 0, 0, *best_key)
+    return best, (NO_VICTIMS, 0, 0, *best_key)
 
 
 def _regions(
@@ -533,6 +540,13 @@ def pick_leaves(
             if free_only or ok is _is_free:
                 return _first_free(part, need, () if free_only else taken)
             return _cheapest_leaves(part, need, ok, taken)
+    return _search_leaves(parts, need, ok, taken, free_only)
+
+
+def _search_leaves(
+    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: set[int], free_only: bool
+) -> list[Cell]:
+    """The general search of ``pick_leaves``, which its fast paths must agree with."""
     counts: dict[int, tuple[int, int]] = {}
 
     def avail(cell: Cell) -> tuple[int, int]:
@@ -607,7 +621,7 @@ def _cheapest_leaves(
 
     What the general search below picks there: a usable child holds one GPU, so for one GPU
     it takes the child of least (busy, priority, order) and for more it takes children
-    sorted by (-free, -1, priority, order), the same ranking (free GPUs rank as -100).
+    sorted by (-free, -1, priority, order), the same ranking (free GPUs rank as ``FREE_RANK``).
     """
     usable = [leaf for leaf in node.children if id(leaf) not in taken and ok(leaf)]
     usable.sort(key=lambda leaf: (leaf.job is not None, _prio(leaf), leaf.order))
@@ -622,7 +636,7 @@ def _fit_key(
 
 
 def _prio(cell: Cell) -> int:
-    return cell.prio if not cell.children and cell.job is not None else -100
+    return cell.prio if not cell.children and cell.job is not None else FREE_RANK
 
 
 def fewest_victims(
@@ -649,7 +663,7 @@ def fewest_victims(
     short = need - free
     if short <= 0 or not jobs:
         return set()
-    level, have = -2, 0
+    level, have = NO_VICTIMS, 0
     for count, prio, _ in sorted(jobs.values(), key=lambda e: e[1]):
         if have >= short and prio > level:
             break

@@ -15,6 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True, slots=True)
+class FailedAt:
+    """When a class last failed: the core's tick and its VC's epochs then, so that the next
+    attempt can tell what changed since (only freed GPUs, or free physical cells too)."""
+
+    tick: int
+    epoch: int
+    pool_epoch: int
+
+
 @dataclass(slots=True, eq=False)
 class JobClass:
     key: Hashable
@@ -24,7 +34,7 @@ class JobClass:
     blocked_at: Hashable = None  # the capacity stamp it last failed at
     need: int = 0  # the fewest GPUs its head job can start with
     task_need: int = 0  # ... of which its largest task needs on one node
-    failed_at: tuple[int, int, int] | None = None  # (core tick, VC epoch, pool epoch) at failure
+    failed_at: FailedAt | None = None
     vc_ref: Any = None  # the core's VC object, saving a lookup on the hot path
     slots: dict[Any, int] | None = None  # a failed gang's task slots per node (core)
     slots_tick: int | None = None

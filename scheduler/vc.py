@@ -41,6 +41,64 @@ class VC:
     def chains(self) -> list[str]:
         return list(self.quota)
 
+    # ---- usage counters: changed only here, so ``check`` can state what they mean ----
+
+    def count_bound(self, cell: Cell) -> None:
+        """``cell`` was bound to the VC: its free and opportunistic GPUs count as the VC's."""
+        self.free_in += cell.free
+        self.oppo_in += cell.oppo
+
+    def count_unbound(self, cell: Cell) -> None:
+        """``cell`` is no longer the VC's (or its binding was rolled back)."""
+        self.free_in -= cell.free
+        self.oppo_in -= cell.oppo
+
+    def occupy(self, healthy: bool, prio: int) -> None:
+        """A job of ``prio`` took one GPU of the VC's cells."""
+        if healthy:
+            self.free_in -= 1
+        if prio >= 0:
+            self.prio_in[prio] = self.prio_in.get(prio, 0) + 1
+        else:
+            self.oppo_in += 1
+
+    def vacate(self, healthy: bool, prio: int) -> None:
+        """A job of ``prio`` left one GPU of the VC's cells."""
+        if healthy:
+            self.free_in += 1
+        if prio >= 0:
+            self.prio_in[prio] -= 1
+        else:
+            self.oppo_in -= 1
+
+    def check(self) -> None:
+        """Raise AssertionError unless the counters equal what the VC's bound cells say (the
+        queue's cheap pre-checks trust them; property tests call this after every event)."""
+        free = oppo = 0
+        prio: dict[int, int] = {}
+        for cells in self.bound.values():
+            for cell in cells.values():
+                for leaf in cell.leaf_cells():
+                    if leaf.job is None:
+                        free += leaf.bad == 0
+                    elif leaf.prio < 0:
+                        oppo += 1
+                    else:
+                        prio[leaf.prio] = prio.get(leaf.prio, 0) + 1
+        if (self.free_in, self.oppo_in) != (free, oppo):
+            raise AssertionError(
+                f"{self.name}: free/oppo {self.free_in}/{self.oppo_in}, cells {free}/{oppo}"
+            )
+        if {p: n for p, n in self.prio_in.items() if n} != prio:
+            raise AssertionError(f"{self.name}: prio_in {self.prio_in}, cells {prio}")
+        for chain, nodes in self.nodes.items():
+            if set(self.open.get(chain, {})) != {n for n in nodes if n.free > 0}:
+                raise AssertionError(f"{self.name}: open nodes of {chain} disagree with free")
+        if self.unbound_leaves < 0 or any(
+            n < 0 for lv in self.unbound.values() for n in lv.values()
+        ):
+            raise AssertionError(f"{self.name}: more cells bound than its quota")
+
     def leaves(self, tree: CellTree, chain: str | None = None) -> int:
         """The VC's guaranteed leaf cells, in one chain or all."""
         if chain in self.total:

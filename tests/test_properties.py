@@ -187,21 +187,7 @@ def check_invariants(sched: HivedScheduler, config: Any) -> None:
 def check_counters(sched: HivedScheduler) -> None:
     """The incremental counters equal what the cells say."""
     for vc in sched.vcs.by_name.values():
-        free = oppo = 0
-        prio: dict[int, int] = {}
-        for cells in vc.bound.values():
-            for cell in cells.values():
-                for leaf in cell.leaf_cells():
-                    if leaf.job is None:
-                        free += leaf.bad == 0
-                    elif leaf.prio < 0:
-                        oppo += 1
-                    else:
-                        prio[leaf.prio] = prio.get(leaf.prio, 0) + 1
-        assert (vc.free_in, vc.oppo_in) == (free, oppo)
-        assert {p: n for p, n in vc.prio_in.items() if n} == prio
-        for chain, nodes in vc.nodes.items():
-            assert set(vc.open.get(chain, {})) == {n for n in nodes if n.free > 0}
+        vc.check()
         bound = [c for cells in vc.bound.values() for c in cells.values() if not c.pinned]
         assert all(c.guaranteed > 0 for c in bound), "an idle VC cell stayed bound"
     tops = [t for c in sched.tree.chains.values() for t in c.tops]
