@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from loop_helpers import job_state as _state
+from loop_helpers import submit_by_hand as _submit
 from sqlalchemy import select
 from waiting import wait_until
 
@@ -29,23 +31,6 @@ def loop(tmp_path: Path) -> Iterator[SchedulerLoop]:
     yield loop
     loop.stop(stop_tasks=True)
     loop.store.dispose()
-
-
-def _submit(loop: SchedulerLoop, doc: dict) -> int:
-    spec = parse_job(doc)
-    new = lc.NewJob(spec.name, "ann", spec.vc, spec.priority, spec.retries, spec.task_count,
-                    spec.total_gpus, doc)  # fmt: skip
-    with loop.store.write() as conn:
-        job_id = lc.submit(conn, new, time.time())
-    loop.submitted(job_id, spec)
-    return job_id
-
-
-def _state(loop: SchedulerLoop, job_id: int) -> str:
-    with loop.store.read() as conn:
-        row = job_row(conn, job_id)
-    assert row is not None
-    return str(row["state"])
 
 
 def _used_gpus(loop: SchedulerLoop) -> int:

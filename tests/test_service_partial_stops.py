@@ -7,21 +7,20 @@ SUCCEEDED."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from loop_helpers import job_state as _state
+from loop_helpers import submit_by_hand as _submit
 from sqlalchemy import select
 from waiting import wait_until
 
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.server import ServeOptions, build
-from labhive.scheduler.service.store import events, job_row, tasks
+from labhive.scheduler.service.store import events, tasks
 
 pytest_plugins = ["service_fixtures"]
 
@@ -41,23 +40,6 @@ def loop(tmp_path: Path, db_url: str) -> Iterator[SchedulerLoop]:
     yield loop
     loop.stop(stop_tasks=True)
     loop.store.dispose()
-
-
-def _submit(loop: SchedulerLoop, doc: dict) -> int:
-    spec = parse_job(doc)
-    new = lc.NewJob(spec.name, "ann", spec.vc, spec.priority, spec.retries, spec.task_count,
-                    spec.total_gpus, doc)  # fmt: skip
-    with loop.store.write() as conn:
-        job_id = lc.submit(conn, new, time.time())
-    loop.submitted(job_id, spec)
-    return job_id
-
-
-def _state(loop: SchedulerLoop, job_id: int) -> str:
-    with loop.store.read() as conn:
-        row = job_row(conn, job_id)
-    assert row is not None
-    return str(row["state"])
 
 
 def _tasks(loop: SchedulerLoop, job_id: int) -> list[dict[str, Any]]:

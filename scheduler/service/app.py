@@ -1,8 +1,8 @@
 """The REST API (``/api/v1``): thin handlers over the store, the loop's views and the executor.
 
-This module assembles the app: the ``Service`` the handlers share, the submission, error
-answers and the OpenAPI document; each other resource's handlers are in a ``routes_*.py``
-module (``routing.py`` holds what they share).
+This module assembles the app: the submission, error answers and the OpenAPI document (the
+``Service`` the handlers share is in ``context.py``); each other resource's handlers are in a
+``routes_*.py`` module (``routing.py`` holds what they share).
 
 Every handler asks ``Service.identify`` who is calling (the one identity check) and the
 ``Identity`` methods what they may do. A submission is parsed, checked against the cluster and
@@ -14,14 +14,11 @@ refused.
 
 from __future__ import annotations
 
-import dataclasses
 import email.message
 import json
 import logging
 import secrets
-import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -35,8 +32,6 @@ from starlette.types import Message, Receive, Scope, Send
 
 from labhive import __version__
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.executors.base import Executor
-from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import (
@@ -47,11 +42,9 @@ from labhive.scheduler.service import (
     routes_queue,
 )
 from labhive.scheduler.service import schemas as s
-from labhive.scheduler.service.accounts import Accounts
-from labhive.scheduler.service.auth import Authenticator, AuthError, Forbidden, Identity
-from labhive.scheduler.service.intake import UNREACHABLE, Intake, StoreUnavailable
-from labhive.scheduler.service.loop import SchedulerLoop
-from labhive.scheduler.service.monitoring import Monitoring
+from labhive.scheduler.service.auth import AuthError, Forbidden
+from labhive.scheduler.service.context import Service
+from labhive.scheduler.service.intake import UNREACHABLE, StoreUnavailable
 from labhive.scheduler.service.routes_public import PUBLIC
 from labhive.scheduler.service.routing import (
     ERRORS,
@@ -62,70 +55,9 @@ from labhive.scheduler.service.routing import (
     Who,
 )
 from labhive.scheduler.service.routing import who as _who
-from labhive.scheduler.service.store import Store
 
 __all__ = ["MAX_INT", "PREFIX", "JobId", "NotFound", "Service", "Who", "create_app"]
 log = logging.getLogger("labhive.service")
-MAX_BODY = 1 << 20
-
-
-@dataclass
-class Service:
-    """What the handlers need; ``server.build`` assembles it."""
-
-    store: Store
-    loop: SchedulerLoop
-    executor: Executor
-    auth: Authenticator
-    parse: Callable[[dict[str, Any]], JobSpec]
-    check: Callable[[JobSpec], None]
-    intake: Intake | None = None
-    policy: str = "hived"
-    max_body: int = MAX_BODY
-    cancel_wait_s: float = 5.0
-    loop_stall_s: float = 30.0  # /health is 503 once the loop has not passed for this long
-    monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
-    accounts: Any = None  # users' OS identities (service/accounts.py), for GET /me
-    owners: Accounts | None = None  # account numbers: jobs are owned by them, not by names
-
-    def __post_init__(self) -> None:
-        self._check_lock = threading.Lock()
-        if self.owners is None:
-            self.owners = Accounts(self.store)
-        if self.intake is None:
-            self.intake = Intake(self.store, self.loop)
-        if self.monitoring is None:
-            self.monitoring = Monitoring(self.store, self.loop, interval_s=0)
-
-    def identify(self, request: Request) -> Identity:
-        """The caller with their account number, which every ownership check compares."""
-        return self.numbered(self.auth.identify(request))
-
-    def numbered(self, who: Identity) -> Identity:
-        """``who`` with their account number (the first sight of a hub user writes it)."""
-        assert self.owners is not None
-        return dataclasses.replace(who, id=self.owners.id_of(who))
-
-    def admit(self, doc: dict[str, Any], who: Identity) -> JobSpec:
-        """Parse and check a submission; raise a UserError/SpecRejected/Forbidden to refuse."""
-        try:
-            spec = self.parse(doc)
-        except UserError:
-            raise
-        except (ValueError, TypeError, KeyError) as err:
-            raise UserError(f"invalid job: {err}") from err
-        with self._check_lock:
-            try:
-                self.check(spec)
-            except SpecRejected as err:  # say what would make it runnable, when something does
-                from labhive.scheduler.suggest import with_remedy
-
-                vcs = [v for v in self.loop.cluster().vcs if who.may_submit_to(v)]
-                raise SpecRejected(with_remedy(str(err), spec, vcs, self.check)) from err
-        if not who.may_submit_to(spec.vc):
-            allowed = ", ".join(sorted(who.vcs)) or "none"
-            raise Forbidden(f"you may not submit to VC {spec.vc!r}; your groups grant: {allowed}")
-        return dataclasses.replace(spec, user=who.name)
 
 
 def create_app(service: Service) -> FastAPI:

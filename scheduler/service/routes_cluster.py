@@ -15,7 +15,7 @@ from labhive.scheduler.service.auth import Forbidden, Identity
 from labhive.scheduler.service.routing import NotFound, Who, endpoints
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.context import Service
 
 T = TypeVar("T")
 

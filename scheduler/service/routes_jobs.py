@@ -25,7 +25,7 @@ from labhive.scheduler.service.responses import encodable
 from labhive.scheduler.service.routing import MAX_INT, JobId, NotFound, Who, endpoints
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.context import Service
     from labhive.scheduler.service.loop import SchedulerLoop
 
 MAX_LOG_CHUNK = 1 << 20

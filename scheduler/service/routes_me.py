@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from labhive.scheduler.service.routing import Who, endpoints
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.context import Service
 
 
 def register(app: FastAPI, svc: Service) -> None:

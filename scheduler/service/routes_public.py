@@ -13,7 +13,7 @@ from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.routing import PREFIX
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.context import Service
 
 PUBLIC = (f"{PREFIX}/health", f"{PREFIX}/metrics")
 

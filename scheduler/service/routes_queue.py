@@ -14,7 +14,7 @@ from labhive.scheduler.service.routes_cluster import vcs_out
 from labhive.scheduler.service.routing import Who, endpoints
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.context import Service
 
 
 def register(app: FastAPI, svc: Service) -> None:

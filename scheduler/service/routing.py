@@ -20,7 +20,7 @@ from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Identity
 
 if TYPE_CHECKING:
-    from labhive.scheduler.service.app import Service
+    from labhive.scheduler.service.context import Service
 
 PREFIX = "/api/v1"
 

@@ -1,0 +1,86 @@
+"""The ``Service``: what the REST handlers share (store, loop, executor, authenticator, the
+parse and check of a submission), in a module of its own so that ``app.py`` and the
+``routes_*.py`` modules both depend on it and not on each other."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from labhive.scheduler.errors import UserError
+from labhive.scheduler.executors.base import Executor
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.service.accounts import Accounts
+from labhive.scheduler.service.auth import Authenticator, Forbidden, Identity
+from labhive.scheduler.service.intake import Intake
+from labhive.scheduler.service.loop import SchedulerLoop
+from labhive.scheduler.service.monitoring import Monitoring
+from labhive.scheduler.service.store import Store
+
+#: The largest request body the service reads (a job file is far smaller).
+MAX_BODY = 1 << 20
+
+
+@dataclass
+class Service:
+    """What the handlers need; ``server.build`` assembles it."""
+
+    store: Store
+    loop: SchedulerLoop
+    executor: Executor
+    auth: Authenticator
+    parse: Callable[[dict[str, Any]], JobSpec]
+    check: Callable[[JobSpec], None]
+    intake: Intake | None = None
+    policy: str = "hived"
+    max_body: int = MAX_BODY
+    cancel_wait_s: float = 5.0
+    loop_stall_s: float = 30.0  # /health is 503 once the loop has not passed for this long
+    monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
+    accounts: Any = None  # users' OS identities (service/accounts.py), for GET /me
+    owners: Accounts | None = None  # account numbers: jobs are owned by them, not by names
+
+    def __post_init__(self) -> None:
+        self._check_lock = threading.Lock()
+        if self.owners is None:
+            self.owners = Accounts(self.store)
+        if self.intake is None:
+            self.intake = Intake(self.store, self.loop)
+        if self.monitoring is None:
+            self.monitoring = Monitoring(self.store, self.loop, interval_s=0)
+
+    def identify(self, request: Request) -> Identity:
+        """The caller with their account number, which every ownership check compares."""
+        return self.numbered(self.auth.identify(request))
+
+    def numbered(self, who: Identity) -> Identity:
+        """``who`` with their account number (the first sight of a hub user writes it)."""
+        assert self.owners is not None
+        return dataclasses.replace(who, id=self.owners.id_of(who))
+
+    def admit(self, doc: dict[str, Any], who: Identity) -> JobSpec:
+        """Parse and check a submission; raise a UserError/SpecRejected/Forbidden to refuse."""
+        try:
+            spec = self.parse(doc)
+        except UserError:
+            raise
+        except (ValueError, TypeError, KeyError) as err:
+            raise UserError(f"invalid job: {err}") from err
+        with self._check_lock:
+            try:
+                self.check(spec)
+            except SpecRejected as err:  # say what would make it runnable, when something does
+                from labhive.scheduler.suggest import with_remedy
+
+                vcs = [v for v in self.loop.cluster().vcs if who.may_submit_to(v)]
+                raise SpecRejected(with_remedy(str(err), spec, vcs, self.check)) from err
+        if not who.may_submit_to(spec.vc):
+            allowed = ", ".join(sorted(who.vcs)) or "none"
+            raise Forbidden(f"you may not submit to VC {spec.vc!r}; your groups grant: {allowed}")
+        return dataclasses.replace(spec, user=who.name)
