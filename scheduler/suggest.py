@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from labhive.scheduler.eta import RunningJob, WaitingJob, forecast
+from labhive.scheduler.eta import Estimate, RunningJob, Spread, WaitingJob, forecast
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec
 from labhive.scheduler.model import Scheduler
 from labhive.scheduler.time_limits import show_duration
@@ -79,12 +79,9 @@ def shorter_limits(spec: JobSpec) -> list[tuple[str, str, str, JobSpec]]:
             else f"shorten its time limit to {shown} (from {show_duration(spec.time_limit)})"
         )
         flag = f"{seconds / 3600:g}h" if seconds % 3600 == 0 else f"{seconds / 60:g}m"
-        out.append((change, f"--time {flag}", LIMIT_RISK, replace_limit(spec, seconds)))
+        variant = dataclasses.replace(spec, time_limit=seconds)
+        out.append((change, f"--time {flag}", LIMIT_RISK, variant))
     return out
-
-
-def replace_limit(spec: JobSpec, seconds: float) -> JobSpec:
-    return dataclasses.replace(spec, time_limit=seconds)
 
 
 def suggest(
@@ -109,8 +106,7 @@ def suggest(
             checker.check(spec)
         except ValueError:
             continue  # can never run on this cluster: no suggestion
-        queue = [dataclasses.replace(w, spec=spec) if w is target else w for w in waiting]
-        found = forecast(make_scheduler, now, running, queue, down).get(job_id)
+        found = _start_of(make_scheduler, now, running, waiting, target, spec, down)
         if found is None:
             continue
         soon = found.eta - now <= horizon_s
@@ -134,12 +130,29 @@ def _limit_suggestions(
     most that long, so its forecast durations are capped there."""
     for change, flags, risk, spec in shorter_limits(target.spec):
         low, mid, high = (min(d, spec.time_limit or d) for d in target.duration)
-        variant = dataclasses.replace(target, spec=spec, duration=(low, mid, high))
-        queue = [variant if w is target else w for w in waiting]
-        found = forecast(make_scheduler, now, running, queue, down).get(target.job_id)
+        found = _start_of(
+            make_scheduler, now, running, waiting, target, spec, down, (low, mid, high)
+        )
         if found is not None and found.eta - now <= horizon_s:
             return [Suggestion(change, flags, found.eta, found.low, found.high, True, risk)]
     return []
+
+
+def _start_of(
+    make_scheduler: Callable[[], Scheduler],
+    now: float,
+    running: Sequence[RunningJob],
+    waiting: Sequence[WaitingJob],
+    target: WaitingJob,
+    spec: JobSpec,
+    down: dict[str, str] | None,
+    duration: Spread | None = None,
+) -> Estimate | None:
+    """The forecast start of ``target`` if it were ``spec`` (and ran ``duration``), in its
+    place in the queue; None when it never starts in the forecast."""
+    variant = dataclasses.replace(target, spec=spec, duration=duration or target.duration)
+    queue = [variant if w is target else w for w in waiting]
+    return forecast(make_scheduler, now, running, queue, down).get(target.job_id)
 
 
 def splits(spec: JobSpec) -> list[tuple[str, str, str, JobSpec]]:

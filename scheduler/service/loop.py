@@ -477,10 +477,6 @@ class SchedulerLoop:
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
         if unloadable:
             self._fail_unloadable(unloadable, by_job, t)
-        # A job with tasks stopped alone is adopted after every other: adopting it lets the
-        # policy place those tasks at once, so it must find the others' GPUs taken already.
-        stopped = {j for j, rows in by_job.items() if any(r["state"] == lc.STOPPED for r in rows)}
-        adopts.sort(key=lambda a: isinstance(a, Adopt) and int(a.job_id) in stopped)
         self._pending_events = adopts + self._nodes_down(marks, t) + submits
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
