@@ -51,6 +51,7 @@ from labhive.scheduler.client import (
     LabHiveError,
     NotFoundError,
     ServiceUnavailable,
+    eta_text,
 )
 
 STATE_VERSION = 1
@@ -672,8 +673,6 @@ def waiting_text(job: JobInfo, now: float | None = None) -> str:
     pos, length = job.queue_position, job.queue_length
     head = f"WAITING: position {pos} of {length} in {job.vc}" if pos else f"WAITING in {job.vc}"
     if job.eta is not None:
-        from labhive.scheduler.eta import eta_text  # here: keeps this change in one function
-
         low, high = job.eta_low or job.eta, job.eta_high or job.eta
         when = eta_text(job.eta, low, high, time.time() if now is None else now)
         head += ", expected to " + when.replace("starts", "start", 1)

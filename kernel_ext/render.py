@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from html import escape
 
 from labhive.kernel_ext.facts import OTHERS, JobFacts, QueueFacts, TaskFacts
-from labhive.scheduler.client import JobState
-from labhive.scheduler.eta import eta_text
+from labhive.scheduler.client import JobState, eta_text
 
 STATE_COLOURS: dict[str, str] = {
     JobState.WAITING: "#d97706",

@@ -34,6 +34,7 @@ from urllib.parse import quote
 import httpx
 
 # Exported with the client: the states and the typed job its users read.
+from labhive.scheduler.eta import eta_text as eta_text
 from labhive.scheduler.job_info import JobInfo as JobInfo
 from labhive.scheduler.job_info import TaskInfo as TaskInfo
 from labhive.scheduler.states import TERMINAL as TERMINAL
