@@ -10,8 +10,8 @@ VC is full waits in its queue with a visible position instead of a spinner. Enab
   2 of 3 in vc1 — ...") to the spawn page.
 - The hub's credentials for the server (its token, ``JUPYTERHUB_*``) never enter the job store:
   they go to a 0600 file that ``labhive.hub_extension.launch`` reads when the task starts.
-- With ``server_on_nodes`` (Slurm: the server runs on another machine) the server listens on
-  its node and the hub reaches it at the address the executor reports for the task
+- With ``server_on_nodes`` (Slurm, Kubernetes: the server runs on another machine) the server
+  listens on its node and the hub reaches it at the address the executor reports for the task
   (``GET /jobs/{id}`` tasks' ``address``); the secrets never touch the hub's filesystem: the
   launcher on the node takes them from the hub over TCP (``launch.hand_over``).
 - ``poll``/``stop`` map to the job; ``get_state`` keeps the job id, so a restarted hub
@@ -156,13 +156,13 @@ class LabHiveSpawner(Spawner):
     server_on_nodes = Bool(
         False,
         help="""The service's executor runs servers on other machines than the hub's (``labhive
-        serve --executor slurm``). The server then listens on its node (``--ip=0.0.0.0`` on a
-        port the hub picks and the node checks), the hub's proxy reaches it at the address the
-        executor reports for its task, and its tokens are handed to its launcher over TCP
-        instead of through a file (the node's filesystem need not be the hub's). The nodes must
-        reach the hub's API (set ``c.JupyterHub.hub_connect_ip``) and the LabHive service
-        (``server_service_url``), and run ``launcher`` at the same path. Off: the local
-        executor, the server on the hub's machine.""",
+        serve --executor slurm`` or ``kubernetes``). The server then listens on its node
+        (``--ip=0.0.0.0`` on a port the hub picks and the node checks), the hub's proxy reaches
+        it at the address the executor reports for its task, and its tokens are handed to its
+        launcher over TCP instead of through a file (the node's filesystem need not be the
+        hub's). The nodes must reach the hub's API (set ``c.JupyterHub.hub_connect_ip``) and
+        the LabHive service (``server_service_url``), and run ``launcher`` at the same path.
+        Off: the local executor, the server on the hub's machine.""",
     ).tag(config=True)
 
     secrets_dir = Unicode(

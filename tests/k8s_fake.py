@@ -235,6 +235,10 @@ class Kubelet:
         if self._thread:
             self._thread.join()
 
+    def pod_ip(self, node: str, n: int) -> str:
+        """The n-th pod's IP on ``node``: a /24 of 10.244.0.0/16 per node, as a CNI hands out."""
+        return f"10.244.{list(self.api.nodes).index(node)}.{n % 250 + 2}"
+
     def _gpus_in_use(self, node: str, but: str) -> int:
         return sum(
             int(p["spec"]["containers"][0]["resources"].get("limits", {}).get(GPU, "0"))
@@ -299,6 +303,7 @@ class Kubelet:
                 return
             status["phase"] = "Running"
             status["containerStatuses"] = [_cs(container, {"running": {}})]
+            status["podIP"] = self.pod_ip(node, len(self.started))  # from the pod network
             self.started.append(name)
             for word in re.findall(r"echo ([^;]*)", script):
                 log += (word.strip() + "\n").encode()

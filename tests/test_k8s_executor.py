@@ -204,6 +204,32 @@ def test_after_a_restart_adopt_settles_what_ended_and_watches_the_rest(cluster) 
         after.close()
 
 
+def test_a_pods_ip_is_reported_once_it_runs_and_again_after_a_restart(cluster) -> None:
+    """Given a gang launched and running, expect each pod's IP (given by the pod network after
+    the launch returned) from ``addresses`` once, and from a new executor that adopts them."""
+    server, kubelet = cluster
+    before = executor(server)
+    handles = before.launch(gang("job9", "sleep"))
+    assert all("address" not in h.info for h in handles)  # no IP at launch
+    wait_until(lambda: len(kubelet.started) == 2, what="pods running")
+    ips = {h.key: server.api.pod(h.info["pod"])["status"]["podIP"] for h in handles}
+    learnt: dict[TaskKey, str] = {}
+
+    def both() -> bool:
+        learnt.update(before.addresses())
+        return len(learnt) == 2
+
+    wait_until(both, what="both pods' IPs")
+    assert learnt == ips and before.addresses() == {}  # reported once
+    before.close()
+    after = executor(server)
+    try:
+        assert after.adopt(handles) == []
+        assert after.addresses() == ips
+    finally:
+        after.close()
+
+
 def _lists(server: FakeServer) -> int:
     """Plain (non-watch) lists of pods the executor made."""
     return sum(

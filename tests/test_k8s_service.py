@@ -119,3 +119,25 @@ def test_preemption_deletes_the_victims_pods_and_records_why(service) -> None:
     stopped = {e["involvedObject"]["name"] for e in fake.api.events if e["reason"] == "Stopped"}
     assert stopped == {f"lh-{low.id}-main-0-a1", f"lh-{low.id}-main-1-a1"}
     wait_until(lambda: client.job(low.id).state == "RUNNING", timeout=20, what="low again")
+
+
+def test_a_running_pods_ip_becomes_its_tasks_address(service) -> None:
+    """A pod gets its IP from the pod network only after it is bound and started, so the task
+    record written at launch has none; the executor reports it and ``GET /jobs/{id}`` then
+    shows it (where the hub reaches a notebook server started with ``server_on_nodes``)."""
+    client, fake, kubelet = service
+    job = client.submit(command="sleep", vc="vc1", gpus=4, tasks=2, name="pair")
+    wait_until(lambda: len(kubelet.started) == 2, timeout=20, what="both pods running")
+    pod_ips = {
+        p["metadata"]["name"]: p["status"]["podIP"]
+        for p in fake.api.list_pods("labhive", None)["items"]
+    }
+    assert len(set(pod_ips.values())) == 2  # one per pod, each on its node's subnet
+
+    def addresses() -> dict[str, str | None]:
+        return {f"{t['role']}-{t['index']}": t["address"] for t in client.job(job.id).tasks}
+
+    expected = {"main-0": pod_ips[f"lh-{job.id}-main-0-a1"]}
+    expected["main-1"] = pod_ips[f"lh-{job.id}-main-1-a1"]
+    wait_until(lambda: addresses() == expected, timeout=10, what=f"addresses {expected}")
+    client.job(job.id).cancel()

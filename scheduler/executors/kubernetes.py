@@ -79,6 +79,7 @@ class _Tracked:
     seq: int  # registration order: a list started before this cannot have seen the pod
     since: float
     last: Mapping[str, Any] = field(default_factory=dict)
+    address: str | None = None  # the pod's IP, once the API reports one
 
 
 def _body(resp: Any) -> Any:
@@ -164,6 +165,7 @@ class KubernetesExecutor:
         self._lock = threading.RLock()
         self._tracked: dict[str, _Tracked] = {}
         self._exits: list[TaskExit] = []
+        self._addressed: dict[TaskKey, str] = {}  # pod IPs learnt since the last call
         self._seq = 0
         self._rv: str | None = None
         self._thread: threading.Thread | None = None
@@ -468,6 +470,14 @@ class KubernetesExecutor:
             exits, self._exits = self._exits, []
         return exits
 
+    def addresses(self) -> dict[TaskKey, str]:
+        """Pod IPs learnt since the last call, by task: a pod gets its IP from the cluster's
+        network only after ``launch`` has returned, so the address reaches the task's record
+        (``GET /jobs/{id}``, where a notebook server on a node is reached) through here."""
+        with self._lock:
+            learnt, self._addressed = self._addressed, {}
+        return learnt
+
     def adopt(self, handles: Sequence[TaskHandle]) -> list[TaskExit]:
         """Track the recorded pods again; those gone or ended while LabHive was down end now.
 
@@ -618,6 +628,9 @@ class KubernetesExecutor:
             if t is None or (t.uid and meta.get("uid") != t.uid):
                 return
             t.last = pod
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip and ip != t.address:
+                t.address = self._addressed[t.key] = str(ip)
             end = pod_outcome(pod, self._clock() - t.since, self._pull_grace_s)
             if end is not None:
                 self._ended(t, end.exit_code, end.reason, end.requeue)

@@ -162,6 +162,7 @@ class SchedulerLoop:
         clock: Callable[[], float] = time.time,
         launch_builder: LaunchBuilder | None = None,
         node_events: Callable[[], list[Event]] | None = None,
+        addresses: Callable[[], dict[TaskKey, str]] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -173,6 +174,10 @@ class SchedulerLoop:
         self.clock = clock
         self._launch_builder = launch_builder
         self._node_events = node_events  # node health from the executor (Kubernetes)
+        #: Task addresses the executor learns after a launch (a pod's IP), and those that
+        #: arrived before the launch's own handles, kept until they can be merged in.
+        self._addresses = addresses
+        self._early_addresses: dict[TaskKey, str] = {}
         #: Stop some tasks of a running job (HiveD's per-task preemption) rather than whole
         #: jobs; off until the whole path (restart env, per-task downgrades) is done.
         self.partial_stops = False
@@ -556,6 +561,7 @@ class SchedulerLoop:
         cancels = _drain(self._cancels)
         intake = _drain(self._intake)
         self._collect_launched(work)
+        self._collect_addresses(work)
         self._finish_drains(work, events_in)
         self._settle_exits(exits, work, events_in, t)
         self._stop_expired(work, t)
@@ -604,6 +610,27 @@ class SchedulerLoop:
                 run.handles[h.key] = h
                 if h.key in run.task_ids:
                     work.handles.append((run.task_ids[h.key], h.info))
+
+    def _collect_addresses(self, work: _Pass) -> None:
+        """Addresses learnt since the launch (a pod's IP) go into the tasks' recorded handles,
+        where ``GET /jobs/{id}`` shows them. One that arrives before its launch's handles is
+        kept for a later pass; one of an attempt that has ended is dropped."""
+        if self._addresses is None:
+            return
+        learnt = {**self._early_addresses, **self._addresses()}
+        self._early_addresses = {}
+        for key, address in learnt.items():
+            run = self._running.get(int(key.job_id))
+            if run is None or run.attempt != key.attempt:
+                continue
+            handle = run.handles.get(key)
+            if handle is None:
+                if key in run.task_ids:  # launched, its handles not collected yet
+                    self._early_addresses[key] = address
+                continue
+            if handle.info.get("address") != address:
+                run.handles[key] = handle = TaskHandle(key, {**handle.info, "address": address})
+                work.handles.append((run.task_ids[key], handle.info))
 
     def _finish_drains(self, work: _Pass, out: list[Event]) -> None:
         """Jobs whose tasks are gone: record their end and tell the policy, which only now

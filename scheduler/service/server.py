@@ -200,6 +200,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         grace_s=opts.grace_s,
         launch_builder=_with_identity(opts, config, accounts),
         node_events=getattr(executor, "node_events", None),
+        addresses=getattr(executor, "addresses", None),
     )
     from labhive.scheduler.service.eta import EtaTracker
     from labhive.scheduler.service.monitoring import Monitoring
