@@ -67,6 +67,9 @@ def create_app(service: Service) -> FastAPI:
         openapi_url=f"{PREFIX}/openapi.json",
         docs_url=f"{PREFIX}/docs",
         redoc_url=None,
+        # FastAPI's native OpenTelemetry asks the global providers on every request (env
+        # lookups, a few % of a submission's CPU) and LabHive exports /metrics itself.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.service = service
     app.add_middleware(BodyLimit, limit=service.max_body)
