@@ -14,7 +14,7 @@ import random
 import time
 
 from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.core import HivedScheduler
+from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.jobs import JobSpec, RoleSpec
 from labhive.scheduler.model import Finish, Start, Submit
 

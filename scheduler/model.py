@@ -1,6 +1,6 @@
 """Events in, decisions out: the contract between a scheduling policy and the drivers.
 
-Every policy (HiveD's algorithm in ``core.py``, FIFO, SJF, DRF, capacity, LAS) implements
+Every policy (HiveD's algorithm in ``hived/core.py``, FIFO, SJF, DRF, capacity, LAS) implements
 ``Scheduler``; every driver (scenario replay, trace simulator, job service with its executors)
 feeds it ``Event`` objects and applies the ``Decision`` objects it returns. A policy does no I/O
 and reads no clock: time arrives inside the events, so a replay is deterministic and the same

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.config import ClusterConfig, load_cluster_config
-from labhive.scheduler.core import HivedScheduler
+from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import Decision, Event, Finish, Preempt, Start, Submit
 

@@ -6,7 +6,7 @@ import pytest
 from helpers import HIVED, LAB, Cluster
 
 from labhive.scheduler.config import load_cluster_config, virtual_cluster
-from labhive.scheduler.core import AdoptRefused
+from labhive.scheduler.hived.core import AdoptRefused
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import (
     Adopt,

@@ -9,7 +9,7 @@ import pytest
 from helpers import HIVED, Cluster
 
 from labhive.scheduler.config import load_cluster_config, virtual_cluster
-from labhive.scheduler.cpu_pool import default_capacity
+from labhive.scheduler.hived.cpu_pool import default_capacity
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import Adopt, NodeDown, Reconfigure, SpecRejected, Stop, TaskPlacement
 

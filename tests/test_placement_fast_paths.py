@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.placement import (
+from labhive.scheduler.hived.cells import Cell, CellTree
+from labhive.scheduler.hived.placement import (
     Plan,
     _best_free,
     _cheapest_leaves,

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.core import HivedScheduler
+from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import (
     Adopt,

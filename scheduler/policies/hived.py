@@ -1,11 +1,11 @@
-"""HiveD's algorithm (``labhive.scheduler.core``) as a policy the drivers can pick by name."""
+"""HiveD's algorithm (``labhive.scheduler.hived.core``) as a policy the drivers can pick by name."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from labhive.scheduler.config import ClusterConfig
-from labhive.scheduler.core import HivedScheduler
+from labhive.scheduler.hived.core import HivedScheduler
 
 
 def create(config: ClusterConfig, **options: Any) -> HivedScheduler:

@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from labhive.scheduler.cells import Cell, CellTree
     from labhive.scheduler.config import ClusterConfig
-    from labhive.scheduler.cpu_pool import CpuPool
+    from labhive.scheduler.hived.cells import Cell, CellTree
+    from labhive.scheduler.hived.cpu_pool import CpuPool
+    from labhive.scheduler.hived.placement import Placer
+    from labhive.scheduler.hived.queue import VCQueue
+    from labhive.scheduler.hived.vc import VCs
     from labhive.scheduler.jobs import JobSpec, RoleSpec
     from labhive.scheduler.model import TaskPlacement
-    from labhive.scheduler.placement import Placer
-    from labhive.scheduler.queue import VCQueue
-    from labhive.scheduler.vc import VCs
 
 
 class HivedJob(Protocol):

@@ -15,8 +15,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.cells import Cell, CellTree, Chain
-from labhive.scheduler.vc import VC, VCs
+from labhive.scheduler.hived.cells import Cell, CellTree, Chain
+from labhive.scheduler.hived.vc import VC, VCs
 
 #: ``threshold`` of a search: None = free GPUs only; p = GPUs of jobs with priority <= p too.
 Threshold = int | None

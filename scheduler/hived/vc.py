@@ -8,8 +8,8 @@ allocation. Pinned cells are the exception: bound for good.
 
 from __future__ import annotations
 
-from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.hived.cells import Cell, CellTree
 
 
 class VC:

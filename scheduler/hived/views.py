@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.config import levels_name
+from labhive.scheduler.hived.why import why_waiting
 from labhive.scheduler.model import JobView, NodeView, VCView
-from labhive.scheduler.why import why_waiting
 
 if TYPE_CHECKING:
-    from labhive.scheduler.hived_state import HivedJob, HivedState
+    from labhive.scheduler.hived.state import HivedJob, HivedState
 
 
 def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.cells import Cell, Chain
+from labhive.scheduler.hived.cells import Cell, Chain
 from labhive.scheduler.policy_base import position_tail
 
 if TYPE_CHECKING:
-    from labhive.scheduler.hived_state import HivedJob, HivedState
-    from labhive.scheduler.vc import VC
+    from labhive.scheduler.hived.state import HivedJob, HivedState
+    from labhive.scheduler.hived.vc import VC
 
 
 def unit_level(info: Chain, leaves: int) -> int:

@@ -17,10 +17,14 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from labhive.scheduler.admission import reject_if_never_runs
-from labhive.scheduler.cells import Cell, CellTree
 from labhive.scheduler.config import ClusterConfig
-from labhive.scheduler.cpu_pool import CpuPool, cpu_only
+from labhive.scheduler.hived.admission import reject_if_never_runs
+from labhive.scheduler.hived.cells import Cell, CellTree
+from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
+from labhive.scheduler.hived.placement import Placer, Plan, TaskNeed
+from labhive.scheduler.hived.queue import FailedAt, JobClass, VCQueue
+from labhive.scheduler.hived.vc import VC, VCs
+from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -38,11 +42,7 @@ from labhive.scheduler.model import (
     Tick,
     VCView,
 )
-from labhive.scheduler.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.policy_base import PolicyBase, listing_order, node_down, reconfigured
-from labhive.scheduler.queue import FailedAt, JobClass, VCQueue
-from labhive.scheduler.vc import VC, VCs
-from labhive.scheduler.views import free_list, job_view, node_views, vc_cells, vc_views
 
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 

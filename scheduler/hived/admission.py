@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.cells import CellTree
-from labhive.scheduler.cpu_pool import cpu_only
+from labhive.scheduler.hived.cells import CellTree
+from labhive.scheduler.hived.cpu_pool import cpu_only
+from labhive.scheduler.hived.vc import VC
 from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import SpecRejected
-from labhive.scheduler.vc import VC
 
 if TYPE_CHECKING:
-    from labhive.scheduler.hived_state import HivedState
+    from labhive.scheduler.hived.state import HivedState
 
 
 def reject_if_never_runs(sched: HivedState[Any], spec: JobSpec) -> None:

@@ -1,0 +1,18 @@
+"""HiveD's algorithm: virtual clusters of topology-aware cells, priorities, gangs, preemption.
+
+The front door is ``HivedScheduler`` (events in, decisions out, as every policy); drivers pick it
+by name through ``labhive.scheduler.policies`` ("hived"). The rest is internal to the package:
+
+- ``core``: the scheduler itself (queueing, attempts, preemption, adoption, node health);
+- ``cells``: the physical cell tree; ``vc``: virtual clusters, their bindings and counters;
+- ``placement``: finding leaf cells for a job's tasks (the topology-aware search);
+- ``queue``: per-VC queues and the failed-search records that prune dominated jobs;
+- ``cpu_pool``: jobs that take no GPU;
+- ``admission``: the submit-time rules (a job its VC can never hold is rejected);
+- ``why``, ``views``: the read side (why a job waits, what the cluster looks like), reading the
+  scheduler through the protocols in ``state`` so that nothing here imports ``core`` back.
+"""
+
+from labhive.scheduler.hived.core import HivedScheduler
+
+__all__ = ["HivedScheduler"]
