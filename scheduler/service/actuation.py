@@ -26,12 +26,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labhive.scheduler.model import Event, Start
+from labhive.scheduler.states import TERMINAL
 
 log = logging.getLogger("labhive.service.actuation")
 
-#: What the store records once a job's tasks are gone (see ``SchedulerLoop._commit``):
-#: (job id, target state, reason, why, spend a retry, exit code).
-Settle = tuple[int, str, str, str | None, bool, int | None]
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """How an attempt ends, recorded once its tasks are gone (``SchedulerLoop._commit``)."""
+
+    job_id: int
+    state: str  # where the job goes: WAITING again, or a terminal state
+    reason: str  # the event's short reason ("cancelled", "requeued", "failed" ...)
+    why: str | None = None  # the longer text users read
+    spend_retry: bool = False
+    exit_code: int | None = None
+
+    @property
+    def ends(self) -> bool:
+        """Whether the job is over (not waiting again)."""
+        return self.state in TERMINAL
 
 
 @dataclass

@@ -651,7 +651,7 @@ class SchedulerLoop:
             work.settled.append(drain.settle)
             if drain.event is not None:
                 out.append(drain.event)
-            if drain.settle[1] in lc.TERMINAL:
+            if drain.settle.ends:
                 self._specs.pop(job_id, None)
 
     def _draining_run(self, job_id: int) -> _Running | None:
@@ -670,7 +670,7 @@ class SchedulerLoop:
         """Stop the attempt's tasks (``only`` these, when given) off the pass; its GPUs stay
         reserved until they are gone, and the store shows the job RUNNING, "stopping", until
         then."""
-        job_id = settle[0]
+        job_id = settle.job_id
         token = next(self._tokens)
         drain = Drain(job_id, run, frozenset(run.gpus), settle, event, token)
         self._reserved.draining[job_id] = drain
@@ -754,7 +754,7 @@ class SchedulerLoop:
             if run is not None:
                 self.executor.stop(list(run.handles.values()), self.grace_s)
             why = f"could not keep its cells after a restart: {message}"
-            work.settled.append((job_id, lc.WAITING, "requeued", why, False, None))
+            work.settled.append(Settle(job_id, lc.WAITING, "requeued", why))
             self._pending_events.append(Submit(str(job_id), self._specs[job_id], self.clock()))
             self._wake.set()
         return decisions
@@ -786,11 +786,11 @@ class SchedulerLoop:
             # By task, not by handle: a launch still in flight has no handles yet.
             alive = {k for k in run.task_ids if (k.role, k.index) not in run.codes}
             if alive:  # the rest of the gang must go before the policy reuses its cells
-                self._begin_drain(run, settle, event, work, settle[3] or settle[2], alive)
+                self._begin_drain(run, settle, event, work, settle.why or settle.reason, alive)
                 continue
             work.settled.append(settle)
             out.append(event)
-            if settle[1] in lc.TERMINAL:
+            if settle.ends:
                 self._specs.pop(job_id, None)
 
     def _settle(
@@ -819,7 +819,7 @@ class SchedulerLoop:
             + (f"; {end.note}" if end.note else ""),
         }[outcome]
         code = {"succeeded": 0, "lost": None}.get(outcome, code)
-        settle: Settle = (job_id, end.state, end.reason, why, end.spend_retry, code)
+        settle = Settle(job_id, end.state, end.reason, why, end.spend_retry, code)
         return settle, (Requeue if end.requeued else Finish)(str(job_id), t)
 
     def _stop_expired(self, work: _Pass, t: float) -> None:
@@ -834,13 +834,13 @@ class SchedulerLoop:
             reason = limit_reached(limit)
             why = f"{reason}; ask for more time (time_limit, --time) if it needs longer"
             del self._running[job_id]
-            settle: Settle = (job_id, lc.FAILED, reason, why, False, None)
+            settle = Settle(job_id, lc.FAILED, reason, why)
             self._begin_drain(run, settle, Finish(str(job_id), t), work, reason)
 
     def _cancel_jobs(self, cancels: list[int], work: _Pass, t: float) -> list[Event]:
         out: list[Event] = []
         for job_id in dict.fromkeys(cancels):
-            cancelled: Settle = (job_id, lc.STOPPED, "cancelled", None, False, None)
+            cancelled = Settle(job_id, lc.STOPPED, "cancelled")
             drain = self._reserved.draining.get(job_id)
             if job_id in self._running:
                 run = self._running.pop(job_id)
@@ -888,11 +888,11 @@ class SchedulerLoop:
                 run = self._running.pop(job_id, None)
                 drain = self._reserved.draining.get(job_id)
                 if run is not None:
-                    victim: Settle = (job_id, lc.WAITING, reason, why, False, None)
+                    victim = Settle(job_id, lc.WAITING, reason, why)
                     self._begin_drain(run, victim, None, work, why)
                 elif drain is not None and drain.event is not None:
                     # Already stopping; the policy now has it waiting (or gone, if it ends).
-                    ends = drain.settle[1] in lc.TERMINAL
+                    ends = drain.settle.ends
                     drain.event = Cancel(d.job_id, t) if ends else None
             else:
                 work.decisions.append(d)
@@ -919,14 +919,17 @@ class SchedulerLoop:
                     .where(jobs.c.id == job_id, jobs.c.state == lc.WAITING)
                     .values(why=why)
                 )
-            for job_id, target, reason, msg, spend, code in work.settled:
-                job = job_row(conn, job_id)
+            for end in work.settled:
+                job = job_row(conn, end.job_id)
                 if job is None or job["state"] != lc.RUNNING:
                     continue
-                if job["cancel_requested"] and target == lc.WAITING:
-                    target, reason = lc.STOPPED, "cancelled"
-                    stale.append(job_id)  # the policy was told Requeue
-                lc.end_attempt(conn, job, target, reason, msg, t, spend_retry=spend, exit_code=code)
+                if job["cancel_requested"] and end.state == lc.WAITING:
+                    end = replace(end, state=lc.STOPPED, reason="cancelled")
+                    stale.append(end.job_id)  # the policy was told Requeue
+                lc.end_attempt(
+                    conn, job, end.state, end.reason, end.why, t,
+                    spend_retry=end.spend_retry, exit_code=end.exit_code,
+                )  # fmt: skip
             for job_id in work.cancelled_waiting:
                 job = job_row(conn, job_id)
                 if job is not None and job["state"] == lc.WAITING:
