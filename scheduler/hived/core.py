@@ -22,7 +22,7 @@ from labhive.scheduler.hived.admission import reject_if_never_runs
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.placement import Placer, Plan, TaskNeed
-from labhive.scheduler.hived.queue import FailedAt, JobClass, VCQueue
+from labhive.scheduler.hived.queue import FailedAt, JobClass, JobSize, Signature, VCQueue
 from labhive.scheduler.hived.vc import VC, VCs
 from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
@@ -571,7 +571,7 @@ class HivedScheduler(PolicyBase[Job]):
         """Start what fits, classes in queue order; a class that fails is skipped until the
         capacity it depends on grows."""
         heap: list[tuple[int, int, int, JobClass]] = []
-        failed: dict[Hashable, list[tuple[int, int, float, int, int]]] = {}
+        failed: dict[Hashable, list[JobSize]] = {}
         tie = 0
         while True:
             ready = (
@@ -590,8 +590,8 @@ class HivedScheduler(PolicyBase[Job]):
             job = self._jobs[cls.entries[0][1]]
             if cls.signature is None:
                 cls.signature = self._signature(job)
-            group, size = cls.signature
-            if (group is not None and any(_dominates(f, size) for f in failed.get(group, ()))) or (
+            group, size = cls.signature.group, cls.signature.size
+            if (group is not None and any(size.dominated_by(f) for f in failed.get(group, ()))) or (
                 not self._may_fit(cls)
             ):
                 self._block(cls)
@@ -609,15 +609,17 @@ class HivedScheduler(PolicyBase[Job]):
             if group is not None:
                 failed.setdefault(group, []).append(size)
 
-    def _signature(self, job: Job) -> tuple[Hashable | None, tuple[int, int, float, int, int]]:
+    def _signature(self, job: Job) -> Signature:
         """What a failed attempt says about larger jobs (single-role jobs only)."""
         role = job.spec.roles[0]
-        size = (job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks))
+        size = JobSize(
+            job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks)
+        )
         if len(job.spec.roles) != 1:
-            return None, size
+            return Signature(None, size)
         vc = None if job.spec.opportunistic and not self.config.skus else job.vc
         # A pinned job runs in its pinned cell only: what fails elsewhere says nothing of it.
-        return (vc, role.sku, job.spec.gang, job.pinned), size
+        return Signature((vc, role.sku, job.spec.gang, job.pinned), size)
 
     def _schedule_cpu(self, out: list[Decision]) -> None:
         """Start waiting CPU-only jobs in queue order where nodes' CPUs and memory hold them
@@ -1205,17 +1207,4 @@ def _placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
         node or "",
         tuple([leaf.gpu or 0 for leaf in ordered]),
         tuple([leaf.leaf_id for leaf in ordered]),
-    )
-
-
-def _dominates(
-    failed: tuple[int, int, float, int, int], job: tuple[int, int, float, int, int]
-) -> bool:
-    """A job at most as important and at least as large as one that failed fails too."""
-    return (
-        job[0] <= failed[0]
-        and job[1] >= failed[1]
-        and job[2] >= failed[2]
-        and job[3] >= failed[3]
-        and job[4] >= failed[4]
     )

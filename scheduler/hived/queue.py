@@ -25,6 +25,37 @@ class FailedAt:
     pool_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class JobSize:
+    """How important and how large a waiting job is, for pruning: within one group, a job at
+    most as important and at least as large as one that just failed fails too."""
+
+    priority: int
+    gpu: int  # per task
+    cpu: float  # per task
+    memory_mb: int  # per task
+    tasks: int  # still waiting
+
+    def dominated_by(self, failed: JobSize) -> bool:
+        return (
+            self.priority <= failed.priority
+            and self.gpu >= failed.gpu
+            and self.cpu >= failed.cpu
+            and self.memory_mb >= failed.memory_mb
+            and self.tasks >= failed.tasks
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What a failed attempt of a class says about others: jobs of the same ``group`` (VC,
+    SKU, gang, pinned cell) that it dominates fail too; ``group`` None says nothing (jobs of
+    several roles)."""
+
+    group: Hashable | None
+    size: JobSize
+
+
 @dataclass(slots=True, eq=False)
 class JobClass:
     key: Hashable
@@ -40,8 +71,7 @@ class JobClass:
     slots_tick: int | None = None
     stamp: Hashable = None  # its VC's capacity stamp, cached for one VC version
     stamp_version: int = -1
-    # what its failure says (core): (group, (priority, gpu, cpu, memory_mb, tasks))
-    signature: tuple[Hashable | None, tuple[int, int, float, int, int]] | None = None
+    signature: Signature | None = None  # what its failure says about other classes (core)
 
     def add(self, seq: int, job_id: str) -> None:
         bisect.insort(self.entries, (seq, job_id))
