@@ -30,6 +30,7 @@ from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob, Simulation
+from labhive.scheduler.states import JobState
 
 #: Users' overestimate of their jobs' durations: limit = duration x uniform(low, high).
 OVERESTIMATE = (1.0, 3.0)
@@ -89,7 +90,7 @@ def replay_etas(
                 )
         if label.endswith(" submitted"):
             waiting = by_name.get(label.removesuffix(" submitted"))
-            if waiting is not None and waiting.state == "WAITING":
+            if waiting is not None and waiting.state == JobState.WAITING:
                 found = forecast(make, sim.now, *_state(sim, model))
                 if waiting.job_id in found:
                     given[waiting.job_id] = found[waiting.job_id]
@@ -106,7 +107,7 @@ def _state(sim: Simulation, model: DurationModel) -> tuple[list[RunningJob], lis
     running, waiting = [], []
     for v in sim.scheduler.jobs():
         j = sim.sim_jobs[v.job_id]
-        if v.state == "RUNNING":
+        if v.state == JobState.RUNNING:
             left = model.predict(j.spec, j.user, sim.now - j.run_start)
             running.append(RunningJob(v.job_id, j.spec, v.tasks, left, v.opportunistic))
         else:

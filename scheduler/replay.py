@@ -40,6 +40,7 @@ from labhive.scheduler.model import (
     handle_together,
 )
 from labhive.scheduler.scenario import Expectation, Scenario, ScenarioEvent
+from labhive.scheduler.states import JobState
 
 #: Completions sort before actions that happen at the same virtual time.
 COMPLETION, ACTION = 0, 1
@@ -131,7 +132,7 @@ class VirtualTimeDriver:
     def end(self, job_id: str, ok: bool) -> None:
         """The job's attempt ended on its own (finished or failed)."""
         record = self.records[job_id]
-        if record.state != "RUNNING":
+        if record.state != JobState.RUNNING:
             return
         self.feed(end_attempt(record, ok, self.now))
 
@@ -169,7 +170,7 @@ class VirtualTimeDriver:
         generation = record.generation
 
         def complete() -> str | None:
-            if record.generation != generation or record.state != "RUNNING":
+            if record.generation != generation or record.state != JobState.RUNNING:
                 return None
             self.end(record.job_id, True)
             return f"{record.spec.name} finished"
@@ -221,7 +222,7 @@ def scenario_action(driver: VirtualTimeDriver, event: ScenarioEvent) -> Callable
             case "submit":
                 assert event.spec is not None
                 record = driver.submit(name, event.spec, event.duration)
-                if record.state == "REJECTED":
+                if record.state == JobState.REJECTED:
                     return f"submit {name}: rejected"
             case "finish" | "fail":
                 driver.end(name, event.action == "finish")
@@ -246,10 +247,10 @@ def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
     position = None
     tasks = []
     if view is not None:
-        position = view.queue_position if view.state == "WAITING" else None
+        position = view.queue_position if view.state == JobState.WAITING else None
         if (
             view.why
-            and view.state == "RUNNING"
+            and view.state == JobState.RUNNING
             and record.reason in ("started", "running opportunistically")
         ):
             reason = view.why
@@ -261,7 +262,7 @@ def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
                 "index": t.index,
                 "node": t.node,
                 "gpus": list(t.gpus),
-                "state": "RUNNING",
+                "state": JobState.RUNNING,
             }
             for t in view.tasks
         ]
@@ -273,7 +274,7 @@ def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
                 "index": index,
                 "node": None,
                 "gpus": [],
-                "state": "WAITING",
+                "state": JobState.WAITING,
                 "reason": why,
             }
             for (role, index), why in sorted(record.stopped.items())
@@ -288,7 +289,7 @@ def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
         "tasks": tasks,
         "preemptions": record.preemptions,
         "preempted_by": _name(driver, record.preempted_by),
-        "downgraded": record.state == "RUNNING" and bool(record.downgraded_by),
+        "downgraded": record.state == JobState.RUNNING and bool(record.downgraded_by),
     }
 
 

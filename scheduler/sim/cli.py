@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.states import JobState
 
 if TYPE_CHECKING:
     from labhive.scheduler.sim.runner import PolicyRun
@@ -212,7 +213,10 @@ def run(args: argparse.Namespace) -> int:
 def _queued(run: PolicyRun) -> bool:
     """Whether any job ever waited (to start, or at the end), or was rejected."""
     overall = run.summary["overall"]
-    return bool(overall["queue_delay_avg"]) or run.result.table.count("WAITING", "REJECTED") > 0
+    return (
+        bool(overall["queue_delay_avg"])
+        or run.result.table.count(JobState.WAITING, JobState.REJECTED) > 0
+    )
 
 
 PER_VC_POLICIES = ("fifo", "sjf", "las")

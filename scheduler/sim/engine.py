@@ -45,11 +45,12 @@ from labhive.scheduler.model import (
 from labhive.scheduler.replay import COMPLETION, VirtualTimeDriver
 from labhive.scheduler.sim.jobtable import JobTable
 from labhive.scheduler.sim.timeline import Timeline
+from labhive.scheduler.states import JobState
 
 #: Trace statuses that mean the job ended well; any other ends it FAILED.
 OK_STATUSES = frozenset({"", "pass", "passed", "succeeded", "success", "completed", "ok"})
 #: Record states in which a job has ended after running (its JCT counts).
-ENDED = frozenset({"SUCCEEDED", "FAILED"})
+ENDED = frozenset({JobState.SUCCEEDED, JobState.FAILED})
 
 
 @dataclass(slots=True, eq=False)
@@ -242,7 +243,9 @@ class Simulation(VirtualTimeDriver):
         self.sim_jobs[job.job_id] = job
         job.row = self.table.add(job)
         record = self.submit(job.job_id, job.spec, job.duration)
-        return f"{job.spec.name} submitted" + (" (rejected)" if record.state == "REJECTED" else "")
+        return f"{job.spec.name} submitted" + (
+            " (rejected)" if record.state == JobState.REJECTED else ""
+        )
 
     def _advance(self, time: float) -> None:
         if time > self.now or self.timeline.start is None:
@@ -281,7 +284,7 @@ class Simulation(VirtualTimeDriver):
         self.timeline.wait(job, +1)  # before the policy sees it: it may start at once
         record = super().submit(job_id, spec, duration)
         job.record = record
-        if record.state == "REJECTED":
+        if record.state == JobState.REJECTED:
             self.timeline.wait(job, -1)
             self._done(job)
         return record
@@ -397,7 +400,7 @@ class Simulation(VirtualTimeDriver):
         cut = run_for < job.remaining
 
         def complete() -> str | None:
-            if record.generation != generation or record.state != "RUNNING":
+            if record.generation != generation or record.state != JobState.RUNNING:
                 return None
             ok = job.ok and not cut
             self.end(record.job_id, ok)

@@ -30,6 +30,7 @@ import numpy as np
 
 from labhive.scheduler.sim.engine import ENDED, SimResult
 from labhive.scheduler.sim.jobtable import state_mask
+from labhive.scheduler.states import JobState
 
 #: Jobs longer than this (seconds) make the robust fairness figures.
 LONG_JOB = 60.0
@@ -83,10 +84,10 @@ def _group(cols: dict[str, np.ndarray]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "jobs": len(state),
         "finished": int(done.sum()),
-        "failed": int((done & state_mask(state, "FAILED")).sum()),
-        "unfinished": int(state_mask(state, "WAITING", "RUNNING").sum()),
-        "rejected": int(state_mask(state, "REJECTED").sum()),
-        "cancelled": int(state_mask(state, "STOPPED").sum()),
+        "failed": int((done & state_mask(state, JobState.FAILED)).sum()),
+        "unfinished": int(state_mask(state, JobState.WAITING, JobState.RUNNING).sum()),
+        "rejected": int(state_mask(state, JobState.REJECTED).sum()),
+        "cancelled": int(state_mask(state, JobState.STOPPED).sum()),
         "preemptions": int(cols["preemptions"].sum()),
         "gpu_hours": held / 3600.0,
         "wasted_gpu_hours": wasted / 3600.0,
