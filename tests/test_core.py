@@ -20,6 +20,7 @@ from labhive.scheduler.model import (
     Start,
     Stop,
     TaskPlacement,
+    Tick,
 )
 from labhive.scheduler.policies import available, get_policy
 
@@ -337,6 +338,22 @@ def test_adopt_restores_a_running_job_on_exactly_its_cells():
     with pytest.raises(AdoptRefused, match="GPU n2/0 lies outside a's free cells"):
         c.handle(Adopt("o", other, (TaskPlacement("main", 0, "n2", (0,)),)))
     assert c.sched.job("o") is None
+
+
+def test_a_partly_stopped_job_adopted_waits_for_the_pass_a_tick_asks_for():
+    """After a restart a driver adopts every running job first (an Adopt places nothing, so
+    no waiting task takes another job's GPUs), then sends a Tick: the pass places the task
+    that had been stopped alone."""
+    c = Cluster(RACK)
+    spec = parse_job({"name": "inc", "vc": "b", "priority": "prod", "gpus": 2, "tasks": 2,
+                      "gang": False})  # fmt: skip
+    running = TaskPlacement("main", 0, "n3", (0, 1), ("n3/0", "n3/1"))
+    assert c.handle(Adopt("inc", spec, (running,))) == []
+    view = c.sched.job("inc")
+    assert view is not None and [t.index for t in view.tasks] == [0]  # main-1 waits
+    (start,) = c.handle(Tick(1.0))
+    assert isinstance(start, Start) and [(t.role, t.index) for t in start.tasks] == [("main", 1)]
+    assert c.gpus("inc") == {"n3": (2, 3)}  # beside its running task, in b's bound cell
 
 
 def test_adopt_an_opportunistic_job_anywhere_idle():

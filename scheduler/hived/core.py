@@ -39,7 +39,6 @@ from labhive.scheduler.model import (
     Stop,
     StopTasks,
     TaskPlacement,
-    Tick,
     VCView,
 )
 from labhive.scheduler.policy_base import PolicyBase, listing_order, node_down, reconfigured
@@ -213,9 +212,10 @@ class HivedScheduler(PolicyBase[Job]):
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
         self._apply(event, out)
-        if isinstance(event, Tick | Adopt):
+        if isinstance(event, Adopt):
             # An adopt places nothing new: a driver restores every running job before any
-            # decision (a partly stopped job's waiting tasks must not take another's GPUs).
+            # decision (a partly stopped job's waiting tasks must not take another's GPUs),
+            # then sends a Tick, after which a pass places what waits (as queue policies do).
             return out
         self._schedule(out)
         if self._cpu_waiting:

@@ -482,7 +482,9 @@ class SchedulerLoop:
             adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
         if unloadable:
             self._fail_unloadable(unloadable, by_job, t)
-        self._pending_events = adopts + self._nodes_down(marks, t) + submits
+        # The Tick asks for a pass once everything is restored: an Adopt places nothing, and a
+        # job with some tasks stopped alone has those waiting even when nothing is submitted.
+        self._pending_events = adopts + self._nodes_down(marks, t) + submits + [Tick(t)]
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
         self._wake.set()
