@@ -107,6 +107,9 @@ class Adopt:
     tasks: tuple[TaskPlacement, ...]
     opportunistic: bool = False
     time: float = 0.0
+    #: Tasks downgraded to opportunistic on their own, as (role, index, by whom): HiveD adopts
+    #: them outside their VC's cells (lazy preemption left them there).
+    downgraded: tuple[tuple[str, int, str], ...] = ()
 
 
 Event = Submit | Finish | Requeue | Cancel | NodeDown | NodeUp | Reconfigure | Tick | Adopt

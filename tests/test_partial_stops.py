@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import Cluster
 
+from labhive.scheduler.hived.core import AdoptRefused
 from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Downgrade, NodeDown, Preempt, Stop, StopTasks, Submit
+from labhive.scheduler.model import Adopt, Downgrade, NodeDown, Preempt, Stop, StopTasks, Submit
 from labhive.scheduler.replay import replay, snapshot
 from labhive.scheduler.scenario import load_scenario
 from labhive.scheduler.sim.engine import Simulation
@@ -145,6 +147,47 @@ def test_lazy_preemption_downgrades_only_the_task_in_the_way():
     assert leaves == {"inc": 10}
     leaves = {leaf.job: leaf.prio for leaf in c.sched.tree.nodes["n0"][0].leaf_cells()}
     assert leaves == {"inc": -1}
+
+
+def leaf_priorities(sched: Any) -> dict[str, list[tuple[str, int]]]:
+    """Per node, which job holds each used GPU and at what priority (-1: opportunistic)."""
+    return {
+        node: sorted((leaf.job, leaf.prio) for leaf in cells[0].leaf_cells() if leaf.job)
+        for node, cells in sched.tree.nodes.items()
+    }
+
+
+def vc_counts(sched: Any) -> dict[str, tuple[int, int]]:
+    return {v.name: (v.used_gpus, v.opportunistic_gpus) for v in sched.cluster().vcs.values()}
+
+
+def test_a_restart_adopts_a_task_downgraded_alone_as_opportunistic_outside_its_vc():
+    """Given the lazy preemption above (inc's main-0 on n0, no longer a's cell; boss on n2),
+    a driver restarting adopts every running job in id order. Told which task runs
+    opportunistic, the new scheduler counts exactly as the old one; not told, inc's tasks
+    would take both of a's cells and boss, a prod job, could not be adopted."""
+    config = THREE_NODES.replace("cellNumber: 3", "cellNumber: 2")
+    c = Cluster(config)
+    c.submit("inc", vc="a", priority="test", tasks=2, gpus=4, gang=False, lazy_preemption=True)
+    c.submit("boss", vc="a", priority="prod", gpus=4)
+    views = {j: c.sched.job(j) for j in ("inc", "boss")}
+    specs = {j: c.sched._jobs[j].spec for j in views}
+
+    def adopt_all(told: bool) -> Cluster:
+        cold = Cluster(config)
+        for j, view in views.items():
+            assert view is not None
+            downgraded = (("main", 0, "boss"),) if told and j == "inc" else ()
+            cold.handle(Adopt(j, specs[j], view.tasks, view.opportunistic, 0.0, downgraded))
+        return cold
+
+    cold = adopt_all(told=True)
+    assert leaf_priorities(cold.sched) == leaf_priorities(c.sched)
+    assert vc_counts(cold.sched) == vc_counts(c.sched)
+    why = cold.why("inc")
+    assert why is not None and why.startswith("task main-0 downgraded to opportunistic by boss")
+    with pytest.raises(AdoptRefused, match="GPU n2/0 lies outside a's free cells"):
+        adopt_all(told=False)
 
 
 def test_a_second_preemptor_downgrades_the_other_task_and_preempts_only_the_first():

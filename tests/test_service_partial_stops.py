@@ -25,8 +25,9 @@ from labhive.scheduler.service.store import events, tasks
 pytest_plugins = ["service_fixtures"]
 
 
-def _started(data_dir: Path, db: str | None = None) -> SchedulerLoop:
-    running = build(ServeOptions(data_dir=data_dir, grace_s=1, db=db))
+def _started(data_dir: Path, db: str | None = None, cluster: Path | None = None) -> SchedulerLoop:
+    where = str(cluster) if cluster else None
+    running = build(ServeOptions(data_dir=data_dir, grace_s=1, db=db, cluster=where))
     running.service.intake.close()  # this test submits by hand
     loop = running.service.loop
     loop.partial_stops = True
@@ -132,6 +133,57 @@ def test_a_restart_while_a_task_is_stopped_adopts_the_others_and_runs_it_again(
             at: pid for at, pid in pids.items() if at != gone
         }
         wait_until(lambda: _state(loop, inc) == "SUCCEEDED", "the job done", timeout=60)
+    finally:
+        loop.stop(stop_tasks=True)
+        loop.store.dispose()
+
+
+THREE_NODES = """\
+physicalCluster:
+  cellTypes:
+    VNODE: {childCellType: VGPU, childCellNumber: 4, isNodeLevel: true}
+    POOL: {childCellType: VNODE, childCellNumber: 3}
+  physicalCells:
+    - cellType: POOL
+      cellChildren: [{cellAddress: vnode-0}, {cellAddress: vnode-1}, {cellAddress: vnode-2}]
+virtualClusters:
+  vc1: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 2}]}
+"""
+
+
+def test_a_restart_keeps_a_task_downgraded_alone_opportunistic(tmp_path: Path) -> None:
+    """Given vc1 with two node cells on three nodes, an incremental job with lazy preemption
+    on two of them, then a prod job: one task of the first is downgraded (its cell becomes
+    the prod job's VC binding elsewhere) and the store says which. After a restart both are
+    adopted as they run, the prod job is not sent back to the queue, and the task is still
+    the opportunistic one (the scheduler's why-text says so: it is preempted first)."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(THREE_NODES)
+    loop = _started(tmp_path / "data", cluster=cluster)
+    inc = _submit(loop, {"name": "inc", "vc": "vc1", "tasks": 2, "gpus": 4, "gang": False,
+                         "lazy_preemption": True, "command": "sleep 60"})  # fmt: skip
+    wait_until(lambda: len([r for r in _tasks(loop, inc) if r["handle"]]) == 2, "inc running")
+    boss = _submit(loop, {"name": "boss", "vc": "vc1", "priority": "prod", "gpus": 4,
+                          "command": "sleep 60"})  # fmt: skip
+    (boss_task,) = wait_until(
+        lambda: [r for r in _tasks(loop, boss) if r["handle"]], "the prod job running"
+    )
+    marked = [(r["role"], r["idx"], r["downgraded_by"]) for r in _tasks(loop, inc)]
+    assert sorted(marked) == [("main", 0, str(boss)), ("main", 1, None)]
+    loop.stop(stop_tasks=False)  # what a kill leaves: the store, and the processes running
+    loop.store.dispose()
+    loop = _started(tmp_path / "data", cluster=cluster)
+    try:
+        view = wait_until(lambda: loop.view(inc), "inc adopted by the restarted loop")
+        wait_until(lambda: loop.passes > 0, "the first pass after the restart")
+        assert (_state(loop, inc), _state(loop, boss)) == ("RUNNING", "RUNNING")
+        assert _alive(boss_task["handle"]["pid"])
+        with loop.store.read() as conn:
+            reasons = [r.reason for r in conn.execute(
+                select(events.c.reason).where(events.c.job_id == boss))]  # fmt: skip
+        assert "requeued" not in reasons, reasons
+        assert view.why is not None
+        assert view.why.startswith("task main-0 downgraded to opportunistic by boss"), view.why
     finally:
         loop.stop(stop_tasks=True)
         loop.store.dispose()

@@ -1062,6 +1062,7 @@ class HivedScheduler(PolicyBase[Job]):
         job = self._new_job(event.job_id, event.spec)
         if event.opportunistic:
             job.prio = OPPORTUNISTIC
+        job.downgraded = {(role, index): by for role, index, by in event.downgraded}
         try:
             self._place_exactly(job, event.tasks)
         except AdoptRefused:
@@ -1094,7 +1095,9 @@ class HivedScheduler(PolicyBase[Job]):
             raise AdoptRefused(f"VC {job.vc} does not exist in this cluster")
         bound: list[Cell] = []
         if vc is not None:
-            for _, leaves in wanted:
+            for task, leaves in wanted:
+                if (task.role, task.index) in job.downgraded:
+                    continue  # runs opportunistic, outside its VC's cells (lazy preemption)
                 for leaf in leaves:
                     if not self._own(vc, leaf, bound):
                         for cell in reversed(bound):

@@ -333,6 +333,25 @@ def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float
     return transition(conn, job, STOPPED, reason, None, t, finished_at=t)
 
 
+def tasks_downgraded(
+    conn: Connection, job: Mapping[str, Any], keys: Sequence[tuple[str, int]], by: str
+) -> None:
+    """Some running tasks of the job now run opportunistic (lazy preemption by job ``by``):
+    recorded on their rows, so a restart adopts them so."""
+    for role, idx in keys:
+        conn.execute(
+            update(tasks)
+            .where(
+                tasks.c.job_id == job["id"],
+                tasks.c.attempt == job["attempt"],
+                tasks.c.role == role,
+                tasks.c.idx == idx,
+                tasks.c.state == RUNNING,
+            )
+            .values(downgraded_by=by)
+        )
+
+
 def note(conn: Connection, job: Mapping[str, Any], reason: str, why: str | None, t: float) -> None:
     """An event that changes no state (a downgrade to opportunistic, a new why)."""
     _event(conn, job["id"], t, job["state"], job["state"], job["attempt"], reason, why)

@@ -449,6 +449,7 @@ class SchedulerLoop:
                 continue
             run = _Running(job["attempt"])
             placements = []
+            downgraded = []  # tasks running opportunistic on their own (lazy preemption)
             # The whole attempt goes back to the policy, ended tasks included (a gang is placed
             # whole); only the tasks still running go back to the executor.
             for task in by_job.get(job["id"], []):
@@ -464,6 +465,8 @@ class SchedulerLoop:
                     handle = TaskHandle(key, task["handle"] or {})
                     run.handles[key] = handle
                     handles.append(handle)
+                    if task["downgraded_by"]:
+                        downgraded.append((task["role"], task["idx"], task["downgraded_by"]))
                 else:
                     run.codes[(task["role"], task["idx"])] = task["exit_code"]
                 placements.append(
@@ -479,7 +482,16 @@ class SchedulerLoop:
             run.lost = any(c is None for c in run.codes.values())
             run.deadline = deadline(spec.time_limit, job["started_at"])
             self._running[job["id"]] = run
-            adopts.append(Adopt(str(job["id"]), spec, tuple(placements), job["opportunistic"], t))
+            adopts.append(
+                Adopt(
+                    str(job["id"]),
+                    spec,
+                    tuple(placements),
+                    opportunistic=job["opportunistic"],
+                    time=t,
+                    downgraded=tuple(downgraded),
+                )
+            )
         if unloadable:
             self._fail_unloadable(unloadable, by_job, t)
         # The Tick asks for a pass once everything is restored: an Adopt places nothing, and a
@@ -964,6 +976,9 @@ class SchedulerLoop:
                         conn.execute(
                             update(jobs).where(jobs.c.id == job["id"]).values(opportunistic=True)
                         )
+                    else:
+                        keys = [(p.role, p.index) for p in d.tasks]
+                        lc.tasks_downgraded(conn, job, keys, d.by)
                     why = f"downgraded by job {d.by}: {d.reason}"
                     lc.note(conn, job, "downgraded", f"{names}: {why}" if names else why, t)
             work.starts = [d for starts in pending.values() for d in starts]

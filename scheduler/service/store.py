@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0007_task_generation"
+HEAD_REVISION = "0008_task_downgrades"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
@@ -111,6 +111,8 @@ tasks = Table(
     Column("handle", JSON, nullable=True),
     Column("started_at", Float, nullable=False),
     Column("ended_at", Float, nullable=True),
+    # The job whose priority downgraded this task alone to opportunistic (lazy preemption).
+    Column("downgraded_by", String(64), nullable=True),
     UniqueConstraint("job_id", "attempt", "role", "idx", "generation", name="uq_task_generation"),
     Index("ix_tasks_job", "job_id"),
     Index("ix_tasks_state", "state"),
