@@ -179,7 +179,8 @@ class SchedulerLoop:
         self._addresses = addresses
         self._early_addresses: dict[TaskKey, str] = {}
         #: Stop some tasks of a running job (HiveD's per-task preemption) rather than whole
-        #: jobs; off until the whole path (restart env, per-task downgrades) is done.
+        #: jobs. Off by default: the ETA forecast does not model a half-stopped job yet, and
+        #: no kill -9 test covers it (docs/scheduler-core.md, "differences from HiveD").
         self.partial_stops = False
         self.scheduler = self._policy()
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
