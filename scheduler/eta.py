@@ -67,6 +67,7 @@ class RunningJob:
     tasks: tuple[TaskPlacement, ...]
     remaining: Spread  # seconds left, low/middle/high
     opportunistic: bool = False
+    downgraded: tuple[tuple[str, int, str], ...] = ()  # tasks opportunistic on their own
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +253,7 @@ def _starts(
 
     first: list[Event] = []
     for r in running:
-        first.append(Adopt(r.job_id, r.spec, r.tasks, r.opportunistic, now))
+        first.append(Adopt(r.job_id, r.spec, r.tasks, r.opportunistic, now, r.downgraded))
         count += 1
         runs[r.job_id] = count
         heapq.heappush(ends, (now + r.remaining[which], count, r.job_id))

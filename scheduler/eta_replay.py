@@ -109,7 +109,9 @@ def _state(sim: Simulation, model: DurationModel) -> tuple[list[RunningJob], lis
         j = sim.sim_jobs[v.job_id]
         if v.state == JobState.RUNNING:
             left = model.predict(j.spec, j.user, sim.now - j.run_start)
-            running.append(RunningJob(v.job_id, j.spec, v.tasks, left, v.opportunistic))
+            running.append(
+                RunningJob(v.job_id, j.spec, v.tasks, left, v.opportunistic, v.downgraded)
+            )
         else:
             waiting.append(WaitingJob(v.job_id, j.spec, j.submit, model.predict(j.spec, j.user)))
     return running, waiting

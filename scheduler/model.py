@@ -190,6 +190,9 @@ class JobView:
     queue_position: int | None = None  # 1-based, within the job's VC; None while running
     queue_length: int | None = None
     why: str | None = None  # why it waits (or runs opportunistically)
+    #: Tasks running opportunistic on their own (lazy preemption of one unit), as an ``Adopt``
+    #: takes them: (role, index, by whom).
+    downgraded: tuple[tuple[str, int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

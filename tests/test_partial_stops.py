@@ -4,12 +4,16 @@ the whole job. Given this cluster and these submissions, expect these victims an
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import Cluster
 
+from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.eta import RunningJob, WaitingJob, forecast
+from labhive.scheduler.hived import HivedScheduler
 from labhive.scheduler.hived.core import AdoptRefused
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import Adopt, Downgrade, NodeDown, Preempt, Stop, StopTasks, Submit
@@ -188,6 +192,39 @@ def test_a_restart_adopts_a_task_downgraded_alone_as_opportunistic_outside_its_v
     assert why is not None and why.startswith("task main-0 downgraded to opportunistic by boss")
     with pytest.raises(AdoptRefused, match="GPU n2/0 lies outside a's free cells"):
         adopt_all(told=False)
+
+
+def test_an_eta_forecast_adopts_a_task_downgraded_alone_where_lazy_preemption_left_it():
+    """The same lazy preemption, then a 4-GPU job of a waits: a's two cells hold inc's main-1
+    and boss, so it starts when boss ends (50 s), not at once on inc's main-0 node. The
+    forecast learns the live state from the views, which carry the per-task downgrade; without
+    it, the forecast's own adoption of inc is refused and the waiting job gets no estimate."""
+    config = THREE_NODES.replace("cellNumber: 3", "cellNumber: 2")
+    c = Cluster(config)
+    c.submit("inc", vc="a", priority="test", tasks=2, gpus=4, gang=False, lazy_preemption=True)
+    c.submit("boss", vc="a", priority="prod", gpus=4)
+    c.submit("next", vc="a", priority="test", gpus=4)
+    assert c.state("next") == "WAITING"
+    left = {"inc": 100.0, "boss": 50.0}
+    running = [
+        RunningJob(
+            v.job_id,
+            c.sched._jobs[v.job_id].spec,
+            v.tasks,
+            (left[v.job_id],) * 3,
+            v.opportunistic,
+            v.downgraded,
+        )
+        for v in c.sched.jobs()
+        if v.state == "RUNNING"
+    ]
+    assert [r.downgraded for r in running if r.job_id == "inc"] == [(("main", 0, "boss"),)]
+    waiting = [WaitingJob("next", c.sched._jobs["next"].spec, 0.0, (10.0, 10.0, 10.0))]
+    out = forecast(lambda: HivedScheduler(load_cluster_config(config)), 0.0, running, waiting)
+    assert out["next"].eta == 50.0
+    told_nothing = [dataclasses.replace(r, downgraded=()) for r in running]
+    with pytest.raises(AdoptRefused):
+        forecast(lambda: HivedScheduler(load_cluster_config(config)), 0.0, told_nothing, waiting)
 
 
 def test_a_second_preemptor_downgrades_the_other_task_and_preempts_only_the_first():

@@ -125,6 +125,7 @@ class Harness:
                     "vc": rnd.choice(["default", "vc1"]),
                     "gpus": rnd.choice([1, 1, 2]),
                     "tasks": rnd.choice([1, 1, 2]),
+                    "gang": rnd.random() < 0.7,  # else incremental: preempted task by task
                     "command": rnd.choice(["true", "sleep 0.2", "sleep 0.5", "exit 1"]),
                     "retries": rnd.choice([0, 1]),
                     "priority": rnd.choice(["test", "prod", "oppo"]),
@@ -208,6 +209,8 @@ def _check_store(db_url: str, accepted: set[int], attempts: int) -> dict[int, st
     for t in running_tasks:
         job = rows[t.job_id]
         assert job.state == "RUNNING" and t.attempt == job.attempt, (t, job.state)
+    running_keys = [(t.job_id, t.attempt, t.role, t.idx) for t in running_tasks]
+    assert len(running_keys) == len(set(running_keys)), "a task running in two generations"
     return {job_id: row.state for job_id, row in rows.items()}
 
 

@@ -18,6 +18,8 @@ from loop_helpers import submit_by_hand as _submit
 from sqlalchemy import select
 from waiting import wait_until
 
+from labhive.scheduler.cli import build_parser
+from labhive.scheduler.service.commands import _options
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.server import ServeOptions, build
 from labhive.scheduler.service.store import events, tasks
@@ -30,7 +32,6 @@ def _started(data_dir: Path, db: str | None = None, cluster: Path | None = None)
     running = build(ServeOptions(data_dir=data_dir, grace_s=1, db=db, cluster=where))
     running.service.intake.close()  # this test submits by hand
     loop = running.service.loop
-    loop.partial_stops = True
     loop.start()  # rebuilds from the store, re-adopting what runs
     return loop
 
@@ -190,16 +191,26 @@ def test_a_restart_keeps_a_task_downgraded_alone_opportunistic(tmp_path: Path) -
 
 
 def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path: Path) -> None:
+    """On by default where the executor can stop tasks alone (local); Kubernetes and Slurm
+    cannot (their names carry no task generation); ``--stops jobs`` turns it off. The ETA
+    forecast gets its policy from the loop, so it stops what the loop stops."""
     from labhive.scheduler.executors.kubernetes import KubernetesExecutor
     from labhive.scheduler.executors.slurm import SlurmExecutor
 
     loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop
     try:
-        assert getattr(loop._policy(), "partial_stops", None) is False  # off by default
-        loop.partial_stops = True
-        assert getattr(loop._policy(), "partial_stops", None) is True  # the local executor can
+        assert getattr(loop.new_policy(), "partial_stops", None) is True  # the local executor
+        assert getattr(loop.scheduler, "partial_stops", None) is True
+        assert loop.eta is not None and loop.eta.make_scheduler == loop.new_policy
         assert KubernetesExecutor.partial_stops is False and SlurmExecutor.partial_stops is False
+        executor = loop.executor
         loop.executor = KubernetesExecutor.__new__(KubernetesExecutor)
-        assert getattr(loop._policy(), "partial_stops", None) is False
+        assert getattr(loop.new_policy(), "partial_stops", None) is False
+        loop.executor = executor
+        loop.partial_stops = False
+        assert getattr(loop.new_policy(), "partial_stops", None) is False
     finally:
         loop.store.dispose()
+    parse = build_parser().parse_args
+    assert _options(parse(["serve"])).partial_stops is True
+    assert _options(parse(["serve", "--stops", "jobs"])).partial_stops is False

@@ -52,6 +52,7 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
         position,
         length,
         why,
+        tuple(sorted((role, index, by) for (role, index), by in job.downgraded.items())),
     )
 
 

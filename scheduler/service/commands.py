@@ -82,6 +82,14 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         help="/health answers 503 degraded once the scheduler loop has not completed a pass "
         "for this long (a liveness probe then restarts the service; default 30)",
     )
+    parser.add_argument(
+        "--stops",
+        choices=["tasks", "jobs"],
+        default="tasks",
+        help="tasks (default): preemption, lazy preemption and a node failure stop or downgrade "
+        "only the tasks of an incremental job (or the affinity group) they hit, as HiveD does, "
+        "where the executor can (local); jobs: always the whole job (Kubernetes and Slurm do)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
     parser.add_argument(
         "--gpu-sample-s",
@@ -126,6 +134,7 @@ def _options(args: argparse.Namespace) -> Any:
         auth=args.auth,
         grace_s=args.grace_s,
         loop_stall_s=args.loop_stall_s,
+        partial_stops=args.stops == "tasks",
         stop_tasks_on_exit=args.stop_tasks_on_exit,
         log_level=args.log_level,
         gpu_sample_s=args.gpu_sample_s,

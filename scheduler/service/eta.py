@@ -141,7 +141,7 @@ class EtaTracker:
             if v.state != lc.RUNNING or spec is None:
                 continue  # ended, or sent back to waiting, meanwhile
             left = model.predict(spec, row["user"], now - (row["started_at"] or now))
-            running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic))
+            running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic, v.downgraded))
         waiting: list[WaitingJob] = []
         for row in waiting_rows:
             spec = specs.get(row["id"])

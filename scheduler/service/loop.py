@@ -163,6 +163,7 @@ class SchedulerLoop:
         launch_builder: LaunchBuilder | None = None,
         node_events: Callable[[], list[Event]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
+        partial_stops: bool = True,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -178,11 +179,11 @@ class SchedulerLoop:
         #: arrived before the launch's own handles, kept until they can be merged in.
         self._addresses = addresses
         self._early_addresses: dict[TaskKey, str] = {}
-        #: Stop some tasks of a running job (HiveD's per-task preemption) rather than whole
-        #: jobs. Off by default: the ETA forecast does not model a half-stopped job yet, and
-        #: no kill -9 test covers it (docs/scheduler-core.md, "differences from HiveD").
-        self.partial_stops = False
-        self.scheduler = self._policy()
+        #: Stop some tasks of a running job (HiveD's unit of preemption: a task of an
+        #: incremental job, an affinity group) rather than whole jobs, where the executor can
+        #: (``Executor.partial_stops``); ``labhive serve --stops jobs`` turns it off.
+        self.partial_stops = partial_stops
+        self.scheduler = self.new_policy()
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
         self._intake: deque[tuple[int, JobSpec]] = deque()
         self._cancels: deque[int] = deque()
@@ -399,7 +400,9 @@ class SchedulerLoop:
         self.health.passed(log)
         return True
 
-    def _policy(self) -> Scheduler:
+    def new_policy(self) -> Scheduler:
+        """A fresh policy as this loop runs it: for a recovery, and for the ETA forecast, which
+        must stop what the loop stops (a task, or the whole job)."""
         scheduler = self._make_scheduler()
         if self.partial_stops and getattr(self.executor, "partial_stops", False):
             return scheduler
@@ -427,7 +430,7 @@ class SchedulerLoop:
         for task in attempt_tasks:
             by_job.setdefault(task["job_id"], []).append(task)
         with self._sched_lock:
-            self.scheduler = self._policy()
+            self.scheduler = self.new_policy()
         self._specs.clear()
         self._running.clear()
         self._reserved.clear()
@@ -1161,12 +1164,9 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """The service stops and downgrades whole jobs unless ``SchedulerLoop.partial_stops`` is
-    set: the loop can stop some tasks of a running job and start them again (per-task
-    generations), but ETA forecasts and per-task downgrades across a restart cannot follow
-    yet, so HiveD's per-task (per affinity group) preemption and node failure
-    (``HivedScheduler.partial_stops``) is off by default, the departure documented in
-    docs/scheduler-core.md."""
+    """A policy that stops and downgrades whole jobs: for an executor that cannot stop some
+    tasks of a job and start them again (its names carry no task generation), or when the
+    admin asks for it (``labhive serve --stops jobs``)."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler

@@ -39,6 +39,9 @@ class ServeOptions:
     auth: str = "token"  # "hub": identity from JupyterHub (run as a hub-managed service)
     grace_s: float = 10.0
     loop_stall_s: float = 30.0  # /health is 503 "degraded" past this long without a pass
+    #: Stop or downgrade only the tasks preemption or a node failure hits (``--stops tasks``),
+    #: where the executor can; False: whole jobs always (``--stops jobs``).
+    partial_stops: bool = True
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
     gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
@@ -201,12 +204,13 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         launch_builder=_with_identity(opts, config, accounts),
         node_events=getattr(executor, "node_events", None),
         addresses=getattr(executor, "addresses", None),
+        partial_stops=opts.partial_stops,
     )
     from labhive.scheduler.service.eta import EtaTracker
     from labhive.scheduler.service.monitoring import Monitoring
 
     if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
-        loop.eta = EtaTracker(store, loop, lambda: policy(config), load_spec)
+        loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),
