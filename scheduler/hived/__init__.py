@@ -3,7 +3,9 @@
 The front door is ``HivedScheduler`` (events in, decisions out, as every policy); drivers pick it
 by name through ``labhive.scheduler.policies`` ("hived"). The rest is internal to the package:
 
-- ``core``: the scheduler itself (queueing, attempts, preemption, adoption, node health);
+- ``core``: the scheduler itself, assembled from one mixin per concern over ``base`` (the shared
+  state and its bookkeeping; ``job``: the job record): ``queueing``, ``attempt`` (over
+  ``sizing``), ``preempt``, ``health``, ``adopt``;
 - ``cells``: the physical cell tree; ``vc``: virtual clusters, their bindings and counters;
 - ``placement``: finding leaf cells for a job's tasks (the topology-aware search);
 - ``queue``: per-VC queues and the failed-search records that prune dominated jobs;

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 class HivedJob(Protocol):
-    """A job as HiveD holds it (``core.Job``)."""
+    """A job as HiveD holds it (``job.Job``)."""
 
     @property
     def job_id(self) -> str: ...

@@ -1,0 +1,208 @@
+"""One attempt to place a waiting job: the search for leaf cells for each of its units.
+
+Guaranteed jobs search their VC's cells, free GPUs first and then once more allowing preemption;
+opportunistic jobs search any idle GPU (``placement.Placer`` does the topology-aware part). A gang
+that failed before is first counted in task slots per node (``SlotShape``): when the nodes changed
+since its failure plus what binding could add still hold too few slots, no search runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labhive.scheduler.hived.base import UNBOUNDED
+from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.placement import Plan, TaskNeed
+from labhive.scheduler.hived.queue import JobClass
+from labhive.scheduler.hived.sizing import Sizing, pin_of
+from labhive.scheduler.hived.vc import VC
+from labhive.scheduler.jobs import OPPORTUNISTIC, RoleSpec
+from labhive.scheduler.model import Decision
+
+
+@dataclass(frozen=True, slots=True)
+class SlotShape:
+    """A gang whose chances count in task slots per whole node: its one chain, the GPUs of
+    each (equal) task, and its priority (it may use GPUs of lower-priority jobs)."""
+
+    chain: str
+    leaves: int
+    priority: int
+
+
+class Attempt(Sizing):
+    """The search for a job's cells, and the pruning that spares a search bound to fail."""
+
+    def _try(
+        self,
+        job: Job,
+        out: list[Decision],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> None:
+        for unit in self._units(job):
+            plan = self._find(job, unit, since, cls)
+            since = None
+            if plan is None or not self._commit(job, plan, out):
+                return
+
+    def _find(
+        self,
+        job: Job,
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> Plan | None:
+        chains = self._chains(job, [r for r, _ in unit])
+        whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
+        needs = job.needs if whole_job else None
+        if needs is None or any(c not in needs for c in chains):
+            needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
+            if whole_job:
+                job.needs = needs
+        if job.opportunistic:
+            for chain in chains:
+                plan = self.placer.opportunistic(chain, needs[chain])
+                if plan is not None:
+                    return plan
+            return None
+        vc = self.vcs.by_name.get(job.vc)
+        if vc is None or not chains:
+            return None
+        slots = self._slot_count(job, vc, chains, needs, unit, cls)
+        if (
+            slots is not None
+            and cls is not None
+            and since is not None
+            and cls.slots is not None
+            and cls.slots_tick == since[0]
+        ):
+            # Slots on the VC's nodes now, plus what binding its free cells could add.
+            places = self._slots_after(vc, cls, since[0], slots) + self._bindable(
+                vc, slots.chain, slots.leaves
+            )
+            if places < len(unit):
+                return None  # not enough places yet for the gang: no search needed
+        plan = self._search(job, vc, chains, needs, unit, since)
+        if slots is not None and cls is not None:
+            if plan is None:
+                size, prio = slots.leaves, slots.priority
+                cls.slots = {
+                    n: c for n in vc.nodes[slots.chain] if (c := self._slots(n, size, prio))
+                }
+                cls.slots_tick = self._tick
+            else:
+                cls.slots = None
+        return plan
+
+    def _slot_count(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        cls: JobClass | None,
+    ) -> SlotShape | None:
+        """The gang's slot shape when a gang's chances can be counted in task slots
+        per whole node: one chain, tasks of one size, no pinned or part-node cells."""
+        if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
+            return None
+        chain = chains[0]
+        sizes = {t.leaves for t in needs[chain]}
+        if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
+            return None
+        return SlotShape(chain, sizes.pop(), job.prio)
+
+    @staticmethod
+    def _slots(node: Cell, leaves: int, priority: int) -> int:
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
+        usable = node.free
+        for p, n in node.prio_count.items():
+            if p < priority:
+                usable += n
+        return usable // leaves
+
+    def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: SlotShape) -> int:
+        """The gang's task slots now, from those at its last failure and the nodes that
+        changed since (remembered for the next time)."""
+        assert cls.slots is not None
+        chain, size, prio = slots.chain, slots.leaves, slots.priority
+        mine = vc.nodes.get(chain, {})
+        for node in self._grown_since(vc, since):
+            if node.chain != chain:
+                continue
+            count = self._slots(node, size, prio) if node in mine else 0
+            if count:
+                cls.slots[node] = count
+            else:
+                cls.slots.pop(node, None)
+        cls.slots_tick = self._tick
+        return sum(cls.slots.values())
+
+    def _bindable(self, vc: VC, chain: str, leaves: int) -> int:
+        """At most how many more tasks of ``leaves`` GPUs binding the VC's free cells could
+        place: its unbound node cells, as far as healthy free nodes exist (optimistic)."""
+        info = self.tree.chains[chain]
+        unbound = vc.unbound.get(chain, {})
+        if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
+            return UNBOUNDED  # cells smaller than a node: do not guess
+        nodes = sum(n * (info.level_leaves[lvl] // info.node_leaves) for lvl, n in unbound.items())
+        if not nodes:
+            return 0
+        pool = 0
+        for level, cells in self.tree.free_list[chain].items():
+            if level >= info.node_level:
+                pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
+        return min(nodes, pool) * (info.node_leaves // leaves)
+
+    def _search(
+        self,
+        job: Job,
+        vc: VC,
+        chains: list[str],
+        needs: dict[str, list[TaskNeed]],
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None,
+    ) -> Plan | None:
+        least = min(sum(t.leaves for t in n) for n in needs.values())
+        room = vc.free_in + vc.unbound_leaves
+        lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        # Free GPUs first (binding more of the VC's cells if need be); only then one search
+        # that may preempt, lowest priorities first (see Placer._best_node), unless there is
+        # nobody to preempt.
+        thresholds: list[int | None] = [None]
+        if lower or self._oppo_running():
+            thresholds.append(max(lower, default=OPPORTUNISTIC))
+        for threshold in thresholds:
+            if threshold is not None:  # a cheap upper bound first
+                room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
+            if room < least:
+                continue
+            only = None
+            if since is not None and len(unit) == 1:
+                only = self._grown_since(vc, since[0])
+            # Binding failed last time too, unless physical cells were freed since, the unit
+            # is a gang (it may have bound some), or the VC binds parts of nodes (which can
+            # now combine with GPUs freed beside them).
+            bind = since is None or since[1] or len(unit) > 1 or self._binds_parts(vc, chains)
+            pin = job.pinned if not job.grouped else pin_of([r for r, _ in unit])
+            pinned = self.tree.pinned.get(pin) if pin else None
+            for chain in chains:
+                plan = self.placer.guaranteed(
+                    vc, chain, needs[chain], threshold, only, pinned, bind
+                )
+                if plan is not None:
+                    return plan
+        return None
+
+    def _binds_parts(self, vc: VC, chains: list[str]) -> bool:
+        return any(
+            n > 0 and level < self.tree.chains[chain].node_level
+            for chain in chains
+            for level, n in vc.unbound.get(chain, {}).items()
+        )
+
+    def _oppo_running(self) -> int:
+        return self.tree.oppo_total

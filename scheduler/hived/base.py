@@ -1,0 +1,290 @@
+"""What every part of HiveD's scheduler shares: its state, built from a config, and the
+bookkeeping that keeps cells' and VCs' counters right as jobs take and free leaf cells.
+
+``core.HivedScheduler`` is assembled from one mixin per concern, each in its own module:
+``queueing`` (classes of waiting jobs, the scheduling pass), ``attempt`` (the search for a job's
+cells), ``preempt`` (committing a plan: preemption, lazy preemption), ``health`` (nodes going down
+and up), ``adopt`` (putting running jobs back on exactly their cells, after a restart or a new
+config), the first two over ``sizing`` (what a job asks for). Every mixin subclasses
+``HivedBase``, which declares the attributes they share and, as typed stubs the mixins override,
+the few methods one part calls in another: each module type-checks alone and imports no other
+mixin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.hived.cells import Cell, CellTree
+from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
+from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.placement import Placer, Plan
+from labhive.scheduler.hived.queue import JobClass, VCQueue
+from labhive.scheduler.hived.vc import VC, VCs
+from labhive.scheduler.jobs import JobSpec, RoleSpec
+from labhive.scheduler.model import Decision, TaskPlacement
+
+#: More than any cluster's GPUs and above any job's priority (priorities are small ints):
+#: a need no chain can meet, a bound that does not limit, a freed level every job gains from.
+UNBOUNDED = 1 << 30
+#: Below any job's priority: a VC no release has made dirty yet in this pass.
+NOT_DIRTY = -UNBOUNDED
+
+
+class HivedBase:
+    """The scheduler's state and its counters' bookkeeping, shared by every mixin."""
+
+    #: Whether a job's unit of preemption may be smaller than the job (``core.HivedScheduler``).
+    partial_stops: bool
+
+    # Jobs and their queues (``queueing``).
+    _jobs: dict[str, Job]
+    _seq: int
+    _queues: dict[str, VCQueue]
+    _ready: set[JobClass]
+    _oppo_epoch: int
+    _classes: dict[Hashable, JobClass]
+    _oppo_classes: dict[Hashable, JobClass]
+    _vc_classes: dict[str, dict[Hashable, JobClass]]
+    _dirty_vcs: dict[str, int]  # VC -> the highest priority that may now fit
+    _dirty_oppo: bool
+    _tick: int  # counts freed GPUs, to tell which nodes changed since a failure
+    down_reasons: dict[str, str]  # node -> the reason its NodeDown gave
+
+    # Built from the config (``_load``).
+    config: ClusterConfig
+    tree: CellTree
+    vcs: VCs
+    cpu: CpuPool
+    _cpu_waiting: list[tuple[int, int, str]]  # (-priority, seq, job id)
+    placer: Placer
+    _leaves_cache: dict[tuple[int, float, int, str], int]
+    _vc_types: dict[str, tuple[str, ...]]
+    _chains_cache: dict[Hashable, list[str]]
+    _checked: dict[Hashable, str | None]
+    _passed: JobSpec | None  # the spec that passed ``check`` last
+    _max_node: dict[str, int]
+    _type_leaves: dict[str, int]
+
+    def _load(self, config: ClusterConfig) -> None:
+        """Build the state a config determines (again on ``Reconfigure``: ``adopt``)."""
+        self.config = config
+        self.tree = CellTree(config)
+        self.vcs = VCs(config, self.tree)
+        self.cpu = CpuPool(config)
+        self._cpu_waiting = []
+        self.placer = Placer(self.tree, self.vcs)
+        self._leaves_cache = {}
+        self._vc_types = {}
+        self._chains_cache = {}
+        self._checked = {}
+        self._passed = None
+        self._max_node = {
+            leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
+            for leaf in {c.leaf_type for c in self.tree.chains.values()}
+        }
+        self._type_leaves = {}
+        for chain in self.tree.chains.values():
+            self._type_leaves[chain.leaf_type] = self._type_leaves.get(chain.leaf_type, 0) + sum(
+                c.leaves for c in chain.tops
+            )
+        for vc in self.vcs.by_name.values():
+            vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
+
+    def _new_job(self, job_id: str, spec: JobSpec) -> Job:
+        self._seq += 1
+        tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
+        job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
+        job.cpu_only = cpu_only(self.config, spec)
+        job.grouped = spec.gang and len({r.affinity_group for r in spec.roles}) > 1
+        self._jobs[job_id] = job
+        return job
+
+    # ---- what one part asks of another (the mixins override these) ---------------------------
+
+    def _enqueue(self, job: Job) -> None:
+        """Put a job (back) in its VC's queue (``queueing``)."""
+        raise NotImplementedError
+
+    def _try(
+        self,
+        job: Job,
+        out: list[Decision],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> None:
+        """Place what of the job fits now, unit by unit (``attempt``)."""
+        raise NotImplementedError
+
+    def _find(
+        self,
+        job: Job,
+        unit: list[tuple[RoleSpec, int]],
+        since: tuple[int, bool] | None = None,
+        cls: JobClass | None = None,
+    ) -> Plan | None:
+        """Search cells for one unit of the job (``attempt``)."""
+        raise NotImplementedError
+
+    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
+        """Carry a plan out: preempt or downgrade its victims, start the job (``preempt``)."""
+        raise NotImplementedError
+
+    # ---- cell bookkeeping --------------------------------------------------------------------
+
+    def _occupy(self, leaf: Cell, job: Job, prio: int | None = None) -> None:
+        """``job`` takes ``leaf``, at its priority unless ``prio`` (a downgraded task) says."""
+        prio = job.prio if prio is None else prio
+        owner = leaf.owner()
+        if owner is not None:
+            vc = self.vcs.by_name[owner.vc or ""]
+            vc.occupy(leaf.bad == 0, prio)
+            self.tree.use(leaf, job.job_id, prio)
+            if leaf.node_cell is not None and leaf.node_cell.free == 0:
+                vc.open.get(leaf.chain, {}).pop(leaf.node_cell, None)
+            return
+        self.tree.use(leaf, job.job_id, prio)
+
+    def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
+        owner = leaf.owner()
+        vc = None
+        if owner is not None:
+            vc = self.vcs.by_name[owner.vc or ""]
+            if leaf.node_cell is not None:
+                self._grew(vc, leaf.node_cell)
+            vc.vacate(leaf.bad == 0, leaf.prio)
+            self._bump(vc, leaf.prio)
+            touched.add(owner)
+        self.tree.release(leaf)
+        if vc is not None and leaf.node_cell is not None:
+            vc.refresh_open(leaf.node_cell)
+        self._bump_oppo()
+
+    def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
+        if job.cpu_only:
+            for placement, _ in job.placed.values():
+                self.cpu.release(placement.node, self._role(job, placement.role))
+            job.placed.clear()
+            return
+        settle = touched is None
+        touched = set() if touched is None else touched
+        for _, leaves in job.placed.values():
+            for leaf in leaves:
+                self._vacate(leaf, touched)
+        job.placed.clear()
+        job.prio = job.spec.priority
+        job.downgraded_by = None
+        job.downgraded.clear()
+        if settle:
+            self._settle(touched)
+
+    def _splits(self, job: Job) -> bool:
+        """Whether the job's unit of preemption is smaller than the job (``partial_stops``)."""
+        return self.partial_stops and (job.grouped or not job.spec.gang)
+
+    def _unit_of(self, job: Job, keys: set[tuple[str, int]]) -> set[tuple[str, int]] | None:
+        """The placed tasks that stop (or are downgraded) with ``keys``: every task of their
+        units (``partial_stops``); None when that is the whole job."""
+        if not self._splits(job):
+            return None
+        if job.grouped:
+            groups = {self._role(job, role).affinity_group for role, _ in keys}
+            keys = {k for k in job.placed if self._role(job, k[0]).affinity_group in groups}
+        return keys if len(keys) < len(job.placed) else None
+
+    def _stop_tasks(
+        self, job: Job, keys: set[tuple[str, int]], touched: set[Cell]
+    ) -> tuple[TaskPlacement, ...]:
+        """Free these tasks' cells; they wait to be placed again, the others keep running."""
+        stopped = []
+        for key in sorted(keys):
+            placement, leaves = job.placed.pop(key)
+            job.downgraded.pop(key, None)
+            stopped.append(placement)
+            if job.cpu_only:
+                self.cpu.release(placement.node, self._role(job, placement.role))
+            for leaf in leaves:
+                self._vacate(leaf, touched)
+        return tuple(stopped)
+
+    def _settle(self, touched: set[Cell]) -> None:
+        """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
+        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
+            if cell.vc is None or cell.pinned or cell.guaranteed > 0:
+                continue
+            vc = self.vcs[cell.vc]
+            vc.count_unbound(cell)
+            self.vcs.unbind(vc, cell)
+            # More free physical cells help only VCs with cells left to bind in this chain.
+            for other in self.vcs.by_name.values():
+                if other.unbound.get(cell.chain) and other.unbound_leaves > 0:
+                    other.pool_epoch += 1
+                    self._bump(other, UNBOUNDED)
+
+    def _bind_counters(self, vc: VC, plan: Plan) -> None:
+        for cell in plan.bound:
+            self._bound(vc, cell)
+
+    def _bound(self, vc: VC, cell: Cell) -> None:
+        """A cell was bound to the VC: count it, and let failed searches look at it."""
+        vc.count_bound(cell)
+        for node in cell.nodes():
+            self._grew(vc, node)
+
+    def _grew(self, vc: VC, node: Cell) -> None:
+        """The VC may use more of ``node`` than before (kept newest last)."""
+        self._tick += 1
+        vc.grown.pop(node, None)
+        vc.grown[node] = self._tick
+
+    def _bump(self, vc: VC, freed: int | None = None) -> None:
+        """The VC's capacity may have grown: for every job when ``freed`` is None, else only
+        for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
+        vc.version += 1
+        if freed is None:
+            vc.epoch += 1
+            level = UNBOUNDED
+        else:
+            vc.freed[freed] = vc.freed.get(freed, 0) + 1
+            level = freed
+        if self._dirty_vcs.get(vc.name, NOT_DIRTY) < level:
+            self._dirty_vcs[vc.name] = level
+
+    def _bump_oppo(self) -> None:
+        self._oppo_epoch += 1
+        self._dirty_oppo = True
+
+    def _grown_since(self, vc: VC, tick: int) -> set[Cell]:
+        """The VC's nodes where GPUs were freed after ``tick`` (newest last in ``grown``)."""
+        out = set()
+        for node in reversed(vc.grown):
+            if vc.grown[node] <= tick:
+                break
+            out.add(node)
+        return out
+
+    @staticmethod
+    def _role(job: Job, name: str) -> RoleSpec:
+        return next(r for r in job.spec.roles if r.name == name)
+
+
+def _gpu(leaf: Cell) -> int:
+    return leaf.gpu or 0
+
+
+def task_placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
+    """Where a task runs, GPUs in index order, with their leaf ids."""
+    if len(leaves) == 1:  # the simulator's one-GPU tasks: no sorting, no generators
+        leaf = leaves[0]
+        return TaskPlacement(role, index, leaf.node or "", (leaf.gpu or 0,), (leaf.leaf_id,))
+    ordered = sorted(leaves, key=_gpu)
+    node = ordered[0].node if ordered else ""
+    return TaskPlacement(
+        role,
+        index,
+        node or "",
+        tuple([leaf.gpu or 0 for leaf in ordered]),
+        tuple([leaf.leaf_id for leaf in ordered]),
+    )

@@ -1,0 +1,63 @@
+"""A job as HiveD holds it, and how many leaf cells one of its tasks takes.
+
+``Job`` is the scheduler's own mutable record: the job's tasks, where the placed ones run and on
+which leaf cells, its effective priority (``-1`` while opportunistic, by spec or downgraded), the
+class it waits in. Every part of the scheduler changes it; the readers (``admission``, ``why``,
+``views``) see it read-only, through ``state.HivedJob``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.placement import TaskNeed
+from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
+from labhive.scheduler.model import TaskPlacement
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    job_id: str
+    spec: JobSpec
+    seq: int
+    prio: int  # effective: -1 while opportunistic (by spec or downgraded)
+    tasks: list[tuple[RoleSpec, int]]
+    placed: dict[tuple[str, int], tuple[TaskPlacement, list[Cell]]] = field(default_factory=dict)
+    downgraded_by: str | None = None
+    queued_key: Hashable | None = None  # the class it waits in, if any
+    in_order: bool = False  # listed in its VC's queue order
+    pinned: str | None = None  # the pinned cell its roles name, if any
+    needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
+    cpu_only: bool = False  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
+    grouped: bool = False  # a gang of several affinity groups, each placed whole and apart
+    # Tasks downgraded to opportunistic on their own (lazy preemption of one unit) -> by whom.
+    downgraded: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    @property
+    def vc(self) -> str:
+        return self.spec.vc
+
+    @property
+    def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:
+        if not self.placed:
+            return self.tasks
+        return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.prio == OPPORTUNISTIC
+
+
+def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
+    """Leaf cells one task of ``role`` takes on ``leaf_type``: the most any resource needs."""
+    sku = config.sku(leaf_type)
+    need = math.ceil(role.gpu / sku.gpu)
+    if sku.cpu > 0:
+        need = max(need, math.ceil(role.cpu / sku.cpu))
+    if sku.memory_mb > 0:
+        need = max(need, math.ceil(role.memory_mb / sku.memory_mb))
+    return max(need, 1)

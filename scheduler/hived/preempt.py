@@ -1,0 +1,125 @@
+"""Carrying out a placement plan: preempt its victims, or downgrade them, then start the job.
+
+HiveD preempts strictly lower priorities only, opportunistic jobs first; a victim with lazy
+preemption is downgraded to opportunistic instead and keeps running unless the preemptor, searching
+again, still needs its very GPUs (``_lazy``). Each victim loses its unit of preemption (a task, an
+affinity group, or the whole job: ``base._unit_of``) and waits again.
+"""
+
+from __future__ import annotations
+
+from labhive.scheduler.hived.base import HivedBase, task_placement
+from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.placement import Plan
+from labhive.scheduler.hived.vc import VC
+from labhive.scheduler.jobs import OPPORTUNISTIC
+from labhive.scheduler.model import Decision, Downgrade, Preempt, Start, StopTasks
+
+
+class Preemption(HivedBase):
+    """``_commit``: a plan's victims preempted or downgraded, its job started."""
+
+    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
+        vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
+        victims = [self._jobs[v] for v in plan.victims()]
+        lazy = [
+            v
+            for v in victims
+            if v.spec.lazy_preemption
+            and not v.opportunistic
+            and (not v.downgraded or any(k not in v.downgraded for k in _hit(v, plan)))
+        ]
+        if lazy and vc is not None:
+            again = self._lazy(job, vc, plan, lazy, out)
+            if again is None:
+                return False
+            plan = again
+            victims = [self._jobs[v] for v in plan.victims()]
+        if vc is not None:
+            self._bind_counters(vc, plan)
+        touched: set[Cell] = set()
+        for victim in sorted(victims, key=lambda v: (v.prio, -v.seq)):
+            reason = self._preempt_reason(victim, job)
+            part = self._unit_of(victim, _hit(victim, plan)) if self._splits(victim) else None
+            if part is None:
+                out.append(Preempt(victim.job_id, job.job_id, reason))
+                self._vacate_job(victim, touched)
+            else:
+                stopped = self._stop_tasks(victim, part, touched)
+                out.append(StopTasks(victim.job_id, stopped, reason, job.job_id))
+            self._enqueue(victim)
+        started = []
+        for task, _, leaves in plan.placed:
+            for leaf in leaves:
+                self._occupy(leaf, job)
+            placement = task_placement(task.role, task.index, leaves)
+            job.placed[(task.role, task.index)] = (placement, leaves)
+            started.append(placement)
+        out.append(Start(job.job_id, tuple(started), job.opportunistic))
+        self._settle(touched)
+        return True
+
+    def _lazy(
+        self, job: Job, vc: VC, plan: Plan, lazy: list[Job], out: list[Decision]
+    ) -> Plan | None:
+        """HiveD's lazy preemption: downgrade the victims to opportunistic and look again; they
+        keep running unless the preemptor still needs their very GPUs."""
+        units = {v.job_id: self._unit_of(v, _hit(v, plan)) for v in lazy}
+        self.placer.undo(vc, plan)
+        touched: set[Cell] = set()
+        for victim in lazy:
+            part = units[victim.job_id]
+            keys = set(victim.placed) if part is None else part
+            for key in keys:
+                for leaf in victim.placed[key][1]:
+                    self._vacate(leaf, touched)
+            if part is None:
+                victim.prio = OPPORTUNISTIC
+                victim.downgraded_by = job.job_id
+            for key in keys:
+                if part is not None:
+                    victim.downgraded[key] = job.job_id
+                for leaf in victim.placed[key][1]:
+                    self._occupy(leaf, victim, OPPORTUNISTIC)
+        self._settle(touched)
+        unit = [
+            (r, i)
+            for r, i in job.waiting_tasks
+            if (r.name, i) in {(t.role, t.index) for t, _, _ in plan.placed}
+        ]
+        again = self._find(job, unit)
+        for victim in lazy:
+            part = units[victim.job_id]
+            hit = _hit(victim, again) if again is not None else set()
+            if hit:
+                hit = self._unit_of(victim, hit) or set(victim.placed)
+            kept = (set(victim.placed) if part is None else part) - hit
+            if not kept:
+                continue  # preempted after all
+            tasks = () if part is None else tuple(victim.placed[k][0] for k in sorted(kept))
+            out.append(
+                Downgrade(
+                    victim.job_id,
+                    job.job_id,
+                    f"downgraded to opportunistic by {job.spec.name} "
+                    f"(priority {job.spec.priority} > {victim.spec.priority}) in {vc.name}",
+                    tasks,
+                )
+            )
+        return again
+
+    def _preempt_reason(self, victim: Job, by: Job) -> str:
+        if victim.opportunistic:
+            return f"preempted by {by.spec.name}: opportunistic jobs yield to guaranteed ones"
+        return (
+            f"preempted by {by.spec.name} (priority {by.spec.priority} > "
+            f"{victim.spec.priority}) in {by.vc}"
+        )
+
+
+def _hit(job: Job, plan: Plan) -> set[tuple[str, int]]:
+    """The tasks of ``job`` holding leaf cells that ``plan`` takes."""
+    return {
+        key for key, (_, leaves) in job.placed.items() if any(id(x) in plan.taken for x in leaves)
+    }

@@ -1,0 +1,292 @@
+"""HiveD's waiting jobs and the scheduling pass that starts them.
+
+Waiting jobs are grouped in classes of identical jobs (``queue.JobClass``): a class that failed
+stays blocked until the capacity it depends on grows (its stamp changes), and a cheap upper bound
+of that capacity (``_room``) skips classes no search could satisfy. ``_schedule`` then tries the
+classes in queue order (priority, then submission), each attempt in ``attempt``. CPU-only jobs
+wait in their own list and start where nodes' CPUs and memory hold them (``_schedule_cpu``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Hashable
+
+from labhive.scheduler.hived.base import UNBOUNDED
+from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.queue import FailedAt, JobClass, JobSize, Signature, VCQueue
+from labhive.scheduler.hived.sizing import Sizing
+from labhive.scheduler.hived.vc import VC
+from labhive.scheduler.jobs import RoleSpec
+from labhive.scheduler.model import Decision, Start, TaskPlacement
+
+#: A class's room when no node or VC can hold it (any real room is >= 0, so it blocks).
+NO_ROOM = -1
+
+
+class Queueing(Sizing):
+    """Classes of waiting jobs, their blocking stamps, and the scheduling pass."""
+
+    def _class_key(self, job: Job) -> Hashable:
+        if job.grouped:
+            return ("groups", job.job_id)  # rare: a class of its own
+        roles = job.spec.roles
+        if len(roles) == 1 and not job.placed and roles[0].instances > 0:
+            # The usual job, nothing started: its one role waits whole. The same shape as
+            # counting below, without hashing the role once per task.
+            r = roles[0]
+            shape: tuple[tuple[int, float, int, str | None, int], ...] = (
+                (r.gpu, r.cpu, r.memory_mb, r.sku, r.instances),
+            )
+        else:
+            shape = self._shape(job)
+        if not job.spec.gang:
+            shape = shape[:1]
+        # Opportunistic jobs of all VCs share classes, unless SKUs size them by their VC's.
+        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        return (vc, job.spec.priority, job.spec.gang, job.pinned, shape)
+
+    @staticmethod
+    def _shape(job: Job) -> tuple[tuple[int, float, int, str | None, int], ...]:
+        """What a job's waiting tasks ask for: per role, its resources and task count."""
+        waiting: dict[RoleSpec, int] = {}
+        for role, _ in job.waiting_tasks:
+            waiting[role] = waiting.get(role, 0) + 1
+        return tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
+
+    def _enqueue(self, job: Job) -> None:
+        """Put a job (back) in its VC's queue at its original place, in its current class."""
+        if job.cpu_only:
+            entry = (-job.spec.priority, job.seq, job.job_id)
+            if entry not in self._cpu_waiting:
+                bisect.insort(self._cpu_waiting, entry)
+            return
+        self._dequeue(job, keep_order=True)
+        queue = self._queues.setdefault(job.vc, VCQueue())
+        key = self._class_key(job)
+        cls = self._classes.get(key)
+        if cls is None:
+            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls.need = self._class_need(job)
+            cls.task_need = self._task_need(job)
+            cls.vc_ref = self.vcs.by_name.get(job.vc)
+            if job.spec.opportunistic:
+                self._oppo_classes[key] = cls
+            else:
+                self._vc_classes.setdefault(job.vc, {})[key] = cls
+        if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
+            self._ready.add(cls)
+        cls.add(job.seq, job.job_id)
+        job.queued_key = key
+        if not job.in_order:
+            queue.add(job.spec.priority, job.seq, job.job_id)
+            job.in_order = True
+
+    def _class_need(self, job: Job) -> int:
+        """The fewest GPUs a job of this class can start with (its next task if incremental)."""
+        unit = self._units(job)[0]
+        chains = self._chains(job, [r for r, _ in unit])
+        if not chains:
+            return UNBOUNDED
+        return min(sum(t.leaves for t in self._needs(unit, c, job.vc)) for c in chains)
+
+    def _task_need(self, job: Job) -> int:
+        """The fewest GPUs the job's largest waiting task needs on one node."""
+        roles = [r for r, _ in job.waiting_tasks]
+        chains = self._chains(job, roles)
+        if not chains:
+            return UNBOUNDED
+        return min(
+            max(self._leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
+            for c in chains
+        )
+
+    def _dequeue(self, job: Job, keep_order: bool = False) -> None:
+        if job.cpu_only:
+            entry = (-job.spec.priority, job.seq, job.job_id)
+            if entry in self._cpu_waiting:
+                self._cpu_waiting.remove(entry)
+            return
+        if job.queued_key is not None:
+            cls = self._classes.get(job.queued_key)
+            if cls is not None:
+                cls.remove(job.seq, job.job_id)
+            job.queued_key = None
+        if not keep_order and job.in_order:
+            self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
+            job.in_order = False
+
+    def _stamp(self, cls: JobClass) -> Hashable:
+        """What the class's chances depend on; unchanged means a failed class still fails."""
+        if cls.priority < 0:
+            return self._oppo_epoch
+        vc = cls.vc_ref
+        if vc is None:
+            return None
+        if cls.stamp_version == vc.version:
+            return cls.stamp
+        freed = 0
+        for p, n in vc.freed.items():
+            if p >= cls.priority:
+                freed += n
+        cls.stamp_version, cls.stamp = vc.version, (vc.epoch, vc.pool_epoch, freed)
+        return cls.stamp
+
+    def _blocked(self, cls: JobClass) -> bool:
+        return cls.blocked_at is not None and cls.blocked_at == self._stamp(cls)
+
+    def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
+        cls.blocked_at = self._stamp(cls) if stamp is None else stamp
+        vc = cls.vc_ref
+        if vc is not None and cls.priority >= 0:
+            cls.failed_at = FailedAt(self._tick, vc.epoch, vc.pool_epoch)
+        else:
+            cls.failed_at = None
+
+    def _since(self, cls: JobClass) -> tuple[int, bool] | None:
+        """When the class last failed, if only GPUs freed in its VC (and free physical cells)
+        changed since then: only the nodes those GPUs lie on need a new look, and binding
+        more cells only if more physical cells became free (the bool)."""
+        vc = cls.vc_ref
+        failed = cls.failed_at
+        if failed is None or vc is None or failed.epoch != vc.epoch:
+            return None
+        return failed.tick, failed.pool_epoch != vc.pool_epoch
+
+    def _collect_ready(self) -> list[JobClass]:
+        """The classes worth an attempt: new or unblocked ones whose need the capacity they
+        depend on could still cover (a cheap upper bound; the placement search decides)."""
+        for name, level in self._dirty_vcs.items():
+            for cls in self._vc_classes.get(name, {}).values():
+                if cls.priority <= level and cls.entries:
+                    self._ready.add(cls)
+        self._dirty_vcs.clear()
+        if self._dirty_oppo:
+            self._ready.update(self._oppo_classes.values())
+            self._dirty_oppo = False
+        out = []
+        idle: int | None = None
+        rooms: dict[tuple[str, int], int] = {}
+        for cls in self._ready:
+            if not cls.entries:
+                continue
+            stamp = self._stamp(cls)
+            if cls.blocked_at is not None and cls.blocked_at == stamp:
+                continue
+            if cls.priority < 0:
+                if idle is None:
+                    idle = self.tree.free_total
+                room = idle if self._node_with(cls.task_need) else NO_ROOM
+            elif cls.vc_ref is None:
+                room = NO_ROOM
+            else:
+                key = (cls.vc, cls.priority)
+                room = rooms.get(key, NO_ROOM)
+                if room == NO_ROOM:
+                    room = rooms[key] = self._room(cls.vc_ref, cls.priority)
+            if room < cls.need:
+                self._block(cls, stamp)
+                continue
+            out.append(cls)
+        self._ready.clear()
+        return out
+
+    def _may_fit(self, cls: JobClass) -> bool:
+        """The cheap bound again, just before an attempt: jobs placed since the class was
+        collected may have taken what it needed."""
+        if cls.priority < 0:
+            return self._node_with(cls.task_need)
+        vc = cls.vc_ref
+        return vc is not None and self._room(vc, cls.priority) >= cls.need
+
+    def _node_with(self, free: int) -> bool:
+        """Whether some node has ``free`` idle healthy GPUs."""
+        for nodes in self.tree.open.values():
+            for node in nodes:
+                if node.free >= free:
+                    return True
+        return False
+
+    def _room(self, vc: VC, priority: int) -> int:
+        """GPUs a job of this priority could have in its VC: free, unbound, or preemptible."""
+        room = vc.free_in + vc.unbound_leaves + vc.oppo_in
+        for p, n in vc.prio_in.items():
+            if p < priority:
+                room += n
+        return room
+
+    def _schedule(self, out: list[Decision]) -> None:
+        """Start what fits, classes in queue order; a class that fails is skipped until the
+        capacity it depends on grows."""
+        heap: list[tuple[int, int, int, JobClass]] = []
+        failed: dict[Hashable, list[JobSize]] = {}
+        tie = 0
+        while True:
+            ready = (
+                self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
+            )
+            for cls in ready:
+                tie += 1
+                heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
+            if not heap:
+                return
+            _, seq, _, cls = heapq.heappop(heap)
+            if not cls.entries or cls.entries[0][0] != seq or self._blocked(cls):
+                if cls.entries and not self._blocked(cls):
+                    self._ready.add(cls)
+                continue
+            job = self._jobs[cls.entries[0][1]]
+            if cls.signature is None:
+                cls.signature = self._signature(job)
+            group, size = cls.signature.group, cls.signature.size
+            if (group is not None and any(size.dominated_by(f) for f in failed.get(group, ()))) or (
+                not self._may_fit(cls)
+            ):
+                self._block(cls)
+                continue
+            before = len(job.placed)
+            self._try(job, out, self._since(cls), cls)
+            if not job.waiting_tasks:
+                self._dequeue(job)
+                self._ready.add(cls)
+                continue
+            if len(job.placed) > before:  # an incremental job started some tasks
+                self._enqueue(job)
+            if job.queued_key is not None:
+                self._block(self._classes[job.queued_key])
+            if group is not None:
+                failed.setdefault(group, []).append(size)
+
+    def _signature(self, job: Job) -> Signature:
+        """What a failed attempt says about larger jobs (single-role jobs only)."""
+        role = job.spec.roles[0]
+        size = JobSize(
+            job.spec.priority, role.gpu, role.cpu, role.memory_mb, len(job.waiting_tasks)
+        )
+        if len(job.spec.roles) != 1:
+            return Signature(None, size)
+        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        # A pinned job runs in its pinned cell only: what fails elsewhere says nothing of it.
+        return Signature((vc, role.sku, job.spec.gang, job.pinned), size)
+
+    def _schedule_cpu(self, out: list[Decision]) -> None:
+        """Start waiting CPU-only jobs in queue order where nodes' CPUs and memory hold them
+        (a gang whole, an incremental job task by task); no preemption either way."""
+        for entry in list(self._cpu_waiting):
+            job = self._jobs[entry[2]]
+            units = [job.waiting_tasks] if job.spec.gang else [[t] for t in job.waiting_tasks]
+            started = []
+            for unit in units:
+                nodes = self.cpu.plan(unit)
+                if nodes is None:
+                    break
+                for (role, index), node in zip(unit, nodes, strict=True):
+                    self.cpu.hold(node, role)
+                    placement = TaskPlacement(role.name, index, node, ())
+                    job.placed[(role.name, index)] = (placement, [])
+                    started.append(placement)
+            if started:
+                out.append(Start(job.job_id, tuple(started), False))
+            if not job.waiting_tasks:
+                self._cpu_waiting.remove(entry)

@@ -1,0 +1,97 @@
+"""What a job asks for, as HiveD sizes it: leaf cells per task (by the SKU of the chain, or of
+its VC), the chains it may run in, and the units placed whole (a gang, an affinity group, a task).
+
+Both the queue (a class's least need) and the search (each chain's task needs) ask this, on every
+attempt, so the answers are cached on the scheduler until the config changes (``_load``).
+"""
+
+from __future__ import annotations
+
+from labhive.scheduler.hived.base import HivedBase
+from labhive.scheduler.hived.job import Job, leaves_needed
+from labhive.scheduler.hived.placement import TaskNeed
+from labhive.scheduler.jobs import RoleSpec
+
+
+class Sizing(HivedBase):
+    """Leaf cells, chains and units of a job (cached)."""
+
+    def _leaves(self, role: RoleSpec, leaf_type: str, vc: str | None = None) -> int:
+        """Leaf cells a task of ``role`` takes on ``leaf_type``. A role without a skuType
+        in ``vc`` is sized, as OpenPAI does, by the VC's smallest SKU (the one it needs the
+        most leaf cells of), whatever chain it lands in."""
+        if vc is not None and role.sku is None and self.config.skus:
+            types = self._vc_types.get(vc)
+            if types is None:
+                types = self._vc_types[vc] = self._sizing_types(vc)
+            if types:
+                return max(self._leaves(role, t) for t in types)
+        # Keyed by the only fields ``leaves_needed`` reads: hashing plain numbers is several
+        # times cheaper than hashing the whole (dataclass) role, and this runs per task.
+        key = (role.gpu, role.cpu, role.memory_mb, leaf_type)
+        n = self._leaves_cache.get(key)
+        if n is None:
+            n = self._leaves_cache[key] = leaves_needed(role, self.config, leaf_type)
+        return n
+
+    def _sizing_types(self, vc_name: str) -> tuple[str, ...]:
+        """The leaf types of a VC's cells, pinned ones included (none: unknown VC)."""
+        vc = self.vcs.by_name.get(vc_name)
+        if vc is None:
+            return ()
+        chains = [*vc.quota, *(c.chain for c in vc.pinned)]
+        return tuple(sorted({self.tree.chains[c].leaf_type for c in chains}))
+
+    def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
+        """The chains a job may run in, in config order (cached: asked on every attempt)."""
+        skus = frozenset(r.sku for r in roles if r.sku)
+        pin = job.pinned if not job.grouped else pin_of(roles)
+        key = (job.vc, job.opportunistic, pin, skus)
+        chains = self._chains_cache.get(key)
+        if chains is None:
+            chains = self._chains_cache[key] = self._find_chains(job, skus, pin)
+        return chains
+
+    def _find_chains(self, job: Job, skus: frozenset[str | None], pin: str | None) -> list[str]:
+        if pin is not None and not job.opportunistic:
+            cell = self.tree.pinned.get(pin)
+            return [cell.chain] if cell is not None else []
+        if job.opportunistic:
+            names = list(self.tree.chains)
+        else:
+            vc = self.vcs.by_name.get(job.vc)
+            if vc is None:
+                return []
+            names = list(dict.fromkeys([*vc.quota, *(c.chain for c in vc.pinned)]))
+        return [c for c in names if not skus or self.tree.chains[c].leaf_type in skus]
+
+    @staticmethod
+    def _units(job: Job) -> list[list[tuple[RoleSpec, int]]]:
+        """What is placed whole: the gang, each of its affinity groups (OpenPAI's
+        ``affinityGroupName``: placed apart, each in its own chain), or each task of an
+        incremental job."""
+        waiting = job.waiting_tasks
+        if not job.spec.gang:
+            return [[t] for t in waiting]
+        if not job.grouped:
+            return [waiting]
+        groups: dict[str | None, list[tuple[RoleSpec, int]]] = {}
+        for task in waiting:
+            groups.setdefault(task[0].affinity_group, []).append(task)
+        return list(groups.values())
+
+    def _needs(
+        self, unit: list[tuple[RoleSpec, int]], chain: str, vc: str | None = None
+    ) -> list[TaskNeed]:
+        leaf = self.tree.chains[chain].leaf_type
+        out = []
+        role, leaves = None, 0
+        for r, i in unit:
+            if r is not role:  # a role's tasks come in a row: size each role once
+                role, leaves = r, self._leaves(r, leaf, vc)
+            out.append(TaskNeed(r.name, i, leaves))
+        return out
+
+
+def pin_of(roles: list[RoleSpec]) -> str | None:
+    return next((r.pinned_cell for r in roles if r.pinned_cell), None)
