@@ -10,7 +10,9 @@ by name through ``labhive.scheduler.policies`` ("hived"). The rest is internal t
 - ``placement``: finding leaf cells for a job's tasks (the topology-aware search);
 - ``queue``: per-VC queues and the failed-search records that prune dominated jobs;
 - ``cpu_pool``: jobs that take no GPU;
-- ``admission``: the submit-time rules (a job its VC can never hold is rejected);
+- ``admission``: the submit-time rules (a job its VC can never hold is rejected), a pure
+  function of numbers derived once from the config (``Admission``), which drivers may use
+  without a scheduler;
 - ``why``, ``views``: the read side (why a job waits, what the cluster looks like), reading the
   scheduler through the protocols in ``state`` so that nothing here imports ``core`` back.
 """

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.hived.admission import Admission
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.job import Job
@@ -64,8 +65,7 @@ class HivedBase:
     _chains_cache: dict[Hashable, list[str]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
-    _max_node: dict[str, int]
-    _type_leaves: dict[str, int]
+    admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
 
     def _load(self, config: ClusterConfig) -> None:
         """Build the state a config determines (again on ``Reconfigure``: ``adopt``)."""
@@ -80,15 +80,7 @@ class HivedBase:
         self._chains_cache = {}
         self._checked = {}
         self._passed = None
-        self._max_node = {
-            leaf: max(c.node_leaves for c in self.tree.chains.values() if c.leaf_type == leaf)
-            for leaf in {c.leaf_type for c in self.tree.chains.values()}
-        }
-        self._type_leaves = {}
-        for chain in self.tree.chains.values():
-            self._type_leaves[chain.leaf_type] = self._type_leaves.get(chain.leaf_type, 0) + sum(
-                c.leaves for c in chain.tops
-            )
+        self.admission = Admission.of(config)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
 

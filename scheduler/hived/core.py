@@ -76,7 +76,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         message = self._checked.get(key, _UNCHECKED)
         if message is _UNCHECKED:
             try:
-                reject_if_never_runs(self, spec)
+                reject_if_never_runs(self.admission, spec)
                 message = None
             except SpecRejected as err:
                 message = str(err)

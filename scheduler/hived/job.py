@@ -2,8 +2,8 @@
 
 ``Job`` is the scheduler's own mutable record: the job's tasks, where the placed ones run and on
 which leaf cells, its effective priority (``-1`` while opportunistic, by spec or downgraded), the
-class it waits in. Every part of the scheduler changes it; the readers (``admission``, ``why``,
-``views``) see it read-only, through ``state.HivedJob``.
+class it waits in. Every part of the scheduler changes it; the readers (``why``, ``views``) see it
+read-only, through ``state.HivedJob``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.config import ClusterConfig, SkuType
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.placement import TaskNeed
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
@@ -54,7 +54,11 @@ class Job:
 
 def leaves_needed(role: RoleSpec, config: ClusterConfig, leaf_type: str) -> int:
     """Leaf cells one task of ``role`` takes on ``leaf_type``: the most any resource needs."""
-    sku = config.sku(leaf_type)
+    return leaves_on(role, config.sku(leaf_type))
+
+
+def leaves_on(role: RoleSpec, sku: SkuType) -> int:
+    """Leaf cells one task of ``role`` takes where one leaf cell offers ``sku``."""
     need = math.ceil(role.gpu / sku.gpu)
     if sku.cpu > 0:
         need = max(need, math.ceil(role.cpu / sku.cpu))

@@ -1,9 +1,10 @@
-"""What HiveD's readers (``admission``, ``views``, ``why``) may see of the scheduler and its jobs.
+"""What HiveD's readers (``views``, ``why``) may see of the scheduler and its jobs.
 
 ``core.HivedScheduler`` calls these modules and passes itself; they type that argument with the
 protocols below instead of importing ``core``, so ``core`` depends on them and not the other way
 round (an import circle that tools drew as one knot of four modules). The protocols are read-only
-views: the readers compute texts and views, and change nothing.
+views: the readers compute texts and views, and change nothing. (``admission`` needs none of
+this: it reads ``admission.Admission``, numbers of the config.)
 """
 
 from __future__ import annotations
@@ -79,10 +80,6 @@ class HivedState(Protocol[J]):
     def _queues(self) -> Mapping[str, VCQueue]: ...
     @property
     def _cpu_waiting(self) -> Sequence[tuple[int, int, str]]: ...
-    @property
-    def _max_node(self) -> Mapping[str, int]: ...
-    @property
-    def _type_leaves(self) -> Mapping[str, int]: ...
 
     def _leaves(self, role: RoleSpec, leaf_type: str, vc: str | None = None, /) -> int: ...
     def _chains(self, job: J, roles: list[RoleSpec], /) -> list[str]: ...
