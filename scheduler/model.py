@@ -44,6 +44,9 @@ class Submit:
     job_id: str
     spec: JobSpec
     time: float = 0.0
+    #: The driver has already checked ``spec`` against this same cluster (the service's
+    #: intake, with ``policies.admission``): the policy keeps it without checking it again.
+    admitted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

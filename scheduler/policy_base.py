@@ -40,7 +40,7 @@ class PolicyBase(Generic[J]):
         """One event's state change, no scheduling; the new job of a ``Submit``, if kept."""
         match event:
             case Submit():
-                return self._submit(event.job_id, event.spec)
+                return self._submit(event.job_id, event.spec, admitted=event.admitted)
             case Finish() | Cancel():
                 self._remove(event.job_id)
             case Requeue():
@@ -57,7 +57,8 @@ class PolicyBase(Generic[J]):
                 self.on_tick()
         return None
 
-    def _submit(self, job_id: str, spec: JobSpec) -> J | None:
+    def _submit(self, job_id: str, spec: JobSpec, *, admitted: bool = False) -> J | None:
+        """Keep a new job; ``check`` it first unless the driver did (``Submit.admitted``)."""
         raise NotImplementedError
 
     def _remove(self, job_id: str) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.errors import UserError
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.jobs import JobSpec
     from labhive.scheduler.model import Scheduler
 
 
@@ -38,3 +40,18 @@ def get_policy(name: str, config: ClusterConfig, **options: Any) -> Scheduler:
         raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(available())}")
     module = importlib.import_module(f"{__name__}.{name}")
     return module.create(config, **options)  # type: ignore[no-any-return]
+
+
+def admission(name: str, config: ClusterConfig, **options: Any) -> Callable[[JobSpec], None]:
+    """How a driver checks a submission for the policy ``name`` on ``config`` once, before
+    it stores the job and sends a ``Submit(admitted=True)``: the policy module's own
+    ``admission`` where it has one (HiveD's: a pure function of numbers derived from the config,
+    safe in any thread), else the ``check`` of a fresh policy (the queue policies', which reads
+    only what the policy derived from the config)."""
+    if name not in available():
+        raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(available())}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    pure = getattr(module, "admission", None)
+    if pure is not None:
+        return pure(config, **options)  # type: ignore[no-any-return]
+    return get_policy(name, config, **options).check

@@ -244,8 +244,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self._schedule(out, groups=joined if only_submits else None)
         return out
 
-    def _submit(self, job_id: str, spec: JobSpec) -> QueuedJob:
-        self.check(spec)
+    def _submit(self, job_id: str, spec: JobSpec, *, admitted: bool = False) -> QueuedJob:
+        if not admitted:
+            self.check(spec)
         job = self._new_job(job_id, spec)
         self._enqueue(job)
         return job

@@ -5,11 +5,11 @@ This module assembles the app: the submission, error answers and the OpenAPI doc
 ``routes_*.py`` module (``routing.py`` holds what they share).
 
 Every handler asks ``Service.identify`` who is calling (the one identity check) and the
-``Identity`` methods what they may do. A submission is parsed, checked against the cluster and
-committed (``intake.py`` groups concurrent ones into one transaction) before its 201, then
-queued for the scheduler loop: the handler never waits for scheduling. Every user mistake
-becomes a 4xx whose ``detail`` says what to fix, and nothing is stored when a request is
-refused.
+``Identity`` methods what they may do. A submission is parsed, checked against the cluster
+once (``Service.check``; the loop's policy does not check it again) and committed (``intake.py``
+groups concurrent ones into one transaction) before its 201, then queued for the scheduler
+loop: the handler never waits for scheduling. Every user mistake becomes a 4xx whose
+``detail`` says what to fix, and nothing is stored when a request is refused.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ class Service:
     executor: Executor
     auth: Authenticator
     parse: Callable[[dict[str, Any]], JobSpec]
+    #: The one check of a submission against the cluster (``policies.admission``: for HiveD a
+    #: pure function of the config); the loop's policy takes what passed it as admitted.
     check: Callable[[JobSpec], None]
     intake: Intake | None = None
     policy: str = "hived"

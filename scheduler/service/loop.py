@@ -185,7 +185,7 @@ class SchedulerLoop:
         self.partial_stops = partial_stops
         self.scheduler = self.new_policy()
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
-        self._intake: deque[tuple[int, JobSpec]] = deque()
+        self._intake: deque[tuple[int, JobSpec, bool]] = deque()  # (id, spec, admitted)
         self._cancels: deque[int] = deque()
         self._pending_events: list[Event] = []
         self._pending_exits: list[TaskExit] = []
@@ -222,13 +222,16 @@ class SchedulerLoop:
 
     # ---- inputs (any thread) -------------------------------------------------------------
 
-    def submitted(self, job_id: int, spec: JobSpec) -> None:
-        self._intake.append((job_id, spec))
+    def submitted(self, job_id: int, spec: JobSpec, *, admitted: bool = False) -> None:
+        """A stored job; ``admitted``: checked already (``policies.admission``), so the
+        policy keeps it without checking it again."""
+        self._intake.append((job_id, spec, admitted))
         self._wake.set()
 
     def submitted_many(self, new: list[tuple[int, JobSpec]]) -> None:
-        """A committed batch of submissions (intake.py): one wake-up of the loop for all."""
-        self._intake.extend(new)
+        """A committed batch of submissions (intake.py), admitted by ``Service.admit``: one
+        wake-up of the loop for all."""
+        self._intake.extend((job_id, spec, True) for job_id, spec in new)
         self._wake.set()
 
     def cancel(self, job_id: int) -> None:
@@ -587,11 +590,11 @@ class SchedulerLoop:
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         if self._node_events is not None:
             events_in.extend(self._health(self._node_events()))
-        for job_id, spec in intake:
+        for job_id, spec, admitted in intake:
             if job_id in self._specs:
                 continue  # already loaded from the store by a recovery
             self._specs[job_id] = spec
-            events_in.append(Submit(str(job_id), spec, t))
+            events_in.append(Submit(str(job_id), spec, t, admitted=admitted))
             work.new_jobs.append(job_id)
         # after the submits: a job cancelled right after it was submitted must be known here
         events_in.extend(self._cancel_jobs(cancels, work, t))

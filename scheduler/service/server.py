@@ -131,7 +131,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.config import load_cluster_config
     from labhive.scheduler.detect import default_cluster
     from labhive.scheduler.jobs import SpecError, parse_job, with_vc_limits
-    from labhive.scheduler.policies import get_policy
+    from labhive.scheduler.policies import admission, get_policy
     from labhive.scheduler.service.accounts import Accounts, load_configured, load_members
     from labhive.scheduler.service.app import Service, create_app
     from labhive.scheduler.service.auth import (
@@ -158,7 +158,9 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     config = load_cluster_config(opts.cluster) if opts.cluster else default_cluster()
     default_vc = "default" if "default" in config.vcs else next(iter(config.vcs), "default")
     policy = make_policy or (lambda cfg: get_policy(opts.policy, cfg))
-    checker = policy(config)
+    # Every submission is checked once, here at intake, by what the config says alone (HiveD's
+    # ``Admission``); the loop's policy takes it as admitted and does not check it again.
+    check = admission(opts.policy, config) if make_policy is None else make_policy(config).check
 
     def parse(doc: dict[str, Any]) -> JobSpec:
         spec = parse_job(doc, default_vc=default_vc)
@@ -213,7 +215,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
-        store, loop, executor, auth, parse, image_check_for(opts.executor, checker.check),
+        store, loop, executor, auth, parse, image_check_for(opts.executor, check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
         accounts=accounts if opts.task_identity == "users" else None, owners=accounts,
     )  # fmt: skip
