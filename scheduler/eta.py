@@ -258,7 +258,8 @@ def _starts(
         runs[r.job_id] = count
         heapq.heappush(ends, (now + r.remaining[which], count, r.job_id))
     first += [NodeDown(node, now, why) for node, why in down.items()]
-    first += [Submit(w.job_id, w.spec, min(w.submitted, now)) for w in waiting]
+    # Waiting jobs were checked when they were submitted, against this same cluster.
+    first += [Submit(w.job_id, w.spec, min(w.submitted, now), admitted=True) for w in waiting]
     apply(_handle(sched, first), now)
     last = now
     for _ in range(max_steps):

@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from labhive.scheduler.config import ClusterConfig, PhysicalCell, SkuType
 from labhive.scheduler.hived.cells import Chain
-from labhive.scheduler.hived.cpu_pool import CpuPool
+from labhive.scheduler.hived.cpu_pool import default_capacity
 from labhive.scheduler.hived.job import leaves_on
 from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import SpecRejected
@@ -72,11 +72,13 @@ class Admission:
     def of(cls, config: ClusterConfig) -> Admission:
         chains: dict[str, Chain] = {}
         type_leaves: dict[str, int] = {}
+        node_gpus: dict[str, int] = {}  # a node in two chains: all its GPUs (as ``CpuPool``)
         for top in config.physical_cells:
             chain = chains.get(top.chain)
             if chain is None:
                 chain = chains[top.chain] = Chain(config, top.chain)
             type_leaves[chain.leaf_type] = type_leaves.get(chain.leaf_type, 0) + _leaves(top)
+            _count_node_gpus(config, top, node_gpus)
         max_node = {
             leaf: max(c.node_leaves for c in chains.values() if c.leaf_type == leaf)
             for leaf in {c.leaf_type for c in chains.values()}
@@ -87,7 +89,7 @@ class Admission:
             has_skus=bool(config.skus),
             max_node=MappingProxyType(max_node),
             type_leaves=MappingProxyType(type_leaves),
-            largest_node=CpuPool(config).largest(),
+            largest_node=_largest_node(config, node_gpus),
         )
 
     @property
@@ -112,6 +114,24 @@ def _leaves(cell: PhysicalCell) -> int:
     if not cell.children:
         return 1
     return sum(_leaves(c) for c in cell.children)
+
+
+def _count_node_gpus(config: ClusterConfig, cell: PhysicalCell, out: dict[str, int]) -> None:
+    if config.cell_types[cell.cell_type].is_node_level:
+        name = cell.node or ""
+        out[name] = out.get(name, 0) + _leaves(cell)
+        return
+    for child in cell.children:
+        _count_node_gpus(config, child, out)
+
+
+def _largest_node(config: ClusterConfig, node_gpus: Mapping[str, int]) -> tuple[float, int]:
+    """The most CPUs and memory of one node, as ``CpuPool.largest`` (without the pool)."""
+    rooms = [config.node_resources.get(n) or default_capacity(g) for n, g in node_gpus.items()]
+    return (
+        max((float(cpu) for cpu, _ in rooms), default=0.0),
+        max((int(memory) for _, memory in rooms), default=0),
+    )
 
 
 def _vc_facts(config: ClusterConfig, chains: Mapping[str, Chain], name: str) -> VCFacts:
