@@ -93,17 +93,19 @@ def suggest(
     vcs: Iterable[str],
     down: dict[str, str] | None = None,
     horizon_s: float = HORIZON_S,
+    check: Callable[[JobSpec], None] | None = None,
 ) -> list[Suggestion]:
-    """The job's variants that the policy accepts, each with its forecast start; those that
-    start within ``horizon_s`` first (in the order of ``variants``), then the rest by start."""
+    """The job's variants that the policy accepts (``check``: its admission, by default a
+    fresh policy's check), each with its forecast start; those that start within ``horizon_s``
+    first (in the order of ``variants``), then the rest by start."""
     target = next((w for w in waiting if w.job_id == job_id), None)
     if target is None:
         return []
-    checker = make_scheduler()
+    check = check or make_scheduler().check
     out = []
     for change, flags, risk, spec in variants(target.spec, vcs):
         try:
-            checker.check(spec)
+            check(spec)
         except ValueError:
             continue  # can never run on this cluster: no suggestion
         found = _start_of(make_scheduler, now, running, waiting, target, spec, down)

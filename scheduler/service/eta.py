@@ -60,10 +60,12 @@ class EtaTracker:
         *,
         clock: Callable[[], float] = time.time,
         refresh_s: float = 30.0,
+        check: Callable[[JobSpec], None] | None = None,
     ) -> None:
         self.store = store
         self.loop = loop
         self.make_scheduler = make_scheduler
+        self.check = check  # admission (``policies.admission``), for suggestions' variants
         self.load_spec = load_spec
         self.clock = clock
         self.refresh_s = refresh_s  # recomputed this often even when nothing changed (time runs)
@@ -156,7 +158,9 @@ class EtaTracker:
         a handful of forecasts)."""
         now = self.clock()
         running, waiting, down = self.state(now)
-        return suggest(self.make_scheduler, now, running, waiting, str(job_id), vcs, down)
+        return suggest(
+            self.make_scheduler, now, running, waiting, str(job_id), vcs, down, check=self.check
+        )
 
     def _history(self, conn: Any) -> Iterable[Past]:
         """Ended runs: succeeded ones, and those stopped at their limit (which ran that long)."""

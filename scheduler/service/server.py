@@ -212,7 +212,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.service.monitoring import Monitoring
 
     if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
-        loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec)
+        loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
