@@ -17,7 +17,7 @@ from labhive.scheduler.config import load_cluster_config
 from labhive.scheduler.hived.admission import Admission, reject_if_never_runs
 from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.jobs import JobSpec, parse_job
-from labhive.scheduler.model import NodeDown, SpecRejected, Submit
+from labhive.scheduler.model import NodeDown, Reconfigure, SpecRejected, Submit
 from labhive.scheduler.policies import admission, get_policy
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
@@ -94,6 +94,18 @@ def test_admission_reads_the_config_not_who_uses_the_cells() -> None:
     for short, _ in CASES:
         spec = _spec(short)
         assert _message(busy.check, spec) == _message(lambda s: reject_if_never_runs(idle, s), spec)
+
+
+def test_a_reconfigure_rebuilds_the_record() -> None:
+    config = load_cluster_config_text(CLUSTER)
+    sched = HivedScheduler(config)
+    spec = _spec({"vc": "b", "gpus": 1})
+    sched.check(spec)
+    smaller = load_cluster_config_text(CLUSTER.replace("  b: {virtualCells", "  c: {virtualCells"))
+    sched.handle(Reconfigure(smaller))
+    assert sched.admission == Admission.of(smaller) != Admission.of(config)
+    with pytest.raises(SpecRejected, match="unknown VC 'b'; this cluster has a, c"):
+        sched.check(spec)
 
 
 def test_the_record_is_frozen_and_holds_the_vcs_numbers() -> None:

@@ -70,6 +70,8 @@ class Admission:
 
     @classmethod
     def of(cls, config: ClusterConfig) -> Admission:
+        """One walk of the config's cells; no cell tree is built (for the full Philly cluster,
+        2,490 GPUs, well under a millisecond)."""
         chains: dict[str, Chain] = {}
         type_leaves: dict[str, int] = {}
         node_gpus: dict[str, int] = {}  # a node in two chains: all its GPUs (as ``CpuPool``)
@@ -111,6 +113,7 @@ class Admission:
 
 
 def _leaves(cell: PhysicalCell) -> int:
+    """Leaf cells under ``cell``, counted as ``CellTree`` counts them."""
     if not cell.children:
         return 1
     return sum(_leaves(c) for c in cell.children)
