@@ -5,13 +5,12 @@ at intake, and the loop's policy takes the job as admitted."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from loop_helpers import job_state
+from loop_helpers import job_state, loop_by_hand, submit_by_hand
 
 from labhive.scheduler.config import load_cluster_config
 from labhive.scheduler.hived.admission import Admission, reject_if_never_runs
@@ -19,8 +18,6 @@ from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.jobs import JobSpec, parse_job
 from labhive.scheduler.model import NodeDown, Reconfigure, SpecRejected, Submit
 from labhive.scheduler.policies import admission, get_policy
-from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.server import ServeOptions, build
 
 CLUSTER = """\
@@ -166,33 +163,18 @@ def test_the_service_builds_no_policy_for_admission(
         running.service.store.dispose()
 
 
-@pytest.fixture
-def loop(tmp_path: Path) -> Iterator[SchedulerLoop]:
-    running = build(ServeOptions(data_dir=tmp_path / "data", grace_s=1))
-    running.service.intake.close()  # this test submits by hand
-    loop = running.service.loop
-    loop.recover()
-    yield loop
-    loop.stop(stop_tasks=True)
-    loop.store.dispose()
-
-
 def test_the_loop_does_not_check_what_the_intake_admitted(
-    loop: SchedulerLoop, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc = {"name": "a", "vc": "vc1", "gpus": 1, "command": "true"}
-    spec = parse_job(doc)
-    new = lc.NewJob("a", "ann", spec.vc, spec.priority, spec.retries, 1, 1, doc)
-    with loop.store.write() as conn:
-        job_id = lc.submit(conn, new, 0.0)
-
     def refuse(spec: JobSpec) -> None:
         raise AssertionError("checked twice")
 
-    monkeypatch.setattr(loop.scheduler, "check", refuse)
-    loop.submitted_many([(job_id, spec)])
-    loop.step()
-    assert job_state(loop, job_id) in ("RUNNING", "SUCCEEDED")
+    with loop_by_hand(tmp_path / "data") as loop:
+        monkeypatch.setattr(loop.scheduler, "check", refuse)
+        doc = {"name": "a", "vc": "vc1", "gpus": 1, "command": "true"}
+        job_id = submit_by_hand(loop, doc, admitted=True)
+        loop.step()
+        assert job_state(loop, job_id) in ("RUNNING", "SUCCEEDED")
 
 
 def load_cluster_config_text(text: str) -> Any:

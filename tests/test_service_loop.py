@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from loop_helpers import job_state as _state
+from loop_helpers import loop_by_hand
 from loop_helpers import submit_by_hand as _submit
 from sqlalchemy import select
 from waiting import wait_until
@@ -18,19 +19,13 @@ from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.lifecycle import JobRecord, end_attempt
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
-from labhive.scheduler.service.server import ServeOptions, build
 from labhive.scheduler.service.store import events, job_row
 
 
 @pytest.fixture
 def loop(tmp_path: Path) -> Iterator[SchedulerLoop]:
-    running = build(ServeOptions(data_dir=tmp_path / "data", grace_s=1))
-    running.service.intake.close()  # this test submits by hand
-    loop = running.service.loop
-    loop.recover()
-    yield loop
-    loop.stop(stop_tasks=True)
-    loop.store.dispose()
+    with loop_by_hand(tmp_path / "data") as loop:
+        yield loop
 
 
 def _used_gpus(loop: SchedulerLoop) -> int:
