@@ -8,6 +8,10 @@ policy serves a simulation and a live cluster.
 
 A job lives in a policy only while it is WAITING or RUNNING; the driver owns the rest of the
 lifecycle (retries, terminal states, persistence).
+
+Events, decisions and views name a job by ``JobId``: ``str`` unless said otherwise, as every
+policy, the simulator and replay take it; the job service's own ``int`` ids cross over in
+``service/policy_port.py``, which types them ``Submit[int]``, ``Start[int]``, ``JobView[int]``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,7 @@ if TYPE_CHECKING:
 
     from labhive.scheduler.config import ClusterConfig
 
-    #: How a job is named: a policy, the simulator and replay name jobs by ``str`` (a trace's
-    #: names serve as ids), the default; the job service speaks its store's ``int`` ids, and
-    #: ``service/policy_port.py`` alone turns one into the other.
+    #: A job's id: ``str`` (the default) in the core, ``int`` in the service (see above).
     JobId = TypeVar("JobId", default=str)
 else:  # the default matters to type checkers only (typing's TypeVar takes none before 3.13)
     from typing import TypeVar

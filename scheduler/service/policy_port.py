@@ -75,24 +75,24 @@ def _with(record: Any, **changes: object) -> Any:
     return replace(record, **changes)
 
 
-def to_policy(event: ServiceEvent) -> Event:
+def _to_policy(event: ServiceEvent) -> Event:
     if isinstance(event, NodeDown | NodeUp | Reconfigure | Tick):
         return event
     out: Event = _with(event, job_id=policy_id(event.job_id))
     return out
 
 
-def to_service(decision: Decision) -> ServiceDecision:
+def _to_service(decision: Decision) -> ServiceDecision:
     out: ServiceDecision = _with(decision, job_id=service_id(decision.job_id))
     return out
 
 
-def view_to_service(view: JobView) -> JobView[int]:
+def _view_to_service(view: JobView) -> JobView[int]:
     out: JobView[int] = _with(view, job_id=service_id(view.job_id))
     return out
 
 
-def cluster_to_service(view: ClusterView) -> ClusterView[int]:
+def _cluster_to_service(view: ClusterView) -> ClusterView[int]:
     """The cluster with its GPUs' holders named by the store's ids."""
     nodes = tuple(
         _with(n, used={g: service_id(j) for g, j in n.used.items()}) if n.used else n
@@ -110,17 +110,17 @@ class PolicyPort:
         self.scheduler = scheduler
 
     def handle(self, event: ServiceEvent) -> list[ServiceDecision]:
-        return [to_service(d) for d in self.scheduler.handle(to_policy(event))]
+        return [_to_service(d) for d in self.scheduler.handle(_to_policy(event))]
 
     def job(self, job_id: int) -> JobView[int] | None:
         view = self.scheduler.job(policy_id(job_id))
-        return None if view is None else view_to_service(view)
+        return None if view is None else _view_to_service(view)
 
     def jobs(self) -> list[JobView[int]]:
-        return [view_to_service(v) for v in self.scheduler.jobs()]
+        return [_view_to_service(v) for v in self.scheduler.jobs()]
 
     def cluster(self) -> ClusterView[int]:
-        return cluster_to_service(self.scheduler.cluster())
+        return _cluster_to_service(self.scheduler.cluster())
 
     def next_wakeup(self) -> float | None:
         return self.scheduler.next_wakeup()
