@@ -8,17 +8,30 @@ policy serves a simulation and a live cluster.
 
 A job lives in a policy only while it is WAITING or RUNNING; the driver owns the rest of the
 lifecycle (retries, terminal states, persistence).
+
+Events, decisions and views name a job by ``JobId``: ``str`` unless said otherwise, as every
+policy, the simulator and replay take it; the job service's own ``int`` ids cross over in
+``service/policy_port.py``, which types them ``Submit[int]``, ``Start[int]``, ``JobView[int]``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Generic, Literal, Protocol
 
 from labhive.scheduler.jobs import JobSpec
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
     from labhive.scheduler.config import ClusterConfig
+
+    #: A job's id: ``str`` (the default) in the core, ``int`` in the service (see above).
+    JobId = TypeVar("JobId", default=str)
+else:  # the default matters to type checkers only (typing's TypeVar takes none before 3.13)
+    from typing import TypeVar
+
+    JobId = TypeVar("JobId")
 
 
 class SpecRejected(ValueError):
@@ -40,8 +53,8 @@ class TaskPlacement:
 
 
 @dataclass(frozen=True, slots=True)
-class Submit:
-    job_id: str
+class Submit(Generic[JobId]):
+    job_id: JobId
     spec: JobSpec
     time: float = 0.0
     #: The driver has already checked ``spec`` against this same cluster (the service's
@@ -50,26 +63,26 @@ class Submit:
 
 
 @dataclass(frozen=True, slots=True)
-class Finish:
+class Finish(Generic[JobId]):
     """The job's attempt ended (success, failure without retry, or done): free its cells."""
 
-    job_id: str
+    job_id: JobId
     time: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
-class Requeue:
+class Requeue(Generic[JobId]):
     """The attempt ended and the job will retry: free its cells, wait in its original place."""
 
-    job_id: str
+    job_id: JobId
     time: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
-class Cancel:
+class Cancel(Generic[JobId]):
     """Remove the job, waiting or running."""
 
-    job_id: str
+    job_id: JobId
     time: float = 0.0
 
 
@@ -102,10 +115,10 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
-class Adopt:
+class Adopt(Generic[JobId]):
     """Restore a job that is already running on these cells (after a driver restart)."""
 
-    job_id: str
+    job_id: JobId
     spec: JobSpec
     tasks: tuple[TaskPlacement, ...]
     opportunistic: bool = False
@@ -122,53 +135,53 @@ Event = Submit | Finish | Requeue | Cancel | NodeDown | NodeUp | Reconfigure | T
 
 
 @dataclass(frozen=True, slots=True)
-class Start:
+class Start(Generic[JobId]):
     """Start these tasks of the job (all of a gang at once; some of an incremental job)."""
 
-    job_id: str
+    job_id: JobId
     tasks: tuple[TaskPlacement, ...]
     opportunistic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class Preempt:
+class Preempt(Generic[JobId]):
     """Stop every task of the job; it is WAITING again (no retry spent)."""
 
-    job_id: str
+    job_id: JobId
     by: str
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class Downgrade:
+class Downgrade(Generic[JobId]):
     """Lazy preemption: the job keeps running, now as opportunistic (only ``tasks`` of it
     when given: a task of an incremental job, or an affinity group, is its own unit)."""
 
-    job_id: str
+    job_id: JobId
     by: str
     reason: str
     tasks: tuple[TaskPlacement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class StopTasks:
+class StopTasks(Generic[JobId]):
     """Stop only these tasks of a running job; the others keep running and the job stays
     RUNNING. HiveD's unit of preemption and node failure is a task of an incremental job
     (``gang: false``) or one affinity group, not the job: the stopped tasks wait to be placed
     again as their own group (no retry spent). ``by`` is the preemptor; "" for a node that
     went down."""
 
-    job_id: str
+    job_id: JobId
     tasks: tuple[TaskPlacement, ...]
     reason: str
     by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class Stop:
+class Stop(Generic[JobId]):
     """Stop these tasks (a node went down under them); the job is WAITING again."""
 
-    job_id: str
+    job_id: JobId
     reason: str
 
 
@@ -182,8 +195,8 @@ ViewState = Literal["WAITING", "RUNNING"]
 
 
 @dataclass(frozen=True, slots=True)
-class JobView:
-    job_id: str
+class JobView(Generic[JobId]):
+    job_id: JobId
     name: str
     vc: str
     priority: int
@@ -208,12 +221,12 @@ class VCView:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeView:
+class NodeView(Generic[JobId]):
     name: str
     sku: str | None
     gpus: tuple[int, ...]
     healthy: bool = True
-    used: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
+    used: dict[int, JobId] = field(default_factory=dict)  # GPU index -> job id
     reason: str = ""  # why it is down: the NodeDown's reason, "down" when it gave none
     # Its CPUs and memory, and how much tasks that take no GPU cell hold (HiveD; 0 unknown).
     cpu: float = 0.0
@@ -223,8 +236,8 @@ class NodeView:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterView:
-    nodes: tuple[NodeView, ...]
+class ClusterView(Generic[JobId]):
+    nodes: tuple[NodeView[JobId], ...]
     vcs: dict[str, VCView]
     virtual: bool = False
 

@@ -59,8 +59,8 @@ def test_actions_run_in_order_per_job_and_side_by_side_across_jobs() -> None:
         actuator.submit(3, lambda: None)
 
 
-def _start(job: int, node: str, *gpus: int) -> Start:
-    return Start(str(job), (TaskPlacement("main", 0, node, gpus, ()),))
+def _start(job: int, node: str, *gpus: int) -> Start[int]:
+    return Start(job, (TaskPlacement("main", 0, node, gpus, ()),))
 
 
 def test_a_start_onto_draining_gpus_is_held_until_the_drain_ends() -> None:

@@ -20,6 +20,7 @@ import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -174,7 +175,7 @@ class ServiceSnapshot:
     the store began (the service counts them from its events), so restarts do not reset them."""
 
     vcs: Sequence[VCView] = ()
-    nodes: Sequence[NodeView] = ()
+    nodes: Sequence[NodeView[Any]] = ()  # whatever names its jobs (only counted)
     jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (vc, state) -> jobs
     oldest_wait_s: Mapping[str, float] = field(default_factory=dict)  # vc -> longest waiting
     queue_wait: Mapping[str, HistogramData] = field(default_factory=dict)  # vc -> started waits

@@ -48,6 +48,7 @@ from labhive.scheduler.service.auth import (
     Forbidden,
     Identity,
 )
+from labhive.scheduler.service.policy_port import key_job
 from labhive.scheduler.service.store import Store, accounts, jobs, now
 
 DEFAULT_FIRST_UID = 200000
@@ -266,7 +267,7 @@ class Accounts:
         def with_identity(*args: Any) -> list[TaskLaunch]:
             out = []
             for launch in build(*args):
-                account = self.of_job(int(launch.key.job_id), launch.user or "")
+                account = self.of_job(key_job(launch.key), launch.user or "")
                 out.append(dataclasses.replace(launch, uid=account.uid, gid=account.gid))
             return out
 

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.model import Event, Start
+from labhive.scheduler.model import Start
+from labhive.scheduler.service.policy_port import ServiceEvent
 from labhive.scheduler.states import TERMINAL
 
 log = logging.getLogger("labhive.service.actuation")
@@ -56,7 +57,7 @@ class Drain:
     run: Any  # the loop's record of the attempt (its handles, task ids, GPUs)
     gpus: frozenset[tuple[str, int]]  # (node, GPU index) it still holds
     settle: Settle
-    event: Event | None  # what the policy learns then (None: it already let go of the job)
+    event: ServiceEvent | None  # what the policy learns then (None: it already let go of the job)
     token: int  # tells this drain's completion from an earlier one's
 
 
@@ -79,21 +80,21 @@ class Reservations:
 
     draining: dict[int, Drain] = field(default_factory=dict)
     parts: dict[int, PartDrain] = field(default_factory=dict)  # by drain token
-    held: list[Start] = field(default_factory=list)  # in the policy's order
+    held: list[Start[int]] = field(default_factory=list)  # in the policy's order
 
     def draining_jobs(self) -> set[int]:
         return set(self.draining) | {p.job_id for p in self.parts.values()}
 
-    def blocks(self, start: Start) -> bool:
+    def blocks(self, start: Start[int]) -> bool:
         """Whether ``start`` must wait: its job is draining or has an earlier start held back,
         or one of its GPUs is still held by a draining job."""
-        job_id = int(start.job_id)
-        if job_id in self.draining_jobs() or any(int(h.job_id) == job_id for h in self.held):
+        job_id = start.job_id
+        if job_id in self.draining_jobs() or any(h.job_id == job_id for h in self.held):
             return True
         busy = self.busy()
         return any((p.node, g) in busy for p in start.tasks for g in p.gpus)
 
-    def blockers(self, start: Start) -> list[int]:
+    def blockers(self, start: Start[int]) -> list[int]:
         """The draining jobs holding GPUs ``start`` was given."""
         gpus = {(p.node, g) for p in start.tasks for g in p.gpus}
         drains: list[Drain | PartDrain] = [*self.draining.values(), *self.parts.values()]
@@ -103,24 +104,24 @@ class Reservations:
         drains: list[Drain | PartDrain] = [*self.draining.values(), *self.parts.values()]
         return {gpu for d in drains for gpu in d.gpus}
 
-    def hold(self, start: Start) -> None:
+    def hold(self, start: Start[int]) -> None:
         self.held.append(start)
 
     def drop(self, job_id: int) -> None:
         """Forget the held starts of a job the policy displaced or that was cancelled."""
-        self.held = [h for h in self.held if int(h.job_id) != job_id]
+        self.held = [h for h in self.held if h.job_id != job_id]
 
-    def release(self) -> list[Start]:
+    def release(self) -> list[Start[int]]:
         """The held starts nothing blocks any more, in order; the others stay held."""
-        ready: list[Start] = []
-        waiting: list[Start] = []
+        ready: list[Start[int]] = []
+        waiting: list[Start[int]] = []
         busy = self.busy()
         draining = self.draining_jobs()
         for start in self.held:
-            job_id = int(start.job_id)
+            job_id = start.job_id
             gpus = {(p.node, g) for p in start.tasks for g in p.gpus}
             blocked = job_id in draining or gpus & busy
-            if blocked or any(int(w.job_id) == job_id for w in waiting):
+            if blocked or any(w.job_id == job_id for w in waiting):
                 waiting.append(start)
             else:
                 ready.append(start)

@@ -32,6 +32,7 @@ from labhive.scheduler.eta import (
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service import policy_port as port
 from labhive.scheduler.service.store import Store, job_etas, jobs
 from labhive.scheduler.suggest import Suggestion, suggest
 
@@ -105,9 +106,9 @@ class EtaTracker:
         now = self.clock()
         running, waiting, down = self.state(now, MAX_WAITING)
         found = forecast(self.make_scheduler, now, running, waiting, down)
-        estimates = {int(k): e for k, e in found.items()}
+        estimates = port.by_service_id(found)
         self.loop.estimates = estimates
-        vcs = {int(w.job_id): w.spec.vc for w in waiting}
+        vcs = port.by_service_id({w.job_id: w.spec.vc for w in waiting})
         self._record(now, estimates, vcs)
         return estimates
 
@@ -139,18 +140,18 @@ class EtaTracker:
         views, specs, down = self.loop.forecast_state(running_rows)
         running: list[RunningJob] = []
         for v in views:
-            row, spec = running_rows[int(v.job_id)], specs.get(int(v.job_id))
+            row, spec = running_rows[v.job_id], specs.get(v.job_id)
             if v.state != lc.RUNNING or spec is None:
                 continue  # ended, or sent back to waiting, meanwhile
             left = model.predict(spec, row["user"], now - (row["started_at"] or now))
-            running.append(RunningJob(v.job_id, spec, v.tasks, left, v.opportunistic, v.downgraded))
+            running.append(port.running_job(v, spec, left))
         waiting: list[WaitingJob] = []
         for row in waiting_rows:
             spec = specs.get(row["id"])
             if spec is None:
                 continue  # not yet taken in by the pass, or ended meanwhile
             spread = model.predict(spec, row["user"])
-            waiting.append(WaitingJob(str(row["id"]), spec, row["submitted_at"], spread))
+            waiting.append(port.waiting_job(row["id"], spec, row["submitted_at"], spread))
         return running, waiting, down
 
     def suggest(self, job_id: int, vcs: list[str]) -> list[Suggestion]:
@@ -158,8 +159,9 @@ class EtaTracker:
         a handful of forecasts)."""
         now = self.clock()
         running, waiting, down = self.state(now)
+        named = port.policy_id(job_id)
         return suggest(
-            self.make_scheduler, now, running, waiting, str(job_id), vcs, down, check=self.check
+            self.make_scheduler, now, running, waiting, named, vcs, down, check=self.check
         )
 
     def _history(self, conn: Any) -> Iterable[Past]:

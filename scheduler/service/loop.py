@@ -35,22 +35,14 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labhive.scheduler import attempts
-from labhive.scheduler.executors.base import (
-    Executor,
-    TaskExit,
-    TaskHandle,
-    TaskKey,
-    TaskLaunch,
-)
+from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle, TaskKey, TaskLaunch
 from labhive.scheduler.executors.env import free_port, task_env
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
     Cancel,
     ClusterView,
-    Decision,
     Downgrade,
-    Event,
     Finish,
     JobView,
     NodeDown,
@@ -70,11 +62,19 @@ from labhive.scheduler.observe.tally import failure_reason
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.actuation import Actuator, Drain, PartDrain, Reservations, Settle
 from labhive.scheduler.service.backoff import LoopHealth
+from labhive.scheduler.service.policy_port import (
+    PolicyPort,
+    ServiceDecision,
+    ServiceEvent,
+    key_job,
+    policy_id,
+    task_key,
+)
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 from labhive.scheduler.time_limits import deadline, limit_reached
 
 log = logging.getLogger("labhive.service.loop")
-E = TypeVar("E", bound=Event)
+E = TypeVar("E", bound=ServiceEvent)
 T = TypeVar("T")
 
 #: Builds the tasks' launch descriptions for a start (the local executor's env builder plugs in).
@@ -91,12 +91,12 @@ def default_launches(
     for p in placements:
         role = roles[p.role]
         env = task_env(
-            str(job["id"]), spec, placements, job["attempt"], p.role, p.index,
+            policy_id(job["id"]), spec, placements, job["attempt"], p.role, p.index,
             master_port=port, virtual=virtual,
         )  # fmt: skip
         out.append(
             TaskLaunch(
-                key=TaskKey(str(job["id"]), job["attempt"], p.role, p.index),
+                key=task_key(job["id"], job["attempt"], p.role, p.index),
                 job_name=job["name"],
                 command="\n".join(role.commands),
                 node=p.node,
@@ -139,8 +139,8 @@ class _Pass:
     settled: list[Settle] = field(default_factory=list)
     cancelled_waiting: list[int] = field(default_factory=list)
     rejected: list[tuple[int, str]] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)  # in the policy's order
-    starts: list[Start] = field(default_factory=list)  # those still standing after the commit
+    decisions: list[ServiceDecision] = field(default_factory=list)  # in the policy's order
+    starts: list[Start[int]] = field(default_factory=list)  # those still standing after the commit
     new_jobs: list[int] = field(default_factory=list)
     stopping: list[tuple[int, str]] = field(default_factory=list)  # (job, why) now draining
     tasks_stopped: list[PartDrain] = field(default_factory=list)  # some tasks are gone
@@ -161,7 +161,7 @@ class SchedulerLoop:
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.time,
         launch_builder: LaunchBuilder | None = None,
-        node_events: Callable[[], list[Event]] | None = None,
+        node_events: Callable[[], list[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
         partial_stops: bool = True,
     ) -> None:
@@ -183,11 +183,12 @@ class SchedulerLoop:
         #: incremental job, an affinity group) rather than whole jobs, where the executor can
         #: (``Executor.partial_stops``); ``labhive serve --stops jobs`` turns it off.
         self.partial_stops = partial_stops
-        self.scheduler = self.new_policy()
+        #: The policy, which the service reaches through this port only (int job ids).
+        self.policy = PolicyPort(self.new_policy())
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
         self._intake: deque[tuple[int, JobSpec, bool]] = deque()  # (id, spec, admitted)
         self._cancels: deque[int] = deque()
-        self._pending_events: list[Event] = []
+        self._pending_events: list[ServiceEvent] = []
         self._pending_exits: list[TaskExit] = []
         self._inflight_exits: list[TaskExit] = []
         self._specs: dict[int, JobSpec] = {}
@@ -210,7 +211,7 @@ class SchedulerLoop:
         self._must_recover = False  # a pass or a recovery failed: rebuild before the next
         self.changed = threading.Condition()  # notified after every pass that changed the store
         # Monitoring hooks (service/monitoring.py): node-health events in, timings and exits out.
-        self._external: deque[Event] = deque()
+        self._external: deque[ServiceEvent] = deque()
         self.held: dict[str, str] = {}  # nodes an admin took down -> why (see take_down)
         self.health_down: dict[str, str] = {}  # nodes health reports down -> why, whatever
         # admins say (kept so a rebuilt policy learns them again)
@@ -238,17 +239,17 @@ class SchedulerLoop:
         self._cancels.append(job_id)
         self._wake.set()
 
-    def inject(self, events_in: list[Event]) -> None:
+    def inject(self, events_in: list[ServiceEvent]) -> None:
         """Events from outside the job lifecycle (``NodeDown``/``NodeUp`` from GPU health). A
         node an admin took down stays down: health saying it is fine does not bring it back."""
         self._external.extend(self._health(events_in))
         self._wake.set()
 
-    def _health(self, events_in: list[Event]) -> list[Event]:
+    def _health(self, events_in: list[ServiceEvent]) -> list[ServiceEvent]:
         """Node health as reported (GPU health, Kubernetes readiness), less what concerns nodes
         an admin holds down (they stay down, for the admin's reason); remembers which nodes
         health itself holds down."""
-        out: list[Event] = []
+        out: list[ServiceEvent] = []
         for e in events_in:
             if isinstance(e, NodeDown):
                 self.health_down[e.node] = e.reason
@@ -291,22 +292,27 @@ class SchedulerLoop:
 
     # ---- views (any thread) --------------------------------------------------------------
 
-    def view(self, job_id: int) -> JobView | None:
-        with self._sched_lock:
-            return self.scheduler.job(str(job_id))
+    @property
+    def scheduler(self) -> Scheduler:
+        """The policy itself (str ids): for what it is, never for what it holds."""
+        return self.policy.scheduler
 
-    def views(self) -> list[JobView]:
+    def view(self, job_id: int) -> JobView[int] | None:
         with self._sched_lock:
-            return self.scheduler.jobs()
+            return self.policy.job(job_id)
+
+    def views(self) -> list[JobView[int]]:
+        with self._sched_lock:
+            return self.policy.jobs()
 
     def forecast_state(
         self, job_ids: Iterable[int]
-    ) -> tuple[list[JobView], dict[int, JobSpec], dict[str, str]]:
+    ) -> tuple[list[JobView[int]], dict[int, JobSpec], dict[str, str]]:
         """What an ETA forecast starts from: the policy's views of these jobs (the running
         ones: a running job's view is cheap, a waiting one's why-text is not, and the lock
         stalls the pass meanwhile), the specs of all, the nodes down."""
         with self._sched_lock:
-            views = [v for j in job_ids if (v := self.scheduler.job(str(j))) is not None]
+            views = [v for j in job_ids if (v := self.policy.job(j)) is not None]
             specs = dict(self._specs)
         return views, specs, {**self.health_down, **self.held}
 
@@ -314,9 +320,9 @@ class SchedulerLoop:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def cluster(self) -> ClusterView:
+    def cluster(self) -> ClusterView[int]:
         with self._sched_lock:
-            return self.scheduler.cluster()
+            return self.policy.cluster()
 
     def handles(self, job_id: int) -> dict[TaskKey, TaskHandle]:
         running = self._running.get(job_id)
@@ -433,12 +439,12 @@ class SchedulerLoop:
         for task in attempt_tasks:
             by_job.setdefault(task["job_id"], []).append(task)
         with self._sched_lock:
-            self.scheduler = self.new_policy()
+            self.policy = PolicyPort(self.new_policy())
         self._specs.clear()
         self._running.clear()
         self._reserved.clear()
-        adopts: list[Event] = []
-        submits: list[Event] = []
+        adopts: list[ServiceEvent] = []
+        submits: list[ServiceEvent] = []
         handles: list[TaskHandle] = []
         t = self.clock()
         unloadable: list[tuple[dict[str, Any], str]] = []
@@ -452,7 +458,7 @@ class SchedulerLoop:
             if job["cancel_requested"]:
                 self._cancels.append(job["id"])
             if job["state"] == lc.WAITING:
-                submits.append(Submit(str(job["id"]), spec, t))
+                submits.append(Submit(job["id"], spec, t))
                 continue
             run = _Running(job["attempt"])
             placements = []
@@ -464,8 +470,8 @@ class SchedulerLoop:
                 run.generations[at] = max(run.generations.get(at, 0), task["generation"])
                 if task["state"] == lc.STOPPED:
                     continue  # stopped alone: the policy places it again
-                key = TaskKey(
-                    str(job["id"]), task["attempt"], task["role"], task["idx"], task["generation"]
+                key = task_key(
+                    job["id"], task["attempt"], task["role"], task["idx"], task["generation"]
                 )
                 run.task_ids[key] = task["id"]
                 if task["state"] == lc.RUNNING:
@@ -491,7 +497,7 @@ class SchedulerLoop:
             self._running[job["id"]] = run
             adopts.append(
                 Adopt(
-                    str(job["id"]),
+                    job["id"],
                     spec,
                     tuple(placements),
                     opportunistic=job["opportunistic"],
@@ -517,7 +523,7 @@ class SchedulerLoop:
             log.warning("job %s cannot be loaded from the store: %s", job["id"], message)
             handles = [
                 TaskHandle(
-                    TaskKey(str(job["id"]), r["attempt"], r["role"], r["idx"], r["generation"]),
+                    task_key(job["id"], r["attempt"], r["role"], r["idx"], r["generation"]),
                     r["handle"],
                 )
                 for r in tasks_of.get(job["id"], [])
@@ -536,7 +542,7 @@ class SchedulerLoop:
                 else:
                     lc.transition(conn, row, lc.FAILED, "rejected", why, t, finished_at=t)
 
-    def _nodes_down(self, marks: list[Any], t: float) -> list[Event]:
+    def _nodes_down(self, marks: list[Any], t: float) -> list[ServiceEvent]:
         """What a rebuilt policy must learn again: nodes an admin marked (stored) and nodes
         health holds down (remembered), as ``NodeDown`` events. They follow the adopts, so a
         job adopted on such a node (a kill between the mark and its pass) is stopped there."""
@@ -573,7 +579,7 @@ class SchedulerLoop:
         # first, then what ended, then new work (which may preempt), then cancels.
         recovered = self._pending_events
         self._pending_events = []
-        events_in: list[Event] = [e for e in recovered if isinstance(e, Adopt)]
+        events_in: list[ServiceEvent] = [e for e in recovered if isinstance(e, Adopt)]
         exits = self._pending_exits + _drain(self._worker_exits) + list(self.executor.poll())
         self._pending_exits = []
         self._inflight_exits = exits  # kept until committed: a failed pass must not lose them
@@ -594,12 +600,12 @@ class SchedulerLoop:
             if job_id in self._specs:
                 continue  # already loaded from the store by a recovery
             self._specs[job_id] = spec
-            events_in.append(Submit(str(job_id), spec, t, admitted=admitted))
+            events_in.append(Submit(job_id, spec, t, admitted=admitted))
             work.new_jobs.append(job_id)
         # after the submits: a job cancelled right after it was submitted must be known here
         events_in.extend(self._cancel_jobs(cancels, work, t))
         with self._sched_lock:
-            due = self.scheduler.next_wakeup()
+            due = self.policy.next_wakeup()
         if due is not None and due <= t:
             events_in.append(Tick(t))
         if not events_in and not (
@@ -641,7 +647,7 @@ class SchedulerLoop:
         learnt = {**self._early_addresses, **self._addresses()}
         self._early_addresses = {}
         for key, address in learnt.items():
-            run = self._running.get(int(key.job_id))
+            run = self._running.get(key_job(key))
             if run is None or run.attempt != key.attempt:
                 continue
             handle = run.handles.get(key)
@@ -653,7 +659,7 @@ class SchedulerLoop:
                 run.handles[key] = handle = TaskHandle(key, {**handle.info, "address": address})
                 work.handles.append((run.task_ids[key], handle.info))
 
-    def _finish_drains(self, work: _Pass, out: list[Event]) -> None:
+    def _finish_drains(self, work: _Pass, out: list[ServiceEvent]) -> None:
         """Jobs whose tasks are gone: record their end and tell the policy, which only now
         counts their GPUs free; the starts held back for those GPUs follow in this pass."""
         for job_id, token in _drain(self._stopped):
@@ -683,7 +689,7 @@ class SchedulerLoop:
         self,
         run: _Running,
         settle: Settle,
-        event: Event | None,
+        event: ServiceEvent | None,
         work: _Pass,
         why: str,
         only: set[TaskKey] | None = None,
@@ -699,11 +705,11 @@ class SchedulerLoop:
                                       f"(grace {self.grace_s:g} s)"))  # fmt: skip
         self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run, only))
 
-    def _stop_some(self, d: StopTasks, work: _Pass) -> None:
+    def _stop_some(self, d: StopTasks[int], work: _Pass) -> None:
         """Stop these tasks alone (the job keeps running): their GPUs stay reserved until the
         processes are gone; the store records them STOPPED then, and their restart is the next
         generation, so a late exit of the old process is not theirs."""
-        job_id = int(d.job_id)
+        job_id = d.job_id
         run = self._running.get(job_id)
         if run is None:
             return
@@ -742,10 +748,10 @@ class SchedulerLoop:
         self._stopped.append((job_id, token))
         self._wake.set()
 
-    def _decide(self, events_in: list[Event], work: _Pass) -> list[Decision]:
-        decisions: list[Decision] = []
+    def _decide(self, events_in: list[ServiceEvent], work: _Pass) -> list[ServiceDecision]:
+        decisions: list[ServiceDecision] = []
         refused: list[tuple[int, str]] = []
-        displaced: set[str] = set()  # jobs this batch already sent back to waiting
+        displaced: set[int] = set()  # jobs this batch already sent back to waiting
         with self._sched_lock:
             for ev in events_in:
                 if isinstance(ev, Requeue) and ev.job_id in displaced:
@@ -754,20 +760,20 @@ class SchedulerLoop:
                     ev = Cancel(ev.job_id, ev.time)  # done after all: leave the queue
                 began = time.perf_counter()
                 try:
-                    out = self.scheduler.handle(ev)
+                    out = self.policy.handle(ev)
                     if self.on_decision is not None:
                         self.on_decision(time.perf_counter() - began)
                     decisions.extend(out)
                     displaced.update(d.job_id for d in out if isinstance(d, Preempt | Stop))
                 except SpecRejected as err:  # the cluster changed under a stored job
-                    job_id = int(ev.job_id)  # type: ignore[union-attr]
+                    job_id = ev.job_id  # type: ignore[union-attr]
                     work.rejected.append((job_id, str(err)))
                     self._specs.pop(job_id, None)
                     self._running.pop(job_id, None)
                 except ValueError as err:
                     if not isinstance(ev, Adopt):
                         raise
-                    refused.append((int(ev.job_id), str(err)))
+                    refused.append((ev.job_id, str(err)))
         for job_id, message in refused:
             # Its cells are gone or taken (the cluster changed while the service was down):
             # stop what runs there and queue the job again, without spending a retry.
@@ -776,15 +782,17 @@ class SchedulerLoop:
                 self.executor.stop(list(run.handles.values()), self.grace_s)
             why = f"could not keep its cells after a restart: {message}"
             work.settled.append(Settle(job_id, lc.WAITING, "requeued", why))
-            self._pending_events.append(Submit(str(job_id), self._specs[job_id], self.clock()))
+            self._pending_events.append(Submit(job_id, self._specs[job_id], self.clock()))
             self._wake.set()
         return decisions
 
-    def _settle_exits(self, exits: list[TaskExit], work: _Pass, out: list[Event], t: float) -> None:
+    def _settle_exits(
+        self, exits: list[TaskExit], work: _Pass, out: list[ServiceEvent], t: float
+    ) -> None:
         """Record task exits; settle every attempt whose outcome is now decided."""
         decided: set[int] = set()
         for ex in exits:
-            job_id = int(ex.key.job_id)
+            job_id = key_job(ex.key)
             run = self._running.get(job_id)
             if run is None or ex.key.attempt != run.attempt or ex.key not in run.task_ids:
                 continue  # a stale attempt's straggler
@@ -816,7 +824,7 @@ class SchedulerLoop:
 
     def _settle(
         self, job_id: int, run: _Running, outcome: attempts.Outcome, t: float
-    ) -> tuple[Settle, Event]:
+    ) -> tuple[Settle, ServiceEvent]:
         """Where the attempt goes (``attempts``'s rules), and what the policy learns once its
         tasks are gone (Finish frees for good, Requeue keeps the job's place in the queue)."""
         bad = sorted(
@@ -841,7 +849,7 @@ class SchedulerLoop:
         }[outcome]
         code = {"succeeded": 0, "lost": None}.get(outcome, code)
         settle = Settle(job_id, end.state, end.reason, why, end.spend_retry, code)
-        return settle, (Requeue if end.requeued else Finish)(str(job_id), t)
+        return settle, (Requeue if end.requeued else Finish)(job_id, t)
 
     def _stop_expired(self, work: _Pass, t: float) -> None:
         """Jobs past their time limit are stopped the way a cancel stops them (grace period,
@@ -856,34 +864,34 @@ class SchedulerLoop:
             why = f"{reason}; ask for more time (time_limit, --time) if it needs longer"
             del self._running[job_id]
             settle = Settle(job_id, lc.FAILED, reason, why)
-            self._begin_drain(run, settle, Finish(str(job_id), t), work, reason)
+            self._begin_drain(run, settle, Finish(job_id, t), work, reason)
 
-    def _cancel_jobs(self, cancels: list[int], work: _Pass, t: float) -> list[Event]:
-        out: list[Event] = []
+    def _cancel_jobs(self, cancels: list[int], work: _Pass, t: float) -> list[ServiceEvent]:
+        out: list[ServiceEvent] = []
         for job_id in dict.fromkeys(cancels):
             cancelled = Settle(job_id, lc.STOPPED, "cancelled")
             drain = self._reserved.draining.get(job_id)
             if job_id in self._running:
                 run = self._running.pop(job_id)
-                self._begin_drain(run, cancelled, Cancel(str(job_id), t), work, "cancelled")
+                self._begin_drain(run, cancelled, Cancel(job_id, t), work, "cancelled")
             elif drain is not None:  # already stopping: it ends cancelled
                 if drain.event is None:  # the policy has it waiting again: drop it now
-                    out.append(Cancel(str(job_id), t))
-                drain.settle, drain.event = cancelled, Cancel(str(job_id), t)
+                    out.append(Cancel(job_id, t))
+                drain.settle, drain.event = cancelled, Cancel(job_id, t)
                 self._reserved.drop(job_id)
             elif job_id in self._specs:
                 work.cancelled_waiting.append(job_id)
                 self._specs.pop(job_id, None)
                 self._reserved.drop(job_id)  # a start held back for it never happens
-                out.append(Cancel(str(job_id), t))
+                out.append(Cancel(job_id, t))
         return out
 
-    def _apply(self, decisions: list[Decision], work: _Pass, t: float) -> None:
+    def _apply(self, decisions: list[ServiceDecision], work: _Pass, t: float) -> None:
         """Sort the policy's decisions: a victim's tasks are stopped off the pass (draining),
         a start onto GPUs still draining is held back until they are free, and the rest is
         committed in the policy's order."""
         for d in decisions:
-            job_id = int(d.job_id)
+            job_id = d.job_id
             if isinstance(d, Start):
                 if self._reserved.blocks(d):
                     self._reserved.hold(d)
@@ -963,9 +971,9 @@ class SchedulerLoop:
                     else:
                         lc.transition(conn, job, lc.FAILED, "rejected", message, t, finished_at=t)
             # In the policy's order (a victim's end, above, before the start on its GPUs).
-            pending: dict[int, list[Start]] = {}
+            pending: dict[int, list[Start[int]]] = {}
             for d in work.decisions:
-                job = job_row(conn, int(d.job_id))
+                job = job_row(conn, d.job_id)
                 if job is None:
                     continue
                 if isinstance(d, Start) and job["state"] in lc.ACTIVE:
@@ -999,10 +1007,10 @@ class SchedulerLoop:
         if stale:
             # The store ended these jobs while the policy still holds them (waiting, or placed
             # by this very pass): remove them next pass, so their cells go to someone else.
-            self._pending_events.extend(Cancel(str(job_id), t) for job_id in stale)
+            self._pending_events.extend(Cancel(job_id, t) for job_id in stale)
             self._wake.set()
 
-    def _record_start_alone(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> bool:
+    def _record_start_alone(self, conn: Any, job: dict[str, Any], d: Start[int], t: float) -> bool:
         """Record one start in its own savepoint: a job whose start the store cannot hold (a
         role name it cannot encode or that is too long, stored before intake refused such
         names) fails alone, with a reason, instead of failing the pass for every job. A
@@ -1029,10 +1037,10 @@ class SchedulerLoop:
         self._running.pop(job["id"], None)
         return False
 
-    def _record_start(self, conn: Any, job: dict[str, Any], d: Start, t: float) -> None:
+    def _record_start(self, conn: Any, job: dict[str, Any], d: Start[int], t: float) -> None:
         run = self._running.setdefault(job["id"], _Running(job["attempt"]))
         # A task started again within its attempt is its next generation (a new row).
-        keys = [_next_key(run, str(job["id"]), p.role, p.index) for p in d.tasks]
+        keys = [_next_key(run, job["id"], p.role, p.index) for p in d.tasks]
         generations = [k.generation for k in keys]
         run.generations.update(((k.role, k.index), k.generation) for k in keys)
         _, ids = lc.start(conn, job, d.tasks, d.opportunistic, t, generations)
@@ -1048,16 +1056,16 @@ class SchedulerLoop:
         whys = []
         with self._sched_lock:
             for job_id in job_ids:
-                view = self.scheduler.job(str(job_id))
+                view = self.policy.job(job_id)
                 if view is not None and view.state == lc.WAITING and view.why:
                     whys.append({"jid": job_id, "w": view.why})
         lc.set_whys(conn, whys)
 
-    def _launch(self, starts: list[Start], t: float) -> None:
+    def _launch(self, starts: list[Start[int]], t: float) -> None:
         """Hand the committed starts to the workers; a launch that cannot even be described
         (its environment cannot be built) fails its attempt like a failed launch."""
         for d in starts:
-            job_id = int(d.job_id)
+            job_id = d.job_id
             run = self._running.get(job_id)
             spec = self._specs.get(job_id)
             if run is None or spec is None:
@@ -1101,7 +1109,7 @@ class SchedulerLoop:
     ) -> None:
         log.warning("job %s failed to launch: %s", job_id, err)
         for p in placements:
-            key = _current_key(run, TaskKey(str(job_id), run.attempt, p.role, p.index))
+            key = _current_key(run, task_key(job_id, run.attempt, p.role, p.index))
             self._worker_exits.append(TaskExit(key, 127, str(err)))
         self._wake.set()
 
@@ -1135,11 +1143,11 @@ def _current_key(run: _Running, key: TaskKey) -> TaskKey:
     return max(same, key=lambda k: k.generation, default=key)
 
 
-def _next_key(run: _Running, job_id: str, role: str, index: int) -> TaskKey:
+def _next_key(run: _Running, job_id: int, role: str, index: int) -> TaskKey:
     """The key a (re)start of this task records: one generation past its newest."""
-    newest = _current_key(run, TaskKey(job_id, run.attempt, role, index, 0)).generation
+    newest = _current_key(run, task_key(job_id, run.attempt, role, index, 0)).generation
     newest = max(newest, run.generations.get((role, index), 0))
-    return TaskKey(job_id, run.attempt, role, index, newest + 1)
+    return task_key(job_id, run.attempt, role, index, newest + 1)
 
 
 def _storable(text: str, limit: int = 400) -> str:

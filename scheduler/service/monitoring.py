@@ -187,7 +187,7 @@ class Monitoring:
     def _record_history(self, node: str, sample: Sample) -> None:
         held = self._held_gpus(node)
         rows = [
-            (int(held[g.index]), g, HistoryPoint.of(sample.time, g))
+            (held[g.index], g, HistoryPoint.of(sample.time, g))
             for g in sample.gpus
             if g.index in held and not g.lost
         ]
@@ -214,7 +214,7 @@ class Monitoring:
         for p in kept:
             conn.execute(insert(job_gpu_history).values(_row(job_id, node, gpu, p, uuid)))
 
-    def _held_gpus(self, node: str) -> dict[int, str]:
+    def _held_gpus(self, node: str) -> dict[int, int]:
         """GPU index -> job id of the GPUs held on ``node``, as the policy sees it now."""
         view = next((n for n in self.loop.cluster().nodes if n.name == node), None)
         return dict(view.used) if view else {}
@@ -271,13 +271,20 @@ class Monitoring:
 
     def owners(self) -> tuple[dict[tuple[str, int], Owner], dict[int, Owner]]:
         """Who holds each GPU (by host and index) and each GPU process (by pid)."""
+        gpu_owners, proc_owners, _ = self._owners()
+        return gpu_owners, proc_owners
+
+    def _owners(
+        self,
+    ) -> tuple[dict[tuple[str, int], Owner], dict[int, Owner], dict[int, Owner]]:
+        """``owners()``, and the running jobs' owners by job id."""
         with self._lock:
             samples = list(self._samples.values())
         if not samples:
-            return {}, {}
+            return {}, {}, {}
         with self.store.read() as conn:
             running = {
-                r.id: Owner(str(r.id), r.vc, r.user)
+                r.id: Owner(str(r.id), r.vc, r.user)  # the metrics' label: text
                 for r in conn.execute(
                     select(jobs.c.id, jobs.c.vc, jobs.c.user).where(jobs.c.state == lc.RUNNING)
                 )
@@ -290,7 +297,7 @@ class Monitoring:
         for sample in samples:
             node = by_node.get(self.node_of(sample.hostname) or "")
             for index, job_id in (node.used if node else {}).items():
-                owner = running.get(int(job_id))
+                owner = running.get(job_id)
                 if owner is not None:
                     gpu_owners[(sample.hostname, index)] = owner
         task_pids = {
@@ -299,7 +306,7 @@ class Monitoring:
             if h and "pid" in h and job_id in running
         }
         pids = [p.pid for s in samples for g in s.gpus for p in g.processes]
-        return gpu_owners, process_owners(pids, task_pids)
+        return gpu_owners, process_owners(pids, task_pids), running
 
     def render(self) -> str:
         snapshot = self.snapshot()
@@ -340,14 +347,14 @@ class Monitoring:
         )
 
     def _current(self, job_id: int) -> list[dict[str, Any]]:
-        gpu_owners, proc_owners = self.owners()
+        gpu_owners, proc_owners, running = self._owners()
         with self._lock:
             samples = list(self._samples.values())
         out = []
         for sample in samples:
             for g in sample.gpus:
                 owner = gpu_owners.get((sample.hostname, g.index))
-                if owner is None or owner.job != str(job_id):
+                if owner is None or owner != running.get(job_id):
                     continue
                 out.append(
                     {

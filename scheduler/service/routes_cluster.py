@@ -73,17 +73,23 @@ def register(app: FastAPI, svc: Service) -> None:
 FOREIGN_JOB = "another user's job"
 
 
-def _job_shown(svc: Service, me: Identity) -> Callable[[str], int | str]:
+def _job_shown(svc: Service, me: Identity) -> Callable[[int], int | str]:
     """How a job holding a GPU is shown to ``me``: its id to an admin or its owner, else
     ``FOREIGN_JOB`` (ids of others' jobs tell when they submit and how much they run)."""
     if me.admin:
-        return int
+        return _as_is
     with svc.store.read() as conn:
-        mine = {str(i) for i in q.active_job_ids(conn, me.id)}
-    return lambda job: int(job) if str(job) in mine else FOREIGN_JOB
+        mine = q.active_job_ids(conn, me.id)
+    return lambda job: job if job in mine else FOREIGN_JOB
 
 
-def _node_out(svc: Service, n: NodeView, shown: Callable[[str], int | str] = int) -> s.NodeOut:
+def _as_is(job: int) -> int | str:
+    return job
+
+
+def _node_out(
+    svc: Service, n: NodeView[int], shown: Callable[[int], int | str] = _as_is
+) -> s.NodeOut:
     return s.NodeOut(
         name=n.name,
         sku=n.sku,

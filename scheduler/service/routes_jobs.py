@@ -15,12 +15,13 @@ from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.executors.base import TaskHandle, TaskKey
+from labhive.scheduler.executors.base import TaskHandle
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Forbidden, Identity
 from labhive.scheduler.service.monitoring import JobGpusOut
+from labhive.scheduler.service.policy_port import task_key
 from labhive.scheduler.service.responses import encodable
 from labhive.scheduler.service.routing import MAX_INT, JobId, NotFound, Who, endpoints
 
@@ -127,7 +128,7 @@ def register(app: FastAPI, svc: Service) -> None:
                 raise NotFound(f"job {job_id} attempt {at} has no task {task!r}; tasks: {names}")
         data = b""
         if chosen is not None and chosen["handle"]:
-            key = TaskKey(str(job_id), at, chosen["role"], chosen["idx"], chosen["generation"])
+            key = task_key(job_id, at, chosen["role"], chosen["idx"], chosen["generation"])
             data = svc.executor.read_log(TaskHandle(key, chosen["handle"]), stream, offset, limit)
         ended = chosen is not None and chosen["state"] != lc.RUNNING
         complete = (ended or row["state"] in lc.TERMINAL) and len(data) < limit
@@ -152,7 +153,7 @@ def register(app: FastAPI, svc: Service) -> None:
         for t in task_rows:
             if not t["handle"]:
                 continue
-            key = TaskKey(str(job_id), t["attempt"], t["role"], t["idx"], t["generation"])
+            key = task_key(job_id, t["attempt"], t["role"], t["idx"], t["generation"])
             for path in svc.executor.observations(TaskHandle(key, t["handle"])):
                 p = Path(path)
                 size = p.stat().st_size if p.exists() else 0

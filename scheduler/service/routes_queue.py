@@ -36,7 +36,7 @@ def register(app: FastAPI, svc: Service) -> None:
         running: list[s.QueueEntry] = []
         waiting: list[s.QueueEntry] = []
         for v in views:
-            row = rows.get(int(v.job_id))
+            row = rows.get(v.job_id)
             if row is None or (vc and v.vc != vc):
                 continue
             mine = me.owns(row["owner_id"])
