@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 from labhive.scheduler.hived.base import UNBOUNDED
 from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.placement import Plan, TaskNeed
+from labhive.scheduler.hived.placement import Plan, TaskNeed, Threshold, victim_threshold
 from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.hived.sizing import Sizing, pin_of
+from labhive.scheduler.hived.sizing import pin_of
 from labhive.scheduler.hived.vc import VC
-from labhive.scheduler.jobs import OPPORTUNISTIC, RoleSpec
+from labhive.scheduler.jobs import RoleSpec
 from labhive.scheduler.model import Decision
 
 
@@ -31,7 +32,7 @@ class SlotShape:
     priority: int
 
 
-class Attempt(Sizing):
+class Attempt(Failures):
     """The search for a job's cells, and the pruning that spares a search bound to fail."""
 
     def _try(
@@ -44,7 +45,11 @@ class Attempt(Sizing):
         for unit in self._units(job):
             plan = self._find(job, unit, since, cls)
             since = None
-            if plan is None or not self._commit(job, plan, out):
+            if plan is None:
+                if cls is not None:  # only now: why it waits, for its views
+                    self._record_failure(job, cls, len(unit))
+                return
+            if not self._commit(job, plan, out):
                 return
 
     def _find(
@@ -172,9 +177,10 @@ class Attempt(Sizing):
         # Free GPUs first (binding more of the VC's cells if need be); only then one search
         # that may preempt, lowest priorities first (see Placer._best_node), unless there is
         # nobody to preempt.
-        thresholds: list[int | None] = [None]
-        if lower or self._oppo_running():
-            thresholds.append(max(lower, default=OPPORTUNISTIC))
+        thresholds: list[Threshold] = [None]
+        preempting = victim_threshold(lower, self._oppo_running() > 0)
+        if preempting is not None:
+            thresholds.append(preempting)
         for threshold in thresholds:
             if threshold is not None:  # a cheap upper bound first
                 room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)
