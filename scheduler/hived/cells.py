@@ -182,6 +182,7 @@ class CellTree:
         self.open: dict[str, dict[Cell, None]] = {}
         self.oppo_total = 0  # GPUs opportunistic jobs use, cluster-wide
         self.free_total = 0  # healthy GPUs no job uses, cluster-wide
+        self.bad_total = 0  # leaves on unhealthy nodes, cluster-wide
         # Bumped whenever a leaf is taken or left, or a node's health changes: a failed search's
         # record (``shortfall``) still describes the cells while this is what it was then.
         # (Binding needs no bump: a kept binding comes with a leaf taken, an unbinding after
@@ -276,6 +277,7 @@ class CellTree:
             if (leaf.bad == 0) == healthy:
                 continue
             delta = 1 if healthy else -1
+            self.bad_total -= delta
             if leaf.job is None:
                 self.free_total += delta
             cell: Cell | None = leaf

@@ -14,6 +14,8 @@ tasks that do not fit in its cells one by one): judged from the quota alone, bef
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import victim_threshold
 from labhive.scheduler.hived.queue import JobClass
@@ -33,6 +35,7 @@ from labhive.scheduler.hived.shortfall import (
 )
 from labhive.scheduler.hived.sizing import Sizing, pin_of
 from labhive.scheduler.hived.vc import VC
+from labhive.scheduler.jobs import RoleSpec
 
 
 class Failures(Sizing):
@@ -40,20 +43,21 @@ class Failures(Sizing):
 
     def _record_failure(self, job: Job, cls: JobClass, tried: int) -> None:
         """Keep why the search for ``job``, its class's head, failed: ``tried`` tasks at once.
-        The quota's verdict (``_never``) holds while the job waits for the same tasks: judged
-        once. A search for one task (of a job of one role) that failed says by itself that no
-        region holds one and no cell can be bound for one: only the rest is counted."""
-        waiting = len(job.waiting_tasks)
-        one = tried == 1 and not job.grouped and len(job.spec.roles) == 1
-        last = cls.failed
-        if last is not None and last.job_id == job.job_id and last.waiting == waiting:
-            if not isinstance(last.record, NoRoom):
-                cls.failed = Failed(last.record, self.tree.moves, job.job_id, waiting)
-                return
-            record = self._failure(job, judged=True, none_fit=one)
+
+        The quota's verdict (no VC, no cells, never) is judged once per class of jobs of one
+        role with nothing placed, whose key then says all it depends on. A search for one
+        task (of a job of one role) that failed says by itself that no region holds one and
+        no cell can be bound for one: only the rest is counted."""
+        one_role = len(job.spec.roles) == 1 and not job.placed
+        if one_role and cls.judged and cls.never is not None:
+            record: Failure = cls.never
         else:
-            record = self._failure(job, none_fit=one)
-        cls.failed = Failed(record, self.tree.moves, job.job_id, waiting)
+            one = tried == 1 and not job.grouped and len(job.spec.roles) == 1
+            record = self._failure(job, judged=one_role and cls.judged, none_fit=one)
+            if one_role and not cls.judged:
+                cls.judged = True
+                cls.never = None if isinstance(record, NoRoom) else record
+        cls.failed = Failed(record, self.tree.moves, job.job_id, len(job.waiting_tasks))
 
     def failure_of(self, job: Job) -> Failure:
         """Why ``job`` waits: the record of its last failed search while the cells are as
@@ -86,24 +90,38 @@ class Failures(Sizing):
             never = self._never(job, vc, chains)
             if never is not None:
                 return never
-        return NoRoom(need, tuple(self._chain_room(job, vc, c, none_fit) for c in chains))
-
-    def _chain_room(self, job: Job, vc: VC | None, chain: str, none_fit: bool) -> ChainRoom:
-        info = self.tree.chains[chain]
-        k = max(self._leaves(r, info.leaf_type, job.vc) for r, _ in job.waiting_tasks)
-        level = unit_level(info, k)
-        if job.opportunistic or vc is None:  # idle GPUs anywhere, as ``Placer.opportunistic``
-            idle = 0 if none_fit else sum(n.free // k for n in self.tree.open[chain])
-            return ChainRoom(chain, level, idle, 0, 0)
+        roles = job.spec.roles if len(job.spec.roles) == 1 else [r for r, _ in waiting]
+        if job.opportunistic or vc is None:
+            rooms = [self._idle_room(job, roles, c, none_fit) for c in chains]
+            return NoRoom(need, tuple(rooms))
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
         threshold = victim_threshold(lower, self.tree.oppo_total > 0)
-        pin = job.pinned if not job.grouped else pin_of([r for r, _ in job.waiting_tasks])
+        pin = job.pinned if not job.grouped else pin_of(roles)
         pinned = self.tree.pinned.get(pin) if pin else None
-        usable, unhealthy = self.placer.room(vc, chain, k, threshold, pinned, not none_fit)
-        can = cannot = 0
-        if pinned is None:  # a pinned job runs in its pinned cell: nothing to bind
-            can, cannot = self.placer.bindable(vc, chain, k, threshold, not none_fit)
-        return ChainRoom(chain, level, usable + can, unhealthy, cannot)
+        rooms = []
+        for chain in chains:
+            k, level = self._task_size(job, roles, chain)
+            usable, unhealthy = self.placer.room(vc, chain, k, threshold, pinned, not none_fit)
+            can = cannot = 0
+            if pinned is None:  # a pinned job runs in its pinned cell: nothing to bind
+                can, cannot = self.placer.bindable(vc, chain, k, threshold, not none_fit)
+            rooms.append(ChainRoom(chain, level, usable + can, unhealthy, cannot))
+        return NoRoom(need, tuple(rooms))
+
+    def _idle_room(
+        self, job: Job, roles: Sequence[RoleSpec], chain: str, none_fit: bool
+    ) -> ChainRoom:
+        """An opportunistic job's: idle GPUs anywhere, as ``Placer.opportunistic`` finds them."""
+        k, level = self._task_size(job, roles, chain)
+        idle = 0 if none_fit else sum(n.free // k for n in self.tree.open[chain])
+        return ChainRoom(chain, level, idle, 0, 0)
+
+    def _task_size(self, job: Job, roles: Sequence[RoleSpec], chain: str) -> tuple[int, int]:
+        """The leaves of the job's largest waiting task in ``chain``, and the level whose
+        cells name that size."""
+        info = self.tree.chains[chain]
+        k = max(self._leaves(r, info.leaf_type, job.vc) for r in roles)
+        return k, unit_level(info, k)
 
     # ---- never, as the VC's cells are ------------------------------------------------------
 

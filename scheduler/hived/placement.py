@@ -184,9 +184,8 @@ class Placer:
         task in (``_regions``, ``_task_regions``) with the leaves it may take (``usable``).
         For the record of a failed search (``failures``), never on its way. Not ``fits``: the
         caller knows none holds one (a search for one task just failed), so only unhealthy
-        leaves are counted, and only where the chain has some."""
-        info = self.tree.chains[chain]
-        if not fits and all(top.bad == 0 for top in info.tops):
+        leaves are counted, and only while some node is down."""
+        if not fits and self.tree.bad_total == 0:
             return 0, 0
         ok = usable(threshold)
         whole, partial = _regions(vc, chain, pinned)

@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.hived.shortfall import Failed
+from labhive.scheduler.hived.shortfall import Failed, Failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,8 @@ class JobClass:
     stamp_version: int = -1
     signature: Signature | None = None  # what its failure says about other classes (core)
     failed: Failed | None = None  # why its last search failed (``failures``)
+    judged: bool = False  # whether ``never`` holds the quota's verdict (``failures``)
+    never: Failure | None = None  # it: no VC, no cells, or never as its cells are
 
     def add(self, seq: int, job_id: str) -> None:
         bisect.insort(self.entries, (seq, job_id))
