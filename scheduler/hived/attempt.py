@@ -14,7 +14,13 @@ from labhive.scheduler.hived.base import UNBOUNDED
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.placement import Plan, TaskNeed, Threshold, victim_threshold
+from labhive.scheduler.hived.placement import (
+    Plan,
+    TaskNeed,
+    Threshold,
+    usable_on,
+    victim_threshold,
+)
 from labhive.scheduler.hived.queue import JobClass
 from labhive.scheduler.hived.sizing import pin_of
 from labhive.scheduler.hived.vc import VC
@@ -122,12 +128,9 @@ class Attempt(Failures):
 
     @staticmethod
     def _slots(node: Cell, leaves: int, priority: int) -> int:
-        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
-        usable = node.free
-        for p, n in node.prio_count.items():
-            if p < priority:
-                usable += n
-        return usable // leaves
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority`` (it
+        may take the GPUs of any lower priority: priorities are whole numbers)."""
+        return usable_on(node, priority - 1) // leaves
 
     def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: SlotShape) -> int:
         """The gang's task slots now, from those at its last failure and the nodes that

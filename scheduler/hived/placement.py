@@ -190,14 +190,9 @@ class Placer:
         ok = usable(threshold)
         whole, partial = _regions(vc, chain, pinned)
         count = bad = 0
-        for node in whole:  # ``usable_on``, inlined: this runs for every failed search
+        for node in whole:
             if fits:
-                here = node.free
-                if threshold is not None:
-                    for p, n in node.prio_count.items():
-                        if p <= threshold:
-                            here += n
-                count += here // need
+                count += usable_on(node, threshold) // need
             if node.bad:
                 bad += node.bad // need
         for node, parts in partial.items():
