@@ -51,11 +51,7 @@ class Attempt(Failures):
         for unit in self._units(job):
             plan = self._find(job, unit, since, cls)
             since = None
-            if plan is None:
-                if cls is not None:  # only now: why it waits, for its views
-                    self._record_failure(job, cls, len(unit))
-                return
-            if not self._commit(job, plan, out):
+            if plan is None or not self._commit(job, plan, out):
                 return
 
     def _find(
@@ -77,9 +73,11 @@ class Attempt(Failures):
                 plan = self.placer.opportunistic(chain, needs[chain])
                 if plan is not None:
                     return plan
+            self._record_failure(job, cls, unit)
             return None
         vc = self.vcs.by_name.get(job.vc)
         if vc is None or not chains:
+            self._record_failure(job, cls, unit)
             return None
         slots = self._slot_count(job, vc, chains, needs, unit, cls)
         if (
@@ -94,8 +92,11 @@ class Attempt(Failures):
                 vc, slots.chain, slots.leaves
             )
             if places < len(unit):
-                return None  # not enough places yet for the gang: no search needed
+                # Not enough places yet for the gang: no search needed, and no record (a
+                # view counts, if one is asked for).
+                return None
         plan = self._search(job, vc, chains, needs, unit, since)
+        fits = None
         if slots is not None and cls is not None:
             if plan is None:
                 size, prio = slots.leaves, slots.priority
@@ -103,8 +104,11 @@ class Attempt(Failures):
                     n: c for n in vc.nodes[slots.chain] if (c := self._slots(n, size, prio))
                 }
                 cls.slots_tick = self._tick
+                fits = sum(cls.slots.values())
             else:
                 cls.slots = None
+        if plan is None:
+            self._record_failure(job, cls, unit, fits)
         return plan
 
     def _slot_count(

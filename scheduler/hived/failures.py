@@ -41,19 +41,29 @@ from labhive.scheduler.jobs import RoleSpec
 class Failures(Sizing):
     """Builds the record of a failed search; reads what the search reads."""
 
-    def _record_failure(self, job: Job, cls: JobClass, tried: int) -> None:
-        """Keep why the search for ``job``, its class's head, failed: ``tried`` tasks at once.
+    def _record_failure(
+        self,
+        job: Job,
+        cls: JobClass | None,
+        unit: list[tuple[RoleSpec, int]],
+        fits: int | None = None,
+    ) -> None:
+        """Keep, on the class whose head ``job`` is, why the search for ``unit`` failed (the
+        search for the head of no class, a lazy preemption's second look, keeps nothing).
 
-        The quota's verdict (no VC, no cells, never) is judged once per class of jobs of one
-        role with nothing placed, whose key then says all it depends on. A search for one
-        task (of a job of one role) that failed says by itself that no region holds one and
-        no cell can be bound for one: only the rest is counted."""
+        What the search found is not counted again: a search for one task (of a job of one
+        role) that failed found that no region holds one and no cell can be bound for one;
+        a gang counted in slots per node (``SlotShape``) left ``fits``, the tasks the VC's
+        nodes hold. The quota's verdict (no VC, no cells, never) is judged once per class of
+        jobs of one role with nothing placed, whose key then says all it depends on."""
+        if cls is None:
+            return
         one_role = len(job.spec.roles) == 1 and not job.placed
         if one_role and cls.judged and cls.never is not None:
             record: Failure = cls.never
         else:
-            one = tried == 1 and not job.grouped and len(job.spec.roles) == 1
-            record = self._failure(job, judged=one_role and cls.judged, none_fit=one)
+            one = len(unit) == 1 and not job.grouped and len(job.spec.roles) == 1
+            record = self._failure(job, one_role and cls.judged, 0 if one else fits, probe=not one)
             if one_role and not cls.judged:
                 cls.judged = True
                 cls.never = None if isinstance(record, NoRoom) else record
@@ -74,9 +84,12 @@ class Failures(Sizing):
             return last.record
         return self._failure(job)
 
-    def _failure(self, job: Job, judged: bool = False, none_fit: bool = False) -> Failure:
-        """``judged``: the quota's verdict is known, and it is not "never". ``none_fit``: a
-        search just found no room for one task (see ``_record_failure``)."""
+    def _failure(
+        self, job: Job, judged: bool = False, fits: int | None = None, probe: bool = True
+    ) -> Failure:
+        """``judged``: the quota's verdict is known, and it is not "never". ``fits``: the
+        tasks the VC's bound cells (or idle nodes) hold, if a search just found out; not
+        ``probe``: it also found that no cell can be bound for one (see ``_record_failure``)."""
         waiting = job.waiting_tasks
         chains = self._chains(job, [r for r, _ in waiting])
         vc = self.vcs.by_name.get(job.vc)
@@ -92,7 +105,7 @@ class Failures(Sizing):
                 return never
         roles = job.spec.roles if len(job.spec.roles) == 1 else [r for r, _ in waiting]
         if job.opportunistic or vc is None:
-            rooms = [self._idle_room(job, roles, c, none_fit) for c in chains]
+            rooms = [self._idle_room(job, roles, c, fits) for c in chains]
             return NoRoom(need, tuple(rooms))
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
         threshold = victim_threshold(lower, self.tree.oppo_total > 0)
@@ -101,19 +114,21 @@ class Failures(Sizing):
         rooms = []
         for chain in chains:
             k, level = self._task_size(job, roles, chain)
-            usable, unhealthy = self.placer.room(vc, chain, k, threshold, pinned, not none_fit)
+            usable, unhealthy = self.placer.room(vc, chain, k, threshold, pinned, fits is None)
+            if fits is not None:
+                usable = fits
             can = cannot = 0
             if pinned is None:  # a pinned job runs in its pinned cell: nothing to bind
-                can, cannot = self.placer.bindable(vc, chain, k, threshold, not none_fit)
+                can, cannot = self.placer.bindable(vc, chain, k, threshold, probe)
             rooms.append(ChainRoom(chain, level, usable + can, unhealthy, cannot))
         return NoRoom(need, tuple(rooms))
 
     def _idle_room(
-        self, job: Job, roles: Sequence[RoleSpec], chain: str, none_fit: bool
+        self, job: Job, roles: Sequence[RoleSpec], chain: str, fits: int | None
     ) -> ChainRoom:
         """An opportunistic job's: idle GPUs anywhere, as ``Placer.opportunistic`` finds them."""
         k, level = self._task_size(job, roles, chain)
-        idle = 0 if none_fit else sum(n.free // k for n in self.tree.open[chain])
+        idle = fits if fits is not None else sum(n.free // k for n in self.tree.open[chain])
         return ChainRoom(chain, level, idle, 0, 0)
 
     def _task_size(self, job: Job, roles: Sequence[RoleSpec], chain: str) -> tuple[int, int]:

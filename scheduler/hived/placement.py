@@ -177,31 +177,31 @@ class Placer:
         need: int,
         threshold: Threshold,
         pinned: Cell | None,
-        fits: bool = True,
+        count: bool = True,
     ) -> tuple[int, int]:
         """How many tasks of ``need`` leaves the VC's bound cells of ``chain`` hold now, and
         how many more their unhealthy leaves would: counted in the regions a search places a
         task in (``_regions``, ``_task_regions``) with the leaves it may take (``usable``).
-        For the record of a failed search (``failures``), never on its way. Not ``fits``: the
-        caller knows none holds one (a search for one task just failed), so only unhealthy
-        leaves are counted, and only while some node is down."""
-        if not fits and self.tree.bad_total == 0:
+        For the record of a failed search (``failures``), never on its way. Not ``count``:
+        the caller knows the first number (the failed search found it; 0 is returned), so
+        only unhealthy leaves are counted, and only while some node is down."""
+        if not count and self.tree.bad_total == 0:
             return 0, 0
         ok = usable(threshold)
         whole, partial = _regions(vc, chain, pinned)
-        count = bad = 0
+        fits = bad = 0
         for node in whole:
-            if fits:
-                count += usable_on(node, threshold) // need
+            if count:
+                fits += usable_on(node, threshold) // need
             if node.bad:
                 bad += node.bad // need
         for node, parts in partial.items():
             for part in _task_regions(node, parts):
                 leaves = part.leaf_cells() if part is not node else _leaf_parts(parts)
-                if fits:
-                    count += sum(1 for leaf in leaves if ok(leaf)) // need
+                if count:
+                    fits += sum(1 for leaf in leaves if ok(leaf)) // need
                 bad += sum(leaf.bad for leaf in leaves) // need
-        return count, bad
+        return fits, bad
 
     def bindable(
         self, vc: VC, chain: str, need: int, threshold: Threshold, probe: bool = True
