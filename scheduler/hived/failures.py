@@ -1,12 +1,13 @@
-"""The record of why a search for a job's cells failed (``shortfall``), built from what the
-search itself reads.
+"""The record of why a search for a job's cells failed (``shortfall``), from the search itself.
 
-The search (``attempt``) builds it only when it fails, and the job's class keeps it; the
-why-text (``why``) only formats it. Its counts come from the search's own definitions: the
-regions a task may lie in and the leaves it may take (``placement.Placer.room``), and the cells
-it could bind (``Placer.bindable``), so the text cannot disagree with the search. A record stays
-true while no cell changed hands since (``CellTree.moves``); a job whose class was not searched
-since (blocked by a cheap bound, or never tried yet) is counted the same way when asked.
+The search (``attempt._find``) leaves it only when it fails, and the job's class keeps it; the
+why-text (``why``) only formats it. What the search found is taken as it is (no region holds
+one task; a gang's task slots per node), and the rest is counted with the search's own
+definitions: the regions a task may lie in and the leaves it may take (``Placer.room``, with
+``placement.usable``), and the cells it could bind (``Placer.bindable``), so the text cannot
+disagree with the search. A record stays true while no cell changed hands (``CellTree.moves``);
+a job whose class no search tried since (a cheap bound or a failed gang's slot count blocked
+it, a job ahead of it in its class was tried, or none yet) is counted the same way when asked.
 
 Some jobs can never start as their VC's cells are (a gang larger than any chain's share, or
 tasks that do not fit in its cells one by one): judged from the quota alone, before counting.
