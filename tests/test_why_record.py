@@ -53,7 +53,7 @@ def test_the_why_text_formats_the_failed_search_record(monkeypatch: pytest.Monke
     job = c.sched._jobs["pair"]
     last = c.sched._classes[job.queued_key].failed
     assert last is not None and last.moves == c.sched.tree.moves
-    assert last.record == NoRoom(1, (ChainRoom("VGPU-POOL", 2, 0, 0, 0),))
+    assert last.record == NoRoom(1, (ChainRoom("VGPU-POOL", 2, 2, 0, 0, 0),))
 
     def counted_again(*_: Any, **__: Any) -> None:
         raise AssertionError("counted again")

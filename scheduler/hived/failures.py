@@ -121,7 +121,7 @@ class Failures(Sizing):
             can = cannot = 0
             if pinned is None:  # a pinned job runs in its pinned cell: nothing to bind
                 can, cannot = self.placer.bindable(vc, chain, k, threshold, probe)
-            rooms.append(ChainRoom(chain, level, usable + can, unhealthy, cannot))
+            rooms.append(ChainRoom(chain, k, level, usable + can, unhealthy, cannot))
         return NoRoom(need, tuple(rooms))
 
     def _idle_room(
@@ -130,7 +130,7 @@ class Failures(Sizing):
         """An opportunistic job's: idle GPUs anywhere, as ``Placer.opportunistic`` finds them."""
         k, level = self._task_size(job, roles, chain)
         idle = fits if fits is not None else sum(n.free // k for n in self.tree.open[chain])
-        return ChainRoom(chain, level, idle, 0, 0)
+        return ChainRoom(chain, k, level, idle, 0, 0)
 
     def _task_size(self, job: Job, roles: Sequence[RoleSpec], chain: str) -> tuple[int, int]:
         """The leaves of the job's largest waiting task in ``chain``, and the level whose

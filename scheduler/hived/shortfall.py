@@ -55,6 +55,7 @@ class ChainRoom:
     """What one chain offered the failed search, in tasks of the job's (largest) size."""
 
     chain: str
+    leaves: int  # the size: leaf cells of the largest waiting task
     level: int  # the cell level whose cells name that size (``unit_level``)
     usable: int  # tasks its cells hold now: bound ones, and unbound ones it could bind
     unhealthy: int  # more tasks on unhealthy nodes of its bound cells
