@@ -16,7 +16,7 @@ from labhive.scheduler.hived.placement import (
     _is_free,
     _search_leaves,
     _still_best,
-    _usable,
+    usable,
 )
 
 CLUSTER = """\
@@ -80,10 +80,10 @@ def test_first_free_takes_what_the_general_search_takes(gpus, states, taken, nee
 def test_cheapest_leaves_take_what_the_general_search_takes(gpus, states, threshold, taken, need):
     node = _node(_tree(gpus))
     _set(node, states)
-    ok = _usable(threshold)
+    ok = usable(threshold)
     ids = {id(node.children[i]) for i in taken if i < gpus}
-    usable = [leaf for leaf in node.children if ok(leaf) and id(leaf) not in ids]
-    if len(usable) < need:
+    left = [leaf for leaf in node.children if ok(leaf) and id(leaf) not in ids]
+    if len(left) < need:
         return
     assert _cheapest_leaves(node, need, ok, ids) == _search_leaves([node], need, ok, ids, False)
 

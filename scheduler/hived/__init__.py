@@ -5,7 +5,8 @@ by name through ``labhive.scheduler.policies`` ("hived"). The rest is internal t
 
 - ``core``: the scheduler itself, assembled from one mixin per concern over ``base`` (the shared
   state and its bookkeeping; ``job``: the job record): ``queueing``, ``attempt`` (over
-  ``sizing``), ``preempt``, ``health``, ``adopt``;
+  ``failures``, which records why a search failed, and ``sizing``), ``preempt``, ``health``,
+  ``adopt``;
 - ``cells``: the physical cell tree; ``vc``: virtual clusters, their bindings and counters;
 - ``placement``: finding leaf cells for a job's tasks (the topology-aware search);
 - ``queue``: per-VC queues and the failed-search records that prune dominated jobs;
@@ -13,8 +14,10 @@ by name through ``labhive.scheduler.policies`` ("hived"). The rest is internal t
 - ``admission``: the submit-time rules (a job its VC can never hold is rejected), a pure
   function of numbers derived once from the config (``Admission``), which drivers may use
   without a scheduler;
-- ``why``, ``views``: the read side (why a job waits, what the cluster looks like), reading the
-  scheduler through the protocols in ``state`` so that nothing here imports ``core`` back.
+- ``shortfall``: the records of why a search failed;
+- ``why``, ``views``: the read side (why a job waits, formatted from its record; what the cluster
+  looks like), reading the scheduler through the protocols in ``state`` so that nothing here
+  imports ``core`` back.
 """
 
 from labhive.scheduler.hived.core import HivedScheduler

@@ -12,12 +12,19 @@ from dataclasses import dataclass
 
 from labhive.scheduler.hived.base import UNBOUNDED
 from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.placement import Plan, TaskNeed
+from labhive.scheduler.hived.placement import (
+    Plan,
+    TaskNeed,
+    Threshold,
+    usable_on,
+    victim_threshold,
+)
 from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.hived.sizing import Sizing, pin_of
+from labhive.scheduler.hived.sizing import pin_of
 from labhive.scheduler.hived.vc import VC
-from labhive.scheduler.jobs import OPPORTUNISTIC, RoleSpec
+from labhive.scheduler.jobs import RoleSpec
 from labhive.scheduler.model import Decision
 
 
@@ -31,7 +38,7 @@ class SlotShape:
     priority: int
 
 
-class Attempt(Sizing):
+class Attempt(Failures):
     """The search for a job's cells, and the pruning that spares a search bound to fail."""
 
     def _try(
@@ -66,9 +73,11 @@ class Attempt(Sizing):
                 plan = self.placer.opportunistic(chain, needs[chain])
                 if plan is not None:
                     return plan
+            self._record_failure(job, cls, unit)
             return None
         vc = self.vcs.by_name.get(job.vc)
         if vc is None or not chains:
+            self._record_failure(job, cls, unit)
             return None
         slots = self._slot_count(job, vc, chains, needs, unit, cls)
         if (
@@ -83,8 +92,11 @@ class Attempt(Sizing):
                 vc, slots.chain, slots.leaves
             )
             if places < len(unit):
-                return None  # not enough places yet for the gang: no search needed
+                # Not enough places yet for the gang: no search needed, and no record (a
+                # view counts, if one is asked for).
+                return None
         plan = self._search(job, vc, chains, needs, unit, since)
+        fits = None
         if slots is not None and cls is not None:
             if plan is None:
                 size, prio = slots.leaves, slots.priority
@@ -92,8 +104,11 @@ class Attempt(Sizing):
                     n: c for n in vc.nodes[slots.chain] if (c := self._slots(n, size, prio))
                 }
                 cls.slots_tick = self._tick
+                fits = sum(cls.slots.values())
             else:
                 cls.slots = None
+        if plan is None:
+            self._record_failure(job, cls, unit, fits)
         return plan
 
     def _slot_count(
@@ -117,12 +132,9 @@ class Attempt(Sizing):
 
     @staticmethod
     def _slots(node: Cell, leaves: int, priority: int) -> int:
-        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority``."""
-        usable = node.free
-        for p, n in node.prio_count.items():
-            if p < priority:
-                usable += n
-        return usable // leaves
+        """How many tasks of ``leaves`` GPUs fit on ``node`` for a job of ``priority`` (it
+        may take the GPUs of any lower priority: priorities are whole numbers)."""
+        return usable_on(node, priority - 1) // leaves
 
     def _slots_after(self, vc: VC, cls: JobClass, since: int, slots: SlotShape) -> int:
         """The gang's task slots now, from those at its last failure and the nodes that
@@ -172,9 +184,10 @@ class Attempt(Sizing):
         # Free GPUs first (binding more of the VC's cells if need be); only then one search
         # that may preempt, lowest priorities first (see Placer._best_node), unless there is
         # nobody to preempt.
-        thresholds: list[int | None] = [None]
-        if lower or self._oppo_running():
-            thresholds.append(max(lower, default=OPPORTUNISTIC))
+        thresholds: list[Threshold] = [None]
+        preempting = victim_threshold(lower, self._oppo_running() > 0)
+        if preempting is not None:
+            thresholds.append(preempting)
         for threshold in thresholds:
             if threshold is not None:  # a cheap upper bound first
                 room += vc.oppo_in + sum(vc.prio_in[p] for p in lower)

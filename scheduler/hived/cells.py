@@ -182,6 +182,12 @@ class CellTree:
         self.open: dict[str, dict[Cell, None]] = {}
         self.oppo_total = 0  # GPUs opportunistic jobs use, cluster-wide
         self.free_total = 0  # healthy GPUs no job uses, cluster-wide
+        self.bad_total = 0  # leaves on unhealthy nodes, cluster-wide
+        # Bumped whenever a leaf is taken or left, or a node's health changes: a failed search's
+        # record (``shortfall``) still describes the cells while this is what it was then.
+        # (Binding needs no bump: a kept binding comes with a leaf taken, an unbinding after
+        # one left, and a failed search undoes its own.)
+        self.moves = 0
         order = 0
         for spec in config.physical_cells:
             chain = self.chains.get(spec.chain)
@@ -220,6 +226,7 @@ class CellTree:
     # ---- leaves ------------------------------------------------------------------------------
 
     def use(self, leaf: Cell, job_id: str, prio: int) -> None:
+        self.moves += 1
         leaf.job, leaf.prio = job_id, prio
         healthy = leaf.bad == 0
         guaranteed = prio >= 0
@@ -242,6 +249,7 @@ class CellTree:
             cell = cell.parent
 
     def release(self, leaf: Cell) -> None:
+        self.moves += 1
         healthy = leaf.bad == 0
         guaranteed = leaf.prio >= 0
         if not guaranteed:
@@ -264,10 +272,12 @@ class CellTree:
             cell = cell.parent
 
     def set_health(self, node: Cell, healthy: bool) -> None:
+        self.moves += 1
         for leaf in node.leaf_cells():
             if (leaf.bad == 0) == healthy:
                 continue
             delta = 1 if healthy else -1
+            self.bad_total -= delta
             if leaf.job is None:
                 self.free_total += delta
             cell: Cell | None = leaf

@@ -4,8 +4,8 @@ What it keeps: the physical cells and who uses them (``cells``), each VC's quota
 bindings (``vc``), the waiting jobs (``queue``). What it decides, after every event: which
 waiting jobs start where (``placement``), whom they preempt (strictly lower priority only,
 opportunistic jobs first), whom they merely downgrade (lazy preemption), and which jobs a node
-failure stopped. Why-texts for waiting jobs are computed only when someone asks (``job()``,
-``jobs()``), so a simulator driving a hundred thousand jobs pays nothing for them.
+failure stopped. A search that fails leaves a small record of why (``failures``); why-texts are
+formatted from it only when someone asks (``job()``, ``jobs()``).
 
 This module is the front door: events are dispatched here to the parts that handle them, one
 mixin per concern over the shared state of ``base`` (``queueing``, ``attempt``, ``preempt``,

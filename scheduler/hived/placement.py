@@ -67,10 +67,33 @@ def _not_guaranteed(leaf: Cell) -> bool:
     return leaf.bad == 0 and (leaf.job is None or leaf.prio < 0)
 
 
-def _usable(threshold: Threshold) -> Callable[[Cell], bool]:
+def usable(threshold: Threshold) -> Callable[[Cell], bool]:
+    """Which leaf cells a search with ``threshold`` may take: healthy, and free or used by a
+    job it may preempt. The one definition, for the search and for the record of why it
+    failed (``Placer.room``)."""
     if threshold is None:
         return _is_free  # one function, so pick_leaves can tell free-only searches apart
     return lambda leaf: leaf.bad == 0 and (leaf.job is None or leaf.prio <= threshold)
+
+
+def usable_on(node: Cell, threshold: Threshold) -> int:
+    """``usable`` leaves of a whole node, from its counters (a leaf that is busy on an
+    unhealthy node counts too: its job is stopped with the node)."""
+    count = node.free
+    if threshold is not None:
+        for p, n in node.prio_count.items():
+            if p <= threshold:
+                count += n
+    return count
+
+
+def victim_threshold(lower: list[int], oppo_running: bool) -> Threshold:
+    """The threshold of a search that may preempt, for a job whose VC runs jobs of the
+    priorities ``lower`` below its own: the highest of them, or opportunistic jobs only;
+    None when there is nobody to preempt."""
+    if not lower and not oppo_running:
+        return None
+    return max(lower, default=OPPORTUNISTIC_ONLY)
 
 
 class Placer:
@@ -100,7 +123,7 @@ class Placer:
         VC's pinned cells and runs there or nowhere.
         """
         plan = Plan(chain)
-        ok = _usable(threshold)
+        ok = usable(threshold)
         last: Cell | None = None
         whole, partial = _regions(vc, chain, pinned)
         opened = vc.open.get(chain, {}) if pinned is None else None
@@ -146,6 +169,77 @@ class Placer:
             plan.add(task, node, leaves)
             last, prev_need = node, task.leaves
         return plan
+
+    def room(
+        self,
+        vc: VC,
+        chain: str,
+        need: int,
+        threshold: Threshold,
+        pinned: Cell | None,
+        count: bool = True,
+    ) -> tuple[int, int]:
+        """How many tasks of ``need`` leaves the VC's bound cells of ``chain`` hold now, and
+        how many more their unhealthy leaves would: counted in the regions a search places a
+        task in (``_regions``, ``_task_regions``) with the leaves it may take (``usable``).
+        For the record of a failed search (``failures``), never on its way. Not ``count``:
+        the caller knows the first number (the failed search found it; 0 is returned), so
+        only unhealthy leaves are counted, and only while some node is down."""
+        if not count and self.tree.bad_total == 0:
+            return 0, 0
+        ok = usable(threshold)
+        whole, partial = _regions(vc, chain, pinned)
+        fits = bad = 0
+        for node in whole:
+            if count:
+                fits += usable_on(node, threshold) // need
+            if node.bad:
+                bad += node.bad // need
+        for node, parts in partial.items():
+            for part in _task_regions(node, parts):
+                leaves = part.leaf_cells() if part is not node else _leaf_parts(parts)
+                if count:
+                    fits += sum(1 for leaf in leaves if ok(leaf)) // need
+                bad += sum(leaf.bad for leaf in leaves) // need
+        return fits, bad
+
+    def bindable(
+        self, vc: VC, chain: str, need: int, threshold: Threshold, probe: bool = True
+    ) -> tuple[int, int]:
+        """How many tasks of ``need`` leaves the VC's unbound cells of ``chain`` would hold:
+        in cells a search could bind now (the choices of ``_bind_for``), and in the others
+        (the free physical cells left are unhealthy or guaranteed to other VCs). Not
+        ``probe``: the caller knows none can be bound (a search for one task just failed)."""
+        info = self.tree.chains[chain]
+        ok = usable(threshold)
+        can = cannot = 0
+        for level, n in vc.unbound.get(chain, {}).items():
+            if n <= 0:
+                continue
+            if level >= info.node_level:
+                nodes = info.level_leaves[level] // info.node_leaves
+                per_cell = nodes * (info.node_leaves // need)
+                found = (
+                    probe
+                    and per_cell > 0
+                    and self.choose_physical(vc, info, level, need, threshold is not None)
+                    is not None
+                )
+            else:
+                per_cell = info.level_leaves[level] // need
+                found = (
+                    probe
+                    and per_cell > 0
+                    and any(
+                        self._free_inside(vc, node, level, ok, need) is not None
+                        for node in info.node_cells
+                    )
+                )
+            if found:
+                can += n * per_cell
+            else:
+                cannot += n * per_cell
+        return can, cannot
 
     def _spare_guaranteed(
         self, vc: VC, chain: str, need: int, plan: Plan, node: Cell, only: set[Cell] | None
@@ -195,10 +289,7 @@ class Placer:
             taken_on, free_taken = plan.taken_on, plan.free_taken
             for node in whole:
                 counts = node.prio_count
-                usable = node.free
-                for p, n in counts.items():
-                    if p <= threshold:
-                        usable += n
+                usable = usable_on(node, threshold)
                 if usable < need:
                     continue
                 if taken_on:
@@ -390,7 +481,7 @@ class Placer:
     def opportunistic(self, chain: str, tasks: list[TaskNeed]) -> Plan | None:
         """Idle GPUs anywhere in the chain, cells no VC has bound first; never preempts."""
         plan = Plan(chain)
-        ok = _usable(None)
+        ok = usable(None)
         last: Cell | None = None
         for task in sorted(tasks, key=lambda t: -t.leaves):
             best, best_key = None, None

@@ -14,6 +14,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from labhive.scheduler.hived.shortfall import Failed, Failure
+
 
 @dataclass(frozen=True, slots=True)
 class FailedAt:
@@ -72,6 +74,9 @@ class JobClass:
     stamp: Hashable = None  # its VC's capacity stamp, cached for one VC version
     stamp_version: int = -1
     signature: Signature | None = None  # what its failure says about other classes (core)
+    failed: Failed | None = None  # why its last search failed (``failures``)
+    judged: bool = False  # whether ``never`` holds the quota's verdict (``failures``)
+    never: Failure | None = None  # it: no VC, no cells, or never as its cells are
 
     def add(self, seq: int, job_id: str) -> None:
         bisect.insort(self.entries, (seq, job_id))

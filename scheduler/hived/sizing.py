@@ -7,6 +7,8 @@ attempt, so the answers are cached on the scheduler until the config changes (``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.placement import TaskNeed
@@ -93,5 +95,5 @@ class Sizing(HivedBase):
         return out
 
 
-def pin_of(roles: list[RoleSpec]) -> str | None:
+def pin_of(roles: Sequence[RoleSpec]) -> str | None:
     return next((r.pinned_cell for r in roles if r.pinned_cell), None)

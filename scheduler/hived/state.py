@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from labhive.scheduler.hived.cpu_pool import CpuPool
     from labhive.scheduler.hived.placement import Placer
     from labhive.scheduler.hived.queue import VCQueue
+    from labhive.scheduler.hived.shortfall import Failure
     from labhive.scheduler.hived.vc import VCs
     from labhive.scheduler.jobs import JobSpec, RoleSpec
     from labhive.scheduler.model import TaskPlacement
@@ -83,3 +84,4 @@ class HivedState(Protocol[J]):
 
     def _leaves(self, role: RoleSpec, leaf_type: str, vc: str | None = None, /) -> int: ...
     def _chains(self, job: J, roles: list[RoleSpec], /) -> list[str]: ...
+    def failure_of(self, job: J, /) -> Failure: ...
