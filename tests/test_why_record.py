@@ -60,7 +60,7 @@ def test_the_why_text_formats_the_failed_search_record(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(c.sched, "_failure", counted_again)
     assert c.why("pair") == (
-        "a has 0 free of the 1 node-level cell this job needs; position 1 of 1 in a"
+        "a has room for 0 of the 1 task of 2 GPUs this job needs; position 1 of 1 in a"
     )
 
 
@@ -71,7 +71,8 @@ def test_a_job_no_search_tried_yet_is_counted_the_same_way():
     job = c.sched._jobs["gang"]
     assert c.sched._classes[job.queued_key].failed is None  # the cheap bound blocked it
     # Counted in tasks, as the gang needs them: one of 2 GPUs fits beside busy's (the text
-    # said 0 before, counting whole 4-GPU cells against a need counted in tasks).
+    # said "0 free of the 2 node-level cells" before, counting whole 4-GPU cells against a
+    # need counted in tasks); a task smaller than the cells is named as a task.
     assert c.why("gang") == (
-        "a has 1 free of the 2 node-level cells this gang needs; position 1 of 1 in a"
+        "a has room for 1 of the 2 tasks of 2 GPUs this gang needs; position 1 of 1 in a"
     )

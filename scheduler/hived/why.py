@@ -79,13 +79,27 @@ def _no_room(sched: HivedState[Any], job: HivedJob, room: NoRoom) -> str:
     what_tail = f" ({waiting} of {len(job.tasks)} tasks waiting)" if incremental else ""
     best = room.best
     info = sched.tree.chains[best.chain]
-    cells = unit_name(info, best.level, room.need)
-    if job.opportunistic:
+    if best.leaves < info.level_leaves[best.level]:
+        # tasks smaller than the cells that name their size: count tasks, not cells (a
+        # 4-GPU node with 2 GPUs free holds one 2-GPU task, not "1 free node-level cell")
+        gpus = best.leaves == max(r.gpu for r, _ in job.waiting_tasks)
+        tasks = "task" if room.need == 1 else "tasks"
+        unit = f"{tasks} of {best.leaves} {_word(gpus)}"
+        if job.opportunistic:
+            return (
+                f"the cluster has idle room for {best.usable} of the {room.need} {unit} {what} "
+                f"needs (opportunistic jobs use idle cells only){what_tail}"
+            )
+        text = f"{job.vc} has room for {best.usable} of the {room.need} {unit} {what} needs"
+    elif job.opportunistic:
+        cells = unit_name(info, best.level, room.need)
         return (
             f"the cluster has {best.usable} idle of the {room.need} {cells} {what} needs "
             f"(opportunistic jobs use idle cells only){what_tail}"
         )
-    text = f"{job.vc} has {best.usable} free of the {room.need} {cells} {what} needs"
+    else:
+        cells = unit_name(info, best.level, room.need)
+        text = f"{job.vc} has {best.usable} free of the {room.need} {cells} {what} needs"
     notes = []
     if best.unhealthy:
         notes.append(f"{best.unhealthy} more on unhealthy nodes")
