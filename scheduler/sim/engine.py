@@ -25,6 +25,7 @@ only then does the policy decide, once, on all of them (``VirtualTimeDriver.step
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ from labhive.scheduler.states import JobState
 
 #: Trace statuses that mean the job ended well; any other ends it FAILED.
 OK_STATUSES = frozenset({"", "pass", "passed", "succeeded", "success", "completed", "ok"})
+#: Allocations between two collections of the youngest generation while a run lasts
+#: (Python's default is 700).
+GC_EVERY = 70_000
 #: Record states in which a job has ended after running (its JCT counts).
 ENDED = frozenset({JobState.SUCCEEDED, JobState.FAILED})
 
@@ -184,6 +188,19 @@ class Simulation(VirtualTimeDriver):
     # ---- the loop ------------------------------------------------------------------------
 
     def run(self) -> SimResult:
+        """Replay every job and action to the end; the result and its metrics.
+
+        The cyclic garbage collector runs 100 times less often meanwhile: each event makes
+        and drops a few small objects (records, decisions, closures), few of them in cycles,
+        so its frequent passes found little and cost a tenth of a FIFO run."""
+        threshold = gc.get_threshold()
+        gc.set_threshold(max(threshold[0], GC_EVERY), *threshold[1:])
+        try:
+            return self._run()
+        finally:
+            gc.set_threshold(*threshold)
+
+    def _run(self) -> SimResult:
         jobs = self.jobs
         job = next(jobs, None)
         while job is not None or self.pending():
