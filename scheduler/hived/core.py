@@ -52,6 +52,8 @@ UNBOUNDED = 1 << 30
 NOT_DIRTY = -UNBOUNDED
 #: A class's room when no node or VC can hold it (any real room is >= 0, so it blocks).
 NO_ROOM = -1
+#: Job sizes whose task needs are remembered (``_whole_needs``) before they are forgotten.
+NEEDS_CACHE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,7 @@ class HivedScheduler(PolicyBase[Job]):
         self._leaves_cache: dict[tuple[int, float, int, str], int] = {}
         self._vc_types: dict[str, tuple[str, ...]] = {}
         self._chains_cache: dict[Hashable, list[str]] = {}
+        self._needs_cache: dict[tuple[tuple[RoleSpec, ...], str], dict[str, list[TaskNeed]]] = {}
         self._checked: dict[Hashable, str | None] = {}
         self._passed: JobSpec | None = None  # the spec that passed ``check`` last
         self._max_node = {
@@ -710,7 +713,9 @@ class HivedScheduler(PolicyBase[Job]):
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
         needs = job.needs if whole_job else None
         if needs is None or any(c not in needs for c in chains):
-            needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
+            needs = self._whole_needs(job, chains) if whole_job else None
+            if needs is None:
+                needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
             if whole_job:
                 job.needs = needs
         if job.opportunistic:
@@ -867,6 +872,19 @@ class HivedScheduler(PolicyBase[Job]):
                 break
             out.add(node)
         return out
+
+    def _whole_needs(self, job: Job, chains: list[str]) -> dict[str, list[TaskNeed]]:
+        """A whole job's task needs per chain, shared by every job with the same roles in the
+        same VC (they depend on nothing else until the cluster changes); a trace's jobs come
+        in a few hundred sizes, and sizing each job afresh was a few percent of a HiveD run."""
+        key = (job.spec.roles, job.vc)
+        needs = self._needs_cache.get(key)
+        if needs is None or any(c not in needs for c in chains):
+            if len(self._needs_cache) >= NEEDS_CACHE:
+                self._needs_cache.clear()
+            needs = {chain: self._needs(job.tasks, chain, job.vc) for chain in chains}
+            self._needs_cache[key] = needs
+        return needs
 
     def _needs(
         self, unit: list[tuple[RoleSpec, int]], chain: str, vc: str | None = None

@@ -203,18 +203,20 @@ class Simulation(VirtualTimeDriver):
     def _run(self) -> SimResult:
         jobs = self.jobs
         job = next(jobs, None)
-        while job is not None or self.pending():
-            nxt = self.next_time()
+        # The timed actions, read in place (``pending``/``next_time`` cost a call an event).
+        heap, seen, done = self._heap, self.seen, self._seen
+        while job is not None or heap:
+            nxt = heap[0][0] if heap else None
             time = job.submit if job is not None and (nxt is None or job.submit < nxt) else nxt
             assert time is not None
             self._advance(time)
             while True:  # the instant's actions, its arrivals, then one decision; again if
                 self.hold()  # that decision timed more actions for this same instant
                 labels: list[str] = []
-                while self.pending() and (self.next_time() or 0.0) <= time:
-                    self.seen(self.step(), labels, self._seen)
+                while heap and heap[0][0] <= time:
+                    seen(self.step(), labels, done)
                 while job is not None and job.submit <= time:
-                    self.seen(self._arrive(job), labels, self._seen)
+                    seen(self._arrive(job), labels, done)
                     job = next(jobs, None)
                     if job is not None and job.submit < time:
                         raise ValueError(
@@ -223,8 +225,8 @@ class Simulation(VirtualTimeDriver):
                         )
                 self.decide()
                 for label in labels:
-                    self._seen(label)
-                if not self.pending() or (self.next_time() or 0.0) > time:
+                    done(label)
+                if not heap or heap[0][0] > time:
                     break
         if self.progress is not None and self._ended:
             self.progress(self._ended)
