@@ -172,6 +172,50 @@ def iter_trace(
             ) from None
 
 
+class JobStream:
+    """A trace file's jobs in submit order, read afresh each time they are iterated (one
+    pass per policy), never held as a list; ``len`` is how many it yields."""
+
+    def __init__(self, path: Path, fmt: TraceFormat, service_time: ServiceTime, count: int):
+        self.path, self.format, self.service_time, self.count = path, fmt, service_time, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[TraceJob]:
+        jobs = iter_trace(self.path, self.format, service_time=self.service_time)
+        return itertools.islice(jobs, self.count)
+
+
+def scan_trace(
+    path: str | Path,
+    fmt: TraceFormat | None = None,
+    *,
+    strict: bool = False,
+    service_time: ServiceTime = "run",
+    limit: int | None = None,
+) -> tuple[Trace, JobStream] | None:
+    """``load_trace`` for a file already in submit order, without keeping its jobs: one
+    pass counts them (and the skipped and malformed rows, for the report) and checks the
+    order; the jobs themselves are read again as a ``JobStream`` when replayed, the first
+    ``limit`` of them. None when the file is out of submit order: ``load_trace`` sorts it."""
+    path = _existing(path)
+    trace = Trace(str(path), fmt or "generic-csv", [])
+    count, last = 0, -math.inf
+    for job in iter_trace(path, fmt, service_time=service_time, into=trace):
+        if not job.submit >= last:  # out of order (or no time): sorting is needed
+            return None
+        count, last = count + 1, job.submit
+    if strict and trace.problems:
+        raise UserError(
+            f"{path}: {trace.problems[0]} ({len(trace.problems)} malformed rows in all; "
+            "fix them or drop --strict to skip them)"
+        )
+    trace.synthetic = file_is_synthetic(path)
+    count = count if limit is None else min(count, limit)
+    return trace, JobStream(path, trace.format, service_time, count)
+
+
 def _rows(
     trace: Trace, lines: Iterable[str], text: str, service_time: ServiceTime
 ) -> Iterator[TraceJob]:
