@@ -293,8 +293,13 @@ class Placer:
                 continue
             best, best_root, best_key = None, None, None
             clean = False  # the best is idle with no opportunistic job on its path
+            best_order = 0
             for root in lists[root_level].values():
                 for cell in root.at_level(level):
+                    if clean and cell.order >= best_order:
+                        # A clean idle best ranks below every cell but a clean idle one of
+                        # lower order; a root's cells come in order, so none follows here.
+                        break
                     idle = cell.free == cell.leaves
                     if not idle and (clean or not _room(cell, need, victims)):
                         continue  # once a clean idle cell is found no busy one ranks before it
@@ -302,6 +307,7 @@ class Placer:
                     key = (path, 0, 0, cell.order) if idle else (path, 1, -cell.free, cell.order)
                     if best_key is None or key < best_key:
                         best, best_root, best_key = cell, root, key
+                        best_order = cell.order
                         clean = idle and not any(path)
                     if clean and best is cell:
                         break  # later cells of this root rank after it
