@@ -417,7 +417,9 @@ class HivedScheduler(PolicyBase[Job]):
                 bisect.insort(self._cpu_waiting, entry)
             return
         self._dequeue(job, keep_order=True)
-        queue = self._queues.setdefault(job.vc, VCQueue())
+        queue = self._queues.get(job.vc)
+        if queue is None:  # (``setdefault`` would build a queue every time)
+            queue = self._queues[job.vc] = VCQueue()
         key = self._class_key(job)
         cls = self._classes.get(key)
         if cls is None:
