@@ -131,6 +131,8 @@ class HivedScheduler(PolicyBase[Job]):
         self._oppo_epoch = 0
         self._classes: dict[Hashable, JobClass] = {}
         self._oppo_classes: dict[Hashable, JobClass] = {}
+        # Per VC, its classes that have waiting jobs (a release looks at those, not at every
+        # class ever made: a trace makes one per job size).
         self._vc_classes: dict[str, dict[Hashable, JobClass]] = {}
         self._dirty_vcs: dict[str, int] = {}  # VC -> the highest priority that may now fit
         self._dirty_oppo = False
@@ -429,11 +431,14 @@ class HivedScheduler(PolicyBase[Job]):
             cls.vc_ref = self.vcs.by_name.get(job.vc)
             if job.spec.opportunistic:
                 self._oppo_classes[key] = cls
-            else:
-                self._vc_classes.setdefault(job.vc, {})[key] = cls
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
         cls.add(job.seq, job.job_id)
+        if not job.spec.opportunistic:
+            listed = self._vc_classes.get(job.vc)
+            if listed is None:
+                listed = self._vc_classes[job.vc] = {}
+            listed[key] = cls
         job.queued_key = key
         if not job.in_order:
             queue.add(job.spec.priority, job.seq, job.job_id)
@@ -468,6 +473,8 @@ class HivedScheduler(PolicyBase[Job]):
             cls = self._classes.get(job.queued_key)
             if cls is not None:
                 cls.remove(job.seq, job.job_id)
+                if not cls.entries:  # only classes with waiting jobs are listed per VC
+                    self._vc_classes.get(cls.vc, {}).pop(cls.key, None)
             job.queued_key = None
         if not keep_order and job.in_order:
             self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
