@@ -612,7 +612,8 @@ class HivedScheduler(PolicyBase[Job]):
             self._try(job, out, self._since(cls), cls)
             if not job.waiting_tasks:
                 self._dequeue(job)
-                self._ready.add(cls)
+                if cls.entries:  # its next job may start too (an empty class is not tried)
+                    self._ready.add(cls)
                 continue
             if len(job.placed) > before:  # an incremental job started some tasks
                 self._enqueue(job)
