@@ -130,6 +130,7 @@ def test_simulate_streams_a_sorted_trace_and_sorts_one_out_of_order(
     sorted_ = tmp_path / "sorted.csv"
     sorted_.write_text("\n".join(lines[:301]) + "\n")
     assert scan_trace(shuffled) is None  # out of order: load_trace sorts it
+    assert scan_trace(PHILLY / "synthetic" / "synthetic_cluster_job_log.json.gz") is None
     assert scan_trace(sorted_) is not None
     docs = []
     for path in (sorted_, shuffled):

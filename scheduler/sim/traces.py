@@ -198,9 +198,14 @@ def scan_trace(
     """``load_trace`` for a file already in submit order, without keeping its jobs: one
     pass counts them (and the skipped and malformed rows, for the report) and checks the
     order; the jobs themselves are read again as a ``JobStream`` when replayed, the first
-    ``limit`` of them. None when the file is out of submit order: ``load_trace`` sorts it."""
+    ``limit`` of them. None when the file is out of submit order: ``load_trace`` sorts it;
+    None too for a Philly JSON log, which is held as text to be read at all (streaming it
+    would save little memory and cost a parse per pass)."""
     path = _existing(path)
-    trace = Trace(str(path), fmt or "generic-csv", [])
+    fmt = fmt or _sniff_file(path)
+    if fmt == "philly-json":
+        return None
+    trace = Trace(str(path), fmt, [])
     count, last = 0, -math.inf
     for job in iter_trace(path, fmt, service_time=service_time, into=trace):
         if not job.submit >= last:  # out of order (or no time): sorting is needed
@@ -214,6 +219,18 @@ def scan_trace(
     trace.synthetic = file_is_synthetic(path)
     count = count if limit is None else min(count, limit)
     return trace, JobStream(path, trace.format, service_time, count)
+
+
+def _sniff_file(path: Path) -> TraceFormat:
+    """The format of a trace file, from its first lines (as ``iter_trace`` sniffs it)."""
+    opener: Any = gzip.open if _gzipped(path) else open
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
+        try:
+            return sniff_format(fh.read(4096) + fh.readline(), path)
+        except UnicodeDecodeError as err:
+            raise UserError(
+                f"{path} is not UTF-8 text ({err.reason}); give a JSON or CSV trace"
+            ) from None
 
 
 def _rows(
