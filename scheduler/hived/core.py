@@ -288,6 +288,26 @@ class HivedScheduler(PolicyBase[Job]):
             vc.refresh_open(leaf.node_cell)
         self._bump_oppo()
 
+    def _vacate_run(self, run: list[Cell], owner: Cell | None, touched: set[Cell]) -> None:
+        """``_vacate`` of each leaf of ``run`` (on one node, in the VC cell ``owner``: a job's
+        tasks on a node come in a row), with what they share done once: the node's tick and
+        place in ``grown``, its place in the VC's open nodes, the epoch of opportunistic
+        chances all end as leaf by leaf would leave them (nothing else touches them between)."""
+        assert owner is not None
+        node = run[0].node_cell
+        assert node is not None
+        vc = self.vcs.by_name[owner.vc or ""]
+        self._tick += len(run) - 1
+        self._grew(vc, node)
+        for leaf in run:
+            vc.vacate(leaf.bad == 0, leaf.prio)
+            self._bump(vc, leaf.prio)
+            self.tree.release(leaf)
+        touched.add(owner)
+        vc.refresh_open(node)
+        self._oppo_epoch += len(run) - 1
+        self._bump_oppo()
+
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
         if job.cpu_only:
             for placement, _ in job.placed.values():
@@ -296,9 +316,21 @@ class HivedScheduler(PolicyBase[Job]):
             return
         settle = touched is None
         touched = set() if touched is None else touched
+        run: list[Cell] = []  # consecutive leaves on one node, in one of a VC's cells
+        owner: Cell | None = None
         for _, leaves in job.placed.values():
             for leaf in leaves:
-                self._vacate(leaf, touched)
+                mine = leaf.owner()
+                if run and (mine is not owner or leaf.node_cell is not run[0].node_cell):
+                    self._vacate_run(run, owner, touched)
+                    run = []
+                if mine is None or leaf.node_cell is None:
+                    self._vacate(leaf, touched)
+                    continue
+                owner = mine
+                run.append(leaf)
+        if run:
+            self._vacate_run(run, owner, touched)
         job.placed.clear()
         job.prio = job.spec.priority
         job.downgraded_by = None
