@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from sim_helpers import PHILLY
 
+from labhive.scheduler.cli import main
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.sim.machines import load_sim_cluster
 from labhive.scheduler.sim.runner import run_policy
-from labhive.scheduler.sim.traces import Trace, iter_trace, load_trace
+from labhive.scheduler.sim.traces import JobStream, Trace, iter_trace, load_trace, scan_trace
 
 SAMPLE = PHILLY / "synthetic" / "synthetic_jobs_sample1000.csv"
 MACHINES = PHILLY / "cluster_machine_list"
@@ -100,3 +101,50 @@ def test_a_run_that_keeps_no_jobs_reports_the_same_figures() -> None:
         assert lean.summary == kept.summary, policy
         assert len(kept.result.jobs) == 400 and lean.result.jobs == []
         assert len(lean.result.table) == 400
+
+
+def test_simulate_streams_a_sorted_trace_and_sorts_one_out_of_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``labhive simulate --trace``: a file in submit order is scanned once (counts, order)
+    and replayed as a stream of its first ``--limit`` jobs; a file out of order is loaded
+    whole and sorted. Both give the document the loaded list gives."""
+    scanned = scan_trace(SAMPLE, limit=300)
+    assert scanned is not None
+    trace, jobs = scanned
+    whole = load_trace(SAMPLE, limit=300)
+    assert isinstance(jobs, JobStream) and len(jobs) == 300
+    assert list(jobs) == list(jobs) == whole.jobs  # read afresh on each pass
+    assert (trace.format, trace.synthetic, trace.skipped) == (
+        whole.format,
+        whole.synthetic,
+        whole.skipped,
+    )
+    assert trace.problems == whole.problems
+
+    lines = SAMPLE.read_text().splitlines()
+    # The last job first: sorting puts it back (it has a later time than any other; jobs at
+    # the same time keep their file order, so any other move could change the replay).
+    shuffled = tmp_path / "shuffled.csv"
+    shuffled.write_text("\n".join([lines[0], lines[300], *lines[1:300]]) + "\n")
+    sorted_ = tmp_path / "sorted.csv"
+    sorted_.write_text("\n".join(lines[:301]) + "\n")
+    assert scan_trace(shuffled) is None  # out of order: load_trace sorts it
+    assert scan_trace(PHILLY / "synthetic" / "synthetic_cluster_job_log.json.gz") is None
+    assert scan_trace(sorted_) is not None
+    docs = []
+    for path in (sorted_, shuffled):
+        args = ["simulate", "--trace", str(path), "--cluster", str(MACHINES), "--machines", "40"]
+        assert main([*args, "--policy", "fifo", "--limit", "250", "--json", "--quiet"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0]["policies"] == docs[1]["policies"]
+    assert docs[0]["policies"]["fifo"]["overall"]["jobs"] == 250
+
+
+def test_strict_still_refuses_a_malformed_row_before_replaying(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("submit_time,vc,user,gpus,duration\n0,vc1,u,1,10\n1,vc1,u,many,10\n")
+    with pytest.raises(UserError, match=r"line 3: gpus 'many'.*1 malformed rows"):
+        scan_trace(path, strict=True)
+    scanned = scan_trace(path)
+    assert scanned is not None and len(scanned[1]) == 1 and len(scanned[0].problems) == 1

@@ -108,6 +108,47 @@ def test_generic_csv_reports_malformed_rows_with_their_line(tmp_path: Path) -> N
         load_trace(path, strict=True)
 
 
+def test_generic_csv_rows_read_by_position_as_by_name(tmp_path: Path) -> None:
+    """Well-formed rows take a faster way (by column position); quirky ones the general way.
+    Both must give the same jobs, skips and problems, whatever the column order."""
+    rows = [
+        "0,vc1,alice,1,100,Pass,j1",
+        " 5 , vc2 , bob , 2.0 , 1e2 , ,",  # spaces, 2.0 GPUs, an empty status and job id
+        "6,vc1,carol,1.5,10,Pass,j3",  # fractional GPUs
+        "7,,dave,1,10,Pass,j4",  # no VC
+        "8,vc1,erin,nan,10,Pass,j5",
+        "9,vc1,frank,1,nan,Pass,j6",
+        "10,vc1,gina,1,-0.0,Killed,j7",
+        "11,vc1,hal,-1,10,Pass,j8",
+        "2017-10-01 00:00:20,vc1,ida,4,50,Failed,j9",  # a Philly time
+        "12,vc1,jo,0,10,Pass,j10",
+        "14,vc1,lee,1,inf,Pass,j12",
+    ]
+    path = tmp_path / "trace.csv"
+    path.write_text("submit_time,vc,user,gpus,duration,status,job_id\n" + "\n".join(rows) + "\n")
+    fast = load_trace(path)
+    # The same rows with the columns in another order and a memory column: the general way.
+    cols = ["job_id", "duration", "gpus", "user", "vc", "status", "submit_time", "memory_mb"]
+    other = tmp_path / "other.csv"
+    lines = [",".join(cols)]
+    for row in rows:
+        v = dict(
+            zip(
+                ["submit_time", "vc", "user", "gpus", "duration", "status", "job_id"],
+                row.split(","),
+                strict=True,
+            )
+        )
+        lines.append(",".join([*(v[c] for c in cols[:-1]), ""]))
+    other.write_text("\n".join(lines) + "\n")
+    general = load_trace(other)
+    assert fast.jobs == general.jobs
+    assert [str(p) for p in fast.problems] == [str(p) for p in general.problems]
+    assert fast.skipped == general.skipped
+    assert sorted(j.job_id for j in fast.jobs) == ["j1", "j12", "j7", "j9", "job-3"]
+    assert len(fast.problems) == 5 and fast.skipped == {"zero GPUs": 1}
+
+
 def test_unknown_format_says_what_is_expected(tmp_path: Path) -> None:
     path = tmp_path / "x.csv"
     path.write_text("a,b\n1,2\n")

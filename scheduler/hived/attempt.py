@@ -65,7 +65,9 @@ class Attempt(Failures):
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
         needs = job.needs if whole_job else None
         if needs is None or any(c not in needs for c in chains):
-            needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
+            needs = self._whole_needs(job, chains) if whole_job else None
+            if needs is None:
+                needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
             if whole_job:
                 job.needs = needs
         if job.opportunistic:

@@ -20,7 +20,7 @@ from labhive.scheduler.hived.admission import Admission
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.placement import Placer, Plan
+from labhive.scheduler.hived.placement import Placer, Plan, TaskNeed
 from labhive.scheduler.hived.queue import JobClass, VCQueue
 from labhive.scheduler.hived.vc import VC, VCs
 from labhive.scheduler.jobs import JobSpec, RoleSpec
@@ -63,6 +63,8 @@ class HivedBase:
     _leaves_cache: dict[tuple[int, float, int, str], int]
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
+    #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
+    _needs_cache: dict[tuple[tuple[RoleSpec, ...], str], dict[str, list[TaskNeed]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
@@ -78,6 +80,7 @@ class HivedBase:
         self._leaves_cache = {}
         self._vc_types = {}
         self._chains_cache = {}
+        self._needs_cache = {}
         self._checked = {}
         self._passed = None
         self.admission = Admission.of(config)
@@ -154,6 +157,25 @@ class HivedBase:
             vc.refresh_open(leaf.node_cell)
         self._bump_oppo()
 
+    def _vacate_run(self, run: list[Cell], owner: Cell, touched: set[Cell]) -> None:
+        """``_vacate`` of each leaf of ``run`` (on one node, in the VC cell ``owner``: a job's
+        tasks on a node come in a row), with what they share done once: the node's tick and
+        place in ``grown``, its place in the VC's open nodes, the epoch of opportunistic
+        chances all end as leaf by leaf would leave them (nothing else touches them between)."""
+        node = run[0].node_cell
+        assert node is not None
+        vc = self.vcs.by_name[owner.vc or ""]
+        self._tick += len(run) - 1
+        self._grew(vc, node)
+        for leaf in run:
+            vc.vacate(leaf.bad == 0, leaf.prio)
+            self._bump(vc, leaf.prio)
+            self.tree.release(leaf)
+        touched.add(owner)
+        vc.refresh_open(node)
+        self._oppo_epoch += len(run) - 1
+        self._bump_oppo()
+
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
         if job.cpu_only:
             for placement, _ in job.placed.values():
@@ -162,9 +184,25 @@ class HivedBase:
             return
         settle = touched is None
         touched = set() if touched is None else touched
+        run: list[Cell] = []  # consecutive leaves on one node, in one of a VC's cells
+        owner: Cell | None = None
         for _, leaves in job.placed.values():
             for leaf in leaves:
-                self._vacate(leaf, touched)
+                mine = leaf.owner()
+                if (
+                    run
+                    and owner is not None
+                    and (mine is not owner or leaf.node_cell is not run[0].node_cell)
+                ):
+                    self._vacate_run(run, owner, touched)
+                    run = []
+                if mine is None or leaf.node_cell is None:
+                    self._vacate(leaf, touched)
+                    continue
+                owner = mine
+                run.append(leaf)
+        if run and owner is not None:
+            self._vacate_run(run, owner, touched)
         job.placed.clear()
         job.prio = job.spec.priority
         job.downgraded_by = None

@@ -59,6 +59,8 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         self._oppo_epoch = 0
         self._classes = {}
         self._oppo_classes = {}
+        # Per VC, its classes that have waiting jobs (a release looks at those, not at every
+        # class ever made: a trace makes one per job size).
         self._vc_classes = {}
         self._dirty_vcs = {}
         self._dirty_oppo = False

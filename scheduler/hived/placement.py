@@ -384,8 +384,15 @@ class Placer:
                 continue
             best, best_root, best_key = None, None, None
             clean = False  # the best is idle with no opportunistic job on its path
+            best_order = 0
             for root in lists[root_level].values():
+                if clean and root.order >= best_order:
+                    continue  # its cells' orders are above its own (see below)
                 for cell in root.at_level(level):
+                    if clean and cell.order >= best_order:
+                        # A clean idle best ranks below every cell but a clean idle one of
+                        # lower order; a root's cells come in order, so none follows here.
+                        break
                     idle = cell.free == cell.leaves
                     if not idle and (clean or not _room(cell, need, victims)):
                         continue  # once a clean idle cell is found no busy one ranks before it
@@ -393,6 +400,7 @@ class Placer:
                     key = (path, 0, 0, cell.order) if idle else (path, 1, -cell.free, cell.order)
                     if best_key is None or key < best_key:
                         best, best_root, best_key = cell, root, key
+                        best_order = cell.order
                         clean = idle and not any(path)
                     if clean and best is cell:
                         break  # later cells of this root rank after it
@@ -530,9 +538,11 @@ def _best_free(
     ranks it: next to ``near`` first, then the fewest free GPUs, then ``order``.
 
     The loop of most searches, so it rejects on the node's own counter before looking up
-    what the plan took there (which only lowers it), and ranks on the key's varying part.
+    what the plan took there (which only lowers it), and ranks on the key's varying part,
+    part by part (no key tuple per node; orders are unique, so no two nodes tie).
     """
-    best, best_key = None, None
+    best = None
+    best_far, best_free, best_order = True, 0, 0
     for node in candidates:
         free = node.free
         if free < need:
@@ -541,12 +551,19 @@ def _best_free(
             free -= free_taken.get(node, 0)
             if free < need:
                 continue
-        key = (node.parent is not near, free, node.order)
-        if best_key is None or key < best_key:
-            best, best_key = node, key
-    if best_key is None:
+        far = node.parent is not near
+        if best is not None and (
+            (far and not best_far)
+            or (
+                far == best_far
+                and (free > best_free or (free == best_free and node.order > best_order))
+            )
+        ):
+            continue
+        best, best_far, best_free, best_order = node, far, free, node.order
+    if best is None:
         return None, None
-    return best, (NO_VICTIMS, 0, 0, *best_key)
+    return best, (NO_VICTIMS, 0, 0, best_far, best_free, best_order)
 
 
 def _regions(

@@ -63,7 +63,9 @@ class Queueing(Sizing):
                 bisect.insort(self._cpu_waiting, entry)
             return
         self._dequeue(job, keep_order=True)
-        queue = self._queues.setdefault(job.vc, VCQueue())
+        queue = self._queues.get(job.vc)
+        if queue is None:  # (``setdefault`` would build a queue every time)
+            queue = self._queues[job.vc] = VCQueue()
         key = self._class_key(job)
         cls = self._classes.get(key)
         if cls is None:
@@ -73,11 +75,14 @@ class Queueing(Sizing):
             cls.vc_ref = self.vcs.by_name.get(job.vc)
             if job.spec.opportunistic:
                 self._oppo_classes[key] = cls
-            else:
-                self._vc_classes.setdefault(job.vc, {})[key] = cls
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
         cls.add(job.seq, job.job_id)
+        if not job.spec.opportunistic:
+            listed = self._vc_classes.get(job.vc)
+            if listed is None:
+                listed = self._vc_classes[job.vc] = {}
+            listed[key] = cls
         job.queued_key = key
         if not job.in_order:
             queue.add(job.spec.priority, job.seq, job.job_id)
@@ -112,6 +117,8 @@ class Queueing(Sizing):
             cls = self._classes.get(job.queued_key)
             if cls is not None:
                 cls.remove(job.seq, job.job_id)
+                if not cls.entries:  # only classes with waiting jobs are listed per VC
+                    self._vc_classes.get(cls.vc, {}).pop(cls.key, None)
             job.queued_key = None
         if not keep_order and job.in_order:
             self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
@@ -249,7 +256,8 @@ class Queueing(Sizing):
             self._try(job, out, self._since(cls), cls)
             if not job.waiting_tasks:
                 self._dequeue(job)
-                self._ready.add(cls)
+                if cls.entries:  # its next job may start too (an empty class is not tried)
+                    self._ready.add(cls)
                 continue
             if len(job.placed) > before:  # an incremental job started some tasks
                 self._enqueue(job)

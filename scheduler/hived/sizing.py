@@ -14,6 +14,9 @@ from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.placement import TaskNeed
 from labhive.scheduler.jobs import RoleSpec
 
+#: Job sizes whose task needs are remembered (``_whole_needs``) before they are forgotten.
+NEEDS_CACHE = 4096
+
 
 class Sizing(HivedBase):
     """Leaf cells, chains and units of a job (cached)."""
@@ -81,6 +84,19 @@ class Sizing(HivedBase):
         for task in waiting:
             groups.setdefault(task[0].affinity_group, []).append(task)
         return list(groups.values())
+
+    def _whole_needs(self, job: Job, chains: list[str]) -> dict[str, list[TaskNeed]]:
+        """A whole job's task needs per chain, shared by every job with the same roles in the
+        same VC (they depend on nothing else until the cluster changes); a trace's jobs come
+        in a few hundred sizes, and sizing each job afresh was a few percent of a HiveD run."""
+        key = (job.spec.roles, job.vc)
+        needs = self._needs_cache.get(key)
+        if needs is None or any(c not in needs for c in chains):
+            if len(self._needs_cache) >= NEEDS_CACHE:
+                self._needs_cache.clear()
+            needs = {chain: self._needs(job.tasks, chain, job.vc) for chain in chains}
+            self._needs_cache[key] = needs
+        return needs
 
     def _needs(
         self, unit: list[tuple[RoleSpec, int]], chain: str, vc: str | None = None

@@ -140,6 +140,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self._seq = 0
         self._now = 0.0
         self._last_gang: tuple[JobSpec, Gang] | None = None
+        self._passed: JobSpec | None = None  # the spec ``check`` passed last
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
@@ -198,6 +199,8 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
     # ---- the Scheduler interface ---------------------------------------------------------
 
     def check(self, spec: JobSpec) -> None:
+        if spec is self._passed:
+            return  # drivers check a spec, then submit it: the second check is free
         if spec.vc not in self.vc_gpus:
             raise SpecRejected(
                 f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vc_gpus))}"
@@ -217,6 +220,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
                 f"{self.vc_gpus[spec.vc]} and per-VC queues never borrow; ask for fewer GPUs "
                 "or drop per_vc"
             )
+        # Specs are frozen, so the same object passes again until the cluster changes
+        # (``_reconfigure`` forgets it).
+        self._passed = spec
 
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
@@ -559,6 +565,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         if self._pool_factory is None:
             raise SpecRejected(f"policy {self.name} was built without a cluster config")
         old, self.pool = self.pool, self._pool_factory(config)
+        self._passed = None
         self.vc_gpus = vc_gpus(config)
         for vc in self.vc_gpus:
             self.vc_used.setdefault(vc, 0)

@@ -12,6 +12,8 @@ from labhive.scheduler.errors import UserError
 from labhive.scheduler.states import JobState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from labhive.scheduler.sim.runner import PolicyRun
 
 SYNTHETIC_NOTE = (
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from labhive.scheduler.jobs import parse_priority
     from labhive.scheduler.sim.machines import load_sim_cluster
     from labhive.scheduler.sim.runner import run_policy
-    from labhive.scheduler.sim.traces import load_trace
+    from labhive.scheduler.sim.traces import JobStream, load_trace, scan_trace
 
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be at least 1")
@@ -173,15 +175,20 @@ def run(args: argparse.Namespace) -> int:
         for warning in _thrash_warnings(args.policy, args.checkpoint):
             print(warning, file=sys.stderr, flush=True)
     config, cluster_note = load_sim_cluster(args.cluster, args.vcs, args.machines)
-    trace = load_trace(
-        args.trace, strict=args.strict, service_time=args.service_time, limit=args.limit
-    )
-    notes = _notes(args, trace, cluster_note)
+    # A file in submit order streams (a million jobs never sit in memory); another is sorted.
+    kw = {"strict": args.strict, "service_time": args.service_time, "limit": args.limit}
+    scanned = scan_trace(args.trace, **kw)
+    if scanned is None:
+        trace = load_trace(args.trace, **kw)
+        jobs: Sequence[Any] | JobStream = trace.jobs
+    else:
+        trace, jobs = scanned
+    notes = _notes(args, trace, cluster_note, len(jobs))
     runs = [
         run_policy(
             policy,
             config,
-            trace.jobs,
+            jobs,
             locality=args.locality,
             checkpoint=args.checkpoint,
             restart_cost=args.restart_cost,
@@ -322,11 +329,11 @@ def _report(
     return 0
 
 
-def _notes(args: argparse.Namespace, trace: Any, cluster_note: str) -> list[str]:
+def _notes(args: argparse.Namespace, trace: Any, cluster_note: str, jobs: int) -> list[str]:
     notes = []
     if trace.synthetic:
         notes.append(SYNTHETIC_NOTE)
-    notes.append(f"trace: {args.trace} ({trace.format}): {len(trace.jobs):,} jobs to replay")
+    notes.append(f"trace: {args.trace} ({trace.format}): {jobs:,} jobs to replay")
     if trace.skipped:
         notes.append(
             "  not runnable by the trace's rules: "

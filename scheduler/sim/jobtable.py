@@ -40,16 +40,21 @@ class JobTable:
     def add(self, job: Any) -> int:
         """A row for a job that just arrived; its index."""
         row = len(self.state)
-        for column in self.columns.values():
-            column.append(NAN)
-        self.preemptions.append(0)
-        self.state.append(0)
+        c = self.columns  # what ``fill`` writes, appended at once (once per job: no NaNs first)
+        c["submit"].append(job.submit)
+        c["end"].append(NAN if job.end is None else job.end)
+        c["first_start"].append(NAN if job.first_start is None else job.first_start)
+        c["duration"].append(job.duration)
+        c["run_seconds"].append(job.run_seconds)
+        c["gpu_seconds"].append(job.gpu_seconds)
+        c["wasted"].append(job.wasted_gpu_seconds)
+        self.preemptions.append(job.preemptions)
+        self.state.append(_CODE[job.state])
         code = self._vc_code.get(job.vc)
         if code is None:
             code = self._vc_code[job.vc] = len(self.vcs)
             self.vcs.append(job.vc)
         self.vc.append(code)
-        self.fill(row, job)
         return row
 
     def fill(self, row: int, job: Any) -> None:
