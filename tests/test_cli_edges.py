@@ -368,3 +368,25 @@ def test_a_gz_log_with_damaged_bytes_is_parsed_up_to_the_damage(tmp_path, capsys
     assert main(["strace", "parse", str(path)]) == 0
     out = capsys.readouterr().out
     assert "the compressed data is damaged there: parsed up to line 50" in out
+
+
+def test_simulate_says_what_is_wrong_with_a_priority_name_or_an_infinite_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two inputs that ended in "internal error": a priority word the parser does not know, and
+    a generic CSV row whose GPU count is 'inf' (an OverflowError in the row check)."""
+    trace = tmp_path / "jobs.csv"
+    trace.write_text(
+        "submit_time,vc,user,gpus,duration,status\n0,default,u,inf,10,Pass\n5,default,u,1,10,Pass\n"
+    )
+    machines = tmp_path / "machines.csv"
+    machines.write_text("machineId, number of GPUs, single GPU mem\nm0,2, 12GB\nm1,2, 12GB\n")
+    base = ["simulate", "--trace", str(trace), "--cluster", str(machines), "--policy", "fifo"]
+    assert main([*base, "--priority", "opportunistic", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--priority: unknown priority 'opportunistic'" in err and "internal error" not in err
+    assert main([*base, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "line 2: gpus 'inf' must be a whole number" in out
+    assert main([*base, "--strict", "--quiet"]) == 2
+    assert "gpus 'inf'" in capsys.readouterr().err

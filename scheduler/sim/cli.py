@@ -170,7 +170,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--fill applies to the Alibaba trace (openb_pod_list_*.csv)")
     if args.per_vc:
         args.policy = [_per_vc(p) for p in args.policy]
-    priority = parse_priority(args.priority)
+    try:
+        priority = parse_priority(args.priority)
+    except ValueError as err:
+        raise UserError(f"--priority: {err}") from None
     if not args.quiet:
         for warning in _thrash_warnings(args.policy, args.checkpoint):
             print(warning, file=sys.stderr, flush=True)

@@ -490,7 +490,7 @@ def _number(row: dict[str, str], key: str, *, integer: bool = False) -> float:
         raise _RowError(f"{key} {raw!r} is not a number") from None
     if value != value or value < 0:
         raise _RowError(f"{key} {raw!r} must be a non-negative number")
-    if integer and value != int(value):
+    if integer and (value == math.inf or value != int(value)):
         raise _RowError(f"{key} {raw!r} must be a whole number")
     return value
 
