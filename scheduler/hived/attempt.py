@@ -38,6 +38,19 @@ class SlotShape:
     priority: int
 
 
+@dataclass(frozen=True, slots=True)
+class Search:
+    """What one attempt searches for: a unit of a guaranteed job (the whole job, a task of an
+    incremental one, or an affinity group), its VC, the chains it may run in and the unit's
+    task needs in each."""
+
+    job: Job
+    vc: VC
+    chains: list[str]
+    needs: dict[str, list[TaskNeed]]
+    unit: list[tuple[RoleSpec, int]]
+
+
 class Attempt(Failures):
     """The search for a job's cells, and the pruning that spares a search bound to fail."""
 
@@ -81,7 +94,8 @@ class Attempt(Failures):
         if vc is None or not chains:
             self._record_failure(job, cls, unit)
             return None
-        slots = self._slot_count(job, vc, chains, needs, unit, cls)
+        search = Search(job, vc, chains, needs, unit)
+        slots = self._slot_count(search, cls)
         if (
             slots is not None
             and cls is not None
@@ -97,7 +111,7 @@ class Attempt(Failures):
                 # Not enough places yet for the gang: no search needed, and no record (a
                 # view counts, if one is asked for).
                 return None
-        plan = self._search(job, vc, chains, needs, unit, since)
+        plan = self._search(search, since)
         fits = None
         if slots is not None and cls is not None:
             if plan is None:
@@ -113,24 +127,16 @@ class Attempt(Failures):
             self._record_failure(job, cls, unit, fits)
         return plan
 
-    def _slot_count(
-        self,
-        job: Job,
-        vc: VC,
-        chains: list[str],
-        needs: dict[str, list[TaskNeed]],
-        unit: list[tuple[RoleSpec, int]],
-        cls: JobClass | None,
-    ) -> SlotShape | None:
+    def _slot_count(self, s: Search, cls: JobClass | None) -> SlotShape | None:
         """The gang's slot shape when a gang's chances can be counted in task slots
         per whole node: one chain, tasks of one size, no pinned or part-node cells."""
-        if cls is None or len(unit) < 2 or len(chains) != 1 or job.pinned:
+        if cls is None or len(s.unit) < 2 or len(s.chains) != 1 or s.job.pinned:
             return None
-        chain = chains[0]
-        sizes = {t.leaves for t in needs[chain]}
-        if len(sizes) != 1 or vc.parts.get(chain) or chain not in vc.nodes:
+        chain = s.chains[0]
+        sizes = {t.leaves for t in s.needs[chain]}
+        if len(sizes) != 1 or s.vc.parts.get(chain) or chain not in s.vc.nodes:
             return None
-        return SlotShape(chain, sizes.pop(), job.prio)
+        return SlotShape(chain, sizes.pop(), s.job.prio)
 
     @staticmethod
     def _slots(node: Cell, leaves: int, priority: int) -> int:
@@ -171,15 +177,8 @@ class Attempt(Failures):
                 pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
         return min(nodes, pool) * (info.node_leaves // leaves)
 
-    def _search(
-        self,
-        job: Job,
-        vc: VC,
-        chains: list[str],
-        needs: dict[str, list[TaskNeed]],
-        unit: list[tuple[RoleSpec, int]],
-        since: tuple[int, bool] | None,
-    ) -> Plan | None:
+    def _search(self, s: Search, since: tuple[int, bool] | None) -> Plan | None:
+        job, vc, chains, needs, unit = s.job, s.vc, s.chains, s.needs, s.unit
         least = min(sum(t.leaves for t in n) for n in needs.values())
         room = vc.free_in + vc.unbound_leaves
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
