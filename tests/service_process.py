@@ -58,11 +58,13 @@ def serve_process(
         log.close()
 
 
-def spawn_service(data_dir: Path, port: int, grace_s: float = 1.0) -> subprocess.Popen[bytes]:
+def spawn_service(
+    data_dir: Path, port: int, grace_s: float = 1.0, *args: str
+) -> subprocess.Popen[bytes]:
     """``labhive serve`` in its own session (a kill -9 of it leaves the tasks alone), once it
-    answers on ``port``; the caller kills or stops it."""
+    answers on ``port``; the caller kills or stops it. ``args``: more options."""
     cmd = [sys.executable, "-m", "labhive.scheduler.cli", "serve", "--port", str(port)]
-    cmd += ["--data-dir", str(data_dir), "--grace-s", str(grace_s)]
+    cmd += ["--data-dir", str(data_dir), "--grace-s", str(grace_s), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
     client = Client(f"http://127.0.0.1:{port}/api/v1", "unused")
 

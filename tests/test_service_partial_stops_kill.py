@@ -1,4 +1,4 @@
-"""Given the real service as a subprocess, an incremental job whose tasks ignore SIGTERM and a
+"""Given the real service as a subprocess with ``--stops tasks``, an incremental job whose tasks ignore SIGTERM and a
 prod job that preempts one of them, kill -9 the service twice: while the task is being stopped
 (inside its grace period) and while the preemptor runs. Expect no GPU ever held twice, the
 surviving tasks adopted (same processes), exactly one task stopped and run again as its next
@@ -47,7 +47,7 @@ class Service:
         self.store = Store(database_url(None, data))
 
     def start(self) -> None:
-        self.proc = spawn_service(self.data, self.port, grace_s=GRACE_S)
+        self.proc = spawn_service(self.data, self.port, GRACE_S, "--stops", "tasks")
 
     def kill(self) -> None:
         assert self.proc is not None

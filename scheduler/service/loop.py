@@ -163,7 +163,7 @@ class SchedulerLoop:
         launch_builder: LaunchBuilder | None = None,
         node_events: Callable[[], list[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
-        partial_stops: bool = True,
+        partial_stops: bool = False,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -181,7 +181,9 @@ class SchedulerLoop:
         self._early_addresses: dict[TaskKey, str] = {}
         #: Stop some tasks of a running job (HiveD's unit of preemption: a task of an
         #: incremental job, an affinity group) rather than whole jobs, where the executor can
-        #: (``Executor.partial_stops``); ``labhive serve --stops jobs`` turns it off.
+        #: (``Executor.partial_stops``): ``labhive serve --stops tasks``. Off by default: under
+        #: kill -9 on PostgreSQL it can record a task in two generations at once
+        #: (docs/scheduler-core.md, "In the live service").
         self.partial_stops = partial_stops
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
