@@ -1,8 +1,8 @@
-"""Given the real service as a subprocess with ``--stops tasks``, an incremental job whose tasks ignore SIGTERM and a
-prod job that preempts one of them, kill -9 the service twice: while the task is being stopped
-(inside its grace period) and while the preemptor runs. Expect no GPU ever held twice, the
-surviving tasks adopted (same processes), exactly one task stopped and run again as its next
-generation, and both jobs succeeding."""
+"""Given the real service as a subprocess with ``--stops tasks``, an incremental job whose
+tasks ignore SIGTERM and a prod job that preempts one of them, kill -9 the service twice: while
+the task is being stopped (inside its grace period) and while the preemptor runs. Expect no GPU
+ever held twice, the surviving tasks adopted (same processes), exactly one task stopped and run
+again as its next generation, and both jobs succeeding."""
 
 from __future__ import annotations
 

@@ -1177,9 +1177,9 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """A policy that stops and downgrades whole jobs: for an executor that cannot stop some
-    tasks of a job and start them again (its names carry no task generation), or when the
-    admin asks for it (``labhive serve --stops jobs``)."""
+    """A policy that stops and downgrades whole jobs: the service's default (``labhive serve
+    --stops jobs``; ``--stops tasks`` is experimental), and always for an executor that cannot
+    stop some tasks of a job and start them again (its names carry no task generation)."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler
