@@ -268,6 +268,10 @@ def chaos(h: Harness) -> None:
         print(f"drained in {time.monotonic() - deadline + 60:.1f} s")
         assert active == [], f"jobs that never finished: {active}; {h.log.read_text()[-2000:]}"
         assert h.problems == []
+        # no start the store refused: the policy and the store never part over a GPU (an
+        # incremental job's start decided for an attempt a later event of the pass ended did)
+        starts_refused = [x for x in h.log.read_text().splitlines() if "could not be recorded" in x]
+        assert starts_refused == []
         gpus = h.probe.get(
             h.url + "/gpus", headers={"Authorization": f"Bearer {h.token()}"}
         ).json()["gpus"]

@@ -163,7 +163,7 @@ class SchedulerLoop:
         launch_builder: LaunchBuilder | None = None,
         node_events: Callable[[], list[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
-        partial_stops: bool = False,
+        partial_stops: bool = True,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -181,9 +181,7 @@ class SchedulerLoop:
         self._early_addresses: dict[TaskKey, str] = {}
         #: Stop some tasks of a running job (HiveD's unit of preemption: a task of an
         #: incremental job, an affinity group) rather than whole jobs, where the executor can
-        #: (``Executor.partial_stops``): ``labhive serve --stops tasks``. Off by default: under
-        #: kill -9 on PostgreSQL it can record a task in two generations at once
-        #: (docs/scheduler-core.md, "In the live service").
+        #: (``Executor.partial_stops``); ``labhive serve --stops jobs`` turns it off.
         self.partial_stops = partial_stops
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
@@ -707,6 +705,27 @@ class SchedulerLoop:
                                       f"(grace {self.grace_s:g} s)"))  # fmt: skip
         self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run, only))
 
+    def _unstart(self, job_id: int, which: set[tuple[str, int]], work: _Pass) -> None:
+        """Tasks a start of this same pass placed (not yet recorded, or held back for GPUs
+        still draining) that a later decision stops: they are never launched, so their start
+        loses them, as a whole job displaced before it launched loses its start. (Stopping
+        only what was recorded left such a task placed in the store while the policy had
+        freed its GPUs: the next start there collided with it.)"""
+
+        def without(starts: list[Any]) -> list[Any]:
+            kept = []
+            for x in starts:
+                if isinstance(x, Start) and x.job_id == job_id:
+                    tasks = tuple(p for p in x.tasks if (p.role, p.index) not in which)
+                    if not tasks:
+                        continue
+                    x = replace(x, tasks=tasks)
+                kept.append(x)
+            return kept
+
+        work.decisions = without(work.decisions)
+        self._reserved.held = without(self._reserved.held)
+
     def _stop_some(self, d: StopTasks[int], work: _Pass) -> None:
         """Stop these tasks alone (the job keeps running): their GPUs stay reserved until the
         processes are gone; the store records them STOPPED then, and their restart is the next
@@ -760,6 +779,13 @@ class SchedulerLoop:
                     continue  # already waiting in the policy
                 if isinstance(ev, Finish) and ev.job_id in displaced:
                     ev = Cancel(ev.job_id, ev.time)  # done after all: leave the queue
+                if isinstance(ev, Requeue | Finish | Cancel):
+                    # A start this batch decided for the attempt now ending (an incremental
+                    # job's next task, placed on another event's freed GPUs) never happens:
+                    # the policy frees its cells with the attempt, and may place the job anew.
+                    decisions = [
+                        d for d in decisions if not (isinstance(d, Start) and d.job_id == ev.job_id)
+                    ]
                 began = time.perf_counter()
                 try:
                     out = self.policy.handle(ev)
@@ -905,6 +931,7 @@ class SchedulerLoop:
                 else:
                     work.decisions.append(d)
             elif isinstance(d, StopTasks):
+                self._unstart(job_id, {(p.role, p.index) for p in d.tasks}, work)
                 self._stop_some(d, work)
             elif isinstance(d, Preempt | Stop):
                 # Displaced before it launched: its start never happens (it stays WAITING).
@@ -1177,9 +1204,9 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """A policy that stops and downgrades whole jobs: the service's default (``labhive serve
-    --stops jobs``; ``--stops tasks`` is experimental), and always for an executor that cannot
-    stop some tasks of a job and start them again (its names carry no task generation)."""
+    """A policy that stops and downgrades whole jobs: for an executor that cannot stop some
+    tasks of a job and start them again (its names carry no task generation), or when the
+    admin asks for it (``labhive serve --stops jobs``)."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler
