@@ -85,10 +85,11 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
     parser.add_argument(
         "--stops",
         choices=["tasks", "jobs"],
-        default="tasks",
-        help="tasks (default): preemption, lazy preemption and a node failure stop or downgrade "
-        "only the tasks of an incremental job (or the affinity group) they hit, as HiveD does, "
-        "where the executor can (local); jobs: always the whole job (Kubernetes and Slurm do)",
+        default="jobs",
+        help="jobs (default): preemption, lazy preemption and a node failure stop or downgrade "
+        "whole jobs; tasks (experimental, local executor only): only the tasks of an "
+        "incremental job (or the affinity group) they hit, as HiveD does (docs/scheduler-core.md"
+        ", 'In the live service', says what is not yet proven)",
     )
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
     parser.add_argument(

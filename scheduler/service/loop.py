@@ -163,7 +163,7 @@ class SchedulerLoop:
         launch_builder: LaunchBuilder | None = None,
         node_events: Callable[[], list[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
-        partial_stops: bool = True,
+        partial_stops: bool = False,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -181,7 +181,8 @@ class SchedulerLoop:
         self._early_addresses: dict[TaskKey, str] = {}
         #: Stop some tasks of a running job (HiveD's unit of preemption: a task of an
         #: incremental job, an affinity group) rather than whole jobs, where the executor can
-        #: (``Executor.partial_stops``); ``labhive serve --stops jobs`` turns it off.
+        #: (``Executor.partial_stops``): ``labhive serve --stops tasks``. Off by default until
+        #: the chaos test proves it (docs/scheduler-core.md, "In the live service").
         self.partial_stops = partial_stops
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
@@ -810,7 +811,9 @@ class SchedulerLoop:
                 self.executor.stop(list(run.handles.values()), self.grace_s)
             why = f"could not keep its cells after a restart: {message}"
             work.settled.append(Settle(job_id, lc.WAITING, "requeued", why))
-            self._pending_events.append(Submit(job_id, self._specs[job_id], self.clock()))
+            spec = self._specs.get(job_id)
+            if spec is not None:  # (else the next recovery loads it WAITING and submits it)
+                self._pending_events.append(Submit(job_id, spec, self.clock()))
             self._wake.set()
         return decisions
 
@@ -1204,9 +1207,9 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """A policy that stops and downgrades whole jobs: for an executor that cannot stop some
-    tasks of a job and start them again (its names carry no task generation), or when the
-    admin asks for it (``labhive serve --stops jobs``)."""
+    """A policy that stops and downgrades whole jobs: the service's default (``labhive serve
+    --stops jobs``; ``--stops tasks`` is experimental), and always for an executor that cannot
+    stop some tasks of a job and start them again (its names carry no task generation)."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler
