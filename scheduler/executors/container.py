@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,9 @@ def write_conf(data_dir: Path, support: Support) -> Path:
         'events_logger = "file"\n'
     )
     if not path.exists() or path.read_text() != text:
-        tmp = path.with_name(f".{CONF_FILE}.tmp")
+        # a temporary name of this writer's own: two launches at once (actuation workers)
+        # each replace the file whole, neither renames the other's temporary away
+        tmp = path.with_name(f".{CONF_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
     return path
