@@ -34,12 +34,16 @@ def available() -> list[str]:
     )
 
 
-def get_policy(name: str, config: ClusterConfig, **options: Any) -> Scheduler:
-    """The policy called ``name``, built for ``config``."""
+def _module(name: str) -> Any:
+    """The module of the policy called ``name``; a clear error for a name we do not ship."""
     if name not in available():
         raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(available())}")
-    module = importlib.import_module(f"{__name__}.{name}")
-    return module.create(config, **options)  # type: ignore[no-any-return]
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def get_policy(name: str, config: ClusterConfig, **options: Any) -> Scheduler:
+    """The policy called ``name``, built for ``config``."""
+    return _module(name).create(config, **options)  # type: ignore[no-any-return]
 
 
 def admission(name: str, config: ClusterConfig, **options: Any) -> Callable[[JobSpec], None]:
@@ -48,10 +52,7 @@ def admission(name: str, config: ClusterConfig, **options: Any) -> Callable[[Job
     ``admission`` where it has one (HiveD's: a pure function of numbers derived from the config,
     safe in any thread), else the ``check`` of a fresh policy (the queue policies', which reads
     only what the policy derived from the config)."""
-    if name not in available():
-        raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(available())}")
-    module = importlib.import_module(f"{__name__}.{name}")
-    pure = getattr(module, "admission", None)
+    pure = getattr(_module(name), "admission", None)
     if pure is not None:
         return pure(config, **options)  # type: ignore[no-any-return]
     return get_policy(name, config, **options).check
