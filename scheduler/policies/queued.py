@@ -18,6 +18,8 @@ borrowing; a job larger than its VC's quota is rejected; LAS preempts only withi
 
 Cost: a new submission tries only that job, and only if it heads its group; a pass after
 resources free up visits each group's head once, so a 10,000-job queue is never rescanned.
+A policy with a line per user (DRF) sets ``HEAD_INDEX``: its heads then stay ranked between
+passes (``head_index.py``), so a pass costs its starts, not the number of waiting users.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from labhive.scheduler.node_pool import (
     PoolNode,
     gang_of,
 )
+from labhive.scheduler.policies.head_index import HeadIndex, Shape
 from labhive.scheduler.policy_base import (
     PolicyBase,
     listing_order,
@@ -119,6 +122,11 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
     SEARCHES_PER_PASS = 2
     #: Whether backfill is on when the ``backfill`` option is not given.
     BACKFILL = False
+    #: Keep the lines' heads ranked between passes (``HeadIndex``), when the policy does not
+    #: preempt and runs without backfill or per-VC quotas. Only for a policy whose ``admit``
+    #: always admits and whose ``group_priority`` changes only with what ``priority_changed``
+    #: reports: a pass then skips every head of a shape that did not fit.
+    HEAD_INDEX = False
 
     def __init__(
         self,
@@ -146,6 +154,8 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
+        indexed = self.HEAD_INDEX and not (self.preemptive or self.backfill or per_vc)
+        self._index: HeadIndex | None = HeadIndex() if indexed else None
 
     # ---- what subclasses decide --------------------------------------------------------------
 
@@ -182,6 +192,12 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
 
     def on_started(self, job: QueuedJob) -> None:
         """Hook: ``job`` just started (at ``self._now``)."""
+
+    def priority_changed(self, job: QueuedJob) -> None:
+        """``group_priority`` of ``job``'s group may have changed (with ``HEAD_INDEX``: it is
+        re-ranked before the next pass)."""
+        if self._index is not None:
+            self._index.touch(self.group_key(job))
 
     def on_stopped(self, job: QueuedJob) -> None:
         """Hook: ``job`` stopped running (finished, preempted, requeued, or its node died)."""
@@ -355,12 +371,17 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         job.waiting_since = self._now
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
-        heapq.heappush(self._groups.setdefault(self.group_key(job), []), entry)
+        group = self.group_key(job)
+        heapq.heappush(self._groups.setdefault(group, []), entry)
+        if self._index is not None:
+            self._index.touch(group)  # it may head its line now
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
         self._waiting.pop(job.job_id, None)
         job.token += 1
+        if self._index is not None:
+            self._index.touch(self.group_key(job))  # it may have headed its line
 
     def requeue_waiting(self, job: QueuedJob) -> None:
         """Re-file a waiting job whose ``order_key`` changed (e.g. an LAS promotion)."""
@@ -424,6 +445,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         free = self.pool.free_gpus
         if not self.preemptive and free == 0:
             return  # nothing can start until something ends
+        if groups is None and self._index is not None:
+            self._indexed_pass(self._index, out)
+            return
         heads: list[tuple[Any, int, Hashable]] = []
         waiting, lines = self._waiting, self._groups
         for group in list(lines) if groups is None else groups:
@@ -447,6 +471,33 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             nxt = self._head(group)
             if nxt is not None:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
+        """The full pass above, with heads ranked by ``index``: the same starts in the same
+        order (a head whose shape failed, or needs more GPUs than are free, would fail when
+        reached, and so would every later head of that shape), skipping dead shapes whole."""
+        for group in list(index.dirty):
+            self._file_head(index, group)
+        dead: set[Shape] = set()
+        while self.pool.free_gpus > 0:
+            group = index.best(self.pool.free_gpus, dead)
+            if group is None:
+                return
+            head = self._head(group)
+            if head is None:
+                self._file_head(index, group)
+            elif self._try(head, out):
+                self._file_head(index, group)  # its next head, ranked by its new share
+            else:
+                dead.add(head.gang.shape)
+
+    def _file_head(self, index: HeadIndex, group: Hashable) -> None:
+        head = self._head(group)
+        if head is None:
+            index.file(group, None, 0, None, 0)
+        else:
+            key = self.group_priority(head)
+            index.file(group, head.gang.shape, head.gang.gpus, key, head.seq)
 
     def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
         allowed, opp = self.admit(job)
@@ -570,6 +621,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         for vc in self.vc_gpus:
             self.vc_used.setdefault(vc, 0)
             self.vc_borrowed.setdefault(vc, 0)
+        if self._index is not None:
+            for group in self._groups:
+                self._index.touch(group)  # priorities may count the cluster's size
         for job in sorted((j for j in self._jobs.values() if j.running), key=lambda j: j.seq):
             held = old.placement(job.job_id)
             if not self.pool.claim(job.job_id, held, job.gang):
