@@ -1,12 +1,13 @@
 """Queue policies on a contended replay: does DRF's and Capacity's cost grow like FIFO's?
 
 The first N jobs of the SYNTHETIC Philly-format trace (``../shared/data/philly/synthetic``;
-its figures measure the simulator, not Philly) replayed on a small slice of Philly's machine
-list (``--machines``, 150 machines = 300 GPUs by default) split into Helios' VC weights, so
-the queue grows long and many users and VCs wait at once. FIFO is the yardstick: its pass
-tries one line. DRF ranks a line per waiting user and Capacity one per VC; issue 20 asks their
-cost to stay linear in jobs like FIFO's, i.e. the DRF/FIFO and Capacity/FIFO ratios to stay
-flat as the job count grows instead of growing with the queue.
+its figures measure the simulator, not Philly; the jobs the trace's rules and the cluster let
+run are replayed, counted in "replayed") on a small slice of Philly's machine list
+(``--machines``, 150 machines = 300 GPUs by default) split into Helios' VC weights, so the
+queue grows long and many users and VCs wait at once. FIFO is the yardstick: its pass tries
+one line. DRF ranks a line per waiting user and Capacity one per VC; issue 20 asks their cost
+to stay linear in jobs like FIFO's, i.e. the DRF/FIFO and Capacity/FIFO ratios to stay flat as
+the job count grows instead of growing with the queue.
 
 Each (policy, size) runs in a fresh process; the figure is its CPU seconds for the replay
 (``time.process_time``; the trace is loaded before the clock starts). The load average is
@@ -61,18 +62,20 @@ def main() -> int:
     print(f"trace: {TRACE} (SYNTHETIC); {args.machines} machines of {CLUSTER.name}, VCs {VCS.name}")
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     policies = args.policies.split(",")
-    header = f"{'jobs':>8} " + " ".join(f"{p + ' CPU s':>14}" for p in policies)
+    header = f"{'limit':>8} {'replayed':>8} " + " ".join(f"{p + ' CPU s':>14}" for p in policies)
     header += "".join(f" {p + '/' + policies[0]:>14}" for p in policies[1:])
     print(header)
     print("-" * len(header))
     for size in (int(n) for n in args.jobs.split(",")):
         cpu: dict[str, float] = {}
+        replayed = 0
         for policy in policies:
             cmd = [sys.executable, __file__, "--one", policy, str(size)]
             cmd += ["--machines", str(args.machines)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            cpu[policy] = json.loads(out.stdout)["cpu_s"]
-        row = f"{size:>8,} " + " ".join(f"{cpu[p]:>14.2f}" for p in policies)
+            result = json.loads(out.stdout)
+            cpu[policy], replayed = result["cpu_s"], int(result["jobs"])
+        row = f"{size:>8,} {replayed:>8,} " + " ".join(f"{cpu[p]:>14.2f}" for p in policies)
         row += "".join(f" {cpu[p] / cpu[policies[0]]:>14.2f}" for p in policies[1:])
         print(row, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from labhive.scheduler.backfill import may_jump
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.head_index import HeadIndex, Shape
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -56,7 +57,6 @@ from labhive.scheduler.node_pool import (
     PoolNode,
     gang_of,
 )
-from labhive.scheduler.policies.head_index import HeadIndex, Shape
 from labhive.scheduler.policy_base import (
     PolicyBase,
     listing_order,
