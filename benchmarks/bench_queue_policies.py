@@ -60,6 +60,9 @@ def main() -> int:
         print(json.dumps(one(args.one[0], int(args.one[1]), args.machines)))
         return 0
     print(f"trace: {TRACE} (SYNTHETIC); {args.machines} machines of {CLUSTER.name}, VCs {VCS.name}")
+    import labhive
+
+    print(f"code: {Path(labhive.__file__).parent} (PYTHONPATH=/work/main measures main)")
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     policies = args.policies.split(",")
     header = f"{'limit':>8} {'replayed':>8} " + " ".join(f"{p + ' CPU s':>14}" for p in policies)

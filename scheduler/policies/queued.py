@@ -30,7 +30,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from labhive.scheduler.backfill import may_jump
+from labhive.scheduler.backfill import may_jump_by, shadow
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.head_index import HeadIndex, Shape
 from labhive.scheduler.jobs import JobSpec
@@ -154,6 +154,8 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
+        self._runs = 0  # jobs started or stopped so far: the running set's version
+        self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
         indexed = self.HEAD_INDEX and not (self.preemptive or self.backfill or per_vc)
         self._index: HeadIndex | None = HeadIndex() if indexed else None
 
@@ -402,6 +404,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
 
     def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
         self._dequeue(job)
+        self._runs += 1
         job.running = True
         job.opportunistic = opp
         job.started = self._now
@@ -416,6 +419,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         if release:
             self.pool.release(job.job_id)
         job.running = False
+        self._runs += 1
         job.token += 1
         job.attained += job.gpus * (self._now - job.started)
         self.vc_used[job.vc] -= job.gpus
@@ -529,13 +533,22 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             return True
         if self.group_priority(job) < self.group_priority(head):
             return True  # ahead of the head in the policy's order: not a jump
-        placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # the running ones
-        running = [
-            (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None) for j in placed
-        ]
-        return may_jump(
-            self._now, job.gpus, job.spec.time_limit, head.gpus, self.pool.free_gpus, running
-        )
+        reserved = self._reserved(head)
+        return may_jump_by(self._now, job.gpus, job.spec.time_limit, head.gpus, reserved)
+
+    def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
+        """The blocked head's ``shadow``, kept while the running jobs and free GPUs stay (a
+        pass of DRF with backfill asks it for every user's line: each walk of the running jobs
+        cost as much as the rest of the pass)."""
+        key = (head.gpus, self.pool.free_gpus, self._runs)
+        if self._shadow is None or self._shadow[0] != key:
+            placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # running ones
+            running = [
+                (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None)
+                for j in placed
+            ]
+            self._shadow = (key, shadow(head.gpus, self.pool.free_gpus, running))
+        return self._shadow[1]
 
     def _over_quota(self, job: QueuedJob) -> int:
         """Per-VC mode: GPUs the VC must give back before the job may start (else 0)."""
