@@ -1,8 +1,10 @@
-"""Given random submissions by several users, finishes, cancels, requeues, node faults and
-instants with several events, expect DRF with its heads kept ranked between passes
-(``head_index.py``) to decide exactly what a naive DRF decides: one that, at every start of a
-pass, ranks every waiting user's first job afresh by the user's dominant share. A stale entry
-(a share, a head or a shape not re-filed) shows up as a different start or order."""
+"""Given random submissions by several users (some with time limits), finishes, cancels,
+requeues, node faults and instants with several events, expect DRF with its heads kept ranked
+between passes (``head_index.py``) to decide exactly what a naive DRF decides: one that, at
+every start of a pass, ranks every waiting user's first job afresh by the user's dominant
+share. A stale entry (a share, a head or a shape not re-filed) shows up as a different start
+or order. With backfill, the blocked head's shadow kept within a pass decides as one computed
+afresh for each line."""
 
 from __future__ import annotations
 
@@ -68,8 +70,9 @@ def ops() -> Any:
             "user": st.sampled_from(["ann", "bob", "cy", "dee", ""]),
             "tasks": st.integers(1, 2),
             "gpus": st.sampled_from([1, 1, 2, 4]),
+            "time_limit": st.sampled_from([None, 100, 300, 1000]),
         }
-    ).map(lambda d: ("submit", d))
+    ).map(lambda d: ("submit", {k: v for k, v in d.items() if v is not None}))
     other = st.tuples(
         st.sampled_from(["finish"] * 4 + ["cancel", "requeue", "node_down", "node_up"]),
         st.integers(0, 1000),
@@ -114,6 +117,14 @@ def batches(sched: Any, nodes: list[str], steps: list[Any]) -> Any:
             used.add(job_id)
     if batch:
         yield batch
+
+
+class UncachedDrf(DrfPolicy):
+    """DRF whose backfill walks the running jobs for every jump it weighs."""
+
+    def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
+        self._shadow = None
+        return super()._reserved(head)
 
 
 def check_index(drf: DrfPolicy) -> None:
@@ -179,3 +190,19 @@ def test_a_share_that_falls_reorders_the_users() -> None:
     assert not drf.handle(Finish("c1", 5))  # 1 free: ann (1/4) ranked before bob (2/4)
     started = drf.handle(Finish("b1", 6))  # bob 0 GPUs now, ann 1: bob first
     assert [d.job_id for d in started] == ["b2"]
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data())
+def test_backfill_keeps_the_shadow_only_while_it_holds(data: Any) -> None:
+    """DRF with backfill and time limits decides the same with the blocked head's shadow kept
+    between the lines a pass tries as when it is computed afresh for each."""
+    config = load_cluster_config(data.draw(clusters()))
+    nodes = sorted({n.name for n in config.nodes()})
+    cached = from_config(DrfPolicy, config, {"backfill": True})
+    fresh = from_config(UncachedDrf, config, {"backfill": True})
+    for batch in batches(cached, nodes, data.draw(ops())):
+        if len(batch) == 1:
+            assert cached.handle(batch[0]) == fresh.handle(batch[0]), batch
+        else:
+            assert cached.handle_batch(batch) == fresh.handle_batch(batch), batch
