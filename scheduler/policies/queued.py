@@ -20,6 +20,8 @@ Cost: a new submission tries only that job, and only if it heads its group; a pa
 resources free up visits each group's head once, so a 10,000-job queue is never rescanned.
 A policy with a line per user (DRF) sets ``HEAD_INDEX``: its heads then stay ranked between
 passes (``head_index.py``), so a pass costs its starts, not the number of waiting users.
+With backfill a pass still ranks every line's head (whether a job may jump the blocked head
+depends on the job, not only on its shape); it reuses the head's shadow while it holds.
 """
 
 from __future__ import annotations
