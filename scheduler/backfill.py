@@ -42,7 +42,14 @@ def may_jump(
     """May a job of ``gpus`` and declared ``limit`` start now, past the blocked head that
     needs ``head_gpus``? Yes if it ends before the head could start, or fits beside the head
     then; yes too when the running jobs' limits cannot tell when that is."""
-    reserved = shadow(head_gpus, free, running)
+    return may_jump_by(now, gpus, limit, head_gpus, shadow(head_gpus, free, running))
+
+
+def may_jump_by(
+    now: float, gpus: int, limit: float | None, head_gpus: int, reserved: tuple[float, int] | None
+) -> bool:
+    """``may_jump`` given the head's ``shadow`` (a pass asks it for many jobs against one
+    head, while the running jobs and free GPUs stay the same)."""
     if reserved is None:
         return True
     start, free_then = reserved

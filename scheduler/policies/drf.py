@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 class DrfPolicy(QueuedPolicy):
     name = "drf"
+    HEAD_INDEX = True  # a line per user: a pass must not rank every waiting user afresh
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -50,9 +51,11 @@ class DrfPolicy(QueuedPolicy):
 
     def on_started(self, job: QueuedJob) -> None:
         self._add(job, +1)
+        self.priority_changed(job)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._add(job, -1)
+        self.priority_changed(job)
 
     def wait_reason(self, job: QueuedJob) -> str:
         return (

@@ -18,6 +18,10 @@ borrowing; a job larger than its VC's quota is rejected; LAS preempts only withi
 
 Cost: a new submission tries only that job, and only if it heads its group; a pass after
 resources free up visits each group's head once, so a 10,000-job queue is never rescanned.
+A policy with a line per user (DRF) sets ``HEAD_INDEX``: its heads then stay ranked between
+passes (``head_index.py``), so a pass costs its starts, not the number of waiting users.
+With backfill a pass still ranks every line's head (whether a job may jump the blocked head
+depends on the job, not only on its shape); it reuses the head's shadow while it holds.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from labhive.scheduler.backfill import may_jump
+from labhive.scheduler.backfill import may_jump_by, shadow
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.head_index import HeadIndex, Shape
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -119,6 +124,11 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
     SEARCHES_PER_PASS = 2
     #: Whether backfill is on when the ``backfill`` option is not given.
     BACKFILL = False
+    #: Keep the lines' heads ranked between passes (``HeadIndex``), when the policy does not
+    #: preempt and runs without backfill or per-VC quotas. Only for a policy whose ``admit``
+    #: always admits and whose ``group_priority`` changes only with what ``priority_changed``
+    #: reports: a pass then skips every head of a shape that did not fit.
+    HEAD_INDEX = False
 
     def __init__(
         self,
@@ -146,6 +156,10 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
+        self._runs = 0  # jobs started or stopped so far: the running set's version
+        self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
+        indexed = self.HEAD_INDEX and not (self.preemptive or self.backfill or per_vc)
+        self._index: HeadIndex | None = HeadIndex() if indexed else None
 
     # ---- what subclasses decide --------------------------------------------------------------
 
@@ -182,6 +196,12 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
 
     def on_started(self, job: QueuedJob) -> None:
         """Hook: ``job`` just started (at ``self._now``)."""
+
+    def priority_changed(self, job: QueuedJob) -> None:
+        """``group_priority`` of ``job``'s group may have changed (with ``HEAD_INDEX``: it is
+        re-ranked before the next pass)."""
+        if self._index is not None:
+            self._index.touch(self.group_key(job))
 
     def on_stopped(self, job: QueuedJob) -> None:
         """Hook: ``job`` stopped running (finished, preempted, requeued, or its node died)."""
@@ -355,12 +375,17 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         job.waiting_since = self._now
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
-        heapq.heappush(self._groups.setdefault(self.group_key(job), []), entry)
+        group = self.group_key(job)
+        heapq.heappush(self._groups.setdefault(group, []), entry)
+        if self._index is not None:
+            self._index.touch(group)  # it may head its line now
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
         self._waiting.pop(job.job_id, None)
         job.token += 1
+        if self._index is not None:
+            self._index.touch(self.group_key(job))  # it may have headed its line
 
     def requeue_waiting(self, job: QueuedJob) -> None:
         """Re-file a waiting job whose ``order_key`` changed (e.g. an LAS promotion)."""
@@ -381,6 +406,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
 
     def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
         self._dequeue(job)
+        self._runs += 1
         job.running = True
         job.opportunistic = opp
         job.started = self._now
@@ -395,6 +421,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         if release:
             self.pool.release(job.job_id)
         job.running = False
+        self._runs += 1
         job.token += 1
         job.attained += job.gpus * (self._now - job.started)
         self.vc_used[job.vc] -= job.gpus
@@ -424,6 +451,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         free = self.pool.free_gpus
         if not self.preemptive and free == 0:
             return  # nothing can start until something ends
+        if groups is None and self._index is not None:
+            self._indexed_pass(self._index, out)
+            return
         heads: list[tuple[Any, int, Hashable]] = []
         waiting, lines = self._waiting, self._groups
         for group in list(lines) if groups is None else groups:
@@ -447,6 +477,33 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             nxt = self._head(group)
             if nxt is not None:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
+        """The full pass above, with heads ranked by ``index``: the same starts in the same
+        order (a head whose shape failed, or needs more GPUs than are free, would fail when
+        reached, and so would every later head of that shape), skipping dead shapes whole."""
+        for group in list(index.dirty):
+            self._file_head(index, group)
+        dead: set[Shape] = set()
+        while self.pool.free_gpus > 0:
+            group = index.best(self.pool.free_gpus, dead)
+            if group is None:
+                return
+            head = self._head(group)
+            if head is None:
+                self._file_head(index, group)
+            elif self._try(head, out):
+                self._file_head(index, group)  # its next head, ranked by its new share
+            else:
+                dead.add(head.gang.shape)
+
+    def _file_head(self, index: HeadIndex, group: Hashable) -> None:
+        head = self._head(group)
+        if head is None:
+            index.file(group, None, 0, None, 0)
+        else:
+            key = self.group_priority(head)
+            index.file(group, head.gang.shape, head.gang.gpus, key, head.seq)
 
     def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
         allowed, opp = self.admit(job)
@@ -478,13 +535,22 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             return True
         if self.group_priority(job) < self.group_priority(head):
             return True  # ahead of the head in the policy's order: not a jump
-        placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # the running ones
-        running = [
-            (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None) for j in placed
-        ]
-        return may_jump(
-            self._now, job.gpus, job.spec.time_limit, head.gpus, self.pool.free_gpus, running
-        )
+        reserved = self._reserved(head)
+        return may_jump_by(self._now, job.gpus, job.spec.time_limit, head.gpus, reserved)
+
+    def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
+        """The blocked head's ``shadow``, kept while the running jobs and free GPUs stay (a
+        pass of DRF with backfill asks it for every user's line: each walk of the running jobs
+        cost as much as the rest of the pass)."""
+        key = (head.gpus, self.pool.free_gpus, self._runs)
+        if self._shadow is None or self._shadow[0] != key:
+            placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # running ones
+            running = [
+                (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None)
+                for j in placed
+            ]
+            self._shadow = (key, shadow(head.gpus, self.pool.free_gpus, running))
+        return self._shadow[1]
 
     def _over_quota(self, job: QueuedJob) -> int:
         """Per-VC mode: GPUs the VC must give back before the job may start (else 0)."""
@@ -570,6 +636,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         for vc in self.vc_gpus:
             self.vc_used.setdefault(vc, 0)
             self.vc_borrowed.setdefault(vc, 0)
+        if self._index is not None:
+            for group in self._groups:
+                self._index.touch(group)  # priorities may count the cluster's size
         for job in sorted((j for j in self._jobs.values() if j.running), key=lambda j: j.seq):
             held = old.placement(job.job_id)
             if not self.pool.claim(job.job_id, held, job.gang):

@@ -1,0 +1,208 @@
+"""Given random submissions by several users (some with time limits), finishes, cancels,
+requeues, node faults and instants with several events, expect DRF with its heads kept ranked
+between passes (``head_index.py``) to decide exactly what a naive DRF decides: one that, at
+every start of a pass, ranks every waiting user's first job afresh by the user's dominant
+share. A stale entry (a share, a head or a shape not re-filed) shows up as a different start
+or order. With backfill, the blocked head's shadow kept within a pass decides as one computed
+afresh for each line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_properties import PROPERTY_SETTINGS, clusters
+
+from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.jobs import parse_job
+from labhive.scheduler.model import (
+    Cancel,
+    Decision,
+    Event,
+    Finish,
+    NodeDown,
+    NodeUp,
+    Requeue,
+    SpecRejected,
+    Submit,
+    Tick,
+)
+from labhive.scheduler.policies.drf import DrfPolicy
+from labhive.scheduler.policies.queued import QueuedJob, from_config
+
+
+class NaiveDrf(DrfPolicy):
+    """DRF whose full pass rescans every waiting job for each start it makes."""
+
+    HEAD_INDEX = False
+
+    def _schedule(
+        self, out: list[Decision], only: QueuedJob | None = None, groups: Any = None
+    ) -> None:
+        if only is not None or groups is not None:
+            super()._schedule(out, only, groups)
+            return
+        self._no_room.clear()
+        self._blocked = None
+        passed: set[str] = set()  # users whose first job failed this pass
+        while self.pool.free_gpus > 0:
+            heads: dict[str, QueuedJob] = {}
+            for job in self._waiting.values():
+                first = heads.get(job.user)
+                if first is None or job.seq < first.seq:
+                    heads[job.user] = job
+            ready = [
+                (self.dominant_share(user), head.seq, head)
+                for user, head in heads.items()
+                if user not in passed and head.gpus <= self.pool.free_gpus
+            ]
+            if not ready:
+                return
+            head = min(ready, key=lambda r: (r[0], r[1]))[2]
+            if not self._try(head, out):
+                passed.add(head.user)
+
+
+def ops() -> Any:
+    submit = st.fixed_dictionaries(
+        {
+            "user": st.sampled_from(["ann", "bob", "cy", "dee", ""]),
+            "tasks": st.integers(1, 2),
+            "gpus": st.sampled_from([1, 1, 2, 4]),
+            "time_limit": st.sampled_from([None, 100, 300, 1000]),
+        }
+    ).map(lambda d: ("submit", {k: v for k, v in d.items() if v is not None}))
+    other = st.tuples(
+        st.sampled_from(["finish"] * 4 + ["cancel", "requeue", "node_down", "node_up"]),
+        st.integers(0, 1000),
+    )
+    step = st.tuples(st.one_of(submit, other), st.booleans())  # (op, same instant)
+    return st.lists(step, min_size=30, max_size=80)
+
+
+def batches(sched: Any, nodes: list[str], steps: list[Any]) -> Any:
+    """The steps as batches of events of one instant, each built when due."""
+    down: set[str] = set()
+    used: set[str | None]
+    now, batch, used = 0.0, [], set()  # a batch ends or cancels a job once
+    for i, ((kind, arg), same) in enumerate(steps):
+        if batch and not same:
+            yield batch
+            now, batch, used = now + 60.0, [], set()
+        event: Event | None = None
+        if kind == "submit":
+            spec = parse_job({"name": f"j{i}", "vc": "vc0", **arg})
+            try:
+                sched.check(spec)
+            except SpecRejected:
+                continue
+            event = Submit(f"j{i}", spec, now)
+        elif kind in ("finish", "cancel", "requeue"):
+            views = [v for v in sched.jobs() if (v.state == "WAITING") == (kind == "cancel")]
+            if views:
+                job_id = views[arg % len(views)].job_id
+                event = {"finish": Finish, "cancel": Cancel, "requeue": Requeue}[kind](job_id, now)
+        elif kind == "node_down":
+            down.add(node := nodes[arg % len(nodes)])
+            event = NodeDown(node, now, "fault")
+        elif down:
+            down.discard(node := sorted(down)[arg % len(down)])
+            event = NodeUp(node, now)
+        else:
+            event = Tick(now)
+        job_id = getattr(event, "job_id", None)
+        if event is not None and (job_id is None or job_id not in used):
+            batch.append(event)
+            used.add(job_id)
+    if batch:
+        yield batch
+
+
+class UncachedDrf(DrfPolicy):
+    """DRF whose backfill walks the running jobs for every jump it weighs."""
+
+    def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
+        self._shadow = None
+        return super()._reserved(head)
+
+
+def check_index(drf: DrfPolicy) -> None:
+    """Every line the index holds clean is filed as a rescan would rank it now."""
+    index = drf._index
+    assert index is not None
+    live = {
+        entry[3]: (entry[0], entry[1], shape)
+        for shape, (_, heap) in index._heaps.items()
+        for entry in heap
+        if index._version.get(entry[3]) == entry[2]
+    }
+    assert set(live) == set(index._version)
+    for group in set(drf._groups) | set(live):
+        if group in index.dirty:
+            continue
+        head = drf._head(group)
+        filed = None if head is None else (drf.group_priority(head), head.seq, head.gang.shape)
+        assert live.get(group) == filed, group
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data())
+def test_drf_with_its_head_index_decides_as_a_naive_rescan(data: Any) -> None:
+    config = load_cluster_config(data.draw(clusters()))
+    nodes = sorted({n.name for n in config.nodes()})
+    indexed = from_config(DrfPolicy, config, {})
+    naive = from_config(NaiveDrf, config, {})
+    assert indexed._index is not None and naive._index is None
+    for batch in batches(indexed, nodes, data.draw(ops())):
+        if len(batch) == 1:
+            assert indexed.handle(batch[0]) == naive.handle(batch[0]), batch
+        else:
+            assert indexed.handle_batch(batch) == naive.handle_batch(batch), batch
+        assert indexed.jobs() == naive.jobs()
+        check_index(indexed)
+
+
+def test_a_share_that_falls_reorders_the_users() -> None:
+    """Bob's first job ends, so his share falls below Ann's: his next job goes before hers,
+    though a pass had ranked him after her (the finish re-ranks his line)."""
+    node = {"childCellType": "GPU", "childCellNumber": 4, "isNodeLevel": True}
+    config = load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {"NODE": node},
+                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
+            },
+            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}},
+        }
+    )
+    drf = from_config(DrfPolicy, config, {})
+
+    def submit(job_id: str, user: str, gpus: int, now: float) -> list[Decision]:
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        return drf.handle(Submit(job_id, spec, now))
+
+    assert submit("a1", "ann", 1, 0)
+    assert submit("b1", "bob", 2, 1)
+    assert submit("c1", "cy", 1, 2)
+    assert not submit("a2", "ann", 2, 3)  # 0 free
+    assert not submit("b2", "bob", 2, 4)
+    assert not drf.handle(Finish("c1", 5))  # 1 free: ann (1/4) ranked before bob (2/4)
+    started = drf.handle(Finish("b1", 6))  # bob 0 GPUs now, ann 1: bob first
+    assert [d.job_id for d in started] == ["b2"]
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data())
+def test_backfill_keeps_the_shadow_only_while_it_holds(data: Any) -> None:
+    """DRF with backfill and time limits decides the same with the blocked head's shadow kept
+    between the lines a pass tries as when it is computed afresh for each."""
+    config = load_cluster_config(data.draw(clusters()))
+    nodes = sorted({n.name for n in config.nodes()})
+    cached = from_config(DrfPolicy, config, {"backfill": True})
+    fresh = from_config(UncachedDrf, config, {"backfill": True})
+    for batch in batches(cached, nodes, data.draw(ops())):
+        if len(batch) == 1:
+            assert cached.handle(batch[0]) == fresh.handle(batch[0]), batch
+        else:
+            assert cached.handle_batch(batch) == fresh.handle_batch(batch), batch
