@@ -142,6 +142,23 @@ class HivedBase:
             return
         self.tree.use(leaf, job.job_id, prio)
 
+    def _occupy_task(self, leaves: list[Cell], node: Cell, job: Job) -> None:
+        """``_occupy`` of each of a task's ``leaves`` (all on ``node``) in one step: when the
+        node lies in one of a VC's cells so do they all (a VC binds no cell inside another),
+        so the VC is looked up once and the counters of the node and above change once."""
+        owner = node.owner()
+        if owner is None or not leaves:  # parts of a node, or no VC's: leaf by leaf
+            for leaf in leaves:
+                self._occupy(leaf, job)
+            return
+        prio = job.prio
+        vc = self.vcs.by_name[owner.vc or ""]
+        for leaf in leaves:
+            vc.occupy(leaf.bad == 0, prio)
+        self.tree.use_run(leaves, node, job.job_id, prio)
+        if leaves[0].node_cell is not None and node.free == 0:
+            vc.open.get(node.chain, {}).pop(node, None)
+
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
         owner = leaf.owner()
         vc = None
@@ -167,10 +184,17 @@ class HivedBase:
         vc = self.vcs.by_name[owner.vc or ""]
         self._tick += len(run) - 1
         self._grew(vc, node)
+        prio = run[0].prio
+        same = True
         for leaf in run:
             vc.vacate(leaf.bad == 0, leaf.prio)
-            self._bump(vc, leaf.prio)
-            self.tree.release(leaf)
+            same = same and leaf.prio == prio
+        if same:  # the usual run: one job's GPUs at its one priority
+            self._bump(vc, prio, len(run))
+        else:
+            for leaf in run:
+                self._bump(vc, leaf.prio)
+        self.tree.release_run(run, node)
         touched.add(owner)
         vc.refresh_open(node)
         self._oppo_epoch += len(run) - 1
@@ -269,15 +293,16 @@ class HivedBase:
         vc.grown.pop(node, None)
         vc.grown[node] = self._tick
 
-    def _bump(self, vc: VC, freed: int | None = None) -> None:
+    def _bump(self, vc: VC, freed: int | None = None, times: int = 1) -> None:
         """The VC's capacity may have grown: for every job when ``freed`` is None, else only
-        for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
-        vc.version += 1
+        for jobs of priority <= ``freed`` (a job could already preempt lower ones); ``times``
+        such bumps at once (``freed`` GPUs of one priority)."""
+        vc.version += times
         if freed is None:
-            vc.epoch += 1
+            vc.epoch += times
             level = UNBOUNDED
         else:
-            vc.freed[freed] = vc.freed.get(freed, 0) + 1
+            vc.freed[freed] = vc.freed.get(freed, 0) + times
             level = freed
         if self._dirty_vcs.get(vc.name, NOT_DIRTY) < level:
             self._dirty_vcs[vc.name] = level

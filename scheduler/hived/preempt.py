@@ -50,9 +50,8 @@ class Preemption(HivedBase):
                 out.append(StopTasks(victim.job_id, stopped, reason, job.job_id))
             self._enqueue(victim)
         started = []
-        for task, _, leaves in plan.placed:
-            for leaf in leaves:
-                self._occupy(leaf, job)
+        for task, node, leaves in plan.placed:
+            self._occupy_task(leaves, node, job)
             placement = task_placement(task.role, task.index, leaves)
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
