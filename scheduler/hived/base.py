@@ -44,6 +44,8 @@ class HivedBase:
     _seq: int
     _queues: dict[str, VCQueue]
     _ready: set[JobClass]
+    # A new job (and its class key) that ``_schedule`` tries before it is queued (``_arrive``).
+    _arrived: tuple[Job, Hashable] | None
     _oppo_epoch: int
     _classes: dict[Hashable, JobClass]
     _oppo_classes: dict[Hashable, JobClass]
