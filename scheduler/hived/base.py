@@ -66,7 +66,7 @@ class HivedBase:
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
     #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[tuple[tuple[RoleSpec, ...], str], dict[str, list[TaskNeed]]]
+    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, list[TaskNeed]]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
@@ -91,11 +91,20 @@ class HivedBase:
 
     def _new_job(self, job_id: str, spec: JobSpec) -> Job:
         self._seq += 1
-        tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
+        roles = spec.roles
+        if len(roles) == 1:  # the usual job: one role, so one affinity group
+            role = roles[0]
+            tasks = [(role, i) for i in range(role.instances)]
+            job = Job(job_id, spec, self._seq, spec.priority, tasks)
+            job.pinned = role.pinned_cell or None
+            job.cpu_only = not self.config.skus and role.gpu == 0  # (``cpu_only``)
+            self._jobs[job_id] = job
+            return job
+        tasks = [(r, i) for r in roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
-        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
+        job.pinned = next((r.pinned_cell for r in roles if r.pinned_cell), None)
         job.cpu_only = cpu_only(self.config, spec)
-        job.grouped = spec.gang and len({r.affinity_group for r in spec.roles}) > 1
+        job.grouped = spec.gang and len({r.affinity_group for r in roles}) > 1
         self._jobs[job_id] = job
         return job
 
@@ -333,9 +342,15 @@ def _gpu(leaf: Cell) -> int:
 
 def task_placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
     """Where a task runs, GPUs in index order, with their leaf ids."""
-    if len(leaves) == 1:  # the simulator's one-GPU tasks: no sorting, no generators
+    if len(leaves) == 1:  # the simulator's one-GPU tasks: made once per leaf, role and index
         leaf = leaves[0]
-        return TaskPlacement(role, index, leaf.node or "", (leaf.gpu or 0,), (leaf.leaf_id,))
+        placement = leaf.placements.get((role, index))
+        if placement is None:
+            placement = TaskPlacement(
+                role, index, leaf.node or "", (leaf.gpu or 0,), (leaf.leaf_id,)
+            )
+            leaf.placements[(role, index)] = placement
+        return placement
     ordered = sorted(leaves, key=_gpu)
     node = ordered[0].node if ordered else ""
     return TaskPlacement(

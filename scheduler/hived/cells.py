@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from labhive.scheduler.buddy import first_short_level
 from labhive.scheduler.config import ClusterConfig, PhysicalCell, chain_levels
+from labhive.scheduler.model import TaskPlacement
 
 FREE = None
 
@@ -44,6 +45,7 @@ class Cell:
         "parent",
         "pinned",
         "pinned_id",
+        "placements",
         "prio",
         "prio_count",
         "type",
@@ -78,6 +80,9 @@ class Cell:
         self._leaf_list: list[Cell] | None = None
         self._at_level: dict[int, list[Cell]] = {}
         self._node_list: list[Cell] | None = None
+        # Leaves only: (role, index) -> the TaskPlacement of a one-GPU task here, made once
+        # (``base.task_placement``; what it holds never changes: a new config, a new tree).
+        self.placements: dict[tuple[str, int], TaskPlacement] = {}
 
     def __repr__(self) -> str:
         return f"Cell({self.leaf_id or self.id})"
