@@ -67,7 +67,7 @@ class HivedBase:
     _chains_cache: dict[Hashable, list[str]]
     #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
     _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, list[TaskNeed]]]]
-    _checked: dict[Hashable, str | None]
+    _checked: dict[Hashable, tuple[tuple[RoleSpec, ...], str | None]]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
 
@@ -154,7 +154,7 @@ class HivedBase:
         self.tree.use(leaf, job.job_id, prio)
 
     def _occupy_task(self, leaves: list[Cell], node: Cell, job: Job) -> None:
-        """``_occupy`` of each of a task's ``leaves`` (all on ``node``) in one step: when the
+        """``_occupy`` of each of the ``leaves`` of a job's tasks on ``node`` in one step: when the
         node lies in one of a VC's cells so do they all (a VC binds no cell inside another),
         so the VC is looked up once and the counters of the node and above change once."""
         owner = node.owner()

@@ -143,7 +143,7 @@ class Queueing(Sizing):
         if cls.signature is None:
             cls.signature = self._signature(job)
         self._try(job, out, self._since(cls), cls)
-        if not job.waiting_tasks:
+        if job.all_placed:
             return
         self._wait_blocked(job, cls)
         self._block(cls)
@@ -325,7 +325,7 @@ class Queueing(Sizing):
                 continue
             before = len(job.placed)
             self._try(job, out, self._since(cls), cls)
-            if not job.waiting_tasks:
+            if job.all_placed:
                 self._dequeue(job)
                 if cls.entries:  # its next job may start too (an empty class is not tried)
                     self._ready.add(cls)
