@@ -66,8 +66,8 @@ class HivedBase:
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
     #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, list[TaskNeed]]]]
-    _checked: dict[Hashable, tuple[tuple[RoleSpec, ...], str | None]]
+    _needs_cache: dict[tuple[tuple[RoleSpec, ...], str], dict[str, list[TaskNeed]]]
+    _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
 

@@ -14,7 +14,6 @@ mixin per concern over the shared state of ``base`` (``queueing``, ``attempt``, 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from labhive.scheduler.config import ClusterConfig
@@ -25,7 +24,6 @@ from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.preempt import Preemption
 from labhive.scheduler.hived.queueing import Queueing
-from labhive.scheduler.hived.sizing import NEEDS_CACHE
 from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
@@ -77,23 +75,15 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         """Refuse a job that can never run here, saying what would fit."""
         if spec is self._passed:
             return  # drivers check a spec, then submit it: the second check is free
-        roles = spec.roles
-        # A one-role job's role by its id, as ``sizing._whole_needs`` keys it (the answer holds
-        # the roles, so no other object can have that id while it is cached; bounded, as
-        # roles built per job would each add one).
-        who: Hashable = id(roles[0]) if len(roles) == 1 else roles
-        key = (spec.vc, spec.priority, spec.gang, who)
-        hit = self._checked.get(key)
-        message = _UNCHECKED if hit is None else hit[1]
+        key = (spec.vc, spec.priority, spec.gang, spec.roles)
+        message = self._checked.get(key, _UNCHECKED)
         if message is _UNCHECKED:
             try:
                 reject_if_never_runs(self.admission, spec)
                 message = None
             except SpecRejected as err:
                 message = str(err)
-            if len(self._checked) >= NEEDS_CACHE:
-                self._checked.clear()
-            self._checked[key] = (roles, message)
+            self._checked[key] = message
         if message is not None:
             raise SpecRejected(message)
         # Specs are frozen, so the same object passes again until the cluster changes

@@ -7,7 +7,7 @@ attempt, so the answers are cached on the scheduler until the config changes (``
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.job import Job, leaves_needed
@@ -89,18 +89,13 @@ class Sizing(HivedBase):
         """A whole job's task needs per chain, shared by every job with the same roles in the
         same VC (they depend on nothing else until the cluster changes); a trace's jobs come
         in a few hundred sizes, and sizing each job afresh was a few percent of a HiveD run."""
-        roles = job.spec.roles
-        # One role (the simulator shares one per job size): keyed by the role's id, not its
-        # dataclass hash (every field, on every job); the entry holds the roles, so no other
-        # object can have that id while it is cached.
-        key: Hashable = (id(roles[0]), job.vc) if len(roles) == 1 else (roles, job.vc)
-        hit = self._needs_cache.get(key)
-        needs = None if hit is None else hit[1]
+        key = (job.spec.roles, job.vc)
+        needs = self._needs_cache.get(key)
         if needs is None or not covers(needs, chains):
             if len(self._needs_cache) >= NEEDS_CACHE:
                 self._needs_cache.clear()
             needs = {chain: self._needs(job.tasks, chain, job.vc) for chain in chains}
-            self._needs_cache[key] = (roles, needs)
+            self._needs_cache[key] = needs
         return needs
 
     def _needs(
