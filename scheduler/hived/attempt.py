@@ -22,7 +22,7 @@ from labhive.scheduler.hived.placement import (
     victim_threshold,
 )
 from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.hived.sizing import pin_of
+from labhive.scheduler.hived.sizing import covers, pin_of
 from labhive.scheduler.hived.vc import VC
 from labhive.scheduler.jobs import RoleSpec
 from labhive.scheduler.model import Decision
@@ -38,7 +38,7 @@ class SlotShape:
     priority: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Search:
     """What one attempt searches for: a unit of a guaranteed job (the whole job, a task of an
     incremental one, or an affinity group), its VC, the chains it may run in and the unit's
@@ -77,7 +77,7 @@ class Attempt(Failures):
         chains = self._chains(job, [r for r, _ in unit])
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
         needs = job.needs if whole_job else None
-        if needs is None or any(c not in needs for c in chains):
+        if needs is None or not covers(needs, chains):
             needs = self._whole_needs(job, chains) if whole_job else None
             if needs is None:
                 needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
@@ -179,7 +179,12 @@ class Attempt(Failures):
 
     def _search(self, s: Search, since: tuple[int, bool] | None) -> Plan | None:
         job, vc, chains, needs, unit = s.job, s.vc, s.chains, s.needs, s.unit
-        least = min(sum(t.leaves for t in n) for n in needs.values())
+        least = UNBOUNDED  # the fewest GPUs the unit takes in any chain
+        for tasks in needs.values():
+            total = 0
+            for task in tasks:
+                total += task.leaves
+            least = min(least, total)
         room = vc.free_in + vc.unbound_leaves
         lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
         # Free GPUs first (binding more of the VC's cells if need be); only then one search

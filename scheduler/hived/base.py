@@ -44,6 +44,8 @@ class HivedBase:
     _seq: int
     _queues: dict[str, VCQueue]
     _ready: set[JobClass]
+    # A new job (and its class key) that ``_schedule`` tries before it is queued (``_arrive``).
+    _arrived: tuple[Job, Hashable] | None
     _oppo_epoch: int
     _classes: dict[Hashable, JobClass]
     _oppo_classes: dict[Hashable, JobClass]
@@ -89,11 +91,20 @@ class HivedBase:
 
     def _new_job(self, job_id: str, spec: JobSpec) -> Job:
         self._seq += 1
-        tasks = [(r, i) for r in spec.roles for i in range(r.instances)]
+        roles = spec.roles
+        if len(roles) == 1:  # the usual job: one role, so one affinity group
+            role = roles[0]
+            tasks = [(role, i) for i in range(role.instances)]
+            job = Job(job_id, spec, self._seq, spec.priority, tasks)
+            job.pinned = role.pinned_cell or None
+            job.cpu_only = not self.config.skus and role.gpu == 0  # (``cpu_only``)
+            self._jobs[job_id] = job
+            return job
+        tasks = [(r, i) for r in roles for i in range(r.instances)]
         job = Job(job_id, spec, self._seq, spec.priority, tasks)
-        job.pinned = next((r.pinned_cell for r in spec.roles if r.pinned_cell), None)
+        job.pinned = next((r.pinned_cell for r in roles if r.pinned_cell), None)
         job.cpu_only = cpu_only(self.config, spec)
-        job.grouped = spec.gang and len({r.affinity_group for r in spec.roles}) > 1
+        job.grouped = spec.gang and len({r.affinity_group for r in roles}) > 1
         self._jobs[job_id] = job
         return job
 
@@ -142,6 +153,23 @@ class HivedBase:
             return
         self.tree.use(leaf, job.job_id, prio)
 
+    def _occupy_task(self, leaves: list[Cell], node: Cell, job: Job) -> None:
+        """``_occupy`` of each of the ``leaves`` of a job's tasks on ``node`` in one step: when the
+        node lies in one of a VC's cells so do they all (a VC binds no cell inside another),
+        so the VC is looked up once and the counters of the node and above change once."""
+        owner = node.owner()
+        if owner is None or not leaves:  # parts of a node, or no VC's: leaf by leaf
+            for leaf in leaves:
+                self._occupy(leaf, job)
+            return
+        prio = job.prio
+        vc = self.vcs.by_name[owner.vc or ""]
+        for leaf in leaves:
+            vc.occupy(leaf.bad == 0, prio)
+        self.tree.use_run(leaves, node, job.job_id, prio)
+        if leaves[0].node_cell is not None and node.free == 0:
+            vc.open.get(node.chain, {}).pop(node, None)
+
     def _vacate(self, leaf: Cell, touched: set[Cell]) -> None:
         owner = leaf.owner()
         vc = None
@@ -167,10 +195,17 @@ class HivedBase:
         vc = self.vcs.by_name[owner.vc or ""]
         self._tick += len(run) - 1
         self._grew(vc, node)
+        prio = run[0].prio
+        same = True
         for leaf in run:
             vc.vacate(leaf.bad == 0, leaf.prio)
-            self._bump(vc, leaf.prio)
-            self.tree.release(leaf)
+            same = same and leaf.prio == prio
+        if same:  # the usual run: one job's GPUs at its one priority
+            self._bump(vc, prio, len(run))
+        else:
+            for leaf in run:
+                self._bump(vc, leaf.prio)
+        self.tree.release_run(run, node)
         touched.add(owner)
         vc.refresh_open(node)
         self._oppo_epoch += len(run) - 1
@@ -269,15 +304,16 @@ class HivedBase:
         vc.grown.pop(node, None)
         vc.grown[node] = self._tick
 
-    def _bump(self, vc: VC, freed: int | None = None) -> None:
+    def _bump(self, vc: VC, freed: int | None = None, times: int = 1) -> None:
         """The VC's capacity may have grown: for every job when ``freed`` is None, else only
-        for jobs of priority <= ``freed`` (a job could already preempt lower ones)."""
-        vc.version += 1
+        for jobs of priority <= ``freed`` (a job could already preempt lower ones); ``times``
+        such bumps at once (``freed`` GPUs of one priority)."""
+        vc.version += times
         if freed is None:
-            vc.epoch += 1
+            vc.epoch += times
             level = UNBOUNDED
         else:
-            vc.freed[freed] = vc.freed.get(freed, 0) + 1
+            vc.freed[freed] = vc.freed.get(freed, 0) + times
             level = freed
         if self._dirty_vcs.get(vc.name, NOT_DIRTY) < level:
             self._dirty_vcs[vc.name] = level
@@ -306,9 +342,15 @@ def _gpu(leaf: Cell) -> int:
 
 def task_placement(role: str, index: int, leaves: list[Cell]) -> TaskPlacement:
     """Where a task runs, GPUs in index order, with their leaf ids."""
-    if len(leaves) == 1:  # the simulator's one-GPU tasks: no sorting, no generators
+    if len(leaves) == 1:  # the simulator's one-GPU tasks: made once per leaf, role and index
         leaf = leaves[0]
-        return TaskPlacement(role, index, leaf.node or "", (leaf.gpu or 0,), (leaf.leaf_id,))
+        placement = leaf.placements.get((role, index))
+        if placement is None:
+            placement = TaskPlacement(
+                role, index, leaf.node or "", (leaf.gpu or 0,), (leaf.leaf_id,)
+            )
+            leaf.placements[(role, index)] = placement
+        return placement
     ordered = sorted(leaves, key=_gpu)
     node = ordered[0].node if ordered else ""
     return TaskPlacement(

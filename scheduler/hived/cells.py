@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from labhive.scheduler.buddy import first_short_level
 from labhive.scheduler.config import ClusterConfig, PhysicalCell, chain_levels
+from labhive.scheduler.model import TaskPlacement
 
 FREE = None
 
@@ -44,6 +45,7 @@ class Cell:
         "parent",
         "pinned",
         "pinned_id",
+        "placements",
         "prio",
         "prio_count",
         "type",
@@ -78,6 +80,9 @@ class Cell:
         self._leaf_list: list[Cell] | None = None
         self._at_level: dict[int, list[Cell]] = {}
         self._node_list: list[Cell] | None = None
+        # Leaves only: (role, index) -> the TaskPlacement of a one-GPU task here, made once
+        # (``base.task_placement``; what it holds never changes: a new config, a new tree).
+        self.placements: dict[tuple[str, int], TaskPlacement] = {}
 
     def __repr__(self) -> str:
         return f"Cell({self.leaf_id or self.id})"
@@ -270,6 +275,77 @@ class CellTree:
                 if cell.free > 0:
                     self.open[cell.chain][cell] = None
             cell = cell.parent
+
+    def use_run(self, leaves: list[Cell], node: Cell, job_id: str, prio: int) -> None:
+        """``use`` of each of ``leaves`` (distinct leaves of ``node``, or ``node`` itself),
+        with the counters of ``node`` and its ancestors changed once for all: a task's GPUs
+        taken in one step, not one walk to the root per GPU."""
+        guaranteed = prio >= 0
+        healthy = 0
+        for leaf in leaves:
+            leaf.job, leaf.prio = job_id, prio
+            ok = leaf.bad == 0
+            healthy += ok
+            cell = leaf
+            while cell is not node:  # the cells between a GPU and its node
+                if ok:
+                    cell.free -= 1
+                if guaranteed:
+                    cell.guaranteed += 1
+                else:
+                    cell.oppo += 1
+                cell = cell.parent  # type: ignore[assignment]
+        n = len(leaves)
+        self.moves += n
+        if not guaranteed:
+            self.oppo_total += n
+        self.free_total -= healthy
+        node.prio_count[prio] = node.prio_count.get(prio, 0) + n
+        up: Cell | None = node
+        while up is not None:
+            up.free -= healthy
+            if guaranteed:
+                up.guaranteed += n
+            else:
+                up.oppo += n
+            up = up.parent
+        if node.free == 0:
+            self.open[node.chain].pop(node, None)
+
+    def release_run(self, leaves: list[Cell], node: Cell) -> None:
+        """``release`` of each of ``leaves`` (distinct busy leaves of ``node``, or ``node``
+        itself), with the counters of ``node`` and its ancestors changed once for all."""
+        healthy = guaranteed = 0
+        counts = node.prio_count
+        for leaf in leaves:
+            ok = leaf.bad == 0
+            mine = leaf.prio >= 0
+            healthy += ok
+            guaranteed += mine
+            counts[leaf.prio] -= 1
+            leaf.job = None
+            cell = leaf
+            while cell is not node:
+                if ok:
+                    cell.free += 1
+                if mine:
+                    cell.guaranteed -= 1
+                else:
+                    cell.oppo -= 1
+                cell = cell.parent  # type: ignore[assignment]
+        n = len(leaves)
+        oppo = n - guaranteed
+        self.moves += n
+        self.oppo_total -= oppo
+        self.free_total += healthy
+        up: Cell | None = node
+        while up is not None:
+            up.free += healthy
+            up.guaranteed -= guaranteed
+            up.oppo -= oppo
+            up = up.parent
+        if node.free > 0:
+            self.open[node.chain][node] = None
 
     def set_health(self, node: Cell, healthy: bool) -> None:
         self.moves += 1

@@ -56,6 +56,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         self._seq = 0
         self._queues = {}
         self._ready = set()
+        self._arrived = None
         self._oppo_epoch = 0
         self._classes = {}
         self._oppo_classes = {}
@@ -109,8 +110,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
             raise ValueError(f"job {job_id} was submitted twice")
         if not admitted:
             self.check(spec)
-        job = self._new_job(job_id, spec)
-        self._enqueue(job)
+        self._arrive(self._new_job(job_id, spec))
 
     def _remove(self, job_id: str) -> None:
         job = self._jobs.pop(job_id, None)

@@ -48,6 +48,12 @@ class Job:
         return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
 
     @property
+    def all_placed(self) -> bool:
+        """No task waits (``not waiting_tasks``, without building the list: a placed task's
+        key is its role's name and index, and every task has its own)."""
+        return len(self.placed) >= len(self.tasks)
+
+    @property
     def opportunistic(self) -> bool:
         return self.prio == OPPORTUNISTIC
 

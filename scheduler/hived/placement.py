@@ -44,6 +44,7 @@ class Plan:
     taken: set[int] = field(default_factory=set)  # id() of leaves chosen
     free_taken: dict[Cell, int] = field(default_factory=dict)  # node -> free leaves chosen
     taken_on: dict[Cell, int] = field(default_factory=dict)  # node -> leaves chosen
+    busy: int = 0  # leaves chosen that a job uses (none: the plan has no victims)
 
     def add(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
         self.placed.append((task, node, leaves))
@@ -54,8 +55,11 @@ class Plan:
                 free += 1
         self.free_taken[node] = self.free_taken.get(node, 0) + free
         self.taken_on[node] = self.taken_on.get(node, 0) + len(leaves)
+        self.busy += len(leaves) - free
 
     def victims(self) -> set[str]:
+        if not self.busy:
+            return set()
         return {leaf.job for _, _, leaves in self.placed for leaf in leaves if leaf.job}
 
 

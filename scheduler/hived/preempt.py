@@ -50,12 +50,19 @@ class Preemption(HivedBase):
                 out.append(StopTasks(victim.job_id, stopped, reason, job.job_id))
             self._enqueue(victim)
         started = []
-        for task, _, leaves in plan.placed:
-            for leaf in leaves:
-                self._occupy(leaf, job)
+        run: list[Cell] = []  # the leaves of consecutive tasks on one node: taken in one step
+        run_node = None
+        for task, node, leaves in plan.placed:
+            if node is not run_node:
+                if run_node is not None:
+                    self._occupy_task(run, run_node, job)
+                run, run_node = [], node
+            run += leaves
             placement = task_placement(task.role, task.index, leaves)
             job.placed[(task.role, task.index)] = (placement, leaves)
             started.append(placement)
+        if run_node is not None:
+            self._occupy_task(run, run_node, job)
         out.append(Start(job.job_id, tuple(started), job.opportunistic))
         self._settle(touched)
         return True

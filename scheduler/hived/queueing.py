@@ -63,18 +63,9 @@ class Queueing(Sizing):
                 bisect.insort(self._cpu_waiting, entry)
             return
         self._dequeue(job, keep_order=True)
-        queue = self._queues.get(job.vc)
-        if queue is None:  # (``setdefault`` would build a queue every time)
-            queue = self._queues[job.vc] = VCQueue()
+        queue = self._queue_of(job)
         key = self._class_key(job)
-        cls = self._classes.get(key)
-        if cls is None:
-            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
-            cls.need = self._class_need(job)
-            cls.task_need = self._task_need(job)
-            cls.vc_ref = self.vcs.by_name.get(job.vc)
-            if job.spec.opportunistic:
-                self._oppo_classes[key] = cls
+        cls = self._class_of(job, key)
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
         cls.add(job.seq, job.job_id)
@@ -87,6 +78,83 @@ class Queueing(Sizing):
         if not job.in_order:
             queue.add(job.spec.priority, job.seq, job.job_id)
             job.in_order = True
+
+    def _queue_of(self, job: Job) -> VCQueue:
+        queue = self._queues.get(job.vc)
+        if queue is None:  # (``setdefault`` would build a queue every time)
+            queue = self._queues[job.vc] = VCQueue()
+        return queue
+
+    def _class_of(self, job: Job, key: Hashable) -> JobClass:
+        """The job's class (``key``), made on first use."""
+        cls = self._classes.get(key)
+        if cls is None:
+            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls.need = self._class_need(job)
+            cls.task_need = self._task_need(job)
+            cls.vc_ref = self.vcs.by_name.get(job.vc)
+            if job.spec.opportunistic:
+                self._oppo_classes[key] = cls
+        return cls
+
+    def _arrive(self, job: Job) -> None:
+        """A new job: it waits in its queue, unless a pass would try it first and alone (no
+        other class is ready, nothing was freed, none of its class waits ahead of it); then
+        ``_schedule`` tries it straight away (``_start_arrived``) and queues it only if it
+        did not start, sparing the queue's bookkeeping the usual job of an idle cluster."""
+        if (
+            job.spec.gang
+            and not job.grouped
+            and not job.cpu_only
+            and not self._ready
+            and not self._dirty_vcs
+            and not self._dirty_oppo
+        ):
+            key = self._class_key(job)
+            cls = self._classes.get(key)
+            if cls is None or not cls.entries:
+                self._arrived = (job, key)
+                return
+        self._enqueue(job)
+
+    def _start_arrived(
+        self, job: Job, key: Hashable, failed: dict[Hashable, list[JobSize]], out: list[Decision]
+    ) -> None:
+        """What a pass does with the one class ``_arrive`` left it (``_collect_ready``'s
+        checks, then ``_schedule``'s), the job queued first only where it would stay queued:
+        the state after is the same as had it been queued and then started."""
+        self._queue_of(job)
+        cls = self._class_of(job, key)
+        stamp = self._stamp(cls)
+        if cls.blocked_at is not None and cls.blocked_at == stamp:
+            self._wait_blocked(job, cls)
+            return
+        if cls.priority < 0:
+            room = self.tree.free_total if self._node_with(cls.task_need) else NO_ROOM
+        elif cls.vc_ref is None:
+            room = NO_ROOM
+        else:
+            room = self._room(cls.vc_ref, cls.priority)
+        if room < cls.need:
+            self._wait_blocked(job, cls)
+            self._block(cls, stamp)
+            return
+        # ``_may_fit`` would ask the same bound again of the same cells: it holds.
+        if cls.signature is None:
+            cls.signature = self._signature(job)
+        self._try(job, out, self._since(cls), cls)
+        if job.all_placed:
+            return
+        self._wait_blocked(job, cls)
+        self._block(cls)
+        if cls.signature.group is not None:
+            failed.setdefault(cls.signature.group, []).append(cls.signature.size)
+
+    def _wait_blocked(self, job: Job, cls: JobClass) -> None:
+        """Queue a job whose class is not tried again in this pass (as ``_collect_ready``
+        or a failed attempt leaves it: out of the ready set)."""
+        self._enqueue(job)
+        self._ready.discard(cls)
 
     def _class_need(self, job: Job) -> int:
         """The fewest GPUs a job of this class can start with (its next task if incremental)."""
@@ -229,6 +297,9 @@ class Queueing(Sizing):
         heap: list[tuple[int, int, int, JobClass]] = []
         failed: dict[Hashable, list[JobSize]] = {}
         tie = 0
+        if self._arrived is not None:
+            (job, key), self._arrived = self._arrived, None
+            self._start_arrived(job, key, failed, out)
         while True:
             ready = (
                 self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
@@ -254,7 +325,7 @@ class Queueing(Sizing):
                 continue
             before = len(job.placed)
             self._try(job, out, self._since(cls), cls)
-            if not job.waiting_tasks:
+            if job.all_placed:
                 self._dequeue(job)
                 if cls.entries:  # its next job may start too (an empty class is not tried)
                     self._ready.add(cls)
