@@ -336,8 +336,9 @@ def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float
 def tasks_downgraded(
     conn: Connection, job: Mapping[str, Any], keys: Sequence[tuple[str, int]], by: str
 ) -> None:
-    """Some running tasks of the job now run opportunistic (lazy preemption by job ``by``):
-    recorded on their rows, so a restart adopts them so."""
+    """Some tasks of the job now run opportunistic (lazy preemption by job ``by``): recorded
+    on their rows, so a restart adopts them so. Ended ones too: the policy holds an ended
+    task's cells until its job ends, outside its VC's cells once downgraded."""
     for role, idx in keys:
         conn.execute(
             update(tasks)
@@ -346,7 +347,7 @@ def tasks_downgraded(
                 tasks.c.attempt == job["attempt"],
                 tasks.c.role == role,
                 tasks.c.idx == idx,
-                tasks.c.state == RUNNING,
+                tasks.c.state != STOPPED,
             )
             .values(downgraded_by=by)
         )

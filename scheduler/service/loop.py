@@ -74,6 +74,8 @@ from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 from labhive.scheduler.time_limits import deadline, limit_reached
 
 log = logging.getLogger("labhive.service.loop")
+#: Every event the policy is given and what it decided, at DEBUG (``--log-level debug``).
+decisions_log = logging.getLogger("labhive.service.decisions")
 E = TypeVar("E", bound=ServiceEvent)
 T = TypeVar("T")
 
@@ -146,6 +148,7 @@ class _Pass:
     tasks_stopped: list[PartDrain] = field(default_factory=list)  # some tasks are gone
     handles: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (task id, info)
     held_whys: list[tuple[int, str]] = field(default_factory=list)  # starts held back: why
+    released: list[Start[int]] = field(default_factory=list)  # held starts now recorded
 
 
 class SchedulerLoop:
@@ -466,9 +469,9 @@ class SchedulerLoop:
             downgraded = []  # tasks running opportunistic on their own (lazy preemption)
             # The whole attempt goes back to the policy, ended tasks included (a gang is placed
             # whole); only the tasks still running go back to the executor.
-            for task in by_job.get(job["id"], []):
+            for task in _latest_generations(by_job.get(job["id"], [])):
                 at = (task["role"], task["idx"])
-                run.generations[at] = max(run.generations.get(at, 0), task["generation"])
+                run.generations[at] = task["generation"]
                 if task["state"] == lc.STOPPED:
                     continue  # stopped alone: the policy places it again
                 key = task_key(
@@ -479,10 +482,10 @@ class SchedulerLoop:
                     handle = TaskHandle(key, task["handle"] or {})
                     run.handles[key] = handle
                     handles.append(handle)
-                    if task["downgraded_by"]:
-                        downgraded.append((task["role"], task["idx"], task["downgraded_by"]))
                 else:
                     run.codes[(task["role"], task["idx"])] = task["exit_code"]
+                if task["downgraded_by"]:  # ended too: its cells lie outside its VC's all the same
+                    downgraded.append((task["role"], task["idx"], task["downgraded_by"]))
                 placements.append(
                     TaskPlacement(
                         task["role"],
@@ -616,7 +619,8 @@ class SchedulerLoop:
             self.last_pass = t
             return False
         decisions = self._decide(events_in, work)
-        work.decisions = list(self._reserved.release())  # held starts whose GPUs are free now
+        work.released = self._reserved.release()  # held starts whose GPUs are free now
+        work.decisions = list(work.released)
         self._apply(decisions, work, t)
         self._commit(work, t)
         self._inflight_exits = []
@@ -781,15 +785,21 @@ class SchedulerLoop:
                 if isinstance(ev, Finish) and ev.job_id in displaced:
                     ev = Cancel(ev.job_id, ev.time)  # done after all: leave the queue
                 if isinstance(ev, Requeue | Finish | Cancel):
-                    # A start this batch decided for the attempt now ending (an incremental
-                    # job's next task, placed on another event's freed GPUs) never happens:
-                    # the policy frees its cells with the attempt, and may place the job anew.
+                    # A start decided for the attempt now ending (an incremental job's next
+                    # task, placed on another event's freed GPUs) never happens, whether this
+                    # batch decided it or an earlier one held it back for draining GPUs: the
+                    # policy frees its cells with the attempt, and may place the job anew.
+                    # (A held one left behind was recorded onto the next attempt beside the
+                    # policy's new placement: a GPU taken twice, found with per-task stops.)
                     decisions = [
                         d for d in decisions if not (isinstance(d, Start) and d.job_id == ev.job_id)
                     ]
+                    self._reserved.drop(ev.job_id)
                 began = time.perf_counter()
                 try:
                     out = self.policy.handle(ev)
+                    if decisions_log.isEnabledFor(logging.DEBUG):  # --log-level debug
+                        decisions_log.debug("%r -> %r", ev, out)
                     if self.on_decision is not None:
                         self.on_decision(time.perf_counter() - began)
                     decisions.extend(out)
@@ -1009,7 +1019,8 @@ class SchedulerLoop:
                 if job is None:
                     continue
                 if isinstance(d, Start) and job["state"] in lc.ACTIVE:
-                    if self._record_start_alone(conn, job, d, t):
+                    held = any(d is x for x in work.released)
+                    if self._record_start_alone(conn, job, d, t, held):
                         pending.setdefault(job["id"], []).append(d)
                     else:
                         stale.append(job["id"])  # FAILED in the store: free its cells
@@ -1042,7 +1053,9 @@ class SchedulerLoop:
             self._pending_events.extend(Cancel(job_id, t) for job_id in stale)
             self._wake.set()
 
-    def _record_start_alone(self, conn: Any, job: dict[str, Any], d: Start[int], t: float) -> bool:
+    def _record_start_alone(
+        self, conn: Any, job: dict[str, Any], d: Start[int], t: float, held: bool = False
+    ) -> bool:
         """Record one start in its own savepoint: a job whose start the store cannot hold (a
         role name it cannot encode or that is too long, stored before intake refused such
         names) fails alone, with a reason, instead of failing the pass for every job. A
@@ -1050,6 +1063,8 @@ class SchedulerLoop:
         try:
             with conn.begin_nested():
                 self._record_start(conn, job, d, t)
+                if held:
+                    self._record_downgrades(conn, job, d)
             return True
         except Exception as err:
             if transient(err):
@@ -1082,6 +1097,17 @@ class SchedulerLoop:
         for p, key, task_id in zip(d.tasks, keys, ids, strict=True):
             run.task_ids[key] = task_id
             run.gpus.update((p.node, g) for g in p.gpus)
+
+    def _record_downgrades(self, conn: Any, job: dict[str, Any], d: Start[int]) -> None:
+        """A start held back for draining GPUs is recorded passes after the policy decided it:
+        a task of it the policy downgraded meanwhile is marked now (its Downgrade, recorded
+        then, found no row), so a restart adopts it outside its VC's cells."""
+        with self._sched_lock:
+            view = self.policy.job(job["id"])
+        placed = {(p.role, p.index) for p in d.tasks}
+        by_task = {(r, i): by for r, i, by in (view.downgraded if view else ()) if (r, i) in placed}
+        for by in set(by_task.values()):
+            lc.tasks_downgraded(conn, job, [at for at, b in by_task.items() if b == by], by)
 
     def _record_whys(self, conn: Any, job_ids: list[int]) -> None:
         """The why-text of freshly queued jobs goes on the job and on its 'submitted' event."""
@@ -1197,6 +1223,18 @@ def transient(err: BaseException) -> bool:
 
 def _why_down(by: str, reason: str) -> str:
     return f"taken down by {by}" + (f": {reason}" if reason else "")
+
+
+def _latest_generations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each task of an attempt as its latest generation (in the rows' order). An earlier one
+    is over: stopped alone, or ended by itself just before the policy stopped it and placed
+    it again (the policy does not learn of single task exits), so it holds nothing now."""
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        at = (row["role"], row["idx"])
+        if at not in latest or row["generation"] > latest[at]["generation"]:
+            latest[at] = row
+    return [row for row in rows if latest[(row["role"], row["idx"])] is row]
 
 
 def _drain(queue: deque[T]) -> list[T]:
