@@ -56,6 +56,7 @@ from labhive.scheduler.model import (
     StopTasks,
     Submit,
     TaskPlacement,
+    TasksEnded,
     Tick,
 )
 from labhive.scheduler.observe.tally import failure_reason
@@ -197,6 +198,7 @@ class SchedulerLoop:
         self._inflight_exits: list[TaskExit] = []
         self._specs: dict[int, JobSpec] = {}
         self._running: dict[int, _Running] = {}
+        self._recheck: set[int] = set()  # re-adopted attempts already decided: settle them
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -446,6 +448,7 @@ class SchedulerLoop:
             self.policy = PolicyPort(self.new_policy())
         self._specs.clear()
         self._running.clear()
+        self._recheck.clear()
         self._reserved.clear()
         adopts: list[ServiceEvent] = []
         submits: list[ServiceEvent] = []
@@ -464,51 +467,14 @@ class SchedulerLoop:
             if job["state"] == lc.WAITING:
                 submits.append(Submit(job["id"], spec, t))
                 continue
-            run = _Running(job["attempt"])
-            placements = []
-            downgraded = []  # tasks running opportunistic on their own (lazy preemption)
-            # The whole attempt goes back to the policy, ended tasks included (a gang is placed
-            # whole); only the tasks still running go back to the executor.
-            for task in _latest_generations(by_job.get(job["id"], [])):
-                at = (task["role"], task["idx"])
-                run.generations[at] = task["generation"]
-                if task["state"] == lc.STOPPED:
-                    continue  # stopped alone: the policy places it again
-                key = task_key(
-                    job["id"], task["attempt"], task["role"], task["idx"], task["generation"]
-                )
-                run.task_ids[key] = task["id"]
-                if task["state"] == lc.RUNNING:
-                    handle = TaskHandle(key, task["handle"] or {})
-                    run.handles[key] = handle
-                    handles.append(handle)
-                else:
-                    run.codes[(task["role"], task["idx"])] = task["exit_code"]
-                if task["downgraded_by"]:  # ended too: its cells lie outside its VC's all the same
-                    downgraded.append((task["role"], task["idx"], task["downgraded_by"]))
-                placements.append(
-                    TaskPlacement(
-                        task["role"],
-                        task["idx"],
-                        task["node"],
-                        tuple(task["gpus"]),
-                        tuple(task["cells"]),
-                    )
-                )
-                run.gpus.update((task["node"], g) for g in task["gpus"])
-            run.lost = any(c is None for c in run.codes.values())
-            run.deadline = deadline(spec.time_limit, job["started_at"])
+            run, adopt = self._restore(job, spec, by_job.get(job["id"], []), t)
             self._running[job["id"]] = run
-            adopts.append(
-                Adopt(
-                    job["id"],
-                    spec,
-                    tuple(placements),
-                    opportunistic=job["opportunistic"],
-                    time=t,
-                    downgraded=tuple(downgraded),
-                )
-            )
+            adopts.append(adopt)
+            handles.extend(run.handles.values())
+            if attempts.attempt_outcome(spec.roles, run.codes, lost=run.lost) is not None:
+                # Decided before the restart (the rest of its tasks were being stopped): the
+                # first pass settles it again, stopping what still runs.
+                self._recheck.add(job["id"])
         if unloadable:
             self._fail_unloadable(unloadable, by_job, t)
         # The Tick asks for a pass once everything is restored: an Adopt places nothing, and a
@@ -517,6 +483,50 @@ class SchedulerLoop:
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
         self._wake.set()
+
+    def _restore(
+        self, job: dict[str, Any], spec: JobSpec, rows: list[dict[str, Any]], t: float
+    ) -> tuple[_Running, Adopt[int]]:
+        """A RUNNING job's attempt as the store has it: the loop's record of it (task ids,
+        generations, handles of the running tasks, codes of the ended ones) and the ``Adopt``
+        that puts its running tasks back on their GPUs. Each task counts in its latest
+        generation; one stopped alone waits to be placed again, one that ended is done (its
+        cells are free: ``TasksEnded``)."""
+        run = _Running(job["attempt"])
+        placements = []
+        downgraded = []  # tasks running opportunistic on their own (lazy preemption)
+        ended = []
+        for task in _latest_generations(rows):
+            at = (task["role"], task["idx"])
+            run.generations[at] = task["generation"]
+            if task["state"] == lc.STOPPED:
+                continue  # stopped alone: the policy places it again
+            key = task_key(
+                job["id"], task["attempt"], task["role"], task["idx"], task["generation"]
+            )
+            run.task_ids[key] = task["id"]
+            if task["state"] != lc.RUNNING:
+                run.codes[at] = task["exit_code"]
+                ended.append(at)
+                continue
+            run.handles[key] = TaskHandle(key, task["handle"] or {})
+            if task["downgraded_by"]:
+                downgraded.append((task["role"], task["idx"], task["downgraded_by"]))
+            gpus = tuple(task["gpus"])
+            placements.append(TaskPlacement(*at, task["node"], gpus, tuple(task["cells"])))
+            run.gpus.update((task["node"], g) for g in gpus)
+        run.lost = any(c is None for c in run.codes.values())
+        run.deadline = deadline(spec.time_limit, job["started_at"])
+        adopt = Adopt(
+            job["id"],
+            spec,
+            tuple(placements),
+            opportunistic=job["opportunistic"],
+            time=t,
+            downgraded=tuple(downgraded),
+            ended=tuple(ended),
+        )
+        return run, adopt
 
     def _fail_unloadable(
         self, bad: list[tuple[dict[str, Any], str]], tasks_of: dict[int, list[Any]], t: float
@@ -830,8 +840,11 @@ class SchedulerLoop:
     def _settle_exits(
         self, exits: list[TaskExit], work: _Pass, out: list[ServiceEvent], t: float
     ) -> None:
-        """Record task exits; settle every attempt whose outcome is now decided."""
-        decided: set[int] = set()
+        """Record task exits; settle every attempt whose outcome is now decided, and tell the
+        policy of the tasks that ended while their attempt goes on (``TasksEnded``)."""
+        decided = set(self._recheck)
+        self._recheck.clear()
+        ended: dict[int, list[tuple[str, int]]] = {}
         for ex in exits:
             job_id = key_job(ex.key)
             run = self._running.get(job_id)
@@ -845,11 +858,16 @@ class SchedulerLoop:
                 run.notes[(ex.key.role, ex.key.index)] = ex.reason
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)
+            ended.setdefault(job_id, []).append((ex.key.role, ex.key.index))
         for job_id in sorted(decided):
-            run = self._running[job_id]
-            spec = self._specs[job_id]
+            run = self._running.get(job_id)
+            spec = self._specs.get(job_id)
+            if run is None or spec is None:
+                continue
             outcome = attempts.attempt_outcome(spec.roles, run.codes, lost=run.lost)
             if outcome is None:
+                if job_id in ended:  # their cells are free; they are not placed again
+                    out.append(TasksEnded(job_id, tuple(ended[job_id]), t))
                 continue
             del self._running[job_id]
             settle, event = self._settle(job_id, run, outcome, t)
@@ -1227,8 +1245,8 @@ def _why_down(by: str, reason: str) -> str:
 
 def _latest_generations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each task of an attempt as its latest generation (in the rows' order). An earlier one
-    is over: stopped alone, or ended by itself just before the policy stopped it and placed
-    it again (the policy does not learn of single task exits), so it holds nothing now."""
+    is over (stopped alone; in stores written before ``TasksEnded``, also one that ended by
+    itself just before the policy stopped it and placed it again): it holds nothing now."""
     latest: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
         at = (row["role"], row["idx"])
