@@ -280,14 +280,14 @@ def test_a_start_held_for_a_job_still_stopping_is_dropped_when_its_attempt_ends(
 
 
 def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path: Path) -> None:
-    """Off by default; ``--stops tasks`` turns it on where the executor can stop tasks alone
-    (local); Kubernetes and Slurm cannot (their names carry no task generation). The ETA
+    """On by default where the executor can stop tasks alone (local); Kubernetes and Slurm
+    cannot (their names carry no task generation); ``--stops jobs`` turns it off. The ETA
     forecast gets its policy from the loop, so it stops what the loop stops."""
     from labhive.scheduler.executors.kubernetes import KubernetesExecutor
     from labhive.scheduler.executors.slurm import SlurmExecutor
 
-    assert getattr(build(ServeOptions(data_dir=tmp_path / "off")).service.loop.scheduler,
-                   "partial_stops", None) is False  # fmt: skip
+    assert getattr(build(ServeOptions(data_dir=tmp_path / "on")).service.loop.scheduler,
+                   "partial_stops", None) is True  # fmt: skip
     loop = build(ServeOptions(data_dir=tmp_path / "data", partial_stops=True)).service.loop
     try:
         assert getattr(loop.new_policy(), "partial_stops", None) is True  # the local executor
@@ -303,5 +303,5 @@ def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path
     finally:
         loop.store.dispose()
     parse = build_parser().parse_args
-    assert _options(parse(["serve"])).partial_stops is False
-    assert _options(parse(["serve", "--stops", "tasks"])).partial_stops is True
+    assert _options(parse(["serve"])).partial_stops is True
+    assert _options(parse(["serve", "--stops", "jobs"])).partial_stops is False

@@ -167,7 +167,7 @@ class SchedulerLoop:
         launch_builder: LaunchBuilder | None = None,
         node_events: Callable[[], list[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
-        partial_stops: bool = False,
+        partial_stops: bool = True,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -185,8 +185,8 @@ class SchedulerLoop:
         self._early_addresses: dict[TaskKey, str] = {}
         #: Stop some tasks of a running job (HiveD's unit of preemption: a task of an
         #: incremental job, an affinity group) rather than whole jobs, where the executor can
-        #: (``Executor.partial_stops``): ``labhive serve --stops tasks``. Off by default until
-        #: the chaos test proves it (docs/scheduler-core.md, "In the live service").
+        #: (``Executor.partial_stops``): ``labhive serve --stops tasks``, the default; ``--stops
+        #: jobs`` stops whole jobs (docs/scheduler-core.md, "In the live service").
         self.partial_stops = partial_stops
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
@@ -1263,9 +1263,9 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """A policy that stops and downgrades whole jobs: the service's default (``labhive serve
-    --stops jobs``; ``--stops tasks`` is experimental), and always for an executor that cannot
-    stop some tasks of a job and start them again (its names carry no task generation)."""
+    """A policy that stops and downgrades whole jobs: ``labhive serve --stops jobs``, and always
+    for an executor that cannot stop some tasks of a job and start them again (its names carry
+    no task generation: Kubernetes, Slurm)."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler
