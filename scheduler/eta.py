@@ -68,6 +68,7 @@ class RunningJob:
     remaining: Spread  # seconds left, low/middle/high
     opportunistic: bool = False
     downgraded: tuple[tuple[str, int, str], ...] = ()  # tasks opportunistic on their own
+    ended: tuple[tuple[str, int], ...] = ()  # tasks of its attempt done already
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +254,7 @@ def _starts(
 
     first: list[Event] = []
     for r in running:
-        first.append(Adopt(r.job_id, r.spec, r.tasks, r.opportunistic, now, r.downgraded))
+        first.append(Adopt(r.job_id, r.spec, r.tasks, r.opportunistic, now, r.downgraded, r.ended))
         count += 1
         runs[r.job_id] = count
         heapq.heappush(ends, (now + r.remaining[which], count, r.job_id))

@@ -126,9 +126,26 @@ class Adopt(Generic[JobId]):
     #: Tasks downgraded to opportunistic on their own, as (role, index, by whom): HiveD adopts
     #: them outside their VC's cells (lazy preemption left them there).
     downgraded: tuple[tuple[str, int, str], ...] = ()
+    #: Tasks of the attempt that ended on their own, as (role, index): not placed again.
+    ended: tuple[tuple[str, int], ...] = ()
 
 
-Event = Submit | Finish | Requeue | Cancel | NodeDown | NodeUp | Reconfigure | Tick | Adopt
+@dataclass(frozen=True, slots=True)
+class TasksEnded(Generic[JobId]):
+    """Some tasks of a running job exited on their own while its attempt goes on (the others
+    still run, or wait to be placed): they are done for this attempt, so HiveD frees their
+    cells, as it frees a completed pod's, and does not place them again. (Holding them until
+    the job ended left an incremental job larger than its VC waiting for ever for its next
+    task, on cells its own ended tasks held.) Queue policies keep a job's GPUs until it ends."""
+
+    job_id: JobId
+    tasks: tuple[tuple[str, int], ...]  # (role, index)
+    time: float = 0.0
+
+
+Event = (
+    Submit | Finish | Requeue | Cancel | NodeDown | NodeUp | Reconfigure | Tick | Adopt | TasksEnded
+)
 
 
 # ---- decisions (policy -> driver) ----------------------------------------------------------
@@ -209,6 +226,8 @@ class JobView(Generic[JobId]):
     #: Tasks running opportunistic on their own (lazy preemption of one unit), as an ``Adopt``
     #: takes them: (role, index, by whom).
     downgraded: tuple[tuple[str, int, str], ...] = ()
+    #: Tasks of the attempt that ended on their own (``TasksEnded``), as an ``Adopt`` takes them.
+    ended: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from labhive.scheduler.model import (
     Reconfigure,
     Requeue,
     Submit,
+    TasksEnded,
     Tick,
 )
 
@@ -53,6 +54,8 @@ class PolicyBase(Generic[J]):
                 self._reconfigure(event.config, out)
             case Adopt():
                 self._adopt(event, out)
+            case TasksEnded():
+                self._tasks_ended(event.job_id, event.tasks, out)
             case Tick():
                 self.on_tick()
         return None
@@ -75,6 +78,13 @@ class PolicyBase(Generic[J]):
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         raise NotImplementedError
+
+    def _tasks_ended(
+        self, job_id: str, tasks: tuple[tuple[str, int], ...], out: list[Decision]
+    ) -> None:
+        """Some tasks of a running job are done (``TasksEnded``). By default nothing changes:
+        a policy that places jobs whole (the queue policies) keeps their GPUs until the job
+        ends; HiveD, which places an incremental job task by task, frees them."""
 
     def _adopt(self, event: Adopt, out: list[Decision]) -> None:
         """A driver restores a job that runs on exactly ``event.tasks``."""

@@ -355,10 +355,10 @@ def test_a_simulated_job_loses_only_the_stopped_tasks_gpu_time_and_ends_later():
     assert inc.end == 150 and inc.wasted_gpu_seconds == 0
 
 
-# ---- the live service: whole jobs, for now (the documented departure) -----------------------
+# ---- the live service with --stops jobs, or an executor that cannot stop tasks alone --------
 
 
-def test_the_service_stops_incremental_jobs_whole_until_its_executors_can_stop_tasks():
+def test_whole_job_stops_stop_an_incremental_job_whole():
     from labhive.scheduler.service.loop import whole_job_stops
 
     c = Cluster(ONE_NODE_VC)

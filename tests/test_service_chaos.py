@@ -2,7 +2,10 @@
 real processes, and kill -9 at 50 random moments (restarting after each), expect nothing lost:
 every accepted submission stored, every job in a legal state with a consistent history, no GPU
 allocated twice, what the API shows never half a transition, and every job finishing once the
-service is left alone."""
+service is left alone. Two mixes: short jobs, three in ten incremental, on SQLite and PostgreSQL;
+and longer incremental jobs of up to four tasks (more than their VC holds at once, so their
+tasks end, are preempted and placed again one by one). ``LABHIVE_CHAOS_ARGS`` adds arguments to
+``labhive serve`` (``--stops jobs``, say) when the test is run by hand to stress a mode."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -37,13 +41,26 @@ from labhive.scheduler.service.store import (
 
 pytest_plugins = ["service_fixtures"]
 KILLS = 50
+
+
+@dataclass(frozen=True)
+class Mix:
+    """What the clients submit: tasks per job, the share of gangs, the commands."""
+
+    tasks: tuple[int, ...] = (1, 1, 2)
+    gang: float = 0.7  # else incremental: preempted task by task
+    commands: tuple[str, ...] = ("true", "sleep 0.2", "sleep 0.5", "exit 1")
+
+
+LONGER = Mix((1, 2, 4), 0.3, ("sleep 1", "sleep 2", "sleep 0.5", "true", "exit 1"))
 CLUSTER = Path(__file__).with_name("data") / "cluster-2x4.yaml"
 
 
 class Harness:
     """Starts and kills the service; clients record what the service accepted."""
 
-    def __init__(self, tmp: Path, db: str | None = None) -> None:
+    def __init__(self, tmp: Path, db: str | None = None, mix: Mix = Mix()) -> None:
+        self.mix = mix
         self.data = tmp / "data"
         self.log = tmp / "service.log"
         self.port = free_port()
@@ -54,6 +71,7 @@ class Harness:
         ]  # fmt: skip
         if db:
             self.argv += ["--db", db]
+        self.argv += os.environ.get("LABHIVE_CHAOS_ARGS", "").split()
         self.db_url = database_url(db, self.data)
         self.zygote = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("service_zygote.py"))],
@@ -124,9 +142,9 @@ class Harness:
                     "name": f"c{seed}",
                     "vc": rnd.choice(["default", "vc1"]),
                     "gpus": rnd.choice([1, 1, 2]),
-                    "tasks": rnd.choice([1, 1, 2]),
-                    "gang": rnd.random() < 0.7,  # else incremental: preempted task by task
-                    "command": rnd.choice(["true", "sleep 0.2", "sleep 0.5", "exit 1"]),
+                    "tasks": rnd.choice(self.mix.tasks),
+                    "gang": rnd.random() < self.mix.gang,
+                    "command": rnd.choice(self.mix.commands),
                     "retries": rnd.choice([0, 1]),
                     "priority": rnd.choice(["test", "prod", "oppo"]),
                 }
@@ -226,6 +244,14 @@ def test_kill_9_on_postgresql_loses_nothing(tmp_path: Path, pg_server: str) -> N
     chaos(Harness(tmp_path, new_database(pg_server)))
 
 
+@pytest.mark.slow
+def test_kill_9_with_longer_incremental_jobs_loses_nothing(tmp_path: Path) -> None:
+    """Incremental jobs larger than their VC deadlocked on their own ended tasks' cells until
+    tasks that end freed them (``TasksEnded``); stopped and restarted task by task, they are
+    where per-task stops and restarts meet."""
+    chaos(Harness(tmp_path, mix=LONGER))
+
+
 def chaos(h: Harness) -> None:
     rnd = random.Random(5)
     try:
@@ -258,14 +284,14 @@ def chaos(h: Harness) -> None:
         h.start()
         h.wait_ready()
         _check_store(h.db_url, h.accepted, h.attempts)
-        deadline = time.monotonic() + 60  # left alone, every job finishes
+        deadline = time.monotonic() + 120  # left alone, every job finishes (~25 s for LONGER)
         while True:
             states = _check_store(h.db_url, h.accepted, h.attempts)
             active = [j for j, s in states.items() if s not in TERMINAL]
             if not active or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        print(f"drained in {time.monotonic() - deadline + 60:.1f} s")
+        print(f"drained in {time.monotonic() - deadline + 120:.1f} s")
         assert active == [], f"jobs that never finished: {active}; {h.log.read_text()[-2000:]}"
         assert h.problems == []
         # no start the store refused: the policy and the store never part over a GPU (an

@@ -7,6 +7,7 @@ SUCCEEDED."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,15 +192,102 @@ def test_a_restart_keeps_a_task_downgraded_alone_opportunistic(tmp_path: Path) -
         loop.store.dispose()
 
 
+def test_a_restart_keeps_a_downgraded_task_that_ended_outside_its_vc(tmp_path: Path) -> None:
+    """As above, but the downgraded task then ends by itself while the other runs on: the
+    policy holds an ended task's cells until its job ends, so the restart adopts that task
+    where it ran, outside vc1's cells too. (Adopted as guaranteed, it took vc1's last cell
+    and the prod job's adoption was refused: "could not keep its cells after a restart".)"""
+    go = tmp_path / "go"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(THREE_NODES)
+    loop = _started(tmp_path / "data", cluster=cluster)
+    script = (f"if [ $PAI_TASK_INDEX = 0 ]; then while [ ! -e {go} ]; do sleep 0.05; done; "
+              f"exit 0; fi; sleep 60")  # fmt: skip
+    inc = _submit(loop, {"name": "inc", "vc": "vc1", "tasks": 2, "gpus": 4, "gang": False,
+                         "lazy_preemption": True, "command": script})  # fmt: skip
+    wait_until(lambda: len([r for r in _tasks(loop, inc) if r["handle"]]) == 2, "inc running")
+    boss = _submit(loop, {"name": "boss", "vc": "vc1", "priority": "prod", "gpus": 4,
+                          "command": "sleep 60"})  # fmt: skip
+    wait_until(lambda: [r for r in _tasks(loop, boss) if r["handle"]], "the prod job running")
+    go.touch()
+    ended = wait_until(
+        lambda: [r for r in _tasks(loop, inc) if r["state"] == "ENDED"], "main-0 ended"
+    )
+    assert [(r["idx"], r["downgraded_by"]) for r in ended] == [(0, str(boss))]
+    loop.stop(stop_tasks=False)  # what a kill leaves: the store, and the processes running
+    loop.store.dispose()
+    loop = _started(tmp_path / "data", cluster=cluster)
+    try:
+        wait_until(lambda: loop.view(inc) and loop.passes > 0, "the first pass after it")
+        assert (_state(loop, inc), _state(loop, boss)) == ("RUNNING", "RUNNING")
+        with loop.store.read() as conn:
+            reasons = [r.reason for r in conn.execute(select(events.c.reason))]
+        assert "requeued" not in reasons, reasons
+    finally:
+        loop.stop(stop_tasks=True)
+        loop.store.dispose()
+
+
+CLUSTER_2X4 = Path(__file__).with_name("data") / "cluster-2x4.yaml"
+
+
+def test_a_start_held_for_a_job_still_stopping_is_dropped_when_its_attempt_ends(
+    tmp_path: Path,
+) -> None:
+    """Given two 4-GPU nodes, an opportunistic incremental job of two 1-GPU tasks on vnode-0
+    (main-0 ignores SIGTERM) and a prod job of default on 3 GPUs of vnode-1: main-1 fails, so
+    the attempt ends and main-0 is being stopped (a grace period). Meanwhile a prod job of vc1
+    takes 3 GPUs of vnode-0: the policy, which still counts the job running, stops main-0
+    alone and places it again on vnode-1's last GPU, a start held back while the job drains.
+    Expect the next attempt to hold each task once, in its first generation: the held start
+    of the attempt that ended is dropped (it was recorded onto the next attempt, beside the
+    policy's new placement, one GPU taken twice: found by the chaos test)."""
+    go = tmp_path / "go"
+    loop = _started(tmp_path / "data", cluster=CLUSTER_2X4)
+    try:
+        script = (f"trap '' TERM; if [ $PAI_TASK_INDEX = 1 ] && [ $LABHIVE_ATTEMPT = 1 ]; then "
+                  f"while [ ! -e {go} ]; do sleep 0.05; done; exit 1; fi; sleep 60")  # fmt: skip
+        doc = {"name": "inc", "vc": "vc1", "priority": "oppo", "tasks": 2, "gpus": 1,
+               "gang": False, "retries": 1, "command": script}  # fmt: skip
+        inc = _submit(loop, doc)
+        wait_until(lambda: len([r for r in _tasks(loop, inc) if r["handle"]]) == 2, "inc runs")
+        _submit(loop, {"name": "f", "vc": "default", "priority": "prod", "gpus": 3,
+                       "command": "sleep 60"})  # fmt: skip
+        wait_until(lambda: loop.passes and _state(loop, inc + 1) == "RUNNING", "f runs")
+        go.touch()  # main-1 fails: the attempt ends, main-0 takes its grace period to go
+        wait_until(lambda: inc in loop._reserved.draining, "the attempt stopping")
+        _submit(loop, {"name": "g", "vc": "vc1", "priority": "prod", "gpus": 3,
+                       "command": "sleep 60"})  # fmt: skip
+        wait_until(lambda: any(h.job_id == inc for h in loop._reserved.held), "a held start")
+        wait_until(
+            lambda: [r for r in _tasks(loop, inc) if r["attempt"] == 2 and r["handle"]],
+            "the second attempt running",
+            timeout=30,
+        )
+        time.sleep(0.5)  # (a stale start was recorded in the new attempt's first pass)
+        rows = [r for r in _tasks(loop, inc) if r["attempt"] == 2]
+        assert sorted((r["role"], r["idx"], r["generation"]) for r in rows) == [
+            ("main", 0, 1),
+            ("main", 1, 1),
+        ], rows
+        with loop.store.read() as conn:
+            reasons = [r.reason for r in conn.execute(
+                select(events.c.reason).where(events.c.job_id == inc))]  # fmt: skip
+        assert "unstorable" not in reasons, reasons
+    finally:
+        loop.stop(stop_tasks=True)
+        loop.store.dispose()
+
+
 def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path: Path) -> None:
-    """Off by default; ``--stops tasks`` turns it on where the executor can stop tasks alone
-    (local); Kubernetes and Slurm cannot (their names carry no task generation). The ETA
+    """On by default where the executor can stop tasks alone (local); Kubernetes and Slurm
+    cannot (their names carry no task generation); ``--stops jobs`` turns it off. The ETA
     forecast gets its policy from the loop, so it stops what the loop stops."""
     from labhive.scheduler.executors.kubernetes import KubernetesExecutor
     from labhive.scheduler.executors.slurm import SlurmExecutor
 
-    assert getattr(build(ServeOptions(data_dir=tmp_path / "off")).service.loop.scheduler,
-                   "partial_stops", None) is False  # fmt: skip
+    assert getattr(build(ServeOptions(data_dir=tmp_path / "on")).service.loop.scheduler,
+                   "partial_stops", None) is True  # fmt: skip
     loop = build(ServeOptions(data_dir=tmp_path / "data", partial_stops=True)).service.loop
     try:
         assert getattr(loop.new_policy(), "partial_stops", None) is True  # the local executor
@@ -215,5 +303,5 @@ def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path
     finally:
         loop.store.dispose()
     parse = build_parser().parse_args
-    assert _options(parse(["serve"])).partial_stops is False
-    assert _options(parse(["serve", "--stops", "tasks"])).partial_stops is True
+    assert _options(parse(["serve"])).partial_stops is True
+    assert _options(parse(["serve", "--stops", "jobs"])).partial_stops is False

@@ -151,3 +151,39 @@ def test_kill_9_during_a_partial_stop_and_after_it_loses_nothing(tmp_path: Path)
             svc.proc.wait(timeout=30)
         svc.store.dispose()
     assert twice == [], f"a GPU held twice: {twice[:3]}"
+
+
+@pytest.mark.slow
+def test_kill_9_while_a_failed_gang_s_last_task_is_stopped_then_settled_at_restart(
+    tmp_path: Path,
+) -> None:
+    """A gang of two: main-1 fails, so the attempt is decided and main-0 (ignoring SIGTERM) is
+    being stopped when the service is killed. Expect the restarted service to settle the
+    attempt at once (FAILED, main-0's process gone), not when main-0 happens to exit (it
+    lives ~60 s: before, the job stayed RUNNING that long, holding its GPUs)."""
+    go = tmp_path / "go"
+    svc = Service(tmp_path / "data")
+    try:
+        long = STUBBORN.replace("seq 100", "seq 300")  # about 60 s
+        script = f"if [ $PAI_TASK_INDEX = 1 ]; then while [ ! -e {go} ]; do sleep 0.05; done; exit 1; fi; {long}"  # noqa: E501
+        pair = svc.submit({"name": "pair", "vc": "vc1", "tasks": 2, "gpus": 1, "command": script})
+        (stubborn,) = wait_until(
+            lambda: [r for r in svc.tasks(pair) if r["idx"] == 0 and _ready(r)], "main-0 ready"
+        )
+        go.touch()
+        wait_until(
+            lambda: any(r["idx"] == 1 and r["state"] == "ENDED" for r in svc.tasks(pair)),
+            "main-1 failed",
+        )
+        time.sleep(GRACE_S / 3)  # main-0 got SIGTERM and ignores it
+        assert _alive(stubborn["handle"]["pid"])
+        svc.kill()
+        svc.start()
+        wait_until(lambda: svc.state(pair) == "FAILED", "the attempt settled", timeout=40)
+        assert not _alive(stubborn["handle"]["pid"])
+        assert svc.held() == []
+    finally:
+        if svc.proc is not None:
+            os.killpg(svc.proc.pid, signal.SIGTERM)
+            svc.proc.wait(timeout=30)
+        svc.store.dispose()

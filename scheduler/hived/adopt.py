@@ -71,6 +71,7 @@ class Adoption(HivedBase):
         if event.opportunistic:
             job.prio = OPPORTUNISTIC
         job.downgraded = {(role, index): by for role, index, by in event.downgraded}
+        job.done = set(event.ended)
         try:
             self._place_exactly(job, event.tasks)
         except AdoptRefused:

@@ -239,6 +239,7 @@ class HivedBase:
         if run and owner is not None:
             self._vacate_run(run, owner, touched)
         job.placed.clear()
+        job.done.clear()  # the attempt is over: every task runs again in the next
         job.prio = job.spec.priority
         job.downgraded_by = None
         job.downgraded.clear()

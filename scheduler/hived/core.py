@@ -20,6 +20,7 @@ from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.admission import reject_if_never_runs
 from labhive.scheduler.hived.adopt import Adoption, AdoptRefused
 from labhive.scheduler.hived.attempt import Attempt
+from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.preempt import Preemption
@@ -118,6 +119,20 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
             return
         self._dequeue(job)
         self._vacate_job(job)
+
+    def _tasks_ended(
+        self, job_id: str, tasks: tuple[tuple[str, int], ...], out: list[Decision]
+    ) -> None:
+        """Tasks that exited while the job's attempt goes on free their cells, as HiveD frees
+        a completed pod's; they are done and are not placed again in this attempt."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return
+        keys = {k for k in tasks if k in job.placed}
+        touched: set[Cell] = set()
+        self._stop_tasks(job, keys, touched)
+        job.done.update(keys)
+        self._settle(touched)
 
     def _requeue(self, job_id: str) -> None:
         job = self._jobs.get(job_id)

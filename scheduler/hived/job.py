@@ -36,6 +36,8 @@ class Job:
     grouped: bool = False  # a gang of several affinity groups, each placed whole and apart
     # Tasks downgraded to opportunistic on their own (lazy preemption of one unit) -> by whom.
     downgraded: dict[tuple[str, int], str] = field(default_factory=dict)
+    # Tasks of this attempt that ended on their own (``TasksEnded``): never placed again in it.
+    done: set[tuple[str, int]] = field(default_factory=set)
 
     @property
     def vc(self) -> str:
@@ -43,9 +45,12 @@ class Job:
 
     @property
     def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:
-        if not self.placed:
+        if not self.placed and not self.done:
             return self.tasks
-        return [(r, i) for r, i in self.tasks if (r.name, i) not in self.placed]
+        placed, done = self.placed, self.done
+        return [
+            (r, i) for r, i in self.tasks if (r.name, i) not in placed and (r.name, i) not in done
+        ]
 
     @property
     def all_placed(self) -> bool:

@@ -10,6 +10,7 @@ this: it reads ``admission.Admission``, numbers of the config.)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class HivedJob(Protocol):
     def downgraded_by(self) -> str | None: ...
     @property
     def downgraded(self) -> Mapping[tuple[str, int], str]: ...
+    @property
+    def done(self) -> AbstractSet[tuple[str, int]]: ...
     @property
     def pinned(self) -> str | None: ...
     @property

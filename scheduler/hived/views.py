@@ -53,6 +53,7 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
         length,
         why,
         tuple(sorted((role, index, by) for (role, index), by in job.downgraded.items())),
+        tuple(sorted(job.done)),
     )
 
 

@@ -85,11 +85,11 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
     parser.add_argument(
         "--stops",
         choices=["tasks", "jobs"],
-        default="jobs",
-        help="jobs (default): preemption, lazy preemption and a node failure stop or downgrade "
-        "whole jobs; tasks (experimental, local executor only): only the tasks of an "
-        "incremental job (or the affinity group) they hit, as HiveD does (docs/scheduler-core.md"
-        ", 'In the live service', says what is not yet proven)",
+        default="tasks",
+        help="tasks (default): preemption, lazy preemption and a node failure stop or downgrade "
+        "only the tasks of an incremental job (or the affinity group) they hit, as HiveD does, "
+        "where the executor can (local, bare or in containers; Kubernetes and Slurm stop whole "
+        "jobs); jobs: whole jobs always (docs/scheduler-core.md, 'In the live service')",
     )
     parser.add_argument("--log-level", default="warning", help="uvicorn/service log level")
     parser.add_argument(

@@ -274,13 +274,15 @@ def record_handle(conn: Connection, task_id: int, info: Mapping[str, Any]) -> No
 
 
 def task_ended(conn: Connection, task_id: int, exit_code: int | None, t: float) -> None:
-    """One task exited; its GPUs stay allocated until the job's attempt ends (the policy frees
-    cells per job, so the store does too)."""
+    """One task exited: its GPUs are no longer its. The policy frees them in this pass
+    (``TasksEnded``) or keeps them with its attempt until the attempt's end (no one else is
+    placed there meanwhile)."""
     conn.execute(
         update(tasks)
         .where(tasks.c.id == task_id, tasks.c.state == RUNNING)
         .values(state="ENDED", exit_code=exit_code, ended_at=t)
     )
+    conn.execute(delete(allocations).where(allocations.c.task_id == task_id))
 
 
 def tasks_stopped(

@@ -56,6 +56,7 @@ from labhive.scheduler.model import (
     StopTasks,
     Submit,
     TaskPlacement,
+    TasksEnded,
     Tick,
 )
 from labhive.scheduler.observe.tally import failure_reason
@@ -74,6 +75,8 @@ from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 from labhive.scheduler.time_limits import deadline, limit_reached
 
 log = logging.getLogger("labhive.service.loop")
+#: Every event the policy is given and what it decided, at DEBUG (``--log-level debug``).
+decisions_log = logging.getLogger("labhive.service.decisions")
 E = TypeVar("E", bound=ServiceEvent)
 T = TypeVar("T")
 
@@ -146,6 +149,7 @@ class _Pass:
     tasks_stopped: list[PartDrain] = field(default_factory=list)  # some tasks are gone
     handles: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (task id, info)
     held_whys: list[tuple[int, str]] = field(default_factory=list)  # starts held back: why
+    released: list[Start[int]] = field(default_factory=list)  # held starts now recorded
 
 
 class SchedulerLoop:
@@ -163,7 +167,7 @@ class SchedulerLoop:
         launch_builder: LaunchBuilder | None = None,
         node_events: Callable[[], list[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
-        partial_stops: bool = False,
+        partial_stops: bool = True,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -181,8 +185,8 @@ class SchedulerLoop:
         self._early_addresses: dict[TaskKey, str] = {}
         #: Stop some tasks of a running job (HiveD's unit of preemption: a task of an
         #: incremental job, an affinity group) rather than whole jobs, where the executor can
-        #: (``Executor.partial_stops``): ``labhive serve --stops tasks``. Off by default until
-        #: the chaos test proves it (docs/scheduler-core.md, "In the live service").
+        #: (``Executor.partial_stops``): ``labhive serve --stops tasks``, the default; ``--stops
+        #: jobs`` stops whole jobs (docs/scheduler-core.md, "In the live service").
         self.partial_stops = partial_stops
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
@@ -194,6 +198,7 @@ class SchedulerLoop:
         self._inflight_exits: list[TaskExit] = []
         self._specs: dict[int, JobSpec] = {}
         self._running: dict[int, _Running] = {}
+        self._recheck: set[int] = set()  # re-adopted attempts already decided: settle them
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -443,6 +448,7 @@ class SchedulerLoop:
             self.policy = PolicyPort(self.new_policy())
         self._specs.clear()
         self._running.clear()
+        self._recheck.clear()
         self._reserved.clear()
         adopts: list[ServiceEvent] = []
         submits: list[ServiceEvent] = []
@@ -461,51 +467,14 @@ class SchedulerLoop:
             if job["state"] == lc.WAITING:
                 submits.append(Submit(job["id"], spec, t))
                 continue
-            run = _Running(job["attempt"])
-            placements = []
-            downgraded = []  # tasks running opportunistic on their own (lazy preemption)
-            # The whole attempt goes back to the policy, ended tasks included (a gang is placed
-            # whole); only the tasks still running go back to the executor.
-            for task in by_job.get(job["id"], []):
-                at = (task["role"], task["idx"])
-                run.generations[at] = max(run.generations.get(at, 0), task["generation"])
-                if task["state"] == lc.STOPPED:
-                    continue  # stopped alone: the policy places it again
-                key = task_key(
-                    job["id"], task["attempt"], task["role"], task["idx"], task["generation"]
-                )
-                run.task_ids[key] = task["id"]
-                if task["state"] == lc.RUNNING:
-                    handle = TaskHandle(key, task["handle"] or {})
-                    run.handles[key] = handle
-                    handles.append(handle)
-                    if task["downgraded_by"]:
-                        downgraded.append((task["role"], task["idx"], task["downgraded_by"]))
-                else:
-                    run.codes[(task["role"], task["idx"])] = task["exit_code"]
-                placements.append(
-                    TaskPlacement(
-                        task["role"],
-                        task["idx"],
-                        task["node"],
-                        tuple(task["gpus"]),
-                        tuple(task["cells"]),
-                    )
-                )
-                run.gpus.update((task["node"], g) for g in task["gpus"])
-            run.lost = any(c is None for c in run.codes.values())
-            run.deadline = deadline(spec.time_limit, job["started_at"])
+            run, adopt = self._restore(job, spec, by_job.get(job["id"], []), t)
             self._running[job["id"]] = run
-            adopts.append(
-                Adopt(
-                    job["id"],
-                    spec,
-                    tuple(placements),
-                    opportunistic=job["opportunistic"],
-                    time=t,
-                    downgraded=tuple(downgraded),
-                )
-            )
+            adopts.append(adopt)
+            handles.extend(run.handles.values())
+            if attempts.attempt_outcome(spec.roles, run.codes, lost=run.lost) is not None:
+                # Decided before the restart (the rest of its tasks were being stopped): the
+                # first pass settles it again, stopping what still runs.
+                self._recheck.add(job["id"])
         if unloadable:
             self._fail_unloadable(unloadable, by_job, t)
         # The Tick asks for a pass once everything is restored: an Adopt places nothing, and a
@@ -514,6 +483,50 @@ class SchedulerLoop:
         self._pending_exits = self._adopt(handles) + self._inflight_exits
         self._inflight_exits = []
         self._wake.set()
+
+    def _restore(
+        self, job: dict[str, Any], spec: JobSpec, rows: list[dict[str, Any]], t: float
+    ) -> tuple[_Running, Adopt[int]]:
+        """A RUNNING job's attempt as the store has it: the loop's record of it (task ids,
+        generations, handles of the running tasks, codes of the ended ones) and the ``Adopt``
+        that puts its running tasks back on their GPUs. Each task counts in its latest
+        generation; one stopped alone waits to be placed again, one that ended is done (its
+        cells are free: ``TasksEnded``)."""
+        run = _Running(job["attempt"])
+        placements = []
+        downgraded = []  # tasks running opportunistic on their own (lazy preemption)
+        ended = []
+        for task in _latest_generations(rows):
+            at = (task["role"], task["idx"])
+            run.generations[at] = task["generation"]
+            if task["state"] == lc.STOPPED:
+                continue  # stopped alone: the policy places it again
+            key = task_key(
+                job["id"], task["attempt"], task["role"], task["idx"], task["generation"]
+            )
+            run.task_ids[key] = task["id"]
+            if task["state"] != lc.RUNNING:
+                run.codes[at] = task["exit_code"]
+                ended.append(at)
+                continue
+            run.handles[key] = TaskHandle(key, task["handle"] or {})
+            if task["downgraded_by"]:
+                downgraded.append((task["role"], task["idx"], task["downgraded_by"]))
+            gpus = tuple(task["gpus"])
+            placements.append(TaskPlacement(*at, task["node"], gpus, tuple(task["cells"])))
+            run.gpus.update((task["node"], g) for g in gpus)
+        run.lost = any(c is None for c in run.codes.values())
+        run.deadline = deadline(spec.time_limit, job["started_at"])
+        adopt = Adopt(
+            job["id"],
+            spec,
+            tuple(placements),
+            opportunistic=job["opportunistic"],
+            time=t,
+            downgraded=tuple(downgraded),
+            ended=tuple(ended),
+        )
+        return run, adopt
 
     def _fail_unloadable(
         self, bad: list[tuple[dict[str, Any], str]], tasks_of: dict[int, list[Any]], t: float
@@ -616,7 +629,8 @@ class SchedulerLoop:
             self.last_pass = t
             return False
         decisions = self._decide(events_in, work)
-        work.decisions = list(self._reserved.release())  # held starts whose GPUs are free now
+        work.released = self._reserved.release()  # held starts whose GPUs are free now
+        work.decisions = list(work.released)
         self._apply(decisions, work, t)
         self._commit(work, t)
         self._inflight_exits = []
@@ -781,15 +795,21 @@ class SchedulerLoop:
                 if isinstance(ev, Finish) and ev.job_id in displaced:
                     ev = Cancel(ev.job_id, ev.time)  # done after all: leave the queue
                 if isinstance(ev, Requeue | Finish | Cancel):
-                    # A start this batch decided for the attempt now ending (an incremental
-                    # job's next task, placed on another event's freed GPUs) never happens:
-                    # the policy frees its cells with the attempt, and may place the job anew.
+                    # A start decided for the attempt now ending (an incremental job's next
+                    # task, placed on another event's freed GPUs) never happens, whether this
+                    # batch decided it or an earlier one held it back for draining GPUs: the
+                    # policy frees its cells with the attempt, and may place the job anew.
+                    # (A held one left behind was recorded onto the next attempt beside the
+                    # policy's new placement: a GPU taken twice, found with per-task stops.)
                     decisions = [
                         d for d in decisions if not (isinstance(d, Start) and d.job_id == ev.job_id)
                     ]
+                    self._reserved.drop(ev.job_id)
                 began = time.perf_counter()
                 try:
                     out = self.policy.handle(ev)
+                    if decisions_log.isEnabledFor(logging.DEBUG):  # --log-level debug
+                        decisions_log.debug("%r -> %r", ev, out)
                     if self.on_decision is not None:
                         self.on_decision(time.perf_counter() - began)
                     decisions.extend(out)
@@ -820,8 +840,11 @@ class SchedulerLoop:
     def _settle_exits(
         self, exits: list[TaskExit], work: _Pass, out: list[ServiceEvent], t: float
     ) -> None:
-        """Record task exits; settle every attempt whose outcome is now decided."""
-        decided: set[int] = set()
+        """Record task exits; settle every attempt whose outcome is now decided, and tell the
+        policy of the tasks that ended while their attempt goes on (``TasksEnded``)."""
+        decided = set(self._recheck)
+        self._recheck.clear()
+        ended: dict[int, list[tuple[str, int]]] = {}
         for ex in exits:
             job_id = key_job(ex.key)
             run = self._running.get(job_id)
@@ -835,11 +858,16 @@ class SchedulerLoop:
                 run.notes[(ex.key.role, ex.key.index)] = ex.reason
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)
+            ended.setdefault(job_id, []).append((ex.key.role, ex.key.index))
         for job_id in sorted(decided):
-            run = self._running[job_id]
-            spec = self._specs[job_id]
+            run = self._running.get(job_id)
+            spec = self._specs.get(job_id)
+            if run is None or spec is None:
+                continue
             outcome = attempts.attempt_outcome(spec.roles, run.codes, lost=run.lost)
             if outcome is None:
+                if job_id in ended:  # their cells are free; they are not placed again
+                    out.append(TasksEnded(job_id, tuple(ended[job_id]), t))
                 continue
             del self._running[job_id]
             settle, event = self._settle(job_id, run, outcome, t)
@@ -1009,7 +1037,8 @@ class SchedulerLoop:
                 if job is None:
                     continue
                 if isinstance(d, Start) and job["state"] in lc.ACTIVE:
-                    if self._record_start_alone(conn, job, d, t):
+                    held = any(d is x for x in work.released)
+                    if self._record_start_alone(conn, job, d, t, held):
                         pending.setdefault(job["id"], []).append(d)
                     else:
                         stale.append(job["id"])  # FAILED in the store: free its cells
@@ -1042,7 +1071,9 @@ class SchedulerLoop:
             self._pending_events.extend(Cancel(job_id, t) for job_id in stale)
             self._wake.set()
 
-    def _record_start_alone(self, conn: Any, job: dict[str, Any], d: Start[int], t: float) -> bool:
+    def _record_start_alone(
+        self, conn: Any, job: dict[str, Any], d: Start[int], t: float, held: bool = False
+    ) -> bool:
         """Record one start in its own savepoint: a job whose start the store cannot hold (a
         role name it cannot encode or that is too long, stored before intake refused such
         names) fails alone, with a reason, instead of failing the pass for every job. A
@@ -1050,6 +1081,8 @@ class SchedulerLoop:
         try:
             with conn.begin_nested():
                 self._record_start(conn, job, d, t)
+                if held:
+                    self._record_downgrades(conn, job, d)
             return True
         except Exception as err:
             if transient(err):
@@ -1082,6 +1115,17 @@ class SchedulerLoop:
         for p, key, task_id in zip(d.tasks, keys, ids, strict=True):
             run.task_ids[key] = task_id
             run.gpus.update((p.node, g) for g in p.gpus)
+
+    def _record_downgrades(self, conn: Any, job: dict[str, Any], d: Start[int]) -> None:
+        """A start held back for draining GPUs is recorded passes after the policy decided it:
+        a task of it the policy downgraded meanwhile is marked now (its Downgrade, recorded
+        then, found no row), so a restart adopts it outside its VC's cells."""
+        with self._sched_lock:
+            view = self.policy.job(job["id"])
+        placed = {(p.role, p.index) for p in d.tasks}
+        by_task = {(r, i): by for r, i, by in (view.downgraded if view else ()) if (r, i) in placed}
+        for by in set(by_task.values()):
+            lc.tasks_downgraded(conn, job, [at for at, b in by_task.items() if b == by], by)
 
     def _record_whys(self, conn: Any, job_ids: list[int]) -> None:
         """The why-text of freshly queued jobs goes on the job and on its 'submitted' event."""
@@ -1199,6 +1243,18 @@ def _why_down(by: str, reason: str) -> str:
     return f"taken down by {by}" + (f": {reason}" if reason else "")
 
 
+def _latest_generations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each task of an attempt as its latest generation (in the rows' order). An earlier one
+    is over (stopped alone; in stores written before ``TasksEnded``, also one that ended by
+    itself just before the policy stopped it and placed it again): it holds nothing now."""
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        at = (row["role"], row["idx"])
+        if at not in latest or row["generation"] > latest[at]["generation"]:
+            latest[at] = row
+    return [row for row in rows if latest[(row["role"], row["idx"])] is row]
+
+
 def _drain(queue: deque[T]) -> list[T]:
     out = []
     while queue:
@@ -1207,9 +1263,9 @@ def _drain(queue: deque[T]) -> list[T]:
 
 
 def whole_job_stops(scheduler: Scheduler) -> Scheduler:
-    """A policy that stops and downgrades whole jobs: the service's default (``labhive serve
-    --stops jobs``; ``--stops tasks`` is experimental), and always for an executor that cannot
-    stop some tasks of a job and start them again (its names carry no task generation)."""
+    """A policy that stops and downgrades whole jobs: ``labhive serve --stops jobs``, and always
+    for an executor that cannot stop some tasks of a job and start them again (its names carry
+    no task generation: Kubernetes, Slurm)."""
     if hasattr(scheduler, "partial_stops"):
         scheduler.partial_stops = False
     return scheduler

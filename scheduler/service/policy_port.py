@@ -38,6 +38,7 @@ from labhive.scheduler.model import (
     Stop,
     StopTasks,
     Submit,
+    TasksEnded,
     Tick,
 )
 
@@ -54,6 +55,7 @@ ServiceEvent = (
     | Reconfigure
     | Tick
     | Adopt[int]
+    | TasksEnded[int]
 )
 #: What the policy tells the service, with the store's ids.
 ServiceDecision = Start[int] | Preempt[int] | Downgrade[int] | Stop[int] | StopTasks[int]
@@ -132,7 +134,13 @@ class PolicyPort:
 def running_job(view: JobView[int], spec: JobSpec, left: Spread) -> RunningJob:
     """A running job as the forecast takes it, from its view and what is left of its run."""
     return RunningJob(
-        policy_id(view.job_id), spec, view.tasks, left, view.opportunistic, view.downgraded
+        policy_id(view.job_id),
+        spec,
+        view.tasks,
+        left,
+        view.opportunistic,
+        view.downgraded,
+        view.ended,
     )
 
 

@@ -40,8 +40,8 @@ class ServeOptions:
     grace_s: float = 10.0
     loop_stall_s: float = 30.0  # /health is 503 "degraded" past this long without a pass
     #: Stop or downgrade only the tasks preemption or a node failure hits (``--stops tasks``,
-    #: experimental), where the executor can; False (default): whole jobs (``--stops jobs``).
-    partial_stops: bool = False
+    #: the default), where the executor can; False: whole jobs (``--stops jobs``).
+    partial_stops: bool = True
     stop_tasks_on_exit: bool = False
     log_level: str = "warning"
     gpu_sample_s: float = 10.0  # NVML sampling interval; 0 turns GPU sampling off
