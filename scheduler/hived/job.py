@@ -54,9 +54,10 @@ class Job:
 
     @property
     def all_placed(self) -> bool:
-        """No task waits (``not waiting_tasks``, without building the list: a placed task's
-        key is its role's name and index, and every task has its own)."""
-        return len(self.placed) >= len(self.tasks)
+        """No task waits (``not waiting_tasks``, without building the list: a placed or done
+        task's key is its role's name and index, every task has its own, and a done task is
+        never placed)."""
+        return len(self.placed) + len(self.done) >= len(self.tasks)
 
     @property
     def opportunistic(self) -> bool:
