@@ -164,8 +164,10 @@ class HivedBase:
             return
         prio = job.prio
         vc = self.vcs.by_name[owner.vc or ""]
+        healthy = 0
         for leaf in leaves:
-            vc.occupy(leaf.bad == 0, prio)
+            healthy += leaf.bad == 0
+        vc.occupy_run(healthy, prio, len(leaves))
         self.tree.use_run(leaves, node, job.job_id, prio)
         if leaves[0].node_cell is not None and node.free == 0:
             vc.open.get(node.chain, {}).pop(node, None)
@@ -197,12 +199,17 @@ class HivedBase:
         self._grew(vc, node)
         prio = run[0].prio
         same = True
+        healthy = 0
         for leaf in run:
-            vc.vacate(leaf.bad == 0, leaf.prio)
-            same = same and leaf.prio == prio
+            healthy += leaf.bad == 0
+            if leaf.prio != prio:
+                same = False
         if same:  # the usual run: one job's GPUs at its one priority
+            vc.vacate_run(healthy, prio, len(run))
             self._bump(vc, prio, len(run))
         else:
+            for leaf in run:
+                vc.vacate(leaf.bad == 0, leaf.prio)
             for leaf in run:
                 self._bump(vc, leaf.prio)
         self.tree.release_run(run, node)

@@ -399,12 +399,14 @@ class Simulation(VirtualTimeDriver):
         job = self.sim_jobs[record.job_id]
         job.running = True
         job.run_start = self.now
-        job.gpus_held = sum(len(t.gpus) for t in record.tasks)
+        held = 0
+        for task in record.tasks:  # a loop, not sum() of a generator: once per run
+            held += len(task.gpus)
+        job.gpus_held = held
         job.placed = record.tasks
         if job.first_start is None:
             job.first_start = self.now
-        self.timeline.wait(job, -1)
-        self.timeline.run(job, job.gpus_held)
+        self.timeline.started(job, held)
         self._time_end(record, job)
 
     def _time_end(self, record: JobRecord, job: SimJob) -> None:
