@@ -132,9 +132,15 @@ class Placer:
         whole, partial = _regions(vc, chain, pinned)
         opened = vc.open.get(chain, {}) if pinned is None else None
         prev_need = 0
-        for task in sorted(tasks, key=lambda t: -t.leaves):
+        # Largest first (a stable sort: one task, or tasks of one size, keep their order).
+        ordered = tasks if len(tasks) == 1 else sorted(tasks, key=_larger_first)
+        for task in ordered:
             node = None
-            if threshold is None and _still_best(last, task.leaves, prev_need, whole, plan):
+            if (
+                threshold is None
+                and last is not None
+                and _still_best(last, task.leaves, prev_need, whole, plan)
+            ):
                 node = last
             spare = bind and pinned is None  # may bind quota to spare a guaranteed job
             while node is None:
@@ -515,6 +521,10 @@ class Placer:
             plan.add(task, best, pick_leaves([best], task.leaves, ok, plan.taken, counters))
             last = best
         return plan
+
+
+def _larger_first(task: TaskNeed) -> int:
+    return -task.leaves
 
 
 def _still_best(
