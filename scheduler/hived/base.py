@@ -195,7 +195,8 @@ class HivedBase:
         node = run[0].node_cell
         assert node is not None
         vc = self.vcs.by_name[owner.vc or ""]
-        self._tick += len(run) - 1
+        n = len(run)
+        self._tick += n - 1
         self._grew(vc, node)
         prio = run[0].prio
         same = True
@@ -205,8 +206,8 @@ class HivedBase:
             if leaf.prio != prio:
                 same = False
         if same:  # the usual run: one job's GPUs at its one priority
-            vc.vacate_run(healthy, prio, len(run))
-            self._bump(vc, prio, len(run))
+            vc.vacate_run(healthy, prio, n)
+            self._bump(vc, prio, n)
         else:
             for leaf in run:
                 vc.vacate(leaf.bad == 0, leaf.prio)
@@ -215,8 +216,8 @@ class HivedBase:
         self.tree.release_run(run, node)
         touched.add(owner)
         vc.refresh_open(node)
-        self._oppo_epoch += len(run) - 1
-        self._bump_oppo()
+        self._oppo_epoch += n
+        self._dirty_oppo = True  # (``_bump_oppo``, its last step, inline)
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
         if job.cpu_only:

@@ -561,8 +561,8 @@ def _best_free(
         free = node.free
         if free < need:
             continue
-        if free_taken:
-            free -= free_taken.get(node, 0)
+        if free_taken and node in free_taken:  # (``in``: cheaper than a call to ``get``)
+            free -= free_taken[node]
             if free < need:
                 continue
         far = node.parent is not near
