@@ -74,8 +74,12 @@ class Attempt(Failures):
         since: tuple[int, bool] | None = None,
         cls: JobClass | None = None,
     ) -> Plan | None:
-        chains = self._chains(job, [r for r, _ in unit])
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
+        roles = job.spec.roles
+        # A whole one-role job's tasks are all of its role: no list of a role per task.
+        chains = self._chains(
+            job, list(roles) if whole_job and len(roles) == 1 and unit else [r for r, _ in unit]
+        )
         needs = job.needs if whole_job else None
         if needs is None or not covers(needs, chains):
             needs = self._whole_needs(job, chains) if whole_job else None

@@ -164,8 +164,10 @@ class HivedBase:
             return
         prio = job.prio
         vc = self.vcs.by_name[owner.vc or ""]
+        healthy = 0
         for leaf in leaves:
-            vc.occupy(leaf.bad == 0, prio)
+            healthy += leaf.bad == 0
+        vc.occupy_run(healthy, prio, len(leaves))
         self.tree.use_run(leaves, node, job.job_id, prio)
         if leaves[0].node_cell is not None and node.free == 0:
             vc.open.get(node.chain, {}).pop(node, None)
@@ -193,23 +195,29 @@ class HivedBase:
         node = run[0].node_cell
         assert node is not None
         vc = self.vcs.by_name[owner.vc or ""]
-        self._tick += len(run) - 1
+        n = len(run)
+        self._tick += n - 1
         self._grew(vc, node)
         prio = run[0].prio
         same = True
+        healthy = 0
         for leaf in run:
-            vc.vacate(leaf.bad == 0, leaf.prio)
-            same = same and leaf.prio == prio
+            healthy += leaf.bad == 0
+            if leaf.prio != prio:
+                same = False
         if same:  # the usual run: one job's GPUs at its one priority
-            self._bump(vc, prio, len(run))
+            vc.vacate_run(healthy, prio, n)
+            self._bump(vc, prio, n)
         else:
+            for leaf in run:
+                vc.vacate(leaf.bad == 0, leaf.prio)
             for leaf in run:
                 self._bump(vc, leaf.prio)
         self.tree.release_run(run, node)
         touched.add(owner)
         vc.refresh_open(node)
-        self._oppo_epoch += len(run) - 1
-        self._bump_oppo()
+        self._oppo_epoch += n
+        self._dirty_oppo = True  # (``_bump_oppo``, its last step, inline)
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
         if job.cpu_only:

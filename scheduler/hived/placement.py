@@ -132,9 +132,15 @@ class Placer:
         whole, partial = _regions(vc, chain, pinned)
         opened = vc.open.get(chain, {}) if pinned is None else None
         prev_need = 0
-        for task in sorted(tasks, key=lambda t: -t.leaves):
+        # Largest first (a stable sort: one task, or tasks of one size, keep their order).
+        ordered = tasks if len(tasks) == 1 else sorted(tasks, key=_larger_first)
+        for task in ordered:
             node = None
-            if threshold is None and _still_best(last, task.leaves, prev_need, whole, plan):
+            if (
+                threshold is None
+                and last is not None
+                and _still_best(last, task.leaves, prev_need, whole, plan)
+            ):
                 node = last
             spare = bind and pinned is None  # may bind quota to spare a guaranteed job
             while node is None:
@@ -517,6 +523,10 @@ class Placer:
         return plan
 
 
+def _larger_first(task: TaskNeed) -> int:
+    return -task.leaves
+
+
 def _still_best(
     last: Cell | None, need: int, prev_need: int, whole: dict[Cell, None], plan: Plan
 ) -> bool:
@@ -551,8 +561,8 @@ def _best_free(
         free = node.free
         if free < need:
             continue
-        if free_taken:
-            free -= free_taken.get(node, 0)
+        if free_taken and node in free_taken:  # (``in``: cheaper than a call to ``get``)
+            free -= free_taken[node]
             if free < need:
                 continue
         far = node.parent is not near

@@ -22,7 +22,7 @@ class Preemption(HivedBase):
 
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
         vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
-        victims = [self._jobs[v] for v in plan.victims()]
+        victims = [self._jobs[v] for v in plan.victims()] if plan.busy else []
         lazy = [
             v
             for v in victims

@@ -71,6 +71,22 @@ class VC:
         else:
             self.oppo_in -= 1
 
+    def occupy_run(self, healthy: int, prio: int, n: int) -> None:
+        """``occupy`` of ``n`` GPUs at ``prio``, ``healthy`` of them healthy, at once."""
+        self.free_in -= healthy
+        if prio >= 0:
+            self.prio_in[prio] = self.prio_in.get(prio, 0) + n
+        else:
+            self.oppo_in += n
+
+    def vacate_run(self, healthy: int, prio: int, n: int) -> None:
+        """``vacate`` of ``n`` GPUs at ``prio``, ``healthy`` of them healthy, at once."""
+        self.free_in += healthy
+        if prio >= 0:
+            self.prio_in[prio] -= n
+        else:
+            self.oppo_in -= n
+
     def check(self) -> None:
         """Raise AssertionError unless the counters equal what the VC's bound cells say (the
         queue's cheap pre-checks trust them; property tests call this after every event)."""

@@ -26,6 +26,7 @@ only then does the policy decide, once, on all of them (``VirtualTimeDriver.step
 from __future__ import annotations
 
 import gc
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -203,20 +204,35 @@ class Simulation(VirtualTimeDriver):
     def _run(self) -> SimResult:
         jobs = self.jobs
         job = next(jobs, None)
-        # The timed actions, read in place (``pending``/``next_time`` cost a call an event).
-        heap, seen, done = self._heap, self.seen, self._seen
+        # The timed actions, read in place (``pending``/``next_time`` cost a call an event),
+        # and the driver's ``step``, ``hold`` and ``seen`` inline: they run once per event.
+        heap, done, batches = self._heap, self._seen, self._batches
+        pop = heapq.heappop
         while job is not None or heap:
             nxt = heap[0][0] if heap else None
             time = job.submit if job is not None and (nxt is None or job.submit < nxt) else nxt
             assert time is not None
             self._advance(time)
             while True:  # the instant's actions, its arrivals, then one decision; again if
-                self.hold()  # that decision timed more actions for this same instant
+                if batches:  # that decision timed more actions for this same instant
+                    self._batch = []
                 labels: list[str] = []
                 while heap and heap[0][0] <= time:
-                    seen(self.step(), labels, done)
+                    at, _, _, action = pop(heap)
+                    if at > self.now:
+                        self.now = at
+                    label = action()
+                    if label is not None:
+                        if self._batch is not None:
+                            labels.append(label)
+                        else:
+                            done(label)
                 while job is not None and job.submit <= time:
-                    seen(self._arrive(job), labels, done)
+                    label = self._arrive(job)
+                    if self._batch is not None:
+                        labels.append(label)
+                    else:
+                        done(label)
                     job = next(jobs, None)
                     if job is not None and job.submit < time:
                         raise ValueError(
@@ -247,7 +263,9 @@ class Simulation(VirtualTimeDriver):
     def _seen(self, label: str) -> None:
         """One event done and decided: count it, ask for the next wake-up, report progress."""
         self.events += 1
-        self._plan_wakeup()
+        wake = self.scheduler.next_wakeup()
+        if wake is not None:  # (none: nothing to plan, and no call to say so)
+            self._plan_wakeup(wake)
         if self.observe is not None:
             self.observe(self, label)
         if self.progress is not None and label.endswith(("finished", "failed")):
@@ -271,8 +289,7 @@ class Simulation(VirtualTimeDriver):
             self.timeline.advance(time)
             self.now = max(self.now, time)
 
-    def _plan_wakeup(self) -> None:
-        wake = self.scheduler.next_wakeup()
+    def _plan_wakeup(self, wake: float | None) -> None:
         if wake is None or (self._wake is not None and wake >= self._wake - 1e-9):
             return
         self._wake = when = max(wake, self.now)
@@ -283,7 +300,7 @@ class Simulation(VirtualTimeDriver):
             self._wake = None
             wanted = self.scheduler.next_wakeup()
             if wanted is None or wanted > self.now + 1e-9:
-                self._plan_wakeup()  # what it was for is gone (the job ended): not a step
+                self._plan_wakeup(wanted)  # what it was for is gone (the job ended): not a step
                 return None
             self.wakeups += 1
             self.feed(Tick(self.now))
@@ -399,12 +416,14 @@ class Simulation(VirtualTimeDriver):
         job = self.sim_jobs[record.job_id]
         job.running = True
         job.run_start = self.now
-        job.gpus_held = sum(len(t.gpus) for t in record.tasks)
+        held = 0
+        for task in record.tasks:  # a loop, not sum() of a generator: once per run
+            held += len(task.gpus)
+        job.gpus_held = held
         job.placed = record.tasks
         if job.first_start is None:
             job.first_start = self.now
-        self.timeline.wait(job, -1)
-        self.timeline.run(job, job.gpus_held)
+        self.timeline.started(job, held)
         self._time_end(record, job)
 
     def _time_end(self, record: JobRecord, job: SimJob) -> None:

@@ -67,26 +67,47 @@ class Timeline:
             self.frag_seconds += dt
         self.now = t
 
-    def _vc(self, name: str) -> _VC:
-        vc = self.vcs.get(name)
-        if vc is None:
-            vc = self.vcs[name] = _VC(self.now)
-        vc.advance(self.now)
-        return vc
-
     def run(self, job: Any, gpus: int) -> None:
+        """``gpus`` more (or fewer) GPUs in use by ``job``; its VC's integrals advance to now
+        first (inline, as in ``wait``: these run a few times per job)."""
         self.used += gpus
-        self._vc(job.vc).used += gpus
+        now = self.now
+        vc = self.vcs.get(job.vc)
+        if vc is None:
+            vc = self.vcs[job.vc] = _VC(now)
+        dt = now - vc.last
+        if dt > 0:
+            vc.served += vc.used * dt
+            vc.demand += (vc.used + vc.waiting_gpus) * dt
+        vc.last = now
+        vc.used += gpus
 
     def wait(self, job: Any, sign: int) -> None:
         self.waiting += sign
         size = job.gpus
-        count = self._wait_sizes.get(size, 0) + sign
+        sizes = self._wait_sizes
+        count = sizes.get(size, 0) + sign
         if count:
-            self._wait_sizes[size] = count
+            sizes[size] = count
         else:
-            del self._wait_sizes[size]
-        self._vc(job.vc).waiting_gpus += sign * size
+            del sizes[size]
+        now = self.now
+        vc = self.vcs.get(job.vc)
+        if vc is None:
+            vc = self.vcs[job.vc] = _VC(now)
+        dt = now - vc.last
+        if dt > 0:
+            vc.served += vc.used * dt
+            vc.demand += (vc.used + vc.waiting_gpus) * dt
+        vc.last = now
+        vc.waiting_gpus += sign * size
+
+    def started(self, job: Any, gpus: int) -> None:
+        """``wait(job, -1)`` then ``run(job, gpus)``: a waiting job starts (the VC advanced
+        once; the second advance of the pair, at the same time, changed nothing)."""
+        self.wait(job, -1)
+        self.used += gpus
+        self.vcs[job.vc].used += gpus
 
     def preempted(self, job: Any) -> None:
         self.preemptions += 1
