@@ -305,3 +305,37 @@ def test_an_executor_that_cannot_stop_tasks_alone_keeps_whole_job_stops(tmp_path
     parse = build_parser().parse_args
     assert _options(parse(["serve"])).partial_stops is True
     assert _options(parse(["serve", "--stops", "jobs"])).partial_stops is False
+
+
+def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_done(
+    tmp_path: Path,
+) -> None:
+    """Given an attempt's rows as a store may hold them: main-0 ended by itself in generation
+    1 just before the policy stopped it and ran it again (stores written before
+    ``TasksEnded``), now running as generation 2; main-1 ended; main-2 stopped alone. Expect
+    the restored attempt to adopt main-0's generation 2 only (both were adopted, one GPU
+    beside the other), main-1 as done, main-2 waiting to be placed again."""
+    from labhive.scheduler.jobs import parse_job
+
+    loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop
+    try:
+        spec = parse_job({"name": "inc", "vc": "vc1", "tasks": 3, "gpus": 1, "gang": False})
+
+        def row(idx: int, generation: int, state: str, gpu: int, code: int | None) -> dict:
+            handle = {"pid": 1} if state == "RUNNING" else None
+            return {"id": 10 * idx + generation, "job_id": 7, "attempt": 1, "role": "main",
+                    "idx": idx, "generation": generation, "node": "n", "gpus": [gpu],
+                    "cells": [f"n/{gpu}"], "state": state, "exit_code": code,
+                    "handle": handle, "downgraded_by": None}  # fmt: skip
+
+        rows = [row(0, 1, "ENDED", 0, 0), row(1, 1, "ENDED", 1, 0), row(2, 1, "STOPPED", 2, None),
+                row(0, 2, "RUNNING", 3, None)]  # fmt: skip
+        job = {"id": 7, "attempt": 1, "opportunistic": False, "started_at": 1.0}
+        run, adopt = loop._restore(job, spec, rows, 2.0)
+        assert [(t.role, t.index, t.gpus) for t in adopt.tasks] == [("main", 0, (3,))]
+        assert adopt.ended == (("main", 1),)
+        assert run.generations == {("main", 0): 2, ("main", 1): 1, ("main", 2): 1}
+        assert [k.generation for k in run.handles] == [2]
+        assert run.codes == {("main", 1): 0} and run.gpus == {("n", 3)}
+    finally:
+        loop.store.dispose()
