@@ -129,13 +129,7 @@ class Queueing(Sizing):
         if cls.blocked_at is not None and cls.blocked_at == stamp:
             self._wait_blocked(job, cls)
             return
-        if cls.priority < 0:
-            room = self.tree.free_total if self._node_with(cls.task_need) else NO_ROOM
-        elif cls.vc_ref is None:
-            room = NO_ROOM
-        else:
-            room = self._room(cls.vc_ref, cls.priority)
-        if room < cls.need:
+        if self._class_room(cls) < cls.need:
             self._wait_blocked(job, cls)
             self._block(cls, stamp)
             return
@@ -241,31 +235,36 @@ class Queueing(Sizing):
             self._ready.update(self._oppo_classes.values())
             self._dirty_oppo = False
         out = []
-        idle: int | None = None
-        rooms: dict[tuple[str, int], int] = {}
+        rooms: dict[tuple[str, int], int] = {}  # a guaranteed class's bound, by VC and priority
         for cls in self._ready:
             if not cls.entries:
                 continue
             stamp = self._stamp(cls)
             if cls.blocked_at is not None and cls.blocked_at == stamp:
                 continue
-            if cls.priority < 0:
-                if idle is None:
-                    idle = self.tree.free_total
-                room = idle if self._node_with(cls.task_need) else NO_ROOM
-            elif cls.vc_ref is None:
-                room = NO_ROOM
+            if cls.priority < 0 or cls.vc_ref is None:
+                room = self._class_room(cls)
             else:
                 key = (cls.vc, cls.priority)
                 room = rooms.get(key, NO_ROOM)
                 if room == NO_ROOM:
-                    room = rooms[key] = self._room(cls.vc_ref, cls.priority)
+                    room = rooms[key] = self._class_room(cls)
             if room < cls.need:
                 self._block(cls, stamp)
                 continue
             out.append(cls)
         self._ready.clear()
         return out
+
+    def _class_room(self, cls: JobClass) -> int:
+        """The cheap upper bound on the GPUs a job of ``cls`` could start with now: for an
+        opportunistic class the idle ones, if some node could hold its task; for a
+        guaranteed one its VC's room at its priority (``_room``)."""
+        if cls.priority < 0:
+            return self.tree.free_total if self._node_with(cls.task_need) else NO_ROOM
+        if cls.vc_ref is None:
+            return NO_ROOM
+        return self._room(cls.vc_ref, cls.priority)
 
     def _may_fit(self, cls: JobClass) -> bool:
         """The cheap bound again, just before an attempt: jobs placed since the class was

@@ -68,19 +68,22 @@ class Timeline:
         self.now = t
 
     def run(self, job: Any, gpus: int) -> None:
-        """``gpus`` more (or fewer) GPUs in use by ``job``; its VC's integrals advance to now
-        first (inline, as in ``wait``: these run a few times per job)."""
+        """``gpus`` more (or fewer) GPUs in use by ``job``."""
         self.used += gpus
+        self._vc_now(job.vc).used += gpus
+
+    def _vc_now(self, name: str) -> _VC:
+        """The VC's record, its integrals advanced to now (made on first use)."""
         now = self.now
-        vc = self.vcs.get(job.vc)
+        vc = self.vcs.get(name)
         if vc is None:
-            vc = self.vcs[job.vc] = _VC(now)
+            vc = self.vcs[name] = _VC(now)
         dt = now - vc.last
         if dt > 0:
             vc.served += vc.used * dt
             vc.demand += (vc.used + vc.waiting_gpus) * dt
         vc.last = now
-        vc.used += gpus
+        return vc
 
     def wait(self, job: Any, sign: int) -> None:
         self.waiting += sign
@@ -91,16 +94,7 @@ class Timeline:
             sizes[size] = count
         else:
             del sizes[size]
-        now = self.now
-        vc = self.vcs.get(job.vc)
-        if vc is None:
-            vc = self.vcs[job.vc] = _VC(now)
-        dt = now - vc.last
-        if dt > 0:
-            vc.served += vc.used * dt
-            vc.demand += (vc.used + vc.waiting_gpus) * dt
-        vc.last = now
-        vc.waiting_gpus += sign * size
+        self._vc_now(job.vc).waiting_gpus += sign * size
 
     def started(self, job: Any, gpus: int) -> None:
         """``wait(job, -1)`` then ``run(job, gpus)``: a waiting job starts (the VC advanced
