@@ -1032,12 +1032,13 @@ class SchedulerLoop:
                         lc.transition(conn, job, lc.FAILED, "rejected", message, t, finished_at=t)
             # In the policy's order (a victim's end, above, before the start on its GPUs).
             pending: dict[int, list[Start[int]]] = {}
+            released = {id(d) for d in work.released}  # held starts recorded in this pass
             for d in work.decisions:
                 job = job_row(conn, d.job_id)
                 if job is None:
                     continue
                 if isinstance(d, Start) and job["state"] in lc.ACTIVE:
-                    held = any(d is x for x in work.released)
+                    held = id(d) in released
                     if self._record_start_alone(conn, job, d, t, held):
                         pending.setdefault(job["id"], []).append(d)
                     else:
