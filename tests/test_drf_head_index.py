@@ -3,8 +3,10 @@ requeues, node faults and instants with several events, expect DRF with its head
 between passes (``head_index.py``) to decide exactly what a naive DRF decides: one that, at
 every start of a pass, ranks every waiting user's first job afresh by the user's dominant
 share. A stale entry (a share, a head or a shape not re-filed) shows up as a different start
-or order. With backfill, the blocked head's shadow kept within a pass decides as one computed
-afresh for each line."""
+or order. With backfill (a line per user and GPU count, time limits deciding which heads may
+jump the blocked one), the index decides as the scan it replaced, which ranks every line's head
+at each pass; and the blocked head's shadow kept within a pass decides as one computed afresh
+for each line."""
 
 from __future__ import annotations
 
@@ -64,12 +66,12 @@ class NaiveDrf(DrfPolicy):
                 passed.add(head.user)
 
 
-def ops() -> Any:
+def ops(gpus: list[int] | None = None) -> Any:
     submit = st.fixed_dictionaries(
         {
             "user": st.sampled_from(["ann", "bob", "cy", "dee", ""]),
             "tasks": st.integers(1, 2),
-            "gpus": st.sampled_from([1, 1, 2, 4]),
+            "gpus": st.sampled_from(gpus or [1, 1, 2, 4]),
             "time_limit": st.sampled_from([None, 100, 300, 1000]),
         }
     ).map(lambda d: ("submit", {k: v for k, v in d.items() if v is not None}))
@@ -131,9 +133,10 @@ def check_index(drf: DrfPolicy) -> None:
     """Every line the index holds clean is filed as a rescan would rank it now."""
     index = drf._index
     assert index is not None
+    assert not index._aside  # a pass files again what it passed over
     live = {
-        entry[3]: (entry[0], entry[1], shape)
-        for shape, (_, heap) in index._heaps.items()
+        entry[3]: (entry[0], entry[1], kind)
+        for kind, (_, heap) in index._heaps.items()
         for entry in heap
         if index._version.get(entry[3]) == entry[2]
     }
@@ -142,7 +145,10 @@ def check_index(drf: DrfPolicy) -> None:
         if group in index.dirty:
             continue
         head = drf._head(group)
-        filed = None if head is None else (drf.group_priority(head), head.seq, head.gang.shape)
+        filed = None
+        if head is not None:
+            kind = (head.gang.shape, head.spec.time_limit if drf.backfill else None)
+            filed = (drf.group_priority(head), head.seq, kind)
         assert live.get(group) == filed, group
 
 
@@ -206,3 +212,35 @@ def test_backfill_keeps_the_shadow_only_while_it_holds(data: Any) -> None:
             assert cached.handle(batch[0]) == fresh.handle(batch[0]), batch
         else:
             assert cached.handle_batch(batch) == fresh.handle_batch(batch), batch
+
+
+class ScanDrf(DrfPolicy):
+    """DRF whose full pass ranks every line's head afresh (as before the index took backfill)."""
+
+    HEAD_INDEX = False
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data())
+def test_drf_with_backfill_and_its_head_index_decides_as_the_scan(data: Any) -> None:
+    """Jobs of 1 to 8 GPUs in one or two tasks, some with time limits, so the blocked head's
+    shadow binds and a head may jump it by its limit, by its GPU count, or by ranking before it
+    once its user's share rose in the pass: every start, its order, and the blocked head as
+    the scan's."""
+    config = load_cluster_config(data.draw(clusters()))
+    nodes = sorted({n.name for n in config.nodes()})
+    indexed = from_config(DrfPolicy, config, {"backfill": True})
+    scan = from_config(ScanDrf, config, {"backfill": True})
+    assert indexed._index is not None and scan._index is None
+    for batch in batches(indexed, nodes, data.draw(ops(gpus=[1, 1, 2, 3, 4]))):
+        if len(batch) == 1:
+            assert indexed.handle(batch[0]) == scan.handle(batch[0]), batch
+        else:
+            assert indexed.handle_batch(batch) == scan.handle_batch(batch), batch
+        assert blocked(indexed) == blocked(scan)
+        assert indexed.jobs() == scan.jobs()
+        check_index(indexed)
+
+
+def blocked(drf: DrfPolicy) -> str | None:
+    return None if drf._blocked is None else drf._blocked.job_id

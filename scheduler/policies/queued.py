@@ -19,9 +19,9 @@ borrowing; a job larger than its VC's quota is rejected; LAS preempts only withi
 Cost: a new submission tries only that job, and only if it heads its group; a pass after
 resources free up visits each group's head once, so a 10,000-job queue is never rescanned.
 A policy with a line per user (DRF) sets ``HEAD_INDEX``: its heads then stay ranked between
-passes (``head_index.py``), so a pass costs its starts, not the number of waiting users.
-With backfill a pass still ranks every line's head (whether a job may jump the blocked head
-depends on the job, not only on its shape); it reuses the head's shadow while it holds.
+passes (``head_index.py``), filed by shape and (with backfill) time limit, so a pass costs its
+starts, not the number of waiting users; with backfill it reuses the head's shadow while it
+holds.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from labhive.scheduler.backfill import may_jump_by, shadow
 from labhive.scheduler.errors import UserError
-from labhive.scheduler.head_index import HeadIndex, Shape
+from labhive.scheduler.head_index import HeadIndex, Kind, MayStart
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -125,9 +125,11 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
     #: Whether backfill is on when the ``backfill`` option is not given.
     BACKFILL = False
     #: Keep the lines' heads ranked between passes (``HeadIndex``), when the policy does not
-    #: preempt and runs without backfill or per-VC quotas. Only for a policy whose ``admit``
-    #: always admits and whose ``group_priority`` changes only with what ``priority_changed``
-    #: reports: a pass then skips every head of a shape that did not fit.
+    #: preempt and runs without per-VC quotas. Only for a policy whose ``admit`` always admits
+    #: and whose ``group_priority`` changes only with what ``priority_changed`` reports (with
+    #: backfill: for each line of the job's ``line_key``), and only rises while a pass starts
+    #: jobs: a pass then skips every head of a shape that did not fit, and with backfill every
+    #: head ranked after the blocked one whose shape and limit may not jump it.
     HEAD_INDEX = False
 
     def __init__(
@@ -158,8 +160,10 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
         self._runs = 0  # jobs started or stopped so far: the running set's version
         self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
-        indexed = self.HEAD_INDEX and not (self.preemptive or self.backfill or per_vc)
+        indexed = self.HEAD_INDEX and not (self.preemptive or per_vc)
         self._index: HeadIndex | None = HeadIndex() if indexed else None
+        self._sizes: dict[Hashable, set[int]] = {}  # with the index and backfill: each
+        # line_key's GPU counts so far, i.e. its lines (a share ranks all of them)
 
     # ---- what subclasses decide --------------------------------------------------------------
 
@@ -199,9 +203,15 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
 
     def priority_changed(self, job: QueuedJob) -> None:
         """``group_priority`` of ``job``'s group may have changed (with ``HEAD_INDEX``: it is
-        re-ranked before the next pass)."""
-        if self._index is not None:
+        re-ranked before the next pass; with backfill, so is each line of its ``line_key``)."""
+        if self._index is None:
+            return
+        if not self.backfill:
             self._index.touch(self.group_key(job))
+            return
+        line = self.line_key(job)
+        for gpus in self._sizes.get(line, ()):
+            self._index.touch((line, gpus))
 
     def on_stopped(self, job: QueuedJob) -> None:
         """Hook: ``job`` stopped running (finished, preempted, requeued, or its node died)."""
@@ -379,6 +389,8 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         heapq.heappush(self._groups.setdefault(group, []), entry)
         if self._index is not None:
             self._index.touch(group)  # it may head its line now
+            if self.backfill:
+                self._sizes.setdefault(self.line_key(job), set()).add(job.gpus)
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
@@ -479,31 +491,58 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
-        """The full pass above, with heads ranked by ``index``: the same starts in the same
-        order (a head whose shape failed, or needs more GPUs than are free, would fail when
-        reached, and so would every later head of that shape), skipping dead shapes whole."""
+        """The full pass above, with heads ranked by ``index``: the same heads tried in the
+        same order, but for those ``_may_start`` shows would fail, skipped by kind. As above,
+        a head is tried once: the next is the first ranked after it (a line that starts a job
+        is re-filed by its new share, after; its user's other lines keep their rank)."""
         for group in list(index.dirty):
             self._file_head(index, group)
-        dead: set[Shape] = set()
+        tried = None
         while self.pool.free_gpus > 0:
-            group = index.best(self.pool.free_gpus, dead)
-            if group is None:
-                return
+            entry = index.best(self._may_start(), tried)
+            if entry is None:
+                break
+            group = entry[3]
             head = self._head(group)
             if head is None:
                 self._file_head(index, group)
-            elif self._try(head, out):
+                continue
+            tried = entry
+            if self._try(head, out):
                 self._file_head(index, group)  # its next head, ranked by its new share
-            else:
-                dead.add(head.gang.shape)
+        index.restore()
+
+    def _may_start(self) -> MayStart:
+        """Which of the index's heads ``_try`` could start now, by kind and rank: not those
+        needing more GPUs than are free, or of a shape found no room this pass (starts only
+        take resources), nor, past the blocked head, those ranked after it whose GPU count
+        and limit may not jump it (their priority only rises in a pass). With backfill and
+        no blocked head yet the first head is tried whatever its size, to block or start."""
+        free, no_room, now = self.pool.free_gpus, self._no_room, self._now
+        blocked = self._blocked
+        if not self.backfill:
+            return lambda kind, gpus, key: gpus <= free and kind[0] not in no_room
+        if blocked is None:
+            return lambda kind, gpus, key: True
+        bar, need = self.group_priority(blocked), blocked.gpus
+        reserved = self._reserved(blocked)
+
+        def may_start(kind: Kind, gpus: int, key: Any) -> bool:
+            shape, limit = kind
+            if gpus > free or shape in no_room:
+                return False
+            return key < bar or may_jump_by(now, gpus, limit, need, reserved)
+
+        return may_start
 
     def _file_head(self, index: HeadIndex, group: Hashable) -> None:
         head = self._head(group)
         if head is None:
             index.file(group, None, 0, None, 0)
         else:
+            limit = head.spec.time_limit if self.backfill else None
             key = self.group_priority(head)
-            index.file(group, head.gang.shape, head.gang.gpus, key, head.seq)
+            index.file(group, (head.gang.shape, limit), head.gang.gpus, key, head.seq)
 
     def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
         allowed, opp = self.admit(job)
