@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS, clusters
 
+from labhive.scheduler.backfill import shadow
 from labhive.scheduler.config import load_cluster_config
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import (
@@ -125,8 +126,12 @@ class UncachedDrf(DrfPolicy):
     """DRF whose backfill walks the running jobs for every jump it weighs."""
 
     def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
-        self._shadow = None
-        return super()._reserved(head)
+        running = [
+            (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None)
+            for j in self._jobs.values()
+            if j.running
+        ]
+        return shadow(head.gpus, self.pool.free_gpus, running)
 
 
 def check_index(drf: DrfPolicy) -> None:
@@ -202,7 +207,8 @@ def test_a_share_that_falls_reorders_the_users() -> None:
 @given(data=st.data())
 def test_backfill_keeps_the_shadow_only_while_it_holds(data: Any) -> None:
     """DRF with backfill and time limits decides the same with the blocked head's shadow kept
-    between the lines a pass tries as when it is computed afresh for each."""
+    between the lines a pass tries (and none sought while no running job has a limit) as
+    when it is computed afresh for each."""
     config = load_cluster_config(data.draw(clusters()))
     nodes = sorted({n.name for n in config.nodes()})
     cached = from_config(DrfPolicy, config, {"backfill": True})

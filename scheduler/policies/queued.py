@@ -159,6 +159,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
         self._runs = 0  # jobs started or stopped so far: the running set's version
+        self._limited = 0  # running jobs that declared a time limit (backfill's shadow)
         self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
         indexed = self.HEAD_INDEX and not (self.preemptive or per_vc)
         self._index: HeadIndex | None = HeadIndex() if indexed else None
@@ -419,6 +420,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
     def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
         self._dequeue(job)
         self._runs += 1
+        self._limited += 1 if job.spec.time_limit else 0
         job.running = True
         job.opportunistic = opp
         job.started = self._now
@@ -434,6 +436,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             self.pool.release(job.job_id)
         job.running = False
         self._runs += 1
+        self._limited -= 1 if job.spec.time_limit else 0
         job.token += 1
         job.attained += job.gpus * (self._now - job.started)
         self.vc_used[job.vc] -= job.gpus
@@ -580,7 +583,10 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
     def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
         """The blocked head's ``shadow``, kept while the running jobs and free GPUs stay (a
         pass of DRF with backfill asks it for every user's line: each walk of the running jobs
-        cost as much as the rest of the pass)."""
+        cost as much as the rest of the pass); None without a walk while no running job
+        declared a limit (as ``shadow`` would find)."""
+        if not self._limited:
+            return None
         key = (head.gpus, self.pool.free_gpus, self._runs)
         if self._shadow is None or self._shadow[0] != key:
             placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # running ones
