@@ -163,8 +163,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
         indexed = self.HEAD_INDEX and not (self.preemptive or per_vc)
         self._index: HeadIndex | None = HeadIndex() if indexed else None
-        self._sizes: dict[Hashable, set[int]] = {}  # with the index and backfill: each
-        # line_key's GPU counts so far, i.e. its lines (a share ranks all of them)
+        # with the index and backfill: each line_key's GPU counts so far, i.e. its lines (the
+        # line_key's priority, a user's share, ranks all of them)
+        self._sizes: dict[Hashable, set[int]] = {}
 
     # ---- what subclasses decide --------------------------------------------------------------
 
@@ -210,9 +211,10 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         if not self.backfill:
             self._index.touch(self.group_key(job))
             return
-        line = self.line_key(job)
+        line, lines = self.line_key(job), self._groups
         for gpus in self._sizes.get(line, ()):
-            self._index.touch((line, gpus))
+            if (line, gpus) in lines:  # one gone was touched when it lost its last job
+                self._index.touch((line, gpus))
 
     def on_stopped(self, job: QueuedJob) -> None:
         """Hook: ``job`` stopped running (finished, preempted, requeued, or its node died)."""
