@@ -10,8 +10,10 @@ By kind because whether a head may start in a pass depends, apart from its rank,
 kind: its gang shape (too many GPUs for those free, or placement found no room) and, with
 backfill, its declared time limit (may it jump the blocked head?). So a pass asks ``best`` for
 the first head among kinds that may still start, and skips the others' heaps whole: it costs
-the kinds (a few dozen job sizes, times the time limits with backfill) per head it tries, each
-a start or a kind that fails from then on, plus a log of the heads per start.
+the kinds (a few dozen job sizes, times the distinct time limits with backfill) per head it
+tries, each a start or a kind that fails from then on, plus a log of the heads per start.
+(With backfill a head ranked before the blocked one may jump it whatever its kind; one whose
+user's share rose in the pass may fail then, and is passed over alone.)
 
 A pass tries heads in rank order and never returns to one it passed: ``best`` takes the entry
 the pass tried last and sets aside whatever ranks before it until the pass ends (``restore``).
