@@ -163,9 +163,9 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
         indexed = self.HEAD_INDEX and not (self.preemptive or per_vc)
         self._index: HeadIndex | None = HeadIndex() if indexed else None
-        # with the index and backfill: each line_key's GPU counts so far, i.e. its lines (the
-        # line_key's priority, a user's share, ranks all of them)
-        self._sizes: dict[Hashable, set[int]] = {}
+        # with the index and backfill: the groups of each line_key so far (one per GPU count;
+        # the line_key's priority, e.g. a user's share, ranks all of them)
+        self._split: dict[Hashable, set[Hashable]] = {}
 
     # ---- what subclasses decide --------------------------------------------------------------
 
@@ -211,10 +211,10 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         if not self.backfill:
             self._index.touch(self.group_key(job))
             return
-        line, lines = self.line_key(job), self._groups
-        for gpus in self._sizes.get(line, ()):
-            if (line, gpus) in lines:  # one gone was touched when it lost its last job
-                self._index.touch((line, gpus))
+        waiting = self._groups
+        for group in self._split.get(self.line_key(job), ()):
+            if group in waiting:  # one gone was touched when it lost its last job
+                self._index.touch(group)
 
     def on_stopped(self, job: QueuedJob) -> None:
         """Hook: ``job`` stopped running (finished, preempted, requeued, or its node died)."""
@@ -393,7 +393,7 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         if self._index is not None:
             self._index.touch(group)  # it may head its line now
             if self.backfill:
-                self._sizes.setdefault(self.line_key(job), set()).add(job.gpus)
+                self._split.setdefault(self.line_key(job), set()).add(group)
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
