@@ -131,7 +131,9 @@ class VirtualTimeDriver:
 
     def end(self, job_id: str, ok: bool) -> None:
         """The job's attempt ended on its own (finished or failed)."""
-        record = self.records[job_id]
+        self._end_attempt(self.records[job_id], ok)
+
+    def _end_attempt(self, record: JobRecord, ok: bool) -> None:
         if record.state != JobState.RUNNING:
             return
         self.feed(end_attempt(record, ok, self.now))
