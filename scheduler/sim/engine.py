@@ -291,7 +291,7 @@ class Simulation(VirtualTimeDriver):
             raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.sim_jobs[job.job_id] = job
         job.row = self.table.add(job)
-        record = self._enter(job, job.spec, job.duration)
+        record = self._enter(job, job.spec)
         if self.observe is None:  # the label is only counted: no one reads the job's name
             return "submitted"
         return f"{job.spec.name} submitted" + (
@@ -326,12 +326,13 @@ class Simulation(VirtualTimeDriver):
             job.row = self.table.add(job)
             if duration is None:
                 job.remaining = math.inf  # runs until a scripted finish, fail or cancel
-        return self._enter(job, spec, duration)
+        return self._enter(job, spec)
 
-    def _enter(self, job: SimJob, spec: JobSpec, duration: float | None) -> JobRecord:
-        """``submit`` once the job is known (where a trace job's arrival starts)."""
+    def _enter(self, job: SimJob, spec: JobSpec) -> JobRecord:
+        """``submit`` once the job is known (where a trace job's arrival starts); its run
+        is timed by ``job.remaining``, not by the replayer's ``durations``."""
         self.timeline.wait(job, +1)  # before the policy sees it: it may start at once
-        record = super().submit(job.job_id, spec, duration)
+        record = self._admit(job.job_id, spec)
         job.record = record
         if record.state == JobState.REJECTED:
             self.timeline.wait(job, -1)
@@ -378,7 +379,6 @@ class Simulation(VirtualTimeDriver):
         if not self.keep_jobs:
             self.sim_jobs.pop(job.job_id, None)
             self.records.pop(job.job_id, None)
-            self.durations.pop(job.job_id, None)
 
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a
