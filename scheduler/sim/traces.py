@@ -240,17 +240,21 @@ def _sniff_file(path: Path) -> TraceFormat:
 def _rows(
     trace: Trace, lines: Iterable[str], text: str, service_time: ServiceTime
 ) -> Iterator[TraceJob]:
-    """The runnable jobs of ``trace.format``; problems and skips go to ``trace``."""
+    """The runnable jobs of ``trace.format``; problems and skips go to ``trace``. (The
+    reader's own generator, not one that yields from it: a level less for each job.)"""
     if trace.format == "philly-json":
-        for line, obj in _iter_json_array(text, trace.source):
-            job = _take(trace, line, _philly_json_row, obj, line, service_time)
-            if job is not None:
-                yield job
-    elif trace.format == "philly-csv":
-        yield from _iter_csv(trace, lines, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS)
-    else:
-        required = tuple(c for c in GENERIC_COLUMNS if c != "status")
-        yield from _iter_csv(trace, lines, _generic_row, required)
+        return _iter_json_rows(trace, text, service_time)
+    if trace.format == "philly-csv":
+        return _iter_csv(trace, lines, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS)
+    required = tuple(c for c in GENERIC_COLUMNS if c != "status")
+    return _iter_csv(trace, lines, _generic_row, required)
+
+
+def _iter_json_rows(trace: Trace, text: str, service_time: ServiceTime) -> Iterator[TraceJob]:
+    for line, obj in _iter_json_array(text, trace.source):
+        job = _take(trace, line, _philly_json_row, obj, line, service_time)
+        if job is not None:
+            yield job
 
 
 def _existing(path: str | Path) -> Path:
