@@ -88,6 +88,7 @@ class SimJob:
     row: int = -1  # its row in the run's ``JobTable``
     timed_at: float = 0.0  # when its current run was timed (progress counts from there)
     partial: bool = False  # some tasks were stopped on their own and wait: no progress
+    entered: bool = False  # arrived this instant, not yet waiting in the timeline (``_enter``)
 
     def __post_init__(self) -> None:
         self.remaining = self.duration
@@ -188,6 +189,7 @@ class Simulation(VirtualTimeDriver):
         self.events = 0
         self.wakeups = 0
         self._wake: float | None = None
+        self._entered: list[SimJob] = []  # jobs that arrived this instant (``_enter``)
         self._ended = 0  # jobs ended since the last progress report
 
     # ---- the loop ------------------------------------------------------------------------
@@ -220,6 +222,8 @@ class Simulation(VirtualTimeDriver):
             time = job.submit if job is not None and (nxt is None or job.submit < nxt) else nxt
             assert time is not None
             if time > self.now or timeline.start is None:
+                if self._entered:
+                    self._count_entered()
                 timeline.advance(time)
                 self.now = max(self.now, time)
             while True:  # the instant's actions, its arrivals, then one decision; again if
@@ -258,6 +262,7 @@ class Simulation(VirtualTimeDriver):
                     break
         if self.progress is not None and self._ended:
             self.progress(self._ended)
+        self._count_entered()
         self.timeline.close(self.now)
         for left in self.sim_jobs.values():  # jobs not done (and, when kept, all of them)
             self.table.fill(left.row, left)
@@ -330,12 +335,20 @@ class Simulation(VirtualTimeDriver):
 
     def _enter(self, job: SimJob, spec: JobSpec) -> JobRecord:
         """``submit`` once the job is known (where a trace job's arrival starts); its run
-        is timed by ``job.remaining``, not by the replayer's ``durations``."""
-        self.timeline.wait(job, +1)  # before the policy sees it: it may start at once
+        is timed by ``job.remaining``, not by the replayer's ``durations``.
+
+        The job waits from now, but the timeline counts it only when time moves on, unless it
+        starts (or is rejected) first: its integrals grow only with time, so a wait and a start
+        at one instant add nothing, and most jobs start as they arrive (two updates a job)."""
+        if job.entered:  # submitted again in this instant (a scenario may): counted now
+            self.timeline.wait(job, +1)
+        else:
+            job.entered = True
+            self._entered.append(job)
         record = self._admit(job.job_id, spec)
         job.record = record
         if record.state == JobState.REJECTED:
-            self.timeline.wait(job, -1)
+            job.entered = False
             self._done(job)
         return record
 
@@ -365,12 +378,22 @@ class Simulation(VirtualTimeDriver):
         if job is not None and record is not None and not record.done:
             if job.running:
                 self._stopped(job, keep=0.0)
+            elif job.entered:
+                job.entered = False  # (never counted as waiting)
             else:
                 self.timeline.wait(job, -1)
             job.end = self.now
         super().cancel(job_id)
         if job is not None and record is not None and record.done:
             self._done(job)
+
+    def _count_entered(self) -> None:
+        """The jobs that arrived this instant and did not start wait, for the timeline."""
+        for job in self._entered:
+            if job.entered:
+                job.entered = False
+                self.timeline.wait(job, +1)
+        self._entered.clear()
 
     def _done(self, job: SimJob) -> None:
         """The job will not change again: its figures go to the table; unless jobs are kept,
@@ -442,7 +465,11 @@ class Simulation(VirtualTimeDriver):
         job.placed = record.tasks
         if job.first_start is None:
             job.first_start = self.now
-        self.timeline.started(job, held)
+        if job.entered:  # it starts as it arrives: it never waited for the timeline
+            job.entered = False
+            self.timeline.run(job, held)
+        else:
+            self.timeline.started(job, held)
         self._time_end(record, job)
 
     def _time_end(self, record: JobRecord, job: SimJob) -> None:
