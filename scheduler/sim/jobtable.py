@@ -72,8 +72,9 @@ class JobTable:
         run_seconds[row] = job.run_seconds
         gpu_seconds[row] = job.gpu_seconds
         wasted[row] = job.wasted_gpu_seconds
-        self.preemptions[row] = job.preemptions
-        self.state[row] = _CODE[job.state]
+        record = job.record  # (``SimJob.state`` and ``preemptions``, without two calls a job)
+        self.preemptions[row] = 0 if record is None else record.preemptions
+        self.state[row] = _PENDING if record is None else _CODE[record.state]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every column as a numpy array, for the metrics."""

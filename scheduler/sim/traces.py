@@ -476,15 +476,10 @@ def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | No
             return None  # NaN, negative, fractional or zero GPUs, no VC
         job_id = values[job_i].strip() if job_i is not None else ""
         status = values[status_i].strip() if status_i is not None else ""
+        # By position (job_id, submit, vc, user, gpus, duration, status, line): once per row.
+        user = values[user_i].strip()
         return TraceJob(
-            job_id=job_id or f"job-{line}",
-            submit=submit,
-            vc=vc,
-            user=values[user_i].strip(),
-            gpus=gpus,
-            duration=duration,
-            status=status or "Pass",
-            line=line,
+            job_id or f"job-{line}", submit, vc, user, gpus, duration, status or "Pass", line
         )
 
     return parse
