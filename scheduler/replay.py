@@ -156,7 +156,8 @@ class VirtualTimeDriver:
             self._batch.append(event)
             return []
         decisions = self.scheduler.handle(event)
-        self.apply(decisions)
+        if decisions:  # (most events decide nothing)
+            self.apply(decisions)
         return decisions
 
     def apply(self, decisions: list[Decision]) -> None:

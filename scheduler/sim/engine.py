@@ -263,7 +263,11 @@ class Simulation(VirtualTimeDriver):
                 batch, self._batch = self._batch, None  # ``decide``
                 if batch:  # one event straight to ``handle``, as ``handle_together`` gives it
                     one = len(batch) == 1
-                    apply(scheduler.handle(batch[0]) if one else handle_together(scheduler, batch))
+                    decisions = (
+                        scheduler.handle(batch[0]) if one else handle_together(scheduler, batch)
+                    )
+                    if decisions:
+                        apply(decisions)
                 for label in labels:
                     done(label)
                 if not heap or heap[0][0] > time:

@@ -464,12 +464,12 @@ def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | No
         return lambda values, line: None  # rare columns: the general way
 
     def parse(values: list[str], line: int) -> TraceJob | None:
-        try:
-            submit = float(values[submit_i].strip())
-            gpus_f = float(values[gpus_i].strip())
-            duration = float(values[duration_i].strip())
+        try:  # (``float`` skips the spaces around a number itself: no ``strip`` first)
+            submit = float(values[submit_i])
+            gpus_f = float(values[gpus_i])
+            duration = float(values[duration_i])
         except ValueError:
-            return None
+            return None  # (also a number between control characters, which ``strip`` drops)
         gpus = int(gpus_f) if gpus_f == gpus_f and gpus_f != math.inf else 0
         vc = values[vc_i].strip()
         if gpus <= 0 or gpus != gpus_f or not vc or not duration >= 0:
