@@ -45,6 +45,8 @@ class AttemptEnd:
 #: The event reason of a failed attempt that is retried (the metrics count it).
 RETRYING = "retrying"
 SUCCEEDED = AttemptEnd(JobState.SUCCEEDED, False, "succeeded")
+#: A failed attempt of a job without retries (a failed trace job ends so: one per job, built once).
+FAILED = AttemptEnd(JobState.FAILED, False, "failed")
 LOST = AttemptEnd(JobState.WAITING, False, "lost")
 
 
@@ -57,7 +59,9 @@ def after_failure(retries: int, retries_used: int) -> AttemptEnd:
     if retries_left(retries, retries_used) > 0:
         note = f"retry {retries_used + 1} of {retries}"
         return AttemptEnd(JobState.WAITING, True, RETRYING, note)
-    return AttemptEnd(JobState.FAILED, False, "failed", "no retries left" if retries else "")
+    if not retries:
+        return FAILED
+    return AttemptEnd(JobState.FAILED, False, "failed", "no retries left")
 
 
 def attempt_end(outcome: Outcome, retries: int, retries_used: int) -> AttemptEnd:

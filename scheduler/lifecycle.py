@@ -72,7 +72,8 @@ def apply_decision(record: JobRecord, decision: Decision, now: float) -> bool:
     match decision:
         case Start():
             fresh = record.state != JobState.RUNNING
-            record.tasks = (*record.tasks, *decision.tasks)
+            # (The decision's own tuple when none ran: no copy, once per run.)
+            record.tasks = (*record.tasks, *decision.tasks) if record.tasks else decision.tasks
             if not fresh and record.stopped:
                 return _restarted(record, decision.tasks, now)
             record.state = JobState.RUNNING

@@ -119,19 +119,26 @@ class VirtualTimeDriver:
     # ---- actions -----------------------------------------------------------------------------
 
     def submit(self, job_id: str, spec: JobSpec, duration: float | None = None) -> JobRecord:
+        self.durations[job_id] = duration if duration is not None else spec.duration
+        return self._admit(job_id, spec)
+
+    def _admit(self, job_id: str, spec: JobSpec) -> JobRecord:
+        """``submit`` but for the duration (which the simulator keeps on its own jobs): the
+        spec checked, the job's record, its ``Submit`` fed; or the record of its rejection."""
         try:
             self.scheduler.check(spec)
         except SpecRejected as err:
             record = self.records[job_id] = rejected(job_id, spec, self.now, str(err))
             return record
         record = self.records[job_id] = JobRecord(job_id, spec, self.now)
-        self.durations[job_id] = duration if duration is not None else spec.duration
         self.feed(Submit(job_id, spec, self.now))
         return record
 
     def end(self, job_id: str, ok: bool) -> None:
         """The job's attempt ended on its own (finished or failed)."""
-        record = self.records[job_id]
+        self._end_attempt(self.records[job_id], ok)
+
+    def _end_attempt(self, record: JobRecord, ok: bool) -> None:
         if record.state != JobState.RUNNING:
             return
         self.feed(end_attempt(record, ok, self.now))
@@ -149,7 +156,8 @@ class VirtualTimeDriver:
             self._batch.append(event)
             return []
         decisions = self.scheduler.handle(event)
-        self.apply(decisions)
+        if decisions:  # (most events decide nothing)
+            self.apply(decisions)
         return decisions
 
     def apply(self, decisions: list[Decision]) -> None:

@@ -204,3 +204,25 @@ def test_helios_vcs_share_out_the_machine_list() -> None:
     # 6214e9 has 64 of Helios' 352 nodes: 42.0 of the 231 8-GPU nodes and 58.4 of the 321
     # 2-GPU nodes; largest remainders round the 2-GPU share up
     assert quotas["6214e9"] == 42 * 8 + 59 * 2
+
+
+def test_a_trace_jobs_spec_is_the_one_jobspec_builds() -> None:
+    """``trace_job_spec`` sets a frozen spec's slots directly (for speed): it must equal, field
+    for field, what ``JobSpec(...)`` builds, and each spec must get its own ``raw`` dict."""
+    from dataclasses import fields
+
+    from labhive.scheduler.jobs import JobSpec
+    from labhive.scheduler.sim.traces import TraceJob
+    from labhive.scheduler.sim.workload import _role, trace_job_spec
+
+    tj = TraceJob("j1", 5.0, "vc1", "alice", 4, 60.0, cpu=8.0, memory_mb=4096)
+    built = trace_job_spec(tj, "vc2", priority=7)
+    want = JobSpec(
+        name="j1", vc="vc2", priority=7, roles=(_role(4, 8.0, 4096),), duration=60.0, user="alice"
+    )
+    assert built == want
+    assert [getattr(built, f.name) for f in fields(JobSpec)] == [
+        getattr(want, f.name) for f in fields(JobSpec)
+    ]
+    assert built.total_gpus == 4 and hash(built) == hash(want)
+    assert trace_job_spec(tj, "vc2").raw is not built.raw

@@ -43,6 +43,7 @@ from labhive.scheduler.model import (
     StopTasks,
     TaskPlacement,
     Tick,
+    handle_together,
 )
 from labhive.scheduler.replay import COMPLETION, VirtualTimeDriver
 from labhive.scheduler.sim.jobtable import JobTable
@@ -81,16 +82,20 @@ class SimJob:
     run_seconds: float = 0.0  # time running, over all runs
     stops: int = 0
     placed: tuple[TaskPlacement, ...] = ()  # its last run's tasks
-    gpus: int = field(init=False)  # the spec's, read on every change (a property cost 4%)
+    # The spec's, read on every change (a property cost 4%); -1: summed from the spec's roles
+    # here, unless the caller knows it (a trace job's, without the sum: 0.4 us a job).
+    gpus: int = -1
     row: int = -1  # its row in the run's ``JobTable``
     timed_at: float = 0.0  # when its current run was timed (progress counts from there)
     partial: bool = False  # some tasks were stopped on their own and wait: no progress
+    entered: bool = False  # arrived this instant, not yet waiting in the timeline (``_enter``)
 
     def __post_init__(self) -> None:
         self.remaining = self.duration
         self.vc = self.vc or self.spec.vc
         self.user = self.user or (self.spec.user or "")
-        self.gpus = self.spec.total_gpus
+        if self.gpus < 0:
+            self.gpus = self.spec.total_gpus
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -184,6 +189,7 @@ class Simulation(VirtualTimeDriver):
         self.events = 0
         self.wakeups = 0
         self._wake: float | None = None
+        self._entered: list[SimJob] = []  # jobs that arrived this instant (``_enter``)
         self._ended = 0  # jobs ended since the last progress report
 
     # ---- the loop ------------------------------------------------------------------------
@@ -193,26 +199,41 @@ class Simulation(VirtualTimeDriver):
 
         The cyclic garbage collector runs 100 times less often meanwhile: each event makes
         and drops a few small objects (records, decisions, closures), few of them in cycles,
-        so its frequent passes found little and cost a tenth of a FIFO run."""
+        so its frequent passes found little and cost a tenth of a FIFO run. And what exists
+        before the run (modules, the cluster, the policy's set-up) is frozen out of its passes
+        meanwhile (unless someone else froze objects): its older-generation passes walked all
+        of it again and again (2,000 instructions a job, 1% of a FIFO run)."""
         threshold = gc.get_threshold()
         gc.set_threshold(max(threshold[0], GC_EVERY), *threshold[1:])
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             return self._run()
         finally:
+            if freeze:
+                gc.unfreeze()
             gc.set_threshold(*threshold)
 
     def _run(self) -> SimResult:
         jobs = self.jobs
         job = next(jobs, None)
         # The timed actions, read in place (``pending``/``next_time`` cost a call an event),
-        # and the driver's ``step``, ``hold`` and ``seen`` inline: they run once per event.
+        # and the driver's ``step``, ``hold``, ``seen`` and ``decide`` and the clock's advance
+        # inline: they run once per event.
         heap, done, batches = self._heap, self._seen, self._batches
         pop = heapq.heappop
+        timeline, arrive = self.timeline, self._arrive
+        scheduler, apply = self.scheduler, self.apply
         while job is not None or heap:
             nxt = heap[0][0] if heap else None
             time = job.submit if job is not None and (nxt is None or job.submit < nxt) else nxt
             assert time is not None
-            self._advance(time)
+            if time > self.now or timeline.start is None:
+                if self._entered:
+                    self._count_entered()
+                timeline.advance(time)
+                self.now = max(self.now, time)
             while True:  # the instant's actions, its arrivals, then one decision; again if
                 if batches:  # that decision timed more actions for this same instant
                     self._batch = []
@@ -228,7 +249,7 @@ class Simulation(VirtualTimeDriver):
                         else:
                             done(label)
                 while job is not None and job.submit <= time:
-                    label = self._arrive(job)
+                    label = arrive(job)
                     if self._batch is not None:
                         labels.append(label)
                     else:
@@ -239,13 +260,21 @@ class Simulation(VirtualTimeDriver):
                             f"job {job.job_id} is submitted at {job.submit}, before {time}: "
                             "the jobs must come sorted by submit time"
                         )
-                self.decide()
+                batch, self._batch = self._batch, None  # ``decide``
+                if batch:  # one event straight to ``handle``, as ``handle_together`` gives it
+                    one = len(batch) == 1
+                    decisions = (
+                        scheduler.handle(batch[0]) if one else handle_together(scheduler, batch)
+                    )
+                    if decisions:
+                        apply(decisions)
                 for label in labels:
                     done(label)
                 if not heap or heap[0][0] > time:
                     break
         if self.progress is not None and self._ended:
             self.progress(self._ended)
+        self._count_entered()
         self.timeline.close(self.now)
         for left in self.sim_jobs.values():  # jobs not done (and, when kept, all of them)
             self.table.fill(left.row, left)
@@ -279,15 +308,12 @@ class Simulation(VirtualTimeDriver):
             raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.sim_jobs[job.job_id] = job
         job.row = self.table.add(job)
-        record = self.submit(job.job_id, job.spec, job.duration)
+        record = self._enter(job, job.spec)
+        if self.observe is None:  # the label is only counted: no one reads the job's name
+            return "submitted"
         return f"{job.spec.name} submitted" + (
             " (rejected)" if record.state == JobState.REJECTED else ""
         )
-
-    def _advance(self, time: float) -> None:
-        if time > self.now or self.timeline.start is None:
-            self.timeline.advance(time)
-            self.now = max(self.now, time)
 
     def _plan_wakeup(self, wake: float | None) -> None:
         if wake is None or (self._wake is not None and wake >= self._wake - 1e-9):
@@ -317,11 +343,24 @@ class Simulation(VirtualTimeDriver):
             job.row = self.table.add(job)
             if duration is None:
                 job.remaining = math.inf  # runs until a scripted finish, fail or cancel
-        self.timeline.wait(job, +1)  # before the policy sees it: it may start at once
-        record = super().submit(job_id, spec, duration)
+        return self._enter(job, spec)
+
+    def _enter(self, job: SimJob, spec: JobSpec) -> JobRecord:
+        """``submit`` once the job is known (where a trace job's arrival starts); its run
+        is timed by ``job.remaining``, not by the replayer's ``durations``.
+
+        The job waits from now, but the timeline counts it only when time moves on, unless it
+        starts (or is rejected) first: its integrals grow only with time, so a wait and a start
+        at one instant add nothing, and most jobs start as they arrive (two updates a job)."""
+        if job.entered:  # submitted again in this instant (a scenario may): counted now
+            self.timeline.wait(job, +1)
+        else:
+            job.entered = True
+            self._entered.append(job)
+        record = self._admit(job.job_id, spec)
         job.record = record
         if record.state == JobState.REJECTED:
-            self.timeline.wait(job, -1)
+            job.entered = False
             self._done(job)
         return record
 
@@ -330,6 +369,10 @@ class Simulation(VirtualTimeDriver):
         record = self.records.get(job_id)
         if job is None or record is None or not job.running:
             return super().end(job_id, ok)
+        self._end_run(job, record, ok)
+
+    def _end_run(self, job: SimJob, record: JobRecord, ok: bool) -> None:
+        """``end`` of a running job, found (where its timed completion comes in)."""
         self._stopped(job, keep=job.remaining)
         retry = not ok and record.retries_left > 0
         if retry:  # the next attempt runs from the start, and may start at once
@@ -337,7 +380,7 @@ class Simulation(VirtualTimeDriver):
             self.timeline.wait(job, +1)
         else:
             job.end = self.now
-        super().end(job_id, ok)
+        self._end_attempt(record, ok)
         if not retry:
             self._done(job)
 
@@ -347,12 +390,22 @@ class Simulation(VirtualTimeDriver):
         if job is not None and record is not None and not record.done:
             if job.running:
                 self._stopped(job, keep=0.0)
+            elif job.entered:
+                job.entered = False  # (never counted as waiting)
             else:
                 self.timeline.wait(job, -1)
             job.end = self.now
         super().cancel(job_id)
         if job is not None and record is not None and record.done:
             self._done(job)
+
+    def _count_entered(self) -> None:
+        """The jobs that arrived this instant and did not start wait, for the timeline."""
+        for job in self._entered:
+            if job.entered:
+                job.entered = False
+                self.timeline.wait(job, +1)
+        self._entered.clear()
 
     def _done(self, job: SimJob) -> None:
         """The job will not change again: its figures go to the table; unless jobs are kept,
@@ -361,27 +414,28 @@ class Simulation(VirtualTimeDriver):
         if not self.keep_jobs:
             self.sim_jobs.pop(job.job_id, None)
             self.records.pop(job.job_id, None)
-            self.durations.pop(job.job_id, None)
 
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a
         run cut short is accounted before the record changes, so a job stopped and restarted
         in one instant is timed right."""
         job = self.sim_jobs.get(d.job_id)
-        if job is not None and job.running and isinstance(d, Preempt | Stop):
+        if job is None or not job.running:  # the common case first: a waiting job starts
+            if apply_decision(record, d, self.now) and isinstance(d, Start):
+                self._time_run(record, job)
+            return
+        if isinstance(d, Preempt | Stop):
             self._stopped(job, keep=None)
             self.timeline.wait(job, +1)
             if isinstance(d, Preempt):
                 self.timeline.preempted(job)
             else:
                 job.stops += 1
-        elif job is not None and job.running and isinstance(d, StopTasks):
+        elif isinstance(d, StopTasks):
             self._tasks_stopped(job, d)
-        restart = job is not None and job.running and isinstance(d, Start)
-        if apply_decision(record, d, self.now) and isinstance(d, Start) and not restart:
-            self._time_run(record)
-        elif job is not None and restart and isinstance(d, Start):
-            more = sum(len(t.gpus) for t in d.tasks)  # more tasks of an incremental job
+        apply_decision(record, d, self.now)
+        if isinstance(d, Start):  # more tasks of an incremental job, or stopped ones again
+            more = sum(len(t.gpus) for t in d.tasks)
             job.gpu_seconds += (self.now - job.run_start) * job.gpus_held
             job.run_start = self.now
             job.gpus_held += more
@@ -411,9 +465,9 @@ class Simulation(VirtualTimeDriver):
         job.wasted_gpu_seconds += (ran - keep + self.restart_cost) * lost
         job.remaining = max(0.0, job.remaining - keep) + self.restart_cost
 
-    def _time_run(self, record: JobRecord) -> None:
+    def _time_run(self, record: JobRecord, job: SimJob | None = None) -> None:
         """A run starts: time its end by the job's remaining service time."""
-        job = self.sim_jobs[record.job_id]
+        job = self.sim_jobs[record.job_id] if job is None else job
         job.running = True
         job.run_start = self.now
         held = 0
@@ -423,7 +477,11 @@ class Simulation(VirtualTimeDriver):
         job.placed = record.tasks
         if job.first_start is None:
             job.first_start = self.now
-        self.timeline.started(job, held)
+        if job.entered:  # it starts as it arrives: it never waited for the timeline
+            job.entered = False
+            self.timeline.run(job, held)
+        else:
+            self.timeline.started(job, held)
         self._time_end(record, job)
 
     def _time_end(self, record: JobRecord, job: SimJob) -> None:
@@ -441,10 +499,16 @@ class Simulation(VirtualTimeDriver):
             if record.generation != generation or record.state != JobState.RUNNING:
                 return None
             ok = job.ok and not cut
-            self.end(record.job_id, ok)
+            if job.running and self.records.get(record.job_id) is record:
+                self._end_run(job, record, ok)  # ``end``'s look-ups, already done
+            else:
+                self.end(record.job_id, ok)
+            if self.observe is None:  # the label is only counted, as an end if it says so
+                return "finished" if ok else "failed"
             return f"{record.spec.name} {'finished' if ok else 'failed'}"
 
-        self.at(self.now + run_for, complete, COMPLETION)
+        self._counter += 1  # ``at``, inline: once per run
+        heapq.heappush(self._heap, (self.now + run_for, COMPLETION, self._counter, complete))
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
         """The run ends; ``remaining`` drops by ``keep`` (None: cut short by the policy, so

@@ -18,6 +18,7 @@ import numpy as np
 #: The states a row records, by code (a job's ``state`` string).
 STATES = ("PENDING", "WAITING", "RUNNING", "SUCCEEDED", "FAILED", "REJECTED", "STOPPED")
 _CODE = {s: i for i, s in enumerate(STATES)}
+_PENDING = _CODE["PENDING"]
 _FLOATS = ("submit", "end", "first_start", "duration", "run_seconds", "gpu_seconds", "wasted")
 NAN = float("nan")
 
@@ -28,6 +29,9 @@ class JobTable:
 
     def __init__(self) -> None:
         self.columns: dict[str, array[float]] = {name: array("d") for name in _FLOATS}
+        # The same columns in ``_FLOATS`` order, for ``add`` and ``fill`` (once per job each:
+        # one unpacking, not seven look-ups by name).
+        self._floats = tuple(self.columns.values())
         self.preemptions: array[int] = array("l")
         self.state = array("b")
         self.vc = array("h")
@@ -38,18 +42,19 @@ class JobTable:
         return len(self.state)
 
     def add(self, job: Any) -> int:
-        """A row for a job that just arrived; its index."""
+        """A row for a job that just arrived, so not yet started, ended or preempted (its
+        figures come with ``fill``, when it is done or the run ends); its index."""
         row = len(self.state)
-        c = self.columns  # what ``fill`` writes, appended at once (once per job: no NaNs first)
-        c["submit"].append(job.submit)
-        c["end"].append(NAN if job.end is None else job.end)
-        c["first_start"].append(NAN if job.first_start is None else job.first_start)
-        c["duration"].append(job.duration)
-        c["run_seconds"].append(job.run_seconds)
-        c["gpu_seconds"].append(job.gpu_seconds)
-        c["wasted"].append(job.wasted_gpu_seconds)
-        self.preemptions.append(job.preemptions)
-        self.state.append(_CODE[job.state])
+        submit, end, first_start, duration, run_seconds, gpu_seconds, wasted = self._floats
+        submit.append(job.submit)
+        end.append(NAN)
+        first_start.append(NAN)
+        duration.append(job.duration)
+        run_seconds.append(0.0)
+        gpu_seconds.append(0.0)
+        wasted.append(0.0)
+        self.preemptions.append(0)
+        self.state.append(_PENDING)
         code = self._vc_code.get(job.vc)
         if code is None:
             code = self._vc_code[job.vc] = len(self.vcs)
@@ -59,16 +64,17 @@ class JobTable:
 
     def fill(self, row: int, job: Any) -> None:
         """The job's figures as they are now, into its row."""
-        c = self.columns
-        c["submit"][row] = job.submit
-        c["end"][row] = NAN if job.end is None else job.end
-        c["first_start"][row] = NAN if job.first_start is None else job.first_start
-        c["duration"][row] = job.duration
-        c["run_seconds"][row] = job.run_seconds
-        c["gpu_seconds"][row] = job.gpu_seconds
-        c["wasted"][row] = job.wasted_gpu_seconds
-        self.preemptions[row] = job.preemptions
-        self.state[row] = _CODE[job.state]
+        submit, end, first_start, duration, run_seconds, gpu_seconds, wasted = self._floats
+        submit[row] = job.submit
+        end[row] = NAN if job.end is None else job.end
+        first_start[row] = NAN if job.first_start is None else job.first_start
+        duration[row] = job.duration
+        run_seconds[row] = job.run_seconds
+        gpu_seconds[row] = job.gpu_seconds
+        wasted[row] = job.wasted_gpu_seconds
+        record = job.record  # (``SimJob.state`` and ``preemptions``, without two calls a job)
+        self.preemptions[row] = 0 if record is None else record.preemptions
+        self.state[row] = _PENDING if record is None else _CODE[record.state]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every column as a numpy array, for the metrics."""

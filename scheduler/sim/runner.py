@@ -73,7 +73,7 @@ def run_policy(
         total_gpus=config.total_gpus(),
         checkpoint=checkpoint,
         restart_cost=restart_cost,
-        progress=report.update,
+        progress=report.update if report.bar is not None else None,  # (no bar: no counting)
         observe=observe,
         keep_jobs=keep_jobs,
     )
