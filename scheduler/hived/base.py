@@ -95,13 +95,13 @@ class HivedBase:
         if len(roles) == 1:  # the usual job: one role, so one affinity group
             role = roles[0]
             tasks = [(role, i) for i in range(role.instances)]
-            job = Job(job_id, spec, self._seq, spec.priority, tasks)
+            job = Job(job_id, spec, self._seq, spec.priority, tasks, spec.vc)
             job.pinned = role.pinned_cell or None
             job.cpu_only = not self.config.skus and role.gpu == 0  # (``cpu_only``)
             self._jobs[job_id] = job
             return job
         tasks = [(r, i) for r in roles for i in range(r.instances)]
-        job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job = Job(job_id, spec, self._seq, spec.priority, tasks, spec.vc)
         job.pinned = next((r.pinned_cell for r in roles if r.pinned_cell), None)
         job.cpu_only = cpu_only(self.config, spec)
         job.grouped = spec.gang and len({r.affinity_group for r in roles}) > 1
@@ -230,6 +230,21 @@ class HivedBase:
         run: list[Cell] = []  # consecutive leaves on one node, in one of a VC's cells
         owner: Cell | None = None
         for _, leaves in job.placed.values():
+            node = leaves[0].node_cell if leaves else None
+            mine = node.owner() if node is not None else None
+            if mine is not None:
+                # The task's node lies in a VC's cell, so do all its leaves (a VC binds no
+                # cell inside another): one owner for the task, not a walk up per GPU.
+                if (
+                    run
+                    and owner is not None
+                    and (mine is not owner or node is not run[0].node_cell)
+                ):
+                    self._vacate_run(run, owner, touched)
+                    run = []
+                owner = mine
+                run += leaves
+                continue
             for leaf in leaves:
                 mine = leaf.owner()
                 if (

@@ -133,7 +133,7 @@ class Placer:
         opened = vc.open.get(chain, {}) if pinned is None else None
         prev_need = 0
         # Largest first (a stable sort: one task, or tasks of one size, keep their order).
-        ordered = tasks if len(tasks) == 1 else sorted(tasks, key=_larger_first)
+        ordered = tasks if _one_size(tasks) else sorted(tasks, key=_larger_first)
         for task in ordered:
             node = None
             if (
@@ -525,6 +525,16 @@ class Placer:
 
 def _larger_first(task: TaskNeed) -> int:
     return -task.leaves
+
+
+def _one_size(tasks: list[TaskNeed]) -> bool:
+    """Whether the tasks all take as many leaves (so sorting keeps them as they are): a
+    loop, cheaper than a sort's key call per task for the usual gang of one-GPU tasks."""
+    size = tasks[0].leaves if tasks else 0
+    for task in tasks:  # noqa: SIM110 (``all`` would take a generator)
+        if task.leaves != size:
+            return False
+    return True
 
 
 def _still_best(
