@@ -9,15 +9,17 @@ from hypothesis import strategies as st
 from labhive.scheduler.config import load_cluster_config
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.placement import (
+    Placer,
     Plan,
+    TaskNeed,
     _best_free,
     _cheapest_leaves,
     _first_free,
     _is_free,
     _search_leaves,
-    _still_best,
     usable,
 )
+from labhive.scheduler.hived.vc import VCs
 
 CLUSTER = """\
 physicalCluster:
@@ -88,24 +90,38 @@ def test_cheapest_leaves_take_what_the_general_search_takes(gpus, states, thresh
     assert _cheapest_leaves(node, need, ok, ids) == _search_leaves([node], need, ok, ids, False)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
-    frees=st.lists(st.integers(0, 4), min_size=3, max_size=3),
+    busy=st.lists(st.integers(0, 4), min_size=3, max_size=3),
     need=st.integers(1, 4),
+    tasks=st.integers(1, 6),
 )
-def test_the_previous_node_is_still_best_only_where_a_full_scan_picks_it(frees, need):
-    """A gang's next task of the same size: when ``_still_best`` skips the scan, a scan of
-    the same candidates, with the plan's GPUs taken, picks the previous node too."""
-    tree = _tree(4)
+def test_a_free_only_gang_goes_where_a_full_scan_per_task_puts_it(busy, need, tasks):
+    """A gang of same-size tasks on free GPUs: ``guaranteed`` skips the scan for a task
+    whose previous node still holds it, and takes a flat node's first free GPUs; expect
+    each task where a full best-fit scan (with the plan's GPUs taken so far) and the
+    general leaf search put it, and no plan where they find no room."""
+    config = load_cluster_config(CLUSTER % 4)
+    tree = CellTree(config)
+    vcs = VCs(config, tree)
+    vc = vcs.by_name["a"]
     nodes = [c for c in tree.cells.values() if c.is_node]
-    for node, free in zip(nodes, frees, strict=True):
-        node.free = free
-    whole = dict.fromkeys(nodes)
-    first, _ = _best_free(list(whole), need, None, {})
-    if first is None:
-        return
-    plan = Plan(first.chain)
-    plan.free_taken[first] = need  # the previous task took ``need`` GPUs there
-    if _still_best(first, need, need, whole, plan):
-        again, _ = _best_free(list(whole), need, first.parent, plan.free_taken)
-        assert again is first
+    for node, n in zip(nodes, busy, strict=True):
+        for leaf in node.children[:n]:
+            tree.use(leaf, "other", 0)
+    for node in nodes:
+        vcs.bind(vc, node)
+    gang = [TaskNeed("worker", i, need) for i in range(tasks)]
+    plan = Placer(tree, vcs).guaranteed(vc, nodes[0].chain, gang, None, bind=False)
+
+    ref = Plan(nodes[0].chain)
+    last = None
+    for task in gang:
+        node, _ = _best_free(nodes, need, last.parent if last else None, ref.free_taken)
+        if node is None:
+            assert plan is None
+            return
+        ref.add(task, node, _search_leaves([node], need, _is_free, ref.taken, False))
+        last = node
+    assert plan is not None
+    assert plan.placed == ref.placed

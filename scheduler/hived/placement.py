@@ -134,19 +134,36 @@ class Placer:
         prev_need = 0
         # Largest first (a stable sort: one task, or tasks of one size, keep their order).
         ordered = tasks if _one_size(tasks) else sorted(tasks, key=_larger_first)
+        free_only = threshold is None
+        free_taken = plan.free_taken
         for task in ordered:
+            need = task.leaves
             node = None
+            # A free-only search skips the scan when the previous task's node is the best fit
+            # again: this task is as large and that node still holds it. Safe because the
+            # node won the last scan (same candidates, since only a failed scan binds more
+            # cells; same need, so the same nodes qualify); since then only its own free count
+            # dropped, which ranks it better, and it now counts as next to the gang's previous
+            # task, which no node outside its parent does. (A gang of one-GPU tasks, the
+            # simulator's usual job, scans once per node, not once per GPU.)
             if (
-                threshold is None
+                free_only
+                and need == prev_need
                 and last is not None
-                and _still_best(last, task.leaves, prev_need, whole, plan)
+                and last in whole
+                and last.free - free_taken.get(last, 0) >= need
             ):
                 node = last
             spare = bind and pinned is None  # may bind quota to spare a guaranteed job
             while node is None:
-                node, level = self._best_node(
-                    whole, partial, chain, task.leaves, threshold, ok, plan, last, only, opened
-                )
+                if free_only and opened is not None and only is None and not partial:
+                    # ``_best_node``'s free-only case when the VC has whole nodes only
+                    near = last.parent if last is not None else None
+                    node, level = _best_free(opened, need, near, free_taken)[0], NO_VICTIMS
+                else:
+                    node, level = self._best_node(
+                        whole, partial, chain, need, threshold, ok, plan, last, only, opened
+                    )
                 if node is not None and level >= 0 and spare:
                     spare = False
                     node = self._spare_guaranteed(vc, chain, task.leaves, plan, node, only)
@@ -174,10 +191,14 @@ class Placer:
                 assert node is not None
             elif node not in whole:  # the VC's single-GPU cells on this node, together
                 region = _leaf_parts(partial[node])
-            counters = threshold is None and region[0] is node and node not in plan.taken_on
-            leaves = pick_leaves(region, task.leaves, ok, plan.taken, counters)
+            if free_only and region[0] is node and node.children and not node.children[0].children:
+                # ``pick_leaves``' free-only case on a node whose children are its GPUs
+                leaves = _first_free(node, need, plan.taken)
+            else:
+                counters = free_only and region[0] is node and node not in plan.taken_on
+                leaves = pick_leaves(region, need, ok, plan.taken, counters)
             plan.add(task, node, leaves)
-            last, prev_need = node, task.leaves
+            last, prev_need = node, need
         return plan
 
     def room(
@@ -535,24 +556,6 @@ def _one_size(tasks: list[TaskNeed]) -> bool:
         if task.leaves != size:
             return False
     return True
-
-
-def _still_best(
-    last: Cell | None, need: int, prev_need: int, whole: dict[Cell, None], plan: Plan
-) -> bool:
-    """Whether a free-only search may skip the scan: the previous task's node is the best
-    fit again when this task is as large and that node still holds it.
-
-    Why that is safe: the node won the last scan (same candidates, since only a failed scan
-    binds more cells; same need, so the same nodes qualify). Since then only its own free
-    count dropped, which ranks it better, and it now counts as next to the gang's previous
-    task, which no node outside its parent does; nodes inside its parent ranked as they did
-    against it. (A gang of one-GPU tasks, the simulator's usual job, scans once, not once
-    per GPU.)
-    """
-    if last is None or need != prev_need or last not in whole:
-        return False
-    return last.free - plan.free_taken.get(last, 0) >= need
 
 
 def _best_free(
