@@ -125,3 +125,45 @@ def test_a_free_only_gang_goes_where_a_full_scan_per_task_puts_it(busy, need, ta
         last = node
     assert plan is not None
     assert plan.placed == ref.placed
+
+
+RACK = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}
+    RACK: {childCellType: NODE, childCellNumber: 4}
+  physicalCells:
+  - cellType: RACK
+    cellChildren: [{cellAddress: n0}, {cellAddress: n1}, {cellAddress: n2}, {cellAddress: n3}]
+virtualClusters:
+  a: {virtualCells: [{cellType: RACK, cellNumber: 1}]}
+"""
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    frees=st.lists(st.integers(0, 4), min_size=4, max_size=4),
+    taken=st.lists(st.integers(0, 2), min_size=4, max_size=4),
+    need=st.integers(1, 4),
+    near_rack=st.booleans(),
+)
+def test_best_fit_among_nodes_of_one_parent_ranks_as_the_full_key_does(
+    frees, taken, need, near_rack
+):
+    """Nodes that share a parent are all as near a gang's last task: the shortcut that
+    ranks them on free GPUs and order alone picks the node, with the key, that the full
+    ranking (nearness first) picks."""
+    tree = CellTree(load_cluster_config(RACK))
+    nodes = [c for c in tree.cells.values() if c.is_node]
+    assert tree.chains[nodes[0].chain].one_parent
+    for node, free in zip(nodes, frees, strict=True):
+        node.free = free
+    free_taken = {n: t for n, t in zip(nodes, taken, strict=True) if t}
+    for plan_took in (free_taken, {}):
+        if near_rack:  # every node is next to the last task
+            rack = nodes[0].parent
+            full = _best_free(nodes, need, rack, plan_took, one_parent=False)
+            assert _best_free(nodes, need, rack, plan_took, one_parent=True) == full
+        else:  # none is (a first task: no ``near``); the full ranking, with a cell none is next to
+            full = _best_free(nodes, need, nodes[0].children[0], plan_took, one_parent=False)
+            assert _best_free(nodes, need, None, plan_took) == full

@@ -27,6 +27,8 @@ NO_VICTIMS = -2
 OPPORTUNISTIC_ONLY = -1
 #: How a free GPU ranks against busy ones: below any job priority, opportunistic included.
 FREE_RANK = -100
+#: More free GPUs than any node has: where a best-fit scan starts.
+UNBOUNDED_FREE = 1 << 62
 
 
 @dataclass(slots=True)
@@ -136,6 +138,7 @@ class Placer:
         ordered = tasks if _one_size(tasks) else sorted(tasks, key=_larger_first)
         free_only = threshold is None
         free_taken = plan.free_taken
+        one_parent = self.tree.chains[chain].one_parent
         for task in ordered:
             need = task.leaves
             node = None
@@ -159,7 +162,8 @@ class Placer:
                 if free_only and opened is not None and only is None and not partial:
                     # ``_best_node``'s free-only case when the VC has whole nodes only
                     near = last.parent if last is not None else None
-                    node, level = _best_free(opened, need, near, free_taken)[0], NO_VICTIMS
+                    node = _best_free(opened, need, near, free_taken, one_parent)[0]
+                    level = NO_VICTIMS
                 else:
                     node, level = self._best_node(
                         whole, partial, chain, need, threshold, ok, plan, last, only, opened
@@ -313,7 +317,8 @@ class Placer:
                 candidates: Any = opened if only is None else [n for n in opened if n in whole]
             else:
                 candidates = [n for n in whole if n.free > 0]
-            best, best_key = _best_free(candidates, need, near, plan.free_taken)
+            one_parent = self.tree.chains[chain].one_parent
+            best, best_key = _best_free(candidates, need, near, plan.free_taken, one_parent)
         else:
             # One pass for every victim priority: a node's key starts with the lowest
             # priority it must preempt, so opportunistic jobs go first, then the lowest.
@@ -559,15 +564,26 @@ def _one_size(tasks: list[TaskNeed]) -> bool:
 
 
 def _best_free(
-    candidates: Any, need: int, near: Cell | None, free_taken: dict[Cell, int]
+    candidates: Any,
+    need: int,
+    near: Cell | None,
+    free_taken: dict[Cell, int],
+    one_parent: bool = False,
 ) -> tuple[Cell | None, tuple[int | bool, ...] | None]:
     """Best fit among whole nodes using free GPUs only, with its key as ``_best_node``
     ranks it: next to ``near`` first, then the fewest free GPUs, then ``order``.
 
     The loop of most searches, so it rejects on the node's own counter before looking up
     what the plan took there (which only lowers it), and ranks on the key's varying part,
-    part by part (no key tuple per node; orders are unique, so no two nodes tie).
+    part by part (no key tuple per node; orders are unique, so no two nodes tie). Where
+    nearness cannot tell the candidates apart (no ``near``, or ``one_parent``: all of them
+    share a parent) it ranks on free GPUs and order alone (``_fittest``).
     """
+    if near is None or one_parent:
+        best, best_free = _fittest(candidates, need, free_taken)
+        if best is None:
+            return None, None
+        return best, (NO_VICTIMS, 0, 0, best.parent is not near, best_free, best.order)
     best = None
     best_far, best_free, best_order = True, 0, 0
     for node in candidates:
@@ -591,6 +607,33 @@ def _best_free(
     if best is None:
         return None, None
     return best, (NO_VICTIMS, 0, 0, best_far, best_free, best_order)
+
+
+def _fittest(candidates: Any, need: int, free_taken: dict[Cell, int]) -> tuple[Cell | None, int]:
+    """``_best_free`` among candidates all equally near: the fewest free GPUs (what the plan
+    took there not counted) that still hold ``need``, then the lowest ``order``; with the
+    node's free GPUs. Without the plan's GPUs to discount (its first task), a loop of its own."""
+    best = None
+    best_free, best_order = UNBOUNDED_FREE, 0
+    if not free_taken:
+        for node in candidates:
+            free = node.free
+            if need <= free and (
+                free < best_free or (free == best_free and node.order < best_order)
+            ):
+                best, best_free, best_order = node, free, node.order
+        return best, best_free
+    for node in candidates:
+        free = node.free
+        if free < need:
+            continue
+        if node in free_taken:
+            free -= free_taken[node]
+            if free < need:
+                continue
+        if free < best_free or (free == best_free and node.order < best_order):
+            best, best_free, best_order = node, free, node.order
+    return best, best_free
 
 
 def _regions(
