@@ -29,8 +29,10 @@ physicalCluster:
   - {cellType: NODE, cellAddress: n0}
   - {cellType: NODE, cellAddress: n1}
   - {cellType: NODE, cellAddress: n2}
+  - {cellType: NODE, cellAddress: n3}
+  - {cellType: NODE, cellAddress: n4}
 virtualClusters:
-  a: {virtualCells: [{cellType: NODE, cellNumber: 3}]}
+  a: {virtualCells: [{cellType: NODE, cellNumber: 5}]}
 """
 
 #: One GPU's state: (bad, None = free or the priority of the job on it).
@@ -92,13 +94,14 @@ def test_cheapest_leaves_take_what_the_general_search_takes(gpus, states, thresh
 
 @settings(max_examples=80, deadline=None)
 @given(
-    busy=st.lists(st.integers(0, 4), min_size=3, max_size=3),
+    busy=st.lists(st.integers(0, 4), min_size=5, max_size=5),
     need=st.integers(1, 4),
-    tasks=st.integers(1, 6),
+    tasks=st.integers(1, 10),
 )
 def test_a_free_only_gang_goes_where_a_full_scan_per_task_puts_it(busy, need, tasks):
     """A gang of same-size tasks on free GPUs: ``guaranteed`` skips the scan for a task
-    whose previous node still holds it, and takes a flat node's first free GPUs; expect
+    whose previous node still holds it, ranks the nodes once for a gang spread over several,
+    and takes a flat node's first free GPUs; expect
     each task where a full best-fit scan (with the plan's GPUs taken so far) and the
     general leaf search put it, and no plan where they find no room."""
     config = load_cluster_config(CLUSTER % 4)
@@ -167,3 +170,38 @@ def test_best_fit_among_nodes_of_one_parent_ranks_as_the_full_key_does(
         else:  # none is (a first task: no ``near``); the full ranking, with a cell none is next to
             full = _best_free(nodes, need, nodes[0].children[0], plan_took, one_parent=False)
             assert _best_free(nodes, need, None, plan_took) == full
+
+
+def _gang_plan(busy: list[int], bound: int, need: int, tasks: int, rank: bool) -> list[object]:
+    """Where ``guaranteed`` puts a gang when the VC has bound its first ``bound`` nodes (it
+    binds more as it goes); ``rank``: with the one-parent shortcuts (else the full scans)."""
+    config = load_cluster_config(CLUSTER % 4)
+    tree = CellTree(config)
+    tree.chains["NODE"].one_parent = rank
+    vcs = VCs(config, tree)
+    vc = vcs.by_name["a"]
+    nodes = [c for c in tree.cells.values() if c.is_node]
+    for node, n in zip(nodes, busy, strict=True):
+        for leaf in node.children[:n]:
+            tree.use(leaf, "other", 0)
+    for node in nodes[:bound]:
+        vcs.bind(vc, node)
+    gang = [TaskNeed("worker", i, need) for i in range(tasks)]
+    plan = Placer(tree, vcs).guaranteed(vc, "NODE", gang, None)
+    if plan is None:
+        return []
+    placed = [(t.index, n.id, [leaf.id for leaf in leaves]) for t, n, leaves in plan.placed]
+    return [placed, [c.id for c in plan.bound]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    busy=st.lists(st.integers(0, 4), min_size=5, max_size=5),
+    bound=st.integers(0, 5),
+    need=st.integers(1, 4),
+    tasks=st.integers(1, 10),
+)
+def test_a_gang_ranked_once_goes_where_scans_put_it_bindings_included(busy, bound, need, tasks):
+    """A gang that outgrows the VC's bound nodes binds more on its way: the ranking of the
+    nodes (made once per task size) is made afresh with them, as the scans would see them."""
+    assert _gang_plan(busy, bound, need, tasks, True) == _gang_plan(busy, bound, need, tasks, False)

@@ -139,6 +139,10 @@ class Placer:
         free_only = threshold is None
         free_taken = plan.free_taken
         one_parent = self.tree.chains[chain].one_parent
+        # A gang's later scans for one task size, where nearness ranks no node above another:
+        # the nodes that fit, ranked once, worst last (``_ranked``); (size, scans so far).
+        ranked: list[Cell] = []
+        scans = (0, 0)
         for task in ordered:
             need = task.leaves
             node = None
@@ -161,8 +165,14 @@ class Placer:
             while node is None:
                 if free_only and opened is not None and only is None and not partial:
                     # ``_best_node``'s free-only case when the VC has whole nodes only
-                    near = last.parent if last is not None else None
-                    node = _best_free(opened, need, near, free_taken, one_parent)[0]
+                    scans = (need, scans[1] + 1) if scans[0] == need else (need, 1)
+                    if one_parent and scans[1] > 1:
+                        if scans[1] == 2:
+                            ranked = _ranked(opened, need, free_taken)
+                        node = _next_ranked(ranked, need, free_taken)
+                    else:
+                        near = last.parent if last is not None else None
+                        node = _best_free(opened, need, near, free_taken, one_parent)[0]
                     level = NO_VICTIMS
                 else:
                     node, level = self._best_node(
@@ -189,6 +199,7 @@ class Placer:
                     only = only | set(plan.bound[-1].nodes())
                 whole, partial = _regions(vc, chain, pinned)
                 opened = vc.open.get(chain, {}) if pinned is None else None
+                scans = (0, 0)  # more nodes now: scan (and rank) afresh
             region = [node]
             if not node.is_node:  # one of the VC's cells inside a node
                 node = node.node_cell
@@ -607,6 +618,37 @@ def _best_free(
     if best is None:
         return None, None
     return best, (NO_VICTIMS, 0, 0, best_far, best_free, best_order)
+
+
+def _ranked(candidates: Any, need: int, free_taken: dict[Cell, int]) -> list[Cell]:
+    """The candidates that hold ``need`` in ``_fittest``'s order, the best last.
+
+    For a gang whose tasks of one size spread over several nodes, where nearness ranks no
+    node above another: each next node is the best of those the gang has not taken from
+    (the ones it took from are full for this size: it left each only when it held no more),
+    so one ranking serves all its scans (``_next_ranked``) instead of a scan per node."""
+    fits = []
+    for node in candidates:
+        free = node.free
+        if free < need:
+            continue
+        if free_taken and node in free_taken:
+            free -= free_taken[node]
+            if free < need:
+                continue
+        fits.append((free, node.order, node))  # (orders are unique: nodes never compared)
+    fits.sort(reverse=True)
+    return [node for _, _, node in fits]
+
+
+def _next_ranked(ranked: list[Cell], need: int, free_taken: dict[Cell, int]) -> Cell | None:
+    """The best node of ``_ranked`` that still holds ``need``, taken off the ranking (the
+    search then stays on it while it holds the next tasks)."""
+    while ranked:
+        node = ranked.pop()
+        if node.free - free_taken.get(node, 0) >= need:
+            return node
+    return None
 
 
 def _fittest(candidates: Any, need: int, free_taken: dict[Cell, int]) -> tuple[Cell | None, int]:
