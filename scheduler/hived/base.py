@@ -66,7 +66,7 @@ class HivedBase:
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
     #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[tuple[tuple[RoleSpec, ...], str], dict[str, list[TaskNeed]]]
+    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, list[TaskNeed]]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
@@ -358,6 +358,16 @@ class HivedBase:
     @staticmethod
     def _role(job: Job, name: str) -> RoleSpec:
         return next(r for r in job.spec.roles if r.name == name)
+
+
+def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
+    """A key for a job's roles by identity, for a cache asked once per job: hashing the
+    (dataclass) roles cost more than the rest of the look-up, and a trace's jobs share their
+    role objects. An entry must keep the roles it was made for (so no other object takes their
+    ids while it lives); equal roles in other objects only miss."""
+    if len(roles) == 1:
+        return id(roles[0])
+    return tuple(map(id, roles))
 
 
 def _gpu(leaf: Cell) -> int:
