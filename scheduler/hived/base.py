@@ -66,7 +66,7 @@ class HivedBase:
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
     #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[tuple[tuple[RoleSpec, ...], str], dict[str, list[TaskNeed]]]
+    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, list[TaskNeed]]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
@@ -95,13 +95,13 @@ class HivedBase:
         if len(roles) == 1:  # the usual job: one role, so one affinity group
             role = roles[0]
             tasks = [(role, i) for i in range(role.instances)]
-            job = Job(job_id, spec, self._seq, spec.priority, tasks)
+            job = Job(job_id, spec, self._seq, spec.priority, tasks, spec.vc)
             job.pinned = role.pinned_cell or None
             job.cpu_only = not self.config.skus and role.gpu == 0  # (``cpu_only``)
             self._jobs[job_id] = job
             return job
         tasks = [(r, i) for r in roles for i in range(r.instances)]
-        job = Job(job_id, spec, self._seq, spec.priority, tasks)
+        job = Job(job_id, spec, self._seq, spec.priority, tasks, spec.vc)
         job.pinned = next((r.pinned_cell for r in roles if r.pinned_cell), None)
         job.cpu_only = cpu_only(self.config, spec)
         job.grouped = spec.gang and len({r.affinity_group for r in roles}) > 1
@@ -230,6 +230,21 @@ class HivedBase:
         run: list[Cell] = []  # consecutive leaves on one node, in one of a VC's cells
         owner: Cell | None = None
         for _, leaves in job.placed.values():
+            node = leaves[0].node_cell if leaves else None
+            mine = node.owner() if node is not None else None
+            if mine is not None:
+                # The task's node lies in a VC's cell, so do all its leaves (a VC binds no
+                # cell inside another): one owner for the task, not a walk up per GPU.
+                if (
+                    run
+                    and owner is not None
+                    and (mine is not owner or node is not run[0].node_cell)
+                ):
+                    self._vacate_run(run, owner, touched)
+                    run = []
+                owner = mine
+                run += leaves
+                continue
             for leaf in leaves:
                 mine = leaf.owner()
                 if (
@@ -343,6 +358,16 @@ class HivedBase:
     @staticmethod
     def _role(job: Job, name: str) -> RoleSpec:
         return next(r for r in job.spec.roles if r.name == name)
+
+
+def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
+    """A key for a job's roles by identity, for a cache asked once per job: hashing the
+    (dataclass) roles cost more than the rest of the look-up, and a trace's jobs share their
+    role objects. An entry must keep the roles it was made for (so no other object takes their
+    ids while it lives); equal roles in other objects only miss."""
+    if len(roles) == 1:
+        return id(roles[0])
+    return tuple(map(id, roles))
 
 
 def _gpu(leaf: Cell) -> int:

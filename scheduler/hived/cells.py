@@ -157,6 +157,9 @@ class Chain:
         self.level_type = dict(zip(self.levels, _types_down(config, name), strict=True))
         self.tops: list[Cell] = []
         self.node_cells: list[Cell] = []
+        #: Whether all its nodes share one parent (then no node lies nearer a gang's last
+        #: task than another: best fit ranks on free GPUs alone; ``placement._best_free``).
+        self.one_parent = False
 
     @property
     def node_leaves(self) -> int:
@@ -204,6 +207,7 @@ class CellTree:
             self.free_list[spec.chain][top.level][top.id] = top
         for chain in self.chains.values():
             chain.node_cells = [c for t in chain.tops for c in t.walk() if c.is_node]
+            chain.one_parent = len({c.parent for c in chain.node_cells}) == 1
             self.open[chain.name] = dict.fromkeys(chain.node_cells)
             self.free_total += sum(t.leaves for t in chain.tops)
         for pid, spec in config.pinned.items():

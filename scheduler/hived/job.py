@@ -26,6 +26,7 @@ class Job:
     seq: int
     prio: int  # effective: -1 while opportunistic (by spec or downgraded)
     tasks: list[tuple[RoleSpec, int]]
+    vc: str  # ``spec.vc``, read on every attempt: a field, not a property
     placed: dict[tuple[str, int], tuple[TaskPlacement, list[Cell]]] = field(default_factory=dict)
     downgraded_by: str | None = None
     queued_key: Hashable | None = None  # the class it waits in, if any
@@ -38,10 +39,6 @@ class Job:
     downgraded: dict[tuple[str, int], str] = field(default_factory=dict)
     # Tasks of this attempt that ended on their own (``TasksEnded``): never placed again in it.
     done: set[tuple[str, int]] = field(default_factory=set)
-
-    @property
-    def vc(self) -> str:
-        return self.spec.vc
 
     @property
     def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:

@@ -27,6 +27,8 @@ NO_VICTIMS = -2
 OPPORTUNISTIC_ONLY = -1
 #: How a free GPU ranks against busy ones: below any job priority, opportunistic included.
 FREE_RANK = -100
+#: More free GPUs than any node has: where a best-fit scan starts.
+UNBOUNDED_FREE = 1 << 62
 
 
 @dataclass(slots=True)
@@ -133,20 +135,49 @@ class Placer:
         opened = vc.open.get(chain, {}) if pinned is None else None
         prev_need = 0
         # Largest first (a stable sort: one task, or tasks of one size, keep their order).
-        ordered = tasks if len(tasks) == 1 else sorted(tasks, key=_larger_first)
+        ordered = tasks if _one_size(tasks) else sorted(tasks, key=_larger_first)
+        free_only = threshold is None
+        free_taken = plan.free_taken
+        one_parent = self.tree.chains[chain].one_parent
+        # A gang's later scans for one task size, where nearness ranks no node above another:
+        # the nodes that fit, ranked once, worst last (``_ranked``); (size, scans so far).
+        ranked: list[Cell] = []
+        scans = (0, 0)
         for task in ordered:
+            need = task.leaves
             node = None
+            # A free-only search skips the scan when the previous task's node is the best fit
+            # again: this task is as large and that node still holds it. Safe because the
+            # node won the last scan (same candidates, since only a failed scan binds more
+            # cells; same need, so the same nodes qualify); since then only its own free count
+            # dropped, which ranks it better, and it now counts as next to the gang's previous
+            # task, which no node outside its parent does. (A gang of one-GPU tasks, the
+            # simulator's usual job, scans once per node, not once per GPU.)
             if (
-                threshold is None
+                free_only
+                and need == prev_need
                 and last is not None
-                and _still_best(last, task.leaves, prev_need, whole, plan)
+                and last in whole
+                and last.free - free_taken.get(last, 0) >= need
             ):
                 node = last
             spare = bind and pinned is None  # may bind quota to spare a guaranteed job
             while node is None:
-                node, level = self._best_node(
-                    whole, partial, chain, task.leaves, threshold, ok, plan, last, only, opened
-                )
+                if free_only and opened is not None and only is None and not partial:
+                    # ``_best_node``'s free-only case when the VC has whole nodes only
+                    scans = (need, scans[1] + 1) if scans[0] == need else (need, 1)
+                    if one_parent and scans[1] > 1:
+                        if scans[1] == 2:
+                            ranked = _ranked(opened, need, free_taken)
+                        node = _next_ranked(ranked, need, free_taken)
+                    else:
+                        near = last.parent if last is not None else None
+                        node = _best_free(opened, need, near, free_taken, one_parent)[0]
+                    level = NO_VICTIMS
+                else:
+                    node, level = self._best_node(
+                        whole, partial, chain, need, threshold, ok, plan, last, only, opened
+                    )
                 if node is not None and level >= 0 and spare:
                     spare = False
                     node = self._spare_guaranteed(vc, chain, task.leaves, plan, node, only)
@@ -168,16 +199,21 @@ class Placer:
                     only = only | set(plan.bound[-1].nodes())
                 whole, partial = _regions(vc, chain, pinned)
                 opened = vc.open.get(chain, {}) if pinned is None else None
+                scans = (0, 0)  # more nodes now: scan (and rank) afresh
             region = [node]
             if not node.is_node:  # one of the VC's cells inside a node
                 node = node.node_cell
                 assert node is not None
             elif node not in whole:  # the VC's single-GPU cells on this node, together
                 region = _leaf_parts(partial[node])
-            counters = threshold is None and region[0] is node and node not in plan.taken_on
-            leaves = pick_leaves(region, task.leaves, ok, plan.taken, counters)
+            if free_only and region[0] is node and node.children and not node.children[0].children:
+                # ``pick_leaves``' free-only case on a node whose children are its GPUs
+                leaves = _first_free(node, need, plan.taken)
+            else:
+                counters = free_only and region[0] is node and node not in plan.taken_on
+                leaves = pick_leaves(region, need, ok, plan.taken, counters)
             plan.add(task, node, leaves)
-            last, prev_need = node, task.leaves
+            last, prev_need = node, need
         return plan
 
     def room(
@@ -292,7 +328,8 @@ class Placer:
                 candidates: Any = opened if only is None else [n for n in opened if n in whole]
             else:
                 candidates = [n for n in whole if n.free > 0]
-            best, best_key = _best_free(candidates, need, near, plan.free_taken)
+            one_parent = self.tree.chains[chain].one_parent
+            best, best_key = _best_free(candidates, need, near, plan.free_taken, one_parent)
         else:
             # One pass for every victim priority: a node's key starts with the lowest
             # priority it must preempt, so opportunistic jobs go first, then the lowest.
@@ -527,34 +564,37 @@ def _larger_first(task: TaskNeed) -> int:
     return -task.leaves
 
 
-def _still_best(
-    last: Cell | None, need: int, prev_need: int, whole: dict[Cell, None], plan: Plan
-) -> bool:
-    """Whether a free-only search may skip the scan: the previous task's node is the best
-    fit again when this task is as large and that node still holds it.
-
-    Why that is safe: the node won the last scan (same candidates, since only a failed scan
-    binds more cells; same need, so the same nodes qualify). Since then only its own free
-    count dropped, which ranks it better, and it now counts as next to the gang's previous
-    task, which no node outside its parent does; nodes inside its parent ranked as they did
-    against it. (A gang of one-GPU tasks, the simulator's usual job, scans once, not once
-    per GPU.)
-    """
-    if last is None or need != prev_need or last not in whole:
-        return False
-    return last.free - plan.free_taken.get(last, 0) >= need
+def _one_size(tasks: list[TaskNeed]) -> bool:
+    """Whether the tasks all take as many leaves (so sorting keeps them as they are): a
+    loop, cheaper than a sort's key call per task for the usual gang of one-GPU tasks."""
+    size = tasks[0].leaves if tasks else 0
+    for task in tasks:  # noqa: SIM110 (``all`` would take a generator)
+        if task.leaves != size:
+            return False
+    return True
 
 
 def _best_free(
-    candidates: Any, need: int, near: Cell | None, free_taken: dict[Cell, int]
+    candidates: Any,
+    need: int,
+    near: Cell | None,
+    free_taken: dict[Cell, int],
+    one_parent: bool = False,
 ) -> tuple[Cell | None, tuple[int | bool, ...] | None]:
     """Best fit among whole nodes using free GPUs only, with its key as ``_best_node``
     ranks it: next to ``near`` first, then the fewest free GPUs, then ``order``.
 
     The loop of most searches, so it rejects on the node's own counter before looking up
     what the plan took there (which only lowers it), and ranks on the key's varying part,
-    part by part (no key tuple per node; orders are unique, so no two nodes tie).
+    part by part (no key tuple per node; orders are unique, so no two nodes tie). Where
+    nearness cannot tell the candidates apart (no ``near``, or ``one_parent``: all of them
+    share a parent) it ranks on free GPUs and order alone (``_fittest``).
     """
+    if near is None or one_parent:
+        best, best_free = _fittest(candidates, need, free_taken)
+        if best is None:
+            return None, None
+        return best, (NO_VICTIMS, 0, 0, best.parent is not near, best_free, best.order)
     best = None
     best_far, best_free, best_order = True, 0, 0
     for node in candidates:
@@ -578,6 +618,64 @@ def _best_free(
     if best is None:
         return None, None
     return best, (NO_VICTIMS, 0, 0, best_far, best_free, best_order)
+
+
+def _ranked(candidates: Any, need: int, free_taken: dict[Cell, int]) -> list[Cell]:
+    """The candidates that hold ``need`` in ``_fittest``'s order, the best last.
+
+    For a gang whose tasks of one size spread over several nodes, where nearness ranks no
+    node above another: each next node is the best of those the gang has not taken from
+    (the ones it took from are full for this size: it left each only when it held no more),
+    so one ranking serves all its scans (``_next_ranked``) instead of a scan per node."""
+    fits = []
+    for node in candidates:
+        free = node.free
+        if free < need:
+            continue
+        if free_taken and node in free_taken:
+            free -= free_taken[node]
+            if free < need:
+                continue
+        fits.append((free, node.order, node))  # (orders are unique: nodes never compared)
+    fits.sort(reverse=True)
+    return [node for _, _, node in fits]
+
+
+def _next_ranked(ranked: list[Cell], need: int, free_taken: dict[Cell, int]) -> Cell | None:
+    """The best node of ``_ranked`` that still holds ``need``, taken off the ranking (the
+    search then stays on it while it holds the next tasks)."""
+    while ranked:
+        node = ranked.pop()
+        if node.free - free_taken.get(node, 0) >= need:
+            return node
+    return None
+
+
+def _fittest(candidates: Any, need: int, free_taken: dict[Cell, int]) -> tuple[Cell | None, int]:
+    """``_best_free`` among candidates all equally near: the fewest free GPUs (what the plan
+    took there not counted) that still hold ``need``, then the lowest ``order``; with the
+    node's free GPUs. Without the plan's GPUs to discount (its first task), a loop of its own."""
+    best = None
+    best_free, best_order = UNBOUNDED_FREE, 0
+    if not free_taken:
+        for node in candidates:
+            free = node.free
+            if need <= free and (
+                free < best_free or (free == best_free and node.order < best_order)
+            ):
+                best, best_free, best_order = node, free, node.order
+        return best, best_free
+    for node in candidates:
+        free = node.free
+        if free < need:
+            continue
+        if node in free_taken:
+            free -= free_taken[node]
+            if free < need:
+                continue
+        if free < best_free or (free == best_free and node.order < best_order):
+            best, best_free, best_order = node, free, node.order
+    return best, best_free
 
 
 def _regions(

@@ -21,8 +21,45 @@ class Preemption(HivedBase):
     """``_commit``: a plan's victims preempted or downgraded, its job started."""
 
     def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
-        vc = self.vcs.by_name.get(job.vc) if not job.opportunistic else None
-        victims = [self._jobs[v] for v in plan.victims()] if plan.busy else []
+        vc = self.vcs.by_name.get(job.vc) if job.prio != OPPORTUNISTIC else None
+        touched: set[Cell] = set()
+        if plan.busy:  # (the usual plan takes free GPUs only: nothing to preempt)
+            again = self._preempt(job, vc, plan, touched, out)
+            if again is None:
+                return False
+            plan = again
+        elif vc is not None and plan.bound:
+            self._bind_counters(vc, plan)
+        started = []
+        run: list[Cell] = []  # the leaves of consecutive tasks on one node: taken in one step
+        run_node = None
+        placed = job.placed
+        for task, node, leaves in plan.placed:
+            if node is not run_node:
+                if run_node is not None:
+                    self._occupy_task(run, run_node, job)
+                run, run_node = [], node
+            run += leaves
+            key = (task.role, task.index)
+            # a one-GPU task's placement, made once per leaf (``task_placement``), read inline
+            placement = leaves[0].placements.get(key) if len(leaves) == 1 else None
+            if placement is None:
+                placement = task_placement(task.role, task.index, leaves)
+            placed[key] = (placement, leaves)
+            started.append(placement)
+        if run_node is not None:
+            self._occupy_task(run, run_node, job)
+        out.append(Start(job.job_id, tuple(started), job.opportunistic))
+        if touched:
+            self._settle(touched)
+        return True
+
+    def _preempt(
+        self, job: Job, vc: VC | None, plan: Plan, touched: set[Cell], out: list[Decision]
+    ) -> Plan | None:
+        """Stop (or downgrade) the jobs ``plan`` takes GPUs of; the plan to start ``job`` on
+        (another, if lazy preemption searched again; None if that search failed)."""
+        victims = [self._jobs[v] for v in plan.victims()]
         lazy = [
             v
             for v in victims
@@ -33,12 +70,11 @@ class Preemption(HivedBase):
         if lazy and vc is not None:
             again = self._lazy(job, vc, plan, lazy, out)
             if again is None:
-                return False
+                return None
             plan = again
             victims = [self._jobs[v] for v in plan.victims()]
         if vc is not None:
             self._bind_counters(vc, plan)
-        touched: set[Cell] = set()
         for victim in sorted(victims, key=lambda v: (v.prio, -v.seq)):
             reason = self._preempt_reason(victim, job)
             part = self._unit_of(victim, _hit(victim, plan)) if self._splits(victim) else None
@@ -49,23 +85,7 @@ class Preemption(HivedBase):
                 stopped = self._stop_tasks(victim, part, touched)
                 out.append(StopTasks(victim.job_id, stopped, reason, job.job_id))
             self._enqueue(victim)
-        started = []
-        run: list[Cell] = []  # the leaves of consecutive tasks on one node: taken in one step
-        run_node = None
-        for task, node, leaves in plan.placed:
-            if node is not run_node:
-                if run_node is not None:
-                    self._occupy_task(run, run_node, job)
-                run, run_node = [], node
-            run += leaves
-            placement = task_placement(task.role, task.index, leaves)
-            job.placed[(task.role, task.index)] = (placement, leaves)
-            started.append(placement)
-        if run_node is not None:
-            self._occupy_task(run, run_node, job)
-        out.append(Start(job.job_id, tuple(started), job.opportunistic))
-        self._settle(touched)
-        return True
+        return plan
 
     def _lazy(
         self, job: Job, vc: VC, plan: Plan, lazy: list[Job], out: list[Decision]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labhive.scheduler.hived.base import HivedBase
+from labhive.scheduler.hived.base import HivedBase, roles_id
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.placement import TaskNeed
 from labhive.scheduler.jobs import RoleSpec
@@ -89,14 +89,15 @@ class Sizing(HivedBase):
         """A whole job's task needs per chain, shared by every job with the same roles in the
         same VC (they depend on nothing else until the cluster changes); a trace's jobs come
         in a few hundred sizes, and sizing each job afresh was a few percent of a HiveD run."""
-        key = (job.spec.roles, job.vc)
-        needs = self._needs_cache.get(key)
-        if needs is None or not covers(needs, chains):
+        roles = job.spec.roles
+        key = (roles_id(roles), job.vc)
+        entry = self._needs_cache.get(key)
+        if entry is None or not covers(entry[1], chains):
             if len(self._needs_cache) >= NEEDS_CACHE:
                 self._needs_cache.clear()
-            needs = {chain: self._needs(job.tasks, chain, job.vc) for chain in chains}
-            self._needs_cache[key] = needs
-        return needs
+            entry = (roles, {chain: self._needs(job.tasks, chain, job.vc) for chain in chains})
+            self._needs_cache[key] = entry
+        return entry[1]
 
     def _needs(
         self, unit: list[tuple[RoleSpec, int]], chain: str, vc: str | None = None
