@@ -12,6 +12,7 @@ the policy decide (``model.handle_together``), so a batch submission is ordered 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,24 @@ from labhive.scheduler.states import JobState
 
 #: Completions sort before actions that happen at the same virtual time.
 COMPLETION, ACTION = 0, 1
+
+if tuple(f.name for f in dataclasses.fields(Submit)) != ("job_id", "spec", "time", "admitted"):
+    raise ImportError("Submit's fields changed: update _submitted")
+#: ``Submit``'s slot setters in field order, for ``_submitted``.
+_SUBMIT_SETTERS = tuple(getattr(Submit, f.name).__set__ for f in dataclasses.fields(Submit))
+
+
+def _submitted(job_id: str, spec: JobSpec, now: float) -> Submit:
+    """``Submit(job_id, spec, now)``, the same frozen event, its slots set directly: the
+    dataclass's ``__init__`` sets each through ``object.__setattr__`` (once per job: 0.15 us
+    of 0.48 saved)."""
+    event: Submit = object.__new__(Submit)
+    set_id, set_spec, set_time, set_admitted = _SUBMIT_SETTERS
+    set_id(event, job_id)
+    set_spec(event, spec)
+    set_time(event, now)
+    set_admitted(event, False)
+    return event
 
 
 class VirtualTimeDriver:
@@ -131,7 +150,7 @@ class VirtualTimeDriver:
             record = self.records[job_id] = rejected(job_id, spec, self.now, str(err))
             return record
         record = self.records[job_id] = JobRecord(job_id, spec, self.now)
-        self.feed(Submit(job_id, spec, self.now))
+        self.feed(_submitted(job_id, spec, self.now))
         return record
 
     def end(self, job_id: str, ok: bool) -> None:

@@ -225,6 +225,9 @@ class Simulation(VirtualTimeDriver):
         pop = heapq.heappop
         timeline, arrive = self.timeline, self._arrive
         scheduler, apply = self.scheduler, self.apply
+        # Without an observer or a progress bar, an event is only counted (``_seen``).
+        counted = self.observe is None and self.progress is None
+        next_wakeup = scheduler.next_wakeup
         while job is not None or heap:
             nxt = heap[0][0] if heap else None
             time = job.submit if job is not None and (nxt is None or job.submit < nxt) else nxt
@@ -268,8 +271,15 @@ class Simulation(VirtualTimeDriver):
                     )
                     if decisions:
                         apply(decisions)
-                for label in labels:
-                    done(label)
+                if counted:  # ``_seen`` inline (no call an event): count, plan a wake-up
+                    self.events += len(labels)
+                    for _ in labels:
+                        wake = next_wakeup()
+                        if wake is not None:
+                            self._plan_wakeup(wake)
+                else:
+                    for label in labels:
+                        done(label)
                 if not heap or heap[0][0] > time:
                     break
         if self.progress is not None and self._ended:

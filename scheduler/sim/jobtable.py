@@ -21,6 +21,15 @@ _CODE = {s: i for i, s in enumerate(STATES)}
 _PENDING = _CODE["PENDING"]
 _FLOATS = ("submit", "end", "first_start", "duration", "run_seconds", "gpu_seconds", "wasted")
 NAN = float("nan")
+#: Rows added to the columns at a time, blank (``JobTable._grow``).
+CHUNK = 4096
+_NANS = array("d", [NAN]) * CHUNK
+_ZEROS = array("d", [0.0]) * CHUNK
+#: A blank row's floats, by column in ``_FLOATS`` order (submit and duration: set by ``add``).
+_BLANK = (_NANS, _NANS, _NANS, _NANS, _ZEROS, _ZEROS, _ZEROS)
+_ZEROS_L = array("l", [0]) * CHUNK
+_PENDINGS = array("b", [_PENDING]) * CHUNK
+_ZEROS_H = array("h", [0]) * CHUNK
 
 
 class JobTable:
@@ -37,30 +46,42 @@ class JobTable:
         self.vc = array("h")
         self.vcs: list[str] = []  # VC names by code
         self._vc_code: dict[str, int] = {}
+        # Rows in use; the columns hold ``_room`` rows, blank past ``_rows`` (``_grow``).
+        self._rows = 0
+        self._room = 0
 
     def __len__(self) -> int:
-        return len(self.state)
+        return self._rows
 
     def add(self, job: Any) -> int:
         """A row for a job that just arrived, so not yet started, ended or preempted (its
-        figures come with ``fill``, when it is done or the run ends); its index."""
-        row = len(self.state)
-        submit, end, first_start, duration, run_seconds, gpu_seconds, wasted = self._floats
-        submit.append(job.submit)
-        end.append(NAN)
-        first_start.append(NAN)
-        duration.append(job.duration)
-        run_seconds.append(0.0)
-        gpu_seconds.append(0.0)
-        wasted.append(0.0)
-        self.preemptions.append(0)
-        self.state.append(_PENDING)
+        figures come with ``fill``, when it is done or the run ends); its index.
+
+        The columns grow by ``CHUNK`` blank rows at a time (``_grow``): a row is then two
+        numbers and a VC written, not ten appends (0.9 of a job's 15 us)."""
+        row = self._rows
+        if row == self._room:
+            self._grow()
+        self._rows = row + 1
+        floats = self._floats
+        floats[0][row] = job.submit
+        floats[3][row] = job.duration
         code = self._vc_code.get(job.vc)
         if code is None:
             code = self._vc_code[job.vc] = len(self.vcs)
             self.vcs.append(job.vc)
-        self.vc.append(code)
+        self.vc[row] = code
         return row
+
+    def _grow(self) -> None:
+        """``CHUNK`` more rows, as ``add`` leaves a row until ``fill``: no end or first start
+        yet (NaN), no time run, PENDING, no preemptions."""
+        for col, blank in zip(self._floats, _BLANK, strict=True):
+            col.extend(blank)
+        self.preemptions.extend(_ZEROS_L)
+        self.state.extend(_PENDINGS)
+        self.vc.extend(_ZEROS_H)
+        self._room += CHUNK
 
     def fill(self, row: int, job: Any) -> None:
         """The job's figures as they are now, into its row."""
@@ -78,14 +99,15 @@ class JobTable:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every column as a numpy array, for the metrics."""
-        out = {name: np.array(col, dtype=np.float64) for name, col in self.columns.items()}
-        out["preemptions"] = np.asarray(self.preemptions, dtype=np.int64)
-        out["state"] = np.asarray(self.state, dtype=np.int8)
-        out["vc"] = np.asarray(self.vc, dtype=np.int16)
+        n = self._rows  # (the blank rows past it are no jobs')
+        out = {name: np.array(col[:n], dtype=np.float64) for name, col in self.columns.items()}
+        out["preemptions"] = np.asarray(self.preemptions[:n], dtype=np.int64)
+        out["state"] = np.asarray(self.state[:n], dtype=np.int8)
+        out["vc"] = np.asarray(self.vc[:n], dtype=np.int16)
         return out
 
     def count(self, *states: str) -> int:
-        return sum(self.state.count(_CODE[s]) for s in states)
+        return sum(self.state[: self._rows].count(_CODE[s]) for s in states)
 
 
 def state_mask(states: np.ndarray, *names: str) -> np.ndarray:
