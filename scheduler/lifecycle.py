@@ -24,6 +24,7 @@ from labhive.scheduler.model import (
     Stop,
     StopTasks,
     TaskPlacement,
+    unfrozen,
 )
 from labhive.scheduler.states import TERMINAL, JobState
 
@@ -173,7 +174,16 @@ def end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Requeue:
         record.retries_used += end.spend_retry
         return Requeue(record.job_id, now)
     record.ended = now
-    return Finish(record.job_id, now)
+    finish = _FinishSlots()  # ``Finish(record.job_id, now)``, built as ``model.unfrozen`` says
+    finish.job_id = record.job_id
+    finish.time = now
+    finish.__class__ = Finish
+    built: Finish = finish
+    return built
+
+
+#: ``Finish``'s slots as a plain class, for ``end_attempt`` (once per job).
+_FinishSlots = unfrozen(Finish)
 
 
 def cancel(record: JobRecord, now: float) -> None:

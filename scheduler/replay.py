@@ -12,7 +12,6 @@ the policy decide (``model.handle_together``), so a batch submission is ordered 
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from labhive.scheduler.model import (
     Start,
     Submit,
     handle_together,
+    unfrozen,
 )
 from labhive.scheduler.scenario import Expectation, Scenario, ScenarioEvent
 from labhive.scheduler.states import JobState
@@ -46,23 +46,21 @@ from labhive.scheduler.states import JobState
 #: Completions sort before actions that happen at the same virtual time.
 COMPLETION, ACTION = 0, 1
 
-if tuple(f.name for f in dataclasses.fields(Submit)) != ("job_id", "spec", "time", "admitted"):
-    raise ImportError("Submit's fields changed: update _submitted")
-#: ``Submit``'s slot setters in field order, for ``_submitted``.
-_SUBMIT_SETTERS = tuple(getattr(Submit, f.name).__set__ for f in dataclasses.fields(Submit))
+#: ``Submit``'s slots as a plain class, for ``_submitted``.
+_SubmitSlots = unfrozen(Submit)
 
 
 def _submitted(job_id: str, spec: JobSpec, now: float) -> Submit:
-    """``Submit(job_id, spec, now)``, the same frozen event, its slots set directly: the
-    dataclass's ``__init__`` sets each through ``object.__setattr__`` (once per job: 0.15 us
-    of 0.48 saved)."""
-    event: Submit = object.__new__(Submit)
-    set_id, set_spec, set_time, set_admitted = _SUBMIT_SETTERS
-    set_id(event, job_id)
-    set_spec(event, spec)
-    set_time(event, now)
-    set_admitted(event, False)
-    return event
+    """``Submit(job_id, spec, now)``, the same frozen event, built as ``model.unfrozen``
+    says (once per job: 0.1 of its 0.5 us)."""
+    event = _SubmitSlots()
+    event.job_id = job_id
+    event.spec = spec
+    event.time = now
+    event.admitted = False
+    event.__class__ = Submit
+    built: Submit = event
+    return built
 
 
 class VirtualTimeDriver:
