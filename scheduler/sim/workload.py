@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
 from labhive.scheduler.model import unfrozen
-from labhive.scheduler.sim.engine import SimJob
+from labhive.scheduler.sim.engine import SimJob, trace_sim_job
 from labhive.scheduler.sim.traces import TraceJob
 
 ROLE = "worker"
@@ -127,6 +127,7 @@ def iter_sim_jobs(
         job_id = tj.job_id if tj.job_id not in seen else f"{tj.job_id}@{tj.line}"
         seen.add(job_id)
         spec = trace_job_spec(tj, vc, priority)
-        # By position (job_id, spec, submit, duration, vc, user, status), with the spec's GPU
-        # count known here (its one role's instances): ``SimJob`` need not sum the roles.
-        yield SimJob(job_id, spec, tj.submit, tj.duration, tj.vc, tj.user, tj.status, gpus=tj.gpus)
+        # With the spec's GPU count known here (its one role's instances): no sum of the roles.
+        yield trace_sim_job(
+            job_id, spec, tj.submit, tj.duration, tj.vc, tj.user, tj.status, tj.gpus
+        )
