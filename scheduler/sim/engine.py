@@ -53,6 +53,8 @@ from labhive.scheduler.states import JobState
 
 #: Trace statuses that mean the job ended well; any other ends it FAILED.
 OK_STATUSES = frozenset({"", "pass", "passed", "succeeded", "success", "completed", "ok"})
+#: Trace statuses seen, and whether each is in ``OK_STATUSES`` (``SimJob.ok``).
+_OK_BY_STATUS: dict[str, bool] = {}
 #: Allocations between two collections of the youngest generation while a run lasts
 #: (Python's default is 700).
 GC_EVERY = 70_000
@@ -109,7 +111,13 @@ class SimJob:
 
     @property
     def ok(self) -> bool:
-        return self.status.strip().lower() in OK_STATUSES
+        # Each status's verdict worked out once (a trace has a few): asked once per run.
+        ok = _OK_BY_STATUS.get(self.status)
+        if ok is None:
+            ok = self.status.strip().lower() in OK_STATUSES
+            if len(_OK_BY_STATUS) < 1024:
+                _OK_BY_STATUS[self.status] = ok
+        return ok
 
     @property
     def tasks(self) -> tuple[TaskPlacement, ...]:
@@ -289,7 +297,8 @@ class Simulation(VirtualTimeDriver):
                 if self._entered:
                     self._count_entered()
                 timeline.advance(time)
-                self.now = max(self.now, time)
+                if time > self.now:  # (``max``, without its call)
+                    self.now = time
             while True:  # the instant's actions, its arrivals, then one decision; again if
                 if batches:  # that decision timed more actions for this same instant
                     self._batch = []
@@ -605,7 +614,8 @@ class Simulation(VirtualTimeDriver):
             keep = min(self._saved(ran), job.remaining)
             extra = self.restart_cost if not math.isinf(job.remaining) else 0.0
             job.wasted_gpu_seconds += (ran - keep + extra) * held
-        job.remaining = max(0.0, job.remaining - keep) + extra
+        left = job.remaining - keep
+        job.remaining = (left if left > 0.0 else 0.0) + extra  # (``max(0.0, left)``, no call)
 
     def _saved(self, ran: float) -> float:
         if self.checkpoint is None:
