@@ -29,8 +29,9 @@ ROLE = "worker"
 
 
 def trace_job_spec(tj: TraceJob, vc: str, priority: int = PRIORITY_CLASSES["prod"]) -> JobSpec:
-    role = _role(tj.gpus, tj.cpu, tj.memory_mb)
-    return _gang_spec(tj.job_id, vc, priority, (role,), tj.duration, tj.user)
+    return _gang_spec(
+        tj.job_id, vc, priority, _roles(tj.gpus, tj.cpu, tj.memory_mb), tj.duration, tj.user
+    )
 
 
 #: ``JobSpec``'s fields, as ``_gang_spec`` sets them (it fails at import if they change).
@@ -81,6 +82,12 @@ def _role(gpus: int, cpu: float | None, memory_mb: int | None) -> RoleSpec:
     return RoleSpec(ROLE, instances=gpus, gpu=1, **extra)  # type: ignore[arg-type]
 
 
+@functools.lru_cache(maxsize=1024)
+def _roles(gpus: int, cpu: float | None, memory_mb: int | None) -> tuple[RoleSpec, ...]:
+    """A gang's roles, ``(_role(...),)``: one tuple for every job of one size, not one a job."""
+    return (_role(gpus, cpu, memory_mb),)
+
+
 def sim_jobs(
     trace_jobs: Iterable[TraceJob],
     config: ClusterConfig,
@@ -112,7 +119,8 @@ def iter_sim_jobs(
 ) -> Iterator[SimJob]:
     """``sim_jobs`` one at a time, as the simulation reaches them (a million-job trace is
     never a list); ``left_out`` counts the jobs not replayed, by reason, as they pass."""
-    vcs = sorted(config.vcs)
+    known = config.vcs
+    vcs = sorted(known)
     single = vcs[0] if len(vcs) == 1 else None
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -121,12 +129,14 @@ def iter_sim_jobs(
             left_out["not sampled"] += 1
             continue
         vc = single or tj.vc
-        if vc not in config.vcs:
+        if vc not in known:
             left_out["VC not in the cluster"] += 1
             continue
         job_id = tj.job_id if tj.job_id not in seen else f"{tj.job_id}@{tj.line}"
         seen.add(job_id)
-        spec = trace_job_spec(tj, vc, priority)
+        # ``trace_job_spec(tj, vc, priority)``, inline: once per job.
+        roles = _roles(tj.gpus, tj.cpu, tj.memory_mb)
+        spec = _gang_spec(tj.job_id, vc, priority, roles, tj.duration, tj.user)
         # With the spec's GPU count known here (its one role's instances): no sum of the roles.
         yield trace_sim_job(
             job_id, spec, tj.submit, tj.duration, tj.vc, tj.user, tj.status, tj.gpus
