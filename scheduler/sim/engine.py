@@ -58,6 +58,9 @@ _OK_BY_STATUS: dict[str, bool] = {}
 #: Allocations between two collections of the youngest generation while a run lasts
 #: (Python's default is 700).
 GC_EVERY = 70_000
+#: States read a few times a job, as module constants: reading an Enum class's attribute
+#: costs 0.06 us, ten times a global's.
+_RUNNING, _REJECTED = JobState.RUNNING, JobState.REJECTED
 #: Record states in which a job has ended after running (its JCT counts).
 ENDED = frozenset({JobState.SUCCEEDED, JobState.FAILED})
 
@@ -431,7 +434,7 @@ class Simulation(VirtualTimeDriver):
             self._entered.append(job)
         record = self._admit(job.job_id, spec)
         job.record = record
-        if record.state == JobState.REJECTED:
+        if record.state == _REJECTED:
             job.entered = False
             self._done(job)
         return record
@@ -452,7 +455,7 @@ class Simulation(VirtualTimeDriver):
             self.timeline.wait(job, +1)
         else:
             job.end = self.now
-        if record.state == JobState.RUNNING:  # ``_end_attempt`` inline (once per run)
+        if record.state == _RUNNING:  # ``_end_attempt`` inline (once per run)
             self.feed(end_attempt(record, ok, self.now))
         if not retry:
             self._done(job)
@@ -585,7 +588,7 @@ class Simulation(VirtualTimeDriver):
         cut = run_for < job.remaining
 
         def complete() -> str | None:
-            if record.generation != generation or record.state != JobState.RUNNING:
+            if record.generation != generation or record.state != _RUNNING:
                 return None
             ok = job.ok and not cut
             if job.running and self.records.get(record.job_id) is record:
