@@ -52,7 +52,7 @@ _SubmitSlots = unfrozen(Submit)
 
 def _submitted(job_id: str, spec: JobSpec, now: float) -> Submit:
     """``Submit(job_id, spec, now)``, the same frozen event, built as ``model.unfrozen``
-    says (once per job: 0.1 of its 0.5 us)."""
+    says (once per job: 0.22 us, not 0.48)."""
     event = _SubmitSlots()
     event.job_id = job_id
     event.spec = spec

@@ -34,7 +34,8 @@ _ZEROS_H = array("h", [0]) * CHUNK
 
 class JobTable:
     """One row per job: its times and GPU time as floats (NaN: not yet), preemptions, state
-    and VC as small integers."""
+    and VC as small integers. Read them through ``arrays``, ``count`` and ``len``: the
+    columns themselves hold blank rows past the last job (``add``)."""
 
     def __init__(self) -> None:
         self.columns: dict[str, array[float]] = {name: array("d") for name in _FLOATS}
