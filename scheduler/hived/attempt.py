@@ -99,7 +99,8 @@ class Attempt(Failures):
             self._record_failure(job, cls, unit)
             return None
         search = Search(job, vc, chains, needs, unit)
-        slots = self._slot_count(search, cls)
+        # (the usual attempt, a new job's or a one-task unit's, has no slot shape: no call)
+        slots = self._slot_count(search, cls) if cls is not None and len(unit) > 1 else None
         if (
             slots is not None
             and cls is not None

@@ -164,11 +164,8 @@ class HivedBase:
             return
         prio = job.prio
         vc = self.vcs.by_name[owner.vc or ""]
-        healthy = 0
-        for leaf in leaves:
-            healthy += leaf.bad == 0
+        healthy = self.tree.use_run(leaves, node, job.job_id, prio)
         vc.occupy_run(healthy, prio, len(leaves))
-        self.tree.use_run(leaves, node, job.job_id, prio)
         if leaves[0].node_cell is not None and node.free == 0:
             vc.open.get(node.chain, {}).pop(node, None)
 

@@ -280,10 +280,11 @@ class CellTree:
                     self.open[cell.chain][cell] = None
             cell = cell.parent
 
-    def use_run(self, leaves: list[Cell], node: Cell, job_id: str, prio: int) -> None:
+    def use_run(self, leaves: list[Cell], node: Cell, job_id: str, prio: int) -> int:
         """``use`` of each of ``leaves`` (distinct leaves of ``node``, or ``node`` itself),
         with the counters of ``node`` and its ancestors changed once for all: a task's GPUs
-        taken in one step, not one walk to the root per GPU."""
+        taken in one step, not one walk to the root per GPU. Returns how many were healthy
+        (what the VC's counters need)."""
         guaranteed = prio >= 0
         healthy = 0
         for leaf in leaves:
@@ -315,6 +316,7 @@ class CellTree:
             up = up.parent
         if node.free == 0:
             self.open[node.chain].pop(node, None)
+        return healthy
 
     def release_run(self, leaves: list[Cell], node: Cell) -> None:
         """``release`` of each of ``leaves`` (distinct busy leaves of ``node``, or ``node``

@@ -59,6 +59,16 @@ class Plan:
         self.taken_on[node] = self.taken_on.get(node, 0) + len(leaves)
         self.busy += len(leaves) - free
 
+    def add_free(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
+        """``add`` of free GPUs (a free-only search's: none has a job)."""
+        self.placed.append((task, node, leaves))
+        taken = self.taken
+        for leaf in leaves:
+            taken.add(id(leaf))
+        n = len(leaves)
+        self.free_taken[node] = self.free_taken.get(node, 0) + n
+        self.taken_on[node] = self.taken_on.get(node, 0) + n
+
     def victims(self) -> set[str]:
         if not self.busy:
             return set()
@@ -208,11 +218,10 @@ class Placer:
                 region = _leaf_parts(partial[node])
             if free_only and region[0] is node and node.children and not node.children[0].children:
                 # ``pick_leaves``' free-only case on a node whose children are its GPUs
-                leaves = _first_free(node, need, plan.taken)
+                plan.add_free(task, node, _first_free(node, need, plan.taken))
             else:
                 counters = free_only and region[0] is node and node not in plan.taken_on
-                leaves = pick_leaves(region, need, ok, plan.taken, counters)
-            plan.add(task, node, leaves)
+                plan.add(task, node, pick_leaves(region, need, ok, plan.taken, counters))
             last, prev_need = node, need
         return plan
 
