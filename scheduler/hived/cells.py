@@ -287,19 +287,30 @@ class CellTree:
         (what the VC's counters need)."""
         guaranteed = prio >= 0
         healthy = 0
-        for leaf in leaves:
-            leaf.job, leaf.prio = job_id, prio
-            ok = leaf.bad == 0
-            healthy += ok
-            cell = leaf
-            while cell is not node:  # the cells between a GPU and its node
-                if ok:
-                    cell.free -= 1
+        if leaves[0].parent is node:  # GPUs right under their node: their own counters only
+            for leaf in leaves:
+                leaf.job, leaf.prio = job_id, prio
+                if leaf.bad == 0:
+                    healthy += 1
+                    leaf.free -= 1
                 if guaranteed:
-                    cell.guaranteed += 1
+                    leaf.guaranteed += 1
                 else:
-                    cell.oppo += 1
-                cell = cell.parent  # type: ignore[assignment]
+                    leaf.oppo += 1
+        else:
+            for leaf in leaves:
+                leaf.job, leaf.prio = job_id, prio
+                ok = leaf.bad == 0
+                healthy += ok
+                cell = leaf
+                while cell is not node:  # the cells between a GPU and its node
+                    if ok:
+                        cell.free -= 1
+                    if guaranteed:
+                        cell.guaranteed += 1
+                    else:
+                        cell.oppo += 1
+                    cell = cell.parent  # type: ignore[assignment]
         n = len(leaves)
         self.moves += n
         if not guaranteed:
