@@ -191,7 +191,10 @@ class Attempt(Failures):
                 total += task.leaves
             least = min(least, total)
         room = vc.free_in + vc.unbound_leaves
-        lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        lower = []  # (a loop: a comprehension costs a function object per attempt)
+        for p, n in vc.prio_in.items():
+            if n > 0 and p < job.prio:
+                lower.append(p)
         # Free GPUs first (binding more of the VC's cells if need be); only then one search
         # that may preempt, lowest priorities first (see Placer._best_node), unless there is
         # nobody to preempt.

@@ -14,6 +14,7 @@ mixin.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from itertools import repeat
 
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.admission import Admission
@@ -94,7 +95,7 @@ class HivedBase:
         roles = spec.roles
         if len(roles) == 1:  # the usual job: one role, so one affinity group
             role = roles[0]
-            tasks = [(role, i) for i in range(role.instances)]
+            tasks = list(zip(repeat(role), range(role.instances)))  # [(role, i), ...], in C
             job = Job(job_id, spec, self._seq, spec.priority, tasks, spec.vc)
             job.pinned = role.pinned_cell or None
             job.cpu_only = not self.config.skus and role.gpu == 0  # (``cpu_only``)

@@ -14,6 +14,7 @@ from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.placement import TaskNeed
 from labhive.scheduler.jobs import RoleSpec
 
+NO_SKUS: frozenset[str | None] = frozenset()
 #: Job sizes whose task needs are remembered (``_whole_needs``) before they are forgotten.
 NEEDS_CACHE = 4096
 
@@ -49,7 +50,10 @@ class Sizing(HivedBase):
 
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
         """The chains a job may run in, in config order (cached: asked on every attempt)."""
-        skus = frozenset(r.sku for r in roles if r.sku)
+        if len(roles) == 1 and not roles[0].sku:  # the usual job (no generator for it)
+            skus: frozenset[str | None] = NO_SKUS
+        else:
+            skus = frozenset(r.sku for r in roles if r.sku)
         pin = job.pinned if not job.grouped else pin_of(roles)
         key = (job.vc, job.opportunistic, pin, skus)
         chains = self._chains_cache.get(key)
