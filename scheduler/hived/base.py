@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from itertools import repeat
+from operator import attrgetter
 
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.admission import Admission
@@ -298,7 +299,7 @@ class HivedBase:
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
-        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
+        for cell in sorted(touched, key=_by_order) if len(touched) > 1 else touched:
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
@@ -366,6 +367,9 @@ def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
     if len(roles) == 1:
         return id(roles[0])
     return tuple(map(id, roles))
+
+
+_by_order = attrgetter("order")
 
 
 def _gpu(leaf: Cell) -> int:

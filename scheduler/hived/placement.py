@@ -11,6 +11,7 @@ GPUs, preferring cells no VC has bound, because those are the last a guaranteed 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -415,7 +416,11 @@ class Placer:
     ) -> bool:
         """Bind one more of the VC's cells (several below node level) so a task fits."""
         info = self.tree.chains[chain]
-        levels = sorted(lvl for lvl, n in vc.unbound.get(chain, {}).items() if n > 0)
+        levels = []  # (a loop, not a generator: binding is on the path of many jobs)
+        for lvl, n in vc.unbound.get(chain, {}).items():
+            if n > 0:
+                levels.append(lvl)
+        levels.sort()
         for level in levels:
             if level < info.node_level or info.node_leaves < need:
                 continue
@@ -647,7 +652,10 @@ def _ranked(candidates: Any, need: int, free_taken: dict[Cell, int]) -> list[Cel
                 continue
         fits.append((free, node.order, node))  # (orders are unique: nodes never compared)
     fits.sort(reverse=True)
-    return [node for _, _, node in fits]
+    return list(map(_third, fits))
+
+
+_third = operator.itemgetter(2)
 
 
 def _next_ranked(ranked: list[Cell], need: int, free_taken: dict[Cell, int]) -> Cell | None:
