@@ -160,6 +160,8 @@ class Chain:
         #: Whether all its nodes share one parent (then no node lies nearer a gang's last
         #: task than another: best fit ranks on free GPUs alone; ``placement._best_free``).
         self.one_parent = False
+        #: Whether its nodes' children are their GPUs (no level between).
+        self.flat = False
 
     @property
     def node_leaves(self) -> int:
@@ -208,6 +210,7 @@ class CellTree:
         for chain in self.chains.values():
             chain.node_cells = [c for t in chain.tops for c in t.walk() if c.is_node]
             chain.one_parent = len({c.parent for c in chain.node_cells}) == 1
+            chain.flat = all(n.children and not n.children[0].children for n in chain.node_cells)
             self.open[chain.name] = dict.fromkeys(chain.node_cells)
             self.free_total += sum(t.leaves for t in chain.tops)
         for pid, spec in config.pinned.items():

@@ -149,7 +149,10 @@ class Placer:
         ordered = tasks if _one_size(tasks) else sorted(tasks, key=_larger_first)
         free_only = threshold is None
         free_taken = plan.free_taken
-        one_parent = self.tree.chains[chain].one_parent
+        info = self.tree.chains[chain]
+        one_parent = info.one_parent
+        flat = free_only and info.flat  # a free-only pick on a whole node: its first free GPUs
+        spare_first = bind and pinned is None  # may bind quota to spare a guaranteed job
         # A gang's later scans for one task size, where nearness ranks no node above another:
         # the nodes that fit, ranked once, worst last (``_ranked``); (size, scans so far).
         ranked: list[Cell] = []
@@ -172,7 +175,7 @@ class Placer:
                 and last.free - free_taken.get(last, 0) >= need
             ):
                 node = last
-            spare = bind and pinned is None  # may bind quota to spare a guaranteed job
+            spare = spare_first
             while node is None:
                 if free_only and opened is not None and only is None and not partial:
                     # ``_best_node``'s free-only case when the VC has whole nodes only
@@ -217,7 +220,7 @@ class Placer:
                 assert node is not None
             elif node not in whole:  # the VC's single-GPU cells on this node, together
                 region = _leaf_parts(partial[node])
-            if free_only and region[0] is node and node.children and not node.children[0].children:
+            if flat and region[0] is node:
                 # ``pick_leaves``' free-only case on a node whose children are its GPUs
                 plan.add_free(task, node, _first_free(node, need, plan.taken))
             else:
