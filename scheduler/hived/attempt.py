@@ -16,7 +16,7 @@ from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import (
     Plan,
-    TaskNeed,
+    TaskNeeds,
     Threshold,
     usable_on,
     victim_threshold,
@@ -47,7 +47,7 @@ class Search:
     job: Job
     vc: VC
     chains: list[str]
-    needs: dict[str, list[TaskNeed]]
+    needs: dict[str, TaskNeeds]
     unit: list[tuple[RoleSpec, int]]
 
 
@@ -186,10 +186,8 @@ class Attempt(Failures):
         job, vc, chains, needs, unit = s.job, s.vc, s.chains, s.needs, s.unit
         least = UNBOUNDED  # the fewest GPUs the unit takes in any chain
         for tasks in needs.values():
-            total = 0
-            for task in tasks:
-                total += task.leaves
-            least = min(least, total)
+            if tasks.leaves < least:
+                least = tasks.leaves
         room = vc.free_in + vc.unbound_leaves
         lower = []  # (a loop: a comprehension costs a function object per attempt)
         for p, n in vc.prio_in.items():

@@ -22,7 +22,7 @@ from labhive.scheduler.hived.admission import Admission
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.placement import Placer, Plan, TaskNeed
+from labhive.scheduler.hived.placement import Placer, Plan, TaskNeeds
 from labhive.scheduler.hived.queue import JobClass, VCQueue
 from labhive.scheduler.hived.vc import VC, VCs
 from labhive.scheduler.jobs import JobSpec, RoleSpec
@@ -68,7 +68,7 @@ class HivedBase:
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
     #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, list[TaskNeed]]]]
+    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, TaskNeeds]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from labhive.scheduler.config import ClusterConfig, SkuType
 from labhive.scheduler.hived.cells import Cell
-from labhive.scheduler.hived.placement import TaskNeed
+from labhive.scheduler.hived.placement import TaskNeeds
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import TaskPlacement
 
@@ -32,7 +32,7 @@ class Job:
     queued_key: Hashable | None  # the class it waits in, if any
     in_order: bool  # listed in its VC's queue order
     pinned: str | None  # the pinned cell its roles name, if any
-    needs: dict[str, list[TaskNeed]] | None  # per chain, while nothing is placed
+    needs: dict[str, TaskNeeds] | None  # per chain, while nothing is placed
     cpu_only: bool  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
     grouped: bool  # a gang of several affinity groups, each placed whole and apart
     # Tasks downgraded to opportunistic on their own (lazy preemption of one unit) -> by whom.

@@ -39,6 +39,21 @@ class TaskNeed:
     leaves: int
 
 
+class TaskNeeds(list[TaskNeed]):
+    """A unit's task needs in one chain (``sizing._needs``), with the leaves they take in all:
+    every attempt bounds its search by the least of those over its chains."""
+
+    __slots__ = ("leaves",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leaves = 0
+
+    def add(self, task: TaskNeed) -> None:
+        self.append(task)
+        self.leaves += task.leaves
+
+
 @dataclass(slots=True, init=False)
 class Plan:
     chain: str
