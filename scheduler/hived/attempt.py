@@ -16,7 +16,7 @@ from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import (
     Plan,
-    TaskNeed,
+    TaskNeeds,
     Threshold,
     usable_on,
     victim_threshold,
@@ -47,7 +47,7 @@ class Search:
     job: Job
     vc: VC
     chains: list[str]
-    needs: dict[str, list[TaskNeed]]
+    needs: dict[str, TaskNeeds]
     unit: list[tuple[RoleSpec, int]]
 
 
@@ -99,7 +99,8 @@ class Attempt(Failures):
             self._record_failure(job, cls, unit)
             return None
         search = Search(job, vc, chains, needs, unit)
-        slots = self._slot_count(search, cls)
+        # (the usual attempt, a new job's or a one-task unit's, has no slot shape: no call)
+        slots = self._slot_count(search, cls) if cls is not None and len(unit) > 1 else None
         if (
             slots is not None
             and cls is not None
@@ -185,12 +186,13 @@ class Attempt(Failures):
         job, vc, chains, needs, unit = s.job, s.vc, s.chains, s.needs, s.unit
         least = UNBOUNDED  # the fewest GPUs the unit takes in any chain
         for tasks in needs.values():
-            total = 0
-            for task in tasks:
-                total += task.leaves
-            least = min(least, total)
+            if tasks.leaves < least:
+                least = tasks.leaves
         room = vc.free_in + vc.unbound_leaves
-        lower = [p for p, n in vc.prio_in.items() if n > 0 and p < job.prio]
+        lower = []  # (a loop: a comprehension costs a function object per attempt)
+        for p, n in vc.prio_in.items():
+            if n > 0 and p < job.prio:
+                lower.append(p)
         # Free GPUs first (binding more of the VC's cells if need be); only then one search
         # that may preempt, lowest priorities first (see Placer._best_node), unless there is
         # nobody to preempt.

@@ -14,13 +14,15 @@ mixin.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from itertools import repeat
+from operator import attrgetter
 
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.admission import Admission
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.placement import Placer, Plan, TaskNeed
+from labhive.scheduler.hived.placement import Placer, Plan, TaskNeeds
 from labhive.scheduler.hived.queue import JobClass, VCQueue
 from labhive.scheduler.hived.vc import VC, VCs
 from labhive.scheduler.jobs import JobSpec, RoleSpec
@@ -66,7 +68,7 @@ class HivedBase:
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
     #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, list[TaskNeed]]]]
+    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, TaskNeeds]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
@@ -94,7 +96,7 @@ class HivedBase:
         roles = spec.roles
         if len(roles) == 1:  # the usual job: one role, so one affinity group
             role = roles[0]
-            tasks = [(role, i) for i in range(role.instances)]
+            tasks = list(zip(repeat(role), range(role.instances)))  # [(role, i), ...], in C
             job = Job(job_id, spec, self._seq, spec.priority, tasks, spec.vc)
             job.pinned = role.pinned_cell or None
             job.cpu_only = not self.config.skus and role.gpu == 0  # (``cpu_only``)
@@ -164,11 +166,8 @@ class HivedBase:
             return
         prio = job.prio
         vc = self.vcs.by_name[owner.vc or ""]
-        healthy = 0
-        for leaf in leaves:
-            healthy += leaf.bad == 0
+        healthy = self.tree.use_run(leaves, node, job.job_id, prio)
         vc.occupy_run(healthy, prio, len(leaves))
-        self.tree.use_run(leaves, node, job.job_id, prio)
         if leaves[0].node_cell is not None and node.free == 0:
             vc.open.get(node.chain, {}).pop(node, None)
 
@@ -300,7 +299,7 @@ class HivedBase:
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
-        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
+        for cell in sorted(touched, key=_by_order) if len(touched) > 1 else touched:
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
@@ -368,6 +367,9 @@ def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
     if len(roles) == 1:
         return id(roles[0])
     return tuple(map(id, roles))
+
+
+_by_order = attrgetter("order")
 
 
 def _gpu(leaf: Cell) -> int:

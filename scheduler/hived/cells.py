@@ -160,6 +160,8 @@ class Chain:
         #: Whether all its nodes share one parent (then no node lies nearer a gang's last
         #: task than another: best fit ranks on free GPUs alone; ``placement._best_free``).
         self.one_parent = False
+        #: Whether its nodes' children are their GPUs (no level between).
+        self.flat = False
 
     @property
     def node_leaves(self) -> int:
@@ -208,6 +210,7 @@ class CellTree:
         for chain in self.chains.values():
             chain.node_cells = [c for t in chain.tops for c in t.walk() if c.is_node]
             chain.one_parent = len({c.parent for c in chain.node_cells}) == 1
+            chain.flat = all(n.children and not n.children[0].children for n in chain.node_cells)
             self.open[chain.name] = dict.fromkeys(chain.node_cells)
             self.free_total += sum(t.leaves for t in chain.tops)
         for pid, spec in config.pinned.items():
@@ -280,25 +283,37 @@ class CellTree:
                     self.open[cell.chain][cell] = None
             cell = cell.parent
 
-    def use_run(self, leaves: list[Cell], node: Cell, job_id: str, prio: int) -> None:
+    def use_run(self, leaves: list[Cell], node: Cell, job_id: str, prio: int) -> int:
         """``use`` of each of ``leaves`` (distinct leaves of ``node``, or ``node`` itself),
         with the counters of ``node`` and its ancestors changed once for all: a task's GPUs
-        taken in one step, not one walk to the root per GPU."""
+        taken in one step, not one walk to the root per GPU. Returns how many were healthy
+        (what the VC's counters need)."""
         guaranteed = prio >= 0
         healthy = 0
-        for leaf in leaves:
-            leaf.job, leaf.prio = job_id, prio
-            ok = leaf.bad == 0
-            healthy += ok
-            cell = leaf
-            while cell is not node:  # the cells between a GPU and its node
-                if ok:
-                    cell.free -= 1
+        if leaves[0].parent is node:  # GPUs right under their node: their own counters only
+            for leaf in leaves:
+                leaf.job, leaf.prio = job_id, prio
+                if leaf.bad == 0:
+                    healthy += 1
+                    leaf.free -= 1
                 if guaranteed:
-                    cell.guaranteed += 1
+                    leaf.guaranteed += 1
                 else:
-                    cell.oppo += 1
-                cell = cell.parent  # type: ignore[assignment]
+                    leaf.oppo += 1
+        else:
+            for leaf in leaves:
+                leaf.job, leaf.prio = job_id, prio
+                ok = leaf.bad == 0
+                healthy += ok
+                cell = leaf
+                while cell is not node:  # the cells between a GPU and its node
+                    if ok:
+                        cell.free -= 1
+                    if guaranteed:
+                        cell.guaranteed += 1
+                    else:
+                        cell.oppo += 1
+                    cell = cell.parent  # type: ignore[assignment]
         n = len(leaves)
         self.moves += n
         if not guaranteed:
@@ -315,6 +330,7 @@ class CellTree:
             up = up.parent
         if node.free == 0:
             self.open[node.chain].pop(node, None)
+        return healthy
 
     def release_run(self, leaves: list[Cell], node: Cell) -> None:
         """``release`` of each of ``leaves`` (distinct busy leaves of ``node``, or ``node``

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from labhive.scheduler.config import ClusterConfig, SkuType
 from labhive.scheduler.hived.cells import Cell
-from labhive.scheduler.hived.placement import TaskNeed
+from labhive.scheduler.hived.placement import TaskNeeds
 from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
 from labhive.scheduler.model import TaskPlacement
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Job:
     job_id: str
     spec: JobSpec
@@ -27,18 +27,46 @@ class Job:
     prio: int  # effective: -1 while opportunistic (by spec or downgraded)
     tasks: list[tuple[RoleSpec, int]]
     vc: str  # ``spec.vc``, read on every attempt: a field, not a property
-    placed: dict[tuple[str, int], tuple[TaskPlacement, list[Cell]]] = field(default_factory=dict)
-    downgraded_by: str | None = None
-    queued_key: Hashable | None = None  # the class it waits in, if any
-    in_order: bool = False  # listed in its VC's queue order
-    pinned: str | None = None  # the pinned cell its roles name, if any
-    needs: dict[str, list[TaskNeed]] | None = None  # per chain, while nothing is placed
-    cpu_only: bool = False  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
-    grouped: bool = False  # a gang of several affinity groups, each placed whole and apart
+    placed: dict[tuple[str, int], tuple[TaskPlacement, list[Cell]]]
+    downgraded_by: str | None
+    queued_key: Hashable | None  # the class it waits in, if any
+    in_order: bool  # listed in its VC's queue order
+    pinned: str | None  # the pinned cell its roles name, if any
+    needs: dict[str, TaskNeeds] | None  # per chain, while nothing is placed
+    cpu_only: bool  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
+    grouped: bool  # a gang of several affinity groups, each placed whole and apart
     # Tasks downgraded to opportunistic on their own (lazy preemption of one unit) -> by whom.
-    downgraded: dict[tuple[str, int], str] = field(default_factory=dict)
+    downgraded: dict[tuple[str, int], str]
     # Tasks of this attempt that ended on their own (``TasksEnded``): never placed again in it.
-    done: set[tuple[str, int]] = field(default_factory=set)
+    done: set[tuple[str, int]]
+
+    def __init__(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        seq: int,
+        prio: int,
+        tasks: list[tuple[RoleSpec, int]],
+        vc: str,
+    ) -> None:
+        # (written out: one per job, and a dataclass's own, with its default factories,
+        # cost twice this)
+        self.job_id = job_id
+        self.spec = spec
+        self.seq = seq
+        self.prio = prio
+        self.tasks = tasks
+        self.vc = vc
+        self.placed = {}
+        self.downgraded_by = None
+        self.queued_key = None
+        self.in_order = False
+        self.pinned = None
+        self.needs = None
+        self.cpu_only = False
+        self.grouped = False
+        self.downgraded = {}
+        self.done = set()
 
     @property
     def waiting_tasks(self) -> list[tuple[RoleSpec, int]]:

@@ -11,8 +11,9 @@ GPUs, preferring cells no VC has bound, because those are the last a guaranteed 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from labhive.scheduler.hived.cells import Cell, CellTree, Chain
@@ -38,15 +39,41 @@ class TaskNeed:
     leaves: int
 
 
-@dataclass(slots=True)
+class TaskNeeds(list[TaskNeed]):
+    """A unit's task needs in one chain (``sizing._needs``), with the leaves they take in all:
+    every attempt bounds its search by the least of those over its chains."""
+
+    __slots__ = ("leaves",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leaves = 0
+
+    def add(self, task: TaskNeed) -> None:
+        self.append(task)
+        self.leaves += task.leaves
+
+
+@dataclass(slots=True, init=False)
 class Plan:
     chain: str
-    placed: list[tuple[TaskNeed, Cell, list[Cell]]] = field(default_factory=list)
-    bound: list[Cell] = field(default_factory=list)
-    taken: set[int] = field(default_factory=set)  # id() of leaves chosen
-    free_taken: dict[Cell, int] = field(default_factory=dict)  # node -> free leaves chosen
-    taken_on: dict[Cell, int] = field(default_factory=dict)  # node -> leaves chosen
-    busy: int = 0  # leaves chosen that a job uses (none: the plan has no victims)
+    placed: list[tuple[TaskNeed, Cell, list[Cell]]]
+    bound: list[Cell]
+    taken: set[int]  # id() of leaves chosen
+    free_taken: dict[Cell, int]  # node -> free leaves chosen
+    taken_on: dict[Cell, int]  # node -> leaves chosen
+    busy: int  # leaves chosen that a job uses (none: the plan has no victims)
+
+    def __init__(self, chain: str) -> None:
+        # (written out: a dataclass's own, with five default factories, cost as much as
+        # the rest of a one-task search's set-up)
+        self.chain = chain
+        self.placed = []
+        self.bound = []
+        self.taken = set()
+        self.free_taken = {}
+        self.taken_on = {}
+        self.busy = 0
 
     def add(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
         self.placed.append((task, node, leaves))
@@ -58,6 +85,16 @@ class Plan:
         self.free_taken[node] = self.free_taken.get(node, 0) + free
         self.taken_on[node] = self.taken_on.get(node, 0) + len(leaves)
         self.busy += len(leaves) - free
+
+    def add_free(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
+        """``add`` of free GPUs (a free-only search's: none has a job)."""
+        self.placed.append((task, node, leaves))
+        taken = self.taken
+        for leaf in leaves:
+            taken.add(id(leaf))
+        n = len(leaves)
+        self.free_taken[node] = self.free_taken.get(node, 0) + n
+        self.taken_on[node] = self.taken_on.get(node, 0) + n
 
     def victims(self) -> set[str]:
         if not self.busy:
@@ -138,7 +175,10 @@ class Placer:
         ordered = tasks if _one_size(tasks) else sorted(tasks, key=_larger_first)
         free_only = threshold is None
         free_taken = plan.free_taken
-        one_parent = self.tree.chains[chain].one_parent
+        info = self.tree.chains[chain]
+        one_parent = info.one_parent
+        flat = free_only and info.flat  # a free-only pick on a whole node: its first free GPUs
+        spare_first = bind and pinned is None  # may bind quota to spare a guaranteed job
         # A gang's later scans for one task size, where nearness ranks no node above another:
         # the nodes that fit, ranked once, worst last (``_ranked``); (size, scans so far).
         ranked: list[Cell] = []
@@ -161,7 +201,7 @@ class Placer:
                 and last.free - free_taken.get(last, 0) >= need
             ):
                 node = last
-            spare = bind and pinned is None  # may bind quota to spare a guaranteed job
+            spare = spare_first
             while node is None:
                 if free_only and opened is not None and only is None and not partial:
                     # ``_best_node``'s free-only case when the VC has whole nodes only
@@ -206,13 +246,12 @@ class Placer:
                 assert node is not None
             elif node not in whole:  # the VC's single-GPU cells on this node, together
                 region = _leaf_parts(partial[node])
-            if free_only and region[0] is node and node.children and not node.children[0].children:
+            if flat and region[0] is node:
                 # ``pick_leaves``' free-only case on a node whose children are its GPUs
-                leaves = _first_free(node, need, plan.taken)
+                plan.add_free(task, node, _first_free(node, need, plan.taken))
             else:
                 counters = free_only and region[0] is node and node not in plan.taken_on
-                leaves = pick_leaves(region, need, ok, plan.taken, counters)
-            plan.add(task, node, leaves)
+                plan.add(task, node, pick_leaves(region, need, ok, plan.taken, counters))
             last, prev_need = node, need
         return plan
 
@@ -406,7 +445,11 @@ class Placer:
     ) -> bool:
         """Bind one more of the VC's cells (several below node level) so a task fits."""
         info = self.tree.chains[chain]
-        levels = sorted(lvl for lvl, n in vc.unbound.get(chain, {}).items() if n > 0)
+        levels = []  # (a loop, not a generator: binding is on the path of many jobs)
+        for lvl, n in vc.unbound.get(chain, {}).items():
+            if n > 0:
+                levels.append(lvl)
+        levels.sort()
         for level in levels:
             if level < info.node_level or info.node_leaves < need:
                 continue
@@ -638,7 +681,10 @@ def _ranked(candidates: Any, need: int, free_taken: dict[Cell, int]) -> list[Cel
                 continue
         fits.append((free, node.order, node))  # (orders are unique: nodes never compared)
     fits.sort(reverse=True)
-    return [node for _, _, node in fits]
+    return list(map(_third, fits))
+
+
+_third = operator.itemgetter(2)
 
 
 def _next_ranked(ranked: list[Cell], need: int, free_taken: dict[Cell, int]) -> Cell | None:

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 
 from labhive.scheduler.hived.base import HivedBase, roles_id
 from labhive.scheduler.hived.job import Job, leaves_needed
-from labhive.scheduler.hived.placement import TaskNeed
+from labhive.scheduler.hived.placement import TaskNeed, TaskNeeds
 from labhive.scheduler.jobs import RoleSpec
 
+NO_SKUS: frozenset[str | None] = frozenset()
 #: Job sizes whose task needs are remembered (``_whole_needs``) before they are forgotten.
 NEEDS_CACHE = 4096
 
@@ -49,7 +50,10 @@ class Sizing(HivedBase):
 
     def _chains(self, job: Job, roles: list[RoleSpec]) -> list[str]:
         """The chains a job may run in, in config order (cached: asked on every attempt)."""
-        skus = frozenset(r.sku for r in roles if r.sku)
+        if len(roles) == 1 and not roles[0].sku:  # the usual job (no generator for it)
+            skus: frozenset[str | None] = NO_SKUS
+        else:
+            skus = frozenset(r.sku for r in roles if r.sku)
         pin = job.pinned if not job.grouped else pin_of(roles)
         key = (job.vc, job.opportunistic, pin, skus)
         chains = self._chains_cache.get(key)
@@ -85,7 +89,7 @@ class Sizing(HivedBase):
             groups.setdefault(task[0].affinity_group, []).append(task)
         return list(groups.values())
 
-    def _whole_needs(self, job: Job, chains: list[str]) -> dict[str, list[TaskNeed]]:
+    def _whole_needs(self, job: Job, chains: list[str]) -> dict[str, TaskNeeds]:
         """A whole job's task needs per chain, shared by every job with the same roles in the
         same VC (they depend on nothing else until the cluster changes); a trace's jobs come
         in a few hundred sizes, and sizing each job afresh was a few percent of a HiveD run."""
@@ -101,18 +105,18 @@ class Sizing(HivedBase):
 
     def _needs(
         self, unit: list[tuple[RoleSpec, int]], chain: str, vc: str | None = None
-    ) -> list[TaskNeed]:
+    ) -> TaskNeeds:
         leaf = self.tree.chains[chain].leaf_type
-        out = []
+        out = TaskNeeds()
         role, leaves = None, 0
         for r, i in unit:
             if r is not role:  # a role's tasks come in a row: size each role once
                 role, leaves = r, self._leaves(r, leaf, vc)
-            out.append(TaskNeed(r.name, i, leaves))
+            out.add(TaskNeed(r.name, i, leaves))
         return out
 
 
-def covers(needs: dict[str, list[TaskNeed]], chains: list[str]) -> bool:
+def covers(needs: dict[str, TaskNeeds], chains: list[str]) -> bool:
     """Whether ``needs`` holds every one of ``chains`` (a loop: no generator per attempt)."""
     for chain in chains:  # noqa: SIM110 (``all`` would take a generator)
         if chain not in needs:
