@@ -196,15 +196,21 @@ class HivedBase:
         assert node is not None
         vc = self.vcs.by_name[owner.vc or ""]
         n = len(run)
-        self._tick += n - 1
-        self._grew(vc, node)
+        # ``_grew`` inline: leaf by leaf, the node's tick would be the run's last.
+        tick = self._tick = self._tick + n
+        grown = vc.grown
+        grown.pop(node, None)
+        grown[node] = tick
         prio = run[0].prio
         same = True
-        healthy = 0
-        for leaf in run:
-            healthy += leaf.bad == 0
-            if leaf.prio != prio:
-                same = False
+        if n > 1:
+            for leaf in run:
+                if leaf.prio != prio:
+                    same = False
+                    break
+        # The tree's loop counts the healthy leaves; releasing first changes nothing the VC's
+        # counters read (a leaf keeps its ``prio`` and ``bad``), and nothing reads between.
+        healthy = self.tree.release_run(run, node)
         if same:  # the usual run: one job's GPUs at its one priority
             vc.vacate_run(healthy, prio, n)
             self._bump(vc, prio, n)
@@ -213,13 +219,22 @@ class HivedBase:
                 vc.vacate(leaf.bad == 0, leaf.prio)
             for leaf in run:
                 self._bump(vc, leaf.prio)
-        self.tree.release_run(run, node)
         touched.add(owner)
-        vc.refresh_open(node)
+        # ``vc.refresh_open(node)`` inline. A release only adds free GPUs: a node with none
+        # now had none before, so it is not open (``VC.check``) and there is nothing to drop.
+        if node.free > 0:
+            nodes = vc.nodes.get(node.chain)
+            if nodes is not None and node in nodes:
+                opened = vc.open.get(node.chain)
+                if opened is None:
+                    opened = vc.open[node.chain] = {}
+                opened[node] = None
         self._oppo_epoch += n
         self._dirty_oppo = True  # (``_bump_oppo``, its last step, inline)
 
-    def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
+    def _vacate_job(self, job: Job, touched: set[Cell] | None = None, forget: bool = False) -> None:
+        """Free the job's cells. ``forget``: the job is being removed, so its fields are left
+        as they are (nobody reads a removed job's record again)."""
         if job.cpu_only:
             for placement, _ in job.placed.values():
                 self.cpu.release(placement.node, self._role(job, placement.role))
@@ -235,15 +250,13 @@ class HivedBase:
             if mine is not None:
                 # The task's node lies in a VC's cell, so do all its leaves (a VC binds no
                 # cell inside another): one owner for the task, not a walk up per GPU.
-                if (
-                    run
-                    and owner is not None
-                    and (mine is not owner or node is not run[0].node_cell)
-                ):
+                if run and owner is not None:
+                    if mine is owner and node is run[0].node_cell:
+                        run = run + leaves  # (a new list: ``leaves`` is the job's own)
+                        continue
                     self._vacate_run(run, owner, touched)
-                    run = []
                 owner = mine
-                run += leaves
+                run = leaves  # read, never changed: no copy for the usual one-task run
                 continue
             for leaf in leaves:
                 mine = leaf.owner()
@@ -258,14 +271,15 @@ class HivedBase:
                     self._vacate(leaf, touched)
                     continue
                 owner = mine
-                run.append(leaf)
+                run = [*run, leaf]  # (a new list: ``run`` may be a task's own)
         if run and owner is not None:
             self._vacate_run(run, owner, touched)
-        job.placed.clear()
-        job.done.clear()  # the attempt is over: every task runs again in the next
-        job.prio = job.spec.priority
-        job.downgraded_by = None
-        job.downgraded.clear()
+        if not forget:
+            job.placed.clear()
+            job.done.clear()  # the attempt is over: every task runs again in the next
+            job.prio = job.spec.priority
+            job.downgraded_by = None
+            job.downgraded.clear()
         if settle:
             self._settle(touched)
 

@@ -118,7 +118,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         if job is None:
             return
         self._dequeue(job)
-        self._vacate_job(job)
+        self._vacate_job(job, forget=True)
 
     def _tasks_ended(
         self, job_id: str, tasks: tuple[tuple[str, int], ...], out: list[Decision]
