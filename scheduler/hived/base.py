@@ -13,7 +13,7 @@ mixin.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.admission import Admission
@@ -314,7 +314,15 @@ class HivedBase:
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
-        for cell in sorted(touched, key=lambda c: c.order) if len(touched) > 1 else touched:
+        cells: Iterable[Cell] = touched
+        if len(touched) > 1:
+            # Only the cells to unbind, in order: unbinding one changes none of the others'
+            # ``vc``, ``pinned`` or ``guaranteed`` (touched cells are VC cells, none inside
+            # another), so picking them first picks the same; most often none is left to sort.
+            cells = [c for c in touched if c.vc is not None and not c.pinned and c.guaranteed <= 0]
+            if len(cells) > 1:
+                cells.sort(key=_order)
+        for cell in cells:
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
@@ -382,6 +390,10 @@ def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
     if len(roles) == 1:
         return id(roles[0])
     return tuple(map(id, roles))
+
+
+def _order(cell: Cell) -> int:
+    return cell.order
 
 
 def _gpu(leaf: Cell) -> int:

@@ -226,14 +226,22 @@ class Queueing(Sizing):
     def _collect_ready(self) -> list[JobClass]:
         """The classes worth an attempt: new or unblocked ones whose need the capacity they
         depend on could still cover (a cheap upper bound; the placement search decides)."""
-        for name, level in self._dirty_vcs.items():
-            for cls in self._vc_classes.get(name, {}).values():
-                if cls.priority <= level and cls.entries:
-                    self._ready.add(cls)
-        self._dirty_vcs.clear()
+        dirty = self._dirty_vcs
+        if dirty:
+            listed = self._vc_classes
+            for name, level in dirty.items():
+                classes = listed.get(name)
+                if classes:  # (a VC none of whose classes waits has none to mark)
+                    for cls in classes.values():
+                        if cls.priority <= level and cls.entries:
+                            self._ready.add(cls)
+            dirty.clear()
         if self._dirty_oppo:
-            self._ready.update(self._oppo_classes.values())
+            if self._oppo_classes:
+                self._ready.update(self._oppo_classes.values())
             self._dirty_oppo = False
+        if not self._ready:  # the usual end of a job on a cluster where nothing waits
+            return []
         out = []
         rooms: dict[tuple[str, int], int] = {}  # a guaranteed class's bound, by VC and priority
         for cls in self._ready:
