@@ -29,6 +29,9 @@ from labhive.scheduler.model import Decision, TaskPlacement
 #: More than any cluster's GPUs and above any job's priority (priorities are small ints):
 #: a need no chain can meet, a bound that does not limit, a freed level every job gains from.
 UNBOUNDED = 1 << 30
+#: GPUs a job's end freed at one priority in one VC, not counted yet: (VC, priority, how
+#: many of them healthy, how many) (``HivedBase._vacate_run``).
+Freed = tuple[VC, int, int, int]
 #: Below any job's priority: a VC no release has made dirty yet in this pass.
 NOT_DIRTY = -UNBOUNDED
 
@@ -187,11 +190,19 @@ class HivedBase:
             vc.refresh_open(leaf.node_cell)
         self._bump_oppo()
 
-    def _vacate_run(self, run: list[Cell], owner: Cell, touched: set[Cell]) -> None:
+    def _vacate_run(
+        self, run: list[Cell], owner: Cell, touched: set[Cell], pending: Freed | None
+    ) -> Freed | None:
         """``_vacate`` of each leaf of ``run`` (on one node, in the VC cell ``owner``: a job's
         tasks on a node come in a row), with what they share done once: the node's tick and
         place in ``grown``, its place in the VC's open nodes, the epoch of opportunistic
-        chances all end as leaf by leaf would leave them (nothing else touches them between)."""
+        chances all end as leaf by leaf would leave them (nothing else touches them between).
+
+        The VC's counters and bump for a run of one priority are not done here but returned,
+        added to ``pending`` (what earlier runs of the job freed) while the VC and priority
+        are the same: a job on many nodes counts them once (``_count_freed``). Nothing reads
+        those counters, ``freed`` or the dirty VCs while a job's cells are freed; a change of
+        VC or priority counts the pending first, so VCs turn dirty in the same order."""
         node = run[0].node_cell
         assert node is not None
         vc = self.vcs.by_name[owner.vc or ""]
@@ -212,9 +223,17 @@ class HivedBase:
         # counters read (a leaf keeps its ``prio`` and ``bad``), and nothing reads between.
         healthy = self.tree.release_run(run, node)
         if same:  # the usual run: one job's GPUs at its one priority
-            vc.vacate_run(healthy, prio, n)
-            self._bump(vc, prio, n)
+            if pending is None:
+                pending = (vc, prio, healthy, n)
+            elif pending[0] is vc and pending[1] == prio:
+                pending = (vc, prio, pending[2] + healthy, pending[3] + n)
+            else:
+                self._count_freed(pending)
+                pending = (vc, prio, healthy, n)
         else:
+            if pending is not None:
+                self._count_freed(pending)
+                pending = None
             for leaf in run:
                 vc.vacate(leaf.bad == 0, leaf.prio)
             for leaf in run:
@@ -231,6 +250,13 @@ class HivedBase:
                 opened[node] = None
         self._oppo_epoch += n
         self._dirty_oppo = True  # (``_bump_oppo``, its last step, inline)
+        return pending
+
+    def _count_freed(self, freed: Freed) -> None:
+        """The VC's counters and bump for GPUs freed at one priority (``_vacate_run``)."""
+        vc, prio, healthy, n = freed
+        vc.vacate_run(healthy, prio, n)
+        self._bump(vc, prio, n)
 
     def _vacate_job(self, job: Job, touched: set[Cell] | None = None, forget: bool = False) -> None:
         """Free the job's cells. ``forget``: the job is being removed, so its fields are left
@@ -244,6 +270,7 @@ class HivedBase:
         touched = set() if touched is None else touched
         run: list[Cell] = []  # consecutive leaves on one node, in one of a VC's cells
         owner: Cell | None = None
+        pending: Freed | None = None  # what runs freed, not counted yet (``_vacate_run``)
         for _, leaves in job.placed.values():
             node = leaves[0].node_cell if leaves else None
             mine = node.owner() if node is not None else None
@@ -254,7 +281,7 @@ class HivedBase:
                     if mine is owner and node is run[0].node_cell:
                         run = run + leaves  # (a new list: ``leaves`` is the job's own)
                         continue
-                    self._vacate_run(run, owner, touched)
+                    pending = self._vacate_run(run, owner, touched, pending)
                 owner = mine
                 run = leaves  # read, never changed: no copy for the usual one-task run
                 continue
@@ -265,15 +292,22 @@ class HivedBase:
                     and owner is not None
                     and (mine is not owner or leaf.node_cell is not run[0].node_cell)
                 ):
-                    self._vacate_run(run, owner, touched)
+                    pending = self._vacate_run(run, owner, touched, pending)
                     run = []
                 if mine is None or leaf.node_cell is None:
+                    if pending is not None:  # (counted before what ``_vacate`` bumps)
+                        self._count_freed(pending)
+                        pending = None
                     self._vacate(leaf, touched)
                     continue
                 owner = mine
                 run = [*run, leaf]  # (a new list: ``run`` may be a task's own)
         if run and owner is not None:
-            self._vacate_run(run, owner, touched)
+            pending = self._vacate_run(run, owner, touched, pending)
+        if pending is not None:  # (inline ``_count_freed``: most jobs free one run)
+            vc, prio, healthy, n = pending
+            vc.vacate_run(healthy, prio, n)
+            self._bump(vc, prio, n)
         if not forget:
             job.placed.clear()
             job.done.clear()  # the attempt is over: every task runs again in the next
