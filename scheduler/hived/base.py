@@ -238,7 +238,11 @@ class HivedBase:
                 vc.vacate(leaf.bad == 0, leaf.prio)
             for leaf in run:
                 self._bump(vc, leaf.prio)
-        touched.add(owner)
+        if owner.guaranteed <= 0:
+            # Only a cell no guaranteed job uses any more may be unbound (``_settle`` passes
+            # the others by), and one that still has some can only lose them in a later
+            # release, which adds it then.
+            touched.add(owner)
         # ``vc.refresh_open(node)`` inline. A release only adds free GPUs: a node with none
         # now had none before, so it is not open (``VC.check``) and there is nothing to drop.
         if node.free > 0:
@@ -273,7 +277,8 @@ class HivedBase:
         pending: Freed | None = None  # what runs freed, not counted yet (``_vacate_run``)
         for _, leaves in job.placed.values():
             node = leaves[0].node_cell if leaves else None
-            mine = node.owner() if node is not None else None
+            # (``owner`` inline for the usual node, one the VC bound itself)
+            mine = None if node is None else node if node.vc is not None else node.owner()
             if mine is not None:
                 # The task's node lies in a VC's cell, so do all its leaves (a VC binds no
                 # cell inside another): one owner for the task, not a walk up per GPU.
@@ -353,7 +358,7 @@ class HivedBase:
             # Only the cells to unbind, in order: unbinding one changes none of the others'
             # ``vc``, ``pinned`` or ``guaranteed`` (touched cells are VC cells, none inside
             # another), so picking them first picks the same; most often none is left to sort.
-            cells = [c for c in touched if c.vc is not None and not c.pinned and c.guaranteed <= 0]
+            cells = [c for c in touched if c.guaranteed <= 0 and c.vc is not None and not c.pinned]
             if len(cells) > 1:
                 cells.sort(key=_order)
         for cell in cells:
