@@ -245,13 +245,11 @@ class HivedBase:
             touched.add(owner)
         # ``vc.refresh_open(node)`` inline. A release only adds free GPUs: a node with none
         # now had none before, so it is not open (``VC.check``) and there is nothing to drop.
-        if node.free > 0:
-            nodes = vc.nodes.get(node.chain)
-            if nodes is not None and node in nodes:
-                opened = vc.open.get(node.chain)
-                if opened is None:
-                    opened = vc.open[node.chain] = {}
-                opened[node] = None
+        # The node is one of the VC's whole nodes (``VC.nodes``) exactly when its VC cell is
+        # the node or above it (not a part of it) and not pinned (``VC.add_cell``, the only
+        # way in, is not asked for those), and ``add_cell`` made its chain's ``open`` then.
+        if node.free > 0 and owner.node_cell is None and not owner.pinned:
+            vc.open[node.chain][node] = None
         self._oppo_epoch += n
         self._dirty_oppo = True  # (``_bump_oppo``, its last step, inline)
         return pending
