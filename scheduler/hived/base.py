@@ -317,7 +317,7 @@ class HivedBase:
             job.prio = job.spec.priority
             job.downgraded_by = None
             job.downgraded.clear()
-        if settle:
+        if settle and touched:  # (most often none: see ``_vacate_run``)
             self._settle(touched)
 
     def _splits(self, job: Job) -> bool:
