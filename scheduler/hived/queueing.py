@@ -180,7 +180,11 @@ class Queueing(Sizing):
             if cls is not None:
                 cls.remove(job.seq, job.job_id)
                 if not cls.entries:  # only classes with waiting jobs are listed per VC
-                    self._vc_classes.get(cls.vc, {}).pop(cls.key, None)
+                    listed = self._vc_classes.get(cls.vc)
+                    if listed is not None:
+                        listed.pop(cls.key, None)
+                        if not listed:  # and only VCs with such classes (``_collect_ready``)
+                            del self._vc_classes[cls.vc]
             job.queued_key = None
         if not keep_order and job.in_order:
             self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
@@ -229,12 +233,13 @@ class Queueing(Sizing):
         dirty = self._dirty_vcs
         if dirty:
             listed = self._vc_classes
-            for name, level in dirty.items():
-                classes = listed.get(name)
-                if classes:  # (a VC none of whose classes waits has none to mark)
-                    for cls in classes.values():
-                        if cls.priority <= level and cls.entries:
-                            self._ready.add(cls)
+            if listed:  # (no VC has a class that waits: none to mark)
+                for name, level in dirty.items():
+                    classes = listed.get(name)
+                    if classes:
+                        for cls in classes.values():
+                            if cls.priority <= level and cls.entries:
+                                self._ready.add(cls)
             dirty.clear()
         if self._dirty_oppo:
             if self._oppo_classes:
