@@ -39,6 +39,13 @@ class PolicyBase(Generic[J]):
 
     def _apply(self, event: Event, out: list[Decision]) -> J | None:
         """One event's state change, no scheduling; the new job of a ``Submit``, if kept."""
+        # A simulation's events are submits and finishes, one each a job: told apart by their
+        # type first, as a class pattern costs more (``match`` then asks for the rest).
+        if type(event) is Submit:
+            return self._submit(event.job_id, event.spec, admitted=event.admitted)
+        if type(event) is Finish:
+            self._remove(event.job_id)
+            return None
         match event:
             case Submit():
                 return self._submit(event.job_id, event.spec, admitted=event.admitted)

@@ -13,9 +13,8 @@ mixin.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from itertools import repeat
-from operator import attrgetter
 
 from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.admission import Admission
@@ -31,6 +30,9 @@ from labhive.scheduler.model import Decision, TaskPlacement
 #: More than any cluster's GPUs and above any job's priority (priorities are small ints):
 #: a need no chain can meet, a bound that does not limit, a freed level every job gains from.
 UNBOUNDED = 1 << 30
+#: GPUs a job's end freed at one priority in one VC, not counted yet: (VC, priority, how
+#: many of them healthy, how many) (``HivedBase._vacate_run``).
+Freed = tuple[VC, int, int, int]
 #: Below any job's priority: a VC no release has made dirty yet in this pass.
 NOT_DIRTY = -UNBOUNDED
 
@@ -186,39 +188,79 @@ class HivedBase:
             vc.refresh_open(leaf.node_cell)
         self._bump_oppo()
 
-    def _vacate_run(self, run: list[Cell], owner: Cell, touched: set[Cell]) -> None:
+    def _vacate_run(
+        self, run: list[Cell], owner: Cell, touched: set[Cell], pending: Freed | None
+    ) -> Freed | None:
         """``_vacate`` of each leaf of ``run`` (on one node, in the VC cell ``owner``: a job's
         tasks on a node come in a row), with what they share done once: the node's tick and
         place in ``grown``, its place in the VC's open nodes, the epoch of opportunistic
-        chances all end as leaf by leaf would leave them (nothing else touches them between)."""
+        chances all end as leaf by leaf would leave them (nothing else touches them between).
+
+        The VC's counters and bump for a run of one priority are not done here but returned,
+        added to ``pending`` (what earlier runs of the job freed) while the VC and priority
+        are the same: a job on many nodes counts them once (``_count_freed``). Nothing reads
+        those counters, ``freed`` or the dirty VCs while a job's cells are freed; a change of
+        VC or priority counts the pending first, so VCs turn dirty in the same order."""
         node = run[0].node_cell
         assert node is not None
         vc = self.vcs.by_name[owner.vc or ""]
         n = len(run)
-        self._tick += n - 1
-        self._grew(vc, node)
+        # ``_grew`` inline: leaf by leaf, the node's tick would be the run's last.
+        tick = self._tick = self._tick + n
+        grown = vc.grown
+        grown.pop(node, None)
+        grown[node] = tick
         prio = run[0].prio
         same = True
-        healthy = 0
-        for leaf in run:
-            healthy += leaf.bad == 0
-            if leaf.prio != prio:
-                same = False
+        if n > 1:
+            for leaf in run:
+                if leaf.prio != prio:
+                    same = False
+                    break
+        # The tree's loop counts the healthy leaves; releasing first changes nothing the VC's
+        # counters read (a leaf keeps its ``prio`` and ``bad``), and nothing reads between.
+        healthy = self.tree.release_run(run, node)
         if same:  # the usual run: one job's GPUs at its one priority
-            vc.vacate_run(healthy, prio, n)
-            self._bump(vc, prio, n)
+            if pending is None:
+                pending = (vc, prio, healthy, n)
+            elif pending[0] is vc and pending[1] == prio:
+                pending = (vc, prio, pending[2] + healthy, pending[3] + n)
+            else:
+                self._count_freed(pending)
+                pending = (vc, prio, healthy, n)
         else:
+            if pending is not None:
+                self._count_freed(pending)
+                pending = None
             for leaf in run:
                 vc.vacate(leaf.bad == 0, leaf.prio)
             for leaf in run:
                 self._bump(vc, leaf.prio)
-        self.tree.release_run(run, node)
-        touched.add(owner)
-        vc.refresh_open(node)
+        if owner.guaranteed <= 0:
+            # Only a cell no guaranteed job uses any more may be unbound (``_settle`` passes
+            # the others by), and one that still has some can only lose them in a later
+            # release, which adds it then.
+            touched.add(owner)
+        # ``vc.refresh_open(node)`` inline. A release only adds free GPUs: a node with none
+        # now had none before, so it is not open (``VC.check``) and there is nothing to drop.
+        # The node is one of the VC's whole nodes (``VC.nodes``) exactly when its VC cell is
+        # the node or above it (not a part of it) and not pinned (``VC.add_cell``, the only
+        # way in, is not asked for those), and ``add_cell`` made its chain's ``open`` then.
+        if node.free > 0 and owner.node_cell is None and not owner.pinned:
+            vc.open[node.chain][node] = None
         self._oppo_epoch += n
         self._dirty_oppo = True  # (``_bump_oppo``, its last step, inline)
+        return pending
 
-    def _vacate_job(self, job: Job, touched: set[Cell] | None = None) -> None:
+    def _count_freed(self, freed: Freed) -> None:
+        """The VC's counters and bump for GPUs freed at one priority (``_vacate_run``)."""
+        vc, prio, healthy, n = freed
+        vc.vacate_run(healthy, prio, n)
+        self._bump(vc, prio, n)
+
+    def _vacate_job(self, job: Job, touched: set[Cell] | None = None, forget: bool = False) -> None:
+        """Free the job's cells. ``forget``: the job is being removed, so its fields are left
+        as they are (nobody reads a removed job's record again)."""
         if job.cpu_only:
             for placement, _ in job.placed.values():
                 self.cpu.release(placement.node, self._role(job, placement.role))
@@ -228,21 +270,21 @@ class HivedBase:
         touched = set() if touched is None else touched
         run: list[Cell] = []  # consecutive leaves on one node, in one of a VC's cells
         owner: Cell | None = None
+        pending: Freed | None = None  # what runs freed, not counted yet (``_vacate_run``)
         for _, leaves in job.placed.values():
             node = leaves[0].node_cell if leaves else None
-            mine = node.owner() if node is not None else None
+            # (``owner`` inline for the usual node, one the VC bound itself)
+            mine = None if node is None else node if node.vc is not None else node.owner()
             if mine is not None:
                 # The task's node lies in a VC's cell, so do all its leaves (a VC binds no
                 # cell inside another): one owner for the task, not a walk up per GPU.
-                if (
-                    run
-                    and owner is not None
-                    and (mine is not owner or node is not run[0].node_cell)
-                ):
-                    self._vacate_run(run, owner, touched)
-                    run = []
+                if run and owner is not None:
+                    if mine is owner and node is run[0].node_cell:
+                        run = run + leaves  # (a new list: ``leaves`` is the job's own)
+                        continue
+                    pending = self._vacate_run(run, owner, touched, pending)
                 owner = mine
-                run += leaves
+                run = leaves  # read, never changed: no copy for the usual one-task run
                 continue
             for leaf in leaves:
                 mine = leaf.owner()
@@ -251,21 +293,29 @@ class HivedBase:
                     and owner is not None
                     and (mine is not owner or leaf.node_cell is not run[0].node_cell)
                 ):
-                    self._vacate_run(run, owner, touched)
+                    pending = self._vacate_run(run, owner, touched, pending)
                     run = []
                 if mine is None or leaf.node_cell is None:
+                    if pending is not None:  # (counted before what ``_vacate`` bumps)
+                        self._count_freed(pending)
+                        pending = None
                     self._vacate(leaf, touched)
                     continue
                 owner = mine
-                run.append(leaf)
+                run = [*run, leaf]  # (a new list: ``run`` may be a task's own)
         if run and owner is not None:
-            self._vacate_run(run, owner, touched)
-        job.placed.clear()
-        job.done.clear()  # the attempt is over: every task runs again in the next
-        job.prio = job.spec.priority
-        job.downgraded_by = None
-        job.downgraded.clear()
-        if settle:
+            pending = self._vacate_run(run, owner, touched, pending)
+        if pending is not None:  # (inline ``_count_freed``: most jobs free one run)
+            vc, prio, healthy, n = pending
+            vc.vacate_run(healthy, prio, n)
+            self._bump(vc, prio, n)
+        if not forget:
+            job.placed.clear()
+            job.done.clear()  # the attempt is over: every task runs again in the next
+            job.prio = job.spec.priority
+            job.downgraded_by = None
+            job.downgraded.clear()
+        if settle and touched:  # (most often none: see ``_vacate_run``)
             self._settle(touched)
 
     def _splits(self, job: Job) -> bool:
@@ -299,7 +349,15 @@ class HivedBase:
 
     def _settle(self, touched: set[Cell]) -> None:
         """Unbind the VC cells no guaranteed job uses any more (lazy binding, both ways)."""
-        for cell in sorted(touched, key=_by_order) if len(touched) > 1 else touched:
+        cells: Iterable[Cell] = touched
+        if len(touched) > 1:
+            # Only the cells to unbind, in order: unbinding one changes none of the others'
+            # ``vc``, ``pinned`` or ``guaranteed`` (touched cells are VC cells, none inside
+            # another), so picking them first picks the same; most often none is left to sort.
+            cells = [c for c in touched if c.guaranteed <= 0 and c.vc is not None and not c.pinned]
+            if len(cells) > 1:
+                cells.sort(key=_order)
+        for cell in cells:
             if cell.vc is None or cell.pinned or cell.guaranteed > 0:
                 continue
             vc = self.vcs[cell.vc]
@@ -369,7 +427,8 @@ def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
     return tuple(map(id, roles))
 
 
-_by_order = attrgetter("order")
+def _order(cell: Cell) -> int:
+    return cell.order
 
 
 def _gpu(leaf: Cell) -> int:

@@ -332,40 +332,65 @@ class CellTree:
             self.open[node.chain].pop(node, None)
         return healthy
 
-    def release_run(self, leaves: list[Cell], node: Cell) -> None:
+    def release_run(self, leaves: list[Cell], node: Cell) -> int:
         """``release`` of each of ``leaves`` (distinct busy leaves of ``node``, or ``node``
-        itself), with the counters of ``node`` and its ancestors changed once for all."""
-        healthy = guaranteed = 0
+        itself), with the counters of ``node`` and its ancestors changed once for all. Returns
+        how many of them were healthy: the VC's counters change by as much (``base``), and
+        this loop is the one that reads every leaf."""
         counts = node.prio_count
-        for leaf in leaves:
-            ok = leaf.bad == 0
-            mine = leaf.prio >= 0
-            healthy += ok
-            guaranteed += mine
-            counts[leaf.prio] -= 1
+        n = len(leaves)
+        if n == 1:  # the usual run, a one-GPU task: no per-leaf sums to keep
+            leaf = leaves[0]
+            prio = leaf.prio
+            healthy = 1 if leaf.bad == 0 else 0
+            guaranteed = 1 if prio >= 0 else 0
+            counts[prio] -= 1
             leaf.job = None
             cell = leaf
             while cell is not node:
-                if ok:
-                    cell.free += 1
-                if mine:
+                cell.free += healthy
+                if guaranteed:
                     cell.guaranteed -= 1
                 else:
                     cell.oppo -= 1
                 cell = cell.parent  # type: ignore[assignment]
-        n = len(leaves)
+        else:
+            healthy = guaranteed = 0
+            for leaf in leaves:
+                ok = leaf.bad == 0
+                mine = leaf.prio >= 0
+                healthy += ok
+                guaranteed += mine
+                counts[leaf.prio] -= 1
+                leaf.job = None
+                cell = leaf
+                while cell is not node:
+                    if ok:
+                        cell.free += 1
+                    if mine:
+                        cell.guaranteed -= 1
+                    else:
+                        cell.oppo -= 1
+                    cell = cell.parent  # type: ignore[assignment]
         oppo = n - guaranteed
         self.moves += n
-        self.oppo_total -= oppo
         self.free_total += healthy
         up: Cell | None = node
-        while up is not None:
-            up.free += healthy
-            up.guaranteed -= guaranteed
-            up.oppo -= oppo
-            up = up.parent
+        if oppo:
+            self.oppo_total -= oppo
+            while up is not None:
+                up.free += healthy
+                up.guaranteed -= guaranteed
+                up.oppo -= oppo
+                up = up.parent
+        else:  # guaranteed jobs' GPUs only (the usual): no opportunistic counts change
+            while up is not None:
+                up.free += healthy
+                up.guaranteed -= guaranteed
+                up = up.parent
         if node.free > 0:
             self.open[node.chain][node] = None
+        return healthy
 
     def set_health(self, node: Cell, healthy: bool) -> None:
         self.moves += 1

@@ -117,8 +117,9 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         job = self._jobs.pop(job_id, None)
         if job is None:
             return
-        self._dequeue(job)
-        self._vacate_job(job)
+        if job.queued_key is not None or job.in_order or job.cpu_only:  # (else not queued)
+            self._dequeue(job)
+        self._vacate_job(job, forget=True)
 
     def _tasks_ended(
         self, job_id: str, tasks: tuple[tuple[str, int], ...], out: list[Decision]

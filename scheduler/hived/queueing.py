@@ -180,7 +180,11 @@ class Queueing(Sizing):
             if cls is not None:
                 cls.remove(job.seq, job.job_id)
                 if not cls.entries:  # only classes with waiting jobs are listed per VC
-                    self._vc_classes.get(cls.vc, {}).pop(cls.key, None)
+                    listed = self._vc_classes.get(cls.vc)
+                    if listed is not None:
+                        listed.pop(cls.key, None)
+                        if not listed:  # and only VCs with such classes (``_collect_ready``)
+                            del self._vc_classes[cls.vc]
             job.queued_key = None
         if not keep_order and job.in_order:
             self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
@@ -226,14 +230,23 @@ class Queueing(Sizing):
     def _collect_ready(self) -> list[JobClass]:
         """The classes worth an attempt: new or unblocked ones whose need the capacity they
         depend on could still cover (a cheap upper bound; the placement search decides)."""
-        for name, level in self._dirty_vcs.items():
-            for cls in self._vc_classes.get(name, {}).values():
-                if cls.priority <= level and cls.entries:
-                    self._ready.add(cls)
-        self._dirty_vcs.clear()
+        dirty = self._dirty_vcs
+        if dirty:
+            listed = self._vc_classes
+            if listed:  # (no VC has a class that waits: none to mark)
+                for name, level in dirty.items():
+                    classes = listed.get(name)
+                    if classes:
+                        for cls in classes.values():
+                            if cls.priority <= level and cls.entries:
+                                self._ready.add(cls)
+            dirty.clear()
         if self._dirty_oppo:
-            self._ready.update(self._oppo_classes.values())
+            if self._oppo_classes:
+                self._ready.update(self._oppo_classes.values())
             self._dirty_oppo = False
+        if not self._ready:  # the usual end of a job on a cluster where nothing waits
+            return []
         out = []
         rooms: dict[tuple[str, int], int] = {}  # a guaranteed class's bound, by VC and priority
         for cls in self._ready:
