@@ -92,6 +92,21 @@ def test_cheapest_leaves_take_what_the_general_search_takes(gpus, states, thresh
     assert _cheapest_leaves(node, need, ok, ids) == _search_leaves([node], need, ok, ids, False)
 
 
+def _vc_of_nodes(busy: list[int], bound: int) -> tuple[CellTree, VCs, list[Cell]]:
+    """Nodes of 4 GPUs, the first ``busy[i]`` of node i used by another job, and VC ``a``
+    with its first ``bound`` nodes bound."""
+    config = load_cluster_config(CLUSTER % 4)
+    tree = CellTree(config)
+    vcs = VCs(config, tree)
+    nodes = [c for c in tree.cells.values() if c.is_node]
+    for node, n in zip(nodes, busy, strict=True):
+        for leaf in node.children[:n]:
+            tree.use(leaf, "other", 0)
+    for node in nodes[:bound]:
+        vcs.bind(vcs.by_name["a"], node)
+    return tree, vcs, nodes
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     busy=st.lists(st.integers(0, 4), min_size=5, max_size=5),
@@ -104,16 +119,8 @@ def test_a_free_only_gang_goes_where_a_full_scan_per_task_puts_it(busy, need, ta
     and takes a flat node's first free GPUs; expect
     each task where a full best-fit scan (with the plan's GPUs taken so far) and the
     general leaf search put it, and no plan where they find no room."""
-    config = load_cluster_config(CLUSTER % 4)
-    tree = CellTree(config)
-    vcs = VCs(config, tree)
+    tree, vcs, nodes = _vc_of_nodes(busy, bound=len(busy))
     vc = vcs.by_name["a"]
-    nodes = [c for c in tree.cells.values() if c.is_node]
-    for node, n in zip(nodes, busy, strict=True):
-        for leaf in node.children[:n]:
-            tree.use(leaf, "other", 0)
-    for node in nodes:
-        vcs.bind(vc, node)
     gang = [TaskNeed("worker", i, need) for i in range(tasks)]
     plan = Placer(tree, vcs).guaranteed(vc, nodes[0].chain, gang, None, bind=False)
 
@@ -175,17 +182,9 @@ def test_best_fit_among_nodes_of_one_parent_ranks_as_the_full_key_does(
 def _gang_plan(busy: list[int], bound: int, need: int, tasks: int, rank: bool) -> list[object]:
     """Where ``guaranteed`` puts a gang when the VC has bound its first ``bound`` nodes (it
     binds more as it goes); ``rank``: with the one-parent shortcuts (else the full scans)."""
-    config = load_cluster_config(CLUSTER % 4)
-    tree = CellTree(config)
+    tree, vcs, _ = _vc_of_nodes(busy, bound)
     tree.chains["NODE"].one_parent = rank
-    vcs = VCs(config, tree)
     vc = vcs.by_name["a"]
-    nodes = [c for c in tree.cells.values() if c.is_node]
-    for node, n in zip(nodes, busy, strict=True):
-        for leaf in node.children[:n]:
-            tree.use(leaf, "other", 0)
-    for node in nodes[:bound]:
-        vcs.bind(vc, node)
     gang = [TaskNeed("worker", i, need) for i in range(tasks)]
     plan = Placer(tree, vcs).guaranteed(vc, "NODE", gang, None)
     if plan is None:
