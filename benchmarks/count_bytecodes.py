@@ -1,0 +1,122 @@
+"""Bytecodes per job, per function, of a policy (or of a whole simulation): an exact count.
+
+Why: on a shared machine CPU seconds move by +-10% with other tenants' load, and cProfile
+charges each call so much that it overstates functions that call a lot and hides loops (a
+best-fit scan that was a fifth of HiveD's work looked like a twentieth). Counting the
+interpreter's opcode events (``sys.settrace`` with ``f_trace_opcodes``) gives the same figures
+on every run, so a change can be kept only if its count drops (the eighth session's method for
+issue 20; cachegrind's instruction counts, with ``PYTHONHASHSEED=0 setarch -R``, confirm them).
+
+By default the policy alone: the simulation of the first ``--jobs`` jobs of the synthetic
+Philly trace (on Philly's machine list) records the events the policy is given; a fresh policy
+is then given the same events, untraced up to the ``--skip``-th submission (the cluster filling
+up) and traced after it. ``--whole`` traces the whole simulation instead (the simulator's own
+layer included). Tracing is slow: about 40 s for 20,000 traced jobs.
+
+    .venv/bin/python benchmarks/count_bytecodes.py --policy hived --jobs 30000 --skip 10000
+    .venv/bin/python benchmarks/count_bytecodes.py --policy fifo --jobs 5000 --whole
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "philly"
+TRACE = DATA / "synthetic" / "synthetic_cluster_job_log.json.gz"
+CLUSTER = DATA / "cluster_machine_list"
+
+
+def tracer(counts: Counter[str]) -> Any:
+    """A ``sys.settrace`` function counting opcodes per function (file:name)."""
+
+    def call(frame: FrameType, event: str, arg: object) -> Any:
+        frame.f_trace_opcodes = True
+        key = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
+
+        def local(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "opcode":
+                counts[key] += 1
+            return local
+
+        return local
+
+    return call
+
+
+def main() -> int:
+    from labhive.scheduler.model import Submit
+    from labhive.scheduler.policies import get_policy
+    from labhive.scheduler.sim import runner
+    from labhive.scheduler.sim.machines import load_sim_cluster
+    from labhive.scheduler.sim.traces import load_trace
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default="hived")
+    parser.add_argument("--jobs", type=int, default=30_000)
+    parser.add_argument("--skip", type=int, default=10_000, help="untraced first submissions")
+    parser.add_argument("--whole", action="store_true", help="trace the whole simulation")
+    parser.add_argument("--top", type=int, default=40)
+    args = parser.parse_args()
+    config, _ = load_sim_cluster(CLUSTER)
+    jobs = load_trace(TRACE).jobs[: args.jobs]
+    counts: Counter[str] = Counter()
+    if args.whole:
+        sys.settrace(tracer(counts))
+        runner.run_policy(args.policy, config, iter(jobs), keep_jobs=False)
+        sys.settrace(None)
+        per = len(jobs)
+    else:
+        events: list[list[Any]] = []
+        made = runner.get_policy  # type: ignore[attr-defined]
+
+        def recording(*a: Any, **k: Any) -> Any:  # the policy, the events it is given kept
+            policy = made(*a, **k)
+            handle, batch = policy.handle, getattr(policy, "handle_batch", None)
+
+            def one(event: Any) -> Any:
+                events.append([event])
+                return handle(event)
+
+            def many(batch_events: Any) -> Any:
+                events.append(list(batch_events))
+                return batch(batch_events)  # type: ignore[misc]
+
+            setattr(policy, "handle", one)  # noqa: B010 (an instance's method, replaced)
+            if batch is not None:
+                setattr(policy, "handle_batch", many)  # noqa: B010
+            return policy
+
+        setattr(runner, "get_policy", recording)  # noqa: B010
+        runner.run_policy(args.policy, config, iter(jobs), keep_jobs=False)
+        setattr(runner, "get_policy", made)  # noqa: B010
+        name, options = runner.parse_policy(args.policy)
+        policy: Any = get_policy(name, config, **options)
+        submitted = 0
+        for batch in events:
+            if submitted >= args.skip and sys.gettrace() is None:
+                sys.settrace(tracer(counts))
+            submitted += sum(isinstance(e, Submit) for e in batch)
+            for e in batch:
+                if isinstance(e, Submit):
+                    policy.check(e.spec)
+            if len(batch) == 1:
+                policy.handle(batch[0])
+            else:
+                policy.handle_batch(batch)
+        sys.settrace(None)
+        per = max(1, submitted - args.skip)
+    total = sum(counts.values())
+    print(f"{args.policy}: {total / per:,.0f} bytecodes per job over {per:,} jobs")
+    for key, n in counts.most_common(args.top):
+        print(f"{n / per:9.1f} {100 * n / total:5.1f}%  {key}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
