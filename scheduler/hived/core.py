@@ -117,8 +117,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         job = self._jobs.pop(job_id, None)
         if job is None:
             return
-        if job.queued_key is not None or job.in_order or job.cpu_only:  # (else not queued)
-            self._dequeue(job)
+        self._dequeue(job)
         self._vacate_job(job, forget=True)
 
     def _tasks_ended(

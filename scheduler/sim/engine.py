@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.lifecycle import JobRecord, apply_decision, end_attempt
+from labhive.scheduler.lifecycle import JobRecord, apply_decision
 from labhive.scheduler.model import (
     Decision,
     Preempt,
@@ -455,8 +455,7 @@ class Simulation(VirtualTimeDriver):
             self.timeline.wait(job, +1)
         else:
             job.end = self.now
-        if record.state == _RUNNING:  # ``_end_attempt`` inline (once per run)
-            self.feed(end_attempt(record, ok, self.now))
+        self._end_attempt(record, ok)
         if not retry:
             self._done(job)
 
@@ -490,22 +489,6 @@ class Simulation(VirtualTimeDriver):
         if not self.keep_jobs:
             self.sim_jobs.pop(job.job_id, None)
             self.records.pop(job.job_id, None)
-
-    def apply(self, decisions: list[Decision]) -> None:
-        """The replayer's ``apply``, with ``apply_one``'s common case inline (a waiting job
-        starts: a call less per run)."""
-        self.decisions += len(decisions)
-        records, jobs = self.records, self.sim_jobs
-        for d in decisions:
-            record = records.get(d.job_id)
-            if record is None:
-                continue
-            job = jobs.get(d.job_id)
-            if job is None or not job.running:
-                if apply_decision(record, d, self.now) and isinstance(d, Start):
-                    self._time_run(record, job)
-            else:
-                self.apply_one(record, d)
 
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a

@@ -68,19 +68,9 @@ class Timeline:
         self.now = t
 
     def run(self, job: Any, gpus: int) -> None:
-        """``gpus`` more (or fewer) GPUs in use by ``job``. (``_vc_now`` inline: twice a job,
-        as each run starts and ends.)"""
+        """``gpus`` more (or fewer) GPUs in use by ``job``."""
         self.used += gpus
-        now = self.now
-        vc = self.vcs.get(job.vc)
-        if vc is None:
-            vc = self.vcs[job.vc] = _VC(now)
-        dt = now - vc.last
-        if dt > 0:
-            vc.served += vc.used * dt
-            vc.demand += (vc.used + vc.waiting_gpus) * dt
-        vc.last = now
-        vc.used += gpus
+        self._vc_now(job.vc).used += gpus
 
     def _vc_now(self, name: str) -> _VC:
         """The VC's record, its integrals advanced to now (made on first use)."""
