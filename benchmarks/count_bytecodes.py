@@ -50,6 +50,16 @@ def tracer(counts: Counter[str]) -> Any:
 
 
 def main() -> int:
+    from labhive.scheduler.errors import UserError
+
+    try:
+        return count()
+    except UserError as err:  # an unknown policy or option: say so, exit 2
+        print(f"count_bytecodes: {err}", file=sys.stderr)
+        return 2
+
+
+def count() -> int:
     from labhive.scheduler.model import Submit
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.sim import runner
