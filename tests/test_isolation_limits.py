@@ -81,7 +81,8 @@ def test_a_task_cannot_fork_past_its_pids_limit(open_tmp: Path) -> None:
     )
     ex = LocalExecutor(open_tmp / "data", pids_max=12)
     h = launch_one(ex, "forks", f"{sys.executable} -c {shlex.quote(forker)}")
-    assert h.info["limits"]["pids"] == {"enforced": True, "by": "cgroup-v1", "max": 12}
+    pids = h.info["limits"]["pids"]
+    assert (pids["enforced"], pids["by"], pids["max"]) == (True, "cgroup-v1", 12), pids
     assert wait_exits(ex, 1, timeout_s=60)[h.key].exit_code == 0
     started, err = ex.read_log(h, "stdout", 0, 100).split()
     assert int(started) < 12 and int(err) == errno.EAGAIN, (started, err)
