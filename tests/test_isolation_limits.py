@@ -116,7 +116,9 @@ def test_nvidia_device_nodes_other_than_the_tasks_own_are_denied(open_tmp: Path)
         os.mknod(node, 0o666 | 0o020000, os.makedev(limits.NVIDIA_MAJOR, minor))
         os.chmod(node, 0o666)
     targets = [(f"nvidia{m}", "read", open_tmp / f"nvidia{m}") for m in (0, 1)]
-    ex = LocalExecutor(open_tmp / "data")
+    # the v1 rules alone: no cgroup v2 device filter (which a hybrid host would use first)
+    v1_only = dataclasses.replace(limits.detect(), device_parent=None, why_not_filter="test")
+    ex = LocalExecutor(open_tmp / "data", limit_support=v1_only)
     mine = launch_one(
         ex, "gpu0", probe_command(), virtual=False, uid=UID_A, gid=UID_A,
         env=probe_env(targets),
@@ -130,6 +132,7 @@ def test_nvidia_device_nodes_other_than_the_tasks_own_are_denied(open_tmp: Path)
     assert granted == {"nvidia0": errno.ENXIO, "nvidia1": errno.EPERM}
     assert refused == {"nvidia0": errno.EPERM, "nvidia1": errno.EPERM}
     assert mine.info["limits"]["devices"]["granted_gpus"] == [0]
+    assert mine.info["limits"]["devices"]["by"] == "cgroup-v1"
 
 
 def test_a_re_adopted_tasks_cgroups_are_removed_when_it_ends(open_tmp: Path) -> None:

@@ -96,3 +96,33 @@ def test_without_cgroups_memory_falls_back_to_an_rlimit_and_cpu_says_why():
     assert record["rlimits"] == {"RLIMIT_DATA": 64 << 20}
     assert record["cpu"] == {"enforced": False, "why": "no cgroup: no v2 here"}
     assert not limits.oom_killed(record)
+
+
+def test_the_pids_budget_leaves_the_host_a_quarter_and_shares_the_rest_by_slots():
+    from labhive.scheduler.executors import limits
+
+    # this machine's pid_max with 2 and 8 task slots: two tasks can no longer take every pid
+    assert limits.pids_budget(32768, 2) == limits.PidsBudget(task=12288, service=24576)
+    assert limits.pids_budget(32768, 8) == limits.PidsBudget(task=3072, service=24576)
+    # a modern default pid_max: the per-task ceiling; a tiny one: the floor, reserve kept
+    assert limits.pids_budget(4194304, 16) == limits.PidsBudget(16384, 3145728)
+    assert limits.pids_budget(8192, 64) == limits.PidsBudget(256, 4096)
+
+
+def test_the_nvidia_majors_are_read_from_proc_devices_and_named_in_the_record():
+    from labhive.scheduler.executors import devfilter
+
+    proc_devices = (
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n234 nvidia-nvswitch\n"
+        "236 nvidia-caps\n237 nvidia-uvm\n\nBlock devices:\n  7 loop\n238 nvidia-fake-block\n"
+    )
+    majors = devfilter.nvidia_majors(proc_devices)
+    assert majors == devfilter.NvidiaMajors(uvm=237, others=(234, 236))
+    none = devfilter.DeviceRules((), majors)
+    assert none.denied() == "every NVIDIA device (char major 195, nvidia-uvm 237, 234, 236)"
+    one = devfilter.DeviceRules((3,), majors)
+    assert one.denied() == (
+        "/dev/nvidia* (major 195) but its own GPUs; every device of major 234, 236"
+    )
+    assert one.allows("c", 237, 0) and not none.allows("c", 237, 0)
+    assert one.allows("c", 195, 255) and not one.allows("c", 195, 2)
