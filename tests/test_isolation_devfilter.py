@@ -218,3 +218,15 @@ def test_the_services_tasks_together_stop_at_its_pids_cap(nodes: Path) -> None:
     # python joins its cgroup by migration, which pids.max does not count, and can fork none
     assert (first_kids, second_kids) == (19, 0)
     assert not Path(pids["service_cgroup"]).exists(), "the service's parent is removed when idle"
+
+
+def test_the_service_banner_says_how_gpu_devices_are_kept_apart(nodes: Path) -> None:
+    from labhive.scheduler.service.server import gpu_devices
+
+    here = gpu_devices(LocalExecutor(nodes / "a"), virtual=False)
+    nothing = limits.LimitSupport(None, "test", {}, None, "not root")
+    unguarded = gpu_devices(LocalExecutor(nodes / "b", limit_support=nothing), virtual=True)
+    if FILTER_HERE:
+        assert here.startswith("enforced by a cgroup v2 device filter (eBPF)"), here
+    assert unguarded.startswith("virtual cluster, no task may open an NVIDIA device: NOT enforced")
+    assert "(not root; and no writable cgroup v1 devices controller)" in unguarded
