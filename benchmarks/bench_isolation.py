@@ -84,20 +84,24 @@ MODES: dict[str, StartMode] = {
 
 def start_latencies(mode: StartMode, data_dir: Path, starts: int) -> list[float]:
     ex = mode.make(data_dir)
-    out = []
-    for i in range(starts):
-        launch = TaskLaunch(
-            TaskKey(f"b{i}", 1, "main", 0), "bench", "exec echo up", "node0", (), **mode.launch
-        )
-        t0 = time.perf_counter()
-        (handle,) = ex.launch([launch])
-        while not ex.read_log(handle, "stdout", 0, 8):
-            time.sleep(0.0005)
-        out.append(time.perf_counter() - t0)
-        deadline = time.monotonic() + 30
-        while not ex.poll() and time.monotonic() < deadline:
-            time.sleep(0.002)
-    return out
+    return [one_start(ex, i, mode.launch) for i in range(starts)]
+
+
+def one_start(ex: Executor, i: int, extra: dict[str, Any], gpus: tuple[int, ...] = ()) -> float:
+    """Seconds from launch to the task's first output; then wait for its end."""
+    launch = TaskLaunch(
+        TaskKey(f"b{i}", 1, "main", 0), "bench", "exec echo up", "node0", gpus,
+        virtual=not gpus, **extra,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    (handle,) = ex.launch([launch])
+    while not ex.read_log(handle, "stdout", 0, 8):
+        time.sleep(0.0005)
+    took = time.perf_counter() - t0
+    deadline = time.monotonic() + 30
+    while not ex.poll() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return took
 
 
 def without_devices(support: limits.LimitSupport) -> limits.LimitSupport:
@@ -182,9 +186,38 @@ def measure_device_filter(args: argparse.Namespace) -> None:
         print(row("  the filter alone: mkdir, load+attach, rmdir", alone))
 
 
+def measure_device_filter_starts(args: argparse.Namespace) -> None:
+    """Whole task starts (launch -> first output, a task with 1 GPU) with the v2 device filter,
+    with the v1 rules and with no device enforcement, taken in turns, ``--starts`` each: the
+    filter's cgroup is one more for the task's first process to join."""
+    support = limits.detect()
+    print(f"\n{'task start with 1 GPU, modes in turns':<{W}} {'p50':>9} {'p95':>9}")
+    if support.device_parent is None and support.why_not_filter:
+        print(row("device filter", [], f"not here: {support.why_not_filter}"))
+        return
+    variants = {"no device enforcement": without_devices(support)}
+    if "devices" in support.v1:
+        variants["v1 devices rules"] = dataclasses.replace(
+            support, device_parent=None, why_not_filter="v1 rules for this benchmark"
+        )
+    variants["v2 device filter"] = support
+    samples: dict[str, list[float]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory(prefix="labhive-bench-dev-") as tmp:
+        executors = {
+            v: LocalExecutor(Path(tmp) / str(n), limit_support=chosen)
+            for n, (v, chosen) in enumerate(variants.items())
+        }
+        for i in range(args.starts):
+            for variant, ex in executors.items():
+                samples[variant].append(one_start(ex, i, {}, gpus=(0,)))
+    for variant, got in samples.items():
+        print(row(f"task start, {variant}", got, f"{args.starts} starts"))
+
+
 MEASUREMENTS: list[Callable[[argparse.Namespace], None]] = [
     measure_task_starts,
     measure_device_filter,
+    measure_device_filter_starts,
 ]
 
 

@@ -449,7 +449,9 @@ def _devices(
 ) -> dict[str, Any]:
     """The device filter on the task's v2 cgroup (its own, or one made for the filter alone),
     else the v1 devices controller, else a record of why neither holds."""
-    why = support.why_not_filter or "no cgroup v2 hierarchy here"
+    why = support.why_not_filter or (
+        "the task's cgroup v2 could not be made" if support.cgroup_parent else "no cgroup v2 here"
+    )
     target = None
     if record.get("cgroup") and not support.why_not_filter:
         target = Path(record["cgroup"])
