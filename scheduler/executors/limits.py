@@ -148,7 +148,7 @@ def detect_device_parent(
     unified = root if (root / "cgroup.controllers").exists() else root / "unified"
     if not (unified / "cgroup.procs").exists():
         return None, f"no cgroup v2 hierarchy at {root} or {unified}"
-    own = _own_v1_cgroups().get("", "/")  # the "0::<path>" line is the v2 one
+    own = _own_cgroups().get("", "/")  # the "0::<path>" line is the v2 one
     parent = unified / own.lstrip("/") / parent_name
     try:
         parent.mkdir(exist_ok=True)
@@ -159,7 +159,7 @@ def detect_device_parent(
 
 
 def _probe_filter(parent: Path) -> str:
-    """ "" when a device filter can be attached below ``parent``, else the kernel's reason."""
+    """Why no device filter can be attached below ``parent`` (the kernel's reason), or ""."""
     probe = parent / f"devprobe-{os.getpid()}"
     try:
         probe.mkdir(exist_ok=True)
@@ -201,7 +201,7 @@ def detect_v1(root: Path = CGROUP_ROOT, parent_name: str = "labhive") -> dict[st
     """The v1 controllers mounted and writable here: controller -> a parent for task cgroups,
     made below this process's own cgroup of that controller."""
     found = {}
-    mine = _own_v1_cgroups()
+    mine = _own_cgroups()
     for controller in V1_CONTROLLERS:
         mount = root / controller
         if not (mount / "cgroup.procs").exists():
@@ -218,8 +218,8 @@ def detect_v1(root: Path = CGROUP_ROOT, parent_name: str = "labhive") -> dict[st
     return found
 
 
-def _own_v1_cgroups() -> dict[str, str]:
-    """controller -> this process's cgroup path, from ``/proc/self/cgroup``."""
+def _own_cgroups() -> dict[str, str]:
+    """controller -> this process's cgroup path, from ``/proc/self/cgroup`` ("" -> its v2 one)."""
     out = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/cgroup").read_text().splitlines():
