@@ -126,3 +126,31 @@ def test_the_nvidia_majors_are_read_from_proc_devices_and_named_in_the_record():
     )
     assert one.allows("c", 237, 0) and not none.allows("c", 237, 0)
     assert one.allows("c", 195, 255) and not one.allows("c", 195, 2)
+
+
+def test_on_cgroup_v2_a_services_tasks_sit_under_its_parent_with_the_pids_cap(tmp_path: Path):
+    # as above, plain files stand in for cgroupfs (no pure v2 host here): this checks what is
+    # written; the kernel's enforcement of the same files is the v1 tests' (pids.max alike)
+    from labhive.scheduler.executors import limits
+    from labhive.scheduler.executors.base import TaskKey
+
+    service = tmp_path / "dsvc"
+    service.mkdir()
+    (service / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (service / "cgroup.subtree_control").write_text("")
+    budget = limits.PidsBudget(task=300, service=1200)
+    record = limits.apply(
+        limits.LimitSupport(tmp_path), TaskKey("7", 1, "w", 0), 1.0, 64, scope="dsvc", pids=budget
+    )
+    cgroup = Path(record["cgroup"])
+    assert cgroup.parent == service and record["parents"] == [str(service)]
+    assert (service / "cgroup.subtree_control").read_text() == "+memory +cpu +pids"
+    assert (service / "pids.max").read_text() == "1200"
+    assert (cgroup / "pids.max").read_text() == "300"
+    assert record["pids"] == {
+        "enforced": True, "by": "cgroup-v2", "max": 300, "service_max": 1200,
+        "service_cgroup": str(service),
+    }  # fmt: skip
+    # a plain directory is no cgroup: the device filter cannot be attached, and the record says so
+    assert record["devices"]["enforced"] is False
+    assert record["devices"]["why"].startswith(f"cannot attach the device filter to {cgroup}")
