@@ -330,6 +330,7 @@ def run_up(
         token_file = admin_token(plan, keys["up_token"], data_dir.resolve() / "admin.token")
         print(banner(plan, keys, log, token_file), flush=True)
         print(f"  tasks run as: {_tasks_run_as()}", flush=True)
+        print(f"  GPU devices: {_gpu_devices()}", flush=True)
         proc.wait()
         print(f"JupyterHub exited (status {proc.returncode}); see {log}", file=sys.stderr)
         return 1
@@ -349,6 +350,14 @@ def _tasks_run_as() -> str:
     opts = ServeOptions()
     problem = unreachable_python(opts)
     return tasks_run_as(opts) + (f"\n  WARNING: {problem}" if problem else "")
+
+
+def _gpu_devices() -> str:
+    """How jobs are kept to their own GPU device nodes, as the service's local executor will
+    do it (a cgroup v2 device filter, v1 devices rules, or NOT enforced and why)."""
+    from labhive.scheduler.executors.limits import detect
+
+    return detect().devices_enforced()
 
 
 def _interrupt(*_: Any) -> None:

@@ -189,3 +189,32 @@ def test_the_launch_record_says_what_the_container_enforces(ex, tiny_image):
     limits = handle.info["limits"]
     assert limits["memory"]["bytes"] == 64 << 20 and limits["cpu"]["cores"] == 0.5
     assert "rlimits" not in limits and "cgroup" not in limits  # podman itself runs unlimited
+
+
+@pytest.mark.parametrize("gpus", [(), (1,)], ids=["no GPU", "GPU 1"])
+def test_an_nvidia_node_put_into_a_containers_mounts_cannot_be_opened(ex, tiny_image, gpus):
+    """The task's directory is bind-mounted into its container: a device node that appears
+    there (made by root on the host, mode 0666) is still refused by the container's device
+    cgroup (runc's), which allows only the standard nodes and the --device'd GPUs."""
+    import dataclasses
+    import os
+    import stat
+
+    from waiting import wait_until
+
+    command = "while [ ! -e nvidia0 ]; do sleep 0.05; done; cat nvidia0 nvidia1 2>&1; true"
+    launch = dataclasses.replace(
+        task("node", command, image=tiny_image, uid=4242, gid=4242), gpus=gpus, virtual=False
+    )
+    (handle,) = ex.launch([launch])
+    work = Path(handle.info["cwd"])
+    wait_until(work.exists, "the task's directory")
+    for minor in (1, 0):  # nvidia0 last: the task starts reading when it appears
+        os.mknod(work / f"nvidia{minor}", 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+        os.chmod(work / f"nvidia{minor}", 0o666)
+    wait_exits(ex, 1, timeout_s=60)
+    out = (Path(handle.info["workdir"]) / "stdout").read_text()
+    assert out.count("Operation not permitted") == 2, out
+    devices = handle.info["limits"]["devices"]
+    assert devices["enforced"] and devices["by"].startswith("container"), devices
+    assert devices["granted_gpus"] == []  # no /dev/nvidia1 on this host to hand over

@@ -96,3 +96,61 @@ def test_without_cgroups_memory_falls_back_to_an_rlimit_and_cpu_says_why():
     assert record["rlimits"] == {"RLIMIT_DATA": 64 << 20}
     assert record["cpu"] == {"enforced": False, "why": "no cgroup: no v2 here"}
     assert not limits.oom_killed(record)
+
+
+def test_the_pids_budget_leaves_the_host_a_quarter_and_shares_the_rest_by_slots():
+    from labhive.scheduler.executors import limits
+
+    # this machine's pid_max with 2 and 8 task slots: two tasks can no longer take every pid
+    assert limits.pids_budget(32768, 2) == limits.PidsBudget(task=12288, service=24576)
+    assert limits.pids_budget(32768, 8) == limits.PidsBudget(task=3072, service=24576)
+    # a modern default pid_max: the per-task ceiling; a tiny one: the floor, reserve kept
+    assert limits.pids_budget(4194304, 16) == limits.PidsBudget(16384, 3145728)
+    assert limits.pids_budget(8192, 64) == limits.PidsBudget(256, 4096)
+
+
+def test_the_nvidia_majors_are_read_from_proc_devices_and_named_in_the_record():
+    from labhive.scheduler.executors import devfilter
+
+    proc_devices = (
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n234 nvidia-nvswitch\n"
+        "236 nvidia-caps\n237 nvidia-uvm\n\nBlock devices:\n  7 loop\n238 nvidia-fake-block\n"
+    )
+    majors = devfilter.nvidia_majors(proc_devices)
+    assert majors == devfilter.NvidiaMajors(uvm=237, others=(234, 236))
+    none = devfilter.DeviceRules((), majors)
+    assert none.denied() == "every NVIDIA device (char major 195, nvidia-uvm 237, 234, 236)"
+    one = devfilter.DeviceRules((3,), majors)
+    assert one.denied() == (
+        "/dev/nvidia* (major 195) but its own GPUs; every device of major 234, 236"
+    )
+    assert one.allows("c", 237, 0) and not none.allows("c", 237, 0)
+    assert one.allows("c", 195, 255) and not one.allows("c", 195, 2)
+
+
+def test_on_cgroup_v2_a_services_tasks_sit_under_its_parent_with_the_pids_cap(tmp_path: Path):
+    # as above, plain files stand in for cgroupfs (no pure v2 host here): this checks what is
+    # written; the kernel's enforcement of the same files is the v1 tests' (pids.max alike)
+    from labhive.scheduler.executors import limits
+    from labhive.scheduler.executors.base import TaskKey
+
+    service = tmp_path / "dsvc"
+    service.mkdir()
+    (service / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (service / "cgroup.subtree_control").write_text("")
+    budget = limits.PidsBudget(task=300, service=1200)
+    record = limits.apply(
+        limits.LimitSupport(tmp_path), TaskKey("7", 1, "w", 0), 1.0, 64, scope="dsvc", pids=budget
+    )
+    cgroup = Path(record["cgroup"])
+    assert cgroup.parent == service and record["parents"] == [str(service)]
+    assert (service / "cgroup.subtree_control").read_text() == "+memory +cpu +pids"
+    assert (service / "pids.max").read_text() == "1200"
+    assert (cgroup / "pids.max").read_text() == "300"
+    assert record["pids"] == {
+        "enforced": True, "by": "cgroup-v2", "max": 300, "service_max": 1200,
+        "service_cgroup": str(service),
+    }  # fmt: skip
+    # a plain directory is no cgroup: the device filter cannot be attached, and the record says so
+    assert record["devices"]["enforced"] is False
+    assert record["devices"]["why"].startswith(f"cannot attach the device filter to {cgroup}")

@@ -155,6 +155,7 @@ def prepare(
         "cpu": {"enforced": True, "by": f"container ({support.runtime})", "cores": launch.cpu},
         "pids": {"enforced": True, "by": "container", "max": PIDS_LIMIT},
         "memory": {"enforced": True, "by": "container", "bytes": memory},
+        "devices": device_record(launch, devices, support.runtime),
     }
     if support.cgroup_v1:
         parent = _v1_memory_parent(name, memory)
@@ -217,6 +218,23 @@ def gpu_devices(launch: TaskLaunch, cdi_dirs: Iterable[Path] = _CDI_DIRS) -> lis
     if not own:  # slots without devices (no driver here): nothing to map
         return []
     return own + [d for d in _NVIDIA_SHARED if os.path.exists(d)]
+
+
+def device_record(launch: TaskLaunch, devices: list[str], runtime: str) -> dict[str, Any]:
+    """What keeps a container to its GPUs: the runtime's device cgroup (v1 rules, or on v2
+    its own eBPF filter), which allows the standard nodes (null, zero, full, random, urandom,
+    tty, ptmx, pts) and the ``--device``'d ones, and refuses every other node with EPERM,
+    an NVIDIA node that appears in the container's mounts included."""
+    granted = [
+        g for g in launch.gpus if f"/dev/nvidia{g}" in devices or f"nvidia.com/gpu={g}" in devices
+    ]
+    return {
+        "enforced": True,
+        "by": f"container ({runtime} device cgroup)",
+        "granted_gpus": granted,
+        "nodes": devices,
+        "denied": "every device node but the runtime's standard ones and those listed",
+    }
 
 
 def _v1_memory_parent(name: str, memory: int, root: Path = CGROUP_ROOT) -> str:

@@ -121,14 +121,19 @@ class LocalExecutor:
         *,
         shell: str | None = None,
         limit_support: limits.LimitSupport | None = None,
-        pids_max: int = limits.DEFAULT_PIDS_MAX,
+        pids_max: int | None = None,
+        pids_service_max: int | None = None,
+        task_slots: int | None = None,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
         workdir.secure_dir(self.data_dir)  # 0711: tasks pass through to their own dirs only
         self.grace_s = grace_s
         self.shell = shell
         self.limit_support = limit_support or limits.detect()
-        self.pids_max = pids_max
+        # pids: per task and for all this service's tasks; by default from pid_max and the
+        # tasks this node may run at once (limits.pids_budget; default: one per CPU)
+        budget = limits.host_pids_budget(task_slots or os.cpu_count() or 1)
+        self.pids = limits.PidsBudget(pids_max or budget.task, pids_service_max or budget.service)
         self._scope = limits.scope_name(self.data_dir)  # cgroups of this data dir's tasks
         self._tasks: dict[TaskKey, _Task] = {}
         self._containers: container.Support | None = None  # detected at the first image
@@ -176,7 +181,7 @@ class LocalExecutor:
             argv = self._argv(launch, work, owner)
             enforced = limits.apply(
                 self.limit_support, launch.key, launch.cpu, launch.memory_mb,
-                gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
+                gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids=self.pids,
             )  # fmt: skip
         launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": run_as}
         write_json_atomic(work / LAUNCH_FILE, launch_doc)

@@ -66,6 +66,7 @@ class Running:
     database: str
     virtual: bool
     tasks_run_as: str = ""
+    gpu_devices: str = ""
 
 
 def make_executor(
@@ -74,7 +75,9 @@ def make_executor(
     if name == "local":
         from labhive.scheduler.executors.local import LocalExecutor
 
-        return LocalExecutor(data_dir, grace_s=grace_s)
+        # pids per task: the host's share for tasks split by how many may run at once here
+        slots = max(os.cpu_count() or 1, config.total_gpus() if config is not None else 0)
+        return LocalExecutor(data_dir, grace_s=grace_s, task_slots=slots)
     if name == "kubernetes":
         from labhive.scheduler.executors.k8s_serve import kubernetes_executor
 
@@ -231,6 +234,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         database=store.engine.url.render_as_string(hide_password=True),
         virtual=config.virtual,
         tasks_run_as=tasks_run_as(opts),
+        gpu_devices=gpu_devices(executor, config.virtual),
     )
 
 
@@ -280,6 +284,18 @@ def tasks_run_as(opts: ServeOptions) -> str:
     )
 
 
+def gpu_devices(executor: Executor, virtual: bool) -> str:
+    """How tasks are kept to their own GPU device nodes, in words for the banner and log;
+    "" for executors whose cluster manager does that (Slurm's cgroups, Kubernetes' plugin)."""
+    support = getattr(executor, "limit_support", None)
+    if support is None:
+        return ""
+    how = str(support.devices_enforced())
+    if virtual:
+        return f"virtual cluster, no task may open an NVIDIA device: {how}"
+    return how
+
+
 def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> int:
     """Serve until SIGINT/SIGTERM, then stop the loop (and the tasks, when asked)."""
     import uvicorn
@@ -290,6 +306,8 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
         log.warning("tasks run as %s", running.tasks_run_as)
     if problem := unreachable_python(opts):
         log.warning("%s", problem)
+    if "NOT enforced" in running.gpu_devices:
+        log.warning("GPU devices: %s", running.gpu_devices)
     config = uvicorn.Config(
         running.app,
         host=opts.host,
@@ -341,6 +359,7 @@ def describe(running: Running) -> str:
             f"  admin token: {running.token_file}{created}",
             f"  database:    {running.database}",
             f"  tasks run as {running.tasks_run_as}",
+            *([f"  GPU devices: {running.gpu_devices}"] if running.gpu_devices else []),
             f"  {kind}; Ctrl-C stops the service",
             f"  export LABHIVE_URL={running.url} LABHIVE_TOKEN_FILE={running.token_file}",
         ]
