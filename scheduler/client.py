@@ -390,8 +390,7 @@ class Client:
             low, high = (mid, high) if self.logs(job_id, mid, limit=1, **kw).data else (low, mid)
         start = max(0, high - TAIL_BYTES)
         chunk = self.logs(job_id, start, limit=TAIL_BYTES, **kw)
-        text = chunk.data if start == 0 else chunk.data.split("\n", 1)[-1]  # no cut first line
-        return _last_lines(text, lines)
+        return _last_lines(chunk.data, lines)  # its first line may be the end of a long one
 
     def observations(self, job_id: int | str) -> list[dict[str, Any]]:
         return list(self._get(f"/jobs/{_id(job_id)}/observations")["observations"])

@@ -358,9 +358,10 @@ def _print_stderr_tail(client: Any, job_id: Any, task: str | None, out: Any) -> 
     """A task's last stderr lines under a heading: where a failed job says why (a traceback,
     "can't open file 'train.py'"), which its stdout log alone never shows."""
     tail = client.log_tail(job_id, STDERR_TAIL_LINES, task=task, stream="stderr")
-    if tail:
-        count = len(tail.split("\n"))
-        print(visible(f"stderr (last {count} lines):\n{tail}"), file=out, flush=True)
+    lines = tail.split("\n") if tail else []
+    if lines:  # each line made safe for the terminal (the task wrote them)
+        text = "\n".join(visible(line) for line in lines)
+        print(f"stderr (last {len(lines)} lines):\n{text}", file=out, flush=True)
 
 
 @_guard

@@ -16,6 +16,11 @@ from typing import Any, Literal, Protocol
 Stream = Literal["stdout", "stderr"]
 
 
+#: How a ``TaskExit.reason`` starts when the command never ran (its cwd refused, say): the
+#: job's why-text carries such a reason, as it does a memory kill.
+NOT_STARTED = "cannot start the task: "
+
+
 class LaunchError(RuntimeError):
     """A task could not be started; the executor has already stopped its gang-mates."""
 

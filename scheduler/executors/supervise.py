@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import psutil
 
+from labhive.scheduler.executors.base import NOT_STARTED
 from labhive.scheduler.executors.workdir import become
 
 LAUNCH_FILE = "launch.json"
@@ -88,7 +89,7 @@ class CwdRefused(OSError):
 
 #: How the task's stderr starts when the command never ran (``_exec_command`` writes it;
 #: ``local.py`` makes that first line the attempt's reason).
-CANNOT_START = "labhive: cannot start the task: "
+CANNOT_START = f"labhive: {NOT_STARTED}"
 
 
 def enter_user_cwd(path: str) -> None:
