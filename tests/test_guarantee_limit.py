@@ -161,3 +161,31 @@ def test_a_limit_below_the_guarantee_is_refused_at_submit(tmp_path: Path):
                 name="x", command="true", gpus=0, memory_mb=512, memory_limit_mb=100
             )
         assert live.client().jobs() == []
+
+
+# ---- replay: placement counts guarantees, whatever the limits --------------------------------
+
+
+def test_replay_places_by_guarantees_so_jobs_whose_limits_overlap_run_together(tmp_path: Path):
+    """Two nodes of 4 GPU slots (32 CPUs each: 8 per GPU when the config says nothing): three
+    jobs guaranteed 20 CPUs with a limit of 32 fill both nodes, the third waits; limits never
+    count."""
+    from labhive.scheduler.replay import replay
+    from labhive.scheduler.scenario import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        """\
+events:
+  - {at: 0, submit: {name: a, gpus: 0, cpu: 20, cpu_limit: 32, duration: 100}}
+  - {at: 0, submit: {name: b, gpus: 0, cpu: 20, cpu_limit: 32, duration: 100}}
+  - {at: 0, submit: {name: c, gpus: 0, cpu: 20, cpu_limit: 32, duration: 100}}
+expect:
+  - {at: 0, job: a, state: RUNNING}
+  - {at: 0, job: b, state: RUNNING}
+  - {at: 0, job: c, state: WAITING}
+  - {at: 100, job: c, state: RUNNING}
+"""
+    )
+    result = replay(load_scenario(path))
+    assert result.failures == []
