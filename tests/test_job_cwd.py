@@ -138,3 +138,30 @@ def test_labhive_logs_of_a_failing_job_prints_its_stderr_tail(
         )
         assert big.wait(timeout=60).state == "FAILED"
         assert live.client().log_tail(big.id, 1) == "last"  # found from the end, not read all
+
+
+def test_labhive_submit_sends_limits_and_where_it_runs_in_either_job_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "job.yaml").write_text(
+        "protocolVersion: 2\nname: openpai-pwd\n"
+        "taskRoles: {main: {resourcePerInstance: {gpu: 0}, commands: [pwd]}}\n"
+    )
+    monkeypatch.chdir(here)
+    with live_service(tmp_path / "data") as live:
+        auth = ["--url", live.url, "--token", live.admin]
+        assert main(["submit", *auth, "--wait", "job.yaml"]) == 0
+        sizes = ["--cpu", "0.1", "--cpu-limit", "2", "--memory-mb", "100", "--memory-limit", "300"]
+        assert (
+            main(["submit", *auth, "--gpus", "0", *sizes, "--no-cwd", "--wait", "--", "pwd"]) == 0
+        )
+        client = live.client()
+        openpai, short = (client.job(j.id) for j in sorted(client.jobs(), key=lambda j: j.id))
+        assert openpai.spec["extras"] == {"labhive": {"cwd": str(here)}}
+        assert openpai.logs().data == f"{here}\n"
+        assert (short.spec["cpu_limit"], short.spec["memory_limit_mb"]) == (2, 300)
+        assert "cwd" not in short.spec and short.logs().data.strip().endswith("/work")
+        (task,) = short.data["tasks"]
+        assert task["limits"]["memory"]["bytes"] == 300 << 20
