@@ -104,7 +104,7 @@ def enter_user_cwd(path: str) -> None:
         why = err.strerror or str(err)
         raise CwdRefused(
             f"cannot run in {path} as uid {os.getuid()}: {why}; submit from a directory this "
-            "user can read, or choose one with --cwd"
+            "user can read, or choose one with --cwd (--no-cwd: a fresh work dir)"
         ) from None
 
 
