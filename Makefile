@@ -24,6 +24,8 @@ COURSE_DATA ?= $(wildcard ../shared/data)
 up: $(STAMP)
 	@command -v configurable-http-proxy >/dev/null || \
 		npm install -g --no-fund --no-audit --loglevel=error configurable-http-proxy
+	@echo "labhive, papermill and jupyter are in $(abspath $(BIN)); in another shell:"
+	@echo '  export PATH="$(abspath $(BIN)):$$PATH"'
 	$(BIN)/labhive up --course $(COURSE) $(if $(COURSE_DATA),--course-data $(COURSE_DATA))
 
 ## test: install what the tests need (system packages too), lint, type-check, run the whole suite

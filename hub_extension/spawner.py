@@ -141,14 +141,29 @@ class LabHiveSpawner(Spawner):
         Dict(),
         help="""Sizes users choose from, shown as the spawn form when there are two or more.
         Each: ``{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1, "cpu": 2,
-        "memory_mb": 8192}`` (cpu and memory_mb optional). Default: one CPU-only size.""",
+        "cpu_limit": 4, "memory_mb": 8192, "memory_limit_mb": 16384}`` (all but slug optional:
+        cpu/memory_mb are the guarantee placement counts, cpu_limit/memory_limit_mb what the
+        cgroup enforces; each defaults to the ``server_*`` trait). Default: one CPU-only size.""",
     ).tag(config=True)
 
-    server_cpu = Float(1.0, help="CPUs of a server job unless its profile says.").tag(config=True)
+    # A notebook server idles most of the time: it is placed by a small guarantee and may burst
+    # to a larger limit (zero-to-jupyterhub's cpu_guarantee/cpu_limit, mem_guarantee/mem_limit),
+    # so a classroom of servers fits on a few cores (docs/hub.md).
+    server_cpu = Float(
+        0.1, help="CPUs guaranteed to a server job (what placement counts) unless its profile says."
+    ).tag(config=True)
+    server_cpu_limit = Float(
+        2.0, help="CPUs a server job may use (its cgroup quota) unless its profile says."
+    ).tag(config=True)
     server_memory_mb = Integer(
+        512,
+        help="Memory (MB) guaranteed to a server job (what placement counts) unless its profile "
+        "says.",
+    ).tag(config=True)
+    server_memory_limit_mb = Integer(
         4096,
-        help="""Memory (MB) of a server job unless its profile says; the local executor
-        enforces it per process, kernels included.""",
+        help="""Memory (MB) a server job may use unless its profile says; the local executor
+        enforces it for the server and its kernels together (one cgroup).""",
     ).tag(config=True)
 
     poll_s = Float(1.0, help="How often start and progress ask the service.").tag(config=True)
@@ -347,6 +362,20 @@ class LabHiveSpawner(Spawner):
         known = ", ".join(str(p["slug"]) for p in sizes)
         raise ServerJobEnded(f"unknown server size {slug!r}; choose one of: {known}")
 
+    def _resources(self, profile: dict[str, Any]) -> dict[str, Any]:
+        """A server's guarantee and limit: the profile's, else the traits; a limit under its
+        guarantee is raised to it (an admin who raises only a profile's ``cpu`` means it)."""
+        cpu = float(profile.get("cpu", self.server_cpu))
+        memory = int(profile.get("memory_mb", self.server_memory_mb))
+        return {
+            "cpu": cpu,
+            "memory_mb": memory,
+            "cpu_limit": max(cpu, float(profile.get("cpu_limit", self.server_cpu_limit))),
+            "memory_limit_mb": max(
+                memory, int(profile.get("memory_limit_mb", self.server_memory_limit_mb))
+            ),
+        }
+
     # ---- talking to the service ---------------------------------------------------------
 
     def _client(self, token: str | None = None) -> Client:
@@ -396,8 +425,7 @@ class LabHiveSpawner(Spawner):
             "priority": self.priority,
             "tasks": 1,
             "gpus": int(profile.get("gpus", 0)),
-            "cpu": float(profile.get("cpu", self.server_cpu)),
-            "memory_mb": int(profile.get("memory_mb", self.server_memory_mb)),
+            **self._resources(profile),
             "retries": 0,
         }
         try:

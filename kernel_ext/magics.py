@@ -8,6 +8,7 @@ notebook records how it ended.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -33,6 +34,7 @@ from labhive.kernel_ext.views import (
     job_view,
     wait_for,
 )
+from labhive.scheduler.client import JobState
 
 _SWEEP_KEY = re.compile(r"--sweep[=\s]+['\"]?([A-Za-z_][A-Za-z0-9_]*)=")
 TAIL_LINES = 20
@@ -79,8 +81,13 @@ class LabHiveMagics(Magics):
     @argument(
         "--priority", type=priority, metavar="P", help="prod | test | oppo | crit, or a number"
     )
-    @argument("--cpu", type=float, metavar="C", help="CPU cores per task")
-    @argument("--memory-mb", type=int, metavar="M", help="memory per task, in MB")
+    @argument("--cpu", type=float, metavar="C", help="CPU cores guaranteed per task")
+    @argument("--memory-mb", type=int, metavar="M", help="memory guaranteed per task, in MB")
+    @argument("--cpu-limit", type=float, metavar="C", help="CPU cores a task may use (--cpu)")
+    @argument("--memory-limit", "--memory-limit-mb", dest="memory_limit", type=int, metavar="M",
+              help="memory a task may use, in MB (default: --memory-mb)")  # fmt: skip
+    @argument("--cwd", metavar="DIR",
+              help="directory the tasks run in (default: this notebook's)")  # fmt: skip
     @argument("--retries", type=int, metavar="R", help="retries after a failed attempt")
     @argument("--time", metavar="T", help='time limit per attempt: seconds or "30m", "2h"')
     @argument("--name", metavar="NAME", help="job name (a sweep appends each point to it)")
@@ -161,6 +168,10 @@ class LabHiveMagics(Magics):
             "priority": args.priority,
             "cpu": args.cpu,
             "memory_mb": args.memory_mb,
+            "cpu_limit": args.cpu_limit,
+            "memory_limit_mb": args.memory_limit,
+            # a kernel starts in its notebook's directory: `python train.py` finds train.py
+            "cwd": os.path.abspath(args.cwd or os.getcwd()),
             "retries": args.retries,
             "time_limit": args.time,
             "observe": args.observe,
@@ -218,6 +229,13 @@ class LabHiveMagics(Magics):
             tail.read_new()
             if tail.text():
                 print(f"--- last lines of {job.info.name} ---\n{tail.text()}")
+            if job.info.state == JobState.FAILED:  # why it failed is on stderr, not stdout
+                errors = LogTail(job, TAIL_LINES, stream="stderr")
+                errors.read_new()
+                text = errors.text()
+                if text:
+                    count = len(text.split("\n"))
+                    print(f"--- stderr (last {count} lines) of {job.info.name} ---\n{text}")
 
     # ---- watching and managing ---------------------------------------------------------------
 

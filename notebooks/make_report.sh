@@ -8,6 +8,16 @@ if [ $# -lt 1 ]; then
     exit 2
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
+# papermill and nbconvert live in the checkout's venv (make up / make test create it): use it
+# when they are not on PATH, so no one has to activate it first
+venv_bin="$(dirname "$here")/.venv/bin"
+if ! command -v papermill >/dev/null 2>&1 && [ -x "$venv_bin/papermill" ]; then
+    PATH="$venv_bin:$PATH"
+fi
+if ! command -v papermill >/dev/null 2>&1; then
+    echo "$0: papermill not found: run 'make up' (it creates .venv) or pip install -e '.[dev]'" >&2
+    exit 2
+fi
 out="$(realpath -m "$1")"; shift
 executed="${out%.html}.ipynb"
 mkdir -p "$(dirname "$out")"

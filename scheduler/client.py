@@ -292,11 +292,16 @@ class Client:
     def submit(self, spec: Mapping[str, Any] | str | Path | None = None, **short: Any) -> Job:
         """Submit an OpenPAI v2 job or short-form dict, a YAML/JSON file, or short-form keywords
         (``command``, ``gpus``, ``tasks``, ``vc``, ``priority``, ``cpu``, ``memory_mb``,
-        ``retries``, ``name``...). A short-form job without a name is named after its command."""
+        ``cpu_limit``, ``memory_limit_mb``, ``retries``, ``name``, ``cwd``...). A short-form job
+        without a name is named after its command; ``cwd`` (where its tasks run) goes where the
+        job's form keeps it, unless the job names its own."""
         if isinstance(spec, str | Path):
             spec = load_spec_file(spec)
         doc = dict(spec or {})
+        cwd = short.pop("cwd", None)
         doc.update({k: v for k, v in short.items() if v is not None})
+        if cwd is not None:
+            doc = with_cwd(doc, cwd)
         if "taskRoles" not in doc and "name" not in doc:
             doc["name"] = default_name(doc.get("command"))
         body = json_body(doc)
@@ -360,6 +365,33 @@ class Client:
             if not chunk.data:
                 time.sleep(poll_s)
 
+    def log_tail(
+        self,
+        job_id: int | str,
+        lines: int = 20,
+        *,
+        task: str | None = None,
+        stream: str = "stderr",
+        attempt: int | None = None,
+    ) -> str:
+        """The last ``lines`` lines of a task's stream (default: the first task's stderr of
+        the latest attempt), read from the end: the service serves byte ranges, so the end is
+        found by probing offsets (a few requests for a large log), and only the last
+        ``TAIL_BYTES`` are fetched."""
+        kw: dict[str, Any] = {"task": task, "stream": stream, "attempt": attempt}
+        first = self.logs(job_id, 0, limit=TAIL_BYTES, **kw)
+        if first.next_offset < TAIL_BYTES:  # the whole log
+            return _last_lines(first.data, lines)
+        low, high = first.next_offset - 1, first.next_offset * 2  # a byte at low exists
+        while self.logs(job_id, high, limit=1, **kw).data:
+            low, high = high, high * 2
+        while high - low > 1:  # the size lies in (low, high]: the first offset with no data
+            mid = (low + high) // 2
+            low, high = (mid, high) if self.logs(job_id, mid, limit=1, **kw).data else (low, mid)
+        start = max(0, high - TAIL_BYTES)
+        chunk = self.logs(job_id, start, limit=TAIL_BYTES, **kw)
+        return _last_lines(chunk.data, lines)  # its first line may be the end of a long one
+
     def observations(self, job_id: int | str) -> list[dict[str, Any]]:
         return list(self._get(f"/jobs/{_id(job_id)}/observations")["observations"])
 
@@ -398,6 +430,28 @@ class Client:
 def connect(url: str | None = None, token: str | None = None) -> Client:
     """A client for the service (see the module docstring for how it is found)."""
     return Client(url, token)
+
+
+#: How much of a log's end ``log_tail`` reads (its lines are cut from that).
+TAIL_BYTES = 16384
+
+
+def _last_lines(text: str, lines: int) -> str:
+    return "\n".join(text.rstrip("\n").split("\n")[-lines:]) if text.strip() else ""
+
+
+def with_cwd(doc: dict[str, Any], cwd: str) -> dict[str, Any]:
+    """``doc`` set to run in ``cwd``, unless it names its own: the short form's ``cwd``, an
+    OpenPAI job's ``extras.labhive.cwd`` (OpenPAI's own keys stay as they are)."""
+    if "taskRoles" not in doc and "protocolVersion" not in doc:
+        return doc if doc.get("cwd") else {**doc, "cwd": cwd}
+    extras = doc.get("extras")
+    labhive = extras.get("labhive") if isinstance(extras, dict) else None
+    if not isinstance(extras, dict | type(None)) or not isinstance(labhive, dict | type(None)):
+        return doc  # malformed: the service says what is wrong with it
+    if labhive and labhive.get("cwd"):
+        return doc
+    return {**doc, "extras": {**(extras or {}), "labhive": {**(labhive or {}), "cwd": cwd}}}
 
 
 def load_spec_file(path: str | Path) -> dict[str, Any]:

@@ -26,8 +26,30 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tasks", type=int, help="tasks (a gang unless --no-gang)")
     p.add_argument("--vc", help="virtual cluster")
     p.add_argument("--priority", help="crit | prod | test | oppo, or a number")
-    p.add_argument("--cpu", type=float, help="CPUs per task")
-    p.add_argument("--memory-mb", type=int, help="memory per task in MB")
+    p.add_argument("--cpu", type=float, help="CPUs guaranteed per task (what placement counts)")
+    p.add_argument("--memory-mb", type=int, help="memory guaranteed per task in MB")
+    p.add_argument(
+        "--cpu-limit", type=float, help="CPUs a task may use (its cgroup quota; default: --cpu)"
+    )
+    p.add_argument(
+        "--memory-limit",
+        "--memory-limit-mb",
+        dest="memory_limit",
+        type=int,
+        metavar="MB",
+        help="memory a task may use before it is killed, in MB (default: --memory-mb)",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="directory the tasks run in, entered as you (default: the current directory)",
+    )
+    where.add_argument(
+        "--no-cwd",
+        action="store_true",
+        help="run in a fresh per-task work dir (e.g. submitting from another machine)",
+    )
     p.add_argument("--retries", type=int, help="retries after a failed attempt")
     p.add_argument("--time", help='time limit per attempt: seconds or "30m", "2h"')
     p.add_argument("--name", help="job name (default: the command's first word)")
@@ -153,6 +175,9 @@ def _submit(args: argparse.Namespace) -> int:
         "priority": _priority(args.priority),
         "cpu": args.cpu,
         "memory_mb": args.memory_mb,
+        "cpu_limit": args.cpu_limit,
+        "memory_limit_mb": args.memory_limit,
+        "cwd": None if args.no_cwd else str(Path(args.cwd or ".").absolute()),
         "retries": args.retries,
         "time_limit": args.time,
         "name": args.name,
@@ -165,6 +190,8 @@ def _submit(args: argparse.Namespace) -> int:
     job = _client(args).submit(file, **short)
     if args.wait or args.follow:
         _watch(job, args.follow, sys.stderr if args.json else sys.stdout)
+        if job.state == JobState.FAILED:
+            _print_stderr_tail(job.client, job.id, None, sys.stderr)
     if args.json:
         _print_json(job.data)
     else:
@@ -297,6 +324,8 @@ def _show(args: argparse.Namespace) -> int:
         (time.strftime("%H:%M:%S", time.localtime(e["time"])), e["from_state"], e["to_state"],
          e["attempt"], e["reason"], e["why"]) for e in events
     ]))  # fmt: skip
+    if d["state"] == JobState.FAILED:
+        _print_stderr_tail(client, job.id, None, sys.stdout)
     return 0
 
 
@@ -321,25 +350,46 @@ def _starts(d: dict[str, Any]) -> str | None:
     return eta_text(d["eta"], d["eta_low"], d["eta_high"], time.time())
 
 
+#: How many of a failed job's last stderr lines ``logs``, ``show`` and ``submit --wait`` print.
+STDERR_TAIL_LINES = 20
+
+
+def _print_stderr_tail(client: Any, job_id: Any, task: str | None, out: Any) -> None:
+    """A task's last stderr lines under a heading: where a failed job says why (a traceback,
+    "can't open file 'train.py'"), which its stdout log alone never shows."""
+    tail = client.log_tail(job_id, STDERR_TAIL_LINES, task=task, stream="stderr")
+    lines = tail.split("\n") if tail else []
+    if lines:  # each line made safe for the terminal (the task wrote them)
+        text = "\n".join(visible(line) for line in lines)
+        print(f"stderr (last {len(lines)} lines):\n{text}", file=out, flush=True)
+
+
 @_guard
 def _logs(args: argparse.Namespace) -> int:
     client = _client(args)
     stream = "stderr" if args.stderr else "stdout"
+    printed = False
     if args.follow:
         for text in client.follow_logs(args.id, task=args.task, stream=stream):
             sys.stdout.write(text)
             sys.stdout.flush()
-        return 0
-    offset = 0
-    while True:  # the whole log, chunk by chunk
-        chunk = client.logs(args.id, offset, task=args.task, stream=stream)
-        if args.json:
-            _print_json(chunk.__dict__)
-            return 0
-        sys.stdout.write(chunk.data)
-        offset = chunk.next_offset
-        if not chunk.data:
-            return 0
+            printed = printed or bool(text)
+    else:
+        offset = 0
+        while True:  # the whole log, chunk by chunk
+            chunk = client.logs(args.id, offset, task=args.task, stream=stream)
+            if args.json:
+                _print_json(chunk.__dict__)
+                return 0
+            sys.stdout.write(chunk.data)
+            offset = chunk.next_offset
+            printed = printed or bool(chunk.data)
+            if not chunk.data:
+                break
+    if stream == "stdout" and (not printed or client.job(args.id).state == JobState.FAILED):
+        sys.stdout.flush()  # the tail goes to stderr, so `logs ID > out.txt` stays the log
+        _print_stderr_tail(client, args.id, args.task, sys.stderr)
+    return 0
 
 
 @_guard

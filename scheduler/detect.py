@@ -42,11 +42,26 @@ def machine_resources() -> tuple[float, int]:
     return cpus, int(memory) or 1024
 
 
+#: CPU guarantees a default-cluster node offers per core of this machine. Placement counts
+#: guarantees (``cpu``), the cgroup enforces limits (``cpu_limit``), and CPU time is shared,
+#: not lost, when guarantees add up to more than the cores: notebook servers idle most of the
+#: time (JupyterHub deployments guarantee them a tenth of a core). With 4, a 2-core machine
+#: offers 8 guaranteed CPUs per node: 40 idle servers (0.1 each, 20 per virtual node) take
+#: half of one node's, and lab jobs of 1 CPU still start beside them. Memory is not
+#: overcommitted: it cannot be taken back from a task without killing it.
+CPU_OVERCOMMIT = 4.0
+
+
+def node_offer(cpus: float, memory_mb: int) -> tuple[float, int]:
+    """What one default-cluster node offers to CPU-only tasks' guarantees."""
+    return cpus * CPU_OVERCOMMIT, memory_mb
+
+
 def default_cluster() -> ClusterConfig:
     """This machine's GPUs shared by VCs ``default`` and ``vc1``; virtual when it has none.
-    Every node offers this machine's CPUs and memory to tasks that ask for no GPU (the
-    virtual nodes all run on it)."""
+    Every node offers this machine's memory and ``CPU_OVERCOMMIT`` times its CPUs to tasks
+    that ask for no GPU (the virtual nodes all run on it)."""
     count = nvml_gpu_count()
     config = virtual_cluster() if count <= 0 else cluster_from_gpus(socket.gethostname(), count)
-    resources = machine_resources()
+    resources = node_offer(*machine_resources())
     return replace(config, node_resources={n.name: resources for n in config.nodes()})

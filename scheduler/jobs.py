@@ -43,6 +43,21 @@ class RoleSpec:
     min_failed: int | None = None
     pinned_cell: str | None = None  # HiveD's pinnedCellId: run only in this pinned cell
     affinity_group: str | None = None  # OpenPAI's affinityGroupName: placed whole, apart
+    #: What the executor enforces (cgroup quota, memory limit), at least the guarantee
+    #: (``cpu``/``memory_mb``, what placement counts); None: the guarantee. A notebook server
+    #: idles on 0.1 CPU guaranteed and bursts to its limit (zero-to-jupyterhub's guarantee/limit).
+    cpu_limit: float | None = None
+    memory_limit_mb: int | None = None
+
+    @property
+    def cpu_max(self) -> float:
+        """The CPUs a task may use (its cgroup's quota): the limit, else the guarantee."""
+        return self.cpu if self.cpu_limit is None else self.cpu_limit
+
+    @property
+    def memory_max_mb(self) -> int:
+        """The memory a task may use before the OOM killer: the limit, else the guarantee."""
+        return self.memory_mb if self.memory_limit_mb is None else self.memory_limit_mb
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +77,9 @@ class JobSpec:
     observe: str | None = None
     #: The most seconds one attempt may run (``time_limit``; ``extras.labhive.timeLimit``).
     time_limit: float | None = None
+    #: Where its tasks run (an absolute path the user can read, entered as the user); None:
+    #: a fresh per-task work dir (what an older client, or a job file without one, gets).
+    cwd: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -103,6 +121,9 @@ SHORT_KEYS = {
     "lazy_preemption",
     "pinned_cell",
     "time_limit",
+    "cpu_limit",
+    "memory_limit_mb",
+    "cwd",
 }
 OPENPAI_KEYS = {
     "protocolVersion",
@@ -227,8 +248,12 @@ _MAXIMA: dict[str, float] = {
     "gpus": lim.MAX_GPUS_PER_TASK,
     "gpu": lim.MAX_GPUS_PER_TASK,
     "cpu": lim.MAX_CPU_PER_TASK,
+    "cpu_limit": lim.MAX_CPU_PER_TASK,
+    "cpuLimit": lim.MAX_CPU_PER_TASK,
     "memory_mb": lim.MAX_MEMORY_MB,
     "memoryMB": lim.MAX_MEMORY_MB,
+    "memory_limit_mb": lim.MAX_MEMORY_MB,
+    "memoryLimitMB": lim.MAX_MEMORY_MB,
     "retries": lim.MAX_RETRIES,
     "jobRetryCount": lim.MAX_RETRIES,
 }
@@ -298,15 +323,21 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         raise where.error("command", data, "must be a string or a list of strings", "command")
     commands = tuple(command) if isinstance(command, list) else (command,) if command else ()
     _check_commands(commands, data, "command", where)
+    cpu = float(_num(data, "cpu", where, "cpu", minimum=0, whole=False, default=1.0))
+    memory_mb = _num(data, "memory_mb", where, "memory_mb", minimum=0, whole=True, default=1024)
     role = RoleSpec(
         SHORT_ROLE,
         instances=tasks,
         gpu=_num(data, "gpus", where, "gpus", minimum=0, whole=True, default=1),
-        cpu=float(_num(data, "cpu", where, "cpu", minimum=0, whole=False, default=1.0)),
-        memory_mb=_num(data, "memory_mb", where, "memory_mb", minimum=0, whole=True, default=1024),
+        cpu=cpu,
+        memory_mb=memory_mb,
         sku=_str(data, "sku", where, "sku"),
         commands=tuple(str(c) for c in commands),
         pinned_cell=_str(data, "pinned_cell", where, "pinned_cell"),
+        cpu_limit=_limit(data, "cpu_limit", where, "cpu_limit", cpu, "cpu"),
+        memory_limit_mb=_limit(
+            data, "memory_limit_mb", where, "memory_limit_mb", memory_mb, "memory_mb"
+        ),
     )
     return JobSpec(
         name=name,
@@ -321,8 +352,46 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         image=_str(data, "image", where, "image"),
         observe=_str(data, "observe", where, "observe"),
         time_limit=_time_limit(data, "time_limit", where, "time_limit"),
+        cwd=_cwd(data, "cwd", where, "cwd"),
         raw=dict(data),
     )
+
+
+def _limit(
+    data: dict[str, Any], key: str, where: _Where, path: str, guarantee: float, of: str
+) -> Any:
+    """A limit (``cpu_limit``, ``memory_limit_mb``) or None; never below its guarantee: the
+    cgroup would then enforce less than placement promised the task."""
+    whole = "memory" in key.lower()
+    value = _num(data, key, where, path, minimum=0, whole=whole, default=None)
+    if value is None:
+        return None
+    if value < guarantee:
+        raise where.error(
+            path,
+            data,
+            f"{_bound(value)} is below the guarantee {of} = {_bound(guarantee)}; a limit must be "
+            f"at least the guarantee (leave it out to enforce the guarantee itself)",
+            key,
+        )
+    return value if whole else float(value)
+
+
+#: The longest working directory a job may name (Linux's PATH_MAX).
+MAX_CWD = 4096
+
+
+def _cwd(data: dict[str, Any], key: str, where: _Where, path: str) -> str | None:
+    """An absolute directory path, or None (the task's fresh work dir). Whether the user may
+    read it is checked where the task starts, as the user (``supervise.py``), not here."""
+    text = _str(data, key, where, path, max_len=MAX_CWD)
+    if text is None or text == "":
+        return None
+    if not text.startswith("/"):
+        raise where.error(
+            path, data, f"must be an absolute path, got {_show(text)} (e.g. /home/ada/lab3)", key
+        )
+    return str(text)
 
 
 def _check_commands(items: Any, data: dict[str, Any], path: str, where: _Where) -> None:
@@ -376,6 +445,8 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     extras = _mapping(data, "extras", where, "extras")
     hived = _mapping(extras, "hivedScheduler", where, "extras.hivedScheduler")
     hived_roles = _mapping(hived, "taskRoles", where, "extras.hivedScheduler.taskRoles")
+    labhive = _mapping(extras, "labhive", where, "extras.labhive")
+    labhive_roles = _mapping(labhive, "taskRoles", where, "extras.labhive.taskRoles")
     images = _images(data, where)
     raw_roles = _mapping(data, "taskRoles", where, "taskRoles")
     if not raw_roles:
@@ -401,6 +472,12 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         rpath = f"{path}.resourcePerInstance"
         completion = _mapping(raw, "completion", where, f"{path}.completion")
         hived_role = _mapping(hived_roles, str(role_name), where, f"extras.hivedScheduler.{path}")
+        labhive_role = _mapping(labhive_roles, str(role_name), where, f"extras.labhive.{path}")
+        lpath = f"extras.labhive.{path}"
+        cpu = float(_num(res, "cpu", where, f"{rpath}.cpu", minimum=0, whole=False, default=1))
+        memory_mb = _num(
+            res, "memoryMB", where, f"{rpath}.memoryMB", minimum=0, whole=True, default=1024
+        )
         commands = raw.get("commands") or []
         if not isinstance(commands, list):
             raise where.error(f"{path}.commands", raw, "must be a list of strings", "commands")
@@ -414,11 +491,16 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
                     raw, "instances", where, f"{path}.instances", minimum=1, whole=True, default=1
                 ),
                 gpu=_num(res, "gpu", where, f"{rpath}.gpu", minimum=0, whole=True, default=0),
-                cpu=float(
-                    _num(res, "cpu", where, f"{rpath}.cpu", minimum=0, whole=False, default=1)
-                ),
-                memory_mb=_num(
-                    res, "memoryMB", where, f"{rpath}.memoryMB", minimum=0, whole=True, default=1024
+                cpu=cpu,
+                memory_mb=memory_mb,
+                cpu_limit=_limit(labhive_role, "cpuLimit", where, f"{lpath}.cpuLimit", cpu, "cpu"),
+                memory_limit_mb=_limit(
+                    labhive_role,
+                    "memoryLimitMB",
+                    where,
+                    f"{lpath}.memoryLimitMB",
+                    memory_mb,
+                    "memoryMB",
                 ),
                 sku=_str(hived_role, "skuType", where, f"extras.hivedScheduler.{path}.skuType"),
                 pinned_cell=_str(
@@ -480,12 +562,8 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         ),
         image=None if first_image is None else str(first_image),
         observe=_str(extras, "observe", where, "extras.observe"),  # e.g. strace (local executor)
-        time_limit=_time_limit(
-            _mapping(extras, "labhive", where, "extras.labhive"),
-            "timeLimit",
-            where,
-            "extras.labhive.timeLimit",
-        ),
+        time_limit=_time_limit(labhive, "timeLimit", where, "extras.labhive.timeLimit"),
+        cwd=_cwd(labhive, "cwd", where, "extras.labhive.cwd"),
         raw=dict(data),
     )
 

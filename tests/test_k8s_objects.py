@@ -203,3 +203,19 @@ def test_the_deployment_manifests_validate_and_their_flags_and_config_load() -> 
     role = next(d for d in docs if d["kind"] == "Role")
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert {("pods/binding", "create"), ("pods/log", "get"), ("pods", "watch")} <= granted
+
+
+def test_a_task_with_a_limit_requests_its_guarantee_and_is_limited_to_its_limit() -> None:
+    """A notebook server's size: the scheduler (and kube's) counts the request, the kubelet
+    enforces the limit; without a limit both are the guarantee (a Guaranteed pod, as before)."""
+    t = TaskLaunch(
+        TaskKey("j", 0, "server", 0), "j", "true", "n", (), cpu=0.1, memory_mb=512,
+        cpu_limit=2.0, memory_limit_mb=4096,
+    )  # fmt: skip
+    pod = pod_manifest(t, PodOptions(namespace="x"), task_env(t, [t], None))
+    valid(pod)
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources == {
+        "requests": {"cpu": "100m", "memory": "512Mi"},
+        "limits": {"cpu": "2", "memory": "4096Mi"},
+    }

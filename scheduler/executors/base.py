@@ -16,6 +16,11 @@ from typing import Any, Literal, Protocol
 Stream = Literal["stdout", "stderr"]
 
 
+#: How a ``TaskExit.reason`` starts when the command never ran (its cwd refused, say): the
+#: job's why-text carries such a reason, as it does a memory kill.
+NOT_STARTED = "cannot start the task: "
+
+
 class LaunchError(RuntimeError):
     """A task could not be started; the executor has already stopped its gang-mates."""
 
@@ -44,7 +49,7 @@ class TaskLaunch:
     gpus: tuple[int, ...]  # GPU indices on the node (virtual slots on a virtual cluster)
     gpu_uuids: tuple[str, ...] = ()  # real devices, when the node has NVIDIA GPUs
     virtual: bool = False
-    cpu: float = 1.0
+    cpu: float = 1.0  # the guarantee: what placement counted (Slurm's, Kubernetes' request)
     memory_mb: int = 1024
     env: dict[str, str] = field(default_factory=dict)  # job-level env, rendezvous included
     image: str | None = None
@@ -54,6 +59,19 @@ class TaskLaunch:
     gid: int | None = None
     observe: str | None = None  # "strace" to run the task under strace
     vc: str | None = None  # the job's virtual cluster (labels pods for per-VC views)
+    #: What the cgroup enforces (Kubernetes' limits); None: the guarantee (``cpu_max``).
+    cpu_limit: float | None = None
+    memory_limit_mb: int | None = None
+    #: The directory the command starts in, entered as the task's user (None: its work dir).
+    cwd: str | None = None
+
+    @property
+    def cpu_max(self) -> float:
+        return self.cpu if self.cpu_limit is None else self.cpu_limit
+
+    @property
+    def memory_max_mb(self) -> int:
+        return self.memory_mb if self.memory_limit_mb is None else self.memory_limit_mb
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,11 +148,11 @@ def prepare(
         raise LaunchError(f"job names image {launch.image!r}, but {support.why_not}")
     assert launch.image is not None
     name = container_name(launch.key, scope)
-    memory = launch.memory_mb * MIB
+    memory = launch.memory_max_mb * MIB  # the limit (the guarantee only counts in placement)
     devices = gpu_devices(launch)
     record: dict[str, Any] = {
         "container": {"name": name, "runtime": support.runtime},
-        "cpu": {"enforced": True, "by": f"container ({support.runtime})", "cores": launch.cpu},
+        "cpu": {"enforced": True, "by": f"container ({support.runtime})", "cores": launch.cpu_max},
         "pids": {"enforced": True, "by": "container", "max": PIDS_LIMIT},
         "memory": {"enforced": True, "by": "container", "bytes": memory},
         "devices": device_record(launch, devices, support.runtime),
@@ -183,7 +183,7 @@ def prepare(
         "--workdir",
         WORKDIR,
         "--cpus",
-        f"{max(launch.cpu, 0.01):g}",
+        f"{max(launch.cpu_max, 0.01):g}",
         "--pids-limit",
         str(PIDS_LIMIT),
         *memory_args,

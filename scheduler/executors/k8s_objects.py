@@ -175,12 +175,18 @@ def pod_manifest(
 ) -> dict[str, Any]:
     """The pod for one task: unbound (no nodeName), so only LabHive's binding places it."""
     key = launch.key
-    resources: dict[str, str] = {
+    # requests are the guarantee (what LabHive's placement counted), limits what is enforced;
+    # the same when the job declares no limit (a Guaranteed pod, as before)
+    requests: dict[str, str] = {
         "cpu": _quantity_cpu(launch.cpu),
         "memory": f"{max(1, launch.memory_mb)}Mi",
     }
+    limits = {
+        "cpu": _quantity_cpu(launch.cpu_max),
+        "memory": f"{max(1, launch.memory_max_mb)}Mi",
+    }
     if opts.gpu_resource and launch.gpus and not launch.virtual:
-        resources[opts.gpu_resource] = str(len(launch.gpus))
+        requests[opts.gpu_resource] = limits[opts.gpu_resource] = str(len(launch.gpus))
     annotations = {
         A_TASK: json.dumps(
             {
@@ -212,7 +218,7 @@ def pod_manifest(
                 "image": launch.image or opts.default_image,
                 "command": ["/bin/sh", "-c", launch.command],
                 "env": _env_list(env),
-                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "resources": {"requests": requests, "limits": limits},
             }
         ],
     }

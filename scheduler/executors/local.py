@@ -45,6 +45,7 @@ from labhive.scheduler.executors.base import (
 )
 from labhive.scheduler.executors.env import LOOPBACK, free_port, launch_env, rendezvous_env
 from labhive.scheduler.executors.supervise import (
+    CANNOT_START,
     EXIT_FILE,
     LAUNCH_FILE,
     is_running,
@@ -180,10 +181,11 @@ class LocalExecutor:
         else:
             argv = self._argv(launch, work, owner)
             enforced = limits.apply(
-                self.limit_support, launch.key, launch.cpu, launch.memory_mb,
+                self.limit_support, launch.key, launch.cpu_max, launch.memory_max_mb,
                 gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids=self.pids,
             )  # fmt: skip
-        launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": run_as}
+        launch_doc: dict[str, Any] = {"argv": argv, "limits": enforced, "cwd": str(cwd)}
+        launch_doc.update(run_as=run_as, user_cwd=user_cwd(launch))
         write_json_atomic(work / LAUNCH_FILE, launch_doc)
         if owner.switch and not launch.image:  # the service's $HOME is not theirs to use
             env.update(HOME=str(cwd), USER=launch.user or str(owner.uid))
@@ -370,7 +372,7 @@ class LocalExecutor:
             reason = f"the task's supervisor ended ({how}) without recording an exit status"
             limits.release(task.info.get("limits", {}))
             return TaskExit(key, None, reason)
-        reason = _describe(record, task.info.get("limits", {}))
+        reason = _not_started(task.info, record) or _describe(record, task.info.get("limits", {}))
         limits.release(task.info.get("limits", {}))
         if "container" in task.info.get("limits", {}):
             reason = self._settle_container(task.info, int(record["exit_code"]), reason)
@@ -564,6 +566,26 @@ def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
         mb = enforced["memory"]["bytes"] // limits.MIB
         return f"killed: over its memory limit of {mb} MiB"
     return how
+
+
+def user_cwd(launch: TaskLaunch) -> str | None:
+    """The directory the supervisor enters as the user (``supervise.enter_user_cwd``). Not for
+    a container (only its work dir is mounted) nor under strace (its log is named relative
+    to the work dir): those run in the work dir, as before (docs/local-executor.md)."""
+    return None if launch.image or launch.observe else launch.cwd
+
+
+def _not_started(info: dict[str, Any], record: dict[str, Any]) -> str:
+    """Why the command never ran (its cwd refused, say), from the first stderr line the
+    supervisor wrote; "" for a command that ran (or one that exits 127 on its own)."""
+    if record.get("exit_code") != 127:
+        return ""
+    try:
+        with open(info["stderr"], "rb") as err:
+            first = err.readline(1024).decode("utf-8", "replace").rstrip("\n")
+    except (OSError, KeyError):
+        return ""
+    return first.removeprefix("labhive: ") if first.startswith(CANNOT_START) else ""
 
 
 def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

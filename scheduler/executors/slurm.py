@@ -107,7 +107,10 @@ class _Component:
 
 
 def _cpus(task: TaskLaunch) -> int:
-    return max(1, int(-(-task.cpu // 1)))  # whole CPUs, at least one
+    """Whole CPUs, at least one: the guarantee. Slurm allocates what is asked (``--mem``,
+    ``--cpus-per-task``) and its cgroup plugin enforces that same amount, so a task's limit
+    (``cpu_limit``/``memory_limit_mb``) has no separate Slurm mapping (docs/slurm.md)."""
+    return max(1, int(-(-task.cpu // 1)))
 
 
 class SlurmExecutor:

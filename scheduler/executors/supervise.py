@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import psutil
 
+from labhive.scheduler.executors.base import NOT_STARTED
 from labhive.scheduler.executors.workdir import become
 
 LAUNCH_FILE = "launch.json"
@@ -72,12 +73,39 @@ def _exec_command(launch: dict[str, Any]) -> NoReturn:
         identity = launch.get("run_as") or {}
         if identity.get("separated"):
             become(int(identity["uid"]), int(identity["gid"]))
+        if launch.get("user_cwd"):  # chosen by the user: entered as them, never as root
+            enter_user_cwd(launch["user_cwd"])
         argv = launch["argv"]
         os.execvp(argv[0], argv)
     except BaseException as err:  # report why, then die like a shell that cannot exec
         with contextlib.suppress(OSError):
             os.write(2, f"labhive: cannot start the task: {err}\n".encode())
     os._exit(127)
+
+
+class CwdRefused(OSError):
+    """The job's working directory is not one its user may enter and read."""
+
+
+#: How the task's stderr starts when the command never ran (``_exec_command`` writes it;
+#: ``local.py`` makes that first line the attempt's reason).
+CANNOT_START = f"labhive: {NOT_STARTED}"
+
+
+def enter_user_cwd(path: str) -> None:
+    """chdir to the job's ``cwd`` with the task's own identity (already dropped): the kernel's
+    permission checks are then the user's, so a job cannot make the service look into a
+    directory its user could not (the check is the chdir and an access() as the real uid)."""
+    try:
+        os.chdir(path)
+        if not os.access(".", os.R_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied (cannot list it)")
+    except OSError as err:
+        why = err.strerror or str(err)
+        raise CwdRefused(
+            f"cannot run in {path} as uid {os.getuid()}: {why}; submit from a directory this "
+            "user can read, or choose one with --cwd (--no-cwd: a fresh work dir)"
+        ) from None
 
 
 def _wait_for(pid: int) -> int:

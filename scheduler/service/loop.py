@@ -35,7 +35,14 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labhive.scheduler import attempts
-from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle, TaskKey, TaskLaunch
+from labhive.scheduler.executors.base import (
+    NOT_STARTED,
+    Executor,
+    TaskExit,
+    TaskHandle,
+    TaskKey,
+    TaskLaunch,
+)
 from labhive.scheduler.executors.env import free_port, task_env
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
@@ -107,6 +114,9 @@ def default_launches(
                 virtual=virtual,
                 cpu=role.cpu,
                 memory_mb=role.memory_mb,
+                cpu_limit=role.cpu_limit,
+                memory_limit_mb=role.memory_limit_mb,
+                cwd=spec.cwd,
                 env=env,
                 image=spec.image,
                 user=job["user"],
@@ -854,7 +864,7 @@ class SchedulerLoop:
             if self.on_task_exit is not None and ex.exit_code != 0:
                 self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
-            if failure_reason(ex.reason):  # killed for memory: the job's why says so
+            if failure_reason(ex.reason) or ex.reason.startswith(NOT_STARTED):  # the why says so
                 run.notes[(ex.key.role, ex.key.index)] = ex.reason
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)

@@ -45,6 +45,18 @@ class JobRequest(BaseModel):
     gpus: int | None = Field(default=None, ge=0, le=10_000)
     cpu: float | None = Field(default=None, gt=0, le=100_000)
     memory_mb: int | None = Field(default=None, ge=0, le=1 << 40)
+    cpu_limit: float | None = Field(
+        default=None, gt=0, le=100_000, description="CPUs enforced (default: cpu, the guarantee)"
+    )
+    memory_limit_mb: int | None = Field(
+        default=None, ge=0, le=1 << 40, description="MB enforced (default: memory_mb)"
+    )
+    cwd: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="absolute directory the tasks run in, entered as the user; default: a "
+        "fresh per-task work dir",
+    )
     retries: int | None = Field(default=None, ge=0, le=1000)
     command: str | list[str] | None = Field(default=None, max_length=100_000)
     gang: bool | None = None

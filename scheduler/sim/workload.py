@@ -37,7 +37,7 @@ def trace_job_spec(tj: TraceJob, vc: str, priority: int = PRIORITY_CLASSES["prod
 #: ``JobSpec``'s fields, as ``_gang_spec`` sets them (it fails at import if they change).
 _SPEC_FIELDS = (
     *("name", "vc", "priority", "roles", "gang", "retries", "duration", "lazy_preemption"),
-    *("user", "image", "observe", "time_limit", "raw"),
+    *("user", "image", "observe", "time_limit", "cwd", "raw"),
 )
 if tuple(f.name for f in dataclasses.fields(JobSpec)) != _SPEC_FIELDS:
     raise ImportError("JobSpec's fields changed: update _SPEC_FIELDS and _gang_spec")
@@ -49,7 +49,7 @@ def _gang_spec(
     name: str, vc: str, priority: int, roles: tuple[RoleSpec, ...], duration: float, user: str
 ) -> JobSpec:
     """``JobSpec(name, vc, priority, roles, duration=duration, user=user)``, the same frozen
-    spec, built as ``model.unfrozen`` says: the dataclass's ``__init__`` sets each of its 13
+    spec, built as ``model.unfrozen`` says: the dataclass's ``__init__`` sets each of its 14
     fields through ``object.__setattr__`` (frozen), 1.3 us of a trace job's 16; this 0.25."""
     spec = _SpecSlots()
     spec.name = name
@@ -64,6 +64,7 @@ def _gang_spec(
     spec.image = None
     spec.observe = None
     spec.time_limit = None
+    spec.cwd = None
     spec.raw = {}
     spec.__class__ = JobSpec
     built: JobSpec = spec
