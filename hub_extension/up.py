@@ -51,6 +51,8 @@ def prepare(
     grace_s: float = 10.0,
     course: Path | None = None,
     course_data: Path | None = None,
+    authenticator: str = "native",
+    admin: str = "admin",
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -81,8 +83,9 @@ def prepare(
         grants=str(Path(grants).resolve()),
         cluster=str(Path(cluster).resolve()) if cluster else None,
         policy=policy,
+        authenticator=authenticator,
+        admin_users=[admin],
         admin_password=keys["admin_password"],
-        user_password=keys["user_password"],
         cleanup_servers=True,
         stop_tasks_on_exit=True,
         grace_s=grace_s,
@@ -122,8 +125,7 @@ def _secrets(path: Path) -> dict[str, str]:
     keys = {
         "service_token": secrets.token_hex(32),
         "up_token": secrets.token_hex(32),
-        "admin_password": secrets.token_urlsafe(24),  # 32 characters, as the authenticator wants
-        "user_password": secrets.token_urlsafe(9),
+        "admin_password": secrets.token_urlsafe(24),  # 32 characters
     }
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -279,9 +281,7 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
     return "\n".join(
         [
             f"LabHive is up: {hub}/",
-            f"  admin login:  admin / {keys['admin_password']}",
-            f"  user logins:  any user an admin adds, password {keys['user_password']}",
-            f"  add users:    {hub}/hub/admin -> Add Users (or POST {hub}/hub/api/users)",
+            *_login_lines(plan, keys),
             f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in {plan.grants}",
             "                (group 'instructors' = LabHive admins; restart to reload grants)",
             f"  cluster:      {cluster_line(plan, token_file)}",
@@ -297,6 +297,26 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
     )
 
 
+def _login_lines(plan: HubPlan, keys: dict[str, str]) -> list[str]:
+    """Who logs in how, for the authenticator in use (docs/admin.md, "Logins")."""
+    hub, admin = plan.public_url, plan.admin_users[0]
+    data = Path(plan.data_dir).parent
+    if plan.authenticator == "pam":
+        return [
+            f"  admin login:  {admin}, with that account's password on this machine (PAM)",
+            "  user logins:  this machine's accounts (PAM), once an admin adds them:",
+            f"  add users:    {hub}/hub/admin -> Add Users (the account's name)",
+        ]
+    return [
+        f"  admin login:  {admin} / {keys['admin_password']}",
+        "  user logins:  each user their own password (hashed in the hub's database)",
+        f"  add users:    labhive hub adduser NAME [--group G] --data-dir {data}",
+        "                (prints a generated password; --password-file F sets one), or",
+        f"                students sign up at {hub}/hub/signup and you approve them at",
+        f"                {hub}/hub/authorize",
+    ]
+
+
 def _course_lines(plan: HubPlan) -> list[str]:
     if not plan.course_dir:
         return ["  course:       none (--course DIR copies a folder into every user's home)"]
@@ -310,11 +330,12 @@ def _course_lines(plan: HubPlan) -> list[str]:
 def run_up(
     data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
     grants: Path | None, grace_s: float, course: Path | None = None,
-    course_data: Path | None = None,
+    course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
+        authenticator=authenticator, admin=admin,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)
