@@ -55,6 +55,8 @@ class HubPlan:
     proxy_api_port: int = 8001
     service_port: int = 8765
     grants: str | None = None  # group -> VC grants (the ``groups`` section of a users file)
+    grants_source: str | None = None  # the file an instructor edits (labhive up adds VC groups)
+    roster: str | None = None  # labhive up --roster: the class list
     cluster: str | None = None
     policy: str = "hived"
     authenticator: str = "native"  # one of AUTHENTICATORS; "dummy" (any password) for tests

@@ -35,13 +35,13 @@ class RunningHub:
                 "start it first, or give its --data-dir"
             )
         self.plan = HubPlan.load(plan_file)
-        self.api = f"{self.plan.public_url}/hub/api"
+        self.hub = f"{self.plan.public_url}/hub"
         self.headers = {"Authorization": f"token {token_file.read_text().strip()}"}
 
     def call(self, method: str, path: str, body: Any = None) -> httpx.Response:
         try:
             return httpx.request(
-                method, self.api + path, json=body, headers=self.headers, timeout=60
+                method, self.hub + path, json=body, headers=self.headers, timeout=60
             )
         except httpx.TransportError as err:
             raise UserError(
@@ -75,11 +75,11 @@ def add_user(
             f"add the user at {hub.plan.public_url}/hub/admin instead"
         )
     _check(account, f"setting {name}'s password")
-    _check(hub.call("POST", f"/users/{name}"), f"adding hub user {name}", ok=(201, 409))
+    _check(hub.call("POST", f"/api/users/{name}"), f"adding hub user {name}", ok=(201, 409))
     for group in groups:
-        _check(hub.call("POST", f"/groups/{group}"), f"making group {group}", ok=(201, 409))
+        _check(hub.call("POST", f"/api/groups/{group}"), f"making group {group}", ok=(201, 409))
         _check(
-            hub.call("POST", f"/groups/{group}/users", {"users": [name]}),
+            hub.call("POST", f"/api/groups/{group}/users", {"users": [name]}),
             f"adding {name} to group {group}",
         )
     return not account.json()["kept"]

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ groups:
   vc1: {vcs: [vc1]}
 """
 UP_SERVICE = "labhive-up"
+COURSE_GRANTS = "grants-course.yaml"  # the grants and the course's VC groups: the service's
+ROSTER_PASSWORDS = "roster-passwords.yaml"  # the roster's generated passwords, 0600
 
 
 def prepare(
@@ -53,6 +56,7 @@ def prepare(
     course_data: Path | None = None,
     authenticator: str = "native",
     admin: str = "admin",
+    roster: Path | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -73,6 +77,12 @@ def prepare(
         grants = hub_dir / "grants.yaml"
         if not grants.exists():
             grants.write_text(DEFAULT_GRANTS)
+    if roster is not None and authenticator != "native":
+        raise UserError(
+            "--roster gives students passwords, which only --authenticator native keeps; under "
+            f"{authenticator} add the students' accounts on the hub's admin page"
+        )
+    setup = _course(hub_dir, Path(grants).resolve(), cluster, roster)
     plan = HubPlan(
         data_dir=str(hub_dir),
         service_token=keys["service_token"],
@@ -80,7 +90,12 @@ def prepare(
         hub_port=_free_port(),
         proxy_api_port=_free_port(),
         service_port=service_port,
-        grants=str(Path(grants).resolve()),
+        grants=str(setup.grants),
+        grants_source=str(Path(grants).resolve()),
+        groups=setup.groups,
+        passwords=setup.passwords,
+        default_group=setup.default_group,
+        roster=str(Path(roster).resolve()) if roster else None,
         cluster=str(Path(cluster).resolve()) if cluster else None,
         policy=policy,
         authenticator=authenticator,
@@ -102,6 +117,46 @@ def prepare(
         f"add_up_service(c, {up_args})  # noqa: F821",
     )
     return plan, config, keys
+
+
+@dataclass(frozen=True)
+class _CourseSetup:
+    grants: Path
+    default_group: str
+    groups: dict[str, list[str]]
+    passwords: dict[str, str]
+
+
+def _course(hub_dir: Path, grants: Path, cluster: str | None, roster: Path | None) -> _CourseSetup:
+    """The grants the service reads, with a group for the default VC (the first of the
+    cluster's, or the roster's ``default_vc``: where ``labhive hub adduser`` puts a student
+    given no group) and for each VC the roster puts students in; the roster's groups and
+    initial passwords."""
+    from labhive.hub_extension.roster import check_vc_group, course_grants, load_roster, plan_course
+    from labhive.scheduler.service.auth import load_grants
+
+    vcs = _cluster_vcs(cluster)
+    given = {name: grant.vcs for name, grant in load_grants(grants).items()}
+    if roster is None:
+        default, groups, passwords = vcs[0], {}, {}
+        check_vc_group(default, vcs, given, f"grants {grants}")
+        needed = [default]
+    else:
+        course = plan_course(load_roster(roster), vcs, given, hub_dir / ROSTER_PASSWORDS)
+        default, groups, passwords = course.default_vc, course.groups, course.passwords
+        needed = [default, *course.vc_groups]
+    missing = sorted({group for group in needed if group not in given})
+    effective = course_grants(grants, missing, hub_dir / COURSE_GRANTS)
+    return _CourseSetup(effective, default, groups, passwords)
+
+
+def _cluster_vcs(cluster: str | None) -> list[str]:
+    """The VCs the service will run, in the cluster config's order."""
+    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.detect import default_cluster
+
+    config = load_cluster_config(cluster) if cluster else default_cluster()
+    return list(config.vcs)
 
 
 def add_up_service(c: Any, secrets_file: str, admins: list[str] | None = None) -> None:
@@ -282,7 +337,8 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
         [
             f"LabHive is up: {hub}/",
             *_login_lines(plan, keys),
-            f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in {plan.grants}",
+            f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in",
+            f"                {plan.grants_source}",
             "                (group 'instructors' = LabHive admins; restart to reload grants)",
             f"  cluster:      {cluster_line(plan, token_file)}",
             f"  service:      {hub}/services/labhive/api/v1/queue (LabHive REST API, OAuth)",
@@ -314,6 +370,18 @@ def _login_lines(plan: HubPlan, keys: dict[str, str]) -> list[str]:
         "                (prints a generated password; --password-file F sets one), or",
         f"                students sign up at {hub}/hub/signup and you approve them at",
         f"                {hub}/hub/authorize",
+        *_roster_lines(plan),
+    ]
+
+
+def _roster_lines(plan: HubPlan) -> list[str]:
+    where = f"students without a group: VC {plan.default_group}"
+    if not plan.roster:
+        return [f"  a class:      labhive up --roster course.yaml (docs/hub.md); {where}"]
+    passwords = Path(plan.data_dir) / ROSTER_PASSWORDS
+    return [
+        f"  roster:       {len(plan.passwords)} students from {plan.roster}; {where}",
+        f"                generated passwords: {passwords} (0600, hand each out once)",
     ]
 
 
@@ -331,11 +399,12 @@ def run_up(
     data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
     grants: Path | None, grace_s: float, course: Path | None = None,
     course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
+    roster: Path | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
-        authenticator=authenticator, admin=admin,
+        authenticator=authenticator, admin=admin, roster=roster,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)

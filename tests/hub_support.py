@@ -167,3 +167,58 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float 
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(step)
+
+
+@dataclass
+class Up:
+    """A ``labhive up`` started by a test: its banner, ports and data dir."""
+
+    banner: str
+    url: str
+    service_url: str
+    data: Path
+
+
+@contextmanager
+def labhive_up(data: Path, *args: str) -> Iterator[Up]:
+    """``labhive up --data-dir DATA ARGS`` as an instructor starts it, until its banner's last
+    line; Ctrl-C at the end, as the instructor stops it."""
+    import os
+    import signal
+    import sys
+
+    port, service_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "up", "--port", str(port)]
+    cmd += ["--service-port", str(service_port), "--data-dir", str(data), "--grace-s", "2", *args]
+    up = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=venv_env(),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        lines = []
+        for line in up.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if "Ctrl-C stops" in line:
+                break
+        banner = "".join(lines)
+        assert "LabHive is up" in banner, banner
+        yield Up(banner, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{service_port}", data)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGINT)
+            try:
+                up.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+                up.wait()
+
+
+def user_token(http: httpx.Client, name: str) -> str:
+    """An API token a logged-in user makes for themselves (as on /hub/token)."""
+    made = http.post(
+        f"/hub/api/users/{name}/tokens",
+        json={"note": "test"},
+        headers={"X-XSRFToken": http.cookies.get("_xsrf", "")},
+    )
+    assert made.status_code == 201, made.text
+    return str(made.json()["token"])

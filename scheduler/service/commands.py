@@ -51,6 +51,13 @@ def register(subparsers: Any) -> None:
         "pam: this machine's accounts and passwords. OAuth, LTI: docs/hub.md",
     )
     up.add_argument(
+        "--roster",
+        type=Path,
+        help="a class list (YAML: students with optional password, groups, vcs; see "
+        "docs/hub.md): each gets an approved login, generated passwords go to "
+        "DATA/hub/roster-passwords.yaml (0600), a student without groups gets the default VC",
+    )
+    up.add_argument(
         "--admin", default="admin", help="the admin's hub user name (default %(default)s)"
     )
     up.set_defaults(func=_up)
@@ -194,6 +201,7 @@ def _up(args: argparse.Namespace) -> int:
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
         policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
         course_data=args.course_data, authenticator=args.authenticator, admin=args.admin,
+        roster=args.roster,
     )  # fmt: skip
 
 

@@ -1,0 +1,99 @@
+"""Given ``labhive up --roster course.yaml`` on a cluster with VCs vc1 and default, where the
+grants give group vc1-users VC vc1 and nobody anything by default, expect each student to log in
+with their own password (the roster's, or the generated one in the instructor's 0600 file) and
+to submit to their VCs only; a student without a group gets the first VC. Then the instructor
+adds one more with ``labhive hub adduser`` while the hub runs."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hub_support import CLUSTER, GRANTS, labhive_up, logged_in, try_login, user_token, wait_for
+from kernel_support import venv_env
+
+from labhive.client import Client, LabHiveError
+
+pytestmark = pytest.mark.slow
+
+ROSTER = """\
+students:
+  alice: {password: "alice-own-pass-1", groups: [vc1-users]}
+  bob:
+  carol: {password: "carol-own-pass-3", vcs: [default]}
+"""
+
+
+def submits_to(up_service: str, token: str, vc: str) -> bool:
+    """Whether the service takes a job for ``vc`` from the token's owner (cancelled at once)."""
+    with Client(up_service, token) as client:
+        try:
+            job = client.submit(name="probe", command="sleep 60", gpus=1, vc=vc)
+        except LabHiveError as err:
+            assert err.status == 403, err
+            return False
+        client.cancel(job.id)
+        return True
+
+
+def adduser(data: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "labhive.scheduler.cli", "hub", "adduser", *args,
+         "--data-dir", str(data)],
+        input=stdin, capture_output=True, text=True, env=venv_env(), timeout=120,
+    )  # fmt: skip
+
+
+def test_a_roster_gives_each_student_their_login_and_vcs(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)  # VCs vc1 (first), default
+    (tmp_path / "grants.yaml").write_text(GRANTS)  # no "*": a group or nothing
+    (tmp_path / "course.yaml").write_text(ROSTER)
+    data = tmp_path / "data"
+    args = ["--cluster", str(tmp_path / "cluster.yaml"), "--users", str(tmp_path / "grants.yaml")]
+    with labhive_up(data, *args, "--roster", str(tmp_path / "course.yaml")) as up:
+        assert "roster:       3 students" in up.banner, up.banner
+        generated = data / "hub" / "roster-passwords.yaml"
+        assert stat.S_IMODE(generated.stat().st_mode) == 0o600
+        passwords = yaml.safe_load(generated.read_text())
+        assert set(passwords) == {"bob"}, passwords
+
+        alice_http, alice = try_login(up.url, "alice", "alice-own-pass-1")
+        assert logged_in(alice)
+        _, bob_as_alice = try_login(up.url, "alice", passwords["bob"])
+        assert bob_as_alice.status_code == 403
+        bob_http, bob = try_login(up.url, "bob", passwords["bob"])
+        assert logged_in(bob)
+        carol_http, carol = try_login(up.url, "carol", "carol-own-pass-3")
+        assert logged_in(carol)
+
+        alice_token = user_token(alice_http, "alice")
+        assert submits_to(up.service_url, alice_token, "vc1")
+        assert not submits_to(up.service_url, alice_token, "default")
+        bob_token = user_token(bob_http, "bob")  # no group: the cluster's first VC
+        assert submits_to(up.service_url, bob_token, "vc1")
+        assert not submits_to(up.service_url, bob_token, "default")
+        carol_token = user_token(carol_http, "carol")
+        assert submits_to(up.service_url, carol_token, "default")
+        assert not submits_to(up.service_url, carol_token, "vc1")
+
+        added = adduser(data, "dave")
+        assert added.returncode == 0, added.stderr
+        dave_password = added.stdout.split("password ")[1].split()[0]
+        dave_http, dave = try_login(up.url, "dave", dave_password)
+        assert logged_in(dave), added.stdout
+        dave_token = user_token(dave_http, "dave")
+        assert wait_for(lambda: submits_to(up.service_url, dave_token, "vc1"), 30, "dave's VC")
+
+        again = adduser(data, "dave", "--password-file", "-", stdin="daves-new-pass-4\n")
+        assert again.returncode == 0 and "kept its own password" in again.stdout, again.stdout
+        _, old = try_login(up.url, "dave", dave_password)
+        assert logged_in(old)
+
+        weak = adduser(data, "erin", "--password-file", "-", stdin="short\n")
+        assert weak.returncode != 0 and "too weak" in weak.stderr, weak.stdout + weak.stderr
+        nowhere = adduser(data, "erin", "--group", "no-such-group")
+        assert nowhere.returncode != 0 and "grant no VC" in nowhere.stderr, nowhere.stderr
