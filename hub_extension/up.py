@@ -57,6 +57,7 @@ def prepare(
     authenticator: str = "native",
     admin: str = "admin",
     roster: Path | None = None,
+    hub_config: Path | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -77,6 +78,13 @@ def prepare(
         grants = hub_dir / "grants.yaml"
         if not grants.exists():
             grants.write_text(DEFAULT_GRANTS)
+    if (authenticator == "external") != (hub_config is not None):
+        raise UserError(
+            "--authenticator external and --hub-config FILE go together: the file sets "
+            "c.JupyterHub.authenticator_class (OAuth, LTI: docs/hub.md, 'Logins')"
+        )
+    if hub_config is not None and not Path(hub_config).is_file():
+        raise UserError(f"--hub-config {hub_config}: no such file")
     if roster is not None and authenticator != "native":
         raise UserError(
             "--roster gives students passwords, which only --authenticator native keeps; under "
@@ -115,8 +123,16 @@ def prepare(
         hub_dir,
         "from labhive.hub_extension.up import add_up_service",
         f"add_up_service(c, {up_args})  # noqa: F821",
+        *_hub_config_lines(hub_config),
     )
     return plan, config, keys
+
+
+def _hub_config_lines(hub_config: Path | None) -> list[str]:
+    """The instructor's own hub settings, read last so they win (an OAuth authenticator)."""
+    if hub_config is None:
+        return []
+    return [f"load_subconfig({str(Path(hub_config).resolve())!r})  # noqa: F821"]
 
 
 @dataclass(frozen=True)
@@ -357,6 +373,11 @@ def _login_lines(plan: HubPlan, keys: dict[str, str]) -> list[str]:
     """Who logs in how, for the authenticator in use (docs/admin.md, "Logins")."""
     hub, admin = plan.public_url, plan.admin_users[0]
     data = Path(plan.data_dir).parent
+    if plan.authenticator == "external":
+        return [
+            f"  admin login:  {admin}, through the authenticator your --hub-config sets",
+            f"  user logins:  as that authenticator says; {hub}/hub/admin -> Add Users",
+        ]
     if plan.authenticator == "pam":
         return [
             f"  admin login:  {admin}, with that account's password on this machine (PAM)",
@@ -399,12 +420,12 @@ def run_up(
     data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
     grants: Path | None, grace_s: float, course: Path | None = None,
     course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
-    roster: Path | None = None,
+    roster: Path | None = None, hub_config: Path | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
-        authenticator=authenticator, admin=admin, roster=roster,
+        authenticator=authenticator, admin=admin, roster=roster, hub_config=hub_config,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)

@@ -5,8 +5,12 @@ instructor's approval, and no one can sign up under the instructor's name."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -116,3 +120,38 @@ def test_a_stranger_cannot_set_passwords_through_the_accounts_api(hub: Hub) -> N
     assert put.status_code == 403, put.text
     _, attack = try_login(hub.url, "alice", "bob-owns-alice-now")
     assert attack.status_code == 403
+
+
+@contextmanager
+def system_accounts(count: int) -> Iterator[dict[str, str]]:
+    """``count`` accounts of this machine (no home, no shell) with passwords: name -> password;
+    removed at the end."""
+    tag = secrets.token_hex(3)
+    made = {f"lh{tag}u{i}": f"system-pass-{i}-{tag}" for i in range(count)}
+    try:
+        for name, password in made.items():
+            subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", name], check=True)
+            subprocess.run(["chpasswd"], input=f"{name}:{password}", text=True, check=True)
+        yield made
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes accounts of this machine (useradd)")
+def test_pam_admits_the_listed_accounts_of_this_machine_with_their_own_passwords(
+    tmp_path: Path,
+) -> None:
+    """--authenticator pam: a machine account's own password logs it in once the hub lists it
+    (the roster's groups, or an admin adding it); another account of the machine does not."""
+    with system_accounts(3) as accounts:
+        student, other, unlisted = accounts
+        with real_hub(
+            tmp_path, authenticator="pam", admin_users=[other], groups={"others": [student]}
+        ) as hub:
+            _, own = try_login(hub.url, student, accounts[student])
+            assert logged_in(own), (own.status_code, own.text[:300])
+            _, crossed = try_login(hub.url, student, accounts[other])
+            assert crossed.status_code == 403
+            _, stranger = try_login(hub.url, unlisted, accounts[unlisted])
+            assert stranger.status_code == 403  # a valid machine login, not a hub user

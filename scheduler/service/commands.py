@@ -44,11 +44,18 @@ def register(subparsers: Any) -> None:
     )
     up.add_argument(
         "--authenticator",
-        choices=["native", "pam"],
+        choices=["native", "pam", "external"],
         default="native",
         help="native (default): each user their own password, hashed in the hub's database; "
         "students sign up and an admin approves them, or `labhive hub adduser` makes them. "
-        "pam: this machine's accounts and passwords. OAuth, LTI: docs/hub.md",
+        "pam: this machine's accounts and passwords. external: the authenticator that "
+        "--hub-config sets (OAuth, LTI: docs/hub.md)",
+    )
+    up.add_argument(
+        "--hub-config",
+        type=Path,
+        help="a jupyterhub_config.py read after LabHive's settings (say, an OAuth or LTI "
+        "authenticator with --authenticator external)",
     )
     up.add_argument(
         "--roster",
@@ -201,7 +208,7 @@ def _up(args: argparse.Namespace) -> int:
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
         policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
         course_data=args.course_data, authenticator=args.authenticator, admin=args.admin,
-        roster=args.roster,
+        roster=args.roster, hub_config=args.hub_config,
     )  # fmt: skip
 
 
