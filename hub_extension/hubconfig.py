@@ -14,13 +14,19 @@ identities flow:
 - ``labhive-service``: the service may read users' groups (group -> VC grants) and, holding
   the admin scope, its token is what the spawner uses to follow and stop server jobs.
 
+Logins (``_authenticator``): NativeAuthenticator by default, each user their own password
+(``hub_extension/accounts.py``); PAM; or "external", where the lines after ``configure`` set
+the authenticator (OAuth, LTI: docs/hub.md).
+
 A single-machine deployment's own ``jupyterhub_config.py`` can use the same (loopback
-addresses; put TLS in front; set the authenticator after)::
+addresses; put TLS in front)::
 
     from labhive.hub_extension.hubconfig import HubPlan, configure
     configure(c, HubPlan(data_dir="/srv/labhive", service_token=SECRET,
                          grants="/etc/labhive/grants.yaml", cluster="/etc/labhive/cluster.yaml",
+                         admin_password=ADMIN_PASSWORD,  # or authenticator="external", then
                          profiles=[{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}]))
+    # c.JupyterHub.authenticator_class = "github" ...
 """
 
 from __future__ import annotations
