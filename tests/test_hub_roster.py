@@ -17,8 +17,9 @@ from hub_support import CLUSTER, GRANTS, labhive_up, logged_in, try_login, user_
 from kernel_support import venv_env
 
 from labhive.client import Client, LabHiveError
-
-pytestmark = pytest.mark.slow
+from labhive.hub_extension.roster import load_roster, plan_course
+from labhive.hub_extension.up import prepare
+from labhive.scheduler.errors import UserError
 
 ROSTER = """\
 students:
@@ -48,6 +49,7 @@ def adduser(data: Path, *args: str, stdin: str | None = None) -> subprocess.Comp
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_roster_gives_each_student_their_login_and_vcs(tmp_path: Path) -> None:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)  # VCs vc1 (first), default
     (tmp_path / "grants.yaml").write_text(GRANTS)  # no "*": a group or nothing
@@ -97,3 +99,43 @@ def test_a_roster_gives_each_student_their_login_and_vcs(tmp_path: Path) -> None
         assert weak.returncode != 0 and "too weak" in weak.stderr, weak.stdout + weak.stderr
         nowhere = adduser(data, "erin", "--group", "no-such-group")
         assert nowhere.returncode != 0 and "grant no VC" in nowhere.stderr, nowhere.stderr
+
+
+@pytest.mark.parametrize(
+    ("students", "message"),
+    [
+        ("Alice: {}", "lower-case letters"),
+        ("admin: {}", "not admin"),
+        ("alice: {password: short}", "at least 8 characters"),
+        ("alice: {vcs: vc1}", "a list of names"),
+        ("alice: {team: red}", "unknown key"),
+        ("alice: {vcs: [vc9]}", "VC 'vc9' is not in the cluster"),
+        ("alice: {groups: [no-such]}", "grant no VC in the grants file"),
+        ("alice: {vcs: [default]}", "group 'default' does not grant VC 'default'"),
+    ],
+)
+def test_a_bad_roster_says_what_to_fix(tmp_path: Path, students: str, message: str) -> None:
+    (tmp_path / "course.yaml").write_text(f"students:\n  {students}\n")
+    grants = {"vc1-users": frozenset({"vc1"}), "default": frozenset({"vc1"})}
+    with pytest.raises(UserError, match=message):
+        roster = load_roster(tmp_path / "course.yaml")
+        plan_course(roster, ["vc1", "default"], grants, tmp_path / "passwords.yaml")
+
+
+def test_generated_passwords_stay_the_same_across_starts(tmp_path: Path) -> None:
+    (tmp_path / "course.yaml").write_text("students:\n  bob:\n  carol: {vcs: [vc1]}\n")
+    roster, kept = load_roster(tmp_path / "course.yaml"), tmp_path / "passwords.yaml"
+    first = plan_course(roster, ["default", "vc1"], {}, kept)
+    again = plan_course(roster, ["default", "vc1"], {}, kept)
+    assert first.passwords == again.passwords and first.passwords["bob"] != first.passwords["carol"]
+    assert first.groups == {"default": ["bob"], "vc1": ["carol"]}
+    assert first.vc_groups == ["default", "vc1"]  # groups the grants file must gain
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
+def test_labhive_up_refuses_options_that_do_not_go_together(tmp_path: Path) -> None:
+    (tmp_path / "course.yaml").write_text("students:\n  bob:\n")
+    with pytest.raises(UserError, match="only --authenticator native keeps"):
+        prepare(tmp_path / "a", authenticator="pam", roster=tmp_path / "course.yaml")
+    with pytest.raises(UserError, match="--authenticator external and --hub-config"):
+        prepare(tmp_path / "b", authenticator="external")
