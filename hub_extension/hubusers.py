@@ -75,6 +75,7 @@ def add_user(
             f"add the user at {hub.plan.public_url}/hub/admin instead"
         )
     _check(account, f"setting {name}'s password")
+    name = account.json()["name"]  # as the hub spells it (lower case)
     _check(hub.call("POST", f"/api/users/{name}"), f"adding hub user {name}", ok=(201, 409))
     for group in groups:
         _check(hub.call("POST", f"/api/groups/{group}"), f"making group {group}", ok=(201, 409))

@@ -78,9 +78,9 @@ def prepare(
         grants = hub_dir / "grants.yaml"
         if not grants.exists():
             grants.write_text(DEFAULT_GRANTS)
-    if (authenticator == "external") != (hub_config is not None):
+    if authenticator == "external" and hub_config is None:
         raise UserError(
-            "--authenticator external and --hub-config FILE go together: the file sets "
+            "--authenticator external needs --hub-config FILE, a file that sets "
             "c.JupyterHub.authenticator_class (OAuth, LTI: docs/hub.md, 'Logins')"
         )
     if hub_config is not None and not Path(hub_config).is_file():

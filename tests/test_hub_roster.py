@@ -137,5 +137,5 @@ def test_labhive_up_refuses_options_that_do_not_go_together(tmp_path: Path) -> N
     (tmp_path / "course.yaml").write_text("students:\n  bob:\n")
     with pytest.raises(UserError, match="only --authenticator native keeps"):
         prepare(tmp_path / "a", authenticator="pam", roster=tmp_path / "course.yaml")
-    with pytest.raises(UserError, match="--authenticator external and --hub-config"):
+    with pytest.raises(UserError, match="--authenticator external needs --hub-config"):
         prepare(tmp_path / "b", authenticator="external")
