@@ -139,3 +139,23 @@ def test_labhive_up_refuses_options_that_do_not_go_together(tmp_path: Path) -> N
         prepare(tmp_path / "a", authenticator="pam", roster=tmp_path / "course.yaml")
     with pytest.raises(UserError, match="--authenticator external needs --hub-config"):
         prepare(tmp_path / "b", authenticator="external")
+
+
+def test_an_oauth_login_is_one_file_read_after_labhives_settings(tmp_path: Path) -> None:
+    """--authenticator external --hub-config github.py: the hub's config, loaded as JupyterHub
+    loads it, ends with the instructor's authenticator, not LabHive's."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    github = tmp_path / "github.py"
+    github.write_text(
+        'c.JupyterHub.authenticator_class = "github"\n'
+        'c.GitHubOAuthenticator.allowed_organizations = {"my-course-org"}\n'
+    )
+    _, config, _ = prepare(
+        tmp_path / "data", authenticator="external", hub_config=github, admin="prof"
+    )
+    loaded = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
+    assert loaded.JupyterHub.authenticator_class == "github"
+    assert loaded.GitHubOAuthenticator.allowed_organizations == {"my-course-org"}
+    assert loaded.Authenticator.admin_users == {"prof"}
+    assert "LabHiveNativeAuthenticator" not in loaded  # no native settings left over
