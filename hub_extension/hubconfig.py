@@ -246,7 +246,7 @@ def _authenticator(c: Any, plan: HubPlan) -> None:
         _native(c, plan)
     elif plan.authenticator == "pam":
         c.JupyterHub.authenticator_class = "pam"
-        # the roster's students and the users an admin adds on the admin page; not every
+        # the plan's group members and the users an admin adds on the admin page; not every
         # account of the machine (allow_all would admit any of them)
         auth.allowed_users = set(plan.groups_members())
         auth.allow_existing_users = True

@@ -138,7 +138,7 @@ def _hub_config_lines(hub_config: Path | None) -> list[str]:
 @dataclass(frozen=True)
 class _CourseSetup:
     grants: Path
-    default_group: str
+    default_group: str | None  # the default VC's group; None where the grants say otherwise
     groups: dict[str, list[str]]
     passwords: dict[str, str]
 
@@ -148,22 +148,22 @@ def _course(hub_dir: Path, grants: Path, cluster: str | None, roster: Path | Non
     cluster's, or the roster's ``default_vc``: where ``labhive hub adduser`` puts a student
     given no group) and for each VC the roster puts students in; the roster's groups and
     initial passwords."""
-    from labhive.hub_extension.roster import check_vc_group, course_grants, load_roster, plan_course
+    from labhive.hub_extension.roster import course_grants, load_roster, plan_course
     from labhive.scheduler.service.auth import load_grants
 
     vcs = _cluster_vcs(cluster)
     given = {name: grant.vcs for name, grant in load_grants(grants).items()}
-    if roster is None:
+    if roster is None:  # no class list: a grants file that names its groups otherwise wins
         default, groups, passwords = vcs[0], {}, {}
-        check_vc_group(default, vcs, given, f"grants {grants}")
-        needed = [default]
+        fits = default not in given or default in given[default]
+        needed, default_group = ([default], default) if fits else ([], None)
     else:
         course = plan_course(load_roster(roster), vcs, given, hub_dir / ROSTER_PASSWORDS)
         default, groups, passwords = course.default_vc, course.groups, course.passwords
-        needed = [default, *course.vc_groups]
+        needed, default_group = [default, *course.vc_groups], default
     missing = sorted({group for group in needed if group not in given})
     effective = course_grants(grants, missing, hub_dir / COURSE_GRANTS)
-    return _CourseSetup(effective, default, groups, passwords)
+    return _CourseSetup(effective, default_group, groups, passwords)
 
 
 def _cluster_vcs(cluster: str | None) -> list[str]:
@@ -396,7 +396,8 @@ def _login_lines(plan: HubPlan, keys: dict[str, str]) -> list[str]:
 
 
 def _roster_lines(plan: HubPlan) -> list[str]:
-    where = f"students without a group: VC {plan.default_group}"
+    vc = f"VC {plan.default_group}" if plan.default_group else "the grants' '*' group"
+    where = f"students without a group: {vc}"
     if not plan.roster:
         return [f"  a class:      labhive up --roster course.yaml (docs/hub.md); {where}"]
     passwords = Path(plan.data_dir) / ROSTER_PASSWORDS
