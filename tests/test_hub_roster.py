@@ -159,3 +159,17 @@ def test_an_oauth_login_is_one_file_read_after_labhives_settings(tmp_path: Path)
     assert loaded.GitHubOAuthenticator.allowed_organizations == {"my-course-org"}
     assert loaded.Authenticator.admin_users == {"prof"}
     assert "LabHiveNativeAuthenticator" not in loaded  # no native settings left over
+
+
+def test_without_a_roster_adduser_puts_students_in_the_first_vc_unless_the_grants_disagree(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)  # VCs vc1 (first), default
+    cluster = str(tmp_path / "cluster.yaml")
+    plan, _, _ = prepare(tmp_path / "a", cluster=cluster)  # labhive up's own grants
+    assert plan.default_group == "vc1"
+    assert yaml.safe_load(Path(plan.grants or "").read_text())["groups"]["vc1"] == {"vcs": ["vc1"]}
+
+    (tmp_path / "grants.yaml").write_text("groups:\n  vc1: {vcs: [default]}\n")
+    plan, _, _ = prepare(tmp_path / "b", cluster=cluster, grants=tmp_path / "grants.yaml")
+    assert plan.default_group is None and plan.grants == str(tmp_path / "grants.yaml")
