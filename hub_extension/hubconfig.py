@@ -14,19 +14,26 @@ identities flow:
 - ``labhive-service``: the service may read users' groups (group -> VC grants) and, holding
   the admin scope, its token is what the spawner uses to follow and stop server jobs.
 
+Logins (``_authenticator``): NativeAuthenticator by default, each user their own password
+(``hub_extension/accounts.py``); PAM; or "external", where the lines after ``configure`` set
+the authenticator (OAuth, LTI: docs/hub.md).
+
 A single-machine deployment's own ``jupyterhub_config.py`` can use the same (loopback
-addresses; put TLS in front; set the authenticator after)::
+addresses; put TLS in front)::
 
     from labhive.hub_extension.hubconfig import HubPlan, configure
     configure(c, HubPlan(data_dir="/srv/labhive", service_token=SECRET,
                          grants="/etc/labhive/grants.yaml", cluster="/etc/labhive/cluster.yaml",
+                         admin_password=ADMIN_PASSWORD,  # or authenticator="external", then
                          profiles=[{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}]))
+    # c.JupyterHub.authenticator_class = "github" ...
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +42,14 @@ from typing import Any
 from labhive.hub_extension.hubauth import ADMIN_SCOPE
 
 SERVICE = "labhive"
+#: How hub users log in: native (each their own password, sign-up with an admin's approval),
+#: pam (this machine's accounts), dummy (any password: tests only), external (the deployment's
+#: own config sets ``c.JupyterHub.authenticator_class`` after ``configure``: OAuth, LTI, ...).
+AUTHENTICATORS = ("native", "pam", "dummy", "external")
 ACCESS = f"access:services!service={SERVICE}"
+#: The native authenticator's account API (hub_extension/accounts.py), under /hub/.
+ACCOUNTS_API = "/api/labhive/accounts"
+MIN_PASSWORD = 8  # characters, for sign-ups, roster passwords and ``labhive hub adduser``
 
 
 @dataclass
@@ -47,12 +61,15 @@ class HubPlan:
     proxy_api_port: int = 8001
     service_port: int = 8765
     grants: str | None = None  # group -> VC grants (the ``groups`` section of a users file)
+    grants_source: str | None = None  # the file an instructor edits (labhive up adds VC groups)
+    roster: str | None = None  # labhive up --roster: the class list
     cluster: str | None = None
     policy: str = "hived"
-    authenticator: str = "shared-password"  # or "dummy" (tests: any password)
+    authenticator: str = "native"  # one of AUTHENTICATORS; "dummy" (any password) for tests
     admin_users: list[str] = field(default_factory=lambda: ["admin"])
-    admin_password: str = ""
-    user_password: str = ""
+    admin_password: str = ""  # the first admin's, set at every start (native)
+    passwords: dict[str, str] = field(default_factory=dict)  # a roster's initial ones (native)
+    default_group: str | None = None  # where `labhive hub adduser` puts a user given no group
     groups: dict[str, list[str]] = field(default_factory=dict)
     instructors_group: str = "instructors"
     cleanup_servers: bool = True  # on hub exit stop every server (labhive up); tests keep them
@@ -65,6 +82,9 @@ class HubPlan:
     poll_interval: int = 30  # seconds between the hub's polls of each server (its job)
     grace_s: float = 10.0
     log_level: str = "INFO"
+
+    def groups_members(self) -> list[str]:
+        return sorted({name for users in self.groups.values() for name in users})
 
     @property
     def public_url(self) -> str:
@@ -215,14 +235,38 @@ def configure(c: Any, plan: HubPlan) -> None:
 
 
 def _authenticator(c: Any, plan: HubPlan) -> None:
+    if plan.authenticator not in AUTHENTICATORS:
+        raise ValueError(f"authenticator {plan.authenticator!r}: one of {AUTHENTICATORS}")
     auth = c.Authenticator
     auth.admin_users = set(plan.admin_users)
     if plan.authenticator == "dummy":
         c.JupyterHub.authenticator_class = "dummy"
         auth.allow_all = True
-        return
-    c.JupyterHub.authenticator_class = "shared-password"
-    c.SharedPasswordAuthenticator.admin_password = plan.admin_password
-    if plan.user_password:
-        c.SharedPasswordAuthenticator.user_password = plan.user_password
-    auth.allow_existing_users = True  # users an admin adds on the admin page may log in
+    elif plan.authenticator == "native":
+        _native(c, plan)
+    elif plan.authenticator == "pam":
+        c.JupyterHub.authenticator_class = "pam"
+        # the plan's group members and the users an admin adds on the admin page; not every
+        # account of the machine (allow_all would admit any of them)
+        auth.allowed_users = set(plan.groups_members())
+        auth.allow_existing_users = True
+
+
+def _native(c: Any, plan: HubPlan) -> None:
+    """NativeAuthenticator (hub_extension/accounts.py): the admins' accounts exist before the
+    hub listens, so no one can sign up under an admin's name first; a sign-up waits for an
+    admin's approval; its own check (an approved account, the right password) is the only one,
+    hence ``allow_all``."""
+    c.JupyterHub.authenticator_class = "labhive.hub_extension.accounts.LabHiveNativeAuthenticator"
+    native = c.LabHiveNativeAuthenticator
+    first, *others = plan.admin_users
+    if not plan.admin_password:
+        raise ValueError(f"the native authenticator needs {first}'s password (admin_password)")
+    native.seed_passwords = {first: plan.admin_password}
+    # other admins' names are taken at once, with an unguessable password until one is set
+    # for them (labhive hub adduser NAME --reset)
+    unset = {name: secrets.token_urlsafe(24) for name in others}
+    native.initial_passwords = {**unset, **plan.passwords}
+    native.minimum_password_length = MIN_PASSWORD
+    native.check_common_password = True
+    native.allow_all = True

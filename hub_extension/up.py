@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ groups:
   vc1: {vcs: [vc1]}
 """
 UP_SERVICE = "labhive-up"
+COURSE_GRANTS = "grants-course.yaml"  # the grants and the course's VC groups: the service's
+ROSTER_PASSWORDS = "roster-passwords.yaml"  # the roster's generated passwords, 0600
 
 
 def prepare(
@@ -51,6 +54,10 @@ def prepare(
     grace_s: float = 10.0,
     course: Path | None = None,
     course_data: Path | None = None,
+    authenticator: str = "native",
+    admin: str = "admin",
+    roster: Path | None = None,
+    hub_config: Path | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -71,6 +78,19 @@ def prepare(
         grants = hub_dir / "grants.yaml"
         if not grants.exists():
             grants.write_text(DEFAULT_GRANTS)
+    if authenticator == "external" and hub_config is None:
+        raise UserError(
+            "--authenticator external needs --hub-config FILE, a file that sets "
+            "c.JupyterHub.authenticator_class (OAuth, LTI: docs/hub.md, 'Logins')"
+        )
+    if hub_config is not None and not Path(hub_config).is_file():
+        raise UserError(f"--hub-config {hub_config}: no such file")
+    if roster is not None and authenticator != "native":
+        raise UserError(
+            "--roster gives students passwords, which only --authenticator native keeps; under "
+            f"{authenticator} add the students' accounts on the hub's admin page"
+        )
+    setup = _course(hub_dir, Path(grants).resolve(), cluster, roster)
     plan = HubPlan(
         data_dir=str(hub_dir),
         service_token=keys["service_token"],
@@ -78,11 +98,17 @@ def prepare(
         hub_port=_free_port(),
         proxy_api_port=_free_port(),
         service_port=service_port,
-        grants=str(Path(grants).resolve()),
+        grants=str(setup.grants),
+        grants_source=str(Path(grants).resolve()),
+        groups=setup.groups,
+        passwords=setup.passwords,
+        default_group=setup.default_group,
+        roster=str(Path(roster).resolve()) if roster else None,
         cluster=str(Path(cluster).resolve()) if cluster else None,
         policy=policy,
+        authenticator=authenticator,
+        admin_users=[admin],
         admin_password=keys["admin_password"],
-        user_password=keys["user_password"],
         cleanup_servers=True,
         stop_tasks_on_exit=True,
         grace_s=grace_s,
@@ -97,8 +123,56 @@ def prepare(
         hub_dir,
         "from labhive.hub_extension.up import add_up_service",
         f"add_up_service(c, {up_args})  # noqa: F821",
+        *_hub_config_lines(hub_config),
     )
     return plan, config, keys
+
+
+def _hub_config_lines(hub_config: Path | None) -> list[str]:
+    """The instructor's own hub settings, read last so they win (an OAuth authenticator)."""
+    if hub_config is None:
+        return []
+    return [f"load_subconfig({str(Path(hub_config).resolve())!r})  # noqa: F821"]
+
+
+@dataclass(frozen=True)
+class _CourseSetup:
+    grants: Path
+    default_group: str | None  # the default VC's group; None where the grants say otherwise
+    groups: dict[str, list[str]]
+    passwords: dict[str, str]
+
+
+def _course(hub_dir: Path, grants: Path, cluster: str | None, roster: Path | None) -> _CourseSetup:
+    """The grants the service reads, with a group for the default VC (the first of the
+    cluster's, or the roster's ``default_vc``: where ``labhive hub adduser`` puts a student
+    given no group) and for each VC the roster puts students in; the roster's groups and
+    initial passwords."""
+    from labhive.hub_extension.roster import course_grants, load_roster, plan_course
+    from labhive.scheduler.service.auth import load_grants
+
+    vcs = _cluster_vcs(cluster)
+    given = {name: grant.vcs for name, grant in load_grants(grants).items()}
+    if roster is None:  # no class list: a grants file that names its groups otherwise wins
+        default, groups, passwords = vcs[0], {}, {}
+        fits = default not in given or default in given[default]
+        needed, default_group = ([default], default) if fits else ([], None)
+    else:
+        course = plan_course(load_roster(roster), vcs, given, hub_dir / ROSTER_PASSWORDS)
+        default, groups, passwords = course.default_vc, course.groups, course.passwords
+        needed, default_group = [default, *course.vc_groups], default
+    missing = sorted({group for group in needed if group not in given})
+    effective = course_grants(grants, missing, hub_dir / COURSE_GRANTS)
+    return _CourseSetup(effective, default_group, groups, passwords)
+
+
+def _cluster_vcs(cluster: str | None) -> list[str]:
+    """The VCs the service will run, in the cluster config's order."""
+    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.detect import default_cluster
+
+    config = load_cluster_config(cluster) if cluster else default_cluster()
+    return list(config.vcs)
 
 
 def add_up_service(c: Any, secrets_file: str, admins: list[str] | None = None) -> None:
@@ -122,8 +196,7 @@ def _secrets(path: Path) -> dict[str, str]:
     keys = {
         "service_token": secrets.token_hex(32),
         "up_token": secrets.token_hex(32),
-        "admin_password": secrets.token_urlsafe(24),  # 32 characters, as the authenticator wants
-        "user_password": secrets.token_urlsafe(9),
+        "admin_password": secrets.token_urlsafe(24),  # 32 characters
     }
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -279,10 +352,9 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
     return "\n".join(
         [
             f"LabHive is up: {hub}/",
-            f"  admin login:  admin / {keys['admin_password']}",
-            f"  user logins:  any user an admin adds, password {keys['user_password']}",
-            f"  add users:    {hub}/hub/admin -> Add Users (or POST {hub}/hub/api/users)",
-            f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in {plan.grants}",
+            *_login_lines(plan, keys),
+            f"  add groups:   {hub}/hub/admin -> Groups; group -> VC grants in",
+            f"                {plan.grants_source}",
             "                (group 'instructors' = LabHive admins; restart to reload grants)",
             f"  cluster:      {cluster_line(plan, token_file)}",
             f"  service:      {hub}/services/labhive/api/v1/queue (LabHive REST API, OAuth)",
@@ -295,6 +367,44 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
             "  Ctrl-C stops the hub, the service and every job process",
         ]
     )
+
+
+def _login_lines(plan: HubPlan, keys: dict[str, str]) -> list[str]:
+    """Who logs in how, for the authenticator in use (docs/admin.md, "Logins")."""
+    hub, admin = plan.public_url, plan.admin_users[0]
+    data = Path(plan.data_dir).parent
+    if plan.authenticator == "external":
+        return [
+            f"  admin login:  {admin}, through the authenticator your --hub-config sets",
+            f"  user logins:  as that authenticator says; {hub}/hub/admin -> Add Users",
+        ]
+    if plan.authenticator == "pam":
+        return [
+            f"  admin login:  {admin}, with that account's password on this machine (PAM)",
+            "  user logins:  this machine's accounts (PAM), once an admin adds them:",
+            f"  add users:    {hub}/hub/admin -> Add Users (the account's name)",
+        ]
+    return [
+        f"  admin login:  {admin} / {keys['admin_password']}",
+        "  user logins:  each user their own password (hashed in the hub's database)",
+        f"  add users:    labhive hub adduser NAME [--group G] --data-dir {data}",
+        "                (prints a generated password; --password-file F sets one), or",
+        f"                students sign up at {hub}/hub/signup and you approve them at",
+        f"                {hub}/hub/authorize",
+        *_roster_lines(plan),
+    ]
+
+
+def _roster_lines(plan: HubPlan) -> list[str]:
+    vc = f"VC {plan.default_group}" if plan.default_group else "the grants' '*' group"
+    where = f"students without a group: {vc}"
+    if not plan.roster:
+        return [f"  a class:      labhive up --roster course.yaml (docs/hub.md); {where}"]
+    passwords = Path(plan.data_dir) / ROSTER_PASSWORDS
+    return [
+        f"  roster:       {len(plan.passwords)} students from {plan.roster}; {where}",
+        f"                generated passwords: {passwords} (0600, hand each out once)",
+    ]
 
 
 def _course_lines(plan: HubPlan) -> list[str]:
@@ -310,11 +420,13 @@ def _course_lines(plan: HubPlan) -> list[str]:
 def run_up(
     data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
     grants: Path | None, grace_s: float, course: Path | None = None,
-    course_data: Path | None = None,
+    course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
+    roster: Path | None = None, hub_config: Path | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
+        authenticator=authenticator, admin=admin, roster=roster, hub_config=hub_config,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)

@@ -3,15 +3,16 @@ hub-managed service, DummyAuthenticator, on loopback high ports; stopped by proc
 
 from __future__ import annotations
 
+import re
 import secrets
 import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from kernel_support import free_port, venv_env
@@ -69,7 +70,9 @@ class Hub:
 
 
 @contextmanager
-def real_hub(root: Path) -> Iterator[Hub]:
+def real_hub(root: Path, **changes: Any) -> Iterator[Hub]:
+    """The test hub on its own ports; ``changes`` replace fields of its plan (say, the native
+    authenticator with passwords instead of DummyAuthenticator)."""
     (root / "cluster.yaml").write_text(CLUSTER)
     (root / "grants.yaml").write_text(GRANTS)
     plan = HubPlan(
@@ -94,6 +97,7 @@ def real_hub(root: Path) -> Iterator[Hub]:
         grace_s=2,
         poll_interval=2,  # the hub notices a preempted server quickly
     )
+    plan = replace(plan, **changes)
     config = write_config(plan, Path(plan.data_dir))
     hub = Hub(plan, config, Path(plan.data_dir) / "jupyterhub.log")
     try:
@@ -102,6 +106,30 @@ def real_hub(root: Path) -> Iterator[Hub]:
     finally:
         cancel_everything(hub)
         hub.stop()
+
+
+def login_form(http: httpx.Client, page: str = "/hub/login") -> str:
+    """A form's XSRF token, as a browser gets it with the page (and its cookie)."""
+    form = http.get(page)
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', form.text)
+    assert xsrf, f"no _xsrf in {page} ({form.status_code}): {form.text[:500]}"
+    return xsrf.group(1)
+
+
+def try_login(hub: str, name: str, password: str) -> tuple[httpx.Client, httpx.Response]:
+    """Post the login form as a browser does; the session and the hub's answer (a 302 to
+    /hub/spawn when the login worked)."""
+    http = httpx.Client(base_url=hub, timeout=60)
+    xsrf = login_form(http)
+    answer = http.post(
+        "/hub/login?next=%2Fhub%2Fspawn",
+        data={"username": name, "password": password, "_xsrf": xsrf},
+    )
+    return http, answer
+
+
+def logged_in(answer: httpx.Response) -> bool:
+    return answer.status_code == 302 and answer.headers["location"].endswith("/hub/spawn")
 
 
 def cancel_everything(hub: Hub) -> None:
@@ -139,3 +167,58 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float 
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(step)
+
+
+@dataclass
+class Up:
+    """A ``labhive up`` started by a test: its banner, ports and data dir."""
+
+    banner: str
+    url: str
+    service_url: str
+    data: Path
+
+
+@contextmanager
+def labhive_up(data: Path, *args: str) -> Iterator[Up]:
+    """``labhive up --data-dir DATA ARGS`` as an instructor starts it, until its banner's last
+    line; Ctrl-C at the end, as the instructor stops it."""
+    import os
+    import signal
+    import sys
+
+    port, service_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "up", "--port", str(port)]
+    cmd += ["--service-port", str(service_port), "--data-dir", str(data), "--grace-s", "2", *args]
+    up = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=venv_env(),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        lines = []
+        for line in up.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if "Ctrl-C stops" in line:
+                break
+        banner = "".join(lines)
+        assert "LabHive is up" in banner, banner
+        yield Up(banner, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{service_port}", data)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGINT)
+            try:
+                up.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+                up.wait()
+
+
+def user_token(http: httpx.Client, name: str) -> str:
+    """An API token a logged-in user makes for themselves (as on /hub/token)."""
+    made = http.post(
+        f"/hub/api/users/{name}/tokens",
+        json={"note": "test"},
+        headers={"X-XSRFToken": http.cookies.get("_xsrf", "")},
+    )
+    assert made.status_code == 201, made.text
+    return str(made.json()["token"])

@@ -91,6 +91,8 @@ def test_labhive_up_prints_the_login_serves_and_ctrl_c_stops_everything(tmp_path
         password = re.search(r"admin login:\s+admin / (\S+)", text)
         assert password, text
         assert "add users:" in text and "add groups:" in text
+        assert "labhive hub adduser NAME" in text and "/hub/authorize" in text, text
+        assert "each user their own password" in text, text  # no password shared by all
 
         hub = f"http://127.0.0.1:{port}"
         admin = _login(hub, "admin", password.group(1))

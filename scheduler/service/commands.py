@@ -42,7 +42,57 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="the course's data folder, LABHIVE_DATA in every server (make up: ../shared/data)",
     )
+    up.add_argument(
+        "--authenticator",
+        choices=["native", "pam", "external"],
+        default="native",
+        help="native (default): each user their own password, hashed in the hub's database; "
+        "students sign up and an admin approves them, or `labhive hub adduser` makes them. "
+        "pam: this machine's accounts and passwords. external: the authenticator that "
+        "--hub-config sets (OAuth, LTI: docs/hub.md)",
+    )
+    up.add_argument(
+        "--hub-config",
+        type=Path,
+        help="a jupyterhub_config.py read after LabHive's settings (say, an OAuth or LTI "
+        "authenticator with --authenticator external)",
+    )
+    up.add_argument(
+        "--roster",
+        type=Path,
+        help="a class list (YAML: students with optional password, groups, vcs; see "
+        "docs/hub.md): each gets an approved login, generated passwords go to "
+        "DATA/hub/roster-passwords.yaml (0600), a student without groups gets the default VC",
+    )
+    up.add_argument(
+        "--admin", default="admin", help="the admin's hub user name (default %(default)s)"
+    )
     up.set_defaults(func=_up)
+    _hub_commands(subparsers)
+
+
+def _hub_commands(subparsers: Any) -> None:
+    hub = subparsers.add_parser("hub", help="manage the logins of a running `labhive up`")
+    commands = hub.add_subparsers(dest="hub_command", metavar="HUB_COMMAND", required=True)
+    add = commands.add_parser(
+        "adduser",
+        help="give a user their own password on the running hub (native logins)",
+        description="Make NAME's hub account with their own password (generated and printed "
+        "once, or read from --password-file), approved at once, in the groups given (each "
+        "must grant VCs in the hub's grants file); without --group, in the course's default "
+        "VC's group. An approved account keeps its password unless --reset. Needs the "
+        "admin's token that `labhive up` wrote (DATA/admin.token).",
+    )
+    add.add_argument("name", help="the user's hub name")
+    add.add_argument("--group", action="append", default=[], help="a hub group (repeatable)")
+    add.add_argument(
+        "--password-file", type=Path, help="read the password from this file ('-': stdin)"
+    )
+    add.add_argument(
+        "--reset", action="store_true", help="set the password even if the account has one"
+    )
+    add.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
+    add.set_defaults(func=_hub_adduser)
 
 
 def _serve_doc() -> str:
@@ -157,5 +207,15 @@ def _up(args: argparse.Namespace) -> int:
     return run_up(
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
         policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
-        course_data=args.course_data,
+        course_data=args.course_data, authenticator=args.authenticator, admin=args.admin,
+        roster=args.roster, hub_config=args.hub_config,
+    )  # fmt: skip
+
+
+def _hub_adduser(args: argparse.Namespace) -> int:
+    from labhive.hub_extension.hubusers import adduser_command
+
+    return adduser_command(
+        args.data_dir, args.name, groups=args.group, password_file=args.password_file,
+        reset=args.reset,
     )  # fmt: skip
