@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import container, limits, workdir
+from labhive.scheduler.executors import container, limits, sandbox_mounts, workdir
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -170,6 +170,7 @@ class LocalExecutor:
         if launch.image:  # podman runs as the service; the container as the task's user
             task_env = {**launch.env, **extra_env, **launch_env(launch)}
             argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
+            enforced["sandbox"] = sandbox_mounts.CONTAINER
             env.update(self._podman_env())
             run_as = {**workdir.run_as(None, None).record(), "container_user": run_as}
         else:
@@ -177,6 +178,10 @@ class LocalExecutor:
             enforced = limits.apply(
                 self.limit_support, launch.key, launch.cpu, launch.memory_mb,
                 gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
+            )  # fmt: skip
+            enforced["sandbox"] = sandbox_mounts.plan(
+                owner, launch.memory_mb * limits.MIB, self.data_dir,
+                limits.task_cgroup_name(launch.key, self._scope),
             )  # fmt: skip
         launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": run_as}
         write_json_atomic(work / LAUNCH_FILE, launch_doc)
