@@ -9,6 +9,7 @@ import dataclasses
 import errno
 import os
 import shlex
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -108,13 +109,27 @@ def test_a_busy_task_is_throttled_to_its_cpu_quota(open_tmp: Path) -> None:
     assert int(stat["nr_throttled"]) > 0 or share < 0.2, (stat, share)
 
 
+@pytest.fixture
+def dev_dir() -> Iterator[Path]:
+    """A directory of our own in the host's /dev, where GPU nodes live: a task's /tmp is its
+    own (``sandbox_mounts``), its /dev the host's."""
+    path = Path("/dev") / f"labhive-test-{uuid.uuid4().hex[:12]}"
+    path.mkdir(mode=0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @needs("devices")
-def test_nvidia_device_nodes_other_than_the_tasks_own_are_denied(open_tmp: Path) -> None:
+def test_nvidia_device_nodes_other_than_the_tasks_own_are_denied(
+    open_tmp: Path, dev_dir: Path
+) -> None:
     for minor in (0, 1):
-        node = open_tmp / f"nvidia{minor}"
+        node = dev_dir / f"nvidia{minor}"
         os.mknod(node, 0o666 | 0o020000, os.makedev(limits.NVIDIA_MAJOR, minor))
         os.chmod(node, 0o666)
-    targets = [(f"nvidia{m}", "read", open_tmp / f"nvidia{m}") for m in (0, 1)]
+    targets = [(f"nvidia{m}", "read", dev_dir / f"nvidia{m}") for m in (0, 1)]
     ex = LocalExecutor(open_tmp / "data")
     mine = launch_one(
         ex, "gpu0", probe_command(), virtual=False, uid=UID_A, gid=UID_A,
