@@ -27,6 +27,7 @@ from isolation_util import (
     probe_env,
     user_python,
 )
+from container_support import tiny_image
 from local_exec_util import launch_one, wait_exits
 from waiting import wait_until
 
@@ -35,6 +36,7 @@ from labhive.scheduler.executors.base import TaskHandle
 from labhive.scheduler.executors.local import LocalExecutor
 
 pytestmark = needs_root
+__all__ = ["tiny_image"]  # a fixture, used by name
 MIB = 1 << 20
 
 
@@ -301,3 +303,25 @@ def test_a_service_that_is_not_root_says_private_tmp_is_not_enforced() -> None:
         "why": "private /tmp: not enforced: the service runs as uid 65534, not root",
         "umask": "0077",
     }
+
+
+
+def test_a_container_task_has_its_own_tmp_shm_and_proc_already(
+    open_tmp: Path, tiny_image: str
+) -> None:
+    """podman gives a container these itself: recorded, not redone."""
+    name = f"ctr-{uuid.uuid4().hex}"
+    ex = LocalExecutor(open_tmp / "data")
+    h = launch_one(
+        ex, "ctr",
+        f"echo x > /tmp/{name}; echo x > /dev/shm/{name}; umask; "
+        "df -k /dev/shm | tail -1; ls /proc | grep -c '^[0-9]'",
+        image=tiny_image, uid=UID_A, gid=UID_A,
+    )  # fmt: skip
+    assert wait_exits(ex, 1, timeout_s=120)[h.key].exit_code == 0, ex.read_log(h, "stderr", 0, 2000)
+    umask, df, nprocs = ex.read_log(h, "stdout", 0, 4000).decode().splitlines()
+    assert h.info["limits"]["sandbox"] == sandbox_mounts.CONTAINER
+    assert not Path("/tmp", name).exists() and not Path("/dev/shm", name).exists()
+    assert df.split()[1] == "64000"  # podman's /dev/shm: 64 MB (65,536,000 bytes), not all RAM
+    assert int(nprocs) <= 3  # its own pid namespace: the shell, ls, grep
+    assert umask == "0022"  # podman's; its /tmp and work dir are its own, so nobody else reads

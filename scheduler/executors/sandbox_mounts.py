@@ -57,6 +57,7 @@ PRIVATE_PATHS = ("/tmp", "/dev/shm")
 #: Inside the tmpfs: one directory per private path (bind-mounted there).
 _TMPFS_DIRS = {"/tmp": "tmp", "/dev/shm": "shm"}
 PROC_OPTIONS = "hidepid=invisible"
+BY_NAMESPACE = "mount namespace"
 _PAGE = 4096
 
 _CLONE_NEWNS = 0x00020000
@@ -69,6 +70,7 @@ CONTAINER: dict[str, Any] = {
     "by": "container",
     "private": ["/tmp (the container's own file system)", "/dev/shm (podman's 64 MB tmpfs)"],
     "proc": "the container's own pid namespace: no other process is visible",
+    "umask": "0022 (podman's; the container's /tmp and work dir are its own)",
 }
 
 
@@ -90,7 +92,7 @@ def plan(owner: RunAs, memory_bytes: int, keep: Path, name: str) -> dict[str, An
     size = max(_PAGE, -(-memory_bytes // _PAGE) * _PAGE)
     return {
         "enforced": True,
-        "by": "mount namespace",
+        "by": BY_NAMESPACE,
         "private": list(PRIVATE_PATHS),
         "bytes": size,
         "counts": "against the task's memory limit too where a memory cgroup holds it",
@@ -122,7 +124,7 @@ def _under_private(path: Path) -> bool:
 def enter(record: dict[str, Any]) -> None:
     """Set up what ``record`` (from ``plan``) says, in a new mount namespace of this process;
     raise OSError when the kernel refuses any of it (the task must then not start)."""
-    if not record.get("enforced"):
+    if not _ours(record):
         return
     uid, gid = (int(n) for n in record["owner"])
     _unshare(_CLONE_NEWNS)
@@ -143,7 +145,12 @@ def enter(record: dict[str, Any]) -> None:
 def task_env(record: dict[str, Any]) -> dict[str, str]:
     """Variables the command gets: TMPDIR names the private /tmp (the service's own TMPDIR,
     if it has one, lies elsewhere and is shared)."""
-    return {"TMPDIR": "/tmp"} if record.get("enforced") else {}
+    return {"TMPDIR": "/tmp"} if _ours(record) else {}
+
+
+def _ours(record: dict[str, Any]) -> bool:
+    """Whether the child is to set the mounts up (not: not enforced, or done by a container)."""
+    return bool(record.get("enforced")) and record.get("by") == BY_NAMESPACE
 
 
 def _private_tmpfs(source: str, size: int, uid: int, gid: int) -> None:
