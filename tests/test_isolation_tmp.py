@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from container_support import tiny_image
 from isolation_util import (
     UID_A,
     UID_B,
@@ -27,7 +28,6 @@ from isolation_util import (
     probe_env,
     user_python,
 )
-from container_support import tiny_image
 from local_exec_util import launch_one, wait_exits
 from waiting import wait_until
 
@@ -303,7 +303,6 @@ def test_a_service_that_is_not_root_says_private_tmp_is_not_enforced() -> None:
         "why": "private /tmp: not enforced: the service runs as uid 65534, not root",
         "umask": "0077",
     }
-
 
 
 def test_a_container_task_has_its_own_tmp_shm_and_proc_already(
