@@ -12,6 +12,8 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +37,7 @@ from waiting import wait_until
 from labhive.scheduler.executors import limits, sandbox_mounts
 from labhive.scheduler.executors.base import TaskHandle
 from labhive.scheduler.executors.local import LocalExecutor
+from labhive.scheduler.executors.workdir import run_as
 
 pytestmark = needs_root
 __all__ = ["tiny_image"]  # a fixture, used by name
@@ -288,10 +291,15 @@ def test_the_record_says_what_was_applied_and_why_not(open_tmp: Path) -> None:
     }
     # umask 077 holds for every task
     assert ex.read_log(as_service, "stdout", 0, 100) == b"0077\n"
+    # a data dir that is /tmp itself would be bound back over the private one: refused
+    in_tmp = sandbox_mounts.plan(run_as(UID_A, UID_A), MIB, Path("/tmp"), "t")
+    assert in_tmp["why"] == (
+        "private /tmp: not enforced: the data directory is /tmp itself: give the service another"
+    )
 
 
 def test_a_service_that_is_not_root_says_private_tmp_is_not_enforced() -> None:
-    from labhive.scheduler.executors.workdir import become, run_as
+    from labhive.scheduler.executors.workdir import become
 
     read, write = os.pipe()
     pid = os.fork()
@@ -331,3 +339,41 @@ def test_a_container_task_has_its_own_tmp_shm_and_proc_already(
     assert df.split()[1] == "64000"  # podman's /dev/shm: 64 MB (65,536,000 bytes), not all RAM
     assert int(nprocs) <= 3  # its own pid namespace: the shell, ls, grep
     assert umask == "0022"  # podman's; its /tmp and work dir are its own, so nobody else reads
+
+
+WITHOUT_SYS_ADMIN = """
+import json, sys
+from pathlib import Path
+from local_exec_util import launch_one, wait_exits
+from labhive.scheduler.executors.local import LocalExecutor
+ex = LocalExecutor(Path(sys.argv[1]))
+h = launch_one(ex, "nocap", "id -u; umask; echo TMPDIR=${TMPDIR:-unset}", uid=int(sys.argv[2]),
+               gid=int(sys.argv[2]))
+code = wait_exits(ex, 1)[h.key].exit_code
+print(json.dumps({"code": code, "out": ex.read_log(h, "stdout", 0, 1000).decode(),
+                  "sandbox": h.info["limits"]["sandbox"]}))
+"""
+
+
+def test_a_root_service_without_cap_sys_admin_runs_tasks_and_says_why_not(open_tmp: Path) -> None:
+    """As in a container started without CAP_SYS_ADMIN: root, able to switch uids, not to mount."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    drop = ["--inh-caps=-sys_admin", "--bounding-set=-sys_admin"]
+    env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}  # the task's, if it gets one
+    env["PYTHONPATH"] = str(Path(__file__).parent)
+    done = subprocess.run(
+        [setpriv, *drop, sys.executable, "-c", WITHOUT_SYS_ADMIN, str(open_tmp / "data"),
+         str(UID_A)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["code"] == 0 and got["out"].split() == [str(UID_A), "0077", "TMPDIR=unset"], got
+    assert got["sandbox"] == {
+        "enforced": False,
+        "why": "private /tmp: not enforced: this machine refuses a mount namespace: "
+        "unshare(CLONE_NEWNS): Operation not permitted",
+        "umask": "0077",
+    }

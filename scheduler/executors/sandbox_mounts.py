@@ -86,6 +86,8 @@ def plan(owner: RunAs, memory_bytes: int, keep: Path, name: str) -> dict[str, An
         return _not_enforced(
             f"the task runs as the service's own uid {owner.uid} (users are not separated)"
         )
+    if str(keep.resolve()) in PRIVATE_PATHS:  # bound back, it would be the host's /tmp again
+        return _not_enforced(f"the data directory is {keep} itself: give the service another")
     why = probe()
     if why:
         return _not_enforced(f"this machine refuses a mount namespace: {why}")
@@ -226,12 +228,10 @@ def probe() -> str:
 
 
 def _probe_here() -> None:
-    """The probe's body: the same calls as ``enter``, in this (fresh) process."""
+    """The probe's body: ``enter`` itself, for nobody's uid, in this (fresh) process."""
+    record = {"enforced": True, "by": BY_NAMESPACE, "bytes": _PAGE, "owner": [65534, 65534]}
     try:
-        _unshare(_CLONE_NEWNS)
-        _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
-        _mount("labhive-probe", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={_PAGE}")
-        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, PROC_OPTIONS)
+        enter({**record, "source": "labhive-probe", "keep": []})
     except OSError as err:
         with contextlib.suppress(OSError):
             os.write(2, f"{err.strerror}\n".encode())
