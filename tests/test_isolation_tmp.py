@@ -377,3 +377,58 @@ def test_a_root_service_without_cap_sys_admin_runs_tasks_and_says_why_not(open_t
         "unshare(CLONE_NEWNS): Operation not permitted",
         "umask": "0077",
     }
+
+
+def test_a_notebook_server_and_a_kernel_run_in_a_task_with_private_mounts(open_tmp: Path) -> None:
+    """jupyter writes its runtime files (the kernel's connection file too) under $HOME, the work
+    dir; a kernel it starts runs code, in the task's private /tmp."""
+    import urllib.request
+
+    from jupyter_client import BlockingKernelClient
+
+    from labhive.scheduler.executors.env import free_port
+
+    jupyter = Path(sys.prefix, "bin", "jupyter")
+    if not all(os.stat(d).st_mode & 0o001 for d in [*jupyter.parents, jupyter]):
+        pytest.skip(f"{jupyter} is not executable by other uids here")
+    port, token = free_port(), uuid.uuid4().hex
+    ex = LocalExecutor(open_tmp / "data", grace_s=2)
+    h = launch_one(
+        ex, "nb",
+        f"exec {jupyter} server --no-browser --ServerApp.ip=127.0.0.1 "
+        f"--ServerApp.port={port} --IdentityProvider.token={token}",
+        uid=UID_A, gid=UID_A,
+    )  # fmt: skip
+
+    def call(path: str, method: str = "GET") -> dict | None:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api{path}", method=method,
+            headers={"Authorization": f"token {token}"},
+        )  # fmt: skip
+        try:
+            return json.loads(urllib.request.urlopen(req, timeout=5).read())
+        except OSError:
+            return None
+
+    outputs: list[str] = []
+    try:
+        wait_until(lambda: call("/status"), "the notebook server", 90)
+        kernel = call("/kernels", "POST")
+        assert kernel is not None
+        runtime = Path(h.info["cwd"], ".local", "share", "jupyter", "runtime")
+        connection = runtime / f"kernel-{kernel['id']}.json"
+        wait_until(connection.exists, "the kernel's connection file in $HOME", 30)
+        client = BlockingKernelClient(connection_file=str(connection))
+        client.load_connection_file()
+        client.start_channels()
+        try:
+            code = "import os, tempfile; print(os.getuid(), tempfile.gettempdir(), os.umask(0))"
+            client.execute_interactive(
+                code, timeout=90,
+                output_hook=lambda msg: outputs.append(msg["content"].get("text", "")),
+            )  # fmt: skip
+        finally:
+            client.stop_channels()
+    finally:
+        ex.stop([h], grace_s=2)
+    assert "".join(outputs).split() == [str(UID_A), "/tmp", str(0o077)], outputs
