@@ -75,9 +75,11 @@ def parse_probe(stdout: bytes) -> dict:
 
 
 @contextmanager
-def open_tmp_dir() -> Iterator[Path]:
-    """A fresh directory under /tmp that every uid may traverse (0755)."""
-    path = Path(tempfile.mkdtemp(prefix="labhive-iso-", dir="/tmp"))
+def open_tmp_dir(root: str = "/tmp") -> Iterator[Path]:
+    """A fresh directory under ``root`` that every uid may traverse (0755). A task's own /tmp
+    is private (``sandbox_mounts``): what a task must see of the host goes under another root,
+    ``/var/tmp`` for files, ``/dev`` for device nodes."""
+    path = Path(tempfile.mkdtemp(prefix="labhive-iso-", dir=root))
     os.chmod(path, 0o755)
     try:
         yield path

@@ -1,8 +1,8 @@
 """Given a cgroup v2 hierarchy (pure, or the empty unified one of a hybrid host) and fake NVIDIA
-device nodes (``mknod c 195 N``, mode 0666, in a temp dir), expect a task's eBPF device filter
-to refuse with EPERM every NVIDIA node that is not its own: a 0-GPU task opens none, a 1-GPU
-task only its own minor (plus the control node), a virtual-cluster task none; other devices
-still open. A node the filter lets through gets to the (absent) driver: ENXIO. Also: the
+device nodes (``mknod c 195 N``, mode 0666, in a temp dir under /dev), expect a task's eBPF
+device filter to refuse with EPERM every NVIDIA node that is not its own: a 0-GPU task opens
+none, a 1-GPU task only its own minor (plus the control node), a virtual-cluster task none; other
+devices still open. A node the filter lets through gets to the (absent) driver: ENXIO. Also: the
 program lives exactly as long as the task's cgroup, and the record says "not enforced" and why
 where no filter can be attached. And a service's tasks together stop at its pids cap."""
 
@@ -71,8 +71,9 @@ FAKE_MAJORS = devfilter.NvidiaMajors(uvm=240, others=(239,))
 
 @pytest.fixture
 def nodes() -> Iterator[Path]:
-    """The fake nodes in a temp dir every uid may pass through (removed afterwards)."""
-    with open_tmp_dir() as path:
+    """The fake nodes in a dir of the host's /dev every uid may pass through (a task's /tmp is
+    its own), removed afterwards."""
+    with open_tmp_dir("/dev") as path:
         for label, kind, major, minor in NODES:
             mode = stat.S_IFCHR if kind == "c" else stat.S_IFBLK
             os.mknod(path / label, 0o666 | mode, os.makedev(major, minor))

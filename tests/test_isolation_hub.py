@@ -69,7 +69,9 @@ def mode(path: Path) -> tuple[int, int]:
 @needs_root
 def test_a_users_notebook_home_and_launch_file_are_theirs_alone() -> None:
     with open_tmp_dir() as tmp, isolated_service(tmp / "data") as live:
-        hub = tmp / "hub"
+        # the homes and launch files in the data dir, as `labhive up` lays them out: a task's
+        # /tmp is its own, and of the host's /tmp it sees the data dir only (sandbox_mounts)
+        hub = live.data_dir
         homes, servers = hub / "home", hub / "servers"
         bob = spawner(live, hub, "bob", "bob-token-4567", [])
         alice = spawner(

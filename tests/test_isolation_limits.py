@@ -109,13 +109,23 @@ def test_a_busy_task_is_throttled_to_its_cpu_quota(open_tmp: Path) -> None:
     assert int(stat["nr_throttled"]) > 0 or share < 0.2, (stat, share)
 
 
+@pytest.fixture
+def dev_dir() -> Iterator[Path]:
+    """A directory of our own in the host's /dev, where GPU nodes live: a task's /tmp is its
+    own (``sandbox_mounts``), its /dev the host's."""
+    with open_tmp_dir("/dev") as path:
+        yield path
+
+
 @needs("devices")
-def test_nvidia_device_nodes_other_than_the_tasks_own_are_denied(open_tmp: Path) -> None:
+def test_nvidia_device_nodes_other_than_the_tasks_own_are_denied(
+    open_tmp: Path, dev_dir: Path
+) -> None:
     for minor in (0, 1):
-        node = open_tmp / f"nvidia{minor}"
+        node = dev_dir / f"nvidia{minor}"
         os.mknod(node, 0o666 | 0o020000, os.makedev(limits.NVIDIA_MAJOR, minor))
         os.chmod(node, 0o666)
-    targets = [(f"nvidia{m}", "read", open_tmp / f"nvidia{m}") for m in (0, 1)]
+    targets = [(f"nvidia{m}", "read", dev_dir / f"nvidia{m}") for m in (0, 1)]
     # the v1 rules alone: no cgroup v2 device filter (which a hybrid host would use first)
     v1_only = dataclasses.replace(limits.detect(), device_parent=None, why_not_filter="test")
     ex = LocalExecutor(open_tmp / "data", limit_support=v1_only)

@@ -213,3 +213,48 @@ def test_a_job_killed_for_memory_says_so(service: Live) -> None:
     why = job.events()[-1]["why"]
     oom = "killed: over its memory limit of 64 MiB"
     assert why == f"attempt 1 failed (exit codes main-0: 137 ({oom}))", why
+
+
+@needs_root
+def test_a_users_job_sees_neither_another_jobs_tmp_nor_other_processes(service: Live) -> None:
+    """bob's job leaves a file in /tmp and /dev/shm and keeps running; alice's job, through the
+    service, finds neither, nor bob's process, nor the service's command line."""
+    import psutil
+
+    name = f"bob-{os.getpid()}-left"
+    bob = service.client("bob-token-4567").submit(
+        name="bob", vc="vc1", gpus=0,
+        command=f"echo BOB > /tmp/{name}; echo BOB > /dev/shm/{name}; chmod 666 /tmp/{name} "
+        f"/dev/shm/{name}; echo ready; exec sleep 120",
+    )  # fmt: skip
+    running(bob, "bob's job")
+    wait_until(lambda: "ready" in bob.logs().data, "bob's files", 30)
+    bob_pids = [p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"].real == FIRST_UID]
+    assert bob_pids, "bob's command not found"
+    targets = [
+        ("bob's /tmp file", "read", f"/tmp/{name}"),
+        ("bob's /dev/shm file", "read", f"/dev/shm/{name}"),
+        ("bob's command line", "read", f"/proc/{bob_pids[0]}/cmdline"),
+        ("the service's command line", "read", f"/proc/{os.getpid()}/cmdline"),
+    ]
+    env = probe_env(targets)["PROBE_TARGETS"]
+    alice = service.client("alice-token-123").submit(
+        name="alice", vc="vc1", gpus=0,
+        command=f"export PROBE_TARGETS={shlex.quote(env)}; {probe_command()}",
+    )  # fmt: skip
+    wait_until(lambda: alice.refresh().done, "alice's probe", 60)
+    assert alice.state == "SUCCEEDED", (alice.data, alice.logs(stream="stderr").data)
+    report = parse_probe(alice.logs().data.encode())
+    bob.cancel()
+    on_host = [p for p in (Path("/tmp", name), Path("/dev/shm", name)) if p.exists()]
+    for path in on_host:  # not left to the next run, should the isolation have failed
+        path.unlink()
+
+    assert report["tries"] == {label: errno.ENOENT for label, _, _ in targets}
+    sandbox = alice.tasks[0]["limits"]["sandbox"]  # what the API tells the user
+    assert (sandbox["enforced"], sandbox["proc"], sandbox["umask"]) == (
+        True,
+        "hidepid=invisible",
+        "0077",
+    )
+    assert on_host == []

@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import container, limits, workdir
+from labhive.scheduler.executors import container, limits, sandbox_mounts, workdir
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -176,6 +176,7 @@ class LocalExecutor:
         if launch.image:  # podman runs as the service; the container as the task's user
             task_env = {**launch.env, **extra_env, **launch_env(launch)}
             argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
+            enforced["sandbox"] = sandbox_mounts.CONTAINER
             env.update(self._podman_env())
             run_as = {**workdir.run_as(None, None).record(), "container_user": run_as}
         else:
@@ -183,6 +184,10 @@ class LocalExecutor:
             enforced = limits.apply(
                 self.limit_support, launch.key, launch.cpu_max, launch.memory_max_mb,
                 gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids=self.pids,
+            )  # fmt: skip
+            enforced["sandbox"] = sandbox_mounts.plan(
+                owner, launch.memory_max_mb * limits.MIB, self.data_dir,
+                limits.task_cgroup_name(launch.key, self._scope),
             )  # fmt: skip
         launch_doc: dict[str, Any] = {"argv": argv, "limits": enforced, "cwd": str(cwd)}
         launch_doc.update(run_as=run_as, user_cwd=user_cwd(launch))

@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import psutil
 
+from labhive.scheduler.executors import sandbox_mounts
 from labhive.scheduler.executors.base import NOT_STARTED
 from labhive.scheduler.executors.workdir import become
 
@@ -58,8 +59,8 @@ def _start(launch: dict[str, Any]) -> int:
 
 
 def _exec_command(launch: dict[str, Any]) -> NoReturn:
-    """In the forked child: default signal handling, the limits, the working directory, the
-    user, then the command."""
+    """In the forked child: default signal handling, the limits, the private mounts (see
+    ``sandbox_mounts``), the working directory, the user, umask 077, then the command."""
     try:
         for sig in _FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
@@ -68,13 +69,17 @@ def _exec_command(launch: dict[str, Any]) -> NoReturn:
             resource.setrlimit(getattr(resource, name), (value, value))
         for cgroup in filter(None, [limits.get("cgroup"), *limits.get("cgroups", ())]):
             Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
-        if launch.get("cwd"):
+        sandbox = limits.get("sandbox") or {}
+        sandbox_mounts.enter(sandbox)  # as root, in the cgroups: the tmpfs is charged there
+        if launch.get("cwd"):  # after the mounts: a work dir under /tmp is the one bound back
             os.chdir(launch["cwd"])  # as the service: the user may not traverse the path to it
         identity = launch.get("run_as") or {}
         if identity.get("separated"):
             become(int(identity["uid"]), int(identity["gid"]))
         if launch.get("user_cwd"):  # chosen by the user: entered as them, never as root
             enter_user_cwd(launch["user_cwd"])
+        os.umask(sandbox_mounts.TASK_UMASK)
+        os.environ.update(sandbox_mounts.task_env(sandbox))
         argv = launch["argv"]
         os.execvp(argv[0], argv)
     except BaseException as err:  # report why, then die like a shell that cannot exec
@@ -102,6 +107,8 @@ def enter_user_cwd(path: str) -> None:
             raise PermissionError(13, "Permission denied (cannot list it)")
     except OSError as err:
         why = err.strerror or str(err)
+        if any(Path(path).is_relative_to(p) for p in sandbox_mounts.PRIVATE_PATHS):
+            why += " (a task's /tmp and /dev/shm are its own, private: not the host's)"
         raise CwdRefused(
             f"cannot run in {path} as uid {os.getuid()}: {why}; submit from a directory this "
             "user can read, or choose one with --cwd (--no-cwd: a fresh work dir)"
