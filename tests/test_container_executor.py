@@ -69,9 +69,10 @@ def test_a_container_cannot_see_another_jobs_directory_or_the_data_dir(ex, tiny_
 
 def test_a_container_gets_the_tasks_environment_not_the_services(ex, tiny_image, monkeypatch):
     monkeypatch.setenv("SERVICE_ONLY_SECRET", "s3cret")
+    monkeypatch.setenv("PGPASSWORD", "pg-pass")
     code, _, out, _ = run(ex, "envs", "env", image=tiny_image, env={"JOB_LEVEL": "yes"})
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    assert code == 0 and "SERVICE_ONLY_SECRET" not in env
+    assert code == 0 and not {"SERVICE_ONLY_SECRET", "PGPASSWORD"} & set(env)
     assert (env["JOB_LEVEL"], env["PAI_JOB_NAME"], env["CUDA_VISIBLE_DEVICES"]) == (
         "yes",
         "envs",
@@ -189,3 +190,17 @@ def test_the_launch_record_says_what_the_container_enforces(ex, tiny_image):
     limits = handle.info["limits"]
     assert limits["memory"]["bytes"] == 64 << 20 and limits["cpu"]["cores"] == 0.5
     assert "rlimits" not in limits and "cgroup" not in limits  # podman itself runs unlimited
+
+
+def test_podman_itself_runs_on_the_allow_list_and_its_own_settings(ex, tiny_image, monkeypatch):
+    """podman runs as the service, around the container: it gets the kept variables, its
+    config and the task's variables (read by name), none of the service's secrets."""
+    monkeypatch.setenv("PGPASSWORD", "pg-pass")
+    (handle,) = ex.launch([task("podenv", "sleep 30", image=tiny_image)])
+    try:
+        raw = Path(f"/proc/{handle.info['pid']}/environ").read_bytes()
+    finally:
+        ex.stop([handle], grace_s=0)
+    names = {item.split(b"=", 1)[0].decode() for item in raw.split(b"\0") if b"=" in item}
+    assert "PGPASSWORD" not in names
+    assert {"PATH", "CONTAINERS_CONF", "PAI_JOB_NAME", "LABHIVE_JOB_ID"} <= names
