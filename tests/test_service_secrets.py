@@ -187,3 +187,19 @@ def test_the_url_variable_is_gone_from_the_environment_once_read() -> None:
     with pytest.raises(UserError, match="given twice"):
         database_from("other.db", environ=environ)
     assert DB_URL_ENV not in environ  # removed even when refused
+
+
+def test_the_hub_starts_the_service_with_its_token_in_the_environment_not_its_arguments(
+    tmp_path: Path,
+) -> None:
+    from traitlets.config import Config
+
+    from labhive.hub_extension.hubconfig import HubPlan, configure
+
+    token = "hub-service-token-6f1e"
+    c = Config()
+    configure(c, HubPlan(data_dir=str(tmp_path / "hub"), service_token=token))
+    (service,) = c.JupyterHub.services
+    assert not any(token in arg for arg in service["command"]), service["command"]
+    assert service["api_token"] == token  # JupyterHub hands it over as JUPYTERHUB_API_TOKEN
+    assert token not in json.dumps(service.get("environment", {}))
