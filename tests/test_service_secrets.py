@@ -179,6 +179,19 @@ def test_a_db_file_others_may_read_is_refused(tmp_path: Path) -> None:
         database_from(None, path, environ={})
 
 
+def test_an_unsupported_url_from_a_file_is_refused_without_showing_its_password(
+    tmp_path: Path,
+) -> None:
+    from labhive.scheduler.service.store import database_url
+
+    path = tmp_path / "db.url"
+    path.write_text("mysql://labhive:s3cret@db/x\n")
+    path.chmod(0o600)
+    with pytest.raises(UserError, match="unsupported --db") as refused:
+        database_url(database_from(None, path, environ={}), tmp_path)
+    assert "s3cret" not in str(refused.value) and "labhive:***@db" in str(refused.value)
+
+
 def test_the_url_variable_is_gone_from_the_environment_once_read() -> None:
     environ = {DB_URL_ENV: "postgresql://labhive:s3cret@db/x", "PATH": "/bin"}
     assert database_from(None, environ=environ) == "postgresql://labhive:s3cret@db/x"
