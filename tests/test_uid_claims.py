@@ -203,3 +203,12 @@ def test_a_service_that_does_not_switch_uids_claims_nothing(tmp_path: Path) -> N
     running.service.store.dispose()
     assert live_claims() == [uid_claims.Claim(str(tmp_path / "data"), 200000, 1_199_999)]
     assert os.environ["LABHIVE_STATE_DIR"] != str(uid_claims.DEFAULT_STATE_DIR)
+
+
+def test_a_range_that_holds_no_uid_or_runs_past_the_last_is_refused(store) -> None:
+    from labhive.scheduler.service.accounts import Accounts
+
+    with pytest.raises(UserError, match=r"--uid-count 0: .*at least one uid"):
+        Accounts(store, first_uid=500, count=0)
+    with pytest.raises(UserError, match=r"--first-uid 2147483000 --uid-count 1000: .*end by"):
+        Accounts(store, first_uid=2_147_483_000, count=1000)

@@ -141,8 +141,13 @@ class Accounts:
         count: int = DEFAULT_UID_COUNT,
         members: dict[str, Member] | None = None,
     ) -> None:
+        if count < 1:
+            raise UserError(f"--uid-count {count}: the uid range must hold at least one uid")
         if not 0 < first_uid <= _MAX_ID - count:
-            raise UserError(f"the uid range must start above 0 and end by {_MAX_ID}")
+            raise UserError(
+                f"--first-uid {first_uid} --uid-count {count}: the uid range must start above 0 "
+                f"and end by {_MAX_ID}"
+            )
         self.store = store
         self.configured = dict(configured or {})
         self.members = members
