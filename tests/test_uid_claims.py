@@ -212,3 +212,16 @@ def test_a_range_that_holds_no_uid_or_runs_past_the_last_is_refused(store) -> No
         Accounts(store, first_uid=500, count=0)
     with pytest.raises(UserError, match=r"--first-uid 2147483000 --uid-count 1000: .*end by"):
         Accounts(store, first_uid=2_147_483_000, count=1000)
+
+
+def test_labhive_up_hands_its_uid_range_to_the_service_it_starts(tmp_path: Path) -> None:
+    """A second hub on the host is told to pick another range: ``up`` must be able to."""
+    from labhive.hub_extension.hubconfig import HubPlan, service_command
+    from labhive.scheduler.cli import build_parser
+
+    args = build_parser().parse_args(["up", "--first-uid", "1200000", "--uid-count", "5000"])
+    plan = HubPlan(str(tmp_path), "t", first_uid=args.first_uid, uid_count=args.uid_count)
+    serve = build_parser().parse_args(service_command(plan)[3:])
+    assert (serve.first_uid, serve.uid_count) == (1_200_000, 5000)
+    default = build_parser().parse_args(service_command(HubPlan(str(tmp_path), "t"))[3:])
+    assert (default.first_uid, default.uid_count) == (200000, 1_000_000)

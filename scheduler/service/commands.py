@@ -42,6 +42,13 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="the course's data folder, LABHIVE_DATA in every server (make up: ../shared/data)",
     )
+    up.add_argument(
+        "--first-uid",
+        type=int,
+        help="the service's first allocated uid (labhive serve's default 200000): a second hub "
+        "on this host needs a range of its own",
+    )
+    up.add_argument("--uid-count", type=int, help="how many uids the range holds (1000000)")
     up.set_defaults(func=_up)
 
 
@@ -177,5 +184,5 @@ def _up(args: argparse.Namespace) -> int:
     return run_up(
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
         policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
-        course_data=args.course_data,
+        course_data=args.course_data, first_uid=args.first_uid, uid_count=args.uid_count,
     )  # fmt: skip
