@@ -152,7 +152,9 @@ def test_serve_refuses_a_password_on_its_command_line(tmp_path: Path, capsys) ->
         "postgresql://labhive:s3cret@db.example/labhive",
         "postgresql://labhive@db.example/labhive?password=s3cret",
     ):
-        code = main(["serve", "--db", db, "--data-dir", str(tmp_path / "data")])
+        # a missing cluster file: were --db taken, serve would stop there, not serve forever
+        argv = ["--data-dir", str(tmp_path / "data"), "--cluster", str(tmp_path / "none.yaml")]
+        code = main(["serve", "--db", db, *argv])
         said = capsys.readouterr().err
         assert code == 2 and "--db carries a password" in said, said
         assert "--db-file" in said and DB_URL_ENV in said
