@@ -82,6 +82,10 @@ class HubPlan:
     poll_interval: int = 30  # seconds between the hub's polls of each server (its job)
     grace_s: float = 10.0
     log_level: str = "INFO"
+    #: The service's uid range (``labhive serve --first-uid/--uid-count``; None: its defaults):
+    #: two hubs on one host need disjoint ones (the service refuses an overlap).
+    first_uid: int | None = None
+    uid_count: int | None = None
 
     def groups_members(self) -> list[str]:
         return sorted({name for users in self.groups.values() for name in users})
@@ -135,6 +139,10 @@ def service_command(plan: HubPlan) -> list[str]:
         cmd += ["--cluster", plan.cluster]
     if plan.stop_tasks_on_exit:
         cmd.append("--stop-tasks-on-exit")
+    if plan.first_uid is not None:
+        cmd += ["--first-uid", str(plan.first_uid)]
+    if plan.uid_count is not None:
+        cmd += ["--uid-count", str(plan.uid_count)]
     identity = os.environ.get("LABHIVE_TASK_IDENTITY")
     if identity:  # the hub passes managed services only the variables it names
         cmd += ["--task-identity", identity]

@@ -58,6 +58,8 @@ def prepare(
     admin: str = "admin",
     roster: Path | None = None,
     hub_config: Path | None = None,
+    first_uid: int | None = None,
+    uid_count: int | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -108,6 +110,8 @@ def prepare(
         policy=policy,
         authenticator=authenticator,
         admin_users=[admin],
+        first_uid=first_uid,
+        uid_count=uid_count,
         admin_password=keys["admin_password"],
         cleanup_servers=True,
         stop_tasks_on_exit=True,
@@ -422,11 +426,13 @@ def run_up(
     grants: Path | None, grace_s: float, course: Path | None = None,
     course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
     roster: Path | None = None, hub_config: Path | None = None,
+    first_uid: int | None = None, uid_count: int | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
         authenticator=authenticator, admin=admin, roster=roster, hub_config=hub_config,
+        first_uid=first_uid, uid_count=uid_count,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)
@@ -441,7 +447,7 @@ def run_up(
         wait_ready(plan, proc, log)
         token_file = admin_token(plan, keys["up_token"], data_dir.resolve() / "admin.token")
         print(banner(plan, keys, log, token_file), flush=True)
-        print(f"  tasks run as: {_tasks_run_as()}", flush=True)
+        print(f"  tasks run as: {_tasks_run_as(plan)}", flush=True)
         print(f"  GPU devices: {_gpu_devices()}", flush=True)
         proc.wait()
         print(f"JupyterHub exited (status {proc.returncode}); see {log}", file=sys.stderr)
@@ -455,11 +461,13 @@ def run_up(
         stop_group(proc, grace_s=grace_s + 20)
 
 
-def _tasks_run_as() -> str:
+def _tasks_run_as(plan: HubPlan) -> str:
     """Whom jobs and notebook servers run as (the trust model), as the service will say."""
     from labhive.scheduler.service.server import ServeOptions, tasks_run_as, unreachable_python
 
     opts = ServeOptions()
+    opts.first_uid = plan.first_uid if plan.first_uid is not None else opts.first_uid
+    opts.uid_count = plan.uid_count if plan.uid_count is not None else opts.uid_count
     problem = unreachable_python(opts)
     return tasks_run_as(opts) + (f"\n  WARNING: {problem}" if problem else "")
 

@@ -8,8 +8,12 @@ ratio), and is how new counterexamples get found (add them as explicit
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
+import pytest
 from hypothesis import settings
 
 # No deadline: CI shares 2 cores, and a slow example is not a wrong one (speed has benchmarks).
@@ -25,3 +29,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 # (tests/test_isolation_*.py) ask for per-user identities explicitly, with commands every uid
 # can run.
 os.environ.setdefault("LABHIVE_TASK_IDENTITY", "service")
+
+
+# The host's registry of uid ranges (scheduler/service/uid_claims.py) is /var/lib/labhive's: a
+# test's services claim theirs in a registry of the test's own instead, so that neither other
+# test runs on this machine nor earlier tests' data dirs (pytest keeps them) hold their ranges.
+_SESSION_STATE = tempfile.mkdtemp(prefix="labhive-state-")
+atexit.register(shutil.rmtree, _SESSION_STATE, True)
+os.environ.setdefault("LABHIVE_STATE_DIR", _SESSION_STATE)
+
+
+@pytest.fixture(autouse=True)
+def _own_uid_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    monkeypatch.setenv("LABHIVE_STATE_DIR", str(tmp_path_factory.mktemp("uid-registry")))

@@ -26,7 +26,8 @@ UID_A, UID_B = 200101, 200102
 PROBE = """
 import json, os, sys
 out = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
-       "home": os.environ.get("HOME"), "cwd": os.getcwd(), "tries": {}}
+       "home": os.environ.get("HOME"), "cwd": os.getcwd(), "env": sorted(os.environ),
+       "tries": {}}
 for label, how, path in json.loads(os.environ["PROBE_TARGETS"]):
     path = os.path.expanduser(path)  # "~/x": in the task's own work dir, by absolute path
     try:

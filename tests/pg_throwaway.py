@@ -41,16 +41,26 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 
 
 @contextmanager
-def throwaway_postgres(fsync: bool = False) -> Iterator[str]:
+def throwaway_postgres(fsync: bool = False, password: str | None = None) -> Iterator[str]:
     """A running server; yields its base URL (append /DBNAME). ``fsync=False`` trades crash
-    safety of the throwaway data for test speed."""
+    safety of the throwaway data for test speed. With ``password`` every connection must give
+    it (scram-sha-256, as a real deployment's server asks; the URL carries it), else anyone on
+    loopback is let in (trust)."""
     # Not under pytest's tmp_path: its parents are private to root, and the server runs as
     # the postgres user.
     root = Path(tempfile.mkdtemp(prefix="labhive-pg-"))
     data = root / "data"
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
-    initdb = [_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]
+    initdb = [_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8"]
+    if password is None:
+        initdb.append("--auth=trust")
+    else:
+        pwfile = root / "pwfile"
+        pwfile.write_text(password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, "postgres")
+        initdb += ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
     subprocess.run(_as_postgres(initdb), check=True, capture_output=True)
     port = free_port()
     cmd = [
@@ -63,7 +73,8 @@ def throwaway_postgres(fsync: bool = False) -> Iterator[str]:
     proc = subprocess.Popen(
         _as_postgres(cmd), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    url = f"postgresql://postgres@127.0.0.1:{port}"
+    who = "postgres" if password is None else f"postgres:{password}"
+    url = f"postgresql://{who}@127.0.0.1:{port}"
     try:
         _wait_ready(url, proc, root)
         yield url

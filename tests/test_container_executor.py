@@ -69,9 +69,10 @@ def test_a_container_cannot_see_another_jobs_directory_or_the_data_dir(ex, tiny_
 
 def test_a_container_gets_the_tasks_environment_not_the_services(ex, tiny_image, monkeypatch):
     monkeypatch.setenv("SERVICE_ONLY_SECRET", "s3cret")
+    monkeypatch.setenv("PGPASSWORD", "pg-pass")
     code, _, out, _ = run(ex, "envs", "env", image=tiny_image, env={"JOB_LEVEL": "yes"})
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    assert code == 0 and "SERVICE_ONLY_SECRET" not in env
+    assert code == 0 and not {"SERVICE_ONLY_SECRET", "PGPASSWORD"} & set(env)
     assert (env["JOB_LEVEL"], env["PAI_JOB_NAME"], env["CUDA_VISIBLE_DEVICES"]) == (
         "yes",
         "envs",
@@ -218,3 +219,17 @@ def test_an_nvidia_node_put_into_a_containers_mounts_cannot_be_opened(ex, tiny_i
     devices = handle.info["limits"]["devices"]
     assert devices["enforced"] and devices["by"].startswith("container"), devices
     assert devices["granted_gpus"] == []  # no /dev/nvidia1 on this host to hand over
+
+
+def test_podman_itself_runs_on_the_allow_list_and_its_own_settings(ex, tiny_image, monkeypatch):
+    """podman runs as the service, around the container: it gets the kept variables, its
+    config and the task's variables (read by name), none of the service's secrets."""
+    monkeypatch.setenv("PGPASSWORD", "pg-pass")
+    (handle,) = ex.launch([task("podenv", "sleep 30", image=tiny_image)])
+    try:
+        raw = Path(f"/proc/{handle.info['pid']}/environ").read_bytes()
+    finally:
+        ex.stop([handle], grace_s=0)
+    names = {item.split(b"=", 1)[0].decode() for item in raw.split(b"\0") if b"=" in item}
+    assert "PGPASSWORD" not in names
+    assert {"PATH", "CONTAINERS_CONF", "PAI_JOB_NAME", "LABHIVE_JOB_ID"} <= names

@@ -106,6 +106,26 @@ def test_a_users_notebook_home_and_launch_file_are_theirs_alone() -> None:
     }
 
 
+@needs_root
+def test_a_notebook_server_gets_the_hubs_variables_and_none_of_the_services(monkeypatch) -> None:
+    """The service (here in this process) was started with a database password and an admin's
+    secret: its server job gets neither, while the hub's token and URLs reach the server."""
+    for name, value in {"PGPASSWORD": "pg-pass", "ADMIN_CLOUD_SECRET": "cloud-key"}.items():
+        monkeypatch.setenv(name, value)
+    with open_tmp_dir() as tmp, isolated_service(tmp / "data") as live:
+        hub = tmp / "hub"
+        alice = spawner(live, hub, "alice", "alice-token-123", [])
+        try:
+            asyncio.run(_start(alice))
+            report = wait_until(lambda: _report(hub / "home" / "alice"), "alice's report", 30)
+        finally:
+            asyncio.run(alice.stop(now=True))
+    env = set(report["env"])
+    assert not {"PGPASSWORD", "ADMIN_CLOUD_SECRET", "LABHIVE_TOKEN"} & env
+    assert {"JUPYTERHUB_API_TOKEN", "JUPYTERHUB_SERVICE_URL", "LABHIVE_URL", "PROBE_TARGETS"} <= env
+    assert {"PAI_JOB_NAME", "LABHIVE_JOB_ID", "PATH", "HOME"} <= env
+
+
 def _report(home: Path) -> Any:
     try:
         return json.loads((home / "report.json").read_text())

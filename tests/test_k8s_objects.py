@@ -134,6 +134,20 @@ def test_virtual_gpus_request_no_device_and_host_numbering_stays_outside() -> No
     assert "subdomain" not in pod["spec"]
 
 
+def test_a_pod_gets_the_tasks_variables_and_nothing_of_the_services(monkeypatch) -> None:
+    """The service's environment (PGPASSWORD, an admin's secret, its PATH) stays out of pods:
+    a pod's variables are the task's, as for a local process, and the downward API's."""
+    monkeypatch.setenv("PGPASSWORD", "pg-pass")
+    monkeypatch.setenv("ADMIN_CLOUD_SECRET", "cloud-key")
+    tasks = openpai_tasks("horovod-pytorch-synthetic-benchmark.yaml")
+    for t in tasks:
+        pod = pod_manifest(t, PodOptions(namespace="x"), task_env(t, tasks, "svc"), service="svc")
+        names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+        assert not {"PGPASSWORD", "ADMIN_CLOUD_SECRET", "PATH", "HOME"} & names
+        assert names <= set(t.env) | {"PAI_CONTAINER_ID", "LABHIVE_JOB_ID", "LABHIVE_ATTEMPT",
+                                      "LABHIVE_NODE", "LABHIVE_GPUS", "LABHIVE_POD_IP"}  # fmt: skip
+
+
 texts = st.text(min_size=1, max_size=120)
 
 

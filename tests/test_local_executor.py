@@ -151,11 +151,19 @@ def test_a_relative_data_dir_works_from_the_tasks_own_directory(tmp_path, monkey
     assert out == str(tmp_path / "data" / "jobs" / "rel" / "0" / "worker-0" / "work")
 
 
-def test_the_services_credentials_do_not_reach_a_task(ex, monkeypatch):
-    monkeypatch.setenv("LABHIVE_TOKEN", "admin-secret")
-    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-secret")
-    monkeypatch.setenv("SOMETHING_ELSE", "kept")
-    (h,) = ex.launch([task("creds", "env")])
+def test_a_task_starts_from_the_allow_list_not_the_services_environment(ex, monkeypatch):
+    """The service's credentials and whatever else it was started with stay with it; the
+    task keeps PATH (the venv first), the locale and its own variables."""
+    for name, value in {
+        "LABHIVE_TOKEN": "admin-tok", "JUPYTERHUB_API_TOKEN": "hub-tok",
+        "PGPASSWORD": "pg-pass", "SOMETHING_ELSE": "admin-exported", "LANG": "C.UTF-8",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    (h,) = ex.launch([task("creds", "env -0")])
     wait_exits(ex, 1)
-    seen = ex.read_log(h, "stdout", 0, 1 << 20).decode()
-    assert "secret" not in seen and "SOMETHING_ELSE=kept" in seen
+    out = ex.read_log(h, "stdout", 0, 1 << 20).decode()
+    seen = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+    gone = {"LABHIVE_TOKEN", "JUPYTERHUB_API_TOKEN", "PGPASSWORD", "SOMETHING_ELSE"}
+    assert not gone & set(seen)
+    assert seen["LANG"] == "C.UTF-8" and seen["LABHIVE_JOB_ID"] == "creds"
+    assert seen["PATH"].split(":")[0] == str(Path(sys.executable).parent)

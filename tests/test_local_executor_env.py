@@ -105,3 +105,29 @@ def test_the_launch_builder_gives_every_task_its_own_devices_by_uuid():
     assert by_task["worker", 0].env["KEEP"] == "1"
     # node1 lists fewer devices than the placement names: plain indices, never a wrong device
     assert by_task["worker", 2].gpu_uuids == () and by_task["worker", 2].env["KEEP"] == "1"
+
+
+SERVICE_ENVIRON = {
+    "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_TIME": "de_DE.UTF-8", "TZ": "UTC",
+    "HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
+    "PGPASSWORD": "pg-pass", "LABHIVE_DB_URL": "postgresql://u:p@h/d", "AWS_SECRET_ACCESS_KEY": "k",
+    "LABHIVE_TOKEN": "t", "JUPYTERHUB_API_TOKEN": "t", "http_proxy": "http://u:p@proxy:3128",
+    "LD_PRELOAD": "/tmp/evil.so", "PYTHONPATH": "/srv/x",
+}  # fmt: skip
+
+
+def test_a_process_keeps_only_the_allow_listed_names_of_the_services_environment():
+    from labhive.scheduler.executors.env import process_env
+
+    env = process_env({"PAI_JOB_NAME": "bert"}, "/data/jobs/1/work", "alice", SERVICE_ENVIRON)
+    assert set(env) == {"PATH", "LANG", "LC_TIME", "TZ", "HOME", "USER", "LOGNAME", "PAI_JOB_NAME"}
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/data/jobs/1/work", "alice", "alice")
+    assert env["PATH"].endswith(":/usr/bin:/bin")  # the service's venv first
+
+
+def test_a_task_run_as_the_service_has_the_services_home_and_name():
+    from labhive.scheduler.executors.env import process_env
+
+    env = process_env({"PAI_JOB_NAME": "bert"}, environ=SERVICE_ENVIRON)
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/root", "root", "root")
+    assert "PGPASSWORD" not in env and "SHELL" not in env

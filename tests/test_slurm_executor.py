@@ -185,6 +185,21 @@ def test_a_task_runs_as_its_users_uid(executor: SlurmExecutor) -> None:
         subprocess.run(["groupdel", "lhslurmtest"], capture_output=True, check=False)
 
 
+def test_a_task_gets_the_allow_list_not_the_services_environment(
+    executor: SlurmExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sbatch passes its environment on to the job: the service's secrets must not be in it."""
+    for name, value in {"PGPASSWORD": "pg-pass", "ADMIN_CLOUD_SECRET": "cloud-key"}.items():
+        monkeypatch.setenv(name, value)
+    (launch,) = gang("107", {"dump": "env -0"}, {"dump": "n1"}, 0)
+    (handle,) = executor.launch([launch])
+    assert settle(executor, 1)["dump"].exit_code == 0
+    out = Path(handle.info["stdout"]).read_text()
+    seen = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+    assert not {"PGPASSWORD", "ADMIN_CLOUD_SECRET"} & set(seen)
+    assert seen["PAI_JOB_NAME"] == "job107" and seen["SLURM_JOB_ID"] and seen["PATH"]
+
+
 def test_an_unknown_uid_is_refused_with_what_to_do(executor: SlurmExecutor) -> None:
     (launch,) = gang("106", {"who": "id -u"}, {"who": "n1"}, 0)
     with pytest.raises(LaunchError, match="create that account"):

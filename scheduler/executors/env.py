@@ -10,11 +10,21 @@ carry a ``LABHIVE_`` prefix.
 compute it once, store it with the attempt, and hand it to any executor; only the choice of a
 free rendezvous port (``free_port``) touches the machine, and the service does it once per
 attempt.
+
+A task's process starts from an allow-list, never from the service's environment less a few
+names: ``process_env`` is the one place that says what it gets (``task_vars``, the platform's
+variables for the task, plus the few names of ``SERVICE_VARS_KEPT``), and every executor that
+starts a process uses it (local, bare and under podman; Slurm); a container or a pod gets
+``task_vars`` alone. Whatever else the service was started with (a database password in
+``PGPASSWORD``, a token an admin exported, cloud credentials, a proxy URL with a password in
+it) stays with the service: a task runs as its user, and what it can read, its user can.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -26,6 +36,14 @@ from labhive.scheduler.model import TaskPlacement
 #: Where a node is reached when the cluster config gives no address: every node of a local or
 #: virtual cluster is this machine.
 LOOPBACK = "127.0.0.1"
+
+#: What a task keeps of the service's own environment: where programs are found and how text
+#: and time are shown. Nothing here may ever carry a secret (docs/admin.md, "Trust model").
+SERVICE_VARS_KEPT = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
+SERVICE_VAR_PREFIXES_KEPT = ("LC_",)
+#: Who the process is: the task's user's when the task switches uid, else the service's own
+#: (then they name the same account).
+IDENTITY_VARS = ("HOME", "USER", "LOGNAME")
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -87,6 +105,55 @@ def launch_env(launch: TaskLaunch, host_ip: str = LOOPBACK) -> dict[str, str]:
         launch.key, launch.job_name, launch.node, launch.gpus, launch.gpu_uuids, launch.virtual,
         host_ip,
     )  # fmt: skip
+
+
+def task_vars(launch: TaskLaunch, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The platform's variables for one task: the launch's (job, role, rendezvous, as the
+    service built them), ``extra`` (an executor's own rendezvous), then its identity and GPUs.
+    All a container or a pod gets, and the part of a process's environment that is the task's."""
+    return {**launch.env, **(extra or {}), **launch_env(launch)}
+
+
+def kept_service_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of the service's environment (``SERVICE_VARS_KEPT``).
+
+    ``python`` in a task's command means the Python LabHive runs in (its virtualenv's ``bin``
+    comes first on PATH, as in an activated environment), not whatever else PATH names first:
+    a task that runs as its user's uid may not be able to execute that one at all (pyenv's
+    shims under root's private home answer "command not found", exit 127)."""
+    source = os.environ if environ is None else environ
+    env = {
+        k: v
+        for k, v in source.items()
+        if k in SERVICE_VARS_KEPT or k.startswith(SERVICE_VAR_PREFIXES_KEPT)
+    }
+    here = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if here and path.split(os.pathsep)[0] != here:
+        env["PATH"] = os.pathsep.join(p for p in (here, path) if p)
+    return env
+
+
+def process_env(
+    task: Mapping[str, str],
+    home: str | None = None,
+    user: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The whole environment a task's process starts with: the kept service variables, who
+    it is, then the task's own variables ``task`` (``task_vars``).
+
+    ``home``/``user``: the task's user's, when it runs as their uid; None when it runs as the
+    service's own user, whose ``HOME``/``USER``/``LOGNAME`` are then the task's too."""
+    source = os.environ if environ is None else environ
+    env = kept_service_env(source)
+    if home is None:
+        env.update({k: source[k] for k in IDENTITY_VARS if k in source})
+    else:
+        name = user or ""
+        env.update(HOME=home, USER=name, LOGNAME=name)
+    env.update(task)
+    return env
 
 
 def rendezvous_env(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
-from labhive.scheduler.executors.env import launch_env
+from labhive.scheduler.executors.env import task_vars
 
 DOMAIN = "labhive.io"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "labhive"}
@@ -132,13 +132,14 @@ def needs_service(gang: Sequence[TaskLaunch]) -> bool:
 
 
 def task_env(launch: TaskLaunch, gang: Sequence[TaskLaunch], service: str | None) -> dict[str, str]:
-    """The task's variables (``env.launch_env``, as for a local process) fitted to a pod.
+    """The task's variables (``env.task_vars``, as for a local process) fitted to a pod: a pod
+    gets only these, nothing of the service's own environment.
 
     A gang-mate's address is its DNS name ``<role>-<index>.<service>`` under the headless
     Service, not an IP known in advance, so ``PAI_HOST_IP_<role>_<index>`` and the rendezvous
     host ``MASTER_ADDR`` (the rank-0 task) are those names.
     """
-    env = {**launch.env, **launch_env(launch)}
+    env = task_vars(launch)
     for name in _HOST_ONLY_ENV:
         env.pop(name, None)
     env["PAI_CONTAINER_ID"] = pod_name(launch.key)

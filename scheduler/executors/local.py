@@ -43,7 +43,13 @@ from labhive.scheduler.executors.base import (
     TaskKey,
     TaskLaunch,
 )
-from labhive.scheduler.executors.env import LOOPBACK, free_port, launch_env, rendezvous_env
+from labhive.scheduler.executors.env import (
+    LOOPBACK,
+    free_port,
+    process_env,
+    rendezvous_env,
+    task_vars,
+)
 from labhive.scheduler.executors.supervise import (
     CANNOT_START,
     EXIT_FILE,
@@ -68,24 +74,17 @@ def user_shell() -> str:
     raise LaunchError("no shell found to run the command in: set SHELL to one")
 
 
-#: The service's own credentials, which a user's task must not inherit (it could act as them).
-PRIVATE_ENV = frozenset(
-    {"LABHIVE_TOKEN", "LABHIVE_TOKEN_FILE", "JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"}
-)
+#: What podman itself needs of the service's environment besides the kept variables and its
+#: identity (rootless podman keeps its state under the runtime dir and HOME); the container
+#: gets none of them: only the task's variables, by name (``container.prepare``).
+PODMAN_VARS = ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "TMPDIR")
 
 
-def inherited_env() -> dict[str, str]:
-    """The service's environment, less its credentials: what every task starts from.
-
-    ``python`` in a task's command means the Python LabHive runs in (its virtualenv's ``bin``
-    comes first on PATH, as in an activated environment), not whatever else PATH names first:
-    a task that runs as its user's uid may not be able to execute that one at all (pyenv's
-    shims under root's private home answer "command not found", exit 127)."""
-    env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
-    here = os.path.dirname(sys.executable)
-    path = env.get("PATH", "")
-    if here and path.split(os.pathsep)[0] != here:
-        env["PATH"] = os.pathsep.join(p for p in (here, path) if p)
+def podman_process_env(task: dict[str, str]) -> dict[str, str]:
+    """``podman run``'s environment: the allow-list as the service's own user (``env.py``),
+    what podman needs, and the task's variables (podman reads their values by name)."""
+    env = process_env(task)
+    env.update({k: os.environ[k] for k in PODMAN_VARS if k in os.environ})
     return env
 
 
@@ -171,15 +170,17 @@ class LocalExecutor:
             _retire(work)
         owner = workdir.run_as(launch.uid, launch.gid)
         cwd = workdir.prepare_task_dir(self.data_dir, work, owner)
-        env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
+        task_env = task_vars(launch, extra_env)  # an allow-list: see env.py
         run_as = owner.record()
         if launch.image:  # podman runs as the service; the container as the task's user
-            task_env = {**launch.env, **extra_env, **launch_env(launch)}
             argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
             enforced["sandbox"] = sandbox_mounts.CONTAINER
-            env.update(self._podman_env())
+            env = {**podman_process_env(task_env), **self._podman_env()}
             run_as = {**workdir.run_as(None, None).record(), "container_user": run_as}
         else:
+            # the service's $HOME is not theirs to use
+            home = str(cwd) if owner.switch else None
+            env = process_env(task_env, home, launch.user or str(owner.uid))
             argv = self._argv(launch, work, owner)
             enforced = limits.apply(
                 self.limit_support, launch.key, launch.cpu_max, launch.memory_max_mb,
@@ -192,9 +193,6 @@ class LocalExecutor:
         launch_doc: dict[str, Any] = {"argv": argv, "limits": enforced, "cwd": str(cwd)}
         launch_doc.update(run_as=run_as, user_cwd=user_cwd(launch))
         write_json_atomic(work / LAUNCH_FILE, launch_doc)
-        if owner.switch and not launch.image:  # the service's $HOME is not theirs to use
-            env.update(HOME=str(cwd), USER=launch.user or str(owner.uid))
-            env["LOGNAME"] = env["USER"]
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:

@@ -42,7 +42,7 @@ from labhive.scheduler.executors.base import (
     TaskKey,
     TaskLaunch,
 )
-from labhive.scheduler.executors.env import LOOPBACK
+from labhive.scheduler.executors.env import LOOPBACK, process_env
 from labhive.scheduler.executors.local import (
     HANDLE_FILE,
     STRACE_LOG,
@@ -168,13 +168,16 @@ class SlurmExecutor:
         first = tasks[0].key
         script = works[first].parent / f"slurm-{first.role}-{first.index}.sh"
         script.write_text(_batch_script(components, works))
-        argv = ["sbatch", "--parsable", f"--job-name=labhive-{first.job_id}-{first.attempt}"]
+        # sbatch hands its own environment to the job (--export=ALL): so it gets the tasks'
+        # allow-list as the service's own user, never the service's whole environment
+        argv = ["sbatch", "--parsable", "--export=ALL"]
+        argv.append(f"--job-name=labhive-{first.job_id}-{first.attempt}")
         argv += [f"--output={script.with_suffix('.out')}", *self._identity(tasks[0], works)]
         for i, component in enumerate(components):
             argv += ([":"] if i else []) + component.options(self.partition)
         argv.append(str(script))
         try:
-            slurm_id = self.slurm.run(argv).strip().split(";")[0]
+            slurm_id = self.slurm.run(argv, base=process_env({})).strip().split(";")[0]
         except SlurmError as err:
             raise LaunchError(_launch_advice(str(err), tasks[0])) from err
         handles = []
@@ -205,6 +208,9 @@ class SlurmExecutor:
         work.mkdir(parents=True, mode=0o700)
         work.chmod(0o700)  # its environment (tokens included) is for its user alone
         run = work / RUN_FILE
+        if launch.uid is not None and os.geteuid() == 0:  # the service's $HOME is not theirs
+            name = launch.user or str(launch.uid)
+            env = {**env, "HOME": str(work), "USER": name, "LOGNAME": name}
         run.write_text(_run_script(launch, env, work))
         run.chmod(0o600)
         if launch.uid is not None and os.geteuid() == 0:

@@ -33,14 +33,20 @@ class Slurm:
     timeout_s: float = 20.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
-    def env(self) -> dict[str, str]:
-        env = {**os.environ, **self.extra_env}
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A Slurm command's environment: ``base`` (the service's own by default), then this
+        cluster's settings. ``sbatch`` passes its environment on to the job's tasks, so it is
+        given the tasks' allow-list as ``base`` (``SlurmExecutor.launch``)."""
+        env = {**(os.environ if base is None else base), **self.extra_env}
         if self.conf:
             env["SLURM_CONF"] = self.conf
         return env
 
-    def run(self, argv: Sequence[str], stdin: str | None = None) -> str:
-        """Run a Slurm command; its stdout, or ``SlurmError`` saying what went wrong."""
+    def run(
+        self, argv: Sequence[str], stdin: str | None = None, base: Mapping[str, str] | None = None
+    ) -> str:
+        """Run a Slurm command; its stdout, or ``SlurmError`` saying what went wrong.
+        ``base``: the environment to start from instead of the service's (see ``env``)."""
         if shutil.which(argv[0]) is None:
             raise SlurmError(
                 f"{argv[0]} is not installed here: install Slurm's client commands "
@@ -49,7 +55,7 @@ class Slurm:
         try:
             done = subprocess.run(
                 list(argv), input=stdin, capture_output=True, text=True,
-                timeout=self.timeout_s, env=self.env(), check=False,
+                timeout=self.timeout_s, env=self.env(base), check=False,
             )  # fmt: skip
         except subprocess.TimeoutExpired as err:
             raise SlurmError(

@@ -141,8 +141,13 @@ class Accounts:
         count: int = DEFAULT_UID_COUNT,
         members: dict[str, Member] | None = None,
     ) -> None:
+        if count < 1:
+            raise UserError(f"--uid-count {count}: the uid range must hold at least one uid")
         if not 0 < first_uid <= _MAX_ID - count:
-            raise UserError(f"the uid range must start above 0 and end by {_MAX_ID}")
+            raise UserError(
+                f"--first-uid {first_uid} --uid-count {count}: the uid range must start above 0 "
+                f"and end by {_MAX_ID}"
+            )
         self.store = store
         self.configured = dict(configured or {})
         self.members = members
@@ -245,7 +250,8 @@ class Accounts:
                 uid += 1
             if uid > self.last_uid:
                 raise UserError(
-                    f"no uid left in {self.first_uid}-{self.last_uid}: widen --uid-range"
+                    f"no uid left in {self.first_uid}-{self.last_uid}: raise --uid-count (the "
+                    "range is claimed for this host at the next start: see uid_claims.py)"
                 )
             try:
                 with self.store.write() as conn:
@@ -260,6 +266,18 @@ class Accounts:
             if existing is not None:
                 return existing
         raise UserError(f"could not allocate a uid for account {account_id}: try again")
+
+    def claimed_span(self) -> tuple[int, int]:
+        """The uids this service hands out: its range, widened to every uid it allocated
+        before (under an earlier ``--first-uid``), which its users' files still carry."""
+        with self.store.read() as conn:
+            allocated = accounts.c.source == "allocated"
+            low, high = conn.execute(
+                select(func.min(accounts.c.uid), func.max(accounts.c.uid)).where(allocated)
+            ).one()
+        low = self.first_uid if low is None else min(low, self.first_uid)
+        high = self.last_uid if high is None else max(high, self.last_uid)
+        return low, high
 
     def filling(self, build: Callable[..., list[TaskLaunch]]) -> Callable[..., list[TaskLaunch]]:
         """Wrap a launch builder so that every task carries its owner's uid/gid."""

@@ -67,6 +67,13 @@ def register(subparsers: Any) -> None:
     up.add_argument(
         "--admin", default="admin", help="the admin's hub user name (default %(default)s)"
     )
+    up.add_argument(
+        "--first-uid",
+        type=int,
+        help="the service's first allocated uid (labhive serve's default 200000): a second hub "
+        "on this host needs a range of its own",
+    )
+    up.add_argument("--uid-count", type=int, help="how many uids the range holds (1000000)")
     up.set_defaults(func=_up)
     _hub_commands(subparsers)
 
@@ -107,7 +114,15 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=8765, help="port (default %(default)s)")
     parser.add_argument(
-        "--db", help="a SQLite path or postgresql://... (default: SQLite in the data dir)"
+        "--db",
+        help="a SQLite path or postgresql://USER@HOST/DB, without a password (every user can "
+        "read a command line): default SQLite in the data dir",
+    )
+    parser.add_argument(
+        "--db-file",
+        type=Path,
+        help="a file (mode 0600) holding the database URL, password included; or export "
+        "LABHIVE_DB_URL=URL (removed from the service's environment once read)",
     )
     parser.add_argument("--cluster", help="HiveD cluster config (default: this machine's GPUs)")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
@@ -163,7 +178,17 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         "user's uid/gid; service: every task as the service's own user (no separation)",
     )
     parser.add_argument(
-        "--first-uid", type=int, default=200000, help="allocated uids start here (200000)"
+        "--first-uid",
+        type=int,
+        default=200000,
+        help="allocated uids start here (200000); the range is claimed for this host, and a "
+        "second service whose range overlaps a live one's refuses to start",
+    )
+    parser.add_argument(
+        "--uid-count",
+        type=int,
+        default=1_000_000,
+        help="how many uids the range holds (1000000)",
     )
     k8s_serve.add_options(parser)
     slurm_serve.add_options(parser)
@@ -171,12 +196,13 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
 
 def _options(args: argparse.Namespace) -> Any:
     from labhive.scheduler.executors import k8s_serve, slurm_serve
+    from labhive.scheduler.service.db_source import database_from
     from labhive.scheduler.service.server import ServeOptions
 
     return ServeOptions(
         host=args.host,
         port=args.port,
-        db=args.db,
+        db=database_from(args.db, args.db_file),
         cluster=args.cluster,
         data_dir=args.data_dir,
         policy=args.policy,
@@ -192,6 +218,7 @@ def _options(args: argparse.Namespace) -> Any:
         executor_options={**k8s_serve.options_from(args), **slurm_serve.options_from(args)},
         task_identity=args.task_identity,
         first_uid=args.first_uid,
+        uid_count=args.uid_count,
     )
 
 
@@ -209,6 +236,7 @@ def _up(args: argparse.Namespace) -> int:
         policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
         course_data=args.course_data, authenticator=args.authenticator, admin=args.admin,
         roster=args.roster, hub_config=args.hub_config,
+        first_uid=args.first_uid, uid_count=args.uid_count,
     )  # fmt: skip
 
 

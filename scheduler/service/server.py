@@ -52,6 +52,7 @@ class ServeOptions:
         default_factory=lambda: os.environ.get("LABHIVE_TASK_IDENTITY", "users")
     )
     first_uid: int = 200000  # allocated uids start here (service/accounts.py)
+    uid_count: int = 1_000_000  # ... and end before first_uid + uid_count (claimed per host)
 
 
 @dataclass
@@ -182,8 +183,14 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     with secure_sqlite(store):
         store.migrate()
     members = load_members(opts.users) if opts.auth == "token" else None
-    accounts = Accounts(store, load_configured(opts.users), opts.first_uid, members=members)
+    accounts = Accounts(
+        store, load_configured(opts.users), opts.first_uid, opts.uid_count, members=members
+    )
     accounts.sync()
+    if separates_users(opts):  # before any task is launched or adopted under those uids
+        from labhive.scheduler.service import uid_claims
+
+        uid_claims.claim(data_dir, *accounts.claimed_span())
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
     auth: Any
@@ -268,11 +275,20 @@ def unreachable_python(opts: ServeOptions) -> str:
     return ""
 
 
+def separates_users(opts: ServeOptions) -> bool:
+    """Whether tasks run as their users' own uids (else all as the service's)."""
+    return opts.task_identity == "users" and os.geteuid() == 0
+
+
 def tasks_run_as(opts: ServeOptions) -> str:
     """Whom tasks run as, in words for the start-up banner and log (the trust model)."""
     me = os.geteuid()
-    if opts.task_identity == "users" and me == 0:
-        return f"each user's own uid/gid (configured, or allocated from {opts.first_uid})"
+    if separates_users(opts):
+        last = opts.first_uid + opts.uid_count - 1
+        return (
+            f"each user's own uid/gid (configured, or allocated from {opts.first_uid}-{last}, "
+            "claimed for this host)"
+        )
     why = (
         "--task-identity service was chosen"
         if opts.task_identity != "users"

@@ -39,6 +39,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError
 
 from labhive.scheduler.errors import UserError
 
@@ -212,7 +213,18 @@ def database_url(db: str | None, data_dir: Path) -> str:
         return db
     if "://" not in db:  # a plain path means a SQLite file
         return f"sqlite:///{Path(db).resolve()}"
-    raise UserError(f"unsupported --db {db!r}: use a file path, sqlite:///PATH or postgresql://...")
+    raise UserError(
+        f"unsupported --db {_masked(db)!r}: use a file path, sqlite:///PATH or postgresql://..."
+    )
+
+
+def _masked(db: str) -> str:
+    """A database URL fit for an error message: its password (from --db-file or the
+    environment) replaced by stars."""
+    try:
+        return make_url(db).render_as_string(hide_password=True)
+    except ArgumentError:
+        return db.split("://", 1)[0] + "://..." if "@" in db else db
 
 
 class Store:
