@@ -19,7 +19,7 @@ from labhive.scheduler.executors.base import TaskHandle
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
-from labhive.scheduler.service.auth import Forbidden, Identity
+from labhive.scheduler.service.auth import Identity
 from labhive.scheduler.service.monitoring import JobGpusOut
 from labhive.scheduler.service.policy_port import task_key
 from labhive.scheduler.service.responses import encodable
@@ -188,13 +188,20 @@ def register(app: FastAPI, svc: Service) -> None:
 
 
 def _owned(conn: Connection, job_id: int, me: Identity) -> q.JobRow:
-    """The job ``job_id`` if ``me`` may see it; a 404 or a 403 that says why otherwise."""
+    """The job ``job_id`` if ``me`` may see it, else one 404 whether it is someone else's or
+    does not exist: a 403 for another user's job told anyone which ids exist (and so how
+    busy others are, and when they submit). Admins see every job."""
     row = q.job(conn, job_id)
-    if row is None:
-        raise NotFound(f"no job {job_id}")
-    if not me.owns(row["owner_id"]):
-        raise Forbidden(f"job {job_id} belongs to another user; you see only its queue entry")
+    if row is None or not me.owns(row["owner_id"]):
+        raise NotFound(not_found(job_id, me))
     return row
+
+
+def not_found(job_id: int, me: Identity) -> str:
+    """The one answer for a job that is missing or not the caller's."""
+    if me.admin:
+        return f"no job {job_id}"
+    return f"no job {job_id} of yours: you see only your own jobs (others' in the queue)"
 
 
 def _job_out(
