@@ -40,15 +40,15 @@ CLUSTER = ROOT / "tests" / "data" / "cluster-2x4.yaml"  # the chaos test's clust
 
 
 @contextmanager
-def service(tmp: Path, db: str | None) -> Iterator[tuple[int, str, int]]:
+def service(tmp: Path, db: str | None, *more: str) -> Iterator[tuple[int, str, int]]:
     """The service on ``tmp``; on the way out, however the run ends, it is stopped and every
     job process it started is gone (checked: ``_no_leftovers``).
 
     ``--stop-tasks-on-exit``: the service's stop ends the job processes it runs and waits for
     them (by default they run on for the next start to re-adopt). Cancelling the running jobs
     first, as this benchmark once did, only let the next waiting ones start: it left 8
-    ``sleep 3600`` running, as the tasks' uid, after every run."""
-    args = ["--grace-s", "1", "--stop-tasks-on-exit", *(["--db", db] if db else [])]
+    ``sleep 3600`` running, as the tasks' uid, after every run. ``more``: further options."""
+    args = ["--grace-s", "1", "--stop-tasks-on-exit", *(["--db", db] if db else []), *more]
     pid: int | None = None
     try:
         with serve_process(tmp, CLUSTER, *args, stop_timeout_s=60) as served:
