@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy import func, select
 
 from labhive.scheduler.jobs import SpecError, parse_job
+from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.routing import PREFIX
 from labhive.scheduler.service.store import jobs
 
@@ -81,6 +83,24 @@ def test_a_job_nested_a_few_hundred_deep_is_refused_not_stored_to_break_its_page
     assert r.status_code == 400, r.text
     assert "more than 32 levels deep" in r.json()["detail"]
     assert stored_jobs(live_sqlite) == 0
+
+
+def test_a_job_stored_deep_before_the_bound_still_reads(live_sqlite) -> None:
+    """A store may hold such a job from before the bound: its page is a 200 that says why its
+    spec is not shown, not a 500 on every read."""
+    deep: dict = {}
+    inner = deep
+    for _ in range(500):
+        inner["a"] = inner = {}
+    old = lc.NewJob(
+        name="old", user="admin", vc="vc1", priority=10, retries=0, task_count=1, gpus=1,
+        spec={"name": "old", "command": "true", "extras": deep}, owner_id=None,
+    )  # fmt: skip
+    with live_sqlite.running.service.store.write() as conn:
+        (job_id,) = lc.submit_many(conn, [old], time.time())
+    r = httpx.get(f"{live_sqlite.url}/jobs/{job_id}", headers=auth(live_sqlite.admin), timeout=60)
+    assert r.status_code == 200, r.text
+    assert "more than 32 levels deep" in r.json()["spec"]["labhive"]
 
 
 def test_an_openpai_job_of_ordinary_depth_is_still_accepted(live_sqlite) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from fastapi import FastAPI, Query
 from sqlalchemy.engine import Connection
@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import TaskHandle
+from labhive.scheduler.service import json_body
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
@@ -204,6 +205,16 @@ def not_found(job_id: int, me: Identity) -> str:
     return f"no job {job_id} of yours: you see only your own jobs (others' in the queue)"
 
 
+def _showable(row: q.JobRow) -> q.JobRow:
+    """``row`` with a spec its answer can hold: one stored before bodies were bounded may nest
+    hundreds of levels deep, and building the answer recursed past Python's limit (a 500 on
+    every later read of the job)."""
+    if json_body.deeper_than(row["spec"], json_body.MAX_DEPTH):
+        unshown = f"not shown: this spec nests more than {json_body.MAX_DEPTH} levels deep"
+        row = {**row, "spec": {"name": row["name"], "labhive": unshown}}
+    return cast(q.JobRow, encodable(row))
+
+
 def _job_out(
     row: q.JobRow,
     loop: SchedulerLoop | None = None,
@@ -211,7 +222,7 @@ def _job_out(
     with_spec: bool = False,
 ) -> s.JobOut:
     if with_spec:  # names in a spec stored before intake checked them may not encode
-        row, task_rows = encodable(row), encodable(task_rows)
+        row, task_rows = _showable(row), encodable(task_rows)
     shown = s.JobOut.model_fields.keys() - {"tasks", "spec"}
     out = s.JobOut(
         **{k: v for k, v in q.columns(row).items() if k in shown},
