@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -28,7 +29,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,20 +40,48 @@ CLUSTER = ROOT / "tests" / "data" / "cluster-2x4.yaml"  # the chaos test's clust
 
 
 @contextmanager
-def service(tmp: Path, db: str | None) -> Iterator[tuple[int, str, int]]:
-    args = ["--grace-s", "1", *(["--db", db] if db else [])]
-    with serve_process(tmp, CLUSTER, *args, stop_timeout_s=30) as served:
-        token = (tmp / "data" / "admin.token").read_text().strip()
-        try:
-            yield served.port, token, served.proc.pid
-        finally:
-            _cancel_running(served.url, token)
+def service(tmp: Path, db: str | None, *more: str) -> Iterator[tuple[int, str, int]]:
+    """The service on ``tmp``; on the way out, however the run ends, it is stopped and every
+    job process it started is gone (checked: ``_no_leftovers``).
+
+    ``--stop-tasks-on-exit``: the service's stop ends the job processes it runs and waits for
+    them (by default they run on for the next start to re-adopt). Cancelling the running jobs
+    first, as this benchmark once did, only let the next waiting ones start: it left 8
+    ``sleep 3600`` running, as the tasks' uid, after every run. ``more``: further options."""
+    args = ["--grace-s", "1", "--stop-tasks-on-exit", *(["--db", db] if db else []), *more]
+    pid: int | None = None
+    try:
+        with serve_process(tmp, CLUSTER, *args, stop_timeout_s=60) as served:
+            pid = served.proc.pid
+            token = (tmp / "data" / "admin.token").read_text().strip()
+            yield served.port, token, pid
+    finally:
+        _no_leftovers(tmp, pid)
 
 
-def _cancel_running(url: str, token: str) -> None:
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
-        for job in http.get("/jobs", params={"state": "RUNNING"}).json()["jobs"]:
-            http.post(f"/jobs/{job['id']}/cancel")
+def _no_leftovers(tmp: Path, service_pid: int | None) -> None:
+    """Kill what outlived the service (it, if its stop timed out; job supervisors and tasks,
+    found by their work directory under ``tmp``) and fail the run if there was any."""
+    left = [p for p in psutil.process_iter(["pid", "cmdline", "cwd"]) if _ours(p, tmp)]
+    if service_pid is not None and psutil.pid_exists(service_pid):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            left.append(psutil.Process(service_pid))
+    if not left:
+        return
+    for proc in left:  # a psutil handle checks the pid is still that process before signalling
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(left, timeout=10)
+    shown = ", ".join(f"{p.pid} {' '.join(p.info.get('cmdline') or [])[:60]}" for p in left)
+    raise RuntimeError(f"the benchmark left {len(left)} processes running (killed): {shown}")
+
+
+def _ours(proc: psutil.Process, tmp: Path) -> bool:
+    """A process of this run: its working directory or its command line is under ``tmp``."""
+    where = str(tmp)
+    cwd = proc.info.get("cwd") or ""
+    cmdline = proc.info.get("cmdline") or []
+    return cwd.startswith(where) or any(where in arg for arg in cmdline)
 
 
 async def client(port: int, token: str, stop_at: float, latencies: list[float], errors: list):

@@ -401,8 +401,14 @@ class Client:
 
     # ---- the cluster --------------------------------------------------------------------
 
-    def queue(self, vc: str | None = None) -> dict[str, Any]:
-        return dict(self._get("/queue", vc=vc))
+    def queue(
+        self, vc: str | None = None, limit: int | None = None, offset: int | None = None
+    ) -> dict[str, Any]:
+        """One page of the queue: your active jobs as rows (``running``, ``waiting``; an
+        admin's: everyone's), others' as counts per VC (``others``), ``total`` rows in all and
+        the ``next_offset`` to ask for (None: no more). ``limit``: rows a page (service
+        default 100, at most 1000)."""
+        return dict(self._get("/queue", vc=vc, limit=limit, offset=offset))
 
     def cluster(self) -> dict[str, Any]:
         return dict(self._get("/cluster"))

@@ -88,8 +88,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("id")
     p.set_defaults(func=_cancel)
 
-    p = _add(subparsers, "queue", "the queue per VC (others' jobs as position, VC and size)")
+    p = _add(subparsers, "queue", "the queue per VC: your jobs, and others' as counts")
     p.add_argument("--vc")
+    p.add_argument("--limit", type=int, help="jobs a page (default 100, at most 1000)")
+    p.add_argument("--offset", type=int, help="skip this many of your jobs (the next page)")
     p.set_defaults(func=_queue)
 
     p = _add(subparsers, "cluster", "nodes, GPUs and VCs (or: from-slurm, a config from Slurm)")
@@ -405,12 +407,14 @@ def _cancel(args: argparse.Namespace) -> int:
 
 @_guard
 def _queue(args: argparse.Namespace) -> int:
-    q = _client(args).queue(vc=args.vc)
+    q = _client(args).queue(vc=args.vc, limit=args.limit, offset=args.offset)
     if args.json:
         _print_json(q)
         return 0
-    print(table(("VC", "GUARANTEED", "USED", "OPPORTUNISTIC", "WAITING"), [
-        (v["name"], v["guaranteed_gpus"], v["used_gpus"], v["opportunistic_gpus"], v["waiting"])
+    others = q.get("others") or {}
+    print(table(("VC", "GUARANTEED", "USED", "OPPORTUNISTIC", "WAITING", "OTHERS' JOBS"), [
+        (v["name"], v["guaranteed_gpus"], v["used_gpus"], v["opportunistic_gpus"], v["waiting"],
+         _others(others.get(v["name"])))
         for v in q["vcs"].values()
     ]))  # fmt: skip
     entries = q["running"] + q["waiting"]
@@ -418,10 +422,21 @@ def _queue(args: argparse.Namespace) -> int:
         print()
         print(table(("POS", "VC", "STATE", "GPUS", "TASKS", "PRIO", "JOB", "STARTS"), [
             (e["position"], e["vc"], e["state"], e["gpus"], e["tasks"], e["priority"],
-             f"{e['id']} {e['name']}" if e["mine"] else "(another user's)", _starts(e))
+             f"{e['id']} {e['name']}", _starts(e))
             for e in entries
         ]))  # fmt: skip
+    if q.get("next_offset") is not None:
+        shown = q["offset"] + len(entries)
+        print(f"\n{shown} of {q['total']} jobs shown; more: --offset {q['next_offset']}")
     return 0
+
+
+def _others(counts: dict[str, Any] | None) -> str:
+    """Other users' jobs in a VC, as the service gives them: counts, never whose."""
+    if not counts:
+        return "-"
+    running, gpus, waiting = counts["running"], counts["running_gpus"], counts["waiting"]
+    return f"{running} running ({gpus} GPUs), {waiting} waiting"
 
 
 def _cluster_from_slurm(args: argparse.Namespace) -> int:

@@ -26,6 +26,10 @@ PRIORITY_CLASSES: dict[str, int] = {"crit": 120, "prod": 100, "test": 10, "oppo"
 OPPORTUNISTIC = -1
 #: Guaranteed priorities lie in this closed range.
 MIN_GUARANTEED, MAX_GUARANTEED = 0, 1000
+#: What a task may run under (``observe``; OpenPAI: ``extras.observe``). Checked here, at
+#: intake: the executors launch only these (``executors/local.py::_argv``), and a job that
+#: names anything else was accepted, then failed at launch with exit 127.
+OBSERVATIONS = ("strace",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +294,20 @@ def _str(
     return text
 
 
+def _observe(data: dict[str, Any], where: _Where, path: str) -> str | None:
+    """One of ``OBSERVATIONS`` or None: a choice, not a free string (it picks what runs)."""
+    value: str | None = _str(data, "observe", where, path)
+    if value is not None and value not in OBSERVATIONS:
+        raise where.error(
+            path,
+            data,
+            f"unknown observation {_show(value)}; the choices are "
+            f"{', '.join(OBSERVATIONS)} (or leave it out to run the task as it is)",
+            "observe",
+        )
+    return value
+
+
 def _priority(data: dict[str, Any], key: str, where: _Where, path: str, default: Any) -> int:
     try:
         return parse_priority(data.get(key, default))
@@ -350,7 +368,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         lazy_preemption=_flag(data, "lazy_preemption", where, "lazy_preemption", False),
         user=_str(data, "user", where, "user"),
         image=_str(data, "image", where, "image"),
-        observe=_str(data, "observe", where, "observe"),
+        observe=_observe(data, where, "observe"),
         time_limit=_time_limit(data, "time_limit", where, "time_limit"),
         cwd=_cwd(data, "cwd", where, "cwd"),
         raw=dict(data),
@@ -561,7 +579,7 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
             False,
         ),
         image=None if first_image is None else str(first_image),
-        observe=_str(extras, "observe", where, "extras.observe"),  # e.g. strace (local executor)
+        observe=_observe(extras, where, "extras.observe"),  # e.g. strace (local executor)
         time_limit=_time_limit(labhive, "timeLimit", where, "extras.labhive.timeLimit"),
         cwd=_cwd(labhive, "cwd", where, "extras.labhive.cwd"),
         raw=dict(data),

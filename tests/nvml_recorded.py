@@ -30,6 +30,17 @@ def load_h100() -> dict[str, Any]:
     return json.loads(H100.read_text())
 
 
+def nvml_loads() -> bool:
+    """Whether the real NVML library loads here (a GPU host): tests that need a machine
+    without the driver, and cannot fake one (a subprocess), skip there."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
 class _Handle:
     def __init__(self, index: int) -> None:
         self.index = index

@@ -1,10 +1,11 @@
 """Given a real H100 reading (replayed through pynvml's calls), expect the sampler's readings in
 dcgm-exporter's units, every unreadable field reported on its own, and no reading at all on a
-machine without a driver (this one)."""
+machine without a driver (its library's load made to fail, so the test holds on GPU hosts too)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from nvml_recorded import RecordedNVML, load_h100
@@ -121,8 +122,53 @@ def test_xid_events_and_ecc_counters() -> None:
     sampler.close()
 
 
+def without_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real pynvml on a machine without the driver, wherever the tests run: its loader's
+    dlopen of libnvidia-ml fails as it does when no driver is installed (on a GPU host the test
+    used to load the real library, sample, and fail). Other libraries load as usual."""
+    import ctypes
+
+    import pynvml
+
+    real = ctypes.CDLL
+
+    def dlopen(name: str, *args: Any, **kw: Any) -> ctypes.CDLL:
+        if "nvidia-ml" in str(name) or "nvml" in str(name):
+            raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(pynvml, "nvmlLib", None)  # as if not loaded yet in this process
+    monkeypatch.setattr(pynvml, "CDLL", dlopen)
+
+
+@pytest.fixture
+def no_nvidia_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    without_driver(monkeypatch)
+
+
+class _DriverPresent:
+    """What dlopen gives on a GPU host, as far as ``nvmlInit`` asks: every call succeeds."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: 0  # NVML_SUCCESS
+
+
+def test_the_no_driver_test_holds_on_a_gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a host where libnvidia-ml loads (the test used to assume none did), expect the
+    fake to take the driver away all the same."""
+    import pynvml
+
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "CDLL", lambda name, *a, **kw: _DriverPresent())
+    assert Sampler(hostname="gpu-box").start() is True  # a GPU host: the sampler starts
+    without_driver(monkeypatch)
+    sampler = Sampler(hostname="gpu-box")
+    assert sampler.start() is False and "no NVIDIA driver" in sampler.why_unavailable
+
+
+@pytest.mark.usefixtures("no_nvidia_driver")
 def test_no_driver_is_said_once_and_gives_no_readings(caplog: pytest.LogCaptureFixture) -> None:
-    """This machine has no NVIDIA driver: the real pynvml fails to load libnvidia-ml."""
+    """A machine without an NVIDIA driver: the real pynvml fails to load libnvidia-ml."""
     sampler = Sampler(hostname="cpu-box")
     with caplog.at_level(logging.INFO):
         assert sampler.sample() is None

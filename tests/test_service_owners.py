@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from service_fixtures import live_service
 from waiting import wait_until
 
-from labhive.scheduler.client import PermissionDenied
+from labhive.scheduler.client import NotFoundError
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.accounts import Accounts, Member, fingerprint
@@ -47,7 +47,7 @@ def shut_out(client, job_id: int) -> None:
     """``client`` can neither see, nor read the logs of, nor cancel the job, and the queue,
     GPU and cluster views show it as someone else's."""
     for act in (client.job, client.logs, client.cancel):
-        with pytest.raises(PermissionDenied, match="another user"):
+        with pytest.raises(NotFoundError, match=f"no job {job_id} of yours"):
             act(job_id)
     assert job_id not in [j.id for j in client.jobs()]
     queue = client.queue()

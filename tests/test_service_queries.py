@@ -60,7 +60,7 @@ def test_job_list_filters_newest_first(store: Store) -> None:
     assert names(q.JobFilter(limit=1, offset=1)) == ["j2"]
 
 
-def test_events_tasks_and_active_jobs(store: Store) -> None:
+def test_events_tasks_and_active_job_ids(store: Store) -> None:
     with store.read() as conn:
         events = q.job_events(conn, 1)
         assert [(e["from_state"], e["to_state"], e["attempt"]) for e in events] == [
@@ -68,10 +68,34 @@ def test_events_tasks_and_active_jobs(store: Store) -> None:
         ]
         assert q.attempt_tasks(conn, 1, 1) == [] and q.job_tasks(conn, 1) == []
         assert q.last_attempt(conn, 1) is None
-        active = q.active_jobs(conn)
-        assert sorted(active) == [1, 2, 3]
-        assert active[2] == {
-            "id": 2, "user": "bob", "owner_id": 2, "name": "j2", "gpus": 1, "task_count": 1
-        }  # fmt: skip
         assert q.active_job_ids(conn, 1) == {1, 3}
         assert q.active_job_ids(conn, 7) == set()
+
+
+def test_a_queue_page_holds_the_callers_jobs_and_counts_the_others(store: Store) -> None:
+    """Given ann's j1 (VC a) and j3 (VC b) and bob's j2 (VC b): ann's page holds her two, an
+    admin's (no owner) all three, a page is cut where asked, and bob's jobs reach ann only as
+    counts per VC."""
+    with store.read() as conn:
+        rows, total = q.queue_page(conn, q.QueueFilter(owner_id=1))
+        assert ([r["name"] for r in rows], total) == (["j1", "j3"], 2)
+        rows, total = q.queue_page(conn, q.QueueFilter(owner_id=None, limit=2, offset=1))
+        assert ([r["name"] for r in rows], total) == (["j2", "j3"], 3)
+        rows, total = q.queue_page(conn, q.QueueFilter(owner_id=1, vc="b"))
+        assert ([r["name"] for r in rows], total) == (["j3"], 1)
+        assert rows[0] == {
+            "id": 3, "user": "ann", "owner_id": 1, "name": "j3", "gpus": 1, "task_count": 1
+        }  # fmt: skip
+        assert q.waiting_by_vc(conn, 1) == {"a": 1, "b": 1}
+        assert q.waiting_by_vc(conn, 2) == {"b": 1}
+        assert q.others_running(conn, 1, None) == []  # nothing runs yet
+    with store.write() as conn:  # bob's j2 starts (no tasks: the counts read the job's row)
+        row = q.job(conn, 2)
+        assert row is not None
+        lc.start(conn, row, [], opportunistic=False, t=6.0)
+    with store.read() as conn:
+        assert q.others_running(conn, 1, None) == [{"vc": "b", "jobs": 1, "gpus": 1}]
+        assert q.others_running(conn, 1, "a") == [] and q.others_running(conn, 2, None) == []
+        assert q.waiting_by_vc(conn, 2) == {}
+        rows, total = q.queue_page(conn, q.QueueFilter(owner_id=None))
+        assert ([r["name"] for r in rows], total) == (["j2", "j1", "j3"], 3)  # running first

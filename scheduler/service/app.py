@@ -15,32 +15,34 @@ loop: the handler never waits for scheduling. Every user mistake becomes a 4xx w
 from __future__ import annotations
 
 import email.message
-import json
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from labhive import __version__
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.model import SpecRejected
-from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import (
+    json_body,
     routes_cluster,
     routes_jobs,
     routes_me,
     routes_public,
     routes_queue,
 )
+from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import AuthError, Forbidden
 from labhive.scheduler.service.context import Service
@@ -106,7 +108,9 @@ async def _job_request(request: Request) -> s.JobRequest:
         subtype == "json" or subtype.endswith("+json")
     ):
         try:
-            doc = json.loads(raw)
+            doc = json_body.loads(raw)
+        except json_body.TooDeep:
+            raise
         except ValueError as err:  # JSONDecodeError, or bytes that are no UTF-8/16/32
             problem = {"type": "json_invalid", "loc": (), "msg": "JSON decode error"}
             raise _body_invalid([problem]) from err
@@ -219,19 +223,32 @@ def _incident(status: int, detail: str, err: BaseException) -> JSONResponse:
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         problems = err.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
             return _error(
                 400, "malformed JSON body: send one JSON object (Content-Type: application/json)"
             )
         if any(tuple(p.get("loc", ())) == ("body",) for p in problems):
-            return _error(422, "invalid request: the body must be one JSON object (a job)")
+            what = " (a job)" if request.url.path == PREFIX + "/jobs" else ""
+            return _error(422, f"invalid request: the body must be one JSON object{what}")
         text = "; ".join(
             f"{'.'.join(str(x) for x in p.get('loc', ()) if x != 'body') or 'body'}: {p.get('msg')}"
             for p in problems[:10]
         )
         return _error(422, f"invalid request: {text}")
+
+    @app.exception_handler(json_body.TooDeep)
+    async def _too_deep(_: Request, err: json_body.TooDeep) -> JSONResponse:
+        return _error(400, str(err))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException) -> Response:
+        # FastAPI reads the other routes' bodies itself and answers a RecursionError of its
+        # JSON decoder with a vague 400: say what is wrong, as the submission does.
+        if isinstance(err.__cause__, RecursionError):
+            return _error(400, json_body.TOO_DEEP)
+        return await http_exception_handler(request, err)
 
     @app.exception_handler(AuthError)
     async def _unauthorized(_: Request, err: AuthError) -> JSONResponse:

@@ -212,10 +212,16 @@ class TokenAuthenticator:
     #: Answers from memory, never waits on I/O: the API asks it on the event loop (app._who).
     blocking = False
 
-    def __init__(self, admin_token: str, users: dict[str, Identity], token_file: Path) -> None:
+    #: Where to get a token, for every 401. No file system path: a 401 answers anyone, and the
+    #: admin token's location is the operator's to know (``labhive serve`` prints it).
+    HINT = "log in through the hub or pass a token: see docs/service.md"
+
+    def __init__(
+        self, admin_token: str, users: dict[str, Identity], token_file: Path | None = None
+    ) -> None:
+        """``token_file`` is accepted for the callers that name it; no answer shows it."""
         self._admin_token = admin_token
         self._users = users
-        self._hint = f"the admin token is in {token_file}"
 
     def identify(self, request: Any) -> Identity:
         return self.identify_header(request.headers.get("authorization"))
@@ -223,7 +229,7 @@ class TokenAuthenticator:
     def identify_header(self, authorization: str | None) -> Identity:
         if not authorization:
             raise AuthError(
-                f"missing bearer token: send 'Authorization: Bearer TOKEN' ({self._hint})"
+                f"missing bearer token: send 'Authorization: Bearer TOKEN' ({self.HINT})"
             )
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
@@ -234,4 +240,4 @@ class TokenAuthenticator:
         for known, identity in self._users.items():
             if hmac.compare_digest(token.encode(), known.encode()):
                 return identity
-        raise AuthError(f"invalid token ({self._hint}; users get theirs from the admin)")
+        raise AuthError(f"invalid token ({self.HINT}; users get theirs from the admin)")

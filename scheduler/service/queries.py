@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.service import lifecycle as lc
@@ -165,12 +165,82 @@ def job_events(conn: Connection, job_id: int) -> list[EventRow]:
     return [cast(EventRow, dict(r)) for r in conn.execute(query).mappings()]
 
 
-def active_jobs(conn: Connection) -> dict[int, QueueRow]:
-    """The waiting and running jobs by id, with the columns the queue shows."""
-    query = select(
-        jobs.c.id, jobs.c.user, jobs.c.owner_id, jobs.c.name, jobs.c.gpus, jobs.c.task_count
-    ).where(jobs.c.state.in_(lc.ACTIVE))
-    return {r["id"]: cast(QueueRow, dict(r)) for r in conn.execute(query).mappings()}
+@dataclass(frozen=True)
+class QueueFilter:
+    """Which active jobs a page of ``GET /queue`` lists: ``owner_id``'s (every owner's when
+    None: an admin's view), in VC ``vc`` (every VC when None)."""
+
+    owner_id: int | None
+    vc: str | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+def _queue_where(want: QueueFilter) -> list[Any]:
+    where: list[Any] = [jobs.c.state.in_(lc.ACTIVE)]
+    if want.owner_id is not None:
+        where.append(jobs.c.owner_id == want.owner_id)
+    if want.vc:
+        where.append(jobs.c.vc == want.vc)
+    return where
+
+
+def queue_page(conn: Connection, want: QueueFilter) -> tuple[list[QueueRow], int]:
+    """One page of the active jobs ``want`` selects and how many there are in all: running
+    first, then waiting by priority and submission (HiveD's queue order; the loop's view gives
+    each its position in its VC). The page is cut here, in SQL: the queue's cost follows the
+    page, not the 10,000 jobs behind it."""
+    where = _queue_where(want)
+    total = conn.execute(select(func.count()).select_from(jobs).where(*where)).scalar_one()
+    query = (
+        select(jobs.c.id, jobs.c.user, jobs.c.owner_id, jobs.c.name, jobs.c.gpus, jobs.c.task_count)
+        .where(*where)
+        .order_by(case((jobs.c.state == lc.RUNNING, 0), else_=1), jobs.c.priority.desc(), jobs.c.id)
+        .limit(want.limit)
+        .offset(want.offset)
+    )
+    rows = [cast(QueueRow, dict(r)) for r in conn.execute(query).mappings()]
+    return rows, int(total)
+
+
+class RunningCount(TypedDict):
+    """Other users' running jobs in one VC: how many, and the GPUs they hold."""
+
+    vc: str
+    jobs: int
+    gpus: int
+
+
+def others_running(conn: Connection, owner_id: int | None, vc: str | None) -> list[RunningCount]:
+    """Per VC, the running jobs not ``owner_id``'s (what a user may know of others': how many,
+    and their GPUs, never whose). Running jobs are few (the cluster's size bounds them), and
+    the state index finds them without reading the waiting ones."""
+    where = [
+        jobs.c.state == lc.RUNNING,
+        or_(jobs.c.owner_id.is_(None), jobs.c.owner_id != owner_id),
+    ]
+    if vc:
+        where.append(jobs.c.vc == vc)
+    query = (
+        select(
+            jobs.c.vc,
+            func.count().label("jobs"),
+            func.coalesce(func.sum(jobs.c.gpus), 0).label("gpus"),
+        )
+        .where(*where)
+        .group_by(jobs.c.vc)
+    )
+    return [cast(RunningCount, dict(r)) for r in conn.execute(query).mappings()]
+
+
+def waiting_by_vc(conn: Connection, owner_id: int | None) -> dict[str, int]:
+    """How many of ``owner_id``'s jobs wait in each VC (the owner index finds them)."""
+    query = (
+        select(jobs.c.vc, func.count())
+        .where(jobs.c.owner_id == owner_id, jobs.c.state == lc.WAITING)
+        .group_by(jobs.c.vc)
+    )
+    return {vc: int(n) for vc, n in conn.execute(query).all()}
 
 
 def active_job_ids(conn: Connection, owner_id: int | None) -> set[int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from fastapi import FastAPI, Query
 from sqlalchemy.engine import Connection
@@ -16,10 +16,11 @@ from starlette.concurrency import run_in_threadpool
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import TaskHandle
+from labhive.scheduler.service import json_body
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
-from labhive.scheduler.service.auth import Forbidden, Identity
+from labhive.scheduler.service.auth import Identity
 from labhive.scheduler.service.monitoring import JobGpusOut
 from labhive.scheduler.service.policy_port import task_key
 from labhive.scheduler.service.responses import encodable
@@ -188,13 +189,30 @@ def register(app: FastAPI, svc: Service) -> None:
 
 
 def _owned(conn: Connection, job_id: int, me: Identity) -> q.JobRow:
-    """The job ``job_id`` if ``me`` may see it; a 404 or a 403 that says why otherwise."""
+    """The job ``job_id`` if ``me`` may see it, else one 404 whether it is someone else's or
+    does not exist: a 403 for another user's job told anyone which ids exist (and so how
+    busy others are, and when they submit). Admins see every job."""
     row = q.job(conn, job_id)
-    if row is None:
-        raise NotFound(f"no job {job_id}")
-    if not me.owns(row["owner_id"]):
-        raise Forbidden(f"job {job_id} belongs to another user; you see only its queue entry")
+    if row is None or not me.owns(row["owner_id"]):
+        raise NotFound(not_found(job_id, me))
     return row
+
+
+def not_found(job_id: int, me: Identity) -> str:
+    """The one answer for a job that is missing or not the caller's."""
+    if me.admin:
+        return f"no job {job_id}"
+    return f"no job {job_id} of yours: you see only your own jobs (others' in the queue)"
+
+
+def _showable(row: q.JobRow) -> q.JobRow:
+    """``row`` with a spec its answer can hold: one stored before bodies were bounded may nest
+    hundreds of levels deep, and building the answer recursed past Python's limit (a 500 on
+    every later read of the job)."""
+    if json_body.deeper_than(row["spec"], json_body.MAX_DEPTH):
+        unshown = f"not shown: this spec nests more than {json_body.MAX_DEPTH} levels deep"
+        row = {**row, "spec": {"name": row["name"], "labhive": unshown}}
+    return cast(q.JobRow, encodable(row))
 
 
 def _job_out(
@@ -204,7 +222,7 @@ def _job_out(
     with_spec: bool = False,
 ) -> s.JobOut:
     if with_spec:  # names in a spec stored before intake checked them may not encode
-        row, task_rows = encodable(row), encodable(task_rows)
+        row, task_rows = _showable(row), encodable(task_rows)
     shown = s.JobOut.model_fields.keys() - {"tasks", "spec"}
     out = s.JobOut(
         **{k: v for k, v in q.columns(row).items() if k in shown},

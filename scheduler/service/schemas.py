@@ -60,7 +60,9 @@ class JobRequest(BaseModel):
     retries: int | None = Field(default=None, ge=0, le=1000)
     command: str | list[str] | None = Field(default=None, max_length=100_000)
     gang: bool | None = None
-    observe: str | None = Field(default=None, max_length=32)
+    observe: str | None = Field(
+        default=None, max_length=32, description="'strace' (the one choice): run each task under it"
+    )
     sku: str | None = Field(default=None, max_length=128)
     image: str | None = Field(default=None, max_length=1024)
     duration: float | None = Field(default=None, ge=0)
@@ -166,7 +168,7 @@ class ObservationList(BaseModel):
 
 
 class QueueEntry(BaseModel):
-    """Others' jobs show only position, VC and size; ``id`` and ``name`` only for your own."""
+    """One of your active jobs (an admin: anyone's) in ``GET /queue``."""
 
     position: int | None
     vc: str
@@ -194,10 +196,28 @@ class VCOut(BaseModel):
     may_submit: bool
 
 
+class OthersOut(BaseModel):
+    """Other users' active jobs in one VC, as counts: no ids, names, users or positions."""
+
+    running: int = 0
+    waiting: int = 0
+    running_gpus: int = Field(default=0, description="the GPUs their running jobs hold")
+
+
 class QueueOut(BaseModel):
+    """One page of the queue: your active jobs as rows (an admin: everyone's), running first,
+    then waiting by priority and submission; everyone else's as counts per VC in ``others``."""
+
     vcs: dict[str, VCOut]
     running: list[QueueEntry]
     waiting: list[QueueEntry]
+    others: dict[str, OthersOut] = Field(
+        default_factory=dict, description="VC -> other users' jobs there (empty for admins)"
+    )
+    total: int = Field(0, description="rows in all pages")
+    offset: int = 0
+    limit: int = 100
+    next_offset: int | None = Field(None, description="the next page's offset; None: no more")
 
 
 class GPUOut(BaseModel):
