@@ -131,3 +131,16 @@ def test_a_task_run_as_the_service_has_the_services_home_and_name():
     env = process_env({"PAI_JOB_NAME": "bert"}, environ=SERVICE_ENVIRON)
     assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/root", "root", "root")
     assert "PGPASSWORD" not in env and "SHELL" not in env
+
+
+def test_an_admin_lists_extra_names_a_task_may_keep_and_only_those():
+    """A site whose CUDA libraries live on ``LD_LIBRARY_PATH`` lists it in ``LABHIVE_TASK_ENV``;
+    the secrets beside it still stay with the service."""
+    from labhive.scheduler.executors.env import process_env
+
+    site = {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "OPENBLAS_CORETYPE": "Haswell"}
+    environ = {**SERVICE_ENVIRON, **site, "LABHIVE_TASK_ENV": " LD_LIBRARY_PATH, ,"}
+    env = process_env({"PAI_JOB_NAME": "bert"}, "/w", "alice", environ)
+    assert env["LD_LIBRARY_PATH"] == "/usr/local/cuda/lib64"
+    assert env["OPENBLAS_CORETYPE"] == "Haswell"  # the machine's, kept by default
+    assert not {"PGPASSWORD", "LD_PRELOAD", "LABHIVE_TASK_ENV", "http_proxy"} & set(env)

@@ -39,8 +39,16 @@ LOOPBACK = "127.0.0.1"
 
 #: What a task keeps of the service's own environment: where programs are found and how text
 #: and time are shown. Nothing here may ever carry a secret (docs/admin.md, "Trust model").
-SERVICE_VARS_KEPT = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
+#: OpenBLAS's core type and cache size are kept too: set on hosts whose CPUs older OpenBLAS builds
+#: misdetect (wrong results or a crash in numpy), they describe the machine, not anyone's secret.
+SERVICE_VARS_KEPT = frozenset(
+    {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}
+)
 SERVICE_VAR_PREFIXES_KEPT = ("LC_",)
+#: The admin's own additions to the list, comma-separated names in the service's environment
+#: (say ``LD_LIBRARY_PATH,HTTPS_PROXY`` for a site whose CUDA or proxy needs them): the admin
+#: vouches that what those names hold may be read by every job.
+EXTRA_KEPT_VAR = "LABHIVE_TASK_ENV"
 #: Who the process is: the task's user's when the task switches uid, else the service's own
 #: (then they name the same account).
 IDENTITY_VARS = ("HOME", "USER", "LOGNAME")
@@ -115,17 +123,19 @@ def task_vars(launch: TaskLaunch, extra: Mapping[str, str] | None = None) -> dic
 
 
 def kept_service_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed part of the service's environment (``SERVICE_VARS_KEPT``).
+    """The allow-listed part of the service's environment (``SERVICE_VARS_KEPT``, and the
+    names the admin lists in ``LABHIVE_TASK_ENV``).
 
     ``python`` in a task's command means the Python LabHive runs in (its virtualenv's ``bin``
     comes first on PATH, as in an activated environment), not whatever else PATH names first:
     a task that runs as its user's uid may not be able to execute that one at all (pyenv's
     shims under root's private home answer "command not found", exit 127)."""
     source = os.environ if environ is None else environ
+    extra = {name.strip() for name in source.get(EXTRA_KEPT_VAR, "").split(",")} - {""}
     env = {
         k: v
         for k, v in source.items()
-        if k in SERVICE_VARS_KEPT or k.startswith(SERVICE_VAR_PREFIXES_KEPT)
+        if k in SERVICE_VARS_KEPT or k in extra or k.startswith(SERVICE_VAR_PREFIXES_KEPT)
     }
     here = os.path.dirname(sys.executable)
     path = env.get("PATH", "")
