@@ -9,8 +9,8 @@ of a hybrid host), with the GPU device filter and without any device enforcement
 turns over ``--filter-starts`` (default 200), for a task without GPUs and one with a GPU; and
 the filter's own part (cgroup mkdir, program load + attach, rmdir).
 
-Each table is one ``measure_*`` function listed in ``MEASUREMENTS``: a new measurement (e.g.
-private /tmp mounts) is one more function there (``--only NAME`` runs one).
+Each table is one ``measure_*`` function listed in ``MEASUREMENTS`` (``--only NAME`` runs one);
+the last times a bare task's private /tmp, /dev/shm and /proc (``isolation_mounts.py``).
 
 The container rows run a busybox image through podman (``executors/container.py``; the
 container's cgroup is podman's, so the executor's own cgroups are off there). To add a mode, add
@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import isolation_mounts  # beside this file
 
 from labhive.scheduler import images
 from labhive.scheduler.errors import UserError
@@ -214,10 +216,30 @@ def measure_device_filter_starts(args: argparse.Namespace) -> None:
         print(row(f"task start, {variant}", got, f"{args.starts} starts"))
 
 
+def measure_private_mounts(args: argparse.Namespace) -> None:
+    """What a bare task's private /tmp, /dev/shm and /proc (``sandbox_mounts``) add to its
+    start: fork -> mounts -> become the user -> exec -> reaped, with and without the mounts in
+    turns, ``--filter-starts`` each (``isolation_mounts.start_cost``)."""
+    print(f"\n{'private mounts (fork..exec..reap), in turns':<{W}} {'p50':>9} {'p95':>9}")
+    try:
+        got = isolation_mounts.start_cost(args.filter_starts)
+    except (PermissionError, RuntimeError) as err:
+        print(row("private /tmp, /dev/shm, /proc", [], f"not here: {err}"))
+        return
+    for label in ("without", "with"):
+        took = got[label]
+        print(
+            f"{'  ' + label + ' the mounts':<{W}} {took['p50_ms']:>7.2f}ms {took['p95_ms']:>7.2f}ms"
+        )
+    cost = got["cost"]
+    print(f"{'  added by the mounts':<{W}} {cost['p50_ms']:>7.2f}ms {cost['p95_ms']:>7.2f}ms")
+
+
 MEASUREMENTS: list[Callable[[argparse.Namespace], None]] = [
     measure_task_starts,
     measure_device_filter,
     measure_device_filter_starts,
+    measure_private_mounts,
 ]
 
 
