@@ -46,10 +46,13 @@ from labhive.scheduler.executors.base import (
 from labhive.scheduler.executors.env import LOOPBACK, free_port, launch_env, rendezvous_env
 from labhive.scheduler.executors.supervise import (
     EXIT_FILE,
+    EXIT_SLOT,
     LAUNCH_FILE,
     is_running,
+    reserve_exit_slot,
     write_json_atomic,
 )
+from labhive.scheduler.sizes import MIB
 
 #: A start time read twice for the same process agrees far better than this; a reused pid
 #: cannot have started within it.
@@ -57,6 +60,14 @@ _START_TIME_SLACK_S = 0.05
 STRACE_LOG = "strace.log"
 #: A copy of the handle's info, so a launch the service never recorded can still be found.
 HANDLE_FILE = "handle.json"
+#: Each of a task's stdout and stderr keeps this much; the rest is dropped (output.py).
+DEFAULT_OUTPUT_CAP = 100 * MIB
+#: What a task's work dir may hold before its supervisor stops it (quota.py).
+DEFAULT_WORK_QUOTA = 10 * 1024 * MIB
+#: Seconds between two measurements of a task's work dir.
+DEFAULT_QUOTA_INTERVAL_S = 5.0
+#: With no exit record and less than this free where the task lived, the disk filled up.
+_DISK_FULL_FREE = 1 * MIB
 
 
 def user_shell() -> str:
@@ -122,8 +133,17 @@ class LocalExecutor:
         shell: str | None = None,
         limit_support: limits.LimitSupport | None = None,
         pids_max: int = limits.DEFAULT_PIDS_MAX,
+        output_cap: int | None = DEFAULT_OUTPUT_CAP,
+        output_cap_kills: bool = False,
+        work_quota: int | None = DEFAULT_WORK_QUOTA,
+        quota_interval_s: float = DEFAULT_QUOTA_INTERVAL_S,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
+        #: Disk limits (docs/local-executor.md, "Disk"): None turns one off.
+        self.output_cap = output_cap
+        self.output_cap_kills = output_cap_kills
+        self.work_quota = work_quota
+        self.quota_interval_s = quota_interval_s
         workdir.secure_dir(self.data_dir)  # 0711: tasks pass through to their own dirs only
         self.grace_s = grace_s
         self.shell = shell
@@ -179,7 +199,9 @@ class LocalExecutor:
                 gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
             )  # fmt: skip
         launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": run_as}
+        launch_doc |= self._disk_limits(work, cwd)
         write_json_atomic(work / LAUNCH_FILE, launch_doc)
+        reserve_exit_slot(work / EXIT_SLOT)  # before the task can fill the disk
         if owner.switch and not launch.image:  # the service's $HOME is not theirs to use
             env.update(HOME=str(cwd), USER=launch.user or str(owner.uid))
             env["LOGNAME"] = env["USER"]
@@ -202,6 +224,7 @@ class LocalExecutor:
             "stdout": str(work / "stdout"),
             "stderr": str(work / "stderr"),
             "exit_file": str(work / EXIT_FILE),
+            "exit_slot": str(work / EXIT_SLOT),
             "limits": enforced,
             "observe": launch.observe,
         }
@@ -209,6 +232,17 @@ class LocalExecutor:
         handle = TaskHandle(launch.key, info)
         self._tasks[launch.key] = _Task(handle, popen)
         return handle
+
+    def _disk_limits(self, work: Path, cwd: Path) -> dict[str, Any]:
+        """The supervisor's share of the launch file: the output cap and the work-dir quota
+        (what it measures: the work dir and the strace log, both the task's to fill)."""
+        quota = {
+            "bytes": self.work_quota,
+            "interval_s": self.quota_interval_s,
+            "paths": [str(cwd), str(work / STRACE_LOG)],
+        }
+        output = {"cap_bytes": self.output_cap, "kill": self.output_cap_kills}
+        return {"output": output, "quota": quota}
 
     def _argv(
         self, launch: TaskLaunch, work: Path, owner: workdir.RunAs, argv: list[str] | None = None
@@ -361,6 +395,10 @@ class LocalExecutor:
                 found = self._orphan_container(key, task.info["limits"])
                 if found is not None:
                     return found
+            full = _disk_full_evidence(task.info)
+            if full is not None:  # a failure, not a lost task: a rerun would fill it again
+                limits.release(task.info.get("limits", {}))
+                return TaskExit(key, DISK_FULL_EXIT_CODE, full)
             how = _wait_status(task)
             reason = f"the task's supervisor ended ({how}) without recording an exit status"
             limits.release(task.info.get("limits", {}))
@@ -369,7 +407,7 @@ class LocalExecutor:
         limits.release(task.info.get("limits", {}))
         if "container" in task.info.get("limits", {}):
             reason = self._settle_container(task.info, int(record["exit_code"]), reason)
-        return TaskExit(key, int(record["exit_code"]), reason)
+        return TaskExit(key, _exit_code(record), reason)
 
     # ---- stop -----------------------------------------------------------------------------
 
@@ -538,11 +576,43 @@ def set_aside_task_dir(work: Path) -> None:
 
 
 def _read_exit(info: dict[str, Any]) -> dict[str, Any] | None:
+    """``exit.json``, else the record the supervisor wrote into the slot (disk full)."""
+    for path in (info["exit_file"], info.get("exit_slot")):
+        if path is None:
+            continue
+        try:
+            exit_info = json.loads(Path(path).read_text())
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(exit_info, dict) and "exit_code" in exit_info:
+            return exit_info
+    return None
+
+
+#: The exit code of a task whose command succeeded but whose end could only be recorded in
+#: the slot (or not at all) because the disk was full: its output or results may be cut short.
+DISK_FULL_EXIT_CODE = 1
+
+
+def _exit_code(record: dict[str, Any]) -> int:
+    code = int(record["exit_code"])
+    return DISK_FULL_EXIT_CODE if record.get("disk_full") and code == 0 else code
+
+
+def _disk_full_evidence(info: dict[str, Any]) -> str | None:
+    """Why a task with no exit record at all ended, when its file system is (nearly) full:
+    its supervisor could not even use the slot (it predates it, or the slot is gone)."""
     try:
-        exit_info: dict[str, Any] = json.loads(Path(info["exit_file"]).read_text())
-        return exit_info
-    except (FileNotFoundError, json.JSONDecodeError):
+        st = os.statvfs(info["workdir"])
+    except (OSError, KeyError):
         return None
+    free = st.f_bavail * st.f_frsize
+    if free >= _DISK_FULL_FREE:
+        return None
+    return (
+        f"disk full: the data dir's file system had {free // 1024} KiB free and the task's "
+        "supervisor could not record its end; free space there (see docs/admin.md, 'Disk')"
+    )
 
 
 def _wait_status(task: _Task) -> str:
@@ -555,10 +625,17 @@ def _wait_status(task: _Task) -> str:
 def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
     how = f"killed by {record['signal_name']}" if record.get("signal_name") else ""
     how = how or f"exit code {record['exit_code']}"
+    if record.get("disk_full"):
+        return (
+            f"disk full: the data dir's file system filled up while the task ran ({how}; its "
+            "end was recorded in the reserved slot); free space there or lower the work-dir quota"
+        )
+    if record.get("stopped"):  # the supervisor's own limits: disk quota, output cap
+        return str(record["stopped"])
     if limits.oom_killed(enforced):
         mb = enforced["memory"]["bytes"] // limits.MIB
         return f"killed: over its memory limit of {mb} MiB"
-    return how
+    return how + (f" ({record['output_lost']})" if record.get("output_lost") else "")
 
 
 def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
