@@ -44,6 +44,7 @@ from labhive.scheduler.executors.base import (
     TaskLaunch,
 )
 from labhive.scheduler.executors.env import LOOPBACK, free_port, launch_env, rendezvous_env
+from labhive.scheduler.executors.output import DISK_FULL_ERRNOS
 from labhive.scheduler.executors.supervise import (
     EXIT_FILE,
     EXIT_SLOT,
@@ -165,7 +166,8 @@ class LocalExecutor:
         except Exception as err:
             self.stop(started, grace_s=0)
             failed = tasks[len(started)].key
-            raise LaunchError(f"task {failed.role}-{failed.index} could not start: {err}") from err
+            why = _disk_full_at_launch(err) or err
+            raise LaunchError(f"task {failed.role}-{failed.index} could not start: {why}") from err
         return started
 
     @staticmethod
@@ -477,6 +479,12 @@ def _process(info: dict[str, Any]) -> psutil.Process | None:
         return None
 
 
+def supervisor_running(info: dict[str, Any]) -> bool:
+    """Whether the task's supervisor (and so possibly the task) still runs: nothing of a task's
+    directory is removed while it does (``service/retention.py``)."""
+    return _process(info) is not None
+
+
 def _start_ticks(pid: int) -> int | None:
     """The process's start in clock ticks since boot (``/proc/PID/stat`` field 22).
 
@@ -597,6 +605,15 @@ DISK_FULL_EXIT_CODE = 1
 def _exit_code(record: dict[str, Any]) -> int:
     code = int(record["exit_code"])
     return DISK_FULL_EXIT_CODE if record.get("disk_full") and code == 0 else code
+
+
+def _disk_full_at_launch(err: BaseException) -> str | None:
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+        return (
+            f"disk full: no room for the task's files in the data dir ({err.strerror}); "
+            "an admin must free space there"
+        )
+    return None
 
 
 def _disk_full_evidence(info: dict[str, Any]) -> str | None:

@@ -20,6 +20,7 @@ from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import Executor
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
+from labhive.scheduler.sizes import MIB
 
 EXECUTORS = ("local", "kubernetes", "slurm")
 TASK_IDENTITIES = ("users", "service")
@@ -52,6 +53,12 @@ class ServeOptions:
         default_factory=lambda: os.environ.get("LABHIVE_TASK_IDENTITY", "users")
     )
     first_uid: int = 200000  # allocated uids start here (service/accounts.py)
+    # Disk (docs/service.md, "Disk"): None turns each off.
+    output_cap: int | None = 100 * MIB  # per stream of each local task
+    output_cap_kills: bool = False  # stop a task whose output passes the cap
+    work_quota: int | None = 10 * 1024 * MIB  # per local task's work dir
+    disk_reserve: int | None = -1  # -1: 200 MiB or 1% of the data dir's file system
+    keep_work_s: float | None = 7 * 86400.0  # finished tasks' work dirs go after this
 
 
 @dataclass
@@ -74,7 +81,11 @@ def make_executor(
     if name == "local":
         from labhive.scheduler.executors.local import LocalExecutor
 
-        return LocalExecutor(data_dir, grace_s=grace_s)
+        opts = opts or ServeOptions()
+        return LocalExecutor(
+            data_dir, grace_s=grace_s, output_cap=opts.output_cap,
+            output_cap_kills=opts.output_cap_kills, work_quota=opts.work_quota,
+        )  # fmt: skip
     if name == "kubernetes":
         from labhive.scheduler.executors.k8s_serve import kubernetes_executor
 
@@ -214,10 +225,12 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
         loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
+    disk, housekeeping = _housekeeping(opts, store, data_dir)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
         accounts=accounts if opts.task_identity == "users" else None, owners=accounts,
+        disk=disk, housekeeping=housekeeping,
     )  # fmt: skip
     app = create_app(service)
     if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers
@@ -232,6 +245,21 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         virtual=config.virtual,
         tasks_run_as=tasks_run_as(opts),
     )
+
+
+def _housekeeping(opts: ServeOptions, store: Any, data_dir: Path) -> tuple[Any, Any]:
+    """The data dir's disk guard (the store frees its reserve before writing on a full disk)
+    and the thread that tends it and removes finished tasks' work dirs (not started here)."""
+    from labhive.scheduler.service.diskspace import DiskGuard
+    from labhive.scheduler.service.housekeeping import Housekeeping
+    from labhive.scheduler.service.retention import WorkRetention
+
+    disk = DiskGuard(data_dir, opts.disk_reserve)
+    store.before_write = disk.make_room
+    retention = (
+        WorkRetention(store, data_dir, opts.keep_work_s) if opts.executor == "local" else None
+    )
+    return disk, Housekeeping(disk, retention)
 
 
 def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:
@@ -306,10 +334,12 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
     sock = _bind(opts.host, opts.port)
     running.service.loop.start()
     running.service.monitoring.start()  # no-op without an NVIDIA driver
+    running.service.housekeeping.start()
     try:
         print((banner or describe)(running), flush=True)
         server.run(sockets=[sock])
     finally:
+        running.service.housekeeping.stop()
         running.service.monitoring.stop()
         running.service.intake.close()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)
