@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,7 @@ class LocalExecutor:
         output_cap_kills: bool = False,
         work_quota: int | None = DEFAULT_WORK_QUOTA,
         quota_interval_s: float = DEFAULT_QUOTA_INTERVAL_S,
+        disk_check: Callable[[], str | None] | None = None,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
         #: Disk limits (docs/local-executor.md, "Disk"): None turns one off.
@@ -145,6 +146,9 @@ class LocalExecutor:
         self.output_cap_kills = output_cap_kills
         self.work_quota = work_quota
         self.quota_interval_s = quota_interval_s
+        #: Why no task may start now (the data dir full to the service's last reserve, see
+        #: service/diskspace.py), or None.
+        self.disk_check = disk_check
         workdir.secure_dir(self.data_dir)  # 0711: tasks pass through to their own dirs only
         self.grace_s = grace_s
         self.shell = shell
@@ -158,6 +162,7 @@ class LocalExecutor:
 
     def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
         """Start the gang; if any task cannot start, stop those that did and raise."""
+        self._check_room()
         started: list[TaskHandle] = []
         try:
             rendezvous = self._fallback_rendezvous(tasks)
@@ -169,6 +174,14 @@ class LocalExecutor:
             why = _disk_full_at_launch(err) or err
             raise LaunchError(f"task {failed.role}-{failed.index} could not start: {why}") from err
         return started
+
+    def _check_room(self) -> None:
+        """Refuse to start anything on a disk full to the service's last reserve: a task that
+        filled it once (and failed for it) would fill it again on its retry, and then the
+        service could not even record that."""
+        why = self.disk_check() if self.disk_check is not None else None
+        if why is not None:
+            raise LaunchError(why)
 
     @staticmethod
     def _fallback_rendezvous(tasks: Sequence[TaskLaunch]) -> dict[TaskKey, dict[str, str]]:

@@ -78,6 +78,7 @@ class DiskGuard:
         self.file_size = min((self.reserve or 0) // 2, MAX_RESERVE_FILE)
         self.path = self.data_dir / RESERVE_FILE
         self._lock = threading.Lock()
+        self.released = False  # the reserve file was given to the store (launches refused)
         self.arm()
 
     def free(self) -> int:
@@ -103,6 +104,22 @@ class DiskGuard:
             return "ok"
         return f"full: {show_size(free)} free, below the reserve of {show_size(self.reserve)}"
 
+    def launch_refusal(self) -> str | None:
+        """Why no task may start now, or None: once the disk filled so far that the reserve
+        file had to go (or under 1 MiB is left), nothing starts until the reserve is back, so
+        a task that fills the disk cannot do it again on its retry while the store needs the
+        last space to record its end. Such a launch fails (a retry spent), saying "disk full"."""
+        if self.reserve is None:
+            return None
+        free = self.free()
+        if free >= self.reserve or (not self.released and free >= MIB):
+            return None
+        return (
+            f"disk full: the service's data dir has {show_size(free)} free, below its reserve "
+            f"of {show_size(self.reserve)}, and the store needs what is left; no task starts "
+            "until an admin frees space there"
+        )
+
     def check_submission(self) -> None:
         why = self.full()
         if why is not None:
@@ -114,6 +131,7 @@ class DiskGuard:
             return
         with self._lock, contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+            self.released = True
             log.warning(
                 "the data dir %s is full: released the %s reserve file so the store can write",
                 self.data_dir,
@@ -127,7 +145,8 @@ class DiskGuard:
         if self.free() < (self.reserve or 0) + self.file_size:
             return
         with self._lock:
-            _write_filled(self.path, self.file_size)
+            if _write_filled(self.path, self.file_size):
+                self.released = False
 
     def tend(self) -> None:
         """The housekeeping tick: release or remake the reserve file as the space says."""
@@ -135,7 +154,7 @@ class DiskGuard:
         self.arm()
 
 
-def _write_filled(path: Path, size: int) -> None:
+def _write_filled(path: Path, size: int) -> bool:
     """A file of ``size`` real bytes (zeros written, not a sparse hole: a hole frees nothing);
     one that cannot be completed is removed rather than left half-made."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -154,3 +173,5 @@ def _write_filled(path: Path, size: int) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         log.warning("cannot make the disk reserve file %s: %s", path, err)
+        return False
+    return True

@@ -225,7 +225,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
         loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
-    disk, housekeeping = _housekeeping(opts, store, data_dir)
+    disk, housekeeping = _housekeeping(opts, store, data_dir, executor)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
@@ -247,7 +247,9 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     )
 
 
-def _housekeeping(opts: ServeOptions, store: Any, data_dir: Path) -> tuple[Any, Any]:
+def _housekeeping(
+    opts: ServeOptions, store: Any, data_dir: Path, executor: Executor
+) -> tuple[Any, Any]:
     """The data dir's disk guard (the store frees its reserve before writing on a full disk)
     and the thread that tends it and removes finished tasks' work dirs (not started here)."""
     from labhive.scheduler.service.diskspace import DiskGuard
@@ -256,6 +258,8 @@ def _housekeeping(opts: ServeOptions, store: Any, data_dir: Path) -> tuple[Any, 
 
     disk = DiskGuard(data_dir, opts.disk_reserve)
     store.before_write = disk.make_room
+    if hasattr(executor, "disk_check"):  # no launches into the store's last reserve
+        executor.disk_check = disk.launch_refusal
     retention = (
         WorkRetention(store, data_dir, opts.keep_work_s) if opts.executor == "local" else None
     )
