@@ -97,3 +97,37 @@ def test_a_task_that_fills_the_disk_fails_saying_disk_full_instead_of_being_lost
         assert ended.reason.startswith("disk full: the data dir's file system filled up")
         assert (Path(handle.info["workdir"]) / EXIT_SLOT).stat().st_size == 4096
         assert not (Path(handle.info["workdir"]) / EXIT_FILE).exists()
+
+
+def vc_config(disk: object):
+    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.sim.machines import Machine, cluster_dict
+
+    raw = cluster_dict([Machine("n0", 4)])
+    raw["virtualClusters"]["default"]["disk"] = disk
+    return load_cluster_config(raw).vcs["default"]
+
+
+def test_a_vc_sets_its_own_output_cap_and_quota_and_a_bad_size_names_the_key():
+    from labhive.scheduler.config import ConfigError
+
+    vc = vc_config({"outputCap": "1M", "workQuota": "off"})
+    assert (vc.output_cap, vc.work_quota) == (MIB, 0)
+    with pytest.raises(ConfigError, match=r"virtualClusters.default.disk.workQuota.*10 parsecs"):
+        vc_config({"workQuota": "10 parsecs"})
+
+
+def test_a_task_in_a_vc_with_a_smaller_cap_keeps_only_that_much(tmp_path):
+    ex = LocalExecutor(tmp_path, grace_s=1.0, vc_disk={"small": (MIB, 0)})
+    (small, other) = ex.launch(
+        [
+            task("vc", "head -c 3M /dev/zero", index=0, vc="small"),
+            task("vc", "head -c 3M /dev/zero", index=1, vc="big"),
+        ]
+    )
+    wait_exits(ex, 2)
+    assert MIB < Path(small.info["stdout"]).stat().st_size < MIB + 1024
+    assert Path(other.info["stdout"]).stat().st_size == 3 * MIB  # the service's 100 MiB
+    assert (
+        json.loads(Path(small.info["workdir"], "launch.json").read_text())["quota"]["bytes"] is None
+    )

@@ -139,6 +139,7 @@ class LocalExecutor:
         work_quota: int | None = DEFAULT_WORK_QUOTA,
         quota_interval_s: float = DEFAULT_QUOTA_INTERVAL_S,
         disk_check: Callable[[], str | None] | None = None,
+        vc_disk: dict[str, tuple[int | None, int | None]] | None = None,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
         #: Disk limits (docs/local-executor.md, "Disk"): None turns one off.
@@ -149,6 +150,9 @@ class LocalExecutor:
         #: Why no task may start now (the data dir full to the service's last reserve, see
         #: service/diskspace.py), or None.
         self.disk_check = disk_check
+        #: Per VC (the cluster config's ``disk:``): (output cap, work quota), each None for the
+        #: values above and 0 for off.
+        self.vc_disk = vc_disk or {}
         workdir.secure_dir(self.data_dir)  # 0711: tasks pass through to their own dirs only
         self.grace_s = grace_s
         self.shell = shell
@@ -214,7 +218,7 @@ class LocalExecutor:
                 gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids_max=self.pids_max,
             )  # fmt: skip
         launch_doc = {"argv": argv, "limits": enforced, "cwd": str(cwd), "run_as": run_as}
-        launch_doc |= self._disk_limits(work, cwd)
+        launch_doc |= self._disk_limits(work, cwd, launch.vc)
         write_json_atomic(work / LAUNCH_FILE, launch_doc)
         reserve_exit_slot(work / EXIT_SLOT)  # before the task can fill the disk
         if owner.switch and not launch.image:  # the service's $HOME is not theirs to use
@@ -248,15 +252,19 @@ class LocalExecutor:
         self._tasks[launch.key] = _Task(handle, popen)
         return handle
 
-    def _disk_limits(self, work: Path, cwd: Path) -> dict[str, Any]:
+    def _disk_limits(self, work: Path, cwd: Path, vc: str | None) -> dict[str, Any]:
         """The supervisor's share of the launch file: the output cap and the work-dir quota
-        (what it measures: the work dir and the strace log, both the task's to fill)."""
+        (what it measures: the work dir and the strace log, both the task's to fill), the
+        task's VC's where its config sets them."""
+        vc_cap, vc_quota = self.vc_disk.get(vc or "", (None, None))
+        cap = self.output_cap if vc_cap is None else vc_cap or None
+        quota_bytes = self.work_quota if vc_quota is None else vc_quota or None
         quota = {
-            "bytes": self.work_quota,
+            "bytes": quota_bytes,
             "interval_s": self.quota_interval_s,
             "paths": [str(cwd), str(work / STRACE_LOG)],
         }
-        output = {"cap_bytes": self.output_cap, "kill": self.output_cap_kills}
+        output = {"cap_bytes": cap, "kill": self.output_cap_kills}
         return {"output": output, "quota": quota}
 
     def _argv(

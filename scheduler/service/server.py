@@ -82,9 +82,11 @@ def make_executor(
         from labhive.scheduler.executors.local import LocalExecutor
 
         opts = opts or ServeOptions()
+        vcs = config.vcs.values() if config is not None else ()
         return LocalExecutor(
             data_dir, grace_s=grace_s, output_cap=opts.output_cap,
             output_cap_kills=opts.output_cap_kills, work_quota=opts.work_quota,
+            vc_disk={vc.name: (vc.output_cap, vc.work_quota) for vc in vcs},
         )  # fmt: skip
     if name == "kubernetes":
         from labhive.scheduler.executors.k8s_serve import kubernetes_executor
