@@ -95,3 +95,23 @@ def test_retention_removes_finished_work_dirs_and_nothing_a_planted_symlink_poin
         (running_dir,) = (svc.data_dir / "jobs" / str(runner.id)).glob("*/*")
         assert (running_dir / "work" / "here").read_text() == "hi\n"  # a running task's stays
         c.cancel(runner.id, wait=10)
+
+
+def test_retention_leaves_a_task_whose_supervisor_still_runs(tmp_path):
+    """Even when the store says a task ended (a stop that has not finished yet), its work dir
+    stays while its supervisor (pid and start time) is alive, and goes once it is not."""
+    from local_exec_util import launch_one, wait_exits
+
+    from labhive.scheduler.executors.local import LocalExecutor
+    from labhive.scheduler.service.retention import WorkRetention
+
+    ex = LocalExecutor(tmp_path / "data", grace_s=1.0)
+    go = tmp_path / "go"
+    handle = launch_one(ex, "7", f"while [ ! -e {go} ]; do sleep 0.05; done")
+    retention = WorkRetention(None, tmp_path / "data", keep_s=0.0)  # type: ignore[arg-type]
+    work = Path(handle.info["cwd"])
+    assert retention._remove(handle.info) == "running" and work.is_dir()
+    go.touch()
+    wait_exits(ex, 1)
+    assert retention._remove(handle.info) == work and not work.exists()
+    assert Path(handle.info["stdout"]).exists()  # the logs stay
