@@ -51,6 +51,7 @@ def test_on_a_full_disk_it_answers_health_reads_and_cancels_and_refuses_jobs_wit
         assert c.cancel(quiet.id, wait=10).state == "STOPPED"
         assert c.cancel(hog.id, wait=10).state == "STOPPED"
         assert [e["to_state"] for e in quiet.events()][-1] == "STOPPED"  # it was committed
+        assert not (svc.data_dir / "disk.reserve").exists()  # given to the store for that
 
 
 def test_a_job_that_fills_the_disk_fails_saying_disk_full_and_is_not_rerun_forever(fs):
