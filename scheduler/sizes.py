@@ -31,9 +31,11 @@ def parse_size(text: str, *, allow_off: bool = True) -> int | None:
 
 
 def show_size(n: int) -> str:
-    """ "100 MiB", "10 GiB", "512 KiB", "37 bytes": the largest unit that divides evenly, else
-    MiB with one decimal."""
-    for unit, factor in (("TiB", _UNITS["t"]), ("GiB", _UNITS["g"]), ("MiB", MIB), ("KiB", 1024)):
+    """"100 MiB", "10 GiB", "512 KiB", "37 bytes": the largest unit that divides evenly; a size
+    of a MiB or more that none divides shows as MiB with one decimal ("7.9 MiB")."""
+    for unit, factor in (("TiB", _UNITS["t"]), ("GiB", _UNITS["g"]), ("MiB", MIB)):
         if n >= factor and n % factor == 0:
             return f"{n // factor} {unit}"
-    return f"{n} bytes" if n < MIB else f"{n / MIB:.1f} MiB"
+    if n >= MIB:
+        return f"{n / MIB:.1f} MiB"
+    return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} bytes"
