@@ -65,10 +65,6 @@ class Relay:
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
-    @property
-    def capped(self) -> bool:
-        return self.cap is not None and self.written >= self.cap and self.dropped > 0
-
     def summary(self) -> dict[str, Any]:
         return {
             "bytes": self.written,
