@@ -63,14 +63,31 @@ def test_a_task_past_its_output_cap_is_stopped_when_the_cap_kills(fs):
     assert Path(handle.info["stdout"]).stat().st_size < MIB + 1024
 
 
+def run_as_user(ex: LocalExecutor, command: str, **kw):
+    """One task as uid/gid 4242 (a user's own, as under a root service), until it ends."""
+    (handle,) = ex.launch([task("disk", command, uid=4242, gid=4242, **kw)])
+    (ended,) = wait_exits(ex, 1, 30).values()
+    return handle, ended
+
+
 def test_a_task_over_its_work_dir_quota_is_stopped_with_the_reason(fs):
     ex = LocalExecutor(fs, grace_s=1.0, work_quota=8 * MIB, quota_interval_s=0.2)
     cmd = "for i in $(seq 60); do head -c 1M /dev/zero > f$i; sleep 0.02; done; sleep 600"
-    handle, ended = run_one(ex, cmd, timeout_s=30)
+    handle, ended = run_as_user(ex, cmd)
     assert ended.exit_code == 137
     assert ended.reason.startswith("killed: over its disk quota of 8 MiB (its work dir held ")
     written = len(list(Path(handle.info["cwd"]).glob("f*")))
     assert 8 < written < 60  # stopped on the way, not after writing all 60 MiB
+
+
+def test_writing_into_its_strace_log_does_not_escape_the_quota(fs):
+    """Under strace the task may write its own strace.log (outside work/): it counts too."""
+    ex = LocalExecutor(fs, grace_s=1.0, work_quota=8 * MIB, quota_interval_s=0.2)
+    cmd = "head -c 20M /dev/zero >> ../strace.log; sleep 600"
+    handle, ended = run_as_user(ex, cmd, observe="strace")
+    assert ended.exit_code == 137
+    assert ended.reason.startswith("killed: over its disk quota of 8 MiB")
+    assert Path(handle.info["workdir"], "strace.log").stat().st_size > 8 * MIB
 
 
 def test_the_quota_counts_a_hard_linked_file_once_and_never_follows_a_symlink(tmp_path):
