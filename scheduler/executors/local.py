@@ -131,15 +131,15 @@ class LocalExecutor:
         data_dir: Path,
         grace_s: float = 10.0,
         *,
-        shell: str | None = None,
-        limit_support: limits.LimitSupport | None = None,
-        pids_max: int = limits.DEFAULT_PIDS_MAX,
         output_cap: int | None = DEFAULT_OUTPUT_CAP,
         output_cap_kills: bool = False,
         work_quota: int | None = DEFAULT_WORK_QUOTA,
         quota_interval_s: float = DEFAULT_QUOTA_INTERVAL_S,
         disk_check: Callable[[], str | None] | None = None,
         vc_disk: dict[str, tuple[int | None, int | None]] | None = None,
+        shell: str | None = None,
+        limit_support: limits.LimitSupport | None = None,
+        pids_max: int = limits.DEFAULT_PIDS_MAX,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
         #: Disk limits (docs/local-executor.md, "Disk"): None turns one off.

@@ -854,7 +854,7 @@ class SchedulerLoop:
             if self.on_task_exit is not None and ex.exit_code != 0:
                 self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
-            if failure_reason(ex.reason):  # killed for memory, disk: the job's why says so
+            if failure_reason(ex.reason):  # killed for memory: the job's why says so
                 run.notes[(ex.key.role, ex.key.index)] = ex.reason
             run.lost = run.lost or ex.requeue or ex.exit_code is None
             decided.add(job_id)

@@ -81,13 +81,7 @@ def make_executor(
     if name == "local":
         from labhive.scheduler.executors.local import LocalExecutor
 
-        opts = opts or ServeOptions()
-        vcs = config.vcs.values() if config is not None else ()
-        return LocalExecutor(
-            data_dir, grace_s=grace_s, output_cap=opts.output_cap,
-            output_cap_kills=opts.output_cap_kills, work_quota=opts.work_quota,
-            vc_disk={vc.name: (vc.output_cap, vc.work_quota) for vc in vcs},
-        )  # fmt: skip
+        return LocalExecutor(data_dir, grace_s=grace_s)
     if name == "kubernetes":
         from labhive.scheduler.executors.k8s_serve import kubernetes_executor
 
@@ -227,7 +221,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
         loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
-    disk, housekeeping = _housekeeping(opts, store, data_dir, executor)
+    disk, housekeeping = _housekeeping(opts, store, data_dir, executor, config)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
@@ -250,21 +244,25 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
 
 
 def _housekeeping(
-    opts: ServeOptions, store: Any, data_dir: Path, executor: Executor
+    opts: ServeOptions, store: Any, data_dir: Path, executor: Executor, config: Any
 ) -> tuple[Any, Any]:
-    """The data dir's disk guard (the store frees its reserve before writing on a full disk)
-    and the thread that tends it and removes finished tasks' work dirs (not started here)."""
+    """The data dir's disk guard (the store frees its reserve before writing on a full disk),
+    the local executor's disk limits (the service's options, the VCs' ``disk:``), and the
+    thread that tends the guard and removes finished tasks' work dirs (not started here)."""
+    from labhive.scheduler.executors.local import LocalExecutor
     from labhive.scheduler.service.diskspace import DiskGuard
     from labhive.scheduler.service.housekeeping import Housekeeping
     from labhive.scheduler.service.retention import WorkRetention
 
     disk = DiskGuard(data_dir, opts.disk_reserve)
     store.before_write = disk.make_room
-    if hasattr(executor, "disk_check"):  # no launches into the store's last reserve
-        executor.disk_check = disk.launch_refusal
-    retention = (
-        WorkRetention(store, data_dir, opts.keep_work_s) if opts.executor == "local" else None
-    )
+    if not isinstance(executor, LocalExecutor):
+        return disk, Housekeeping(disk, None)
+    executor.disk_check = disk.launch_refusal  # no launches into the store's last reserve
+    executor.output_cap, executor.work_quota = opts.output_cap, opts.work_quota
+    executor.output_cap_kills = opts.output_cap_kills
+    executor.vc_disk = {vc.name: (vc.output_cap, vc.work_quota) for vc in config.vcs.values()}
+    retention = WorkRetention(store, data_dir, opts.keep_work_s)
     return disk, Housekeeping(disk, retention)
 
 
