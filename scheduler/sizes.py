@@ -31,8 +31,8 @@ def parse_size(text: str, *, allow_off: bool = True) -> int | None:
 
 
 def show_size(n: int) -> str:
-    """ "100 MiB", "10 GiB", "512 KiB", "37 bytes": the largest unit that divides evenly; a size
-    of a MiB or more that none divides shows as MiB with one decimal ("7.9 MiB")."""
+    """Shown in the largest unit that divides it evenly ("100 MiB", "10 GiB", "512 KiB",
+    "37 bytes"); a MiB or more that none divides in MiB with one decimal ("7.9 MiB")."""
     for unit, factor in (("TiB", _UNITS["t"]), ("GiB", _UNITS["g"]), ("MiB", MIB)):
         if n >= factor and n % factor == 0:
             return f"{n // factor} {unit}"
