@@ -113,6 +113,10 @@ class VCSpec:
     #: job may declare (seconds; time_limits.py applies them).
     time_limit_default: float | None = None
     time_limit_max: float | None = None
+    #: ``disk: {outputCap: 10M, workQuota: 2G}``: the local executor's limits for this VC's
+    #: tasks, in bytes; None: the service's (``--output-cap``, ``--work-quota``); 0: off.
+    output_cap: int | None = None
+    work_quota: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,7 +634,7 @@ def _vcs(
         key = f"virtualClusters.{name}"
         if not isinstance(spec, Mapping):
             raise ctx.error(key, line_of(raw, name), "must be a mapping with virtualCells")
-        _no_unknown(spec, {"virtualCells", "pinnedCells", "timeLimit"}, key, ctx)
+        _no_unknown(spec, {"virtualCells", "pinnedCells", "timeLimit", "disk"}, key, ctx)
         vcells = []
         items = spec.get("virtualCells") or []
         if not isinstance(items, list):
@@ -666,12 +670,35 @@ def _vcs(
             used_pins[str(pid)] = str(name)
             pins.append(str(pid))
         default, most = _vc_time_limit(spec, f"{key}.timeLimit", ctx)
+        cap, quota = _vc_disk(spec, f"{key}.disk", ctx)
         out[str(name)] = VCSpec(
-            str(name), tuple(vcells), tuple(pins), line_of(raw, name), default, most
+            str(name), tuple(vcells), tuple(pins), line_of(raw, name), default, most, cap, quota
         )
     if not out:
         raise ctx.error("virtualClusters", line_of(raw), "defines no virtual cluster")
     return out
+
+
+def _vc_disk(spec: Mapping[str, Any], key: str, ctx: _Ctx) -> tuple[int | None, int | None]:
+    """A VC's ``disk: {outputCap: 10M, workQuota: 2G}`` (sizes, or off; either may be left
+    out): bytes, 0 for off, None for the service's default."""
+    from labhive.scheduler.sizes import parse_size
+
+    raw = spec.get("disk")
+    if raw is None:
+        return None, None
+    line = line_of(spec, "disk")
+    if not isinstance(raw, Mapping):
+        raise ctx.error(key, line, "must be a mapping such as {outputCap: 10M, workQuota: 2G}")
+    _no_unknown(raw, {"outputCap", "workQuota"}, key, ctx)
+    out: list[int | None] = []
+    for part in ("outputCap", "workQuota"):
+        value = raw.get(part)
+        try:
+            out.append(None if value is None else parse_size(str(value)) or 0)
+        except ValueError as err:
+            raise ctx.error(f"{key}.{part}", line, str(err)) from None
+    return out[0], out[1]
 
 
 def _vc_time_limit(

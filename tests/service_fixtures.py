@@ -92,10 +92,12 @@ def live_service(
     running = build(opts)
     running.service.loop.poll_s = 0.05
     running.service.loop.start()
+    running.service.housekeeping.start()
     try:
         with serving(running.app, port):
             yield Live(running.url, running.token_file.read_text().strip(), running, data_dir)
     finally:
+        running.service.housekeeping.stop()
         running.service.intake.close()
         running.service.loop.stop(stop_tasks=True)
         running.service.store.dispose()

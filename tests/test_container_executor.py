@@ -53,6 +53,21 @@ def test_a_container_task_runs_as_its_uid_in_its_own_directory(ex, tiny_image):
     assert containers_of("uid", ex.data_dir) == []  # removed once settled
 
 
+def test_a_container_tasks_output_is_capped_by_the_relay_and_not_kept_by_podman(
+    tmp_path, tiny_image
+):
+    ex = LocalExecutor(tmp_path / "data", grace_s=1.0, output_cap=1024 * 1024)
+    cmd = "yes 0123456789abcdef 2>/dev/null | head -c 5242880; echo done >&2"
+    code, _, out, work = run(ex, "chatty", cmd, image=tiny_image)
+    assert code == 0
+    kept, notice = out[: 1024 * 1024], out[1024 * 1024 :]
+    assert kept.startswith("0123456789abcdef\n")
+    assert notice.startswith("\nlabhive: output past 1 MiB dropped") and notice.count("\n") == 2
+    assert (work / "stderr").read_text() == "done\n"
+    launch = json.loads((work / "launch.json").read_text())
+    assert launch["argv"][launch["argv"].index("--log-driver") + 1] == "none"
+
+
 def test_a_container_cannot_see_another_jobs_directory_or_the_data_dir(ex, tiny_image):
     _, _, _, work_b = run(ex, "b-secret", "echo b-private", image=tiny_image, uid=5001)
     data_dir = ex.data_dir

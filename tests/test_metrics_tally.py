@@ -50,3 +50,16 @@ def test_oom_kills_are_counted_from_executor_exit_reasons() -> None:
     tally.task_failed("vc1", "exit code 1")
     assert tally.failures() == {("vc1", "oom_killed"): 1}
     assert failure_reason("OOMKilled") == "oom_killed"
+
+
+def test_disk_limit_ends_are_counted_by_their_kind() -> None:
+    tally = EventTally()
+    tally.task_failed("vc1", "disk full: the data dir's file system filled up while it ran")
+    tally.task_failed("vc1", "task main-0 could not start: disk full: the service's data dir")
+    tally.task_failed("vc1", "killed: over its disk quota of 10 GiB (its work dir held 10.1 MiB)")
+    tally.task_failed("vc1", "killed: its stdout went past its cap of 100 MiB")
+    assert tally.failures() == {
+        ("vc1", "disk_full"): 2,
+        ("vc1", "disk_quota"): 1,
+        ("vc1", "output_cap"): 1,
+    }

@@ -15,6 +15,8 @@ What a container gets:
 - its own pid, mount, ipc and uts namespaces; the host network (``--network host``), so a gang
   rendezvouses on ``MASTER_ADDR``/``MASTER_PORT`` as bare tasks do;
 - the task's environment (``PAI_*``, rendezvous, ``CUDA_VISIBLE_DEVICES``), passed by name;
+- its output through ``podman run``'s attached stdout/stderr into the supervisor's capped relay
+  (``output.py``), and no copy in podman's log (``--log-driver none``);
 - the task's OS user (``--user uid:gid``, as ``workdir.run_as`` decides), its ``HOME`` its
   working directory;
 - only the device nodes of its own GPUs (``/dev/nvidiaN`` plus the control and UVM nodes), or
@@ -174,6 +176,10 @@ def prepare(
         *_flag_pairs("--label", [f"{k}={v}" for k, v in labels(launch.key, scope).items()]),
         "--network",
         "host",
+        # the output reaches the supervisor's capped relay through ``podman run`` (attached);
+        # podman's own copy (k8s-file, in its storage) would be a second, uncapped one
+        "--log-driver",
+        "none",
         "--user",
         f"{user[0]}:{user[1]}",
         "--security-opt",

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,17 @@ from labhive.scheduler.executors.env import (
     rendezvous_env,
     task_vars,
 )
+from labhive.scheduler.executors.output import DISK_FULL_ERRNOS
 from labhive.scheduler.executors.supervise import (
     CANNOT_START,
     EXIT_FILE,
+    EXIT_SLOT,
     LAUNCH_FILE,
     is_running,
+    reserve_exit_slot,
     write_json_atomic,
 )
+from labhive.scheduler.sizes import MIB
 
 #: A start time read twice for the same process agrees far better than this; a reused pid
 #: cannot have started within it.
@@ -64,6 +68,14 @@ _START_TIME_SLACK_S = 0.05
 STRACE_LOG = "strace.log"
 #: A copy of the handle's info, so a launch the service never recorded can still be found.
 HANDLE_FILE = "handle.json"
+#: Each of a task's stdout and stderr keeps this much; the rest is dropped (output.py).
+DEFAULT_OUTPUT_CAP = 100 * MIB
+#: What a task's work dir may hold before its supervisor stops it (quota.py).
+DEFAULT_WORK_QUOTA = 10 * 1024 * MIB
+#: Seconds between two measurements of a task's work dir.
+DEFAULT_QUOTA_INTERVAL_S = 5.0
+#: With no exit record and less than this free where the task lived, the disk filled up.
+_DISK_FULL_FREE = 1 * MIB
 
 
 def user_shell() -> str:
@@ -119,6 +131,12 @@ class LocalExecutor:
         data_dir: Path,
         grace_s: float = 10.0,
         *,
+        output_cap: int | None = DEFAULT_OUTPUT_CAP,
+        output_cap_kills: bool = False,
+        work_quota: int | None = DEFAULT_WORK_QUOTA,
+        quota_interval_s: float = DEFAULT_QUOTA_INTERVAL_S,
+        disk_check: Callable[[], str | None] | None = None,
+        vc_disk: dict[str, tuple[int | None, int | None]] | None = None,
         shell: str | None = None,
         limit_support: limits.LimitSupport | None = None,
         pids_max: int | None = None,
@@ -126,6 +144,17 @@ class LocalExecutor:
         task_slots: int | None = None,
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
+        #: Disk limits (docs/local-executor.md, "Disk"): None turns one off.
+        self.output_cap = output_cap
+        self.output_cap_kills = output_cap_kills
+        self.work_quota = work_quota
+        self.quota_interval_s = quota_interval_s
+        #: Why no task may start now (the data dir full to the service's last reserve, see
+        #: service/diskspace.py), or None.
+        self.disk_check = disk_check
+        #: Per VC (the cluster config's ``disk:``): (output cap, work quota), each None for the
+        #: values above and 0 for off.
+        self.vc_disk = vc_disk or {}
         workdir.secure_dir(self.data_dir)  # 0711: tasks pass through to their own dirs only
         self.grace_s = grace_s
         self.shell = shell
@@ -142,6 +171,7 @@ class LocalExecutor:
 
     def launch(self, tasks: Sequence[TaskLaunch]) -> list[TaskHandle]:
         """Start the gang; if any task cannot start, stop those that did and raise."""
+        self._check_room()
         started: list[TaskHandle] = []
         try:
             rendezvous = self._fallback_rendezvous(tasks)
@@ -150,8 +180,17 @@ class LocalExecutor:
         except Exception as err:
             self.stop(started, grace_s=0)
             failed = tasks[len(started)].key
-            raise LaunchError(f"task {failed.role}-{failed.index} could not start: {err}") from err
+            why = _disk_full_at_launch(err) or err
+            raise LaunchError(f"task {failed.role}-{failed.index} could not start: {why}") from err
         return started
+
+    def _check_room(self) -> None:
+        """Refuse to start anything on a disk full to the service's last reserve: a task that
+        filled it once (and failed for it) would fill it again on its retry, and then the
+        service could not even record that."""
+        why = self.disk_check() if self.disk_check is not None else None
+        if why is not None:
+            raise LaunchError(why)
 
     @staticmethod
     def _fallback_rendezvous(tasks: Sequence[TaskLaunch]) -> dict[TaskKey, dict[str, str]]:
@@ -192,7 +231,9 @@ class LocalExecutor:
             )  # fmt: skip
         launch_doc: dict[str, Any] = {"argv": argv, "limits": enforced, "cwd": str(cwd)}
         launch_doc.update(run_as=run_as, user_cwd=user_cwd(launch))
+        launch_doc |= self._disk_limits(work, cwd, launch.vc)
         write_json_atomic(work / LAUNCH_FILE, launch_doc)
+        reserve_exit_slot(work / EXIT_SLOT)  # before the task can fill the disk
         try:
             popen = _spawn_supervisor(work, env)
         except BaseException:
@@ -212,6 +253,7 @@ class LocalExecutor:
             "stdout": str(work / "stdout"),
             "stderr": str(work / "stderr"),
             "exit_file": str(work / EXIT_FILE),
+            "exit_slot": str(work / EXIT_SLOT),
             "limits": enforced,
             "observe": launch.observe,
         }
@@ -219,6 +261,21 @@ class LocalExecutor:
         handle = TaskHandle(launch.key, info)
         self._tasks[launch.key] = _Task(handle, popen)
         return handle
+
+    def _disk_limits(self, work: Path, cwd: Path, vc: str | None) -> dict[str, Any]:
+        """The supervisor's share of the launch file: the output cap and the work-dir quota
+        (what it measures: the work dir and the strace log, both the task's to fill), the
+        task's VC's where its config sets them."""
+        vc_cap, vc_quota = self.vc_disk.get(vc or "", (None, None))
+        cap = self.output_cap if vc_cap is None else vc_cap or None
+        quota_bytes = self.work_quota if vc_quota is None else vc_quota or None
+        quota = {
+            "bytes": quota_bytes,
+            "interval_s": self.quota_interval_s,
+            "paths": [str(cwd), str(work / STRACE_LOG)],
+        }
+        output = {"cap_bytes": cap, "kill": self.output_cap_kills}
+        return {"output": output, "quota": quota}
 
     def _argv(
         self, launch: TaskLaunch, work: Path, owner: workdir.RunAs, argv: list[str] | None = None
@@ -371,6 +428,10 @@ class LocalExecutor:
                 found = self._orphan_container(key, task.info["limits"])
                 if found is not None:
                     return found
+            full = _disk_full_evidence(task.info)
+            if full is not None:  # a failure, not a lost task: a rerun would fill it again
+                limits.release(task.info.get("limits", {}))
+                return TaskExit(key, DISK_FULL_EXIT_CODE, full)
             how = _wait_status(task)
             reason = f"the task's supervisor ended ({how}) without recording an exit status"
             limits.release(task.info.get("limits", {}))
@@ -379,7 +440,7 @@ class LocalExecutor:
         limits.release(task.info.get("limits", {}))
         if "container" in task.info.get("limits", {}):
             reason = self._settle_container(task.info, int(record["exit_code"]), reason)
-        return TaskExit(key, int(record["exit_code"]), reason)
+        return TaskExit(key, _exit_code(record), reason)
 
     # ---- stop -----------------------------------------------------------------------------
 
@@ -447,6 +508,12 @@ def _process(info: dict[str, Any]) -> psutil.Process | None:
         return proc
     except psutil.Error:
         return None
+
+
+def supervisor_running(info: dict[str, Any]) -> bool:
+    """Whether the task's supervisor (and so possibly the task) still runs: nothing of a task's
+    directory is removed while it does (``service/retention.py``)."""
+    return _process(info) is not None
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -548,11 +615,52 @@ def set_aside_task_dir(work: Path) -> None:
 
 
 def _read_exit(info: dict[str, Any]) -> dict[str, Any] | None:
+    """``exit.json``, else the record the supervisor wrote into the slot (disk full)."""
+    for path in (info["exit_file"], info.get("exit_slot")):
+        if path is None:
+            continue
+        try:
+            exit_info = json.loads(Path(path).read_text())
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(exit_info, dict) and "exit_code" in exit_info:
+            return exit_info
+    return None
+
+
+#: The exit code of a task whose command succeeded but whose end could only be recorded in
+#: the slot (or not at all) because the disk was full: its output or results may be cut short.
+DISK_FULL_EXIT_CODE = 1
+
+
+def _exit_code(record: dict[str, Any]) -> int:
+    code = int(record["exit_code"])
+    return DISK_FULL_EXIT_CODE if record.get("disk_full") and code == 0 else code
+
+
+def _disk_full_at_launch(err: BaseException) -> str | None:
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+        return (
+            f"disk full: no room for the task's files in the data dir ({err.strerror}); "
+            "an admin must free space there"
+        )
+    return None
+
+
+def _disk_full_evidence(info: dict[str, Any]) -> str | None:
+    """Why a task with no exit record at all ended, when its file system is (nearly) full:
+    its supervisor could not even use the slot (it predates it, or the slot is gone)."""
     try:
-        exit_info: dict[str, Any] = json.loads(Path(info["exit_file"]).read_text())
-        return exit_info
-    except (FileNotFoundError, json.JSONDecodeError):
+        st = os.statvfs(info["workdir"])
+    except (OSError, KeyError):
         return None
+    free = st.f_bavail * st.f_frsize
+    if free >= _DISK_FULL_FREE:
+        return None
+    return (
+        f"disk full: the data dir's file system had {free // 1024} KiB free and the task's "
+        "supervisor could not record its end; free space there (see docs/admin.md, 'Disk')"
+    )
 
 
 def _wait_status(task: _Task) -> str:
@@ -565,10 +673,17 @@ def _wait_status(task: _Task) -> str:
 def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
     how = f"killed by {record['signal_name']}" if record.get("signal_name") else ""
     how = how or f"exit code {record['exit_code']}"
+    if record.get("disk_full"):
+        return (
+            f"disk full: the data dir's file system filled up while the task ran ({how}; its "
+            "end was recorded in the reserved slot); free space there or lower the work-dir quota"
+        )
+    if record.get("stopped"):  # the supervisor's own limits: disk quota, output cap
+        return str(record["stopped"])
     if limits.oom_killed(enforced):
         mb = enforced["memory"]["bytes"] // limits.MIB
         return f"killed: over its memory limit of {mb} MiB"
-    return how
+    return how + (f" ({record['output_lost']})" if record.get("output_lost") else "")
 
 
 def user_cwd(launch: TaskLaunch) -> str | None:

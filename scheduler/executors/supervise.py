@@ -18,6 +18,13 @@ own memory never counts against the task, and the supervisor keeps the service's
 must write ``exit.json`` where the task cannot) while the command joins its cgroups, enters its
 working directory and then becomes its user (no supplementary groups, its gid, its uid) before
 exec. The launch parameters come from ``launch.json``, written by the executor.
+
+Disk use (see docs/local-executor.md, "Disk"): the command's stdout and stderr are pipes the
+supervisor relays into the log files, capped (``output.py``); a watcher measures the task's work
+dir and stops the task over its quota (``quota.py``), and the exit record says why. When the
+record cannot be written because the file system is full, it goes into ``exit.slot``, a file the
+executor created at its full size before the task started, so the end is still known (and
+counted as a failure that says "disk full", not as a lost task that would run again).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -37,10 +45,18 @@ import psutil
 
 from labhive.scheduler.executors import sandbox_mounts
 from labhive.scheduler.executors.base import NOT_STARTED
+from labhive.scheduler.executors.output import DISK_FULL_ERRNOS, Pipes, Relay
+from labhive.scheduler.executors.quota import QuotaWatcher
 from labhive.scheduler.executors.workdir import become
 
 LAUNCH_FILE = "launch.json"
 EXIT_FILE = "exit.json"
+#: The exit record's reserved place: spaces (JSON's whitespace) until the record is written
+#: over its start, so writing it needs no new blocks on a full file system.
+EXIT_SLOT = "exit.slot"
+EXIT_SLOT_SIZE = 4096
+#: How long the relays may take to drain the pipes once every descendant is gone.
+_DRAIN_S = 2.0
 _PR_SET_CHILD_SUBREAPER = 36
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -50,10 +66,15 @@ def _become_subreaper() -> None:
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _start(launch: dict[str, Any]) -> int:
-    """Fork the command with the task's limits and identity; return its pid."""
+def _start(launch: dict[str, Any], pipes: Pipes) -> int:
+    """Fork the command with the task's limits and identity, its output into ``pipes``;
+    return its pid."""
     pid = os.fork()
     if pid == 0:
+        try:
+            pipes.in_child()
+        except BaseException:
+            os._exit(127)
         _exec_command(launch)
     return pid
 
@@ -176,13 +197,101 @@ def exit_record(status: int, leftovers: int) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Readers see the whole file or none of it, whenever this process is killed."""
+    """Readers see the whole file or none of it, whenever this process is killed; a write that
+    fails (disk full) leaves no temporary file behind."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        os.fchmod(fd, 0o600)  # the service's records: never readable by a task's uid
-        out.write(json.dumps(data))
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as out:
+            os.fchmod(fd, 0o600)  # the service's records: never readable by a task's uid
+            out.write(json.dumps(data))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def reserve_exit_slot(path: Path) -> None:
+    """Create the exit slot at its full size, filled with real bytes (spaces), so writing the
+    record over it later allocates nothing (done by the executor before the task starts)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, b" " * EXIT_SLOT_SIZE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_exit_slot(path: Path, record: dict[str, Any]) -> None:
+    """The record over the slot's first bytes (the rest stays spaces, which JSON ignores)."""
+    data = json.dumps(record).encode()
+    if len(data) > EXIT_SLOT_SIZE:  # keep what the settle needs
+        keep = ("exit_code", "signal", "signal_name", "ended_at", "disk_full", "stopped")
+        data = json.dumps({k: record.get(k) for k in keep}).encode()[:EXIT_SLOT_SIZE]
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
+
+
+def write_exit(work: Path, record: dict[str, Any]) -> None:
+    """``exit.json``, or, when the file system has no room for it, the slot, saying so."""
+    try:
+        write_json_atomic(work / EXIT_FILE, record)
+    except OSError as err:
+        if err.errno not in DISK_FULL_ERRNOS:
+            raise
+        record["disk_full"] = True
+        write_exit_slot(work / EXIT_SLOT, record)
+
+
+class _Stopper:
+    """Stops the command for a limit of the supervisor's (disk quota, output cap): the first
+    reason is kept for the exit record. Runs in the watcher's or a relay's thread, so it only
+    signals; the main thread alone reaps (a reap here could take the command's own status)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is not None:
+                return
+            self.reason = reason
+        me = psutil.Process()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            left = [p for p in me.children(recursive=True) if is_running(p)]
+            if not left:
+                return
+            for proc in left:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            time.sleep(0.01)
+
+
+def _watch_quota(launch: dict[str, Any], stop: _Stopper) -> QuotaWatcher | None:
+    quota = launch.get("quota") or {}
+    if not quota.get("bytes"):
+        return None
+    paths = [Path(p) for p in quota.get("paths", [])]
+    watcher = QuotaWatcher(paths, int(quota["bytes"]), float(quota["interval_s"]), stop.stop)
+    watcher.start()
+    return watcher
+
+
+def _outcome(record: dict[str, Any], stop: _Stopper, relays: list[Relay]) -> dict[str, Any]:
+    """What the supervisor adds to the exit record: why it stopped the task, its output."""
+    if stop.reason is not None:
+        record["stopped"] = stop.reason
+    record["output"] = {r.stream: r.summary() for r in relays}
+    if any(r.disk_full for r in relays):
+        record["output_lost"] = "the data dir's file system was full: output was dropped"
+    return record
 
 
 def main(workdir: str) -> int:
@@ -191,11 +300,20 @@ def main(workdir: str) -> int:
     _become_subreaper()
     work = Path(workdir)
     launch = json.loads((work / LAUNCH_FILE).read_text())
-    pid = _start(launch)
+    pipes = Pipes()
+    pid = _start(launch, pipes)
+    stop = _Stopper()
+    out = launch.get("output") or {}
+    relays = pipes.in_parent(out.get("cap_bytes"), bool(out.get("kill")), stop.stop)
+    watcher = _watch_quota(launch, stop)
     status = _wait_for(pid)
+    if watcher is not None:
+        watcher.finish()
     leftovers = kill_leftovers()
-    record = exit_record(status, leftovers)
-    write_json_atomic(work / EXIT_FILE, record)
+    for relay in relays:
+        relay.join(_DRAIN_S)
+    record = _outcome(exit_record(status, leftovers), stop, relays)
+    write_exit(work, record)
     return int(record["exit_code"]) & 0xFF
 
 

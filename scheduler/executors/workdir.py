@@ -7,9 +7,13 @@ The layout under the service's data directory (every mode set explicitly, whatev
         <job>/<attempt>/           0711 service
           <role>-<index>/          0711 service   the task directory (``local.task_dir``)
             launch.json handle.json exit.json     0600 service: the executor's records
-            stdout stderr          0600 service   the task writes them through inherited fds
+            exit.slot              0600 service   exit.json's preallocated stand-in (disk full)
+            stdout stderr          0600 service   the supervisor relays the task's output
+                                                  into them through pipes, capped (output.py)
             strace.log             0600 task uid  strace (running as the user) writes it
-            work/                  0700 task uid  the task's working directory and $HOME
+            work/                  0700 task uid  the task's working directory and $HOME,
+                                                  removed after --keep-work (service/retention.py)
+      disk.reserve                 0600 service   space kept for the store (service/diskspace.py)
 
 A task can reach its own ``work/`` by absolute path (every directory above it lets anyone
 through, none lets anyone list it), can write its own output and strace log, and can read

@@ -23,6 +23,8 @@ from labhive.scheduler.states import JobState
 #: Reasons the service gives a transition, as counted here (a retry's is ``attempts``'s).
 SUBMITTED, PREEMPTED = "submitted", "preempted"
 OOM_KILLED = "oom_killed"
+#: The local executor's disk limits (executors/quota.py, output.py, service/diskspace.py).
+DISK_FULL, DISK_QUOTA, OUTPUT_CAP = "disk_full", "disk_quota", "output_cap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +42,18 @@ class JobEvent:
 
 def failure_reason(exit_reason: str) -> str | None:
     """``oom_killed`` when an executor's exit reason says the task was killed for memory (the
-    local executor: "went over its memory limit"; Kubernetes: "OOMKilled"), else None."""
+    local executor: "went over its memory limit"; Kubernetes: "OOMKilled"); ``disk_full``,
+    ``disk_quota`` or ``output_cap`` for the local executor's disk limits; else None."""
     text = exit_reason.lower()
-    return OOM_KILLED if "memory limit" in text or "oomkilled" in text else None
+    if "memory limit" in text or "oomkilled" in text:
+        return OOM_KILLED
+    if text.startswith("disk full") or ": disk full" in text:
+        return DISK_FULL
+    if "over its disk quota" in text:
+        return DISK_QUOTA
+    if "went past its cap" in text:
+        return OUTPUT_CAP
+    return None
 
 
 class EventTally:

@@ -46,6 +46,7 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import AuthError, Forbidden
 from labhive.scheduler.service.context import Service
+from labhive.scheduler.service.diskspace import DiskFull, is_disk_full
 from labhive.scheduler.service.intake import UNREACHABLE, StoreUnavailable
 from labhive.scheduler.service.routes_public import PUBLIC
 from labhive.scheduler.service.routing import (
@@ -174,6 +175,8 @@ def _routes(app: FastAPI, svc: Service) -> None:
         # The caller and the body are read here, not by FastAPI's dependency machinery, which
         # cost about a sixth of the service's CPU per submission (JOB_BODY_DOC documents it).
         me = await _who(request)
+        if svc.disk is not None:  # no new work on a full disk: 507 before reading the job
+            svc.disk.check_submission()
         doc = (await _job_request(request)).model_dump(exclude_unset=True)
         doc.pop("user", None)  # the owner is whoever is calling
         spec = svc.admit(doc, me)
@@ -198,13 +201,19 @@ def _routes(app: FastAPI, svc: Service) -> None:
         methods=["POST"],
         status_code=201,
         response_model=s.JobOut,
-        responses=ERRORS,
+        responses={**ERRORS, 507: {"model": s.ErrorOut, "description": "disk full"}},
         openapi_extra=JOB_BODY_DOC,
         route_class_override=RequestRoute,
     )
 
 
 # ---- errors -------------------------------------------------------------------------------
+
+#: The store itself could not write for lack of space (its reserve already used up).
+DISK_FULL_STORE = (
+    "disk full: the job store has no space left to write, nothing was stored; an admin must "
+    "free space in the service's data dir, then try again"
+)
 
 
 def _error(status: int, detail: str, **headers: str) -> JSONResponse:
@@ -274,13 +283,21 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _rejected(_: Request, err: SpecRejected) -> JSONResponse:
         return _error(422, f"job rejected: {err}")
 
+    @app.exception_handler(DiskFull)
+    async def _disk_full(_: Request, err: DiskFull) -> JSONResponse:
+        return _error(507, str(err))
+
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(_: Request, err: StoreUnavailable) -> JSONResponse:
+        if is_disk_full(err):
+            return _incident(507, DISK_FULL_STORE, err)
         return _incident(
             503, "the job store is unavailable, nothing was stored; try again soon", err
         )
 
     async def _unreachable(_: Request, err: Exception) -> JSONResponse:
+        if is_disk_full(err):
+            return _incident(507, DISK_FULL_STORE, err)
         return _incident(503, "the job store is unavailable; try again soon", err)
 
     for kind in UNREACHABLE:

@@ -190,8 +190,71 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         default=1_000_000,
         help="how many uids the range holds (1000000)",
     )
+    _disk_options(parser)
     k8s_serve.add_options(parser)
     slurm_serve.add_options(parser)
+
+
+def _size(text: str) -> int | None:
+    from labhive.scheduler.sizes import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _keep(text: str) -> float | None:
+    from labhive.scheduler.time_limits import parse_time_limit
+
+    if text.strip().lower() in ("forever", "never", "off"):
+        return None
+    try:
+        return parse_time_limit(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{err}, or forever") from None
+
+
+def _disk_options(parser: argparse.ArgumentParser) -> None:
+    """What a task may write and how long its files stay (docs/service.md, "Disk")."""
+    parser.add_argument(
+        "--output-cap",
+        type=_size,
+        default=_size("100M"),
+        metavar="SIZE",
+        help="keep this much of each local task's stdout and of its stderr; past it the log "
+        "says so in one line and the rest is dropped (default 100M; off: no cap)",
+    )
+    parser.add_argument(
+        "--output-cap-kills",
+        action="store_true",
+        help="stop a task whose output passes the cap (it fails), instead of dropping the rest",
+    )
+    parser.add_argument(
+        "--work-quota",
+        type=_size,
+        default=_size("10G"),
+        metavar="SIZE",
+        help="what a local task's work dir may hold; over it the task is stopped and fails "
+        "with 'over its disk quota' (measured every 5 s; default 10G; off: no quota)",
+    )
+    parser.add_argument(
+        "--disk-reserve",
+        type=_size,
+        default=-1,
+        metavar="SIZE",
+        help="free space the data dir's file system keeps for the service: below it "
+        "submissions get 507 'disk full' (default 200M or 1%% of the file system, whichever "
+        "is smaller; off: never refuse)",
+    )
+    parser.add_argument(
+        "--keep-work",
+        type=_keep,
+        default=7 * 86400.0,
+        metavar="DURATION",
+        help="remove a finished task's work dir this long after its end (its stdout/stderr "
+        "stay with the job); e.g. 12h, 7d (default), forever",
+    )
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -219,6 +282,11 @@ def _options(args: argparse.Namespace) -> Any:
         task_identity=args.task_identity,
         first_uid=args.first_uid,
         uid_count=args.uid_count,
+        output_cap=args.output_cap,
+        output_cap_kills=args.output_cap_kills,
+        work_quota=args.work_quota,
+        disk_reserve=args.disk_reserve,
+        keep_work_s=args.keep_work,
     )
 
 

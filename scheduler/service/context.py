@@ -18,6 +18,8 @@ from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.service.accounts import Accounts
 from labhive.scheduler.service.auth import Authenticator, Forbidden, Identity
+from labhive.scheduler.service.diskspace import DiskGuard
+from labhive.scheduler.service.housekeeping import Housekeeping
 from labhive.scheduler.service.intake import Intake
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.monitoring import Monitoring
@@ -47,6 +49,8 @@ class Service:
     monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
     accounts: Any = None  # users' OS identities (service/accounts.py), for GET /me
     owners: Accounts | None = None  # account numbers: jobs are owned by them, not by names
+    disk: DiskGuard | None = None  # the data dir's headroom: 507 for submissions when full
+    housekeeping: Housekeeping | None = None  # the disk guard's tick and work-dir retention
 
     def __post_init__(self) -> None:
         self._check_lock = threading.Lock()

@@ -119,10 +119,10 @@ class Intake:
             )
             self._store_each(batch, t)
             return
-        except Exception:  # the store's own failure (out of reach, broken): every row alike
+        except Exception as err:  # the store's own failure (out of reach, full): every row alike
             log.exception("storing %d submissions failed", len(batch))
             self._release()
-            _answer([(p, StoreUnavailable()) for p in batch])
+            _answer([(p, _unavailable(err)) for p in batch])
             return
         self._accepted(batch, ids, t)
 
@@ -204,6 +204,13 @@ def _insert_part(
             _insert_part(conn, piece, t, stored, refused)
         return
     stored.extend(zip(part, ids, strict=True))
+
+
+def _unavailable(err: Exception) -> StoreUnavailable:
+    """The answer when the store failed: it carries the cause, so a full disk gets its 507."""
+    answer = StoreUnavailable()
+    answer.__cause__ = err
+    return answer
 
 
 def _unstorable(p: _Pending) -> Unstorable:

@@ -29,7 +29,9 @@ def register(app: FastAPI, svc: Service) -> None:
     def health() -> JSONResponse:
         """200 "ok", or 503 "degraded" when the database does not answer or the scheduler loop
         has not completed a pass for ``loop_stall_s`` (so a supervisor restarts the service).
-        No exception text: this answers anyone."""
+        A full disk is reported (``disk``) but is no reason for 503: the service still answers
+        reads and cancels, and a restart would not free any space. No exception text: this
+        answers anyone."""
         try:
             with svc.store.read() as conn:
                 q.ping(conn)
@@ -49,6 +51,7 @@ def register(app: FastAPI, svc: Service) -> None:
             loop_error=loop.error,
             policy=svc.policy,
             executor=getattr(svc.executor, "name", type(svc.executor).__name__),
+            disk=svc.disk.state() if svc.disk is not None else "ok",
         )
         return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 

@@ -275,6 +275,8 @@ class Health(BaseModel):
     loop_error: str | None = None  # the kind of the last failure, while failing
     policy: str
     executor: str
+    #: "ok", or why submissions get 507 (the data dir's file system below its reserve).
+    disk: str = "ok"
 
 
 class ErrorOut(BaseModel):

@@ -20,6 +20,7 @@ from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import Executor
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
+from labhive.scheduler.sizes import MIB
 
 EXECUTORS = ("local", "kubernetes", "slurm")
 TASK_IDENTITIES = ("users", "service")
@@ -53,6 +54,12 @@ class ServeOptions:
     )
     first_uid: int = 200000  # allocated uids start here (service/accounts.py)
     uid_count: int = 1_000_000  # ... and end before first_uid + uid_count (claimed per host)
+    # Disk (docs/service.md, "Disk"): None turns each off.
+    output_cap: int | None = 100 * MIB  # per stream of each local task
+    output_cap_kills: bool = False  # stop a task whose output passes the cap
+    work_quota: int | None = 10 * 1024 * MIB  # per local task's work dir
+    disk_reserve: int | None = -1  # -1: 200 MiB or 1% of the data dir's file system
+    keep_work_s: float | None = 7 * 86400.0  # finished tasks' work dirs go after this
 
 
 @dataclass
@@ -224,10 +231,12 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
         loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
+    disk, housekeeping = _housekeeping(opts, store, data_dir, executor, config)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
         accounts=accounts if opts.task_identity == "users" else None, owners=accounts,
+        disk=disk, housekeeping=housekeeping,
     )  # fmt: skip
     app = create_app(service)
     if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers
@@ -243,6 +252,29 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         tasks_run_as=tasks_run_as(opts),
         gpu_devices=gpu_devices(executor, config.virtual),
     )
+
+
+def _housekeeping(
+    opts: ServeOptions, store: Any, data_dir: Path, executor: Executor, config: Any
+) -> tuple[Any, Any]:
+    """The data dir's disk guard (the store frees its reserve before writing on a full disk),
+    the local executor's disk limits (the service's options, the VCs' ``disk:``), and the
+    thread that tends the guard and removes finished tasks' work dirs (not started here)."""
+    from labhive.scheduler.executors.local import LocalExecutor
+    from labhive.scheduler.service.diskspace import DiskGuard
+    from labhive.scheduler.service.housekeeping import Housekeeping
+    from labhive.scheduler.service.retention import WorkRetention
+
+    disk = DiskGuard(data_dir, opts.disk_reserve)
+    store.before_write = disk.make_room
+    if not isinstance(executor, LocalExecutor):
+        return disk, Housekeeping(disk, None)
+    executor.disk_check = disk.launch_refusal  # no launches into the store's last reserve
+    executor.output_cap, executor.work_quota = opts.output_cap, opts.work_quota
+    executor.output_cap_kills = opts.output_cap_kills
+    executor.vc_disk = {vc.name: (vc.output_cap, vc.work_quota) for vc in config.vcs.values()}
+    retention = WorkRetention(store, data_dir, opts.keep_work_s)
+    return disk, Housekeeping(disk, retention)
 
 
 def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:
@@ -340,10 +372,12 @@ def run(opts: ServeOptions, banner: Callable[[Running], str] | None = None) -> i
     sock = _bind(opts.host, opts.port)
     running.service.loop.start()
     running.service.monitoring.start()  # no-op without an NVIDIA driver
+    running.service.housekeeping.start()
     try:
         print((banner or describe)(running), flush=True)
         server.run(sockets=[sock])
     finally:
+        running.service.housekeeping.stop()
         running.service.monitoring.stop()
         running.service.intake.close()
         running.service.loop.stop(stop_tasks=opts.stop_tasks_on_exit)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -245,10 +245,15 @@ class Store:
         self.engine: Engine = engine
         self._writer = engine.execution_options(labhive_write=True)
         self._write_lock = threading.Lock() if self.is_sqlite else None
+        #: Called before each write transaction: the disk guard frees its reserve there when
+        #: the data dir is full (``diskspace.py``), so cancels and settles still commit.
+        self.before_write: Callable[[], None] | None = None
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """One write transaction: committed on exit, rolled back on any exception."""
+        if self.before_write is not None:
+            self.before_write()
         if self._write_lock is None:
             with self._writer.begin() as conn:
                 yield conn
