@@ -66,7 +66,7 @@ def test_another_users_job_starts_in_the_next_freed_slot(tmp_path: Path, db_url:
             live.client(BOB).submit(command="sleep 1.5", vc="course", gpus=1, name=f"b{i}")
             for i in range(8)
         ]
-        wait_until(lambda: bob[0].refresh().state == "RUNNING", "bob's first job to run")
+        wait_until(lambda: bob[0].refresh().state == "RUNNING", "bob's first job to run", 120)
         dave = live.client(DAVE).submit(command="true", vc="course", gpus=1, name="d")
         dave.wait(timeout=60)
         for job in bob:
@@ -116,7 +116,7 @@ def test_caps_hold_at_start_and_at_intake(tmp_path: Path, db_url: str) -> None:
     with serve(tmp_path, db_url) as live:
         bob = live.client(BOB)
         first = bob.submit(command="sleep 30", vc="capped", gpus=1, name="first")
-        wait_until(lambda: first.refresh().state == "RUNNING", "bob's first job to run")
+        wait_until(lambda: first.refresh().state == "RUNNING", "bob's first job to run", 120)
         second = bob.submit(command="true", vc="capped", gpus=1, name="second")
         bob.submit(command="true", vc="capped", gpus=1, name="third")
         why = wait_until(lambda: second.refresh().data.get("why"), "a reason for the second")
