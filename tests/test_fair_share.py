@@ -15,6 +15,7 @@ import pytest
 from sim_helpers import simulate
 
 from labhive.scheduler.config import ConfigError, load_cluster_config
+from labhive.scheduler.errors import UserError
 from labhive.scheduler.hived.fairshare import Ledger
 from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
 from labhive.scheduler.model import Finish, SpecRejected, Start, Submit
@@ -217,3 +218,26 @@ def test_fair_share_is_off_unless_the_config_asks() -> None:
     assert on.fair_share is not None and on.fair_share.half_life == 7200
     assert on.fair_share.reserve_after == 3600  # the default reservation
     assert replace(on, fair_share=None).per_user is False
+
+
+def test_the_simulator_turns_fair_share_on_as_a_policy_option() -> None:
+    """``labhive simulate --policy hived:fair_share=1h`` on a cluster config without it."""
+    jobs = flood([job("dave", "dave", 1.0, 6.0)])
+    ran = simulate("hived", course([4]), jobs, fair_share="1h", reserve_after="never")
+    assert ran["dave"].first_start == 6.0
+    jobs = flood([job("dave", "dave", 1.0, 6.0)])
+    off = simulate("hived", course([4], {"halfLife": "1h"}), jobs, fair_share="off")
+    assert off["dave"].first_start == 60.0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"half_life": "1h"}, "policy hived takes fair_share=HALF_LIFE"),
+        ({"fair_share": "soon"}, "policy hived: fair_share must be seconds or a duration"),
+        ({"reserve_after": "1h"}, "reserve_after needs fair_share=HALF_LIFE"),
+    ],
+)
+def test_a_bad_policy_option_says_what_to_write(options: dict[str, str], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        get_policy("hived", course([4]), **options)
