@@ -30,19 +30,30 @@ CLUSTER = DATA / "cluster_machine_list"
 
 def per_vc(jobs: list[Any]) -> dict[str, dict[str, float | None]]:
     waits: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    demand: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for j in jobs:
         if j.first_start is not None:
             waits[j.spec.vc][j.user or ""].append(j.first_start - j.submit)
+            demand[j.spec.vc][j.user or ""] += j.gpus * j.duration
     out = {}
     for vc, users in sorted(waits.items()):
         means = [statistics.fmean(w) for w in users.values()]
+        # users by the GPU-seconds they asked for: the lighter half, the heavier half
+        order = sorted(users, key=lambda u: demand[vc][u])
+        light, heavy = order[: len(order) // 2], order[len(order) // 2 :]
         out[vc] = {
             "users": len(users),
             "jain_user_wait": jain(means),
             "worst_user_wait_h": max(means) / 3600,
             "mean_wait_h": statistics.fmean([w for ws in users.values() for w in ws]) / 3600,
+            "light_wait_h": _mean([w for u in light for w in users[u]]) / 3600,
+            "heavy_wait_h": _mean([w for u in heavy for w in users[u]]) / 3600,
         }
     return out
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else 0.0
 
 
 def main() -> None:
@@ -52,7 +63,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=20_000)
     parser.add_argument("--machines", type=int, default=48)
     parser.add_argument("--half-life", default="7d")
-    parser.add_argument("--reserve-after", default="1h")
+    parser.add_argument("--reserve-after", default="never")
     args = parser.parse_args()
     config, note = load_sim_cluster(args.cluster, None, args.machines)
     trace = load_trace(args.trace, limit=args.limit)
@@ -75,7 +86,8 @@ def main() -> None:
             print(
                 f"  {vc:>8} users {v['users']:>3}  Jain {v['jain_user_wait'] or 0:.3f}  "
                 f"worst user's wait {v['worst_user_wait_h']:.2f} h  "
-                f"mean wait {v['mean_wait_h']:.2f} h"
+                f"mean wait {v['mean_wait_h']:.2f} h  lighter half of users "
+                f"{v['light_wait_h']:.2f} h, heavier half {v['heavy_wait_h']:.2f} h"
             )
 
 

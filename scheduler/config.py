@@ -125,10 +125,11 @@ class FairShare:
     priority, waiting jobs go in order of their user's recent GPU-seconds in that VC (decayed
     by 2^(-dt/halfLife), as Slurm's fair-share factor) divided by the user's share (1 unless
     ``shares`` names the user), then submission. A job that has waited ``reserveAfter``
-    (None: never) holds its VC and priority for itself until it starts (``hived.fairshare``)."""
+    (None, the default: never) holds its VC and priority for itself until it starts
+    (``hived.turns``; it costs utilization: docs/policies.md)."""
 
     half_life: float  # seconds
-    reserve_after: float | None = 3600.0
+    reserve_after: float | None = None
     shares: dict[str, float] = field(default_factory=dict)
 
     def share(self, user: str) -> float:
@@ -765,7 +766,7 @@ def _fair_share(data: Mapping[str, Any], ctx: _Ctx) -> FairShare | None:
         raise ctx.error("fairShare", line, "must be a mapping such as {halfLife: 7d}")
     _no_unknown(raw, {"halfLife", "reserveAfter", "shares"}, "fairShare", ctx)
     times: list[float | None] = []
-    for part, default in (("halfLife", 7 * 86400.0), ("reserveAfter", 3600.0)):
+    for part, default in (("halfLife", 7 * 86400.0), ("reserveAfter", None)):
         value = raw.get(part, default)
         if part == "reserveAfter" and value in (None, "never"):
             times.append(None)

@@ -216,7 +216,7 @@ def test_fair_share_is_off_unless_the_config_asks() -> None:
     assert config.fair_share is None and not config.per_user
     on = course([4], {"halfLife": "2h"})
     assert on.fair_share is not None and on.fair_share.half_life == 7200
-    assert on.fair_share.reserve_after == 3600  # the default reservation
+    assert on.fair_share.reserve_after is None  # no reservation unless asked (its cost)
     assert replace(on, fair_share=None).per_user is False
 
 

@@ -66,6 +66,7 @@ class HivedBase:
     _capped: dict[Account, set[JobClass]]
     _counted: int
     _cap_hit: bool
+    _held: dict[tuple[str, int], set[JobClass]]  # (``turns``)
 
     # Built from the config (``_load``).
     config: ClusterConfig
@@ -100,6 +101,7 @@ class HivedBase:
         self.admission = Admission.of(config)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
+        self._held = {}  # (classes a reservation held back: made anew on a new config)
         if not config.per_user:
             self._ledger = None
         elif self._ledger is not None:

@@ -71,7 +71,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         self._ledger = None
         self._capped = {}
         self._out, self._counted, self._cap_hit = [], 0, False
-        self._fair_lines, self._holders, self._held_back = {}, {}, []
+        self._fair_lines, self._holders, self._held = {}, {}, {}
         self._load(config)
 
     # ---- admission ---------------------------------------------------------------------------

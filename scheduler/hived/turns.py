@@ -43,7 +43,10 @@ class Turns(Sizing):
 
     _out: list[Decision]  # this event's decisions (``handle``)
     _holders: dict[tuple[str, int], JobClass | None]  # per pass: who holds a VC's priority
-    _held_back: list[JobClass]  # per pass: classes an overdue job held back
+    # Classes an overdue job holds back, per (VC, priority): tried again when the holder
+    # starts or a waiting job of the VC leaves, or when the VC frees GPUs (``_collect_ready``
+    # marks all its classes then), not at every event.
+    _held: dict[tuple[str, int], set[JobClass]]
     _fair_lines: dict[str, list[tuple[int, float, int, str]]]  # per event: ``fair_position``
 
     def _ledger_now(self) -> Ledger:
@@ -66,6 +69,10 @@ class Turns(Sizing):
             else:
                 ledger.waiting_since.pop(event.job_id, None)
             self._uncap(freed)
+            job = self._jobs.get(event.job_id)
+            if job is not None and self._held:  # it may have been a holder
+                for key in [k for k in self._held if k[0] == job.vc]:
+                    self._release_held(key)
         elif kind is TasksEnded:
             assert isinstance(event, TasksEnded)
             self._uncap(ledger.stopped(event.job_id, event.tasks))
@@ -106,14 +113,15 @@ class Turns(Sizing):
 
     def _pass_begins(self, out: list[Decision]) -> None:
         self._holders = {}
-        self._held_back = []
         self._account()
 
     def _pass_ends(self) -> None:
         self._account()
-        if self._held_back:
-            self._ready.update(c for c in self._held_back if c.entries)
-            self._held_back = []
+
+    def _release_held(self, key: tuple[str, int]) -> None:
+        held = self._held.pop(key, None)
+        if held:
+            self._ready.update(c for c in held if c.entries)
 
     def _account(self) -> None:
         """Count the decisions made since the last count; classes whose user freed GPUs may
@@ -145,7 +153,7 @@ class Turns(Sizing):
         if cls.priority >= 0 and ledger.reserve_after is not None:
             holder = self._holder(cls.vc, cls.priority)
             if holder is not None and holder is not cls:
-                self._held_back.append(cls)
+                self._held.setdefault((cls.vc, cls.priority), set()).add(cls)
                 return False
         return True
 
@@ -174,7 +182,9 @@ class Turns(Sizing):
     def _started_whole(self, cls: JobClass) -> None:
         """The class's head started: count it, and who holds its VC and priority may change."""
         self._account()
-        self._holders.pop((cls.vc, cls.priority), None)
+        key = (cls.vc, cls.priority)
+        if self._holders.pop(key, None) is cls:
+            self._release_held(key)
 
     def _holder(self, vc: str, priority: int) -> JobClass | None:
         """The class whose head is the VC's earliest overdue job at this priority that its

@@ -4,7 +4,7 @@ Options (``--policy hived:fair_share=7d,reserve_after=1h``) set the cluster conf
 ``fairShare`` for this run, so ``labhive simulate`` can compare HiveD with and without fair
 share on one machine list (which has no ``fairShare`` of its own): ``fair_share`` is the
 half-life (``off`` drops a config's fair share), ``reserve_after`` the wait after which a job
-holds its VC and priority (``never``: no reservation; default 1h).
+holds its VC and priority (``never``, the default: no reservation).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def with_options(config: ClusterConfig, options: dict[str, Any]) -> ClusterConfi
     else:
         raise UserError("policy hived: reserve_after needs fair_share=HALF_LIFE (e.g. 7d)")
     shares = fair.shares if fair is not None else {}
-    reserve = fair.reserve_after if fair is not None else 3600.0
+    reserve = fair.reserve_after if fair is not None else None
     if "reserve_after" in options:
         text = str(options["reserve_after"]).strip().lower()
         reserve = None if text == "never" else _seconds("reserve_after", options["reserve_after"])
