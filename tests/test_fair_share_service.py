@@ -66,7 +66,7 @@ def test_another_users_job_starts_in_the_next_freed_slot(tmp_path: Path, db_url:
             live.client(BOB).submit(command="sleep 1.5", vc="course", gpus=1, name=f"b{i}")
             for i in range(8)
         ]
-        wait_until(lambda: bob[0].refresh().state == "RUNNING", "bob's first job to run", 120)
+        wait_until(lambda: bob[0].refresh().state != "WAITING", "bob's first job to start", 120)
         dave = live.client(DAVE).submit(command="true", vc="course", gpus=1, name="d")
         dave.wait(timeout=60)
         for job in bob:
