@@ -101,7 +101,8 @@ class HivedBase:
         self.admission = Admission.of(config)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
-        self._held = {}  # (classes a reservation held back: made anew on a new config)
+        # Classes a cap or a reservation set aside: the classes are made anew on a new config.
+        self._held, self._capped = {}, {}
         if not config.per_user:
             self._ledger = None
         elif self._ledger is not None:
