@@ -18,7 +18,7 @@ from labhive.scheduler.config import ConfigError, load_cluster_config
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.hived.fairshare import Ledger
 from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
-from labhive.scheduler.model import Finish, SpecRejected, Start, Submit
+from labhive.scheduler.model import Finish, Reconfigure, SpecRejected, Start, Submit
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob
 from labhive.scheduler.sim.machines import Machine, cluster_dict
@@ -241,3 +241,17 @@ def test_the_simulator_turns_fair_share_on_as_a_policy_option() -> None:
 def test_a_bad_policy_option_says_what_to_write(options: dict[str, str], message: str) -> None:
     with pytest.raises(UserError, match=message):
         get_policy("hived", course([4]), **options)
+
+
+def test_caps_turned_on_by_a_new_config_count_the_jobs_already_running() -> None:
+    """Given bob's 2 running jobs and a third waiting on a full VC, a Reconfigure that caps a
+    user at 2 GPUs: bob's third waits for the cap when GPUs free, and dave's job starts."""
+    sched = get_policy("hived", course([3]))
+    for i in range(4):
+        sched.handle(Submit(f"bob{i}", spec("bob"), float(i)))
+    assert sched.job("bob3").state == "WAITING"
+    sched.handle(Reconfigure(course([3], limits={"maxRunningGpus": 2}), 10.0))
+    sched.handle(Submit("dave", spec("dave"), 11.0))
+    out = sched.handle(Finish("bob0", 12.0))  # bob still runs 2: at his cap
+    assert [d.job_id for d in out if isinstance(d, Start)] == ["dave"]
+    assert "userLimits.maxRunningGpus" in (sched.job("bob3").why or "")
