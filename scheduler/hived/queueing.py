@@ -258,13 +258,18 @@ class Queueing(Turns):
             return []
         out = []
         rooms: dict[tuple[str, int], int] = {}  # a guaranteed class's bound, by VC and priority
+        oppo_rooms: dict[int, int] = {}  # an opportunistic class's, by its task's need
         for cls in self._ready:
             if not cls.entries:
                 continue
             stamp = self._stamp(cls)
             if cls.blocked_at is not None and cls.blocked_at == stamp:
                 continue
-            if cls.priority < 0 or cls.vc_ref is None:
+            if cls.priority < 0:  # (per user, many classes share a task size: one node scan)
+                room = oppo_rooms.get(cls.task_need, NO_ROOM - 1)
+                if room == NO_ROOM - 1:
+                    room = oppo_rooms[cls.task_need] = self._class_room(cls)
+            elif cls.vc_ref is None:
                 room = self._class_room(cls)
             else:
                 key = (cls.vc, cls.priority)
@@ -347,15 +352,15 @@ class Queueing(Turns):
                     self._ready.add(cls)
                 continue
             job = self._jobs[cls.entries[0][1]]
-            if ledger is not None and not self._gate(cls, job):
-                continue
             if cls.signature is None:
                 cls.signature = self._signature(job)
             group, size = cls.signature.group, cls.signature.size
             if (group is not None and any(size.dominated_by(f) for f in failed.get(group, ()))) or (
                 not self._may_fit(cls)
             ):
-                self._block(cls)
+                self._block(cls)  # (before the gate: it fails on capacity, capped or not)
+                continue
+            if ledger is not None and not self._gate(cls, job):
                 continue
             before = len(job.placed)
             self._try(job, out, self._since(cls), cls)
