@@ -117,6 +117,27 @@ class VCSpec:
     #: tasks, in bytes; None: the service's (``--output-cap``, ``--work-quota``); 0: off.
     output_cap: int | None = None
     work_quota: int | None = None
+    #: ``userLimits: {maxRunningGpus: 4, maxWaitingJobs: 100}``: what one user may hold in this
+    #: VC at once (GPUs of running jobs; jobs waiting). None: no cap.
+    user_max_running_gpus: int | None = None
+    user_max_waiting_jobs: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """``fairShare: {halfLife: 7d, reserveAfter: 1h, shares: {alice: 2}}``: inside each VC and
+    priority, waiting jobs go in order of their user's recent GPU-seconds in that VC (decayed
+    by 2^(-dt/halfLife), as Slurm's fair-share factor) divided by the user's share (1 unless
+    ``shares`` names the user), then submission. A job that has waited ``reserveAfter``
+    (None, the default: never) holds its VC and priority for itself until it starts
+    (``hived.turns``; it costs utilization: docs/policies.md)."""
+
+    half_life: float  # seconds
+    reserve_after: float | None = None
+    shares: dict[str, float] = field(default_factory=dict)
+
+    def share(self, user: str) -> float:
+        return self.shares.get(user, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +163,16 @@ class ClusterConfig:
     # CPUs and memory (MB) of nodes, for tasks that ask for no GPU on a cluster without
     # skuTypes (``cpu_pool.py``); a node not named here gets ``cpu_pool.default_capacity``.
     node_resources: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: Fair share between the users of each VC (``fairShare``); None: first come, first served.
+    fair_share: FairShare | None = None
+
+    @property
+    def per_user(self) -> bool:
+        """Whether the scheduler tells users apart: fair share, or a VC caps what one holds."""
+        return self.fair_share is not None or any(
+            v.user_max_running_gpus is not None or v.user_max_waiting_jobs is not None
+            for v in self.vcs.values()
+        )
 
     def nodes(self) -> list[NodeSpec]:
         out = []
@@ -174,6 +205,7 @@ TOP_KEYS = {
     "kubeConfigFilePath",
     "webServerAddress",
     "waitingPodSchedulingBlockMilliSec",
+    "fairShare",  # LabHive's: fair share between a VC's users (``FairShare``)
 }
 #: The most leaf cells (GPUs) a config may define, and the most cells of all levels: a bound
 #: far above any real cluster (the largest traces have a few thousand GPUs) that keeps a typo
@@ -266,7 +298,10 @@ def _from_mapping(data: Any, ctx: _Ctx, text: str | None = None) -> ClusterConfi
     cells, pinned = _physical_cells(raw_cells, cell_types, ctx)
     vcs = _vcs(_need(data, "virtualClusters", "", ctx, Mapping), cell_types, cells, pinned, ctx)
     _check_fits(vcs, cell_types, cells, pinned, ctx, data.get("virtualClusters"))
-    return ClusterConfig(skus, cell_types, tuple(cells), vcs, source=ctx.origin, pinned=pinned)
+    fair = _fair_share(data, ctx)
+    return ClusterConfig(
+        skus, cell_types, tuple(cells), vcs, source=ctx.origin, pinned=pinned, fair_share=fair
+    )
 
 
 def _unwrap(data: Mapping[str, Any], ctx: _Ctx, text: str | None) -> Any:
@@ -634,7 +669,9 @@ def _vcs(
         key = f"virtualClusters.{name}"
         if not isinstance(spec, Mapping):
             raise ctx.error(key, line_of(raw, name), "must be a mapping with virtualCells")
-        _no_unknown(spec, {"virtualCells", "pinnedCells", "timeLimit", "disk"}, key, ctx)
+        _no_unknown(
+            spec, {"virtualCells", "pinnedCells", "timeLimit", "disk", "userLimits"}, key, ctx
+        )
         vcells = []
         items = spec.get("virtualCells") or []
         if not isinstance(items, list):
@@ -671,9 +708,11 @@ def _vcs(
             pins.append(str(pid))
         default, most = _vc_time_limit(spec, f"{key}.timeLimit", ctx)
         cap, quota = _vc_disk(spec, f"{key}.disk", ctx)
+        running, waiting = _user_limits(spec, f"{key}.userLimits", ctx)
         out[str(name)] = VCSpec(
-            str(name), tuple(vcells), tuple(pins), line_of(raw, name), default, most, cap, quota
-        )
+            str(name), tuple(vcells), tuple(pins), line_of(raw, name), default, most, cap, quota,
+            running, waiting,
+        )  # fmt: skip
     if not out:
         raise ctx.error("virtualClusters", line_of(raw), "defines no virtual cluster")
     return out
@@ -724,6 +763,60 @@ def _vc_time_limit(
     if default is not None and most is not None and default > most:
         raise ctx.error(key, line, "default must not be longer than max")
     return default, most
+
+
+def _user_limits(spec: Mapping[str, Any], key: str, ctx: _Ctx) -> tuple[int | None, int | None]:
+    """A VC's ``userLimits: {maxRunningGpus: 4, maxWaitingJobs: 100}`` (either may be left out)."""
+    raw = spec.get("userLimits")
+    if raw is None:
+        return None, None
+    line = line_of(spec, "userLimits")
+    if not isinstance(raw, Mapping):
+        raise ctx.error(
+            key, line, "must be a mapping such as {maxRunningGpus: 4, maxWaitingJobs: 100}"
+        )
+    _no_unknown(raw, {"maxRunningGpus", "maxWaitingJobs"}, key, ctx)
+    running, waiting = (
+        None if raw.get(k) is None else _int(raw[k], f"{key}.{k}", line, ctx, 1)
+        for k in ("maxRunningGpus", "maxWaitingJobs")
+    )
+    return running, waiting
+
+
+def _fair_share(data: Mapping[str, Any], ctx: _Ctx) -> FairShare | None:
+    """The top-level ``fairShare: {halfLife: 7d, reserveAfter: 1h, shares: {alice: 2}}``."""
+    from labhive.scheduler.time_limits import parse_time_limit
+
+    raw = data.get("fairShare")
+    if raw is None:
+        return None
+    line = line_of(data, "fairShare")
+    if not isinstance(raw, Mapping):
+        raise ctx.error("fairShare", line, "must be a mapping such as {halfLife: 7d}")
+    _no_unknown(raw, {"halfLife", "reserveAfter", "shares"}, "fairShare", ctx)
+    times: list[float | None] = []
+    for part, default in (("halfLife", 7 * 86400.0), ("reserveAfter", None)):
+        value = raw.get(part, default)
+        if part == "reserveAfter" and value in (None, "never"):
+            times.append(None)
+            continue
+        try:
+            times.append(parse_time_limit(value))
+        except ValueError as err:
+            raise ctx.error(f"fairShare.{part}", line, str(err)) from None
+    shares = raw.get("shares") or {}
+    if not isinstance(shares, Mapping):
+        raise ctx.error("fairShare.shares", line, "must map user names to weights, e.g. {alice: 2}")
+    weights = {}
+    for user, weight in shares.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+            raise ctx.error(
+                f"fairShare.shares.{user}", line, f"must be a number above 0, got {weight!r}"
+            )
+        weights[str(user)] = float(weight)
+    half_life, reserve_after = times
+    assert half_life is not None
+    return FairShare(half_life, reserve_after, weights)
 
 
 def _cell_path(

@@ -28,6 +28,7 @@ from labhive.scheduler.policies import available, get_policy
 #: Every policy, and each option that changes how it schedules.
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("hived", {}),
+    ("hived", {"fair_share": "1h", "reserve_after": "120"}),
     ("fifo", {}),
     ("fifo", {"backfill": True}),
     ("fifo", {"per_vc": True}),

@@ -47,6 +47,7 @@ class VCFacts:
     sizing_types: tuple[str, ...]  # ``types`` sorted: what sizes a role without a skuType
     leaves: int  # its guaranteed leaf cells in all, pinned ones included
     cells: str  # its cells in a phrase: '4 K80 + 4 M60 GPUs'
+    user_max_gpus: int | None = None  # ``userLimits.maxRunningGpus``: one user's most at once
 
     @property
     def pinned_ids(self) -> frozenset[str]:
@@ -168,7 +169,23 @@ def _vc_facts(config: ClusterConfig, chains: Mapping[str, Chain], name: str) -> 
         sizing_types=tuple(sorted(types)),
         leaves=leaves_in(None),
         cells=" + ".join(parts) + " GPUs" if parts else "no cells",
+        user_max_gpus=spec.user_max_running_gpus,
     )
+
+
+def _reject_over_cap(spec: JobSpec, vc: VCFacts) -> None:
+    """A job whose first start alone passes the VC's per-user cap would wait forever."""
+    cap = vc.user_max_gpus
+    if cap is None:
+        return
+    need = spec.total_gpus if spec.gang else max(r.gpu for r in spec.roles)
+    if need > cap:
+        what = "this gang needs" if spec.gang and spec.task_count > 1 else "a task needs"
+        raise SpecRejected(
+            f"{what} {need} GPUs at once, but {vc.name} lets one user run at most {cap} "
+            f"(userLimits.maxRunningGpus); ask for at most {cap} GPUs"
+            + (" or set gang: false to start tasks one by one" if spec.gang else "")
+        )
 
 
 def reject_if_never_runs(admission: Admission, spec: JobSpec) -> None:
@@ -196,6 +213,7 @@ def reject_if_never_runs(admission: Admission, spec: JobSpec) -> None:
     _reject_pins(spec, vc, groups)
     _reject_types(spec, vc, groups, skus)
     _reject_big_tasks(admission, spec, vc)
+    _reject_over_cap(spec, vc)
     if not spec.gang:
         return
     for group in groups:

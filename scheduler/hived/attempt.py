@@ -62,6 +62,8 @@ class Attempt(Failures):
         cls: JobClass | None = None,
     ) -> None:
         for unit in self._units(job):
+            if self._ledger is not None and self._capped_unit(job, unit):
+                return
             plan = self._find(job, unit, since, cls)
             since = None
             if plan is None or not self._commit(job, plan, out):

@@ -20,6 +20,7 @@ from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.admission import Admission
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
+from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import Placer, Plan, TaskNeeds
 from labhive.scheduler.hived.queue import JobClass, VCQueue
@@ -58,6 +59,14 @@ class HivedBase:
     _dirty_oppo: bool
     _tick: int  # counts freed GPUs, to tell which nodes changed since a failure
     down_reasons: dict[str, str]  # node -> the reason its NodeDown gave
+    # Per user (``fairshare``), only when the config tells users apart (fair share, caps):
+    # who used and holds what; classes waiting for their user to fall under a cap; the
+    # decisions of this event counted so far; whether the last attempt stopped at a cap.
+    _ledger: Ledger | None
+    _capped: dict[Account, set[JobClass]]
+    _counted: int
+    _cap_hit: bool
+    _held: dict[tuple[str, int], set[JobClass]]  # (``turns``)
 
     # Built from the config (``_load``).
     config: ClusterConfig
@@ -92,6 +101,18 @@ class HivedBase:
         self.admission = Admission.of(config)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
+        # Classes a cap or a reservation set aside: the classes are made anew on a new config.
+        self._held, self._capped = {}, {}
+        if not config.per_user:
+            self._ledger = None
+        elif self._ledger is not None:
+            self._ledger.configure(config)
+        else:  # (on a Reconfigure, the running jobs' GPUs count from now)
+            self._ledger = Ledger(config)
+            for job in self._jobs.values():
+                if job.placed:
+                    gpus = {k: len(p.gpus) for k, (p, _) in job.placed.items()}
+                    self._ledger.started(job.job_id, account(job), gpus)
 
     def _new_job(self, job_id: str, spec: JobSpec) -> Job:
         self._seq += 1
@@ -126,6 +147,10 @@ class HivedBase:
         cls: JobClass | None = None,
     ) -> None:
         """Place what of the job fits now, unit by unit (``attempt``)."""
+        raise NotImplementedError
+
+    def _capped_unit(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> bool:
+        """Whether the unit would take the job's user past its VC's cap (``turns``)."""
         raise NotImplementedError
 
     def _find(
@@ -415,6 +440,11 @@ class HivedBase:
     @staticmethod
     def _role(job: Job, name: str) -> RoleSpec:
         return next(r for r in job.spec.roles if r.name == name)
+
+
+def account(job: Job) -> Account:
+    """Whose use a job counts to: its VC and its user ("" when the spec names none)."""
+    return (job.vc, job.spec.user or "")
 
 
 def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:

@@ -68,6 +68,10 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         self._dirty_oppo = False
         self._tick = 0
         self.down_reasons = {}
+        self._ledger = None
+        self._capped = {}
+        self._out, self._counted, self._cap_hit = [], 0, False
+        self._fair_lines, self._holders, self._held = {}, {}, {}
         self._load(config)
 
     # ---- admission ---------------------------------------------------------------------------
@@ -95,7 +99,15 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
 
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
+        if self._ledger is not None:  # fair share or per-user caps (``turns``)
+            self._out, self._counted = out, 0
+            self._before_event(event)
         self._apply(event, out)
+        if self._ledger is not None:
+            if self._out is not out:  # a Reconfigure turned them on
+                self._out, self._counted = out, 0
+                self._ledger.advance(event.time)
+            self._after_event(event)
         if isinstance(event, Adopt):
             # An adopt places nothing new: a driver restores every running job before any
             # decision (a partly stopped job's waiting tasks must not take another's GPUs),
@@ -104,6 +116,8 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         self._schedule(out)
         if self._cpu_waiting:
             self._schedule_cpu(out)
+        if self._ledger is not None:
+            self._account()
         return out
 
     def _submit(self, job_id: str, spec: JobSpec, *, admitted: bool = False) -> None:
@@ -152,7 +166,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
             (j for j in self._jobs.values() if j.placed),
             (j for j in self._jobs.values() if not j.placed),
             seq=lambda j: j.seq,
-            wait_key=lambda j: (-j.spec.priority, j.seq, j.spec.name),
+            wait_key=self.wait_key,
         )
         return [self._view(j) for j in listed]
 

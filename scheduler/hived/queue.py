@@ -63,6 +63,7 @@ class JobClass:
     key: Hashable
     vc: str
     priority: int
+    user: str = ""  # its jobs' user, when classes are per user (``fairshare``)
     entries: list[tuple[int, str]] = field(default_factory=list)  # (seq, job id), sorted
     blocked_at: Hashable = None  # the capacity stamp it last failed at
     need: int = 0  # the fewest GPUs its head job can start with

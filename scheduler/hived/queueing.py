@@ -12,11 +12,12 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Hashable
+from typing import Any
 
 from labhive.scheduler.hived.base import UNBOUNDED
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import FailedAt, JobClass, JobSize, Signature, VCQueue
-from labhive.scheduler.hived.sizing import Sizing
+from labhive.scheduler.hived.turns import Turns
 from labhive.scheduler.hived.vc import VC
 from labhive.scheduler.jobs import RoleSpec
 from labhive.scheduler.model import Decision, Start, TaskPlacement
@@ -25,7 +26,7 @@ from labhive.scheduler.model import Decision, Start, TaskPlacement
 NO_ROOM = -1
 
 
-class Queueing(Sizing):
+class Queueing(Turns):
     """Classes of waiting jobs, their blocking stamps, and the scheduling pass."""
 
     def _class_key(self, job: Job) -> Hashable:
@@ -43,6 +44,8 @@ class Queueing(Sizing):
             shape = self._shape(job)
         if not job.spec.gang:
             shape = shape[:1]
+        if self._ledger is not None:  # a class per user: each goes in its user's turn
+            return (job.vc, job.spec.priority, job.spec.gang, job.pinned, shape, job.spec.user)
         # Opportunistic jobs of all VCs share classes, unless SKUs size them by their VC's.
         vc = None if job.spec.opportunistic and not self.config.skus else job.vc
         return (vc, job.spec.priority, job.spec.gang, job.pinned, shape)
@@ -90,6 +93,7 @@ class Queueing(Sizing):
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
+            cls.user = job.spec.user or ""
             cls.need = self._class_need(job)
             cls.task_need = self._task_need(job)
             cls.vc_ref = self.vcs.by_name.get(job.vc)
@@ -133,6 +137,9 @@ class Queueing(Sizing):
             self._wait_blocked(job, cls)
             self._block(cls, stamp)
             return
+        if self._ledger is not None and not self._gate(cls, job):
+            self._wait_blocked(job, cls)
+            return
         # ``_may_fit`` would ask the same bound again of the same cells: it holds.
         if cls.signature is None:
             cls.signature = self._signature(job)
@@ -140,6 +147,8 @@ class Queueing(Sizing):
         if job.all_placed:
             return
         self._wait_blocked(job, cls)
+        if self._ledger is not None and self._stopped_at_cap(job):
+            return
         self._block(cls)
         if cls.signature.group is not None:
             failed.setdefault(cls.signature.group, []).append(cls.signature.size)
@@ -249,13 +258,18 @@ class Queueing(Sizing):
             return []
         out = []
         rooms: dict[tuple[str, int], int] = {}  # a guaranteed class's bound, by VC and priority
+        oppo_rooms: dict[int, int] = {}  # an opportunistic class's, by its task's need
         for cls in self._ready:
             if not cls.entries:
                 continue
             stamp = self._stamp(cls)
             if cls.blocked_at is not None and cls.blocked_at == stamp:
                 continue
-            if cls.priority < 0 or cls.vc_ref is None:
+            if cls.priority < 0:  # (per user, many classes share a task size: one node scan)
+                room = oppo_rooms.get(cls.task_need, NO_ROOM - 1)
+                if room == NO_ROOM - 1:
+                    room = oppo_rooms[cls.task_need] = self._class_room(cls)
+            elif cls.vc_ref is None:
                 room = self._class_room(cls)
             else:
                 key = (cls.vc, cls.priority)
@@ -306,9 +320,13 @@ class Queueing(Sizing):
     def _schedule(self, out: list[Decision]) -> None:
         """Start what fits, classes in queue order; a class that fails is skipped until the
         capacity it depends on grows."""
-        heap: list[tuple[int, int, int, JobClass]] = []
+        # (-priority, [its user's rank under fair share,] its head's seq, tie, class)
+        heap: list[tuple[Any, ...]] = []
         failed: dict[Hashable, list[JobSize]] = {}
         tie = 0
+        ledger = self._ledger
+        if ledger is not None:
+            self._pass_begins(out)
         if self._arrived is not None:
             (job, key), self._arrived = self._arrived, None
             self._start_arrived(job, key, failed, out)
@@ -318,10 +336,17 @@ class Queueing(Sizing):
             )
             for cls in ready:
                 tie += 1
-                heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
+                if ledger is None:
+                    heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
+                else:
+                    rank = ledger.rank(cls.vc, cls.user)
+                    heapq.heappush(heap, (-cls.priority, rank, cls.entries[0][0], tie, cls))
             if not heap:
+                if ledger is not None:
+                    self._pass_ends()
                 return
-            _, seq, _, cls = heapq.heappop(heap)
+            entry = heapq.heappop(heap)
+            seq, cls = entry[-3], entry[-1]
             if not cls.entries or cls.entries[0][0] != seq or self._blocked(cls):
                 if cls.entries and not self._blocked(cls):
                     self._ready.add(cls)
@@ -333,17 +358,23 @@ class Queueing(Sizing):
             if (group is not None and any(size.dominated_by(f) for f in failed.get(group, ()))) or (
                 not self._may_fit(cls)
             ):
-                self._block(cls)
+                self._block(cls)  # (before the gate: it fails on capacity, capped or not)
+                continue
+            if ledger is not None and not self._gate(cls, job):
                 continue
             before = len(job.placed)
             self._try(job, out, self._since(cls), cls)
             if job.all_placed:
                 self._dequeue(job)
+                if ledger is not None:
+                    self._started_whole(cls)
                 if cls.entries:  # its next job may start too (an empty class is not tried)
                     self._ready.add(cls)
                 continue
             if len(job.placed) > before:  # an incremental job started some tasks
                 self._enqueue(job)
+            if ledger is not None and self._stopped_at_cap(job):
+                continue
             if job.queued_key is not None:
                 self._block(self._classes[job.queued_key])
             if group is not None:

@@ -21,7 +21,11 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
     why = None
     queue = sched._queues.get(job.vc)
     if not job.placed and queue is not None:
-        position = queue.position(job.spec.priority, job.seq, job.job_id)
+        ledger = sched._ledger
+        if ledger is not None and ledger.fair is not None:
+            position = sched.fair_position(job)
+        else:
+            position = queue.position(job.spec.priority, job.seq, job.job_id)
         length = len(queue.order)
     if job.cpu_only:
         position = length = None

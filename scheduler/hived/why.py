@@ -38,6 +38,9 @@ def why_waiting(
 ) -> str:
     tail = position_tail(position, length, job.vc)
     vc = job.vc
+    capped = _capped(sched, job)
+    if capped is not None:
+        return capped + tail
     match sched.failure_of(job):
         case NoVC():
             return f"VC {vc} no longer exists in this cluster; cancel the job{tail}"
@@ -66,6 +69,30 @@ def why_waiting(
         case NoRoom() as room:
             return _no_room(sched, job, room) + tail
     raise AssertionError("unknown failure record")
+
+
+def _capped(sched: HivedState[Any], job: HivedJob) -> str | None:
+    """Why a job waits when its user holds the most GPUs the VC lets one user run
+    (``userLimits.maxRunningGpus``), whatever room the VC has."""
+    ledger = sched._ledger
+    if ledger is None:
+        return None
+    waiting = job.waiting_tasks
+    if job.spec.gang:
+        need = sum(role.gpu for role, _ in waiting)
+    else:
+        need = min((role.gpu for role, _ in waiting), default=0)
+    user = job.spec.user or ""
+    cap = ledger.over_cap(job.vc, user, need)
+    if cap is None:
+        return None
+    running = ledger.running.get((job.vc, user), 0)
+    who = f"user {user}" if user else "this job's user"
+    return (
+        f"{who} already runs {running} GPUs in {job.vc}, which lets one user run at most "
+        f"{cap} at once (userLimits.maxRunningGpus); this job needs {need} more, so it waits "
+        f"until {user or 'that user'}'s running jobs end"
+    )
 
 
 def _word(gpus: bool) -> str:

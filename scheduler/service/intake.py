@@ -30,13 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
-from labhive.scheduler.service.store import Store
+from labhive.scheduler.service.store import Store, jobs
+from labhive.scheduler.states import JobState
 
 log = logging.getLogger("labhive.service.intake")
 MAX_BATCH = 512
@@ -47,6 +49,17 @@ IDLE_RECHECK_S = 1.0
 
 class StoreUnavailable(RuntimeError):
     """The store cannot be reached; nothing of the submission was stored (503)."""
+
+
+class WaitingCapReached(UserError):
+    """The user already has as many jobs waiting in the VC as it allows (422)."""
+
+    def __init__(self, user: str, vc: str, cap: int, waiting: int) -> None:
+        super().__init__(
+            f"{user} already has {waiting} jobs waiting in VC {vc}, which allows {cap} waiting "
+            f"jobs per user (userLimits.maxWaitingJobs); nothing was stored: wait for some to "
+            f"start or cancel some, then submit again"
+        )
 
 
 class Unstorable(UserError):
@@ -110,6 +123,14 @@ class Intake:
             self._store(batch)
 
     def _store(self, batch: list[_Pending]) -> None:
+        try:
+            batch = self._under_waiting_caps(batch)
+        except Exception:  # the count could not be read: store nothing, as below
+            log.exception("counting waiting jobs for %d submissions failed", len(batch))
+            _answer([(p, StoreUnavailable()) for p in batch])
+            return
+        if not batch:
+            return
         t = time.time()
         try:
             ids = self._insert(batch, t)
@@ -125,6 +146,40 @@ class Intake:
             _answer([(p, _unavailable(err)) for p in batch])
             return
         self._accepted(batch, ids, t)
+
+    def _under_waiting_caps(self, batch: list[_Pending]) -> list[_Pending]:
+        """The submissions their VC's ``userLimits.maxWaitingJobs`` lets in; the others are
+        answered ``WaitingCapReached``. Counted here, in the one writer thread, from the store
+        plus this batch, so concurrent submissions cannot pass the cap together."""
+        config = getattr(self.scheduler_loop.scheduler, "config", None)
+        vcs = getattr(config, "vcs", {})
+        caps = {n: v.user_max_waiting_jobs for n, v in vcs.items() if v.user_max_waiting_jobs}
+        if not caps:
+            return batch
+        waiting: dict[tuple[str, str], int] = {}
+        keep, refused = [], []
+        for p in batch:
+            cap = caps.get(p.job.vc)
+            if cap is None:
+                keep.append(p)
+                continue
+            key = (p.job.user, p.job.vc)
+            if key not in waiting:
+                waiting[key] = self._waiting_jobs(*key)
+            if waiting[key] >= cap:
+                refused.append((p, WaitingCapReached(p.job.user, p.job.vc, cap, waiting[key])))
+                continue
+            waiting[key] += 1
+            keep.append(p)
+        _answer(refused)
+        return keep
+
+    def _waiting_jobs(self, user: str, vc: str) -> int:
+        query = select(func.count()).where(
+            jobs.c.user == user, jobs.c.vc == vc, jobs.c.state == JobState.WAITING.value
+        )
+        with self.store.read() as conn:
+            return int(conn.execute(query).scalar_one())
 
     def _insert(self, batch: list[_Pending], t: float) -> list[int]:
         new = [p.job for p in batch]

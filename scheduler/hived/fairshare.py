@@ -1,0 +1,159 @@
+"""Who used how much of each VC lately: the ledger behind fair share and per-user caps.
+
+Slurm's fair-share factor, per VC: a user's usage is the GPU-seconds their jobs ran in the VC,
+each second's worth decaying by 2^(-age/half_life); a waiting job's rank is its user's usage
+divided by the user's share, and a lower rank goes first. Ranks only compare users at one
+moment, so the usage of a (VC, user) is kept as a value at the time it last changed and
+decayed when read (one ``pow``), not swept over every user at every event.
+
+Pure: time arrives with the events (``advance``), GPUs with the decisions the scheduler made
+and the events that ended jobs (``started``, ``stopped``). The same events give the same
+ranks in the live service, ``labhive replay`` and ``labhive simulate``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from labhive.scheduler.config import ClusterConfig, FairShare
+from labhive.scheduler.model import Decision, Preempt, Start, Stop, StopTasks
+
+#: A (VC, user) pair; a job without a user counts as user "".
+Account = tuple[str, str]
+TaskKey = tuple[str, int]
+
+
+class Ledger:
+    """Per (VC, user): GPU-seconds used lately and GPUs running now; per job, what it holds."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.now = 0.0
+        self._usage: dict[Account, tuple[float, float]] = {}  # -> (GPU-s, at time)
+        self.running: dict[Account, int] = {}  # GPUs held now
+        self._held: dict[str, tuple[Account, dict[TaskKey, int]]] = {}  # job -> its GPUs
+        #: A job -> when it last began to wait (submitted, requeued, preempted): ``overdue``.
+        self.waiting_since: dict[str, float] = {}
+        self.configure(config)
+
+    def configure(self, config: ClusterConfig) -> None:
+        """Take a (new) config's parameters; what was used so far is kept."""
+        fair = config.fair_share
+        self.fair: FairShare | None = fair
+        self.half_life = fair.half_life if fair is not None else math.inf
+        self.reserve_after = fair.reserve_after if fair is not None else None
+        self.caps = {
+            name: vc.user_max_running_gpus
+            for name, vc in config.vcs.items()
+            if vc.user_max_running_gpus is not None
+        }
+
+    def advance(self, t: float) -> None:
+        """Time moved on to ``t`` (an event's); it never goes back."""
+        if t > self.now:
+            self.now = t
+
+    # ---- usage -------------------------------------------------------------------------------
+
+    def usage(self, account: Account) -> float:
+        """The account's decayed GPU-seconds at ``now``: what it had when it last changed,
+        decayed since, plus what its running GPUs added meanwhile, each second decayed by
+        its own age (the integral of g * 2^(-(now-s)/h) ds)."""
+        used, at = self._usage.get(account, (0.0, self.now))
+        dt = self.now - at
+        if dt <= 0:
+            return used
+        gpus = self.running.get(account, 0)
+        if self.half_life == math.inf:
+            return used + gpus * dt
+        decay = math.pow(2.0, -dt / self.half_life)
+        return used * decay + gpus * self.half_life / math.log(2) * (1.0 - decay)
+
+    def rank(self, vc: str, user: str) -> float:
+        """Usage over share: lower goes first (0 for a user who ran nothing lately)."""
+        fair = self.fair
+        if fair is None:
+            return 0.0
+        account = (vc, user)
+        return self.usage(account) / fair.shares.get(user, 1.0)
+
+    def _settle(self, account: Account) -> None:
+        """Bring the account's usage to ``now`` before its running GPUs change."""
+        self._usage[account] = (self.usage(account), self.now)
+
+    # ---- GPUs held ---------------------------------------------------------------------------
+
+    def holds(self, job_id: str) -> bool:
+        return job_id in self._held
+
+    def started(self, job_id: str, account: Account, tasks: dict[TaskKey, int]) -> None:
+        held = self._held.get(job_id)
+        if held is None:
+            held = self._held[job_id] = (account, {})
+        self._settle(held[0])
+        mine = held[1]
+        added = 0
+        for key, gpus in tasks.items():
+            added += gpus - mine.get(key, 0)
+            mine[key] = gpus
+        self.running[held[0]] = self.running.get(held[0], 0) + added
+
+    def stopped(self, job_id: str, tasks: tuple[TaskKey, ...] | None = None) -> Account | None:
+        """The job's ``tasks`` (all when None) stopped; the account they freed GPUs of."""
+        held = self._held.get(job_id)
+        if held is None:
+            return None
+        account, mine = held
+        self._settle(account)
+        keys = list(mine) if tasks is None else [k for k in tasks if k in mine]
+        if not keys:
+            return None
+        freed = 0
+        for key in keys:
+            freed += mine.pop(key)
+        if not mine:
+            del self._held[job_id]
+        left = self.running.get(account, 0) - freed
+        if left:
+            self.running[account] = left
+        else:
+            self.running.pop(account, None)
+        return account
+
+    def over_cap(self, vc: str, user: str, gpus: int) -> int | None:
+        """The VC's cap when ``gpus`` more for the user would pass it, else None."""
+        cap = self.caps.get(vc)
+        if cap is None or self.running.get((vc, user), 0) + gpus <= cap:
+            return None
+        return cap
+
+    def account_decisions(
+        self, decisions: list[Decision], start: int, account_of: Callable[[str], Account]
+    ) -> set[Account]:
+        """Count what ``decisions[start:]`` started and stopped; the accounts that freed GPUs.
+        ``account_of``: a started job's account."""
+        freed: set[Account] = set()
+        for d in decisions[start:]:
+            if type(d) is Start:
+                tasks = {(p.role, p.index): len(p.gpus) for p in d.tasks}
+                self.started(d.job_id, account_of(d.job_id), tasks)
+                continue
+            if type(d) is StopTasks:
+                account = self.stopped(d.job_id, tuple((p.role, p.index) for p in d.tasks))
+                self.waiting_since[d.job_id] = self.now  # (those tasks wait again)
+            elif type(d) is Preempt or type(d) is Stop:
+                account = self.stopped(d.job_id)
+                self.waiting_since[d.job_id] = self.now
+            else:  # a Downgrade: the job runs on, on the same GPUs
+                continue
+            if account is not None:
+                freed.add(account)
+        return freed
+
+    def overdue(self, job_id: str) -> bool:
+        """Whether the job has waited long enough to hold its VC and priority for itself."""
+        after = self.reserve_after
+        if after is None:
+            return False
+        since = self.waiting_since.get(job_id)
+        return since is not None and self.now - since >= after
