@@ -65,6 +65,8 @@ class HubPlan:
     roster: str | None = None  # labhive up --roster: the class list
     cluster: str | None = None
     policy: str = "hived"
+    #: users of one VC share it fairly (``labhive serve --fair-share``): a class's default
+    fair_share: str | None = "7d"
     authenticator: str = "native"  # one of AUTHENTICATORS; "dummy" (any password) for tests
     admin_users: list[str] = field(default_factory=lambda: ["admin"])
     admin_password: str = ""  # the first admin's, set at every start (native)
@@ -137,6 +139,8 @@ def service_command(plan: HubPlan) -> list[str]:
         cmd += ["--users", plan.grants]
     if plan.cluster:
         cmd += ["--cluster", plan.cluster]
+    if plan.fair_share:
+        cmd += ["--fair-share", plan.fair_share]
     if plan.stop_tasks_on_exit:
         cmd.append("--stop-tasks-on-exit")
     if plan.first_uid is not None:

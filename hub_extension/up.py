@@ -60,6 +60,7 @@ def prepare(
     hub_config: Path | None = None,
     first_uid: int | None = None,
     uid_count: int | None = None,
+    fair_share: str | None = "7d",
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -112,6 +113,7 @@ def prepare(
         admin_users=[admin],
         first_uid=first_uid,
         uid_count=uid_count,
+        fair_share=fair_share,
         admin_password=keys["admin_password"],
         cleanup_servers=True,
         stop_tasks_on_exit=True,
@@ -361,6 +363,7 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
             f"                {plan.grants_source}",
             "                (group 'instructors' = LabHive admins; restart to reload grants)",
             f"  cluster:      {cluster_line(plan, token_file)}",
+            f"  fair share:   {_fair_share_line(plan)}",
             f"  service:      {hub}/services/labhive/api/v1/queue (LabHive REST API, OAuth)",
             f"  notebooks:    {plan.notebook_dir} (each user's server starts there)",
             *_course_lines(plan),
@@ -370,6 +373,15 @@ def banner(plan: HubPlan, keys: dict[str, str], log: Path, token_file: Path) -> 
             f"    export LABHIVE_URL={plan.service_url} LABHIVE_TOKEN_FILE={token_file}",
             "  Ctrl-C stops the hub, the service and every job process",
         ]
+    )
+
+
+def _fair_share_line(plan: HubPlan) -> str:
+    if not plan.fair_share:
+        return "off: each VC's jobs first come, first served (labhive up --fair-share 7d)"
+    return (
+        f"on: a VC's waiting jobs in order of their users' GPU use (half-life "
+        f"{plan.fair_share}; a cluster file's fairShare wins)"
     )
 
 
@@ -426,13 +438,13 @@ def run_up(
     grants: Path | None, grace_s: float, course: Path | None = None,
     course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
     roster: Path | None = None, hub_config: Path | None = None,
-    first_uid: int | None = None, uid_count: int | None = None,
+    first_uid: int | None = None, uid_count: int | None = None, fair_share: str | None = "7d",
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
         authenticator=authenticator, admin=admin, roster=roster, hub_config=hub_config,
-        first_uid=first_uid, uid_count=uid_count,
+        first_uid=first_uid, uid_count=uid_count, fair_share=fair_share,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)

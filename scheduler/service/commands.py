@@ -28,6 +28,13 @@ def register(subparsers: Any) -> None:
     up.add_argument("--cluster", help="HiveD cluster config (default: this machine's GPUs)")
     up.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
     up.add_argument(
+        "--fair-share",
+        default="7d",
+        metavar="HALF_LIFE",
+        help="users of one VC share it fairly: waiting jobs in order of their users' recent GPU "
+        "use, decayed with this half-life (default %(default)s; 'off': first come, first served)",
+    )
+    up.add_argument(
         "--users", type=Path, help="group -> VC grants YAML (default: DATA/hub/grants.yaml)"
     )
     up.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
@@ -127,6 +134,13 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
     parser.add_argument("--cluster", help="HiveD cluster config (default: this machine's GPUs)")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
     parser.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
+    parser.add_argument(
+        "--fair-share",
+        type=_half_life,
+        metavar="HALF_LIFE",
+        help="order each VC's waiting jobs by their users' recent GPU use, decayed with this "
+        "half-life (say 7d; docs/policies.md); a cluster config's fairShare wins",
+    )
     from labhive.scheduler.executors import k8s_serve, slurm_serve
     from labhive.scheduler.service.server import EXECUTORS
 
@@ -257,6 +271,24 @@ def _disk_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _half_life(text: str) -> float:
+    from labhive.scheduler.time_limits import parse_time_limit
+
+    try:
+        return parse_time_limit(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"a half-life {err}") from None
+
+
+def _half_life_text(text: str) -> str:
+    """The half-life as given, once checked (``labhive up`` hands it on to ``serve``)."""
+    try:
+        _half_life(text)
+    except argparse.ArgumentTypeError as err:
+        raise SystemExit(f"labhive up: --fair-share: {err} (or 'off')") from None
+    return text
+
+
 def _options(args: argparse.Namespace) -> Any:
     from labhive.scheduler.executors import k8s_serve, slurm_serve
     from labhive.scheduler.service.db_source import database_from
@@ -269,6 +301,7 @@ def _options(args: argparse.Namespace) -> Any:
         cluster=args.cluster,
         data_dir=args.data_dir,
         policy=args.policy,
+        fair_share_half_life=args.fair_share,
         executor=args.executor,
         users=args.users,
         auth=args.auth,
@@ -303,6 +336,7 @@ def _up(args: argparse.Namespace) -> int:
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
         policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
         course_data=args.course_data, authenticator=args.authenticator, admin=args.admin,
+        fair_share=None if args.fair_share == "off" else _half_life_text(args.fair_share),
         roster=args.roster, hub_config=args.hub_config,
         first_uid=args.first_uid, uid_count=args.uid_count,
     )  # fmt: skip

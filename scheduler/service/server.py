@@ -35,6 +35,9 @@ class ServeOptions:
     cluster: str | None = None
     data_dir: Path = field(default_factory=lambda: Path("data"))
     policy: str = "hived"
+    #: ``--fair-share 7d``: HiveD orders each VC's waiting jobs by their users' recent usage
+    #: (``fairShare`` in the cluster config, whose own setting wins); None: as the config says.
+    fair_share_half_life: float | None = None
     executor: str = "local"
     users: Path | None = None
     auth: str = "token"  # "hub": identity from JupyterHub (run as a hub-managed service)
@@ -167,6 +170,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     if opts.users and opts.auth == "token" and opts.task_identity == "users":
         check_private(Path(opts.users), "users' tokens")
     config = load_cluster_config(opts.cluster) if opts.cluster else default_cluster()
+    config = with_fair_share(config, opts.fair_share_half_life)
     default_vc = "default" if "default" in config.vcs else next(iter(config.vcs), "default")
     policy = make_policy or (lambda cfg: get_policy(opts.policy, cfg))
     # Every submission is checked once, here at intake, by what the config says alone (HiveD's
@@ -418,3 +422,13 @@ def describe(running: Running) -> str:
 
 if __name__ == "__main__":  # pragma: no cover - used by `python -m` in tests
     sys.exit(run(ServeOptions()))
+
+
+def with_fair_share(config: Any, half_life: float | None) -> Any:
+    """The config with ``fairShare: {halfLife: half_life}`` when it names no fair share of its
+    own (``labhive serve --fair-share``; ``labhive up`` turns it on for a class)."""
+    from labhive.scheduler.config import FairShare
+
+    if half_life is None or config.fair_share is not None:
+        return config
+    return dataclasses.replace(config, fair_share=FairShare(half_life))
