@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.eta import eta_fields
 from labhive.scheduler.service.routes_cluster import vcs_out
 from labhive.scheduler.service.routing import Who, endpoints
 
@@ -54,7 +55,7 @@ def register(app: FastAPI, svc: Service) -> None:
                 user=row["user"] if mine else None,
                 why=v.why if mine else None,
             )
-            if (estimate := svc.loop.estimates.get(row["id"])) is not None:
-                entry.eta, entry.eta_low, entry.eta_high = estimate.eta, estimate.low, estimate.high
+            for field, value in eta_fields(svc.loop.estimates.get(row["id"])).items():
+                setattr(entry, field, value)
             (waiting if v.state == lc.WAITING else running).append(entry)
         return s.QueueOut(vcs=vcs_out(svc, me), running=running, waiting=waiting)
