@@ -97,22 +97,18 @@ def replay(policy: str, config: ClusterConfig, jobs: Sequence[SimJob]) -> Replay
     by_name = {j.spec.name: j for j in jobs}
     model = DurationModel()
     given: dict[str, tuple[float, Estimate, Estimate]] = {}  # at, raw, shown
-    unscored: list[str] = []  # estimated, not started yet
-    outcomes: list[Outcome] = []
     blocked: set[str] = set()
 
-    def learn_starts(sim: Simulation) -> None:
-        """The estimated jobs that started by now: outcomes the calibration may use."""
-        nonlocal unscored
-        still = []
-        for job_id in unscored:
-            start = sim.sim_jobs[job_id].first_start
-            if start is None or start > sim.now:
-                still.append(job_id)
-                continue
-            at, raw, _ = given[job_id]
-            outcomes.append(Outcome(sim.sim_jobs[job_id].spec.vc, at, raw.low, raw.high, start))
-        unscored = still
+    def outcomes(sim: Simulation) -> list[Outcome]:
+        """The first estimates given so far, with the starts known by now."""
+        out = []
+        for job_id, (at, raw, _) in given.items():
+            j = sim.sim_jobs[job_id]
+            start = (
+                j.first_start if j.first_start is not None and j.first_start <= sim.now else None
+            )
+            out.append(Outcome(j.spec.vc, at, raw.low, raw.high, start))
+        return out
 
     def observe(sim: Simulation, label: str) -> None:
         name, _, what = label.rpartition(" ")
@@ -135,10 +131,8 @@ def replay(policy: str, config: ClusterConfig, jobs: Sequence[SimJob]) -> Replay
                 found = outlook(make, sim.now, *_state(sim, model))
                 raw = found.estimates.get(waiting.job_id)
                 if raw is not None:
-                    learn_starts(sim)
-                    shown = Calibrator(outcomes).adjust(waiting.spec.vc, sim.now, raw)
+                    shown = Calibrator(outcomes(sim)).adjust(waiting.spec.vc, sim.now, raw)
                     given[waiting.job_id] = (sim.now, raw, shown)
-                    unscored.append(waiting.job_id)
                 elif waiting.job_id in found.blocked:
                     blocked.add(waiting.job_id)
 

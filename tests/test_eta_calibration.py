@@ -10,7 +10,7 @@ import random
 import pytest
 
 from labhive.scheduler.eta import Estimate
-from labhive.scheduler.eta_calibration import MIN_OUTCOMES, Calibrator, Outcome, conformal_margin
+from labhive.scheduler.eta_calibration import STEP, Calibrator, Outcome
 
 HOUR = 3600.0
 
@@ -29,15 +29,16 @@ def history(n: int, spread: float, seed: int = 7) -> list[tuple[Outcome, Estimat
     return out
 
 
-def shown_coverage(spread: float, n: int = 400) -> tuple[float, float]:
+def shown_coverage(spread: float, n: int = 1500) -> tuple[float, float]:
     """Coverage of the raw and the calibrated ranges over the last 300 jobs, each calibrated
-    from the starts seen before it was forecast, as the service does."""
+    from what was known when it was forecast: the starts by then, and the jobs still waiting
+    past their high end (the calibrator never looks past ``at``)."""
     rows = history(n, spread)
+    calibrator = Calibrator(o for o, _ in rows)
     raw = shown = 0
     scored = rows[n - 300 :]
     for o, e in scored:
-        past = [p for p, _ in rows if p.started <= o.predicted_at]
-        c = Calibrator(past).adjust("vc1", o.predicted_at, e)
+        c = calibrator.adjust("vc1", o.predicted_at, e)
         raw += e.low <= o.started <= e.high
         shown += c.low <= o.started <= c.high
     return raw / len(scored), shown / len(scored)
@@ -55,6 +56,14 @@ def test_too_wide_ranges_are_narrowed_toward_80_percent():
     assert shown == pytest.approx(0.8, abs=0.06)
 
 
+def test_a_job_still_waiting_past_its_range_counts_as_a_miss_already():
+    """Twenty jobs forecast to start within 30 min; none has started 2 h later. Learning
+    only from starts there would be nothing to learn; they are misses, so the range widens."""
+    waiting = [Outcome("vc1", 0.0, 600.0, 1800.0, None) for _ in range(20)]
+    assert Calibrator(waiting).margin("vc1", 1000.0)[1] == 0.0  # not past their high end yet
+    assert Calibrator(waiting).margin("vc1", 2 * HOUR)[1] > 0
+
+
 def test_the_same_history_in_any_order_gives_the_same_range():
     rows = [o for o, _ in history(100, 1.5)]
     shuffled = rows[:]
@@ -65,15 +74,17 @@ def test_the_same_history_in_any_order_gives_the_same_range():
     assert a == b and (a.low, a.high) == (b.low, b.high) and a.eta == e.eta
 
 
-def test_too_little_history_changes_nothing_and_other_vcs_fill_in():
-    few = [o for o, _ in history(MIN_OUTCOMES - 1, 1.2)]
+def test_no_history_changes_nothing_and_each_outcome_moves_its_end_once_known():
+    """A start before the low end moves the low end out by 0.9 of a step (and the high end in
+    by 0.1: it was not late); a start inside moves both ends in by 0.1 of a step, each once
+    it is known (the low end's hit as soon as the wait passed it); a VC learns from its own
+    outcomes only."""
     e = Estimate(1800.0, 1500.0, 2100.0)
-    assert Calibrator(few).adjust("vc1", 0.0, e) == e and Calibrator(few).margin("vc1") is None
-    enough = [o for o, _ in history(MIN_OUTCOMES, 1.2)]
-    assert Calibrator(enough).margin("vc2") == Calibrator(enough).margin("vc1") > 0
-
-
-def test_the_margin_is_the_split_conformal_quantile():
-    # n = 9: the ceil(10 * 0.8) = 8th smallest
-    assert conformal_margin([float(x) for x in range(9)]) == 7.0
-    assert conformal_margin([1.0, 2.0]) == 2.0  # past the end: the largest
+    assert Calibrator([]).adjust("vc1", 0.0, e) == e
+    early = Outcome("vc1", 0.0, 600.0, 1800.0, 60.0)  # before its low end: a miss
+    inside = Outcome("vc1", 0.0, 600.0, 1800.0, 900.0)
+    c = Calibrator([inside, early])
+    assert c.margin("vc1", 30.0) == (0.0, 0.0)
+    assert c.margin("vc1", 60.0) == pytest.approx((0.9 * STEP, -0.1 * STEP))  # and not late
+    assert c.margin("vc1", 1000.0) == pytest.approx((0.8 * STEP, -0.2 * STEP))
+    assert c.margin("vc2", 1000.0) == (0.0, 0.0)

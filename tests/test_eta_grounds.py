@@ -127,7 +127,7 @@ def test_a_job_behind_a_30_to_45_s_blocker_that_ran_10_s_starts_20_s_from_now_at
     assert e.low - NOW >= 20.0 and e.earliest - NOW >= 20.0
     assert eta_text(e.eta, e.low, e.high, NOW) == "starts in ~28 s (22-34)"
     # a range widened by calibration stops at the blocker's soonest end, never "now"
-    wide = widen(e, NOW, margin=3.0)
+    wide = widen(e, NOW, 3.0, 3.0)
     assert wide.low == e.earliest and wide.high > e.high
 
 

@@ -207,15 +207,24 @@ class EtaTracker:
         )
 
     def _outcomes(self) -> list[Outcome]:
-        """The newest scored first estimates: what the calibration learns from."""
+        """What the calibration learns from: the newest scored first estimates, and those of
+        jobs still waiting (one past its high end is a miss already)."""
         with self.store.read() as conn:
-            rows = conn.execute(
+            scored = conn.execute(
                 select(job_etas)
                 .where(job_etas.c.started_at.is_not(None))
                 .order_by(job_etas.c.started_at.desc())
                 .limit(CALIBRATION_ROWS)
             ).mappings()
-            return [outcome(dict(r)) for r in rows]
+            out = [outcome(dict(r)) for r in scored]
+            waiting = conn.execute(
+                select(job_etas)
+                .join(jobs, jobs.c.id == job_etas.c.job_id)
+                .where(job_etas.c.started_at.is_(None), jobs.c.state == lc.WAITING)
+                .order_by(job_etas.c.predicted_at.desc())
+                .limit(CALIBRATION_ROWS)
+            ).mappings()
+            return out + [outcome(dict(r)) for r in waiting]
 
     def _history(self, conn: Any) -> Iterable[Past]:
         """Ended runs: succeeded ones, and those stopped at their limit (which ran that long)."""
@@ -292,10 +301,7 @@ class EtaTracker:
             for r in started:
                 assert calibrator is not None
                 shown = calibrator.adjust(
-                    r["vc"],
-                    r["predicted_at"],
-                    Estimate(r["eta"], r["eta_low"], r["eta_high"]),
-                    before=r["predicted_at"],
+                    r["vc"], r["predicted_at"], Estimate(r["eta"], r["eta_low"], r["eta_high"])
                 )
                 conn.execute(
                     update(job_etas)
