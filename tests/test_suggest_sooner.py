@@ -65,3 +65,23 @@ def test_sooner_means_by_a_minute_or_a_tenth_of_the_wait():
     assert not sooner(Estimate(NOW + 50, NOW, NOW), short, NOW)  # under a minute sooner
     assert sooner(Estimate(NOW + 40, NOW, NOW), short, NOW)
     assert sooner(Estimate(NOW + 40, NOW, NOW), None, NOW)  # no estimate of its own
+
+
+def test_the_cli_says_when_nothing_starts_it_sooner_and_else_the_soonest_change(capsys):
+    from labhive.scheduler.client_commands import _print_suggestions
+
+    _print_suggestions([])
+    assert capsys.readouterr().out == (
+        "to start it sooner: nothing LabHive can change starts it sooner\n"
+    )
+    late = {"change": "submit to VC vc2", "flags": "--vc vc2", "risk": "", "soon": False}
+    import time
+
+    now = time.time()
+    _print_suggestions([
+        {**late, "eta": now + 3600, "eta_low": now + 3600, "eta_high": now + 3600},
+        {**late, "change": "run 1 task", "flags": "--tasks 1", "eta": now + 1800,
+         "eta_low": now + 1800, "eta_high": now + 1800},
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("to start it sooner: run 1 task (--tasks 1), starts in ~30 min"), out
