@@ -70,7 +70,7 @@ class Estimate:
     """An estimated start (virtual seconds, the live clock's) and its p10-p90 range.
 
     ``earliest``: the soonest it could start, when it waits for running jobs: the first
-    of them to end at its low duration (a widened range never reaches below it)."""
+    of them to end at its shortest (a widened range never reaches below it)."""
 
     eta: float
     low: float
@@ -103,6 +103,7 @@ class RunningJob:
     downgraded: tuple[tuple[str, int, str], ...] = ()  # tasks opportunistic on their own
     ended: tuple[tuple[str, int], ...] = ()  # tasks of its attempt done already
     grounded: bool = True  # False: no limit, no history (``DurationModel.grounded``)
+    soonest: float | None = None  # the least it has left (``DurationModel.soonest``; None: p10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,18 @@ class DurationModel:
         users overestimate, each by their own habit. Without a limit: the durations of similar
         jobs, else ``NO_HISTORY``. A run already ``elapsed`` in is predicted from the runs that
         lasted longer (durations are heavy-tailed: a long run is likely to run longer still)."""
+        left = self._left(spec, user, elapsed)
+        return left if isinstance(left, tuple) else spread_of(left)
+
+    def soonest(self, spec: JobSpec, user: str, elapsed: float = 0.0) -> float:
+        """The least a run ``elapsed`` seconds in has left, by the same history as
+        ``predict``: the shortest of the similar runs that lasted longer (else its low)."""
+        left = self._left(spec, user, elapsed)
+        return left[0] if isinstance(left, tuple) else min(left)
+
+    def _left(self, spec: JobSpec, user: str, elapsed: float) -> list[float] | Spread:
+        """What similar runs had left at ``elapsed`` (samples), or a spread where there are
+        too few (``NO_HISTORY``, or a run that outlived them)."""
         limit = spec.time_limit
         if limit is not None:
             shares = _first_enough(
@@ -211,7 +224,7 @@ class DurationModel:
             samples = found
         left = [x - elapsed for x in samples if x > elapsed]
         if left and (len(left) >= MIN_SAMPLES or elapsed <= 0):
-            return spread_of(left)
+            return left
         return _outlived(elapsed, limit)
 
     def grounded(self, spec: JobSpec, user: str) -> bool:
@@ -283,7 +296,12 @@ def outlook(
         for which in range(3)
     ]
     earliest = now + min(
-        (max(MIN_LEFT_S, r.remaining[0]) for r in running if r.grounded), default=math.inf
+        (
+            max(MIN_LEFT_S, r.remaining[0] if r.soonest is None else r.soonest)
+            for r in running
+            if r.grounded
+        ),
+        default=math.inf,
     )
     estimates: dict[str, Estimate] = {}
     left: list[WaitingJob] = []

@@ -158,9 +158,12 @@ def _state(sim: Simulation, model: DurationModel) -> tuple[list[RunningJob], lis
         if v.state == JobState.RUNNING:
             left = model.predict(j.spec, j.user, sim.now - j.run_start)
             grounded = model.grounded(j.spec, j.user)
+            soonest = model.soonest(j.spec, j.user, sim.now - j.run_start)
             running.append(
                 RunningJob(
-                    v.job_id, j.spec, v.tasks, left, v.opportunistic, v.downgraded, (), grounded
+                    *(v.job_id, j.spec, v.tasks, left, v.opportunistic, v.downgraded, ()),
+                    grounded,
+                    soonest,
                 )
             )
         else:

@@ -183,9 +183,15 @@ class EtaTracker:
             row, spec = running_rows[v.job_id], specs.get(v.job_id)
             if v.state != lc.RUNNING or spec is None:
                 continue  # ended, or sent back to waiting, meanwhile
-            left = model.predict(spec, row["user"], now - (row["started_at"] or now))
-            grounded = model.grounded(spec, row["user"])
-            running.append(dataclasses.replace(port.running_job(v, spec, left), grounded=grounded))
+            elapsed = now - (row["started_at"] or now)
+            left = model.predict(spec, row["user"], elapsed)
+            running.append(
+                dataclasses.replace(
+                    port.running_job(v, spec, left),
+                    grounded=model.grounded(spec, row["user"]),
+                    soonest=model.soonest(spec, row["user"], elapsed),
+                )
+            )
         waiting: list[WaitingJob] = []
         for row in waiting_rows:
             spec = specs.get(row["id"])
