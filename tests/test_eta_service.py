@@ -206,3 +206,37 @@ def test_a_job_that_can_never_run_is_refused_with_what_would_run_and_that_runs(s
     assert "It would run if you ask for 4 GPUs per task instead of 8 (--gpus 4)" in message
     fixed = c.submit(command="sleep 600", vc="vc1", gpus=4, name="big")
     wait_until(lambda: fixed.refresh().state == "RUNNING", what="the suggested variant to run")
+
+
+def test_published_ranges_are_calibrated_from_the_vc_s_own_starts(service):
+    """vc1's last 20 waiting jobs all started a minute after their forecast, long before the
+    low end of their ranges (10-30 min). Then hog runs there under a 1000 s limit and b waits:
+    its range shown reaches down to the soonest hog can end (a tenth of its limit, with no
+    history of limits) instead of the forecast's p10 (19%); its middle is the forecast's."""
+    from sqlalchemy import delete, insert
+
+    from labhive.scheduler.service.store import job_etas
+
+    c = service.client()
+    quick = [c.submit(command="true", vc="vc1", gpus=1, name=f"q{k}") for k in range(20)]
+    for j in quick:
+        wait_until(lambda j=j: j.refresh().state == "SUCCEEDED", what="a quick job to end")
+    t0 = quick[0].data["submitted_at"] - 10_000
+    rows = [
+        {"job_id": j.id, "vc": "vc1", "predicted_at": t0 + k, "eta": t0 + k + 1200,
+         "eta_low": t0 + k + 600, "eta_high": t0 + k + 1800, "started_at": t0 + k + 60,
+         "error_s": -1140.0, "in_range": False}
+        for k, j in enumerate(quick)
+    ]  # fmt: skip
+    store = service.running.service.store
+    with store.write() as conn:
+        conn.execute(delete(job_etas).where(job_etas.c.job_id.in_([j.id for j in quick])))
+        conn.execute(insert(job_etas), rows)
+    hog = c.submit(command="sleep 600", vc="vc1", gpus=4, name="hog", time_limit=1000)
+    wait_until(lambda: hog.refresh().state == "RUNNING", what="hog to run")
+    b = c.submit(command="sleep 600", vc="vc1", gpus=4, name="b", time_limit=30)
+    wait_until(lambda: b.refresh().data.get("eta") is not None, what="b's estimate")
+    started = hog.data["started_at"]
+    assert b.data["eta"] == pytest.approx(started + 550, abs=0.01)  # 55% of 1000 s
+    assert b.data["eta_low"] == pytest.approx(started + 100, abs=0.01)  # not + 190
+    assert b.data["eta_high"] < started + 910  # the forecast's p90; its starts were early
