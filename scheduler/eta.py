@@ -58,10 +58,9 @@ RUNNERS = frozenset(
 #: What a running job has left at least, in the forecast: a job still running has not ended
 #: now, so nothing behind it starts "now" (a run past its every similar one included).
 MIN_LEFT_S = 1.0
-#: Programs that are notebook servers (the hub's launcher, Jupyter's own), for the words only.
-SERVER_PROGRAMS = frozenset(
-    {"labhive.hub_extension.launch", "jupyterhub-singleuser", "jupyter-labhub", "jupyter"}
-)
+#: What a notebook server's command holds (the hub's launcher, as a module or a script, or
+#: JupyterHub's own single-user server), for the words only.
+SERVER_MARKS = ("hub_extension.launch", "hub_extension/launch.py", "jupyterhub-singleuser")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -245,7 +244,9 @@ class DurationModel:
 
 def is_server(spec: JobSpec) -> bool:
     """A notebook server (by its program), for the words of what a job waits for."""
-    return command_name(spec) in SERVER_PROGRAMS
+    return any(
+        mark in line for role in spec.roles for line in role.commands for mark in SERVER_MARKS
+    )
 
 
 def _outlived(elapsed: float, limit: float | None) -> Spread:

@@ -148,3 +148,12 @@ def test_an_estimate_read_after_its_low_end_passed_says_what_is_left_not_zero():
     assert eta_text(e.eta, e.low, e.high, NOW + 25) == "starts in ~2 s (up to 8)"
     assert eta_text(e.eta, e.low, e.high, NOW + 30) == "starts within ~4 s"
     assert eta_text(e.eta, e.low, e.high, NOW + 40) == "starts now"
+
+
+def test_what_the_words_call_a_notebook_server():
+    from labhive.scheduler.eta import is_server
+
+    assert is_server(spec("s", 0, command=SERVER))
+    launcher = "exec /usr/bin/python3 /opt/labhive/hub_extension/launch.py /srv/x.json"
+    assert is_server(spec("s", 0, command=launcher))
+    assert not is_server(spec("j", 0, command="jupyter nbconvert --execute lab.ipynb"))
