@@ -11,9 +11,9 @@ and ``labhive eta-report``.
 Only grounded estimates are published: a job whose start waits on one with no finite duration
 (a notebook server, a job with no limit and no history of jobs like it) gets ``waits_for`` (what
 it waits for, in words) instead. The ranges published are calibrated (``eta_calibration``) from
-the VC's recent starts; ``job_etas`` keeps the forecast's raw range, which the calibration
+the VC's own outcomes; ``job_etas`` keeps the forecast's raw range, which the calibration
 learns from, and scores a start against the range as shown (recomputed from the raw range and
-the starts before it: the same history gives the same range).
+what was known when it was given: the same history gives the same range).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ MAX_WAITING = 500
 #: core by the GIL); at 2%, 1.6% over 40 s (``benchmarks/bench_eta_cost.py``).
 DUTY = 0.02
 MIN_GAP_S = 2.0
-#: Scored starts the calibration reads (the newest; it keeps the last 200 of each VC).
+#: First estimates the calibration reads: the newest started, and the newest still waiting.
 CALIBRATION_ROWS = 4000
 
 
