@@ -52,6 +52,7 @@ from labhive.scheduler.client import (
     NotFoundError,
     ServiceUnavailable,
     eta_text,
+    no_estimate_text,
 )
 
 STATE_VERSION = 1
@@ -696,7 +697,9 @@ class LabHiveSpawner(Spawner):
 
 def waiting_text(job: JobInfo, now: float | None = None) -> str:
     """ "WAITING: position 2 of 3 in vc1, expected to start in ~5 min — <why>" from a job as
-    the service returns it (the estimate when the service has one)."""
+    the service returns it (the estimate when the service has one; what it waits for when
+    its start has no grounds: "..., waits for a notebook server in VC vc1 to stop; no
+    estimate — <why>")."""
     why = _POSITION_TAIL.sub("", job.why or job.reason or "").strip()
     pos, length = job.queue_position, job.queue_length
     head = f"WAITING: position {pos} of {length} in {job.vc}" if pos else f"WAITING in {job.vc}"
@@ -704,6 +707,8 @@ def waiting_text(job: JobInfo, now: float | None = None) -> str:
         low, high = job.eta_low or job.eta, job.eta_high or job.eta
         when = eta_text(job.eta, low, high, time.time() if now is None else now)
         head += ", expected to " + when.replace("starts", "start", 1)
+    elif job.waits_for:
+        head += ", " + no_estimate_text(job.waits_for)
     return f"{head} — {why}" if why else head
 
 

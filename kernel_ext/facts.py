@@ -51,6 +51,7 @@ class JobFacts:
     finished: float | None = None
     attempt: int | None = None
     eta: tuple[float, float, float] | None = None  # a waiting job's estimated start, p10, p90
+    waits_for: str | None = None  # no estimate: what its start waits for, in words
 
     @classmethod
     def from_job(cls, job: JobInfo) -> JobFacts:
@@ -77,6 +78,7 @@ class JobFacts:
             eta=(job.eta, job.eta_low or job.eta, job.eta_high or job.eta)
             if job.eta is not None
             else None,
+            waits_for=job.waits_for,
         )
 
     @classmethod
@@ -149,6 +151,7 @@ def queue_entry(entry: Mapping[str, Any]) -> JobFacts:
         why=entry.get("why"),
         gpus=entry.get("gpus"),
         eta=estimate(entry),
+        waits_for=entry.get("waits_for"),
     )
 
 

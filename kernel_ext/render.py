@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from html import escape
 
 from labhive.kernel_ext.facts import OTHERS, JobFacts, QueueFacts, TaskFacts
-from labhive.scheduler.client import JobState, eta_text
+from labhive.scheduler.client import JobState, eta_text, no_estimate_text
 
 STATE_COLOURS: dict[str, str] = {
     JobState.WAITING: "#d97706",
@@ -59,10 +59,14 @@ def position(job: JobFacts) -> str:
 
 
 def starts(job: JobFacts, now: float) -> str:
-    """ "starts in ~25 min (10-50)" for a waiting job the service has an estimate for."""
-    if job.state != "WAITING" or job.eta is None:
+    """ "starts in ~25 min (10-50)" for a waiting job the service has an estimate for; "waits
+    for a notebook server in VC default to stop; no estimate" for one whose start has no
+    grounds; empty otherwise."""
+    if job.state != "WAITING":
         return ""
-    return eta_text(*job.eta, now)
+    if job.eta is not None:
+        return eta_text(*job.eta, now)
+    return no_estimate_text(job.waits_for) if job.waits_for else ""
 
 
 def summary_line(job: JobFacts, now: float) -> str:
@@ -74,7 +78,7 @@ def summary_line(job: JobFacts, now: float) -> str:
         pos = position(job)
         text = f"{head} ({pos})" if pos else head
         text += f" for {seconds(took)}" if took is not None else ""
-        text += f", {starts(job, now)}" if job.eta is not None else ""
+        text += f", {when}" if (when := starts(job, now)) else ""
         return f"{text} - {job.why}" if job.why else text
     if job.state == JobState.RUNNING:
         return head + (f" for {seconds(took)}" if took is not None else "") + where
@@ -135,8 +139,8 @@ _COLUMNS = ("id", "name", "user", "vc", "state", "where / why", "time")
 
 def _row(job: JobFacts, now: float) -> tuple[str, ...]:
     where = placement(job.tasks) if job.state != JobState.WAITING else position(job)
-    if job.state == JobState.WAITING and job.eta is not None:
-        where = f"{where}, {starts(job, now)}" if where else starts(job, now)
+    if job.state == JobState.WAITING and (when := starts(job, now)):
+        where = f"{where}, {when}" if where else when
     if job.state == JobState.WAITING and job.why:
         where = f"{where}: {job.why}" if where else job.why
     return (
@@ -186,7 +190,7 @@ def queue_text(queue: QueueFacts, now: float) -> str:
         )
         for job in (j for j in queue.waiting if j.vc == vc.name):
             line = summary_line(job, now) if job.id != OTHERS else f"{job.name}, {job.gpus} GPUs"
-            line += f", {starts(job, now)}" if job.id == OTHERS and job.eta is not None else ""
+            line += f", {when}" if job.id == OTHERS and (when := starts(job, now)) else ""
             lines.append(f"  {job.position or '?'}. {line}")
     return "\n".join(lines) if lines else "no virtual clusters"
 
@@ -197,7 +201,7 @@ def queue_html(queue: QueueFacts, now: float) -> str:
         waiting = [j for j in queue.waiting if j.vc == vc.name]
         items = "".join(
             f"<li>{escape(j.name)} ({escape(j.user or '?')}, {j.gpus or '?'} GPUs)"
-            + (f", {escape(starts(j, now))}" if j.eta is not None else "")
+            + (f", {escape(when)}" if (when := starts(j, now)) else "")
             + f": {escape(j.why or '')}</li>"
             for j in waiting
         )

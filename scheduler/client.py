@@ -35,6 +35,7 @@ import httpx
 
 # Exported with the client: the states and the typed job its users read.
 from labhive.scheduler.eta import eta_text as eta_text
+from labhive.scheduler.eta import no_estimate_text as no_estimate_text
 from labhive.scheduler.job_info import JobInfo as JobInfo
 from labhive.scheduler.job_info import TaskInfo as TaskInfo
 from labhive.scheduler.states import TERMINAL as TERMINAL

@@ -307,8 +307,8 @@ def _show(args: argparse.Namespace) -> int:
     line = f"state {d['state']}  attempt {d['attempt']}  retries {d['retries_used']}/{d['retries']}"
     if d.get("queue_position"):
         line += f"  position {d['queue_position']} of {d['queue_length']}"
-    if d.get("eta") is not None:
-        line += f"  {_starts(d)}"
+    if when := _starts(d):
+        line += f"  {when}"
     print(line)
     if d.get("why"):
         from labhive.scheduler.client import why_without_position
@@ -332,23 +332,30 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _print_suggestions(tips: list[dict[str, Any]]) -> None:
-    """What would start it now (the soon ones), else when the earliest change would."""
+    """What would start it now (the soon ones), else the change that starts it soonest. The
+    service offers only changes that start the job sooner than it starts unchanged."""
     soon = [t for t in tips if t["soon"]]
     for t in soon:
         risk = f" ({t['risk']})" if t["risk"] else ""
         print(visible(f"to start it now: {t['change']} ({t['flags']}), {_starts(t)}{risk}"))
-    if not soon:
-        first = min((t["eta"] for t in tips), default=None)
-        when = "" if first is None else time.strftime(" before %H:%M", time.localtime(first))
-        print(f"to start it now: nothing LabHive can change starts it{when}")
+    if soon:
+        return
+    if not tips:
+        print("to start it sooner: nothing LabHive can change starts it sooner")
+        return
+    t = min(tips, key=lambda t: t["eta"])
+    risk = f" ({t['risk']})" if t["risk"] else ""
+    print(visible(f"to start it sooner: {t['change']} ({t['flags']}), {_starts(t)}{risk}"))
 
 
 def _starts(d: dict[str, Any]) -> str | None:
-    """A waiting job's estimated start, "starts in ~25 min (10-50)" (None: no estimate)."""
-    if d.get("eta") is None:
-        return None
-    from labhive.scheduler.eta import eta_text
+    """A waiting job's estimated start, "starts in ~25 min (10-50)"; what it waits for when
+    its start has no grounds, "waits for a notebook server in VC default to stop; no
+    estimate" (None: neither)."""
+    from labhive.scheduler.eta import eta_text, no_estimate_text
 
+    if d.get("eta") is None:
+        return no_estimate_text(d["waits_for"]) if d.get("waits_for") else None
     return eta_text(d["eta"], d["eta_low"], d["eta_high"], time.time())
 
 

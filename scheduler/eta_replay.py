@@ -6,6 +6,11 @@ The forecast knows only what the service knows: running jobs' elapsed time, the 
 durations of the jobs that already ended (the history it learns from, as it goes); never a
 job's real duration. With ``limits``, every job declares a time limit of its real duration
 times a random overestimate (users overestimate), which caps the predicted durations.
+
+Each range is scored twice: as the forecast gave it (raw) and as the service shows it, widened
+or narrowed by the split-conformal margin learnt from the starts seen so far
+(``eta_calibration``); jobs whose start depends on a job with no grounds get no estimate and
+are counted apart (``blocked``).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from labhive.scheduler.eta import (
     RunningJob,
     WaitingJob,
     command_name,
-    forecast,
+    outlook,
     quantile,
 )
+from labhive.scheduler.eta_calibration import Calibrator, Outcome
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 from labhive.scheduler.policies import get_policy
@@ -44,6 +50,8 @@ class EtaScore:
     median_abs_error_s: float
     p90_abs_error_s: float
     coverage: float  # share of starts inside the predicted p10-p90 range
+    median_width_s: float = 0.0  # the ranges' median width (high - low)
+    blocked: int = 0  # waiting jobs given no estimate: they waited for a job with no grounds
 
 
 def with_limits(
@@ -64,14 +72,43 @@ def fresh(j: SimJob, spec: JobSpec | None = None) -> SimJob:
     return SimJob(j.job_id, spec or j.spec, j.submit, j.duration, j.vc, j.user, j.status)
 
 
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """A replay's ETAs: each estimated job's raw and shown (calibrated) estimate and start."""
+
+    raw: EtaScore
+    calibrated: EtaScore
+    pairs: dict[str, tuple[Estimate, float]]  # raw
+    shown: dict[str, tuple[Estimate, float]]  # calibrated
+
+
 def replay_etas(
     policy: str, config: ClusterConfig, jobs: Sequence[SimJob]
 ) -> tuple[EtaScore, dict[str, tuple[Estimate, float]]]:
-    """Replay ``jobs`` under ``policy``; each waiting job's estimate at submit and real start."""
+    """Replay ``jobs`` under ``policy``; each waiting job's raw estimate at submit and start."""
+    got = replay(policy, config, jobs)
+    return got.raw, got.pairs
+
+
+def replay(policy: str, config: ClusterConfig, jobs: Sequence[SimJob]) -> Replayed:
+    """Replay ``jobs`` under ``policy``, forecasting each waiting job's start at its submit
+    (raw, and calibrated from the starts of the jobs estimated before it)."""
     make: Callable[[], Scheduler] = lambda: get_policy(policy, config)  # noqa: E731
     by_name = {j.spec.name: j for j in jobs}
     model = DurationModel()
-    given: dict[str, Estimate] = {}
+    given: dict[str, tuple[float, Estimate, Estimate]] = {}  # at, raw, shown
+    blocked: set[str] = set()
+
+    def outcomes(sim: Simulation) -> list[Outcome]:
+        """The first estimates given so far, with the starts known by now."""
+        out = []
+        for job_id, (at, raw, _) in given.items():
+            j = sim.sim_jobs[job_id]
+            start = (
+                j.first_start if j.first_start is not None and j.first_start <= sim.now else None
+            )
+            out.append(Outcome(j.spec.vc, at, raw.low, raw.high, start))
+        return out
 
     def observe(sim: Simulation, label: str) -> None:
         name, _, what = label.rpartition(" ")
@@ -91,16 +128,27 @@ def replay_etas(
         if label.endswith(" submitted"):
             waiting = by_name.get(label.removesuffix(" submitted"))
             if waiting is not None and waiting.state == JobState.WAITING:
-                found = forecast(make, sim.now, *_state(sim, model))
-                if waiting.job_id in found:
-                    given[waiting.job_id] = found[waiting.job_id]
+                found = outlook(make, sim.now, *_state(sim, model))
+                raw = found.estimates.get(waiting.job_id)
+                if raw is not None:
+                    shown = Calibrator(outcomes(sim)).adjust(waiting.spec.vc, sim.now, raw)
+                    given[waiting.job_id] = (sim.now, raw, shown)
+                elif waiting.job_id in found.blocked:
+                    blocked.add(waiting.job_id)
 
     sim = Simulation(make(), sorted(jobs, key=lambda j: j.submit), total_gpus=config.total_gpus())
     sim.observe = observe
     result = sim.run()
     started = {j.job_id: j.first_start for j in result.jobs if j.first_start is not None}
-    pairs = {k: (e, started[k]) for k, e in given.items() if k in started}
-    return score(pairs.values()), pairs
+    raw = {k: (e, started[k]) for k, (_, e, _) in given.items() if k in started}
+    shown = {k: (e, started[k]) for k, (_, _, e) in given.items() if k in started}
+    stuck = len(blocked & set(started))
+    return Replayed(
+        dataclasses.replace(score(raw.values()), blocked=stuck),
+        dataclasses.replace(score(shown.values()), blocked=stuck),
+        raw,
+        shown,
+    )
 
 
 def _state(sim: Simulation, model: DurationModel) -> tuple[list[RunningJob], list[WaitingJob]]:
@@ -109,11 +157,18 @@ def _state(sim: Simulation, model: DurationModel) -> tuple[list[RunningJob], lis
         j = sim.sim_jobs[v.job_id]
         if v.state == JobState.RUNNING:
             left = model.predict(j.spec, j.user, sim.now - j.run_start)
+            grounded = model.grounded(j.spec, j.user)
+            soonest = model.soonest(j.spec, j.user, sim.now - j.run_start)
             running.append(
-                RunningJob(v.job_id, j.spec, v.tasks, left, v.opportunistic, v.downgraded)
+                RunningJob(
+                    *(v.job_id, j.spec, v.tasks, left, v.opportunistic, v.downgraded, ()),
+                    grounded,
+                    soonest,
+                )
             )
         else:
-            waiting.append(WaitingJob(v.job_id, j.spec, j.submit, model.predict(j.spec, j.user)))
+            spread, grounded = model.predict(j.spec, j.user), model.grounded(j.spec, j.user)
+            waiting.append(WaitingJob(v.job_id, j.spec, j.submit, spread, grounded))
     return running, waiting
 
 
@@ -123,4 +178,11 @@ def score(pairs: Iterable[tuple[Estimate, float]]) -> EtaScore:
         return EtaScore(0, 0.0, 0.0, 0.0)
     errors = sorted(abs(start - e.eta) for e, start in items)
     inside = sum(1 for e, start in items if e.low - 1e-6 <= start <= e.high + 1e-6)
-    return EtaScore(len(items), quantile(errors, 0.5), quantile(errors, 0.9), inside / len(items))
+    widths = sorted(e.high - e.low for e, _ in items)
+    return EtaScore(
+        len(items),
+        quantile(errors, 0.5),
+        quantile(errors, 0.9),
+        inside / len(items),
+        quantile(widths, 0.5),
+    )

@@ -87,6 +87,7 @@ class JobInfo:
     eta: float | None = None
     eta_low: float | None = None
     eta_high: float | None = None
+    waits_for: str | None = None  # no estimate: what it waits for ("a notebook server ...")
     exit_code: int | None = None
     submitted_at: float | None = None
     started_at: float | None = None

@@ -3,8 +3,9 @@
 Pure, on top of the ETA forecast (``eta.py``): each variant of the job (fewer GPUs per task,
 fewer tasks, another VC the user may use, opportunistic priority, a shorter time limit) takes
 the job's place in the queue and the forecast says when it would start. The variants that
-would start within the horizon come first, smallest change first; when none does, the
-earliest start says "nothing starts it before T".
+would start within the horizon come first, smallest change first. A change is offered only if
+it starts the job sooner than it starts unchanged, by a margin (``SOONER_BY_S``, or a tenth of
+the wait): "--gpus 1 to start it now" with the job's own ETA was advice that changed nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from labhive.scheduler.time_limits import show_duration
 
 #: "Starts now" means within this many seconds.
 HORIZON_S = 300.0
+#: A change must start the job at least this much sooner (or a tenth of its wait, if more)
+#: than it starts unchanged: a forecast's start is no finer than that.
+SOONER_BY_S = 60.0
+SOONER_SHARE = 0.1
 #: Time limits tried, longest first (the smallest change): a queue policy with backfill lets a
 #: job past the blocked head of its line only when its limit ends before the head could start.
 LIMIT_STEPS_S = (7200.0, 3600.0, 1800.0, 600.0)
@@ -96,12 +101,14 @@ def suggest(
     check: Callable[[JobSpec], None] | None = None,
 ) -> list[Suggestion]:
     """The job's variants that the policy accepts (``check``: its admission, by default a
-    fresh policy's check), each with its forecast start; those that start within ``horizon_s``
-    first (in the order of ``variants``), then the rest by start."""
+    fresh policy's check) and that start it sooner than it starts unchanged (``sooner``),
+    each with its forecast start; those that start within ``horizon_s`` first (in the order of
+    ``variants``), then the rest by start."""
     target = next((w for w in waiting if w.job_id == job_id), None)
     if target is None:
         return []
     check = check or make_scheduler().check
+    own = forecast(make_scheduler, now, running, waiting, down).get(job_id)
     out = []
     for change, flags, risk, spec in variants(target.spec, vcs):
         try:
@@ -109,13 +116,23 @@ def suggest(
         except ValueError:
             continue  # can never run on this cluster: no suggestion
         found = _start_of(make_scheduler, now, running, waiting, target, spec, down)
-        if found is None:
+        if found is None or not sooner(found, own, now):
             continue
         soon = found.eta - now <= horizon_s
         out.append(Suggestion(change, flags, found.eta, found.low, found.high, soon, risk))
-    out.extend(_limit_suggestions(make_scheduler, now, running, waiting, target, down, horizon_s))
+    limits = _limit_suggestions(make_scheduler, now, running, waiting, target, down, horizon_s)
+    out.extend(s for s in limits if sooner(Estimate(s.eta, s.eta_low, s.eta_high), own, now))
     first = [s for s in out if s.soon]
     return first + sorted((s for s in out if not s.soon), key=lambda s: s.eta)
+
+
+def sooner(variant: Estimate, own: Estimate | None, now: float) -> bool:
+    """Whether a variant starts the job sooner than it starts unchanged (``own``; None: no
+    estimate, so any estimated start is sooner), by ``SOONER_BY_S`` or a tenth of the wait."""
+    if own is None:
+        return True
+    margin = max(SOONER_BY_S, SOONER_SHARE * (own.eta - now))
+    return variant.eta <= own.eta - margin
 
 
 def _limit_suggestions(
@@ -133,7 +150,7 @@ def _limit_suggestions(
     for change, flags, risk, spec in shorter_limits(target.spec):
         low, mid, high = (min(d, spec.time_limit or d) for d in target.duration)
         found = _start_of(
-            make_scheduler, now, running, waiting, target, spec, down, (low, mid, high)
+            make_scheduler, now, running, waiting, target, spec, down, (low, mid, high), True
         )
         if found is not None and found.eta - now <= horizon_s:
             return [Suggestion(change, flags, found.eta, found.low, found.high, True, risk)]
@@ -149,10 +166,17 @@ def _start_of(
     spec: JobSpec,
     down: dict[str, str] | None,
     duration: Spread | None = None,
+    limited: bool = False,
 ) -> Estimate | None:
-    """The forecast start of ``target`` if it were ``spec`` (and ran ``duration``), in its
-    place in the queue; None when it never starts in the forecast."""
-    variant = dataclasses.replace(target, spec=spec, duration=duration or target.duration)
+    """The forecast start of ``target`` if it were ``spec`` (and ran ``duration``; with a
+    limit, ``limited``, it has grounds), in its place in the queue; None when it never starts
+    in the forecast."""
+    variant = dataclasses.replace(
+        target,
+        spec=spec,
+        duration=duration or target.duration,
+        grounded=target.grounded or limited,
+    )
     queue = [variant if w is target else w for w in waiting]
     return forecast(make_scheduler, now, running, queue, down).get(target.job_id)
 

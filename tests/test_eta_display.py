@@ -93,3 +93,39 @@ def test_the_spawn_page_says_when_a_queued_server_starts() -> None:
         == "WAITING: position 2 of 3 in vc1, expected to start in ~5 min"
     )
     assert waiting_text(JobInfo.from_json(exact), T0 + 400).endswith(", expected to start now")
+
+
+#: What the service sends for a job whose start waits on a notebook server: no ETA fields.
+WAITS = {"waits_for": "a notebook server in VC vc1 to stop"}
+NO_ESTIMATE = "waits for a notebook server in VC vc1 to stop; no estimate"
+
+
+def test_a_job_behind_a_server_says_what_it_waits_for_not_a_time() -> None:
+    job = waiting(why="vc1 has 0 free of the 2 cells", **WAITS)
+    assert summary_line(job, T0) == (
+        f"job a: WAITING (position 2 of 3 in vc1) for 0.0 s, {NO_ESTIMATE}"
+        " - vc1 has 0 free of the 2 cells"
+    )
+    assert NO_ESTIMATE in job_html(job, T0) and NO_ESTIMATE in jobs_text([job], T0)
+    assert "starts" not in summary_line(job, T0)
+    entries = [{"id": None, "vc": "vc1", "position": 1, "gpus": 4, **WAITS}]
+    queue = QueueFacts.from_api({"vcs": VCS, "waiting": entries})
+    assert (
+        queue_text(queue, T0).splitlines()[1] == f"  1. another user's job, 4 GPUs, {NO_ESTIMATE}"
+    )
+    assert NO_ESTIMATE in queue_html(queue, T0)
+
+
+def test_the_job_widget_and_the_spawn_page_say_it_too() -> None:
+    from labhive.hub_extension.spawner import waiting_text
+    from labhive.kernel_ext.widgets import JobSnapshot, JobWidget
+    from labhive.scheduler.job_info import JobInfo
+
+    widget = JobWidget(SimpleNamespace(info=SimpleNamespace(id=1)))  # type: ignore[arg-type]
+    widget.show(JobSnapshot(waiting(**WAITS), "", ()))
+    assert NO_ESTIMATE in widget.summary.value
+    widget.close()
+    job = {"id": 1, "vc": "vc1", "queue_position": 1, "queue_length": 2, "why": "vc1 is full"}
+    assert waiting_text(JobInfo.from_json({**job, **WAITS}), T0) == (
+        f"WAITING: position 1 of 2 in vc1, {NO_ESTIMATE} — vc1 is full"
+    )

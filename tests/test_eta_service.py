@@ -78,7 +78,8 @@ def cli(service, capsys, *argv: str) -> tuple[int, str, str]:
 
 def test_suggestions_when_applied_start_the_job(service, capsys):
     """vc1 is full for 10 min; a 4-GPU job waits there. Moving it to the idle VC default, or
-    making it opportunistic, starts it now; halving its GPUs does not (vc1 is full)."""
+    making it opportunistic, starts it now; halving its GPUs does not (vc1 is full), so it is
+    not offered (it was, with the job's own ETA)."""
     c = service.client()
     c.submit(command="sleep 600", vc="vc1", gpus=4, name="hog", time_limit="10m")
     waiting = c.submit(command="sleep 600", vc="vc1", gpus=4, name="mine", time_limit="5m")
@@ -87,12 +88,53 @@ def test_suggestions_when_applied_start_the_job(service, capsys):
     soon = {t["flags"]: t for t in tips if t["soon"]}
     assert set(soon) == {"--vc default", "--priority oppo"}
     assert soon["--priority oppo"]["risk"].startswith("preemptible")
-    assert {t["flags"] for t in tips if not t["soon"]} >= {"--gpus 2", "--gpus 1"}
+    assert {t["flags"] for t in tips} == {"--vc default", "--priority oppo"}
     out = cli(service, capsys, "show", str(waiting.id), "--suggest")[1]
     assert "to start it now: submit to VC default (--vc default)" in out
     moved = c.submit(command="sleep 600", vc="default", gpus=4, name="mine2", time_limit="5m")
     wait_until(lambda: moved.refresh().state == "RUNNING", what="the suggested variant to run")
     assert cli(service, capsys, "show", str(moved.id), "--suggest")[0] == 2  # not waiting
+
+
+def spawner(service, tmp_path, name: str = "", gpus: int = 1):
+    """Alice's spawner (her server ``name``) for a ``gpus``-GPU server, as the hub makes it."""
+    import sys
+    from types import SimpleNamespace
+
+    from jupyterhub.objects import Hub
+
+    from labhive.hub_extension.spawner import LabHiveSpawner
+
+    made = LabHiveSpawner(
+        user=SimpleNamespace(name="alice", escaped_name="alice", url="/user/alice/", id=1),
+        hub=Hub(ip="127.0.0.1", port=1, base_url="/hub/"),
+        name=name,
+        api_token="alice-token-123",
+        service_url=service.url,
+        service_token=service.admin,
+        cmd=[sys.executable, "-c", "import time; time.sleep(600)"],
+        secrets_dir=str(tmp_path / "secrets"),
+        profiles=[{"slug": "gpus", "display_name": f"{gpus} GPUs", "gpus": gpus}],
+        poll_s=0.1,
+    )
+    made.user_options = {"profile": "gpus"}
+    return made
+
+
+async def spawn_page(made, words: str) -> str:
+    """The first progress message of a queued server's spawn page that holds ``words``."""
+    import asyncio
+
+    start = asyncio.ensure_future(made.start())
+    try:
+        async for event in made.progress():
+            if words in event["message"]:
+                return str(event["message"])
+        raise AssertionError(f"progress ended without {words!r}")
+    finally:
+        start.cancel()
+        await asyncio.gather(start, return_exceptions=True)
+        await made.stop(now=True)
 
 
 def test_a_queued_notebook_server_s_spawn_page_says_when_it_starts(service, tmp_path):
@@ -101,47 +143,57 @@ def test_a_queued_notebook_server_s_spawn_page_says_when_it_starts(service, tmp_
     and starts when both have ended, by 6 min at the latest; with no history of how much of
     their limits jobs use, ~55% of that (10-100%, p10-p90 19-91%)."""
     import asyncio
-    import sys
-    from types import SimpleNamespace
-
-    from jupyterhub.objects import Hub
-
-    from labhive.hub_extension.spawner import LabHiveSpawner
 
     c = service.client()
     prod = {"command": "sleep 600", "vc": "vc1", "gpus": 4, "priority": "prod"}  # as servers
     hog = c.submit(name="hog", time_limit="5m", **prod)
     wait_until(lambda: hog.refresh().state == "RUNNING", what="hog to run")
     c.submit(name="next", time_limit="1m", **prod)
-    spawner = LabHiveSpawner(
-        user=SimpleNamespace(name="alice", escaped_name="alice", url="/user/alice/", id=1),
-        hub=Hub(ip="127.0.0.1", port=1, base_url="/hub/"),
-        api_token="alice-token-123",
-        service_url=service.url,
-        service_token=service.admin,
-        cmd=[sys.executable, "-c", "import time; time.sleep(600)"],
-        secrets_dir=str(tmp_path / "secrets"),
-        profiles=[{"slug": "1gpu", "display_name": "1 GPU", "gpus": 1}],
-        poll_s=0.1,
-    )
-    spawner.user_options = {"profile": "1gpu"}
-
-    async def spawn_page() -> str:
-        start = asyncio.ensure_future(spawner.start())
-        try:
-            async for event in spawner.progress():
-                if "expected to start" in event["message"]:
-                    return str(event["message"])
-            raise AssertionError("progress ended without an estimate")
-        finally:
-            start.cancel()
-            await asyncio.gather(start, return_exceptions=True)
-            await spawner.stop(now=True)
-
-    message = asyncio.run(asyncio.wait_for(spawn_page(), 60))
+    page = spawn_page(spawner(service, tmp_path), "expected to start")
+    message = asyncio.run(asyncio.wait_for(page, 60))
     assert message.startswith(
         "WAITING: position 2 of 2 in vc1, expected to start in ~3 min (1-5) —"
     )
+
+
+def test_a_queue_behind_a_running_server_says_no_estimate_and_what_it_waits_for(
+    service, tmp_path, capsys
+):
+    """alice's 4-GPU notebook server holds vc1 (servers have no end: no limit, none ever
+    ended, though other jobs did). A 4-GPU job queued there, and alice's second server behind
+    it (ahead of it: servers run at prod), get no estimate: the REST fields, the CLI and the
+    spawn page say what they wait for.
+    Before, all jobs' durations made that "~16 min (1-48)"."""
+    import asyncio
+
+    c = service.client()
+    for k in range(3):  # history, but of jobs unlike a server
+        done = c.submit(command="true", vc="default", gpus=1, name=f"quick{k}")
+        wait_until(lambda j=done: j.refresh().state == "SUCCEEDED", what="a quick job to end")
+    first = spawner(service, tmp_path, gpus=4)
+
+    async def run_server() -> None:
+        await asyncio.wait_for(first.start(), 60)
+
+    asyncio.run(run_server())
+    try:
+        job = c.submit(command="sleep 600", vc="vc1", gpus=4, name="behind", time_limit="5m")
+        wait_until(lambda: job.refresh().data.get("waits_for"), what="what it waits for")
+        assert job.data["waits_for"] == "a notebook server in VC vc1 to stop"
+        assert job.data["eta"] is None and job.data["eta_low"] is None
+        (entry,) = [e for e in c._get("/queue")["waiting"] if e["id"] == job.id]
+        assert entry["waits_for"] == job.data["waits_for"] and entry["eta"] is None
+        out = cli(service, capsys, "show", str(job.id))[1]
+        assert "waits for a notebook server in VC vc1 to stop; no estimate" in out
+        assert "starts in" not in out
+        page = spawn_page(spawner(service, tmp_path, name="second", gpus=4), "no estimate")
+        message = asyncio.run(asyncio.wait_for(page, 60))
+        assert message.startswith(
+            "WAITING: position 1 of 2 in vc1, waits for a notebook server in VC vc1 to stop; "
+            "no estimate"
+        ), message
+    finally:
+        asyncio.run(first.stop(now=True))
 
 
 def test_a_job_that_can_never_run_is_refused_with_what_would_run_and_that_runs(service):
@@ -154,3 +206,37 @@ def test_a_job_that_can_never_run_is_refused_with_what_would_run_and_that_runs(s
     assert "It would run if you ask for 4 GPUs per task instead of 8 (--gpus 4)" in message
     fixed = c.submit(command="sleep 600", vc="vc1", gpus=4, name="big")
     wait_until(lambda: fixed.refresh().state == "RUNNING", what="the suggested variant to run")
+
+
+def test_published_ranges_are_calibrated_from_the_vc_s_own_starts(service):
+    """vc1's last 20 waiting jobs all started a minute after their forecast, long before the
+    low end of their ranges (10-30 min). Then hog runs there under a 1000 s limit and b waits:
+    its range shown reaches down to the soonest hog can end (a tenth of its limit, with no
+    history of limits) instead of the forecast's p10 (19%); its middle is the forecast's."""
+    from sqlalchemy import delete, insert
+
+    from labhive.scheduler.service.store import job_etas
+
+    c = service.client()
+    quick = [c.submit(command="true", vc="vc1", gpus=1, name=f"q{k}") for k in range(20)]
+    for j in quick:
+        wait_until(lambda j=j: j.refresh().state == "SUCCEEDED", what="a quick job to end")
+    t0 = quick[0].data["submitted_at"] - 10_000
+    rows = [
+        {"job_id": j.id, "vc": "vc1", "predicted_at": t0 + k, "eta": t0 + k + 1200,
+         "eta_low": t0 + k + 600, "eta_high": t0 + k + 1800, "started_at": t0 + k + 60,
+         "error_s": -1140.0, "in_range": False}
+        for k, j in enumerate(quick)
+    ]  # fmt: skip
+    store = service.running.service.store
+    with store.write() as conn:
+        conn.execute(delete(job_etas).where(job_etas.c.job_id.in_([j.id for j in quick])))
+        conn.execute(insert(job_etas), rows)
+    hog = c.submit(command="sleep 600", vc="vc1", gpus=4, name="hog", time_limit=1000)
+    wait_until(lambda: hog.refresh().state == "RUNNING", what="hog to run")
+    b = c.submit(command="sleep 600", vc="vc1", gpus=4, name="b", time_limit=30)
+    wait_until(lambda: b.refresh().data.get("eta") is not None, what="b's estimate")
+    started = hog.data["started_at"]
+    assert b.data["eta"] == pytest.approx(started + 550, abs=0.01)  # 55% of 1000 s
+    assert b.data["eta_low"] == pytest.approx(started + 100, abs=0.01)  # not + 190
+    assert b.data["eta_high"] < started + 910  # the forecast's p90; its starts were early

@@ -7,11 +7,20 @@ forecast (``scheduler/eta.py``) and publishes the waiting jobs' estimates on the
 REST handlers read them. Each waiting job's first estimate is stored (``job_etas``); when the job
 starts, its error and whether the start fell in the range are stored beside it, for ``/metrics``
 and ``labhive eta-report``.
+
+Only grounded estimates are published: a job whose start waits on one with no finite duration
+(a notebook server, a job with no limit and no history of jobs like it) gets ``waits_for`` (what
+it waits for, in words) instead. The ranges published are calibrated (``eta_calibration``) from
+the VC's own outcomes; ``job_etas`` keeps the forecast's raw range, which the calibration
+learns from, and scores a start against the range as shown (recomputed from the raw range and
+what was known when it was given: the same history gives the same range).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,12 +32,15 @@ from sqlalchemy import insert, select, update
 from labhive.scheduler.eta import (
     DurationModel,
     Estimate,
+    Outlook,
     Past,
     RunningJob,
     WaitingJob,
+    blocked_text,
     command_name,
-    forecast,
+    outlook,
 )
+from labhive.scheduler.eta_calibration import Calibrator, Outcome
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 from labhive.scheduler.service import lifecycle as lc
@@ -49,6 +61,24 @@ MAX_WAITING = 500
 #: core by the GIL); at 2%, 1.6% over 40 s (``benchmarks/bench_eta_cost.py``).
 DUTY = 0.02
 MIN_GAP_S = 2.0
+#: First estimates the calibration reads: the newest started, and the newest still waiting.
+CALIBRATION_ROWS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class WaitsFor:
+    """A waiting job with no estimate: what it waits for, in words (``eta.blocked_text``)."""
+
+    text: str
+
+
+def eta_fields(found: Estimate | WaitsFor | None) -> dict[str, Any]:
+    """A job's (or queue entry's) REST fields from what the forecast published for it."""
+    if isinstance(found, Estimate):
+        return {"eta": found.eta, "eta_low": found.low, "eta_high": found.high}
+    if isinstance(found, WaitsFor):
+        return {"waits_for": found.text}
+    return {}
 
 
 class EtaTracker:
@@ -72,6 +102,9 @@ class EtaTracker:
         self.refresh_s = refresh_s  # recomputed this often even when nothing changed (time runs)
         self._commands: dict[int, tuple[str, float | None]] = {}  # ended jobs' (see _learnt)
         self._thread: threading.Thread | None = None
+        #: When the next forecast is due although nothing changed: the soonest low end
+        #: published (past it, that job's range is overtaken by time).
+        self.due = math.inf
         #: What the thread cost (on /metrics): forecasts run and their CPU seconds.
         self.forecasts = 0
         self.cpu_s = 0.0
@@ -88,7 +121,7 @@ class EtaTracker:
             now = self.clock()
             if now - last < gap:
                 continue
-            if self.loop.passes == seen and now - last < self.refresh_s:
+            if self.loop.passes == seen and now - last < self.refresh_s and now < self.due:
                 continue
             seen, last = self.loop.passes, now
             began, cpu = time.perf_counter(), time.thread_time()
@@ -101,16 +134,23 @@ class EtaTracker:
             self.cpu_s += time.thread_time() - cpu
             gap = max(MIN_GAP_S, took / DUTY - took)
 
-    def update(self) -> dict[int, Estimate]:
+    def update(self) -> dict[int, Estimate | WaitsFor]:
         """Forecast now, publish on the loop, and record first estimates and start errors."""
         now = self.clock()
         running, waiting, down = self.state(now, MAX_WAITING)
-        found = forecast(self.make_scheduler, now, running, waiting, down)
-        estimates = port.by_service_id(found)
-        self.loop.estimates = estimates
-        vcs = port.by_service_id({w.job_id: w.spec.vc for w in waiting})
-        self._record(now, estimates, vcs)
-        return estimates
+        found = outlook(self.make_scheduler, now, running, waiting, down)
+        vcs = {w.job_id: w.spec.vc for w in waiting}
+        calibrator = Calibrator(self._outcomes())
+        shown: dict[str, Estimate | WaitsFor] = {
+            j: calibrator.adjust(vcs[j], now, e) for j, e in found.estimates.items()
+        }
+        shown.update(_waits(found, running, waiting))
+        published = port.by_service_id(shown)
+        self.loop.estimates = published
+        lows = (e.low for e in shown.values() if isinstance(e, Estimate) and e.low > now)
+        self.due = min(lows, default=math.inf)
+        self._record(now, port.by_service_id(found.estimates), port.by_service_id(vcs))
+        return published
 
     def state(
         self, now: float, max_waiting: int | None = None
@@ -143,15 +183,23 @@ class EtaTracker:
             row, spec = running_rows[v.job_id], specs.get(v.job_id)
             if v.state != lc.RUNNING or spec is None:
                 continue  # ended, or sent back to waiting, meanwhile
-            left = model.predict(spec, row["user"], now - (row["started_at"] or now))
-            running.append(port.running_job(v, spec, left))
+            elapsed = now - (row["started_at"] or now)
+            left = model.predict(spec, row["user"], elapsed)
+            running.append(
+                dataclasses.replace(
+                    port.running_job(v, spec, left),
+                    grounded=model.grounded(spec, row["user"]),
+                    soonest=model.soonest(spec, row["user"], elapsed),
+                )
+            )
         waiting: list[WaitingJob] = []
         for row in waiting_rows:
             spec = specs.get(row["id"])
             if spec is None:
                 continue  # not yet taken in by the pass, or ended meanwhile
-            spread = model.predict(spec, row["user"])
-            waiting.append(port.waiting_job(row["id"], spec, row["submitted_at"], spread))
+            spread, grounded = model.predict(spec, row["user"]), model.grounded(spec, row["user"])
+            job = port.waiting_job(row["id"], spec, row["submitted_at"], spread)
+            waiting.append(dataclasses.replace(job, grounded=grounded))
         return running, waiting, down
 
     def suggest(self, job_id: int, vcs: list[str]) -> list[Suggestion]:
@@ -163,6 +211,26 @@ class EtaTracker:
         return suggest(
             self.make_scheduler, now, running, waiting, named, vcs, down, check=self.check
         )
+
+    def _outcomes(self) -> list[Outcome]:
+        """What the calibration learns from: the newest scored first estimates, and those of
+        jobs still waiting (one past its high end is a miss already)."""
+        with self.store.read() as conn:
+            scored = conn.execute(
+                select(job_etas)
+                .where(job_etas.c.started_at.is_not(None))
+                .order_by(job_etas.c.started_at.desc())
+                .limit(CALIBRATION_ROWS)
+            ).mappings()
+            out = [outcome(dict(r)) for r in scored]
+            waiting = conn.execute(
+                select(job_etas)
+                .join(jobs, jobs.c.id == job_etas.c.job_id)
+                .where(job_etas.c.started_at.is_(None), jobs.c.state == lc.WAITING)
+                .order_by(job_etas.c.predicted_at.desc())
+                .limit(CALIBRATION_ROWS)
+            ).mappings()
+            return out + [outcome(dict(r)) for r in waiting]
 
     def _history(self, conn: Any) -> Iterable[Past]:
         """Ended runs: succeeded ones, and those stopped at their limit (which ran that long)."""
@@ -232,19 +300,42 @@ class EtaTracker:
         ]
         if not new and not started:
             return
+        calibrator = Calibrator(self._outcomes()) if started else None
         with self.store.write() as conn:
             if new:
                 conn.execute(insert(job_etas), new)
             for r in started:
+                assert calibrator is not None
+                shown = calibrator.adjust(
+                    r["vc"], r["predicted_at"], Estimate(r["eta"], r["eta_low"], r["eta_high"])
+                )
                 conn.execute(
                     update(job_etas)
                     .where(job_etas.c.job_id == r["job_id"])
                     .values(
                         started_at=r["began"],
                         error_s=r["began"] - r["eta"],
-                        in_range=bool(r["eta_low"] <= r["began"] <= r["eta_high"]),
+                        in_range=bool(shown.low <= r["began"] <= shown.high),
                     )
                 )
+
+
+def outcome(row: dict[str, Any]) -> Outcome:
+    """A scored ``job_etas`` row as the calibration takes it."""
+    return Outcome(
+        row["vc"], row["predicted_at"], row["eta_low"], row["eta_high"], row["started_at"]
+    )
+
+
+def _waits(
+    found: Outlook, running: list[RunningJob], waiting: list[WaitingJob]
+) -> dict[str, WaitsFor]:
+    """What each blocked job waits for, in words (no job ids: the queue hides others')."""
+    specs = {r.job_id: r.spec for r in running} | {w.job_id: w.spec for w in waiting}
+    return {
+        job_id: WaitsFor(blocked_text([specs[b] for b in blocked.waits_for]))
+        for job_id, blocked in found.blocked.items()
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Identity
+from labhive.scheduler.service.eta import eta_fields
 from labhive.scheduler.service.monitoring import JobGpusOut
 from labhive.scheduler.service.policy_port import task_key
 from labhive.scheduler.service.responses import encodable
@@ -249,7 +250,6 @@ def _job_out(
             out.queue_position = view.queue_position
             out.queue_length = view.queue_length
             out.why = view.why or out.why
-        estimate = loop.estimates.get(row["id"])
-        if estimate is not None:
-            out.eta, out.eta_low, out.eta_high = estimate.eta, estimate.low, estimate.high
+        for field, value in eta_fields(loop.estimates.get(row["id"])).items():
+            setattr(out, field, value)
     return out

@@ -13,6 +13,7 @@ from labhive.scheduler.model import JobView
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.eta import eta_fields
 from labhive.scheduler.service.routes_cluster import vcs_out
 from labhive.scheduler.service.routing import MAX_INT, Who, endpoints
 
@@ -59,8 +60,8 @@ def register(app: FastAPI, svc: Service) -> None:
             if view is None:  # ended since the store was read
                 continue
             entry = _entry(row, view)
-            if (estimate := svc.loop.estimates.get(row["id"])) is not None:
-                entry.eta, entry.eta_low, entry.eta_high = estimate.eta, estimate.low, estimate.high
+            for field, value in eta_fields(svc.loop.estimates.get(row["id"])).items():
+                setattr(entry, field, value)
             (waiting if view.state == lc.WAITING else running).append(entry)
         more = offset + limit < total
         return s.QueueOut(

@@ -113,6 +113,9 @@ class JobOut(BaseModel):
     eta: float | None = None  # a waiting job's estimated start (epoch seconds)
     eta_low: float | None = None  # and its p10-p90 range
     eta_high: float | None = None
+    #: No estimate: the job starts only after one with no finite duration ends (a notebook
+    #: server stops, say); what that is, in words ("a notebook server in VC default to stop").
+    waits_for: str | None = None
     exit_code: int | None = None
     submitted_at: float
     started_at: float | None = None
@@ -185,6 +188,7 @@ class QueueEntry(BaseModel):
     eta: float | None = None  # estimated start and its p10-p90 range (waiting jobs)
     eta_low: float | None = None
     eta_high: float | None = None
+    waits_for: str | None = None  # no estimate: what it waits for (see JobOut)
 
 
 class VCOut(BaseModel):
