@@ -322,6 +322,21 @@ class Client:
     def events(self, job_id: int | str) -> list[dict[str, Any]]:
         return list(self._get(f"/jobs/{_id(job_id)}/events")["events"])
 
+    def stop_notice(
+        self, job_id: int | str, reason: str, in_s: float, *, culled: bool = False,
+        gpu_idle_s: float = 0.0,
+    ) -> Job:  # fmt: skip
+        """(Admins.) Announce a stop ``in_s`` from now; ``in_s`` 0 stops the job now."""
+        body = {"reason": reason, "in_s": in_s, "culled": culled, "gpu_idle_s": gpu_idle_s}
+        return Job(
+            self, self._request("POST", f"/jobs/{_id(job_id)}/stop-notice", json=body).json()
+        )
+
+    def withdraw_stop_notice(self, job_id: int | str) -> Job:
+        """(Admins.) Take back an announced stop."""
+        path = f"/jobs/{_id(job_id)}/stop-notice/withdraw"
+        return Job(self, self._request("POST", path).json())
+
     def logs(
         self,
         job_id: int | str,

@@ -21,9 +21,7 @@ T0 = 1_000_000.0
 
 def idle_gpu_server(**changes: object) -> ServerView:
     """A 1-GPU server whose kernels and GPU have been idle since T0."""
-    base = dict(
-        last_activity=T0, kernel_states=("idle",), gpus=1, gpu_read=True, gpu_idle_since=T0
-    )
+    base = dict(last_activity=T0, kernel_states=("idle",), gpus=1, gpu_read=True, gpu_idle_since=T0)
     return ServerView(**{**base, **changes})  # type: ignore[arg-type]
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import container, limits, workdir
+from labhive.scheduler.executors import container, limits, notice_file, workdir
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -172,6 +172,8 @@ class LocalExecutor:
         owner = workdir.run_as(launch.uid, launch.gid)
         cwd = workdir.prepare_task_dir(self.data_dir, work, owner)
         env = {**inherited_env(), **launch.env, **extra_env, **launch_env(launch)}
+        if not launch.image:  # a container sees another file system (docs/researcher.md)
+            env[notice_file.ENV] = str(notice_file.notice_path(work))
         run_as = owner.record()
         if launch.image:  # podman runs as the service; the container as the task's user
             task_env = {**launch.env, **extra_env, **launch_env(launch)}
@@ -379,6 +381,14 @@ class LocalExecutor:
         return TaskExit(key, int(record["exit_code"]), reason)
 
     # ---- stop -----------------------------------------------------------------------------
+
+    def notify(self, handles: Sequence[TaskHandle], notice: dict[str, Any] | None) -> None:
+        """Write (None: remove) the tasks' stop notice files (``notice_file``)."""
+        for handle in handles:
+            info = self._info(handle)
+            if info is not None and info.get("workdir"):
+                run_as = info.get("run_as") or {}
+                notice_file.write_notice(Path(info["workdir"]), notice, run_as)
 
     def stop(self, handles: Sequence[TaskHandle], grace_s: float | None = None) -> None:
         """TERM every process of the tasks, KILL what is left after the grace period."""

@@ -31,6 +31,7 @@ def register(subparsers: Any) -> None:
         "--users", type=Path, help="group -> VC grants YAML (default: DATA/hub/grants.yaml)"
     )
     up.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    _notice_options(up, culler=True)
     up.add_argument(
         "--course",
         type=Path,
@@ -75,6 +76,7 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         "when run as a hub-managed service (--users then holds only the group -> VC grants)",
     )
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    _notice_options(parser)
     parser.add_argument(
         "--loop-stall-s",
         type=float,
@@ -134,6 +136,7 @@ def _options(args: argparse.Namespace) -> Any:
         users=args.users,
         auth=args.auth,
         grace_s=args.grace_s,
+        stop_notice_s=args.stop_notice,
         loop_stall_s=args.loop_stall_s,
         partial_stops=args.stops == "tasks",
         stop_tasks_on_exit=args.stop_tasks_on_exit,
@@ -157,5 +160,35 @@ def _up(args: argparse.Namespace) -> int:
     return run_up(
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
         policy=args.policy, grants=args.users, grace_s=args.grace_s, course=args.course,
-        course_data=args.course_data,
+        course_data=args.course_data, culling=_culling(args),
     )  # fmt: skip
+
+
+def _notice_options(parser: argparse.ArgumentParser, culler: bool = False) -> None:
+    """Stop notices (service/notices.py) and, for ``labhive up``, the idle culling."""
+    from labhive.scheduler.time_limits import parse_time_limit
+
+    parser.add_argument(
+        "--stop-notice", type=parse_time_limit, default=60.0, metavar="DURATION",
+        help="notice before a stop: a time limit's comes this long before it; culls wait "
+        "this long after theirs (default 60 s)",
+    )  # fmt: skip
+    if not culler:
+        return
+    parser.add_argument(
+        "--cull-idle", type=parse_time_limit, default=7200.0, metavar="DURATION",
+        help="jupyterhub-idle-culler stops servers idle this long (default 2h)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cull-gpu-idle", type=parse_time_limit, default=900.0, metavar="DURATION",
+        help="a server holding a GPU whose kernels are idle and GPU at 0%% this long gets a "
+        "notice, then is stopped (default 15m)",
+    )  # fmt: skip
+    parser.add_argument("--no-cull", action="store_true", help="run no culler at all")
+
+
+def _culling(args: argparse.Namespace) -> dict[str, float] | None:
+    if args.no_cull:
+        return None
+    return {"idle_s": args.cull_idle, "gpu_idle_s": args.cull_gpu_idle,
+            "notice_s": args.stop_notice}  # fmt: skip
