@@ -51,6 +51,7 @@ def prepare(
     grace_s: float = 10.0,
     course: Path | None = None,
     course_data: Path | None = None,
+    culling: dict[str, float] | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -97,8 +98,20 @@ def prepare(
         hub_dir,
         "from labhive.hub_extension.up import add_up_service",
         f"add_up_service(c, {up_args})  # noqa: F821",
+        *_culling_lines(plan, culling),
     )
     return plan, config, keys
+
+
+def _culling_lines(plan: HubPlan, culling: dict[str, float] | None) -> list[str]:
+    """The cullers as hub-managed services (hub_extension/culling.py); none when off."""
+    if culling is None:
+        return []
+    args = f"{plan.service_url!r}, {plan.public_url!r}, **{culling!r}"
+    return [
+        "from labhive.hub_extension.culling import add_culling",
+        f"add_culling(c, {args})  # noqa: F821",
+    ]
 
 
 def add_up_service(c: Any, secrets_file: str, admins: list[str] | None = None) -> None:
@@ -310,11 +323,12 @@ def _course_lines(plan: HubPlan) -> list[str]:
 def run_up(
     data_dir: Path, *, port: int, service_port: int, cluster: str | None, policy: str,
     grants: Path | None, grace_s: float, course: Path | None = None,
-    course_data: Path | None = None,
+    course_data: Path | None = None, culling: dict[str, float] | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
+        culling=culling,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)
