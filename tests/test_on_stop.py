@@ -1,0 +1,89 @@
+"""``labhive.on_stop`` inside a running job, with the real service and real signals.
+
+Given a job (standing in for a notebook server's kernel: the same process-wide watch the kernel
+extension starts) that registered an ``on_stop`` callback and has its own SIGTERM handler: an
+announced stop runs the callback with the reason and the deadline, and the SIGTERM of the stop
+comes after it. Both ways the notice reaches a job: its notice file, and the job's ``stopping``
+field over REST (where no file is written).
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from waiting import wait_until
+
+from labhive.kernel_ext.notice import banner_html, banner_text
+
+KERNEL = r"""
+import signal, sys, time
+import labhive
+def term(*_):
+    print(f"SIGTERM {time.time():.3f}", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+@labhive.on_stop
+def checkpoint(notice):
+    print(f"CALLBACK {time.time():.3f} {notice['kind']} {notice['reason']}", flush=True)
+print("READY", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def job_command(prefix: str = "") -> str:
+    code = base64.b64encode(KERNEL.encode()).decode()
+    run = f"{sys.executable} -u -c 'import base64; exec(base64.b64decode(\"{code}\"))'"
+    return f"{prefix}{run}"
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    from service_fixtures import live_service
+
+    with live_service(tmp_path / "data", grace_s=2.0) as live:
+        yield live
+
+
+def lines(job, word: str) -> list[str]:
+    return [line for line in job.logs().data.splitlines() if line.startswith(word)]
+
+
+def stop_with_notice(service, command: str) -> tuple[list[str], list[str]]:
+    admin = service.client()
+    job = admin.submit(command=command, vc="vc1", gpus=1, name="jupyter-alice")
+    wait_until(lambda: lines(job, "READY"), what="the job's kernel to be ready", timeout=60)
+    admin.stop_notice(job.id, "culled: idle for 15 min", 30, culled=True)
+    callback = wait_until(lambda: lines(job, "CALLBACK"), what="the on_stop callback", timeout=30)
+    assert not lines(job, "SIGTERM")  # the notice came first; nothing has stopped it yet
+    admin.stop_notice(job.id, "culled: idle for 15 min", 0, culled=True, gpu_idle_s=900)
+    done = job.wait(60, 0.1)
+    assert done.state == "STOPPED" and done.data["reason"] == "culled"
+    return callback, lines(done, "SIGTERM")
+
+
+def test_on_stop_runs_from_the_notice_file_before_sigterm(service):
+    callback, term = stop_with_notice(service, job_command())
+    (line,) = callback
+    assert line.split(" ", 3)[2:] == ["culled", "culled: idle for 15 min"]
+    assert term and float(term[0].split()[1]) > float(line.split()[1])
+
+
+def test_on_stop_runs_from_the_jobs_stopping_field_where_there_is_no_file(service):
+    prefix = f"LABHIVE_URL={service.url} LABHIVE_TOKEN={service.admin} env -u LABHIVE_NOTICE_FILE "
+    callback, term = stop_with_notice(service, job_command(prefix))
+    assert len(callback) == 1 and "culled: idle for 15 min" in callback[0]
+    assert term and float(term[0].split()[1]) > float(callback[0].split()[1])
+
+
+def test_the_banner_says_the_reason_and_the_deadline():
+    now = time.time()
+    notice = {"reason": "time limit of 2 h reached", "deadline": now + 60, "kind": "time-limit"}
+    text = banner_text(notice, now)
+    assert "time limit of 2 h reached" in text and "in 60 s" in text
+    assert time.strftime("%H:%M", time.localtime(now + 60)) in text
+    assert "<script" not in banner_html({**notice, "reason": "<script>x</script>"}, now)
