@@ -51,6 +51,7 @@ class JobFacts:
     finished: float | None = None
     attempt: int | None = None
     eta: tuple[float, float, float] | None = None  # a waiting job's estimated start, p10, p90
+    stopping: tuple[str, float] | None = None  # a running job's pending stop: reason, deadline
 
     @classmethod
     def from_job(cls, job: JobInfo) -> JobFacts:
@@ -74,6 +75,9 @@ class JobFacts:
             started=job.started_at,
             finished=job.finished_at,
             attempt=job.attempt,
+            stopping=(str(job.stopping.get("reason")), float(job.stopping["deadline"]))
+            if job.stopping and job.state == "RUNNING"
+            else None,
             eta=(job.eta, job.eta_low or job.eta, job.eta_high or job.eta)
             if job.eta is not None
             else None,

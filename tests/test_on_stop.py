@@ -87,3 +87,16 @@ def test_the_banner_says_the_reason_and_the_deadline():
     assert "time limit of 2 h reached" in text and "in 60 s" in text
     assert time.strftime("%H:%M", time.localtime(now + 60)) in text
     assert "<script" not in banner_html({**notice, "reason": "<script>x</script>"}, now)
+
+
+def test_the_job_widget_says_a_running_job_will_stop_and_why():
+    from labhive.kernel_ext.facts import JobFacts
+    from labhive.kernel_ext.render import job_html, summary_line
+
+    now = time.time()
+    doc = {"id": 3, "name": "train", "state": "RUNNING", "started_at": now - 100}
+    notice = {"reason": "preempted by job 7", "deadline": now + 10, "kind": "stopping"}
+    facts = JobFacts.from_api({**doc, "stopping": notice})
+    assert summary_line(facts, now).endswith("- stops in 10.0 s: preempted by job 7")
+    assert "preempted by job 7" in job_html(facts, now)
+    assert "stops" not in summary_line(JobFacts.from_api({**doc, "stopping": None}), now)
