@@ -233,9 +233,13 @@ def main(argv: list[str] | None = None) -> int:
             service_post=lambda p, b: _ok(http.post(service + p, json=b)),
             kernels_of=kernels_of,
         )
+        rounds = 0
         while True:
             try:
-                culler.round()
+                decided = culler.round()
+                rounds += 1
+                if rounds == 1:  # proof that its scopes let it read the hub and the service
+                    log.info("first round done: %d LabHive server(s) watched", len(decided))
             except httpx.HTTPError as err:
                 log.warning("round failed (%s); trying again in %.0f s", err, args.every)
             time.sleep(args.every)

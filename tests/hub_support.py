@@ -69,7 +69,8 @@ class Hub:
 
 
 @contextmanager
-def real_hub(root: Path) -> Iterator[Hub]:
+def real_hub(root: Path, *extra: str) -> Iterator[Hub]:
+    """``extra``: lines added to the hub's config (after the plan's)."""
     (root / "cluster.yaml").write_text(CLUSTER)
     (root / "grants.yaml").write_text(GRANTS)
     plan = HubPlan(
@@ -94,7 +95,7 @@ def real_hub(root: Path) -> Iterator[Hub]:
         grace_s=2,
         poll_interval=2,  # the hub notices a preempted server quickly
     )
-    config = write_config(plan, Path(plan.data_dir))
+    config = write_config(plan, Path(plan.data_dir), *extra)
     hub = Hub(plan, config, Path(plan.data_dir) / "jupyterhub.log")
     try:
         hub.start()

@@ -193,3 +193,32 @@ def test_labhive_up_config_runs_both_cullers_with_the_scopes_they_need(tmp_path)
     )
     _, off, _ = prepare(tmp_path / "data2", culling=None)
     assert "add_culling" not in off.read_text()
+
+
+def test_the_real_hub_starts_both_cullers_and_their_scopes_let_them_work(tmp_path):
+    """labhive up's culling block on a real JupyterHub: the idle culler and the GPU culler run
+    as its services, and the GPU culler's first round reads the hub and the LabHive service
+    with the token the hub gave it (a missing scope would be a 403 in the hub's log)."""
+    import psutil
+    from hub_support import real_hub, wait_for
+
+    culling = {"idle_s": 7200.0, "gpu_idle_s": 900.0, "notice_s": 8.0}
+    lines = (
+        "from labhive.hub_extension.culling import add_culling",
+        "add_culling(c, c.LabHiveSpawner.service_url, c.JupyterHub.bind_url, "
+        f"**{culling!r})  # noqa: F821",
+    )
+    with real_hub(tmp_path, *lines) as hub:
+        assert hub.proc is not None
+
+        def cullers() -> set[str]:
+            found = set()
+            for p in psutil.Process(hub.proc.pid).children(recursive=True):
+                cmd = " ".join(p.cmdline())
+                found |= {n for n in ("jupyterhub_idle_culler", "gpu_culler") if n in cmd}
+            return found
+
+        wait_for(lambda: cullers() == {"jupyterhub_idle_culler", "gpu_culler"}, 60, "cullers")
+        wait_for(lambda: "first round done" in hub.log.read_text(), 60, "the GPU culler's round")
+        log = hub.log.read_text()
+        assert "round failed" not in log and "403" not in log
