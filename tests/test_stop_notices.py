@@ -132,3 +132,20 @@ def test_only_admins_give_stop_notices_and_a_finished_job_has_nothing_to_stop(se
     job.wait(60, 0.1)
     with pytest.raises(LabHiveError, match="not running"):
         service.client().stop_notice(job.id, "late", 10)
+
+
+def test_a_node_taken_down_gives_its_jobs_the_grace_period_as_notice_before_sigterm(service):
+    c = service.client()
+    job = c.submit(command=python_job(BATCH), vc="vc1", gpus=1, name="on-the-node")
+    wait_until(lambda: lines(job, "READY"), what="the job to run")
+    (node,) = {t["node"] for t in job.refresh().data["tasks"]}
+    c.node_down(node, "replacing a fan")
+    notice_line = wait_until(lambda: lines(job, "NOTICE"), what="the notice")[0]
+    term_line = wait_until(lambda: lines(job, "SIGTERM"), what="SIGTERM")[0]
+    notice = json.loads(notice_line.split(" ", 2)[2])
+    assert notice["kind"] == "stopping" and "replacing a fan" in notice["reason"]
+    termed_at = float(term_line.split()[1])
+    assert float(notice_line.split()[1]) <= termed_at + 0.05  # written before SIGTERM
+    assert notice["deadline"] == pytest.approx(termed_at + GRACE_S, abs=1.0)
+    assert json.loads(term_line.split(" ", 2)[2])["kind"] == "stopping"  # there at SIGTERM
+    c.node_up(node)
