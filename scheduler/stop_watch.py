@@ -49,7 +49,6 @@ class StopWatch:
         self._fetch = fetch or default_fetch()
         self._lock = threading.Lock()
         self._fired: set[tuple[Any, Any]] = set()  # notices already acted on
-        self._ran: set[int] = set()  # callbacks already run (any notice)
         self._thread: threading.Thread | None = None
         self._previous_term: Any = None
         self.notice: Notice | None = None  # the pending notice, once seen
@@ -86,30 +85,28 @@ class StopWatch:
         self.notice = notice
         if notice is None:
             return None
-        key = (notice.get("deadline"), notice.get("reason"))
-        with self._lock:
-            new = key not in self._fired
-            self._fired.add(key)
-        if new:
-            if self.shown is not None:
-                self.shown(notice)
-            self._run_callbacks(notice)
+        self._run_callbacks(notice, first=self.shown)  # the banner, then the callbacks
         return notice
 
-    def _run_callbacks(self, notice: Notice) -> None:
+    def _run_callbacks(self, notice: Notice, first: Callable[[Notice], None] | None = None) -> bool:
+        """Every callback, once per notice (a withdrawn notice and a later one: twice)."""
+        key = (notice.get("deadline"), notice.get("reason"))
         with self._lock:
-            due = [cb for cb in self.callbacks if id(cb) not in self._ran]
-            self._ran.update(id(cb) for cb in due)
-        for callback in due:
+            if key in self._fired:
+                return False
+            self._fired.add(key)
+            due = list(self.callbacks)
+        for callback in [first, *due] if first is not None else due:
             try:
                 callback(notice)
             except Exception:
                 print("labhive.on_stop: a callback failed:", file=sys.stderr)
                 traceback.print_exc()
+        return True
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
-        notice = self.notice or {"reason": "stopped (SIGTERM)", "deadline": time.time(),
-                                 "kind": "stopping"}  # fmt: skip
+        # the pending notice's callbacks have run already, unless SIGTERM came first
+        notice = self.notice or {"reason": "stopped (SIGTERM)", "deadline": 0.0, "kind": "stopping"}
         self._run_callbacks(notice)
         previous = self._previous_term
         if callable(previous):

@@ -100,3 +100,28 @@ def test_the_job_widget_says_a_running_job_will_stop_and_why():
     assert summary_line(facts, now).endswith("- stops in 10.0 s: preempted by job 7")
     assert "preempted by job 7" in job_html(facts, now)
     assert "stops" not in summary_line(JobFacts.from_api({**doc, "stopping": None}), now)
+
+
+def test_each_notice_runs_the_callbacks_once_and_a_withdrawn_one_does_not_hide_the_next(
+    tmp_path, monkeypatch
+):
+    from labhive.scheduler.executors.notice_file import write_notice
+    from labhive.scheduler.stop_watch import StopWatch, default_fetch
+
+    monkeypatch.setenv("LABHIVE_NOTICE_FILE", str(tmp_path / "notice.json"))
+    watch = StopWatch(fetch=default_fetch())
+    seen: list[str] = []
+    shown: list[str] = []
+    watch.callbacks.append(lambda n: seen.append(n["reason"]))
+    watch.shown = lambda n: shown.append(n["reason"])
+    assert watch.check() is None and seen == []
+    cull = {"reason": "culled", "deadline": 100.0, "kind": "culled"}
+    write_notice(tmp_path, cull, {})
+    watch.check()
+    watch.check()
+    assert seen == ["culled"] and shown == ["culled"]
+    write_notice(tmp_path, None, {})  # withdrawn: the student came back
+    assert watch.check() is None and watch.notice is None
+    write_notice(tmp_path, {"reason": "time limit", "deadline": 200.0, "kind": "time-limit"}, {})
+    watch.check()
+    assert seen == ["culled", "time limit"]
