@@ -48,6 +48,6 @@ def read_notice(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(Path(path).read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError):  # none yet, or not readable: no notice
         return None
     return data if isinstance(data, dict) and "deadline" in data else None
