@@ -422,11 +422,13 @@ class Client:
     def cluster(self) -> dict[str, Any]:
         return dict(self._get("/cluster"))
 
-    def node_down(self, node: str, reason: str = "") -> dict[str, Any]:
+    def node_down(self, node: str, reason: str = "", notice_s: float = 0.0) -> dict[str, Any]:
         """Take a node out of service (admins): its jobs are requeued, nothing starts there,
-        and it stays down across service restarts until ``node_up``."""
+        and it stays down across service restarts until ``node_up``. ``notice_s``: its jobs are
+        told first, and it goes down that much later."""
         path = f"/nodes/{quote(node, safe='')}/down"
-        return dict(self._request("POST", path, json={"reason": reason}).json())
+        body = {"reason": reason, "notice_s": notice_s}
+        return dict(self._request("POST", path, json=body).json())
 
     def node_up(self, node: str) -> dict[str, Any]:
         """Put a node an admin took down back into service (admins)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -149,3 +150,38 @@ def test_a_node_taken_down_gives_its_jobs_the_grace_period_as_notice_before_sigt
     assert notice["deadline"] == pytest.approx(termed_at + GRACE_S, abs=1.0)
     assert json.loads(term_line.split(" ", 2)[2])["kind"] == "stopping"  # there at SIGTERM
     c.node_up(node)
+
+
+def test_a_drain_with_notice_tells_the_job_first_and_takes_the_node_down_after_it(service):
+    c = service.client()
+    job = c.submit(command=python_job(BATCH), vc="vc1", gpus=1, name="drained")
+    wait_until(lambda: lines(job, "READY"), what="the job to run")
+    (node,) = {t["node"] for t in job.refresh().data["tasks"]}
+    asked = time.time()
+    shown = c.node_down(node, "kernel update", notice_s=3)
+    assert shown["healthy"]  # still in service during the notice
+    stopping = job.refresh().data["stopping"]
+    assert stopping["kind"] == "drain" and "kernel update" in stopping["reason"]
+    notice_line = wait_until(lambda: lines(job, "NOTICE"), what="the notice")[0]
+    assert json.loads(notice_line.split(" ", 2)[2])["kind"] == "drain"
+    term_line = wait_until(lambda: lines(job, "SIGTERM"), what="SIGTERM", timeout=60)[0]
+    assert float(term_line.split()[1]) >= asked + 3 - 0.05  # not before the notice ran out
+    node_view = wait_until(
+        lambda: [n for n in c.cluster()["nodes"] if n["name"] == node and not n["healthy"]],
+        what="the node to be down",
+    )
+    assert "kernel update" in node_view[0]["reason"]
+    c.node_up(node)
+
+
+def test_a_node_put_back_during_its_notice_is_not_taken_down(service):
+    c = service.client()
+    job = c.submit(command="sleep 60", vc="vc1", gpus=1, name="stays")
+    wait_until(lambda: job.refresh().state == "RUNNING", what="the job to run")
+    (node,) = {t["node"] for t in job.data["tasks"]}
+    c.node_down(node, "maybe", notice_s=2)
+    c.node_up(node)
+    time.sleep(3)
+    assert job.refresh().state == "RUNNING"
+    assert all(n["healthy"] for n in c.cluster()["nodes"] if n["name"] == node)
+    job.cancel()

@@ -77,6 +77,7 @@ class Notices:
         self._by_job: dict[int, StopNotice] = {}
         self.culled_jobs = 0
         self.culled_gpu_hours = 0.0
+        self.drains: dict[str, threading.Timer] = {}  # nodes to take down after their notice
 
     def get(self, job_id: int, attempt: int | None = None) -> StopNotice | None:
         with self._lock:
@@ -146,3 +147,51 @@ def write_files(executor: Any, handles: list[Any], doc: dict[str, Any] | None) -
     notify = getattr(executor, "notify", None)
     if notify is not None and handles:
         notify(handles, doc)
+
+
+DRAIN = "drain"
+
+
+def drain_with_notice(svc: Any, node: str, reason: str, by: str, notice_s: float) -> int:
+    """``labhive node down NODE --notice 60s``: every job with a task on ``node`` gets a notice
+    now; the node is taken down (its jobs stopped with the grace period) ``notice_s`` later.
+    Returns how many jobs were told. A ``node up`` meanwhile calls it off (``cancel_drain``).
+    The mark is stored only at the deadline: a service that restarts during the notice forgets
+    the drain (the admin asks again), rather than applying it without the notice."""
+    from sqlalchemy import select
+
+    from labhive.scheduler.executors.base import TaskHandle
+    from labhive.scheduler.service import lifecycle as lc
+    from labhive.scheduler.service.policy_port import task_key
+    from labhive.scheduler.service.store import tasks
+
+    loop = svc.loop
+    now = loop.clock()
+    with svc.store.read() as conn:
+        rows = conn.execute(
+            select(tasks).where(tasks.c.node == node, tasks.c.state == lc.RUNNING)
+        ).mappings()
+        by_job: dict[tuple[int, int], list[Any]] = {}
+        for t in rows:
+            key = task_key(t["job_id"], t["attempt"], t["role"], t["idx"], t["generation"])
+            by_job.setdefault((t["job_id"], t["attempt"]), []).append(TaskHandle(key, t["handle"]))
+    why = f"node {node} is being taken down ({by}: {reason or 'no reason given'})"
+    for (job_id, attempt), handles in by_job.items():
+        notice = StopNotice(why, now + notice_s, attempt, DRAIN)
+        if loop.notices.put(job_id, notice):
+            announce(svc.store, svc.executor, job_id, [h for h in handles if h.info], notice, now)
+    cancel_drain(loop, node)
+    timer = threading.Timer(notice_s, loop.take_down, (node, reason, by))
+    timer.daemon = True
+    loop.notices.drains[node] = timer
+    timer.start()
+    return len(by_job)
+
+
+def cancel_drain(loop: Any, node: str) -> bool:
+    """Call off a drain still in its notice; whether there was one."""
+    timer = loop.notices.drains.pop(node, None)
+    if timer is None:
+        return False
+    timer.cancel()
+    return True

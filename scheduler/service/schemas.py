@@ -248,6 +248,9 @@ class NodeOut(BaseModel):
 class NodeDownRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field("", max_length=500, description="why, shown to users in the cluster view")
+    notice_s: float = Field(
+        0.0, ge=0, le=86400, description="tell its jobs first; take it down this much later"
+    )
 
 
 class ClusterOut(BaseModel):
