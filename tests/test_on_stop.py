@@ -125,3 +125,34 @@ def test_each_notice_runs_the_callbacks_once_and_a_withdrawn_one_does_not_hide_t
     write_notice(tmp_path, {"reason": "time limit", "deadline": 200.0, "kind": "time-limit"}, {})
     watch.check()
     assert seen == ["culled", "time limit"]
+
+
+def test_a_real_kernel_shows_the_banner_and_runs_on_stop_when_the_notice_file_appears(tmp_path):
+    """An IPython kernel over the Jupyter protocol, with the extension loaded, in a task whose
+    notice file the executor writes (the same function the local executor calls)."""
+    from kernel_support import Kernel
+
+    from labhive.scheduler.executors.notice_file import write_notice
+
+    kernel = Kernel({"LABHIVE_NOTICE_FILE": str(tmp_path / "notice.json")})
+    try:
+        setup = kernel.run(
+            "%load_ext labhive.kernel_ext\n"
+            "import labhive\n"
+            "seen = []\n"
+            "labhive.on_stop(lambda notice: seen.append(notice['reason']))\n"
+        )
+        assert setup.error is None, setup
+        assert not kernel.run("print(seen)").anonymous  # no notice, no banner
+        deadline = time.time() + 60
+        write_notice(
+            tmp_path, {"reason": "culled: idle", "deadline": deadline, "kind": "culled"}, {}
+        )
+        wait_until(lambda: "['culled: idle']" in kernel.run("print(seen)").stdout, what="on_stop")
+        banner = kernel.run("1 + 1").anonymous  # shown above each cell while it stands
+        assert any("culled: idle" in d.get("text/plain", "") for d in banner)
+        assert any("labhive-stop-notice" in d.get("text/html", "") for d in banner)
+        write_notice(tmp_path, None, {})  # withdrawn
+        wait_until(lambda: not kernel.run("x = 1").anonymous, what="the banner to go", timeout=10)
+    finally:
+        kernel.close()
