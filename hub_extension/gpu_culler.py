@@ -101,11 +101,16 @@ def kernel_view(kernels: list[dict[str, Any]]) -> tuple[tuple[str, ...], float |
     return states, max(times, default=None)
 
 
-def job_utilisation(current: list[dict[str, Any]]) -> float | None:
+def job_utilisation(
+    current: list[dict[str, Any]], now: float | None = None, max_age_s: float = 120.0
+) -> float | None:
     """The job's GPU utilisation now, from ``GET /jobs/{id}/gpus``'s ``current`` readings: its
     own processes' SM utilisation where NVML reports them (a GPU share), else the devices'
-    utilisation; None without any reading. A field NVML did not give counts as busy."""
+    utilisation; None without any reading, or with one older than ``max_age_s`` (a sampler
+    that stopped must not keep saying 0 %). A field NVML did not give counts as busy."""
     if not current:
+        return None
+    if now is not None and any(now - float(g.get("time") or 0) > max_age_s for g in current):
         return None
     busiest = 0.0
     for gpu in current:
@@ -155,7 +160,9 @@ class Culler:
         watch = self.watches.setdefault((server.user, server.name), Watch())
         if job["gpus"] > 0:
             readings = self.service_get(f"/jobs/{job['id']}/gpus")
-            util = job_utilisation(readings.get("current") or [])
+            max_age = max(120.0, 5 * float(readings.get("interval_s") or 0))
+            # freshness is the sampler's matter, in real time (the rule's clock may be a test's)
+            util = job_utilisation(readings.get("current") or [], time.time(), max_age)
             watch.gpu_read = util is not None
             if util is not None:
                 watch.gpu_idle_since = gpu_idle_since(watch.gpu_idle_since, now, util)

@@ -167,6 +167,9 @@ def test_hub_and_server_answers_are_read_as_servers_kernels_and_utilisation():
     assert job_utilisation([{"gpu_util": 0, "processes": []}]) == 0
     assert job_utilisation([{"gpu_util": 90, "processes": [{"pid": 1, "sm_util": 0}]}]) == 0
     assert job_utilisation([{"gpu_util": None, "processes": []}]) == 100  # unknown: busy
+    stale = [{"gpu_util": 0, "processes": [], "time": 1000.0}]
+    assert job_utilisation(stale, now=1100.0) == 0
+    assert job_utilisation(stale, now=1121.0) is None  # the sampler stopped: unknown
 
 
 def test_labhive_up_config_runs_both_cullers_with_the_scopes_they_need(tmp_path):
