@@ -87,8 +87,8 @@ def server_job(world, sm: int) -> int:
 def test_idle_kernels_and_a_gpu_at_zero_get_a_notice_then_are_culled(world):
     clock = Clock()
     job = server_job(world, sm=0)
-    kernels = [{"execution_state": "idle", "last_activity": iso(clock.now)}]
-    culler, _ = culler_for(world, clock, kernels, clock.now)
+    kernels = [{"execution_state": "idle", "last_activity": iso(clock.now - 1)}]
+    culler, _ = culler_for(world, clock, kernels, clock.now - 1)
     assert culler.round()[("admin", "")].action is Action.KEEP  # GPU idle from now on
     clock.now += 899
     assert culler.round()[("admin", "")].action is Action.KEEP
@@ -135,8 +135,8 @@ def test_a_working_gpu_is_never_culled_even_with_idle_kernels(world):
 def test_activity_during_the_notice_withdraws_it(world):
     clock = Clock()
     job = server_job(world, sm=0)
-    kernels = [{"execution_state": "idle", "last_activity": iso(clock.now)}]
-    culler, _ = culler_for(world, clock, kernels, clock.now)
+    kernels = [{"execution_state": "idle", "last_activity": iso(clock.now - 1)}]
+    culler, _ = culler_for(world, clock, kernels, clock.now - 1)
     culler.round()
     clock.now += 900
     assert culler.round()[("admin", "")].action is Action.NOTICE
