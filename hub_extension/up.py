@@ -61,6 +61,7 @@ def prepare(
     first_uid: int | None = None,
     uid_count: int | None = None,
     fair_share: str | None = "7d",
+    culling: dict[str, float] | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -129,7 +130,8 @@ def prepare(
         hub_dir,
         "from labhive.hub_extension.up import add_up_service",
         f"add_up_service(c, {up_args})  # noqa: F821",
-        *_hub_config_lines(hub_config),
+        *_culling_lines(plan, culling),
+        *_hub_config_lines(hub_config),  # last: the instructor's own settings win
     )
     return plan, config, keys
 
@@ -179,6 +181,17 @@ def _cluster_vcs(cluster: str | None) -> list[str]:
 
     config = load_cluster_config(cluster) if cluster else default_cluster()
     return list(config.vcs)
+
+
+def _culling_lines(plan: HubPlan, culling: dict[str, float] | None) -> list[str]:
+    """The cullers as hub-managed services (hub_extension/culling.py); none when off."""
+    if culling is None:
+        return []
+    args = f"{plan.service_url!r}, {plan.public_url!r}, **{culling!r}"
+    return [
+        "from labhive.hub_extension.culling import add_culling",
+        f"add_culling(c, {args})  # noqa: F821",
+    ]
 
 
 def add_up_service(c: Any, secrets_file: str, admins: list[str] | None = None) -> None:
@@ -439,12 +452,14 @@ def run_up(
     course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
     roster: Path | None = None, hub_config: Path | None = None,
     first_uid: int | None = None, uid_count: int | None = None, fair_share: str | None = "7d",
+    culling: dict[str, float] | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
         authenticator=authenticator, admin=admin, roster=roster, hub_config=hub_config,
         first_uid=first_uid, uid_count=uid_count, fair_share=fair_share,
+        culling=culling,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)

@@ -20,6 +20,9 @@ def load_ipython_extension(ipython: Any) -> None:
     from labhive.kernel_ext.magics import LabHiveMagics
 
     ipython.register_magics(LabHiveMagics)
+    from labhive.kernel_ext.notice import install
+
+    install(ipython)  # the stop notice's banner (and labhive.on_stop's watch)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

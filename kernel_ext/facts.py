@@ -52,6 +52,7 @@ class JobFacts:
     attempt: int | None = None
     eta: tuple[float, float, float] | None = None  # a waiting job's estimated start, p10, p90
     waits_for: str | None = None  # no estimate: what its start waits for, in words
+    stopping: tuple[str, float] | None = None  # a running job's pending stop: reason, deadline
 
     @classmethod
     def from_job(cls, job: JobInfo) -> JobFacts:
@@ -75,6 +76,9 @@ class JobFacts:
             started=job.started_at,
             finished=job.finished_at,
             attempt=job.attempt,
+            stopping=(str(job.stopping.get("reason")), float(job.stopping["deadline"]))
+            if job.stopping and job.state == "RUNNING"
+            else None,
             eta=(job.eta, job.eta_low or job.eta, job.eta_high or job.eta)
             if job.eta is not None
             else None,

@@ -81,11 +81,20 @@ def summary_line(job: JobFacts, now: float) -> str:
         text += f", {when}" if (when := starts(job, now)) else ""
         return f"{text} - {job.why}" if job.why else text
     if job.state == JobState.RUNNING:
-        return head + (f" for {seconds(took)}" if took is not None else "") + where
+        text = head + (f" for {seconds(took)}" if took is not None else "") + where
+        return text + stopping(job, now)
     text = head + (f" after {seconds(took)}" if took is not None else "") + where
     if job.state == JobState.FAILED and (job.why or job.reason):
         text += f" - {job.why or job.reason}"
     return text
+
+
+def stopping(job: JobFacts, now: float) -> str:
+    """ " - stops in 58 s: culled: ..." for a running job with a stop notice."""
+    if job.stopping is None:
+        return ""
+    reason, deadline = job.stopping
+    return f" - stops in {seconds(max(0.0, deadline - now))}: {reason}"
 
 
 def state_badge(state: str) -> str:

@@ -323,6 +323,21 @@ class Client:
     def events(self, job_id: int | str) -> list[dict[str, Any]]:
         return list(self._get(f"/jobs/{_id(job_id)}/events")["events"])
 
+    def stop_notice(
+        self, job_id: int | str, reason: str, in_s: float, *, culled: bool = False,
+        gpu_idle_s: float = 0.0,
+    ) -> Job:  # fmt: skip
+        """(Admins.) Announce a stop ``in_s`` from now; ``in_s`` 0 stops the job now."""
+        body = {"reason": reason, "in_s": in_s, "culled": culled, "gpu_idle_s": gpu_idle_s}
+        return Job(
+            self, self._request("POST", f"/jobs/{_id(job_id)}/stop-notice", json=body).json()
+        )
+
+    def withdraw_stop_notice(self, job_id: int | str) -> Job:
+        """(Admins.) Take back an announced stop."""
+        path = f"/jobs/{_id(job_id)}/stop-notice/withdraw"
+        return Job(self, self._request("POST", path).json())
+
     def logs(
         self,
         job_id: int | str,
@@ -414,11 +429,13 @@ class Client:
     def cluster(self) -> dict[str, Any]:
         return dict(self._get("/cluster"))
 
-    def node_down(self, node: str, reason: str = "") -> dict[str, Any]:
+    def node_down(self, node: str, reason: str = "", notice_s: float = 0.0) -> dict[str, Any]:
         """Take a node out of service (admins): its jobs are requeued, nothing starts there,
-        and it stays down across service restarts until ``node_up``."""
+        and it stays down across service restarts until ``node_up``. ``notice_s``: its jobs are
+        told first, and it goes down that much later."""
         path = f"/nodes/{quote(node, safe='')}/down"
-        return dict(self._request("POST", path, json={"reason": reason}).json())
+        body = {"reason": reason, "notice_s": notice_s}
+        return dict(self._request("POST", path, json=body).json())
 
     def node_up(self, node: str) -> dict[str, Any]:
         """Put a node an admin took down back into service (admins)."""

@@ -18,6 +18,7 @@ from typing import Any
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.states import JobState
 from labhive.scheduler.terminal import visible, visible_tree
+from labhive.scheduler.time_limits import parse_time_limit
 
 
 def register(subparsers: Any) -> None:
@@ -109,6 +110,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("action", choices=["down", "up"])
     p.add_argument("name", help="the node, as `labhive cluster` lists it")
     p.add_argument("--reason", default="", help="why (down only); users see it")
+    p.add_argument(
+        "--notice", type=parse_time_limit, default=0.0, metavar="DURATION",
+        help="down only: tell its jobs first (a banner, on_stop, the notice file), go down "
+        "this much later (e.g. 60s)",
+    )  # fmt: skip
     p.set_defaults(func=_node)
 
 
@@ -486,13 +492,15 @@ def _cluster(args: argparse.Namespace) -> int:
 def _node(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.action == "down":
-        n = client.node_down(args.name, args.reason)
+        n = client.node_down(args.name, args.reason, args.notice)
     else:
         if args.reason:
             raise UserError("--reason goes with `labhive node down`")
         n = client.node_up(args.name)
     if args.json:
         _print_json(n)
+    elif args.action == "down" and args.notice and n["healthy"]:
+        print(f"{n['name']}: its jobs are told; it goes down in {args.notice:g} s")
     elif n["healthy"]:
         print(visible(f"{n['name']}: in service"))
     else:

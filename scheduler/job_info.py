@@ -93,6 +93,8 @@ class JobInfo:
     started_at: float | None = None
     finished_at: float | None = None
     tasks: tuple[TaskInfo, ...] = ()
+    #: A pending stop, while running: {"reason", "deadline", "deadline_iso", "kind"}.
+    stopping: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> JobInfo:

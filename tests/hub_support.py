@@ -70,9 +70,10 @@ class Hub:
 
 
 @contextmanager
-def real_hub(root: Path, **changes: Any) -> Iterator[Hub]:
-    """The test hub on its own ports; ``changes`` replace fields of its plan (say, the native
-    authenticator with passwords instead of DummyAuthenticator)."""
+def real_hub(root: Path, *extra: str, **changes: Any) -> Iterator[Hub]:
+    """The test hub on its own ports; ``extra``: lines added to the hub's config (after the
+    plan's); ``changes`` replace fields of its plan (say, the native authenticator with
+    passwords instead of DummyAuthenticator)."""
     (root / "cluster.yaml").write_text(CLUSTER)
     (root / "grants.yaml").write_text(GRANTS)
     plan = HubPlan(
@@ -98,7 +99,7 @@ def real_hub(root: Path, **changes: Any) -> Iterator[Hub]:
         poll_interval=2,  # the hub notices a preempted server quickly
     )
     plan = replace(plan, **changes)
-    config = write_config(plan, Path(plan.data_dir))
+    config = write_config(plan, Path(plan.data_dir), *extra)
     hub = Hub(plan, config, Path(plan.data_dir) / "jupyterhub.log")
     try:
         hub.start()

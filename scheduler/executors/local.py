@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import container, limits, sandbox_mounts, workdir
+from labhive.scheduler.executors import container, limits, notice_file, sandbox_mounts, workdir
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -210,6 +210,8 @@ class LocalExecutor:
         owner = workdir.run_as(launch.uid, launch.gid)
         cwd = workdir.prepare_task_dir(self.data_dir, work, owner)
         task_env = task_vars(launch, extra_env)  # an allow-list: see env.py
+        if not launch.image:  # a container sees another file system (docs/researcher.md)
+            task_env[notice_file.ENV] = str(notice_file.notice_path(work))
         run_as = owner.record()
         if launch.image:  # podman runs as the service; the container as the task's user
             argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
@@ -443,6 +445,14 @@ class LocalExecutor:
         return TaskExit(key, _exit_code(record), reason)
 
     # ---- stop -----------------------------------------------------------------------------
+
+    def notify(self, handles: Sequence[TaskHandle], notice: dict[str, Any] | None) -> None:
+        """Write (None: remove) the tasks' stop notice files (``notice_file``)."""
+        for handle in handles:
+            info = self._info(handle)
+            if info is not None and info.get("workdir"):
+                run_as = info.get("run_as") or {}
+                notice_file.write_notice(Path(info["workdir"]), notice, run_as)
 
     def stop(self, handles: Sequence[TaskHandle], grace_s: float | None = None) -> None:
         """TERM every process of the tasks, KILL what is left after the grace period."""

@@ -39,6 +39,7 @@ from labhive.scheduler.service import (
     routes_cluster,
     routes_jobs,
     routes_me,
+    routes_notices,
     routes_public,
     routes_queue,
 )
@@ -78,7 +79,8 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(BodyLimit, limit=service.max_body)
     _install_error_handlers(app)
     _routes(app, service)  # on the app itself: no nested routers to match through
-    for resource in (routes_me, routes_jobs, routes_queue, routes_cluster, routes_public):
+    resources = (routes_me, routes_jobs, routes_notices, routes_queue, routes_cluster)
+    for resource in (*resources, routes_public):
         resource.register(app, service)
     _document_bearer_auth(app)
     return app

@@ -38,6 +38,7 @@ def register(subparsers: Any) -> None:
         "--users", type=Path, help="group -> VC grants YAML (default: DATA/hub/grants.yaml)"
     )
     up.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    _notice_options(up, culler=True)
     up.add_argument(
         "--course",
         type=Path,
@@ -154,6 +155,7 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
         "when run as a hub-managed service (--users then holds only the group -> VC grants)",
     )
     parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM -> SIGKILL delay")
+    _notice_options(parser)
     parser.add_argument(
         "--loop-stall-s",
         type=float,
@@ -306,6 +308,7 @@ def _options(args: argparse.Namespace) -> Any:
         users=args.users,
         auth=args.auth,
         grace_s=args.grace_s,
+        stop_notice_s=args.stop_notice,
         loop_stall_s=args.loop_stall_s,
         partial_stops=args.stops == "tasks",
         stop_tasks_on_exit=args.stop_tasks_on_exit,
@@ -338,7 +341,7 @@ def _up(args: argparse.Namespace) -> int:
         course_data=args.course_data, authenticator=args.authenticator, admin=args.admin,
         fair_share=None if args.fair_share == "off" else _half_life_text(args.fair_share),
         roster=args.roster, hub_config=args.hub_config,
-        first_uid=args.first_uid, uid_count=args.uid_count,
+        first_uid=args.first_uid, uid_count=args.uid_count, culling=_culling(args),
     )  # fmt: skip
 
 
@@ -349,3 +352,33 @@ def _hub_adduser(args: argparse.Namespace) -> int:
         args.data_dir, args.name, groups=args.group, password_file=args.password_file,
         reset=args.reset,
     )  # fmt: skip
+
+
+def _notice_options(parser: argparse.ArgumentParser, culler: bool = False) -> None:
+    """Stop notices (service/notices.py) and, for ``labhive up``, the idle culling."""
+    from labhive.scheduler.time_limits import parse_time_limit
+
+    parser.add_argument(
+        "--stop-notice", type=parse_time_limit, default=60.0, metavar="DURATION",
+        help="notice before a stop: a time limit's comes this long before it; culls wait "
+        "this long after theirs (default 60 s)",
+    )  # fmt: skip
+    if not culler:
+        return
+    parser.add_argument(
+        "--cull-idle", type=parse_time_limit, default=7200.0, metavar="DURATION",
+        help="jupyterhub-idle-culler stops servers idle this long (default 2h)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cull-gpu-idle", type=parse_time_limit, default=900.0, metavar="DURATION",
+        help="a server holding a GPU whose kernels are idle and GPU at 0%% this long gets a "
+        "notice, then is stopped (default 15m)",
+    )  # fmt: skip
+    parser.add_argument("--no-cull", action="store_true", help="run no culler at all")
+
+
+def _culling(args: argparse.Namespace) -> dict[str, float] | None:
+    if args.no_cull:
+        return None
+    return {"idle_s": args.cull_idle, "gpu_idle_s": args.cull_gpu_idle,
+            "notice_s": args.stop_notice}  # fmt: skip

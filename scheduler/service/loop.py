@@ -68,6 +68,7 @@ from labhive.scheduler.model import (
 )
 from labhive.scheduler.observe.tally import failure_reason
 from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service import notices as nt
 from labhive.scheduler.service.actuation import Actuator, Drain, PartDrain, Reservations, Settle
 from labhive.scheduler.service.backoff import LoopHealth
 from labhive.scheduler.service.policy_port import (
@@ -178,6 +179,7 @@ class SchedulerLoop:
         node_events: Callable[[], list[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
         partial_stops: bool = True,
+        stop_notice_s: float = nt.DEFAULT_NOTICE_S,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -198,6 +200,10 @@ class SchedulerLoop:
         #: (``Executor.partial_stops``): ``labhive serve --stops tasks``, the default; ``--stops
         #: jobs`` stops whole jobs (docs/scheduler-core.md, "In the live service").
         self.partial_stops = partial_stops
+        # Stop notices (service/notices.py): time limits this long ahead, culls, drains.
+        self.stop_notice_s = stop_notice_s
+        self.notices = nt.Notices()
+        self._culls: deque[tuple[int, str, float]] = deque()  # (job, why, idle seconds)
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
@@ -253,6 +259,11 @@ class SchedulerLoop:
 
     def cancel(self, job_id: int) -> None:
         self._cancels.append(job_id)
+        self._wake.set()
+
+    def cull(self, job_id: int, why: str, idle_s: float) -> None:
+        """Stop a running job now, culled (it ends STOPPED, reason ``culled``)."""
+        self._culls.append((job_id, why, idle_s))
         self._wake.set()
 
     def inject(self, events_in: list[ServiceEvent]) -> None:
@@ -615,6 +626,7 @@ class SchedulerLoop:
         self._collect_addresses(work)
         self._finish_drains(work, events_in)
         self._settle_exits(exits, work, events_in, t)
+        self._stop_noticed(work, t)
         self._stop_expired(work, t)
         events_in.extend(_drain(self._external))  # node health (monitoring), before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
@@ -723,6 +735,7 @@ class SchedulerLoop:
         reserved until they are gone, and the store shows the job RUNNING, "stopping", until
         then."""
         job_id = settle.job_id
+        self._notice_stop(job_id, run, list(run.handles.values()), why)
         token = next(self._tokens)
         drain = Drain(job_id, run, frozenset(run.gpus), settle, event, token)
         self._reserved.draining[job_id] = drain
@@ -770,6 +783,7 @@ class SchedulerLoop:
         why = f"{names}: " + (f"preempted by job {d.by}: {d.reason}" if d.by else d.reason)
         token = next(self._tokens)
         part = PartDrain(job_id, run.attempt, frozenset(keys), ids, gpus, why)
+        self._notice_stop(job_id, run, [run.handles[k] for k in keys if k in run.handles], why)
         self._reserved.parts[token] = part
         self._actuator.submit(job_id, partial(self._stop_tasks, job_id, token, run, set(keys)))
 
@@ -919,6 +933,30 @@ class SchedulerLoop:
         code = {"succeeded": 0, "lost": None}.get(outcome, code)
         settle = Settle(job_id, end.state, end.reason, why, end.spend_retry, code)
         return settle, (Requeue if end.requeued else Finish)(job_id, t)
+
+    def _notice_stop(self, job_id: int, run: _Running, handles: list[TaskHandle], why: str) -> None:
+        """A stop begins: its grace period is the notice, in the tasks' files before SIGTERM."""
+        notice = nt.drain_notice(why, self.grace_s, run.attempt, self.clock())
+        self.notices.put(job_id, notice)
+        nt.write_files(self.executor, handles, notice.doc())
+
+    def _stop_noticed(self, work: _Pass, t: float) -> None:
+        """Culls asked for are stopped now; a job nearing its time limit gets its notice."""
+        for job_id, why, idle_s in _drain(self._culls):
+            run = self._running.pop(job_id, None)
+            if run is None:
+                continue  # ended or stopping meanwhile
+            self.notices.culled(len(run.gpus), idle_s)
+            settle = Settle(job_id, lc.STOPPED, nt.CULL, why)
+            self._begin_drain(run, settle, Cancel(job_id, t), work, why)
+        for job_id, run in self._running.items():
+            spec = self._specs.get(job_id)
+            limit = spec.time_limit if spec is not None else None
+            notice = nt.time_limit_notice(run.deadline, limit, self.stop_notice_s, run.attempt, t)
+            if notice is not None and self.notices.put(job_id, notice):  # new: say it
+                handles = list(run.handles.values())
+                nt.announce(self.store, self.executor, job_id, handles, notice, t)
+        self.notices.keep_only(set(self._running) | set(self._reserved.draining))
 
     def _stop_expired(self, work: _Pass, t: float) -> None:
         """Jobs past their time limit are stopped the way a cancel stops them (grace period,

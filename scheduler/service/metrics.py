@@ -24,4 +24,5 @@ def render(monitoring: Monitoring, store: Store) -> str:
     from labhive.scheduler.service.eta import render_accuracy, render_cost, stored_accuracy
 
     cost = render_cost(monitoring.loop.eta)
-    return monitoring.render() + render_accuracy(stored_accuracy(store)) + cost
+    notices = monitoring.loop.notices.render()  # culled servers, reclaimed GPU-hours
+    return monitoring.render() + render_accuracy(stored_accuracy(store)) + cost + notices

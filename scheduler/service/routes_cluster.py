@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 from fastapi import FastAPI
 
 from labhive.scheduler.model import NodeDown, NodeUp, NodeView
+from labhive.scheduler.service import notices
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.auth import Forbidden, Identity
@@ -38,12 +39,17 @@ def register(app: FastAPI, svc: Service) -> None:
         """Take a node out of service (admins): its jobs are stopped and requeued, nothing
         starts there, and it stays down across restarts until ``/nodes/{node}/up``."""
         _known_node(svc, node, me)
+        if body is not None and body.notice_s > 0:  # service/notices.py
+            notices.drain_with_notice(svc, node, body.reason, me.name, body.notice_s)
+            (view,) = [n for n in svc.loop.cluster().nodes if n.name == node]
+            return _node_out(svc, view)
         return _node_settled(svc, svc.loop.take_down(node, body.reason if body else "", me.name))
 
     @post("/nodes/{node}/up", response_model=s.NodeOut)
     def node_up(node: str, me: Who) -> s.NodeOut:
         """Put a node an admin took down back into service (admins)."""
         _known_node(svc, node, me)
+        notices.cancel_drain(svc.loop, node)  # a drain still in its notice is called off
         return _node_settled(svc, svc.loop.bring_up(node))
 
     @get("/vcs", response_model=s.VCList)

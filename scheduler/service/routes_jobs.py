@@ -244,6 +244,10 @@ def _job_out(
         ],
         spec=row["spec"] if with_spec else None,
     )
+    if loop is not None and row["state"] == lc.RUNNING:
+        notice = loop.notices.get(row["id"], row["attempt"])
+        if notice is not None:
+            out.stopping = s.StopNoticeOut(**notice.doc())
     if loop is not None and row["state"] == lc.WAITING:
         view = loop.view(row["id"])
         if view is not None and view.state == lc.WAITING:

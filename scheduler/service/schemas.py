@@ -122,6 +122,26 @@ class JobOut(BaseModel):
     finished_at: float | None = None
     tasks: list[TaskOut] = []
     spec: dict[str, Any] | None = None
+    stopping: StopNoticeOut | None = None  # a pending stop (reason, deadline), while RUNNING
+
+
+class StopNoticeOut(BaseModel):
+    """A running job's pending stop: why, and when (epoch seconds) at the latest."""
+
+    reason: str
+    deadline: float
+    deadline_iso: str
+    kind: str = Field(description="culled, time-limit, announced or stopping (SIGTERM sent)")
+
+
+class StopNoticeRequest(BaseModel):
+    """``POST /jobs/{id}/stop-notice`` (admins): announce a stop ``in_s`` from now; ``in_s`` 0
+    stops the job now (``culled``: as a cull, counted on /metrics with ``gpu_idle_s``)."""
+
+    reason: str = Field(min_length=1, max_length=500)
+    in_s: float = Field(ge=0, le=7 * 86400)
+    culled: bool = False
+    gpu_idle_s: float = Field(0.0, ge=0, le=366 * 86400)
 
 
 class JobList(BaseModel):
@@ -252,6 +272,9 @@ class NodeOut(BaseModel):
 class NodeDownRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field("", max_length=500, description="why, shown to users in the cluster view")
+    notice_s: float = Field(
+        0.0, ge=0, le=86400, description="tell its jobs first; take it down this much later"
+    )
 
 
 class ClusterOut(BaseModel):

@@ -42,6 +42,7 @@ class ServeOptions:
     users: Path | None = None
     auth: str = "token"  # "hub": identity from JupyterHub (run as a hub-managed service)
     grace_s: float = 10.0
+    stop_notice_s: float = 60.0  # a time limit's notice comes this long before it
     loop_stall_s: float = 30.0  # /health is 503 "degraded" past this long without a pass
     #: Stop or downgrade only the tasks preemption or a node failure hits (``--stops tasks``,
     #: the default), where the executor can; False: whole jobs (``--stops jobs``).
@@ -228,6 +229,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         node_events=getattr(executor, "node_events", None),
         addresses=getattr(executor, "addresses", None),
         partial_stops=opts.partial_stops,
+        stop_notice_s=opts.stop_notice_s,
     )
     from labhive.scheduler.service.eta import EtaTracker
     from labhive.scheduler.service.monitoring import Monitoring
