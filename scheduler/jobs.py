@@ -32,8 +32,30 @@ MIN_GUARANTEED, MAX_GUARANTEED = 0, 1000
 OBSERVATIONS = ("strace",)
 
 
+class GuaranteeAndLimit:
+    """What a task is guaranteed (``cpu``/``memory_mb``: what placement counts) and what it may
+    use (``cpu_limit``/``memory_limit_mb``: what the executor enforces; None: the guarantee),
+    for a role of a job and for one task's launch alike."""
+
+    __slots__ = ()
+    cpu: float
+    memory_mb: int
+    cpu_limit: float | None
+    memory_limit_mb: int | None
+
+    @property
+    def cpu_max(self) -> float:
+        """The CPUs a task may use (its cgroup's quota): the limit, else the guarantee."""
+        return self.cpu if self.cpu_limit is None else self.cpu_limit
+
+    @property
+    def memory_max_mb(self) -> int:
+        """The memory a task may use before the OOM killer: the limit, else the guarantee."""
+        return self.memory_mb if self.memory_limit_mb is None else self.memory_limit_mb
+
+
 @dataclass(frozen=True, slots=True)
-class RoleSpec:
+class RoleSpec(GuaranteeAndLimit):
     """One task role: ``instances`` identical tasks, each needing these resources."""
 
     name: str
@@ -52,16 +74,6 @@ class RoleSpec:
     #: idles on 0.1 CPU guaranteed and bursts to its limit (zero-to-jupyterhub's guarantee/limit).
     cpu_limit: float | None = None
     memory_limit_mb: int | None = None
-
-    @property
-    def cpu_max(self) -> float:
-        """The CPUs a task may use (its cgroup's quota): the limit, else the guarantee."""
-        return self.cpu if self.cpu_limit is None else self.cpu_limit
-
-    @property
-    def memory_max_mb(self) -> int:
-        """The memory a task may use before the OOM killer: the limit, else the guarantee."""
-        return self.memory_mb if self.memory_limit_mb is None else self.memory_limit_mb
 
 
 @dataclass(frozen=True, slots=True)

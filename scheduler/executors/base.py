@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from labhive.scheduler.jobs import GuaranteeAndLimit
+
 Stream = Literal["stdout", "stderr"]
 
 
@@ -39,7 +41,7 @@ class TaskKey:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskLaunch:
+class TaskLaunch(GuaranteeAndLimit):
     """Everything needed to start one task where the scheduler placed it."""
 
     key: TaskKey
@@ -64,14 +66,6 @@ class TaskLaunch:
     memory_limit_mb: int | None = None
     #: The directory the command starts in, entered as the task's user (None: its work dir).
     cwd: str | None = None
-
-    @property
-    def cpu_max(self) -> float:
-        return self.cpu if self.cpu_limit is None else self.cpu_limit
-
-    @property
-    def memory_max_mb(self) -> int:
-        return self.memory_mb if self.memory_limit_mb is None else self.memory_limit_mb
 
 
 @dataclass(frozen=True, slots=True)
