@@ -141,6 +141,9 @@ def service_command(plan: HubPlan) -> list[str]:
         cmd += ["--cluster", plan.cluster]
     if plan.fair_share:
         cmd += ["--fair-share", plan.fair_share]
+    # the hub's homes and servers' launch files, for a data dir under /tmp (each task's /tmp is
+    # its own: docs/local-executor.md)
+    cmd += ["--task-path", str(data)]
     if plan.stop_tasks_on_exit:
         cmd.append("--stop-tasks-on-exit")
     if plan.first_uid is not None:

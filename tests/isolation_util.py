@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from service_fixtures import Live, live_service
@@ -100,9 +101,10 @@ groups:
 
 
 @contextmanager
-def isolated_service(data_dir: Path) -> Iterator[Live]:
-    """The service with users alice and bob, each task run as its user's uid."""
+def isolated_service(data_dir: Path, **options: Any) -> Iterator[Live]:
+    """The service with users alice and bob, each task run as its user's uid (``options``:
+    more ``ServeOptions`` fields)."""
     with live_service(
-        data_dir, grace_s=1, users=USERS, task_identity="users", first_uid=FIRST_UID
+        data_dir, grace_s=1, users=USERS, task_identity="users", first_uid=FIRST_UID, **options
     ) as live:
         yield live

@@ -112,8 +112,8 @@ def test_a_notebook_server_gets_the_hubs_variables_and_none_of_the_services(monk
     secret: its server job gets neither, while the hub's token and URLs reach the server."""
     for name, value in {"PGPASSWORD": "pg-pass", "ADMIN_CLOUD_SECRET": "cloud-key"}.items():
         monkeypatch.setenv(name, value)
-    with open_tmp_dir() as tmp, isolated_service(tmp / "data") as live:
-        hub = tmp / "hub"
+    with open_tmp_dir() as tmp, isolated_service(tmp / "data", task_paths=(str(tmp),)) as live:
+        hub = tmp / "hub"  # beside the data dir, under /tmp: shared with tasks by --task-path
         alice = spawner(live, hub, "alice", "alice-token-123", [])
         try:
             asyncio.run(_start(alice))

@@ -142,8 +142,11 @@ class LocalExecutor:
         pids_max: int | None = None,
         pids_service_max: int | None = None,
         task_slots: int | None = None,
+        task_paths: Sequence[Path] = (),
     ):
         self.data_dir = Path(data_dir).resolve()  # the supervisor runs elsewhere
+        #: Host directories a task must still reach when its /tmp is private (``sandbox_mounts``).
+        self.task_paths = tuple(Path(p) for p in task_paths)
         #: Disk limits (docs/local-executor.md, "Disk"): None turns one off.
         self.output_cap = output_cap
         self.output_cap_kills = output_cap_kills
@@ -228,7 +231,7 @@ class LocalExecutor:
                 gpus=launch.gpus, scope=self._scope, virtual=launch.virtual, pids=self.pids,
             )  # fmt: skip
             enforced["sandbox"] = sandbox_mounts.plan(
-                owner, launch.memory_max_mb * limits.MIB, self.data_dir,
+                owner, launch.memory_max_mb * limits.MIB, [self.data_dir, *self.task_paths],
                 limits.task_cgroup_name(launch.key, self._scope),
             )  # fmt: skip
         launch_doc: dict[str, Any] = {"argv": argv, "limits": enforced, "cwd": str(cwd)}

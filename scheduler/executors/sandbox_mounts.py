@@ -45,6 +45,7 @@ import functools
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,20 +75,25 @@ CONTAINER: dict[str, Any] = {
 }
 
 
-def plan(owner: RunAs, memory_bytes: int, keep: Path, name: str) -> dict[str, Any]:
+def plan(owner: RunAs, memory_bytes: int, keep: Path | Sequence[Path], name: str) -> dict[str, Any]:
     """The record of what a bare task's child will set up: also its instructions.
 
-    ``keep`` is the service's data directory (bound back in if it lies under a private path),
-    ``name`` a name unique to the task (its tmpfs's source, so it can be found in mountinfo).
+    ``keep`` is the service's data directory, or it and the other host directories its tasks
+    must reach (``labhive serve --task-path``: ``labhive up``'s notebook homes and launch
+    files), each bound back in where it lies under a private path; ``name`` a name unique to
+    the task (its tmpfs's source, so it can be found in mountinfo).
     """
+    kept = [keep] if isinstance(keep, Path) else list(keep)
     if os.geteuid() != 0:
         return _not_enforced(f"the service runs as uid {os.geteuid()}, not root")
     if not owner.switch:
         return _not_enforced(
             f"the task runs as the service's own uid {owner.uid} (users are not separated)"
         )
-    if str(keep.resolve()) in PRIVATE_PATHS:  # bound back, it would be the host's /tmp again
-        return _not_enforced(f"the data directory is {keep} itself: give the service another")
+    for i, path in enumerate(kept):  # bound back, it would be the host's /tmp again
+        if str(path.resolve()) in PRIVATE_PATHS:
+            what = "the data directory" if i == 0 else "a --task-path"
+            return _not_enforced(f"{what} is {path} itself: give the service another")
     why = probe()
     if why:
         return _not_enforced(f"this machine refuses a mount namespace: {why}")
@@ -101,7 +107,7 @@ def plan(owner: RunAs, memory_bytes: int, keep: Path, name: str) -> dict[str, An
         "owner": [owner.uid, owner.gid],
         "mode": "0700",
         "source": f"labhive-{name}",
-        "keep": [str(keep)] if _under_private(keep) else [],
+        "keep": _outermost([p for p in kept if _under_private(p)]),
         "proc": PROC_OPTIONS,
         "umask": f"{TASK_UMASK:04o}",
     }
@@ -113,6 +119,16 @@ def _not_enforced(why: str) -> dict[str, Any]:
         "why": f"private /tmp: not enforced: {why}",
         "umask": f"{TASK_UMASK:04o}",
     }
+
+
+def _outermost(paths: list[Path]) -> list[str]:
+    """Each directory once, none inside another kept one (binding the outer brings it)."""
+    resolved = sorted({p.resolve() for p in paths}, key=lambda p: len(p.parts))
+    out: list[Path] = []
+    for path in resolved:
+        if not any(path.is_relative_to(o) for o in out):
+            out.append(path)
+    return [str(p) for p in out]
 
 
 def _under_private(path: Path) -> bool:

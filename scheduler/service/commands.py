@@ -136,6 +136,14 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
     parser.add_argument("--policy", default="hived", help="scheduling policy (default hived)")
     parser.add_argument(
+        "--task-path",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="a directory under /tmp or /dev/shm that every task must still reach, though each "
+        "task's own /tmp is private (repeatable; the data dir always is)",
+    )
+    parser.add_argument(
         "--fair-share",
         type=_half_life,
         metavar="HALF_LIFE",
@@ -304,6 +312,7 @@ def _options(args: argparse.Namespace) -> Any:
         data_dir=args.data_dir,
         policy=args.policy,
         fair_share_half_life=args.fair_share,
+        task_paths=tuple(str(p) for p in args.task_path or ()),
         executor=args.executor,
         users=args.users,
         auth=args.auth,

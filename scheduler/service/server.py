@@ -38,6 +38,9 @@ class ServeOptions:
     #: ``--fair-share 7d``: HiveD orders each VC's waiting jobs by their users' recent usage
     #: (``fairShare`` in the cluster config, whose own setting wins); None: as the config says.
     fair_share_half_life: float | None = None
+    #: Host directories under /tmp that tasks must still reach though each task's /tmp is its
+    #: own (``--task-path``; ``labhive up`` names its data dir: homes, servers' launch files).
+    task_paths: tuple[str, ...] = ()
     executor: str = "local"
     users: Path | None = None
     auth: str = "token"  # "hub": identity from JupyterHub (run as a hub-managed service)
@@ -89,7 +92,8 @@ def make_executor(
 
         # pids per task: the host's share for tasks split by how many may run at once here
         slots = max(os.cpu_count() or 1, config.total_gpus() if config is not None else 0)
-        return LocalExecutor(data_dir, grace_s=grace_s, task_slots=slots)
+        paths = [Path(p) for p in opts.task_paths] if opts is not None else []
+        return LocalExecutor(data_dir, grace_s=grace_s, task_slots=slots, task_paths=paths)
     if name == "kubernetes":
         from labhive.scheduler.executors.k8s_serve import kubernetes_executor
 
