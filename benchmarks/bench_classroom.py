@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -251,6 +252,7 @@ class Sampler:
         self.up_pid, self.every = up_pid, every
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
+        self.seen: dict[int, float] = {}  # pid -> its start time: what must be gone at the end
         self.peak_rss: dict[str, int] = {"hub": 0, "service": 0, "tasks": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -275,6 +277,7 @@ class Sampler:
                 cpu = proc.cpu_times()
                 used = cpu.user + cpu.system
                 self.first.setdefault(proc.pid, used)
+                self.seen.setdefault(proc.pid, proc.create_time())
                 self.last[proc.pid] = (part, used)
                 rss[part] += proc.memory_info().rss
         for part, value in rss.items():
@@ -537,6 +540,7 @@ def run_class(
             _job_times(room, roll)
         report = summarize(roll, cluster, sampler, class_s)
         report.update(students=students, arrival_s=arrival_s, job_s=job_s, load_at_start=load)
+        report["processes_seen"] = sorted(sampler.seen.items())
         return report
 
 
@@ -633,7 +637,7 @@ def _stats(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {"n": 0, "p50": None, "p95": None, "max": None}
     ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered) + 0.5) - 1))]
+    p95 = ordered[math.ceil(0.95 * len(ordered)) - 1]  # nearest rank
     return {
         "n": len(values),
         "p50": round(statistics.median(ordered), 2),
