@@ -380,16 +380,23 @@ class LabHiveSpawner(Spawner):
     # ---- talking to the service ---------------------------------------------------------
 
     def _client(self, token: str | None = None) -> Client:
-        return Client(self.service_url, token or self.service_token or self.api_token, timeout=15)
+        """The client for this token, kept for the next call: making one costs ~50 ms of the
+        hub's CPU (httpx loads its CA bundle each time), and the hub asks about every starting
+        server each ``poll_s`` and every running one each ``poll_interval``; a class starting
+        at once spent most of the hub's CPU on that. Clients of tokens no longer in use (a
+        previous start's server token) are closed. httpx clients are thread-safe."""
+        key = token or self.service_token or self.api_token
+        clients: dict[str, Client] = self.__dict__.setdefault("_labhive_clients", {})
+        for old in set(clients) - {key, self.service_token, self.api_token}:
+            clients.pop(old).close()
+        if key not in clients:
+            clients[key] = Client(self.service_url, key, timeout=15)
+        return clients[key]
 
     async def _call(self, fn: Any, *args: Any, token: str | None = None) -> Any:
         """Run a (blocking) client call off the hub's event loop."""
-
-        def run() -> Any:
-            with self._client(token) as client:
-                return fn(client, *args)
-
-        return await asyncio.to_thread(run)
+        client = self._client(token)
+        return await asyncio.to_thread(fn, client, *args)
 
     async def _job(self) -> JobInfo:
         assert self.job_id is not None

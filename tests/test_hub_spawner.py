@@ -389,3 +389,28 @@ def test_a_server_whose_job_ends_before_it_listens_ends_the_start_saying_so(
     spawner.user_options = {"profile": "cpu"}
     with pytest.raises(ServerJobEnded, match=r"ended FAILED before the server listened"):
         asyncio.run(asyncio.wait_for(spawner.start(), 60))
+
+
+def test_polling_a_server_makes_no_new_http_client_each_time(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each httpx client costs ~50 ms of CPU (its CA bundle). The hub polls every starting
+    server every second: a spawner that made a client per call spent a 2-core hub's CPU on
+    a class of 50 logging in. Expect 20 polls of a running server to make no new client."""
+    spawner = make_spawner(live, tmp_path)
+    spawner.user_options = {"profile": "cpu"}
+    asyncio.run(asyncio.wait_for(spawner.start(), 60))
+    made = []
+    real_init = httpx.Client.__init__
+
+    def counting_init(self: httpx.Client, *args: Any, **kw: Any) -> None:
+        made.append(1)
+        real_init(self, *args, **kw)
+
+    monkeypatch.setattr(httpx.Client, "__init__", counting_init)
+    try:
+        assert all(asyncio.run(spawner.poll()) is None for _ in range(20))
+        assert made == []
+    finally:
+        monkeypatch.undo()
+        asyncio.run(spawner.stop(now=True))
