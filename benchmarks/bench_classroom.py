@@ -5,7 +5,7 @@ logins, a roster of N generated students) on free ports with a fresh data dir. E
 their arrivals spread evenly over ``--arrival-s``, then does what a lab's first cells do:
 
 1. logs in (the hub's login form, their own password) and makes an API token (as /hub/token);
-2. starts their server (hub REST API) and waits until the hub says it is ready;
+2. starts their server (hub REST API) and follows its progress events until it is ready;
 3. starts a kernel (the server's REST API) and talks to it over its websocket channel;
 4. runs a lab-like cell: ``%load_ext labhive.kernel_ext``, then
    ``job = %submit --gpus 1 --no-wait -- sleep 5`` (the real magic and client), and polls the
@@ -432,7 +432,7 @@ def _lab(
     )
     if started.status_code not in (201, 202):
         raise StudentFailed(f"spawn refused ({started.status_code}: {started.text[:200]})")
-    _poll(lambda: _server_ready(http, name, auth), deadline, "for the server", 0.5)
+    _follow_progress(http, name, auth, deadline)
     student.server_ready_at = time.time()
     student.stage = "kernel"
     made = http.post(
@@ -472,6 +472,27 @@ def _lab(
         student.stage = "done"
     finally:
         channel.close()
+
+
+def _follow_progress(
+    http: httpx.Client, name: str, auth: dict[str, str], deadline: Deadline
+) -> None:
+    """Follow the spawn's progress events, as the spawn page does (one long request, not a
+    poll per second per student), until the server is ready; then check that the hub says so."""
+    url = f"/hub/api/users/{name}/server/progress"
+    timeout = httpx.Timeout(10, read=deadline.left("for the server"))
+    with http.stream("GET", url, headers=auth, timeout=timeout) as events:
+        if events.status_code != 200:
+            raise StudentFailed(f"no spawn progress ({events.status_code})")
+        for line in events.iter_lines():
+            if not line.startswith("data:"):
+                continue  # keepalives
+            event = json.loads(line[5:])
+            if event.get("failed"):
+                raise StudentFailed(f"the spawn failed: {event.get('message')}")
+            if event.get("ready"):
+                break
+    _poll(lambda: _server_ready(http, name, auth), deadline, "for the server", 0.5)
 
 
 def _server_ready(http: httpx.Client, name: str, auth: dict[str, str]) -> bool:
