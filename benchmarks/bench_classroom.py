@@ -387,6 +387,8 @@ def attend(room: Classroom, student: Student, job_s: float, timeout: float) -> N
         _lab(room, http, student, token, job_s, deadline)
     except StudentFailed as err:
         student.error = f"{student.stage}: {err}"
+    except httpx.TimeoutException as err:  # a request cut at the student's deadline
+        student.error = f"{student.stage}: timed out ({type(err).__name__})"
     except Exception as err:  # any other failure is the student's too, with its stage
         student.error = f"{student.stage}: {type(err).__name__}: {err}"
     finally:
@@ -485,6 +487,7 @@ def _follow_progress(
         if events.status_code != 200:
             raise StudentFailed(f"no spawn progress ({events.status_code})")
         for line in events.iter_lines():
+            deadline.left("for the server")  # keepalives come every 8 s: bound the whole wait
             if not line.startswith("data:"):
                 continue  # keepalives
             event = json.loads(line[5:])

@@ -84,3 +84,21 @@ def test_percentiles_of_a_class() -> None:
     stats = bench_classroom()._stats([float(v) for v in range(1, 21)])
     assert stats == {"n": 20, "p50": 10.5, "p95": 19.0, "max": 20.0}
     assert bench_classroom()._stats([])["p95"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="servers and jobs run as the students' uids")
+def test_a_student_who_cannot_get_through_is_a_failure_not_a_hang() -> None:
+    """A wrong password is a failed login; a student whose time runs out while their server
+    boots has failed, and their server is stopped all the same."""
+    bench = bench_classroom()
+    with open_tmp_dir("/var/tmp") as tmp:
+        with bench.labhive_up(tmp, 2) as room:
+            room.passwords["s001"] = "not-s001s-password"
+            wrong, late = bench.Student("s001"), bench.Student("s002")
+            bench.attend(room, wrong, job_s=1, timeout=60)
+            bench.attend(room, late, job_s=1, timeout=3)  # a server boots in more than 3 s
+            assert wrong.error == "login: login refused (403)", wrong
+            assert late.error is not None and late.error.startswith("spawn: timed out"), late
+            assert late.kernel_ready_at is None
+        assert processes_under(tmp) == []
