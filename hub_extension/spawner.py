@@ -6,8 +6,9 @@ VC is full waits in its queue with a visible position instead of a spinner. Enab
 
 - ``start`` submits the server (``jupyterhub-singleuser``) as a one-task job with the user's
   own server token, so the job is theirs and the service checks their groups' VC grants; it
-  returns once the job runs. ``progress`` streams the scheduler's why-text ("WAITING: position
-  2 of 3 in vc1 — ...") to the spawn page.
+  returns once the job runs and its server listens (the hub's own wait backs off to 5 s).
+  ``progress`` streams the scheduler's why-text ("WAITING: position 2 of 3 in vc1 — ...") to
+  the spawn page.
 - The hub's credentials for the server (its token, ``JUPYTERHUB_*``) never enter the job store:
   they go to a 0600 file that ``labhive.hub_extension.launch`` reads when the task starts.
 - With ``server_on_nodes`` (Slurm, Kubernetes: the server runs on another machine) the server
@@ -380,16 +381,23 @@ class LabHiveSpawner(Spawner):
     # ---- talking to the service ---------------------------------------------------------
 
     def _client(self, token: str | None = None) -> Client:
-        return Client(self.service_url, token or self.service_token or self.api_token, timeout=15)
+        """The client for this token, kept for the next call: making one costs ~50 ms of the
+        hub's CPU (httpx loads its CA bundle each time), and the hub asks about every starting
+        server each ``poll_s`` and every running one each ``poll_interval``; a class starting
+        at once spent most of the hub's CPU on that. Clients of tokens no longer in use (a
+        previous start's server token) are closed. httpx clients are thread-safe."""
+        key = token or self.service_token or self.api_token
+        clients: dict[str, Client] = self.__dict__.setdefault("_labhive_clients", {})
+        for old in set(clients) - {key, self.service_token, self.api_token}:
+            clients.pop(old).close()
+        if key not in clients:
+            clients[key] = Client(self.service_url, key, timeout=15)
+        return clients[key]
 
     async def _call(self, fn: Any, *args: Any, token: str | None = None) -> Any:
         """Run a (blocking) client call off the hub's event loop."""
-
-        def run() -> Any:
-            with self._client(token) as client:
-                return fn(client, *args)
-
-        return await asyncio.to_thread(run)
+        client = self._client(token)
+        return await asyncio.to_thread(fn, client, *args)
 
     async def _job(self) -> JobInfo:
         assert self.job_id is not None
@@ -443,7 +451,38 @@ class LabHiveSpawner(Spawner):
         if self.server_on_nodes:
             address = await self._hand_over(key, handed, time.monotonic() + self.http_timeout)
             return f"http://{address}:{self.port}"
+        await self._wait_listening(time.monotonic() + self.http_timeout)
         return f"http://{self.ip}:{self.port}"
+
+    async def _wait_listening(self, deadline: float) -> None:
+        """Until the server accepts connections on its port (checked 4 times a second; the job
+        every ``poll_s``), or ``deadline``: then the hub's own wait takes over.
+
+        JupyterHub's wait for a server backs off up to 5 s between tries, so a server that
+        boots in 15 s on a loaded machine was seen only at 15-20 s; a class of 50 starting at
+        once paid that on every login. A refused connect on loopback costs next to nothing; a
+        job that ends before its server listens ends the start with its own words."""
+        checked = 0.0
+        while time.monotonic() < deadline:
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.ip, self.port), timeout=2
+                )
+            except (OSError, TimeoutError):
+                pass
+            else:
+                writer.close()
+                return
+            if time.monotonic() - checked >= self.poll_s:
+                checked = time.monotonic()
+                job = await self._job()
+                if not job.running:
+                    raise ServerJobEnded(
+                        f"your server's job {self.job_id} ended {job.state} before the server "
+                        f"listened: {job.reason or 'no reason given'} (its log: "
+                        f"`labhive logs {self.job_id} --stderr`)"
+                    )
+            await asyncio.sleep(0.25)
 
     async def _hand_over(self, key: str, env: dict[str, str], deadline: float) -> str:
         """Hand the server's tokens to its launcher on its node; the node's address.

@@ -358,3 +358,61 @@ def test_a_server_whose_port_is_taken_on_its_node_ends_saying_where_to_look(
             asyncio.run(asyncio.wait_for(spawner.start(), 60))
         stderr = live.client().logs(spawner.job_id, stream="stderr").data
     assert f"port {port} is in use on this node" in stderr
+
+
+#: A server that boots slowly, as JupyterLab does on a loaded machine: it listens 3 s after its
+#: job runs.
+SLOW_SERVER = "import time; time.sleep(3); " + FAKE_SERVER
+
+
+def test_start_returns_once_the_server_listens_not_when_its_job_runs(
+    live: Live, tmp_path: Path
+) -> None:
+    """The hub's own wait for a server backs off up to 5 s between tries: a start that
+    returned when the job ran left each student of a class waiting seconds past their
+    server's boot. Expect start to return when the server answers, and not before."""
+    spawner = make_spawner(live, tmp_path)
+    spawner.cmd = [sys.executable, "-c", SLOW_SERVER]
+    spawner.user_options = {"profile": "cpu"}
+    began = time.monotonic()
+    url = asyncio.run(asyncio.wait_for(spawner.start(), 60))
+    try:
+        assert time.monotonic() - began >= 3, "start returned before the server could listen"
+        assert httpx.get(url, timeout=5).status_code == 200  # at once: no retry
+    finally:
+        asyncio.run(spawner.stop(now=True))
+
+
+def test_a_server_whose_job_ends_before_it_listens_ends_the_start_saying_so(
+    live: Live, tmp_path: Path
+) -> None:
+    spawner = make_spawner(live, tmp_path)
+    spawner.cmd = [sys.executable, "-c", "import sys, time; time.sleep(2); sys.exit(3)"]
+    spawner.user_options = {"profile": "cpu"}
+    with pytest.raises(ServerJobEnded, match=r"ended FAILED before the server listened"):
+        asyncio.run(asyncio.wait_for(spawner.start(), 60))
+
+
+def test_polling_a_server_makes_no_new_http_client_each_time(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each httpx client costs ~50 ms of CPU (its CA bundle). The hub polls every starting
+    server every second: a spawner that made a client per call spent a 2-core hub's CPU on
+    a class of 50 logging in. Expect 20 polls of a running server to make no new client."""
+    spawner = make_spawner(live, tmp_path)
+    spawner.user_options = {"profile": "cpu"}
+    asyncio.run(asyncio.wait_for(spawner.start(), 60))
+    made = []
+    real_init = httpx.Client.__init__
+
+    def counting_init(self: httpx.Client, *args: Any, **kw: Any) -> None:
+        made.append(1)
+        real_init(self, *args, **kw)
+
+    monkeypatch.setattr(httpx.Client, "__init__", counting_init)
+    try:
+        assert all(asyncio.run(spawner.poll()) is None for _ in range(20))
+        assert made == []
+    finally:
+        monkeypatch.undo()
+        asyncio.run(spawner.stop(now=True))
