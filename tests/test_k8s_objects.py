@@ -36,6 +36,8 @@ from labhive.scheduler.executors.k8s_objects import (
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import TaskPlacement
 
+pytestmark = pytest.mark.k8s
+
 JOBS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openpai-jobs"
 VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

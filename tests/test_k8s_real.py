@@ -24,6 +24,7 @@ pytestmark = [
         "kubeconfig to run this test",
     ),
     pytest.mark.timeout(300),
+    pytest.mark.k8s,
 ]
 
 

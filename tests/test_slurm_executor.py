@@ -25,7 +25,7 @@ from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import NodeDown, NodeUp, TaskPlacement
 from labhive.scheduler.service.loop import default_launches
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 pytest_plugins = ["slurm_cluster"]
 
 RANK0 = (

@@ -21,7 +21,7 @@ from waiting import wait_until
 
 from labhive.scheduler.client import Client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 pytest_plugins = ["slurm_cluster"]
 
 USERS = """
