@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from slurm_cluster import SlurmCluster
 from waiting import wait_until
 
@@ -217,3 +218,54 @@ def test_from_slurm_writes_a_config_that_validates(slurm: SlurmCluster, tmp_path
     checked = subprocess.run([*cmd, "validate", str(out)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "2 nodes, 8 GPUs" in checked.stdout
+
+
+def test_slurm_time_limits_end_jobs_as_time_limits_not_lost_tasks(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """Given the site's partition "short" (DefaultTime 1 min) and two jobs that outlive their
+    limit: one that declares none (the partition's minute applies) and one that declares 20 s
+    (it reaches Slurm as --time, 20 s + the grace in whole minutes). Expect each to end as a
+    time limit reached, with the limit it had, never as a task lost to requeue."""
+    short = SlurmExecutor(
+        data_dir, grace_s=2.0, slurm=Slurm(conf=str(slurm.conf)), partition="short",
+        node_names=slurm.nodes, poll_s=0.2, node_poll_s=0,
+    )  # fmt: skip
+    (unlimited,) = gang("111", {"forever": "sleep 600"}, {"forever": "n1"}, 0)
+    (limited,) = gang("112", {"limited": "sleep 600"}, {"limited": "n2"}, 0)
+    handles = short.launch([unlimited]) + short.launch([replace(limited, time_limit=20.0)])
+    shown = {h.key.role: short.slurm.run(["scontrol", "show", "job", h.info["slurm_job_id"]])
+             for h in handles}  # fmt: skip
+    assert "TimeLimit=00:01:00" in shown["forever"] and "TimeLimit=00:01:00" in shown["limited"]
+    ended: dict[str, TaskExit] = {}
+
+    def done() -> bool:
+        ended.update({e.key.role: e for e in short.poll()})
+        return len(ended) >= 2
+
+    wait_until(done, timeout=200)
+    assert all(e.timed_out and not e.requeue for e in ended.values()), ended
+    assert ended["forever"].time_limit == 60.0 and "of 1 min (TIMEOUT)" in ended["forever"].reason
+    assert ended["limited"].time_limit == 20.0
+
+
+def test_from_slurm_reads_the_partitions_time_limits_into_the_vc(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """Given partition "short" (DefaultTime 1 min, MaxTime 10 min), expect the VC's timeLimit
+    to say the same, in a config that validates; the default partition (no limits) gives
+    none; a partition Slurm lacks is named in the error with the ones it has."""
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "cluster", "from-slurm"]
+    cmd += ["--slurm-conf", str(slurm.conf)]
+    out = tmp_path / "short.yaml"
+    done = subprocess.run([*cmd, "--partition", "short", "-o", str(out)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    vc = yaml.safe_load(out.read_text())["virtualClusters"]["default"]
+    assert vc["timeLimit"] == {"default": "1m", "max": "10m"}
+    check = [sys.executable, "-m", "labhive.scheduler.cli", "validate", str(out)]
+    checked = subprocess.run(check, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    plain = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "timeLimit" not in plain
+    bad = subprocess.run([*cmd, "--partition", "gpu-long"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no partition 'gpu-long' (it has: main, short)" in bad.stderr

@@ -57,17 +57,24 @@ from labhive.scheduler.executors.slurm_cli import (
     Slurm,
     SlurmError,
     job_states,
+    job_time_limits,
     nodes,
+    slurm_minutes,
 )
 from labhive.scheduler.executors.supervise import EXIT_FILE, write_json_atomic
 from labhive.scheduler.model import NodeDown, NodeUp
+from labhive.scheduler.time_limits import show_duration
 
 log = logging.getLogger("labhive.executors.slurm")
 
 RUN_FILE = "run.sh"
 GPUS_FILE = "slurm_gpus"
-#: Job states in which Slurm lost the job through no fault of its own: the service requeues.
+#: Job states in which Slurm lost the job through no fault of its own: the service requeues
+#: without spending a retry, as for a node that goes down (a node failure, a node that never
+#: booted, Slurm's own preemption).
 _LOST_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
+#: Slurm stopped the job at its time limit (``--time``, else the partition's DefaultTime).
+_TIMEOUT = "TIMEOUT"
 #: Variables that name the GPUs: Slurm sets them per step from the devices it picked.
 _GPU_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABHIVE_GPUS"})
 
@@ -173,6 +180,7 @@ class SlurmExecutor:
         argv = ["sbatch", "--parsable", "--export=ALL"]
         argv.append(f"--job-name=labhive-{first.job_id}-{first.attempt}")
         argv += [f"--output={script.with_suffix('.out')}", *self._identity(tasks[0], works)]
+        argv += self._time(tasks[0])
         for i, component in enumerate(components):
             argv += ([":"] if i else []) + component.options(self.partition)
         argv.append(str(script))
@@ -192,6 +200,7 @@ class SlurmExecutor:
                 "stderr": str(work / "stderr"),
                 "exit_file": str(work / EXIT_FILE),
                 "observe": launch.observe,
+                "time_limit": launch.time_limit,  # what a Slurm TIMEOUT reports as reached
             }
             write_json_atomic(work / HANDLE_FILE, info)
             handle = TaskHandle(launch.key, info)
@@ -238,26 +247,45 @@ class SlurmExecutor:
         os.chown(out, launch.uid, gid)  # the batch script's own output lands here
         return [f"--uid={launch.uid}", f"--gid={gid}"]
 
+    def _time(self, launch: TaskLaunch) -> list[str]:
+        """``--time``: the job's limit plus the grace period, in Slurm's whole minutes. The
+        service stops the job at its limit itself; Slurm's limit is the backstop and what its
+        backfill plans with. Without one, the partition's DefaultTime applies (learned from
+        ``squeue`` while the job runs)."""
+        if launch.time_limit is None:
+            return []
+        return [f"--time={slurm_minutes(launch.time_limit + self.grace_s)}"]
+
     # ---- poll and adopt -------------------------------------------------------------------
 
     def poll(self) -> list[TaskExit]:
-        """Tasks that ended since the last poll: a recorded exit at once, a vanished Slurm job
-        once ``squeue`` (asked at most every ``poll_s``) no longer runs it. The loop polls
-        while actuation workers launch and stop: a task a stop took away is simply skipped."""
-        ended = [e for k, h in self._tracked() if _recorded(h.info) for e in self._settled(k)]
-        now = time.monotonic()
+        """Tasks that ended since the last poll: a recorded exit of 0 at once; a recorded
+        failure once ``squeue`` says why the job ended (asked at once: a step Slurm killed at
+        the time limit records a failure too); a vanished Slurm job once ``squeue`` (asked at
+        most every ``poll_s``) no longer runs it. The loop polls while actuation workers
+        launch and stop: a task a stop took away is simply skipped."""
         tracked = self._tracked()
-        if not tracked or now - self._queried_at < self._poll_s:
-            return ended
+        codes = {k: _read_exit(h.info) for k, h in tracked if _recorded(h.info)}
+        now = time.monotonic()
+        doubtful = any(c != 0 for c in codes.values())
+        if not tracked or (not doubtful and now - self._queried_at < self._poll_s):
+            return [e for k in codes for e in self._settled(k)]
         self._queried_at = now
         try:
-            states = job_states(self.slurm.json(["squeue"]))
+            doc = self.slurm.json(["squeue"])
         except SlurmError as err:
             log.warning("cannot ask Slurm for job states (tasks keep their state): %s", err)
-            return ended
+            return [e for k in codes for e in self._settled(k)]
+        states, limits = job_states(doc), job_time_limits(doc)
+        ended = []
         for key, handle in tracked:
-            state = states.get(handle.info["slurm_job_id"])
-            if state is None or state in ENDED_STATES:
+            slurm_id = str(handle.info["slurm_job_id"])
+            if slurm_id in limits:
+                handle.info.setdefault("slurm_time_limit", limits[slurm_id])
+            state = states.get(slurm_id)
+            if key in codes:
+                ended.extend(self._settled(key, state))
+            elif state is None or state in ENDED_STATES:
                 ended.extend(self._settled(key, state or "gone from squeue"))
         return ended
 
@@ -273,7 +301,9 @@ class SlurmExecutor:
             return []
         info = handle.info
         record = _read_exit(info)
-        if record is not None:
+        if slurm_state == _TIMEOUT:
+            return [_timed_out(key, info, record)]
+        if record is not None and (record == 0 or slurm_state not in _LOST_STATES):
             return [TaskExit(key, record, _describe(record))]
         lost = slurm_state in _LOST_STATES
         why = (
@@ -505,6 +535,15 @@ def _read_exit(info: Mapping[str, Any]) -> int | None:
         return int(json.loads(Path(info["exit_file"]).read_text())["exit_code"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _timed_out(key: TaskKey, info: Mapping[str, Any], code: int | None) -> TaskExit:
+    """Slurm ended the job at its time limit: the job's own when LabHive passed it (Slurm's is
+    that plus the grace, in whole minutes), else the one Slurm was seen enforcing."""
+    limit = info.get("time_limit") or info.get("slurm_time_limit")
+    shown = f" of {show_duration(float(limit))}" if limit else ""
+    why = f"Slurm stopped job {info['slurm_job_id']} at its time limit{shown} (TIMEOUT)"
+    return TaskExit(key, code, why, timed_out=True, time_limit=float(limit) if limit else None)
 
 
 def _describe(code: int) -> str:
