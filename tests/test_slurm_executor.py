@@ -19,7 +19,7 @@ import yaml
 from slurm_cluster import SlurmCluster
 from waiting import wait_until
 
-from labhive.scheduler.executors.base import LaunchError, TaskExit, TaskLaunch
+from labhive.scheduler.executors.base import NOT_STARTED, LaunchError, TaskExit, TaskLaunch
 from labhive.scheduler.executors.slurm import SlurmExecutor
 from labhive.scheduler.executors.slurm_cli import Slurm
 from labhive.scheduler.jobs import parse_job
@@ -244,7 +244,8 @@ def test_slurm_time_limits_end_jobs_as_time_limits_not_lost_tasks(
         return len(ended) >= 2
 
     wait_until(done, timeout=200)
-    assert all(e.timed_out and not e.requeue for e in ended.values()), ended
+    seen = {r: (e.exit_code, e.reason, e.timed_out, e.requeue) for r, e in ended.items()}
+    assert all(e.timed_out and not e.requeue for e in ended.values()), seen
     assert ended["forever"].time_limit == 60.0 and "of 1 min (TIMEOUT)" in ended["forever"].reason
     assert ended["limited"].time_limit == 20.0
 
@@ -269,3 +270,30 @@ def test_from_slurm_reads_the_partitions_time_limits_into_the_vc(
     assert "timeLimit" not in plain
     bad = subprocess.run([*cmd, "--partition", "gpu-long"], capture_output=True, text=True)
     assert bad.returncode != 0 and "no partition 'gpu-long' (it has: main, short)" in bad.stderr
+
+
+def test_a_uid_the_controller_no_longer_knows_fails_the_launch_saying_what_to_do(
+    slurm: SlurmCluster, executor: SlurmExecutor
+) -> None:
+    """Given a job submitted as an account that exists when sbatch runs but is gone when Slurm
+    starts it (its node was drained meanwhile; the account deleted: the controller cannot
+    make its credential), Slurm puts the job back in its queue on its own, for ever. Expect
+    the task to end as not started, naming the uid and the fix, and the Slurm job cancelled."""
+    uid = 23999
+    subprocess.run(["groupadd", "-g", str(uid), "lhghost"], capture_output=True, check=False)
+    subprocess.run(
+        ["useradd", "-u", str(uid), "-g", str(uid), "-M", "-s", "/bin/sh", "lhghost"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    slurm.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=maintenance")
+    try:
+        (launch,) = gang("113", {"ghost": "id -u"}, {"ghost": "n2"}, 0)
+        (handle,) = executor.launch([replace(launch, uid=uid, gid=uid)])
+    finally:
+        subprocess.run(["userdel", "lhghost"], capture_output=True, check=False)
+        subprocess.run(["groupdel", "lhghost"], capture_output=True, check=False)
+        slurm.scontrol("update", "NodeName=n2", "State=RESUME")
+    ended = settle(executor, 1)["ghost"]
+    assert ended.exit_code == 127 and ended.reason.startswith(NOT_STARTED), ended
+    assert f"no account for uid {uid}" in ended.reason and "--first-uid" in ended.reason
+    wait_until(lambda: handle.info["slurm_job_id"] not in executor.slurm.run(["squeue", "-h"]))

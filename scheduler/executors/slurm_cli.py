@@ -189,3 +189,17 @@ def job_time_limits(doc: Mapping[str, Any]) -> dict[str, float]:
 def slurm_minutes(seconds: float) -> int:
     """Slurm counts time limits in whole minutes: ``seconds`` rounded up, at least one."""
     return max(1, int(-(-seconds // 60)))
+
+
+def relaunched(doc: Mapping[str, Any]) -> set[str]:
+    """Jobs Slurm put back in its queue itself after starting them (``restart_cnt``): a launch
+    that failed on the controller or a node (an account it does not know, a node that did not
+    answer). LabHive submits with ``--no-requeue``, yet Slurm requeues such launches anyway."""
+    out = set()
+    for job in doc.get("jobs") or []:
+        leader = str(job.get("het_job_id") or job.get("job_id") or "")
+        restarts = job.get("restart_cnt")
+        pending = str(job.get("job_state") or "").upper() == "PENDING"
+        if leader and pending and isinstance(restarts, int) and restarts > 0:
+            out.add(leader)
+    return out
