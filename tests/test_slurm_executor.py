@@ -297,3 +297,19 @@ def test_a_uid_the_controller_no_longer_knows_fails_the_launch_saying_what_to_do
     assert ended.exit_code == 127 and ended.reason.startswith(NOT_STARTED), ended
     assert f"no account for uid {uid}" in ended.reason and "--first-uid" in ended.reason
     wait_until(lambda: handle.info["slurm_job_id"] not in executor.slurm.run(["squeue", "-h"]))
+
+
+def test_a_partition_slurm_lacks_is_refused_with_slurms_words_and_the_fix(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """Given a service configured for partition "gpu-long", which this Slurm lacks, expect the
+    launch refused as not started, with Slurm's words and where to look for the right name."""
+    wrong = SlurmExecutor(
+        data_dir, slurm=Slurm(conf=str(slurm.conf)), partition="gpu-long", node_names=slurm.nodes
+    )
+    (launch,) = gang("114", {"any": "true"}, {"any": "n1"}, 0)
+    with pytest.raises(LaunchError) as refused:
+        wrong.launch([launch])
+    said = str(refused.value)
+    assert said.startswith(NOT_STARTED + "Slurm refused the job: sbatch failed:"), said
+    assert "Invalid partition name specified; name a partition Slurm has (sinfo -s)" in said

@@ -48,6 +48,7 @@ def service(
     if not cluster.exists():
         cluster.write_text(cluster_from_slurm(Slurm(conf=str(slurm.conf))))
     (data_dir / "users.yaml").write_text(USERS)
+    (data_dir / "users.yaml").chmod(0o600)  # tokens: a service running users' uids insists
     port = free_port()
     opts = ServeOptions(
         port=port, data_dir=data_dir, users=data_dir / "users.yaml", grace_s=1.0,
