@@ -248,6 +248,7 @@ def test_slurm_time_limits_end_jobs_as_time_limits_not_lost_tasks(
     assert all(e.timed_out and not e.requeue for e in ended.values()), seen
     assert ended["forever"].time_limit == 60.0 and "of 1 min (TIMEOUT)" in ended["forever"].reason
     assert ended["limited"].time_limit == 20.0
+    assert {e.exit_code for e in ended.values()} == {143}  # Slurm's TERM, never "-"
 
 
 def test_from_slurm_reads_the_partitions_time_limits_into_the_vc(

@@ -78,6 +78,8 @@ GPUS_FILE = "slurm_gpus"
 _LOST_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 #: Slurm stopped the job at its time limit (``--time``, else the partition's DefaultTime).
 _TIMEOUT = "TIMEOUT"
+#: The exit status of a task ended by SIGTERM, as a shell reports it.
+_TERMINATED = 128 + 15
 #: Slurm ended the job as failed before its script recorded the task's exit: Slurm could not
 #: run it (an account the node lacks, an output file it cannot open, its memory): a failure
 #: with Slurm's words, never a lost task requeued over and over.
@@ -631,6 +633,9 @@ def _timed_out(key: TaskKey, info: Mapping[str, Any], code: int | None) -> TaskE
     limit = info.get("time_limit") or info.get("slurm_time_limit")
     shown = f" of {show_duration(float(limit))}" if limit else ""
     why = f"Slurm stopped job {info['slurm_job_id']} at its time limit{shown} (TIMEOUT)"
+    # Slurm ends it with TERM (then KILL after KillWait): a task whose exit its script could
+    # not record any more shows that, not "-"
+    code = _TERMINATED if code is None else code
     return TaskExit(key, code, why, timed_out=True, time_limit=float(limit) if limit else None)
 
 
