@@ -104,6 +104,11 @@ def register(subparsers: Any) -> None:
         "--slurm-conf", help="from-slurm: the cluster's slurm.conf (default $SLURM_CONF)"
     )
     p.add_argument("-o", "--output", type=Path, help="from-slurm: write here (default: stdout)")
+    p.add_argument(
+        "--partition",
+        help="from-slurm: the partition the service submits to, whose DefaultTime and MaxTime "
+        "become the VC's timeLimit (default: Slurm's default partition)",
+    )
     p.set_defaults(func=_cluster)
 
     p = _add(subparsers, "node", "take a node out of service or put it back (admins)")
@@ -459,7 +464,8 @@ def _cluster_from_slurm(args: argparse.Namespace) -> int:
     from labhive.scheduler.executors.slurm_config import cluster_from_slurm
 
     try:
-        text = cluster_from_slurm(Slurm(conf=args.slurm_conf or os.environ.get("SLURM_CONF")))
+        slurm = Slurm(conf=args.slurm_conf or os.environ.get("SLURM_CONF"))
+        text = cluster_from_slurm(slurm, partition=args.partition)
     except (SlurmError, ValueError, OSError) as err:
         raise UserError(f"cannot write a cluster config from Slurm: {err}") from err
     if args.output is None:

@@ -162,6 +162,10 @@ class SlurmCluster:
                 f"RealMemory={self.memory_mb} Gres=gpu:{self.gpus_per_node} State=UNKNOWN"
             )
         lines.append(f"PartitionName=main Nodes={','.join(self.nodes)} Default=YES State=UP")
+        # A site's usual short partition: a job that says nothing runs 1 minute, 10 at most.
+        lines.append(
+            f"PartitionName=short Nodes={','.join(self.nodes)} DefaultTime=1 MaxTime=10 State=UP"
+        )
         self.conf.write_text("\n".join(lines) + "\n")
 
     def _munge(self) -> None:

@@ -39,7 +39,7 @@ from labhive.scheduler.model import NodeDown
 
 DATA = Path(__file__).resolve().parent / "data" / "k8s"
 NS = "research"
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.k8s]
 
 
 @dataclass(frozen=True)

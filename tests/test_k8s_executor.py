@@ -36,7 +36,7 @@ from labhive.scheduler.executors.kubernetes import KubernetesExecutor
 from labhive.scheduler.model import NodeDown, NodeUp
 
 NS = "labhive"
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.k8s]
 
 
 @dataclass(frozen=True)

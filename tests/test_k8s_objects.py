@@ -9,6 +9,7 @@ annotations that give back the exact task.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+from labhive.scheduler.executors.base import LaunchError, TaskKey, TaskLaunch
 from labhive.scheduler.executors.env import task_env as env_for
 from labhive.scheduler.executors.k8s_objects import (
     PodOptions,
@@ -35,6 +36,8 @@ from labhive.scheduler.executors.k8s_objects import (
 )
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import TaskPlacement
+
+pytestmark = pytest.mark.k8s
 
 JOBS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openpai-jobs"
 VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
@@ -233,3 +236,39 @@ def test_a_task_with_a_limit_requests_its_guarantee_and_is_limited_to_its_limit(
         "requests": {"cpu": "100m", "memory": "512Mi"},
         "limits": {"cpu": "2", "memory": "4096Mi"},
     }
+
+
+def test_a_pod_runs_as_its_user_without_privileges_and_gets_gpus_only_as_the_resource() -> None:
+    """Given alice's task (uid 23456, gid 23457) with 2 GPUs and a job env that tries to see
+    every GPU (NVIDIA_VISIBLE_DEVICES=all), expect a valid pod that runs as her uid and gid,
+    refuses root, cannot gain privileges, holds no capability, and whose GPUs come only from
+    the device plugin's resource: no privileged mode, no host devices, no host paths."""
+    t = TaskLaunch(
+        TaskKey("j", 0, "train", 0), "j", "nvidia-smi", "n", (0, 1), user="alice",
+        uid=23456, gid=23457, env={"NVIDIA_VISIBLE_DEVICES": "all", "A": "b"},
+    )  # fmt: skip
+    pod = pod_manifest(t, PodOptions(namespace="x"), task_env(t, [t], None))
+    valid(pod)
+    assert pod["spec"]["securityContext"] == {
+        "runAsUser": 23456, "runAsGroup": 23457, "fsGroup": 23457, "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
+    main = pod["spec"]["containers"][0]
+    assert main["securityContext"]["allowPrivilegeEscalation"] is False
+    assert main["securityContext"]["privileged"] is False
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert "NVIDIA_VISIBLE_DEVICES" not in [e["name"] for e in main["env"]]
+    assert "volumes" not in pod["spec"] and "hostPID" not in pod["spec"]
+
+
+def test_a_task_without_an_identity_still_gets_no_privileges_and_root_is_refused() -> None:
+    """Tasks the service runs as its own user (no uid) keep the image's user but still lose
+    every capability; a user whose uid is 0 is refused at launch with what to change."""
+    t = TaskLaunch(TaskKey("j", 0, "r", 0), "j", "true", "n", (), user="root-ish")
+    pod = pod_manifest(t, PodOptions(namespace="x"), task_env(t, [t], None))
+    valid(pod)
+    assert "securityContext" not in pod["spec"]
+    assert pod["spec"]["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    with pytest.raises(LaunchError, match=r"uid 0: a task never runs as root.*users\.yaml"):
+        pod_manifest(replace(t, uid=0, gid=0), PodOptions(namespace="x"), {})

@@ -24,6 +24,7 @@ pytestmark = [
         "kubeconfig to run this test",
     ),
     pytest.mark.timeout(300),
+    pytest.mark.k8s,
 ]
 
 
@@ -65,6 +66,42 @@ def test_a_gang_of_two_pods_is_bound_by_labhive_and_succeeds() -> None:
             time.sleep(1)
         assert sorted((e.key.index, e.exit_code) for e in got) == [(0, 0), (1, 0)], got
         assert b"hello from worker-0" in lh.read_log(handles[0], "stdout", 0, 4096)
+    finally:
+        lh.stop(handles, grace_s=5, reason="test finished")
+        lh.close()
+
+
+def test_a_pod_runs_as_its_users_uid_with_no_capabilities() -> None:
+    """Given a task of uid 23456 (gid 23457), expect the pod to see that identity, an empty
+    effective capability set and no_new_privs: the kubelet applied the securityContext."""
+    from kubernetes import client as k8s
+
+    api = connect(KUBECONFIG)
+    node = next(
+        n
+        for n in k8s.CoreV1Api(api).list_node().items
+        if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or ())
+        and not n.spec.unschedulable
+    )
+    job = f"asuser-{int(time.time())}"
+    task = TaskLaunch(
+        TaskKey(job, 0, "who", 0), job,
+        "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status",
+        node.metadata.name, (0,), virtual=True, cpu=0.1, memory_mb=64, uid=23456, gid=23457,
+        image=os.environ.get("LABHIVE_TEST_IMAGE", "busybox:1.36"),
+    )  # fmt: skip
+    lh = KubernetesExecutor(api, os.environ.get("LABHIVE_NAMESPACE", "default"))
+    handles = lh.launch([task])
+    try:
+        got: list[TaskExit] = []
+        deadline = time.monotonic() + 240
+        while not got and time.monotonic() < deadline:
+            got.extend(lh.poll())
+            time.sleep(1)
+        assert [e.exit_code for e in got] == [0], got
+        out = lh.read_log(handles[0], "stdout", 0, 4096).decode().split()
+        assert out[:2] == ["23456", "23457"], out
+        assert out[2:] == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1"], out
     finally:
         lh.stop(handles, grace_s=5, reason="test finished")
         lh.close()

@@ -21,7 +21,7 @@ from labhive.scheduler.cli import build_parser
 from labhive.scheduler.client import Client
 from labhive.scheduler.service import commands
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.k8s]
 
 CLUSTER = """\
 physicalCluster:

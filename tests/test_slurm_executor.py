@@ -15,17 +15,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from slurm_cluster import SlurmCluster
 from waiting import wait_until
 
-from labhive.scheduler.executors.base import LaunchError, TaskExit, TaskLaunch
+from labhive.scheduler.executors.base import NOT_STARTED, LaunchError, TaskExit, TaskLaunch
 from labhive.scheduler.executors.slurm import SlurmExecutor
 from labhive.scheduler.executors.slurm_cli import Slurm
 from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.model import NodeDown, NodeUp, TaskPlacement
 from labhive.scheduler.service.loop import default_launches
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 pytest_plugins = ["slurm_cluster"]
 
 RANK0 = (
@@ -217,3 +218,99 @@ def test_from_slurm_writes_a_config_that_validates(slurm: SlurmCluster, tmp_path
     checked = subprocess.run([*cmd, "validate", str(out)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "2 nodes, 8 GPUs" in checked.stdout
+
+
+def test_slurm_time_limits_end_jobs_as_time_limits_not_lost_tasks(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """Given the site's partition "short" (DefaultTime 1 min) and two jobs that outlive their
+    limit: one that declares none (the partition's minute applies) and one that declares 20 s
+    (it reaches Slurm as --time, 20 s + the grace in whole minutes). Expect each to end as a
+    time limit reached, with the limit it had, never as a task lost to requeue."""
+    short = SlurmExecutor(
+        data_dir, grace_s=2.0, slurm=Slurm(conf=str(slurm.conf)), partition="short",
+        node_names=slurm.nodes, poll_s=0.2, node_poll_s=0,
+    )  # fmt: skip
+    (unlimited,) = gang("111", {"forever": "sleep 600"}, {"forever": "n1"}, 0)
+    (limited,) = gang("112", {"limited": "sleep 600"}, {"limited": "n2"}, 0)
+    handles = short.launch([unlimited]) + short.launch([replace(limited, time_limit=20.0)])
+    shown = {h.key.role: short.slurm.run(["scontrol", "show", "job", h.info["slurm_job_id"]])
+             for h in handles}  # fmt: skip
+    assert "TimeLimit=00:01:00" in shown["forever"] and "TimeLimit=00:01:00" in shown["limited"]
+    ended: dict[str, TaskExit] = {}
+
+    def done() -> bool:
+        ended.update({e.key.role: e for e in short.poll()})
+        return len(ended) >= 2
+
+    wait_until(done, timeout=200)
+    seen = {r: (e.exit_code, e.reason, e.timed_out, e.requeue) for r, e in ended.items()}
+    assert all(e.timed_out and not e.requeue for e in ended.values()), seen
+    assert ended["forever"].time_limit == 60.0 and "of 1 min (TIMEOUT)" in ended["forever"].reason
+    assert ended["limited"].time_limit == 20.0
+    assert {e.exit_code for e in ended.values()} == {143}  # Slurm's TERM, never "-"
+
+
+def test_from_slurm_reads_the_partitions_time_limits_into_the_vc(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """Given partition "short" (DefaultTime 1 min, MaxTime 10 min), expect the VC's timeLimit
+    to say the same, in a config that validates; the default partition (no limits) gives
+    none; a partition Slurm lacks is named in the error with the ones it has."""
+    cmd = [sys.executable, "-m", "labhive.scheduler.cli", "cluster", "from-slurm"]
+    cmd += ["--slurm-conf", str(slurm.conf)]
+    out = tmp_path / "short.yaml"
+    done = subprocess.run([*cmd, "--partition", "short", "-o", str(out)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    vc = yaml.safe_load(out.read_text())["virtualClusters"]["default"]
+    assert vc["timeLimit"] == {"default": "1m", "max": "10m"}
+    check = [sys.executable, "-m", "labhive.scheduler.cli", "validate", str(out)]
+    checked = subprocess.run(check, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    plain = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "timeLimit" not in plain
+    bad = subprocess.run([*cmd, "--partition", "gpu-long"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no partition 'gpu-long' (it has: main, short)" in bad.stderr
+
+
+def test_a_uid_the_controller_no_longer_knows_fails_the_launch_saying_what_to_do(
+    slurm: SlurmCluster, executor: SlurmExecutor
+) -> None:
+    """Given a job submitted as an account that exists when sbatch runs but is gone when Slurm
+    starts it (its node was drained meanwhile; the account deleted: the controller cannot
+    make its credential), Slurm puts the job back in its queue on its own, for ever. Expect
+    the task to end as not started, naming the uid and the fix, and the Slurm job cancelled."""
+    uid = 23999
+    subprocess.run(["groupadd", "-g", str(uid), "lhghost"], capture_output=True, check=False)
+    subprocess.run(
+        ["useradd", "-u", str(uid), "-g", str(uid), "-M", "-s", "/bin/sh", "lhghost"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    slurm.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=maintenance")
+    try:
+        (launch,) = gang("113", {"ghost": "id -u"}, {"ghost": "n2"}, 0)
+        (handle,) = executor.launch([replace(launch, uid=uid, gid=uid)])
+    finally:
+        subprocess.run(["userdel", "lhghost"], capture_output=True, check=False)
+        subprocess.run(["groupdel", "lhghost"], capture_output=True, check=False)
+        slurm.scontrol("update", "NodeName=n2", "State=RESUME")
+    ended = settle(executor, 1)["ghost"]
+    assert ended.exit_code == 127 and ended.reason.startswith(NOT_STARTED), ended
+    assert f"no account for uid {uid}" in ended.reason and "--first-uid" in ended.reason
+    wait_until(lambda: handle.info["slurm_job_id"] not in executor.slurm.run(["squeue", "-h"]))
+
+
+def test_a_partition_slurm_lacks_is_refused_with_slurms_words_and_the_fix(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """Given a service configured for partition "gpu-long", which this Slurm lacks, expect the
+    launch refused as not started, with Slurm's words and where to look for the right name."""
+    wrong = SlurmExecutor(
+        data_dir, slurm=Slurm(conf=str(slurm.conf)), partition="gpu-long", node_names=slurm.nodes
+    )
+    (launch,) = gang("114", {"any": "true"}, {"any": "n1"}, 0)
+    with pytest.raises(LaunchError) as refused:
+        wrong.launch([launch])
+    said = str(refused.value)
+    assert said.startswith(NOT_STARTED + "Slurm refused the job: sbatch failed:"), said
+    assert "Invalid partition name specified; name a partition Slurm has (sinfo -s)" in said

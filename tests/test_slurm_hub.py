@@ -32,7 +32,7 @@ from labhive.hub_extension.hubconfig import HubPlan, write_config
 from labhive.hub_extension.launch import hand_over
 from labhive.hub_extension.spawner import handoff_command
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 pytest_plugins = ["slurm_cluster"]
 
 TOKEN = "hub-token-for-alices-server-0123456789"

@@ -21,7 +21,7 @@ from waiting import wait_until
 
 from labhive.scheduler.client import Client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 pytest_plugins = ["slurm_cluster"]
 
 USERS = """
@@ -33,7 +33,13 @@ groups:
 
 
 @contextmanager
-def service(slurm: SlurmCluster, data_dir: Path, stop_tasks: bool = True) -> Iterator[Client]:
+def service(
+    slurm: SlurmCluster,
+    data_dir: Path,
+    stop_tasks: bool = True,
+    partition: str | None = None,
+    task_identity: str = "service",
+) -> Iterator[Client]:
     from labhive.scheduler.executors.slurm_cli import Slurm
     from labhive.scheduler.executors.slurm_config import cluster_from_slurm
     from labhive.scheduler.service.server import ServeOptions, build
@@ -42,11 +48,13 @@ def service(slurm: SlurmCluster, data_dir: Path, stop_tasks: bool = True) -> Ite
     if not cluster.exists():
         cluster.write_text(cluster_from_slurm(Slurm(conf=str(slurm.conf))))
     (data_dir / "users.yaml").write_text(USERS)
+    (data_dir / "users.yaml").chmod(0o600)  # tokens: a service running users' uids insists
     port = free_port()
     opts = ServeOptions(
         port=port, data_dir=data_dir, users=data_dir / "users.yaml", grace_s=1.0,
         cluster=str(cluster), executor="slurm",
-        executor_options={"slurm_conf": str(slurm.conf)}, gpu_sample_s=0,
+        executor_options={"slurm_conf": str(slurm.conf), "partition": partition},
+        gpu_sample_s=0, task_identity=task_identity,
     )  # fmt: skip
     running = build(opts)
     running.service.loop.poll_s = 0.05
@@ -125,6 +133,38 @@ def test_a_restarted_service_re_adopts_a_running_job_and_settles_its_exit_code(
             job.attempt == 1
             and job.events()[-1]["why"] == "attempt 1 failed (exit codes main-0: 3)"
         )
+
+
+def test_a_job_past_its_partitions_default_time_fails_at_that_limit_not_requeued_forever(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """Given the service on partition "short" (DefaultTime 1 min) with a cluster config that
+    sets no time limit, and a job that declares none and runs 10 min with 2 retries: Slurm
+    stops it at the partition's minute. Expect it FAILED "time limit of 1 min reached" after
+    its one attempt, no retry spent (before: "attempt N lost its tasks", requeued every
+    minute)."""
+    with service(slurm, data_dir, partition="short") as alice:
+        job = alice.submit(command="sleep 600", gpus=1, name="endless", retries=2)
+        state(job, "FAILED", timeout=200)
+        last = job.events()[-1]
+        assert last["reason"] == "time limit of 1 min reached", job.events()
+        assert last["why"].startswith("time limit of 1 min reached; ask for more time")
+        assert job.attempt == 1 and job.retries_used == 0
+
+
+def test_a_uid_slurm_does_not_know_is_the_jobs_why_with_the_fix(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """Given the service running tasks as its users' own uids (allocated from 200000, which no
+    Slurm node knows), expect alice's job FAILED with Slurm's refusal and what to do in its
+    why, not a bare "exit codes main-0: 127"."""
+    with service(slurm, data_dir, task_identity="users") as alice:
+        job = alice.submit(command="true", gpus=1, name="stranger", retries=0)
+        state(job, "FAILED")
+        why = job.events()[-1]["why"]
+        assert "main-0: 127 (cannot start the task: Slurm knows no account uid 2" in why, why
+        assert "create that account on the Slurm controller and every node" in why
+        assert "--first-uid" in why
 
 
 def _slurm_jobs(slurm: SlurmCluster) -> list[str]:

@@ -66,6 +66,10 @@ class TaskLaunch(GuaranteeAndLimit):
     memory_limit_mb: int | None = None
     #: The directory the command starts in, entered as the task's user (None: its work dir).
     cwd: str | None = None
+    #: The most seconds the attempt may run (the job's ``time_limit``, its VC's default):
+    #: the loop stops it there; an executor whose backend enforces limits of its own (Slurm's
+    #: ``--time``) passes it on so the backend knows it too.
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,10 @@ class TaskExit:
     exit_code: int | None
     reason: str = ""
     requeue: bool = False  # the task was lost through no fault of its own (evicted, node lost)
+    #: The backend stopped it at a time limit (Slurm's TIMEOUT): the job ends FAILED at its
+    #: limit, as the loop ends a job past its own deadline, retries unspent.
+    timed_out: bool = False
+    time_limit: float | None = None  # that limit's seconds, when the backend says
 
 
 class Executor(Protocol):

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labhive.scheduler.executors.base import TaskKey, TaskLaunch
+from labhive.scheduler.executors.base import LaunchError, TaskKey, TaskLaunch
 from labhive.scheduler.executors.env import task_vars
 
 DOMAIN = "labhive.io"
@@ -220,9 +220,12 @@ def pod_manifest(
                 "command": ["/bin/sh", "-c", launch.command],
                 "env": _env_list(env),
                 "resources": {"requests": requests, "limits": limits},
+                "securityContext": _container_security(),
             }
         ],
     }
+    if launch.uid is not None:
+        spec["securityContext"] = _pod_security(launch)
     if service:
         spec["subdomain"] = service
         # Lets a command say ``worker-0`` (OpenPAI's host names) instead of the full DNS name.
@@ -242,6 +245,39 @@ def pod_manifest(
             "annotations": annotations,
         },
         "spec": spec,
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    """What every task's container gets, whoever it runs as: no way to gain privileges
+    (setuid binaries, file capabilities), no capabilities at all, the runtime's default
+    seccomp filter. GPUs reach it only as the device plugin's resource (``nvidia.com/gpu``),
+    never as privileged mode or host devices."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _pod_security(launch: TaskLaunch) -> dict[str, Any]:
+    """The task as its LabHive user, as the local executor runs it: that uid and gid for
+    every process, volumes group-owned by it (``fsGroup``), and the kubelet refusing to start
+    the pod as root (``runAsNonRoot``), whatever the image's USER says."""
+    uid = launch.uid
+    if not uid:
+        raise LaunchError(
+            f"user {launch.user!r} has uid 0: a task never runs as root on Kubernetes; give "
+            "the user a uid of their own in users.yaml"
+        )
+    group = uid if launch.gid is None else launch.gid
+    return {
+        "runAsUser": uid,
+        "runAsGroup": group,
+        "fsGroup": group,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 

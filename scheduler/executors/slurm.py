@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import threading
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.executors.base import (
+    NOT_STARTED,
     LaunchError,
     Stream,
     TaskExit,
@@ -57,17 +59,41 @@ from labhive.scheduler.executors.slurm_cli import (
     Slurm,
     SlurmError,
     job_states,
+    job_time_limits,
     nodes,
+    relaunched,
+    slurm_minutes,
 )
 from labhive.scheduler.executors.supervise import EXIT_FILE, write_json_atomic
 from labhive.scheduler.model import NodeDown, NodeUp
+from labhive.scheduler.time_limits import show_duration
 
 log = logging.getLogger("labhive.executors.slurm")
 
 RUN_FILE = "run.sh"
 GPUS_FILE = "slurm_gpus"
-#: Job states in which Slurm lost the job through no fault of its own: the service requeues.
+#: Job states in which Slurm lost the job through no fault of its own: the service requeues
+#: without spending a retry, as for a node that goes down (a node failure, a node that never
+#: booted, Slurm's own preemption).
 _LOST_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
+#: Slurm stopped the job at its time limit (``--time``, else the partition's DefaultTime).
+_TIMEOUT = "TIMEOUT"
+#: The exit status of a task ended by SIGTERM, as a shell reports it.
+_TERMINATED = 128 + 15
+#: Slurm ended the job as failed before its script recorded the task's exit: Slurm could not
+#: run it (an account the node lacks, an output file it cannot open, its memory): a failure
+#: with Slurm's words, never a lost task requeued over and over.
+_FAILED_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "DEADLINE"})
+#: srun's lines about steps that ran and ended: a task's own failure, not Slurm's.
+_TASK_ENDED = re.compile(
+    r"task \d+: (exited with exit code|killed|terminated)|\*\*\* (job|step) ", re.IGNORECASE
+)
+#: srun's and slurmstepd's words for a step they could not start.
+_STEP_REFUSED = re.compile(
+    r"unable to (create|launch)|launch failed|invalid (user|group)|couldn't|execve|"
+    r"permission denied|no such file",
+    re.IGNORECASE,
+)
 #: Variables that name the GPUs: Slurm sets them per step from the devices it picked.
 _GPU_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABHIVE_GPUS"})
 
@@ -144,6 +170,9 @@ class SlurmExecutor:
         self._queried_at = float("-inf")
         self._nodes_listed_at: float | None = None
         self._node_health: dict[str, str | None] = {}
+        #: Tasks that recorded a failure, already asked ``squeue`` about once: they wait for
+        #: the next regular query (a job Slurm is still ending shows COMPLETING, not why).
+        self._doubted: set[TaskKey] = set()
 
     # ---- launch ---------------------------------------------------------------------------
 
@@ -170,9 +199,12 @@ class SlurmExecutor:
         script.write_text(_batch_script(components, works))
         # sbatch hands its own environment to the job (--export=ALL): so it gets the tasks'
         # allow-list as the service's own user, never the service's whole environment
-        argv = ["sbatch", "--parsable", "--export=ALL"]
+        # --no-requeue: LabHive decides where a job goes again; Slurm requeueing it itself (a
+        # launch that failed on the node) left it PENDING under a job the service saw running
+        argv = ["sbatch", "--parsable", "--export=ALL", "--no-requeue"]
         argv.append(f"--job-name=labhive-{first.job_id}-{first.attempt}")
         argv += [f"--output={script.with_suffix('.out')}", *self._identity(tasks[0], works)]
+        argv += self._time(tasks[0])
         for i, component in enumerate(components):
             argv += ([":"] if i else []) + component.options(self.partition)
         argv.append(str(script))
@@ -191,7 +223,10 @@ class SlurmExecutor:
                 "stdout": str(work / "stdout"),
                 "stderr": str(work / "stderr"),
                 "exit_file": str(work / EXIT_FILE),
+                "slurm_output": str(script.with_suffix(".out")),  # srun's and Slurm's own words
                 "observe": launch.observe,
+                "time_limit": launch.time_limit,  # what a Slurm TIMEOUT reports as reached
+                "uid": launch.uid if os.geteuid() == 0 else None,  # as sbatch --uid named it
             }
             write_json_atomic(work / HANDLE_FILE, info)
             handle = TaskHandle(launch.key, info)
@@ -238,26 +273,51 @@ class SlurmExecutor:
         os.chown(out, launch.uid, gid)  # the batch script's own output lands here
         return [f"--uid={launch.uid}", f"--gid={gid}"]
 
+    def _time(self, launch: TaskLaunch) -> list[str]:
+        """``--time``: the job's limit plus the grace period, in Slurm's whole minutes. The
+        service stops the job at its limit itself; Slurm's limit is the backstop and what its
+        backfill plans with. Without one, the partition's DefaultTime applies (learned from
+        ``squeue`` while the job runs)."""
+        if launch.time_limit is None:
+            return []
+        return [f"--time={slurm_minutes(launch.time_limit + self.grace_s)}"]
+
     # ---- poll and adopt -------------------------------------------------------------------
 
     def poll(self) -> list[TaskExit]:
-        """Tasks that ended since the last poll: a recorded exit at once, a vanished Slurm job
-        once ``squeue`` (asked at most every ``poll_s``) no longer runs it. The loop polls
-        while actuation workers launch and stop: a task a stop took away is simply skipped."""
-        ended = [e for k, h in self._tracked() if _recorded(h.info) for e in self._settled(k)]
-        now = time.monotonic()
+        """Tasks that ended since the last poll: a recorded exit of 0 at once; a recorded
+        failure once ``squeue`` says why the job ended (asked at once: a step Slurm killed at
+        the time limit records a failure too); a vanished Slurm job once ``squeue`` (asked at
+        most every ``poll_s``) no longer runs it. The loop polls while actuation workers
+        launch and stop: a task a stop took away is simply skipped."""
         tracked = self._tracked()
-        if not tracked or now - self._queried_at < self._poll_s:
-            return ended
+        codes = {k: _read_exit(h.info) for k, h in tracked if _recorded(h.info)}
+        now = time.monotonic()
+        fresh = {k for k, c in codes.items() if c != 0} - self._doubted
+        self._doubted |= fresh
+        if not tracked or (not fresh and now - self._queried_at < self._poll_s):
+            return [e for k, c in codes.items() if c == 0 for e in self._settled(k)]
         self._queried_at = now
         try:
-            states = job_states(self.slurm.json(["squeue"]))
+            doc = self.slurm.json(["squeue"])
         except SlurmError as err:
             log.warning("cannot ask Slurm for job states (tasks keep their state): %s", err)
-            return ended
+            return [e for k in codes for e in self._settled(k)]
+        states, limits, requeued = job_states(doc), job_time_limits(doc), relaunched(doc)
+        ended = []
         for key, handle in tracked:
-            state = states.get(handle.info["slurm_job_id"])
-            if state is None or state in ENDED_STATES:
+            slurm_id = str(handle.info["slurm_job_id"])
+            if slurm_id in requeued:
+                ended.extend(self._not_launched(key))
+                continue
+            if slurm_id in limits:
+                handle.info.setdefault("slurm_time_limit", limits[slurm_id])
+            state = states.get(slurm_id)
+            if key in codes:
+                if codes[key] != 0 and state == "COMPLETING":
+                    continue  # Slurm is still ending the job: its end state will say why
+                ended.extend(self._settled(key, state))
+            elif state is None or state in ENDED_STATES:
                 ended.extend(self._settled(key, state or "gone from squeue"))
         return ended
 
@@ -269,18 +329,55 @@ class SlurmExecutor:
         """The task's exit (none when a concurrent stop settled it first)."""
         with self._lock:
             handle = self._tasks.pop(key, None)
+        self._doubted.discard(key)
         if handle is None:
             return []
         info = handle.info
         record = _read_exit(info)
-        if record is not None:
-            return [TaskExit(key, record, _describe(record))]
+        if slurm_state == _TIMEOUT:
+            return [_timed_out(key, info, record)]
+        if record is not None and (record == 0 or slurm_state not in _LOST_STATES):
+            said = _slurm_said(info) if record else ""
+            if said and _STEP_REFUSED.search(said):  # Slurm never ran it: its words, not a code
+                return [TaskExit(key, record, f"{NOT_STARTED}{_describe(record)}; {said}")]
+            return [TaskExit(key, record, _describe(record) + (f"; {said}" if said else ""))]
+        if slurm_state in _FAILED_STATES:
+            said = _slurm_said(info) or f"nothing in {info.get('slurm_output')}: see slurmd's log"
+            why = (
+                f"{NOT_STARTED}Slurm job {info['slurm_job_id']} ended {slurm_state} before "
+                f"the task recorded an exit status; {said}"
+            )
+            return [TaskExit(key, 127, why)]
         lost = slurm_state in _LOST_STATES
         why = (
             f"Slurm job {info['slurm_job_id']} ended ({slurm_state}) "
             "before the task recorded an exit status"
         )
         return [TaskExit(key, None, why, requeue=lost)]
+
+    def _not_launched(self, key: TaskKey) -> list[TaskExit]:
+        """Slurm tried to start the job and put it back in its queue: cancel it (else it waits
+        there while the service shows it running) and fail the attempt saying why."""
+        with self._lock:
+            handle = self._tasks.pop(key, None)
+        if handle is None:
+            return []
+        info = handle.info
+        self._scancel([str(info["slurm_job_id"])])
+        why = (
+            f"{NOT_STARTED}Slurm could not start job {info['slurm_job_id']} on {info['node']} "
+            "and put it back in its queue"
+        )
+        if info.get("uid") is not None:
+            why += (
+                f"; most often the controller or the node knows no account for uid "
+                f"{info['uid']} (slurmctld's log: 'getpwuid failed'): create that account on "
+                "the Slurm controller and every node, or set --first-uid to the range of the "
+                "site's uids"
+            )
+        else:
+            why += "; slurmctld's log says why"
+        return [TaskExit(key, 127, why)]
 
     def adopt(self, handles: Sequence[TaskHandle]) -> list[TaskExit]:
         """Take over tasks recorded before a restart; settle those whose Slurm job ended."""
@@ -483,14 +580,37 @@ def _addressed_env(
     return env
 
 
+#: Slurm's refusals (words of its messages, lower case) and what the admin does about each.
+_FIXES = (
+    ("invalid account", "create the Slurm account (sacctmgr add account) or give the service "
+     "a default account its users belong to"),
+    ("invalid qos", "grant the users that QOS (sacctmgr modify user ... set qos+=...) or "
+     "submit to a partition whose QOS they have"),
+    ("qos policy", "the job is over a QOS limit of the users' Slurm association "
+     "(sacctmgr show assoc): raise it or ask for less"),
+    ("invalid partition", "name a partition Slurm has (sinfo -s) with --partition"),
+    ("time limit is invalid", "the job's time limit is over the partition's MaxTime: set the "
+     "VC's timeLimit max to it (labhive cluster from-slurm --partition reads it)"),
+    ("not permitted to use this partition", "allow the users' group in the partition's "
+     "AllowGroups, or use another partition"),
+    ("node configuration is not available", "the cluster config asks for more CPUs, memory or "
+     "GPUs than Slurm gives the node: write it again with labhive cluster from-slurm"),
+)  # fmt: skip
+
+
 def _launch_advice(message: str, launch: TaskLaunch) -> str:
+    """Slurm's refusal as the job's why: what Slurm said, what it means, what to do; it starts
+    with ``NOT_STARTED`` so the service shows it with the attempt's failure (not a bare 127)."""
     if "Invalid --uid" in message or "Invalid --gid" in message or "Invalid user" in message:
         return (
-            f"Slurm knows no account uid {launch.uid} (group gid {launch.gid}): create that "
-            "account on the controller and every node (or name an existing uid for user "
-            f"{launch.user!r} in users.yaml). Slurm said: {message}"
+            f"{NOT_STARTED}Slurm knows no account uid {launch.uid} (group gid {launch.gid}) "
+            f"for user {launch.user!r}: create that account on the Slurm controller and every "
+            "node, or give the user the uid of their site account in users.yaml, or set "
+            "--first-uid to the range of the site's uids. Slurm said: " + message
         )
-    return f"Slurm refused the job: {message}"
+    lower = message.lower()
+    fix = next((f for words, f in _FIXES if words in lower), None)
+    return f"{NOT_STARTED}Slurm refused the job: {message}" + (f"; {fix}" if fix else "")
 
 
 # ---- records ----------------------------------------------------------------------------------
@@ -505,6 +625,44 @@ def _read_exit(info: Mapping[str, Any]) -> int | None:
         return int(json.loads(Path(info["exit_file"]).read_text())["exit_code"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _timed_out(key: TaskKey, info: Mapping[str, Any], code: int | None) -> TaskExit:
+    """Slurm ended the job at its time limit: the job's own when LabHive passed it (Slurm's is
+    that plus the grace, in whole minutes), else the one Slurm was seen enforcing."""
+    limit = info.get("time_limit") or info.get("slurm_time_limit")
+    shown = f" of {show_duration(float(limit))}" if limit else ""
+    why = f"Slurm stopped job {info['slurm_job_id']} at its time limit{shown} (TIMEOUT)"
+    # Slurm ends it with TERM (then KILL after KillWait): a task whose exit its script could
+    # not record any more shows that, not "-"
+    code = _TERMINATED if code is None else code
+    return TaskExit(key, code, why, timed_out=True, time_limit=float(limit) if limit else None)
+
+
+def _slurm_said(info: Mapping[str, Any]) -> str:
+    """Slurm's own complaints in the batch output (``srun: error: ...``, ``slurmstepd: error:
+    ...``), the lines about tasks that simply ended left out; with the fix where known."""
+    try:
+        with open(info.get("slurm_output") or "", "rb") as out:
+            out.seek(max(0, out.seek(0, os.SEEK_END) - 8192))
+            text = out.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if "error:" in line and not _TASK_ENDED.search(line)
+    ]
+    if not lines:
+        return ""
+    said = "Slurm said: " + " | ".join(lines[-2:])
+    lower = said.lower()
+    if "user" in lower and ("invalid" in lower or "unknown" in lower or "lookup" in lower):
+        said += (
+            "; the node knows no account for the task's uid: create that account on every "
+            "Slurm node, or set --first-uid to the range of the site's uids"
+        )
+    return said
 
 
 def _describe(code: int) -> str:

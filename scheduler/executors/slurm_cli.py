@@ -164,3 +164,42 @@ def job_states(doc: Mapping[str, Any]) -> dict[str, str]:
         if out.get(leader) is None or out[leader] in ENDED_STATES:
             out[leader] = state
     return out
+
+
+#: Slurm's "no limit" (INFINITE) and "not set" (NO_VAL) in a 32-bit minutes field.
+_NO_LIMIT = 0xFFFFFFFE
+
+
+def job_time_limits(doc: Mapping[str, Any]) -> dict[str, float]:
+    """Slurm job id -> the time limit Slurm enforces on it, in seconds (jobs without one are
+    left out). ``--time`` when LabHive passed it, else the partition's ``DefaultTime``: so the
+    service learns the limit a job it sent without one ends at. Slurm 22.05 prints minutes as
+    a number; later versions as ``{"set": true, "infinite": false, "number": N}``."""
+    out: dict[str, float] = {}
+    for job in doc.get("jobs") or []:
+        leader = str(job.get("het_job_id") or job.get("job_id") or "")
+        raw = job.get("time_limit")
+        if isinstance(raw, Mapping):
+            raw = None if raw.get("infinite") or not raw.get("set", True) else raw.get("number")
+        if leader and isinstance(raw, int) and 0 < raw < _NO_LIMIT:
+            out.setdefault(leader, raw * 60.0)
+    return out
+
+
+def slurm_minutes(seconds: float) -> int:
+    """Slurm counts time limits in whole minutes: ``seconds`` rounded up, at least one."""
+    return max(1, int(-(-seconds // 60)))
+
+
+def relaunched(doc: Mapping[str, Any]) -> set[str]:
+    """Jobs Slurm put back in its queue itself after starting them (``restart_cnt``): a launch
+    that failed on the controller or a node (an account it does not know, a node that did not
+    answer). LabHive submits with ``--no-requeue``, yet Slurm requeues such launches anyway."""
+    out = set()
+    for job in doc.get("jobs") or []:
+        leader = str(job.get("het_job_id") or job.get("job_id") or "")
+        restarts = job.get("restart_cnt")
+        pending = str(job.get("job_state") or "").upper() == "PENDING"
+        if leader and pending and isinstance(restarts, int) and restarts > 0:
+            out.add(leader)
+    return out

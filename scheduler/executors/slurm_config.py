@@ -6,7 +6,10 @@ Each GPU type becomes a SKU (CPU and memory per GPU from its smallest node), eac
 (type, GPUs per node) a node-level cell type, and each switch (or, without a topology, all
 nodes of one node type) a cell above the nodes. One VC, ``default``, owns everything: the admin
 edits the VCs from there. Nodes without GPUs are left out, with a comment saying so: HiveD's
-cells are GPU cells.
+cells are GPU cells. The VC's ``timeLimit`` is the partition's ``DefaultTime``/``MaxTime``
+(the partition the service will submit to, else Slurm's default one): the service then
+passes every job a limit Slurm accepts, and says at submission when a job asks for more than
+the partition allows instead of Slurm refusing it later.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import yaml
 from labhive.scheduler.executors.slurm_cli import Slurm, SlurmNode, nodes
 
 
-def cluster_from_slurm(slurm: Slurm, topology: Path | None = None) -> str:
+def cluster_from_slurm(
+    slurm: Slurm, topology: Path | None = None, partition: str | None = None
+) -> str:
     """The config's YAML text (with a header comment naming what was left out)."""
     listed = nodes(slurm.json(["sinfo"]))
     gpu_nodes = [n for n in listed if n.gpus > 0]
@@ -31,6 +36,9 @@ def cluster_from_slurm(slurm: Slurm, topology: Path | None = None) -> str:
     topo = topology if topology is not None else _topology_beside(slurm)
     switches = _switches(slurm, topo) if topo and topo.exists() else {}
     config = _config(gpu_nodes, switches)
+    limits = partition_time_limit(slurm, partition)
+    if limits:
+        config["virtualClusters"]["default"]["timeLimit"] = limits
     header = "# Written by `labhive cluster from-slurm` from sinfo"
     header += f" and {topo}" if switches else ""
     header += ".\n# Edit virtualClusters to split the cluster between VCs.\n"
@@ -98,3 +106,44 @@ def _switches(slurm: Slurm, topology: Path) -> dict[str, list[str]]:
             names = slurm.run(["scontrol", "show", "hostnames", fields["Nodes"]]).split()
             out[fields["SwitchName"]] = names
     return out
+
+
+def partition_time_limit(slurm: Slurm, name: str | None) -> dict[str, str]:
+    """``{default, max}`` from the partition's ``DefaultTime`` and ``MaxTime`` as
+    ``scontrol show partition`` prints them (either left out when Slurm sets none); the
+    partition ``name``, else the one marked ``Default=YES``. ValueError for a name Slurm lacks."""
+    fields = [
+        dict(word.split("=", 1) for word in line.split() if "=" in word)
+        for line in slurm.run(["scontrol", "show", "partition", "--oneliner"]).splitlines()
+    ]
+    chosen = [
+        f
+        for f in fields
+        if f.get("PartitionName") == name or (not name and f.get("Default") == "YES")
+    ]
+    if not chosen:
+        have = ", ".join(f.get("PartitionName", "?") for f in fields)
+        if name:
+            raise ValueError(f"Slurm has no partition {name!r} (it has: {have})")
+        return {}
+    out = {}
+    for key, word in (("default", "DefaultTime"), ("max", "MaxTime")):
+        seconds = slurm_seconds(chosen[0].get(word, "NONE"))
+        if seconds is not None:
+            out[key] = f"{seconds}s" if seconds % 60 else f"{seconds // 60}m"
+    return out
+
+
+def slurm_seconds(text: str) -> int | None:
+    """Seconds in a Slurm duration (``[days-]hours:minutes:seconds``, ``minutes:seconds``, or
+    minutes); None for ``UNLIMITED``, ``NONE`` or ``INFINITE``."""
+    if text.upper() in ("UNLIMITED", "NONE", "INFINITE", "N/A", ""):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if len(parts) == 1:
+        parts = [0, parts[0], 0]  # a bare number is minutes
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    hours, minutes, seconds = parts
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds

@@ -123,6 +123,7 @@ def default_launches(
                 user=job["user"],
                 observe=spec.observe,
                 vc=spec.vc,
+                time_limit=spec.time_limit,
             )
         )
     return out
@@ -875,6 +876,10 @@ class SchedulerLoop:
             if run is None or ex.key.attempt != run.attempt or ex.key not in run.task_ids:
                 continue  # a stale attempt's straggler
             work.ended_tasks.append((run.task_ids[ex.key], ex.exit_code))
+            if ex.timed_out:  # its backend's time limit (Slurm's TIMEOUT), not a failure of its own
+                decided.discard(job_id)
+                self._end_at_limit(job_id, run, ex.time_limit, work, t)
+                continue
             if self.on_task_exit is not None and ex.exit_code != 0:
                 self.on_task_exit(job_id, ex)
             run.codes[(ex.key.role, ex.key.index)] = ex.exit_code
@@ -965,13 +970,20 @@ class SchedulerLoop:
         for job_id, run in list(self._running.items()):
             if run.deadline is None or run.deadline > t:
                 continue
-            spec = self._specs.get(job_id)
-            limit = (spec.time_limit if spec is not None else None) or 0.0
-            reason = limit_reached(limit)
-            why = f"{reason}; ask for more time (time_limit, --time) if it needs longer"
-            del self._running[job_id]
-            settle = Settle(job_id, lc.FAILED, reason, why)
-            self._begin_drain(run, settle, Finish(job_id, t), work, reason)
+            self._end_at_limit(job_id, run, None, work, t)
+
+    def _end_at_limit(
+        self, job_id: int, run: _Running, limit: float | None, work: _Pass, t: float
+    ) -> None:
+        """End the job FAILED at its time limit (``limit``: the one its backend enforced, when
+        it says; else the job's own), stopping what is left of it."""
+        spec = self._specs.get(job_id)
+        limit = limit or (spec.time_limit if spec is not None else None)
+        reason = limit_reached(limit) if limit else "time limit reached"
+        why = f"{reason}; ask for more time (time_limit, --time) if it needs longer"
+        del self._running[job_id]
+        settle = Settle(job_id, lc.FAILED, reason, why)
+        self._begin_drain(run, settle, Finish(job_id, t), work, reason)
 
     def _cancel_jobs(self, cancels: list[int], work: _Pass, t: float) -> list[ServiceEvent]:
         out: list[ServiceEvent] = []
