@@ -96,6 +96,16 @@ def test_suggestions_when_applied_start_the_job(service, capsys):
     assert cli(service, capsys, "show", str(moved.id), "--suggest")[0] == 2  # not waiting
 
 
+#: A stand-in for a notebook server: it listens where the hub looks for it (the spawner's start
+#: returns once its server listens), and never ends.
+LISTENING_SERVER = (
+    "import os, socket, time, urllib.parse as u;"
+    "port = u.urlparse(os.environ['JUPYTERHUB_SERVICE_URL']).port;"
+    "s = socket.create_server(('127.0.0.1', port));"
+    "time.sleep(600)"
+)
+
+
 def spawner(service, tmp_path, name: str = "", gpus: int = 1):
     """Alice's spawner (her server ``name``) for a ``gpus``-GPU server, as the hub makes it."""
     import sys
@@ -112,7 +122,7 @@ def spawner(service, tmp_path, name: str = "", gpus: int = 1):
         api_token="alice-token-123",
         service_url=service.url,
         service_token=service.admin,
-        cmd=[sys.executable, "-c", "import time; time.sleep(600)"],
+        cmd=[sys.executable, "-c", LISTENING_SERVER],
         secrets_dir=str(tmp_path / "secrets"),
         profiles=[{"slug": "gpus", "display_name": f"{gpus} GPUs", "gpus": gpus}],
         poll_s=0.1,
