@@ -173,19 +173,24 @@ def test_another_users_job_and_a_missing_job_get_the_same_404_on_every_job_route
     alice = live_sqlite.client(ALICE)
     mine = alice.submit(command="echo secret", vc="vc1", gpus=1, name="mine")
     missing = mine.id + 1000
-    job_routes = [p for p in routes(live_sqlite, "GET") if "{job_id}" in p]
-    job_routes += [p for p in routes(live_sqlite, "POST") if "{job_id}" in p]
+    posts = [p for p in routes(live_sqlite, "POST") if "{job_id}" in p]
+    job_routes = [p for p in routes(live_sqlite, "GET") if "{job_id}" in p] + posts
     assert len(job_routes) >= 7, job_routes  # show, cancel, events, logs, observations, ...
     with httpx.Client(headers=auth(BOB), timeout=60) as bob:
         for path in job_routes:
-            method = "POST" if path.endswith("/cancel") else "GET"
+            method = "POST" if path in posts else "GET"
             answers = []
             for job_id in (mine.id, missing):
                 url = live_sqlite.url + path.removeprefix(PREFIX).format(job_id=job_id)
-                r = bob.request(method, url, params={"wait": 0} if method == "POST" else None)
+                body = {"reason": "probe", "in_s": 60} if path.endswith("/stop-notice") else None
+                params = {"wait": 0} if method == "POST" else None
+                r = bob.request(method, url, params=params, json=body)
                 answers.append((r.status_code, r.json()["detail"].replace(str(job_id), "N")))
             theirs, nothing = answers
             assert theirs == nothing, (path, answers)
+            if "/stop-notice" in path:  # admins' only: one refusal for every user
+                assert theirs[0] == 403, (path, answers)
+                continue
             assert theirs[0] == 404 and "no job N" in theirs[1], (path, answers)
     own = httpx.get(f"{live_sqlite.url}/jobs/{mine.id}", headers=auth(ALICE), timeout=60).json()
     assert own["cancel_requested"] is False  # bob's cancel did nothing
