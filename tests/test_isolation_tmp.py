@@ -400,24 +400,24 @@ def test_a_notebook_server_and_a_kernel_run_in_a_task_with_private_mounts(open_t
         uid=UID_A, gid=UID_A,
     )  # fmt: skip
 
-    def call(path: str, method: str = "GET") -> dict | None:
+    def call(path: str, method: str = "GET", timeout: float = 5.0) -> dict | None:
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/api{path}", method=method,
             headers={"Authorization": f"token {token}"},
         )  # fmt: skip
         try:
-            return json.loads(urllib.request.urlopen(req, timeout=5).read())
+            return json.loads(urllib.request.urlopen(req, timeout=timeout).read())
         except OSError:
             return None
 
     outputs: list[str] = []
     try:
         wait_until(lambda: call("/status"), "the notebook server", 90)
-        kernel = call("/kernels", "POST")
+        kernel = call("/kernels", "POST", timeout=90)  # a kernel's start: seconds when busy
         assert kernel is not None
         runtime = Path(h.info["cwd"], ".local", "share", "jupyter", "runtime")
         connection = runtime / f"kernel-{kernel['id']}.json"
-        wait_until(connection.exists, "the kernel's connection file in $HOME", 30)
+        wait_until(connection.exists, "the kernel's connection file in $HOME", 60)
         client = BlockingKernelClient(connection_file=str(connection))
         client.load_connection_file()
         client.start_channels()
