@@ -422,6 +422,9 @@ def test_a_notebook_server_and_a_kernel_run_in_a_task_with_private_mounts(open_t
         client.load_connection_file()
         client.start_channels()
         try:
+            # the kernel answers kernel_info once its iopub reaches us: output sent before
+            # that is lost (ZeroMQ's late subscriber), and the wait for it never ends
+            client.wait_for_ready(timeout=90)
             code = "import os, tempfile; print(os.getuid(), tempfile.gettempdir(), os.umask(0))"
             client.execute_interactive(
                 code, timeout=90,
