@@ -214,8 +214,9 @@ class QueueEntry(BaseModel):
 class VCOut(BaseModel):
     name: str
     guaranteed_gpus: int
-    used_gpus: int
-    opportunistic_gpus: int
+    #: A GPU share counts as its fraction: a whole number unless shares run.
+    used_gpus: int | float
+    opportunistic_gpus: int | float
     waiting: int
     may_submit: bool
 
@@ -244,6 +245,13 @@ class QueueOut(BaseModel):
     next_offset: int | None = Field(None, description="the next page's offset; None: no more")
 
 
+class ShareOut(BaseModel):
+    """One job's share of a GPU."""
+
+    job: int | str
+    share: float = Field(description="the fraction of the GPU: 0.5, 0.25 or 0.125")
+
+
 class GPUOut(BaseModel):
     node: str
     index: int
@@ -253,6 +261,10 @@ class GPUOut(BaseModel):
         description="the job's id, or \"another user's job\" for a non-admin's view of others'"
     )
     virtual: bool
+    #: For a GPU that hosts shares: the sharers (``job`` names one of them) and how much of
+    #: the GPU they use together (0.125..1); empty and None for a GPU used whole or idle.
+    shares: list[ShareOut] = []
+    shared_used: float | None = None
 
 
 class NodeOut(BaseModel):
