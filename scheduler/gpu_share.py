@@ -18,6 +18,7 @@ tasks) is refused with what works instead. This module is pure: parsing and arit
 
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
 from fractions import Fraction
 
 #: A whole GPU in thousandths.
@@ -71,6 +72,45 @@ def parse_gpus(value: object) -> tuple[int, int]:
 
 def _show(amount: Fraction) -> str:
     return f"{float(amount):g}"
+
+
+def gpus_arg(text: str) -> int | float:
+    """``--gpus`` on a command line: a whole number, or a share (0.25, 1/4) as the number a
+    job's ``gpus`` takes; argparse shows a ``ValueError``'s text as the option's error."""
+    try:
+        gpus, share = parse_gpus(text)
+    except ShareError as err:
+        detail = str(err)
+        if detail.startswith("got "):
+            detail = f"not a number of GPUs ({detail}); use 1, 2, ... or a share {SHARES_SHOWN}"
+        raise ArgumentTypeError(detail) from None
+    return share / MILLI if share else gpus
+
+
+def share_of_doc(doc: object) -> int:
+    """The share (thousandths) a stored job document asks for: the short form's ``gpus`` or a
+    one-role OpenPAI job's ``resourcePerInstance.gpu``; 0 for whole GPUs or anything else (the
+    document passed intake, so a share in it is a valid one)."""
+    if not isinstance(doc, dict):
+        return 0
+    value = doc.get("gpus")
+    roles = doc.get("taskRoles")
+    if isinstance(roles, dict) and len(roles) == 1:
+        (role,) = roles.values()
+        res = role.get("resourcePerInstance") if isinstance(role, dict) else None
+        value = res.get("gpu") if isinstance(res, dict) else None
+    if value is None or isinstance(value, int):
+        return 0
+    try:
+        return parse_gpus(value)[1]
+    except ShareError:
+        return 0
+
+
+def show_gpu_use(index: int | str, shares: list[float]) -> str:
+    """A shared GPU as people read it: "GPU 0: 0.5 used by 2 jobs"."""
+    jobs = "1 job" if len(shares) == 1 else f"{len(shares)} jobs"
+    return f"GPU {index}: {sum(shares):g} used by {jobs}"
 
 
 def fraction(share_milli: int) -> float:

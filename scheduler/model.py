@@ -229,6 +229,8 @@ class JobView(Generic[JobId]):
     downgraded: tuple[tuple[str, int, str], ...] = ()
     #: Tasks of the attempt that ended on their own (``TasksEnded``), as an ``Adopt`` takes them.
     ended: tuple[tuple[str, int], ...] = ()
+    #: A GPU share's thousandths of its one GPU (``jobs.RoleSpec.share_milli``); 0: whole GPUs.
+    share_milli: int = 0
 
 
 @dataclass(frozen=True, slots=True)

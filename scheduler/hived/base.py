@@ -114,7 +114,10 @@ class HivedBase:
             self._ledger = Ledger(config)
             for job in self._jobs.values():
                 if job.placed:
-                    gpus = {k: len(p.gpus) for k, (p, _) in job.placed.items()}
+                    gpus = {
+                        k: job.share / 1000 if job.share else len(p.gpus)
+                        for k, (p, _) in job.placed.items()
+                    }
                     self._ledger.started(job.job_id, account(job), gpus)
 
     def _new_job(self, job_id: str, spec: JobSpec) -> Job:

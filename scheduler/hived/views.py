@@ -62,6 +62,7 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
         why,
         tuple(sorted((role, index, by) for (role, index), by in job.downgraded.items())),
         tuple(sorted(job.done)),
+        job.share,
     )
 
 

@@ -116,6 +116,7 @@ def _node_out(
         reason=n.reason,
         used={str(g): shown(j) for g, j in n.used.items()},
         held=n.name in svc.loop.held,
+        shares={str(g): shares_out(held, shown)["shares"] for g, held in n.shares.items() if held},
     )
 
 

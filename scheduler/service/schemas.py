@@ -103,7 +103,9 @@ class JobOut(BaseModel):
     retries: int
     retries_used: int
     task_count: int
-    gpus: int
+    gpus: int | float = Field(description="GPUs per job; a GPU share's fraction (0.25)")
+    #: For a GPU share: what enforces it ("not enforced: shares are time-sliced ..." or MPS).
+    gpu_sharing: str | None = None
     opportunistic: bool
     cancel_requested: bool
     reason: str
@@ -196,7 +198,7 @@ class QueueEntry(BaseModel):
     position: int | None
     vc: str
     state: str
-    gpus: int
+    gpus: int | float  # a GPU share's fraction (0.25)
     tasks: int
     priority: int
     opportunistic: bool = False
@@ -279,6 +281,8 @@ class NodeOut(BaseModel):
     held: bool = Field(
         False, description="an admin took the node down; only POST /nodes/{node}/up lifts it"
     )
+    #: GPU index -> its sharers, for GPUs that host GPU shares (``used`` names one of them).
+    shares: dict[str, list[ShareOut]] = {}
 
 
 class NodeDownRequest(BaseModel):
