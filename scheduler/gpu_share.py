@@ -74,17 +74,23 @@ def _show(amount: Fraction) -> str:
     return f"{float(amount):g}"
 
 
+def as_number(value: object) -> int | float:
+    """A GPU count as a job's ``gpus`` takes it: whole GPUs as an int, a share (0.25, "1/4")
+    as its fraction; a ``ShareError`` for anything else."""
+    gpus, share = parse_gpus(value)
+    return share / MILLI if share else gpus
+
+
 def gpus_arg(text: str) -> int | float:
     """``--gpus`` on a command line: a whole number, or a share (0.25, 1/4) as the number a
     job's ``gpus`` takes; argparse shows a ``ValueError``'s text as the option's error."""
     try:
-        gpus, share = parse_gpus(text)
+        return as_number(text)
     except ShareError as err:
         detail = str(err)
         if detail.startswith("got "):
             detail = f"not a number of GPUs ({detail}); use 1, 2, ... or a share {SHARES_SHOWN}"
         raise ArgumentTypeError(detail) from None
-    return share / MILLI if share else gpus
 
 
 def share_of_doc(doc: object) -> int:

@@ -42,7 +42,12 @@ class JobRequest(BaseModel):
     vc: str | None = Field(default=None, min_length=1, max_length=128)
     priority: str | int | None = None
     tasks: int | None = Field(default=None, ge=1, le=10_000)
-    gpus: int | None = Field(default=None, ge=0, le=10_000)
+    gpus: int | float | None = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="GPUs per task, or a share of one GPU for a single task: 0.5, 0.25, 0.125",
+    )
     cpu: float | None = Field(default=None, gt=0, le=100_000)
     memory_mb: int | None = Field(default=None, ge=0, le=1 << 40)
     cpu_limit: float | None = Field(
