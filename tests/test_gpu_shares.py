@@ -186,3 +186,46 @@ def test_a_share_is_for_a_single_task():
         }
     )
     assert (spec.roles[0].gpu, spec.roles[0].share_milli, spec.gpu_amount) == (1, 250, 0.25)
+
+
+# ---- what a share's task gets: its variables, and what the cluster config says enforces it ----
+
+
+def test_a_share_is_time_sliced_unless_the_admin_turns_on_mps(tmp_path):
+    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.executors.gpu_share_env import share_env, sharing_note
+
+    def config(extra: str):
+        path = tmp_path / "c.yaml"
+        path.write_text(ONE_GPU_VC + extra)
+        return load_cluster_config(path).gpu_sharing
+
+    plain = config("")
+    assert share_env(0, plain) == {}  # a whole-GPU task: nothing added
+    assert share_env(250, plain) == {
+        "LABHIVE_GPU_SHARE": "0.25",
+        "LABHIVE_GPU_SHARING": sharing_note(plain),
+    }
+    assert sharing_note(plain).startswith("not enforced: shares are time-sliced")
+    mps = config("gpuSharing: {mode: mps, gpuMemoryMB: 81920}\n")
+    env = share_env(125, mps)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "12"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"  # an eighth of 80 GiB
+    assert "untested on hardware" in env["LABHIVE_GPU_SHARING"]
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in share_env(500, config("gpuSharing: mps\n"))
+    with pytest.raises(Exception, match="gpuSharing: must be one of timeslice, mps"):
+        config("gpuSharing: mig\n")
+
+
+def test_fair_share_counts_a_share_as_its_fraction_of_a_gpu():
+    """Given fair share in a VC, alice's quarter runs as long as bob's whole GPU: she has used
+    a quarter of his GPU-seconds, so her next job goes first."""
+    c = Cluster(ONE_GPU_VC + "fairShare: {halfLife: 7d}\n")
+    c.handle(Tick(0.0))
+    c.submit("alice-q", vc="vc2", priority="prod", gpus=0.25, user="alice")
+    c.submit("bob-1", vc="vc2", priority="prod", gpus=1, user="bob")
+    c.handle(Tick(3600.0))
+    ledger = c.sched._ledger
+    assert ledger is not None
+    assert ledger.running[("vc2", "alice")] == 0.25 and ledger.running[("vc2", "bob")] == 1
+    assert ledger.usage(("vc2", "alice")) == pytest.approx(ledger.usage(("vc2", "bob")) / 4)

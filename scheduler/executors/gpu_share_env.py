@@ -47,7 +47,10 @@ def sharing_note(sharing: GpuSharing) -> str:
         if sharing.gpu_memory_mb
         else "(memory not capped: the config gives no gpuMemoryMB)"
     )
-    return f"enforced by CUDA MPS: its part of the GPU's threads {memory}"
+    return (
+        f"CUDA MPS: its part of the GPU's threads {memory}, if the node runs the MPS control "
+        "daemon (untested on hardware; a task can unset these variables)"
+    )
 
 
 def share_env(share_milli: int, sharing: GpuSharing) -> dict[str, str]:
