@@ -20,6 +20,10 @@ from __future__ import annotations
 
 from argparse import ArgumentTypeError
 from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from labhive.scheduler.jobs import JobSpec
 
 #: A whole GPU in thousandths.
 MILLI = 1000
@@ -117,6 +121,13 @@ def show_gpu_use(index: int | str, shares: list[float]) -> str:
     """A shared GPU as people read it: "GPU 0: 0.5 used by 2 jobs"."""
     jobs = "1 job" if len(shares) == 1 else f"{len(shares)} jobs"
     return f"GPU {index}: {sum(shares):g} used by {jobs}"
+
+
+def held_gpus(spec: JobSpec | None, gpus: int) -> float:
+    """What a running job holds of GPUs (its ``gpus`` GPU slots): a share's fraction, else
+    ``gpus`` (reclaimed GPU-hours count a culled quarter as a quarter)."""
+    share = spec.share_milli if spec is not None else 0
+    return share / MILLI if share else gpus
 
 
 def fraction(share_milli: int) -> float:

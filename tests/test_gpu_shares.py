@@ -229,3 +229,28 @@ def test_fair_share_counts_a_share_as_its_fraction_of_a_gpu():
     assert ledger is not None
     assert ledger.running[("vc2", "alice")] == 0.25 and ledger.running[("vc2", "bob")] == 1
     assert ledger.usage(("vc2", "alice")) == pytest.approx(ledger.usage(("vc2", "bob")) / 4)
+
+
+# ---- what people read: the widget's map and banner, the CLI's cluster view -------------------
+
+
+def test_the_widget_and_the_cli_show_a_shared_gpu_and_that_nothing_enforces_it(capsys):
+    from labhive.kernel_ext.facts import ClusterFacts, JobFacts
+    from labhive.kernel_ext.picture import cluster_svg, cluster_text
+    from labhive.kernel_ext.render import job_html
+    from labhive.scheduler.client_commands import _gpu_cell
+
+    node = {
+        "name": "n0", "sku": "GPU", "gpus": [0, 1], "healthy": True, "reason": "",
+        "used": {"0": 12, "1": 14},
+        "shares": {"0": [{"job": 12, "share": 0.5}, {"job": 13, "share": 0.25}]},
+    }  # fmt: skip
+    cluster = ClusterFacts.from_api({"nodes": [node], "vcs": {}, "virtual": False})
+    assert "GPU 0: 0.75 used by 2 jobs" in cluster_text(cluster)
+    assert "n0 GPU 0: 0.75 used by 2 jobs (12: 0.5, 13: 0.25)" in cluster_svg(cluster)
+    assert (_gpu_cell(node, 0), _gpu_cell(node, 1)) == ("0:12+13", "1:14")
+    job = JobFacts.from_api(
+        {"id": 12, "name": "nb", "state": "RUNNING", "gpus": 0.5,
+         "gpu_sharing": "not enforced: shares are time-sliced (each sharer sees the whole GPU)"}
+    )  # fmt: skip
+    assert "0.5 of a GPU: not enforced: shares are time-sliced" in job_html(job, 0.0)
