@@ -20,10 +20,7 @@ from __future__ import annotations
 
 from argparse import ArgumentTypeError
 from fractions import Fraction
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from labhive.scheduler.jobs import JobSpec
+from typing import Protocol
 
 #: A whole GPU in thousandths.
 MILLI = 1000
@@ -123,7 +120,14 @@ def show_gpu_use(index: int | str, shares: list[float]) -> str:
     return f"GPU {index}: {sum(shares):g} used by {jobs}"
 
 
-def held_gpus(spec: JobSpec | None, gpus: int) -> float:
+class Shared(Protocol):
+    """What ``held_gpus`` reads of a job (``jobs.JobSpec``; not imported: jobs imports this)."""
+
+    @property
+    def share_milli(self) -> int: ...
+
+
+def held_gpus(spec: Shared | None, gpus: int) -> float:
     """What a running job holds of GPUs (its ``gpus`` GPU slots): a share's fraction, else
     ``gpus`` (reclaimed GPU-hours count a culled quarter as a quarter)."""
     share = spec.share_milli if spec is not None else 0
