@@ -123,6 +123,10 @@ def test_two_halves_of_one_gpu_both_open_it_and_a_whole_gpu_job_beside_them_cann
     record = halves[0].refresh().data
     assert (record["gpus"], record["tasks"][0]["gpus"]) == (0.5, [int(shared[-1])])
     assert record["gpu_sharing"].startswith("not enforced: shares are time-sliced")
+    share_record = record["tasks"][0]["limits"]["gpu_share"]
+    assert (share_record["share"], share_record["enforced"]) == (0.5, False)
+    assert share_record["why"].startswith("not enforced: shares are time-sliced")
+    assert record["tasks"][0]["limits"]["devices"]["granted_gpus"] == [int(shared[-1])]
     assert whole.refresh().data["gpus"] == 1 and whole.data.get("gpu_sharing") is None
     gpus = {g["index"]: g for g in live.client().gpus()}
     held = gpus[int(shared[-1])]

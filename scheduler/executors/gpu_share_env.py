@@ -69,6 +69,22 @@ def share_env(share_milli: int, sharing: GpuSharing) -> dict[str, str]:
     return env
 
 
+def gpu_share_record(env: dict[str, str]) -> dict[str, Any]:
+    """``{"gpu_share": {...}}`` for a share's task record (``tasks[].limits``), from the
+    variables ``share_env`` gave it: the share, and whether anything on the GPU enforces it."""
+    share = env.get("LABHIVE_GPU_SHARE")
+    if share is None:
+        return {}
+    mps = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in env
+    record: dict[str, Any] = {"share": float(share), "enforced": mps}
+    if mps:
+        record["by"] = "cuda-mps (untested on hardware)"
+        record["thread_percentage"] = int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
+        record["pinned_memory"] = env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "not capped")
+    record["why" if not mps else "note"] = env.get("LABHIVE_GPU_SHARING", NOT_ENFORCED)
+    return {"gpu_share": record}
+
+
 def with_gpu_shares(base: LaunchBuilder, sharing: GpuSharing) -> LaunchBuilder:
     """Wrap a launch builder so that a share's task gets ``share_env``; others are unchanged."""
 
