@@ -110,8 +110,8 @@ class JobFacts:
 class VCFacts:
     name: str
     guaranteed_gpus: int
-    used_gpus: int
-    opportunistic_gpus: int
+    used_gpus: int | float  # GPU shares count as their fractions (0.75)
+    opportunistic_gpus: int | float
     waiting: int
 
 
@@ -131,13 +131,19 @@ class QueueFacts:
         )
 
 
+def gpu_amount(value: Any) -> int | float:
+    """GPUs as the service counts them: whole, or with shares' fractions (0.75); 1.0 reads 1."""
+    number = float(value or 0)
+    return int(number) if number.is_integer() else number
+
+
 def vc_facts(vcs: Mapping[str, Mapping[str, Any]]) -> tuple[VCFacts, ...]:
     return tuple(
         VCFacts(
             name=str(name),
             guaranteed_gpus=int(v.get("guaranteed_gpus", 0)),
-            used_gpus=int(v.get("used_gpus", 0)),
-            opportunistic_gpus=int(v.get("opportunistic_gpus", 0)),
+            used_gpus=gpu_amount(v.get("used_gpus", 0)),
+            opportunistic_gpus=gpu_amount(v.get("opportunistic_gpus", 0)),
             waiting=int(v.get("waiting", 0)),
         )
         for name, v in vcs.items()

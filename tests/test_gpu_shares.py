@@ -254,3 +254,11 @@ def test_the_widget_and_the_cli_show_a_shared_gpu_and_that_nothing_enforces_it(c
          "gpu_sharing": "not enforced: shares are time-sliced (each sharer sees the whole GPU)"}
     )  # fmt: skip
     assert "0.5 of a GPU: not enforced: shares are time-sliced" in job_html(job, 0.0)
+
+
+def test_the_widget_counts_a_vcs_shares_as_fractions():
+    from labhive.kernel_ext.facts import vc_facts
+
+    (used,) = vc_facts({"vc1": {"guaranteed_gpus": 1, "used_gpus": 0.75, "waiting": 1}})
+    (whole,) = vc_facts({"vc1": {"guaranteed_gpus": 1, "used_gpus": 1.0}})
+    assert (used.used_gpus, whole.used_gpus, str(whole.used_gpus)) == (0.75, 1, "1")
