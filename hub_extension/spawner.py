@@ -55,6 +55,7 @@ from labhive.scheduler.client import (
     eta_text,
     no_estimate_text,
 )
+from labhive.scheduler.gpu_share import SHARES_SHOWN, ShareError, as_number
 
 STATE_VERSION = 1
 JUPYTER_CONFIG = Path(__file__).resolve().parent / "jupyter-config"
@@ -433,7 +434,7 @@ class LabHiveSpawner(Spawner):
             "vc": vc,
             "priority": self.priority,
             "tasks": 1,
-            "gpus": int(profile.get("gpus", 0)),
+            "gpus": _profile_gpus(profile),
             **self._resources(profile),
             "retries": 0,
         }
@@ -780,3 +781,15 @@ def _requeued_message(job_id: int, job: JobInfo, why: str) -> str:
 
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} seconds" if seconds < 120 else f"{seconds / 60:.0f} minutes"
+
+
+def _profile_gpus(profile: dict[str, Any]) -> int | float:
+    """A server size's GPUs: whole ones, or a share of one GPU (``"gpus": 0.25``: a notebook
+    that needs a little GPU); a size the admin wrote wrong says so at spawn, with what works."""
+    try:
+        return as_number(profile.get("gpus", 0))
+    except ShareError as err:
+        raise ServerJobEnded(
+            f"server size {profile.get('slug')!r} has gpus {profile.get('gpus')!r}: {err}; "
+            f"the admin's profiles take whole GPUs or a share {SHARES_SHOWN}"
+        ) from None

@@ -8,10 +8,11 @@ kernel extension that knows their field names.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labhive.scheduler.client import TERMINAL, JobInfo, JobState, TaskInfo, why_without_position
+from labhive.scheduler.gpu_share import show_gpu_use
 from labhive.scheduler.job_info import timestamp as timestamp
 
 #: The id shown for another user's job, whose id the service does not reveal.
@@ -45,7 +46,8 @@ class JobFacts:
     why: str | None = None  # the scheduler's explanation while waiting
     reason: str | None = None  # the last transition's short cause ("preempted", "exit 1")
     tasks: tuple[TaskFacts, ...] = ()
-    gpus: int | None = None
+    gpus: int | float | None = None  # a GPU share's fraction (0.25)
+    gpu_sharing: str | None = None  # for a GPU share: what enforces it (the banner says)
     submitted: float | None = None
     started: float | None = None
     finished: float | None = None
@@ -83,6 +85,7 @@ class JobFacts:
             if job.eta is not None
             else None,
             waits_for=job.waits_for,
+            gpu_sharing=job.gpu_sharing,
         )
 
     @classmethod
@@ -107,8 +110,8 @@ class JobFacts:
 class VCFacts:
     name: str
     guaranteed_gpus: int
-    used_gpus: int
-    opportunistic_gpus: int
+    used_gpus: int | float  # GPU shares count as their fractions (0.75)
+    opportunistic_gpus: int | float
     waiting: int
 
 
@@ -128,13 +131,19 @@ class QueueFacts:
         )
 
 
+def gpu_amount(value: Any) -> int | float:
+    """GPUs as the service counts them: whole, or with shares' fractions (0.75); 1.0 reads 1."""
+    number = float(value or 0)
+    return int(number) if number.is_integer() else number
+
+
 def vc_facts(vcs: Mapping[str, Mapping[str, Any]]) -> tuple[VCFacts, ...]:
     return tuple(
         VCFacts(
             name=str(name),
             guaranteed_gpus=int(v.get("guaranteed_gpus", 0)),
-            used_gpus=int(v.get("used_gpus", 0)),
-            opportunistic_gpus=int(v.get("opportunistic_gpus", 0)),
+            used_gpus=gpu_amount(v.get("used_gpus", 0)),
+            opportunistic_gpus=gpu_amount(v.get("opportunistic_gpus", 0)),
             waiting=int(v.get("waiting", 0)),
         )
         for name, v in vcs.items()
@@ -175,6 +184,13 @@ class NodeFacts:
     used: Mapping[int, str]  # GPU index -> job id
     healthy: bool = True
     reason: str = ""  # why it is down ("taken down by admin: ...", a GPU health fault)
+    #: GPU index -> (job id, its share) per sharer, for GPUs that host GPU shares.
+    shares: Mapping[int, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+
+    def share_line(self, gpu: int) -> str | None:
+        """ "GPU 0: 0.75 used by 2 jobs", or None for a GPU without shares."""
+        held = self.shares.get(gpu)
+        return show_gpu_use(gpu, [s for _, s in held]) if held else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +210,10 @@ class ClusterFacts:
                 used={int(k): str(v) for k, v in (n.get("used") or {}).items()},
                 healthy=bool(n.get("healthy", True)),
                 reason=str(n.get("reason") or ""),
+                shares={
+                    int(g): tuple((str(s["job"]), float(s["share"])) for s in held)
+                    for g, held in (n.get("shares") or {}).items()
+                },
             )
             for n in data.get("nodes") or ()
         )

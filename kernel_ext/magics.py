@@ -35,6 +35,7 @@ from labhive.kernel_ext.views import (
     wait_for,
 )
 from labhive.scheduler.client import JobState
+from labhive.scheduler.gpu_share import gpus_arg
 
 _SWEEP_KEY = re.compile(r"--sweep[=\s]+['\"]?([A-Za-z_][A-Za-z0-9_]*)=")
 TAIL_LINES = 20
@@ -75,7 +76,13 @@ class LabHiveMagics(Magics):
     # ---- submitting ------------------------------------------------------------------------
 
     @magic_arguments()
-    @argument("--gpus", type=int, default=1, metavar="N", help="GPUs per task (default 1)")
+    @argument(
+        "--gpus",
+        type=gpus_arg,
+        default=1,
+        metavar="N",
+        help="GPUs per task (default 1), or a share of one GPU: 0.5, 0.25 or 0.125",
+    )
     @argument("--tasks", type=int, default=1, metavar="M", help="tasks; more than one is a gang")
     @argument("--vc", metavar="VC", help="virtual cluster (default: the service's default)")
     @argument(

@@ -51,6 +51,10 @@ def cluster_svg(cluster: ClusterFacts) -> str:
                 vc = cluster.job_vcs.get(job)
                 fill = colours.get(vc or "", OTHER)
                 tip = f"{node.name} GPU {gpu}: job {job}" + (f" ({vc})" if vc else "")
+                shared = node.share_line(gpu)
+                if shared:  # "n0 GPU 0: 0.75 used by 2 jobs (12: 0.5, 13: 0.25)"
+                    who = ", ".join(f"{j}: {s:g}" for j, s in node.shares[gpu])
+                    tip = f"{node.name} {shared} ({who})" + (f" ({vc})" if vc else "")
             out.append(
                 f'<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" rx="3" fill="{fill}">'
                 f"<title>{escape(tip)}</title></rect>"
@@ -97,7 +101,9 @@ def cluster_text(cluster: ClusterFacts) -> str:
             else:
                 marks.append(letters.get(cluster.job_vcs.get(job, ""), "#"))
         down = "" if node.healthy else f"  {_health(node)}"
-        lines.append(f"{node.name:<16} {''.join(marks)}{down}")
+        shared = [line for g in node.gpus if (line := node.share_line(g))]
+        tail = f"  {'; '.join(shared)}" if shared else ""
+        lines.append(f"{node.name:<16} {''.join(marks)}{down}{tail}")
     if letters:
         key = [f"{letter}=job in {vc}" for vc, letter in letters.items()] + [".=free"]
         if _others(cluster):

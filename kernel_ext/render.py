@@ -138,6 +138,9 @@ def job_html(job: JobFacts, now: float) -> str:
     ]
     if job.why and job.state == JobState.WAITING:
         parts.append(f'<div class="labhive-why">{escape(job.why)}</div>')
+    if job.gpu_sharing:  # a GPU share: the banner says whether anything enforces it
+        share = f"{job.gpus:g} of a GPU" if job.gpus is not None else "a GPU share"
+        parts.append(f'<div class="labhive-share">{escape(share)}: {escape(job.gpu_sharing)}</div>')
     parts.append(tasks_html(job.tasks))
     parts.append("</div>")
     return "".join(parts)

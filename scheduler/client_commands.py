@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.gpu_share import SHARES_SHOWN, gpus_arg, show_gpu_use
 from labhive.scheduler.states import JobState
 from labhive.scheduler.terminal import visible, visible_tree
 from labhive.scheduler.time_limits import parse_time_limit
@@ -23,7 +24,11 @@ from labhive.scheduler.time_limits import parse_time_limit
 
 def register(subparsers: Any) -> None:
     p = _add(subparsers, "submit", "submit a job file (OpenPAI v2 or short form) or a command")
-    p.add_argument("--gpus", type=int, help="GPUs per task")
+    p.add_argument(
+        "--gpus",
+        type=gpus_arg,
+        help=f"GPUs per task, or a share of one GPU for a single task: {SHARES_SHOWN}",
+    )
     p.add_argument("--tasks", type=int, help="tasks (a gang unless --no-gang)")
     p.add_argument("--vc", help="virtual cluster")
     p.add_argument("--priority", help="crit | prod | test | oppo, or a number")
@@ -321,6 +326,8 @@ def _show(args: argparse.Namespace) -> int:
     if when := _starts(d):
         line += f"  {when}"
     print(line)
+    if d.get("gpu_sharing"):  # a GPU share: its fraction, and whether anything enforces it
+        print(visible(f"GPU share {d['gpus']:g} of one GPU; {d['gpu_sharing']}"))
     if d.get("why"):
         from labhive.scheduler.client import why_without_position
 
@@ -488,10 +495,22 @@ def _cluster(args: argparse.Namespace) -> int:
     print(visible(f"{kind}; policy {c['policy']}"))
     print(table(("NODE", "SKU", "HEALTH", "GPUS (index:job)"), [
         (n["name"], n["sku"], "ok" if n["healthy"] else n["reason"],
-         " ".join(f"{g}:{n['used'].get(str(g), '-')}" for g in n["gpus"]))
+         " ".join(_gpu_cell(n, g) for g in n["gpus"]))
         for n in c["nodes"]
     ]))  # fmt: skip
+    for n in c["nodes"]:  # "n0 GPU 0: 0.75 used by 2 jobs (12: 0.5, 13: 0.25)"
+        for g, held in sorted((n.get("shares") or {}).items()):
+            parts = ", ".join(f"{s['job']}: {s['share']:g}" for s in held)
+            print(f"{n['name']} {show_gpu_use(g, [s['share'] for s in held])} ({parts})")
     return 0
+
+
+def _gpu_cell(node: dict[str, Any], gpu: int) -> str:
+    """``index:job``; a GPU with shares lists its sharers (``0:12+13``)."""
+    held = (node.get("shares") or {}).get(str(gpu))
+    if held:
+        return f"{gpu}:" + "+".join(str(s["job"]) for s in held)
+    return f"{gpu}:{node['used'].get(str(gpu), '-')}"
 
 
 @_guard

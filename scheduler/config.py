@@ -123,6 +123,22 @@ class VCSpec:
     user_max_waiting_jobs: int | None = None
 
 
+#: How GPU shares may be enforced (``gpuSharing``).
+SHARING_MODES = ("timeslice", "mps")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSharing:
+    """``gpuSharing``: how a GPU's shares are enforced on hardware. ``timeslice`` (the default):
+    not at all, every sharer sees the whole GPU and CUDA time-slices them; ``mps``: each share
+    runs as a CUDA MPS client with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and, when
+    ``gpu_memory_mb`` (the GPUs' memory) is given, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` set to
+    its part of it (``executors/gpu_share_env.py``; the admin runs the MPS control daemon)."""
+
+    mode: str = "timeslice"
+    gpu_memory_mb: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class FairShare:
     """``fairShare: {halfLife: 7d, reserveAfter: 1h, shares: {alice: 2}}``: inside each VC and
@@ -165,6 +181,8 @@ class ClusterConfig:
     node_resources: dict[str, tuple[float, int]] = field(default_factory=dict)
     #: Fair share between the users of each VC (``fairShare``); None: first come, first served.
     fair_share: FairShare | None = None
+    #: How GPU shares (``--gpus 0.25``) are enforced (``gpuSharing``); default: not at all.
+    gpu_sharing: GpuSharing = field(default_factory=GpuSharing)
 
     @property
     def per_user(self) -> bool:
@@ -206,6 +224,7 @@ TOP_KEYS = {
     "webServerAddress",
     "waitingPodSchedulingBlockMilliSec",
     "fairShare",  # LabHive's: fair share between a VC's users (``FairShare``)
+    "gpuSharing",  # LabHive's: how GPU shares are enforced (``GpuSharing``)
 }
 #: The most leaf cells (GPUs) a config may define, and the most cells of all levels: a bound
 #: far above any real cluster (the largest traces have a few thousand GPUs) that keeps a typo
@@ -300,7 +319,14 @@ def _from_mapping(data: Any, ctx: _Ctx, text: str | None = None) -> ClusterConfi
     _check_fits(vcs, cell_types, cells, pinned, ctx, data.get("virtualClusters"))
     fair = _fair_share(data, ctx)
     return ClusterConfig(
-        skus, cell_types, tuple(cells), vcs, source=ctx.origin, pinned=pinned, fair_share=fair
+        skus,
+        cell_types,
+        tuple(cells),
+        vcs,
+        source=ctx.origin,
+        pinned=pinned,
+        fair_share=fair,
+        gpu_sharing=_gpu_sharing(data, ctx),
     )
 
 
@@ -781,6 +807,30 @@ def _user_limits(spec: Mapping[str, Any], key: str, ctx: _Ctx) -> tuple[int | No
         for k in ("maxRunningGpus", "maxWaitingJobs")
     )
     return running, waiting
+
+
+def _gpu_sharing(data: Mapping[str, Any], ctx: _Ctx) -> GpuSharing:
+    """The top-level ``gpuSharing: mps`` or ``{mode: mps, gpuMemoryMB: 81920}``; left out or
+    ``timeslice``: shares are a scheduling share only (nothing enforces them)."""
+    raw = data.get("gpuSharing")
+    if raw is None:
+        return GpuSharing()
+    line = line_of(data, "gpuSharing")
+    memory = None
+    if isinstance(raw, Mapping):
+        _no_unknown(raw, {"mode", "gpuMemoryMB"}, "gpuSharing", ctx)
+        if raw.get("gpuMemoryMB") is not None:
+            memory = _int(raw["gpuMemoryMB"], "gpuSharing.gpuMemoryMB", line, ctx, 1)
+        raw = raw.get("mode", "timeslice")
+    if raw not in SHARING_MODES:
+        raise ctx.error(
+            "gpuSharing",
+            line,
+            f"must be one of {', '.join(SHARING_MODES)} (or {{mode: mps, gpuMemoryMB: N}}), got "
+            f"{raw!r}; timeslice (the default) enforces nothing, mps runs shares as CUDA MPS "
+            "clients with a thread percentage and a pinned memory limit each",
+        )
+    return GpuSharing(str(raw), memory)
 
 
 def _fair_share(data: Mapping[str, Any], ctx: _Ctx) -> FairShare | None:

@@ -77,7 +77,9 @@ class JobInfo:
     retries: int | None = None
     retries_used: int | None = None
     task_count: int | None = None
-    gpus: int | None = None
+    gpus: int | float | None = None  # a GPU share's fraction (0.25)
+    #: For a GPU share: what enforces it ("not enforced: shares are time-sliced ...").
+    gpu_sharing: str | None = None
     opportunistic: bool = False
     cancel_requested: bool = False
     reason: str = ""  # the last transition's short cause ("preempted", "retrying")

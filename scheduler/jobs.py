@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler import gpu_share
 from labhive.scheduler import job_limits as lim
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.time_limits import parse_time_limit, show_duration
@@ -74,6 +75,9 @@ class RoleSpec(GuaranteeAndLimit):
     #: idles on 0.1 CPU guaranteed and bursts to its limit (zero-to-jupyterhub's guarantee/limit).
     cpu_limit: float | None = None
     memory_limit_mb: int | None = None
+    #: A share of one GPU in thousandths (``gpu_share``: 500, 250 or 125, with ``gpu`` 1); 0:
+    #: ``gpu`` whole GPUs. Placement gives the task the GPU; shares of one GPU sum to <= 1000.
+    share_milli: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,17 @@ class JobSpec:
     @property
     def total_gpus(self) -> int:
         return sum(r.instances * r.gpu for r in self.roles)
+
+    @property
+    def share_milli(self) -> int:
+        """The GPU share of its one task in thousandths (``gpu_share``); 0: whole GPUs."""
+        return self.roles[0].share_milli if len(self.roles) == 1 else 0
+
+    @property
+    def gpu_amount(self) -> float:
+        """What its tasks hold of GPUs, a share counted as its fraction (accounting, views)."""
+        share = self.share_milli
+        return share / 1000 if share else float(self.total_gpus)
 
 
 # ---- parsing: the short form and OpenPAI's job protocol v2 ----------------------------------
@@ -355,10 +370,12 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
     _check_commands(commands, data, "command", where)
     cpu = float(_num(data, "cpu", where, "cpu", minimum=0, whole=False, default=1.0))
     memory_mb = _num(data, "memory_mb", where, "memory_mb", minimum=0, whole=True, default=1024)
+    gpus, share = _gpus(data, "gpus", where, "gpus", 1)
     role = RoleSpec(
         SHORT_ROLE,
         instances=tasks,
-        gpu=_num(data, "gpus", where, "gpus", minimum=0, whole=True, default=1),
+        gpu=gpus,
+        share_milli=share,
         cpu=cpu,
         memory_mb=memory_mb,
         sku=_str(data, "sku", where, "sku"),
@@ -369,7 +386,7 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
             data, "memory_limit_mb", where, "memory_limit_mb", memory_mb, "memory_mb"
         ),
     )
-    return JobSpec(
+    spec = JobSpec(
         name=name,
         vc=_str(data, "vc", where, "vc", default_vc, max_len=lim.MAX_VC_NAME),
         priority=_priority(data, "priority", where, "priority", "test"),
@@ -385,6 +402,55 @@ def _short(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         cwd=_cwd(data, "cwd", where, "cwd"),
         raw=dict(data),
     )
+    _check_share(spec, data, where, "gpus", "gpus")
+    return spec
+
+
+def _gpus(
+    data: dict[str, Any], key: str, where: _Where, path: str, default: int
+) -> tuple[int, int]:
+    """``(gpus, share_milli)``: a whole number as before, or a share of one GPU
+    (``gpu_share.parse_gpus``: 0.5, 0.25, 0.125)."""
+    value = data.get(key, default)
+    if isinstance(value, int) or value is None:  # whole GPUs: bounds and messages as before
+        return _num(data, key, where, path, minimum=0, whole=True, default=default), 0
+    try:
+        gpus, share = gpu_share.parse_gpus(value)
+    except gpu_share.ShareError as err:
+        text = str(err)
+        if text.startswith("got "):  # no number at all
+            text = (
+                f"must be a whole number >= 0 or a share {gpu_share.SHARES_SHOWN}, {text}; "
+                f"at most {_bound(_MAXIMA[key])}"
+            )
+        raise where.error(path, data, text, key) from None
+    if not share:  # "2", 2.0: refused as before (a whole count is a whole number)
+        return _num(data, key, where, path, minimum=0, whole=True, default=default), 0
+    return gpus, share
+
+
+def _check_share(spec: JobSpec, data: Any, where: _Where, path: str, key: str) -> None:
+    """A share is for one task that needs less than a GPU, and its GPU's other sharers run at
+    the same priority: a share that would need more is refused, saying what works."""
+    shared = [r for r in spec.roles if r.share_milli]
+    if not shared:
+        return
+    if len(spec.roles) > 1 or spec.task_count > 1:
+        raise where.error(
+            path,
+            data,
+            f"a GPU share is for a single task; this job has {spec.task_count} tasks. Ask for "
+            "whole GPUs per task, or submit each task as a job of its own",
+            key,
+        )
+    if spec.lazy_preemption:
+        raise where.error(
+            path,
+            data,
+            "a GPU share cannot use lazy preemption (a shared GPU's sharers all run at one "
+            "priority); leave lazy preemption out or ask for whole GPUs",
+            key,
+        )
 
 
 def _limit(
@@ -514,13 +580,15 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         _check_commands(commands, raw, f"{path}.commands", where)
         image = raw.get("dockerImage")
         first_image = first_image or images.get(str(image), image)
+        gpus, share = _gpus(res, "gpu", where, f"{rpath}.gpu", 0)
         roles.append(
             RoleSpec(
                 str(role_name),
                 instances=_num(
                     raw, "instances", where, f"{path}.instances", minimum=1, whole=True, default=1
                 ),
-                gpu=_num(res, "gpu", where, f"{rpath}.gpu", minimum=0, whole=True, default=0),
+                gpu=gpus,
+                share_milli=share,
                 cpu=cpu,
                 memory_mb=memory_mb,
                 cpu_limit=_limit(labhive_role, "cpuLimit", where, f"{lpath}.cpuLimit", cpu, "cpu"),
@@ -565,7 +633,7 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         )
     _check_task_total(roles, data, where)
     defaults = _mapping(data, "defaults", where, "defaults")
-    return JobSpec(
+    spec = JobSpec(
         name=name,
         vc=_str(
             defaults,
@@ -596,6 +664,8 @@ def _openpai(data: dict[str, Any], default_vc: str, where: _Where) -> JobSpec:
         cwd=_cwd(labhive, "cwd", where, "extras.labhive.cwd"),
         raw=dict(data),
     )
+    _check_share(spec, data, where, "taskRoles", "taskRoles")
+    return spec
 
 
 def _check_task_total(roles: list[RoleSpec], data: dict[str, Any], where: _Where) -> None:

@@ -229,14 +229,16 @@ class JobView(Generic[JobId]):
     downgraded: tuple[tuple[str, int, str], ...] = ()
     #: Tasks of the attempt that ended on their own (``TasksEnded``), as an ``Adopt`` takes them.
     ended: tuple[tuple[str, int], ...] = ()
+    #: A GPU share's thousandths of its one GPU (``jobs.RoleSpec.share_milli``); 0: whole GPUs.
+    share_milli: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class VCView:
     name: str
     guaranteed_gpus: int
-    used_gpus: int
-    opportunistic_gpus: int
+    used_gpus: float  # a GPU share counts as its fraction (a whole number without shares)
+    opportunistic_gpus: float
     waiting: int
 
 
@@ -253,6 +255,9 @@ class NodeView(Generic[JobId]):
     cpu_used: float = 0.0
     memory_mb: int = 0
     memory_used_mb: int = 0
+    #: GPU index -> job id -> its share in thousandths, for GPUs that host shares (``used``
+    #: names one of the sharers; HiveD's ``shares``).
+    shares: dict[int, dict[JobId, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,7 +127,8 @@ def test_job_file_errors_carry_the_line(tmp_path):
         load_job_file(path)
     assert str(err.value) == (
         f"{path} line 19: taskRoles.train.resourcePerInstance.gpu: "
-        "must be a whole number >= 0, got 'one'; at most 10000"
+        "must be a whole number >= 0 or a share 0.5, 0.25 or 0.125 (1/2, 1/4, 1/8), "
+        "got 'one'; at most 10000"
     )
 
 

@@ -110,7 +110,10 @@ def test_cancel_stops_a_running_job(kernel: Kernel, service: Service) -> None:
 @pytest.mark.parametrize(
     ("line", "first"),
     [
-        ("%submit --gpus two -- echo hi", "%submit: argument --gpus: invalid int value: 'two'"),
+        (
+            "%submit --gpus two -- echo hi",
+            "%submit: argument --gpus: not a number of GPUs (got 'two')",
+        ),
         ("%submit --vc nowhere -- echo hi", None),
         ("%logs 999999", None),
     ],

@@ -244,7 +244,7 @@ def test_help_is_generated_from_the_flags(shell) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("--gpus two -- echo", "%submit: argument --gpus: invalid int value: 'two'"),
+        ("--gpus two -- echo", "%submit: argument --gpus: not a number of GPUs (got 'two')"),
         ("--priority urgent -- echo", "%submit: argument --priority: invalid priority value"),
         ("--gpus 2", "%submit: give the command after --"),
         ("--sweep lr -- echo {lr}", "--sweep 'lr': write NAME=V1,V2"),

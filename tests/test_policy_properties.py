@@ -138,3 +138,95 @@ def test_every_policy_keeps_its_invariants_with_cells_smaller_than_a_node(
     name: str, options: dict[str, Any], data: Any
 ) -> None:
     run_events(data, name, options, gpu_cells=True)
+
+
+# ---- GPU shares (HiveD) ----------------------------------------------------------------------
+
+
+def share_operations(vcs: int) -> Any:
+    """``operations`` with GPU shares mixed in: halves, quarters and eighths of one GPU."""
+    share = st.fixed_dictionaries(
+        {
+            "vc": st.integers(0, vcs - 1).map(lambda v: f"vc{v}"),
+            "priority": st.sampled_from([-1, 0, 10, 100]),
+            "gpus": st.sampled_from([0.5, 0.25, 0.125]),
+        }
+    ).map(lambda d: ("submit", d))
+    return st.lists(
+        st.one_of(share, share, share, operations(vcs).map(lambda ops: ops[0])),
+        min_size=1,
+        max_size=40,
+    )
+
+
+def check_shares(sched: Any) -> None:
+    """Per GPU: shares sum to at most one GPU, never beside a whole-GPU task, all of one VC
+    (guaranteed) and priority; a guaranteed share only in its VC's cells; each VC's use (a
+    share as its fraction) within its cells; the cluster view says the same."""
+    on: dict[tuple[str, int], list[Any]] = {}
+    for job in sched._jobs.values():
+        for placement, leaves in job.placed.values():
+            for g in placement.gpus:
+                on.setdefault((placement.node, g), []).append(job)
+            if job.share and not job.opportunistic:
+                owner = leaves[0].owner()
+                assert owner is not None and owner.vc == job.vc, "a share outside its VC"
+    shown = {(n.name, g): held for n in sched.cluster().nodes for g, held in n.shares.items()}
+    for gpu, jobs in on.items():
+        if len(jobs) == 1 and not jobs[0].share:
+            continue
+        assert all(j.share for j in jobs), f"a whole-GPU task beside shares on {gpu}"
+        assert sum(j.share for j in jobs) <= 1000, f"shares over one GPU on {gpu}"
+        assert len({(None if j.opportunistic else j.vc, j.prio) for j in jobs}) == 1, gpu
+        assert shown.get(gpu) == {j.job_id: j.share for j in jobs}, gpu
+    used: dict[str, float] = {}
+    for job in sched._jobs.values():
+        if job.placed and not job.opportunistic:
+            amount = job.share / 1000 if job.share else sum(len(x) for _, x in job.placed.values())
+            used[job.vc] = used.get(job.vc, 0) + amount
+    for name, view in sched.vc_views().items():
+        assert view.used_gpus == used.get(name, 0), name
+        assert view.used_gpus <= view.guaranteed_gpus, f"{name} uses more than its cells"
+
+
+@EVERY_POLICY
+@given(data=st.data())
+def test_hived_keeps_shares_within_one_gpu_and_their_vcs_guarantees(data: Any) -> None:
+    """Random clusters and workloads with GPU shares: after every event the share invariants
+    hold, HiveD's own (``test_properties``: cells, counters, VC safety) hold, and a cold
+    rebuild from the running jobs counts the same."""
+    from test_properties import check_counters, check_vc_safety
+
+    config = load_cluster_config(data.draw(clusters()))
+    build = lambda: get_policy("hived", config)  # noqa: E731
+    sched = build()
+    nodes = sorted({n.name for n in config.nodes()})
+    specs: dict[str, Any] = {}
+    down: dict[str, str] = {}
+    for event in events(sched, nodes, data.draw(share_operations(len(config.vcs)))):
+        if isinstance(event, Submit):
+            specs[event.job_id] = event.spec
+        elif isinstance(event, NodeDown):
+            down[event.node] = event.reason
+        elif isinstance(event, NodeUp):
+            del down[event.node]
+        sched.handle(event)
+        check_shares(sched)
+        check_counters(sched)
+        check_gangs(sched, specs)
+        for view in sched.jobs():
+            assert view.state != "WAITING" or view.why, f"{view.name} waits without a reason"
+        check_vc_safety(sched, config)
+        cold = build()
+        for view in sched.jobs():
+            if view.tasks:
+                opp = view.opportunistic
+                adopt = Adopt(view.job_id, specs[view.job_id], view.tasks, opp, event.time)
+                assert not [d for d in cold.handle(adopt) if isinstance(d, Stop)], view
+        for node, reason in sorted(down.items()):
+            cold.handle(NodeDown(node, event.time, reason))
+        use = lambda s: {v.name: (v.used_gpus, v.opportunistic_gpus) for v in s.vc_views().values()}  # noqa: E731
+        assert use(cold) == use(sched)
+        assert {(n.name, g) for n in cold.cluster().nodes for g in n.used} == {
+            (n.name, g) for n in sched.cluster().nodes for g in n.used
+        }

@@ -50,6 +50,7 @@ from labhive.scheduler.executors.env import (
     rendezvous_env,
     task_vars,
 )
+from labhive.scheduler.executors.gpu_share_env import gpu_share_record
 from labhive.scheduler.executors.output import DISK_FULL_ERRNOS
 from labhive.scheduler.executors.supervise import (
     CANNOT_START,
@@ -234,6 +235,7 @@ class LocalExecutor:
                 owner, launch.memory_max_mb * limits.MIB, [self.data_dir, *self.task_paths],
                 limits.task_cgroup_name(launch.key, self._scope),
             )  # fmt: skip
+        enforced |= gpu_share_record(launch.env)  # a GPU share: whether anything enforces it
         launch_doc: dict[str, Any] = {"argv": argv, "limits": enforced, "cwd": str(cwd)}
         launch_doc.update(run_as=run_as, user_cwd=user_cwd(launch))
         launch_doc |= self._disk_limits(work, cwd, launch.vc)

@@ -14,6 +14,7 @@ from labhive.scheduler.config import ClusterConfig
 from labhive.scheduler.hived.base import HivedBase, task_placement
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.share_book import ShareMismatch
 from labhive.scheduler.hived.vc import VC
 from labhive.scheduler.jobs import OPPORTUNISTIC
 from labhive.scheduler.model import Adopt, Decision, Stop, TaskPlacement
@@ -85,6 +86,8 @@ class Adoption(HivedBase):
         if job.cpu_only:
             self._place_cpu_exactly(job, tasks)
             return
+        if job.share and self._join_share_exactly(job, tasks):
+            return
         wanted = []
         for task in tasks:
             ids = task.cells or tuple(f"{task.node}/{g}" for g in task.gpus)
@@ -123,6 +126,29 @@ class Adoption(HivedBase):
                 task_placement(task.role, task.index, leaves),
                 leaves,
             )
+            if job.share:  # the first share restored onto its GPU hosts the others
+                vc_name = None if job.opportunistic else job.vc
+                self._book.open(leaves[0], vc_name, job.prio, job.job_id, job.share)
+
+    def _join_share_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> bool:
+        """A restored share whose GPU already hosts shares joins them (True); False when its
+        GPU hosts none yet (it is placed as any job then, and hosts the others)."""
+        ids = [c for t in tasks for c in (t.cells or tuple(f"{t.node}/{g}" for g in t.gpus))]
+        leaf = self.tree.leaf.get(ids[0]) if len(ids) == 1 else None
+        if leaf is None:
+            return False
+        vc = None if job.opportunistic else job.vc
+        try:
+            joined = self._book.join_exactly(leaf, vc, job.prio, job.job_id, job.share)
+        except ShareMismatch as err:
+            raise AdoptRefused(str(err)) from None
+        if joined:
+            (task,) = tasks
+            job.placed[(task.role, task.index)] = (
+                task_placement(task.role, task.index, [leaf]),
+                [leaf],
+            )
+        return joined
 
     def _place_cpu_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
         """A CPU-only job back on its nodes, holding their CPUs and memory again."""

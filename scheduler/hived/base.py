@@ -24,6 +24,7 @@ from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import Placer, Plan, TaskNeeds
 from labhive.scheduler.hived.queue import JobClass, VCQueue
+from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.vc import VC, VCs
 from labhive.scheduler.jobs import JobSpec, RoleSpec
 from labhive.scheduler.model import Decision, TaskPlacement
@@ -83,6 +84,7 @@ class HivedBase:
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
+    _book: ShareBook  # GPUs hosting shares, and waiting shares (``shares``)
 
     def _load(self, config: ClusterConfig) -> None:
         """Build the state a config determines (again on ``Reconfigure``: ``adopt``)."""
@@ -99,6 +101,7 @@ class HivedBase:
         self._checked = {}
         self._passed = None
         self.admission = Admission.of(config)
+        self._book.forget_hosts()  # (running shares are restored onto the new cells)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
         # Classes a cap or a reservation set aside: the classes are made anew on a new config.
@@ -111,7 +114,10 @@ class HivedBase:
             self._ledger = Ledger(config)
             for job in self._jobs.values():
                 if job.placed:
-                    gpus = {k: len(p.gpus) for k, (p, _) in job.placed.items()}
+                    gpus = {
+                        k: job.share / 1000 if job.share else len(p.gpus)
+                        for k, (p, _) in job.placed.items()
+                    }
                     self._ledger.started(job.job_id, account(job), gpus)
 
     def _new_job(self, job_id: str, spec: JobSpec) -> Job:
@@ -123,6 +129,7 @@ class HivedBase:
             job = Job(job_id, spec, self._seq, spec.priority, tasks, spec.vc)
             job.pinned = role.pinned_cell or None
             job.cpu_only = not self.config.skus and role.gpu == 0  # (``cpu_only``)
+            job.share = role.share_milli
             self._jobs[job_id] = job
             return job
         tasks = [(r, i) for r in roles for i in range(r.instances)]
@@ -291,6 +298,10 @@ class HivedBase:
                 self.cpu.release(placement.node, self._role(job, placement.role))
             job.placed.clear()
             return
+        if job.share and self._book.keeps_gpu(job.job_id):  # others share its GPU on
+            job.placed.clear()
+            job.done.clear()
+            return
         settle = touched is None
         touched = set() if touched is None else touched
         run: list[Cell] = []  # consecutive leaves on one node, in one of a VC's cells
@@ -368,6 +379,8 @@ class HivedBase:
             stopped.append(placement)
             if job.cpu_only:
                 self.cpu.release(placement.node, self._role(job, placement.role))
+            if job.share and self._book.keeps_gpu(job.job_id):
+                continue  # others share its GPU on
             for leaf in leaves:
                 self._vacate(leaf, touched)
         return tuple(stopped)

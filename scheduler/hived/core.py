@@ -25,6 +25,8 @@ from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.preempt import Preemption
 from labhive.scheduler.hived.queueing import Queueing
+from labhive.scheduler.hived.share_book import ShareBook
+from labhive.scheduler.hived.shares import Sharing
 from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
@@ -43,7 +45,7 @@ __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
 
-class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, PolicyBase[Job]):
+class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Sharing, PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -72,6 +74,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         self._capped = {}
         self._out, self._counted, self._cap_hit = [], 0, False
         self._fair_lines, self._holders, self._held = {}, {}, {}
+        self._book = ShareBook()
         self._load(config)
 
     # ---- admission ---------------------------------------------------------------------------
@@ -116,6 +119,8 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Policy
         self._schedule(out)
         if self._cpu_waiting:
             self._schedule_cpu(out)
+        if self._book.waiting:
+            self._schedule_shares(out)
         if self._ledger is not None:
             self._account()
         return out

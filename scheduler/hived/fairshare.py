@@ -14,7 +14,7 @@ ranks in the live service, ``labhive replay`` and ``labhive simulate``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from labhive.scheduler.config import ClusterConfig, FairShare
 from labhive.scheduler.model import Decision, Preempt, Start, Stop, StopTasks
@@ -30,8 +30,9 @@ class Ledger:
     def __init__(self, config: ClusterConfig) -> None:
         self.now = 0.0
         self._usage: dict[Account, tuple[float, float]] = {}  # -> (GPU-s, at time)
-        self.running: dict[Account, int] = {}  # GPUs held now
-        self._held: dict[str, tuple[Account, dict[TaskKey, int]]] = {}  # job -> its GPUs
+        # GPUs held now (a GPU share counts as its fraction: 0.25 of a GPU-second a second)
+        self.running: dict[Account, float] = {}
+        self._held: dict[str, tuple[Account, dict[TaskKey, float]]] = {}  # job -> its GPUs
         #: A job -> when it last began to wait (submitted, requeued, preempted): ``overdue``.
         self.waiting_since: dict[str, float] = {}
         self.configure(config)
@@ -86,13 +87,13 @@ class Ledger:
     def holds(self, job_id: str) -> bool:
         return job_id in self._held
 
-    def started(self, job_id: str, account: Account, tasks: dict[TaskKey, int]) -> None:
+    def started(self, job_id: str, account: Account, tasks: Mapping[TaskKey, float]) -> None:
         held = self._held.get(job_id)
         if held is None:
             held = self._held[job_id] = (account, {})
         self._settle(held[0])
         mine = held[1]
-        added = 0
+        added: float = 0  # (a share is a half, quarter or eighth: exact in floats)
         for key, gpus in tasks.items():
             added += gpus - mine.get(key, 0)
             mine[key] = gpus
@@ -108,7 +109,7 @@ class Ledger:
         keys = list(mine) if tasks is None else [k for k in tasks if k in mine]
         if not keys:
             return None
-        freed = 0
+        freed: float = 0
         for key in keys:
             freed += mine.pop(key)
         if not mine:
@@ -128,14 +129,22 @@ class Ledger:
         return cap
 
     def account_decisions(
-        self, decisions: list[Decision], start: int, account_of: Callable[[str], Account]
+        self,
+        decisions: list[Decision],
+        start: int,
+        account_of: Callable[[str], Account],
+        share_of: Callable[[str], int] | None = None,
     ) -> set[Account]:
         """Count what ``decisions[start:]`` started and stopped; the accounts that freed GPUs.
         ``account_of``: a started job's account."""
         freed: set[Account] = set()
         for d in decisions[start:]:
             if type(d) is Start:
-                tasks = {(p.role, p.index): len(p.gpus) for p in d.tasks}
+                share = share_of(d.job_id) if share_of is not None else 0
+                if share:  # a GPU share holds its fraction of its one GPU
+                    tasks: dict[TaskKey, float] = {(p.role, p.index): share / 1000 for p in d.tasks}
+                else:
+                    tasks = {(p.role, p.index): len(p.gpus) for p in d.tasks}
                 self.started(d.job_id, account_of(d.job_id), tasks)
                 continue
             if type(d) is StopTasks:

@@ -31,7 +31,11 @@ class NodeHealth(HivedBase):
             self.down_reasons[node] = reason
             hit = sorted(
                 {leaf.job for cell in cells for leaf in cell.leaf_cells() if leaf.job}
-                | {j.job_id for j in self._jobs.values() if j.cpu_only and _on(j, node)},
+                | {
+                    j.job_id
+                    for j in self._jobs.values()
+                    if (j.cpu_only or j.share) and _on(j, node)
+                },
                 key=lambda j: self._jobs[j].seq,
             )
             for job_id in hit:

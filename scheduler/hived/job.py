@@ -34,6 +34,7 @@ class Job:
     pinned: str | None  # the pinned cell its roles name, if any
     needs: dict[str, TaskNeeds] | None  # per chain, while nothing is placed
     cpu_only: bool  # asks for no GPU on a cluster without skuTypes (``cpu_pool``)
+    share: int  # its one task's share of a GPU in thousandths; 0: whole GPUs (``shares``)
     grouped: bool  # a gang of several affinity groups, each placed whole and apart
     # Tasks downgraded to opportunistic on their own (lazy preemption of one unit) -> by whom.
     downgraded: dict[tuple[str, int], str]
@@ -64,6 +65,7 @@ class Job:
         self.pinned = None
         self.needs = None
         self.cpu_only = False
+        self.share = 0
         self.grouped = False
         self.downgraded = {}
         self.done = set()

@@ -60,6 +60,8 @@ class Preemption(HivedBase):
         """Stop (or downgrade) the jobs ``plan`` takes GPUs of; the plan to start ``job`` on
         (another, if lazy preemption searched again; None if that search failed)."""
         victims = [self._jobs[v] for v in plan.victims()]
+        if self._book.hosts:  # a GPU with shares is taken whole: all of them stop
+            victims = _with_sharers(victims, self._book.sharers(plan.taken), self._jobs)
         lazy = [
             v
             for v in victims
@@ -143,6 +145,11 @@ class Preemption(HivedBase):
             f"preempted by {by.spec.name} (priority {by.spec.priority} > "
             f"{victim.spec.priority}) in {by.vc}"
         )
+
+
+def _with_sharers(victims: list[Job], sharers: list[str], jobs: dict[str, Job]) -> list[Job]:
+    named = {v.job_id for v in victims}
+    return victims + [jobs[s] for s in dict.fromkeys(sharers) if s not in named]
 
 
 def _hit(job: Job, plan: Plan) -> set[tuple[str, int]]:

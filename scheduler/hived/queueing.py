@@ -65,6 +65,9 @@ class Queueing(Turns):
             if entry not in self._cpu_waiting:
                 bisect.insort(self._cpu_waiting, entry)
             return
+        if job.share:  # GPU shares wait apart (``shares``)
+            self._book.wait(job.spec.priority, job.seq, job.job_id)
+            return
         self._dequeue(job, keep_order=True)
         queue = self._queue_of(job)
         key = self._class_key(job)
@@ -110,6 +113,7 @@ class Queueing(Turns):
             job.spec.gang
             and not job.grouped
             and not job.cpu_only
+            and not job.share
             and not self._ready
             and not self._dirty_vcs
             and not self._dirty_oppo
@@ -183,6 +187,9 @@ class Queueing(Turns):
             entry = (-job.spec.priority, job.seq, job.job_id)
             if entry in self._cpu_waiting:
                 self._cpu_waiting.remove(entry)
+            return
+        if job.share:
+            self._book.unwait(job.spec.priority, job.seq, job.job_id)
             return
         if job.queued_key is not None:
             cls = self._classes.get(job.queued_key)

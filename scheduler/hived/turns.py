@@ -86,8 +86,16 @@ class Turns(Sizing):
         if type(event) is Submit:
             ledger.waiting_since[job.job_id] = ledger.now
         elif type(event) is Adopt and job.placed and not ledger.holds(job.job_id):
-            gpus = {k: len(p.gpus) for k, (p, _) in job.placed.items()}
+            gpus: dict[tuple[str, int], float] = {
+                k: job.share / 1000 if job.share else len(p.gpus)
+                for k, (p, _) in job.placed.items()
+            }
             ledger.started(job.job_id, account(job), gpus)
+
+    def _share_of(self, job_id: str) -> int:
+        """A started job's GPU share in thousandths (0: whole GPUs), for the ledger."""
+        job = self._jobs.get(job_id)
+        return 0 if job is None else job.share
 
     def fair_position(self, job: Job) -> int:
         """The job's place (from 1) in its VC's line under fair share: the VC's waiting jobs
@@ -129,7 +137,9 @@ class Turns(Sizing):
         out = self._out
         if self._counted == len(out):
             return
-        freed = self._ledger_now().account_decisions(out, self._counted, self._account_of)
+        freed = self._ledger_now().account_decisions(
+            out, self._counted, self._account_of, self._share_of
+        )
         self._counted = len(out)
         for owner in freed:
             self._uncap(owner)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.config import levels_name
+from labhive.scheduler.gpu_share import MILLI
 from labhive.scheduler.hived.why import why_waiting
 from labhive.scheduler.model import JobView, NodeView, VCView
 
@@ -30,6 +31,9 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
     if job.cpu_only:
         position = length = None
         why = _why_cpu(sched, job) if job.waiting_tasks else _holds(job)
+    elif job.share and job.waiting_tasks:
+        position, length = sched._book.position(job.job_id), len(sched._book.waiting)
+        why = _why_share(sched, job, position, length)
     elif job.waiting_tasks:
         why = why_waiting(sched, job, position, length)
     elif job.downgraded_by is not None:
@@ -58,6 +62,7 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
         why,
         tuple(sorted((role, index, by) for (role, index), by in job.downgraded.items())),
         tuple(sorted(job.done)),
+        job.share,
     )
 
 
@@ -81,6 +86,25 @@ def _why_cpu(sched: HivedState[Any], job: HivedJob) -> str:
     )
 
 
+def _why_share(
+    sched: HivedState[Any], job: HivedJob, position: int | None, length: int | None
+) -> str:
+    """Why a GPU share waits: no GPU of its kind hosting shares has room, and no GPU it may
+    take is free (its VC's for a guaranteed share, any idle one for an opportunistic share)."""
+    share = f"{job.share / MILLI:g} GPU"
+    tail = f"; position {position} of {length} among waiting GPU shares" if position else ""
+    if job.opportunistic:
+        return (
+            f"waits for {share} opportunistically: no idle GPU, and the GPUs that hold "
+            f"opportunistic shares have less than {share} left{tail}"
+        )
+    return (
+        f"waits for {share} in {job.vc}: the GPUs {job.vc} shares at priority "
+        f"{job.spec.priority} have less than {share} left, and no GPU of {job.vc} is free for "
+        f"a new one (shares take only their VC's GPUs){tail}"
+    )
+
+
 def node_views(sched: HivedState[Any]) -> tuple[NodeView, ...]:
     """One view per node name; a node in two chains shows all its GPUs."""
     out = []
@@ -96,17 +120,29 @@ def node_views(sched: HivedState[Any]) -> tuple[NodeView, ...]:
                 {leaf.gpu or 0: leaf.job for leaf in leaves if leaf.job},
                 "" if healthy else sched.down_reasons.get(name) or "down",
                 *_cpu_use(sched, name),
+                _shares(sched, leaves),
             )
         )
     return tuple(out)
 
 
+def _shares(sched: HivedState[Any], leaves: list[Any]) -> dict[int, dict[str, int]]:
+    """GPU index -> who holds how much of it (thousandths), for GPUs that host shares."""
+    book = sched._book
+    if not book.hosts:
+        return {}
+    return {leaf.gpu or 0: book.shares_on(leaf) for leaf in leaves if leaf in book.hosts}
+
+
 def vc_views(sched: HivedState[Any]) -> dict[str, VCView]:
-    used: dict[str, int] = {}
-    oppo: dict[str, int] = {}
+    """GPUs used per VC, a share counted as its fraction (four quarters: one GPU)."""
+    used: dict[str, float] = {}
+    oppo: dict[str, float] = {}
     waiting: dict[str, int] = {}
     for job in sched._jobs.values():
-        n = sum(len(leaves) for _, leaves in job.placed.values())
+        n: float = sum(len(leaves) for _, leaves in job.placed.values())
+        if job.share and n:
+            n = job.share / MILLI
         target = oppo if job.opportunistic else used
         target[job.vc] = target.get(job.vc, 0) + n
         if not job.placed:

@@ -14,6 +14,7 @@ from fastapi import Request
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import Executor
+from labhive.scheduler.executors.gpu_share_env import NOT_ENFORCED
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.service.accounts import Accounts
@@ -51,6 +52,8 @@ class Service:
     owners: Accounts | None = None  # account numbers: jobs are owned by them, not by names
     disk: DiskGuard | None = None  # the data dir's headroom: 507 for submissions when full
     housekeeping: Housekeeping | None = None  # the disk guard's tick and work-dir retention
+    #: What enforces a GPU share here, as a share's record says (``gpu_share_env``).
+    gpu_sharing_note: str = NOT_ENFORCED
 
     def __post_init__(self) -> None:
         self._check_lock = threading.Lock()

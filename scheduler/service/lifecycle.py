@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.gpu_share import share_of_doc
 from labhive.scheduler.model import TaskPlacement
 from labhive.scheduler.service.store import allocations, events, job_row, jobs, tasks
 from labhive.scheduler.states import ACTIVE as ACTIVE
@@ -244,6 +245,10 @@ def start(
         changes["started_at"] = t
     row = transition(conn, job, RUNNING, reason, where, t, **changes)
     ids = []
+    # The allocations table's key (node, GPU) refuses a GPU allocated twice: whole GPUs only.
+    # A GPU share's task holds its GPU with other sharers (``hived/shares.py``), so it has no
+    # row there; the scheduler's share book keeps a GPU's shares at most one GPU.
+    shared = share_of_doc(job.get("spec")) > 0
     for i, p in enumerate(placements):
         task_id = conn.execute(
             insert(tasks)
@@ -262,6 +267,8 @@ def start(
             .returning(tasks.c.id)
         ).scalar_one()
         ids.append(int(task_id))
+        if shared:
+            continue  # sharers hold their GPU together: the scheduler keeps it at <= 1
         for gpu in p.gpus:
             conn.execute(
                 insert(allocations).values(node=p.node, gpu=gpu, job_id=job["id"], task_id=task_id)

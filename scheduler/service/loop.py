@@ -44,6 +44,7 @@ from labhive.scheduler.executors.base import (
     TaskLaunch,
 )
 from labhive.scheduler.executors.env import free_port, task_env
+from labhive.scheduler.gpu_share import held_gpus
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -951,7 +952,7 @@ class SchedulerLoop:
             run = self._running.pop(job_id, None)
             if run is None:
                 continue  # ended or stopping meanwhile
-            self.notices.culled(len(run.gpus), idle_s)
+            self.notices.culled(held_gpus(self._specs.get(job_id), len(run.gpus)), idle_s)
             settle = Settle(job_id, lc.STOPPED, nt.CULL, why)
             self._begin_drain(run, settle, Cancel(job_id, t), work, why)
         for job_id, run in self._running.items():

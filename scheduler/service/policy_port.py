@@ -97,7 +97,13 @@ def _view_to_service(view: JobView) -> JobView[int]:
 def _cluster_to_service(view: ClusterView) -> ClusterView[int]:
     """The cluster with its GPUs' holders named by the store's ids."""
     nodes = tuple(
-        _with(n, used={g: service_id(j) for g, j in n.used.items()}) if n.used else n
+        _with(
+            n,
+            used={g: service_id(j) for g, j in n.used.items()},
+            shares={g: {service_id(j): m for j, m in h.items()} for g, h in n.shares.items()},
+        )
+        if n.used
+        else n
         for n in view.nodes
     )
     out: ClusterView[int] = _with(view, nodes=nodes)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import FastAPI
 
+from labhive.scheduler.gpu_share import MILLI
 from labhive.scheduler.model import NodeDown, NodeUp, NodeView
 from labhive.scheduler.service import notices
 from labhive.scheduler.service import queries as q
@@ -68,11 +69,22 @@ def register(app: FastAPI, svc: Service) -> None:
                 healthy=n.healthy,
                 job=shown(n.used[g]) if g in n.used else None,
                 virtual=view.virtual,
+                **shares_out(n.shares.get(g), shown),
             )
             for n in view.nodes
             for g in n.gpus
         ]
         return s.GPUList(gpus=out)
+
+
+def shares_out(held: dict[int, int] | None, shown: Callable[[int], int | str]) -> dict[str, Any]:
+    """A shared GPU's sharers (as ``shown`` lets the caller see them) and what they use of it."""
+    if not held:
+        return {}
+    return {
+        "shares": [s.ShareOut(job=shown(j), share=m / MILLI) for j, m in sorted(held.items())],
+        "shared_used": sum(held.values()) / MILLI,
+    }
 
 
 #: What a non-admin sees in place of another user's job id on the GPU and cluster views.
@@ -104,6 +116,7 @@ def _node_out(
         reason=n.reason,
         used={str(g): shown(j) for g, j in n.used.items()},
         held=n.name in svc.loop.held,
+        shares={str(g): shares_out(held, shown)["shares"] for g, held in n.shares.items() if held},
     )
 
 

@@ -16,6 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import TaskHandle
+from labhive.scheduler.executors.gpu_share_env import NOT_ENFORCED
+from labhive.scheduler.gpu_share import MILLI, share_of_doc
 from labhive.scheduler.service import json_body
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
@@ -60,14 +62,14 @@ def register(app: FastAPI, svc: Service) -> None:
         )
         with svc.store.read() as conn:
             rows = q.job_list(conn, want)
-        return s.JobList(jobs=[_job_out(r, svc.loop) for r in rows])
+        return s.JobList(jobs=[_job_out(r, svc.loop, sharing=svc.gpu_sharing_note) for r in rows])
 
     @get("/jobs/{job_id}", response_model=s.JobOut)
     def get_job(job_id: JobId, me: Who) -> s.JobOut:
         with svc.store.read() as conn:
             row = _owned(conn, job_id, me)
             task_rows = q.attempt_tasks(conn, job_id, row["attempt"])
-        return _job_out(row, svc.loop, task_rows, with_spec=True)
+        return _job_out(row, svc.loop, task_rows, with_spec=True, sharing=svc.gpu_sharing_note)
 
     @post("/jobs/{job_id}/cancel", response_model=s.JobOut)
     async def cancel(
@@ -86,7 +88,7 @@ def register(app: FastAPI, svc: Service) -> None:
                 row = q.job(conn, job_id)
                 assert row is not None
                 task_rows = q.attempt_tasks(conn, job_id, row["attempt"])
-            out = _job_out(row, svc.loop, task_rows, with_spec=True)
+            out = _job_out(row, svc.loop, task_rows, with_spec=True, sharing=svc.gpu_sharing_note)
             return row["state"] in lc.TERMINAL, out
 
         await run_in_threadpool(request)
@@ -221,6 +223,7 @@ def _job_out(
     loop: SchedulerLoop | None = None,
     task_rows: list[q.TaskRow] | None = None,
     with_spec: bool = False,
+    sharing: str = NOT_ENFORCED,
 ) -> s.JobOut:
     if with_spec:  # names in a spec stored before intake checked them may not encode
         row, task_rows = _showable(row), encodable(task_rows)
@@ -244,6 +247,9 @@ def _job_out(
         ],
         spec=row["spec"] if with_spec else None,
     )
+    share = share_of_doc(row["spec"])
+    if share:  # a GPU share: its fraction, and what (if anything) enforces it
+        out.gpus, out.gpu_sharing = share / MILLI, sharing
     if loop is not None and row["state"] == lc.RUNNING:
         notice = loop.notices.get(row["id"], row["attempt"])
         if notice is not None:

@@ -61,12 +61,12 @@ def register(app: FastAPI, svc: Service) -> None:
                 with svc.store.write() as conn:
                     lc.request_cancel(conn, job_id)
                 svc.loop.cancel(job_id)
-            return _job_out(row, svc.loop)
+            return _job_out(row, svc.loop, sharing=svc.gpu_sharing_note)
         kind = nt.CULL if body.culled else nt.ANNOUNCED
         notice = nt.StopNotice(body.reason, now + body.in_s, row["attempt"], kind)
         if svc.loop.notices.put(job_id, notice):
             nt.announce(svc.store, svc.executor, job_id, handles, notice, now)
-        return _job_out(row, svc.loop)
+        return _job_out(row, svc.loop, sharing=svc.gpu_sharing_note)
 
     @post("/jobs/{job_id}/stop-notice/withdraw", response_model=s.JobOut)
     def withdraw(job_id: JobId, me: Who) -> s.JobOut:
@@ -74,10 +74,12 @@ def register(app: FastAPI, svc: Service) -> None:
         row, handles = running(job_id, me.admin)
         notice = svc.loop.notices.get(job_id, row["attempt"])
         if notice is None or notice.kind not in (nt.CULL, nt.ANNOUNCED):
-            return _job_out(row, svc.loop)  # nothing announced (a time limit is not withdrawn)
+            return _job_out(
+                row, svc.loop, sharing=svc.gpu_sharing_note
+            )  # nothing announced (a time limit is not withdrawn)
         svc.loop.notices.drop(job_id)
         with svc.store.write() as conn:
             why = f"withdrawn: {notice.reason}"
             lc.note(conn, row, "stop-notice-withdrawn", why, svc.loop.clock())
         nt.write_files(svc.executor, handles, None)
-        return _job_out(row, svc.loop)
+        return _job_out(row, svc.loop, sharing=svc.gpu_sharing_note)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import FastAPI, Query
 from sqlalchemy.engine import Connection
 
+from labhive.scheduler.gpu_share import MILLI
 from labhive.scheduler.model import JobView
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
@@ -81,7 +82,7 @@ def _entry(row: q.QueueRow, view: JobView[int]) -> s.QueueEntry:
         position=view.queue_position,
         vc=view.vc,
         state=view.state,
-        gpus=row["gpus"],
+        gpus=view.share_milli / MILLI if view.share_milli else row["gpus"],
         tasks=row["task_count"],
         priority=view.priority,
         opportunistic=view.opportunistic,

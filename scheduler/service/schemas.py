@@ -42,7 +42,12 @@ class JobRequest(BaseModel):
     vc: str | None = Field(default=None, min_length=1, max_length=128)
     priority: str | int | None = None
     tasks: int | None = Field(default=None, ge=1, le=10_000)
-    gpus: int | None = Field(default=None, ge=0, le=10_000)
+    gpus: int | float | None = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="GPUs per task, or a share of one GPU for a single task: 0.5, 0.25, 0.125",
+    )
     cpu: float | None = Field(default=None, gt=0, le=100_000)
     memory_mb: int | None = Field(default=None, ge=0, le=1 << 40)
     cpu_limit: float | None = Field(
@@ -103,7 +108,9 @@ class JobOut(BaseModel):
     retries: int
     retries_used: int
     task_count: int
-    gpus: int
+    gpus: int | float = Field(description="GPUs per job; a GPU share's fraction (0.25)")
+    #: For a GPU share: what enforces it ("not enforced: shares are time-sliced ..." or MPS).
+    gpu_sharing: str | None = None
     opportunistic: bool
     cancel_requested: bool
     reason: str
@@ -196,7 +203,7 @@ class QueueEntry(BaseModel):
     position: int | None
     vc: str
     state: str
-    gpus: int
+    gpus: int | float  # a GPU share's fraction (0.25)
     tasks: int
     priority: int
     opportunistic: bool = False
@@ -214,8 +221,9 @@ class QueueEntry(BaseModel):
 class VCOut(BaseModel):
     name: str
     guaranteed_gpus: int
-    used_gpus: int
-    opportunistic_gpus: int
+    #: A GPU share counts as its fraction: a whole number unless shares run.
+    used_gpus: int | float
+    opportunistic_gpus: int | float
     waiting: int
     may_submit: bool
 
@@ -244,6 +252,13 @@ class QueueOut(BaseModel):
     next_offset: int | None = Field(None, description="the next page's offset; None: no more")
 
 
+class ShareOut(BaseModel):
+    """One job's share of a GPU."""
+
+    job: int | str
+    share: float = Field(description="the fraction of the GPU: 0.5, 0.25 or 0.125")
+
+
 class GPUOut(BaseModel):
     node: str
     index: int
@@ -253,6 +268,10 @@ class GPUOut(BaseModel):
         description="the job's id, or \"another user's job\" for a non-admin's view of others'"
     )
     virtual: bool
+    #: For a GPU that hosts shares: the sharers (``job`` names one of them) and how much of
+    #: the GPU they use together (0.125..1); empty and None for a GPU used whole or idle.
+    shares: list[ShareOut] = []
+    shared_used: float | None = None
 
 
 class NodeOut(BaseModel):
@@ -267,6 +286,8 @@ class NodeOut(BaseModel):
     held: bool = Field(
         False, description="an admin took the node down; only POST /nodes/{node}/up lifts it"
     )
+    #: GPU index -> its sharers, for GPUs that host GPU shares (``used`` names one of them).
+    shares: dict[str, list[ShareOut]] = {}
 
 
 class NodeDownRequest(BaseModel):

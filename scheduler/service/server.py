@@ -18,6 +18,7 @@ from typing import Any
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import Executor
+from labhive.scheduler.executors.gpu_share_env import sharing_note
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
 from labhive.scheduler.sizes import MIB
@@ -246,7 +247,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
         policy=opts.policy, monitoring=monitoring, loop_stall_s=opts.loop_stall_s,
         accounts=accounts if opts.task_identity == "users" else None, owners=accounts,
-        disk=disk, housekeeping=housekeeping,
+        disk=disk, housekeeping=housekeeping, gpu_sharing_note=sharing_note(config.gpu_sharing),
     )  # fmt: skip
     app = create_app(service)
     if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers
@@ -290,14 +291,19 @@ def _housekeeping(
 def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:
     """The launch builder, with every task's uid/gid filled in unless tasks run as the
     service's own user."""
-    builder = launch_builder_for(opts.executor, config)
-    if opts.task_identity != "users":
-        return builder
     from functools import partial
 
+    from labhive.scheduler.executors.gpu_share_env import with_gpu_shares
     from labhive.scheduler.service.loop import default_launches
 
-    return accounts.filling(builder or partial(default_launches, virtual=config.virtual))
+    builder = launch_builder_for(opts.executor, config)
+    # A GPU share's tasks get its variables (MPS limits when ``gpuSharing: mps``).
+    builder = with_gpu_shares(
+        builder or partial(default_launches, virtual=config.virtual), config.gpu_sharing
+    )
+    if opts.task_identity != "users":
+        return builder
+    return accounts.filling(builder)
 
 
 def unreachable_python(opts: ServeOptions) -> str:
