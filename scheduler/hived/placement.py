@@ -145,6 +145,11 @@ class Placer:
     def __init__(self, tree: CellTree, vcs: VCs) -> None:
         self.tree = tree
         self.vcs = vcs
+        #: Cells with unhealthy leaves that a failed search had bound (``undo`` notes them),
+        #: and those a search must not bind: HiveD's buddy allocation backtracks from a cell
+        #: whose bad nodes the placement would need to the next one (``attempt``'s retry).
+        self.broken_tried: list[Cell] = []
+        self.avoid: set[Cell] = set()
 
     # ---- guaranteed ------------------------------------------------------------------------
 
@@ -339,6 +344,8 @@ class Placer:
 
     def undo(self, vc: VC, plan: Plan) -> None:
         for cell in reversed(plan.bound):
+            if cell.bad:
+                self.broken_tried.append(cell)
             self.vcs.unbind(vc, cell)
         plan.bound.clear()
 
@@ -483,6 +490,8 @@ class Placer:
                         # A clean idle best ranks below every cell but a clean idle one of
                         # lower order; a root's cells come in order, so none follows here.
                         break
+                    if cell.bad and cell in self.avoid:
+                        continue  # bound by a search that failed on its bad nodes
                     idle = cell.free == cell.leaves
                     if not idle and (clean or not _room(cell, need, victims)):
                         continue  # once a clean idle cell is found no busy one ranks before it
