@@ -44,6 +44,20 @@ def test_a_gang_binds_a_healthy_rack_when_its_vcs_free_rack_has_a_bad_node():
     assert job["state"] == "WAITING" and "a has 0 free" in job["reason"]
 
 
+# ---- item 3: after a failure, the next binding leaves the broken pod --------------------------
+
+
+def test_a_job_stopped_by_a_failure_is_placed_again_away_from_the_broken_pod():
+    result = _replay(DATA / "hived-reference" / "job-moves-to-a-healthy-pod-after-a-failure.yaml")
+    assert result.failures == []
+    first, second = (s for s in result.steps if s["event"].startswith("node_down"))
+    job = next(j for j in first["jobs"] if j["name"] == "job")
+    assert [t["node"] for t in job["tasks"]] == ["n4"]  # p1, not n0's neighbour n1
+    # The second failure, in the same rack, stops nothing.
+    assert second["preempted"] == [] and all(j["state"] == "RUNNING" for j in second["jobs"])
+    assert next(j for j in second["jobs"] if j["name"] == "job")["preemptions"] == 0
+
+
 @pytest.mark.parametrize("path", REFERENCE, ids=lambda p: p.stem)
 def test_each_reference_scenario_replays_as_hived_decides(path):
     scenario = load_scenario(path)
@@ -96,6 +110,14 @@ def test_hived_itself_runs_the_gang_on_the_healthy_rack(oracle):
     hived = diff.run_oracle(binary, case)
     assert hived[2]["gang"]["state"] == "RUNNING"
     assert sorted(t["node"] for t in hived[2]["gang"]["tasks"]) == ["n4", "n5"]
+    assert diff.first_difference(case, hived, diff.run_labhive(case), gpus=True) is None
+
+
+@pytest.mark.parametrize("name", ["gang-rebinds-a-healthy-rack", "job-moves-to-a-healthy-pod"])
+def test_labhive_decides_as_hived_on_the_failure_cases(oracle, name):
+    diff, binary = oracle
+    case = json.loads((ORACLE / "cases" / f"{name}.json").read_text())
+    hived = diff.run_oracle(binary, case)
     assert diff.first_difference(case, hived, diff.run_labhive(case), gpus=True) is None
 
 
