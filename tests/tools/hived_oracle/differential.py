@@ -332,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", action="store_true", help="compare GPU indices, not just nodes")
     ap.add_argument("--case", type=Path, help="run one case file (JSON) and print both")
     ap.add_argument("--pattern", choices=sorted(PATTERNS), default="any")
+    ap.add_argument("--count", action="store_true", help="only count differing cases")
     ap.add_argument("--stop", type=int, default=1, help="stop after this many differences")
     args = ap.parse_args(argv)
     if args.hived_src is None:
@@ -355,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     for n in range(args.cases):
         case = random_case(rng, args.failures, args.lazy)
         diff = differs(binary, case, args.gpus, args.pattern)
-        if diff:
+        if diff and args.count:
+            found += 1
+        elif diff:
             small = shrink(binary, case, args.gpus, args.pattern)
             print(f"case {n} differs; shrunk to {len(small['events'])} events:")
             print(json.dumps(small))
