@@ -141,3 +141,21 @@ def test_a_lazy_victim_stopped_by_labhive_alone_follows_an_earlier_different_cel
     hived, labhive = diff.run_oracle(binary, case), diff.run_labhive(case)
     assert diff.lazy_stopped(case, hived, labhive) is not None
     assert diff.lazy_stopped_first(case, hived, labhive) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "job", "hived_node", "labhive_node"),
+    [
+        ("binding-order-after-a-failure", "job", "n0", "n4"),
+        ("smallest-vc-cell-first", "other", "n2", "n1"),
+    ],
+)
+def test_the_documented_binding_differences_are_what_hived_does(
+    oracle, name, job, hived_node, labhive_node
+):
+    # docs/scheduler-core.md's differences 8 and 9 say what HiveD does: HiveD says so too.
+    diff, binary = oracle
+    case = json.loads((ORACLE / "cases" / f"{name}.json").read_text())
+    hived, labhive = diff.run_oracle(binary, case), diff.run_labhive(case)
+    assert [t["node"] for t in hived[-1][job]["tasks"]] == [hived_node]
+    assert [t["node"] for t in labhive[-1][job]["tasks"]] == [labhive_node]
