@@ -48,7 +48,11 @@ CASES: list[tuple[dict[str, Any], str | None]] = [
     ({"vc": "b", "gpus": 1, "sku": "V100"}, "b has no V100 cells; it has 3 K80 GPUs."),
     ({"vc": "a", "gpus": 9}, "the largest K80/V100 node has 8"),
     ({"vc": "b", "gpus": 2, "tasks": 2}, "more than b has in all (3 K80 GPUs); ask for at most 3"),
-    ({"vc": "a", "gpus": 1, "pinned_cell": "PIN", "sku": "V100"}, None),
+    ({"vc": "a", "gpus": 1, "pinned_cell": "PIN"}, None),
+    (
+        {"vc": "a", "gpus": 1, "pinned_cell": "PIN", "sku": "V100"},
+        "names both skuType V100 and pinnedCellId PIN",
+    ),
     ({"vc": "b", "gpus": 1, "pinned_cell": "PIN"}, "pinnedCellId PIN is not pinned to b"),
 ]
 
@@ -83,7 +87,7 @@ def test_admission_reads_the_config_not_who_uses_the_cells() -> None:
     config = load_cluster_config_text(CLUSTER)
     busy = HivedScheduler(config)
     busy.handle(Submit("big", _spec({"vc": "a", "gpus": 4})))
-    busy.handle(Submit("pin", _spec({"vc": "a", "gpus": 8, "sku": "V100", "pinned_cell": "PIN"})))
+    busy.handle(Submit("pin", _spec({"vc": "a", "gpus": 8, "pinned_cell": "PIN"})))
     for node in ("k0", "k1", "v0"):
         busy.handle(NodeDown(node, reason="test"))
     idle = Admission.of(config)

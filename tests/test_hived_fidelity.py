@@ -215,10 +215,23 @@ def test_hived_submit_rules_reject_at_once(short, message):
     assert str(err.value) == message
 
 
-def test_a_v100_job_naming_the_pinned_cell_is_accepted_and_runs_there():
+def test_a_job_naming_the_pinned_cell_is_accepted_and_runs_there():
     c = Cluster(PINNED_SKU)
-    c.submit("j", vc="a", priority="prod", gpus=1, sku="V100", pinned_cell="PIN")
+    c.submit("j", vc="a", priority="prod", gpus=1, pinned_cell="PIN")
     assert c.nodes("j") == ["v0"]
+
+
+def test_skutype_together_with_pinnedcellid_is_refused_as_openpai_does():
+    # OpenPAI: "Taskrole main has both skuType and pinnedCellId, only one is allowed."
+    c = Cluster(PINNED_SKU)
+    with pytest.raises(SpecRejected) as err:
+        c.sched.check(
+            parse_job({"name": "j", "vc": "a", "gpus": 1, "sku": "V100", "pinned_cell": "PIN"})
+        )
+    assert str(err.value) == (
+        "task role main names both skuType V100 and pinnedCellId PIN; OpenPAI allows only one "
+        "(a pinned cell has one leaf type): drop skuType"
+    )
 
 
 def test_a_priority_outside_hiveds_range_is_rejected_and_the_replay_goes_on(tmp_path):
@@ -392,7 +405,7 @@ def test_each_documented_difference_from_hived_replays_as_described(path):
 def test_every_difference_scenario_is_listed_in_the_docs():
     docs = (Path(__file__).parents[1] / "docs" / "scheduler-core.md").read_text()
     section = docs.split("## Where LabHive differs from HiveD, and why")[1]
-    assert len(DIFFERENCES) == 6
+    assert len(DIFFERENCES) == 9
     for path in DIFFERENCES:
         assert f"tests/data/hived-differences/{path.name}" in section
 
@@ -456,12 +469,12 @@ def test_roles_of_one_affinity_group_share_a_chain_but_groups_need_not():
         "v": {"instances": 1, "resourcePerInstance": {"gpu": 1}, "commands": ["true"]},
     }
 
-    def job(groups: dict[str, str]) -> object:
+    def job(groups: dict[str, str], v: dict[str, str]) -> object:
         hived = {
             "jobPriorityClass": "prod",
             "taskRoles": {
                 "k": {"skuType": "K80", "affinityGroupName": groups["k"]},
-                "v": {"skuType": "V100", "pinnedCellId": "PIN", "affinityGroupName": groups["v"]},
+                "v": {**v, "affinityGroupName": groups["v"]},
             },
         }
         return parse_job(
@@ -474,9 +487,10 @@ def test_roles_of_one_affinity_group_share_a_chain_but_groups_need_not():
             }
         )
 
-    c.sched.check(job({"k": "one", "v": "two"}))
+    # The V100 role runs in the pinned cell (V100), the K80 role on the VC's K80 cells.
+    c.sched.check(job({"k": "one", "v": "two"}, {"pinnedCellId": "PIN"}))
     with pytest.raises(SpecRejected, match="a gang stays within one chain, but its roles ask"):
-        c.sched.check(job({"k": "same", "v": "same"}))
+        c.sched.check(job({"k": "same", "v": "same"}, {"skuType": "V100"}))
 
 
 def test_an_openpai_job_with_a_priority_outside_hiveds_range_is_rejected_in_a_replay():

@@ -250,6 +250,15 @@ def _reject_split_groups(spec: JobSpec, groups: list[tuple[RoleSpec, ...]]) -> N
 def _reject_pins(spec: JobSpec, vc: VCFacts, groups: list[tuple[RoleSpec, ...]]) -> None:
     """A pinned cell must be the VC's, one per gang, and guaranteed jobs' only."""
     pins = {r.pinned_cell for r in spec.roles if r.pinned_cell}
+    for role in spec.roles:
+        if role.pinned_cell and role.sku is not None:
+            # OpenPAI's rest server refuses it ("only one is allowed"): the pinned cell
+            # fixes the leaf type, and a skuType that disagreed would never place.
+            raise SpecRejected(
+                f"task role {role.name} names both skuType {role.sku} and pinnedCellId "
+                f"{role.pinned_cell}; OpenPAI allows only one (a pinned cell has one leaf "
+                "type): drop skuType"
+            )
     for pin in sorted(pins):
         if pin not in vc.pinned_ids:
             have = vc.pinned_list() or "none"

@@ -217,12 +217,49 @@ class Attempt(Failures):
             pin = job.pinned if not job.grouped else pin_of([r for r, _ in unit])
             pinned = self.tree.pinned.get(pin) if pin else None
             for chain in chains:
-                plan = self.placer.guaranteed(
-                    vc, chain, needs[chain], threshold, only, pinned, bind
-                )
+                if self.tree.bad_total:
+                    plan = self._around_broken(
+                        vc, chain, needs[chain], threshold, only, pinned, bind
+                    )
+                else:
+                    plan = self.placer.guaranteed(
+                        vc, chain, needs[chain], threshold, only, pinned, bind
+                    )
                 if plan is not None:
                     return plan
         return None
+
+    def _around_broken(
+        self,
+        vc: VC,
+        chain: str,
+        tasks: TaskNeeds,
+        threshold: Threshold,
+        only: set[Cell] | None,
+        pinned: Cell | None,
+        bind: bool,
+    ) -> Plan | None:
+        """``Placer.guaranteed`` while some node is down. A search binds the VC's next cell
+        where its first task fits; when the rest of the unit then fails because that cell's
+        other nodes are down, HiveD's buddy allocation (which maps the whole placement, and
+        backtracks from a cell whose bad nodes it would need) binds another cell, splitting
+        a larger healthy one if it must. So the search runs again without each such cell,
+        until it succeeds or bound no broken cell (issue 34: a gang waited while a healthy
+        rack was idle, and a lower-priority job of its VC then took the broken rack)."""
+        placer = self.placer
+        placer.broken_tried.clear()
+        plan = placer.guaranteed(vc, chain, tasks, threshold, only, pinned, bind)
+        if plan is not None or not placer.broken_tried or not bind or pinned is not None:
+            return plan
+        try:
+            while plan is None and placer.broken_tried:
+                placer.avoid.update(placer.broken_tried)
+                placer.broken_tried.clear()
+                plan = placer.guaranteed(vc, chain, tasks, threshold, None, pinned, bind)
+        finally:
+            placer.avoid.clear()
+            placer.broken_tried.clear()
+        return plan
 
     def _binds_parts(self, vc: VC, chains: list[str]) -> bool:
         return any(

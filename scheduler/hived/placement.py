@@ -145,6 +145,11 @@ class Placer:
     def __init__(self, tree: CellTree, vcs: VCs) -> None:
         self.tree = tree
         self.vcs = vcs
+        #: Cells with unhealthy leaves that a failed search had bound (``undo`` notes them),
+        #: and those a search must not bind: HiveD's buddy allocation backtracks from a cell
+        #: whose bad nodes the placement would need to the next one (``attempt``'s retry).
+        self.broken_tried: list[Cell] = []
+        self.avoid: set[Cell] = set()
 
     # ---- guaranteed ------------------------------------------------------------------------
 
@@ -339,6 +344,8 @@ class Placer:
 
     def undo(self, vc: VC, plan: Plan) -> None:
         for cell in reversed(plan.bound):
+            if cell.bad:
+                self.broken_tried.append(cell)
             self.vcs.unbind(vc, cell)
         plan.bound.clear()
 
@@ -466,8 +473,9 @@ class Placer:
     ) -> Cell | None:
         """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
         then, as HiveD splits, at every level down the cell holding the fewest opportunistic
-        jobs (later guaranteed jobs preempt less), then idle before busy; and only where
-        binding it keeps every VC's cells placeable."""
+        jobs (later guaranteed jobs preempt less), a free-list cell with a down node after
+        healthy ones, then idle before busy; and only where binding it keeps every VC's cells
+        placeable."""
         lists = self.tree.free_list[info.name]
         for root_level in info.levels[::-1]:
             if root_level < level or not lists[root_level]:
@@ -483,15 +491,24 @@ class Placer:
                         # A clean idle best ranks below every cell but a clean idle one of
                         # lower order; a root's cells come in order, so none follows here.
                         break
+                    if cell.bad and cell in self.avoid:
+                        continue  # bound by a search that failed on its bad nodes
                     idle = cell.free == cell.leaves
                     if not idle and (clean or not _room(cell, need, victims)):
                         continue  # once a clean idle cell is found no busy one ranks before it
                     path = _oppo_path(root, cell)
-                    key = (path, 0, 0, cell.order) if idle else (path, 1, -cell.free, cell.order)
+                    # A free-list cell holding a down node ranks after healthy ones of as
+                    # few opportunistic jobs: HiveD appends a released cell to its free
+                    # list's end, so the cell a failure emptied is its last choice (issue 34).
+                    broken = root.bad > 0
+                    if idle:
+                        key = (path[0], broken, path, 0, 0, cell.order)
+                    else:
+                        key = (path[0], broken, path, 1, -cell.free, cell.order)
                     if best_key is None or key < best_key:
                         best, best_root, best_key = cell, root, key
                         best_order = cell.order
-                        clean = idle and not any(path)
+                        clean = idle and not broken and not any(path)
                     if clean and best is cell:
                         break  # later cells of this root rank after it
             if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):

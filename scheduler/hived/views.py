@@ -141,10 +141,18 @@ def vc_views(sched: HivedState[Any]) -> dict[str, VCView]:
     waiting: dict[str, int] = {}
     for job in sched._jobs.values():
         n: float = sum(len(leaves) for _, leaves in job.placed.values())
-        if job.share and n:
+        down: float
+        if job.share and n:  # a share is one task that never downgrades on its own
             n = job.share / MILLI
-        target = oppo if job.opportunistic else used
-        target[job.vc] = target.get(job.vc, 0) + n
+            down = n if job.opportunistic else 0
+        elif job.opportunistic:
+            down = n
+        else:  # tasks downgraded on their own (per-unit lazy preemption) hold no VC cell
+            down = sum(len(job.placed[key][1]) for key in job.downgraded if key in job.placed)
+        if down:
+            oppo[job.vc] = oppo.get(job.vc, 0) + down
+        if n - down:
+            used[job.vc] = used.get(job.vc, 0) + n - down
         if not job.placed:
             waiting[job.vc] = waiting.get(job.vc, 0) + 1
     return {
