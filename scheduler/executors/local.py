@@ -218,7 +218,7 @@ class LocalExecutor:
         run_as = owner.record()
         if launch.image:  # podman runs as the service; the container as the task's user
             argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
-            enforced["sandbox"] = sandbox_mounts.CONTAINER
+            enforced["sandbox"] = sandbox_mounts.container(launch.memory_max_mb * limits.MIB)
             env = {**podman_process_env(task_env), **self._podman_env()}
             run_as = {**workdir.run_as(None, None).record(), "container_user": run_as}
         else:
@@ -326,7 +326,7 @@ class LocalExecutor:
         support = self._container_support()
         user = (owner.uid, owner.gid)
         argv, record = container.prepare(
-            support, launch, cwd, user, task_env, pull, scope=self._scope
+            support, launch, cwd, user, task_env, pull, scope=self._scope, pids_max=self.pids.task
         )
         try:  # strace (when observed) runs as the service, around podman
             return self._argv(launch, work, workdir.run_as(None, None), argv), record
