@@ -206,7 +206,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     if separates_users(opts):  # before any task is launched or adopted under those uids
         from labhive.scheduler.service import uid_claims
 
-        uid_claims.claim(data_dir, *accounts.claimed_span())
+        uid_claims.claim(data_dir, *accounts.claimed_span(), users=accounts.configured_uids())
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
     auth: Any
