@@ -34,7 +34,14 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import container, limits, notice_file, sandbox_mounts, workdir
+from labhive.scheduler.executors import (
+    container,
+    limits,
+    notice_file,
+    output,
+    sandbox_mounts,
+    workdir,
+)
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -69,7 +76,7 @@ STRACE_LOG = "strace.log"
 #: A copy of the handle's info, so a launch the service never recorded can still be found.
 HANDLE_FILE = "handle.json"
 #: Each of a task's stdout and stderr keeps this much; the rest is dropped (output.py).
-DEFAULT_OUTPUT_CAP = 100 * MIB
+DEFAULT_OUTPUT_CAP = output.DEFAULT_CAP
 #: What a task's work dir may hold before its supervisor stops it (quota.py).
 DEFAULT_WORK_QUOTA = 10 * 1024 * MIB
 #: Seconds between two measurements of a task's work dir.

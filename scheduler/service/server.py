@@ -278,6 +278,8 @@ def _housekeeping(
     disk = DiskGuard(data_dir, opts.disk_reserve)
     store.before_write = disk.make_room
     if not isinstance(executor, LocalExecutor):
+        if hasattr(executor, "output_cap"):  # Slurm's run scripts, Kubernetes' log reads
+            executor.output_cap = opts.output_cap
         return disk, Housekeeping(disk, None)
     executor.disk_check = disk.launch_refusal  # no launches into the store's last reserve
     executor.output_cap, executor.work_quota = opts.output_cap, opts.work_quota
