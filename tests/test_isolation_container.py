@@ -1,17 +1,23 @@
 """Given the local executor, a job with an image (a podman container) and two tenants on one
 machine, expect the container to be held as a bare task is: its new files its user's alone
 (umask 077), a /dev/shm of its own sized to its memory limit, and a fork bomb stopped at the
-executor's per-task pids cap rather than podman's own (2048) or the host's pid_max."""
+executor's per-task pids cap rather than podman's own (2048) or the host's pid_max; and another
+tenant, in a container or bare, neither reading its /tmp and /dev/shm nor signalling it while it
+runs (the attacks of test_isolation_tmp.py, against a container)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from container_support import podman_or_skip, tiny_image
 from isolation_util import UID_A, UID_B, needs_root, open_tmp_dir
 from local_exec_util import launch_one, wait_exits
+from waiting import wait_until
 
 from labhive.scheduler.executors.local import LocalExecutor
 
@@ -77,3 +83,39 @@ def test_a_fork_bomb_in_a_container_stops_at_the_executors_pids_cap(open_tmp, ti
     assert "can't fork" in ex.read_log(h, "stderr", 0, 2000).decode()
     assert end.exit_code == 2
     assert h.info["limits"]["pids"] == {"enforced": True, "by": "container", "max": 64}
+
+
+def container_pid(ex: LocalExecutor, handle) -> int:
+    """The host pid of the task's container's first process (podman's account of it)."""
+    name = handle.info["limits"]["container"]["name"]
+    done = subprocess.run(
+        ["podman", "inspect", "--type", "container", "--format", "{{.State.Pid}}", name],
+        capture_output=True, text=True, env={**os.environ, **ex._podman_env()}, check=True,
+    )  # fmt: skip
+    return int(done.stdout)
+
+
+def test_bob_neither_reads_alices_tmp_and_shm_nor_signals_her_while_her_container_runs(
+    open_tmp, tiny_image
+):
+    """The attacks of test_isolation_tmp against a container: alice's /tmp and /dev/shm files
+    and her process, from bob's container and from bob's bare task, while she runs."""
+    ex = LocalExecutor(open_tmp / "data", grace_s=1.0)
+    alice = launch_one(
+        ex, "alice", "echo a-secret > /tmp/a-secret; echo a-secret > /dev/shm/a-secret; "
+        "echo up; sleep 120", image=tiny_image, uid=UID_A, gid=UID_A,
+    )  # fmt: skip
+    wait_until(lambda: ex.read_log(alice, "stdout", 0, 10) == b"up\n", "alice's container", 60)
+    pid = container_pid(ex, alice)
+    snoop = f"cat /tmp/a-secret; cat /dev/shm/a-secret; kill -9 {pid}; echo tried"
+    in_container = launch_one(ex, "bob-ctr", snoop, image=tiny_image, uid=UID_B, gid=UID_B)
+    bare = launch_one(ex, "bob-bare", snoop, uid=UID_B, gid=UID_B)
+    ends = wait_exits(ex, 2, timeout_s=120)
+    assert set(ends) == {in_container.key, bare.key}  # alice still runs
+    for bob, no_kill in ((in_container, "No such process"), (bare, "Operation not permitted")):
+        assert ex.read_log(bob, "stdout", 0, 1000) == b"tried\n"
+        err = ex.read_log(bob, "stderr", 0, 2000).decode()
+        assert err.count("No such file or directory") == 2, err
+        assert no_kill in err, err
+    assert psutil.pid_exists(pid) and ex.read_log(alice, "stdout", 0, 10) == b"up\n"
+    ex.stop([alice], grace_s=0)
