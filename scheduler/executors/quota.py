@@ -7,17 +7,20 @@ overlayfs and the hosts LabHive runs on mostly have none. So the supervisor meas
 task's files take (``usage``: allocated blocks, each inode once, symlinks never followed) and
 stops the task once it holds more than its quota.
 
-When it looks again adapts to how close the task is (``next_look``): at most ``interval_s`` apart,
-but never later than half the time the task needs to fill what is left of its quota at the
-faster of its own measured write speed and ``ASSUMED_SPEED`` (what one task writes to page cache
-at full speed: 580 MiB/s measured on the ext4 data disk of the test machine, rounded up to 2
-GiB/s for faster disks), nor sooner than ``MIN_LOOK_S`` apart. Far below the quota it looks
-every ``interval_s``; near it, every few tens of milliseconds. A task can go over by what it
-writes between two looks: with ``dd`` at full speed from an empty work dir, 2876 MiB past a 64
-MiB quota with a fixed 5 s poll, and tens of MiB with this one (figures: docs/local-executor.md,
-``benchmarks/bench_disk.py overshoot``); a burst faster than twice the speed assumed can
-overshoot by more, until the watcher has measured it. The output cap bounds the logs, the
-service's disk reserve (``service/diskspace.py``) the rest.
+When it looks again adapts to how close the task is (``next_look``): at most ``interval_s``
+apart, but never later than half the time the task needs to fill what is left of its quota at
+the faster of its own measured write speed and ``ASSUMED_SPEED`` (what one task writes to page
+cache at full speed: 580 MiB/s measured on the ext4 data disk of the test machine, rounded up to
+2 GiB/s for faster disks); never sooner than ``MIN_LOOK_S`` apart, nor than ``WALK_SHARE`` times
+its last walk took (a tenth of a core at most for a task parked near its quota: 1000 files take
+about 14 ms to walk on the loaded test machine, so they are looked at every 0.13 s). Far below
+the quota it looks every ``interval_s``; near it, every few tens of milliseconds.
+
+A task can go over by what it writes between two looks: ``dd`` at full speed from an empty work
+dir went 2876 MiB past a 64 MiB quota with a fixed 5 s poll, and 20 to 49 MiB with this one
+(``benchmarks/bench_disk.py``, docs/local-executor.md); a burst faster than twice the speed
+assumed, or from a large tree parked near its quota, can overshoot by more. The output cap bounds
+the logs, the service's disk reserve (``service/diskspace.py``) the rest.
 
 Writes are not refused at write time: that needs ext4/XFS project quotas (a ``prjquota`` mount,
 a project id per task directory) or a file system per task (a size-limited loop mount), which
@@ -39,6 +42,8 @@ from labhive.scheduler.sizes import show_size
 ASSUMED_SPEED = 2 * 1024**3
 #: The least time between two looks: a small tree's walk takes well under this.
 MIN_LOOK_S = 0.05
+#: The wait after a look is at least this many times the look's own walk.
+WALK_SHARE = 9
 
 
 def next_look(quota: int, used: int, speed: float, interval_s: float) -> float:
@@ -136,5 +141,6 @@ class QuotaWatcher:
             speed = max(0, used - last_used) / max(started - last_at, 1e-3)
             last_used, last_at = used, started
             walked = time.monotonic() - started
-            # a huge tree takes long to walk: never spend more than half the time walking it
-            wait = max(next_look(self.quota, used, speed, self.interval_s), walked)
+            # a huge tree takes long to walk: never spend more than a tenth of the time walking
+            # it (a task parked near its quota would otherwise keep a core busy)
+            wait = max(next_look(self.quota, used, speed, self.interval_s), WALK_SHARE * walked)
