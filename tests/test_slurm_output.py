@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster import SlurmCluster
 from test_slurm_executor import gang, settle
+from waiting import wait_until
 
 from labhive.scheduler.executors.output import cap_notice
 from labhive.scheduler.executors.slurm import SlurmExecutor
@@ -55,3 +56,17 @@ def test_output_under_the_cap_or_with_no_cap_is_kept_whole(
     (b,) = uncapped.launch(gang("303", {"chatty": FLOOD}, {"chatty": "n2"}, gpus=0))
     assert settle(uncapped, 1)["chatty"].exit_code == 3
     assert Path(b.info["stdout"]).stat().st_size == 5 * MIB
+
+
+def test_a_stop_gives_a_capped_task_its_term_and_grace_and_its_last_words(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """TERM reaches every process of the step: the command must get its grace period to end
+    well (and print), not lose its output with cappers that died of the same TERM."""
+    ex = executor(slurm, data_dir, MIB)
+    trap = "trap 'echo got TERM; exit 0' TERM; echo up; while true; do sleep 0.1; done"
+    (handle,) = ex.launch(gang("304", {"graceful": trap}, {"graceful": "n1"}, gpus=0))
+    stdout = Path(handle.info["stdout"])
+    wait_until(lambda: stdout.exists() and stdout.read_text() == "up\n", timeout=60)
+    ex.stop([handle], grace_s=30)
+    assert stdout.read_text() == "up\ngot TERM\n"

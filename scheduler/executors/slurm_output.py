@@ -22,13 +22,19 @@ import shlex
 
 from labhive.scheduler.executors.output import cap_notice
 
-#: The command's exit status, written by the pipeline's first member for the script to exit with.
-STATUS_FILE = "command.status"
+#: The two FIFOs between the command and its cappers, and the marks each capper leaves at its
+#: end, in the task's directory (its working directory).
+FIFOS = {"stdout": ".labhive-stdout", "stderr": ".labhive-stderr"}
+#: Seconds a capper may go on reading after the command ended (a process the command left in
+#: the background still holds its output): then the script ends, and Slurm ends the step.
+DRAIN_S = 5
 
 _CAP_FUNCTION = """labhive_cap() {
+    trap '' TERM
     if command -v stdbuf >/dev/null; then stdbuf -o0 head -c "$1"; else head -c "$1"; fi
     dropped=$(wc -c)
     if [ "$dropped" -gt 0 ]; then printf '\\n%s' "$2"; fi
+    : > "$3"
 }"""
 
 
@@ -37,14 +43,21 @@ def capped_exec(command: list[str], cap: int | None) -> list[str]:
     of its streams capped (see the module docstring) and exit with its status."""
     if cap is None:
         return ["exec " + shlex.join(command)]
-    notice = {s: shlex.quote(cap_notice(s, cap, False).decode()) for s in ("stdout", "stderr")}
-    status = shlex.quote(STATUS_FILE)
-    run = f"{shlex.join(command)}; echo $? > {status}"
+    out, err = FIFOS["stdout"], FIFOS["stderr"]
+    notice = {s: shlex.quote(cap_notice(s, cap, False).decode()) for s in FIFOS}
     return [
         _CAP_FUNCTION,
-        f"rm -f {status}",
-        # fd 3: the stdout capper's pipe; the command's stderr goes through its own capper
-        f"{{ {{ {run}; }} 2>&1 1>&3 3>&- | labhive_cap {cap} {notice['stderr']} 1>&2 3>&-; }}"
-        f" 3>&1 | labhive_cap {cap} {notice['stdout']}",
-        f'read -r status < {status} 2>/dev/null || status=1; exit "$status"',
+        # TERM (scancel) reaches every process of the step: the command gets it and its grace
+        # period, this script waits on (a caught signal is the default again in the command)
+        "trap : TERM",
+        f"rm -f {out} {err} {out}.done {err}.done && mkfifo -m 600 {out} {err} || exit 111",
+        f"labhive_cap {cap} {notice['stdout']} {out}.done < {out} &",
+        f"labhive_cap {cap} {notice['stderr']} {err}.done < {err} >&2 &",
+        f"{shlex.join(command)} > {out} 2> {err}",
+        "status=$?",
+        f"n=0; until [ -e {out}.done ] && [ -e {err}.done ] || [ $n -ge {DRAIN_S * 10} ]; do",
+        "    sleep 0.1; n=$((n + 1))",
+        "done",
+        f"rm -f {out} {err} {out}.done {err}.done",
+        'exit "$status"',
     ]
