@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,13 @@ from isolation_util import open_tmp_dir
 from local_exec_util import task, wait_exits
 
 from labhive.scheduler.executors.local import LocalExecutor
-from labhive.scheduler.executors.quota import ASSUMED_SPEED, MIN_LOOK_S, next_look, usage
+from labhive.scheduler.executors.quota import (
+    ASSUMED_SPEED,
+    MIN_LOOK_S,
+    QuotaWatcher,
+    next_look,
+    usage,
+)
 from labhive.scheduler.executors.supervise import EXIT_FILE, EXIT_SLOT
 
 
@@ -180,3 +187,20 @@ def test_a_task_in_a_vc_with_a_smaller_cap_keeps_only_that_much(tmp_path):
     assert (
         json.loads(Path(small.info["workdir"], "launch.json").read_text())["quota"]["bytes"] is None
     )
+
+
+def test_a_task_parked_near_its_quota_costs_its_watcher_a_tenth_of_a_core_at_most(tmp_path):
+    """5000 files 1 MiB under the quota: looks come every 50 ms at the nearest, and never sooner
+    than nine walks' time, so the watcher's thread spends at most a tenth of its time walking."""
+    for i in range(5000):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+    quota = usage([tmp_path]) + MIB
+    stopped: list[str] = []
+    watcher = QuotaWatcher([tmp_path], quota, 5.0, stopped.append)
+    cpu, wall = time.process_time(), time.monotonic()
+    watcher.start()
+    time.sleep(3)
+    watcher.finish()
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    assert stopped == [] and watcher.looks >= 3
+    assert cpu < 0.1 * wall, f"{cpu:.2f} s of CPU in {wall:.1f} s over {watcher.looks} looks"
