@@ -7,6 +7,8 @@ submission (docs/local-executor.md and docs/service.md, "Disk").
   system; wall time from launch to its exit being seen;
 - walk: ``quota.usage`` over ``--files`` small files in 100 directories (the watcher's cost per
   look), beside ``du -s`` on the same tree;
+- overshoot: a task writing at full speed (``dd``, at most 4 GiB) under a 64 MiB work-dir
+  quota and a 5 s interval: how much it held when its watcher stopped it;
 - guard: ``DiskGuard.make_room`` (before every store write) and ``check_submission``.
 
     python benchmarks/bench_disk.py [--dir /var/tmp] [--gib 1] [--files 100000]
@@ -67,6 +69,17 @@ def walk(base: Path, files: int) -> None:
         print(f"walk   {files} files ({used / MIB:.0f} MiB): usage {mine:.2f} s, du -s {du:.2f} s")
 
 
+def overshoot(base: Path, runs: int = 3) -> None:
+    quota = 64 * MIB
+    for i in range(runs):
+        ex = LocalExecutor(base / f"quota-{i}", grace_s=1.0, work_quota=quota, quota_interval_s=5)
+        cmd = "dd if=/dev/zero of=big bs=1M count=4096 2>/dev/null; sleep 600"
+        dt = run_task(ex, f"q{i}", cmd)
+        held = usage([base / f"quota-{i}" / "jobs"])
+        print(f"quota  64 MiB, 5 s interval, dd at full speed: stopped after {dt:.2f} s holding "
+              f"{held / MIB:.0f} MiB ({(held - quota) / MIB:.0f} MiB past the quota)")  # fmt: skip
+
+
 def guard(base: Path) -> None:
     g = DiskGuard(base, 8 * MIB)
     n = 20000
@@ -84,6 +97,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         relay(Path(d), args.gib)
         walk(Path(d), args.files)
+        overshoot(Path(d))
         guard(Path(d))
     return 0
 

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 from disk_support import MIB, small_fs
+from isolation_util import open_tmp_dir
 from local_exec_util import task, wait_exits
 
 from labhive.scheduler.executors.local import LocalExecutor
-from labhive.scheduler.executors.quota import usage
+from labhive.scheduler.executors.quota import (
+    ASSUMED_SPEED,
+    MIN_LOOK_S,
+    QuotaWatcher,
+    next_look,
+    usage,
+)
 from labhive.scheduler.executors.supervise import EXIT_FILE, EXIT_SLOT
 
 
@@ -78,6 +86,37 @@ def test_a_task_over_its_work_dir_quota_is_stopped_with_the_reason(fs):
     assert ended.reason.startswith("killed: over its disk quota of 8 MiB (its work dir held ")
     written = len(list(Path(handle.info["cwd"]).glob("f*")))
     assert 8 < written < 60  # stopped on the way, not after writing all 60 MiB
+
+
+#: At full speed: one file (dd), or a thousand of 1 MiB (split), 1 GiB in all at most.
+FULL_SPEED = {
+    "one file": "dd if=/dev/zero of=big bs=1M count=1024 2>/dev/null; sleep 600",
+    "many files": "head -c 1G /dev/zero | split -b 1M - part.; sleep 600",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FULL_SPEED))
+def test_a_task_writing_at_full_speed_is_stopped_near_its_quota_not_an_interval_later(how):
+    """A 5 s watcher let dd write 2876 MiB past a 64 MiB quota (on the data disk, ext4): the
+    watcher now looks again sooner the nearer the task is to its quota."""
+    with open_tmp_dir("/var/tmp") as base:  # the real disk: a tmpfs would cap the overshoot
+        ex = LocalExecutor(base / "data", grace_s=1.0, work_quota=64 * MIB, quota_interval_s=5.0)
+        handle, ended = run_as_user(ex, FULL_SPEED[how])
+        held = usage([Path(handle.info["cwd"])])
+    assert ended.exit_code == 137
+    assert ended.reason.startswith("killed: over its disk quota of 64 MiB")
+    assert held < 64 * MIB + 192 * MIB, f"{held / MIB:.0f} MiB held under a 64 MiB quota"
+
+
+def test_the_watcher_looks_sooner_the_nearer_the_quota_and_the_faster_the_task():
+    quota, interval = 10 * 1024 * MIB, 5.0
+    assert next_look(quota, 0, 0, interval) == 2.5  # 10 GiB at the assumed 2 GiB/s, halved
+    assert next_look(quota, 0, 0, 1.0) == 1.0  # never later than the interval
+    assert next_look(quota, quota - 100 * MIB, 0, interval) < 0.03 + MIN_LOOK_S
+    assert next_look(quota, quota - 100 * MIB, 0, interval) >= MIN_LOOK_S  # never a busy loop
+    # a task measured faster than assumed is looked at sooner
+    fast = next_look(quota, quota // 2, 4 * ASSUMED_SPEED, interval)
+    assert fast == pytest.approx(quota / 2 / (4 * ASSUMED_SPEED) / 2)
 
 
 def test_writing_into_its_strace_log_does_not_escape_the_quota(fs):
@@ -148,3 +187,20 @@ def test_a_task_in_a_vc_with_a_smaller_cap_keeps_only_that_much(tmp_path):
     assert (
         json.loads(Path(small.info["workdir"], "launch.json").read_text())["quota"]["bytes"] is None
     )
+
+
+def test_a_task_parked_near_its_quota_costs_its_watcher_a_tenth_of_a_core_at_most(tmp_path):
+    """5000 files 1 MiB under the quota: looks come every 50 ms at the nearest, and never sooner
+    than nine walks' time, so the watcher's thread spends at most a tenth of its time walking."""
+    for i in range(5000):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+    quota = usage([tmp_path]) + MIB
+    stopped: list[str] = []
+    watcher = QuotaWatcher([tmp_path], quota, 5.0, stopped.append)
+    cpu, wall = time.process_time(), time.monotonic()
+    watcher.start()
+    time.sleep(3)
+    watcher.finish()
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    assert stopped == [] and watcher.looks >= 3
+    assert cpu < 0.1 * wall, f"{cpu:.2f} s of CPU in {wall:.1f} s over {watcher.looks} looks"

@@ -334,11 +334,16 @@ def test_a_container_task_has_its_own_tmp_shm_and_proc_already(
     )  # fmt: skip
     assert wait_exits(ex, 1, timeout_s=120)[h.key].exit_code == 0, ex.read_log(h, "stderr", 0, 2000)
     umask, df, nprocs = ex.read_log(h, "stdout", 0, 4000).decode().splitlines()
-    assert h.info["limits"]["sandbox"] == sandbox_mounts.CONTAINER
+    assert h.info["limits"]["sandbox"] == sandbox_mounts.container(h_memory_bytes(h))
     assert not Path("/tmp", name).exists() and not Path("/dev/shm", name).exists()
-    assert df.split()[1] == "64000"  # podman's /dev/shm: 64 MB (65,536,000 bytes), not all RAM
+    # its own /dev/shm, sized to its memory limit as a bare task's (not podman's 64 MB)
+    assert int(df.split()[1]) * 1024 == h.info["limits"]["sandbox"]["bytes"]
     assert int(nprocs) <= 3  # its own pid namespace: the shell, ls, grep
-    assert umask == "0022"  # podman's; its /tmp and work dir are its own, so nobody else reads
+    assert umask == "0077"  # as a bare task's (podman's own is 0022)
+
+
+def h_memory_bytes(h: TaskHandle) -> int:
+    return int(h.info["limits"]["memory"]["bytes"])
 
 
 WITHOUT_SYS_ADMIN = """

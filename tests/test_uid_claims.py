@@ -225,3 +225,63 @@ def test_labhive_up_hands_its_uid_range_to_the_service_it_starts(tmp_path: Path)
     assert (serve.first_uid, serve.uid_count) == (1_200_000, 5000)
     default = build_parser().parse_args(service_command(HubPlan(str(tmp_path), "t"))[3:])
     assert (default.first_uid, default.uid_count) == (200000, 1_000_000)
+
+
+@needs_root
+def test_a_users_file_uid_in_another_services_range_or_users_is_refused_both_ways():
+    """Service a allocates from FIRST (bob gets FIRST) and its users file names eve's uid.
+    Service b's users file naming dave as bob's uid, or b's range covering eve's uid, would
+    hand one uid to two people: b refuses to start, naming both claimants and the fix."""
+    eve_uid = FIRST + 2_000_123
+    eve = BOB.replace("users:\n", f"users:\n  eve: {{token: eve-token-1234, uid: {eve_uid}}}\n")
+    with (
+        open_tmp_dir("/var/tmp") as tmp,
+        serve_process(tmp / "a", CLUSTER, *service_args(tmp, "a", eve, FIRST)) as a,
+    ):
+        bob = Client(a.url, "bob-token-4567").submit(name="b", vc="vc1", gpus=0, command="id -u")
+        wait_until(lambda: bob.refresh().done, "bob's job", 60)
+        assert bob.logs().data.strip() == str(FIRST)
+        a_data = str(tmp / "a" / "data")
+
+        dave = CAROL.replace("carol: {", f"dave: {{uid: {FIRST}, ")
+        refused = serve_cli(tmp, "b", *service_args(tmp, "b", dave, FIRST + 1_000_000))
+        assert refused.returncode == 2, refused
+        said = refused.stderr
+        assert f"uid {FIRST} of user 'dave'" in said and str(tmp / "b" / "data") in said
+        assert f"lies in uids {FIRST}-{FIRST + 999_999} (the service of data dir {a_data})" in said
+        assert "Give the user in this service's users file a uid outside" in said
+
+        refused = serve_cli(tmp, "c", *service_args(tmp, "c", CAROL, FIRST + 2_000_000))
+        assert refused.returncode == 2, refused
+        said = refused.stderr
+        assert (
+            f"uid {eve_uid} of user 'eve' in the users file of the service of data dir {a_data}"
+            in said
+        )
+        assert f"lies in uids {FIRST + 2_000_000}-" in said and str(tmp / "c" / "data") in said
+        assert [c.data_dir for c in live_claims()] == [a_data]
+
+
+def test_two_users_files_naming_one_uid_for_two_names_are_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    claim(a, 1000, 1999, state, users={"alice": 5001})
+    with pytest.raises(UserError) as refused:
+        claim(b, 2000, 2999, state, users={"mallory": 5001})
+    said = str(refused.value)
+    assert f"uid 5001 is user 'mallory' in the users file of this service (data dir {b})" in said
+    assert f"user 'alice' in that of the service of data dir {a}" in said
+    # the same person (name and uid) in two services' users files: one OS identity, allowed
+    assert claim(c, 3000, 3999, state, users={"alice": 5001}).users == (("alice", 5001),)
+    assert [c.users for c in live_claims(state)] == [(("alice", 5001),), (("alice", 5001),)]
+
+
+def test_a_registry_written_before_users_were_claimed_still_reads(tmp_path: Path) -> None:
+    state, data = tmp_path / "state", tmp_path / "data"
+    state.mkdir()
+    data.mkdir()
+    doc = {"claims": [{"data_dir": str(data), "first": 10, "last": 20}]}
+    (state / uid_claims.REGISTRY).write_text(json.dumps(doc))
+    assert live_claims(state) == [uid_claims.Claim(str(data), 10, 20)]

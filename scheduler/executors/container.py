@@ -21,7 +21,12 @@ What a container gets:
   working directory;
 - only the device nodes of its own GPUs (``/dev/nvidiaN`` plus the control and UVM nodes), or
   their CDI names where nvidia-container-toolkit generated a CDI spec;
-- ``--cpus`` and ``--pids-limit`` as its cgroup's CPU quota and pids limit. Memory: on cgroup v2,
+- umask 077 (``--umask``), as a bare task has (``sandbox_mounts.TASK_UMASK``): a file it
+  creates, in its bind-mounted work dir too, is its user's alone unless it says otherwise;
+- its own /dev/shm (its own ipc namespace) sized to its memory limit (``--shm-size``), as a
+  bare task's private tmpfs is, not podman's 64 MB, and its pages count against that limit;
+- ``--cpus`` as its cgroup's CPU quota, and ``--pids-limit`` the per-task pids cap the executor
+  gives bare tasks (``limits.pids_budget``), not podman's own 2048. Memory: on cgroup v2,
   ``--memory`` (podman then reports an OOM kill in ``State.OOMKilled``); on cgroup v1, where
   conmon does not notice OOM kills and runc deletes the container's cgroup at exit, the limit is
   set on a parent cgroup LabHive creates (``--cgroup-parent``), whose peak usage survives the
@@ -51,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labhive.scheduler.executors import limits, sandbox_mounts
 from labhive.scheduler.executors.base import LaunchError, TaskKey, TaskLaunch
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -58,9 +64,9 @@ CONF_FILE = "containers.conf"
 WORKDIR = "/labhive/task"
 #: The shell a task's command runs in inside the image (every Debian and busybox image has it).
 SHELL = "/bin/sh"
-#: The pids limit of a task's container: far above what a training job forks, low enough that
-#: a fork bomb stops there rather than at the host's limit.
-PIDS_LIMIT = 4096
+#: The pids limit of a task's container where the executor names none (``prepare``'s
+#: ``pids_max``): the per-task share of this machine's pids that bare tasks get.
+PIDS_LIMIT = limits.DEFAULT_PIDS_MAX
 #: The parent (under each cgroup v1 controller) of the per-task parents that carry memory limits.
 V1_PARENT = "labhive-containers"
 MIB = 1024 * 1024
@@ -141,11 +147,13 @@ def prepare(
     env_keys: Iterable[str],
     pull: bool,
     scope: str = "",
+    pids_max: int = PIDS_LIMIT,
 ) -> tuple[list[str], dict[str, Any]]:
     """The ``podman run`` argv for the task and its limits record (``TaskHandle.info``).
 
     ``work`` is the task's working directory, already its user's (``workdir.py``); ``user`` the
-    uid/gid it runs as (``workdir.run_as``: the service's own when users are not separated)."""
+    uid/gid it runs as (``workdir.run_as``: the service's own when users are not separated);
+    ``pids_max`` the processes (threads included) it may have, as a bare task of the executor."""
     if support.podman is None:
         raise LaunchError(f"job names image {launch.image!r}, but {support.why_not}")
     assert launch.image is not None
@@ -155,7 +163,7 @@ def prepare(
     record: dict[str, Any] = {
         "container": {"name": name, "runtime": support.runtime},
         "cpu": {"enforced": True, "by": f"container ({support.runtime})", "cores": launch.cpu_max},
-        "pids": {"enforced": True, "by": "container", "max": PIDS_LIMIT},
+        "pids": {"enforced": True, "by": "container", "max": pids_max},
         "memory": {"enforced": True, "by": "container", "bytes": memory},
         "devices": device_record(launch, devices, support.runtime),
     }
@@ -191,7 +199,12 @@ def prepare(
         "--cpus",
         f"{max(launch.cpu_max, 0.01):g}",
         "--pids-limit",
-        str(PIDS_LIMIT),
+        str(pids_max),
+        "--umask",
+        f"{sandbox_mounts.TASK_UMASK:04o}",
+        # /dev/shm's tmpfs pages are charged to the container's memory cgroup as well
+        "--shm-size",
+        f"{sandbox_mounts.container(memory)['bytes']}b",
         *memory_args,
         *_flag_pairs("--device", devices),
         *_flag_pairs("--env", sorted(env_keys)),

@@ -30,6 +30,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from labhive.scheduler.executors import output
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -156,6 +157,8 @@ class KubernetesExecutor:
         self._config_nodes = tuple(nodes)
         self._node_label = node_label
         self._split_logs = split_log_streams
+        #: What a read of a pod's log is served of it at most (``read_log``); None: all.
+        self.output_cap: int | None = output.DEFAULT_CAP
         self._pull_grace_s = pull_grace_s
         self._watch_timeout_s = watch_timeout_s
         self._stop_slack_s = stop_slack_s
@@ -684,16 +687,25 @@ class KubernetesExecutor:
 
         Without ``split_log_streams`` (a feature gate on older clusters) the kubelet's log
         interleaves both streams; it is served as stdout and stderr reads as empty.
+
+        Capped as the local relay caps a log (``output_cap``, ``output.capped``): the first
+        ``output_cap`` bytes, then one line saying the rest was dropped, and nothing after; no
+        read asks the API for more than ``output_cap + 1`` bytes, so a pod printing without
+        end costs the service no more than that per read.
         """
         if limit <= 0 or (stream == "stderr" and not self._split_logs):
             return b""
+        cap = self.output_cap
+        want = offset + limit if cap is None else min(offset + limit, cap + 1)
         try:
-            resp = self._log_request(handle, stream, limit_bytes=offset + limit)
+            resp = self._log_request(handle, stream, limit_bytes=want)
         except ApiException as err:
             if err.status in (400, 404):  # not started yet, or the pod is gone
                 return b""
             raise
         try:
+            if cap is not None and offset + limit > cap:  # the notice may be in the range
+                return output.capped(_read_upto(resp, want), cap, stream)[offset : offset + limit]
             _skip(resp, offset)
             return _read_upto(resp, limit)
         finally:
@@ -702,7 +714,8 @@ class KubernetesExecutor:
     def follow_log(
         self, handle: TaskHandle, stream: Stream = "stdout", offset: int = 0
     ) -> Iterator[bytes]:
-        """The log from ``offset`` as it grows, until the container ends (``logs -f``)."""
+        """The log from ``offset`` as it grows, until the container ends (``logs -f``); past
+        ``output_cap`` bytes, the notice line, and the stream is hung up."""
         if stream == "stderr" and not self._split_logs:
             return
         try:
@@ -711,14 +724,20 @@ class KubernetesExecutor:
             if err.status in (400, 404):
                 return
             raise
+        cap = self.output_cap
         try:
-            skip = offset
+            at, last = 0, b""  # bytes of the log passed on so far, and the last of them
             while chunk := resp.read1(64 * 1024):
-                if skip >= len(chunk):
-                    skip -= len(chunk)
-                    continue
-                yield chunk[skip:]
-                skip = 0
+                over = cap is not None and at + len(chunk) > cap
+                if over:
+                    assert cap is not None
+                    keep = chunk[: cap - at]
+                    chunk = keep + output.cut_notice(keep[-1:] or last, cap, stream)
+                if offset < at + len(chunk):
+                    yield chunk[max(0, offset - at) :]
+                at, last = at + len(chunk), chunk[-1:]
+                if over:
+                    return
         finally:
             _hang_up(resp)
 

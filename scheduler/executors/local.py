@@ -34,7 +34,14 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors import container, limits, notice_file, sandbox_mounts, workdir
+from labhive.scheduler.executors import (
+    container,
+    limits,
+    notice_file,
+    output,
+    sandbox_mounts,
+    workdir,
+)
 from labhive.scheduler.executors.base import (
     LaunchError,
     Stream,
@@ -70,7 +77,7 @@ STRACE_LOG = "strace.log"
 #: A copy of the handle's info, so a launch the service never recorded can still be found.
 HANDLE_FILE = "handle.json"
 #: Each of a task's stdout and stderr keeps this much; the rest is dropped (output.py).
-DEFAULT_OUTPUT_CAP = 100 * MIB
+DEFAULT_OUTPUT_CAP = output.DEFAULT_CAP
 #: What a task's work dir may hold before its supervisor stops it (quota.py).
 DEFAULT_WORK_QUOTA = 10 * 1024 * MIB
 #: Seconds between two measurements of a task's work dir.
@@ -219,7 +226,7 @@ class LocalExecutor:
         run_as = owner.record()
         if launch.image:  # podman runs as the service; the container as the task's user
             argv, enforced = self._container_argv(launch, work, cwd, owner, task_env)
-            enforced["sandbox"] = sandbox_mounts.CONTAINER
+            enforced["sandbox"] = sandbox_mounts.container(launch.memory_max_mb * limits.MIB)
             env = {**podman_process_env(task_env), **self._podman_env()}
             run_as = {**workdir.run_as(None, None).record(), "container_user": run_as}
         else:
@@ -328,7 +335,7 @@ class LocalExecutor:
         support = self._container_support()
         user = (owner.uid, owner.gid)
         argv, record = container.prepare(
-            support, launch, cwd, user, task_env, pull, scope=self._scope
+            support, launch, cwd, user, task_env, pull, scope=self._scope, pids_max=self.pids.task
         )
         try:  # strace (when observed) runs as the service, around podman
             return self._argv(launch, work, workdir.run_as(None, None), argv), record

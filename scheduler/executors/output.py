@@ -25,6 +25,8 @@ from typing import Any
 from labhive.scheduler.sizes import show_size
 
 _CHUNK = 1 << 16
+#: What each of a task's stdout and stderr keeps by default (``labhive serve --output-cap``).
+DEFAULT_CAP = 100 * 1024 * 1024
 #: The disk-full errors a relay reports as such.
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -36,6 +38,21 @@ def cap_notice(stream: str, cap: int, kill: bool) -> bytes:
         "Write large results to files in the work dir; an admin sets the cap with "
         "`labhive serve --output-cap`.\n"
     ).encode()
+
+
+def capped(head: bytes, cap: int | None, stream: str) -> bytes:
+    """What a reader is served of a log whose first bytes are ``head`` (at least ``cap + 1`` of
+    them where there are that many): its first ``cap`` bytes and, where it goes on, the line the
+    relay writes there. For logs LabHive does not relay itself (Kubernetes pods)."""
+    if cap is None or len(head) <= cap:
+        return head
+    return head[:cap] + cut_notice(head[cap - 1 : cap] if cap else b"", cap, stream)
+
+
+def cut_notice(last_kept: bytes, cap: int, stream: str) -> bytes:
+    """The notice after a log's last kept byte, on a line of its own (as the relay writes it)."""
+    lead = b"" if last_kept in (b"", b"\n") else b"\n"
+    return lead + cap_notice(stream, cap, False)
 
 
 @dataclass

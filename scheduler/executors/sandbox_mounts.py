@@ -33,8 +33,9 @@ running as the service's own identity could undo it and reads the service's file
 container without CAP_SYS_ADMIN does not), and its record, ``limits["sandbox"]`` in the launch
 and the task's handle, says what is applied or why not ("private /tmp: not enforced: ...").
 Where the record says enforced and the child then cannot set it up, the task does not start:
-a record never claims what was not done. Containers have their own /tmp, /dev/shm (podman's 64
-MB tmpfs) and /proc (their own pid namespace): ``CONTAINER`` records that, nothing is added.
+a record never claims what was not done. Containers have their own /tmp, /dev/shm (their ipc
+namespace's, sized as here: ``container.prepare`` asks podman for it) and /proc (their own pid
+namespace), and umask 077 (podman's ``--umask``): ``container`` records that.
 """
 
 from __future__ import annotations
@@ -65,14 +66,24 @@ _CLONE_NEWNS = 0x00020000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 
-#: What a container task gets from podman (and runc) itself; recorded, not redone.
-CONTAINER: dict[str, Any] = {
-    "enforced": True,
-    "by": "container",
-    "private": ["/tmp (the container's own file system)", "/dev/shm (podman's 64 MB tmpfs)"],
-    "proc": "the container's own pid namespace: no other process is visible",
-    "umask": "0022 (podman's; the container's /tmp and work dir are its own)",
-}
+
+def container(memory_bytes: int) -> dict[str, Any]:
+    """What a container task gets (``container.prepare`` asks podman for it): its own file
+    system's /tmp, its own /dev/shm sized as a bare task's private tmpfs, its own pid
+    namespace, umask 077."""
+    return {
+        "enforced": True,
+        "by": "container",
+        "private": ["/tmp (the container's own file system)", "/dev/shm (its own tmpfs)"],
+        "bytes": _pages(memory_bytes),
+        "counts": "against the task's memory limit too (the container's memory cgroup)",
+        "proc": "the container's own pid namespace: no other process is visible",
+        "umask": f"{TASK_UMASK:04o}",
+    }
+
+
+def _pages(size: int) -> int:
+    return max(_PAGE, -(-size // _PAGE) * _PAGE)
 
 
 def plan(owner: RunAs, memory_bytes: int, keep: Path | Sequence[Path], name: str) -> dict[str, Any]:
@@ -97,7 +108,7 @@ def plan(owner: RunAs, memory_bytes: int, keep: Path | Sequence[Path], name: str
     why = probe()
     if why:
         return _not_enforced(f"this machine refuses a mount namespace: {why}")
-    size = max(_PAGE, -(-memory_bytes // _PAGE) * _PAGE)
+    size = _pages(memory_bytes)
     return {
         "enforced": True,
         "by": BY_NAMESPACE,

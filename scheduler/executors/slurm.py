@@ -54,6 +54,7 @@ from labhive.scheduler.executors.local import (
     strace_observations,
     task_dir,
 )
+from labhive.scheduler.executors.output import DEFAULT_CAP
 from labhive.scheduler.executors.slurm_cli import (
     ENDED_STATES,
     Slurm,
@@ -64,6 +65,7 @@ from labhive.scheduler.executors.slurm_cli import (
     relaunched,
     slurm_minutes,
 )
+from labhive.scheduler.executors.slurm_output import capped_exec
 from labhive.scheduler.executors.supervise import EXIT_FILE, write_json_atomic
 from labhive.scheduler.model import NodeDown, NodeUp
 from labhive.scheduler.time_limits import show_duration
@@ -156,12 +158,15 @@ class SlurmExecutor:
         poll_s: float = 1.0,
         node_poll_s: float = 5.0,
         clock: Callable[[], float] = time.time,
+        output_cap: int | None = DEFAULT_CAP,
     ):
         self.data_dir = Path(data_dir).resolve()
         self.grace_s = grace_s
         self.slurm = slurm or Slurm()
         self.partition = partition
         self._node_names = tuple(dict.fromkeys(node_names))
+        #: What each of a task's stdout and stderr keeps (``slurm_output.py``); None: all.
+        self.output_cap: int | None = output_cap
         self._poll_s = poll_s
         self._node_poll_s = node_poll_s
         self._clock = clock
@@ -246,7 +251,7 @@ class SlurmExecutor:
         if launch.uid is not None and os.geteuid() == 0:  # the service's $HOME is not theirs
             name = launch.user or str(launch.uid)
             env = {**env, "HOME": str(work), "USER": name, "LOGNAME": name}
-        run.write_text(_run_script(launch, env, work))
+        run.write_text(_run_script(launch, env, work, self.output_cap))
         run.chmod(0o600)
         if launch.uid is not None and os.geteuid() == 0:
             for path in (work, run):
@@ -538,7 +543,9 @@ def _batch_script(components: Sequence[_Component], works: Mapping[TaskKey, Path
     return "\n".join(lines) + "\n"
 
 
-def _run_script(launch: TaskLaunch, env: Mapping[str, str], work: Path) -> str:
+def _run_script(
+    launch: TaskLaunch, env: Mapping[str, str], work: Path, cap: int | None = None
+) -> str:
     """The task's own script: its environment, the GPUs Slurm gave it, then its command."""
     lines = ["#!/bin/sh", f"cd {shlex.quote(str(work))} || exit 111"]
     lines += [
@@ -557,7 +564,7 @@ def _run_script(launch: TaskLaunch, env: Mapping[str, str], work: Path) -> str:
         command = ["strace", "-f", "-tt", "-T", "-y", "-o", str(work / STRACE_LOG), "--", *command]
     elif launch.observe is not None:
         raise LaunchError(f"unknown observation {launch.observe!r}: the choice is 'strace'")
-    lines.append("exec " + shlex.join(command))
+    lines += capped_exec(command, cap)
     return "\n".join(lines) + "\n"
 
 

@@ -267,6 +267,11 @@ class Accounts:
                 return existing
         raise UserError(f"could not allocate a uid for account {account_id}: try again")
 
+    def configured_uids(self) -> dict[str, int]:
+        """user -> uid as the users file names them: claimed host-wide with the range
+        (``uid_claims.py``), since they are handed out as surely as allocated ones."""
+        return {user: uid for user, (uid, _) in self.configured.items()}
+
     def claimed_span(self) -> tuple[int, int]:
         """The uids this service hands out: its range, widened to every uid it allocated
         before (under an earlier ``--first-uid``), which its users' files still carry."""

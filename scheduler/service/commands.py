@@ -246,8 +246,9 @@ def _disk_options(parser: argparse.ArgumentParser) -> None:
         type=_size,
         default=_size("100M"),
         metavar="SIZE",
-        help="keep this much of each local task's stdout and of its stderr; past it the log "
-        "says so in one line and the rest is dropped (default 100M; off: no cap)",
+        help="keep this much of each task's stdout and of its stderr (local, Slurm; Kubernetes: "
+        "what a log read serves); past it the log says so in one line and the rest is "
+        "dropped (default 100M; off: no cap)",
     )
     parser.add_argument(
         "--output-cap-kills",

@@ -207,7 +207,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     if separates_users(opts):  # before any task is launched or adopted under those uids
         from labhive.scheduler.service import uid_claims
 
-        uid_claims.claim(data_dir, *accounts.claimed_span())
+        uid_claims.claim(data_dir, *accounts.claimed_span(), users=accounts.configured_uids())
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
     auth: Any
@@ -279,6 +279,8 @@ def _housekeeping(
     disk = DiskGuard(data_dir, opts.disk_reserve)
     store.before_write = disk.make_room
     if not isinstance(executor, LocalExecutor):
+        if hasattr(executor, "output_cap"):  # Slurm's run scripts, Kubernetes' log reads
+            executor.output_cap = opts.output_cap
         return disk, Housekeeping(disk, None)
     executor.disk_check = disk.launch_refusal  # no launches into the store's last reserve
     executor.output_cap, executor.work_quota = opts.output_cap, opts.work_quota

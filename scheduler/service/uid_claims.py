@@ -15,6 +15,12 @@ two services starting at once see each other. Claims are keyed by the service's 
 holds the store that records the uids handed out: the same data dir claiming again (a restart)
 replaces its own claim; a claim whose data dir no longer exists is stale and dropped (removing a
 service's data dir releases its range; its users' uids are gone with its store).
+
+A claim also holds the uids its users file names (``users: {alice: {uid: 1001}}``): those are
+handed out as surely as allocated ones, so one that falls in another service's range, or that
+another service's users file gives to a different user name, is refused the same way, naming
+both claimants. The same name with the same uid in two users files is allowed: an admin naming
+a uid states an OS identity (a site's LDAP uid), which two services may well share.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,9 +50,14 @@ class Claim:
     data_dir: str
     first: int
     last: int
+    #: The uids its users file names, by user name (``accounts.load_configured``).
+    users: tuple[tuple[str, int], ...] = ()
 
     def overlaps(self, other: Claim) -> bool:
         return self.first <= other.last and other.first <= self.last
+
+    def holds(self, uid: int) -> bool:
+        return self.first <= uid <= self.last
 
     def describe(self) -> str:
         return f"uids {self.first}-{self.last} (the service of data dir {self.data_dir})"
@@ -57,18 +68,59 @@ def state_dir() -> Path:
     return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
 
 
-def claim(data_dir: Path, first: int, last: int, where: Path | None = None) -> Claim:
-    """Claim ``first``..``last`` for the service of ``data_dir``; ``UserError`` naming the other
-    service and a free ``--first-uid`` when a live claim of another data dir overlaps it."""
-    mine = Claim(str(Path(data_dir).resolve()), first, last)
+def claim(
+    data_dir: Path,
+    first: int,
+    last: int,
+    where: Path | None = None,
+    users: Mapping[str, int] | None = None,
+) -> Claim:
+    """Claim ``first``..``last`` and the uids the users file names (``users``: name -> uid)
+    for the service of ``data_dir``; ``UserError`` naming the other service (and a free
+    ``--first-uid``, or the user to renumber) when a live claim of another data dir clashes."""
+    named = tuple(sorted((users or {}).items()))
+    mine = Claim(str(Path(data_dir).resolve()), first, last, named)
     folder = where or state_dir()
     with _locked(folder):
         claims = [c for c in _read(folder / REGISTRY) if _live(c) and c.data_dir != mine.data_dir]
         clash = next((c for c in claims if c.overlaps(mine)), None)
         if clash is not None:
             raise UserError(_refusal(mine, clash, claims, folder))
+        for other in claims:
+            why = _named_clash(mine, other)
+            if why:
+                raise UserError(f"{why}, registered in {folder / REGISTRY}: {_NAMED_FIX}")
         _write(folder / REGISTRY, [*claims, mine])
     return mine
+
+
+_NAMED_FIX = (
+    "two services would give different users the same uid, and each could read the other's "
+    "files. Give the user in this service's users file a uid outside every other service's "
+    "range and users, or start this service (or the other) with another --first-uid; if that "
+    "service is gone for good, remove its data dir to release its uids"
+)
+
+
+def _named_clash(mine: Claim, other: Claim) -> str:
+    """Why a uid one of the two users files names is the other service's too ('' if none)."""
+    for a, b in ((mine, other), (other, mine)):
+        for user, uid in a.users:
+            if b.holds(uid):
+                return (
+                    f"uid {uid} of user {user!r} in the users file of the service of data dir "
+                    f"{a.data_dir} lies in {b.describe()}"
+                )
+    theirs = dict(other.users)
+    for user, uid in mine.users:
+        holder = next((u for u, n in theirs.items() if n == uid and u != user), None)
+        if holder is not None:
+            return (
+                f"uid {uid} is user {user!r} in the users file of this service (data dir "
+                f"{mine.data_dir}) and user {holder!r} in that of the service of data dir "
+                f"{other.data_dir}"
+            )
+    return ""
 
 
 def live_claims(where: Path | None = None) -> list[Claim]:
@@ -142,8 +194,9 @@ def _entries(doc: Any, path: Path) -> list[Any]:
 
 def _claim(entry: Any, path: Path) -> Claim:
     try:
-        return Claim(str(entry["data_dir"]), int(entry["first"]), int(entry["last"]))
-    except (TypeError, KeyError, ValueError):
+        named = tuple(sorted((str(u), int(n)) for u, n in (entry.get("users") or {}).items()))
+        return Claim(str(entry["data_dir"]), int(entry["first"]), int(entry["last"]), named)
+    except (TypeError, KeyError, ValueError, AttributeError):
         raise UserError(
             f"the host's uid registry {path} holds a malformed claim {entry!r}: fix or remove it"
         ) from None
@@ -153,7 +206,7 @@ def _write(path: Path, claims: list[Claim]) -> None:
     """Atomically: a crash mid-write leaves the old registry, never half of a new one."""
     doc = {
         "claims": [
-            {"data_dir": c.data_dir, "first": c.first, "last": c.last}
+            {"data_dir": c.data_dir, "first": c.first, "last": c.last, "users": dict(c.users)}
             for c in sorted(claims, key=lambda c: c.first)
         ],
         "written_at": time.time(),
