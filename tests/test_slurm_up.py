@@ -12,8 +12,11 @@ saying what to do.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,3 +169,56 @@ def _spawn_failed(http: httpx.Client) -> str | None:
     if '"failed": true' in events.text.replace("'", '"'):
         return events.text
     return None
+
+
+def test_labhive_up_on_slurm_without_sbatch_refuses_saying_what_to_install(
+    tmp_path: Path,
+) -> None:
+    """Given a PATH with the hub's proxy but no Slurm client commands, expect ``labhive up
+    --executor slurm`` to refuse before starting anything, naming the package."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("configurable-http-proxy", "node"):
+        found = shutil.which(tool)
+        assert found, f"{tool} is not installed (.ci/deps.sh installs it)"
+        (bin_dir / tool).symlink_to(found)
+    done = subprocess.run(
+        up_command(tmp_path / "data", "--executor", "slurm"), capture_output=True, text=True,
+        env={**venv_env(), "PATH": str(bin_dir)}, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "--executor slurm: sbatch is not on PATH" in done.stderr, done.stderr
+    assert "apt-get install slurm-client" in done.stderr, done.stderr
+    assert not (tmp_path / "data" / "hub" / "jupyterhub.log").exists()
+
+
+@pytest.mark.parametrize("case", ["cannot be made", "another uid's"])
+def test_a_server_whose_folder_is_not_its_users_ends_at_once_saying_why(
+    data_dir: Path, case: str
+) -> None:
+    """Given the launcher on a node as alice's uid, and a server folder she cannot make (its
+    parent is root's) or one another uid owns: expect it to exit 2 at once with the reason and
+    the fix, before it takes the port or the hub's secrets (before: a PermissionError
+    traceback after the handoff, or a server writing into someone else's folder)."""
+    site_account(ALICE_UID, "lhalice")
+    parent = data_dir / "homes"
+    parent.mkdir(mode=0o711)
+    home = parent / "alice"
+    if case == "another uid's":
+        home.mkdir(mode=0o777)
+        home.chmod(0o777)  # she could write there, yet it is not hers
+    doc = {"env": {}, "cmd": ["true"], "cwd": str(home)}
+    argv = [sys.executable, "-m", "labhive.hub_extension.launch", "--handoff", str(free_port())]
+    argv.append(base64.b64encode(json.dumps(doc).encode()).decode())
+    done = subprocess.run(
+        argv, input="a-handoff-key\n", capture_output=True, text=True, timeout=30,
+        user=ALICE_UID, group=ALICE_UID, extra_groups=[], cwd="/",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    if case == "cannot be made":
+        assert f"cannot make your server's folder {home}" in done.stderr, done.stderr
+        assert f"as uid {ALICE_UID}: Permission denied" in done.stderr, done.stderr
+        assert "pam_mkhomedir" in done.stderr
+    else:
+        assert f"{home} on node" in done.stderr and "belongs to uid 0" in done.stderr, done.stderr
