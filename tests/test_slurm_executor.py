@@ -320,7 +320,8 @@ def native_sbatch(slurm: SlurmCluster, node: str, gpus: int, name: str = "mine")
     """A user's own job, submitted with ``sbatch`` beside LabHive: ``gpus`` GPUs of ``node``."""
     done = subprocess.run(
         ["sbatch", "--parsable", f"--job-name={name}", f"--nodelist={node}",
-         f"--gres=gpu:{gpus}", "--cpus-per-task=2", "--mem=512", "--wrap", "sleep 600"],
+         f"--gres=gpu:{gpus}", "--cpus-per-task=2", "--mem=512", "--output=/dev/null",
+         "--wrap", "sleep 600"],
         capture_output=True, text=True, env=slurm.env, check=True,
     )  # fmt: skip
     job = done.stdout.strip().split(";")[0]
