@@ -4,10 +4,10 @@ Given a site's Slurm (each node in its own network namespace), a grants file tha
 the uid of her site account and bob a uid no Slurm node knows, and their roster logins: expect
 one command to start the hub and the service on Slurm (the cluster config written from
 ``sinfo``, the banner saying what is enforced there), alice's notebook server to run on a
-node as her uid, in a home that is hers and 0700, and to answer through the hub; bob's start to
-end on the hub's page with Slurm's refusal and the fix, and the hub's log to hold no unhandled
-exception. Without sbatch on PATH, or with an unreadable kubeconfig, ``labhive up`` refuses
-saying what to do.
+node as her uid, in a home that is hers and 0700, and to answer through the hub (JupyterLab
+in Chromium too); bob's start to end on the hub's page with Slurm's refusal and the fix, and
+the hub's log to hold no unhandled exception. Without sbatch on PATH ``labhive up`` refuses
+saying what to install; a launcher whose server folder is not its user's ends at once.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from hub_support import wait_for
-from kernel_support import free_port, venv_env
+from kernel_support import CHROMIUM, CHROMIUM_FLAGS, free_port, venv_env
 from slurm_cluster import SlurmCluster
 from test_hub_up import _login
 
@@ -141,6 +141,8 @@ def test_labhive_up_on_slurm_runs_a_real_users_server_on_a_node_and_refuses_clea
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert where and where[0] in slurm.nodes, where  # on a Slurm node, as her uid
+    in_lab = _lab_in_a_browser(hub, "alice", "alice-password-1")
+    assert "hello.txt" in in_lab  # JupyterLab through the hub lists the file her uid wrote
 
     bob = _login(hub, "bob", "bob-password-123")
     bob.post("/hub/api/users/bob/server", headers=_xsrf(bob))
@@ -152,6 +154,27 @@ def test_labhive_up_on_slurm_runs_a_real_users_server_on_a_node_and_refuses_clea
     # before: the launcher's PermissionError on the node and the hub's InvalidStateError
     assert "InvalidStateError" not in log and "PermissionError" not in log, log[-3000:]
     assert "ServerJobEnded: your server's job" in log, log[-3000:]
+
+
+def _lab_in_a_browser(hub: str, name: str, password: str) -> str:
+    """Log in with Chromium, open the user's running JupyterLab through the hub; its text."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/deps.sh does)"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        page = browser.new_context().new_page()
+        page.set_default_timeout(90_000)
+        page.goto(f"{hub}/hub/login?next=%2Fuser%2F{name}%2Flab")
+        page.fill("#username_input", name)
+        page.fill("#password_input", password)
+        page.click("#login_submit")
+        page.wait_for_url(f"**/user/{name}/lab**")
+        page.wait_for_selector("#jp-main-dock-panel")
+        page.wait_for_selector("text=hello.txt")
+        text = str(page.inner_text("body"))
+        browser.close()
+        return text
 
 
 def _xsrf(http: httpx.Client) -> dict[str, str]:
