@@ -88,6 +88,9 @@ class HubPlan:
     #: two hubs on one host need disjoint ones (the service refuses an overlap).
     first_uid: int | None = None
     uid_count: int | None = None
+    #: More ``labhive serve`` arguments: the executor ``labhive up --executor`` names.
+    service_args: list[str] = field(default_factory=list)
+    engine_lines: list[str] = field(default_factory=list)  # the banner's, on that engine
 
     def groups_members(self) -> list[str]:
         return sorted({name for users in self.groups.values() for name in users})
@@ -150,6 +153,7 @@ def service_command(plan: HubPlan) -> list[str]:
         cmd += ["--first-uid", str(plan.first_uid)]
     if plan.uid_count is not None:
         cmd += ["--uid-count", str(plan.uid_count)]
+    cmd += plan.service_args
     identity = os.environ.get("LABHIVE_TASK_IDENTITY")
     if identity:  # the hub passes managed services only the variables it names
         cmd += ["--task-identity", identity]

@@ -64,6 +64,10 @@ def _handoff_main(port_text: str, doc_text: str) -> int:
         print(f"labhive launch: bad handoff arguments: {err}\n{USAGE}", file=sys.stderr)
         return 2
     key = sys.stdin.readline().strip()
+    problem = home_problem(doc.get("cwd"))
+    if problem:  # before the port and the secrets: the job ends at once, saying why
+        print(f"labhive launch: {problem}", file=sys.stderr)
+        return 2
     if not key:
         print(
             "labhive launch: no handoff key on stdin; start the server from the hub",
@@ -90,6 +94,37 @@ def _handoff_main(port_text: str, doc_text: str) -> int:
         return 2
     doc["env"] = {**doc["env"], **got}
     return _exec_server(doc)
+
+
+def home_problem(home: str | None) -> str:
+    """Make the server's folder on this node when it is missing (0700, this uid's), or say why
+    it cannot be the server's: "" when it is fine.
+
+    Here the launcher runs as the user, on their node. A home made where nodes share the hub's
+    file system (the spawner makes it there) or by the site (pam_mkhomedir, a Slurm prolog:
+    docs/slurm.md) is used as it is; one that another uid owns is refused, for a server there
+    would write its files, tokens included, into someone else's folder."""
+    if not home:
+        return ""
+    where = f"on node {socket.gethostname()} as uid {os.getuid()}"
+    try:
+        os.makedirs(home, mode=0o700, exist_ok=True)
+        st = os.stat(home)
+    except OSError as err:
+        return (
+            f"cannot make your server's folder {home} {where}: {err.strerror}; the site "
+            "makes users' homes on the nodes (pam_mkhomedir, a Slurm prolog: docs/slurm.md, "
+            "or a file system the nodes share with the hub, which then makes them), or the "
+            "hub's admin sets a notebook_dir users may create"
+        )
+    if not os.path.isdir(home):
+        return f"your server's folder {home} {where} is not a folder; ask the hub's admin"
+    if os.getuid() != 0 and st.st_uid != os.getuid():
+        return (
+            f"your server's folder {home} {where} belongs to uid {st.st_uid}, not to you: "
+            "ask the site's admin to give it to your account"
+        )
+    return ""
 
 
 def _exec_server(doc: dict[str, Any]) -> int:

@@ -451,6 +451,7 @@ class LabHiveSpawner(Spawner):
         await self._wait_running(deadline=time.monotonic() + patience)
         if self.server_on_nodes:
             address = await self._hand_over(key, handed, time.monotonic() + self.http_timeout)
+            await self._wait_on_node(address, time.monotonic() + self.http_timeout)
             return f"http://{address}:{self.port}"
         await self._wait_listening(time.monotonic() + self.http_timeout)
         return f"http://{self.ip}:{self.port}"
@@ -495,7 +496,7 @@ class LabHiveSpawner(Spawner):
             if job.state != JobState.RUNNING:
                 raise ServerJobEnded(
                     f"your server's job {self.job_id} ended {job.state} before the server "
-                    f"started: {job.reason or 'no reason given'} (its log: "
+                    f"started: {job.why or job.reason or 'no reason given'} (its log: "
                     f"`labhive logs {self.job_id} --stderr`)"
                 )
             # RUNNING is recorded before the executor's launch returns: the address follows
@@ -518,6 +519,47 @@ class LabHiveSpawner(Spawner):
                     "turn off server_on_nodes)"
                 )
             await asyncio.sleep(min(self.poll_s, 0.5))
+
+    async def _wait_on_node(self, address: str, deadline: float) -> None:
+        """Until the server listens on its node; a job that ends first, or a server that does
+        not listen in time (then cancelled), ends the start with its words.
+
+        Returning earlier left the hub's own wait to notice a server that died after the
+        handoff, where JupyterHub (5.x) raises InvalidStateError instead of the spawn's
+        error; the user saw a bare 500."""
+        while time.monotonic() < deadline:
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(address, self.port), timeout=2
+                )
+            except (OSError, TimeoutError):
+                pass
+            else:
+                writer.close()
+                return
+            job = await self._job()
+            if not job.running:
+                raise ServerJobEnded(
+                    f"your server's job {self.job_id} ended {job.state} on its node before the "
+                    f"server listened: {job.why or job.reason or 'no reason given'}"
+                    f"{await self._said()}"
+                )
+            await asyncio.sleep(min(self.poll_s, 0.5))
+        await self._cancel(wait=0)
+        raise ServerJobEnded(
+            f"your server's job {self.job_id} ran, but its server did not listen at "
+            f"{address}:{self.port} within {self.http_timeout} s and was cancelled; start it "
+            f"again{await self._said()}"
+        )
+
+    async def _said(self) -> str:
+        """The last words of the server's error output (the launcher's reason), if any."""
+        try:
+            tail = await self._call(lambda c, i: c.log_tail(i, 3), self.job_id)
+        except LabHiveError:
+            return ""
+        lines = [ln for ln in str(tail).splitlines() if ln.strip()]
+        return f"; it said: {lines[-1].strip()}" if lines else ""
 
     async def _choose_vc(self) -> str:
         try:
@@ -591,7 +633,9 @@ class LabHiveSpawner(Spawner):
         cmd[0] = shutil.which(cmd[0]) or shutil.which(cmd[0], path=beside_python) or cmd[0]
         cwd = self._cwd()
         if cwd:
-            if not on_node:
+            if not on_node or owner is not None:
+                # on nodes that share the hub's file system (a Slurm site's /home), this is
+                # the node's home too; the launcher makes or checks it on the node itself
                 homes.make_home(Path(cwd), owner)
             if owner is not None:
                 env["HOME"] = cwd  # the hub's home is not theirs
@@ -617,7 +661,7 @@ class LabHiveSpawner(Spawner):
             if not job.waiting:
                 raise ServerJobEnded(
                     f"your server's job {self.job_id} ended {job.state} before the server "
-                    f"started: {job.reason or 'no reason given'}"
+                    f"started: {job.why or job.reason or 'no reason given'}"
                 )
             await asyncio.sleep(self.poll_s)
         waited = waiting_text(job) if job else "in the queue"

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from labhive.hub_extension.hubconfig import HubPlan, write_config
+from labhive.hub_extension.up_engine import Engine, hub_lines, prepare_engine
 from labhive.scheduler.errors import UserError
 
 DEFAULT_GRANTS = """\
@@ -62,6 +63,7 @@ def prepare(
     uid_count: int | None = None,
     fair_share: str | None = "7d",
     culling: dict[str, float] | None = None,
+    engine: Engine | None = None,
 ) -> tuple[HubPlan, Path, dict[str, str]]:
     """Write the hub's config (and first-start secrets and grants); return the plan, the
     config file and the secrets."""
@@ -78,6 +80,8 @@ def prepare(
     os.chmod(data_dir, 0o711)  # homes and the service's task dirs lie below: pass, don't list
     os.chmod(hub_dir, 0o711)
     keys = _secrets(hub_dir / "secrets.json")
+    site = prepare_engine(engine or Engine(), cluster, hub_dir)
+    cluster = site.cluster
     if grants is None:
         grants = hub_dir / "grants.yaml"
         if not grants.exists():
@@ -123,6 +127,8 @@ def prepare(
         notebook_dir=str(data_dir.resolve() / "home" / "{username}"),
         course_dir=str(Path(course).resolve()) if course else None,
         course_data=str(Path(course_data).resolve()) if course_data else None,
+        service_args=site.service_args,
+        engine_lines=site.lines,
     )
     up_args = f"{str(hub_dir / 'secrets.json')!r}, {plan.admin_users!r}"
     config = write_config(
@@ -131,6 +137,7 @@ def prepare(
         "from labhive.hub_extension.up import add_up_service",
         f"add_up_service(c, {up_args})  # noqa: F821",
         *_culling_lines(plan, culling),
+        *hub_lines(site, plan.public_port, plan.hub_port),
         *_hub_config_lines(hub_config),  # last: the instructor's own settings win
     )
     return plan, config, keys
@@ -452,14 +459,14 @@ def run_up(
     course_data: Path | None = None, authenticator: str = "native", admin: str = "admin",
     roster: Path | None = None, hub_config: Path | None = None,
     first_uid: int | None = None, uid_count: int | None = None, fair_share: str | None = "7d",
-    culling: dict[str, float] | None = None,
+    culling: dict[str, float] | None = None, engine: Engine | None = None,
 ) -> int:  # fmt: skip
     plan, config, keys = prepare(
         data_dir, port=port, service_port=service_port, cluster=cluster, policy=policy,
         grants=grants, grace_s=grace_s, course=course, course_data=course_data,
         authenticator=authenticator, admin=admin, roster=roster, hub_config=hub_config,
         first_uid=first_uid, uid_count=uid_count, fair_share=fair_share,
-        culling=culling,
+        culling=culling, engine=engine,
     )  # fmt: skip
     for busy in (port, service_port):
         _check_free(busy)
@@ -475,7 +482,8 @@ def run_up(
         token_file = admin_token(plan, keys["up_token"], data_dir.resolve() / "admin.token")
         print(banner(plan, keys, log, token_file), flush=True)
         print(f"  tasks run as: {_tasks_run_as(plan)}", flush=True)
-        print(f"  GPU devices: {_gpu_devices()}", flush=True)
+        for line in plan.engine_lines or [f"  GPU devices: {_gpu_devices()}"]:
+            print(line, flush=True)
         proc.wait()
         print(f"JupyterHub exited (status {proc.returncode}); see {log}", file=sys.stderr)
         return 1

@@ -314,3 +314,50 @@ def test_a_partition_slurm_lacks_is_refused_with_slurms_words_and_the_fix(
     said = str(refused.value)
     assert said.startswith(NOT_STARTED + "Slurm refused the job: sbatch failed:"), said
     assert "Invalid partition name specified; name a partition Slurm has (sinfo -s)" in said
+
+
+def native_sbatch(slurm: SlurmCluster, node: str, gpus: int, name: str = "mine") -> str:
+    """A user's own job, submitted with ``sbatch`` beside LabHive: ``gpus`` GPUs of ``node``."""
+    done = subprocess.run(
+        ["sbatch", "--parsable", f"--job-name={name}", f"--nodelist={node}",
+         f"--gres=gpu:{gpus}", "--cpus-per-task=2", "--mem=512", "--output=/dev/null",
+         "--wrap", "sleep 600"],
+        capture_output=True, text=True, env=slurm.env, check=True,
+    )  # fmt: skip
+    job = done.stdout.strip().split(";")[0]
+    wait_until(lambda: _slurm_state(slurm, job) == "RUNNING", f"native job {job} to run", 60)
+    return job
+
+
+def _slurm_state(slurm: SlurmCluster, job: str) -> str:
+    return subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, env=slurm.env,
+        check=False,
+    ).stdout.strip()  # fmt: skip
+
+
+def test_a_node_a_native_sbatch_job_holds_is_down_for_labhive_until_it_ends(
+    slurm: SlurmCluster, executor: SlurmExecutor
+) -> None:
+    """Given a user's own ``sbatch`` job holding 2 GPUs of n1, and one holding a GPU of n2
+    where a LabHive task runs, expect n1 down for the scheduler naming that job (LabHive
+    never places onto what Slurm gave away), n2 left alone (a NodeDown would stop LabHive's
+    task there), and n1 back up once the native job ends."""
+    assert executor.node_events() == []
+    (ours,) = executor.launch(gang("105", {"ours": "sleep 600"}, {"ours": "n2"}, 1))
+    wait_until(lambda: _slurm_state(slurm, ours.info["slurm_job_id"]) == "RUNNING", timeout=60)
+    theirs = native_sbatch(slurm, "n1", gpus=2, name="bobs-training")
+    beside = native_sbatch(slurm, "n2", gpus=1)
+    try:
+        events = executor.node_events()
+        assert [(type(e), e.node) for e in events] == [(NodeDown, "n1")], events
+        why = events[0].reason
+        assert f"job {theirs} (root: bobs-training)" in why and "2 GPU(s)" in why, why
+        assert executor.node_events() == []  # said once
+    finally:
+        subprocess.run(["scancel", theirs, beside], env=slurm.env, check=False)
+        wait_until(lambda: not _slurm_state(slurm, beside), "the native job on n2 to end", 60)
+        executor.stop([ours], grace_s=0)
+    later: list = []
+    wait_until(lambda: later.extend(executor.node_events()) or NodeUp in map(type, later), 60)
+    assert [(type(e), e.node) for e in later] == [(NodeUp, "n1")]

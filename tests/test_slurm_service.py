@@ -8,6 +8,8 @@ restarted service to re-adopt a running job and settle it with its real exit cod
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from pg_throwaway import free_port
 from serving import serving
 from slurm_cluster import SlurmCluster
+from test_slurm_executor import native_sbatch
 from waiting import wait_until
 
 from labhive.scheduler.client import Client
@@ -165,6 +168,39 @@ def test_a_uid_slurm_does_not_know_is_the_jobs_why_with_the_fix(
         assert "main-0: 127 (cannot start the task: Slurm knows no account uid 2" in why, why
         assert "create that account on the Slurm controller and every node" in why
         assert "--first-uid" in why
+
+
+def test_labhive_places_around_a_native_sbatch_job_and_takes_the_node_once_it_ends(
+    slurm: SlurmCluster, data_dir: Path
+) -> None:
+    """Given a user's own ``sbatch`` job holding 2 of n1's 4 GPUs, and alice submitting two
+    4-GPU jobs through LabHive: expect the first on n2, the second WAITING (n1 is not free for
+    it: before, LabHive started it on n1, where Slurm kept it pending behind the native job
+    while LabHive showed it RUNNING), n1 shown down with the native job named, and the second
+    job running on n1 once the native job ends."""
+    native = native_sbatch(slurm, "n1", gpus=2, name="bobs-training")
+    try:
+        with service(slurm, data_dir) as alice:
+            wait_until(lambda: _why_down(alice, "n1"), "n1 to be held for the native job", 60)
+            assert f"job {native} (root: bobs-training)" in _why_down(alice, "n1")
+            first = alice.submit(command="sleep 600", gpus=4, name="first")
+            state(first, "RUNNING")
+            assert first.tasks[0]["node"] == "n2"
+            second = alice.submit(command="hostname", gpus=4, name="second", retries=0)
+            time.sleep(8)  # several passes of the loop and of Slurm's node poll
+            assert second.refresh().state == "WAITING", second.data
+            subprocess.run(["scancel", native], env=slurm.env, check=True)
+            state(second, "SUCCEEDED")
+            assert second.tasks[0]["node"] == "n1"
+            assert alice.logs(second.id).data.strip() == "n1"
+            first.cancel()
+    finally:
+        subprocess.run(["scancel", native], env=slurm.env, check=False)
+
+
+def _why_down(client: Client, node: str) -> str:
+    (view,) = [n for n in client.cluster()["nodes"] if n["name"] == node]
+    return "" if view["healthy"] else str(view["reason"])
 
 
 def _slurm_jobs(slurm: SlurmCluster) -> list[str]:

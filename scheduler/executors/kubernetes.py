@@ -768,6 +768,7 @@ def connect(
     kubeconfig: str | None = None, *, in_cluster: bool = False, context: str | None = None
 ) -> k8s.ApiClient:
     """An API client from a kubeconfig file (or ``$KUBECONFIG``) or the pod's service account."""
+    import yaml
     from kubernetes import config as k8s_config
     from kubernetes.config.config_exception import ConfigException
 
@@ -783,7 +784,8 @@ def connect(
             config_file=kubeconfig, context=context
         )
         return api
-    except (ConfigException, OSError) as err:
+    except (ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError) as err:
+        # a file that is not YAML, or YAML that is not a kubeconfig, is the admin's to fix
         where = (
             "the in-cluster service account"
             if in_cluster

@@ -12,10 +12,11 @@ Slurm gave it (``slurm_gpus`` in its directory).
 
 State comes from ``squeue --json`` (a job that left the queue has ended) and node health from
 ``sinfo --json``: a node Slurm marks DOWN, DRAIN or FAIL becomes a ``NodeDown`` for the
-scheduler, with Slurm's reason, and a ``NodeUp`` when it comes back. Stop is ``scancel`` with
-the grace period: TERM to the steps, then Slurm's own TERM+KILL. After a restart of the
-service, tasks are found again by their Slurm job ids (kept in each handle) and settle with the
-exit codes their batch script recorded.
+scheduler, with Slurm's reason, and a ``NodeUp`` when it comes back; so does a node that jobs
+outside LabHive (users' own ``sbatch``) hold part of, while no LabHive task is on it. Stop is
+``scancel`` with the grace period: TERM to the steps, then Slurm's own TERM+KILL. After a
+restart of the service, tasks are found again by their Slurm job ids (kept in each handle) and
+settle with the exit codes their batch script recorded.
 
 Tasks run as their LabHive user: ``sbatch --uid/--gid`` when the service runs as root (Slurm
 needs an account for that uid on the controller and the nodes), else as the service's user.
@@ -57,13 +58,16 @@ from labhive.scheduler.executors.local import (
 from labhive.scheduler.executors.output import DEFAULT_CAP
 from labhive.scheduler.executors.slurm_cli import (
     ENDED_STATES,
+    Allocation,
     Slurm,
     SlurmError,
+    allocations,
     job_states,
     job_time_limits,
     nodes,
     relaunched,
     slurm_minutes,
+    taken_words,
 )
 from labhive.scheduler.executors.slurm_output import capped_exec
 from labhive.scheduler.executors.supervise import EXIT_FILE, write_json_atomic
@@ -98,6 +102,8 @@ _STEP_REFUSED = re.compile(
 )
 #: Variables that name the GPUs: Slurm sets them per step from the devices it picked.
 _GPU_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABHIVE_GPUS"})
+#: The name ``launch`` gives each Slurm job (``--job-name``): LabHive's job id and attempt.
+_OUR_JOB_NAME = re.compile(r"labhive-\d+-\d+")
 
 
 @dataclass(frozen=True)
@@ -175,6 +181,8 @@ class SlurmExecutor:
         self._queried_at = float("-inf")
         self._nodes_listed_at: float | None = None
         self._node_health: dict[str, str | None] = {}
+        #: Nodes a launch is submitting to right now (not yet tracked): never taken for others'.
+        self._launching: list[str] = []
         #: Tasks that recorded a failure, already asked ``squeue`` about once: they wait for
         #: the next regular query (a job Slurm is still ending shows COMPLETING, not why).
         self._doubted: set[TaskKey] = set()
@@ -213,10 +221,17 @@ class SlurmExecutor:
         for i, component in enumerate(components):
             argv += ([":"] if i else []) + component.options(self.partition)
         argv.append(str(script))
+        on = [t.node for t in tasks]
+        with self._lock:
+            self._launching.extend(on)
         try:
             slurm_id = self.slurm.run(argv, base=process_env({})).strip().split(";")[0]
         except SlurmError as err:
             raise LaunchError(_launch_advice(str(err), tasks[0])) from err
+        finally:
+            with self._lock:
+                for node in on:
+                    self._launching.remove(node)
         handles = []
         for launch in tasks:
             work = works[launch.key]
@@ -457,23 +472,27 @@ class SlurmExecutor:
     # ---- nodes ----------------------------------------------------------------------------
 
     def node_events(self) -> list[NodeDown | NodeUp]:
-        """Health changes of the config's nodes since the last call (the first call reports
-        every node that is bad from the start); ``sinfo`` is asked at most every
-        ``node_poll_s``. An unreachable controller reports nothing."""
+        """Changes of the config's nodes since the last call (the first call reports every node
+        that is bad from the start); Slurm is asked at most every ``node_poll_s``. A node is
+        down while Slurm marks it DOWN/DRAIN/FAIL, and while jobs outside LabHive (users'
+        own ``sbatch``) hold any of it and no LabHive task is there (``_held_by_others``). An
+        unreachable controller reports nothing."""
         now = time.monotonic()
         if self._nodes_listed_at is not None and now - self._nodes_listed_at < self._node_poll_s:
             return []
         self._nodes_listed_at = now
         try:
             listed = {n.name: n for n in nodes(self.slurm.json(["sinfo"]))}
+            others = self._held_by_others(allocations(self.slurm.json(["squeue"])))
         except SlurmError as err:
-            log.warning("cannot list Slurm's nodes: %s", err)
+            log.warning("cannot list Slurm's nodes and jobs: %s", err)
             return []
         t = self._clock()
         events: list[NodeDown | NodeUp] = []
         for name in self._node_names or tuple(listed):
             node = listed.get(name)
             problem = node.problem if node else "Slurm has no node of this name"
+            problem = problem or others.get(name)
             was_known, was_bad = name in self._node_health, self._node_health.get(name) is not None
             if problem and (not was_known or not was_bad):
                 events.append(NodeDown(name, t, problem))
@@ -481,6 +500,24 @@ class SlurmExecutor:
                 events.append(NodeUp(name, t))
             self._node_health[name] = problem
         return events
+
+    def _held_by_others(self, held: Sequence[Allocation]) -> dict[str, str]:
+        """Node -> why LabHive keeps off it: jobs LabHive did not submit hold some of it.
+
+        The policy knows whole nodes going down and up, not parts of them, so a node partly
+        taken is taken out whole (the smallest mechanism it already understands, see
+        docs/slurm.md). A node where LabHive's own tasks run or are being launched is never
+        taken out: a NodeDown would stop them; it is taken out once they end."""
+        with self._lock:
+            ours = {str(h.info["slurm_job_id"]) for h in self._tasks.values()}
+            busy = {str(h.info["node"]) for h in self._tasks.values()} | set(self._launching)
+        mine = [a for a in held if a.job_id in ours or _OUR_JOB_NAME.fullmatch(a.name)]
+        busy |= {a.node for a in mine}
+        theirs: dict[str, list[Allocation]] = {}
+        for a in held:
+            if a not in mine and a.node not in busy:
+                theirs.setdefault(a.node, []).append(a)
+        return {node: taken_words(allocs) for node, allocs in theirs.items()}
 
     # ---- logs and observations ------------------------------------------------------------
 

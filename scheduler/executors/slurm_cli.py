@@ -203,3 +203,62 @@ def relaunched(doc: Mapping[str, Any]) -> set[str]:
         if leader and pending and isinstance(restarts, int) and restarts > 0:
             out.add(leader)
     return out
+
+
+#: Job states in which a job holds its nodes' resources.
+_HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One Slurm job's share of one node, as ``squeue --json`` reports it."""
+
+    job_id: str  # the het job's leader for a component
+    name: str
+    user: str
+    node: str
+    gpus: int
+    cpus: int
+
+    def words(self) -> str:
+        return f"job {self.job_id} ({self.user}: {self.name})"
+
+
+def allocations(doc: Mapping[str, Any]) -> list[Allocation]:
+    """What each job that holds resources holds on each of its nodes: its GPUs there from
+    ``gres_detail`` (one entry per node, in the order of ``allocated_nodes``) and its cores
+    there from ``job_resources``."""
+    out = []
+    for job in doc.get("jobs") or []:
+        if str(job.get("job_state") or "").upper() not in _HOLDING_STATES:
+            continue
+        leader = str(job.get("het_job_id") or job.get("job_id") or "")
+        details = [str(d) for d in job.get("gres_detail") or []]
+        held = (job.get("job_resources") or {}).get("allocated_nodes") or []
+        for i, node in enumerate(held):
+            name = str(node.get("nodename") or "")
+            if not name:
+                continue
+            cores = [c for s in (node.get("sockets") or {}).values()
+                     for c in (s.get("cores") or {}).values()]  # fmt: skip
+            out.append(
+                Allocation(
+                    job_id=leader,
+                    name=str(job.get("name") or ""),
+                    user=str(job.get("user_name") or job.get("user_id") or "?"),
+                    node=name,
+                    gpus=parse_gres(details[i])[0] if i < len(details) else 0,
+                    cpus=sum(1 for c in cores if "allocated" in str(c)),
+                )
+            )
+    return out
+
+
+def taken_words(held: Sequence[Allocation]) -> str:
+    """Why LabHive keeps off a node that jobs outside it hold, in the words of a NodeDown."""
+    gpus, cpus = sum(a.gpus for a in held), sum(a.cpus for a in held)
+    jobs = ", ".join(dict.fromkeys(a.words() for a in held))
+    return (
+        f"Slurm gave {gpus} GPU(s) and {cpus} CPU(s) of it to jobs outside LabHive ({jobs}); "
+        "LabHive places elsewhere until they end"
+    )

@@ -82,6 +82,7 @@ def register(subparsers: Any) -> None:
         "on this host needs a range of its own",
     )
     up.add_argument("--uid-count", type=int, help="how many uids the range holds (1000000)")
+    _engine_options(up)
     up.set_defaults(func=_up)
     _hub_commands(subparsers)
 
@@ -344,6 +345,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from labhive.hub_extension.up import run_up
+    from labhive.hub_extension.up_engine import Engine
 
     return run_up(
         args.data_dir, port=args.port, service_port=args.service_port, cluster=args.cluster,
@@ -352,7 +354,29 @@ def _up(args: argparse.Namespace) -> int:
         fair_share=None if args.fair_share == "off" else _half_life_text(args.fair_share),
         roster=args.roster, hub_config=args.hub_config,
         first_uid=args.first_uid, uid_count=args.uid_count, culling=_culling(args),
+        engine=Engine(args.executor, args.slurm_conf, args.partition, args.kubeconfig,
+                      args.hub_ip),
     )  # fmt: skip
+
+
+def _engine_options(up: argparse.ArgumentParser) -> None:
+    """Where servers and jobs run (hub_extension/up_engine.py; docs/slurm.md, kubernetes/)."""
+    group = up.add_argument_group("engine (servers and jobs on a Slurm or Kubernetes site)")
+    group.add_argument(
+        "--executor", choices=["local", "slurm", "kubernetes"], default="local",
+        help="local (default): this machine; slurm: Slurm's nodes (sbatch); kubernetes: pods",
+    )  # fmt: skip
+    group.add_argument(
+        "--slurm-conf", default=os.environ.get("SLURM_CONF"),
+        help="the site's slurm.conf (default: $SLURM_CONF, then Slurm's own default)",
+    )  # fmt: skip
+    group.add_argument("--partition", help="Slurm partition (default: Slurm's default one)")
+    group.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+    group.add_argument(
+        "--hub-ip",
+        help="the address the nodes reach this machine at (default: this machine's address on "
+        "the route to the first Slurm node, or to the Kubernetes API server)",
+    )
 
 
 def _hub_adduser(args: argparse.Namespace) -> int:
