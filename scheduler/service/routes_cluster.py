@@ -139,9 +139,7 @@ def _settled(svc: Service, wait_s: float, look: Callable[[], tuple[bool, T]]) ->
             svc.loop.changed.wait(min(left, 0.2))
 
 
-def vcs_out(
-    svc: Service, me: Identity, view: ClusterView[int] | None = None
-) -> dict[str, s.VCOut]:
+def vcs_out(svc: Service, me: Identity, view: ClusterView[int] | None = None) -> dict[str, s.VCOut]:
     """Every VC's quota and use, as of ``view`` (the policy's now when None)."""
     view = view if view is not None else svc.loop.cluster()
     return {
