@@ -142,7 +142,8 @@ def test_per_user_usage_on_metrics_is_for_admins_only(course: Any) -> None:
 
 def test_the_queue_reads_the_policy_once_per_pass_yet_shows_each_change(course: Any) -> None:
     """Twenty ``GET /queue`` with the loop idle read the policy's state at most twice (once,
-    and once more if ``MAX_AGE_S`` ran out); a job submitted after them shows in the next."""
+    and once more if ``MAX_AGE_S`` ran out); a job submitted after them shows in the next, with
+    its place, and is gone from the one after its cancel."""
     live, *_ = course
     views = live.running.service.pass_views
     loop = live.running.service.loop
@@ -155,6 +156,13 @@ def test_the_queue_reads_the_policy_once_per_pass_yet_shows_each_change(course: 
         assert views.computed - computed <= 2
     extra = client.submit(command="true", vc="course", gpus=1)
     wait_until(lambda: extra.refresh().queue_position is not None, "the new job queued")
-    assert client.queue()["vcs"]["course"]["waiting"] == waiting + 1
+    page = client.queue()
+    assert page["vcs"]["course"]["waiting"] == waiting + 1
+    rows = {e["id"]: e for e in page["waiting"]}
+    assert rows[extra.id]["position"] == 3  # (after dave's two: his own)
     assert client.standing()["vcs"]["course"]["waiting"] == 3
     extra.cancel()
+    wait_until(lambda: extra.refresh().state == "STOPPED", "the cancel")
+    page = client.queue()
+    assert extra.id not in {e["id"] for e in page["waiting"]}
+    assert page["vcs"]["course"]["waiting"] == waiting

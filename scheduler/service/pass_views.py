@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.hived.standing import VCStanding, standings
-from labhive.scheduler.model import ClusterView
+from labhive.scheduler.model import ClusterView, JobView
 
 if TYPE_CHECKING:
     from labhive.scheduler.service.loop import SchedulerLoop
@@ -51,25 +51,44 @@ class PassViews:
         self._lock = threading.Lock()  # one reader computes; the others wait and reuse it
         self._key: tuple[int, Any] | None = None
         self._view: PassView | None = None
+        self._jobs: dict[int, JobView[int] | None] = {}  # job views of the same pass
         self.computed = 0  # how many views were read from the policy (tests, benchmarks)
 
     def get(self) -> PassView:
+        with self._lock:
+            return self._current()
+
+    def jobs(self, job_ids: list[int]) -> dict[int, JobView[int] | None]:
+        """The policy's views of these jobs (None: it no longer holds the job) as of the same
+        pass: each job's view (its why-text above all) is built once per pass, under one hold
+        of the loop's lock for all the jobs a page lacks, not once per job per request."""
+        with self._lock:
+            self._current()
+            known = self._jobs
+            missing = [j for j in job_ids if j not in known]
+            if missing:
+                with self.loop.reading:
+                    policy = self.loop.policy
+                    known.update((j, policy.job(j)) for j in missing)
+            return {j: known[j] for j in job_ids}
+
+    def _current(self) -> PassView:
+        """The view for the loop's latest pass, read anew when the one kept is stale (the
+        caller holds ``_lock``)."""
         loop = self.loop
         key = (loop.passes, loop.policy)  # before the state (the module's docstring)
-        with self._lock:
-            view = self._view
-            if view is not None and self._fresh(key, view):
-                return view
-            with loop.reading:
-                policy = loop.policy
-                cluster = policy.cluster()
-                sched = policy.scheduler  # (other policies have no fair share)
-                found = (
-                    standings(sched, loop.clock()) if isinstance(sched, HivedScheduler) else None
-                )
-            self._key, self._view = key, PassView(cluster, found, time.monotonic())
-            self.computed += 1
-            return self._view
+        view = self._view
+        if view is not None and self._fresh(key, view):
+            return view
+        with loop.reading:
+            policy = loop.policy
+            cluster = policy.cluster()
+            sched = policy.scheduler  # (other policies have no fair share)
+            found = standings(sched, loop.clock()) if isinstance(sched, HivedScheduler) else None
+        self._key, self._view = key, PassView(cluster, found, time.monotonic())
+        self._jobs = {}
+        self.computed += 1
+        return self._view
 
     def _fresh(self, key: tuple[int, Any], view: PassView) -> bool:
         old = self._key

@@ -60,8 +60,9 @@ def register(app: FastAPI, svc: Service) -> None:
             others = {} if me.admin else _others(conn, owner, vc, vcs)
         running: list[s.QueueEntry] = []
         waiting: list[s.QueueEntry] = []
+        views = svc.pass_views.jobs([row["id"] for row in rows])
         for row in rows:
-            view = svc.loop.view(row["id"])
+            view = views[row["id"]]
             if view is None:  # ended since the store was read
                 continue
             entry = _entry(row, view)
