@@ -4,7 +4,8 @@ read once per scheduler pass and shared by every request until the next one.
 With 10,000 waiting jobs, the cluster view walks every job (per-VC counts) and the fair-share
 standing walks every VC's queue: ~15-25 ms each on a busy 2-core machine, under the loop's lock
 (which stalls the pass meanwhile). Every ``GET /queue`` paid the walk; now the first request
-after a pass does and the rest reuse it. Reading is thread-safe the way the other views are:
+after a pass does and the rest reuse it. The views of the jobs a page shows (their why-texts
+cost ~80 us each) are kept for the same pass too. Reading is thread-safe the way the other views are:
 under the lock the loop holds while it changes the policy (``SchedulerLoop.reading``), so a
 view is never of a half-applied event.
 
