@@ -5,9 +5,9 @@ With 10,000 waiting jobs, the cluster view walks every job (per-VC counts) and t
 standing walks every VC's queue: ~15-25 ms each on a busy 2-core machine, under the loop's lock
 (which stalls the pass meanwhile). Every ``GET /queue`` paid the walk; now the first request
 after a pass does and the rest reuse it. The views of the jobs a page shows (their why-texts
-cost ~80 us each) are kept for the same pass too. Reading is thread-safe the way the other views are:
-under the lock the loop holds while it changes the policy (``SchedulerLoop.reading``), so a
-view is never of a half-applied event.
+cost ~80 us each) are kept for the same pass too. Reading is thread-safe the way the other
+views are: under the lock the loop holds while it changes the policy
+(``SchedulerLoop.reading``), so a view is never of a half-applied event.
 
 A view is kept while the loop has made no further pass and its policy is the same object (a
 recovery builds a new one), and for at most ``MAX_AGE_S``: between passes running jobs go on
