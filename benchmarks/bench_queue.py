@@ -7,7 +7,7 @@ jobs as rows, everyone else's as counts per VC) and as the admin (a page of rows
 under 50 ms a request. The service is stopped, and every job process it started ended, however
 the run ends (``bench_service.service``).
 
-    python benchmarks/bench_queue.py [--jobs 10000] [--mine 20] [--rounds 30]
+    python benchmarks/bench_queue.py [--jobs 10000] [--mine 20] [--rounds 30] [--fair-share 7d]
 
 The machine is often shared: the load average is printed with the figures, and "service cpu ms"
 (the service's CPU time per request) holds up better than wall time on a loaded machine.
@@ -87,12 +87,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--mine", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument(
+        "--fair-share",
+        metavar="HALF_LIFE",
+        help="serve with fair share (e.g. 7d): the queue then also carries alice's standing",
+    )
     args = parser.parse_args()
+    more = ["--fair-share", args.fair_share] if args.fair_share else []
     with tempfile.TemporaryDirectory(prefix="labhive-bench-queue-") as tmp:
         users = Path(tmp) / "users.yaml"
         users.write_text(USERS)
         users.chmod(0o600)
-        with service(Path(tmp), None, "--users", str(users)) as (port, admin, pid):
+        with service(Path(tmp), None, "--users", str(users), *more) as (port, admin, pid):
             url = f"http://127.0.0.1:{port}/api/v1"
             began = time.perf_counter()
             asyncio.run(fill(url, admin, args.jobs, args.mine))

@@ -279,7 +279,11 @@ class LabHiveSpawner(Spawner):
         notice = (
             f"<p class='alert alert-warning'>{escape(self.last_end)}</p>" if self.last_end else ""
         )
-        return notice + self._vc_select(await self._vc_choices()) + self._size_radios()
+        choices = await self._vc_choices()
+        form = self._vc_select(choices) + self._size_radios()
+        if not form:  # nothing to choose: no form, the server starts at once
+            return notice
+        return notice + form + _standing_html(await self._standing(), choices)
 
     def _size_radios(self) -> str:
         sizes = self._sizes()
@@ -399,6 +403,23 @@ class LabHiveSpawner(Spawner):
         """Run a (blocking) client call off the hub's event loop."""
         client = self._client(token)
         return await asyncio.to_thread(fn, client, *args)
+
+    async def _standing(self) -> dict[str, str]:
+        """The user's fair-share standing per VC in words (``GET /me/standing``), asked with
+        the spawner's service token (an admin's, naming the user) or else the user's own;
+        empty when fair share is off or the service cannot say (the page goes without)."""
+        name = str(self.user.name)
+        try:
+            if self.service_token:
+                found = await self._call(lambda c: c.standing(user=name))
+            elif self.api_token:
+                found = await self._call(lambda c: c.standing(), token=self.api_token)
+            else:
+                return {}
+        except LabHiveError as err:
+            self.log.info("%s: no fair-share standing: %s", self._log_name, err.message)
+            return {}
+        return {str(vc): str(v.get("text", "")) for vc, v in (found.get("vcs") or {}).items()}
 
     async def _job(self) -> JobInfo:
         assert self.job_id is not None
@@ -691,8 +712,10 @@ class LabHiveSpawner(Spawner):
             if job.waiting:
                 text = waiting_text(job)
                 if text != last:
-                    last = text
-                    yield {"progress": 20, "message": text}
+                    last = text  # (the standing is asked again only when the place changes)
+                    standing = (await self._standing()).get(job.vc or "")
+                    shown = f"{text} · fair share: {standing}" if standing else text
+                    yield {"progress": 20, "message": shown}
             else:
                 if job.running:
                     where = ", ".join(f"{t.node} GPUs {list(t.gpus) or 'none'}" for t in job.tasks)
@@ -777,6 +800,16 @@ class LabHiveSpawner(Spawner):
 
     def _remove_launch_file(self) -> None:
         (Path(self.secrets_dir) / f"{self._job_name()}.json").unlink(missing_ok=True)
+
+
+def _standing_html(standing: dict[str, str], choices: list[str]) -> str:
+    """The form's fair-share lines: one per VC the user may choose (all they have without a
+    choice of VC)."""
+    shown = [(vc, standing[vc]) for vc in (choices or list(standing)) if standing.get(vc)]
+    return "".join(
+        f"<p class='labhive-standing'>Fair share in {escape(vc)}: {escape(text)}</p>"
+        for vc, text in shown
+    )
 
 
 def waiting_text(job: JobInfo, now: float | None = None) -> str:

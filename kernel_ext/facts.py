@@ -121,13 +121,27 @@ class QueueFacts:
 
     vcs: tuple[VCFacts, ...]
     waiting: tuple[JobFacts, ...]
+    #: VC -> your fair-share standing in words (empty when the cluster has no fair share).
+    standing: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, doc: Mapping[str, Any]) -> QueueFacts:
-        """From ``GET /queue``: ``{"vcs": {name: VC}, "waiting": [entry, ...], ...}``."""
+        """From ``GET /queue``: ``{"vcs": {name: VC}, "waiting": [entry, ...], "standing":
+        {name: {"text": ...}}, ...}``."""
         return cls(
             vcs=vc_facts(doc.get("vcs") or {}),
             waiting=tuple(map(queue_entry, doc.get("waiting") or ())),
+            standing={
+                str(vc): str(s.get("text", "")) for vc, s in (doc.get("standing") or {}).items()
+            },
+        )
+
+    def only(self, vc: str) -> QueueFacts:
+        """The same, for one VC."""
+        return QueueFacts(
+            tuple(v for v in self.vcs if v.name == vc),
+            tuple(j for j in self.waiting if j.vc == vc),
+            {k: t for k, t in self.standing.items() if k == vc},
         )
 
 

@@ -275,10 +275,7 @@ class LabHiveMagics(Magics):
             known = [v.name for v in facts.vcs]
             if args.vc not in known:
                 raise UsageError(f"%queue: no VC {args.vc!r}; known: {', '.join(known)}")
-            return QueueFacts(
-                tuple(v for v in facts.vcs if v.name == args.vc),
-                tuple(j for j in facts.waiting if j.vc == args.vc),
-            )
+            return facts.only(args.vc)
 
         with user_errors():
             QueueView(fetch).show()

@@ -200,6 +200,8 @@ def queue_text(queue: QueueFacts, now: float) -> str:
             f"{vc.name}: {vc.used_gpus}/{vc.guaranteed_gpus} guaranteed GPUs used, "
             f"{vc.opportunistic_gpus} opportunistic, {vc.waiting} waiting"
         )
+        if queue.standing.get(vc.name):
+            lines.append(f"  fair share: {queue.standing[vc.name]}")
         for job in (j for j in queue.waiting if j.vc == vc.name):
             line = summary_line(job, now) if job.id != OTHERS else f"{job.name}, {job.gpus} GPUs"
             line += f", {when}" if job.id == OTHERS and (when := starts(job, now)) else ""
@@ -221,6 +223,11 @@ def queue_html(queue: QueueFacts, now: float) -> str:
             f'<div class="labhive-vc"><b>{escape(vc.name)}</b>: '
             f"{vc.used_gpus}/{vc.guaranteed_gpus} guaranteed GPUs used, "
             f"{vc.opportunistic_gpus} opportunistic, {vc.waiting} waiting"
+            + (
+                f'<div class="labhive-standing">fair share: {escape(text)}</div>'
+                if (text := queue.standing.get(vc.name))
+                else ""
+            )
             + (f"<ol>{items}</ol>" if items else "")
             + "</div>"
         )

@@ -288,6 +288,13 @@ class Client:
         """Who this client's token is: name, admin, VCs, and the OS uid/gid their tasks run as."""
         return self._get("/me")  # type: ignore[no-any-return]
 
+    def standing(self, user: str | None = None) -> dict[str, Any]:
+        """Your fair-share standing per VC you may submit to (``GET /me/standing``):
+        ``{"fair_share": bool, "user", "vcs": {vc: {"usage_gpu_hours", "share_of_vc", "rank",
+        "users", "position", "ahead", "ahead_less_used", "text", ...}}, "note"}``. ``user``:
+        someone else's (admins)."""
+        return dict(self._get("/me/standing", user=user))
+
     # ---- jobs ---------------------------------------------------------------------------
 
     def submit(self, spec: Mapping[str, Any] | str | Path | None = None, **short: Any) -> Job:

@@ -442,6 +442,11 @@ def _queue(args: argparse.Namespace) -> int:
          _others(others.get(v["name"])))
         for v in q["vcs"].values()
     ]))  # fmt: skip
+    standing = q.get("standing") or {}
+    if standing:
+        print("\nYour fair-share standing:")
+        for vc, mine in standing.items():
+            print(visible(f"  {vc}: {mine['text']}"))
     entries = q["running"] + q["waiting"]
     if entries:
         print()

@@ -125,8 +125,9 @@ def jupyter_app(program: str, root: Path, *args: str, token: str, **env: str) ->
 
 
 @contextmanager
-def labhive_serve(root: Path) -> Iterator[Service]:
-    """``labhive serve`` on a loopback port: default (virtual) cluster, local executor."""
+def labhive_serve(root: Path, *more: str) -> Iterator[Service]:
+    """``labhive serve`` on a loopback port: default (virtual) cluster, local executor;
+    ``more``: further options (``--fair-share 7d``)."""
     root.mkdir(parents=True, exist_ok=True)
     users = root / "users.yaml"
     users.write_text(yaml.safe_dump({"users": USERS, "groups": GROUPS}))
@@ -136,6 +137,7 @@ def labhive_serve(root: Path) -> Iterator[Service]:
     cmd = [
         *(VENV_BIN + "/labhive", "serve", "--port", str(port)),
         *("--data-dir", str(data), "--users", str(users)),
+        *more,
     ]
     with log.open("wb") as out:
         proc = subprocess.Popen(

@@ -70,6 +70,13 @@ class Ledger:
         decay = math.pow(2.0, -dt / self.half_life)
         return used * decay + gpus * self.half_life / math.log(2) * (1.0 - decay)
 
+    def reading(self) -> tuple[float, dict[Account, tuple[float, float]]]:
+        """``now``, and per (VC, user) with usage or GPUs held: its decayed GPU-seconds at
+        ``now`` and the GPUs it runs. Read-only: what ``hived.standing`` shows users (its one
+        use of this module; keep it when the ledger's insides change)."""
+        accounts = self._usage.keys() | self.running.keys()
+        return self.now, {a: (self.usage(a), self.running.get(a, 0)) for a in accounts}
+
     def rank(self, vc: str, user: str) -> float:
         """Usage over share: lower goes first (0 for a user who ran nothing lately)."""
         fair = self.fair

@@ -24,6 +24,7 @@ from labhive.scheduler.service.housekeeping import Housekeeping
 from labhive.scheduler.service.intake import Intake
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.monitoring import Monitoring
+from labhive.scheduler.service.pass_views import PassViews
 from labhive.scheduler.service.store import Store
 
 #: The largest request body the service reads (a job file is far smaller).
@@ -55,6 +56,9 @@ class Service:
     #: What enforces a GPU share here, as a share's record says (``gpu_share_env``).
     gpu_sharing_note: str = NOT_ENFORCED
 
+    #: The policy's state as the queue, the standing and /metrics show it: once per pass.
+    pass_views: PassViews | None = None
+
     def __post_init__(self) -> None:
         self._check_lock = threading.Lock()
         if self.owners is None:
@@ -63,6 +67,8 @@ class Service:
             self.intake = Intake(self.store, self.loop)
         if self.monitoring is None:
             self.monitoring = Monitoring(self.store, self.loop, interval_s=0)
+        if self.pass_views is None:
+            self.pass_views = PassViews(self.loop)
 
     def identify(self, request: Request) -> Identity:
         """The caller with their account number, which every ownership check compares."""

@@ -209,6 +209,7 @@ class SchedulerLoop:
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
+        self.reading = self._sched_lock  # held to read the policy's state (pass_views.py)
         self._intake: deque[tuple[int, JobSpec, bool]] = deque()  # (id, spec, admitted)
         self._cancels: deque[int] = deque()
         self._pending_events: list[ServiceEvent] = []

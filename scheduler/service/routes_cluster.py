@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fastapi import FastAPI
 
 from labhive.scheduler.gpu_share import MILLI
-from labhive.scheduler.model import NodeDown, NodeUp, NodeView
+from labhive.scheduler.model import ClusterView, NodeDown, NodeUp, NodeView
 from labhive.scheduler.service import notices
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
@@ -152,8 +152,9 @@ def _settled(svc: Service, wait_s: float, look: Callable[[], tuple[bool, T]]) ->
             svc.loop.changed.wait(min(left, 0.2))
 
 
-def vcs_out(svc: Service, me: Identity) -> dict[str, s.VCOut]:
-    view = svc.loop.cluster()
+def vcs_out(svc: Service, me: Identity, view: ClusterView[int] | None = None) -> dict[str, s.VCOut]:
+    """Every VC's quota and use, as of ``view`` (the policy's now when None)."""
+    view = view if view is not None else svc.loop.cluster()
     return {
         name: s.VCOut(
             name=name,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from labhive import __version__
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.auth import AuthError
 from labhive.scheduler.service.routing import PREFIX
 
 if TYPE_CHECKING:
@@ -56,8 +57,22 @@ def register(app: FastAPI, svc: Service) -> None:
         return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
     @app.get(PREFIX + "/metrics", response_class=PlainTextResponse)
-    def metrics() -> PlainTextResponse:
+    def metrics(request: Request) -> PlainTextResponse:
+        """Anyone may scrape; an admin's token adds each user's fair-share usage and share
+        (service/metrics.py: who used how much is not for everyone)."""
         from labhive.scheduler.service.metrics import CONTENT_TYPE, render
 
-        assert svc.monitoring is not None  # set by Service.__post_init__
-        return PlainTextResponse(render(svc.monitoring, svc.store), media_type=CONTENT_TYPE)
+        assert svc.monitoring is not None and svc.pass_views is not None  # (__post_init__)
+        standings = svc.pass_views.get().standings if _admin(svc, request) else None
+        text = render(svc.monitoring, svc.store, standings)
+        return PlainTextResponse(text, media_type=CONTENT_TYPE)
+
+
+def _admin(svc: Service, request: Request) -> bool:
+    """Whether the request carries an admin's credentials (none, or a user's: no)."""
+    if "authorization" not in request.headers and not request.cookies:
+        return False
+    try:
+        return svc.auth.identify(request).admin
+    except AuthError:
+        return False

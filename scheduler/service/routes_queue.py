@@ -10,12 +10,15 @@ from fastapi import FastAPI, Query
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.gpu_share import MILLI
+from labhive.scheduler.hived.standing import VCStanding
 from labhive.scheduler.model import JobView
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.auth import Identity
 from labhive.scheduler.service.eta import eta_fields
 from labhive.scheduler.service.routes_cluster import vcs_out
+from labhive.scheduler.service.routes_me import standing_out
 from labhive.scheduler.service.routing import MAX_INT, Who, endpoints
 
 if TYPE_CHECKING:
@@ -50,14 +53,17 @@ def register(app: FastAPI, svc: Service) -> None:
         # a user's rows are their account's alone (no account yet: none of them)
         owner = None if me.admin else (me.id if me.id is not None else -1)
         want = q.QueueFilter(owner_id=owner, vc=vc, limit=limit, offset=offset)
-        vcs = vcs_out(svc, me)
+        assert svc.pass_views is not None  # set by Service.__post_init__
+        seen = svc.pass_views.get()  # once per pass, not a walk of every job per request
+        vcs = vcs_out(svc, me, seen.cluster)
         with svc.store.read() as conn:
             rows, total = q.queue_page(conn, want)
             others = {} if me.admin else _others(conn, owner, vc, vcs)
         running: list[s.QueueEntry] = []
         waiting: list[s.QueueEntry] = []
+        views = svc.pass_views.jobs([row["id"] for row in rows])
         for row in rows:
-            view = svc.loop.view(row["id"])
+            view = views[row["id"]]
             if view is None:  # ended since the store was read
                 continue
             entry = _entry(row, view)
@@ -74,7 +80,18 @@ def register(app: FastAPI, svc: Service) -> None:
             offset=offset,
             limit=limit,
             next_offset=offset + limit if more else None,
+            standing=_standing(seen.standings, me, vc),
         )
+
+
+def _standing(
+    found: dict[str, VCStanding] | None, me: Identity, vc: str | None
+) -> dict[str, s.StandingOut]:
+    """The caller's fair-share standing in the VCs they may submit to (or ``vc``)."""
+    if found is None:
+        return {}
+    mine = {n: v for n, v in found.items() if me.may_submit_to(n) and vc in (None, n)}
+    return standing_out(mine, me.name)
 
 
 def _entry(row: q.QueueRow, view: JobView[int]) -> s.QueueEntry:

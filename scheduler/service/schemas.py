@@ -236,6 +236,34 @@ class OthersOut(BaseModel):
     running_gpus: int = Field(default=0, description="the GPUs their running jobs hold")
 
 
+class StandingOut(BaseModel):
+    """Your fair-share standing in one VC (``hived.standing``): what you used lately, your
+    share, your rank among the VC's users and how many jobs are ahead of your next one."""
+
+    vc: str
+    usage_gpu_hours: float = Field(description="GPU-hours used in the VC, decayed by half_life_s")
+    running_gpus: float = Field(description="GPUs held now; a share counts as its fraction")
+    share: float = Field(description="your weight (fairShare.shares; 1 unless named)")
+    share_of_vc: float = Field(description="your weight over all the VC's users' weights")
+    users: int = Field(description="the VC's users counted: with usage, running or waiting")
+    rank: int = Field(description="1 goes first: lower usage over share")
+    waiting: int
+    position: int | None = Field(description="your first waiting job's place in the VC's line")
+    ahead: int
+    ahead_less_used: int = Field(description="of the jobs ahead, those of users with less usage")
+    half_life_s: float
+    text: str = Field(description="the standing in words, as labhive queue shows it")
+
+
+class StandingList(BaseModel):
+    """``GET /me/standing``: per VC you may submit to; empty with ``fair_share`` false."""
+
+    fair_share: bool
+    user: str
+    vcs: dict[str, StandingOut] = Field(default_factory=dict)
+    note: str = ""
+
+
 class QueueOut(BaseModel):
     """One page of the queue: your active jobs as rows (an admin: everyone's), running first,
     then waiting by priority and submission; everyone else's as counts per VC in ``others``."""
@@ -250,6 +278,10 @@ class QueueOut(BaseModel):
     offset: int = 0
     limit: int = 100
     next_offset: int | None = Field(None, description="the next page's offset; None: no more")
+    standing: dict[str, StandingOut] = Field(
+        default_factory=dict,
+        description="VC -> your fair-share standing there (empty when fair share is off)",
+    )
 
 
 class ShareOut(BaseModel):
