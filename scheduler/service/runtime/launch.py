@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from labhive.scheduler.executors.base import TaskLaunch
+from labhive.scheduler.executors.base import TaskKey, TaskLaunch
 from labhive.scheduler.executors.env import free_port, task_env
 from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import TaskPlacement
+from labhive.scheduler.model import Start, TaskPlacement
 from labhive.scheduler.service.policy_port import policy_id, task_key
-from labhive.scheduler.service.runtime.runs import Running, current_key
+from labhive.scheduler.service.runtime import record
+from labhive.scheduler.service.runtime.runs import Launch, Running, Runs, current_key
+from labhive.scheduler.service.store import Store
+
+log = logging.getLogger("labhive.service.loop")
 
 #: Builds the tasks' launch descriptions for a start (the local executor's env builder plugs in;
 #: ``executors.env.LaunchBuilder`` is the same contract).
@@ -75,8 +80,37 @@ def build_launches(
 
 def failed_keys(
     job_id: int, run: Running, placements: tuple[TaskPlacement, ...]
-) -> tuple[Any, ...]:
+) -> tuple[TaskKey, ...]:
     """The keys a launch that could not even be described ends (its tasks' current ones)."""
     return tuple(
         current_key(run, task_key(job_id, run.attempt, p.role, p.index)) for p in placements
     )
+
+
+def prepare(
+    store: Store,
+    builder: LaunchBuilder | None,
+    virtual: bool,
+    runs: Runs,
+    start: Start[int],
+) -> tuple[Launch, list[TaskLaunch] | None] | None:
+    """A committed start's launch, put on its run until the worker reports (None: the job
+    ended meanwhile). A launch that cannot even be described (its environment cannot be
+    built) comes back failed, with no tasks: it fails its attempt like a failed launch."""
+    job_id = start.job_id
+    run = runs.running.get(job_id)
+    spec = runs.specs.get(job_id)
+    if run is None or spec is None:
+        return None
+    row = record.read_job(store, job_id)
+    if row is None:
+        return None
+    try:
+        tasks = build_launches(builder, virtual, dict(row), spec, run, start.tasks)
+    except Exception as err:
+        log.warning("job %s failed to launch: %s", job_id, err)
+        keys = failed_keys(job_id, run, start.tasks)
+        return Launch(job_id, run.attempt, keys, error=str(err)), None
+    launch = Launch(job_id, run.attempt, tuple(x.key for x in tasks))
+    run.launching.append(launch)
+    return launch, tasks

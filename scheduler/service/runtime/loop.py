@@ -19,12 +19,9 @@ nothing runs; the policy itself is rebuilt from the store (``recovery``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
@@ -33,18 +30,11 @@ from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle, Tas
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
-    Cancel,
     ClusterView,
-    Finish,
     JobView,
     NodeDown,
     NodeUp,
-    Preempt,
-    Requeue,
     Scheduler,
-    SpecRejected,
-    Start,
-    Stop,
     Submit,
     Tick,
 )
@@ -55,14 +45,16 @@ from labhive.scheduler.service.policy_port import (
     PolicyPort,
     ServiceDecision,
     ServiceEvent,
-    key_job,
 )
 from labhive.scheduler.service.runtime import actuation, record, recovery, settle
-from labhive.scheduler.service.runtime.launch import LaunchBuilder, build_launches, failed_keys
+from labhive.scheduler.service.runtime.changes import Changes
+from labhive.scheduler.service.runtime.decide import decide
+from labhive.scheduler.service.runtime.inputs import Inputs
+from labhive.scheduler.service.runtime.launch import LaunchBuilder, prepare
 from labhive.scheduler.service.runtime.nodes import Nodes
 from labhive.scheduler.service.runtime.observers import PassObserver
 from labhive.scheduler.service.runtime.plan import Plan, StopOrder
-from labhive.scheduler.service.runtime.runs import Inbox, Launch, Runs, Settle, Stopped, drain
+from labhive.scheduler.service.runtime.runs import Inbox, Launch, Runs, Settle, Stopped
 from labhive.scheduler.service.store import Store
 
 if TYPE_CHECKING:
@@ -70,8 +62,6 @@ if TYPE_CHECKING:
     from labhive.scheduler.service.eta import EtaTracker, WaitsFor
 
 log = logging.getLogger("labhive.service.loop")
-#: Every event the policy is given and what it decided, at DEBUG (``--log-level debug``).
-decisions_log = logging.getLogger("labhive.service.decisions")
 
 
 class SchedulerLoop:
@@ -104,10 +94,7 @@ class SchedulerLoop:
         self.clock = clock
         self._launch_builder = launch_builder
         self._node_events = node_events  # node health from the executor (Kubernetes)
-        #: Task addresses the executor learns after a launch (a pod's IP), and those that
-        #: arrived before the launch's own handles, kept until they can be merged in.
-        self._addresses = addresses
-        self._early_addresses: dict[TaskKey, str] = {}
+        self._addresses = addresses  # task addresses learnt after a launch (a pod's IP)
         #: Stop some tasks of a running job (HiveD's unit of preemption) rather than whole jobs,
         #: where the executor can (``Executor.partial_stops``): ``labhive serve --stops tasks``,
         #: the default; ``--stops jobs`` stops whole jobs (docs/scheduler-core.md).
@@ -122,10 +109,7 @@ class SchedulerLoop:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        # Inputs from any thread, drained by each pass.
-        self._intake: deque[tuple[int, JobSpec, bool]] = deque()  # (id, spec, admitted)
-        self._cancels: deque[int] = deque()
-        self._culls: deque[tuple[int, str, float]] = deque()  # (job, why, idle seconds)
+        self._inputs = Inputs(self._wake)  # from any thread, taken by each pass
         self.nodes = Nodes(store, clock, self._wake)
         self._inbox = Inbox(self._wake)  # the workers' reports
         # Owned by the loop thread.
@@ -138,9 +122,8 @@ class SchedulerLoop:
         self.last_pass = 0.0  # clock() of the last pass that completed
         self.passes = 0
         self.health = LoopHealth()  # failure streak and last good pass, for /health
-        self.changed = threading.Condition()  # notified after every pass that changed the store
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
-        self._waiters_lock = threading.Lock()
+        self._changes = Changes()
+        self.changed = self._changes.changed  # notified after every pass that changed the store
         #: The ETA thread (service/eta.py), started with the loop; it follows the loop's passes.
         self.eta = forecast(self) if forecast is not None else None
 
@@ -149,23 +132,19 @@ class SchedulerLoop:
     def submitted(self, job_id: int, spec: JobSpec, *, admitted: bool = False) -> None:
         """A stored job; ``admitted``: checked already (``policies.admission``), so the
         policy keeps it without checking it again."""
-        self._intake.append((job_id, spec, admitted))
-        self._wake.set()
+        self._inputs.submitted(job_id, spec, admitted)
 
     def submitted_many(self, new: list[tuple[int, JobSpec]]) -> None:
         """A committed batch of submissions (intake.py), admitted by ``Service.admit``: one
         wake-up of the loop for all."""
-        self._intake.extend((job_id, spec, True) for job_id, spec in new)
-        self._wake.set()
+        self._inputs.submitted_many(new)
 
     def cancel(self, job_id: int) -> None:
-        self._cancels.append(job_id)
-        self._wake.set()
+        self._inputs.cancel(job_id)
 
     def cull(self, job_id: int, why: str, idle_s: float) -> None:
         """Stop a running job now, culled (it ends STOPPED, reason ``culled``)."""
-        self._culls.append((job_id, why, idle_s))
-        self._wake.set()
+        self._inputs.cull(job_id, why, idle_s)
 
     def inject(self, events_in: list[ServiceEvent]) -> None:
         """Node health events (``NodeDown``/``NodeUp``); an admin's mark wins (``nodes``)."""
@@ -226,18 +205,8 @@ class SchedulerLoop:
         return dict(run.handles) if run else {}
 
     async def next_change(self, timeout: float) -> None:
-        """Wait, without holding a thread, for the next pass that changed the store (or for
-        ``timeout``): what an async handler uses to follow a job (``cancel?wait=``)."""
-        waiter = (asyncio.get_running_loop(), asyncio.Event())
-        with self._waiters_lock:
-            self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(waiter[1].wait(), timeout)
-        except TimeoutError:
-            pass
-        finally:
-            with self._waiters_lock:
-                self._waiters.remove(waiter)
+        """Wait for the next pass that changed the store (``cancel?wait=``), or ``timeout``."""
+        await self._changes.next_change(timeout)
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -308,14 +277,14 @@ class SchedulerLoop:
         # re-adopts the store's tasks (stops in flight are chained again by the re-drains).
         self._actuator.wait_idle(timeout=self.grace_s + 30)
         # Submissions queued from here on are either read below or deduplicated at intake.
-        self._intake.clear()
+        self._inputs.forget_intake()
         stored = record.read_stored(self.store)
         with self._sched_lock:
             self.policy = PolicyPort(self.new_policy())
         self.runs.clear()
         t = self.clock()
         found = recovery.rebuild(stored, self.runs, self._load_spec, t)
-        self._cancels.extend(found.cancels)
+        self._inputs.cancel_all(found.cancels)
         if found.unloadable:
             by_job = recovery.tasks_by_job(stored.tasks)
             recovery.fail_unloadable(
@@ -347,30 +316,28 @@ class SchedulerLoop:
         exits = self._pending_exits + failed + list(self.executor.poll())
         self._pending_exits = []
         self._inflight_exits = exits  # kept until committed: a failed pass must not lose them
-        # Cancels before submissions: a job's submission is queued before any cancel of it, so
-        # every cancel drained here finds its job in the intake drained next.
-        cancels = drain(self._cancels)
-        intake = drain(self._intake)
-        self._collect_launched(launched, plan)
-        self._collect_addresses(plan)
+        taken = self._inputs.take()
+        plan.handles += self.runs.collect_launched(launched)
+        if self._addresses is not None:
+            plan.handles += self.runs.collect_addresses(self._addresses())
         stopped = [m for m in messages if isinstance(m, Stopped)]
         settle.finish_drains(self.runs, stopped, plan, events_in)
         settle.settle_exits(self.runs, exits, plan, events_in, t, self.grace_s)
-        settle.cull(self.runs, drain(self._culls), plan, t, self.grace_s)
+        settle.cull(self.runs, self._inputs.take_culls(), plan, t, self.grace_s)
         self._announce_limits(t)
         settle.stop_expired(self.runs, plan, t, self.grace_s)
         events_in.extend(self.nodes.take_events())  # node health, before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         if self._node_events is not None:
             events_in.extend(self.nodes.health(self._node_events()))
-        for job_id, spec, admitted in intake:
+        for job_id, spec, admitted in taken.intake:
             if job_id in self.runs.specs:
                 continue  # already loaded from the store by a recovery
             self.runs.specs[job_id] = spec
             events_in.append(Submit(job_id, spec, t, admitted=admitted))
             plan.new_jobs.append(job_id)
         # after the submits: a job cancelled right after it was submitted must be known here
-        events_in.extend(settle.cancel_jobs(self.runs, cancels, plan, t, self.grace_s))
+        events_in.extend(settle.cancel_jobs(self.runs, taken.cancels, plan, t, self.grace_s))
         with self._sched_lock:
             due = self.policy.next_wakeup()
         if due is not None and due <= t:
@@ -394,40 +361,6 @@ class SchedulerLoop:
         self._notify(plan)
         return True
 
-    def _collect_launched(self, launched: list[Launch], plan: Plan) -> None:
-        """Handles of tasks the workers started, to record in this pass's transaction."""
-        for msg in launched:
-            run = self.runs.run_of(msg.job_id)
-            if run is not None and msg in run.launching:
-                run.launching.remove(msg)
-            if msg.error is not None or run is None or run.attempt != msg.attempt:
-                continue  # failed (its exits settle it), or ended meanwhile
-            for h in msg.handles:
-                run.handles[h.key] = h
-                if h.key in run.task_ids:
-                    plan.handles.append((run.task_ids[h.key], h.info))
-
-    def _collect_addresses(self, plan: Plan) -> None:
-        """Addresses learnt since the launch (a pod's IP) go into the tasks' recorded handles,
-        where ``GET /jobs/{id}`` shows them. One that arrives before its launch's handles is
-        kept for a later pass; one of an attempt that has ended is dropped."""
-        if self._addresses is None:
-            return
-        learnt = {**self._early_addresses, **self._addresses()}
-        self._early_addresses = {}
-        for key, address in learnt.items():
-            run = self.runs.running.get(key_job(key))
-            if run is None or run.attempt != key.attempt:
-                continue
-            handle = run.handles.get(key)
-            if handle is None:
-                if key in run.task_ids:  # launched, its handles not collected yet
-                    self._early_addresses[key] = address
-                continue
-            if handle.info.get("address") != address:
-                run.handles[key] = handle = TaskHandle(key, {**handle.info, "address": address})
-                plan.handles.append((run.task_ids[key], handle.info))
-
     def _announce_limits(self, t: float) -> None:
         """A job nearing its time limit gets its notice (in the store and the tasks' files)."""
         for job_id, run in self.runs.running.items():
@@ -440,43 +373,8 @@ class SchedulerLoop:
         self.notices.keep_only(set(self.runs.running) | set(self.runs.reserved.draining))
 
     def _decide(self, events_in: list[ServiceEvent], plan: Plan) -> list[ServiceDecision]:
-        decisions: list[ServiceDecision] = []
-        refused: list[tuple[int, str]] = []
-        displaced: set[int] = set()  # jobs this batch already sent back to waiting
         with self._sched_lock:
-            for ev in events_in:
-                if isinstance(ev, Requeue) and ev.job_id in displaced:
-                    continue  # already waiting in the policy
-                if isinstance(ev, Finish) and ev.job_id in displaced:
-                    ev = Cancel(ev.job_id, ev.time)  # done after all: leave the queue
-                if isinstance(ev, Requeue | Finish | Cancel):
-                    # A start decided for the attempt now ending (an incremental job's next
-                    # task, placed on another event's freed GPUs) never happens, whether this
-                    # batch decided it or an earlier one held it back for draining GPUs: the
-                    # policy frees its cells with the attempt, and may place the job anew.
-                    # (A held one left behind was recorded onto the next attempt beside the
-                    # policy's new placement: a GPU taken twice, found with per-task stops.)
-                    decisions = [
-                        d for d in decisions if not (isinstance(d, Start) and d.job_id == ev.job_id)
-                    ]
-                    self.runs.reserved.drop(ev.job_id)
-                began = time.perf_counter()
-                try:
-                    out = self.policy.handle(ev)
-                    if decisions_log.isEnabledFor(logging.DEBUG):  # --log-level debug
-                        decisions_log.debug("%r -> %r", ev, out)
-                    for observer in self._observers:
-                        observer.decided(time.perf_counter() - began)
-                    decisions.extend(out)
-                    displaced.update(d.job_id for d in out if isinstance(d, Preempt | Stop))
-                except SpecRejected as err:  # the cluster changed under a stored job
-                    job_id = ev.job_id  # type: ignore[union-attr]
-                    plan.rejected.append((job_id, str(err)))
-                    self.runs.forget(job_id)
-                except ValueError as err:
-                    if not isinstance(ev, Adopt):
-                        raise
-                    refused.append((ev.job_id, str(err)))
+            decisions, refused = decide(self.policy, events_in, self.runs, plan, self._observers)
         for job_id, message in refused:
             # Its cells are gone or taken (the cluster changed while the service was down):
             # stop what runs there and queue the job again, without spending a retry.
@@ -499,27 +397,16 @@ class SchedulerLoop:
         like a failed launch."""
         for order in plan.stops:
             self._stop(order)
-        for d in plan.starts:
-            job_id = d.job_id
-            run = self.runs.running.get(job_id)
-            spec = self.runs.specs.get(job_id)
-            if run is None or spec is None:
+        for start in plan.starts:
+            made = prepare(self.store, self._launch_builder, self.virtual, self.runs, start)
+            if made is None:
                 continue
-            row = record.read_job(self.store, job_id)
-            if row is None:
+            launch, tasks = made
+            if tasks is None:  # failed: its exits settle the attempt next pass
+                self._inbox.post(launch)
                 continue
-            try:
-                job = dict(row)
-                tasks = build_launches(self._launch_builder, self.virtual, job, spec, run, d.tasks)
-            except Exception as err:
-                log.warning("job %s failed to launch: %s", job_id, err)
-                keys = failed_keys(job_id, run, d.tasks)
-                self._inbox.post(Launch(job_id, run.attempt, keys, error=str(err)))
-                continue
-            launch = Launch(job_id, run.attempt, tuple(x.key for x in tasks))
-            run.launching.append(launch)
             work = partial(actuation.launch_tasks, self.executor, self._inbox, launch, tasks)
-            self._actuator.submit(job_id, work)
+            self._actuator.submit(launch.job_id, work)
 
     def _stop(self, order: StopOrder) -> None:
         """A stop begins: its grace period is the notice, in the tasks' files before SIGTERM."""
@@ -537,19 +424,14 @@ class SchedulerLoop:
                 observer.task_failed(job_id, ex)
         for gpus, idle_s in plan.culled:
             self.notices.culled(gpus, idle_s)
-        with self.changed:
-            self.changed.notify_all()
-        with self._waiters_lock:
-            waiters = list(self._waiters)
-        for aloop, event in waiters:
-            # its event loop may have closed: then nobody waits there any more
-            with contextlib.suppress(RuntimeError):
-                aloop.call_soon_threadsafe(event.set)
+        self._changes.notify()
 
     def _requeue_all(self, why: str) -> None:
         t = self.clock()
         done = Plan()  # jobs whose stop completed end as decided (cancelled, failed ...)
-        stopped = [m for m in self._inbox.drain() if isinstance(m, Stopped)]
+        messages = self._inbox.drain()  # the workers have finished (``stop`` waited for them)
+        done.handles += self.runs.collect_launched([m for m in messages if isinstance(m, Launch)])
+        stopped = [m for m in messages if isinstance(m, Stopped)]
         settle.finish_drains(self.runs, stopped, done, [])
         record.commit(self.store, done, self.runs, self.view, t)
         reserved = self.runs.reserved

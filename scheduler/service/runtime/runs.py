@@ -19,12 +19,12 @@ import itertools
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from labhive.scheduler.executors.base import TaskExit, TaskHandle, TaskKey
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Start
-from labhive.scheduler.service.policy_port import ServiceEvent, task_key
+from labhive.scheduler.service.policy_port import ServiceEvent, service_id, task_key
 from labhive.scheduler.states import TERMINAL
 
 T = TypeVar("T")
@@ -209,6 +209,8 @@ class Runs:
     recheck: set[int] = field(default_factory=set)  # re-adopted attempts already decided
     reserved: Reservations = field(default_factory=Reservations)
     tokens: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    #: Addresses that arrived before their launch's handles, kept until they can be merged.
+    early_addresses: dict[TaskKey, str] = field(default_factory=dict)
 
     def run_of(self, job_id: int) -> Running | None:
         """The job's attempt, running or draining."""
@@ -225,6 +227,43 @@ class Runs:
         """A job the store ended: nothing runs or waits for it any more."""
         self.specs.pop(job_id, None)
         self.running.pop(job_id, None)
+
+    def collect_launched(self, launched: list[Launch]) -> list[tuple[int, dict[str, Any]]]:
+        """The workers' launch reports: their handles join the run; returns (task id, info)
+        to record. A failed launch's exits settle it; one of an ended attempt is dropped."""
+        out = []
+        for msg in launched:
+            run = self.run_of(msg.job_id)
+            if run is not None and msg in run.launching:
+                run.launching.remove(msg)
+            if msg.error is not None or run is None or run.attempt != msg.attempt:
+                continue
+            for h in msg.handles:
+                run.handles[h.key] = h
+                if h.key in run.task_ids:
+                    out.append((run.task_ids[h.key], h.info))
+        return out
+
+    def collect_addresses(self, learnt: dict[TaskKey, str]) -> list[tuple[int, dict[str, Any]]]:
+        """Addresses learnt since the launch (a pod's IP) go into the tasks' handles (and the
+        store's: the returned (task id, info)). One that arrives before its launch's handles
+        is kept for a later pass; one of an attempt that has ended is dropped."""
+        out = []
+        learnt = {**self.early_addresses, **learnt}
+        self.early_addresses = {}
+        for key, address in learnt.items():
+            run = self.running.get(service_id(key.job_id))
+            if run is None or run.attempt != key.attempt:
+                continue
+            handle = run.handles.get(key)
+            if handle is None:
+                if key in run.task_ids:  # launched, its handles not collected yet
+                    self.early_addresses[key] = address
+                continue
+            if handle.info.get("address") != address:
+                run.handles[key] = handle = TaskHandle(key, {**handle.info, "address": address})
+                out.append((run.task_ids[key], handle.info))
+        return out
 
     def clear(self) -> None:
         self.specs.clear()
@@ -252,4 +291,3 @@ def drain(queue: deque[T]) -> list[T]:
     while queue:
         out.append(queue.popleft())
     return out
-
