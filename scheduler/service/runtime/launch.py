@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from labhive.scheduler.executors import env
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
 from labhive.scheduler.executors.env import free_port, task_env
 from labhive.scheduler.jobs import JobSpec
@@ -18,9 +18,9 @@ from labhive.scheduler.service.store import Store
 
 log = logging.getLogger("labhive.service.loop")
 
-#: Builds the tasks' launch descriptions for a start (the local executor's env builder plugs in;
-#: ``executors.env.LaunchBuilder`` is the same contract).
-LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
+#: Builds the tasks' launch descriptions for a start (``serve``'s builder plugs in): the job's
+#: stored row, its spec and its placements.
+LaunchBuilder = env.LaunchBuilder
 
 
 def default_launches(
