@@ -355,7 +355,7 @@ class SchedulerLoop:
             self._pending_events.extend(stale)
             self._wake.set()
         self._inflight_exits = []
-        self._actuate(plan, t)
+        self._actuate(plan)
         self.last_pass = t
         self.passes += 1
         self._notify(plan)
@@ -391,7 +391,7 @@ class SchedulerLoop:
 
     # ---- actuate and notify ----------------------------------------------------------------
 
-    def _actuate(self, plan: Plan, t: float) -> None:
+    def _actuate(self, plan: Plan) -> None:
         """The stops, each after its notice, then the committed starts' launches; a launch
         that cannot even be described (its environment cannot be built) fails its attempt
         like a failed launch."""
