@@ -26,7 +26,7 @@ from labhive.scheduler.policies import get_policy
 from labhive.scheduler.service.app import Service, create_app
 from labhive.scheduler.service.auth import TokenAuthenticator, ensure_admin_token, load_users
 from labhive.scheduler.service.loop import SchedulerLoop
-from labhive.scheduler.service.monitoring import Monitoring
+from labhive.scheduler.service.monitoring import LoopCounters, Monitoring
 from labhive.scheduler.service.store import Store, database_url
 
 NODE = "gpu-node-1"
@@ -119,7 +119,10 @@ def labhive_service(
         spec = parse_job(row["spec"], default_vc="vc1")
         return dataclasses.replace(spec, user=row["user"], name=row["name"])
 
-    loop = SchedulerLoop(store, lambda: policy, executor, load_spec, grace_s=2.0, poll_s=0.05)
+    counters = LoopCounters(store)  # the loop reports to monitoring through these
+    loop = SchedulerLoop(
+        store, lambda: policy, executor, load_spec, grace_s=2.0, poll_s=0.05, observers=[counters]
+    )
     recording = load_h100()
     recording["devices"][0]["ecc_errors"] = {  # ECC counters, as an H100 with ECC on reports
         "corrected_volatile": 0,
@@ -129,7 +132,7 @@ def labhive_service(
     }
     nvml = RecordedNVML(recording)
     monitoring = Monitoring(
-        store, loop, interval_s=interval_s, sampler=Sampler(nvml, hostname=NODE)
+        store, loop, interval_s=interval_s, sampler=Sampler(nvml, hostname=NODE), counters=counters
     )
     token, _ = ensure_admin_token(tmp_path / "admin.token")
     auth = TokenAuthenticator(token, load_users(None), tmp_path / "admin.token")

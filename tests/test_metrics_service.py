@@ -106,8 +106,8 @@ def test_oom_killed_task_is_counted_per_vc(tmp_path) -> None:
     with labhive_service(tmp_path) as w:
         job = w.submit(name="hungry", vc="vc1", gpus=1, command="sleep 60")
         w.wait_state(job, "RUNNING")
-        hook = w.service.loop.on_task_exit
-        assert hook is not None
+        assert w.service.monitoring is not None
+        hook = w.service.monitoring.counters.task_failed
         reason = "killed: over its memory limit of 64 MiB"
         hook(job, TaskExit(TaskKey(str(job), 1, "main", 0), 137, reason))
         hook(job, TaskExit(TaskKey(str(job), 1, "main", 0), 1, "exit code 1"))

@@ -11,8 +11,9 @@ import pytest
 from waiting import wait_until
 
 from labhive.scheduler.model import Start, TaskPlacement
-from labhive.scheduler.service.actuation import Actuator, Drain, Reservations
 from labhive.scheduler.service.backoff import LoopHealth
+from labhive.scheduler.service.runtime.actuation import Actuator
+from labhive.scheduler.service.runtime.runs import Drain, Reservations
 
 
 class FakeClock:

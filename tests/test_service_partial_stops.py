@@ -255,10 +255,10 @@ def test_a_start_held_for_a_job_still_stopping_is_dropped_when_its_attempt_ends(
                        "command": "sleep 60"})  # fmt: skip
         wait_until(lambda: loop.passes and _state(loop, inc + 1) == "RUNNING", "f runs")
         go.touch()  # main-1 fails: the attempt ends, main-0 takes its grace period to go
-        wait_until(lambda: inc in loop._reserved.draining, "the attempt stopping")
+        wait_until(lambda: inc in loop.runs.reserved.draining, "the attempt stopping")
         _submit(loop, {"name": "g", "vc": "vc1", "priority": "prod", "gpus": 3,
                        "command": "sleep 60"})  # fmt: skip
-        wait_until(lambda: any(h.job_id == inc for h in loop._reserved.held), "a held start")
+        wait_until(lambda: any(h.job_id == inc for h in loop.runs.reserved.held), "a held start")
         wait_until(
             lambda: [r for r in _tasks(loop, inc) if r["attempt"] == 2 and r["handle"]],
             "the second attempt running",
@@ -316,6 +316,7 @@ def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_do
     the restored attempt to adopt main-0's generation 2 only (both were adopted, one GPU
     beside the other), main-1 as done, main-2 waiting to be placed again."""
     from labhive.scheduler.jobs import parse_job
+    from labhive.scheduler.service.runtime.recovery import restore
 
     loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop
     try:
@@ -330,8 +331,9 @@ def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_do
 
         rows = [row(0, 1, "ENDED", 0, 0), row(1, 1, "ENDED", 1, 0), row(2, 1, "STOPPED", 2, None),
                 row(0, 2, "RUNNING", 3, None)]  # fmt: skip
-        job = {"id": 7, "attempt": 1, "opportunistic": False, "started_at": 1.0}
-        run, adopt = loop._restore(job, spec, rows, 2.0)
+        job = {"id": 7, "attempt": 1, "opportunistic": False, "started_at": 1.0, "retries": 0,
+               "retries_used": 0}  # fmt: skip
+        run, adopt = restore(job, spec, rows, 2.0)
         assert [(t.role, t.index, t.gpus) for t in adopt.tasks] == [("main", 0, (3,))]
         assert adopt.ended == (("main", 1),)
         assert run.generations == {("main", 0): 2, ("main", 1): 1, ("main", 2): 1}

@@ -17,7 +17,9 @@ from labhive.scheduler.executors.base import TaskKey
 from labhive.scheduler.executors.local import LocalExecutor, task_dir
 from labhive.scheduler.model import TaskPlacement
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service.loop import _current_key, _next_key, _Running
+from labhive.scheduler.service.runtime.runs import Running as _Running
+from labhive.scheduler.service.runtime.runs import current_key as _current_key
+from labhive.scheduler.service.runtime.runs import next_key as _next_key
 from labhive.scheduler.service.store import Store, job_row, tasks
 
 pytest_plugins = ["service_fixtures"]

@@ -108,6 +108,8 @@ class EtaTracker:
         #: What the thread cost (on /metrics): forecasts run and their CPU seconds.
         self.forecasts = 0
         self.cpu_s = 0.0
+        #: Waiting jobs' estimated starts, replaced whole by each forecast (the loop shows them).
+        self.estimates: dict[int, Estimate | WaitsFor] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="labhive-eta", daemon=True)
@@ -146,7 +148,7 @@ class EtaTracker:
         }
         shown.update(_waits(found, running, waiting))
         published = port.by_service_id(shown)
-        self.loop.estimates = published
+        self.estimates = published
         lows = (e.low for e in shown.values() if isinstance(e, Estimate) and e.low > now)
         self.due = min(lows, default=math.inf)
         self._record(now, port.by_service_id(found.estimates), port.by_service_id(vcs))

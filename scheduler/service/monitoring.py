@@ -102,6 +102,29 @@ class JobGpusOut(BaseModel):
     current: list[GpuNowOut]
 
 
+class LoopCounters:
+    """What the loop tells monitoring as it runs (``runtime.observers.PassObserver``): each
+    policy call's duration and the tasks that failed. Built before the loop, which is given
+    it; ``Monitoring`` reads the same counters."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.tally = EventTally()
+        self.decisions = RunningHistogram(DECISION_BUCKETS)
+        self.lock = threading.Lock()  # guards the tally (the scrape feeds it events too)
+
+    def decided(self, seconds: float) -> None:
+        self.decisions.observe(seconds)
+
+    def task_failed(self, job_id: int, exit: TaskExit) -> None:
+        if not exit.reason:
+            return
+        with self.store.read() as conn:
+            vc = conn.execute(select(jobs.c.vc).where(jobs.c.id == job_id)).scalar()
+        if vc is not None:
+            self.tally.task_failed(vc, exit.reason)
+
+
 class Monitoring:
     """Owns the sampler thread and the exporter's running state for one service."""
 
@@ -114,22 +137,23 @@ class Monitoring:
         sampler: Sampler | None = None,
         history_points: int = MAX_POINTS,
         clock: Callable[[], float] = time.time,
+        counters: LoopCounters | None = None,
     ) -> None:
         self.store, self.loop = store, loop
         self.interval_s = interval_s
         self.sampler = sampler
         self.history_points = history_points
         self.clock = clock
-        self.tally = EventTally()
-        self.decisions = RunningHistogram(DECISION_BUCKETS)
+        #: What the loop reports (it was given these counters when it was built).
+        self.counters = counters or LoopCounters(store)
+        self.tally = self.counters.tally
+        self.decisions = self.counters.decisions
         self._samples: dict[str, Sample] = {}  # hostname -> latest
         self._health: dict[str, NodeHealth] = {}
         self._lock = threading.Lock()
-        self._tally_lock = threading.Lock()
+        self._tally_lock = self.counters.lock
         self._thread: SamplingThread | None = None
         self._unmatched: set[str] = set()
-        loop.on_decision = self.decisions.observe
-        loop.on_task_exit = self._task_exit
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -218,14 +242,6 @@ class Monitoring:
         """GPU index -> job id of the GPUs held on ``node``, as the policy sees it now."""
         view = next((n for n in self.loop.cluster().nodes if n.name == node), None)
         return dict(view.used) if view else {}
-
-    def _task_exit(self, job_id: int, exit: TaskExit) -> None:
-        if not exit.reason:
-            return
-        with self.store.read() as conn:
-            vc = conn.execute(select(jobs.c.vc).where(jobs.c.id == job_id)).scalar()
-        if vc is not None:
-            self.tally.task_failed(vc, exit.reason)
 
     # ---- scrape side -----------------------------------------------------------------------
 

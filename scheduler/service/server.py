@@ -223,6 +223,15 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     else:
         raise UserError(f"unknown --auth {opts.auth!r}; choose token or hub")
     executor = make_executor(opts.executor, data_dir, opts.grace_s, opts, config)
+    from labhive.scheduler.service.eta import EtaTracker
+    from labhive.scheduler.service.monitoring import LoopCounters, Monitoring
+
+    def forecast(loop: SchedulerLoop) -> EtaTracker | None:
+        if os.environ.get("LABHIVE_ETA", "on") == "off":  # off: to measure what ETAs cost
+            return None
+        return EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
+
+    counters = LoopCounters(store)
     loop = SchedulerLoop(
         store,
         lambda: policy(config),
@@ -235,13 +244,10 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         addresses=getattr(executor, "addresses", None),
         partial_stops=opts.partial_stops,
         stop_notice_s=opts.stop_notice_s,
+        observers=[counters],
+        forecast=forecast,
     )
-    from labhive.scheduler.service.eta import EtaTracker
-    from labhive.scheduler.service.monitoring import Monitoring
-
-    if os.environ.get("LABHIVE_ETA", "on") != "off":  # off: to measure what ETAs cost
-        loop.eta = EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
-    monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s)
+    monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s, counters=counters)
     disk, housekeeping = _housekeeping(opts, store, data_dir, executor, config)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
