@@ -46,8 +46,15 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--policy",
         action="append",
-        required=True,
-        help="policy, optionally with options: NAME or NAME:key=value,... (repeat to compare)",
+        help="policy, optionally with options: NAME or NAME:key=value,... (repeat to compare; "
+        "required unless --model names one)",
+    )
+    p.add_argument(
+        "--model",
+        choices=("tiresias", "helios"),
+        help="a peer simulator's model: tiresias = Tiresias' dlas-gpu (las:promote_knob=0,"
+        "quantum=0 --checkpoint 1 --locality anywhere); helios = each VC owns whole nodes "
+        "(POLICY:vc_nodes=true; fifo, sjf or las, default fifo)",
     )
     p.add_argument("--vcs", help="CSV of VC weights (vc,nodes) to split a machine list into VCs")
     p.add_argument(
@@ -150,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--machines must be at least 1")
     if args.restart_cost < 0:
         raise UserError("--restart-cost must be 0 or more seconds")
+    _apply_model(args)
     if args.scenario is not None:
         return _run_scenario(args)
     if args.cluster is None:
@@ -220,6 +228,24 @@ def run(args: argparse.Namespace) -> int:
     return _report(args, runs, meta, notes)
 
 
+def _apply_model(args: argparse.Namespace) -> None:
+    """``--model``: the peer's settings in ``args``; without it, ``--policy`` is required."""
+    if args.model is None:
+        if not args.policy:
+            raise UserError("give --policy NAME (or --model tiresias|helios)")
+        return
+    from labhive.scheduler.sim.presets import apply_model
+
+    if args.model == "helios" and args.per_vc:
+        raise UserError(
+            "--model helios gives each VC its own nodes; --per-vc (a GPU cap per VC on a shared "
+            "pool) is another model: give one"
+        )
+    args.policy, args.checkpoint, args.locality = apply_model(
+        args.model, args.policy, args.checkpoint, args.locality
+    )
+
+
 def _queued(run: PolicyRun) -> bool:
     """Whether any job ever waited (to start, or at the end), or was rejected."""
     overall = run.summary["overall"]
@@ -237,6 +263,7 @@ def _sharing_flags(args: argparse.Namespace) -> None:
     unused = [
         flag
         for flag, on in (
+            ("--model", args.model is not None),
             ("--per-vc", args.per_vc),
             ("--vcs", args.vcs is not None),
             ("--checkpoint", args.checkpoint is not None),
@@ -283,7 +310,7 @@ def _thrash_warnings(policies: list[str], checkpoint: float | None) -> list[str]
                 f"simulate: WARNING: {policy} without --checkpoint thrashes: preempted jobs "
                 "lose all their progress and promotion brings them back to preempt others, so "
                 "long jobs may never finish and the run may take minutes; give --checkpoint "
-                "SECONDS (Tiresias' model: --checkpoint 1) or las:promote_knob=0"
+                "SECONDS, --model tiresias (Tiresias' dlas-gpu) or las:promote_knob=0"
             )
     return out
 
@@ -359,7 +386,9 @@ def _meta(
     notes: list[str],
     left_out: dict[str, int],
 ) -> dict[str, Any]:
+    model = {"model": args.model} if args.model else {}  # (older documents stay byte-identical)
     return {
+        **model,
         "trace": str(args.trace),
         "trace_format": trace.format,
         "synthetic": trace.synthetic,
