@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from labhive.scheduler.sim.machines import load_sim_cluster
     from labhive.scheduler.sim.runner import run_policy
     from labhive.scheduler.sim.traces import JobStream, load_trace, scan_trace
+    from labhive.scheduler.sim.waste import waste_warnings
 
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be at least 1")
@@ -217,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             "so every policy gives the same figures; try --machines N for a slice where jobs "
             "contend"
         )
-    notes.extend(_waste_warnings(runs))
+    notes.extend(waste_warnings(runs, args.checkpoint, args.restart_cost))
     left_out = runs[0].left_out if runs else {}
     if left_out:
         notes.append(
@@ -311,21 +312,6 @@ def _thrash_warnings(policies: list[str], checkpoint: float | None) -> list[str]
                 "lose all their progress and promotion brings them back to preempt others, so "
                 "long jobs may never finish and the run may take minutes; give --checkpoint "
                 "SECONDS, --model tiresias (Tiresias' dlas-gpu) or las:promote_knob=0"
-            )
-    return out
-
-
-def _waste_warnings(runs: list[Any]) -> list[str]:
-    from labhive.scheduler.sim.metrics import WASTE_WARNING
-
-    out = []
-    for r in runs:
-        share = r.summary["overall"].get("wasted_share") or 0.0
-        if share > WASTE_WARNING:
-            out.append(
-                f"WARNING: {r.label} wasted {share:.1%} of its GPU time on preempted runs "
-                "(progress lost, restarts): give --checkpoint SECONDS, a longer las:quantum, "
-                "or turn starvation promotion off (las:promote_knob=0, the default)"
             )
     return out
 
