@@ -84,7 +84,8 @@ class RowProblem:
 
 #: SHA-256 (first 16 hex digits) of the first job record of each SYNTHETIC Philly-format file
 #: shipped in ``shared/data/philly/synthetic/`` (the JSON log, its derived CSV, the 1,000-job
-#: sample): a copy under any name, or a prefix of one, is still known for what it is.
+#: sample): a copy under any name, or a prefix of one, is still known for what it is. Slices
+#: and re-timed copies are known by their jobs (``synthetic.py``).
 SYNTHETIC_FIRST_RECORDS = frozenset({"3bba8ca5cae969a3", "55192e6ab567698c", "520aa8c9bd63ee56"})
 
 
@@ -148,7 +149,9 @@ def load_trace(
             "fix them or drop --strict to skip them)"
         )
     trace.jobs.sort(key=lambda j: (j.submit, j.line))
-    trace.synthetic = is_synthetic(text)
+    from labhive.scheduler.sim.synthetic import jobs_are_synthetic
+
+    trace.synthetic = is_synthetic(text) or jobs_are_synthetic(trace.jobs)
     return trace.limited(limit)
 
 
@@ -217,18 +220,23 @@ def scan_trace(
     fmt = fmt or _sniff_file(path)
     if fmt == "philly-json":
         return None
+    from labhive.scheduler.sim.synthetic import CHECKED, SyntheticCheck
+
     trace = Trace(str(path), fmt, [])
     count, last = 0, -math.inf
+    synthetic = SyntheticCheck()
     for job in iter_trace(path, fmt, service_time=service_time, into=trace):
         if not job.submit >= last:  # out of order (or no time): sorting is needed
             return None
         count, last = count + 1, job.submit
+        if count <= CHECKED:
+            synthetic.feed(job)
     if strict and trace.problems:
         raise UserError(
             f"{path}: {trace.problems[0]} ({len(trace.problems)} malformed rows in all; "
             "fix them or drop --strict to skip them)"
         )
-    trace.synthetic = file_is_synthetic(path)
+    trace.synthetic = synthetic.found or file_is_synthetic(path)
     count = count if limit is None else min(count, limit)
     return trace, JobStream(path, trace.format, service_time, count)
 
