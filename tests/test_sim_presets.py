@@ -28,9 +28,8 @@ HELIOS_JOBS = Path(__file__).parent / "data" / "helios" / "cluster_log_300.csv"
 HELIOS_FIGURES = {"fifo": (43455.61, 41282.21), "sjf": (15362.736666666666, 13189.336666666666)}
 
 #: (file, GPUs, Tiresias' dlas-gpu average JCT in seconds, its preemptions, LabHive's gap).
-#: The gap where jobs change queues: Tiresias puts a preempted or demoted job at the back of
-#: its queue, LabHive keeps each queue in submission order (docs/policies.md); measured
-#: 31,044.6 s (-3.6%) on 8 GPUs and 15,571.4 s (-1.1%) on 16, LabHive the lower.
+#: Where jobs change queues LabHive measured 31,044.6 s (-3.6%) on 8 GPUs and 15,571.4 s
+#: (-1.1%) on 16; the cause is not isolated (docs/policies.md says what was ruled out).
 TIRESIAS_FIGURES = [
     ("60_job.csv", 8, 715.2666666666667, 0, 0.0005),
     ("60x20_job.csv", 8, 32212.166666666668, 66, 0.04),  # every duration x 20
