@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
         help="replay a job trace under scheduling policies, in virtual time",
         description=(
             "Replay a job trace (Philly cluster_job_log JSON, plain or .gz; the derived Philly "
-            "CSV; or the generic CSV: submit_time,vc,user,gpus,duration,status) on a cluster "
+            "CSV; Tiresias' *_job.csv; Helios' cluster_log.csv; or the generic CSV: "
+            "submit_time,vc,user,gpus,duration,status) on a cluster "
             "(a HiveD config, or a machine list such as Philly's cluster_machine_list) under "
             "one or more policies, and compare JCT, queuing delay, makespan, utilization, "
             "fragmentation and fairness. The Alibaba GPU trace v2023 (openb_pod_list_*.csv "
