@@ -17,6 +17,7 @@ import pytest
 from sim_helpers import cluster, job, simulate
 
 from labhive.scheduler.cli import main
+from labhive.scheduler.config import load_cluster_config
 from labhive.scheduler.errors import UserError
 
 TIRESIAS_JOBS = Path(__file__).parent / "data" / "tiresias" / "60_job.csv"
@@ -134,6 +135,22 @@ def test_a_vc_never_runs_on_another_vcs_idle_node() -> None:
     assert shared["c"].first_start == 1
     assert owned["c"].first_start == 100
     assert owned["a"].first_start == owned["b"].first_start == 0
+
+
+def test_vc_nodes_refuses_vc_cells_smaller_than_a_node() -> None:
+    config = load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {"NODE": {"childCellType": "GPU", "childCellNumber": 4,
+                                       "isNodeLevel": True}},
+                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
+            },
+            "virtualClusters": {"vc1": {"virtualCells": [{"cellType": "NODE.GPU",
+                                                           "cellNumber": 2}]}},
+        }
+    )  # fmt: skip
+    with pytest.raises(UserError, match="not a whole number of 4-GPU nodes"):
+        simulate("fifo", config, [], vc_nodes=True)
 
 
 def test_vc_nodes_rejects_a_job_larger_than_its_vcs_nodes() -> None:
