@@ -106,6 +106,11 @@ def test_a_flag_that_contradicts_the_model_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster_file = _machines(tmp_path, 8)
+    scenario = (
+        Path(__file__).parent / "data" / "hived-differences" / "1-free-cells-in-every-chain.yaml"
+    )
+    assert main(["simulate", "--scenario", str(scenario), "--model", "tiresias"]) == 2
+    assert "--model applies to --trace" in capsys.readouterr().err
     for extra, words in (
         (["--checkpoint", "60"], "--checkpoint 60.0 contradicts it"),
         (["--locality", "consolidated"], "--locality consolidated contradicts it"),

@@ -323,6 +323,11 @@ def _run_scenario(args: argparse.Namespace) -> int:
 
     if args.cluster is not None:
         raise UserError("a scenario names its own cluster; drop --cluster")
+    if args.model is not None:  # a scenario's replay takes no locality: the model would not hold
+        raise UserError(
+            "--model applies to --trace; for a scenario give the settings as policy options "
+            "(e.g. --policy las:promote_knob=0,quantum=0,locality=anywhere --checkpoint 1)"
+        )
     scenario = load_scenario(args.scenario)
     runs = [run_scenario(p, scenario, checkpoint=args.checkpoint) for p in args.policy]
     notes = [f"scenario: {args.scenario}: {len(scenario.events)} events"]
