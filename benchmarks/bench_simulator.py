@@ -17,8 +17,15 @@ seconds cover reading the file too. Printed: jobs per CPU second and peak memory
 (issue 20's target: 1M jobs < 60 s per policy on one core, < 2 GB). CPU time
 (``time.process_time``), not wall time, is the figure: the machine may be shared.
 
+``--contended`` (issue 34) replays on a squeezed cluster instead, where jobs queue: the first
+``--machines`` machines (default 360 = 954 GPUs, against the trace's average demand of 817
+GPUs, so utilization runs high and the queue grows in bursts yet drains) split into Helios' VC
+weights, under the policies whose cost grows with the queue (default DRF, DRF with backfill,
+Capacity, LAS). Printed besides: the average queuing delay, to show jobs did wait.
+
     .venv/bin/python benchmarks/bench_simulator.py [--policies fifo,hived] [--shares 10,25,50,100]
     .venv/bin/python benchmarks/bench_simulator.py --policies fifo,hived --jobs 100000,1000000
+    .venv/bin/python benchmarks/bench_simulator.py --contended --jobs 20000 [--machines 360]
 """
 
 from __future__ import annotations
@@ -39,16 +46,26 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "philly"
 TRACE = DATA / "synthetic" / "synthetic_cluster_job_log.json.gz"
 CLUSTER = DATA / "cluster_machine_list"
+VCS = DATA / "philly_vc_nodes_helios.csv"
+CONTENDED_POLICIES = "drf,drf:backfill=true,capacity,las"
+CONTENDED_MACHINES = 360
 
 
-def one(policy: str, share: int, trace: Path, cluster: Path) -> dict[str, object]:
+def one(
+    policy: str,
+    share: int,
+    trace: Path,
+    cluster: Path,
+    machines: int | None = None,
+    vcs: Path | None = None,
+) -> dict[str, object]:
     """Load, then replay the first ``share`` % of the trace's jobs under ``policy``."""
     from labhive.scheduler.sim.machines import load_sim_cluster
     from labhive.scheduler.sim.runner import run_policy
     from labhive.scheduler.sim.traces import iter_trace, load_trace
 
     t0 = time.perf_counter()
-    config, _ = load_sim_cluster(cluster)
+    config, _ = load_sim_cluster(cluster, vcs, machines)
     if share < 0:  # -N: N jobs streamed from a file written by ``write_repeated``
         jobs: Any = iter_trace(trace)
         load_s = 0.0  # read while replaying: in the CPU seconds
@@ -71,6 +88,7 @@ def one(policy: str, share: int, trace: Path, cluster: Path) -> dict[str, object
         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "finished": overall["finished"],
         "utilization": overall["utilization"],
+        "queue_delay_avg": overall["queue_delay_avg"],
     }
 
 
@@ -112,14 +130,26 @@ def main() -> int:
     parser.add_argument("--jobs", help="job counts instead of shares, e.g. 100000,1000000")
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--cluster", type=Path, default=CLUSTER)
+    parser.add_argument(
+        "--contended",
+        action="store_true",
+        help=f"a squeezed cluster with Helios' VCs; policies {CONTENDED_POLICIES} by default",
+    )
+    parser.add_argument("--machines", type=int, help="only the first N machines")
     parser.add_argument("--one", nargs=2, metavar=("POLICY", "SHARE"), help=argparse.SUPPRESS)
     parser.add_argument("--write", nargs=2, metavar=("JOBS", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.contended:
+        args.machines = args.machines or CONTENDED_MACHINES
+        if args.policies == "fifo,hived":
+            args.policies = CONTENDED_POLICIES
+    vcs = VCS if args.contended else None
     if args.write:
         _write(args.trace, int(args.write[0]), Path(args.write[1]))
         return 0
     if args.one:
-        print(json.dumps(one(args.one[0], int(args.one[1]), args.trace, args.cluster)))
+        result = one(args.one[0], int(args.one[1]), args.trace, args.cluster, args.machines, vcs)
+        print(json.dumps(result))
         return 0
     if not args.trace.is_file():
         print(f"no trace at {args.trace}; give --trace", file=sys.stderr)
@@ -128,11 +158,13 @@ def main() -> int:
 
     synthetic = file_is_synthetic(args.trace)
     print(f"trace: {args.trace}" + (" (SYNTHETIC: not Philly results)" if synthetic else ""))
+    squeezed = f" (first {args.machines} machines, Helios' VCs)" if args.contended else ""
     print(
-        f"cluster: {args.cluster}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        f"cluster: {args.cluster}{squeezed}; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    header = f"{'policy':8} {'share':>5} {'jobs':>8} {'events':>8} {'load s':>7} {'wall s':>7}"
-    header += f" {'CPU s':>7} {'jobs/CPU s':>10} {'peak MB':>8} {'util':>6}"
+    header = f"{'policy':18} {'share':>5} {'jobs':>8} {'events':>8} {'load s':>7} {'wall s':>7}"
+    header += f" {'CPU s':>7} {'jobs/CPU s':>10} {'peak MB':>8} {'util':>6} {'wait s':>8}"
     print(header)
     print("-" * len(header))
     results: dict[tuple[str, int], dict[str, float]] = {}
@@ -142,17 +174,19 @@ def main() -> int:
             trace = write_repeated(args.trace, -share) if share < 0 else args.trace
             cmd = [sys.executable, __file__, "--one", policy, str(share)]
             cmd += ["--trace", str(trace), "--cluster", str(args.cluster)]
+            if args.contended:
+                cmd += ["--contended", "--machines", str(args.machines)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if out.returncode != 0:
-                print(f"{policy:8} {share:>5} failed: {out.stderr.strip().splitlines()[-1:]}")
+                print(f"{policy:18} {share:>5} failed: {out.stderr.strip().splitlines()[-1:]}")
                 continue
             r = json.loads(out.stdout)
             results[(policy, share)] = r
             print(
-                f"{policy:8} {_share(share):>5} {r['jobs']:>8,} {r['events']:>8,} "
+                f"{policy:18} {_share(share):>5} {r['jobs']:>8,} {r['events']:>8,} "
                 f"{r['load_s']:>7.1f} "
                 f"{r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['jobs'] / r['cpu_s']:>10,.0f} "
-                f"{r['peak_mb']:>8.0f} {r['utilization']:>6.1%}",
+                f"{r['peak_mb']:>8.0f} {r['utilization']:>6.1%} {r['queue_delay_avg']:>8.0f}",
                 flush=True,
             )
     for policy in args.policies.split(","):

@@ -15,6 +15,10 @@ layer included). Tracing is slow: about 40 s for 20,000 traced jobs.
 
     .venv/bin/python benchmarks/count_bytecodes.py --policy hived --jobs 30000 --skip 10000
     .venv/bin/python benchmarks/count_bytecodes.py --policy fifo --jobs 5000 --whole
+    .venv/bin/python benchmarks/count_bytecodes.py --policy drf --contended --jobs 8000 --skip 4000
+
+``--contended``: the squeezed cluster of ``bench_simulator.py --contended`` (the first 360
+machines, Helios' VC weights), where jobs queue.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "philly"
 TRACE = DATA / "synthetic" / "synthetic_cluster_job_log.json.gz"
 CLUSTER = DATA / "cluster_machine_list"
+VCS = DATA / "philly_vc_nodes_helios.csv"
+CONTENDED_MACHINES = 360  # as bench_simulator.py --contended
 
 
 def tracer(counts: Counter[str]) -> Any:
@@ -72,8 +78,12 @@ def count() -> int:
     parser.add_argument("--skip", type=int, default=10_000, help="untraced first submissions")
     parser.add_argument("--whole", action="store_true", help="trace the whole simulation")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--contended", action="store_true", help="the squeezed cluster")
     args = parser.parse_args()
-    config, _ = load_sim_cluster(CLUSTER)
+    if args.contended:
+        config, _ = load_sim_cluster(CLUSTER, VCS, CONTENDED_MACHINES)
+    else:
+        config, _ = load_sim_cluster(CLUSTER)
     jobs = load_trace(TRACE).jobs[: args.jobs]
     counts: Counter[str] = Counter()
     if args.whole:

@@ -40,8 +40,13 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("capacity", {"backfill": False}),
     ("las", {}),
     ("las", {"per_vc": True}),
+    ("fifo", {"vc_nodes": True}),
+    ("las", {"vc_nodes": True}),
 ]
 IDS = [name + "".join(f"-{k}={v}" for k, v in opts.items()) for name, opts in VARIANTS]
+#: vc_nodes gives VCs whole nodes: a config whose VC cells are smaller is refused (tested in
+#: test_sim_presets.py), so the cells-smaller-than-a-node search leaves it out.
+SUB_NODE = [(v, i) for v, i in zip(VARIANTS, IDS, strict=True) if "vc_nodes" not in v[1]]
 
 #: Fewer examples than HiveD's own properties: the same search runs once per variant.
 EVERY_POLICY = settings(
@@ -131,7 +136,9 @@ def test_every_policy_keeps_its_invariants(name: str, options: dict[str, Any], d
     run_events(data, name, options)
 
 
-@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
+@pytest.mark.parametrize(
+    ("name", "options"), [v for v, _ in SUB_NODE], ids=[i for _, i in SUB_NODE]
+)
 @EVERY_POLICY
 @given(data=st.data())
 def test_every_policy_keeps_its_invariants_with_cells_smaller_than_a_node(

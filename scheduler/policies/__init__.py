@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from labhive.scheduler.model import Scheduler
 
 
-#: Modules of this package that hold what policies share, not a policy.
-BASES = {"queued"}
+#: Modules of this package that hold what policies share, not a policy (vc_nodes: a per-VC mode).
+BASES = {"queued", "vc_nodes"}
 
 
 def available() -> list[str]:

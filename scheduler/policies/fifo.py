@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.policies.queued import QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedPolicy
+from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
@@ -19,5 +20,5 @@ class FifoPolicy(QueuedPolicy):
     name = "fifo"
 
 
-def create(config: ClusterConfig, **options: Any) -> FifoPolicy:
-    return from_config(FifoPolicy, config, options, per_vc=False)
+def create(config: ClusterConfig, **options: Any) -> FifoPolicy | VcNodes:
+    return per_vc_from_config(FifoPolicy, config, options, per_vc=False)

@@ -22,13 +22,14 @@ import heapq
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
+from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
 
 THRESHOLDS = (3250.0, 7200.0)
-PROMOTE_KNOB = 0.0  # Tiresias' simulator uses 8 with checkpoints; off without them
+PROMOTE_KNOB = 0.0  # as Tiresias' dlas-gpu (its dlas-gpu-8 variant: 8, with free checkpoints)
 QUANTUM = 300.0
 _EPS = 1e-6
 
@@ -176,8 +177,8 @@ class LasPolicy(QueuedPolicy):
         )
 
 
-def create(config: ClusterConfig, **options: Any) -> LasPolicy:
-    return from_config(
+def create(config: ClusterConfig, **options: Any) -> LasPolicy | VcNodes:
+    return per_vc_from_config(
         LasPolicy,
         config,
         options,

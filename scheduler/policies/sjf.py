@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
+from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
@@ -25,5 +26,5 @@ class SjfPolicy(QueuedPolicy):
         return (math.inf if duration is None else duration, job.seq)
 
 
-def create(config: ClusterConfig, **options: Any) -> SjfPolicy:
-    return from_config(SjfPolicy, config, options, per_vc=False)
+def create(config: ClusterConfig, **options: Any) -> SjfPolicy | VcNodes:
+    return per_vc_from_config(SjfPolicy, config, options, per_vc=False)

@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
         help="replay a job trace under scheduling policies, in virtual time",
         description=(
             "Replay a job trace (Philly cluster_job_log JSON, plain or .gz; the derived Philly "
-            "CSV; or the generic CSV: submit_time,vc,user,gpus,duration,status) on a cluster "
+            "CSV; Tiresias' *_job.csv; Helios' cluster_log.csv; or the generic CSV: "
+            "submit_time,vc,user,gpus,duration,status) on a cluster "
             "(a HiveD config, or a machine list such as Philly's cluster_machine_list) under "
             "one or more policies, and compare JCT, queuing delay, makespan, utilization, "
             "fragmentation and fairness. The Alibaba GPU trace v2023 (openb_pod_list_*.csv "
@@ -46,8 +47,15 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--policy",
         action="append",
-        required=True,
-        help="policy, optionally with options: NAME or NAME:key=value,... (repeat to compare)",
+        help="policy, optionally with options: NAME or NAME:key=value,... (repeat to compare; "
+        "required unless --model names one)",
+    )
+    p.add_argument(
+        "--model",
+        choices=("tiresias", "helios"),
+        help="a peer simulator's model: tiresias = Tiresias' dlas-gpu (las:promote_knob=0,"
+        "quantum=0 --checkpoint 1 --locality anywhere); helios = each VC owns whole nodes "
+        "(POLICY:vc_nodes=true; fifo, sjf or las, default fifo)",
     )
     p.add_argument("--vcs", help="CSV of VC weights (vc,nodes) to split a machine list into VCs")
     p.add_argument(
@@ -139,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from labhive.scheduler.sim.machines import load_sim_cluster
     from labhive.scheduler.sim.runner import run_policy
     from labhive.scheduler.sim.traces import JobStream, load_trace, scan_trace
+    from labhive.scheduler.sim.waste import waste_warnings
 
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be at least 1")
@@ -150,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--machines must be at least 1")
     if args.restart_cost < 0:
         raise UserError("--restart-cost must be 0 or more seconds")
+    _apply_model(args)
     if args.scenario is not None:
         return _run_scenario(args)
     if args.cluster is None:
@@ -209,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             "so every policy gives the same figures; try --machines N for a slice where jobs "
             "contend"
         )
-    notes.extend(_waste_warnings(runs))
+    notes.extend(waste_warnings(runs, args.checkpoint, args.restart_cost))
     left_out = runs[0].left_out if runs else {}
     if left_out:
         notes.append(
@@ -218,6 +228,24 @@ def run(args: argparse.Namespace) -> int:
         )
     meta = _meta(args, trace, cluster_note, notes, dict(left_out))
     return _report(args, runs, meta, notes)
+
+
+def _apply_model(args: argparse.Namespace) -> None:
+    """``--model``: the peer's settings in ``args``; without it, ``--policy`` is required."""
+    if args.model is None:
+        if not args.policy:
+            raise UserError("give --policy NAME (or --model tiresias|helios)")
+        return
+    from labhive.scheduler.sim.presets import apply_model
+
+    if args.model == "helios" and args.per_vc:
+        raise UserError(
+            "--model helios gives each VC its own nodes; --per-vc (a GPU cap per VC on a shared "
+            "pool) is another model: give one"
+        )
+    args.policy, args.checkpoint, args.locality = apply_model(
+        args.model, args.policy, args.checkpoint, args.locality
+    )
 
 
 def _queued(run: PolicyRun) -> bool:
@@ -237,6 +265,7 @@ def _sharing_flags(args: argparse.Namespace) -> None:
     unused = [
         flag
         for flag, on in (
+            ("--model", args.model is not None),
             ("--per-vc", args.per_vc),
             ("--vcs", args.vcs is not None),
             ("--checkpoint", args.checkpoint is not None),
@@ -283,22 +312,7 @@ def _thrash_warnings(policies: list[str], checkpoint: float | None) -> list[str]
                 f"simulate: WARNING: {policy} without --checkpoint thrashes: preempted jobs "
                 "lose all their progress and promotion brings them back to preempt others, so "
                 "long jobs may never finish and the run may take minutes; give --checkpoint "
-                "SECONDS (Tiresias' model: --checkpoint 1) or las:promote_knob=0"
-            )
-    return out
-
-
-def _waste_warnings(runs: list[Any]) -> list[str]:
-    from labhive.scheduler.sim.metrics import WASTE_WARNING
-
-    out = []
-    for r in runs:
-        share = r.summary["overall"].get("wasted_share") or 0.0
-        if share > WASTE_WARNING:
-            out.append(
-                f"WARNING: {r.label} wasted {share:.1%} of its GPU time on preempted runs "
-                "(progress lost, restarts): give --checkpoint SECONDS, a longer las:quantum, "
-                "or turn starvation promotion off (las:promote_knob=0, the default)"
+                "SECONDS, --model tiresias (Tiresias' dlas-gpu) or las:promote_knob=0"
             )
     return out
 
@@ -309,6 +323,11 @@ def _run_scenario(args: argparse.Namespace) -> int:
 
     if args.cluster is not None:
         raise UserError("a scenario names its own cluster; drop --cluster")
+    if args.model is not None:  # a scenario's replay takes no locality: the model would not hold
+        raise UserError(
+            "--model applies to --trace; for a scenario give the settings as policy options "
+            "(e.g. --policy las:promote_knob=0,quantum=0,locality=anywhere --checkpoint 1)"
+        )
     scenario = load_scenario(args.scenario)
     runs = [run_scenario(p, scenario, checkpoint=args.checkpoint) for p in args.policy]
     notes = [f"scenario: {args.scenario}: {len(scenario.events)} events"]
@@ -359,7 +378,9 @@ def _meta(
     notes: list[str],
     left_out: dict[str, int],
 ) -> dict[str, Any]:
+    model = {"model": args.model} if args.model else {}  # (older documents stay byte-identical)
     return {
+        **model,
         "trace": str(args.trace),
         "trace_format": trace.format,
         "synthetic": trace.synthetic,

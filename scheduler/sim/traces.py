@@ -36,13 +36,21 @@ from typing import Any, Literal
 from labhive.scheduler.errors import UserError
 
 PHILLY_EPOCH = datetime(2017, 8, 7)
-TraceFormat = Literal["philly-json", "philly-csv", "generic-csv"]
+#: Helios' traces start in 2020 (Venus, Earth, Saturn, Uranus: April-September 2020).
+HELIOS_EPOCH = datetime(2020, 1, 1)
+TraceFormat = Literal["philly-json", "philly-csv", "generic-csv", "tiresias-csv", "helios-csv"]
 ServiceTime = Literal["run", "span"]
 #: Values the Philly log uses for "no time" (the string "None" in the real file).
 _MISSING = (None, "", "None", "none", "null")
 
 GENERIC_COLUMNS = ("submit_time", "vc", "user", "gpus", "duration", "status")
 PHILLY_CSV_COLUMNS = ("jobid", "vc", "user", "status", "submit_time_s", "gpus", "run_time_s")
+#: Tiresias' simulator input (github.com/SymbioticLab/Tiresias, simulator/*_job.csv); it has
+#: no VCs or users: every job goes to VC ``default``, user ``tiresias``.
+TIRESIAS_COLUMNS = ("job_id", "num_gpu", "submit_time", "duration")
+#: Helios' cluster logs (github.com/S-Lab-System-Group/HeliosData, cluster_log.csv per
+#: cluster): ``submit_time`` a date, ``duration`` seconds, ``gpu_num`` 0 for CPU jobs.
+HELIOS_COLUMNS = ("job_id", "user", "vc", "gpu_num", "submit_time", "duration", "state")
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -76,7 +84,8 @@ class RowProblem:
 
 #: SHA-256 (first 16 hex digits) of the first job record of each SYNTHETIC Philly-format file
 #: shipped in ``shared/data/philly/synthetic/`` (the JSON log, its derived CSV, the 1,000-job
-#: sample): a copy under any name, or a prefix of one, is still known for what it is.
+#: sample): a copy under any name, or a prefix of one, is still known for what it is. Slices
+#: and re-timed copies are known by their jobs (``synthetic.py``).
 SYNTHETIC_FIRST_RECORDS = frozenset({"3bba8ca5cae969a3", "55192e6ab567698c", "520aa8c9bd63ee56"})
 
 
@@ -140,7 +149,9 @@ def load_trace(
             "fix them or drop --strict to skip them)"
         )
     trace.jobs.sort(key=lambda j: (j.submit, j.line))
-    trace.synthetic = is_synthetic(text)
+    from labhive.scheduler.sim.synthetic import jobs_are_synthetic
+
+    trace.synthetic = is_synthetic(text) or jobs_are_synthetic(trace.jobs)
     return trace.limited(limit)
 
 
@@ -209,18 +220,23 @@ def scan_trace(
     fmt = fmt or _sniff_file(path)
     if fmt == "philly-json":
         return None
+    from labhive.scheduler.sim.synthetic import CHECKED, SyntheticCheck
+
     trace = Trace(str(path), fmt, [])
     count, last = 0, -math.inf
+    synthetic = SyntheticCheck()
     for job in iter_trace(path, fmt, service_time=service_time, into=trace):
         if not job.submit >= last:  # out of order (or no time): sorting is needed
             return None
         count, last = count + 1, job.submit
+        if count <= CHECKED:
+            synthetic.feed(job)
     if strict and trace.problems:
         raise UserError(
             f"{path}: {trace.problems[0]} ({len(trace.problems)} malformed rows in all; "
             "fix them or drop --strict to skip them)"
         )
-    trace.synthetic = file_is_synthetic(path)
+    trace.synthetic = synthetic.found or file_is_synthetic(path)
     count = count if limit is None else min(count, limit)
     return trace, JobStream(path, trace.format, service_time, count)
 
@@ -246,6 +262,10 @@ def _rows(
         return _iter_json_rows(trace, text, service_time)
     if trace.format == "philly-csv":
         return _iter_csv(trace, lines, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS)
+    if trace.format == "tiresias-csv":
+        return _iter_csv(trace, lines, _tiresias_row, TIRESIAS_COLUMNS)
+    if trace.format == "helios-csv":
+        return _iter_csv(trace, lines, _helios_row, HELIOS_COLUMNS)
     required = tuple(c for c in GENERIC_COLUMNS if c != "status")
     return _iter_csv(trace, lines, _generic_row, required)
 
@@ -290,11 +310,17 @@ def sniff_format(text: str, path: Path | str = "") -> TraceFormat:
     names = {h.strip() for h in header}
     if set(PHILLY_CSV_COLUMNS) <= names:
         return "philly-csv"
+    if set(HELIOS_COLUMNS) <= names:
+        return "helios-csv"
+    if set(TIRESIAS_COLUMNS) <= names and "vc" not in names:
+        return "tiresias-csv"
     if set(GENERIC_COLUMNS) - {"status"} <= names:
         return "generic-csv"
     raise UserError(
         f"{path}: cannot tell the trace format: expected a Philly cluster_job_log (a JSON array), "
-        f"the derived Philly CSV (columns {', '.join(PHILLY_CSV_COLUMNS)}), or the generic CSV "
+        f"the derived Philly CSV (columns {', '.join(PHILLY_CSV_COLUMNS)}), Tiresias' job CSV "
+        f"({', '.join(TIRESIAS_COLUMNS)}), Helios' cluster_log.csv ({', '.join(HELIOS_COLUMNS)}), "
+        f"or the generic CSV "
         f"(columns {', '.join(GENERIC_COLUMNS)}); found header {', '.join(sorted(names))}"
     )
 
@@ -520,6 +546,63 @@ def _philly_csv_row(service_time: ServiceTime) -> Any:
         )
 
     return parse
+
+
+def _tiresias_row(row: dict[str, str], line: int) -> TraceJob | str:
+    """A row of Tiresias' ``*_job.csv``: ``submit_time`` and ``duration`` in seconds (its
+    ``iterations``, ``model_name`` and ``interval`` do not change when or how long a job runs
+    in Tiresias' own simulator either)."""
+    gpus = int(_number(row, "num_gpu", integer=True))
+    if gpus == 0:
+        return "zero GPUs"
+    return TraceJob(
+        job_id=row["job_id"].strip() or f"job-{line}",
+        submit=_number(row, "submit_time"),
+        vc="default",
+        user="tiresias",
+        gpus=gpus,
+        duration=_number(row, "duration"),
+        line=line,
+    )
+
+
+#: Helios' job states as the replay reports them (TIMEOUT and NODE_FAIL are failures, as Helios
+#: counts them; every GPU job replays its recorded duration, whatever its state).
+_HELIOS_STATUS = {"COMPLETED": "Pass", "CANCELLED": "Killed"}
+
+
+def _helios_row(row: dict[str, str], line: int) -> TraceJob | str:
+    """A row of Helios' ``cluster_log.csv``; CPU-only jobs (``gpu_num`` 0) are skipped,
+    counted, as Helios' GPU simulator skips them."""
+    gpus = int(_number(row, "gpu_num", integer=True))
+    if gpus == 0:
+        return "zero GPUs"
+    raw_submit = row["submit_time"].strip()
+    try:
+        submit = float(raw_submit)
+    except ValueError:
+        try:
+            submit = (datetime.fromisoformat(raw_submit) - HELIOS_EPOCH).total_seconds()
+        except ValueError:
+            raise _RowError(
+                f"submit_time {raw_submit!r} is neither seconds nor YYYY-MM-DD HH:MM:SS"
+            ) from None
+    vc = row["vc"].strip()
+    if not vc:
+        raise _RowError("vc is empty")
+    state = row["state"].strip().upper()
+    return TraceJob(
+        job_id=row["job_id"].strip() or f"job-{line}",
+        submit=submit,
+        vc=vc,
+        user=row["user"].strip(),
+        gpus=gpus,
+        duration=_number(row, "duration"),
+        status=_HELIOS_STATUS.get(
+            state, "Failed"
+        ),  # FAILED, TIMEOUT, NODE_FAIL: failed, as Helios counts them
+        line=line,
+    )
 
 
 def _generic_row(row: dict[str, str], line: int) -> TraceJob | str:
