@@ -16,6 +16,7 @@ from labhive.scheduler.sim.sharing import FillPoint, fill
 from labhive.scheduler.sim.sharing_paper import (
     PAPER_PLACEMENTS,
     PUBLISHED_UNALLOCATED,
+    TIES,
     paper_fill,
     summarise,
 )
@@ -182,13 +183,21 @@ def _write(out: Path, doc: dict[str, Any], results: list[SharingResult]) -> list
 PAPER_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3)
 
 
-def _paper_policy(name: str) -> str:
+def _paper_policy(text: str) -> tuple[str, str]:
+    """(placement, tie rule) for ``NAME`` or ``NAME:ties=name|random`` under --fill paper."""
+    name, _, rest = text.partition(":")
     if name not in PAPER_PLACEMENTS:
         raise UserError(
             f"--fill paper: policy {name!r} is not one of the paper's placements; choose "
             f"{', '.join(PAPER_PLACEMENTS)} (docs/policies.md, FGD section)"
         )
-    return name
+    ties = "name"
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() != "ties" or value.strip() not in TIES:
+            raise UserError(f"option {item!r} of {name}: only ties={' or ties='.join(TIES)}")
+        ties = value.strip()
+    return name, ties
 
 
 def _run_paper(args: argparse.Namespace, pods: Any, nodes: list[NodeSpec]) -> int:
@@ -197,14 +206,16 @@ def _run_paper(args: argparse.Namespace, pods: Any, nodes: list[NodeSpec]) -> in
     notes = _notes(args, pods, nodes)
     notes.append(
         "workload: every row (CPU-only and never-scheduled kept) in a seeded random order, then "
-        "random copies up to 130% of GPU capacity; scores 0..100, ties at random (the paper's)"
+        "random copies up to 130% of GPU capacity; scores 0..100, ties to the node whose name "
+        "sorts first (the paper's simulator; NAME:ties=random for random)"
     )
     policies: dict[str, Any] = {}
     for policy in dict.fromkeys(args.policy):
+        name, ties = _paper_policy(policy)
         started = time.perf_counter()
         runs = [
-            paper_fill(nodes, pods.pods, policy, loads=PAPER_LOADS, seed=args.seed + i,
-                       frag=args.frag)
+            paper_fill(nodes, pods.pods, name, loads=PAPER_LOADS, seed=args.seed + i,
+                       frag=args.frag, ties=ties)
             for i in range(args.seeds)
         ]  # fmt: skip
         unalloc = summarise([[p.unallocated for p in r] for r in runs], PAPER_LOADS)

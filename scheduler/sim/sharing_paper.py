@@ -14,8 +14,12 @@ measure placements differently from LabHive's own ``--fill`` (``sharing.fill``):
   fragment; a class that runs makes the GPUs with less than its share free a fragment; a
   CPU-only class counts all the node's free GPU capacity (it can never use it);
 - scores are whole numbers 0..100 as a Kubernetes score plugin returns them, and the scheduler
-  takes the highest, ties broken at random (``paper_rng``). LabHive's exact minimum with the
-  lowest-numbered node on a tie stays in ``sharing.py`` (placement ``fgd``; ``fgd-exact`` here).
+  takes the highest. On a tie the simulator's vendored kube-scheduler (``selectHost`` in
+  vendor/k8s.io/kubernetes/pkg/scheduler/core/generic_scheduler.go) keeps the node whose NAME
+  sorts first - not a random one, as upstream Kubernetes does; ``ties="random"`` gives the
+  upstream rule (it costs FGD most of its gain: many nodes tie at one whole-number score).
+  LabHive's exact minimum with the lowest-numbered node on a tie stays in ``sharing.py``
+  (placement ``fgd`` there; ``fgd-exact`` here).
 
 Placements (``PAPER_PLACEMENTS``): ``random``, ``dotprod`` (free vector . demand vector, CPU and
 GPU normalised by the largest node spec, the smaller the better), ``gpupacking`` (partly used
@@ -48,6 +52,9 @@ POPULARITY = 0.95
 PaperClass = tuple[float, int, int, int, frozenset[str]]
 State = tuple[str, int, int, tuple[int, ...], tuple[str, ...]]
 
+#: Tie rules among top-scored nodes: the paper simulator's (its vendored kube-scheduler's
+#: selectHost keeps the node whose name sorts first) or uniform at random.
+TIES = ("name", "random")
 PAPER_PLACEMENTS = (
     "random",
     "dotprod",
@@ -146,8 +153,16 @@ class PaperCluster:
     """Nodes, the paper's measure kept per node, and one of the paper's placements."""
 
     def __init__(
-        self, specs: list[NodeSpec], classes: list[PaperClass], placement: str, seed: int = 0
+        self,
+        specs: list[NodeSpec],
+        classes: list[PaperClass],
+        placement: str,
+        seed: int = 0,
+        ties: str = "name",
     ) -> None:
+        if ties not in TIES:
+            raise ValueError(f"ties={ties!r}: choose one of {', '.join(TIES)}")
+        self.ties = ties
         if placement not in PAPER_PLACEMENTS:
             raise ValueError(
                 f"unknown placement {placement!r}; choose one of {', '.join(PAPER_PLACEMENTS)}"
@@ -234,6 +249,9 @@ class PaperCluster:
             index, k = min((min(g), k) for g, k in tied)
             chosen = self.nodes[index]
             return chosen, chosen.choices(pod)[k]
+        if self.ties == "name":
+            chosen, k = min(((n, k) for g, k in tied for n in g.values()), key=_by_name)
+            return chosen, chosen.choices(pod)[k]
         r = self.rng.randrange(sum(len(g) for g, _ in tied))
         for g, k in tied:
             if r < len(g):
@@ -311,6 +329,10 @@ class PaperCluster:
         return float(base + (25 if not kinds else 0)), 0
 
 
+def _by_name(pair: tuple[GpuNode, int]) -> str:
+    return pair[0].name
+
+
 def _kind(pod: Pod) -> str:
     """GPU clustering's affinity tag: CPU-only, a share, or an N-GPU task."""
     if pod.gpus == 0:
@@ -358,10 +380,11 @@ def paper_fill(
     loads: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3),
     seed: int = 0,
     frag: str = "paper",
+    ties: str = "name",
 ) -> list[PaperPoint]:
     """The paper's experiment for one seed: the workload arrives in order, each task is placed
     or fails, nothing leaves; at each arrived load, the GPU share unallocated."""
-    cluster = PaperCluster(specs, paper_classes(pods), placement, seed=seed)
+    cluster = PaperCluster(specs, paper_classes(pods), placement, seed=seed, ties=ties)
     if frag == "labhive":  # LabHive's measure: GPU task classes, memory counted
         cluster.use_measure(Fragmentation(workload([p for p in pods if p.gpus > 0])))
     tasks = paper_workload(pods, cluster.capacity, seed)
