@@ -6,11 +6,14 @@ given a seed, expect the same run twice."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 from sim_helpers import DATA
 
+from labhive.scheduler.cli import main
 from labhive.scheduler.sim.openb import MILLI, NodeSpec, Pod, load_nodes, load_pods
 from labhive.scheduler.sim.sharing_paper import (
     PAPER_PLACEMENTS,
@@ -175,3 +178,58 @@ def test_every_paper_placement_runs_on_hand_made_nodes() -> None:
         c = cluster([node("a", 2), node("b", 4, model="V100")], placement, pods)
         assert all(c.place(p) is not None for p in pods), placement
         assert c.allocated == 300 + 1000 + 2000
+
+
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+
+
+def small_files(tmp_path: Path) -> list[str]:
+    """Two T4 nodes; half-GPU, whole-GPU, CPU-only and never-scheduled rows."""
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        POD_HEADER + "p0,4000,8192,1,500,,LS,Running,0,100,0\n"
+        "p1,4000,8192,1,1000,,LS,Running,0,100,0\n"
+        "p2,8000,8192,0,0,,BE,Running,0,10,0\n"
+        "p3,4000,8192,1,500,,BE,Pending,5,,\n"
+    )
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,32000,65536,2,T4\n"
+    )
+    return ["simulate", "--trace", str(pods), "--cluster", str(nodes), "--quiet"]
+
+
+def test_fill_paper_runs_the_named_policies_over_seeds_keeping_every_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = small_files(tmp_path)
+    assert main([*args, "--policy", "fgd", "--policy", "random:ties=random", "--fill", "paper",
+                 "--seeds", "3", "--json"]) == 0  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["policies"]) == ["fgd", "random:ties=random"]  # only those asked for
+    assert doc["seeds"] == [0, 1, 2] and doc["frag"] == "paper"
+    assert "4 pods to replay" in doc["notes"][0]  # the never-scheduled row is kept
+    point = doc["policies"]["fgd"]["points"][-1]
+    assert point["load"] == 1.3 and 0 <= point["unallocated_mean"] <= 1
+    assert doc["published_unallocated_at_100"]["default"]["fgd"] == 4.77
+
+
+def test_fill_paper_refuses_other_policies_and_bad_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = small_files(tmp_path)
+    assert main([*args, "--policy", "bestfit", "--fill", "paper"]) == 2
+    assert "paper-bestfit" in capsys.readouterr().err
+    assert main([*args, "--policy", "fgd:ties=lowest", "--fill", "paper"]) == 2
+    assert "ties=name or ties=random" in capsys.readouterr().err
+    assert main([*args, "--policy", "fgd", "--fill", "paper", "--seeds", "0"]) == 2
+    assert "--seeds must be at least 1" in capsys.readouterr().err
+
+
+def test_fill_labhive_honours_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = small_files(tmp_path)
+    assert main([*args, "--policy", "bestfit", "--fill", "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["fill"]) == ["bestfit"]
