@@ -249,5 +249,10 @@ def _run_paper(args: argparse.Namespace, pods: Any, nodes: list[NodeSpec]) -> in
               for x in d["points"]], f"{d['seconds']}"]
         for p, d in policies.items()
     ]  # fmt: skip
-    print("\n".join([*notes, "", _grid(head, rows)]))
+    frag_head = [f"fragmentation, {args.frag}'s (mean)", *[f"{x:.0%}" for x in PAPER_LOADS]]
+    frag_rows = [
+        [p, *[f"{100 * x['fragmentation_mean']:.2f}" for x in d["points"]]]
+        for p, d in policies.items()
+    ]
+    print("\n".join([*notes, "", _grid(head, rows), "", _grid(frag_head, frag_rows)]))
     return 0

@@ -28,8 +28,9 @@ same kind of task: shares, or N-GPU tasks), ``paper-bestfit`` (free CPU and GPU 
 task, weighted half and half, min-max normalised over the feasible nodes), ``fgd`` (sigmoid of
 the fragmentation the placement removes, times 100, truncated), ``fgd-exact`` (LabHive's FGD
 under this workload and measure: exact minimum of the fragmentation increase, lowest node on a
-tie). Nodes in one state are scored once per decision (``_best``), so FGD costs one score per
-distinct node state.
+tie). Nodes in one state are scored once (``_best``): a score is memoised by (task shape, node
+state) across decisions, as a node's state changes only when a task lands on it, so FGD costs
+one fragmentation measure per new node state and task shape.
 """
 
 from __future__ import annotations
