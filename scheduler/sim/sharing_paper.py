@@ -21,7 +21,9 @@ measure placements differently from LabHive's own ``--fill`` (``sharing.fill``):
   LabHive's exact minimum with the lowest-numbered node on a tie stays in ``sharing.py``
   (placement ``fgd`` there; ``fgd-exact`` here).
 
-Placements (``PAPER_PLACEMENTS``): ``random``, ``dotprod`` (free vector . demand vector, CPU and
+Placements (``PAPER_PLACEMENTS``): ``random`` (a node and, for a share, a GPU at random, as
+the paper's runs pass ``-gpusel random``; the others put a share on the fullest GPU it fits,
+``-gpusel best``), ``dotprod`` (free vector . demand vector, CPU and
 GPU normalised by the largest node spec, the smaller the better), ``gpupacking`` (partly used
 GPUs, then nodes with used GPUs, then idle nodes), ``gpuclustering`` (nodes already holding the
 same kind of task: shares, or N-GPU tasks), ``paper-bestfit`` (free CPU and GPU left after the
@@ -250,13 +252,16 @@ class PaperCluster:
             index, k = min((min(g), k) for g, k in tied)
             chosen = self.nodes[index]
             return chosen, chosen.choices(pod)[k]
-        if self.ties == "name":
+        if self.ties == "name" and self.placement != "random":  # random: its own pick
             chosen, k = min(((n, k) for g, k in tied for n in g.values()), key=_by_name)
             return chosen, chosen.choices(pod)[k]
         r = self.rng.randrange(sum(len(g) for g, _ in tied))
         for g, k in tied:
             if r < len(g):
                 chosen = list(g.values())[r]
+                if self.placement == "random" and pod.sharing:  # its GPU at random too
+                    fit = [i for i, f in enumerate(chosen.free) if f >= pod.gpu_milli]
+                    return chosen, (self.rng.choice(fit),)
                 return chosen, chosen.choices(pod)[k]
             r -= len(g)
         raise AssertionError("unreachable: r is below the tied nodes' count")
