@@ -82,7 +82,12 @@ def register(subparsers: Any) -> None:
         help="--fill paper: the fragmentation measure (default the paper's)",
     )
     p.add_argument("--sample", type=float, help="replay each job with this probability")
-    p.add_argument("--seed", type=int, default=0, help="seed for --sample (default 0)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for --sample and --fill (the first of --seeds; default 0)",
+    )
     p.add_argument(
         "--checkpoint",
         type=float,
