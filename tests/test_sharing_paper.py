@@ -163,7 +163,7 @@ def test_the_same_seed_gives_the_same_fill_and_another_seed_another() -> None:
 
 #: Unallocated GPU share (%) at 100% arrived load on the first 200 GPU nodes with the default
 #: list (tuned down to 130% of this slice's GPUs), seeds 0-2 mean. Recorded from this simulator
-#: (the paper's simulator on this slice: BestFit 6.55, FGD 4.59, seed 42 - issue 34).
+#: (the paper's simulator on this slice: BestFit 6.55, FGD 4.59 - issue 34).
 SLICE_TABLE = {
     "random": 15.08,
     "dotprod": 9.37,
