@@ -249,3 +249,15 @@ def test_fill_labhive_honours_policy(tmp_path: Path, capsys: pytest.CaptureFixtu
     args = small_files(tmp_path)
     assert main([*args, "--policy", "bestfit", "--fill", "--json"]) == 0
     assert list(json.loads(capsys.readouterr().out)["fill"]) == ["bestfit"]
+
+
+def test_frag_labhive_scores_and_reports_with_labhives_measure() -> None:
+    # one node, one 0.5 share placed, workload: a CPU-only class and a half-GPU class. The
+    # paper's measure counts all free GPU for the CPU-only class; LabHive's leaves it out.
+    pods = [pod("c", gpus=0, milli=0), pod("h", milli=500)]
+    specs = [node("a", 1)]
+    paper = paper_fill(specs, pods, "fgd", loads=(0.5,), seed=0)[0]
+    labhive = paper_fill(specs, pods, "fgd", loads=(0.5,), seed=0, frag="labhive")[0]
+    assert paper.unallocated == labhive.unallocated == 0.5
+    assert paper.fragmentation == pytest.approx(0.25)  # the CPU-only half of 500 free
+    assert labhive.fragmentation == 0.0  # the half-GPU class fits in the 500 left
