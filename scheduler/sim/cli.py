@@ -75,12 +75,27 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--fill",
-        action="store_true",
-        help="Alibaba trace: also run the fragmentation paper's experiment (GPU tasks arrive "
-        "and never leave) and print the GPU share left unallocated as load grows",
+        nargs="?",
+        const="labhive",
+        choices=("labhive", "paper"),
+        help="Alibaba trace: also run the fragmentation paper's experiment (tasks arrive and "
+        "never leave) and print the GPU share left unallocated as load grows; '--fill paper': "
+        "the paper's workload, measure, scores and baselines (docs/policies.md)",
+    )
+    p.add_argument("--seeds", type=int, default=1, help="--fill: seeds to run (mean, spread)")
+    p.add_argument(
+        "--frag",
+        choices=("paper", "labhive"),
+        default="paper",
+        help="--fill paper: the fragmentation measure (default the paper's)",
     )
     p.add_argument("--sample", type=float, help="replay each job with this probability")
-    p.add_argument("--seed", type=int, default=0, help="seed for --sample (default 0)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for --sample and --fill (the first of --seeds; default 0)",
+    )
     p.add_argument(
         "--checkpoint",
         type=float,

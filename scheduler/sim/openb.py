@@ -126,14 +126,23 @@ def _int(row: dict[str, str], key: str) -> int:
     return int(value)
 
 
-def load_pods(path: str | Path, *, strict: bool = False, limit: int | None = None) -> PodList:
-    """The pod list, sorted by arrival; malformed rows reported with their line."""
+def load_pods(
+    path: str | Path,
+    *,
+    strict: bool = False,
+    limit: int | None = None,
+    unscheduled: bool = False,
+) -> PodList:
+    """The pod list, sorted by arrival; malformed rows reported with their line.
+
+    ``unscheduled``: keep the rows never scheduled (no ``scheduled_time``) as tasks of no
+    duration: the FGD paper's fill experiment keeps them (it uses shapes, not times)."""
     out = PodList(str(path), [])
     header: list[str] = []
     for line, row in _rows(path, POD_COLUMNS, header):
         out.timed = set(TIME_COLUMNS) <= set(header)
         try:
-            pod = _pod(row, line, out.timed)
+            pod = _pod(row, line, out.timed, unscheduled)
         except ValueError as err:
             if strict:
                 raise UserError(f"{path}: line {line}: {err} (drop --strict to skip it)") from None
@@ -149,9 +158,11 @@ def load_pods(path: str | Path, *, strict: bool = False, limit: int | None = Non
     return out
 
 
-def _pod(row: dict[str, str], line: int, timed: bool) -> Pod | str:
+def _pod(row: dict[str, str], line: int, timed: bool, unscheduled: bool = False) -> Pod | str:
     if timed and not (row.get("scheduled_time") or "").strip():
-        return "never scheduled (no scheduled_time)"
+        if not unscheduled:
+            return "never scheduled (no scheduled_time)"
+        row = {**row, "scheduled_time": "0", "deletion_time": "0"}  # no duration
     gpus = _int(row, "num_gpu")
     milli = _int(row, "gpu_milli")
     if gpus == 1 and not 0 < milli <= MILLI:

@@ -12,7 +12,14 @@ from typing import Any
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.sim.openb import NodeSpec, Pod, is_node_list, load_nodes, load_pods
 from labhive.scheduler.sim.report import _grid, duration_text
-from labhive.scheduler.sim.sharing import PLACEMENTS, FillPoint, fill
+from labhive.scheduler.sim.sharing import FillPoint, fill
+from labhive.scheduler.sim.sharing_paper import (
+    PAPER_PLACEMENTS,
+    PUBLISHED_UNALLOCATED,
+    TIES,
+    paper_fill,
+    summarise,
+)
 from labhive.scheduler.sim.sharing_sim import SharingResult, sharing_policy, simulate_sharing
 
 #: (label, key, kind) of the table's rows.
@@ -36,9 +43,17 @@ def run_sharing(args: argparse.Namespace) -> int:
             f"{args.cluster}: the Alibaba trace needs its node list (columns sn, cpu_milli, "
             "memory_mib, gpu, model), e.g. openb_node_list_gpu_node.csv"
         )
+    paper = args.fill == "paper"
+    if args.seeds < 1:
+        raise UserError("--seeds must be at least 1")
     for policy in args.policy:
-        sharing_policy(policy)  # every name checked before any run
-    pods = load_pods(args.trace, strict=args.strict, limit=args.limit)
+        if paper:
+            _paper_policy(policy)
+        else:
+            sharing_policy(policy)  # every name checked before any run
+    pods = load_pods(args.trace, strict=args.strict, limit=args.limit, unscheduled=paper)
+    if paper:
+        return _run_paper(args, pods, load_nodes(args.cluster, args.machines))
     nodes = load_nodes(args.cluster, args.machines)
     notes = _notes(args, pods, nodes)
     if not pods.timed and not args.fill:
@@ -54,8 +69,9 @@ def run_sharing(args: argparse.Namespace) -> int:
             "try --machines N (e.g. 20) for a slice where placements matter, or --fill"
         )
     curves = {}
-    if args.fill:
-        curves = {p: fill(nodes, pods.pods, p, seed=args.seed) for p in PLACEMENTS}
+    if args.fill:  # the placements --policy names (fifo and sjf place first-fit)
+        chosen = dict.fromkeys(sharing_policy(p)[1] for p in args.policy)
+        curves = {p: fill(nodes, pods.pods, p, seed=args.seed) for p in chosen}
     doc = {
         "trace": str(args.trace),
         "trace_format": "alibaba-openb",
@@ -162,3 +178,81 @@ def _write(out: Path, doc: dict[str, Any], results: list[SharingResult]) -> list
             w.writerows(r.series)
         files.append(path)
     return files
+
+
+PAPER_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3)
+
+
+def _paper_policy(text: str) -> tuple[str, str]:
+    """(placement, tie rule) for ``NAME`` or ``NAME:ties=name|random`` under --fill paper."""
+    name, _, rest = text.partition(":")
+    if name not in PAPER_PLACEMENTS:
+        raise UserError(
+            f"--fill paper: policy {name!r} is not one of the paper's placements; choose "
+            f"{', '.join(PAPER_PLACEMENTS)} (docs/policies.md, FGD section)"
+        )
+    ties = "name"
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() != "ties" or value.strip() not in TIES:
+            raise UserError(f"option {item!r} of {name}: only ties={' or ties='.join(TIES)}")
+        ties = value.strip()
+    return name, ties
+
+
+def _run_paper(args: argparse.Namespace, pods: Any, nodes: list[NodeSpec]) -> int:
+    """The paper's fill: each --policy over --seeds seeds (seed, seed+1, ...), mean and spread
+    of the unallocated GPU share and of the fragmentation at each arrived load."""
+    notes = _notes(args, pods, nodes)
+    notes.append(
+        "workload: every row (CPU-only and never-scheduled kept) in a seeded random order, then "
+        "random copies up to 130% of GPU capacity; scores 0..100, ties to the node whose name "
+        "sorts first (the paper's simulator; NAME:ties=random for random)"
+    )
+    policies: dict[str, Any] = {}
+    for policy in dict.fromkeys(args.policy):
+        name, ties = _paper_policy(policy)
+        started = time.perf_counter()
+        runs = [
+            paper_fill(nodes, pods.pods, name, loads=PAPER_LOADS, seed=args.seed + i,
+                       frag=args.frag, ties=ties)
+            for i in range(args.seeds)
+        ]  # fmt: skip
+        unalloc = summarise([[p.unallocated for p in r] for r in runs], PAPER_LOADS)
+        frag = summarise([[p.fragmentation for p in r] for r in runs], PAPER_LOADS)
+        policies[policy] = {
+            "seconds": round(time.perf_counter() - started, 1),
+            "points": [
+                {"load": u.load, "unallocated_mean": round(u.mean, 4),
+                 "unallocated_sd": round(u.spread, 4), "unallocated_min": round(u.low, 4),
+                 "unallocated_max": round(u.high, 4), "fragmentation_mean": round(f.mean, 4),
+                 "failed_mean": sum(r[j].failed for r in runs) / len(runs)}
+                for j, (u, f) in enumerate(zip(unalloc, frag, strict=True))
+            ],
+        }  # fmt: skip
+    doc = {
+        "trace": str(args.trace),
+        "cluster": _cluster_note(args, nodes),
+        "fill": "paper",
+        "frag": args.frag,
+        "seeds": list(range(args.seed, args.seed + args.seeds)),
+        "notes": notes,
+        "policies": policies,
+        "published_unallocated_at_100": PUBLISHED_UNALLOCATED,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    head = ["GPU unallocated (mean ± sd)", *[f"{x:.0%}" for x in PAPER_LOADS], "s"]
+    rows = [
+        [p, *[f"{100 * x['unallocated_mean']:.2f}±{100 * x['unallocated_sd']:.2f}"
+              for x in d["points"]], f"{d['seconds']}"]
+        for p, d in policies.items()
+    ]  # fmt: skip
+    frag_head = [f"fragmentation, {args.frag}'s (mean)", *[f"{x:.0%}" for x in PAPER_LOADS]]
+    frag_rows = [
+        [p, *[f"{100 * x['fragmentation_mean']:.2f}" for x in d["points"]]]
+        for p, d in policies.items()
+    ]
+    print("\n".join([*notes, "", _grid(head, rows), "", _grid(frag_head, frag_rows)]))
+    return 0
