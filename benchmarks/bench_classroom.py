@@ -150,8 +150,44 @@ def free_port() -> int:
     return free()
 
 
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+class CpuAccount:
+    """The exact CPU seconds of ``labhive up`` and everything it starts: a cgroup v1
+    ``cpuacct`` group of its own, joined before it runs. LabHive's executors move tasks into
+    their ``cpu``/``memory``/``pids`` groups, never ``cpuacct``'s, so every server, kernel,
+    supervisor and job stays counted here, including processes too short-lived to sample.
+    Where that hierarchy is missing or not writable, ``seconds`` is None (sampled figures only)."""
+
+    def __init__(self, name: str) -> None:
+        self.path: Path | None = CPUACCT / name
+        try:
+            self.path.mkdir()
+        except OSError:
+            self.path = None
+
+    def join(self) -> None:
+        """Put the calling process in the group (a ``preexec_fn``: before ``labhive up`` runs)."""
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def seconds(self) -> float | None:
+        if self.path is None:
+            return None
+        return int((self.path / "cpuacct.usage").read_text()) / 1e9
+
+    def remove(self) -> None:
+        """The group goes once it is empty (everything ``labhive up`` started has ended)."""
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+
 @contextmanager
-def labhive_up(tmp: Path, students: int, up_timeout: float = 300) -> Iterator[Classroom]:
+def labhive_up(
+    tmp: Path, students: int, up_timeout: float = 300, account: CpuAccount | None = None
+) -> Iterator[Classroom]:
     """``labhive up --roster`` on free ports in ``tmp``; on the way out, however the run ends,
     Ctrl-C (it stops every server, the hub, the service and the jobs), then a check that
     nothing under ``tmp`` runs on (killed, and the run fails, if anything does)."""
@@ -164,7 +200,7 @@ def labhive_up(tmp: Path, students: int, up_timeout: float = 300) -> Iterator[Cl
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=account.join if account else None,
     )  # fmt: skip
     try:
         _read_banner(proc, up_timeout)
@@ -243,17 +279,43 @@ def _stop_up(proc: subprocess.Popen[str]) -> None:
 # ---- resources ------------------------------------------------------------------------------
 
 
+#: What each of the service's tasks is, by its command line (first match): the parts of a
+#: student's CPU that the per-student table shows.
+TASK_ROLES = (
+    ("supervisor", "labhive.scheduler.executors.supervise"),
+    ("kernel", "ipykernel_launcher"),
+    ("server", "jupyterhub-singleuser"),
+    ("server", "labhive.hub_extension.launch"),  # the launcher, before it execs the server
+    ("server", "jupyter_builder/yarn.js"),  # jupyterlab's `yarn config` at the server's start
+)
+PARTS = ("hub", "service", "tasks")
+ROLES = ("server", "kernel", "supervisor", "job")
+
+
+def task_role(cmdline: list[str]) -> str:
+    """``server``, ``kernel``, ``supervisor`` or ``job`` (anything else a task runs)."""
+    line = " ".join(cmdline)
+    return next((role for role, mark in TASK_ROLES if mark in line), "job")
+
+
 class Sampler:
     """CPU seconds and peak RSS of the hub (JupyterHub + proxy), the service process, and the
-    tasks below the service, sampled every ``every`` seconds from ``labhive up``'s tree. CPU is
-    counted from the sampler's start: per process, its last reading minus its first."""
+    tasks below the service, sampled every ``every`` seconds from ``labhive up``'s tree.
+
+    A process born after the sampler started counts from zero (its start-up is most of what a
+    server or a kernel costs); one already running counts from its first reading. A process
+    that ends between two readings loses what it used after the last one (and one that lives
+    less than ``every`` may never be seen): the exact total is ``CpuAccount``'s.
+    ``roles_s`` splits the sampled task CPU by ``task_role``."""
 
     def __init__(self, up_pid: int, every: float = 0.5) -> None:
         self.up_pid, self.every = up_pid, every
+        self.began = time.time()
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
+        self.role: dict[int, str] = {}
         self.seen: dict[int, float] = {}  # pid -> its start time: what must be gone at the end
-        self.peak_rss: dict[str, int] = {"hub": 0, "service": 0, "tasks": 0}
+        self.peak_rss: dict[str, int] = dict.fromkeys(PARTS, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -271,13 +333,19 @@ class Sampler:
             self.sample()
 
     def sample(self) -> None:
-        rss = {"hub": 0, "service": 0, "tasks": 0}
+        rss = dict.fromkeys(PARTS, 0)
         for part, proc in self._parts():
             with contextlib.suppress(psutil.Error):
                 cpu = proc.cpu_times()
                 used = cpu.user + cpu.system
-                self.first.setdefault(proc.pid, used)
-                self.seen.setdefault(proc.pid, proc.create_time())
+                if proc.pid not in self.first:
+                    born = proc.create_time()
+                    self.first[proc.pid] = 0.0 if born >= self.began else used
+                    self.seen[proc.pid] = born
+                if part == "tasks":
+                    cmdline = _cmd(proc)  # empty once it has ended (a zombie): keep its role
+                    if cmdline:  # read at each sample: the launcher execs the server
+                        self.role[proc.pid] = task_role(cmdline)
                 self.last[proc.pid] = (part, used)
                 rss[part] += proc.memory_info().rss
         for part, value in rss.items():
@@ -300,9 +368,17 @@ class Sampler:
                     yield "hub", child  # configurable-http-proxy
 
     def cpu_s(self) -> dict[str, float]:
-        out = {"hub": 0.0, "service": 0.0, "tasks": 0.0}
+        out = dict.fromkeys(PARTS, 0.0)
         for pid, (part, used) in self.last.items():
             out[part] += used - self.first[pid]
+        return out
+
+    def roles_s(self) -> dict[str, float]:
+        """The sampled tasks' CPU by role (each process under the role it last had)."""
+        out = dict.fromkeys(ROLES, 0.0)
+        for pid, (part, used) in self.last.items():
+            if part == "tasks":
+                out[self.role.get(pid, "job")] += used - self.first[pid]
         return out
 
 
@@ -545,9 +621,12 @@ def run_class(
             raise ValueError(f"{tmp}: not under /tmp (a task's /tmp is private); use /var/tmp")
         os.chmod(tmp, 0o755)  # tasks run as their users' uids and reach their homes below
         load = os.getloadavg()[0]
-        with labhive_up(tmp, students) as room:
+        account = CpuAccount(f"labhive-bench-class-{os.getpid()}")
+        stack.callback(account.remove)
+        with labhive_up(tmp, students, account=account) as room:
             cluster = _cluster(room)
             roll = [Student(name) for name in sorted(room.passwords)]
+            up_cpu = account.seconds()  # labhive up's own start: not the class's
             with Sampler(room.proc.pid) as sampler:
                 threads = []
                 began = time.monotonic()
@@ -562,7 +641,11 @@ def run_class(
                     thread.join()
                 class_s = time.monotonic() - began
             _job_times(room, roll)
+            class_cpu = account.seconds()  # servers stopped, jobs ended: the whole class
         report = summarize(roll, cluster, sampler, class_s)
+        if up_cpu is not None and class_cpu is not None:
+            report["cpu_s"]["all_exact"] = round(class_cpu - up_cpu, 1)
+            report["cpu_per_student_s"]["total_exact"] = round((class_cpu - up_cpu) / students, 2)
         report.update(students=students, arrival_s=arrival_s, job_s=job_s, load_at_start=load)
         report["processes_seen"] = sorted(sampler.seen.items())
         return report
@@ -645,6 +728,7 @@ def summarize(
         "submit_to_running_waited_s": _stats([s.submit_to_running_s for s in waited]),  # type: ignore[misc]
         "waited_for_gpu_s": _stats(gpu_wait),
         "cpu_s": {k: round(v, 1) for k, v in sampler.cpu_s().items()},
+        "cpu_per_student_s": per_student(sampler, len(roll)),
         "peak_rss_mb": {k: round(v / 2**20) for k, v in sampler.peak_rss.items()},
         "students_detail": [
             {
@@ -655,6 +739,16 @@ def summarize(
             for s in roll
         ],
     }
+
+
+def per_student(sampler: Sampler, students: int) -> dict[str, float]:
+    """A student's share of the CPU: the hub's, the service's and each role's of the tasks
+    (their server, its kernel, the supervisors, the job), and the total (tasks counted
+    exactly, see ``Sampler``)."""
+    cpu, roles = sampler.cpu_s(), sampler.roles_s()
+    each = {part: cpu[part] for part in ("hub", "service")} | roles
+    each["total_sampled"] = sum(cpu.values())
+    return {k: round(v / max(students, 1), 2) for k, v in each.items()}
 
 
 def _stats(values: list[float]) -> dict[str, float | int | None]:
@@ -693,8 +787,14 @@ def table(report: dict[str, Any]) -> str:
     for name, error in report["errors"].items():
         lines.append(f"  {name}: {error}")
     cpu, rss = report["cpu_s"], report["peak_rss_mb"]
-    for part in ("hub", "service", "tasks"):
+    for part in PARTS:
         lines.append(f"{part:<8} CPU {cpu[part]:>7.1f} s   peak RSS {rss[part]:>6} MB")
+    if "all_exact" in cpu:
+        lines.append(
+            f"all      CPU {cpu['all_exact']:>7.1f} s   (exact: labhive up's cpuacct group)"
+        )
+    each = report["cpu_per_student_s"]
+    lines.append("CPU s per student: " + ", ".join(f"{k} {v:.2f}" for k, v in each.items()))
     return "\n".join(lines)
 
 
