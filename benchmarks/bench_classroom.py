@@ -58,6 +58,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_service import _no_leftovers  # noqa: E402
+from browser_student import NAME as BROWSER_NAME  # noqa: E402
+from browser_student import attend_in_browser  # noqa: E402
 
 GOALS = {"login_to_kernel_p95_s": 30.0, "submit_to_running_p95_s": 10.0}
 SETUP_CELL = "%load_ext labhive.kernel_ext"
@@ -136,9 +138,12 @@ class Classroom:
     admin_token: str = field(repr=False, default="")
 
 
-def roster(path: Path, students: int) -> dict[str, str]:
-    """A roster of ``students`` named s001... with passwords of their own."""
+def roster(path: Path, students: int, browser: bool = False) -> dict[str, str]:
+    """A roster of ``students`` named s001... with passwords of their own (and the browser
+    student, when there is one)."""
     passwords = {f"s{i:03d}": f"pw-{secrets.token_urlsafe(12)}" for i in range(1, students + 1)}
+    if browser:
+        passwords[BROWSER_NAME] = f"pw-{secrets.token_urlsafe(12)}"
     doc = {"students": {name: {"password": pw} for name, pw in passwords.items()}}
     path.write_text(yaml.safe_dump(doc))
     return passwords
@@ -186,16 +191,22 @@ class CpuAccount:
 
 @contextmanager
 def labhive_up(
-    tmp: Path, students: int, up_timeout: float = 300, account: CpuAccount | None = None
+    tmp: Path,
+    students: int,
+    up_timeout: float = 300,
+    account: CpuAccount | None = None,
+    browser: bool = False,
 ) -> Iterator[Classroom]:
     """``labhive up --roster`` on free ports in ``tmp``; on the way out, however the run ends,
     Ctrl-C (it stops every server, the hub, the service and the jobs), then a check that
     nothing under ``tmp`` runs on (killed, and the run fails, if anything does)."""
-    passwords = roster(tmp / "course.yaml", students)
+    passwords = roster(tmp / "course.yaml", students, browser)
     port, service_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "labhive.scheduler.cli", "up", "--port", str(port)]
     cmd += ["--service-port", str(service_port), "--data-dir", str(tmp / "data")]
     cmd += ["--roster", str(tmp / "course.yaml"), "--grace-s", "2", *_uid_range(students)]
+    if browser:  # lab 1 in every home, as `make up` does
+        cmd += ["--course", str(HERE.parent / "labs")]
     bin_dir = str(Path(sys.executable).parent)  # kernelspecs say "python": the venv's first
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.Popen(
@@ -610,9 +621,10 @@ def _stop_server(http: httpx.Client, student: Student, token: str) -> None:
 
 def run_class(
     students: int, arrival_s: float, job_s: float = 5, timeout: float = 300,
-    tmp: Path | None = None,
+    tmp: Path | None = None, browser: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """The whole benchmark: start ``labhive up``, run the class, stop everything; the report."""
+    """The whole benchmark: start ``labhive up``, run the class, stop everything; the report.
+    ``browser``: one more student, in a real browser, arrives halfway (``browser_student``)."""
     with contextlib.ExitStack() as stack:
         if tmp is None:  # not under /tmp: a task's /tmp is its own, its server's files not in it
             made = tempfile.TemporaryDirectory(prefix="bench-class-", dir="/var/tmp")
@@ -623,13 +635,16 @@ def run_class(
         load = os.getloadavg()[0]
         account = CpuAccount(f"labhive-bench-class-{os.getpid()}")
         stack.callback(account.remove)
-        with labhive_up(tmp, students, account=account) as room:
+        with labhive_up(tmp, students, account=account, browser=browser) as room:
             cluster = _cluster(room)
-            roll = [Student(name) for name in sorted(room.passwords)]
+            roll = [Student(name) for name in sorted(room.passwords) if name != BROWSER_NAME]
+            in_browser: list[Any] = []
             up_cpu = account.seconds()  # labhive up's own start: not the class's
             with Sampler(room.proc.pid) as sampler:
                 threads = []
                 began = time.monotonic()
+                if browser:
+                    threads.append(_browser_thread(room, arrival_s / 2, timeout, in_browser))
                 for i, student in enumerate(roll):
                     time.sleep(max(0.0, began + i * arrival_s / students - time.monotonic()))
                     thread = threading.Thread(
@@ -642,13 +657,30 @@ def run_class(
                 class_s = time.monotonic() - began
             _job_times(room, roll)
             class_cpu = account.seconds()  # servers stopped, jobs ended: the whole class
-        report = summarize(roll, cluster, sampler, class_s)
+        report = summarize(roll, cluster, sampler, class_s, servers=students + browser)
         if up_cpu is not None and class_cpu is not None:
             report["cpu_s"]["all_exact"] = round(class_cpu - up_cpu, 1)
-            report["cpu_per_student_s"]["total_exact"] = round((class_cpu - up_cpu) / students, 2)
+            each = (class_cpu - up_cpu) / (students + browser)
+            report["cpu_per_student_s"]["total_exact"] = round(each, 2)
         report.update(students=students, arrival_s=arrival_s, job_s=job_s, load_at_start=load)
         report["processes_seen"] = sorted(sampler.seen.items())
+        if in_browser:
+            report["browser_student"] = {
+                **asdict(in_browser[0]), "login_to_kernel_s": in_browser[0].login_to_kernel_s
+            }  # fmt: skip
         return report
+
+
+def _browser_thread(room: Classroom, after_s: float, timeout: float, out: list[Any]) -> Any:
+    """The browser student, arriving ``after_s`` into the class; the result goes in ``out``."""
+
+    def attend() -> None:
+        time.sleep(after_s)
+        out.append(attend_in_browser(room.url, room.passwords[BROWSER_NAME], timeout))
+
+    thread = threading.Thread(target=attend, daemon=True)
+    thread.start()
+    return thread
 
 
 def _cluster(room: Classroom) -> dict[str, Any]:
@@ -702,9 +734,11 @@ def waited_for_gpu(job: Student, others: list[Student], gpus: int) -> bool:
 
 
 def summarize(
-    roll: list[Student], cluster: dict[str, Any], sampler: Sampler, class_s: float
-) -> dict[str, Any]:
-    """Percentiles, failures and resources, as the table and the JSON show them."""
+    roll: list[Student], cluster: dict[str, Any], sampler: Sampler, class_s: float,
+    servers: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Percentiles, failures and resources, as the table and the JSON show them; the CPU per
+    student is shared among ``servers`` (the roll and the browser student, if any)."""
     ok = [s for s in roll if s.error is None]
     login = [s.login_to_kernel_s for s in roll if s.login_to_kernel_s is not None]
     fit, waited = [], []
@@ -728,7 +762,7 @@ def summarize(
         "submit_to_running_waited_s": _stats([s.submit_to_running_s for s in waited]),  # type: ignore[misc]
         "waited_for_gpu_s": _stats(gpu_wait),
         "cpu_s": {k: round(v, 1) for k, v in sampler.cpu_s().items()},
-        "cpu_per_student_s": per_student(sampler, len(roll)),
+        "cpu_per_student_s": per_student(sampler, servers or len(roll)),
         "peak_rss_mb": {k: round(v / 2**20) for k, v in sampler.peak_rss.items()},
         "students_detail": [
             {
@@ -793,6 +827,11 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"all      CPU {cpu['all_exact']:>7.1f} s   (exact: labhive up's cpuacct group)"
         )
+    if "browser_student" in report:
+        b = report["browser_student"]
+        took = "-" if b["login_to_kernel_s"] is None else f"{b['login_to_kernel_s']:.1f} s"
+        lines.append(f"browser student: login -> lab 1's kernel Idle {took}"
+                     + (f"; failed: {b['error']}" if b["error"] else ""))  # fmt: skip
     each = report["cpu_per_student_s"]
     lines.append("CPU s per student: " + ", ".join(f"{k} {v:.2f}" for k, v in each.items()))
     return "\n".join(lines)
@@ -806,14 +845,19 @@ def main() -> int:
     parser.add_argument("--student-timeout-s", type=float, default=300.0,
                         help="a student not done after this long has failed")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument("--browser", action="store_true",
+                        help="one more student, in headless Chromium, opens lab 1")  # fmt: skip
     args = parser.parse_args()
     if args.students < 1 or args.arrival_s < 0 or args.job_s <= 0:
         parser.error("--students must be at least 1, --arrival-s >= 0, --job-s > 0")
-    report = run_class(args.students, args.arrival_s, args.job_s, args.student_timeout_s)
+    report = run_class(
+        args.students, args.arrival_s, args.job_s, args.student_timeout_s, browser=args.browser
+    )
     print(table(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    return 0 if report["failed"] == 0 else 1
+    browser_failed = bool(report.get("browser_student", {}).get("error"))
+    return 0 if report["failed"] == 0 and not browser_failed else 1
 
 
 if __name__ == "__main__":
