@@ -21,7 +21,11 @@ and peak RSS of the hub (JupyterHub and its proxy), the service, and the tasks i
 started is stopped in a ``finally``, and a process left behind fails the run.
 
     python benchmarks/bench_classroom.py [--students 50] [--arrival-s 120] [--job-s 5]
-                                         [--student-timeout-s 300] [--json out.json]
+                                         [--student-timeout-s 300] [--browser] [--json out.json]
+
+CPU: the exact total from a ``cpuacct`` group around ``labhive up`` (``CpuAccount``) and, per
+student, the hub's, the service's and each task role's share (``Sampler``, ``per_student``).
+``--browser``: one more student in headless Chromium opens lab 1 (``browser_student.py``).
 
 Goals (issue 30): 50 students over 2 minutes on a 2-core machine, p95 login -> kernel ready
 <= 30 s and p95 submit -> RUNNING <= 10 s for jobs that fit.
