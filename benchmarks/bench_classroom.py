@@ -331,6 +331,7 @@ class Sampler:
         self.role: dict[int, str] = {}
         self.seen: dict[int, float] = {}  # pid -> its start time: what must be gone at the end
         self.peak_rss: dict[str, int] = dict.fromkeys(PARTS, 0)
+        self.loads: list[float] = []  # the machine's 1-minute load average at each sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -349,6 +350,7 @@ class Sampler:
 
     def sample(self) -> None:
         rss = dict.fromkeys(PARTS, 0)
+        self.loads.append(os.getloadavg()[0])  # what else ran: the figures depend on it
         for part, proc in self._parts():
             with contextlib.suppress(psutil.Error):
                 cpu = proc.cpu_times()
@@ -768,6 +770,10 @@ def summarize(
         "cpu_s": {k: round(v, 1) for k, v in sampler.cpu_s().items()},
         "cpu_per_student_s": per_student(sampler, servers or len(roll)),
         "peak_rss_mb": {k: round(v / 2**20) for k, v in sampler.peak_rss.items()},
+        "load_during": {
+            "mean": round(statistics.fmean(sampler.loads), 1) if sampler.loads else None,
+            "max": round(max(sampler.loads), 1) if sampler.loads else None,
+        },
         "students_detail": [
             {
                 **asdict(s),
@@ -807,8 +813,9 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"{report['students']} students over {report['arrival_s']:.0f} s, jobs `sleep "
         f"{report['job_s']:g}` on VC {c['vc']} ({c['gpus']} GPUs"
-        f"{', virtual' if c['virtual'] else ''}); load {report['load_at_start']:.1f} at start; "
-        f"class took {report['class_s']:.0f} s",
+        f"{', virtual' if c['virtual'] else ''}); load {report['load_at_start']:.1f} at start, "
+        f"{report['load_during']['mean']} mean / {report['load_during']['max']} max during "
+        f"({os.cpu_count()} CPUs); class took {report['class_s']:.0f} s",
         f"{'':34}{'n':>4}{'p50 s':>8}{'p95 s':>8}{'max s':>8}{'goal p95':>10}",
     ]
     rows = [
