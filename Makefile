@@ -8,13 +8,25 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: up test lint bench
+.PHONY: up test lint bench light-servers
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(MAKE) --no-print-directory light-servers
 	@touch $(STAMP)
+
+# Every student's server and kernel pays these at each start (docs/hub.md, "A class of 50"):
+# - jsonschema imports rfc3987_syntax when it is installed, which builds ~35 Lark parsers at
+#   import (~1.4 CPU s of a server's ~3.5); it only checks the "iri" formats, which no Jupyter
+#   event schema uses. jupyter_events asks for it through jsonschema's optional format-nongpl
+#   extra: without it jsonschema skips those formats (`pip check` stays clean).
+# - servers and kernels run as the students' uids, which cannot write __pycache__ into this
+#   checkout: without bytecode made here, each one compiles the modules root never imported.
+light-servers:
+	$(BIN)/python -m pip uninstall --quiet --yes rfc3987-syntax 2>/dev/null || true
+	$(BIN)/python -m compileall -q -j0 hub_extension kernel_ext scheduler labhive >/dev/null
 
 # The course material every user finds in their home (labs/ -> ~/labs/) and its data.
 COURSE      ?= labs

@@ -21,7 +21,11 @@ and peak RSS of the hub (JupyterHub and its proxy), the service, and the tasks i
 started is stopped in a ``finally``, and a process left behind fails the run.
 
     python benchmarks/bench_classroom.py [--students 50] [--arrival-s 120] [--job-s 5]
-                                         [--student-timeout-s 300] [--json out.json]
+                                         [--student-timeout-s 300] [--browser] [--json out.json]
+
+CPU: the exact total from a ``cpuacct`` group around ``labhive up`` (``CpuAccount``) and, per
+student, the hub's, the service's and each task role's share (``Sampler``, ``per_student``).
+``--browser``: one more student in headless Chromium opens lab 1 (``browser_student.py``).
 
 Goals (issue 30): 50 students over 2 minutes on a 2-core machine, p95 login -> kernel ready
 <= 30 s and p95 submit -> RUNNING <= 10 s for jobs that fit.
@@ -58,6 +62,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_service import _no_leftovers  # noqa: E402
+from browser_student import NAME as BROWSER_NAME  # noqa: E402
+from browser_student import attend_in_browser  # noqa: E402
 
 GOALS = {"login_to_kernel_p95_s": 30.0, "submit_to_running_p95_s": 10.0}
 SETUP_CELL = "%load_ext labhive.kernel_ext"
@@ -136,9 +142,12 @@ class Classroom:
     admin_token: str = field(repr=False, default="")
 
 
-def roster(path: Path, students: int) -> dict[str, str]:
-    """A roster of ``students`` named s001... with passwords of their own."""
+def roster(path: Path, students: int, browser: bool = False) -> dict[str, str]:
+    """A roster of ``students`` named s001... with passwords of their own (and the browser
+    student, when there is one)."""
     passwords = {f"s{i:03d}": f"pw-{secrets.token_urlsafe(12)}" for i in range(1, students + 1)}
+    if browser:
+        passwords[BROWSER_NAME] = f"pw-{secrets.token_urlsafe(12)}"
     doc = {"students": {name: {"password": pw} for name, pw in passwords.items()}}
     path.write_text(yaml.safe_dump(doc))
     return passwords
@@ -150,21 +159,63 @@ def free_port() -> int:
     return free()
 
 
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+class CpuAccount:
+    """The exact CPU seconds of ``labhive up`` and everything it starts: a cgroup v1
+    ``cpuacct`` group of its own, joined before it runs. LabHive's executors move tasks into
+    their ``cpu``/``memory``/``pids`` groups, never ``cpuacct``'s, so every server, kernel,
+    supervisor and job stays counted here, including processes too short-lived to sample.
+    Where that hierarchy is missing or not writable, ``seconds`` is None (sampled figures only)."""
+
+    def __init__(self, name: str) -> None:
+        self.path: Path | None = CPUACCT / name
+        try:
+            self.path.mkdir()
+        except OSError:
+            self.path = None
+
+    def join(self) -> None:
+        """Put the calling process in the group (a ``preexec_fn``: before ``labhive up`` runs)."""
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def seconds(self) -> float | None:
+        if self.path is None:
+            return None
+        return int((self.path / "cpuacct.usage").read_text()) / 1e9
+
+    def remove(self) -> None:
+        """The group goes once it is empty (everything ``labhive up`` started has ended)."""
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+
 @contextmanager
-def labhive_up(tmp: Path, students: int, up_timeout: float = 300) -> Iterator[Classroom]:
+def labhive_up(
+    tmp: Path,
+    students: int,
+    up_timeout: float = 300,
+    account: CpuAccount | None = None,
+    browser: bool = False,
+) -> Iterator[Classroom]:
     """``labhive up --roster`` on free ports in ``tmp``; on the way out, however the run ends,
     Ctrl-C (it stops every server, the hub, the service and the jobs), then a check that
     nothing under ``tmp`` runs on (killed, and the run fails, if anything does)."""
-    passwords = roster(tmp / "course.yaml", students)
+    passwords = roster(tmp / "course.yaml", students, browser)
     port, service_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "labhive.scheduler.cli", "up", "--port", str(port)]
     cmd += ["--service-port", str(service_port), "--data-dir", str(tmp / "data")]
     cmd += ["--roster", str(tmp / "course.yaml"), "--grace-s", "2", *_uid_range(students)]
+    if browser:  # lab 1 in every home, as `make up` does
+        cmd += ["--course", str(HERE.parent / "labs")]
     bin_dir = str(Path(sys.executable).parent)  # kernelspecs say "python": the venv's first
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=account.join if account else None,
     )  # fmt: skip
     try:
         _read_banner(proc, up_timeout)
@@ -243,17 +294,44 @@ def _stop_up(proc: subprocess.Popen[str]) -> None:
 # ---- resources ------------------------------------------------------------------------------
 
 
+#: What each of the service's tasks is, by its command line (first match): the parts of a
+#: student's CPU that the per-student table shows.
+TASK_ROLES = (
+    ("supervisor", "labhive.scheduler.executors.supervise"),
+    ("kernel", "ipykernel_launcher"),
+    ("server", "jupyterhub-singleuser"),
+    ("server", "labhive.hub_extension.launch"),  # the launcher, before it execs the server
+    ("server", "jupyter_builder/yarn.js"),  # jupyterlab's `yarn config` at the server's start
+)
+PARTS = ("hub", "service", "tasks")
+ROLES = ("server", "kernel", "supervisor", "job")
+
+
+def task_role(cmdline: list[str]) -> str:
+    """``server``, ``kernel``, ``supervisor`` or ``job`` (anything else a task runs)."""
+    line = " ".join(cmdline)
+    return next((role for role, mark in TASK_ROLES if mark in line), "job")
+
+
 class Sampler:
     """CPU seconds and peak RSS of the hub (JupyterHub + proxy), the service process, and the
-    tasks below the service, sampled every ``every`` seconds from ``labhive up``'s tree. CPU is
-    counted from the sampler's start: per process, its last reading minus its first."""
+    tasks below the service, sampled every ``every`` seconds from ``labhive up``'s tree.
+
+    A process born after the sampler started counts from zero (its start-up is most of what a
+    server or a kernel costs); one already running counts from its first reading. A process
+    that ends between two readings loses what it used after the last one (and one that lives
+    less than ``every`` may never be seen): the exact total is ``CpuAccount``'s.
+    ``roles_s`` splits the sampled task CPU by ``task_role``."""
 
     def __init__(self, up_pid: int, every: float = 0.5) -> None:
         self.up_pid, self.every = up_pid, every
+        self.began = time.time()
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
+        self.role: dict[int, str] = {}
         self.seen: dict[int, float] = {}  # pid -> its start time: what must be gone at the end
-        self.peak_rss: dict[str, int] = {"hub": 0, "service": 0, "tasks": 0}
+        self.peak_rss: dict[str, int] = dict.fromkeys(PARTS, 0)
+        self.loads: list[float] = []  # the machine's 1-minute load average at each sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -271,13 +349,20 @@ class Sampler:
             self.sample()
 
     def sample(self) -> None:
-        rss = {"hub": 0, "service": 0, "tasks": 0}
+        rss = dict.fromkeys(PARTS, 0)
+        self.loads.append(os.getloadavg()[0])  # what else ran: the figures depend on it
         for part, proc in self._parts():
             with contextlib.suppress(psutil.Error):
                 cpu = proc.cpu_times()
                 used = cpu.user + cpu.system
-                self.first.setdefault(proc.pid, used)
-                self.seen.setdefault(proc.pid, proc.create_time())
+                if proc.pid not in self.first:
+                    born = proc.create_time()
+                    self.first[proc.pid] = 0.0 if born >= self.began else used
+                    self.seen[proc.pid] = born
+                if part == "tasks":
+                    cmdline = _cmd(proc)  # empty once it has ended (a zombie): keep its role
+                    if cmdline:  # read at each sample: the launcher execs the server
+                        self.role[proc.pid] = task_role(cmdline)
                 self.last[proc.pid] = (part, used)
                 rss[part] += proc.memory_info().rss
         for part, value in rss.items():
@@ -300,9 +385,17 @@ class Sampler:
                     yield "hub", child  # configurable-http-proxy
 
     def cpu_s(self) -> dict[str, float]:
-        out = {"hub": 0.0, "service": 0.0, "tasks": 0.0}
+        out = dict.fromkeys(PARTS, 0.0)
         for pid, (part, used) in self.last.items():
             out[part] += used - self.first[pid]
+        return out
+
+    def roles_s(self) -> dict[str, float]:
+        """The sampled tasks' CPU by role (each process under the role it last had)."""
+        out = dict.fromkeys(ROLES, 0.0)
+        for pid, (part, used) in self.last.items():
+            if part == "tasks":
+                out[self.role.get(pid, "job")] += used - self.first[pid]
         return out
 
 
@@ -534,9 +627,10 @@ def _stop_server(http: httpx.Client, student: Student, token: str) -> None:
 
 def run_class(
     students: int, arrival_s: float, job_s: float = 5, timeout: float = 300,
-    tmp: Path | None = None,
+    tmp: Path | None = None, browser: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """The whole benchmark: start ``labhive up``, run the class, stop everything; the report."""
+    """The whole benchmark: start ``labhive up``, run the class, stop everything; the report.
+    ``browser``: one more student, in a real browser, arrives halfway (``browser_student``)."""
     with contextlib.ExitStack() as stack:
         if tmp is None:  # not under /tmp: a task's /tmp is its own, its server's files not in it
             made = tempfile.TemporaryDirectory(prefix="bench-class-", dir="/var/tmp")
@@ -545,12 +639,18 @@ def run_class(
             raise ValueError(f"{tmp}: not under /tmp (a task's /tmp is private); use /var/tmp")
         os.chmod(tmp, 0o755)  # tasks run as their users' uids and reach their homes below
         load = os.getloadavg()[0]
-        with labhive_up(tmp, students) as room:
+        account = CpuAccount(f"labhive-bench-class-{os.getpid()}")
+        stack.callback(account.remove)
+        with labhive_up(tmp, students, account=account, browser=browser) as room:
             cluster = _cluster(room)
-            roll = [Student(name) for name in sorted(room.passwords)]
+            roll = [Student(name) for name in sorted(room.passwords) if name != BROWSER_NAME]
+            in_browser: list[Any] = []
+            up_cpu = account.seconds()  # labhive up's own start: not the class's
             with Sampler(room.proc.pid) as sampler:
                 threads = []
                 began = time.monotonic()
+                if browser:
+                    threads.append(_browser_thread(room, arrival_s / 2, timeout, in_browser))
                 for i, student in enumerate(roll):
                     time.sleep(max(0.0, began + i * arrival_s / students - time.monotonic()))
                     thread = threading.Thread(
@@ -562,10 +662,31 @@ def run_class(
                     thread.join()
                 class_s = time.monotonic() - began
             _job_times(room, roll)
-        report = summarize(roll, cluster, sampler, class_s)
+            class_cpu = account.seconds()  # servers stopped, jobs ended: the whole class
+        report = summarize(roll, cluster, sampler, class_s, servers=students + browser)
+        if up_cpu is not None and class_cpu is not None:
+            report["cpu_s"]["all_exact"] = round(class_cpu - up_cpu, 1)
+            each = (class_cpu - up_cpu) / (students + browser)
+            report["cpu_per_student_s"]["total_exact"] = round(each, 2)
         report.update(students=students, arrival_s=arrival_s, job_s=job_s, load_at_start=load)
         report["processes_seen"] = sorted(sampler.seen.items())
+        if in_browser:
+            report["browser_student"] = {
+                **asdict(in_browser[0]), "login_to_kernel_s": in_browser[0].login_to_kernel_s
+            }  # fmt: skip
         return report
+
+
+def _browser_thread(room: Classroom, after_s: float, timeout: float, out: list[Any]) -> Any:
+    """The browser student, arriving ``after_s`` into the class; the result goes in ``out``."""
+
+    def attend() -> None:
+        time.sleep(after_s)
+        out.append(attend_in_browser(room.url, room.passwords[BROWSER_NAME], timeout))
+
+    thread = threading.Thread(target=attend, daemon=True)
+    thread.start()
+    return thread
 
 
 def _cluster(room: Classroom) -> dict[str, Any]:
@@ -619,9 +740,11 @@ def waited_for_gpu(job: Student, others: list[Student], gpus: int) -> bool:
 
 
 def summarize(
-    roll: list[Student], cluster: dict[str, Any], sampler: Sampler, class_s: float
-) -> dict[str, Any]:
-    """Percentiles, failures and resources, as the table and the JSON show them."""
+    roll: list[Student], cluster: dict[str, Any], sampler: Sampler, class_s: float,
+    servers: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Percentiles, failures and resources, as the table and the JSON show them; the CPU per
+    student is shared among ``servers`` (the roll and the browser student, if any)."""
     ok = [s for s in roll if s.error is None]
     login = [s.login_to_kernel_s for s in roll if s.login_to_kernel_s is not None]
     fit, waited = [], []
@@ -645,7 +768,12 @@ def summarize(
         "submit_to_running_waited_s": _stats([s.submit_to_running_s for s in waited]),  # type: ignore[misc]
         "waited_for_gpu_s": _stats(gpu_wait),
         "cpu_s": {k: round(v, 1) for k, v in sampler.cpu_s().items()},
+        "cpu_per_student_s": per_student(sampler, servers or len(roll)),
         "peak_rss_mb": {k: round(v / 2**20) for k, v in sampler.peak_rss.items()},
+        "load_during": {
+            "mean": round(statistics.fmean(sampler.loads), 1) if sampler.loads else None,
+            "max": round(max(sampler.loads), 1) if sampler.loads else None,
+        },
         "students_detail": [
             {
                 **asdict(s),
@@ -655,6 +783,16 @@ def summarize(
             for s in roll
         ],
     }
+
+
+def per_student(sampler: Sampler, students: int) -> dict[str, float]:
+    """A student's share of the CPU: the hub's, the service's and each role's of the tasks
+    (their server, its kernel, the supervisors, the job), and the total (tasks counted
+    exactly, see ``Sampler``)."""
+    cpu, roles = sampler.cpu_s(), sampler.roles_s()
+    each = {part: cpu[part] for part in ("hub", "service")} | roles
+    each["total_sampled"] = sum(cpu.values())
+    return {k: round(v / max(students, 1), 2) for k, v in each.items()}
 
 
 def _stats(values: list[float]) -> dict[str, float | int | None]:
@@ -675,8 +813,9 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"{report['students']} students over {report['arrival_s']:.0f} s, jobs `sleep "
         f"{report['job_s']:g}` on VC {c['vc']} ({c['gpus']} GPUs"
-        f"{', virtual' if c['virtual'] else ''}); load {report['load_at_start']:.1f} at start; "
-        f"class took {report['class_s']:.0f} s",
+        f"{', virtual' if c['virtual'] else ''}); load {report['load_at_start']:.1f} at start, "
+        f"{report['load_during']['mean']} mean / {report['load_during']['max']} max during "
+        f"({os.cpu_count()} CPUs); class took {report['class_s']:.0f} s",
         f"{'':34}{'n':>4}{'p50 s':>8}{'p95 s':>8}{'max s':>8}{'goal p95':>10}",
     ]
     rows = [
@@ -693,8 +832,19 @@ def table(report: dict[str, Any]) -> str:
     for name, error in report["errors"].items():
         lines.append(f"  {name}: {error}")
     cpu, rss = report["cpu_s"], report["peak_rss_mb"]
-    for part in ("hub", "service", "tasks"):
+    for part in PARTS:
         lines.append(f"{part:<8} CPU {cpu[part]:>7.1f} s   peak RSS {rss[part]:>6} MB")
+    if "all_exact" in cpu:
+        lines.append(
+            f"all      CPU {cpu['all_exact']:>7.1f} s   (exact: labhive up's cpuacct group)"
+        )
+    if "browser_student" in report:
+        b = report["browser_student"]
+        took = "-" if b["login_to_kernel_s"] is None else f"{b['login_to_kernel_s']:.1f} s"
+        lines.append(f"browser student: login -> lab 1's kernel Idle {took}"
+                     + (f"; failed: {b['error']}" if b["error"] else ""))  # fmt: skip
+    each = report["cpu_per_student_s"]
+    lines.append("CPU s per student: " + ", ".join(f"{k} {v:.2f}" for k, v in each.items()))
     return "\n".join(lines)
 
 
@@ -706,14 +856,19 @@ def main() -> int:
     parser.add_argument("--student-timeout-s", type=float, default=300.0,
                         help="a student not done after this long has failed")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument("--browser", action="store_true",
+                        help="one more student, in headless Chromium, opens lab 1")  # fmt: skip
     args = parser.parse_args()
     if args.students < 1 or args.arrival_s < 0 or args.job_s <= 0:
         parser.error("--students must be at least 1, --arrival-s >= 0, --job-s > 0")
-    report = run_class(args.students, args.arrival_s, args.job_s, args.student_timeout_s)
+    report = run_class(
+        args.students, args.arrival_s, args.job_s, args.student_timeout_s, browser=args.browser
+    )
     print(table(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    return 0 if report["failed"] == 0 else 1
+    browser_failed = bool(report.get("browser_student", {}).get("error"))
+    return 0 if report["failed"] == 0 and not browser_failed else 1
 
 
 if __name__ == "__main__":

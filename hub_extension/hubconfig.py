@@ -160,8 +160,25 @@ def service_command(plan: HubPlan) -> list[str]:
     return cmd
 
 
+#: What every student's server is started with: a class of 50 boots 50 of them on a few
+#: cores, so each leaves out start-up work a student's server has no use for (measured with
+#: ``benchmarks/bench_classroom.py``, docs/hub.md "A class of 50"):
+#: - jupyter_lsp looks for language servers at each start (``npm prefix -g``: a node process,
+#:   ~0.2 CPU s) and none is installed; an instructor who installs one turns it back on in
+#:   ``labhive up --hub-config``'s file (``c.Spawner.args.append(
+#:   "--ServerApp.jpserver_extensions=jupyter_lsp=True")``: the later argument wins);
+#: - the "pypi" extension manager offers ``pip install`` of lab extensions, which a student's
+#:   server, running as the student's uid, cannot do to the hub's environment: read-only
+#:   lists what is installed, as before, and installs nothing.
+LIGHT_SERVER_ARGS = (
+    "--LabApp.news_url=None",
+    "--LabApp.extension_manager=readonly",
+    "--ServerApp.jpserver_extensions=jupyter_lsp=False",
+)
+
+
 def server_args(plan: HubPlan) -> list[str]:
-    args = ["--LabApp.news_url=None", *plan.server_args]
+    args = [*LIGHT_SERVER_ARGS, *plan.server_args]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")  # the single-user server refuses root without it
     return args

@@ -58,6 +58,11 @@ def test_two_students_get_a_kernel_and_a_running_job_and_nothing_is_left() -> No
         seen = report["processes_seen"]
         kinds = {"hub", "service", "tasks"}
         assert all(report["cpu_s"][k] > 0 for k in kinds), report["cpu_s"]  # all were sampled
+        # the exact count (labhive up's cpuacct group) holds at least what the samples saw
+        sampled = sum(report["cpu_s"][k] for k in kinds)
+        assert report["cpu_s"]["all_exact"] >= 0.9 * sampled, report["cpu_s"]
+        each = report["cpu_per_student_s"]
+        assert each["server"] > 0.5 and each["kernel"] > 0.1, each  # told apart by role
         assert [pid for pid, started in seen if still_running(pid, started)] == []
         assert processes_under(tmp) == []
 
@@ -102,3 +107,16 @@ def test_a_student_who_cannot_get_through_is_a_failure_not_a_hang() -> None:
             assert late.error is not None and late.error.startswith("spawn: timed out"), late
             assert late.kernel_ready_at is None
         assert processes_under(tmp) == []
+
+
+def test_a_tasks_role_is_read_from_its_command_line() -> None:
+    """Given the processes below the service in a class, expect each counted where it belongs:
+    the launcher and the server it becomes (and JupyterLab's `yarn config`) as the server."""
+    role = bench_classroom().task_role
+    venv = "/srv/venv/bin/python"
+    assert role([venv, "-I", "-m", "labhive.scheduler.executors.supervise", "/d"]) == "supervisor"
+    assert role([venv, "-m", "labhive.hub_extension.launch", "/d/s001.json"]) == "server"
+    assert role([venv, "/srv/venv/bin/jupyterhub-singleuser", "--allow-root"]) == "server"
+    assert role(["node", "/srv/venv/lib/jupyter_builder/yarn.js", "config"]) == "server"
+    assert role(["python", "-m", "ipykernel_launcher", "-f", "/k.json"]) == "kernel"
+    assert role(["sleep", "5.0"]) == "job"
