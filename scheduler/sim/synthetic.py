@@ -17,8 +17,22 @@ import hashlib
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
-from labhive.scheduler.sim.traces import TraceJob
+
+class TraceJob(Protocol):
+    """What a mark reads of a trace's job (``traces.TraceJob``; not imported: traces imports
+    this module to label what it loads)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def vc(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def gpus(self) -> int: ...
+
 
 MARKS_FILE = Path(__file__).with_name("synthetic_marks.txt")
 #: a mark is kept when its first two hex digits are below this (8 of 256: one 32nd)
