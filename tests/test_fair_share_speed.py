@@ -90,6 +90,9 @@ def test_a_running_users_rank_catches_up_at_the_sweep() -> None:
     assert ledger.key(ann) < ledger.key(bob)
     ledger.advance(1000.0 + ledger.accrue_every)  # ann: 4 x 300 s > bob's 1,000 decayed
     assert ledger.rank("vc0", "ann") > ledger.rank("vc0", "bob")
+    assert ledger.key(ann) < ledger.key(bob)  # (not counted yet)
+    assert ledger.now >= ledger.next_sweep
+    ledger.sweep([ann, bob])  # (what a pass does then, for the accounts that wait)
     assert ledger.key(ann) > ledger.key(bob)
     assert ann in ledger.changed  # (the scheduler re-files her)
 

@@ -8,9 +8,10 @@ usage times 2^((now - ref)/half_life), a value that stays put while the account 
 and grows by GPUs x (E(now) - E(then)) while it runs (E: the integral of 2^((t - ref)/h)).
 
 What orders the queue (``key``) is that scaled value as of the account's last change: when
-its user's GPUs in the VC change (a job of theirs starts or stops), and for every account that
-runs, at the first event at least ``accrue_every`` after the last such sweep (Slurm's
-PriorityCalcPeriod: 5 minutes, less for short half-lives). Between those moments an account's
+its user's GPUs in the VC change (a job of theirs starts or stops), when it gets waiting jobs
+again, and for every account that runs and has jobs waiting, at the first pass at least
+``accrue_every`` after the last such sweep (``sweep``; Slurm's PriorityCalcPeriod: 5 minutes,
+less for short half-lives). Between those moments an account's
 key does not move, so the scheduler keeps its accounts sorted and re-files only the ones the
 ledger lists in ``changed`` (no ``pow``, and no key per account per event); ``usage`` and
 ``rank`` stay exact at ``now``.
@@ -23,7 +24,7 @@ ranks in the live service, ``labhive replay`` and ``labhive simulate``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from labhive.scheduler.config import ClusterConfig, FairShare
 from labhive.scheduler.model import Decision, Preempt, Start, Stop, StopTasks
@@ -48,7 +49,7 @@ class Ledger:
         self._scale = 1.0  # 2^((now - ref)/half_life): scaled usage / usage at ``now``
         self._e = 0.0  # E(now), the scaled GPU-seconds one GPU has added since ``_ref``
         self.half_life = math.inf
-        self._next_sweep = 0.0  # when running accounts' keys are brought up to date next
+        self.next_sweep = 0.0  # when running accounts' keys are brought up to date next
         #: Accounts whose ``key`` changed since the scheduler last re-filed them.
         self.changed: set[Account] = set()
         self.running: dict[Account, int] = {}  # GPUs held now
@@ -87,10 +88,6 @@ class Ledger:
             else:
                 self._scale = math.pow(2.0, exponent)
                 self._e = self._scale * self.half_life / math.log(2)
-        if t >= self._next_sweep:
-            self._next_sweep = t + self.accrue_every
-            for account in self.running:
-                self._settle(account)
 
     def _rebase(self, used: dict[Account, float]) -> None:
         """Make ``now`` the reference time, the accounts' usage as ``used`` says."""
@@ -130,6 +127,20 @@ class Ledger:
         if stored is None or self.fair is None:  # (caps alone: first come, first served)
             return 0.0
         return stored[0] * self._inverse.get(account[1], 1.0)
+
+    def sweep(self, accounts: Iterable[Account]) -> None:
+        """Bring the keys of those of ``accounts`` that run up to ``now``."""
+        self.next_sweep = self.now + self.accrue_every
+        running = self.running
+        for account in accounts:
+            if account in running:
+                self._settle(account)
+
+    def fresh_key(self, account: Account) -> float:
+        """``key`` brought up to ``now`` (an account that starts waiting again)."""
+        if account in self.running:
+            self._settle(account)
+        return self.key(account)
 
     def _settle(self, account: Account) -> None:
         """Bring the account's usage to ``now`` before its running GPUs change."""

@@ -72,6 +72,7 @@ class JobClass:
     #: Whose accounts ``users`` holds: its VC's (``vc``), or None for opportunistic jobs of
     #: all VCs (``queueing._class_key``).
     scope: str | None = ""
+    changes: int = 0  # adds and removes so far: a head found since then still holds
     blocked_at: Hashable = None  # the capacity stamp it last failed at
     need: int = 0  # the fewest GPUs its head job can start with
     task_need: int = 0  # ... of which its largest task needs on one node
@@ -92,6 +93,7 @@ class JobClass:
         bisect.insort(self.entries, (seq, job_id))
         users = self.users
         if users is not None and account is not None:
+            self.changes += 1
             line = users.get(account)
             if line is None:
                 users[account] = [(seq, job_id)]
@@ -104,6 +106,7 @@ class JobClass:
         _drop(self.entries, (seq, job_id))
         users = self.users
         if users is not None and account is not None:
+            self.changes += 1
             line = users.get(account)
             if line is not None:
                 _drop(line, (seq, job_id))

@@ -333,6 +333,8 @@ class Queueing(Turns):
         failed: dict[Hashable, list[JobSize]] = {}
         tie = 0
         ledger = self._ledger
+        # caps or reservations: a head may change without a change of its class
+        fair_gates = ledger is not None and (bool(ledger.caps) or ledger.reserve_after is not None)
         if ledger is not None:
             self._pass_begins(out)
         if self._arrived is not None:
@@ -349,14 +351,15 @@ class Queueing(Turns):
                 else:
                     head = self._fair_head(cls)  # (None: its users wait for a cap or a holder)
                     if head is not None:
-                        heapq.heappush(heap, (-cls.priority, head[0], head[1], tie, cls))
+                        item = (-cls.priority, head[0], head[1], tie, cls, head[2], cls.changes)
+                        heapq.heappush(heap, item)
             if not heap:
                 if ledger is not None:
                     self._pass_ends()
                 return
             entry = heapq.heappop(heap)
-            cls = entry[-1]
             if ledger is None:
+                cls = entry[-1]
                 seq = entry[1]
                 if not cls.entries or cls.entries[0][0] != seq or self._blocked(cls):
                     if cls.entries and not self._blocked(cls):
@@ -364,15 +367,19 @@ class Queueing(Turns):
                     continue
                 job = self._jobs[cls.entries[0][1]]
             else:
+                cls = entry[4]
                 if not cls.entries or self._blocked(cls):
                     continue
-                head = self._fair_head(cls)
-                if head is None:
-                    continue
-                if head[0] != entry[1] or head[1] != entry[2]:  # a cap or a start moved it
-                    self._ready.add(cls)
-                    continue
-                job = self._jobs[head[2]]
+                if cls.changes == entry[6] and not fair_gates:  # (nothing moved its head)
+                    job = self._jobs[entry[5]]
+                else:
+                    head = self._fair_head(cls)
+                    if head is None:
+                        continue
+                    if head[0] != entry[1] or head[1] != entry[2]:  # a cap or a start moved it
+                        self._ready.add(cls)
+                        continue
+                    job = self._jobs[head[2]]
             if cls.signature is None:
                 cls.signature = self._signature(job)
             group, size = cls.signature.group, cls.signature.size

@@ -69,7 +69,7 @@ class Turns(Sizing):
         n = accounts.get(owner, 0)
         accounts[owner] = n + 1
         if not n:
-            key = self._filed[scope, owner] = self._ledger_now().key(owner)
+            key = self._filed[scope, owner] = self._ledger_now().fresh_key(owner)
             bisect.insort(self._orders.setdefault(scope, []), (key, owner))
 
     def _account_leaves(self, cls: JobClass, owner: Account) -> None:
@@ -111,8 +111,10 @@ class Turns(Sizing):
         best-ranked account whose user's cap lets it start; None when none may go (the class
         is then filed where a freed cap or the holder's start gives it back: ``_capped``,
         ``_held``)."""
-        self._account()
-        ledger = self._ledger_now()
+        ledger = self._ledger
+        assert ledger is not None
+        if ledger.caps or ledger.reserve_after is not None:
+            self._account()  # (GPUs counted as started: a cap holds inside one pass)
         users = cls.users
         assert users is not None
         if cls.priority >= 0 and ledger.reserve_after is not None:
@@ -210,7 +212,11 @@ class Turns(Sizing):
     def _pass_begins(self, out: list[Decision]) -> None:
         self._holders = {}
         self._account()
-        if self._ledger_now().changed:
+        ledger = self._ledger_now()
+        if ledger.now >= ledger.next_sweep:  # (only accounts that wait: the others are
+            for accounts in self._vc_accounts.values():  # brought up when they join)
+                ledger.sweep(accounts)
+        if ledger.changed:
             self._refile()
 
     def _pass_ends(self) -> None:
