@@ -281,7 +281,9 @@ class Turns(Sizing):
         if job.queued_key is not None:
             cls = self._classes[job.queued_key]
             self._capped.setdefault(account(job), set()).add(cls)
-            self._ready.add(cls)  # its other users' jobs may go (``_fair_head`` passes this one)
+            # (not tried again in this pass: re-readied at once, a job whose first unit
+            # fits under the cap but a later one does not was tried again and again)
+            self._ready.discard(cls)
         return True
 
     def _started_whole(self, cls: JobClass) -> None:
