@@ -3,8 +3,18 @@
 Slurm's fair-share factor, per VC: a user's usage is the GPU-seconds their jobs ran in the VC,
 each second's worth decaying by 2^(-age/half_life); a waiting job's rank is its user's usage
 divided by the user's share, and a lower rank goes first. Ranks only compare users at one
-moment, so the usage of a (VC, user) is kept as a value at the time it last changed and
-decayed when read (one ``pow``), not swept over every user at every event.
+moment, so usage is kept in Slurm's "decayed to a reference time" form: an account's
+usage times 2^((now - ref)/half_life), a value that stays put while the account runs nothing
+and grows by GPUs x (E(now) - E(then)) while it runs (E: the integral of 2^((t - ref)/h)).
+
+What orders the queue (``key``) is that scaled value as of the account's last change: when
+its user's GPUs in the VC change (a job of theirs starts or stops), when it gets waiting jobs
+again, and for every account that runs and has jobs waiting, at the first pass at least
+``accrue_every`` after the last such sweep (``sweep``; Slurm's PriorityCalcPeriod: 5 minutes,
+less for short half-lives). Between those moments an account's
+key does not move, so the scheduler keeps its accounts sorted and re-files only the ones the
+ledger lists in ``changed`` (no ``pow``, and no key per account per event); ``usage`` and
+``rank`` stay exact at ``now``.
 
 Pure: time arrives with the events (``advance``), GPUs with the decisions the scheduler made
 and the events that ended jobs (``started``, ``stopped``). The same events give the same
@@ -14,7 +24,7 @@ ranks in the live service, ``labhive replay`` and ``labhive simulate``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from labhive.scheduler.config import ClusterConfig, FairShare
 from labhive.scheduler.model import Decision, Preempt, Start, Stop, StopTasks
@@ -22,6 +32,10 @@ from labhive.scheduler.model import Decision, Preempt, Start, Stop, StopTasks
 #: A (VC, user) pair; a job without a user counts as user "".
 Account = tuple[str, str]
 TaskKey = tuple[str, int]
+#: Scaled values grow by 2 each half-life: past 2^this the reference time moves to ``now``.
+_REBASE_AFTER = 256.0
+#: The longest a running account's key waits for its usage (Slurm's PriorityCalcPeriod).
+ACCRUE_EVERY = 300.0
 
 
 class Ledger:
@@ -29,7 +43,15 @@ class Ledger:
 
     def __init__(self, config: ClusterConfig) -> None:
         self.now = 0.0
-        self._usage: dict[Account, tuple[float, float]] = {}  # -> (GPU-s, at time)
+        # -> (usage scaled to ``_ref``, E when it was stored): see the module's docstring
+        self._usage: dict[Account, tuple[float, float]] = {}
+        self._ref = 0.0  # the reference time of the stored values
+        self._scale = 1.0  # 2^((now - ref)/half_life): scaled usage / usage at ``now``
+        self._e = 0.0  # E(now), the scaled GPU-seconds one GPU has added since ``_ref``
+        self.half_life = math.inf
+        self.next_sweep = 0.0  # when running accounts' keys are brought up to date next
+        #: Accounts whose ``key`` changed since the scheduler last re-filed them.
+        self.changed: set[Account] = set()
         # GPUs held now (a GPU share counts as its fraction: 0.25 of a GPU-second a second)
         self.running: dict[Account, float] = {}
         self._held: dict[str, tuple[Account, dict[TaskKey, float]]] = {}  # job -> its GPUs
@@ -41,7 +63,11 @@ class Ledger:
         """Take a (new) config's parameters; what was used so far is kept."""
         fair = config.fair_share
         self.fair: FairShare | None = fair
+        used = {account: self.usage(account) for account in self._usage}
         self.half_life = fair.half_life if fair is not None else math.inf
+        self._rebase(used)  # (the scaled form depends on the half-life)
+        self._inverse = {} if fair is None else {u: 1.0 / s for u, s in fair.shares.items()}
+        self.accrue_every = min(ACCRUE_EVERY, self.half_life / 16)
         self.reserve_after = fair.reserve_after if fair is not None else None
         self.caps = {
             name: vc.user_max_running_gpus
@@ -51,24 +77,42 @@ class Ledger:
 
     def advance(self, t: float) -> None:
         """Time moved on to ``t`` (an event's); it never goes back."""
-        if t > self.now:
-            self.now = t
+        if t <= self.now:
+            return
+        self.now = t
+        if self.half_life == math.inf:
+            self._e = t - self._ref
+        else:
+            exponent = (t - self._ref) / self.half_life
+            if exponent > _REBASE_AFTER:  # before the scaled values leave the floats' range
+                self._rebase({account: self.usage(account) for account in self._usage})
+            else:
+                self._scale = math.pow(2.0, exponent)
+                self._e = self._scale * self.half_life / math.log(2)
+
+    def _rebase(self, used: dict[Account, float]) -> None:
+        """Make ``now`` the reference time, the accounts' usage as ``used`` says."""
+        self._ref, self._scale = self.now, 1.0
+        self._e = 0.0 if self.half_life == math.inf else self.half_life / math.log(2)
+        self._usage = {account: (u, self._e) for account, u in used.items()}
+        self.changed.update(self._usage)  # (every key was scaled anew)
 
     # ---- usage -------------------------------------------------------------------------------
 
-    def usage(self, account: Account) -> float:
-        """The account's decayed GPU-seconds at ``now``: what it had when it last changed,
-        decayed since, plus what its running GPUs added meanwhile, each second decayed by
-        its own age (the integral of g * 2^(-(now-s)/h) ds)."""
-        used, at = self._usage.get(account, (0.0, self.now))
-        dt = self.now - at
-        if dt <= 0:
-            return used
+    def _scaled(self, account: Account) -> float:
+        """The account's usage at ``now`` in the scaled form: what it had when it last
+        changed plus what its running GPUs added since (each second decayed by its age)."""
+        stored = self._usage.get(account)
+        if stored is None:
+            return 0.0
+        used, at = stored
         gpus = self.running.get(account, 0)
-        if self.half_life == math.inf:
-            return used + gpus * dt
-        decay = math.pow(2.0, -dt / self.half_life)
-        return used * decay + gpus * self.half_life / math.log(2) * (1.0 - decay)
+        return used + gpus * (self._e - at) if gpus else used
+
+    def usage(self, account: Account) -> float:
+        """The account's decayed GPU-seconds at ``now`` (the integral of its GPUs at s times
+        2^(-(now-s)/half_life) ds)."""
+        return self._scaled(account) / self._scale
 
     def reading(self) -> tuple[float, dict[Account, tuple[float, float]]]:
         """``now``, and per (VC, user) with usage or GPUs held: its decayed GPU-seconds at
@@ -82,12 +126,34 @@ class Ledger:
         fair = self.fair
         if fair is None:
             return 0.0
-        account = (vc, user)
-        return self.usage(account) / fair.shares.get(user, 1.0)
+        return self.usage((vc, user)) / fair.shares.get(user, 1.0)
+
+    def key(self, account: Account) -> float:
+        """What orders accounts as ``rank`` does (times one factor common to all accounts),
+        as of the account's last change or sweep (the module's docstring)."""
+        stored = self._usage.get(account)
+        if stored is None or self.fair is None:  # (caps alone: first come, first served)
+            return 0.0
+        return stored[0] * self._inverse.get(account[1], 1.0)
+
+    def sweep(self, accounts: Iterable[Account]) -> None:
+        """Bring the keys of those of ``accounts`` that run up to ``now``."""
+        self.next_sweep = self.now + self.accrue_every
+        running = self.running
+        for account in accounts:
+            if account in running:
+                self._settle(account)
+
+    def fresh_key(self, account: Account) -> float:
+        """``key`` brought up to ``now`` (an account that starts waiting again)."""
+        if account in self.running:
+            self._settle(account)
+        return self.key(account)
 
     def _settle(self, account: Account) -> None:
         """Bring the account's usage to ``now`` before its running GPUs change."""
-        self._usage[account] = (self.usage(account), self.now)
+        self._usage[account] = (self._scaled(account), self._e)
+        self.changed.add(account)
 
     # ---- GPUs held ---------------------------------------------------------------------------
 

@@ -63,8 +63,16 @@ class JobClass:
     key: Hashable
     vc: str
     priority: int
-    user: str = ""  # its jobs' user, when classes are per user (``fairshare``)
     entries: list[tuple[int, str]] = field(default_factory=list)  # (seq, job id), sorted
+    #: When the scheduler tells users apart (``turns``): the same entries per account (VC,
+    #: user), each sorted; the class's head is then the head of its best-ranked account's.
+    #: One class for all users, not one per user: jobs of one shape fit or fail together
+    #: whoever submitted them, so a pass blocks and tries a shape once, as without users.
+    users: dict[tuple[str, str], list[tuple[int, str]]] | None = None
+    #: Whose accounts ``users`` holds: its VC's (``vc``), or None for opportunistic jobs of
+    #: all VCs (``queueing._class_key``).
+    scope: str | None = ""
+    changes: int = 0  # adds and removes so far: a head found since then still holds
     blocked_at: Hashable = None  # the capacity stamp it last failed at
     need: int = 0  # the fewest GPUs its head job can start with
     task_need: int = 0  # ... of which its largest task needs on one node
@@ -79,13 +87,39 @@ class JobClass:
     judged: bool = False  # whether ``never`` holds the quota's verdict (``failures``)
     never: Failure | None = None  # it: no VC, no cells, or never as its cells are
 
-    def add(self, seq: int, job_id: str) -> None:
+    def add(self, seq: int, job_id: str, account: tuple[str, str] | None = None) -> bool:
+        """File a job (also under its ``account`` when the class keeps ``users``); whether
+        that account is new to the class."""
         bisect.insort(self.entries, (seq, job_id))
+        users = self.users
+        if users is not None and account is not None:
+            self.changes += 1
+            line = users.get(account)
+            if line is None:
+                users[account] = [(seq, job_id)]
+                return True
+            bisect.insort(line, (seq, job_id))
+        return False
 
-    def remove(self, seq: int, job_id: str) -> None:
-        i = bisect.bisect_left(self.entries, (seq, job_id))
-        if i < len(self.entries) and self.entries[i] == (seq, job_id):
-            del self.entries[i]
+    def remove(self, seq: int, job_id: str, account: tuple[str, str] | None = None) -> bool:
+        """Take a job out; whether its account has no other job in the class."""
+        _drop(self.entries, (seq, job_id))
+        users = self.users
+        if users is not None and account is not None:
+            self.changes += 1
+            line = users.get(account)
+            if line is not None:
+                _drop(line, (seq, job_id))
+                if not line:
+                    del users[account]
+                    return True
+        return False
+
+
+def _drop(entries: list[tuple[int, str]], entry: tuple[int, str]) -> None:
+    i = bisect.bisect_left(entries, entry)
+    if i < len(entries) and entries[i] == entry:
+        del entries[i]
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
-from labhive.scheduler.hived.base import UNBOUNDED
+from labhive.scheduler.hived.base import UNBOUNDED, account
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import FailedAt, JobClass, JobSize, Signature, VCQueue
 from labhive.scheduler.hived.turns import Turns
@@ -44,8 +44,6 @@ class Queueing(Turns):
             shape = self._shape(job)
         if not job.spec.gang:
             shape = shape[:1]
-        if self._ledger is not None:  # a class per user: each goes in its user's turn
-            return (job.vc, job.spec.priority, job.spec.gang, job.pinned, shape, job.spec.user)
         # Opportunistic jobs of all VCs share classes, unless SKUs size them by their VC's.
         vc = None if job.spec.opportunistic and not self.config.skus else job.vc
         return (vc, job.spec.priority, job.spec.gang, job.pinned, shape)
@@ -74,7 +72,10 @@ class Queueing(Turns):
         cls = self._class_of(job, key)
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
-        cls.add(job.seq, job.job_id)
+        if cls.users is not None and cls.add(job.seq, job.job_id, account(job)):
+            self._account_joins(cls, account(job))
+        elif cls.users is None:
+            cls.add(job.seq, job.job_id)
         if not job.spec.opportunistic:
             listed = self._vc_classes.get(job.vc)
             if listed is None:
@@ -96,7 +97,10 @@ class Queueing(Turns):
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
-            cls.user = job.spec.user or ""
+            if self._ledger is not None:
+                cls.users = {}
+                shared = job.spec.opportunistic and not self.config.skus and not job.grouped
+                cls.scope = None if shared else job.vc  # (``_class_key``)
             cls.need = self._class_need(job)
             cls.task_need = self._task_need(job)
             cls.vc_ref = self.vcs.by_name.get(job.vc)
@@ -194,7 +198,10 @@ class Queueing(Turns):
         if job.queued_key is not None:
             cls = self._classes.get(job.queued_key)
             if cls is not None:
-                cls.remove(job.seq, job.job_id)
+                if cls.users is None:
+                    cls.remove(job.seq, job.job_id)
+                elif cls.remove(job.seq, job.job_id, account(job)):
+                    self._account_leaves(cls, account(job))
                 if not cls.entries:  # only classes with waiting jobs are listed per VC
                     listed = self._vc_classes.get(cls.vc)
                     if listed is not None:
@@ -326,12 +333,15 @@ class Queueing(Turns):
 
     def _schedule(self, out: list[Decision]) -> None:
         """Start what fits, classes in queue order; a class that fails is skipped until the
-        capacity it depends on grows."""
-        # (-priority, [its user's rank under fair share,] its head's seq, tie, class)
+        capacity it depends on grows. Per user (``turns``), a class's head is its
+        best-ranked account's, and classes are ordered by their head's rank first."""
+        # (-priority, [its head's rank key under fair share,] its head's seq, tie, class)
         heap: list[tuple[Any, ...]] = []
         failed: dict[Hashable, list[JobSize]] = {}
         tie = 0
         ledger = self._ledger
+        # caps or reservations: a head may change without a change of its class
+        fair_gates = ledger is not None and (bool(ledger.caps) or ledger.reserve_after is not None)
         if ledger is not None:
             self._pass_begins(out)
         if self._arrived is not None:
@@ -346,28 +356,44 @@ class Queueing(Turns):
                 if ledger is None:
                     heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
                 else:
-                    rank = ledger.rank(cls.vc, cls.user)
-                    heapq.heappush(heap, (-cls.priority, rank, cls.entries[0][0], tie, cls))
+                    head = self._fair_head(cls)  # (None: its users wait for a cap or a holder)
+                    if head is not None:
+                        item = (-cls.priority, head[0], head[1], tie, cls, head[2], cls.changes)
+                        heapq.heappush(heap, item)
             if not heap:
                 if ledger is not None:
                     self._pass_ends()
                 return
             entry = heapq.heappop(heap)
-            seq, cls = entry[-3], entry[-1]
-            if not cls.entries or cls.entries[0][0] != seq or self._blocked(cls):
-                if cls.entries and not self._blocked(cls):
-                    self._ready.add(cls)
-                continue
-            job = self._jobs[cls.entries[0][1]]
+            if ledger is None:
+                cls = entry[-1]
+                seq = entry[1]
+                if not cls.entries or cls.entries[0][0] != seq or self._blocked(cls):
+                    if cls.entries and not self._blocked(cls):
+                        self._ready.add(cls)
+                    continue
+                job = self._jobs[cls.entries[0][1]]
+            else:
+                cls = entry[4]
+                if not cls.entries or self._blocked(cls):
+                    continue
+                if cls.changes == entry[6] and not fair_gates:  # (nothing moved its head)
+                    job = self._jobs[entry[5]]
+                else:
+                    head = self._fair_head(cls)
+                    if head is None:
+                        continue
+                    if head[0] != entry[1] or head[1] != entry[2]:  # a cap or a start moved it
+                        self._ready.add(cls)
+                        continue
+                    job = self._jobs[head[2]]
             if cls.signature is None:
                 cls.signature = self._signature(job)
             group, size = cls.signature.group, cls.signature.size
             if (group is not None and any(size.dominated_by(f) for f in failed.get(group, ()))) or (
                 not self._may_fit(cls)
             ):
-                self._block(cls)  # (before the gate: it fails on capacity, capped or not)
-                continue
-            if ledger is not None and not self._gate(cls, job):
+                self._block(cls)
                 continue
             before = len(job.placed)
             self._try(job, out, self._since(cls), cls)

@@ -1,16 +1,20 @@
 """Whose turn it is inside a VC: fair share, per-user caps and the reservation of an overdue
 job, as the scheduling pass (``queueing``) asks about them.
 
-Only when the config tells users apart (``ClusterConfig.per_user``): waiting jobs are then in
-classes per user, and the pass orders classes of one priority by their user's rank
-(``fairshare.Ledger.rank``), then by submission. Before an attempt, ``_gate`` says whether the
-class may go now:
+Only when the config tells users apart (``ClusterConfig.per_user``): a class of identical
+waiting jobs then keeps its jobs per account (VC, user) too (``JobClass.users``), and its head
+is the first job of its best account: the lowest rank (``fairshare.Ledger.key``), then the
+earliest submission. The pass orders classes of one priority by their head's rank, then its
+submission: the order of one class per user, at the cost of one class per shape, as without
+users (a shape that fails to fit fails for every user: the class is blocked once, not once per
+user). ``_fair_head`` picks the head, passing over accounts that may not go now:
 
-- not while its user holds the VC's ``maxRunningGpus``: the class waits in ``_capped`` until
-  that user's GPUs are freed (never blocked on capacity: room may be there, the cap is not);
-- not while an overdue job of another class (one that waited ``reserveAfter``) holds its VC
-  and priority: the reservation that keeps a gang from being starved by a stream of small
-  jobs that always fit first. The held-back classes are tried again in the next pass.
+- not while its user holds the VC's ``maxRunningGpus``: the class waits in ``_capped`` for
+  that user's GPUs to be freed (never blocked on capacity: room may be there, the cap is not),
+  and meanwhile its other users' jobs go;
+- not while an overdue job (one that waited ``reserveAfter``) holds its VC and priority: the
+  reservation that keeps a gang from being starved by a stream of small jobs that always fit
+  first. Only the holder's job may go; the held-back classes are tried again when it starts.
 
 GPUs are counted from the decisions the pass makes, as it makes them (``_account``), so a cap
 holds inside one pass too.
@@ -42,12 +46,106 @@ class Turns(Sizing):
     """The per-user checks of a pass, over ``_ledger`` (set only when ``per_user``)."""
 
     _out: list[Decision]  # this event's decisions (``handle``)
-    _holders: dict[tuple[str, int], JobClass | None]  # per pass: who holds a VC's priority
+    # Per pass: who holds a VC's priority (the class and account of the overdue job), if any.
+    _holders: dict[tuple[str, int], tuple[JobClass, Account] | None]
     # Classes an overdue job holds back, per (VC, priority): tried again when the holder
     # starts or a waiting job of the VC leaves, or when the VC frees GPUs (``_collect_ready``
     # marks all its classes then), not at every event.
     _held: dict[tuple[str, int], set[JobClass]]
     _fair_lines: dict[str, list[tuple[int, float, int, str]]]  # per event: ``fair_position``
+    # Per scope (a VC, or None: the opportunistic classes shared by all VCs), the accounts
+    # with jobs in its classes sorted by ``Ledger.key`` as of the pass's start (``_order``);
+    # per scope, the classes each such account has jobs in; the key each is filed under.
+    _orders: dict[str | None, list[tuple[float, Account]]]
+    _vc_accounts: dict[str | None, dict[Account, int]]
+    _filed: dict[tuple[str | None, Account], float]
+
+    def _account_joins(self, cls: JobClass, owner: Account) -> None:
+        """The account's first job in the class was queued: file it in its scope's order."""
+        scope = cls.scope
+        accounts = self._vc_accounts.get(scope)
+        if accounts is None:
+            accounts = self._vc_accounts[scope] = {}
+        n = accounts.get(owner, 0)
+        accounts[owner] = n + 1
+        if not n:
+            key = self._filed[scope, owner] = self._ledger_now().fresh_key(owner)
+            bisect.insort(self._orders.setdefault(scope, []), (key, owner))
+
+    def _account_leaves(self, cls: JobClass, owner: Account) -> None:
+        """The account's last job in the class left it; out of the order with its last."""
+        scope = cls.scope
+        accounts = self._vc_accounts[scope]
+        n = accounts[owner] - 1
+        if n:
+            accounts[owner] = n
+            return
+        del accounts[owner]
+        _unfile(self._orders[scope], self._filed.pop((scope, owner)), owner)
+
+    def _order(self, scope: str | None) -> list[tuple[float, Account]]:
+        """The scope's accounts with waiting jobs by rank key: a class's head costs the
+        accounts ranked before it, not all of them."""
+        return self._orders.get(scope, _NONE)
+
+    def _refile(self) -> None:
+        """At a pass's start: move the accounts whose key changed since the last pass
+        (``Ledger.changed``: their user's GPUs changed, or a sweep): an event costs the
+        accounts it changed, not every account, and the order holds still during the pass."""
+        ledger = self._ledger_now()
+        filed = self._filed
+        for owner in ledger.changed:
+            key = ledger.key(owner)
+            for scope in (owner[0], None):
+                old = filed.get((scope, owner))
+                if old is not None and key != old:
+                    order = self._orders[scope]
+                    _unfile(order, old, owner)
+                    bisect.insort(order, (key, owner))
+                    filed[scope, owner] = key
+        ledger.changed.clear()
+
+    def _fair_head(self, cls: JobClass) -> tuple[float, int, str] | None:
+        """The (rank key, seq, job id) of the class's job to try next: the reservation's
+        holder if it holds the class's VC and priority, else the first job of the class's
+        best-ranked account whose user's cap lets it start; None when none may go (the class
+        is then filed where a freed cap or the holder's start gives it back: ``_capped``,
+        ``_held``)."""
+        ledger = self._ledger
+        assert ledger is not None
+        if ledger.caps or ledger.reserve_after is not None:
+            self._account()  # (GPUs counted as started: a cap holds inside one pass)
+        users = cls.users
+        assert users is not None
+        if cls.priority >= 0 and ledger.reserve_after is not None:
+            holder = self._holder(cls.vc, cls.priority)
+            if holder is not None:
+                if holder[0] is not cls:
+                    self._held.setdefault((cls.vc, cls.priority), set()).add(cls)
+                    return None
+                seq, job_id = users[holder[1]][0]
+                return self._filed[cls.scope, holder[1]], seq, job_id
+        capped = bool(ledger.caps)
+        best: tuple[float, int, str] | None = None
+        for key, owner in self._order(cls.scope):
+            if best is not None and key > best[0]:
+                break  # (equal keys: the earlier submission goes first)
+            line = users.get(owner)
+            if line is None:
+                continue
+            seq, job_id = line[0]
+            if best is not None and seq > best[1]:
+                continue
+            if capped and self._over_cap(owner, job_id):
+                self._capped.setdefault(owner, set()).add(cls)
+                continue
+            best = (key, seq, job_id)
+        return best
+
+    def _over_cap(self, owner: Account, job_id: str) -> bool:
+        """Whether the job's next unit would take its user past the VC's cap."""
+        unit = self._units(self._jobs[job_id])[0]
+        return self._ledger_now().over_cap(owner[0], owner[1], _gpus(unit)) is not None
 
     def _ledger_now(self) -> Ledger:
         ledger = self._ledger
@@ -107,21 +205,27 @@ class Turns(Sizing):
             line = []
             for neg, seq, job_id in self._queues[job.vc].order:
                 user = self._jobs[job_id].spec.user or ""
-                line.append((neg, ledger.rank(job.vc, user), seq, job_id))
+                line.append((neg, ledger.key((job.vc, user)), seq, job_id))
             line.sort()
             self._fair_lines[job.vc] = line
-        key = (-job.spec.priority, ledger.rank(job.vc, job.spec.user or ""), job.seq, job.job_id)
+        key = (-job.spec.priority, ledger.key(account(job)), job.seq, job.job_id)
         return bisect.bisect_left(line, key) + 1
 
     def wait_key(self, job: Job) -> tuple[int, float, int, str]:
         """``jobs()``'s order of waiting jobs: priority, then (under fair share) rank."""
         ledger = self._ledger
-        rank = 0.0 if ledger is None else ledger.rank(job.vc, job.spec.user or "")
+        rank = 0.0 if ledger is None else ledger.key(account(job))
         return (-job.spec.priority, rank, job.seq, job.spec.name)
 
     def _pass_begins(self, out: list[Decision]) -> None:
         self._holders = {}
         self._account()
+        ledger = self._ledger_now()
+        if ledger.now >= ledger.next_sweep:  # (only accounts that wait: the others are
+            for accounts in self._vc_accounts.values():  # brought up when they join)
+                ledger.sweep(accounts)
+        if ledger.changed:
+            self._refile()
 
     def _pass_ends(self) -> None:
         self._account()
@@ -153,18 +257,19 @@ class Turns(Sizing):
             self._ready.update(c for c in classes if c.entries)
 
     def _gate(self, cls: JobClass, job: Job) -> bool:
-        """Whether the class's head may be tried now (the module's docstring)."""
+        """Whether a job that arrived to an empty class may be tried now (as ``_fair_head``
+        would say of its class once it is queued)."""
         self._account()
         ledger = self._ledger_now()
         self._cap_hit = False
-        if ledger.over_cap(cls.vc, cls.user, _gpus(self._units(job)[0])) is not None:
-            self._capped.setdefault((cls.vc, cls.user), set()).add(cls)
+        owner = account(job)
+        if ledger.over_cap(owner[0], owner[1], _gpus(self._units(job)[0])) is not None:
+            self._capped.setdefault(owner, set()).add(cls)
             return False
-        if cls.priority >= 0 and ledger.reserve_after is not None:
-            holder = self._holder(cls.vc, cls.priority)
-            if holder is not None and holder is not cls:
-                self._held.setdefault((cls.vc, cls.priority), set()).add(cls)
-                return False
+        held = cls.priority >= 0 and ledger.reserve_after is not None
+        if held and self._holder(cls.vc, cls.priority) is not None:  # (not it: not queued)
+            self._held.setdefault((cls.vc, cls.priority), set()).add(cls)
+            return False
         return True
 
     def _capped_unit(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> bool:
@@ -185,7 +290,9 @@ class Turns(Sizing):
             return False
         if job.queued_key is not None:
             cls = self._classes[job.queued_key]
-            self._capped.setdefault((cls.vc, cls.user), set()).add(cls)
+            self._capped.setdefault(account(job), set()).add(cls)
+            # (not tried again in this pass: re-readied at once, a job whose first unit
+            # fits under the cap but a later one does not was tried again and again)
             self._ready.discard(cls)
         return True
 
@@ -193,31 +300,41 @@ class Turns(Sizing):
         """The class's head started: count it, and who holds its VC and priority may change."""
         self._account()
         key = (cls.vc, cls.priority)
-        if self._holders.pop(key, None) is cls:
+        holder = self._holders.pop(key, None)
+        if holder is not None and holder[0] is cls:
             self._release_held(key)
 
-    def _holder(self, vc: str, priority: int) -> JobClass | None:
-        """The class whose head is the VC's earliest overdue job at this priority that its
-        user's cap lets start (once per pass; None: no reservation)."""
+    def _holder(self, vc: str, priority: int) -> tuple[JobClass, Account] | None:
+        """The class and account whose first job is the VC's earliest overdue job at this
+        priority that its user's cap lets start (once per pass; None: no reservation)."""
         key = (vc, priority)
         if key in self._holders:
             return self._holders[key]
         ledger = self._ledger_now()
-        best: JobClass | None = None
+        best: tuple[JobClass, Account] | None = None
         best_seq = 0
         for cls in self._vc_classes.get(vc, {}).values():
-            if cls.priority != priority or not cls.entries or cls.never is not None:
+            if cls.priority != priority or not cls.users or cls.never is not None:
                 continue
-            seq, job_id = cls.entries[0]
-            if (best is not None and seq >= best_seq) or not ledger.overdue(job_id):
-                continue
-            head = self._jobs[job_id]
-            if ledger.over_cap(vc, cls.user, _gpus(self._units(head)[0])) is not None:
-                continue
-            best, best_seq = cls, seq
+            for owner, line in cls.users.items():
+                seq, job_id = line[0]
+                if (best is not None and seq >= best_seq) or not ledger.overdue(job_id):
+                    continue
+                if self._over_cap(owner, job_id):
+                    continue
+                best, best_seq = (cls, owner), seq
         self._holders[key] = best
         return best
 
 
 def _gpus(unit: list[tuple[RoleSpec, int]]) -> int:
     return sum(role.gpu for role, _ in unit)
+
+
+_NONE: list[tuple[float, Account]] = []  # (a VC without waiting accounts: never added to)
+
+
+def _unfile(order: list[tuple[float, Account]], key: float, owner: Account) -> None:
+    i = bisect.bisect_left(order, (key, owner))
+    if i < len(order) and order[i] == (key, owner):
+        del order[i]

@@ -47,6 +47,9 @@ class JobTable:
         self.vc = array("h")
         self.vcs: list[str] = []  # VC names by code
         self._vc_code: dict[str, int] = {}
+        self.user = array("l")  # the job's user, by code ("" for a job without one)
+        self.users: list[str] = []  # user names by code
+        self._user_code: dict[str, int] = {}
         # Rows in use; the columns hold ``_room`` rows, blank past ``_rows`` (``_grow``).
         self._rows = 0
         self._room = 0
@@ -72,6 +75,12 @@ class JobTable:
             code = self._vc_code[job.vc] = len(self.vcs)
             self.vcs.append(job.vc)
         self.vc[row] = code
+        user = job.user
+        code = self._user_code.get(user)
+        if code is None:
+            code = self._user_code[user] = len(self.users)
+            self.users.append(user)
+        self.user[row] = code
         return row
 
     def _grow(self) -> None:
@@ -82,6 +91,7 @@ class JobTable:
         self.preemptions.extend(_ZEROS_L)
         self.state.extend(_PENDINGS)
         self.vc.extend(_ZEROS_H)
+        self.user.extend(_ZEROS_L)
         self._room += CHUNK
 
     def fill(self, row: int, job: Any) -> None:
@@ -105,6 +115,7 @@ class JobTable:
         out["preemptions"] = np.asarray(self.preemptions[:n], dtype=np.int64)
         out["state"] = np.asarray(self.state[:n], dtype=np.int8)
         out["vc"] = np.asarray(self.vc[:n], dtype=np.int16)
+        out["user"] = np.asarray(self.user[:n], dtype=np.int64)
         return out
 
     def count(self, *states: str) -> int:

@@ -19,6 +19,12 @@ Definitions (also in ``docs/policies.md``):
   overall the worst VC's mean and Jain's index over the VCs' means. Very short jobs dominate
   those means (a 10-s job that waits a minute has rho 7), so the same figures are also given
   over jobs longer than ``LONG_JOB`` seconds only (``*_long``), a more robust reading.
+- per user, inside each VC (only when the trace names users: ``per_user``): each user's
+  queuing delays (mean, p50, p95, over their jobs that started) and mean rho; per VC, Jain's
+  index over its users' mean queuing delays (1: every user waited alike on average) and over
+  their mean rho of jobs > 1 min, the median and worst user's mean delay. Fair share evens
+  out usage, not waits: a heavy user waits longer than a light one under it, so the index
+  over waits can fall while light users' waits fall too (docs/policies.md).
 """
 
 from __future__ import annotations
@@ -132,7 +138,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
     overall["jain_vc_ftf"] = jain(rhos)
     overall["ftf_worst_vc_long"] = max(longs) if longs else None
     overall["jain_vc_ftf_long"] = jain(longs)
-    return {
+    out = {
         "policy": result.policy,
         "total_gpus": result.total_gpus,
         "events": result.events,
@@ -140,6 +146,47 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "per_vc": per_vc,
         "over_time": over_time(result),
     }
+    users = per_user(cols, result.table.vcs, result.table.users)
+    if users:  # (a trace without users keeps its summary as it was, byte for byte)
+        out["per_user"] = users
+    return out
+
+
+def per_user(cols: dict[str, np.ndarray], vcs: list[str], users: list[str]) -> dict[str, Any]:
+    """Per VC, its users' waits and Jain's indexes over them (the module's docstring); empty
+    when no job names a user."""
+    if not any(users):
+        return {}
+    out: dict[str, Any] = {}
+    started = ~np.isnan(cols["first_start"])
+    delay = cols["first_start"] - cols["submit"]
+    duration, end = cols["duration"], cols["end"]
+    long_done = ~np.isnan(end) & (duration > LONG_JOB)
+    for code, vc in sorted(enumerate(vcs), key=lambda cv: cv[1]):
+        in_vc = cols["vc"] == code
+        by_user: dict[str, Any] = {}
+        rhos = []
+        for ucode in np.unique(cols["user"][in_vc]).tolist():
+            mine = in_vc & (cols["user"] == ucode)
+            waits = delay[mine & started]
+            stats = _stats(waits, "queue_delay")
+            del stats["queue_delay_p99"]
+            done = mine & long_done
+            rho = (end[done] - cols["submit"][done]) / duration[done]
+            stats["ftf_rho_long"] = float(rho.mean()) if len(rho) else None
+            if stats["ftf_rho_long"] is not None:
+                rhos.append(stats["ftf_rho_long"])
+            by_user[users[ucode]] = {"jobs": int(mine.sum()), **stats}
+        means = [u["queue_delay_avg"] for u in by_user.values() if u["queue_delay_avg"] is not None]
+        out[vc] = {
+            "users": len(by_user),
+            "jain_user_wait": jain(means),
+            "jain_user_rho_long": jain(rhos),
+            "user_wait_median": float(np.median(means)) if means else None,
+            "user_wait_worst": max(means) if means else None,
+            "by_user": dict(sorted(by_user.items())),
+        }
+    return out
 
 
 def over_time(result: SimResult, buckets: int = 200) -> dict[str, list[float]]:

@@ -51,6 +51,14 @@ VC_ROWS: tuple[tuple[str, str, str], ...] = (
     ("rho", "ftf_rho", "num"),
     ("preempt", "preemptions", "int"),
 )
+#: Per VC, over its users (only for traces that name users: ``metrics.per_user``).
+USER_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("users", "users", "int"),
+    ("Jain wait", "jain_user_wait", "num"),
+    ("Jain rho>1min", "jain_user_rho_long", "num"),
+    ("median user's wait", "user_wait_median", "dur"),
+    ("worst user's wait", "user_wait_worst", "dur"),
+)
 
 
 def fmt(value: Any, kind: str) -> str:
@@ -108,6 +116,16 @@ def table(runs: list[PolicyRun], notes: list[str], per_vc: bool = True) -> str:
                 for vc, stats in sorted(r.summary["per_vc"].items())
             ]
             parts += ["", _grid([f"[{r.label}] VC", *(label for label, _, _ in VC_ROWS)], vc_rows)]
+    if any("per_user" in r.summary for r in runs):
+        parts += ["", "per user inside each VC (a user's wait: their jobs' mean queuing delay;"]
+        parts += ["Jain: 1 when every user of the VC waited alike; --json has each user's)"]
+        for r in runs:
+            user_rows = [
+                [vc, *(fmt(stats.get(key), kind) for _, key, kind in USER_ROWS)]
+                for vc, stats in sorted(r.summary.get("per_user", {}).items())
+            ]
+            header = [f"[{r.label}] VC", *(label for label, _, _ in USER_ROWS)]
+            parts += ["", _grid(header, user_rows)]
     return "\n".join(parts)
 
 

@@ -1,0 +1,112 @@
+"""Fair share as cheap as first come, first served: given a loaded cluster, 20 users with jobs
+of every shape waiting, and a stream of ends and submissions, expect the fair-share pass to
+look at about as many classes as FIFO's (one class per shape, not one per user and shape: a
+shape that does not fit fails for every user), and the usage ranks to stay right without a
+``pow`` per comparison (``hived/fairshare.py``'s scaled form, its sweep and its rebase)."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from labhive.scheduler.config import FairShare, load_cluster_config
+from labhive.scheduler.hived.core import HivedScheduler
+from labhive.scheduler.hived.fairshare import Ledger
+from labhive.scheduler.hived.queue import JobClass
+from labhive.scheduler.model import Finish, Start, Submit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_scheduler import cluster, job
+
+USERS = 20
+
+
+class Counting(HivedScheduler):
+    """HiveD, counting the classes its passes found blocked or failed (``_block``)."""
+
+    blocks = 0
+
+    def _block(self, cls: JobClass, stamp: object = None) -> None:
+        self.blocks += 1
+        super()._block(cls, stamp)
+
+
+def drive(fair: bool, waiting: int = 1500, events: int = 300) -> Counting:
+    """The benchmark's workload, small: 512 GPUs filled, ``waiting`` jobs queued, then
+    ``events`` pairs of one running job ending and a new one arriving, a second apart."""
+    rng, who = random.Random(3), random.Random(4)
+    config = load_cluster_config(cluster(512))
+    if fair:
+        config = replace(config, fair_share=FairShare(7 * 86400))
+    sched = Counting(config)
+    running: list[str] = []
+    n = 0
+
+    def feed(event: object) -> None:
+        for d in sched.handle(event):  # type: ignore[arg-type]
+            if isinstance(d, Start) and d.job_id not in running:
+                running.append(d.job_id)
+
+    while sum(1 for j in sched._jobs.values() if not j.placed) < waiting:
+        n += 1
+        feed(Submit(f"j{n}", job(rng, n, f"u{who.randrange(USERS)}")))
+    sched.blocks = 0
+    for t in range(1, events + 1):
+        victim = running.pop(rng.randrange(len(running)))
+        if victim in sched._jobs and sched._jobs[victim].placed:
+            feed(Finish(victim, float(t)))
+        n += 1
+        feed(Submit(f"j{n}", job(rng, n, f"u{who.randrange(USERS)}"), float(t)))
+    return sched
+
+
+def test_fair_share_keeps_one_class_per_shape_and_blocks_as_few_as_fifo() -> None:
+    """Given 20 users' jobs of six shapes and three priorities in four VCs, expect as many
+    classes with fair share as without (before: one per user, 20 times as many) and the
+    passes to block at most 1.5 times the classes FIFO's do (before: about 20 times)."""
+    fifo, fair = drive(fair=False), drive(fair=True)
+    assert len(fair._classes) <= len(fifo._classes)
+    assert fair.blocks <= 1.5 * fifo.blocks + 50, (fair.blocks, fifo.blocks)
+    users = {u for cls in fair._classes.values() for u in (cls.users or {})}
+    assert len(users) > USERS  # (accounts are per VC and user: the classes hold them all)
+
+
+def test_a_running_users_rank_catches_up_at_the_sweep() -> None:
+    """Given ann running 4 GPUs since 0 and bob who ran 1,000 GPU-s before and runs nothing,
+    expect ann's key to pass bob's once the sweep has counted her running GPUs, though none
+    of her jobs started or ended, and keys to order accounts as the exact ranks do."""
+    config = replace(load_cluster_config(cluster(1024)), fair_share=FairShare(3600.0))
+    ledger = Ledger(config)
+    ann, bob = ("vc0", "ann"), ("vc0", "bob")
+    ledger.started("b", bob, {("main", 0): 1})
+    ledger.advance(1000.0)
+    ledger.stopped("b")
+    ledger.started("a", ann, {("main", 0): 4})
+    assert ledger.key(ann) < ledger.key(bob)
+    ledger.advance(1000.0 + ledger.accrue_every)  # ann: 4 x 300 s > bob's 1,000 decayed
+    assert ledger.rank("vc0", "ann") > ledger.rank("vc0", "bob")
+    assert ledger.key(ann) < ledger.key(bob)  # (not counted yet)
+    assert ledger.now >= ledger.next_sweep
+    ledger.sweep([ann, bob])  # (what a pass does then, for the accounts that wait)
+    assert ledger.key(ann) > ledger.key(bob)
+    assert ann in ledger.changed  # (the scheduler re-files her)
+
+
+def test_usage_stays_right_past_the_rebase() -> None:
+    """Given a half-life of 1 s and 1,000 s of events, expect the scaled values to be moved
+    to a new reference time (2^1000 is past a float) and usage to decay as before."""
+    config = replace(load_cluster_config(cluster(1024)), fair_share=FairShare(1.0))
+    ledger = Ledger(config)
+    ledger.started("j", ("vc0", "ann"), {("main", 0): 2})
+    for t in range(1, 1001):
+        ledger.advance(float(t))
+    assert ledger.usage(("vc0", "ann")) == pytest.approx(2 / math.log(2), rel=1e-9)
+    ledger.stopped("j")
+    ledger.advance(1003.0)
+    assert ledger.usage(("vc0", "ann")) == pytest.approx(2 / math.log(2) / 8, rel=1e-9)
+    assert math.isfinite(ledger.key(("vc0", "ann")))
