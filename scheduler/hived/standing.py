@@ -92,13 +92,15 @@ def standings(sched: HivedState[Any], now: float) -> dict[str, VCStanding] | Non
         queue = sched._queues.get(vc)
         order = queue.order if queue is not None else []
         line = [(neg, seq, sched._jobs[job_id].spec.user or "") for neg, seq, job_id in order]
-        out[vc] = _vc_standing(vc, users, line, fair.shares, fair.half_life, now - at, now)
+        keys = {user: ledger.key((vc, user)) for user in users.keys() | {u for *_, u in line}}
+        out[vc] = _vc_standing(vc, users, keys, line, fair.shares, fair.half_life, now - at, now)
     return out
 
 
 def _vc_standing(
     vc: str,
     users: dict[str, tuple[float, float]],
+    keys: Mapping[str, float],
     line: list[tuple[int, int, str]],
     shares: Mapping[str, float],
     half_life: float,
@@ -107,7 +109,9 @@ def _vc_standing(
 ) -> VCStanding:
     """``users``: (GPU-seconds at the ledger's time, GPUs running) per user; ``line``: the
     VC's waiting jobs as (-priority, submission, user) in queue order (priority, submission);
-    ``dt``: from the ledger's time to now."""
+    ``dt``: from the ledger's time to now; ``keys``: what the scheduler orders users by
+    (``Ledger.key``: usage over share as of each user's last change or sweep), so the place
+    shown is the place the scheduler gives."""
     # One walk of the queue: each user's submissions per priority (in order) and first job.
     seqs: dict[tuple[int, str], list[int]] = {}
     first: dict[str, tuple[int, int]] = {}  # user -> (-priority, submission) of their first
@@ -120,7 +124,7 @@ def _vc_standing(
 
     counted = {u for u, (gpu_s, gpus) in users.items() if gpu_s >= ACTIVE_GPU_S or gpus}
     counted |= first.keys()
-    rank_value = {u: users.get(u, (0.0, 0))[0] / share_of(u) for u in counted}
+    rank_value = {u: keys.get(u, 0.0) for u in counted}
     values = sorted(rank_value.values())
     weights = sum(share_of(u) for u in counted)
     by_user = {}
