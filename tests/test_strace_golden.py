@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labhive.scheduler.observe.strace_parse import LineStats, iter_records
+from labhive.scheduler.observe.strace_parse import LineStats, iter_records, open_log
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "strace"
 GOLDEN = Path(__file__).with_name("data") / "strace_golden.json"
@@ -39,7 +39,7 @@ def fingerprint(path: Path) -> dict[str, object]:
     stats = LineStats()
     digest = hashlib.sha256()
     count = 0
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    with open_log(path) as lines:  # .gz logs are decompressed
         for rec in iter_records(lines, stats=stats):
             digest.update(repr(rec).encode())
             digest.update(b"\n")
