@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from labhive.scheduler.errors import UserError
+from labhive.scheduler.observe.strace_clock import StraceClock
 from labhive.scheduler.observe.strace_records import (
     Call,
     Exit,
@@ -212,202 +213,194 @@ def iter_records(
     ``-k`` stack frames are attached to the call they follow before it is yielded.
     ``stats`` (when given) is filled in as the generator finishes.
     """
-    st = stats if stats is not None else LineStats()
-    call_match = _CALL_RE.match
-    time_format = _TIME_RE.fullmatch
-    n = n_call = n_unparsed = n_stack = n_dump = 0
-    kinds: dict[str, int] = {}
-    pending: dict[int | None, Call] = {}
-    pids: dict[str, int] = {}  # pid column text -> number (a log has few tasks)
-    held: Record | None = None
-    last_call: Call | Signal | None = None  # where -k frames and data dumps go
-    table: _Table | None = None
-    fragment: tuple[int, str] | None = None  # a call cut by a message strace wrote into it
-    # time state: "HH:MM:" -> seconds cache, day wrap, -r running sum
-    clock_key = ""
-    clock_base = 0.0
-    day = 0.0
-    last_clock = -1.0
-    rel_sum = 0.0
-    time_mode: str | None = None
-
-    def to_seconds(ts: str) -> float:
-        nonlocal clock_key, clock_base, day, last_clock, rel_sum, time_mode
-        if ":" in ts:  # HH:MM:SS[.us]; the hour may carry extra digits
-            key, _, secs = ts.rpartition(":")
-            if key != clock_key:
-                h, _, m = key.partition(":")
-                clock_key, clock_base = key, int(h) * 3600 + int(m) * 60
-            t = clock_base + float(secs)
-            if t + day < last_clock - 43200:  # past midnight
-                day += 86400.0
-            t += day
-            last_clock = t
-            time_mode = "clock"
-            return t
-        v = float(ts)
-        if v > 1e8:
-            time_mode = "epoch"
-            return v
-        time_mode = "relative"
-        rel_sum += v
-        return rel_sum
-
-    def bump(kind: str) -> None:
-        kinds[kind] = kinds.get(kind, 0) + 1
-
+    reader = _LineReader(pid)
+    held: Record | None = None  # the last record, kept back until its -k frames have come
     try:
         for raw in lines:
-            n += 1
-            line = raw.rstrip("\r\n")
-            first_n = n
-            if fragment is not None and _MESSAGE_RE.match(line) is None:
-                first_n, head_text = fragment  # stderr form: the call goes on on this line
-                fragment = None
-                line = head_text + line
-            if table is not None:
-                got = _table_line(line, n, table)
-                if got is not None:
-                    row, table = got
-                    bump("table")
-                    if row is not None:
-                        if held is not None:
-                            yield held
-                        held = row
-                    continue
-                table = None  # the table ended early: read this line as any other
-            if not line.endswith(_UNFINISHED_TAIL):
-                # Fast path for a complete call, without regex: the LAST " = " splits the
-                # return off (strings in the arguments may hold " = "), the first "(" ends the
-                # name; the prefix is split on blanks. Anything unexpected: the regex path.
-                eq = line.rfind(" = ")
-                if eq > 0:
-                    head = line[:eq].rstrip(" ")
-                    lp = head.find("(")
-                    if lp > 0 and head[-1] == ")":
-                        pre = head[:lp]
-                        toks = pre.split()
-                        ts = None
-                        call_pid = pid
-                        name = toks.pop() if toks and pre[-1] != " " else ""
-                        ok = name.isidentifier()
-                        if ok and toks:
-                            i = 0
-                            t0 = toks[0]
-                            if t0.isdecimal():
-                                call_pid = pids.get(t0)
-                                if call_pid is None:
-                                    call_pid = pids[t0] = int(t0)
-                                i = 1
-                            elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdecimal():
-                                call_pid, i = int(toks[1][:-1]), 2
-                            if i < len(toks) and toks[i][0].isdigit():
-                                ts = toks[i]
-                                i += 1
-                                if not time_format(ts):
-                                    ok = False
-                            for tok in toks[i:]:  # -n "[ 257]", -i "[00007f6b...]"
-                                if tok[0] != "[" and tok[-1] != "]":
-                                    ok = False
-                        if ok:
-                            ret = line[eq + 3 :]
-                            if ret.isdigit() and ret.isascii():  # most returns: "0", "3"
-                                val, errno, note, dur = ret, None, None, None
-                                retval: int | None = int(ret)
-                            else:
-                                val, retval, errno, note, dur = split_return(ret)
-                            call = Call(
-                                first_n,
-                                call_pid,
-                                None if ts is None else to_seconds(ts),
-                                name,
-                                head[lp + 1 : -1],
-                                val,
-                                retval,
-                                errno,
-                                note,
-                                dur,
-                            )
-                            n_call += 1
-                            if held is not None:
-                                yield held
-                            held = last_call = call
-                            continue
-                m = call_match(line)
-                if m is not None:
-                    p1, p2, ts, name, args, ret = m.groups()
-                    if ret.endswith(_UNFINISHED_TAIL):  # "= " inside an unfinished call's string
-                        m = None
-                    else:
-                        val, retval, errno, note, dur = split_return(ret)
-                        call = Call(
-                            first_n,
-                            int(p1 or p2) if (p1 or p2) else pid,
-                            to_seconds(ts) if ts else None,
-                            name,
-                            args,
-                            val,
-                            retval,
-                            errno,
-                            note,
-                            dur,
-                        )
-                        n_call += 1
-                        if held is not None:
-                            yield held
-                        held = last_call = call
-                        continue
-            # --- everything but a complete call: rarer, so clarity over speed ---
-            if line.startswith((" > ", " | ")):
-                if last_call is not None and line[1] == ">":  # -k: a stack frame
-                    if last_call.stack is None:
-                        last_call.stack = []
-                    last_call.stack.append(line[3:])
-                    n_stack += 1
-                elif isinstance(last_call, Call):  # -e read=/write=: a line of a data dump
-                    if last_call.data is None:
-                        last_call.data = []
-                    last_call.data.append(line[3:])
-                    n_dump += 1
-                else:
-                    n_unparsed += 1
-                    if held is not None:
-                        yield held
-                    held = Unparsed(n, line)
+            got = reader.read(raw)
+            if got is None:
                 continue
-            emit, kind, table, attach, cut = _parse_rare(
-                line, first_n, pid, table, pending, to_seconds
-            )
-            if cut is not None:
-                fragment = cut
-            if kind == "unparsed":
-                n_unparsed += 1
-            else:
-                bump(kind)
-            if attach is not None:
-                last_call = attach
-            if emit is None:
-                continue
-            for rec in emit if isinstance(emit, list) else (emit,):
+            for rec in got if isinstance(got, list) else (got,):
                 if held is not None:
                     yield held
                 held = rec
         if held is not None:
             yield held
             held = None
-        for call in pending.values():  # never resumed: the log ended first
-            yield call
-        pending.clear()
+        yield from reader.in_flight()
     finally:
-        kinds["call"] = n_call
-        kinds["stack"] = n_stack
-        kinds["dump"] = n_dump
-        kinds["unparsed"] = n_unparsed
-        st.total = n
-        st.unparsed = n_unparsed
-        st.parsed = n - n_unparsed
+        reader.fill(stats if stats is not None else LineStats())
+
+
+class _LineReader:
+    """One log's parse state, and a small reader per kind of line: complete calls (a fast
+    split, then the regex), -c table rows, -k frames and data dumps, and the rare rest."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid  # the task of lines without a pid column
+        self.clock = StraceClock()
+        self.n = self.n_call = self.n_unparsed = self.n_stack = self.n_dump = 0
+        self.kinds: dict[str, int] = {}
+        self.pending: dict[int | None, Call] = {}
+        self.pids: dict[str, int] = {}  # pid column text -> number (a log has few tasks)
+        self.last_call: Call | Signal | None = None  # where -k frames and data dumps go
+        self.table: _Table | None = None
+        self.fragment: tuple[int, str] | None = None  # a call cut by a message strace wrote
+
+    def read(self, raw: str) -> Record | list[Record] | None:
+        """The record(s) one line completes, or None."""
+        self.n += 1
+        line = raw.rstrip("\r\n")
+        first_n = self.n
+        if self.fragment is not None and _MESSAGE_RE.match(line) is None:
+            first_n, head_text = self.fragment  # stderr form: the call goes on on this line
+            self.fragment = None
+            line = head_text + line
+        if self.table is not None:
+            taken, row = self._table_row(line)
+            if taken:
+                return row
+        if not line.endswith(_UNFINISHED_TAIL):
+            call = self._fast_call(line, first_n)
+            if call is None:
+                call = self._regex_call(line, first_n)
+            if call is not None:
+                self.n_call += 1
+                self.last_call = call
+                return call
+        # --- everything but a complete call: rarer, so clarity over speed ---
+        if line.startswith((" > ", " | ")):
+            return self._frame_or_dump(line)
+        return self._rare(line, first_n)
+
+    def _table_row(self, line: str) -> tuple[bool, SummaryRow | None]:
+        """(whether the line belongs to the -c table being read, its row)."""
+        assert self.table is not None
+        got = _table_line(line, self.n, self.table)
+        if got is None:
+            self.table = None  # the table ended early: read this line as any other
+            return False, None
+        row, self.table = got
+        self._bump("table")
+        return True, row
+
+    def _fast_call(self, line: str, first_n: int) -> Call | None:
+        """A complete call, without regex: the LAST " = " splits the return off (strings in
+        the arguments may hold " = "), the first "(" ends the name; the prefix is split on
+        blanks. None for anything unexpected (the regex reader then tries)."""
+        eq = line.rfind(" = ")
+        if eq <= 0:
+            return None
+        head = line[:eq].rstrip(" ")
+        lp = head.find("(")
+        if lp <= 0 or head[-1] != ")":
+            return None
+        pre = head[:lp]
+        toks = pre.split()
+        name = toks.pop() if toks and pre[-1] != " " else ""
+        if not name.isidentifier():
+            return None
+        prefix = self._prefix_tokens(toks) if toks else (self.pid, None)
+        if prefix is None:
+            return None
+        call_pid, ts = prefix
+        ret = line[eq + 3 :]
+        if ret.isdigit() and ret.isascii():  # most returns: "0", "3"
+            val, errno, note, dur = ret, None, None, None
+            retval: int | None = int(ret)
+        else:
+            val, retval, errno, note, dur = split_return(ret)
+        time = None if ts is None else self.clock.to_seconds(ts)
+        args = head[lp + 1 : -1]
+        return Call(first_n, call_pid, time, name, args, val, retval, errno, note, dur)
+
+    def _prefix_tokens(self, toks: list[str]) -> tuple[int | None, str | None] | None:
+        """The pid and timestamp of a call's prefix tokens; None when a token is none of the
+        columns strace writes (pid, time, -n "[ 257]", -i "[00007f6b...]")."""
+        call_pid, ts, i = self.pid, None, 0
+        t0 = toks[0]
+        if t0.isdecimal():
+            call_pid = self.pids.get(t0)
+            if call_pid is None:
+                call_pid = self.pids[t0] = int(t0)
+            i = 1
+        elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdecimal():
+            call_pid, i = int(toks[1][:-1]), 2
+        ok = True
+        if i < len(toks) and toks[i][0].isdigit():
+            ts = toks[i]
+            i += 1
+            if not _TIME_RE.fullmatch(ts):
+                ok = False
+        for tok in toks[i:]:
+            if tok[0] != "[" and tok[-1] != "]":
+                ok = False
+        return (call_pid, ts) if ok else None
+
+    def _regex_call(self, line: str, first_n: int) -> Call | None:
+        """A complete call in a form the fast split does not take (``<comm>`` pids, ...)."""
+        m = _CALL_RE.match(line)
+        if m is None:
+            return None
+        p1, p2, ts, name, args, ret = m.groups()
+        if ret.endswith(_UNFINISHED_TAIL):  # "= " inside an unfinished call's string
+            return None
+        val, retval, errno, note, dur = split_return(ret)
+        call_pid = int(p1 or p2) if (p1 or p2) else self.pid
+        time = self.clock.to_seconds(ts) if ts else None
+        return Call(first_n, call_pid, time, name, args, val, retval, errno, note, dur)
+
+    def _frame_or_dump(self, line: str) -> Unparsed | None:
+        """A " > " -k stack frame or a " | " -e read=/write= dump line, kept with its call."""
+        last = self.last_call
+        if last is not None and line[1] == ">":
+            if last.stack is None:
+                last.stack = []
+            last.stack.append(line[3:])
+            self.n_stack += 1
+        elif isinstance(last, Call):
+            if last.data is None:
+                last.data = []
+            last.data.append(line[3:])
+            self.n_dump += 1
+        else:
+            self.n_unparsed += 1
+            return Unparsed(self.n, line)
+        return None
+
+    def _rare(self, line: str, first_n: int) -> Record | list[Record] | None:
+        emit, kind, self.table, attach, cut = _parse_rare(
+            line, first_n, self.pid, self.table, self.pending, self.clock.to_seconds
+        )
+        if cut is not None:
+            self.fragment = cut
+        if kind == "unparsed":
+            self.n_unparsed += 1
+        else:
+            self._bump(kind)
+        if attach is not None:
+            self.last_call = attach
+        return emit
+
+    def _bump(self, kind: str) -> None:
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+    def in_flight(self) -> Iterator[Call]:
+        """The calls never resumed: the log ended first."""
+        yield from self.pending.values()
+        self.pending.clear()
+
+    def fill(self, st: LineStats) -> None:
+        kinds = self.kinds
+        kinds["call"] = self.n_call
+        kinds["stack"] = self.n_stack
+        kinds["dump"] = self.n_dump
+        kinds["unparsed"] = self.n_unparsed
+        st.total = self.n
+        st.unparsed = self.n_unparsed
+        st.parsed = self.n - self.n_unparsed
         st.kinds = {k: v for k, v in kinds.items() if v}
-        st.time_mode = time_mode
+        st.time_mode = self.clock.mode
 
 
 def _parse_rare(
