@@ -403,6 +403,14 @@ class _LineReader:
         st.time_mode = self.clock.mode
 
 
+#: What a rare line yields: (what to emit: None, a record or a list of records; the line's
+#: kind; the -c table state; the call that following -k stack frames belong to, or None; the
+#: head of a call that a message cut, to be continued by the next line, or None).
+_Rare = tuple[
+    Record | list[Record] | None, str, _Table | None, Call | Signal | None, tuple[int, str] | None
+]
+
+
 def _parse_rare(
     line: str,
     n: int,
@@ -410,72 +418,112 @@ def _parse_rare(
     table: _Table | None,
     pending: dict[int | None, Call],
     to_seconds: Callable[[str], float],
-) -> tuple[
-    Record | list[Record] | None, str, _Table | None, Call | Signal | None, tuple[int, str] | None
-]:
-    """Classify a line that is not a complete call.
-
-    Returns (what to emit: None, a record or a list of records; the line's kind; the -c table
-    state; the call that following -k stack frames belong to, or None; the head of a call that
-    a message cut, to be continued by the next line, or None)."""
+) -> _Rare:
+    """Classify a line that is not a complete call (see ``_Rare`` for what it returns)."""
     if not line.strip():
         return None, "blank", table, None, None
     if _is_table_header(line):
         return None, "table", _Table(line), None, None
     m = _MESSAGE_RE.match(line)
     if m is not None:
-        text = m.group(1) or m.group(2) or m.group(3)
-        ev = _PROCESS_EVENT_RE.match(text)
-        msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
-        return msg, "message", table, None, None
+        return _message(n, m.group(1) or m.group(2) or m.group(3)), "message", table, None, None
     m = _PREFIX_RE.match(line)
     assert m is not None  # every part of the prefix is optional: it always matches
     p1, p2, ts = m.group(1), m.group(2), m.group(3)
     pid = int(p1 or p2) if (p1 or p2) else default_pid
     body = line[m.end() :]
     time = to_seconds(ts) if ts else None
-    if body.startswith("<... "):
-        emit, attach = _resumed(body, n, pid, time, pending)
-        if emit is not None or attach is not None:
-            return emit, "resumed", table, attach, None
-    elif body.endswith((_UNFINISHED_TAIL, " ...>")) and not body.endswith("<detached ...>"):
-        um = _UNFINISHED_RE.match(body)
-        if um is not None:
-            call = Call(n, pid, time, um.group(1), um.group(2), state="unfinished")
-            previous = pending.pop(pid, None)  # a task has one call in flight; keep an odd one
-            pending[pid] = call
-            return previous, "unfinished", table, call, None
-    elif body.endswith("<detached ...>"):
-        dm = _DETACHED_RE.match(body)
-        if dm is not None:  # strace let go of the task (-p, then ^C) during this call
-            call = Call(n, pid, time, dm.group(1), dm.group(2), note="detached", state="unfinished")
-            return call, "unfinished", table, call, None
-    elif body.startswith("--- "):
-        sm = _SIGNAL_RE.match(body)
-        if sm is not None:
-            info = "stopped" if body.startswith("--- stopped by ") else (sm.group(2) or "")
-            sig = Signal(n, pid, time, sm.group(1), info)
-            return sig, "signal", table, sig, None
-    elif body.startswith("+++ "):
-        em = _EXIT_RE.match(body)
-        if em is not None:
-            code = int(em.group(1)) if em.group(1) is not None else None
-            execer = int(em.group(4)) if em.group(4) else None
-            ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)), execer)
-            flushed = pending.pop(pid, None)  # its call in flight will never return
-            if execer is not None and execer in pending:
-                # a thread's execve replaced the leader: the exec resumes under the leader's pid
-                pending[pid] = pending.pop(execer)
-            return ([flushed, ex] if flushed is not None else ex), "exit", table, None, None
+    got = _task_event(body, n, pid, time, pending)
+    if got is not None:
+        emit, kind, attach = got
+        return emit, kind, table, attach, None
     em = _EMBEDDED_MESSAGE_RE.match(line)
     if em is not None and em.group(1).strip():
         # stderr form: "clone(...|SIGCHLDstrace: Process 9 attached" and the call goes on
         # on the next line; keep the head, report the message.
-        text = em.group(2).split("strace: ", 1)[1]
-        ev = _PROCESS_EVENT_RE.match(text)
-        msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
+        msg = _message(n, em.group(2).split("strace: ", 1)[1])
         return msg, "message", table, None, (n, em.group(1))
     return Unparsed(n, line), "unparsed", table, None, None
+
+
+def _message(n: int, text: str) -> Message:
+    """strace's own words; "Process N attached/detached" names the task."""
+    ev = _PROCESS_EVENT_RE.match(text)
+    return Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
+
+
+def _task_event(
+    body: str, n: int, pid: int | None, time: float | None, pending: dict[int | None, Call]
+) -> tuple[Record | list[Record] | None, str, Call | Signal | None] | None:
+    """A line of one task after its prefix: a resumed, unfinished or detached call, a signal
+    or an exit -> (what to emit, kind, where -k frames go); None when it is none of them."""
+    if body.startswith("<... "):
+        emit, attach = _resumed(body, n, pid, time, pending)
+        if emit is not None or attach is not None:
+            return emit, "resumed", attach
+        return None
+    if body.endswith("<detached ...>"):
+        return _detached(body, n, pid, time)
+    if body.endswith((_UNFINISHED_TAIL, " ...>")):
+        return _unfinished(body, n, pid, time, pending)
+    if body.startswith("--- "):
+        return _signal(body, n, pid, time)
+    if body.startswith("+++ "):
+        return _exit(body, n, pid, time, pending)
+    return None
+
+
+def _unfinished(
+    body: str, n: int, pid: int | None, time: float | None, pending: dict[int | None, Call]
+) -> tuple[Call | None, str, Call] | None:
+    """``name(args <unfinished ...>``: held in flight until its task resumes it."""
+    um = _UNFINISHED_RE.match(body)
+    if um is None:
+        return None
+    call = Call(n, pid, time, um.group(1), um.group(2), state="unfinished")
+    previous = pending.pop(pid, None)  # a task has one call in flight; keep an odd one
+    pending[pid] = call
+    return previous, "unfinished", call
+
+
+def _detached(
+    body: str, n: int, pid: int | None, time: float | None
+) -> tuple[Call, str, Call] | None:
+    """strace let go of the task (-p, then ^C) during this call."""
+    dm = _DETACHED_RE.match(body)
+    if dm is None:
+        return None
+    call = Call(n, pid, time, dm.group(1), dm.group(2), note="detached", state="unfinished")
+    return call, "unfinished", call
+
+
+def _signal(
+    body: str, n: int, pid: int | None, time: float | None
+) -> tuple[Signal, str, Signal] | None:
+    """``--- SIGCHLD {...} ---`` or ``--- stopped by SIGSTOP ---``."""
+    sm = _SIGNAL_RE.match(body)
+    if sm is None:
+        return None
+    info = "stopped" if body.startswith("--- stopped by ") else (sm.group(2) or "")
+    sig = Signal(n, pid, time, sm.group(1), info)
+    return sig, "signal", sig
+
+
+def _exit(
+    body: str, n: int, pid: int | None, time: float | None, pending: dict[int | None, Call]
+) -> tuple[Record | list[Record], str, None] | None:
+    """``+++ exited with 0 +++`` and kin; the task's call in flight will never return."""
+    em = _EXIT_RE.match(body)
+    if em is None:
+        return None
+    code = int(em.group(1)) if em.group(1) is not None else None
+    execer = int(em.group(4)) if em.group(4) else None
+    ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)), execer)
+    flushed = pending.pop(pid, None)
+    if execer is not None and execer in pending:
+        # a thread's execve replaced the leader: the exec resumes under the leader's pid
+        pending[pid] = pending.pop(execer)
+    return ([flushed, ex] if flushed is not None else ex), "exit", None
 
 
 def _resumed(
