@@ -15,18 +15,12 @@ costs one regex match and a few string splits; argument structure is parsed only
 
 from __future__ import annotations
 
-import gzip
-import io
 import re
-import sys
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
 
-from labhive.scheduler.errors import UserError
 from labhive.scheduler.observe.strace_clock import StraceClock
+from labhive.scheduler.observe.strace_logfile import cut_note, ff_pid, open_log
 from labhive.scheduler.observe.strace_records import (
     Call,
     Exit,
@@ -37,6 +31,23 @@ from labhive.scheduler.observe.strace_records import (
     Unparsed,
     angle_content,
 )
+from labhive.scheduler.observe.strace_table import (
+    TABLE_COLUMNS,
+    _is_table_header,
+    _Table,
+    _table_line,
+)
+
+# The names other modules import from here; the tables and log files have modules of their own.
+__all__ = [
+    "TABLE_COLUMNS",
+    "LineStats",
+    "cut_note",
+    "ff_pid",
+    "iter_records",
+    "open_log",
+    "split_return",
+]
 
 # pid column: "[pid  667] " (stderr) or "667   " (-o), either with an optional "<comm>".
 _PID = r"(?:\[pid +(\d+)(?:<[^>\]]*>)?\] |(\d+)(?:<[^>\s]*>)? +)?"
@@ -66,18 +77,7 @@ _MESSAGE_RE = re.compile(
 _DETACHED_RE = re.compile(r"([A-Za-z_?][\w?]*)\((.*?) ?<detached \.\.\.>$")
 _PROCESS_EVENT_RE = re.compile(r"Process (\d+) (attached|detached)")
 _EMBEDDED_MESSAGE_RE = re.compile(r"(.*?)((?:/\S*/)?strace: Process \d+ (?:attached|detached).*)$")
-_DASHES_RE = re.compile(r"-+(?: +-+)*$")
 _UNFINISHED_TAIL = " <unfinished ...>"
-
-#: Column titles of -c tables (including the ones -U can select) -> SummaryRow fields.
-TABLE_COLUMNS = {
-    "% time": "percent_time",
-    "seconds": "seconds",
-    "usecs/call": "usecs_per_call",
-    "calls": "calls",
-    "errors": "errors",
-    "syscall": "syscall",
-}
 
 
 @dataclass
@@ -139,67 +139,6 @@ def split_return(ret: str) -> tuple[str, int | None, str | None, str | None, flo
             note = note[1:-1]
         note = note or None
     return val, retval, errno, note, duration
-
-
-def _int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-class _Table:
-    """State of a -c table being read: column spans come from its dashes line."""
-
-    def __init__(self, header: str) -> None:
-        self.header = header
-        self.columns: list[tuple[int, int | None, str]] | None = None
-        self.closed = False  # the dashes line before "total" was seen
-
-    def set_dashes(self, dashes: str) -> None:
-        spans = [(m.start(), m.end()) for m in re.finditer(r"-+", dashes)]
-        cols = []
-        for n, (start, end) in enumerate(spans):
-            last = n == len(spans) - 1
-            title = (self.header[start:] if last else self.header[start:end]).strip()
-            cols.append((start, None if last else end, title))
-        self.columns = cols
-
-    def row(self, line_no: int, text: str) -> SummaryRow | None:
-        assert self.columns is not None
-        values: dict[str, str] = {}
-        extra: dict[str, str] = {}
-        for start, end, title in self.columns:
-            cell = (text[start:] if end is None else text[start:end]).strip()
-            key = TABLE_COLUMNS.get(title)
-            if key is None:
-                extra[title] = cell
-            else:
-                values[key] = cell
-        name = values.get("syscall", "")
-        if not name or " " in name:
-            return None
-        calls = _int(values["calls"]) if "calls" in values else None
-        errors = _int(values.get("errors") or "0")
-        seconds = _float(values["seconds"]) if "seconds" in values else None
-        usecs = _float(values["usecs_per_call"]) if "usecs_per_call" in values else None
-        pct = _float(values["percent_time"]) if "percent_time" in values else None
-        numbers = [v for k, v in values.items() if k != "syscall" and v]
-        if errors is None or any(_float(v) is None for v in numbers):
-            return None
-        return SummaryRow(line_no, name, calls, errors, seconds, usecs, pct, extra)
-
-
-def _is_table_header(body: str) -> bool:
-    s = body.strip()
-    return s.startswith("% time") or ("calls" in s.split() and "syscall" in s.split())
 
 
 def iter_records(
@@ -573,94 +512,3 @@ def _resumed(
     if first.pid is None:
         first.pid = pid
     return first, first
-
-
-def _table_line(line: str, n: int, table: _Table) -> tuple[SummaryRow | None, _Table | None] | None:
-    """A line inside a -c table -> (its row or None, the table state after it); None when the
-    line does not belong to the table."""
-    if table.columns is None:
-        if _DASHES_RE.match(line):
-            table.set_dashes(line)
-            return None, table
-        return None
-    if _DASHES_RE.match(line):
-        table.closed = True
-        return None, table
-    row = table.row(n, line)
-    if row is None:
-        return None
-    return row, (None if row.syscall == "total" else table)
-
-
-class _GzipUpToCut(io.RawIOBase):
-    """A gzip stream read up to where it stops making sense: the end of a log still being
-    written (the last block is not there yet) or damaged bytes. What came before is kept;
-    ``cut`` then says why the stream stopped early."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        super().__init__()
-        self._fh = fh
-        self._gz = gzip.GzipFile(fileobj=fh)
-        self.cut: str | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self.cut:
-            return 0
-        try:
-            data = self._gz.read1(len(buffer))  # one block: nothing decoded is ever dropped
-        except EOFError:
-            self.cut = "the file ends mid-stream"
-            return 0
-        except (gzip.BadGzipFile, zlib.error):
-            self.cut = "the compressed data is damaged there"
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        try:
-            self._gz.close()
-            self._fh.close()
-        finally:
-            super().close()
-
-
-def open_log(path: str | Path) -> IO[str]:
-    """Open a strace log for reading text: ``-`` is stdin, ``.gz`` is decompressed (by its
-    magic bytes, whatever the name) up to where it is cut (see :func:`cut_note`). Undecodable
-    bytes are kept as surrogate escapes."""
-    if str(path) == "-":
-        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
-    p = Path(path)
-    try:
-        fh = p.open("rb")
-    except FileNotFoundError:
-        raise UserError(f"no strace log at {p}: check the path") from None
-    except IsADirectoryError:
-        raise UserError(f"{p} is a directory: give one strace log file") from None
-    except OSError as err:
-        raise UserError(f"cannot read strace log {p}: {err.strerror}") from None
-    except ValueError:  # a NUL in the name
-        raise UserError(f"no strace log at {str(p)!r}: a file name has no NUL character") from None
-    magic = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
-    if magic == b"\x1f\x8b":
-        stream = io.BufferedReader(_GzipUpToCut(fh))
-        return io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape")
-    return io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape")
-
-
-def cut_note(fh: IO[str], lines: int) -> str | None:
-    """For a log opened by :func:`open_log` and read to its end: why a compressed log stopped
-    before its end, and the last line that was parsed; None when it was whole."""
-    raw = getattr(getattr(fh, "buffer", None), "raw", None)
-    cut = raw.cut if isinstance(raw, _GzipUpToCut) else None
-    return f"{cut}: parsed up to line {lines}" if cut else None
-
-
-def ff_pid(path: str | Path) -> int | None:
-    """The pid an ``-ff`` log carries in its name (``trace.604`` -> 604), else None."""
-    suffix = Path(path).suffix
-    return int(suffix[1:]) if suffix[1:].isdecimal() else None
