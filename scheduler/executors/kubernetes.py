@@ -14,36 +14,32 @@ pods again by name and ``discover`` rebuilds placements from labels, annotations
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from labhive.scheduler.executors import output
 from labhive.scheduler.executors.base import (
     LaunchError,
-    Stream,
     TaskExit,
     TaskHandle,
     TaskKey,
     TaskLaunch,
 )
+from labhive.scheduler.executors.k8s_http import _api_message, _body, _discard_body
+from labhive.scheduler.executors.k8s_logs import PodLogs
 from labhive.scheduler.executors.k8s_objects import (
-    CONTAINER,
     DEFAULT_IMAGE,
     GPU_RESOURCE,
-    MANAGED_SELECTOR,
     SCHEDULER_NAME,
     PodOptions,
     binding_manifest,
@@ -57,6 +53,7 @@ from labhive.scheduler.executors.k8s_objects import (
     task_of,
 )
 from labhive.scheduler.executors.k8s_status import node_problem, pod_outcome
+from labhive.scheduler.executors.k8s_watch import PodWatch, _Tracked
 from labhive.scheduler.model import NodeDown, NodeUp
 
 log = logging.getLogger(__name__)
@@ -72,52 +69,11 @@ class NodeLike(Protocol):
     gpus: Any  # a count, or the GPU indices
 
 
-@dataclass(slots=True)
-class _Tracked:
-    key: TaskKey
-    pod: str
-    uid: str | None
-    seq: int  # registration order: a list started before this cannot have seen the pod
-    since: float
-    last: Mapping[str, Any] = field(default_factory=dict)
-    address: str | None = None  # the pod's IP, once the API reports one
-
-
-def _body(resp: Any) -> Any:
-    """JSON of a raw (``_preload_content=False``) response; the connection goes back to the pool."""
-    try:
-        return json.loads(resp.data or b"null")
-    finally:
-        resp.release_conn()
-
-
-def _discard_body(resp: Any) -> None:
-    """A kept-alive connection goes back to the pool only once its response is read to the end."""
-    resp.drain_conn()
-    resp.release_conn()
-
-
-def _hang_up(resp: Any) -> None:
-    """For a stream left unfinished: close the connection rather than reuse it mid-response."""
-    resp.close()
-    resp.release_conn()
-
-
-def _api_message(err: BaseException) -> str:
-    if isinstance(err, ApiException):
-        try:
-            message = json.loads(err.body or "{}").get("message")
-        except (ValueError, AttributeError):
-            message = None
-        return f"{err.status} {message or err.reason}"
-    return str(err)
-
-
 def _gpu_count(gpus: Any) -> int:
     return gpus if isinstance(gpus, int) else len(tuple(gpus))
 
 
-class KubernetesExecutor:
+class KubernetesExecutor(PodWatch, PodLogs):
     """The executor for ``labhive serve --executor kubernetes``."""
 
     name = "kubernetes"
@@ -540,228 +496,6 @@ class KubernetesExecutor:
             }
             handles.append(TaskHandle(task.key, info))
         return handles
-
-    def _list_pods(self) -> tuple[list[dict[str, Any]], str | None]:
-        raw = _body(
-            self._api.list_namespaced_pod(
-                self.namespace, label_selector=MANAGED_SELECTOR, _preload_content=False
-            )
-        )
-        return raw.get("items") or [], (raw.get("metadata") or {}).get("resourceVersion")
-
-    def _relist(self) -> None:
-        with self._lock:
-            started = self._seq
-        items, rv = self._list_pods()
-        seen = set()
-        for pod in items:
-            seen.add(pod["metadata"]["name"])
-            self._observe(pod)
-        with self._lock:
-            for t in list(self._tracked.values()):
-                if t.seq <= started and t.pod not in seen:
-                    self._ended(t, None, "pod no longer exists (deleted outside LabHive)", True)
-            self._rv = rv
-
-    def _watch_loop(self) -> None:
-        """Keeps the pod state current until ``close``; never dies of an error, which would
-        leave every task's end unreported."""
-        pause = 0.5
-        while not self._closing.is_set():
-            try:
-                if self._rv is None:
-                    self._relist()
-                self._watch_once()
-                pause = 0.5
-                continue
-            except ApiException as err:
-                if err.status == 410:
-                    log.info("pod watch expired (410 Gone); listing again")
-                    self._rv = None
-                    continue
-                problem = _api_message(err)
-            except Exception as err:  # the transport, or a stream closed by close()
-                problem = f"{type(err).__name__}: {err}"
-            if self._closing.is_set():
-                return
-            log.warning("pod watch interrupted (%s); retrying in %.1f s", problem, pause)
-            self._closing.wait(pause)
-            pause = min(pause * 2, 30.0)
-
-    def _watch_once(self) -> None:
-        """One watch request from ``self._rv``, read as raw JSON lines.
-
-        Not ``kubernetes.watch.Watch``: it turns every event into client models, and one field
-        a model requires but a server leaves out would stall the watch for good.
-        """
-        resp = self._api.list_namespaced_pod(
-            self.namespace,
-            label_selector=MANAGED_SELECTOR,
-            resource_version=self._rv,
-            timeout_seconds=self._watch_timeout_s,
-            allow_watch_bookmarks=True,
-            watch=True,
-            _preload_content=False,
-        )
-        self._watch_resp = resp
-        try:
-            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]  # untyped in the client
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                if event.get("type") == "DELETED":
-                    self._gone(obj)
-                elif event.get("type") != "BOOKMARK":
-                    self._observe(obj)
-                self._rv = (obj.get("metadata") or {}).get("resourceVersion") or self._rv
-                if self._closing.is_set():
-                    return
-        finally:
-            self._watch_resp = None
-            _hang_up(resp)
-
-    def _observe(self, pod: Mapping[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        doomed = None
-        with self._lock:
-            t = self._tracked.get(meta.get("name", ""))
-            if t is None or (t.uid and meta.get("uid") != t.uid):
-                return
-            t.last = pod
-            ip = (pod.get("status") or {}).get("podIP")
-            if ip and ip != t.address:
-                t.address = self._addressed[t.key] = str(ip)
-            end = pod_outcome(pod, self._clock() - t.since, self._pull_grace_s)
-            if end is not None:
-                self._ended(t, end.exit_code, end.reason, end.requeue)
-                doomed = t.pod if end.delete else None
-        if doomed:
-            self._delete_pod(doomed, grace_s=0)
-
-    def _gone(self, pod: Mapping[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        with self._lock:
-            t = self._tracked.get(meta.get("name", ""))
-            if t is None or (t.uid and meta.get("uid") != t.uid):
-                return
-            end = pod_outcome(pod)
-            if end is not None and not end.delete:
-                self._ended(t, end.exit_code, end.reason, end.requeue)
-            else:
-                self._ended(t, None, "pod deleted (node lost, or deleted outside LabHive)", True)
-
-    def _ended(self, t: _Tracked, code: int | None, reason: str, requeue: bool) -> None:
-        """Caller holds the lock. Reported once; the pod stays for its logs."""
-        self._tracked.pop(t.pod, None)
-        self._exits.append(TaskExit(t.key, code, reason, requeue))
-
-    def _recheck_pending(self) -> None:
-        """Image pulls that keep failing end by time, which no watch event announces."""
-        with self._lock:
-            waiting = [
-                t.last
-                for t in self._tracked.values()
-                if (t.last.get("status") or {}).get("phase") == "Pending"
-            ]
-        for pod in waiting:
-            self._observe(pod)
-
-    # ---- logs -------------------------------------------------------------------------------
-
-    def _log_request(self, handle: TaskHandle, stream: Stream, **params: Any) -> Any:
-        if self._split_logs:
-            params["stream"] = "Stderr" if stream == "stderr" else "Stdout"
-        return self._api.read_namespaced_pod_log(
-            handle.info["pod"],
-            handle.info.get("namespace", self.namespace),
-            container=CONTAINER,
-            _preload_content=False,
-            **params,
-        )
-
-    def read_log(self, handle: TaskHandle, stream: Stream, offset: int, limit: int) -> bytes:
-        """The pod log API has no offset: ask for ``offset + limit`` bytes, skip ``offset``.
-
-        Without ``split_log_streams`` (a feature gate on older clusters) the kubelet's log
-        interleaves both streams; it is served as stdout and stderr reads as empty.
-
-        Capped as the local relay caps a log (``output_cap``, ``output.capped``): the first
-        ``output_cap`` bytes, then one line saying the rest was dropped, and nothing after; no
-        read asks the API for more than ``output_cap + 1`` bytes, so a pod printing without
-        end costs the service no more than that per read.
-        """
-        if limit <= 0 or (stream == "stderr" and not self._split_logs):
-            return b""
-        cap = self.output_cap
-        want = offset + limit if cap is None else min(offset + limit, cap + 1)
-        try:
-            resp = self._log_request(handle, stream, limit_bytes=want)
-        except ApiException as err:
-            if err.status in (400, 404):  # not started yet, or the pod is gone
-                return b""
-            raise
-        try:
-            if cap is not None and offset + limit > cap:  # the notice may be in the range
-                return output.capped(_read_upto(resp, want), cap, stream)[offset : offset + limit]
-            _skip(resp, offset)
-            return _read_upto(resp, limit)
-        finally:
-            _discard_body(resp)  # limit_bytes bounds what is left
-
-    def follow_log(
-        self, handle: TaskHandle, stream: Stream = "stdout", offset: int = 0
-    ) -> Iterator[bytes]:
-        """The log from ``offset`` as it grows, until the container ends (``logs -f``); past
-        ``output_cap`` bytes, the notice line, and the stream is hung up."""
-        if stream == "stderr" and not self._split_logs:
-            return
-        try:
-            resp = self._log_request(handle, stream, follow=True)
-        except ApiException as err:
-            if err.status in (400, 404):
-                return
-            raise
-        cap = self.output_cap
-        try:
-            at, last = 0, b""  # bytes of the log passed on so far, and the last of them
-            while chunk := resp.read1(64 * 1024):
-                over = cap is not None and at + len(chunk) > cap
-                if over:
-                    assert cap is not None
-                    keep = chunk[: cap - at]
-                    chunk = keep + output.cut_notice(keep[-1:] or last, cap, stream)
-                if offset < at + len(chunk):
-                    yield chunk[max(0, offset - at) :]
-                at, last = at + len(chunk), chunk[-1:]
-                if over:
-                    return
-        finally:
-            _hang_up(resp)
-
-    def observations(self, handle: TaskHandle) -> list[str]:
-        """Observation files live inside the pod; this executor collects none."""
-        return []
-
-
-def _skip(resp: Any, count: int) -> None:
-    while count > 0:
-        chunk = resp.read(min(count, 64 * 1024))
-        if not chunk:
-            return
-        count -= len(chunk)
-
-
-def _read_upto(resp: Any, limit: int) -> bytes:
-    out = bytearray()
-    while len(out) < limit:
-        chunk = resp.read(limit - len(out))
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out)
 
 
 def connect(

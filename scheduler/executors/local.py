@@ -19,8 +19,6 @@ that stopped them already knows why they ended.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
 import signal
@@ -58,32 +56,67 @@ from labhive.scheduler.executors.env import (
     task_vars,
 )
 from labhive.scheduler.executors.gpu_share_env import gpu_share_record
-from labhive.scheduler.executors.output import DISK_FULL_ERRNOS
+from labhive.scheduler.executors.local_procs import (
+    _kill_tree,
+    _killpg,
+    _process,
+    _signal_tree,
+    _start_ticks,
+    supervisor_running,
+)
+from labhive.scheduler.executors.local_records import (
+    DISK_FULL_EXIT_CODE,
+    HANDLE_FILE,
+    STRACE_LOG,
+    _describe,
+    _disk_full_at_launch,
+    _disk_full_evidence,
+    _exit_code,
+    _not_started,
+    _read_exit,
+    _retire,
+    read_log_range,
+    recorded_info,
+    set_aside_task_dir,
+    strace_observations,
+    task_dir,
+)
 from labhive.scheduler.executors.supervise import (
-    CANNOT_START,
     EXIT_FILE,
     EXIT_SLOT,
     LAUNCH_FILE,
-    is_running,
     reserve_exit_slot,
     write_json_atomic,
 )
 from labhive.scheduler.sizes import MIB
 
-#: A start time read twice for the same process agrees far better than this; a reused pid
-#: cannot have started within it.
-_START_TIME_SLACK_S = 0.05
-STRACE_LOG = "strace.log"
-#: A copy of the handle's info, so a launch the service never recorded can still be found.
-HANDLE_FILE = "handle.json"
+# Names other modules import from here; their homes are local_procs.py and local_records.py.
+__all__ = [
+    "DEFAULT_OUTPUT_CAP",
+    "DEFAULT_QUOTA_INTERVAL_S",
+    "DEFAULT_WORK_QUOTA",
+    "DISK_FULL_EXIT_CODE",
+    "HANDLE_FILE",
+    "PODMAN_VARS",
+    "STRACE_LOG",
+    "LocalExecutor",
+    "podman_process_env",
+    "read_log_range",
+    "recorded_info",
+    "set_aside_task_dir",
+    "strace_observations",
+    "supervisor_running",
+    "task_dir",
+    "user_cwd",
+    "user_shell",
+]
+
 #: Each of a task's stdout and stderr keeps this much; the rest is dropped (output.py).
 DEFAULT_OUTPUT_CAP = output.DEFAULT_CAP
 #: What a task's work dir may hold before its supervisor stops it (quota.py).
 DEFAULT_WORK_QUOTA = 10 * 1024 * MIB
 #: Seconds between two measurements of a task's work dir.
 DEFAULT_QUOTA_INTERVAL_S = 5.0
-#: With no exit record and less than this free where the task lived, the disk filled up.
-_DISK_FULL_FREE = 1 * MIB
 
 
 def user_shell() -> str:
@@ -106,16 +139,6 @@ def podman_process_env(task: dict[str, str]) -> dict[str, str]:
     env = process_env(task)
     env.update({k: os.environ[k] for k in PODMAN_VARS if k in os.environ})
     return env
-
-
-def task_dir(data_dir: Path, key: TaskKey) -> Path:
-    """Where the task lives; a key that would name a path elsewhere is refused."""
-    run = f"{key.role}-{key.index}" + (f".g{key.generation}" if key.generation > 1 else "")
-    parts = (key.job_id, str(key.attempt), run)
-    for part in parts:
-        if not part or "/" in part or "\0" in part or part in (".", ".."):
-            raise LaunchError(f"task {key} cannot name a directory: {part!r}")
-    return data_dir.joinpath("jobs", *parts)
 
 
 @dataclass
@@ -516,175 +539,6 @@ class LocalExecutor:
         return recorded_info(self.data_dir, handle.key)
 
 
-# ---- processes ----------------------------------------------------------------------------
-
-
-def _process(info: dict[str, Any]) -> psutil.Process | None:
-    """The task's supervisor if it is still running: same pid, same start time, not a zombie."""
-    try:
-        proc = psutil.Process(int(info["pid"]))
-        if not _same_start(proc, info):
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
-    except psutil.Error:
-        return None
-
-
-def supervisor_running(info: dict[str, Any]) -> bool:
-    """Whether the task's supervisor (and so possibly the task) still runs: nothing of a task's
-    directory is removed while it does (``service/retention.py``)."""
-    return _process(info) is not None
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start in clock ticks since boot (``/proc/PID/stat`` field 22).
-
-    A wall-clock create time moves when the system clock is stepped (psutil derives it from
-    the boot time, which the kernel recomputes from the clock), so a task could look like a
-    reused pid after an NTP step; ticks since boot never move.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _same_start(proc: psutil.Process, info: dict[str, Any]) -> bool:
-    """Whether ``proc`` is the process the handle recorded, not a later one with its pid."""
-    if info.get("start_ticks") is not None:
-        return _start_ticks(proc.pid) == int(info["start_ticks"])
-    return bool(abs(proc.create_time() - float(info["create_time"])) <= _START_TIME_SLACK_S)
-
-
-def _killpg(info: dict[str, Any], sig: signal.Signals) -> None:
-    """Signal the task's process group, unless its number now belongs to someone else.
-
-    Linux never hands out a pid that still names a live process group, so if a different
-    process now has the supervisor's pid, the task's group is gone and must not be signalled.
-    """
-    try:
-        proc = psutil.Process(int(info["pid"]))
-        if not _same_start(proc, info):
-            return
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.Error:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(int(info["pgid"]), sig)
-
-
-def _descendants(info: dict[str, Any]) -> list[psutil.Process]:
-    proc = _process(info)
-    if proc is None:
-        return []
-    try:
-        children: list[psutil.Process] = proc.children(recursive=True)
-        return children
-    except psutil.Error:
-        return []
-
-
-def _signal_tree(info: dict[str, Any], sig: signal.Signals) -> None:
-    """The process group, and descendants that left it (setsid), all get ``sig``."""
-    _killpg(info, sig)
-    for proc in _descendants(info):
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(sig)
-
-
-def _kill_tree(info: dict[str, Any], timeout_s: float = 5.0) -> None:
-    """SIGKILL the descendants while the supervisor still holds them (it is their subreaper and
-    reaps them), let it record the end and leave, and KILL it and its group only if it does
-    not."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        left = _descendants(info)
-        if not left:
-            break
-        for proc in filter(is_running, left):
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        time.sleep(0.005)
-    while _process(info) is not None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    proc = _process(info)
-    if proc is not None:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    _killpg(info, signal.SIGKILL)
-
-
-def _retire(work: Path) -> None:
-    """Clear the way for a launch whose directory exists: an earlier launch of the same attempt
-    that the service never recorded (it died in between). Its processes must not keep the GPUs
-    the new launch is given, so they are killed; its files are kept aside for inspection."""
-    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-        info = json.loads((work / HANDLE_FILE).read_text())
-        _kill_tree(info)
-    set_aside_task_dir(work)
-
-
-def set_aside_task_dir(work: Path) -> None:
-    """Rename an earlier launch's task directory to ``<name>.stale-N``, kept for inspection."""
-    n = 1
-    while work.with_name(f"{work.name}.stale-{n}").exists():
-        n += 1
-    work.rename(work.with_name(f"{work.name}.stale-{n}"))
-
-
-def _read_exit(info: dict[str, Any]) -> dict[str, Any] | None:
-    """``exit.json``, else the record the supervisor wrote into the slot (disk full)."""
-    for path in (info["exit_file"], info.get("exit_slot")):
-        if path is None:
-            continue
-        try:
-            exit_info = json.loads(Path(path).read_text())
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(exit_info, dict) and "exit_code" in exit_info:
-            return exit_info
-    return None
-
-
-#: The exit code of a task whose command succeeded but whose end could only be recorded in
-#: the slot (or not at all) because the disk was full: its output or results may be cut short.
-DISK_FULL_EXIT_CODE = 1
-
-
-def _exit_code(record: dict[str, Any]) -> int:
-    code = int(record["exit_code"])
-    return DISK_FULL_EXIT_CODE if record.get("disk_full") and code == 0 else code
-
-
-def _disk_full_at_launch(err: BaseException) -> str | None:
-    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
-        return (
-            f"disk full: no room for the task's files in the data dir ({err.strerror}); "
-            "an admin must free space there"
-        )
-    return None
-
-
-def _disk_full_evidence(info: dict[str, Any]) -> str | None:
-    """Why a task with no exit record at all ended, when its file system is (nearly) full:
-    its supervisor could not even use the slot (it predates it, or the slot is gone)."""
-    try:
-        st = os.statvfs(info["workdir"])
-    except (OSError, KeyError):
-        return None
-    free = st.f_bavail * st.f_frsize
-    if free >= _DISK_FULL_FREE:
-        return None
-    return (
-        f"disk full: the data dir's file system had {free // 1024} KiB free and the task's "
-        "supervisor could not record its end; free space there (see docs/admin.md, 'Disk')"
-    )
-
-
 def _wait_status(task: _Task) -> str:
     if task.popen is None or task.popen.returncode is None:
         return "how is unknown: it was not this process's child"
@@ -692,40 +546,11 @@ def _wait_status(task: _Task) -> str:
     return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
 
 
-def _describe(record: dict[str, Any], enforced: dict[str, Any]) -> str:
-    how = f"killed by {record['signal_name']}" if record.get("signal_name") else ""
-    how = how or f"exit code {record['exit_code']}"
-    if record.get("disk_full"):
-        return (
-            f"disk full: the data dir's file system filled up while the task ran ({how}; its "
-            "end was recorded in the reserved slot); free space there or lower the work-dir quota"
-        )
-    if record.get("stopped"):  # the supervisor's own limits: disk quota, output cap
-        return str(record["stopped"])
-    if limits.oom_killed(enforced):
-        mb = enforced["memory"]["bytes"] // limits.MIB
-        return f"killed: over its memory limit of {mb} MiB"
-    return how + (f" ({record['output_lost']})" if record.get("output_lost") else "")
-
-
 def user_cwd(launch: TaskLaunch) -> str | None:
     """The directory the supervisor enters as the user (``supervise.enter_user_cwd``). Not for
     a container (only its work dir is mounted) nor under strace (its log is named relative
     to the work dir): those run in the work dir, as before (docs/local-executor.md)."""
     return None if launch.image or launch.observe else launch.cwd
-
-
-def _not_started(info: dict[str, Any], record: dict[str, Any]) -> str:
-    """Why the command never ran (its cwd refused, say), from the first stderr line the
-    supervisor wrote; "" for a command that ran (or one that exits 127 on its own)."""
-    if record.get("exit_code") != 127:
-        return ""
-    try:
-        with open(info["stderr"], "rb") as err:
-            first = err.readline(1024).decode("utf-8", "replace").rstrip("\n")
-    except (OSError, KeyError):
-        return ""
-    return first.removeprefix("labhive: ") if first.startswith(CANNOT_START) else ""
 
 
 def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -742,36 +567,3 @@ def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes
             stderr=err,
             start_new_session=True,
         )
-
-
-def strace_observations(info: dict[str, Any] | None) -> list[str]:
-    """The task's strace log, when it ran under strace and wrote one."""
-    if info is None or info.get("observe") != "strace":
-        return []
-    path = Path(info["workdir"]) / STRACE_LOG
-    return [str(path)] if path.exists() else []
-
-
-def recorded_info(data_dir: Path, key: TaskKey) -> dict[str, Any] | None:
-    """The copy of a task's info in its directory (for a launch the service never recorded)."""
-    try:
-        info: dict[str, Any] = json.loads((task_dir(data_dir, key) / HANDLE_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return info
-
-
-def read_log_range(info: dict[str, Any], stream: Stream, offset: int, limit: int) -> bytes:
-    """Up to ``limit`` bytes from ``offset`` of the task's stdout or stderr file (named in its
-    info); empty when the task wrote nothing there yet. Shared by executors whose tasks write
-    their logs to files the service can read (local, Slurm on a shared file system)."""
-    if stream not in ("stdout", "stderr"):
-        raise ValueError(f"no log stream {stream!r}: the choice is stdout or stderr")
-    if offset < 0 or limit < 0:
-        raise ValueError("offset and limit must be >= 0")
-    try:
-        with open(info[stream], "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
-    except FileNotFoundError:
-        return b""

@@ -28,11 +28,9 @@ import json
 import logging
 import os
 import re
-import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +43,9 @@ from labhive.scheduler.executors.base import (
     TaskKey,
     TaskLaunch,
 )
-from labhive.scheduler.executors.env import LOOPBACK, process_env
+from labhive.scheduler.executors.env import process_env
 from labhive.scheduler.executors.local import (
     HANDLE_FILE,
-    STRACE_LOG,
     read_log_range,
     recorded_info,
     set_aside_task_dir,
@@ -69,82 +66,49 @@ from labhive.scheduler.executors.slurm_cli import (
     slurm_minutes,
     taken_words,
 )
-from labhive.scheduler.executors.slurm_output import capped_exec
+from labhive.scheduler.executors.slurm_records import (
+    _describe,
+    _read_exit,
+    _recorded,
+    _slurm_said,
+    _step,
+    _timed_out,
+)
+from labhive.scheduler.executors.slurm_scripts import (
+    GPUS_FILE,
+    RUN_FILE,
+    _addressed_env,
+    _batch_script,
+    _components,
+    _launch_advice,
+    _run_script,
+)
 from labhive.scheduler.executors.supervise import EXIT_FILE, write_json_atomic
 from labhive.scheduler.model import NodeDown, NodeUp
-from labhive.scheduler.time_limits import show_duration
+
+# Public names that lived here before the scripts and records moved out.
+__all__ = ["GPUS_FILE", "RUN_FILE", "SlurmExecutor"]
 
 log = logging.getLogger("labhive.executors.slurm")
 
-RUN_FILE = "run.sh"
-GPUS_FILE = "slurm_gpus"
 #: Job states in which Slurm lost the job through no fault of its own: the service requeues
 #: without spending a retry, as for a node that goes down (a node failure, a node that never
 #: booted, Slurm's own preemption).
 _LOST_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 #: Slurm stopped the job at its time limit (``--time``, else the partition's DefaultTime).
 _TIMEOUT = "TIMEOUT"
-#: The exit status of a task ended by SIGTERM, as a shell reports it.
-_TERMINATED = 128 + 15
 #: Slurm ended the job as failed before its script recorded the task's exit: Slurm could not
 #: run it (an account the node lacks, an output file it cannot open, its memory): a failure
 #: with Slurm's words, never a lost task requeued over and over.
 _FAILED_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "DEADLINE"})
-#: srun's lines about steps that ran and ended: a task's own failure, not Slurm's.
-_TASK_ENDED = re.compile(
-    r"task \d+: (exited with exit code|killed|terminated)|\*\*\* (job|step) ", re.IGNORECASE
-)
 #: srun's and slurmstepd's words for a step they could not start.
 _STEP_REFUSED = re.compile(
     r"unable to (create|launch)|launch failed|invalid (user|group)|couldn't|execve|"
     r"permission denied|no such file",
     re.IGNORECASE,
 )
-#: Variables that name the GPUs: Slurm sets them per step from the devices it picked.
-_GPU_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABHIVE_GPUS"})
 #: The name ``launch`` gives each Slurm job (``--job-name``): LabHive's job id and attempt.
 _OUR_JOB_NAME = re.compile(r"labhive-\d+-\d+")
-
-
-@dataclass(frozen=True)
-class _Component:
-    """The part of a gang on one node: one component of the Slurm job."""
-
-    node: str
-    tasks: tuple[TaskLaunch, ...]
-
-    @property
-    def gpus(self) -> int:
-        return sum(len(t.gpus) for t in self.tasks)
-
-    @property
-    def cpus(self) -> int:
-        return sum(_cpus(t) for t in self.tasks)
-
-    @property
-    def memory_mb(self) -> int:
-        return sum(t.memory_mb for t in self.tasks)
-
-    def options(self, partition: str | None) -> list[str]:
-        opts = [
-            f"--nodelist={self.node}",
-            "--nodes=1",
-            "--ntasks=1",
-            f"--cpus-per-task={self.cpus}",
-        ]
-        opts.append(f"--mem={self.memory_mb}M")
-        if self.gpus:
-            opts.append(f"--gres=gpu:{self.gpus}")
-        if partition:
-            opts.append(f"--partition={partition}")
-        return opts
-
-
-def _cpus(task: TaskLaunch) -> int:
-    """Whole CPUs, at least one: the guarantee. Slurm allocates what is asked (``--mem``,
-    ``--cpus-per-task``) and its cgroup plugin enforces that same amount, so a task's limit
-    (``cpu_limit``/``memory_limit_mb``) has no separate Slurm mapping (docs/slurm.md)."""
-    return max(1, int(-(-task.cpu // 1)))
 
 
 class SlurmExecutor:
@@ -541,183 +505,4 @@ class SlurmExecutor:
 # ---- scripts --------------------------------------------------------------------------------
 
 
-def _components(tasks: Sequence[TaskLaunch]) -> list[_Component]:
-    """The gang's tasks by node, nodes in the order the gang first names them."""
-    by_node: dict[str, list[TaskLaunch]] = {}
-    for task in tasks:
-        by_node.setdefault(task.node, []).append(task)
-    return [_Component(node, tuple(ts)) for node, ts in by_node.items()]
-
-
-def _batch_script(components: Sequence[_Component], works: Mapping[TaskKey, Path]) -> str:
-    """Start every task as a step on its node; record each step's exit status as it ends."""
-    lines = [
-        "#!/bin/bash",
-        "# Written by LabHive: one step per task; exit statuses into exit.json",
-        "declare -A dirs",
-    ]
-    het = len(components) > 1
-    for group, component in enumerate(components):
-        for task in component.tasks:
-            work = works[task.key]
-            step = ["srun", "--nodes=1", "--ntasks=1", "--exact", f"--cpus-per-task={_cpus(task)}"]
-            step += [f"--mem={task.memory_mb}M", f"--job-name={task.key.role}-{task.key.index}"]
-            step += [f"--het-group={group}"] if het else []
-            step += [f"--gres=gpu:{len(task.gpus)}"] if task.gpus else ["--gres=none"]
-            step += [f"--output={work / 'stdout'}", f"--error={work / 'stderr'}"]
-            step += ["/bin/sh", str(work / RUN_FILE)]
-            lines.append(shlex.join(step) + " &")
-            lines.append(f"dirs[$!]={shlex.quote(str(work))}")
-    lines += [
-        "while ((${#dirs[@]})); do",
-        "    wait -n -p done; status=$?",
-        '    [ -n "${dirs[$done]:-}" ] || continue',
-        '    printf \'{"exit_code": %d}\\n\' "$status" > "${dirs[$done]}/exit.json.tmp"',
-        '    mv "${dirs[$done]}/exit.json.tmp" "${dirs[$done]}/exit.json"',
-        '    unset "dirs[$done]"',
-        "done",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _run_script(
-    launch: TaskLaunch, env: Mapping[str, str], work: Path, cap: int | None = None
-) -> str:
-    """The task's own script: its environment, the GPUs Slurm gave it, then its command."""
-    lines = ["#!/bin/sh", f"cd {shlex.quote(str(work))} || exit 111"]
-    lines += [
-        f"export {k}={shlex.quote(v)}"
-        for k, v in env.items()
-        if k not in _GPU_VARS and k.isidentifier()
-    ]
-    lines += [
-        'export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-}"',
-        'export LABHIVE_GPUS="$CUDA_VISIBLE_DEVICES"',
-        f"printf '%s\\n' \"$CUDA_VISIBLE_DEVICES\" > {GPUS_FILE}",
-        'printf \'%s.%s\\n\' "$SLURM_JOB_ID" "$SLURM_STEP_ID" > slurm_step',
-    ]
-    command = ["/bin/bash", "-c", launch.command]
-    if launch.observe == "strace":
-        command = ["strace", "-f", "-tt", "-T", "-y", "-o", str(work / STRACE_LOG), "--", *command]
-    elif launch.observe is not None:
-        raise LaunchError(f"unknown observation {launch.observe!r}: the choice is 'strace'")
-    lines += capped_exec(command, cap)
-    return "\n".join(lines) + "\n"
-
-
-def _addressed_env(
-    launch: TaskLaunch, gang: Sequence[TaskLaunch], addresses: Mapping[str, str]
-) -> dict[str, str]:
-    """The launch's environment with node addresses where it names loopback: the service built
-    it for one machine, but on Slurm each node is reached at the address ``sinfo`` reports."""
-    env = dict(launch.env)
-    where = {(t.key.role, t.key.index): t.node for t in gang}
-    mine = addresses.get(launch.node, LOOPBACK)
-    env["PAI_CONTAINER_HOST_IP"] = mine
-    for (role, index), node in where.items():
-        name = f"PAI_HOST_IP_{role}_{index}"
-        if name in env:
-            env[name] = addresses.get(node, LOOPBACK)
-    rank0 = next((t for t in gang if t.env.get("RANK") == "0"), None)
-    if "MASTER_ADDR" in env and rank0 is not None:
-        env["MASTER_ADDR"] = addresses.get(rank0.node, LOOPBACK)
-    return env
-
-
-#: Slurm's refusals (words of its messages, lower case) and what the admin does about each.
-_FIXES = (
-    ("invalid account", "create the Slurm account (sacctmgr add account) or give the service "
-     "a default account its users belong to"),
-    ("invalid qos", "grant the users that QOS (sacctmgr modify user ... set qos+=...) or "
-     "submit to a partition whose QOS they have"),
-    ("qos policy", "the job is over a QOS limit of the users' Slurm association "
-     "(sacctmgr show assoc): raise it or ask for less"),
-    ("invalid partition", "name a partition Slurm has (sinfo -s) with --partition"),
-    ("time limit is invalid", "the job's time limit is over the partition's MaxTime: set the "
-     "VC's timeLimit max to it (labhive cluster from-slurm --partition reads it)"),
-    ("not permitted to use this partition", "allow the users' group in the partition's "
-     "AllowGroups, or use another partition"),
-    ("node configuration is not available", "the cluster config asks for more CPUs, memory or "
-     "GPUs than Slurm gives the node: write it again with labhive cluster from-slurm"),
-)  # fmt: skip
-
-
-def _launch_advice(message: str, launch: TaskLaunch) -> str:
-    """Slurm's refusal as the job's why: what Slurm said, what it means, what to do; it starts
-    with ``NOT_STARTED`` so the service shows it with the attempt's failure (not a bare 127)."""
-    if "Invalid --uid" in message or "Invalid --gid" in message or "Invalid user" in message:
-        return (
-            f"{NOT_STARTED}Slurm knows no account uid {launch.uid} (group gid {launch.gid}) "
-            f"for user {launch.user!r}: create that account on the Slurm controller and every "
-            "node, or give the user the uid of their site account in users.yaml, or set "
-            "--first-uid to the range of the site's uids. Slurm said: " + message
-        )
-    lower = message.lower()
-    fix = next((f for words, f in _FIXES if words in lower), None)
-    return f"{NOT_STARTED}Slurm refused the job: {message}" + (f"; {fix}" if fix else "")
-
-
 # ---- records ----------------------------------------------------------------------------------
-
-
-def _recorded(info: Mapping[str, Any]) -> bool:
-    return Path(info["exit_file"]).exists()
-
-
-def _read_exit(info: Mapping[str, Any]) -> int | None:
-    try:
-        return int(json.loads(Path(info["exit_file"]).read_text())["exit_code"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _timed_out(key: TaskKey, info: Mapping[str, Any], code: int | None) -> TaskExit:
-    """Slurm ended the job at its time limit: the job's own when LabHive passed it (Slurm's is
-    that plus the grace, in whole minutes), else the one Slurm was seen enforcing."""
-    limit = info.get("time_limit") or info.get("slurm_time_limit")
-    shown = f" of {show_duration(float(limit))}" if limit else ""
-    why = f"Slurm stopped job {info['slurm_job_id']} at its time limit{shown} (TIMEOUT)"
-    # Slurm ends it with TERM (then KILL after KillWait): a task whose exit its script could
-    # not record any more shows that, not "-"
-    code = _TERMINATED if code is None else code
-    return TaskExit(key, code, why, timed_out=True, time_limit=float(limit) if limit else None)
-
-
-def _slurm_said(info: Mapping[str, Any]) -> str:
-    """Slurm's own complaints in the batch output (``srun: error: ...``, ``slurmstepd: error:
-    ...``), the lines about tasks that simply ended left out; with the fix where known."""
-    try:
-        with open(info.get("slurm_output") or "", "rb") as out:
-            out.seek(max(0, out.seek(0, os.SEEK_END) - 8192))
-            text = out.read().decode(errors="replace")
-    except OSError:
-        return ""
-    lines = [
-        line.strip()
-        for line in text.splitlines()
-        if "error:" in line and not _TASK_ENDED.search(line)
-    ]
-    if not lines:
-        return ""
-    said = "Slurm said: " + " | ".join(lines[-2:])
-    lower = said.lower()
-    if "user" in lower and ("invalid" in lower or "unknown" in lower or "lookup" in lower):
-        said += (
-            "; the node knows no account for the task's uid: create that account on every "
-            "Slurm node, or set --first-uid to the range of the site's uids"
-        )
-    return said
-
-
-def _describe(code: int) -> str:
-    if code > 128:
-        return f"exit code {code} (killed by signal {code - 128})"
-    return f"exit code {code}"
-
-
-def _step(info: Mapping[str, Any]) -> str | None:
-    """The task's Slurm step (``JOBID.STEPID``), as its run script recorded it."""
-    try:
-        return (Path(info["workdir"]) / "slurm_step").read_text().strip() or None
-    except OSError:
-        return None

@@ -15,17 +15,12 @@ costs one regex match and a few string splits; argument structure is parsed only
 
 from __future__ import annotations
 
-import gzip
-import io
 import re
-import sys
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.observe.strace_clock import StraceClock
+from labhive.scheduler.observe.strace_logfile import cut_note, ff_pid, open_log
 from labhive.scheduler.observe.strace_records import (
     Call,
     Exit,
@@ -36,6 +31,23 @@ from labhive.scheduler.observe.strace_records import (
     Unparsed,
     angle_content,
 )
+from labhive.scheduler.observe.strace_table import (
+    TABLE_COLUMNS,
+    _is_table_header,
+    _Table,
+    _table_line,
+)
+
+# The names other modules import from here; the tables and log files have modules of their own.
+__all__ = [
+    "TABLE_COLUMNS",
+    "LineStats",
+    "cut_note",
+    "ff_pid",
+    "iter_records",
+    "open_log",
+    "split_return",
+]
 
 # pid column: "[pid  667] " (stderr) or "667   " (-o), either with an optional "<comm>".
 _PID = r"(?:\[pid +(\d+)(?:<[^>\]]*>)?\] |(\d+)(?:<[^>\s]*>)? +)?"
@@ -65,18 +77,7 @@ _MESSAGE_RE = re.compile(
 _DETACHED_RE = re.compile(r"([A-Za-z_?][\w?]*)\((.*?) ?<detached \.\.\.>$")
 _PROCESS_EVENT_RE = re.compile(r"Process (\d+) (attached|detached)")
 _EMBEDDED_MESSAGE_RE = re.compile(r"(.*?)((?:/\S*/)?strace: Process \d+ (?:attached|detached).*)$")
-_DASHES_RE = re.compile(r"-+(?: +-+)*$")
 _UNFINISHED_TAIL = " <unfinished ...>"
-
-#: Column titles of -c tables (including the ones -U can select) -> SummaryRow fields.
-TABLE_COLUMNS = {
-    "% time": "percent_time",
-    "seconds": "seconds",
-    "usecs/call": "usecs_per_call",
-    "calls": "calls",
-    "errors": "errors",
-    "syscall": "syscall",
-}
 
 
 @dataclass
@@ -140,67 +141,6 @@ def split_return(ret: str) -> tuple[str, int | None, str | None, str | None, flo
     return val, retval, errno, note, duration
 
 
-def _int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-class _Table:
-    """State of a -c table being read: column spans come from its dashes line."""
-
-    def __init__(self, header: str) -> None:
-        self.header = header
-        self.columns: list[tuple[int, int | None, str]] | None = None
-        self.closed = False  # the dashes line before "total" was seen
-
-    def set_dashes(self, dashes: str) -> None:
-        spans = [(m.start(), m.end()) for m in re.finditer(r"-+", dashes)]
-        cols = []
-        for n, (start, end) in enumerate(spans):
-            last = n == len(spans) - 1
-            title = (self.header[start:] if last else self.header[start:end]).strip()
-            cols.append((start, None if last else end, title))
-        self.columns = cols
-
-    def row(self, line_no: int, text: str) -> SummaryRow | None:
-        assert self.columns is not None
-        values: dict[str, str] = {}
-        extra: dict[str, str] = {}
-        for start, end, title in self.columns:
-            cell = (text[start:] if end is None else text[start:end]).strip()
-            key = TABLE_COLUMNS.get(title)
-            if key is None:
-                extra[title] = cell
-            else:
-                values[key] = cell
-        name = values.get("syscall", "")
-        if not name or " " in name:
-            return None
-        calls = _int(values["calls"]) if "calls" in values else None
-        errors = _int(values.get("errors") or "0")
-        seconds = _float(values["seconds"]) if "seconds" in values else None
-        usecs = _float(values["usecs_per_call"]) if "usecs_per_call" in values else None
-        pct = _float(values["percent_time"]) if "percent_time" in values else None
-        numbers = [v for k, v in values.items() if k != "syscall" and v]
-        if errors is None or any(_float(v) is None for v in numbers):
-            return None
-        return SummaryRow(line_no, name, calls, errors, seconds, usecs, pct, extra)
-
-
-def _is_table_header(body: str) -> bool:
-    s = body.strip()
-    return s.startswith("% time") or ("calls" in s.split() and "syscall" in s.split())
-
-
 def iter_records(
     lines: Iterable[str], *, pid: int | None = None, stats: LineStats | None = None
 ) -> Iterator[Record]:
@@ -212,202 +152,202 @@ def iter_records(
     ``-k`` stack frames are attached to the call they follow before it is yielded.
     ``stats`` (when given) is filled in as the generator finishes.
     """
-    st = stats if stats is not None else LineStats()
-    call_match = _CALL_RE.match
-    time_format = _TIME_RE.fullmatch
-    n = n_call = n_unparsed = n_stack = n_dump = 0
-    kinds: dict[str, int] = {}
-    pending: dict[int | None, Call] = {}
-    pids: dict[str, int] = {}  # pid column text -> number (a log has few tasks)
-    held: Record | None = None
-    last_call: Call | Signal | None = None  # where -k frames and data dumps go
-    table: _Table | None = None
-    fragment: tuple[int, str] | None = None  # a call cut by a message strace wrote into it
-    # time state: "HH:MM:" -> seconds cache, day wrap, -r running sum
-    clock_key = ""
-    clock_base = 0.0
-    day = 0.0
-    last_clock = -1.0
-    rel_sum = 0.0
-    time_mode: str | None = None
-
-    def to_seconds(ts: str) -> float:
-        nonlocal clock_key, clock_base, day, last_clock, rel_sum, time_mode
-        if ":" in ts:  # HH:MM:SS[.us]; the hour may carry extra digits
-            key, _, secs = ts.rpartition(":")
-            if key != clock_key:
-                h, _, m = key.partition(":")
-                clock_key, clock_base = key, int(h) * 3600 + int(m) * 60
-            t = clock_base + float(secs)
-            if t + day < last_clock - 43200:  # past midnight
-                day += 86400.0
-            t += day
-            last_clock = t
-            time_mode = "clock"
-            return t
-        v = float(ts)
-        if v > 1e8:
-            time_mode = "epoch"
-            return v
-        time_mode = "relative"
-        rel_sum += v
-        return rel_sum
-
-    def bump(kind: str) -> None:
-        kinds[kind] = kinds.get(kind, 0) + 1
-
+    reader = _LineReader(pid)
+    held: Record | None = None  # the last record, kept back until its -k frames have come
     try:
         for raw in lines:
-            n += 1
-            line = raw.rstrip("\r\n")
-            first_n = n
-            if fragment is not None and _MESSAGE_RE.match(line) is None:
-                first_n, head_text = fragment  # stderr form: the call goes on on this line
-                fragment = None
-                line = head_text + line
-            if table is not None:
-                got = _table_line(line, n, table)
-                if got is not None:
-                    row, table = got
-                    bump("table")
-                    if row is not None:
-                        if held is not None:
-                            yield held
-                        held = row
-                    continue
-                table = None  # the table ended early: read this line as any other
-            if not line.endswith(_UNFINISHED_TAIL):
-                # Fast path for a complete call, without regex: the LAST " = " splits the
-                # return off (strings in the arguments may hold " = "), the first "(" ends the
-                # name; the prefix is split on blanks. Anything unexpected: the regex path.
-                eq = line.rfind(" = ")
-                if eq > 0:
-                    head = line[:eq].rstrip(" ")
-                    lp = head.find("(")
-                    if lp > 0 and head[-1] == ")":
-                        pre = head[:lp]
-                        toks = pre.split()
-                        ts = None
-                        call_pid = pid
-                        name = toks.pop() if toks and pre[-1] != " " else ""
-                        ok = name.isidentifier()
-                        if ok and toks:
-                            i = 0
-                            t0 = toks[0]
-                            if t0.isdecimal():
-                                call_pid = pids.get(t0)
-                                if call_pid is None:
-                                    call_pid = pids[t0] = int(t0)
-                                i = 1
-                            elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdecimal():
-                                call_pid, i = int(toks[1][:-1]), 2
-                            if i < len(toks) and toks[i][0].isdigit():
-                                ts = toks[i]
-                                i += 1
-                                if not time_format(ts):
-                                    ok = False
-                            for tok in toks[i:]:  # -n "[ 257]", -i "[00007f6b...]"
-                                if tok[0] != "[" and tok[-1] != "]":
-                                    ok = False
-                        if ok:
-                            ret = line[eq + 3 :]
-                            if ret.isdigit() and ret.isascii():  # most returns: "0", "3"
-                                val, errno, note, dur = ret, None, None, None
-                                retval: int | None = int(ret)
-                            else:
-                                val, retval, errno, note, dur = split_return(ret)
-                            call = Call(
-                                first_n,
-                                call_pid,
-                                None if ts is None else to_seconds(ts),
-                                name,
-                                head[lp + 1 : -1],
-                                val,
-                                retval,
-                                errno,
-                                note,
-                                dur,
-                            )
-                            n_call += 1
-                            if held is not None:
-                                yield held
-                            held = last_call = call
-                            continue
-                m = call_match(line)
-                if m is not None:
-                    p1, p2, ts, name, args, ret = m.groups()
-                    if ret.endswith(_UNFINISHED_TAIL):  # "= " inside an unfinished call's string
-                        m = None
-                    else:
-                        val, retval, errno, note, dur = split_return(ret)
-                        call = Call(
-                            first_n,
-                            int(p1 or p2) if (p1 or p2) else pid,
-                            to_seconds(ts) if ts else None,
-                            name,
-                            args,
-                            val,
-                            retval,
-                            errno,
-                            note,
-                            dur,
-                        )
-                        n_call += 1
-                        if held is not None:
-                            yield held
-                        held = last_call = call
-                        continue
-            # --- everything but a complete call: rarer, so clarity over speed ---
-            if line.startswith((" > ", " | ")):
-                if last_call is not None and line[1] == ">":  # -k: a stack frame
-                    if last_call.stack is None:
-                        last_call.stack = []
-                    last_call.stack.append(line[3:])
-                    n_stack += 1
-                elif isinstance(last_call, Call):  # -e read=/write=: a line of a data dump
-                    if last_call.data is None:
-                        last_call.data = []
-                    last_call.data.append(line[3:])
-                    n_dump += 1
-                else:
-                    n_unparsed += 1
-                    if held is not None:
-                        yield held
-                    held = Unparsed(n, line)
+            got = reader.read(raw)
+            if got is None:
                 continue
-            emit, kind, table, attach, cut = _parse_rare(
-                line, first_n, pid, table, pending, to_seconds
-            )
-            if cut is not None:
-                fragment = cut
-            if kind == "unparsed":
-                n_unparsed += 1
-            else:
-                bump(kind)
-            if attach is not None:
-                last_call = attach
-            if emit is None:
-                continue
-            for rec in emit if isinstance(emit, list) else (emit,):
+            for rec in got if isinstance(got, list) else (got,):
                 if held is not None:
                     yield held
                 held = rec
         if held is not None:
             yield held
             held = None
-        for call in pending.values():  # never resumed: the log ended first
-            yield call
-        pending.clear()
+        yield from reader.in_flight()
     finally:
-        kinds["call"] = n_call
-        kinds["stack"] = n_stack
-        kinds["dump"] = n_dump
-        kinds["unparsed"] = n_unparsed
-        st.total = n
-        st.unparsed = n_unparsed
-        st.parsed = n - n_unparsed
+        reader.fill(stats if stats is not None else LineStats())
+
+
+class _LineReader:
+    """One log's parse state, and a small reader per kind of line: complete calls (a fast
+    split, then the regex), -c table rows, -k frames and data dumps, and the rare rest."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid  # the task of lines without a pid column
+        self.clock = StraceClock()
+        self.n = self.n_call = self.n_unparsed = self.n_stack = self.n_dump = 0
+        self.kinds: dict[str, int] = {}
+        self.pending: dict[int | None, Call] = {}
+        self.pids: dict[str, int] = {}  # pid column text -> number (a log has few tasks)
+        self.last_call: Call | Signal | None = None  # where -k frames and data dumps go
+        self.table: _Table | None = None
+        self.fragment: tuple[int, str] | None = None  # a call cut by a message strace wrote
+
+    def read(self, raw: str) -> Record | list[Record] | None:
+        """The record(s) one line completes, or None."""
+        self.n += 1
+        line = raw.rstrip("\r\n")
+        first_n = self.n
+        if self.fragment is not None and _MESSAGE_RE.match(line) is None:
+            first_n, head_text = self.fragment  # stderr form: the call goes on on this line
+            self.fragment = None
+            line = head_text + line
+        if self.table is not None:
+            taken, row = self._table_row(line)
+            if taken:
+                return row
+        if not line.endswith(_UNFINISHED_TAIL):
+            call = self._fast_call(line, first_n)
+            if call is None:
+                call = self._regex_call(line, first_n)
+            if call is not None:
+                self.n_call += 1
+                self.last_call = call
+                return call
+        # --- everything but a complete call: rarer, so clarity over speed ---
+        if line.startswith((" > ", " | ")):
+            return self._frame_or_dump(line)
+        return self._rare(line, first_n)
+
+    def _table_row(self, line: str) -> tuple[bool, SummaryRow | None]:
+        """(whether the line belongs to the -c table being read, its row)."""
+        assert self.table is not None
+        got = _table_line(line, self.n, self.table)
+        if got is None:
+            self.table = None  # the table ended early: read this line as any other
+            return False, None
+        row, self.table = got
+        self._bump("table")
+        return True, row
+
+    def _fast_call(self, line: str, first_n: int) -> Call | None:
+        """A complete call, without regex: the LAST " = " splits the return off (strings in
+        the arguments may hold " = "), the first "(" ends the name; the prefix is split on
+        blanks. None for anything unexpected (the regex reader then tries)."""
+        eq = line.rfind(" = ")
+        if eq <= 0:
+            return None
+        head = line[:eq].rstrip(" ")
+        lp = head.find("(")
+        if lp <= 0 or head[-1] != ")":
+            return None
+        pre = head[:lp]
+        toks = pre.split()
+        name = toks.pop() if toks and pre[-1] != " " else ""
+        if not name.isidentifier():
+            return None
+        prefix = self._prefix_tokens(toks) if toks else (self.pid, None)
+        if prefix is None:
+            return None
+        call_pid, ts = prefix
+        ret = line[eq + 3 :]
+        if ret.isdigit() and ret.isascii():  # most returns: "0", "3"
+            val, errno, note, dur = ret, None, None, None
+            retval: int | None = int(ret)
+        else:
+            val, retval, errno, note, dur = split_return(ret)
+        time = None if ts is None else self.clock.to_seconds(ts)
+        args = head[lp + 1 : -1]
+        return Call(first_n, call_pid, time, name, args, val, retval, errno, note, dur)
+
+    def _prefix_tokens(self, toks: list[str]) -> tuple[int | None, str | None] | None:
+        """The pid and timestamp of a call's prefix tokens; None when a token is none of the
+        columns strace writes (pid, time, -n "[ 257]", -i "[00007f6b...]")."""
+        call_pid, ts, i = self.pid, None, 0
+        t0 = toks[0]
+        if t0.isdecimal():
+            call_pid = self.pids.get(t0)
+            if call_pid is None:
+                call_pid = self.pids[t0] = int(t0)
+            i = 1
+        elif t0 == "[pid" and len(toks) > 1 and toks[1][:-1].isdecimal():
+            call_pid, i = int(toks[1][:-1]), 2
+        ok = True
+        if i < len(toks) and toks[i][0].isdigit():
+            ts = toks[i]
+            i += 1
+            if not _TIME_RE.fullmatch(ts):
+                ok = False
+        for tok in toks[i:]:
+            if tok[0] != "[" and tok[-1] != "]":
+                ok = False
+        return (call_pid, ts) if ok else None
+
+    def _regex_call(self, line: str, first_n: int) -> Call | None:
+        """A complete call in a form the fast split does not take (``<comm>`` pids, ...)."""
+        m = _CALL_RE.match(line)
+        if m is None:
+            return None
+        p1, p2, ts, name, args, ret = m.groups()
+        if ret.endswith(_UNFINISHED_TAIL):  # "= " inside an unfinished call's string
+            return None
+        val, retval, errno, note, dur = split_return(ret)
+        call_pid = int(p1 or p2) if (p1 or p2) else self.pid
+        time = self.clock.to_seconds(ts) if ts else None
+        return Call(first_n, call_pid, time, name, args, val, retval, errno, note, dur)
+
+    def _frame_or_dump(self, line: str) -> Unparsed | None:
+        """A " > " -k stack frame or a " | " -e read=/write= dump line, kept with its call."""
+        last = self.last_call
+        if last is not None and line[1] == ">":
+            if last.stack is None:
+                last.stack = []
+            last.stack.append(line[3:])
+            self.n_stack += 1
+        elif isinstance(last, Call):
+            if last.data is None:
+                last.data = []
+            last.data.append(line[3:])
+            self.n_dump += 1
+        else:
+            self.n_unparsed += 1
+            return Unparsed(self.n, line)
+        return None
+
+    def _rare(self, line: str, first_n: int) -> Record | list[Record] | None:
+        emit, kind, self.table, attach, cut = _parse_rare(
+            line, first_n, self.pid, self.table, self.pending, self.clock.to_seconds
+        )
+        if cut is not None:
+            self.fragment = cut
+        if kind == "unparsed":
+            self.n_unparsed += 1
+        else:
+            self._bump(kind)
+        if attach is not None:
+            self.last_call = attach
+        return emit
+
+    def _bump(self, kind: str) -> None:
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+    def in_flight(self) -> Iterator[Call]:
+        """The calls never resumed: the log ended first."""
+        yield from self.pending.values()
+        self.pending.clear()
+
+    def fill(self, st: LineStats) -> None:
+        kinds = self.kinds
+        kinds["call"] = self.n_call
+        kinds["stack"] = self.n_stack
+        kinds["dump"] = self.n_dump
+        kinds["unparsed"] = self.n_unparsed
+        st.total = self.n
+        st.unparsed = self.n_unparsed
+        st.parsed = self.n - self.n_unparsed
         st.kinds = {k: v for k, v in kinds.items() if v}
-        st.time_mode = time_mode
+        st.time_mode = self.clock.mode
+
+
+#: What a rare line yields: (what to emit: None, a record or a list of records; the line's
+#: kind; the -c table state; the call that following -k stack frames belong to, or None; the
+#: head of a call that a message cut, to be continued by the next line, or None).
+_Rare = tuple[
+    Record | list[Record] | None, str, _Table | None, Call | Signal | None, tuple[int, str] | None
+]
 
 
 def _parse_rare(
@@ -417,72 +357,112 @@ def _parse_rare(
     table: _Table | None,
     pending: dict[int | None, Call],
     to_seconds: Callable[[str], float],
-) -> tuple[
-    Record | list[Record] | None, str, _Table | None, Call | Signal | None, tuple[int, str] | None
-]:
-    """Classify a line that is not a complete call.
-
-    Returns (what to emit: None, a record or a list of records; the line's kind; the -c table
-    state; the call that following -k stack frames belong to, or None; the head of a call that
-    a message cut, to be continued by the next line, or None)."""
+) -> _Rare:
+    """Classify a line that is not a complete call (see ``_Rare`` for what it returns)."""
     if not line.strip():
         return None, "blank", table, None, None
     if _is_table_header(line):
         return None, "table", _Table(line), None, None
     m = _MESSAGE_RE.match(line)
     if m is not None:
-        text = m.group(1) or m.group(2) or m.group(3)
-        ev = _PROCESS_EVENT_RE.match(text)
-        msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
-        return msg, "message", table, None, None
+        return _message(n, m.group(1) or m.group(2) or m.group(3)), "message", table, None, None
     m = _PREFIX_RE.match(line)
     assert m is not None  # every part of the prefix is optional: it always matches
     p1, p2, ts = m.group(1), m.group(2), m.group(3)
     pid = int(p1 or p2) if (p1 or p2) else default_pid
     body = line[m.end() :]
     time = to_seconds(ts) if ts else None
-    if body.startswith("<... "):
-        emit, attach = _resumed(body, n, pid, time, pending)
-        if emit is not None or attach is not None:
-            return emit, "resumed", table, attach, None
-    elif body.endswith((_UNFINISHED_TAIL, " ...>")) and not body.endswith("<detached ...>"):
-        um = _UNFINISHED_RE.match(body)
-        if um is not None:
-            call = Call(n, pid, time, um.group(1), um.group(2), state="unfinished")
-            previous = pending.pop(pid, None)  # a task has one call in flight; keep an odd one
-            pending[pid] = call
-            return previous, "unfinished", table, call, None
-    elif body.endswith("<detached ...>"):
-        dm = _DETACHED_RE.match(body)
-        if dm is not None:  # strace let go of the task (-p, then ^C) during this call
-            call = Call(n, pid, time, dm.group(1), dm.group(2), note="detached", state="unfinished")
-            return call, "unfinished", table, call, None
-    elif body.startswith("--- "):
-        sm = _SIGNAL_RE.match(body)
-        if sm is not None:
-            info = "stopped" if body.startswith("--- stopped by ") else (sm.group(2) or "")
-            sig = Signal(n, pid, time, sm.group(1), info)
-            return sig, "signal", table, sig, None
-    elif body.startswith("+++ "):
-        em = _EXIT_RE.match(body)
-        if em is not None:
-            code = int(em.group(1)) if em.group(1) is not None else None
-            execer = int(em.group(4)) if em.group(4) else None
-            ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)), execer)
-            flushed = pending.pop(pid, None)  # its call in flight will never return
-            if execer is not None and execer in pending:
-                # a thread's execve replaced the leader: the exec resumes under the leader's pid
-                pending[pid] = pending.pop(execer)
-            return ([flushed, ex] if flushed is not None else ex), "exit", table, None, None
+    got = _task_event(body, n, pid, time, pending)
+    if got is not None:
+        emit, kind, attach = got
+        return emit, kind, table, attach, None
     em = _EMBEDDED_MESSAGE_RE.match(line)
     if em is not None and em.group(1).strip():
         # stderr form: "clone(...|SIGCHLDstrace: Process 9 attached" and the call goes on
         # on the next line; keep the head, report the message.
-        text = em.group(2).split("strace: ", 1)[1]
-        ev = _PROCESS_EVENT_RE.match(text)
-        msg = Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
+        msg = _message(n, em.group(2).split("strace: ", 1)[1])
         return msg, "message", table, None, (n, em.group(1))
     return Unparsed(n, line), "unparsed", table, None, None
+
+
+def _message(n: int, text: str) -> Message:
+    """strace's own words; "Process N attached/detached" names the task."""
+    ev = _PROCESS_EVENT_RE.match(text)
+    return Message(n, int(ev.group(1)) if ev else None, text, ev.group(2) if ev else None)
+
+
+def _task_event(
+    body: str, n: int, pid: int | None, time: float | None, pending: dict[int | None, Call]
+) -> tuple[Record | list[Record] | None, str, Call | Signal | None] | None:
+    """A line of one task after its prefix: a resumed, unfinished or detached call, a signal
+    or an exit -> (what to emit, kind, where -k frames go); None when it is none of them."""
+    if body.startswith("<... "):
+        emit, attach = _resumed(body, n, pid, time, pending)
+        if emit is not None or attach is not None:
+            return emit, "resumed", attach
+        return None
+    if body.endswith("<detached ...>"):
+        return _detached(body, n, pid, time)
+    if body.endswith((_UNFINISHED_TAIL, " ...>")):
+        return _unfinished(body, n, pid, time, pending)
+    if body.startswith("--- "):
+        return _signal(body, n, pid, time)
+    if body.startswith("+++ "):
+        return _exit(body, n, pid, time, pending)
+    return None
+
+
+def _unfinished(
+    body: str, n: int, pid: int | None, time: float | None, pending: dict[int | None, Call]
+) -> tuple[Call | None, str, Call] | None:
+    """``name(args <unfinished ...>``: held in flight until its task resumes it."""
+    um = _UNFINISHED_RE.match(body)
+    if um is None:
+        return None
+    call = Call(n, pid, time, um.group(1), um.group(2), state="unfinished")
+    previous = pending.pop(pid, None)  # a task has one call in flight; keep an odd one
+    pending[pid] = call
+    return previous, "unfinished", call
+
+
+def _detached(
+    body: str, n: int, pid: int | None, time: float | None
+) -> tuple[Call, str, Call] | None:
+    """strace let go of the task (-p, then ^C) during this call."""
+    dm = _DETACHED_RE.match(body)
+    if dm is None:
+        return None
+    call = Call(n, pid, time, dm.group(1), dm.group(2), note="detached", state="unfinished")
+    return call, "unfinished", call
+
+
+def _signal(
+    body: str, n: int, pid: int | None, time: float | None
+) -> tuple[Signal, str, Signal] | None:
+    """``--- SIGCHLD {...} ---`` or ``--- stopped by SIGSTOP ---``."""
+    sm = _SIGNAL_RE.match(body)
+    if sm is None:
+        return None
+    info = "stopped" if body.startswith("--- stopped by ") else (sm.group(2) or "")
+    sig = Signal(n, pid, time, sm.group(1), info)
+    return sig, "signal", sig
+
+
+def _exit(
+    body: str, n: int, pid: int | None, time: float | None, pending: dict[int | None, Call]
+) -> tuple[Record | list[Record], str, None] | None:
+    """``+++ exited with 0 +++`` and kin; the task's call in flight will never return."""
+    em = _EXIT_RE.match(body)
+    if em is None:
+        return None
+    code = int(em.group(1)) if em.group(1) is not None else None
+    execer = int(em.group(4)) if em.group(4) else None
+    ex = Exit(n, pid, time, code, em.group(2), bool(em.group(3)), execer)
+    flushed = pending.pop(pid, None)
+    if execer is not None and execer in pending:
+        # a thread's execve replaced the leader: the exec resumes under the leader's pid
+        pending[pid] = pending.pop(execer)
+    return ([flushed, ex] if flushed is not None else ex), "exit", None
 
 
 def _resumed(
@@ -532,94 +512,3 @@ def _resumed(
     if first.pid is None:
         first.pid = pid
     return first, first
-
-
-def _table_line(line: str, n: int, table: _Table) -> tuple[SummaryRow | None, _Table | None] | None:
-    """A line inside a -c table -> (its row or None, the table state after it); None when the
-    line does not belong to the table."""
-    if table.columns is None:
-        if _DASHES_RE.match(line):
-            table.set_dashes(line)
-            return None, table
-        return None
-    if _DASHES_RE.match(line):
-        table.closed = True
-        return None, table
-    row = table.row(n, line)
-    if row is None:
-        return None
-    return row, (None if row.syscall == "total" else table)
-
-
-class _GzipUpToCut(io.RawIOBase):
-    """A gzip stream read up to where it stops making sense: the end of a log still being
-    written (the last block is not there yet) or damaged bytes. What came before is kept;
-    ``cut`` then says why the stream stopped early."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        super().__init__()
-        self._fh = fh
-        self._gz = gzip.GzipFile(fileobj=fh)
-        self.cut: str | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self.cut:
-            return 0
-        try:
-            data = self._gz.read1(len(buffer))  # one block: nothing decoded is ever dropped
-        except EOFError:
-            self.cut = "the file ends mid-stream"
-            return 0
-        except (gzip.BadGzipFile, zlib.error):
-            self.cut = "the compressed data is damaged there"
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        try:
-            self._gz.close()
-            self._fh.close()
-        finally:
-            super().close()
-
-
-def open_log(path: str | Path) -> IO[str]:
-    """Open a strace log for reading text: ``-`` is stdin, ``.gz`` is decompressed (by its
-    magic bytes, whatever the name) up to where it is cut (see :func:`cut_note`). Undecodable
-    bytes are kept as surrogate escapes."""
-    if str(path) == "-":
-        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
-    p = Path(path)
-    try:
-        fh = p.open("rb")
-    except FileNotFoundError:
-        raise UserError(f"no strace log at {p}: check the path") from None
-    except IsADirectoryError:
-        raise UserError(f"{p} is a directory: give one strace log file") from None
-    except OSError as err:
-        raise UserError(f"cannot read strace log {p}: {err.strerror}") from None
-    except ValueError:  # a NUL in the name
-        raise UserError(f"no strace log at {str(p)!r}: a file name has no NUL character") from None
-    magic = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
-    if magic == b"\x1f\x8b":
-        stream = io.BufferedReader(_GzipUpToCut(fh))
-        return io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape")
-    return io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape")
-
-
-def cut_note(fh: IO[str], lines: int) -> str | None:
-    """For a log opened by :func:`open_log` and read to its end: why a compressed log stopped
-    before its end, and the last line that was parsed; None when it was whole."""
-    raw = getattr(getattr(fh, "buffer", None), "raw", None)
-    cut = raw.cut if isinstance(raw, _GzipUpToCut) else None
-    return f"{cut}: parsed up to line {lines}" if cut else None
-
-
-def ff_pid(path: str | Path) -> int | None:
-    """The pid an ``-ff`` log carries in its name (``trace.604`` -> 604), else None."""
-    suffix = Path(path).suffix
-    return int(suffix[1:]) if suffix[1:].isdecimal() else None
