@@ -7,7 +7,6 @@ changed) expect it to report the first divergence, with both sides' decisions.""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -123,4 +122,3 @@ def test_the_journal_holds_what_the_store_acknowledged_and_old_passes_are_pruned
         rows = conn.execute(select(func.count()).select_from(table.journal)).scalar()
     assert rows == 1 and left == [pytest.approx(now - 1)]
     store.dispose()
-    shutil.rmtree(tmp_path, ignore_errors=True)

@@ -247,6 +247,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         stop_notice_s=opts.stop_notice_s,
         observers=[counters],
         forecast=forecast,
+        journal=os.environ.get("LABHIVE_JOURNAL", "on") != "off",  # off: to measure its cost
     )
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s, counters=counters)
     disk, housekeeping = _housekeeping(opts, store, data_dir, executor, config)

@@ -1,4 +1,5 @@
-"""``labhive twin check``: replay the journal under the live config and policy.
+"""``labhive twin check`` (replay the journal under the live config and policy) and ``labhive
+explain JOB`` (why a job waited, from the journal).
 
 It reads the store directly (``--db``/``--db-file``/``$LABHIVE_DB_URL``, else the data dir's
 SQLite), as the service's own account does: whoever can read the database is an admin here
@@ -10,10 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from labhive.scheduler.errors import UserError
+
+T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
@@ -29,14 +33,29 @@ def register(subparsers: Any) -> None:
         "Exit 0 when all match, 1 at the first divergence (printed with the events before it).",
     )
     check.add_argument("--since", help="from this time on: epoch seconds, ISO 8601, or 7d/12h ago")
-    check.add_argument("--db", help="the service's --db (SQLite path or postgresql://USER@HOST/DB)")
-    check.add_argument("--db-file", type=Path, help="a file (mode 0600) holding the database URL")
-    check.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
-    check.add_argument("--cluster", help="the cluster config the service runs (as for serve)")
-    check.add_argument("--policy", default="hived", help="the service's policy (default hived)")
-    check.add_argument("--fair-share", metavar="HALF_LIFE", help="the service's --fair-share")
+    _store_options(check)
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=_check)
+    explain = subparsers.add_parser(
+        "explain",
+        help="why a job waited: the journal replayed around its wait (admins: reads the store)",
+        description="Replay the journal and say, span by span, why the job waited (the "
+        "why-text the service showed then) and which jobs held GPUs meanwhile.",
+    )
+    explain.add_argument("job", type=int, help="the job's id")
+    _store_options(explain)
+    explain.set_defaults(func=_explain)
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db", help="the service's --db (SQLite path or postgresql://USER@HOST/DB)"
+    )
+    parser.add_argument("--db-file", type=Path, help="a file (mode 0600) holding the database URL")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
+    parser.add_argument("--cluster", help="the cluster config the service runs (as for serve)")
+    parser.add_argument("--policy", default="hived", help="the service's policy (default hived)")
+    parser.add_argument("--fair-share", metavar="HALF_LIFE", help="the service's --fair-share")
 
 
 def parse_since(text: str | None, now: float) -> float | None:
@@ -64,7 +83,8 @@ def parse_since(text: str | None, now: float) -> float | None:
         ) from None
 
 
-def _check(args: argparse.Namespace) -> int:
+def _replayed(args: argparse.Namespace, walk: Callable[[Iterator[Any], Any], T]) -> T:
+    """``walk(passes, policy_maker)`` over the store's journal, as the service's options say."""
     from labhive.scheduler.service.db_source import database_from
     from labhive.scheduler.service.journal import table, twin
     from labhive.scheduler.service.store import HEAD_REVISION, Store, database_url
@@ -83,11 +103,26 @@ def _check(args: argparse.Namespace) -> int:
                 f"{store.revision()}): start `labhive serve` on it once to migrate it"
             )
         with store.read() as conn:
-            report = twin.replay(table.read(conn, parse_since(args.since, time.time())), make)
+            since = parse_since(getattr(args, "since", None), time.time())
+            return walk(table.read(conn, since), make)
     finally:
         store.dispose()
+
+
+def _check(args: argparse.Namespace) -> int:
+    from labhive.scheduler.service.journal import twin
+
+    report = _replayed(args, twin.replay)
     _print(report, args.json)
     return 1 if report.divergence is not None else 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from labhive.scheduler.service.journal import explain
+
+    found = _replayed(args, lambda passes, make: explain.explain(passes, make, args.job))
+    print(found.text())
+    return 0 if found.submitted is not None else 1
 
 
 def _print(report: Any, as_json: bool) -> None:

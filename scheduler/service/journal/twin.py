@@ -74,7 +74,7 @@ def _show(result: list[Any] | str) -> str:
     return f"refused ({result})" if isinstance(result, str) else codec.dumps(result)
 
 
-def _step(port: PolicyPort, event: Any) -> list[Any] | str:
+def step_of(port: PolicyPort, event: Any) -> list[Any] | str:
     try:
         return list(port.handle(event))
     except SpecRejected as err:
@@ -104,7 +104,7 @@ def replay(passes: Iterable[Pass], make: PolicyMaker) -> Report:
         if port is None:  # (``read`` starts at a fresh pass)
             raise codec.JournalFormatError(f"journal pass {p.id} comes before any fresh pass")
         for i, (event, recorded) in enumerate(p.steps):
-            got = _step(port, event)
+            got = step_of(port, event)
             report.steps += 1
             if got != recorded:
                 report.divergence = Divergence(p.id, p.t, i, event, recorded, got, list(recent))

@@ -83,6 +83,7 @@ class SchedulerLoop:
         stop_notice_s: float = nt.DEFAULT_NOTICE_S,
         observers: Sequence[PassObserver] = (),
         forecast: Callable[[SchedulerLoop], EtaTracker | None] | None = None,
+        journal: bool = True,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -105,6 +106,9 @@ class SchedulerLoop:
         self._observers = tuple(observers)
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
+        #: Record each pass's events and decisions (``service/journal/``); off only to measure
+        #: what the journal costs (``LABHIVE_JOURNAL=off``, benchmarks/bench_service.py).
+        self.journal = journal
         #: What the journal records of a policy built afresh, until a pass commits with it.
         self._fresh_policy: dict[str, object] | None = self._policy_record()
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
@@ -361,7 +365,10 @@ class SchedulerLoop:
         plan.released = self.runs.reserved.release()  # held starts whose GPUs are free now
         plan.decisions = list(plan.released)
         settle.apply(self.runs, decisions, plan, t, self.grace_s)
-        plan.fresh_policy = self._fresh_policy
+        if self.journal:
+            plan.fresh_policy = self._fresh_policy
+        else:
+            plan.journal = []
         stale = record.commit(self.store, plan, self.runs, self.view, t)
         self._fresh_policy = None  # the journal has it: replays start from here
         if stale:
