@@ -122,3 +122,31 @@ def test_the_journal_holds_what_the_store_acknowledged_and_old_passes_are_pruned
         rows = conn.execute(select(func.count()).select_from(table.journal)).scalar()
     assert rows == 1 and left == [pytest.approx(now - 1)]
     store.dispose()
+
+
+def test_explain_names_the_job_that_held_the_cells_a_finished_job_waited_for(
+    tmp_path: Path, capsys
+) -> None:
+    """Given vc1's one node taken by job A (4 GPUs, 3 s) and job B (4 GPUs) queued behind it,
+    expect ``labhive explain B`` to say B waited with the why-text the service showed while it
+    waited, with A holding the GPUs, and then that B started."""
+    from service_fixtures import live_service
+
+    data_dir = tmp_path / "data"
+    with live_service(data_dir, cluster=str(CLUSTER)) as live:
+        alice = live.client(ALICE)
+        holder = alice.submit(command="sleep 3", vc="vc1", gpus=4, name="holder")
+        wait_until(lambda: state_is(holder, "RUNNING"), "the holder to run")
+        blocked = alice.submit(command="true", vc="vc1", gpus=4, name="blocked")
+        live_why = wait_until(lambda: blocked.refresh().why, "the blocked job's why")
+        assert state_is(blocked, "WAITING")
+        wait_until(lambda: state_is(blocked, "SUCCEEDED"), "the blocked job to run", 60)
+
+    code = main(
+        ["explain", str(blocked.id), "--data-dir", str(data_dir), "--cluster", str(CLUSTER)]
+    )
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert f"waited: {live_why}" in text, text
+    assert f"GPUs held by: job {holder.id} holder (alice, vc1) on vnode-" in text, text
+    assert "started" in text

@@ -59,25 +59,31 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
+#: Each class's recorded fields and their defaults, worked out once (encoding runs in the pass).
+_FIELDS: dict[type[Any], tuple[tuple[str, Any], ...]] = {
+    cls: tuple(
+        (f.name, _default(f)) for f in dataclasses.fields(cls) if (cls, f.name) not in _SKIPPED
+    )
+    for cls in _CLASSES.values()
+}
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def to_plain(value: Any) -> Any:
     """``value`` as JSON-ready data."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        cls = type(value)
-        if cls.__name__ not in _CLASSES:
-            raise JournalFormatError(f"the journal cannot record a {cls.__name__}")
-        out: dict[str, Any] = {"@": cls.__name__}
-        for f in dataclasses.fields(value):
-            if (cls, f.name) in _SKIPPED:
-                continue
-            v = getattr(value, f.name)
-            if v != _default(f):
-                out[f.name] = to_plain(v)
-        return out
+    if isinstance(value, _SCALARS):
+        return value
     if isinstance(value, tuple | list):
         return [to_plain(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    raise JournalFormatError(f"the journal cannot record a {type(value).__name__}")
+    fields = _FIELDS.get(type(value))
+    if fields is None:
+        raise JournalFormatError(f"the journal cannot record a {type(value).__name__}")
+    out: dict[str, Any] = {"@": type(value).__name__}
+    for name, default in fields:
+        v = getattr(value, name)
+        if v is not default and v != default:
+            out[name] = to_plain(v)
+    return out
 
 
 def from_plain(data: Any) -> Any:
