@@ -150,3 +150,38 @@ def test_explain_names_the_job_that_held_the_cells_a_finished_job_waited_for(
     assert f"waited: {live_why}" in text, text
     assert f"GPUs held by: job {holder.id} holder (alice, vc1) on vnode-" in text, text
     assert "started" in text
+
+
+def test_a_pass_the_journal_cannot_encode_still_commits_and_the_replay_reports_the_gap(
+    tmp_path: Path,
+) -> None:
+    """Given a pass with an event the codec does not know (a ``Reconfigure``), expect the
+    pass's transaction to commit (scheduling goes on) with a row naming the gap, and the twin
+    check to stop there rather than call the rest identical; and a journal row of another
+    format version, or naming a class outside the model, to be refused with what to do."""
+    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.model import Reconfigure, Tick
+    from labhive.scheduler.service.journal import codec, twin
+
+    store = Store(database_url(str(tmp_path / "j.db"), tmp_path))
+    store.migrate()
+    config = load_cluster_config(str(CLUSTER))
+    with store.write() as conn:
+        table.write(conn, 1.0, [(Tick(1.0), [])], {"name": "hived"})
+        table.write(conn, 2.0, [(Reconfigure(config, 2.0), [])], None)
+        table.write(conn, 3.0, [(Tick(3.0), [])], None)
+    with store.read() as conn:
+        passes = list(table.read(conn))
+    assert [p.gap is not None for p in passes] == [False, True, False]
+    report = twin.replay(passes, twin.policy_maker(str(CLUSTER), "hived", None))
+    assert report.divergence is not None and report.divergence.pass_id == passes[1].id
+    assert "not recorded" in report.divergence.text()
+
+    with pytest.raises(codec.JournalFormatError, match=r"unknown record type 'os\.system'"):
+        codec.loads('{"@": "os.system", "command": "true"}')
+    with store.write() as conn:
+        conn.execute(table.journal.insert().values(t=4.0, fresh=True, body='{"v": 99}'))
+    refused = pytest.raises(codec.JournalFormatError, match="version 99; this labhive reads")
+    with refused, store.read() as conn:
+        list(table.read(conn, since=4.0))
+    store.dispose()

@@ -13,6 +13,7 @@ copied: they stay in ``jobs``/``tasks`` (``started_at``/``finished_at``), refere
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from sqlalchemy.engine import Connection
 
 from labhive.scheduler.service.journal import codec
 from labhive.scheduler.service.store import metadata
+
+log = logging.getLogger("labhive.service.journal")
 
 journal = Table(
     "journal",
@@ -45,6 +48,7 @@ class Pass:
     fresh: bool
     policy: dict[str, Any] | None
     steps: list[Step]
+    gap: str | None = None  # the pass could not be recorded (why): a replay stops here
 
 
 def body(steps: list[Step], policy: dict[str, Any] | None) -> str:
@@ -59,11 +63,17 @@ def body(steps: list[Step], policy: dict[str, Any] | None) -> str:
 
 
 def write(conn: Connection, t: float, steps: list[Step], policy: dict[str, Any] | None) -> None:
-    """(In the pass's transaction.) The pass's steps; ``policy`` set when the policy is fresh."""
-    if steps or policy is not None:
-        conn.execute(
-            insert(journal).values(t=t, fresh=policy is not None, body=body(steps, policy))
-        )
+    """(In the pass's transaction.) The pass's steps; ``policy`` set when the policy is fresh.
+    A step the codec cannot write (a type it does not know) must not fail the pass, which would
+    stop scheduling for everyone: the row then says what is missing, and a replay reports it."""
+    if not (steps or policy is not None):
+        return
+    try:
+        text = body(steps, policy)
+    except (codec.JournalFormatError, ValueError) as err:
+        log.error("journal: pass at %s not recorded: %s", t, err)
+        text = json.dumps({"v": codec.VERSION, "steps": [], "gap": str(err), "policy": policy})
+    conn.execute(insert(journal).values(t=t, fresh=policy is not None, body=text))
 
 
 def decode(found: Any) -> Pass:
@@ -78,7 +88,8 @@ def decode(found: Any) -> Pass:
     for event, done in doc["steps"]:
         result = done["refused"] if isinstance(done, dict) else list(codec.from_plain(done))
         steps.append((codec.from_plain(event), result))
-    return Pass(row["id"], row["t"], bool(row["fresh"]), doc.get("policy"), steps)
+    gap = doc.get("gap")
+    return Pass(row["id"], row["t"], bool(row["fresh"]), doc.get("policy"), steps, gap)
 
 
 def read(conn: Connection, since: float | None = None) -> Iterator[Pass]:

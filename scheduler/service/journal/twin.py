@@ -103,6 +103,10 @@ def replay(passes: Iterable[Pass], make: PolicyMaker) -> Report:
             recent.clear()
         if port is None:  # (``read`` starts at a fresh pass)
             raise codec.JournalFormatError(f"journal pass {p.id} comes before any fresh pass")
+        if p.gap is not None:
+            lost = f"not recorded ({p.gap})"
+            report.divergence = Divergence(p.id, p.t, 0, None, lost, "-", list(recent))
+            break
         for i, (event, recorded) in enumerate(p.steps):
             got = step_of(port, event)
             report.steps += 1
