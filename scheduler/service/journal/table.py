@@ -35,6 +35,8 @@ journal = Table(
     Column("body", Text, nullable=False),
 )
 
+_INSERT = insert(journal)  # built once: the pass runs it every time
+
 #: What one step was: the event, and the decisions or the refusal (an error's type and text).
 Step = tuple[Any, list[Any] | str]
 
@@ -73,7 +75,7 @@ def write(conn: Connection, t: float, steps: list[Step], policy: dict[str, Any] 
     except (codec.JournalFormatError, ValueError) as err:
         log.error("journal: pass at %s not recorded: %s", t, err)
         text = json.dumps({"v": codec.VERSION, "steps": [], "gap": str(err), "policy": policy})
-    conn.execute(insert(journal).values(t=t, fresh=policy is not None, body=text))
+    conn.execute(_INSERT, {"t": t, "fresh": policy is not None, "body": text})
 
 
 def decode(found: Any) -> Pass:
