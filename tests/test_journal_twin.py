@@ -31,7 +31,7 @@ def a_recorded_day(data_dir: Path, db: str | None) -> None:
     """The service's work, across a restart: what the journal must replay."""
     from service_fixtures import live_service
 
-    with live_service(data_dir, db, cluster=str(CLUSTER)) as live:
+    with live_service(data_dir, db, cluster=str(CLUSTER), stop_tasks=False) as live:
         admin, alice, bob = live.client(), live.client(ALICE), live.client(BOB)
         # Two opportunistic 4-GPU jobs fill both nodes, vc1's and default's.
         oppo = [
@@ -51,9 +51,11 @@ def a_recorded_day(data_dir: Path, db: str | None) -> None:
         admin.node_down("vnode-1", "fan")
         admin.node_up("vnode-1")
         waiting = alice.submit(command="sleep 60", vc="vc1", gpus=4, name="queued")
-    # The restart: the service rebuilds its policy from the store (Adopt/Submit events).
+    # The restart: the jobs ran on; the service rebuilds its policy from the store (Adopt for
+    # the running, Submit for the waiting) and adopts their processes.
     with live_service(data_dir, db, cluster=str(CLUSTER)) as live:
         alice = live.client(ALICE)
+        assert live.client().job(guaranteed.id).state == "RUNNING", "not adopted after the restart"
         alice.submit(command="true", vc="vc1", gpus=2, name="after")
         wait_until(lambda: state_is(alice.job(waiting.id), "RUNNING", "WAITING"), "recovery")
         wait_until(lambda: alice.jobs(state="SUCCEEDED"), "a job done after the restart", 60)
