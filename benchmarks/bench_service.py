@@ -6,12 +6,13 @@ it with 16 concurrent clients, each on its own keep-alive connection, submitting
 a lean asyncio HTTP/1.1 client so that the figures measure the service, not the client.
 
     python benchmarks/bench_service.py [--seconds 10] [--clients 16] [--backends sqlite,postgresql]
-                                       [--eta on|off]
+                                       [--eta on|off] [--journal off,on]
 
 The machine is often shared: each row shows the load average when its run began ("load"), and
 "cpu ms" (the service's own CPU time per submission) holds up better than submissions/s on a
 loaded machine. ``--eta off`` starts the service without its ETA thread (LABHIVE_ETA=off), to
-see what ETAs cost.
+see what ETAs cost; ``--journal off,on`` runs without the event journal (LABHIVE_JOURNAL=off),
+then with it, back to back, and replays each journal with the twin check (events/s).
 """
 
 from __future__ import annotations
@@ -122,8 +123,29 @@ async def drive(port: int, token: str, clients: int, seconds: float):
     return latencies, errors, time.perf_counter() - began
 
 
-def measure(backend: str, clients: int, seconds: float) -> dict:
+def replay_rate(db_url: str) -> tuple[int, float]:
+    """The twin check's replay of the run's journal: (events, events per second)."""
+    from labhive.scheduler.service.journal import table, twin
+    from labhive.scheduler.service.store import Store
+
+    store = Store(db_url)
+    try:
+        with store.read() as conn:
+            passes = list(table.read(conn))
+    finally:
+        store.dispose()
+    make = twin.policy_maker(str(CLUSTER), "hived", None)
+    make({})  # imported once, not timed
+    report = twin.replay(passes, make)
+    if report.divergence is not None:
+        raise RuntimeError(f"the twin check diverged: {report.divergence.text()}")
+    return report.steps, report.rate
+
+
+def measure(backend: str, clients: int, seconds: float, journal: str = "on") -> dict:
+    os.environ["LABHIVE_JOURNAL"] = journal  # the service inherits it
     load = os.getloadavg()[0]
+    replayed: tuple[int, float] = (0, 0.0)
     with tempfile.TemporaryDirectory(prefix="labhive-bench-") as tmp:
         pg = throwaway_postgres(fsync=True) if backend == "postgresql" else nullcontext(None)
         with pg as server:
@@ -133,10 +155,12 @@ def measure(backend: str, clients: int, seconds: float) -> dict:
                 cpu = psutil.Process(pid).cpu_times()
                 latencies, errors, elapsed = asyncio.run(drive(port, token, clients, seconds))
                 after = psutil.Process(pid).cpu_times()
+            if journal == "on":
+                replayed = replay_rate(db or f"sqlite:///{tmp}/data/labhive.db")
     used = (after.user + after.system) - (cpu.user + cpu.system)
     latencies.sort()
     return {
-        "backend": backend,
+        "backend": f"{backend}/j-{journal}",
         "load": round(load, 1),
         "clients": clients,
         "submissions": len(latencies),
@@ -148,6 +172,8 @@ def measure(backend: str, clients: int, seconds: float) -> dict:
         "errors": len(errors),
         # what one submission costs the service, whatever else loads the machine
         "cpu_ms": round(used / len(latencies) * 1000, 3),
+        "replayed": replayed[0],
+        "replay_per_s": round(replayed[1]),
     }
 
 
@@ -157,6 +183,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--eta", choices=("on", "off"), default="on")
+    parser.add_argument(
+        "--journal",
+        default="on",
+        help="on, off, or off,on: the event journal (LABHIVE_JOURNAL), runs back to back",
+    )
     args = parser.parse_args()
     os.environ["LABHIVE_ETA"] = args.eta  # the service inherits it
     print(
@@ -168,13 +199,19 @@ def main() -> None:
     print(f"{heads[0]:<11} " + " ".join(f"{h:>7}" for h in heads[1:]))
     results = {}
     for backend in args.backends.split(","):
-        r = results[backend] = measure(backend, args.clients, args.seconds)
-        print(
-            f"{r['backend']:<11} {r['load']:>7} {r['clients']:>7} {r['submissions']:>7} "
-            f"{r['per_second']:>7} {r['p50_ms']:>7} {r['p95_ms']:>7} {r['p99_ms']:>7} "
-            f"{r['errors']:>7} {r['cpu_ms']:>7}",
-            flush=True,
-        )
+        for journal in args.journal.split(","):
+            r = results[backend] = measure(backend, args.clients, args.seconds, journal)
+            print(
+                f"{r['backend']:<11} {r['load']:>7} {r['clients']:>7} {r['submissions']:>7} "
+                f"{r['per_second']:>7} {r['p50_ms']:>7} {r['p95_ms']:>7} {r['p99_ms']:>7} "
+                f"{r['errors']:>7} {r['cpu_ms']:>7}"
+                + (
+                    f"  replay: {r['replayed']} events, {r['replay_per_s']}/s"
+                    if r["replayed"]
+                    else ""
+                ),
+                flush=True,
+            )
     print("cpu ms: the service's CPU time per submission (HTTP, store, scheduler loop)")
     # ratios hold up better than the figures themselves on a busy machine
     if {"sqlite", "postgresql"} <= set(results):

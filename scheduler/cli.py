@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.eta_cli",
     "labhive.scheduler.image_cli",
     "labhive.scheduler.observe.monitoring_cli",
+    "labhive.scheduler.service.journal.cli",
 )
 
 

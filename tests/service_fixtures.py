@@ -75,10 +75,12 @@ def live_service(
     db: str | None = None,
     grace_s: float = 2.0,
     users: str = USERS,
+    stop_tasks: bool = True,
     **options: Any,
 ) -> Iterator[Live]:
     """The service in this process; ``options`` are further ``ServeOptions`` fields (e.g.
-    ``task_identity``)."""
+    ``task_identity``). ``stop_tasks=False``: its jobs run on when it stops, for the next
+    service on ``data_dir`` to adopt (a restart)."""
     from labhive.scheduler.service.server import ServeOptions, build
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +101,7 @@ def live_service(
     finally:
         running.service.housekeeping.stop()
         running.service.intake.close()
-        running.service.loop.stop(stop_tasks=True)
+        running.service.loop.stop(stop_tasks=stop_tasks)
         running.service.store.dispose()
 
 

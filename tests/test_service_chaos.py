@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -187,6 +188,20 @@ class Harness:
             self.problems.append(f"{job['state']} job with running tasks: {job}")
 
 
+def twin_check(h: Harness) -> Any:
+    """``labhive twin check`` on the chaos run's store, under the service's own options."""
+    from labhive.scheduler.service.journal import table, twin
+
+    argv = h.argv
+    policy = argv[argv.index("--policy") + 1] if "--policy" in argv else "hived"
+    store = Store(h.db_url)
+    try:
+        with store.read() as conn:
+            return twin.replay(table.read(conn), twin.policy_maker(str(CLUSTER), policy, None))
+    finally:
+        store.dispose()
+
+
 def _running_groups() -> set[int]:
     """Process groups with at least one member that is not a zombie."""
     groups = set()
@@ -312,6 +327,12 @@ def chaos(h: Harness) -> None:
         ]
         assert alive == [], "task processes left behind"
         assert len(h.accepted) >= 50, "the clients got too few submissions through"
+        # Replayed from its journal, the policy makes every decision the service recorded,
+        # across every kill and recovery (issue 35: a divergence is nondeterminism, a lost
+        # event or a recovery that rebuilt another state).
+        report = twin_check(h)
+        assert report.divergence is None, report.divergence.text()
+        print(f"twin check: {report.steps} events, {report.stretches} starts, {report.rate:.0f}/s")
     finally:
         h.stop.set()
         if h.pid is not None:

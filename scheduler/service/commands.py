@@ -281,6 +281,14 @@ def _disk_options(parser: argparse.ArgumentParser) -> None:
         help="remove a finished task's work dir this long after its end (its stdout/stderr "
         "stay with the job); e.g. 12h, 7d (default), forever",
     )
+    parser.add_argument(
+        "--journal-days",
+        type=float,
+        default=30.0,
+        metavar="N",
+        help="keep the event journal (what the policy was given and decided: `labhive twin "
+        "check`) this many days (default %(default)g; 0: forever)",
+    )
 
 
 def _half_life(text: str) -> float:
@@ -334,6 +342,7 @@ def _options(args: argparse.Namespace) -> Any:
         work_quota=args.work_quota,
         disk_reserve=args.disk_reserve,
         keep_work_s=args.keep_work,
+        journal_days=None if args.journal_days <= 0 else args.journal_days,
     )
 
 

@@ -68,6 +68,7 @@ class ServeOptions:
     work_quota: int | None = 10 * 1024 * MIB  # per local task's work dir
     disk_reserve: int | None = -1  # -1: 200 MiB or 1% of the data dir's file system
     keep_work_s: float | None = 7 * 86400.0  # finished tasks' work dirs go after this
+    journal_days: float | None = 30.0  # the event journal's passes go after this (None: never)
 
 
 @dataclass
@@ -246,6 +247,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         stop_notice_s=opts.stop_notice_s,
         observers=[counters],
         forecast=forecast,
+        journal=os.environ.get("LABHIVE_JOURNAL", "on") != "off",  # off: to measure its cost
     )
     monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s, counters=counters)
     disk, housekeeping = _housekeeping(opts, store, data_dir, executor, config)
@@ -280,20 +282,23 @@ def _housekeeping(
     from labhive.scheduler.executors.local import LocalExecutor
     from labhive.scheduler.service.diskspace import DiskGuard
     from labhive.scheduler.service.housekeeping import Housekeeping
+    from labhive.scheduler.service.journal.retention import JournalRetention
     from labhive.scheduler.service.retention import WorkRetention
 
+    days = opts.journal_days
+    journal = JournalRetention(store, None if days is None else days * 86400.0)
     disk = DiskGuard(data_dir, opts.disk_reserve)
     store.before_write = disk.make_room
     if not isinstance(executor, LocalExecutor):
         if hasattr(executor, "output_cap"):  # Slurm's run scripts, Kubernetes' log reads
             executor.output_cap = opts.output_cap
-        return disk, Housekeeping(disk, None)
+        return disk, Housekeeping(disk, None, journal=journal)
     executor.disk_check = disk.launch_refusal  # no launches into the store's last reserve
     executor.output_cap, executor.work_quota = opts.output_cap, opts.work_quota
     executor.output_cap_kills = opts.output_cap_kills
     executor.vc_disk = {vc.name: (vc.output_cap, vc.work_quota) for vc in config.vcs.values()}
     retention = WorkRetention(store, data_dir, opts.keep_work_s)
-    return disk, Housekeeping(disk, retention)
+    return disk, Housekeeping(disk, retention, journal=journal)
 
 
 def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:

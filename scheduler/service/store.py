@@ -44,7 +44,7 @@ from sqlalchemy.exc import ArgumentError
 from labhive.scheduler.errors import UserError
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
-HEAD_REVISION = "0008_task_downgrades"
+HEAD_REVISION = "0009_journal"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 metadata = MetaData()

@@ -62,13 +62,16 @@ def decide(
             for observer in observers:
                 observer.decided(time.perf_counter() - began)
             decisions.extend(out)
+            plan.journal.append((ev, out))
             displaced.update(d.job_id for d in out if isinstance(d, Preempt | Stop))
         except SpecRejected as err:  # the cluster changed under a stored job
+            plan.journal.append((ev, f"SpecRejected: {err}"))
             job_id = ev.job_id  # type: ignore[union-attr]
             plan.rejected.append((job_id, str(err)))
             runs.forget(job_id)
         except ValueError as err:
             if not isinstance(ev, Adopt):
                 raise
+            plan.journal.append((ev, f"ValueError: {err}"))
             refused.append((ev.job_id, str(err)))
     return decisions, refused

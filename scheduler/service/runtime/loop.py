@@ -83,6 +83,7 @@ class SchedulerLoop:
         stop_notice_s: float = nt.DEFAULT_NOTICE_S,
         observers: Sequence[PassObserver] = (),
         forecast: Callable[[SchedulerLoop], EtaTracker | None] | None = None,
+        journal: bool = True,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -105,6 +106,11 @@ class SchedulerLoop:
         self._observers = tuple(observers)
         #: The policy, which the service reaches through this port only (int job ids).
         self.policy = PolicyPort(self.new_policy())
+        #: Record each pass's events and decisions (``service/journal/``); off only to measure
+        #: what the journal costs (``LABHIVE_JOURNAL=off``, benchmarks/bench_service.py).
+        self.journal = journal
+        #: What the journal records of a policy built afresh, until a pass commits with it.
+        self._fresh_policy: dict[str, object] | None = self._policy_record()
         self._sched_lock = threading.Lock()  # guards the policy: the pass and the views
         self.reading = self._sched_lock  # held to read the policy's state (pass_views.py)
         self._wake = threading.Event()
@@ -272,6 +278,13 @@ class SchedulerLoop:
             return scheduler
         return whole_job_stops(scheduler)
 
+    def _policy_record(self) -> dict[str, object]:
+        """What the journal says of a fresh policy: a replay builds the same one
+        (``journal/twin.py``) and stops what this loop stops (tasks, or whole jobs)."""
+        scheduler = self.policy.scheduler
+        partial = getattr(scheduler, "partial_stops", None)
+        return {"name": scheduler.name, "partial_stops": partial}
+
     def recover(self) -> None:
         """Rebuild the policy and the running set from the store; adopt running tasks."""
         # Launches finish first, so every task they start is known to the executor when it
@@ -282,6 +295,7 @@ class SchedulerLoop:
         stored = record.read_stored(self.store)
         with self._sched_lock:
             self.policy = PolicyPort(self.new_policy())
+            self._fresh_policy = self._policy_record()
         self.runs.clear()
         t = self.clock()
         found = recovery.rebuild(stored, self.runs, self._load_spec, t)
@@ -351,7 +365,12 @@ class SchedulerLoop:
         plan.released = self.runs.reserved.release()  # held starts whose GPUs are free now
         plan.decisions = list(plan.released)
         settle.apply(self.runs, decisions, plan, t, self.grace_s)
+        if self.journal:
+            plan.fresh_policy = self._fresh_policy
+        else:
+            plan.journal = []
         stale = record.commit(self.store, plan, self.runs, self.view, t)
+        self._fresh_policy = None  # the journal has it: replays start from here
         if stale:
             self._pending_events.extend(stale)
             self._wake.set()

@@ -74,6 +74,10 @@ class Plan:
     #: Task exits that were failures, for the observers (monitoring's tally).
     failed_exits: list[tuple[int, TaskExit]] = field(default_factory=list)
     culled: list[tuple[float, float]] = field(default_factory=list)  # (GPUs, idle seconds)
+    #: What the policy was given and gave back, in order (the journal: ``service/journal/``).
+    journal: list[tuple[Any, list[Any] | str]] = field(default_factory=list)
+    #: Set when the policy was built afresh before this pass: what a replay must build.
+    fresh_policy: dict[str, Any] | None = None
 
     def changes_store(self) -> bool:
         """Whether the pass has something to record even when the policy hears nothing."""

@@ -20,6 +20,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labhive.scheduler.model import Cancel, Downgrade, JobView, Start
 from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.service.journal import table as journal
 from labhive.scheduler.service.policy_port import ServiceEvent
 from labhive.scheduler.service.runtime.plan import Plan
 from labhive.scheduler.service.runtime.runs import Running, Runs, next_key
@@ -167,6 +168,7 @@ def commit(store: Store, plan: Plan, runs: Runs, views: Views, t: float) -> list
         _record_tasks(conn, plan, t)
         stale += _record_ends(conn, plan, t)
         stale += _record_decisions(conn, plan, runs, views, t)
+        journal.write(conn, t, plan.journal, plan.fresh_policy)  # acknowledged with the pass
         try:
             with conn.begin_nested():
                 _record_whys(conn, plan.new_jobs, views)
