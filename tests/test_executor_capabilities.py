@@ -155,3 +155,20 @@ def test_an_executor_without_poll_is_refused_when_the_loop_is_built(tmp_path: Pa
             SchedulerLoop(store, lambda: get_policy("hived", config), NoPoll(), lambda r: r)  # type: ignore[arg-type]
     finally:
         store.dispose()
+
+
+def test_the_hub_authenticator_declares_its_browser_login_and_tokens_do_not(
+    tmp_path: Path,
+) -> None:
+    """Given the two authenticators the service ships, expect the hub's to say it may block
+    (it asks JupyterHub) and to bring a browser login (``wrap`` gates the app with OAuth),
+    and the tokens' to answer inline with no login flow of its own."""
+    from labhive.hub_extension.hubauth import HubAuthenticator, HubSettings, OAuthGate
+    from labhive.scheduler.service.auth import BrowserLogin, TokenAuthenticator
+
+    hub = HubAuthenticator(HubSettings("http://127.0.0.1:1/hub/api", "t" * 32), {})
+    tokens = TokenAuthenticator("a" * 32, {})
+    assert hub.blocking is True and tokens.blocking is False
+    assert isinstance(hub, BrowserLogin) and not isinstance(tokens, BrowserLogin)
+    app = object()
+    assert isinstance(hub.wrap(app), OAuthGate)
