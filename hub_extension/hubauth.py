@@ -94,7 +94,11 @@ class HubSettings:
 
 
 class HubAuthenticator:
-    """``Authenticator`` for the service behind JupyterHub (see the module docstring)."""
+    """``Authenticator`` for the service behind JupyterHub (see the module docstring); a
+    ``BrowserLogin`` too (``wrap``: the OAuth flow for browsers)."""
+
+    #: A cache miss asks JupyterHub over HTTP: the API calls ``identify`` in a worker thread.
+    blocking = True
 
     def __init__(self, hub: HubSettings, grants: dict[str, Grant]) -> None:
         self.hub = hub

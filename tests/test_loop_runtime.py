@@ -40,6 +40,11 @@ class HeldLaunches:
         self.launched.set()
         return handles
 
+    def notify(self, handles: Any, notice: Any) -> None:
+        """The local executor's ``Notices`` part, declared here (not left to ``__getattr__``:
+        a runtime-checkable protocol looks members up statically from Python 3.12 on)."""
+        self._inner.notify(handles, notice)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 

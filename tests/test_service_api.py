@@ -243,6 +243,8 @@ def test_a_slow_identity_check_does_not_hold_up_other_callers(live_sqlite) -> No
     timed_out: list[bool] = []
 
     class SlowHub:
+        blocking = True  # as the hub's: it may wait, so the API must call it off the loop
+
         def identify(self, request):
             if request.headers.get("authorization") == f"Bearer {ALICE}":
                 entered.set()

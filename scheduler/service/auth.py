@@ -24,7 +24,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.job_limits import text_problem
@@ -73,10 +73,23 @@ class Identity:
 
 
 class Authenticator(Protocol):
+    #: Whether ``identify`` may wait on I/O (the hub's asks JupyterHub on a cache miss): the
+    #: API then calls it in a worker thread; False (tokens compared in memory) answers inline.
+    blocking: bool
+
     def identify(self, request: Any) -> Identity:
         """The caller behind a request (a Starlette ``Request``: headers, cookies); raise
         ``AuthError`` when it carries no valid credentials. The API calls it in a worker thread,
         unless the authenticator has ``blocking = False`` (it never waits on I/O)."""
+
+
+@runtime_checkable
+class BrowserLogin(Protocol):
+    """An authenticator with a login flow of its own for browsers (the hub's OAuth): the
+    service's ASGI app is served through ``wrap(app)``. Token authentication has none."""
+
+    def wrap(self, app: Any) -> Any:
+        """The ASGI app to serve in place of ``app`` (it passes the API's requests on)."""
 
 
 def ensure_admin_token(path: Path) -> tuple[str, bool]:

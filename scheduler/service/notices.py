@@ -144,9 +144,10 @@ def announce(
 
 def write_files(executor: Any, handles: list[Any], doc: dict[str, Any] | None) -> None:
     """Tell the executor to write (None: remove) the tasks' notice files, where it can."""
-    notify = getattr(executor, "notify", None)
-    if notify is not None and handles:
-        notify(handles, doc)
+    from labhive.scheduler.executors.capabilities import Notices
+
+    if isinstance(executor, Notices) and handles:
+        executor.notify(handles, doc)
 
 
 DRAIN = "drain"

@@ -37,7 +37,7 @@ async def who(request: Request) -> Identity:
     says ``blocking = False`` (tokens compared in memory) answers inline, because the thread hop
     cost each submission about a fifth of the service's CPU and a wake-up of a pool thread."""
     service: Service = request.app.state.service
-    if getattr(service.auth, "blocking", True):
+    if service.auth.blocking:
         return await run_in_threadpool(service.identify, request)
     who = service.auth.identify(request)
     assert service.owners is not None

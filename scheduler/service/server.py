@@ -18,6 +18,12 @@ from typing import Any
 
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import Executor
+from labhive.scheduler.executors.capabilities import (
+    DeviceGuard,
+    NodeHealth,
+    OutputCapped,
+    TaskAddresses,
+)
 from labhive.scheduler.executors.gpu_share_env import sharing_note
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import Scheduler
@@ -156,6 +162,8 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     from labhive.scheduler.service.accounts import Accounts, load_configured, load_members
     from labhive.scheduler.service.app import Service, create_app
     from labhive.scheduler.service.auth import (
+        Authenticator,
+        BrowserLogin,
         TokenAuthenticator,
         ensure_admin_token,
         load_grants,
@@ -211,7 +219,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         uid_claims.claim(data_dir, *accounts.claimed_span(), users=accounts.configured_uids())
     token_file = data_dir / "admin.token"
     token, created = ensure_admin_token(token_file)
-    auth: Any
+    auth: Authenticator
     if opts.auth == "hub":
         # Identity from JupyterHub (tokens and OAuth cookies resolved over its REST API): the
         # resolver lives with the hub integration, imports no Jupyter code, and implements
@@ -241,8 +249,8 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         virtual=config.virtual,
         grace_s=opts.grace_s,
         launch_builder=_with_identity(opts, config, accounts),
-        node_events=getattr(executor, "node_events", None),
-        addresses=getattr(executor, "addresses", None),
+        node_events=executor.node_events if isinstance(executor, NodeHealth) else None,
+        addresses=executor.addresses if isinstance(executor, TaskAddresses) else None,
         partial_stops=opts.partial_stops,
         stop_notice_s=opts.stop_notice_s,
         observers=[counters],
@@ -258,7 +266,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         disk=disk, housekeeping=housekeeping, gpu_sharing_note=sharing_note(config.gpu_sharing),
     )  # fmt: skip
     app = create_app(service)
-    if hasattr(auth, "wrap"):  # hub mode: the hub's prefix and its OAuth flow for browsers
+    if isinstance(auth, BrowserLogin):  # hub mode: the hub's prefix and its OAuth flow for browsers
         app = auth.wrap(app)
     return Running(
         service=service,
@@ -290,7 +298,7 @@ def _housekeeping(
     disk = DiskGuard(data_dir, opts.disk_reserve)
     store.before_write = disk.make_room
     if not isinstance(executor, LocalExecutor):
-        if hasattr(executor, "output_cap"):  # Slurm's run scripts, Kubernetes' log reads
+        if isinstance(executor, OutputCapped):  # Slurm's run scripts, Kubernetes' log reads
             executor.output_cap = opts.output_cap
         return disk, Housekeeping(disk, None, journal=journal)
     executor.disk_check = disk.launch_refusal  # no launches into the store's last reserve
@@ -364,10 +372,9 @@ def tasks_run_as(opts: ServeOptions) -> str:
 def gpu_devices(executor: Executor, virtual: bool) -> str:
     """How tasks are kept to their own GPU device nodes, in words for the banner and log;
     "" for executors whose cluster manager does that (Slurm's cgroups, Kubernetes' plugin)."""
-    support = getattr(executor, "limit_support", None)
-    if support is None:
+    if not isinstance(executor, DeviceGuard):
         return ""
-    how = str(support.devices_enforced())
+    how = str(executor.limit_support.devices_enforced())
     if virtual:
         return f"virtual cluster, no task may open an NVIDIA device: {how}"
     return how

@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle, TaskKey
+from labhive.scheduler.executors.capabilities import require_executor
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
@@ -77,7 +78,7 @@ class SchedulerLoop:
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.time,
         launch_builder: LaunchBuilder | None = None,
-        node_events: Callable[[], list[ServiceEvent]] | None = None,
+        node_events: Callable[[], Sequence[ServiceEvent]] | None = None,
         addresses: Callable[[], dict[TaskKey, str]] | None = None,
         partial_stops: bool = True,
         stop_notice_s: float = nt.DEFAULT_NOTICE_S,
@@ -86,7 +87,7 @@ class SchedulerLoop:
         journal: bool = True,
     ) -> None:
         self.store = store
-        self.executor = executor
+        self.executor = require_executor(executor)  # a missing method fails here, at start
         self._make_scheduler = make_scheduler
         self._load_spec = load_spec
         self.virtual = virtual
@@ -274,7 +275,7 @@ class SchedulerLoop:
         """A fresh policy as this loop runs it: for a recovery, and for the ETA forecast, which
         must stop what the loop stops (a task, or the whole job)."""
         scheduler = self._make_scheduler()
-        if self.partial_stops and getattr(self.executor, "partial_stops", False):
+        if self.partial_stops and self.executor.partial_stops:
             return scheduler
         return whole_job_stops(scheduler)
 
@@ -344,7 +345,7 @@ class SchedulerLoop:
         events_in.extend(self.nodes.take_events())  # node health, before new work
         events_in.extend(e for e in recovered if not isinstance(e, Adopt))
         if self._node_events is not None:
-            events_in.extend(self.nodes.health(self._node_events()))
+            events_in.extend(self.nodes.health(list(self._node_events())))
         for job_id, spec, admitted in taken.intake:
             if job_id in self.runs.specs:
                 continue  # already loaded from the store by a recovery
