@@ -22,97 +22,68 @@ A policy with a line per user (DRF) sets ``HEAD_INDEX``: its heads then stay ran
 passes (``head_index.py``), filed by shape and (with backfill) time limit, so a pass costs its
 starts, not the number of waiting users; with backfill it reuses the head's shadow while it
 holds.
+
+Beside it: ``queued_job`` (the job as a queue policy holds it), ``queued_views`` (what the
+policy shows: job and cluster views, why a job waits) and ``queued_config`` (the pool, the VCs'
+quotas and the options a cluster config and ``--policy`` give).
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from labhive.scheduler.backfill import may_jump_by, shadow
-from labhive.scheduler.errors import UserError
 from labhive.scheduler.head_index import HeadIndex, Kind, MayStart
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
     Cancel,
-    ClusterView,
     Decision,
     Event,
     Finish,
-    JobView,
     Preempt,
     Requeue,
     SpecRejected,
     Start,
     Stop,
     TaskPlacement,
-    VCView,
 )
 from labhive.scheduler.node_pool import (
     Gang,
-    Locality,
     NodePool,
-    PoolNode,
     gang_of,
 )
+from labhive.scheduler.policies.queued_config import policy_options, pool_from_config, vc_gpus
+from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policy_base import (
     PolicyBase,
-    listing_order,
     node_down,
-    position_tail,
     reconfigured,
 )
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
 
+# Re-exported: the policies and tests import these from here, where they lived before the job
+# (``queued_job``), the config readers (``queued_config``) and the views (``queued_views``)
+# got modules of their own.
+__all__ = [
+    "QueuedJob",
+    "QueuedPolicy",
+    "from_config",
+    "policy_options",
+    "pool_from_config",
+    "vc_gpus",
+]
+
 
 Q = TypeVar("Q", bound="QueuedPolicy")
 
 
-@dataclass(slots=True, eq=False)
-class QueuedJob:
-    """A job while a queue policy holds it."""
-
-    job_id: str
-    spec: JobSpec
-    seq: int
-    gang: Gang
-    submitted: float
-    running: bool = False
-    opportunistic: bool = False  # started on borrowed capacity (Capacity's elastic share)
-    started: float = 0.0  # start of the current run
-    attained: float = 0.0  # GPU-seconds received in earlier runs (LAS)
-    level: int = 0  # LAS queue index
-    waiting_since: float = 0.0
-    token: int = 0  # bumped on every state change, so stale heap entries can be told apart
-
-    @property
-    def vc(self) -> str:
-        return self.spec.vc
-
-    @property
-    def gpus(self) -> int:
-        return self.gang.gpus
-
-    @property
-    def cpu(self) -> float:
-        return self.gang.cpu
-
-    @property
-    def memory_mb(self) -> float:
-        return self.gang.memory_mb
-
-    @property
-    def user(self) -> str:
-        return self.spec.user or ""
-
-
-class QueuedPolicy(PolicyBase[QueuedJob]):
+class QueuedPolicy(QueuedViews, PolicyBase[QueuedJob]):
     """A ``Scheduler`` whose subclasses supply ordering (and optionally preemption)."""
 
     name = "queued"
@@ -312,53 +283,6 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             self._stop(job)
             self._enqueue(job)
             out.append(Stop(job_id, node_down(node, reason)))
-
-    def job(self, job_id: str) -> JobView | None:
-        job = self._jobs.get(job_id)
-        if job is None:
-            return None
-        if job.running:
-            return self._view(job, None, None)
-        for view in self.jobs():
-            if view.job_id == job_id:
-                return view
-        return None
-
-    def jobs(self) -> list[JobView]:
-        listed = listing_order(
-            (j for j in self._jobs.values() if j.running),
-            self._waiting.values(),
-            seq=lambda j: j.seq,
-            wait_key=lambda j: (self.order_key(j), j.seq),
-        )
-        per_vc: dict[str, int] = {}
-        for j in self._waiting.values():
-            per_vc[j.vc] = per_vc.get(j.vc, 0) + 1
-        views: list[JobView] = []
-        position: dict[str, int] = {}
-        for j in listed:
-            if j.running:
-                views.append(self._view(j, None, None))
-                continue
-            position[j.vc] = position.get(j.vc, 0) + 1
-            views.append(self._view(j, position[j.vc], per_vc[j.vc]))
-        return views
-
-    def cluster(self) -> ClusterView:
-        waiting: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
-        for j in self._waiting.values():
-            waiting[j.vc] = waiting.get(j.vc, 0) + 1
-        vcs = {
-            vc: VCView(
-                name=vc,
-                guaranteed_gpus=self.vc_gpus.get(vc, 0),
-                used_gpus=self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0),
-                opportunistic_gpus=self.vc_borrowed.get(vc, 0),
-                waiting=waiting.get(vc, 0),
-            )
-            for vc in sorted(waiting)
-        }
-        return ClusterView(nodes=self.pool.views(), vcs=vcs)
 
     # ---- state changes -------------------------------------------------------------------
 
@@ -694,38 +618,6 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
                 self._enqueue(job)
                 out.append(Stop(job.job_id, reconfigured("its GPUs are gone or taken")))
 
-    # ---- views ---------------------------------------------------------------------------
-
-    def _view(self, job: QueuedJob, position: int | None, length: int | None) -> JobView:
-        why = None
-        if not job.running:
-            why = self._why(job, position, length)
-        elif job.opportunistic:
-            why = f"running on GPUs borrowed beyond {job.vc}'s quota; preempted first"
-        return JobView(
-            job_id=job.job_id,
-            name=job.spec.name,
-            vc=job.vc,
-            priority=job.spec.priority,
-            state="RUNNING" if job.running else "WAITING",
-            tasks=self.pool.placement(job.job_id),
-            opportunistic=job.opportunistic,
-            queue_position=position,
-            queue_length=length,
-            why=why,
-        )
-
-    def _why(self, job: QueuedJob, position: int | None, length: int | None) -> str:
-        where = (
-            " on one node"
-            if self.pool.locality == "consolidated" and job.gpus <= self.pool.max_node_gpus
-            else ""
-        )
-        text = self.wait_reason(job) or (
-            f"needs {job.gpus} GPUs{where}; {self.pool.free_gpus} of {self.pool.total_gpus} free"
-        )
-        return text + position_tail(position, length, job.vc)
-
 
 # ---- building from a cluster config ------------------------------------------------------
 
@@ -742,70 +634,3 @@ def from_config(cls: type[Q], config: ClusterConfig, options: dict[str, Any], **
         pool_factory=lambda changed: pool_from_config(changed, locality),
         **opts,
     )
-
-
-def pool_from_config(config: ClusterConfig, locality: Locality = "consolidated") -> NodePool:
-    """The config's nodes as GPU slots; CPU and memory per node from its SKU when given (a
-    leaf cell's share times the node's leaf cells), unbounded otherwise."""
-    merged: dict[str, tuple[str | None, set[int]]] = {}
-    for spec in config.nodes():  # a node in two chains is listed twice: one node here
-        _, gpus = merged.setdefault(spec.name, (spec.sku, set()))
-        gpus.update(spec.gpus)
-    nodes = []
-    for name, (leaf, gpus) in merged.items():
-        sku = config.sku(leaf) if leaf else None
-        n = len(gpus)
-        cpu = sku.cpu * n if sku is not None and sku.cpu > 0 else math.inf
-        mem = sku.memory_mb * n if sku is not None and sku.memory_mb > 0 else math.inf
-        nodes.append(PoolNode(name, leaf, tuple(sorted(gpus)), cpu=cpu, memory_mb=mem))
-    return NodePool(nodes, locality)
-
-
-def vc_gpus(config: ClusterConfig) -> dict[str, int]:
-    """Each VC's guaranteed GPUs (its quota): its virtual cells' leaf cells."""
-    return {
-        name: sum(cell.number * _leaves(config, cell.cell_type) for cell in vc.cells)
-        for name, vc in config.vcs.items()
-    }
-
-
-def _leaves(config: ClusterConfig, cell_type: str) -> int:
-    ctype = config.cell_types[cell_type]
-    if ctype.child is None:
-        return 1
-    return ctype.child_number * _leaves(config, ctype.child)
-
-
-def policy_options(options: dict[str, Any], **defaults: Any) -> dict[str, Any]:
-    """Options a policy accepts, with defaults. Text values (from ``--policy las:knob=4``) are
-    converted to the default's type (a tuple is written ``3250/7200``); an unknown option is a
-    clear error."""
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise UserError(
-            f"unknown option(s) {', '.join(unknown)}; "
-            f"this policy takes {', '.join(sorted(defaults))}"
-        )
-    merged = dict(defaults)
-    for key, value in options.items():
-        merged[key] = _coerce(key, value, defaults[key])
-    return merged
-
-
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    if not isinstance(value, str) or isinstance(default, str):
-        return value
-    try:
-        if isinstance(default, bool):
-            if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                raise ValueError(value)
-            return value.lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        if isinstance(default, tuple):
-            return tuple(float(v) for v in value.replace(";", "/").split("/") if v.strip())
-    except ValueError:
-        raise UserError(f"option {key}={value!r} should look like {default!r}") from None
-    return value
