@@ -7,139 +7,71 @@ physical cell comes from the lowest free-list level that has one (buddy allocati
 healthy cells no opportunistic job uses, and any choice must keep every VC's remaining cells
 placeable (safe relaxed buddy allocation). Opportunistic jobs search all physical cells for idle
 GPUs, preferring cells no VC has bound, because those are the last a guaranteed job reclaims.
+
+``Placer`` holds the searches; the bindings they make on the way are its mixin's
+(``binding.Binding``); what a search works with and yields (``TaskNeed``, ``Plan``, ``usable``)
+is in ``plan``, the node rankings and leaf choices below it are in ``leaf_search``.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from labhive.scheduler.hived.cells import Cell, CellTree, Chain
+from labhive.scheduler.hived.binding import Binding
+from labhive.scheduler.hived.cells import Cell, CellTree
+from labhive.scheduler.hived.leaf_search import (
+    _best_free,
+    _cheapest_leaves,
+    _first_free,
+    _larger_first,
+    _leaf_parts,
+    _next_ranked,
+    _one_size,
+    _ranked,
+    _regions,
+    _search_leaves,
+    _task_regions,
+    fewest_victims,
+    pick_leaves,
+)
+from labhive.scheduler.hived.plan import (
+    NO_VICTIMS,
+    OPPORTUNISTIC_ONLY,
+    Plan,
+    TaskNeed,
+    TaskNeeds,
+    Threshold,
+    _is_free,
+    _not_guaranteed,
+    usable,
+    usable_on,
+    victim_threshold,
+)
 from labhive.scheduler.hived.vc import VC, VCs
 
-#: ``threshold`` of a search: None = free GPUs only; p = GPUs of jobs with priority <= p too.
-Threshold = int | None
-
-#: A node's preemption level when free GPUs suffice: below every level that preempts.
-NO_VICTIMS = -2
-#: The level when only opportunistic jobs (priority -1, ``jobs.OPPORTUNISTIC``) are preempted.
-OPPORTUNISTIC_ONLY = -1
-#: How a free GPU ranks against busy ones: below any job priority, opportunistic included.
-FREE_RANK = -100
-#: More free GPUs than any node has: where a best-fit scan starts.
-UNBOUNDED_FREE = 1 << 62
-
-
-@dataclass(slots=True)
-class TaskNeed:
-    role: str
-    index: int
-    leaves: int
-
-
-class TaskNeeds(list[TaskNeed]):
-    """A unit's task needs in one chain (``sizing._needs``), with the leaves they take in all:
-    every attempt bounds its search by the least of those over its chains."""
-
-    __slots__ = ("leaves",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.leaves = 0
-
-    def add(self, task: TaskNeed) -> None:
-        self.append(task)
-        self.leaves += task.leaves
+# Re-exported: other modules and tests import these from here, where they lived before the
+# plan (``plan``) and the leaf rankings (``leaf_search``) got modules of their own.
+__all__ = [
+    "Placer",
+    "Plan",
+    "TaskNeed",
+    "TaskNeeds",
+    "Threshold",
+    "_best_free",
+    "_cheapest_leaves",
+    "_first_free",
+    "_is_free",
+    "_search_leaves",
+    "fewest_victims",
+    "pick_leaves",
+    "usable",
+    "usable_on",
+    "victim_threshold",
+]
 
 
-@dataclass(slots=True, init=False)
-class Plan:
-    chain: str
-    placed: list[tuple[TaskNeed, Cell, list[Cell]]]
-    bound: list[Cell]
-    taken: set[int]  # id() of leaves chosen
-    free_taken: dict[Cell, int]  # node -> free leaves chosen
-    taken_on: dict[Cell, int]  # node -> leaves chosen
-    busy: int  # leaves chosen that a job uses (none: the plan has no victims)
-
-    def __init__(self, chain: str) -> None:
-        # (written out: a dataclass's own, with five default factories, cost as much as
-        # the rest of a one-task search's set-up)
-        self.chain = chain
-        self.placed = []
-        self.bound = []
-        self.taken = set()
-        self.free_taken = {}
-        self.taken_on = {}
-        self.busy = 0
-
-    def add(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
-        self.placed.append((task, node, leaves))
-        free = 0
-        for leaf in leaves:  # one loop, no generators: this runs once per task
-            self.taken.add(id(leaf))
-            if leaf.job is None:
-                free += 1
-        self.free_taken[node] = self.free_taken.get(node, 0) + free
-        self.taken_on[node] = self.taken_on.get(node, 0) + len(leaves)
-        self.busy += len(leaves) - free
-
-    def add_free(self, task: TaskNeed, node: Cell, leaves: list[Cell]) -> None:
-        """``add`` of free GPUs (a free-only search's: none has a job)."""
-        self.placed.append((task, node, leaves))
-        taken = self.taken
-        for leaf in leaves:
-            taken.add(id(leaf))
-        n = len(leaves)
-        self.free_taken[node] = self.free_taken.get(node, 0) + n
-        self.taken_on[node] = self.taken_on.get(node, 0) + n
-
-    def victims(self) -> set[str]:
-        if not self.busy:
-            return set()
-        return {leaf.job for _, _, leaves in self.placed for leaf in leaves if leaf.job}
-
-
-def _is_free(leaf: Cell) -> bool:
-    return leaf.bad == 0 and leaf.job is None
-
-
-def _not_guaranteed(leaf: Cell) -> bool:
-    return leaf.bad == 0 and (leaf.job is None or leaf.prio < 0)
-
-
-def usable(threshold: Threshold) -> Callable[[Cell], bool]:
-    """Which leaf cells a search with ``threshold`` may take: healthy, and free or used by a
-    job it may preempt. The one definition, for the search and for the record of why it
-    failed (``Placer.room``)."""
-    if threshold is None:
-        return _is_free  # one function, so pick_leaves can tell free-only searches apart
-    return lambda leaf: leaf.bad == 0 and (leaf.job is None or leaf.prio <= threshold)
-
-
-def usable_on(node: Cell, threshold: Threshold) -> int:
-    """``usable`` leaves of a whole node, from its counters (a leaf that is busy on an
-    unhealthy node counts too: its job is stopped with the node)."""
-    count = node.free
-    if threshold is not None:
-        for p, n in node.prio_count.items():
-            if p <= threshold:
-                count += n
-    return count
-
-
-def victim_threshold(lower: list[int], oppo_running: bool) -> Threshold:
-    """The threshold of a search that may preempt, for a job whose VC runs jobs of the
-    priorities ``lower`` below its own: the highest of them, or opportunistic jobs only;
-    None when there is nobody to preempt."""
-    if not lower and not oppo_running:
-        return None
-    return max(lower, default=OPPORTUNISTIC_ONLY)
-
-
-class Placer:
+class Placer(Binding):
     """Searches one chain for a VC's (or an opportunistic) job."""
 
     def __init__(self, tree: CellTree, vcs: VCs) -> None:
@@ -342,13 +274,6 @@ class Placer:
             return node
         return None if len(plan.bound) > mark else node
 
-    def undo(self, vc: VC, plan: Plan) -> None:
-        for cell in reversed(plan.bound):
-            if cell.bad:
-                self.broken_tried.append(cell)
-            self.vcs.unbind(vc, cell)
-        plan.bound.clear()
-
     def _best_node(
         self,
         whole: dict[Cell, None],
@@ -441,156 +366,6 @@ class Placer:
                     best, best_key = part, key
         return best, NO_VICTIMS if best_key is None else best_key[0]
 
-    def _bind_for(
-        self,
-        vc: VC,
-        chain: str,
-        need: int,
-        ok: Callable[[Cell], bool],
-        plan: Plan,
-        victims: bool,
-    ) -> bool:
-        """Bind one more of the VC's cells (several below node level) so a task fits."""
-        info = self.tree.chains[chain]
-        levels = []  # (a loop, not a generator: binding is on the path of many jobs)
-        for lvl, n in vc.unbound.get(chain, {}).items():
-            if n > 0:
-                levels.append(lvl)
-        levels.sort()
-        for level in levels:
-            if level < info.node_level or info.node_leaves < need:
-                continue
-            cell = self.choose_physical(vc, info, level, need, victims)
-            if cell is not None:
-                self.vcs.bind(vc, cell)
-                plan.bound.append(cell)
-                return True
-        small = sorted((lvl for lvl in levels if lvl < info.node_level), reverse=True)
-        return bool(small) and self._bind_inside_node(vc, info, small, need, ok, plan)
-
-    def choose_physical(
-        self, vc: VC, info: Chain, level: int, need: int, victims: bool
-    ) -> Cell | None:
-        """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
-        then, as HiveD splits, at every level down the cell holding the fewest opportunistic
-        jobs (later guaranteed jobs preempt less), a free-list cell with a down node after
-        healthy ones, then idle before busy; and only where binding it keeps every VC's cells
-        placeable."""
-        lists = self.tree.free_list[info.name]
-        for root_level in info.levels[::-1]:
-            if root_level < level or not lists[root_level]:
-                continue
-            best, best_root, best_key = None, None, None
-            clean = False  # the best is idle with no opportunistic job on its path
-            best_order = 0
-            for root in lists[root_level].values():
-                if clean and root.order >= best_order:
-                    continue  # its cells' orders are above its own (see below)
-                for cell in root.at_level(level):
-                    if clean and cell.order >= best_order:
-                        # A clean idle best ranks below every cell but a clean idle one of
-                        # lower order; a root's cells come in order, so none follows here.
-                        break
-                    if cell.bad and cell in self.avoid:
-                        continue  # bound by a search that failed on its bad nodes
-                    idle = cell.free == cell.leaves
-                    if not idle and (clean or not _room(cell, need, victims)):
-                        continue  # once a clean idle cell is found no busy one ranks before it
-                    path = _oppo_path(root, cell)
-                    # A free-list cell holding a down node ranks after healthy ones of as
-                    # few opportunistic jobs: HiveD appends a released cell to its free
-                    # list's end, so the cell a failure emptied is its last choice (issue 34).
-                    broken = root.bad > 0
-                    if idle:
-                        key = (path[0], broken, path, 0, 0, cell.order)
-                    else:
-                        key = (path[0], broken, path, 1, -cell.free, cell.order)
-                    if best_key is None or key < best_key:
-                        best, best_root, best_key = cell, root, key
-                        best_order = cell.order
-                        clean = idle and not broken and not any(path)
-                    if clean and best is cell:
-                        break  # later cells of this root rank after it
-            if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):
-                return best
-        return None
-
-    def _bind_inside_node(
-        self,
-        vc: VC,
-        info: Chain,
-        levels: list[int],
-        need: int,
-        ok: Callable[[Cell], bool],
-        plan: Plan,
-    ) -> bool:
-        """A VC with cells smaller than a node binds one that holds the whole task: a task
-        lies inside one of its VC's cells, as in HiveD (two sockets' cells bound side by side
-        are not a node's worth of guaranteed topology). The smallest such cell first, on a
-        node where the VC already holds cells first."""
-        parts = vc.parts.get(info.name, {})
-        nodes = sorted(info.node_cells, key=lambda n: (n not in parts, n.order))
-        for level in sorted(levels):
-            if info.level_leaves[level] < need:
-                continue
-            for node in nodes:
-                cell = self._free_inside(vc, node, level, ok, need)
-                if cell is not None:
-                    self.vcs.bind(vc, cell)
-                    plan.bound.append(cell)
-                    return True
-        return 1 in levels and self._bind_gpus(vc, info, nodes, need, ok, plan)
-
-    def _bind_gpus(
-        self,
-        vc: VC,
-        info: Chain,
-        nodes: list[Cell],
-        need: int,
-        ok: Callable[[Cell], bool],
-        plan: Plan,
-    ) -> bool:
-        """A VC whose cells are single GPUs (LabHive's generated one-node clusters share a
-        node GPU by GPU) binds several on one node for a multi-GPU task: a documented
-        departure from HiveD, where such a task would never run."""
-        parts = vc.parts.get(info.name, {})
-        for node in nodes:
-            have = sum(
-                1
-                for leaf in _leaf_parts(parts.get(node, []))
-                if id(leaf) not in plan.taken and ok(leaf)
-            )
-            mark = len(plan.bound)
-            while have < need and vc.unbound[info.name].get(1, 0) > 0:
-                cell = self._free_inside(vc, node, 1, ok, 1)
-                if cell is None:
-                    break
-                self.vcs.bind(vc, cell)
-                plan.bound.append(cell)
-                have += 1
-            if have >= need:
-                return True
-            for cell in reversed(plan.bound[mark:]):
-                self.vcs.unbind(vc, cell)
-            del plan.bound[mark:]
-        return False
-
-    def _free_inside(
-        self, vc: VC, node: Cell, level: int, ok: Callable[[Cell], bool], need: int
-    ) -> Cell | None:
-        best, best_key = None, None
-        for cell in node.at_level(level):
-            root = self.tree.free_root(cell)
-            if root is None:
-                continue
-            usable = sum(1 for leaf in cell.leaf_cells() if ok(leaf))
-            if usable < need:
-                continue
-            key = (-usable, root.level, cell.order)
-            if (best_key is None or key < best_key) and self.vcs.can_bind(vc, cell, root):
-                best, best_key = cell, key
-        return best
-
     # ---- opportunistic -----------------------------------------------------------------------
 
     def opportunistic(self, chain: str, tasks: list[TaskNeed]) -> Plan | None:
@@ -618,347 +393,3 @@ class Placer:
             plan.add(task, best, pick_leaves([best], task.leaves, ok, plan.taken, counters))
             last = best
         return plan
-
-
-def _larger_first(task: TaskNeed) -> int:
-    return -task.leaves
-
-
-def _one_size(tasks: list[TaskNeed]) -> bool:
-    """Whether the tasks all take as many leaves (so sorting keeps them as they are): a
-    loop, cheaper than a sort's key call per task for the usual gang of one-GPU tasks."""
-    size = tasks[0].leaves if tasks else 0
-    for task in tasks:  # noqa: SIM110 (``all`` would take a generator)
-        if task.leaves != size:
-            return False
-    return True
-
-
-def _best_free(
-    candidates: Any,
-    need: int,
-    near: Cell | None,
-    free_taken: dict[Cell, int],
-    one_parent: bool = False,
-) -> tuple[Cell | None, tuple[int | bool, ...] | None]:
-    """Best fit among whole nodes using free GPUs only, with its key as ``_best_node``
-    ranks it: next to ``near`` first, then the fewest free GPUs, then ``order``.
-
-    The loop of most searches, so it rejects on the node's own counter before looking up
-    what the plan took there (which only lowers it), and ranks on the key's varying part,
-    part by part (no key tuple per node; orders are unique, so no two nodes tie). Where
-    nearness cannot tell the candidates apart (no ``near``, or ``one_parent``: all of them
-    share a parent) it ranks on free GPUs and order alone (``_fittest``).
-    """
-    if near is None or one_parent:
-        best, best_free = _fittest(candidates, need, free_taken)
-        if best is None:
-            return None, None
-        return best, (NO_VICTIMS, 0, 0, best.parent is not near, best_free, best.order)
-    best = None
-    best_far, best_free, best_order = True, 0, 0
-    for node in candidates:
-        free = node.free
-        if free < need:
-            continue
-        if free_taken and node in free_taken:  # (``in``: cheaper than a call to ``get``)
-            free -= free_taken[node]
-            if free < need:
-                continue
-        far = node.parent is not near
-        if best is not None and (
-            (far and not best_far)
-            or (
-                far == best_far
-                and (free > best_free or (free == best_free and node.order > best_order))
-            )
-        ):
-            continue
-        best, best_far, best_free, best_order = node, far, free, node.order
-    if best is None:
-        return None, None
-    return best, (NO_VICTIMS, 0, 0, best_far, best_free, best_order)
-
-
-def _ranked(candidates: Any, need: int, free_taken: dict[Cell, int]) -> list[Cell]:
-    """The candidates that hold ``need`` in ``_fittest``'s order, the best last.
-
-    For a gang whose tasks of one size spread over several nodes, where nearness ranks no
-    node above another: each next node is the best of those the gang has not taken from
-    (the ones it took from are full for this size: it left each only when it held no more),
-    so one ranking serves all its scans (``_next_ranked``) instead of a scan per node."""
-    fits = []
-    for node in candidates:
-        free = node.free
-        if free < need:
-            continue
-        if free_taken and node in free_taken:
-            free -= free_taken[node]
-            if free < need:
-                continue
-        fits.append((free, node.order, node))  # (orders are unique: nodes never compared)
-    fits.sort(reverse=True)
-    return list(map(_third, fits))
-
-
-_third = operator.itemgetter(2)
-
-
-def _next_ranked(ranked: list[Cell], need: int, free_taken: dict[Cell, int]) -> Cell | None:
-    """The best node of ``_ranked`` that still holds ``need``, taken off the ranking (the
-    search then stays on it while it holds the next tasks)."""
-    while ranked:
-        node = ranked.pop()
-        if node.free - free_taken.get(node, 0) >= need:
-            return node
-    return None
-
-
-def _fittest(candidates: Any, need: int, free_taken: dict[Cell, int]) -> tuple[Cell | None, int]:
-    """``_best_free`` among candidates all equally near: the fewest free GPUs (what the plan
-    took there not counted) that still hold ``need``, then the lowest ``order``; with the
-    node's free GPUs. Without the plan's GPUs to discount (its first task), a loop of its own."""
-    best = None
-    best_free, best_order = UNBOUNDED_FREE, 0
-    if not free_taken:
-        for node in candidates:
-            free = node.free
-            if need <= free and (
-                free < best_free or (free == best_free and node.order < best_order)
-            ):
-                best, best_free, best_order = node, free, node.order
-        return best, best_free
-    for node in candidates:
-        free = node.free
-        if free < need:
-            continue
-        if node in free_taken:
-            free -= free_taken[node]
-            if free < need:
-                continue
-        if free < best_free or (free == best_free and node.order < best_order):
-            best, best_free, best_order = node, free, node.order
-    return best, best_free
-
-
-def _regions(
-    vc: VC, chain: str, pinned: Cell | None
-) -> tuple[dict[Cell, None], dict[Cell, list[Cell]]]:
-    """The nodes a search may use: whole ones, and the parts of others."""
-    if pinned is None:
-        return vc.nodes.get(chain, {}), vc.parts.get(chain, {})
-    if pinned.node_cell is not None:
-        return {}, {pinned.node_cell: [pinned]}
-    return dict.fromkeys(pinned.nodes()), {}
-
-
-def _task_regions(node: Cell, parts: list[Cell]) -> list[Cell]:
-    """Where in a node a task may lie: one of the VC's cells there, or (standing for them
-    all, as ``node``) its single-GPU cells together (see ``Placer._bind_gpus``)."""
-    if any(not p.children for p in parts):
-        return [*(p for p in parts if p.children), node]
-    return parts
-
-
-def _leaf_parts(parts: list[Cell]) -> list[Cell]:
-    return [p for p in parts if not p.children]
-
-
-def _oppo_path(root: Cell, cell: Cell) -> tuple[int, ...]:
-    """Opportunistic jobs in each cell from ``root`` down to ``cell`` (zeros at no cost)."""
-    if root.oppo == 0:
-        return (0,) * (root.level - cell.level + 1)
-    path = []
-    probe: Cell | None = cell
-    while probe is not None:
-        path.append(_oppo_jobs(probe))
-        if probe is root:
-            break
-        probe = probe.parent
-    return tuple(reversed(path))
-
-
-def _oppo_jobs(cell: Cell) -> int:
-    if cell.oppo == 0:
-        return 0
-    return len({leaf.job for leaf in cell.leaf_cells() if leaf.job and leaf.prio < 0})
-
-
-def _order(cell: Cell) -> int:
-    return cell.order
-
-
-def _room(cell: Cell, need: int, victims: bool) -> bool:
-    """Whether some node in free ``cell`` (or the node part it is) has ``need`` usable GPUs:
-    free ones, and with ``victims`` those of opportunistic jobs (the only jobs a cell no VC
-    has bound can hold)."""
-    parts = [cell] if cell.node_cell is not None else cell.nodes()
-    return any(n.free + (n.oppo if victims else 0) >= need for n in parts)
-
-
-def pick_leaves(
-    parts: list[Cell],
-    need: int,
-    ok: Callable[[Cell], bool],
-    taken: set[int],
-    free_only: bool = False,
-) -> list[Cell]:
-    """``need`` GPUs from ``parts`` of one node, packed into the smallest sub-cell that holds
-    them (buddy best fit), free GPUs before those of lower-priority jobs.
-
-    ``free_only`` with nothing taken yet: the cells' own free counters say what is usable.
-    A preempting pick takes busy GPUs only of ``fewest_victims``' jobs.
-    """
-    if not free_only and ok is not _is_free:
-        victims = fewest_victims(parts, need, ok, taken)
-        if victims:
-            usable = ok
-            ok = lambda leaf: usable(leaf) and (leaf.job is None or leaf.job in victims)  # noqa: E731
-    if len(parts) == 1:
-        part = parts[0]
-        if free_only and part.free == need:
-            return [leaf for leaf in part.leaf_cells() if leaf.job is None and leaf.bad == 0]
-        # One cell type per level in a chain: the first child tells for all of them.
-        if part.children and not part.children[0].children:
-            if free_only or ok is _is_free:
-                return _first_free(part, need, () if free_only else taken)
-            return _cheapest_leaves(part, need, ok, taken)
-    return _search_leaves(parts, need, ok, taken, free_only)
-
-
-def _search_leaves(
-    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: set[int], free_only: bool
-) -> list[Cell]:
-    """The general search of ``pick_leaves``, which its fast paths must agree with."""
-    counts: dict[int, tuple[int, int]] = {}
-
-    def avail(cell: Cell) -> tuple[int, int]:
-        if free_only:
-            return cell.free, cell.free
-        key = id(cell)
-        if key not in counts:
-            if not cell.children:
-                usable = id(cell) not in taken and ok(cell)
-                counts[key] = (int(usable), int(usable and cell.job is None))
-            else:
-                total = free = 0
-                for child in cell.children:
-                    a, f = avail(child)
-                    total += a
-                    free += f
-                counts[key] = (total, free)
-        return counts[key]
-
-    out: list[Cell] = []
-
-    def take(cell: Cell, n: int) -> None:
-        if not cell.children:
-            out.append(cell)
-            return
-        kids = [c for c in cell.children if avail(c)[0] > 0]
-        fits = [c for c in kids if avail(c)[0] >= n]
-        if fits:
-            take(min(fits, key=lambda c: _fit_key(c, n, avail)), n)
-            return
-        for child in sorted(kids, key=lambda c: (-avail(c)[1], -avail(c)[0], _prio(c), c.order)):
-            share = min(n, avail(child)[0])
-            take(child, share)
-            n -= share
-            if n == 0:
-                return
-
-    for part in sorted(parts, key=lambda c: _fit_key(c, need, avail)):
-        share = min(need, avail(part)[0])
-        if share:
-            take(part, share)
-            need -= share
-        if need == 0:
-            break
-    return out
-
-
-def _first_free(node: Cell, need: int, taken: Collection[int]) -> list[Cell]:
-    """The first ``need`` free healthy GPUs not ``taken`` of a cell whose children are GPUs,
-    in order.
-
-    What the general search below picks there, without its per-call bookkeeping (the
-    simulator's hottest path): with only free GPUs counted every usable child holds exactly
-    one (all with the same priority key), so no child "fits" a larger request and children
-    are taken in ``order``; a request for one GPU takes the fitting child of lowest
-    ``order``, the same one. Children are built in ``order``, so their list order is it.
-    """
-    out: list[Cell] = []
-    for leaf in node.children:
-        if leaf.job is None and leaf.bad == 0 and id(leaf) not in taken:
-            out.append(leaf)
-            if len(out) == need:
-                break
-    return out
-
-
-def _cheapest_leaves(
-    node: Cell, need: int, ok: Callable[[Cell], bool], taken: Collection[int]
-) -> list[Cell]:
-    """``need`` usable GPUs of a cell whose children are GPUs: free ones first, then those
-    of the lowest-priority jobs, each in ``order``.
-
-    What the general search below picks there: a usable child holds one GPU, so for one GPU
-    it takes the child of least (busy, priority, order) and for more it takes children
-    sorted by (-free, -1, priority, order), the same ranking (free GPUs rank as ``FREE_RANK``).
-    """
-    usable = [leaf for leaf in node.children if id(leaf) not in taken and ok(leaf)]
-    usable.sort(key=lambda leaf: (leaf.job is not None, _prio(leaf), leaf.order))
-    return usable[:need]
-
-
-def _fit_key(
-    cell: Cell, n: int, avail: Callable[[Cell], tuple[int, int]]
-) -> tuple[int, int, int, int]:
-    total, free = avail(cell)
-    return (free < n, total, _prio(cell), cell.order)
-
-
-def _prio(cell: Cell) -> int:
-    return cell.prio if not cell.children and cell.job is not None else FREE_RANK
-
-
-def fewest_victims(
-    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: Collection[int]
-) -> set[str]:
-    """The jobs whose GPUs in ``parts`` (of one node) a task of ``need`` GPUs preempts: none
-    while free GPUs suffice; else only jobs up to the lowest priority that covers the
-    shortfall, and of those as few as possible (the largest here first, then the lowest
-    priority, then cell order), as HiveD preempts."""
-    free = 0
-    jobs: dict[str, list[int]] = {}  # job -> [usable GPUs here, priority, first cell order]
-    for part in parts:
-        for leaf in part.leaf_cells():
-            if id(leaf) in taken or not ok(leaf):
-                continue
-            if leaf.job is None:
-                free += 1
-                continue
-            entry = jobs.get(leaf.job)
-            if entry is None:
-                jobs[leaf.job] = [1, leaf.prio, leaf.order]
-            else:
-                entry[0] += 1
-    short = need - free
-    if short <= 0 or not jobs:
-        return set()
-    level, have = NO_VICTIMS, 0
-    for count, prio, _ in sorted(jobs.values(), key=lambda e: e[1]):
-        if have >= short and prio > level:
-            break
-        have += count
-        level = prio
-    out: set[str] = set()
-    ranked = sorted(
-        (e for e in jobs.items() if e[1][1] <= level), key=lambda e: (-e[1][0], e[1][1], e[1][2])
-    )
-    for job, (count, _, _) in ranked:
-        out.add(job)
-        short -= count
-        if short <= 0:
-            break
-    return out

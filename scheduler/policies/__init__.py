@@ -3,7 +3,8 @@
 A policy module ``labhive.scheduler.policies.NAME`` exposes ``create(config, **options)``
 returning a ``Scheduler``; ``get_policy`` finds it by name, so adding a policy is adding one file.
 The same policies serve the trace simulator and the live service (``labhive serve --policy``).
-``queued`` is no policy: it holds ``QueuedPolicy``, the base of the queue-ordering ones.
+``queued`` is no policy: it holds ``QueuedPolicy``, the base of the queue-ordering ones (with
+``queued_job``, ``queued_pass``, ``queued_views`` and ``queued_config``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
     from labhive.scheduler.model import Scheduler
 
 
-#: Modules of this package that hold what policies share, not a policy (vc_nodes: a per-VC mode).
-BASES = {"queued", "vc_nodes"}
+#: Modules of this package that hold what policies share, not a policy (vc_nodes: a per-VC mode;
+#: queued_*: the parts of ``queued``).
+BASES = {"queued", "queued_config", "queued_job", "queued_pass", "queued_views", "vc_nodes"}
 
 
 def available() -> list[str]:

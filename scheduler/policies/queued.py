@@ -22,97 +22,68 @@ A policy with a line per user (DRF) sets ``HEAD_INDEX``: its heads then stay ran
 passes (``head_index.py``), filed by shape and (with backfill) time limit, so a pass costs its
 starts, not the number of waiting users; with backfill it reuses the head's shadow while it
 holds.
+
+Beside it: ``queued_job`` (the job as a queue policy holds it), ``queued_pass`` (the scheduling
+pass, a mixin), ``queued_views`` (what the policy shows: job and cluster views, why a job waits;
+a mixin) and ``queued_config`` (the pool, the VCs' quotas and the options a cluster config and
+``--policy`` give).
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from labhive.scheduler.backfill import may_jump_by, shadow
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.head_index import HeadIndex, Kind, MayStart
+from labhive.scheduler.head_index import HeadIndex
 from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import (
     Adopt,
     Cancel,
-    ClusterView,
     Decision,
     Event,
     Finish,
-    JobView,
-    Preempt,
     Requeue,
     SpecRejected,
     Start,
     Stop,
     TaskPlacement,
-    VCView,
 )
 from labhive.scheduler.node_pool import (
     Gang,
-    Locality,
     NodePool,
-    PoolNode,
     gang_of,
 )
+from labhive.scheduler.policies.queued_config import policy_options, pool_from_config, vc_gpus
+from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_pass import QueuedPass
+from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policy_base import (
     PolicyBase,
-    listing_order,
     node_down,
-    position_tail,
     reconfigured,
 )
 
 if TYPE_CHECKING:
     from labhive.scheduler.config import ClusterConfig
 
+# Re-exported: the policies and tests import these from here, where they lived before the job
+# (``queued_job``), the config readers (``queued_config``) and the views (``queued_views``)
+# got modules of their own.
+__all__ = [
+    "QueuedJob",
+    "QueuedPolicy",
+    "from_config",
+    "policy_options",
+    "pool_from_config",
+    "vc_gpus",
+]
+
 
 Q = TypeVar("Q", bound="QueuedPolicy")
 
 
-@dataclass(slots=True, eq=False)
-class QueuedJob:
-    """A job while a queue policy holds it."""
-
-    job_id: str
-    spec: JobSpec
-    seq: int
-    gang: Gang
-    submitted: float
-    running: bool = False
-    opportunistic: bool = False  # started on borrowed capacity (Capacity's elastic share)
-    started: float = 0.0  # start of the current run
-    attained: float = 0.0  # GPU-seconds received in earlier runs (LAS)
-    level: int = 0  # LAS queue index
-    waiting_since: float = 0.0
-    token: int = 0  # bumped on every state change, so stale heap entries can be told apart
-
-    @property
-    def vc(self) -> str:
-        return self.spec.vc
-
-    @property
-    def gpus(self) -> int:
-        return self.gang.gpus
-
-    @property
-    def cpu(self) -> float:
-        return self.gang.cpu
-
-    @property
-    def memory_mb(self) -> float:
-        return self.gang.memory_mb
-
-    @property
-    def user(self) -> str:
-        return self.spec.user or ""
-
-
-class QueuedPolicy(PolicyBase[QueuedJob]):
+class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
     """A ``Scheduler`` whose subclasses supply ordering (and optionally preemption)."""
 
     name = "queued"
@@ -313,53 +284,6 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
             self._enqueue(job)
             out.append(Stop(job_id, node_down(node, reason)))
 
-    def job(self, job_id: str) -> JobView | None:
-        job = self._jobs.get(job_id)
-        if job is None:
-            return None
-        if job.running:
-            return self._view(job, None, None)
-        for view in self.jobs():
-            if view.job_id == job_id:
-                return view
-        return None
-
-    def jobs(self) -> list[JobView]:
-        listed = listing_order(
-            (j for j in self._jobs.values() if j.running),
-            self._waiting.values(),
-            seq=lambda j: j.seq,
-            wait_key=lambda j: (self.order_key(j), j.seq),
-        )
-        per_vc: dict[str, int] = {}
-        for j in self._waiting.values():
-            per_vc[j.vc] = per_vc.get(j.vc, 0) + 1
-        views: list[JobView] = []
-        position: dict[str, int] = {}
-        for j in listed:
-            if j.running:
-                views.append(self._view(j, None, None))
-                continue
-            position[j.vc] = position.get(j.vc, 0) + 1
-            views.append(self._view(j, position[j.vc], per_vc[j.vc]))
-        return views
-
-    def cluster(self) -> ClusterView:
-        waiting: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
-        for j in self._waiting.values():
-            waiting[j.vc] = waiting.get(j.vc, 0) + 1
-        vcs = {
-            vc: VCView(
-                name=vc,
-                guaranteed_gpus=self.vc_gpus.get(vc, 0),
-                used_gpus=self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0),
-                opportunistic_gpus=self.vc_borrowed.get(vc, 0),
-                waiting=waiting.get(vc, 0),
-            )
-            for vc in sorted(waiting)
-        }
-        return ClusterView(nodes=self.pool.views(), vcs=vcs)
-
     # ---- state changes -------------------------------------------------------------------
 
     def _gang(self, spec: JobSpec) -> Gang:
@@ -447,220 +371,6 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
         self.on_stopped(job)
         job.opportunistic = False
 
-    # ---- scheduling pass -----------------------------------------------------------------
-
-    def _schedule(
-        self,
-        out: list[Decision],
-        only: QueuedJob | None = None,
-        groups: set[Hashable] | None = None,
-    ) -> None:
-        """Start what can start. With ``only`` (a new submission), try just that job; with
-        ``groups``, only those lines (the others are as blocked as before)."""
-        self._searches = self.SEARCHES_PER_PASS
-        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
-        if only is not None:
-            if self._head(self.group_key(only)) is only:
-                self._try(only, out)
-            return
-        if groups is None:
-            self._blocked = None  # a full pass finds the blocked head afresh
-        free = self.pool.free_gpus
-        if not self.preemptive and free == 0:
-            return  # nothing can start until something ends
-        if groups is None and self._index is not None:
-            self._indexed_pass(self._index, out)
-            return
-        heads: list[tuple[Any, int, Hashable]] = []
-        waiting, lines = self._waiting, self._groups
-        for group in list(lines) if groups is None else groups:
-            # the common case inline (a pass visits every line): a line's first entry is live
-            line = lines.get(group)
-            head = waiting.get(line[0][3]) if line else None
-            if head is None or line is None or head.token != line[0][2]:
-                head = self._head(group)  # drops stale entries
-            # with backfill a head too big for the free GPUs is tried too: it is the blocked
-            # head whose start later jobs must not delay (EASY), whatever the order of events
-            if head is not None and (self.preemptive or self.backfill or head.gang.gpus <= free):
-                heads.append((self.group_priority(head), head.seq, group))
-        heapq.heapify(heads)
-        while heads:
-            if not self.preemptive and self.pool.free_gpus == 0:
-                return  # nothing can start until something ends
-            _, _, group = heapq.heappop(heads)
-            head = self._head(group)
-            if head is None or not self._try(head, out):
-                continue  # this group is blocked for the rest of the pass
-            nxt = self._head(group)
-            if nxt is not None:
-                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
-
-    def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
-        """The full pass above, with heads ranked by ``index``: the same heads tried in the
-        same order, but for those ``_may_start`` shows would fail, skipped by kind. As above,
-        a head is tried once: the next is the first ranked after it (a line that starts a job
-        is re-filed by its new share, after; its user's other lines keep their rank)."""
-        for group in list(index.dirty):
-            self._file_head(index, group)
-        tried = None
-        while self.pool.free_gpus > 0:
-            entry = index.best(self._may_start(), tried)
-            if entry is None:
-                break
-            group = entry[3]
-            head = self._head(group)
-            if head is None:
-                self._file_head(index, group)
-                continue
-            tried = entry
-            if self._try(head, out):
-                self._file_head(index, group)  # its next head, ranked by its new share
-        index.restore()
-
-    def _may_start(self) -> MayStart:
-        """Which of the index's heads ``_try`` could start now, by kind and rank: not those
-        needing more GPUs than are free, or of a shape found no room this pass (starts only
-        take resources), nor, past the blocked head, those ranked after it whose GPU count
-        and limit may not jump it (their priority only rises in a pass). With backfill and
-        no blocked head yet the first head is tried whatever its size, to block or start."""
-        free, no_room, now = self.pool.free_gpus, self._no_room, self._now
-        blocked = self._blocked
-        if not self.backfill:
-            return lambda kind, gpus, key: gpus <= free and kind[0] not in no_room
-        if blocked is None:
-            return lambda kind, gpus, key: True
-        bar, need = self.group_priority(blocked), blocked.gpus
-        reserved = self._reserved(blocked)
-
-        def may_start(kind: Kind, gpus: int, key: Any) -> bool:
-            shape, limit = kind
-            if gpus > free or shape in no_room:
-                return False
-            return key < bar or may_jump_by(now, gpus, limit, need, reserved)
-
-        return may_start
-
-    def _file_head(self, index: HeadIndex, group: Hashable) -> None:
-        head = self._head(group)
-        if head is None:
-            index.file(group, None, 0, None, 0)
-        else:
-            limit = head.spec.time_limit if self.backfill else None
-            key = self.group_priority(head)
-            index.file(group, (head.gang.shape, limit), head.gang.gpus, key, head.seq)
-
-    def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
-        allowed, opp = self.admit(job)
-        if not allowed or (self.per_vc and not self._room_in_vc(job)):
-            return False
-        if self.backfill and not self._may_jump(job):
-            return False
-        tasks = None
-        shape = job.gang.shape
-        over = self._over_quota(job)
-        if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
-            tasks = self.pool.place(job.job_id, job.gang)
-            if tasks is None:
-                self._no_room.add(shape)  # the same gang will not fit either this pass
-        if tasks is None:
-            tasks = self._preempt_for(job, opp, out)
-            if tasks is None:
-                if self._blocked is None or self._blocked.job_id not in self._waiting:
-                    self._blocked = job
-                return False
-        out.append(self._start(job, tasks, opp))
-        return True
-
-    def _may_jump(self, job: QueuedJob) -> bool:
-        """EASY backfill (``backfill.py``): past the blocked head only if the job's limit ends
-        before the head could start, or it fits beside the head then."""
-        head = self._blocked
-        if head is None or head is job or head.job_id not in self._waiting:
-            return True
-        if self.group_priority(job) < self.group_priority(head):
-            return True  # ahead of the head in the policy's order: not a jump
-        reserved = self._reserved(head)
-        return may_jump_by(self._now, job.gpus, job.spec.time_limit, head.gpus, reserved)
-
-    def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
-        """The blocked head's ``shadow``, kept while the running jobs and free GPUs stay (a
-        pass of DRF with backfill asks it for every user's line: each walk of the running jobs
-        cost as much as the rest of the pass); None without a walk while no running job
-        declared a limit (as ``shadow`` would find)."""
-        if not self._limited:
-            return None
-        key = (head.gpus, self.pool.free_gpus, self._runs)
-        if self._shadow is None or self._shadow[0] != key:
-            placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # running ones
-            running = [
-                (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None)
-                for j in placed
-            ]
-            self._shadow = (key, shadow(head.gpus, self.pool.free_gpus, running))
-        return self._shadow[1]
-
-    def _over_quota(self, job: QueuedJob) -> int:
-        """Per-VC mode: GPUs the VC must give back before the job may start (else 0)."""
-        if not self.per_vc:
-            return 0
-        return max(0, self.vc_used.get(job.vc, 0) + job.gpus - self.vc_gpus.get(job.vc, 0))
-
-    def _room_in_vc(self, job: QueuedJob) -> bool:
-        """Per-VC mode: within quota now, or (preemptive policies) once the VC's own victims
-        are gone (``victims`` yields only the VC's jobs then)."""
-        if self.within_quota(job):
-            return True
-        if not self.preemptive:
-            return False
-        held = sum(v.gpus for v in self.victims(job, False))
-        return self.vc_used.get(job.vc, 0) - held + job.gpus <= self.vc_gpus.get(job.vc, 0)
-
-    def _preempt_for(
-        self, job: QueuedJob, opp: bool, out: list[Decision]
-    ) -> tuple[TaskPlacement, ...] | None:
-        """Free GPUs by preempting ``victims`` in their order until the job fits; else undo.
-
-        Bounded: nothing is tried unless the victims hold enough GPUs by count, and the search
-        stops once the released GPUs exceed the need by a node's worth twice over (the rest
-        are spread too thin to help a consolidated gang)."""
-        if not self.preemptive or self.pool.free_gpus + self.victim_gpus(job, opp) < job.gpus:
-            return None
-        if self._searches <= 0:
-            return None  # this pass has searched enough; the next event tries again
-        self._searches -= 1
-        released: list[tuple[QueuedJob, tuple[TaskPlacement, ...]]] = []
-        freed = self.pool.free_gpus
-        limit = job.gpus + 2 * self.pool.max_node_gpus
-        tasks = None
-        over = self._over_quota(job)  # per-VC mode: the VC's own jobs must give these back
-        vc_freed = 0
-        for victim in self.victims(job, opp):
-            released.append((victim, self.pool.placement(victim.job_id)))
-            self.pool.release(victim.job_id)
-            freed += victim.gpus
-            vc_freed += victim.gpus if victim.vc == job.vc else 0
-            if freed >= job.gpus and vc_freed >= over:
-                tasks = self.pool.place(job.job_id, job.gang)
-                if tasks is not None or freed >= limit:
-                    break
-        if tasks is None:
-            for victim, held in released:
-                self.pool.claim(victim.job_id, held, victim.gang)
-            return None
-        self._no_room.clear()  # the cluster changed
-        spare = vc_freed - over
-        for victim, held in released:
-            own = victim.vc == job.vc and over > 0
-            if (not own or victim.gpus <= spare) and self.pool.claim(
-                victim.job_id, held, victim.gang
-            ):
-                spare -= victim.gpus if own else 0
-                continue  # its GPUs were not needed after all: it keeps running
-            self._stop(victim, release=False)  # its GPUs went to ``job``
-            self._enqueue(victim)
-            out.append(Preempt(victim.job_id, by=job.job_id, reason=self.preempt_reason(victim)))
-        return tasks
-
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"preempted by {self.name}"
 
@@ -694,38 +404,6 @@ class QueuedPolicy(PolicyBase[QueuedJob]):
                 self._enqueue(job)
                 out.append(Stop(job.job_id, reconfigured("its GPUs are gone or taken")))
 
-    # ---- views ---------------------------------------------------------------------------
-
-    def _view(self, job: QueuedJob, position: int | None, length: int | None) -> JobView:
-        why = None
-        if not job.running:
-            why = self._why(job, position, length)
-        elif job.opportunistic:
-            why = f"running on GPUs borrowed beyond {job.vc}'s quota; preempted first"
-        return JobView(
-            job_id=job.job_id,
-            name=job.spec.name,
-            vc=job.vc,
-            priority=job.spec.priority,
-            state="RUNNING" if job.running else "WAITING",
-            tasks=self.pool.placement(job.job_id),
-            opportunistic=job.opportunistic,
-            queue_position=position,
-            queue_length=length,
-            why=why,
-        )
-
-    def _why(self, job: QueuedJob, position: int | None, length: int | None) -> str:
-        where = (
-            " on one node"
-            if self.pool.locality == "consolidated" and job.gpus <= self.pool.max_node_gpus
-            else ""
-        )
-        text = self.wait_reason(job) or (
-            f"needs {job.gpus} GPUs{where}; {self.pool.free_gpus} of {self.pool.total_gpus} free"
-        )
-        return text + position_tail(position, length, job.vc)
-
 
 # ---- building from a cluster config ------------------------------------------------------
 
@@ -742,70 +420,3 @@ def from_config(cls: type[Q], config: ClusterConfig, options: dict[str, Any], **
         pool_factory=lambda changed: pool_from_config(changed, locality),
         **opts,
     )
-
-
-def pool_from_config(config: ClusterConfig, locality: Locality = "consolidated") -> NodePool:
-    """The config's nodes as GPU slots; CPU and memory per node from its SKU when given (a
-    leaf cell's share times the node's leaf cells), unbounded otherwise."""
-    merged: dict[str, tuple[str | None, set[int]]] = {}
-    for spec in config.nodes():  # a node in two chains is listed twice: one node here
-        _, gpus = merged.setdefault(spec.name, (spec.sku, set()))
-        gpus.update(spec.gpus)
-    nodes = []
-    for name, (leaf, gpus) in merged.items():
-        sku = config.sku(leaf) if leaf else None
-        n = len(gpus)
-        cpu = sku.cpu * n if sku is not None and sku.cpu > 0 else math.inf
-        mem = sku.memory_mb * n if sku is not None and sku.memory_mb > 0 else math.inf
-        nodes.append(PoolNode(name, leaf, tuple(sorted(gpus)), cpu=cpu, memory_mb=mem))
-    return NodePool(nodes, locality)
-
-
-def vc_gpus(config: ClusterConfig) -> dict[str, int]:
-    """Each VC's guaranteed GPUs (its quota): its virtual cells' leaf cells."""
-    return {
-        name: sum(cell.number * _leaves(config, cell.cell_type) for cell in vc.cells)
-        for name, vc in config.vcs.items()
-    }
-
-
-def _leaves(config: ClusterConfig, cell_type: str) -> int:
-    ctype = config.cell_types[cell_type]
-    if ctype.child is None:
-        return 1
-    return ctype.child_number * _leaves(config, ctype.child)
-
-
-def policy_options(options: dict[str, Any], **defaults: Any) -> dict[str, Any]:
-    """Options a policy accepts, with defaults. Text values (from ``--policy las:knob=4``) are
-    converted to the default's type (a tuple is written ``3250/7200``); an unknown option is a
-    clear error."""
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise UserError(
-            f"unknown option(s) {', '.join(unknown)}; "
-            f"this policy takes {', '.join(sorted(defaults))}"
-        )
-    merged = dict(defaults)
-    for key, value in options.items():
-        merged[key] = _coerce(key, value, defaults[key])
-    return merged
-
-
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    if not isinstance(value, str) or isinstance(default, str):
-        return value
-    try:
-        if isinstance(default, bool):
-            if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                raise ValueError(value)
-            return value.lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        if isinstance(default, tuple):
-            return tuple(float(v) for v in value.replace(";", "/").split("/") if v.strip())
-    except ValueError:
-        raise UserError(f"option {key}={value!r} should look like {default!r}") from None
-    return value

@@ -1,0 +1,47 @@
+"""A job while a queue policy (FIFO, SJF, DRF, LAS, Capacity ...) holds it: its spec, its gang
+and the counters the policies rank it by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.node_pool import Gang
+
+
+@dataclass(slots=True, eq=False)
+class QueuedJob:
+    """A job while a queue policy holds it."""
+
+    job_id: str
+    spec: JobSpec
+    seq: int
+    gang: Gang
+    submitted: float
+    running: bool = False
+    opportunistic: bool = False  # started on borrowed capacity (Capacity's elastic share)
+    started: float = 0.0  # start of the current run
+    attained: float = 0.0  # GPU-seconds received in earlier runs (LAS)
+    level: int = 0  # LAS queue index
+    waiting_since: float = 0.0
+    token: int = 0  # bumped on every state change, so stale heap entries can be told apart
+
+    @property
+    def vc(self) -> str:
+        return self.spec.vc
+
+    @property
+    def gpus(self) -> int:
+        return self.gang.gpus
+
+    @property
+    def cpu(self) -> float:
+        return self.gang.cpu
+
+    @property
+    def memory_mb(self) -> float:
+        return self.gang.memory_mb
+
+    @property
+    def user(self) -> str:
+        return self.spec.user or ""

@@ -1,0 +1,269 @@
+"""A queue policy's scheduling pass: each group's head tried in ``group_priority`` order, a
+blocked group passed over for the rest of the pass (head-of-line blocking per line), backfill
+past a blocked head within its shadow, per-VC quotas, the ranked heads of ``HeadIndex`` between
+passes, and preemption for a head that does not fit. A mixin of ``queued.QueuedPolicy``, which
+holds the state and the hooks (``order_key``, ``admit``, ``victims`` ...) this reads.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from labhive.scheduler.backfill import may_jump_by, shadow
+from labhive.scheduler.head_index import HeadIndex, Kind, MayStart
+from labhive.scheduler.model import Decision, Preempt, Start, TaskPlacement
+from labhive.scheduler.node_pool import NodePool
+from labhive.scheduler.policies.queued_job import QueuedJob
+
+
+class QueuedPass:
+    """``_schedule`` and what it calls, over ``QueuedPolicy``'s state."""
+
+    # the state of ``QueuedPolicy`` the pass reads and changes
+    name: str
+    preemptive: bool
+    SEARCHES_PER_PASS: int
+    pool: NodePool
+    backfill: bool
+    per_vc: bool
+    vc_gpus: dict[str, int]
+    vc_used: dict[str, int]
+    _jobs: dict[str, QueuedJob]
+    _waiting: dict[str, QueuedJob]
+    _groups: dict[Hashable, list[tuple[Any, int, int, str]]]
+    _now: float
+    _searches: int
+    _no_room: set[Hashable]
+    _blocked: QueuedJob | None
+    _runs: int
+    _limited: int
+    _shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None
+    _index: HeadIndex | None
+
+    if TYPE_CHECKING:
+
+        def group_priority(self, head: QueuedJob) -> Any: ...
+        def _head(self, group: Hashable) -> QueuedJob | None: ...
+        def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]: ...
+        def within_quota(self, job: QueuedJob) -> bool: ...
+        def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int: ...
+        def preempt_reason(self, victim: QueuedJob) -> str: ...
+        def group_key(self, job: QueuedJob) -> Hashable: ...
+        def admit(self, job: QueuedJob) -> tuple[bool, bool]: ...
+        def _stop(self, job: QueuedJob, *, release: bool = True) -> None: ...
+        def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start: ...
+        def _enqueue(self, job: QueuedJob) -> None: ...
+
+    def _schedule(
+        self,
+        out: list[Decision],
+        only: QueuedJob | None = None,
+        groups: set[Hashable] | None = None,
+    ) -> None:
+        """Start what can start. With ``only`` (a new submission), try just that job; with
+        ``groups``, only those lines (the others are as blocked as before)."""
+        self._searches = self.SEARCHES_PER_PASS
+        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
+        if only is not None:
+            if self._head(self.group_key(only)) is only:
+                self._try(only, out)
+            return
+        if groups is None:
+            self._blocked = None  # a full pass finds the blocked head afresh
+        free = self.pool.free_gpus
+        if not self.preemptive and free == 0:
+            return  # nothing can start until something ends
+        if groups is None and self._index is not None:
+            self._indexed_pass(self._index, out)
+            return
+        heads: list[tuple[Any, int, Hashable]] = []
+        waiting, lines = self._waiting, self._groups
+        for group in list(lines) if groups is None else groups:
+            # the common case inline (a pass visits every line): a line's first entry is live
+            line = lines.get(group)
+            head = waiting.get(line[0][3]) if line else None
+            if head is None or line is None or head.token != line[0][2]:
+                head = self._head(group)  # drops stale entries
+            # with backfill a head too big for the free GPUs is tried too: it is the blocked
+            # head whose start later jobs must not delay (EASY), whatever the order of events
+            if head is not None and (self.preemptive or self.backfill or head.gang.gpus <= free):
+                heads.append((self.group_priority(head), head.seq, group))
+        heapq.heapify(heads)
+        while heads:
+            if not self.preemptive and self.pool.free_gpus == 0:
+                return  # nothing can start until something ends
+            _, _, group = heapq.heappop(heads)
+            head = self._head(group)
+            if head is None or not self._try(head, out):
+                continue  # this group is blocked for the rest of the pass
+            nxt = self._head(group)
+            if nxt is not None:
+                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
+        """The full pass above, with heads ranked by ``index``: the same heads tried in the
+        same order, but for those ``_may_start`` shows would fail, skipped by kind. As above,
+        a head is tried once: the next is the first ranked after it (a line that starts a job
+        is re-filed by its new share, after; its user's other lines keep their rank)."""
+        for group in list(index.dirty):
+            self._file_head(index, group)
+        tried = None
+        while self.pool.free_gpus > 0:
+            entry = index.best(self._may_start(), tried)
+            if entry is None:
+                break
+            group = entry[3]
+            head = self._head(group)
+            if head is None:
+                self._file_head(index, group)
+                continue
+            tried = entry
+            if self._try(head, out):
+                self._file_head(index, group)  # its next head, ranked by its new share
+        index.restore()
+
+    def _may_start(self) -> MayStart:
+        """Which of the index's heads ``_try`` could start now, by kind and rank: not those
+        needing more GPUs than are free, or of a shape found no room this pass (starts only
+        take resources), nor, past the blocked head, those ranked after it whose GPU count
+        and limit may not jump it (their priority only rises in a pass). With backfill and
+        no blocked head yet the first head is tried whatever its size, to block or start."""
+        free, no_room, now = self.pool.free_gpus, self._no_room, self._now
+        blocked = self._blocked
+        if not self.backfill:
+            return lambda kind, gpus, key: gpus <= free and kind[0] not in no_room
+        if blocked is None:
+            return lambda kind, gpus, key: True
+        bar, need = self.group_priority(blocked), blocked.gpus
+        reserved = self._reserved(blocked)
+
+        def may_start(kind: Kind, gpus: int, key: Any) -> bool:
+            shape, limit = kind
+            if gpus > free or shape in no_room:
+                return False
+            return key < bar or may_jump_by(now, gpus, limit, need, reserved)
+
+        return may_start
+
+    def _file_head(self, index: HeadIndex, group: Hashable) -> None:
+        head = self._head(group)
+        if head is None:
+            index.file(group, None, 0, None, 0)
+        else:
+            limit = head.spec.time_limit if self.backfill else None
+            key = self.group_priority(head)
+            index.file(group, (head.gang.shape, limit), head.gang.gpus, key, head.seq)
+
+    def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
+        allowed, opp = self.admit(job)
+        if not allowed or (self.per_vc and not self._room_in_vc(job)):
+            return False
+        if self.backfill and not self._may_jump(job):
+            return False
+        tasks = None
+        shape = job.gang.shape
+        over = self._over_quota(job)
+        if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
+            tasks = self.pool.place(job.job_id, job.gang)
+            if tasks is None:
+                self._no_room.add(shape)  # the same gang will not fit either this pass
+        if tasks is None:
+            tasks = self._preempt_for(job, opp, out)
+            if tasks is None:
+                if self._blocked is None or self._blocked.job_id not in self._waiting:
+                    self._blocked = job
+                return False
+        out.append(self._start(job, tasks, opp))
+        return True
+
+    def _may_jump(self, job: QueuedJob) -> bool:
+        """EASY backfill (``backfill.py``): past the blocked head only if the job's limit ends
+        before the head could start, or it fits beside the head then."""
+        head = self._blocked
+        if head is None or head is job or head.job_id not in self._waiting:
+            return True
+        if self.group_priority(job) < self.group_priority(head):
+            return True  # ahead of the head in the policy's order: not a jump
+        reserved = self._reserved(head)
+        return may_jump_by(self._now, job.gpus, job.spec.time_limit, head.gpus, reserved)
+
+    def _reserved(self, head: QueuedJob) -> tuple[float, int] | None:
+        """The blocked head's ``shadow``, kept while the running jobs and free GPUs stay (a
+        pass of DRF with backfill asks it for every user's line: each walk of the running jobs
+        cost as much as the rest of the pass); None without a walk while no running job
+        declared a limit (as ``shadow`` would find)."""
+        if not self._limited:
+            return None
+        key = (head.gpus, self.pool.free_gpus, self._runs)
+        if self._shadow is None or self._shadow[0] != key:
+            placed = (self._jobs[i] for i in self.pool._jobs if i in self._jobs)  # running ones
+            running = [
+                (j.gpus, j.started + j.spec.time_limit if j.spec.time_limit else None)
+                for j in placed
+            ]
+            self._shadow = (key, shadow(head.gpus, self.pool.free_gpus, running))
+        return self._shadow[1]
+
+    def _over_quota(self, job: QueuedJob) -> int:
+        """Per-VC mode: GPUs the VC must give back before the job may start (else 0)."""
+        if not self.per_vc:
+            return 0
+        return max(0, self.vc_used.get(job.vc, 0) + job.gpus - self.vc_gpus.get(job.vc, 0))
+
+    def _room_in_vc(self, job: QueuedJob) -> bool:
+        """Per-VC mode: within quota now, or (preemptive policies) once the VC's own victims
+        are gone (``victims`` yields only the VC's jobs then)."""
+        if self.within_quota(job):
+            return True
+        if not self.preemptive:
+            return False
+        held = sum(v.gpus for v in self.victims(job, False))
+        return self.vc_used.get(job.vc, 0) - held + job.gpus <= self.vc_gpus.get(job.vc, 0)
+
+    def _preempt_for(
+        self, job: QueuedJob, opp: bool, out: list[Decision]
+    ) -> tuple[TaskPlacement, ...] | None:
+        """Free GPUs by preempting ``victims`` in their order until the job fits; else undo.
+
+        Bounded: nothing is tried unless the victims hold enough GPUs by count, and the search
+        stops once the released GPUs exceed the need by a node's worth twice over (the rest
+        are spread too thin to help a consolidated gang)."""
+        if not self.preemptive or self.pool.free_gpus + self.victim_gpus(job, opp) < job.gpus:
+            return None
+        if self._searches <= 0:
+            return None  # this pass has searched enough; the next event tries again
+        self._searches -= 1
+        released: list[tuple[QueuedJob, tuple[TaskPlacement, ...]]] = []
+        freed = self.pool.free_gpus
+        limit = job.gpus + 2 * self.pool.max_node_gpus
+        tasks = None
+        over = self._over_quota(job)  # per-VC mode: the VC's own jobs must give these back
+        vc_freed = 0
+        for victim in self.victims(job, opp):
+            released.append((victim, self.pool.placement(victim.job_id)))
+            self.pool.release(victim.job_id)
+            freed += victim.gpus
+            vc_freed += victim.gpus if victim.vc == job.vc else 0
+            if freed >= job.gpus and vc_freed >= over:
+                tasks = self.pool.place(job.job_id, job.gang)
+                if tasks is not None or freed >= limit:
+                    break
+        if tasks is None:
+            for victim, held in released:
+                self.pool.claim(victim.job_id, held, victim.gang)
+            return None
+        self._no_room.clear()  # the cluster changed
+        spare = vc_freed - over
+        for victim, held in released:
+            own = victim.vc == job.vc and over > 0
+            if (not own or victim.gpus <= spare) and self.pool.claim(
+                victim.job_id, held, victim.gang
+            ):
+                spare -= victim.gpus if own else 0
+                continue  # its GPUs were not needed after all: it keeps running
+            self._stop(victim, release=False)  # its GPUs went to ``job``
+            self._enqueue(victim)
+            out.append(Preempt(victim.job_id, by=job.job_id, reason=self.preempt_reason(victim)))
+        return tasks

@@ -1,0 +1,107 @@
+"""What a queue policy shows: each job's view with its place in line and why it waits, and the
+cluster's view per VC. A mixin of ``queued.QueuedPolicy``, which holds the state it reads; it
+changes nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from labhive.scheduler.model import ClusterView, JobView, VCView
+from labhive.scheduler.node_pool import NodePool
+from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policy_base import listing_order, position_tail
+
+
+class QueuedViews:
+    """``job``, ``jobs`` and ``cluster`` of a queue policy, with the texts of why jobs wait."""
+
+    # the state of ``QueuedPolicy`` these read
+    name: str
+    pool: NodePool
+    vc_gpus: dict[str, int]
+    vc_used: dict[str, int]
+    vc_borrowed: dict[str, int]
+    _jobs: dict[str, QueuedJob]
+    _waiting: dict[str, QueuedJob]
+
+    if TYPE_CHECKING:
+
+        def order_key(self, job: QueuedJob) -> Any: ...
+        def wait_reason(self, job: QueuedJob) -> str: ...
+
+    def job(self, job_id: str) -> JobView | None:
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        if job.running:
+            return self._view(job, None, None)
+        for view in self.jobs():
+            if view.job_id == job_id:
+                return view
+        return None
+
+    def jobs(self) -> list[JobView]:
+        listed = listing_order(
+            (j for j in self._jobs.values() if j.running),
+            self._waiting.values(),
+            seq=lambda j: j.seq,
+            wait_key=lambda j: (self.order_key(j), j.seq),
+        )
+        per_vc: dict[str, int] = {}
+        for j in self._waiting.values():
+            per_vc[j.vc] = per_vc.get(j.vc, 0) + 1
+        views: list[JobView] = []
+        position: dict[str, int] = {}
+        for j in listed:
+            if j.running:
+                views.append(self._view(j, None, None))
+                continue
+            position[j.vc] = position.get(j.vc, 0) + 1
+            views.append(self._view(j, position[j.vc], per_vc[j.vc]))
+        return views
+
+    def cluster(self) -> ClusterView:
+        waiting: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
+        for j in self._waiting.values():
+            waiting[j.vc] = waiting.get(j.vc, 0) + 1
+        vcs = {
+            vc: VCView(
+                name=vc,
+                guaranteed_gpus=self.vc_gpus.get(vc, 0),
+                used_gpus=self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0),
+                opportunistic_gpus=self.vc_borrowed.get(vc, 0),
+                waiting=waiting.get(vc, 0),
+            )
+            for vc in sorted(waiting)
+        }
+        return ClusterView(nodes=self.pool.views(), vcs=vcs)
+
+    def _view(self, job: QueuedJob, position: int | None, length: int | None) -> JobView:
+        why = None
+        if not job.running:
+            why = self._why(job, position, length)
+        elif job.opportunistic:
+            why = f"running on GPUs borrowed beyond {job.vc}'s quota; preempted first"
+        return JobView(
+            job_id=job.job_id,
+            name=job.spec.name,
+            vc=job.vc,
+            priority=job.spec.priority,
+            state="RUNNING" if job.running else "WAITING",
+            tasks=self.pool.placement(job.job_id),
+            opportunistic=job.opportunistic,
+            queue_position=position,
+            queue_length=length,
+            why=why,
+        )
+
+    def _why(self, job: QueuedJob, position: int | None, length: int | None) -> str:
+        where = (
+            " on one node"
+            if self.pool.locality == "consolidated" and job.gpus <= self.pool.max_node_gpus
+            else ""
+        )
+        text = self.wait_reason(job) or (
+            f"needs {job.gpus} GPUs{where}; {self.pool.free_gpus} of {self.pool.total_gpus} free"
+        )
+        return text + position_tail(position, length, job.vc)
