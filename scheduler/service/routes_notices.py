@@ -18,9 +18,9 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import notices as nt
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.api.jobs import job_out as _job_out
 from labhive.scheduler.service.auth import Forbidden
 from labhive.scheduler.service.policy_port import task_key
-from labhive.scheduler.service.routes_jobs import _job_out
 from labhive.scheduler.service.routing import JobId, NotFound, Who, endpoints
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
 """What every router of the REST API shares: the prefix, the caller, the id types, the errors.
 
-Each resource's handlers live in their own ``routes_*.py`` module with a ``register(app, svc)``
-that adds them to the app itself (no nested routers to match through); ``app.create_app`` calls
-them in order.
+Each resource's handlers live in their own module (``api/*.py``: module-level functions over the
+``JobService`` facade; ``routes_*.py``: closures over the ``Service``, not moved yet) whose
+``register`` adds them to the app itself (no nested routers to match through); ``app.create_app``
+calls them in order.
 """
 
 from __future__ import annotations
