@@ -1,7 +1,6 @@
 """The ``Service``: what the REST handlers share (store, loop, executor, authenticator, the
 parse and check of a submission), in a module of its own so that ``app.py``, the ``JobService``
-facade the ``api/`` handlers call and the ``routes_*.py`` modules all depend on it and not on
-each other."""
+facade the ``api/`` handlers call both depend on it and not on each other."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import TaskHandle
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
-from labhive.scheduler.service.auth import Identity
+from labhive.scheduler.service.auth import Forbidden, Identity
 from labhive.scheduler.service.context import Service
 from labhive.scheduler.service.eta import Accuracy, stored_accuracy
 from labhive.scheduler.service.policy_port import task_key
@@ -129,6 +129,47 @@ class JobService:
         everyone = me.admin or "*" in me.vcs
         vcs = [v for v in loop.cluster().vcs if everyone or v in me.vcs]
         return loop.eta.suggest(job_id, vcs)
+
+    def ping(self) -> None:
+        """Raise unless the store answers a query (``/health``)."""
+        with self.svc.store.read() as conn:
+            q.ping(conn)
+
+    def active_job_ids(self, owner_id: int | None) -> set[int]:
+        """The ids of the account's waiting and running jobs."""
+        with self.svc.store.read() as conn:
+            return q.active_job_ids(conn, owner_id)
+
+    def running(self, job_id: int, admin: bool) -> tuple[q.JobRow, list[TaskHandle]]:
+        """A running job a stop notice is for, with its running tasks' handles (admins)."""
+        if not admin:
+            raise Forbidden("only admins (and the culler) give stop notices; cancel your own job")
+        with self.svc.store.read() as conn:
+            row = q.job(conn, job_id)
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            task_rows = q.attempt_tasks(conn, job_id, row["attempt"])
+        if row["state"] != lc.RUNNING:
+            raise UserError(f"job {job_id} is {row['state']}, not running: nothing to stop")
+        handles = [
+            TaskHandle(
+                task_key(job_id, t["attempt"], t["role"], t["idx"], t["generation"]), t["handle"]
+            )
+            for t in task_rows
+            if t["state"] == lc.RUNNING and t["handle"]
+        ]
+        return row, handles
+
+    def cancel_now(self, job_id: int) -> None:
+        """Record the cancel of a job already checked, and tell the loop (no waiting)."""
+        with self.svc.store.write() as conn:
+            lc.request_cancel(conn, job_id)
+        self.svc.loop.cancel(job_id)
+
+    def note(self, row: q.JobRow, kind: str, why: str) -> None:
+        """An event on the job's record (what happened to it that is no state change)."""
+        with self.svc.store.write() as conn:
+            lc.note(conn, row, kind, why, self.svc.loop.clock())
 
     def eta_accuracy(self) -> list[Accuracy]:
         """How close the ETAs given at submit came to the real starts, per VC."""

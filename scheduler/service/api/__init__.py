@@ -6,3 +6,8 @@ imported and called on its own; the facade owns every transaction. ``create_app`
 resources' routes to the app itself (no nested routers to match through), in the order of
 ``RESOURCES``, which is the order of the OpenAPI document's paths.
 """
+
+from labhive.scheduler.service.api import cluster, jobs, me, notices, public, queue
+
+#: The resources in the order their routes are added (``public`` last, as before the move).
+RESOURCES = (me, jobs, notices, queue, cluster, public)

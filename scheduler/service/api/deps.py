@@ -24,5 +24,5 @@ Jobs = Annotated[JobService, Depends(job_service)]
 
 
 def route(app: FastAPI, method: str, path: str, endpoint: Any, **kw: Any) -> None:
-    """Add ``endpoint`` under ``PREFIX`` documenting ``ERRORS`` (as ``routing.endpoints``)."""
+    """Add ``endpoint`` under ``PREFIX`` documenting ``ERRORS`` (every authenticated route)."""
     app.add_api_route(PREFIX + path, endpoint, methods=[method], responses=ERRORS, **kw)

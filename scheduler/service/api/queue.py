@@ -14,11 +14,11 @@ from labhive.scheduler.model import JobView
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.api.cluster import vcs_out
 from labhive.scheduler.service.api.deps import Jobs, route
+from labhive.scheduler.service.api.me import standing_out
 from labhive.scheduler.service.auth import Identity
 from labhive.scheduler.service.eta import eta_fields
-from labhive.scheduler.service.routes_cluster import vcs_out
-from labhive.scheduler.service.routes_me import standing_out
 from labhive.scheduler.service.routing import MAX_INT, Who
 
 #: Rows in a page of ``GET /queue`` unless the caller asks for fewer or more (up to MAX_PAGE).
