@@ -2,7 +2,7 @@
 ``BaseScheduler`` is for its handlers).
 
 It owns the transactions: each method opens one read or write transaction on the store, asks
-the named queries (``queries.py``, ``lifecycle.py``) inside it and returns typed rows, so a
+the named queries (``store/queries.py``, ``lifecycle.py``) inside it and returns typed rows, so a
 handler never holds a connection, never composes SQL and cannot forget the ownership check
 that every job page shares. What a handler renders (``JobOut``, the queue's entries) stays in
 ``api/``; what the loop decides stays in ``runtime/``: this module only joins the two.
@@ -21,12 +21,12 @@ from starlette.concurrency import run_in_threadpool
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.executors.base import TaskHandle
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service import queries as q
 from labhive.scheduler.service.auth import Forbidden, Identity
 from labhive.scheduler.service.context import Service
 from labhive.scheduler.service.eta import Accuracy, stored_accuracy
 from labhive.scheduler.service.policy_port import task_key
 from labhive.scheduler.service.routing import NotFound
+from labhive.scheduler.service.store import queries as q
 
 
 @dataclasses.dataclass(frozen=True)

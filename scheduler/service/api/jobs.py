@@ -14,13 +14,13 @@ from labhive.scheduler.executors.gpu_share_env import NOT_ENFORCED
 from labhive.scheduler.gpu_share import MILLI, share_of_doc
 from labhive.scheduler.service import json_body
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.api.deps import Jobs, route
 from labhive.scheduler.service.eta import eta_fields
 from labhive.scheduler.service.monitoring import JobGpusOut
 from labhive.scheduler.service.responses import encodable
 from labhive.scheduler.service.routing import MAX_INT, JobId, Who
+from labhive.scheduler.service.store import queries as q
 
 if TYPE_CHECKING:
     from labhive.scheduler.service.loop import SchedulerLoop

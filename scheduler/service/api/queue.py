@@ -12,7 +12,6 @@ from labhive.scheduler.gpu_share import MILLI
 from labhive.scheduler.hived.standing import VCStanding
 from labhive.scheduler.model import JobView
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.api.cluster import vcs_out
 from labhive.scheduler.service.api.deps import Jobs, route
@@ -20,6 +19,7 @@ from labhive.scheduler.service.api.me import standing_out
 from labhive.scheduler.service.auth import Identity
 from labhive.scheduler.service.eta import eta_fields
 from labhive.scheduler.service.routing import MAX_INT, Who
+from labhive.scheduler.service.store import queries as q
 
 #: Rows in a page of ``GET /queue`` unless the caller asks for fewer or more (up to MAX_PAGE).
 PAGE, MAX_PAGE = 100, 1000
