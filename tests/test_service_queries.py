@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service import queries as q
 from labhive.scheduler.service.store import Store, database_url
+from labhive.scheduler.service.store import queries as q
 
 
 def _job(name: str, owner: int, user: str, vc: str = "a") -> lc.NewJob:

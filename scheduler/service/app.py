@@ -1,8 +1,9 @@
 """The REST API (``/api/v1``): thin handlers over the store, the loop's views and the executor.
 
 This module assembles the app: the submission, error answers and the OpenAPI document (the
-``Service`` the handlers share is in ``context.py``); each other resource's handlers are in a
-``routes_*.py`` module (``routing.py`` holds what they share).
+``Service`` the handlers share is in ``context.py``); each other resource's handlers are
+module-level functions in ``api/`` over the ``JobService`` facade of ``job_service.py``
+(``routing.py`` holds what they share).
 
 Every handler asks ``Service.identify`` who is calling (the one identity check) and the
 ``Identity`` methods what they may do. A submission is parsed, checked against the cluster
@@ -34,22 +35,16 @@ from starlette.types import Message, Receive, Scope, Send
 from labhive import __version__
 from labhive.scheduler.errors import UserError
 from labhive.scheduler.model import SpecRejected
-from labhive.scheduler.service import (
-    json_body,
-    routes_cluster,
-    routes_jobs,
-    routes_me,
-    routes_notices,
-    routes_public,
-    routes_queue,
-)
+from labhive.scheduler.service import json_body
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.api import RESOURCES
+from labhive.scheduler.service.api.public import PUBLIC
 from labhive.scheduler.service.auth import AuthError, Forbidden
 from labhive.scheduler.service.context import Service
 from labhive.scheduler.service.diskspace import DiskFull, is_disk_full
 from labhive.scheduler.service.intake import UNREACHABLE, StoreUnavailable
-from labhive.scheduler.service.routes_public import PUBLIC
+from labhive.scheduler.service.job_service import JobService
 from labhive.scheduler.service.routing import (
     ERRORS,
     MAX_INT,
@@ -76,12 +71,12 @@ def create_app(service: Service) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.service = service
+    app.state.jobs = JobService(service)  # what ``api/`` handlers receive (``api.deps.Jobs``)
     app.add_middleware(BodyLimit, limit=service.max_body)
     _install_error_handlers(app)
     _routes(app, service)  # on the app itself: no nested routers to match through
-    resources = (routes_me, routes_jobs, routes_notices, routes_queue, routes_cluster)
-    for resource in (*resources, routes_public):
-        resource.register(app, service)
+    for resource in RESOURCES:
+        resource.register(app)
     _document_bearer_auth(app)
     return app
 
@@ -170,7 +165,7 @@ class RequestRoute(APIRoute):
 
 
 def _routes(app: FastAPI, svc: Service) -> None:
-    """The submission (beside the intake it feeds); other resources are in ``routes_*.py``."""
+    """The submission (beside the intake it feeds); other resources are in ``api/``."""
 
     async def submit(request: Request) -> JSONResponse:
         # async, and stored by the intake's group commit: the hot path never takes a thread.

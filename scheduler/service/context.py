@@ -1,6 +1,6 @@
 """The ``Service``: what the REST handlers share (store, loop, executor, authenticator, the
-parse and check of a submission), in a module of its own so that ``app.py`` and the
-``routes_*.py`` modules both depend on it and not on each other."""
+parse and check of a submission), in a module of its own so that ``app.py``, the ``JobService``
+facade the ``api/`` handlers call both depend on it and not on each other."""
 
 from __future__ import annotations
 
@@ -46,7 +46,6 @@ class Service:
     intake: Intake | None = None
     policy: str = "hived"
     max_body: int = MAX_BODY
-    cancel_wait_s: float = 5.0
     loop_stall_s: float = 30.0  # /health is 503 once the loop has not passed for this long
     monitoring: Monitoring | None = None  # GPU sampler and /metrics (off when not given)
     accounts: Any = None  # users' OS identities (service/accounts.py), for GET /me

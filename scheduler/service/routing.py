@@ -1,19 +1,17 @@
 """What every router of the REST API shares: the prefix, the caller, the id types, the errors.
 
-Each resource's handlers live in their own ``routes_*.py`` module with a ``register(app, svc)``
-that adds them to the app itself (no nested routers to match through); ``app.create_app`` calls
-them in order.
+Each resource's handlers live in their own module of ``api/`` (module-level functions over the
+``JobService`` facade) whose ``register(app)`` adds them to the app itself (no nested routers to
+match through); ``app.create_app`` calls them in the order of ``api.RESOURCES``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, Request
 from fastapi import Path as FPath
-from fastapi.types import DecoratedCallable
 from starlette.concurrency import run_in_threadpool
 
 from labhive.scheduler.service import schemas as s
@@ -56,23 +54,3 @@ JobId = Annotated[int, FPath(ge=1, le=MAX_INT)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": s.ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
 }
-
-
-class Decorator(Protocol):
-    """``app.get``/``app.post`` with the path under ``PREFIX`` and ``ERRORS`` documented."""
-
-    def __call__(
-        self, path: str, **kw: Any
-    ) -> Callable[[DecoratedCallable], DecoratedCallable]: ...
-
-
-def endpoints(app: FastAPI) -> tuple[Decorator, Decorator]:
-    """``get`` and ``post`` decorators that add a route under ``PREFIX`` documenting ``ERRORS``."""
-
-    def get(path: str, **kw: Any) -> Callable[[DecoratedCallable], DecoratedCallable]:
-        return app.get(PREFIX + path, responses=ERRORS, **kw)
-
-    def post(path: str, **kw: Any) -> Callable[[DecoratedCallable], DecoratedCallable]:
-        return app.post(PREFIX + path, responses=ERRORS, **kw)
-
-    return get, post

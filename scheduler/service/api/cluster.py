@@ -4,77 +4,81 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 
 from labhive.scheduler.gpu_share import MILLI
 from labhive.scheduler.model import ClusterView, NodeDown, NodeUp, NodeView
 from labhive.scheduler.service import notices
-from labhive.scheduler.service import queries as q
 from labhive.scheduler.service import schemas as s
+from labhive.scheduler.service.api.deps import Jobs, route
 from labhive.scheduler.service.auth import Forbidden, Identity
-from labhive.scheduler.service.routing import NotFound, Who, endpoints
-
-if TYPE_CHECKING:
-    from labhive.scheduler.service.context import Service
+from labhive.scheduler.service.context import Service
+from labhive.scheduler.service.job_service import JobService
+from labhive.scheduler.service.routing import NotFound, Who
 
 T = TypeVar("T")
 
 
-def register(app: FastAPI, svc: Service) -> None:
-    """Add ``/cluster``, ``/nodes/{node}/down|up``, ``/vcs`` and ``/gpus``."""
-    get, post = endpoints(app)
+def cluster(me: Who, jobs: Jobs) -> s.ClusterOut:
+    svc = jobs.svc
+    view = svc.loop.cluster()
+    shown = _job_shown(jobs, me)
+    nodes = [_node_out(svc, n, shown) for n in view.nodes]
+    return s.ClusterOut(virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=vcs_out(svc, me))
 
-    @get("/cluster", response_model=s.ClusterOut)
-    def cluster(me: Who) -> s.ClusterOut:
-        view = svc.loop.cluster()
-        shown = _job_shown(svc, me)
-        nodes = [_node_out(svc, n, shown) for n in view.nodes]
-        return s.ClusterOut(
-            virtual=view.virtual, policy=svc.policy, nodes=nodes, vcs=vcs_out(svc, me)
+
+def node_down(node: str, me: Who, jobs: Jobs, body: s.NodeDownRequest | None = None) -> s.NodeOut:
+    """Take a node out of service (admins): its jobs are stopped and requeued, nothing
+    starts there, and it stays down across restarts until ``/nodes/{node}/up``."""
+    svc = jobs.svc
+    _known_node(svc, node, me)
+    if body is not None and body.notice_s > 0:  # service/notices.py
+        notices.drain_with_notice(svc, node, body.reason, me.name, body.notice_s)
+        (view,) = [n for n in svc.loop.cluster().nodes if n.name == node]
+        return _node_out(svc, view)
+    return _node_settled(svc, svc.loop.take_down(node, body.reason if body else "", me.name))
+
+
+def node_up(node: str, me: Who, jobs: Jobs) -> s.NodeOut:
+    """Put a node an admin took down back into service (admins)."""
+    svc = jobs.svc
+    _known_node(svc, node, me)
+    notices.cancel_drain(svc.loop, node)  # a drain still in its notice is called off
+    return _node_settled(svc, svc.loop.bring_up(node))
+
+
+def vcs(me: Who, jobs: Jobs) -> s.VCList:
+    return s.VCList(vcs=vcs_out(jobs.svc, me))
+
+
+def gpus(me: Who, jobs: Jobs) -> s.GPUList:
+    view = jobs.svc.loop.cluster()
+    shown = _job_shown(jobs, me)
+    out = [
+        s.GPUOut(
+            node=n.name,
+            index=g,
+            sku=n.sku,
+            healthy=n.healthy,
+            job=shown(n.used[g]) if g in n.used else None,
+            virtual=view.virtual,
+            **shares_out(n.shares.get(g), shown),
         )
+        for n in view.nodes
+        for g in n.gpus
+    ]
+    return s.GPUList(gpus=out)
 
-    @post("/nodes/{node}/down", response_model=s.NodeOut)
-    def node_down(node: str, me: Who, body: s.NodeDownRequest | None = None) -> s.NodeOut:
-        """Take a node out of service (admins): its jobs are stopped and requeued, nothing
-        starts there, and it stays down across restarts until ``/nodes/{node}/up``."""
-        _known_node(svc, node, me)
-        if body is not None and body.notice_s > 0:  # service/notices.py
-            notices.drain_with_notice(svc, node, body.reason, me.name, body.notice_s)
-            (view,) = [n for n in svc.loop.cluster().nodes if n.name == node]
-            return _node_out(svc, view)
-        return _node_settled(svc, svc.loop.take_down(node, body.reason if body else "", me.name))
 
-    @post("/nodes/{node}/up", response_model=s.NodeOut)
-    def node_up(node: str, me: Who) -> s.NodeOut:
-        """Put a node an admin took down back into service (admins)."""
-        _known_node(svc, node, me)
-        notices.cancel_drain(svc.loop, node)  # a drain still in its notice is called off
-        return _node_settled(svc, svc.loop.bring_up(node))
-
-    @get("/vcs", response_model=s.VCList)
-    def vcs(me: Who) -> s.VCList:
-        return s.VCList(vcs=vcs_out(svc, me))
-
-    @get("/gpus", response_model=s.GPUList)
-    def gpus(me: Who) -> s.GPUList:
-        view = svc.loop.cluster()
-        shown = _job_shown(svc, me)
-        out = [
-            s.GPUOut(
-                node=n.name,
-                index=g,
-                sku=n.sku,
-                healthy=n.healthy,
-                job=shown(n.used[g]) if g in n.used else None,
-                virtual=view.virtual,
-                **shares_out(n.shares.get(g), shown),
-            )
-            for n in view.nodes
-            for g in n.gpus
-        ]
-        return s.GPUList(gpus=out)
+def register(app: FastAPI) -> None:
+    """Add ``/cluster``, ``/nodes/{node}/down|up``, ``/vcs`` and ``/gpus``."""
+    route(app, "GET", "/cluster", cluster, response_model=s.ClusterOut)
+    route(app, "POST", "/nodes/{node}/down", node_down, response_model=s.NodeOut)
+    route(app, "POST", "/nodes/{node}/up", node_up, response_model=s.NodeOut)
+    route(app, "GET", "/vcs", vcs, response_model=s.VCList)
+    route(app, "GET", "/gpus", gpus, response_model=s.GPUList)
 
 
 def shares_out(held: dict[int, int] | None, shown: Callable[[int], int | str]) -> dict[str, Any]:
@@ -91,13 +95,12 @@ def shares_out(held: dict[int, int] | None, shown: Callable[[int], int | str]) -
 FOREIGN_JOB = "another user's job"
 
 
-def _job_shown(svc: Service, me: Identity) -> Callable[[int], int | str]:
+def _job_shown(jobs: JobService, me: Identity) -> Callable[[int], int | str]:
     """How a job holding a GPU is shown to ``me``: its id to an admin or its owner, else
     ``FOREIGN_JOB`` (ids of others' jobs tell when they submit and how much they run)."""
     if me.admin:
         return _as_is
-    with svc.store.read() as conn:
-        mine = q.active_job_ids(conn, me.id)
+    mine = jobs.active_job_ids(me.id)
     return lambda job: job if job in mine else FOREIGN_JOB
 
 

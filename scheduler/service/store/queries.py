@@ -15,7 +15,7 @@ from sqlalchemy import case, func, or_, select
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service.store import events, jobs, tasks
+from labhive.scheduler.service.store.tables import events, jobs, tasks
 
 
 class JobRow(TypedDict):
