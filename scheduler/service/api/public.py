@@ -41,7 +41,7 @@ def health(jobs: Jobs) -> JSONResponse:
         loop_failures=loop.failures,
         loop_error=loop.error,
         policy=svc.policy,
-        executor=getattr(svc.executor, "name", type(svc.executor).__name__),
+        executor=svc.executor.name,
         disk=svc.disk.state() if svc.disk is not None else "ok",
     )
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

@@ -25,36 +25,10 @@ from labhive.scheduler.service.policy_port import ServiceEvent
 from labhive.scheduler.service.runtime.plan import Plan
 from labhive.scheduler.service.runtime.runs import Running, Runs, next_key
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
+from labhive.scheduler.service.store.queries import JobRow
 from labhive.scheduler.time_limits import deadline
 
 log = logging.getLogger("labhive.service.loop")
-
-
-class JobRow(TypedDict):
-    """A ``jobs`` row, as the loop reads it."""
-
-    id: int
-    name: str
-    user: str
-    vc: str
-    priority: int
-    state: str
-    attempt: int
-    retries: int
-    retries_used: int
-    task_count: int
-    gpus: int
-    opportunistic: bool
-    cancel_requested: bool
-    spec: dict[str, Any]
-    reason: str
-    why: str | None
-    exit_code: int | None
-    submitted_at: float
-    started_at: float | None
-    finished_at: float | None
-    updated_at: float
-    owner_id: int | None
 
 
 class TaskRow(TypedDict):
