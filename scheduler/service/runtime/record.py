@@ -1,7 +1,7 @@
 """All of the loop's SQL: the pass's one transaction, the reads a rebuild starts from, node marks.
 
 Rows come back typed (``JobRow``, ``TaskRow``, ``MarkRow``): the columns the loop reads, as
-the store's tables declare them (``service/store.py``). The lifecycle's moves themselves
+the store's tables declare them (``service/store/tables.py``). The lifecycle's moves themselves
 (``service/lifecycle.py``) write the events and check the transitions; this module groups them
 into the transactions the loop needs.
 """
