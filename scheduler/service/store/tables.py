@@ -127,7 +127,8 @@ job_gpu_history = Table(
 )
 
 # Nodes an admin took out of service (``POST /nodes/{node}/down``). A mark outlives restarts and
-# GPU health cannot lift it: only ``POST /nodes/{node}/up`` does (``service/runtime/nodes.py`` holds them).
+# GPU health cannot lift it: only ``POST /nodes/{node}/up`` does (``runtime/nodes.py`` holds
+# them).
 node_marks = Table(
     "node_marks",
     metadata,
