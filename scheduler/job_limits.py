@@ -4,7 +4,8 @@ A job the parser accepts must be one the store can hold and the executor can sta
 backend: a value that only fails at the INSERT (or later, when the loop records a start) would
 fail a whole batch of other users' submissions or wedge the scheduling pass. So the bounds here
 are the store's column sizes (``service/store/tables.py``; a test keeps them in step) and
-counts small enough that a rejected or waiting job never makes the scheduler's cost grow with its size.
+counts small enough that a rejected or waiting job never makes the scheduler's cost grow with
+its size.
 """
 
 from __future__ import annotations
