@@ -4,14 +4,14 @@ your share is 1/12; 5 jobs of users with less usage are ahead of yours").
 
 Read-only and pure: it reads the fair-share ledger through ``Ledger.reading()`` (usage and
 GPUs held) and ``Ledger.key`` (the order the scheduler files users in), and the VCs' queues,
-and takes the time to show the usage at as an argument. The driver calls it while it holds the policy (the service: under the
-loop's lock, once per pass; ``service/pass_views.py``).
+and takes the time to show the usage at as an argument. The driver calls it while it holds
+the policy (the service: under the loop's lock, once per pass; ``service/pass_views.py``).
 
 The order shown is the scheduler's: waiting jobs by priority, their user's key (usage over
-share as of the user's last change or sweep), then submission (``turns.fair_position``), so a user's first
-position here is the position their job shows. The usage shown is decayed further to ``now``
-(between events the ledger is not touched: GPUs held meanwhile are added here, by the same
-integral the ledger uses).
+share as of the user's last change or sweep), then submission (``turns.fair_position``), so a
+user's first position here is the position their job shows. The usage shown is decayed
+further to ``now`` (between events the ledger is not touched: GPUs held meanwhile are added
+here, by the same integral the ledger uses).
 """
 
 from __future__ import annotations
