@@ -102,10 +102,14 @@ def test_a_student_who_cannot_get_through_is_a_failure_not_a_hang() -> None:
             room.passwords["s001"] = "not-s001s-password"
             wrong, late = bench.Student("s001"), bench.Student("s002")
             bench.attend(room, wrong, job_s=1, timeout=60)
-            bench.attend(room, late, job_s=1, timeout=3)  # a server boots in more than 3 s
+            # 3 s: past the login, not past the lab (a server boots in 2-4 s on these machines,
+            # so the time runs out while it boots or while its kernel starts)
+            bench.attend(room, late, job_s=1, timeout=3)
             assert wrong.error == "login: login refused (403)", wrong
-            assert late.error is not None and late.error.startswith("spawn: timed out"), late
-            assert late.kernel_ready_at is None
+            assert late.logged_in_at is not None, late
+            assert late.error is not None and "timed out" in late.error, late
+            assert late.job_id is None, late
+            assert not [p for p in processes_under(tmp) if "s002" in p], "s002's server still runs"
         assert processes_under(tmp) == []
 
 

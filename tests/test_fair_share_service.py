@@ -58,12 +58,15 @@ def started_at(live: Any, job_id: int) -> float:
 
 
 def test_another_users_job_starts_in_the_next_freed_slot(tmp_path: Path, db_url: str) -> None:
-    """Given 2 GPUs, bob's 8 jobs of 1.5 s and then dave's: expect dave's to start when bob's
-    first two end, with at most one of bob's (the other freed slot) starting before it;
-    first come, first served would start all 8 of bob's first."""
+    """Given 2 GPUs, bob's 8 jobs (of 3 s and 4.5 s in turn) and then dave's: expect dave's to
+    start when bob's first job ends, before any more of bob's; first come, first served would
+    start all 8 of bob's first. (Ends 1.5 s apart: two ends seen in one pass would start dave's
+    job and one of bob's at once, and the replay, ending them apart, could not match that.)"""
     with serve(tmp_path, db_url) as live:
         bob = [
-            live.client(BOB).submit(command="sleep 1.5", vc="course", gpus=1, name=f"b{i}")
+            live.client(BOB).submit(
+                command=f"sleep {4.5 if i % 2 else 3}", vc="course", gpus=1, name=f"b{i}"
+            )
             for i in range(8)
         ]
         wait_until(lambda: bob[0].refresh().state != "WAITING", "bob's first job to start", 120)
@@ -73,7 +76,7 @@ def test_another_users_job_starts_in_the_next_freed_slot(tmp_path: Path, db_url:
             job.wait(timeout=60)
         dave_start = started_at(live, dave.id)
         before = [j.name for j in bob[2:] if started_at(live, j.id) < dave_start]
-        assert len(before) <= 1, f"bob's {before} started before dave's job"
+        assert before == [], f"bob's {before} started before dave's job"
         rows = [live.client().job(j.id).data for j in [*bob, dave]]
     assert users_in_start_order(rows) == replayed(tmp_path, rows)
 
