@@ -35,7 +35,6 @@ import shutil
 import sys
 import time
 from collections.abc import AsyncIterator
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from jupyterhub.spawner import Spawner
 from jupyterhub.utils import random_port
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, default
 
-from labhive.hub_extension import homes
+from labhive.hub_extension import homes, spawn_form
 from labhive.hub_extension.launch import HandoffRefused, hand_over, is_secret
 from labhive.scheduler.client import (
     Client,
@@ -138,6 +137,14 @@ class LabHiveSpawner(Spawner):
     priority = Unicode(
         "prod",
         help="Priority class of server jobs (crit, prod, test, oppo or a number).",
+    ).tag(config=True)
+
+    options_form_template = Unicode(
+        "",
+        help="""The path of a Jinja2 template for the spawn form, to restyle or reword it; it
+        gets ``last_end``, ``vcs``, ``selected_vc``, ``own_vc``, ``sizes`` and ``standing``
+        (see labhive/hub_extension/templates/labhive_spawn_form.html, the default, to start
+        from). Values are autoescaped.""",
     ).tag(config=True)
 
     profiles = List(
@@ -275,44 +282,19 @@ class LabHiveSpawner(Spawner):
 
     async def _options_form(self, _spawner: Any = None) -> str:
         """The notice of how the last server ended, the VC choice and the size choice; empty
-        (no form: the server starts at once) when there is nothing to choose or tell."""
-        notice = (
-            f"<p class='alert alert-warning'>{escape(self.last_end)}</p>" if self.last_end else ""
-        )
+        (no form: the server starts at once) when there is nothing to choose or tell. Rendered
+        from ``options_form_template`` (hub_extension/spawn_form.py)."""
         choices = await self._vc_choices()
-        form = self._vc_select(choices) + self._size_radios()
-        if not form:  # nothing to choose: no form, the server starts at once
-            return notice
-        return notice + form + _standing_html(await self._standing(), choices)
-
-    def _size_radios(self) -> str:
-        sizes = self._sizes()
-        if len(sizes) < 2:
-            return ""
-        rows = []
-        for i, p in enumerate(sizes):
-            checked = " checked" if i == 0 else ""
-            rows.append(
-                f"<div class='radio'><label><input type='radio' name='profile' "
-                f"value='{escape(str(p['slug']))}'{checked}> "
-                f"{escape(str(p.get('display_name', p['slug'])))}</label></div>"
-            )
-        return "<p>Server size (it waits in your VC's queue for these GPUs):</p>" + "".join(rows)
-
-    def _vc_select(self, choices: list[str]) -> str:
-        if len(choices) < 2:
-            return ""
-        first = next((v for v in self.vcs if v in choices), choices[0])
-        options = "".join(
-            f"<option value='{escape(v)}'{' selected' if v == first else ''}>{escape(v)}"
-            f"{' (your VC)' if v == choices[0] else ''}</option>"
-            for v in choices
+        chosen = len(choices) >= 2 or len(self._sizes()) >= 2
+        standing = await self._standing() if chosen else {}
+        values = spawn_form.FormValues(
+            last_end=self.last_end,
+            vcs=choices,
+            selected_vc=next((v for v in self.vcs if v in choices), choices[0] if choices else ""),
+            sizes=spawn_form.sizes_shown(self._sizes()),
+            standing=[(vc, standing[vc]) for vc in (choices or list(standing)) if standing.get(vc)],
         )
-        return (
-            "<p><label for='labhive-vc'>Virtual cluster (your server queues and runs in its "
-            "share of the GPUs):</label> <select id='labhive-vc' name='vc' "
-            f"class='form-control'>{options}</select></p>"
-        )
+        return spawn_form.render(values, self.options_form_template)
 
     def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
         options = {"profile": (formdata.get("profile") or [""])[0]}
@@ -800,16 +782,6 @@ class LabHiveSpawner(Spawner):
 
     def _remove_launch_file(self) -> None:
         (Path(self.secrets_dir) / f"{self._job_name()}.json").unlink(missing_ok=True)
-
-
-def _standing_html(standing: dict[str, str], choices: list[str]) -> str:
-    """The form's fair-share lines: one per VC the user may choose (all they have without a
-    choice of VC)."""
-    shown = [(vc, standing[vc]) for vc in (choices or list(standing)) if standing.get(vc)]
-    return "".join(
-        f"<p class='labhive-standing'>Fair share in {escape(vc)}: {escape(text)}</p>"
-        for vc, text in shown
-    )
 
 
 def waiting_text(job: JobInfo, now: float | None = None) -> str:

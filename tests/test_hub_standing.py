@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+import pytest
 from hub_support import real_hub, try_login, user_token, wait_for
 from service_fixtures import live_service
 
@@ -98,6 +99,19 @@ def test_the_server_options_form_shows_the_standing_per_vc(tmp_path: Path) -> No
             grants_file=str(grants),
         )
         form = asyncio.run(spawner._options_form())
+        # a site's own template gets the same values, each of them escaped text
+        own = tmp_path / "form.html"
+        own.write_text(
+            "{% for vc in vcs %}[{{ vc }}{{ '*' if vc == selected_vc }}]{% endfor %}"
+            "{% for vc, text in standing %}<i>{{ vc }}</i>{% endfor %}{{ '<b>' }}"
+        )
+        spawner.options_form_template = str(own)
+        assert asyncio.run(spawner._options_form()) == (
+            "[default*][vc1]<i>default</i><i>vc1</i>&lt;b&gt;"
+        )
+        spawner.options_form_template = str(tmp_path / "missing.html")
+        with pytest.raises(FileNotFoundError, match="is not a file: give the path of a Jinja2"):
+            asyncio.run(spawner._options_form())
     assert "<select id='labhive-vc'" in form  # a choice to make, so a form at all
     lines = re.findall(r"<p class='labhive-standing'>Fair share in (\w+): ([^<]+)</p>", form)
     assert [vc for vc, _ in lines] == ["default", "vc1"], form
