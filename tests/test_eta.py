@@ -111,7 +111,7 @@ def test_a_run_in_progress_is_predicted_from_the_runs_that_lasted_longer():
 
 
 def test_eta_text_says_when_in_the_estimates_unit():
-    from labhive.scheduler.forecast.eta import eta_text
+    from labhive.scheduler.client.eta_words import eta_text
 
     assert eta_text(1500, 600, 3000, 0) == "starts in ~25 min (10-50)"
     assert eta_text(130, 130, 130, 100) == "starts in ~30 s"

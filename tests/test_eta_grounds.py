@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sim_helpers import cluster
 
+from labhive.scheduler.client.eta_words import eta_text, no_estimate_text
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Start, Submit
 from labhive.scheduler.forecast.eta import (
@@ -14,9 +15,7 @@ from labhive.scheduler.forecast.eta import (
     RunningJob,
     WaitingJob,
     blocked_text,
-    eta_text,
     forecast,
-    no_estimate_text,
     outlook,
 )
 from labhive.scheduler.forecast.eta_calibration import widen

@@ -4,4 +4,5 @@ import sys
 
 from labhive.scheduler.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not on import (pkgutil.walk_packages imports every module)
+    sys.exit(main())

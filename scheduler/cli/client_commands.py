@@ -370,7 +370,7 @@ def _starts(d: dict[str, Any]) -> str | None:
     """A waiting job's estimated start, "starts in ~25 min (10-50)"; what it waits for when
     its start has no grounds, "waits for a notebook server in VC default to stop; no
     estimate" (None: neither)."""
-    from labhive.scheduler.forecast.eta import eta_text, no_estimate_text
+    from labhive.scheduler.client.eta_words import eta_text, no_estimate_text
 
     if d.get("eta") is None:
         return no_estimate_text(d["waits_for"]) if d.get("waits_for") else None

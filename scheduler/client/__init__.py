@@ -33,14 +33,13 @@ from urllib.parse import quote
 
 import httpx
 
+# Exported with the client: the states and the typed job its users read.
+from labhive.scheduler.client.eta_words import eta_text as eta_text
+from labhive.scheduler.client.eta_words import no_estimate_text as no_estimate_text
 from labhive.scheduler.client.job_info import JobInfo as JobInfo
 from labhive.scheduler.client.job_info import TaskInfo as TaskInfo
 from labhive.scheduler.core.states import TERMINAL as TERMINAL
 from labhive.scheduler.core.states import JobState as JobState
-
-# Exported with the client: the states and the typed job its users read.
-from labhive.scheduler.forecast.eta import eta_text as eta_text
-from labhive.scheduler.forecast.eta import no_estimate_text as no_estimate_text
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 API = "/api/v1"

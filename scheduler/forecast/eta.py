@@ -433,25 +433,6 @@ def _handle(sched: Scheduler, events: list[Event]) -> list[Decision]:
     return out
 
 
-def eta_text(eta: float, low: float, high: float, now: float) -> str:
-    """ "starts in ~25 min (10-50)": the range in the estimate's unit, from ``now``.
-
-    An estimate read after its low end or its middle passed (forecast a while ago; the job
-    still waits, so what it waits for has not ended yet) says only what is left of it,
-    never "~0 s (0-40)": "starts in ~25 s (up to 40)", "starts within ~40 s"."""
-    mid, lo, hi = (max(0.0, x - now) for x in (eta, low, high))
-    if hi < 1:
-        return "starts now"
-    shown = mid if mid >= 1 else hi
-    unit, size = ("s", 1) if shown < 90 else ("min", 60) if shown < 90 * 60 else ("h", 3600)
-    a, b, c = (round(x / size) for x in (mid, lo, hi))
-    if mid < 1:
-        return f"starts within ~{c} {unit}"
-    if lo < 1:
-        return f"starts in ~{a} {unit}" + (f" (up to {c})" if c != a else "")
-    return f"starts in ~{a} {unit}" + (f" ({b}-{c})" if b != c else "")
-
-
 def blocked_text(blockers: Sequence[JobSpec]) -> str:
     """What a job with no estimate waits for, in words: "a notebook server in VC default to
     stop" (``blockers``: the ``Blocked`` jobs' specs, the likeliest first)."""
@@ -463,8 +444,3 @@ def blocked_text(blockers: Sequence[JobSpec]) -> str:
     )
     others = len(blockers) - 1
     return what + (f" (or {others} other{'s' if others > 1 else ''} like it)" if others else "")
-
-
-def no_estimate_text(waits_for: str) -> str:
-    """ "waits for a notebook server in VC default to stop; no estimate"."""
-    return f"waits for {waits_for}; no estimate"
