@@ -24,11 +24,11 @@ import time
 import timeit
 from pathlib import Path
 
+from labhive.scheduler.core.sizes import MIB
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
 from labhive.scheduler.executors.local import LocalExecutor
 from labhive.scheduler.executors.quota import usage
 from labhive.scheduler.service.diskspace import DiskGuard
-from labhive.scheduler.sizes import MIB
 
 
 def run_task(ex: LocalExecutor, name: str, command: str) -> float:

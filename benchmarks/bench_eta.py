@@ -28,8 +28,8 @@ TRACE = ROOT.parent / "shared" / "data" / "philly" / "synthetic" / "synthetic_jo
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labhive.scheduler.config import load_cluster_config
-    from labhive.scheduler.eta_replay import replay, with_limits
+    from labhive.scheduler.core.config import load_cluster_config
+    from labhive.scheduler.forecast.eta_replay import replay, with_limits
     from labhive.scheduler.sim.machines import Machine, cluster_dict
     from labhive.scheduler.sim.openb import is_pod_list
     from labhive.scheduler.sim.traces import load_trace

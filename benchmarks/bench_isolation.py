@@ -38,9 +38,8 @@ from typing import Any
 
 import isolation_mounts  # beside this file
 
-from labhive.scheduler import images
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.executors import devfilter, limits
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.executors import devfilter, images, limits
 from labhive.scheduler.executors.base import Executor, TaskKey, TaskLaunch
 from labhive.scheduler.executors.local import LocalExecutor
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from labhive.scheduler.model import NodeView, VCView
+from labhive.scheduler.core.model import NodeView, VCView
 from labhive.scheduler.observe.nvml import GpuReading, ProcessReading, Sample
 from labhive.scheduler.observe.prometheus import (
     DECISION_BUCKETS,

@@ -24,10 +24,10 @@ import random
 import time
 from dataclasses import replace
 
-from labhive.scheduler.config import ClusterConfig, FairShare, load_cluster_config
+from labhive.scheduler.core.config import ClusterConfig, FairShare, load_cluster_config
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.model import Finish, Start, Submit
 from labhive.scheduler.hived.core import HivedScheduler
-from labhive.scheduler.jobs import JobSpec, RoleSpec
-from labhive.scheduler.model import Finish, Start, Submit
 
 WAITING = 10_000
 EVENTS = 4_000
@@ -117,7 +117,7 @@ def bench(
 
 
 def main() -> None:
-    from labhive.scheduler.time_limits import parse_time_limit
+    from labhive.scheduler.core.time_limits import parse_time_limit
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1024,2048,4096", help="GPU counts, comma-separated")

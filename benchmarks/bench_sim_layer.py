@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from labhive.scheduler.model import Decision, Event, Start, Submit, TaskPlacement
+from labhive.scheduler.core.model import Decision, Event, Start, Submit, TaskPlacement
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.machines import load_sim_cluster
 from labhive.scheduler.sim.traces import iter_trace

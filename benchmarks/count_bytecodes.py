@@ -56,7 +56,7 @@ def tracer(counts: Counter[str]) -> Any:
 
 
 def main() -> int:
-    from labhive.scheduler.errors import UserError
+    from labhive.scheduler.core.errors import UserError
 
     try:
         return count()
@@ -66,7 +66,7 @@ def main() -> int:
 
 
 def count() -> int:
-    from labhive.scheduler.model import Submit
+    from labhive.scheduler.core.model import Submit
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.sim import runner
     from labhive.scheduler.sim.machines import load_sim_cluster

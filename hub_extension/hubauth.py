@@ -68,7 +68,7 @@ class HubSettings:
         env = dict(os.environ if env is None else env)
         missing = [k for k in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN") if not env.get(k)]
         if missing:
-            from labhive.scheduler.errors import UserError
+            from labhive.scheduler.core.errors import UserError
 
             raise UserError(
                 f"--auth hub needs {' and '.join(missing)} in the environment: run the service "

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from labhive.hub_extension.hubconfig import ACCOUNTS_API, HubPlan
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 
 def generated_password() -> str:

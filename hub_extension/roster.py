@@ -28,7 +28,7 @@ import yaml
 
 from labhive.hub_extension.hubconfig import MIN_PASSWORD
 from labhive.hub_extension.hubusers import generated_password
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 #: JupyterHub's names as the native authenticator normalizes them (lower case), and no name
 #: the platform's own accounts use.

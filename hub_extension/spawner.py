@@ -54,7 +54,7 @@ from labhive.scheduler.client import (
     eta_text,
     no_estimate_text,
 )
-from labhive.scheduler.gpu_share import SHARES_SHOWN, ShareError, as_number
+from labhive.scheduler.core.gpu_share import SHARES_SHOWN, ShareError, as_number
 
 STATE_VERSION = 1
 JUPYTER_CONFIG = Path(__file__).resolve().parent / "jupyter-config"
@@ -308,7 +308,7 @@ class LabHiveSpawner(Spawner):
         ``grants_file`` or when it cannot be read (the service still checks at start)."""
         if not self.grants_file:
             return []
-        from labhive.scheduler.errors import UserError
+        from labhive.scheduler.core.errors import UserError
         from labhive.scheduler.service.auth import EVERYONE, load_grants
 
         try:

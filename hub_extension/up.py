@@ -29,7 +29,7 @@ import httpx
 
 from labhive.hub_extension.hubconfig import HubPlan, write_config
 from labhive.hub_extension.up_engine import Engine, hub_lines, prepare_engine
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 DEFAULT_GRANTS = """\
 # Which VCs each JupyterHub group may use (LabHive reads group membership from the hub).
@@ -183,8 +183,8 @@ def _course(hub_dir: Path, grants: Path, cluster: str | None, roster: Path | Non
 
 def _cluster_vcs(cluster: str | None) -> list[str]:
     """The VCs the service will run, in the cluster config's order."""
-    from labhive.scheduler.config import load_cluster_config
-    from labhive.scheduler.detect import default_cluster
+    from labhive.scheduler.core.config import load_cluster_config
+    from labhive.scheduler.core.detect import default_cluster
 
     config = load_cluster_config(cluster) if cluster else default_cluster()
     return list(config.vcs)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 EXECUTORS = ("local", "slurm", "kubernetes")
 

@@ -15,7 +15,12 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import parse_argstring
 
-from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, PRIORITY_CLASSES
+from labhive.scheduler.core.jobs import (
+    MAX_GUARANTEED,
+    MIN_GUARANTEED,
+    OPPORTUNISTIC,
+    PRIORITY_CLASSES,
+)
 
 _SEPARATOR = re.compile(r"(?:^|\s)--(?:\s+|$)")
 _BRACES = re.compile(r"\{\{|\}\}|\{([^{}]+)\}")

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labhive.scheduler.client import TERMINAL, JobInfo, JobState, TaskInfo, why_without_position
-from labhive.scheduler.gpu_share import show_gpu_use
-from labhive.scheduler.job_info import timestamp as timestamp
+from labhive.scheduler.client.job_info import timestamp as timestamp
+from labhive.scheduler.core.gpu_share import show_gpu_use
 
 #: The id shown for another user's job, whose id the service does not reveal.
 OTHERS = "-"

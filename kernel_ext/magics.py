@@ -35,7 +35,7 @@ from labhive.kernel_ext.views import (
     wait_for,
 )
 from labhive.scheduler.client import JobState
-from labhive.scheduler.gpu_share import gpus_arg
+from labhive.scheduler.core.gpu_share import gpus_arg
 
 _SWEEP_KEY = re.compile(r"--sweep[=\s]+['\"]?([A-Za-z_][A-Za-z0-9_]*)=")
 TAIL_LINES = 20
@@ -359,7 +359,7 @@ class LabHiveMagics(Magics):
         is read as the path of a log on this machine (plain or .gz).
         """
         from labhive.kernel_ext.strace_view import job_logs, show_logs
-        from labhive.scheduler.errors import UserError
+        from labhive.scheduler.core.errors import UserError
 
         args = parse(self.strace, self._expand(line))
         try:

@@ -1,7 +1,7 @@
 """The stop notice in the notebook: a banner with the reason and the deadline.
 
 ``%load_ext labhive.kernel_ext`` starts the kernel's stop watch (``labhive.on_stop``'s, see
-scheduler/stop_watch.py) with this banner as its display: it shows when the notice arrives
+scheduler/drivers/stop_watch.py) with this banner as its display: it shows when the notice arrives
 (in the output of the cell running then, or the last one) and again above the output of every
 cell run while the notice stands, so a student who comes back to the notebook sees it. Under
 papermill the same banner is its plain text.
@@ -14,7 +14,7 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
-from labhive.scheduler.stop_watch import Notice, watch
+from labhive.scheduler.drivers.stop_watch import Notice, watch
 
 
 def banner_text(notice: Notice, now: float) -> str:

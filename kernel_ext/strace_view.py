@@ -19,7 +19,7 @@ import pandas as pd
 
 from labhive.kernel_ext.picture import PALETTE
 from labhive.kernel_ext.views import View
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.observe.strace import parse_file
 
 TOP = 15  # rows of the count and ioctl tables, edges of the transition graph

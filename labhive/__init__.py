@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 
 def on_stop(callback):  # type: ignore[no-untyped-def]
     """Call ``callback(notice)`` when this job is told it will stop (culling, a time limit,
-    preemption, a drain), before SIGTERM: write a checkpoint. See ``scheduler/stop_watch.py``."""
-    from labhive.scheduler.stop_watch import on_stop as watch_for_stop
+    preemption, a drain), before SIGTERM: write a checkpoint.
+    See ``scheduler/drivers/stop_watch.py``."""
+    from labhive.scheduler.drivers.stop_watch import on_stop as watch_for_stop
 
     return watch_for_stop(callback)

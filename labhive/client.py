@@ -1,4 +1,6 @@
-"""``labhive.client``: the client library for the LabHive service (see ``scheduler/client.py``)."""
+"""``labhive.client``: the client library for the LabHive service.
+
+See ``scheduler/client/__init__.py``."""
 
 from labhive.scheduler.client import (
     TERMINAL,

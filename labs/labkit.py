@@ -522,8 +522,8 @@ def firing_over_time(
 def lab_image(name: str = "labhive/lab-busybox") -> tuple[str | None, str]:
     """An image for the isolation part (busybox, made offline), or None and why there is none:
     without podman the part prints a note and skips its cells."""
-    from labhive.scheduler import images
-    from labhive.scheduler.errors import UserError
+    from labhive.scheduler.core.errors import UserError
+    from labhive.scheduler.executors import images
 
     try:
         if name in {i.name for i in images.list_images()}:

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from labhive.scheduler import images
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.executors import container, limits
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.executors import container, images, limits
 
 TINY = "labhive/test-tiny"
 PYTHON_PACKAGES = ("python3",)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.config import ClusterConfig, load_cluster_config
+from labhive.scheduler.core.config import ClusterConfig, load_cluster_config
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Decision, Event, Finish, Preempt, Start, Submit
 from labhive.scheduler.hived.core import HivedScheduler
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Decision, Event, Finish, Preempt, Start, Submit
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HIVED = DATA / "hived"

@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from nvml_recorded import RecordedNVML, load_h100
 from waiting import wait_until
 
-from labhive.scheduler.config import cluster_from_gpus
+from labhive.scheduler.core.config import cluster_from_gpus
+from labhive.scheduler.core.jobs import JobSpec, parse_job
+from labhive.scheduler.core.model import Decision, Event, NodeDown, NodeUp, Scheduler
 from labhive.scheduler.executors.local import LocalExecutor
-from labhive.scheduler.jobs import JobSpec, parse_job
-from labhive.scheduler.model import Decision, Event, NodeDown, NodeUp, Scheduler
 from labhive.scheduler.observe.nvml import Sampler
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.service.app import Service, create_app

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nvml_recorded import RecordedNVML, load_h100
 
-from labhive.scheduler.model import NodeView, VCView
+from labhive.scheduler.core.model import NodeView, VCView
 from labhive.scheduler.observe.nvml import Sample, Sampler
 from labhive.scheduler.observe.prometheus import (
     DECISION_BUCKETS,

@@ -25,8 +25,8 @@ import uvicorn.loops.auto
 import uvicorn.protocols.http.auto
 import uvicorn.server  # noqa: F401
 
-import labhive.scheduler.config
-import labhive.scheduler.detect
+import labhive.scheduler.core.config
+import labhive.scheduler.core.detect
 import labhive.scheduler.executors.local
 import labhive.scheduler.policies.hived
 import labhive.scheduler.service.app

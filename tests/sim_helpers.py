@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labhive.scheduler.config import ClusterConfig, load_cluster_config
+from labhive.scheduler.core.config import ClusterConfig, load_cluster_config
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob, Simulation
 from labhive.scheduler.sim.machines import Machine, cluster_dict

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from loop_helpers import job_state, loop_by_hand, submit_by_hand
 
-from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import JobSpec, parse_job
+from labhive.scheduler.core.model import NodeDown, Reconfigure, SpecRejected, Submit
 from labhive.scheduler.hived.admission import Admission, reject_if_never_runs
 from labhive.scheduler.hived.core import HivedScheduler
-from labhive.scheduler.jobs import JobSpec, parse_job
-from labhive.scheduler.model import NodeDown, Reconfigure, SpecRejected, Submit
 from labhive.scheduler.policies import admission, get_policy
 from labhive.scheduler.service.server import ServeOptions, build
 

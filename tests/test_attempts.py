@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from labhive.scheduler import attempts
-from labhive.scheduler.jobs import RoleSpec
-from labhive.scheduler.states import ACTIVE, STORED, TERMINAL, JobState
+from labhive.scheduler.core.jobs import RoleSpec
+from labhive.scheduler.core.states import ACTIVE, STORED, TERMINAL, JobState
+from labhive.scheduler.drivers import attempts
 
 
 def test_completion_policy_follows_openpai() -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from sim_helpers import cluster
 
-from labhive.scheduler.backfill import may_jump, shadow
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Start, Submit
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Start, Submit
 from labhive.scheduler.policies import get_policy
+from labhive.scheduler.policies.backfill import may_jump, shadow
 
 
 def spec(name: str, gpus: int, limit: float | None = None):

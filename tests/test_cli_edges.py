@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from labhive.scheduler import scenario_cli
-from labhive.scheduler.cli import main
-from labhive.scheduler.client_commands import table
-from labhive.scheduler.config import MAX_LEAF_CELLS, ConfigError, load_cluster_config
-from labhive.scheduler.terminal import visible
-from labhive.scheduler.yamlines import (
+from labhive.scheduler.cli import main, scenario_cli
+from labhive.scheduler.cli.client_commands import table
+from labhive.scheduler.core.config import MAX_LEAF_CELLS, ConfigError, load_cluster_config
+from labhive.scheduler.core.terminal import visible
+from labhive.scheduler.core.yamlines import (
     MAX_YAML_CHARS,
     MAX_YAML_DEPTH,
     MAX_YAML_VALUES,

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from helpers import HIVED, LAB
 
-from labhive.scheduler.config import (
+from labhive.scheduler.core.config import (
     ConfigError,
     load_cluster_config,
     memory_mb,
     virtual_cluster,
 )
-from labhive.scheduler.detect import default_cluster
+from labhive.scheduler.core.detect import default_cluster
 
 VALID = sorted(p for p in HIVED.glob("*.yaml") if not p.name.startswith("invalid"))
 
@@ -196,7 +196,7 @@ def test_virtual_cluster_is_labelled_and_shared_between_vcs():
 
 
 def test_default_cluster_without_a_driver_is_virtual():
-    from labhive.scheduler.detect import nvml_gpu_count
+    from labhive.scheduler.core.detect import nvml_gpu_count
 
     config = default_cluster()
     assert config.virtual == (nvml_gpu_count() == 0)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import HIVED, LAB, Cluster
 
-from labhive.scheduler.config import load_cluster_config, virtual_cluster
-from labhive.scheduler.hived.core import AdoptRefused
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import (
+from labhive.scheduler.core.config import load_cluster_config, virtual_cluster
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import (
     Adopt,
     Downgrade,
     NodeDown,
@@ -22,6 +21,7 @@ from labhive.scheduler.model import (
     TaskPlacement,
     Tick,
 )
+from labhive.scheduler.hived.core import AdoptRefused
 from labhive.scheduler.policies import available, get_policy
 
 RACK = """\

@@ -8,10 +8,17 @@ from dataclasses import replace
 import pytest
 from helpers import HIVED, Cluster
 
-from labhive.scheduler.config import load_cluster_config, virtual_cluster
+from labhive.scheduler.core.config import load_cluster_config, virtual_cluster
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import (
+    Adopt,
+    NodeDown,
+    Reconfigure,
+    SpecRejected,
+    Stop,
+    TaskPlacement,
+)
 from labhive.scheduler.hived.cpu_pool import default_capacity
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Adopt, NodeDown, Reconfigure, SpecRejected, Stop, TaskPlacement
 
 
 def small_nodes(cpu: float = 2, memory_mb: int = 8192) -> Cluster:

@@ -156,7 +156,7 @@ def test_a_task_that_fills_the_disk_fails_saying_disk_full_instead_of_being_lost
 
 
 def vc_config(disk: object):
-    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.core.config import load_cluster_config
     from labhive.scheduler.sim.machines import Machine, cluster_dict
 
     raw = cluster_dict([Machine("n0", 4)])
@@ -165,7 +165,7 @@ def vc_config(disk: object):
 
 
 def test_a_vc_sets_its_own_output_cap_and_quota_and_a_bad_size_names_the_key():
-    from labhive.scheduler.config import ConfigError
+    from labhive.scheduler.core.config import ConfigError
 
     vc = vc_config({"outputCap": "1M", "workQuota": "off"})
     assert (vc.output_cap, vc.work_quota) == (MIB, 0)

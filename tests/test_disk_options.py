@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from labhive.scheduler.cli import build_parser
+from labhive.scheduler.core.sizes import MIB, parse_size, show_size
 from labhive.scheduler.service.commands import _options
-from labhive.scheduler.sizes import MIB, parse_size, show_size
 
 
 def serve_options(*args: str):

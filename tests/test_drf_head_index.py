@@ -16,10 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS, clusters
 
-from labhive.scheduler.backfill import shadow
-from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import (
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import (
     Cancel,
     Decision,
     Event,
@@ -31,6 +30,7 @@ from labhive.scheduler.model import (
     Submit,
     Tick,
 )
+from labhive.scheduler.policies.backfill import shadow
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.queued import QueuedJob, from_config
 

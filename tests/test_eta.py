@@ -8,7 +8,9 @@ import dataclasses
 import pytest
 from sim_helpers import cluster
 
-from labhive.scheduler.eta import (
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Start, Submit
+from labhive.scheduler.forecast.eta import (
     NO_HISTORY,
     DurationModel,
     Past,
@@ -17,8 +19,6 @@ from labhive.scheduler.eta import (
     command_name,
     forecast,
 )
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Start, Submit
 from labhive.scheduler.policies import get_policy
 
 
@@ -111,7 +111,7 @@ def test_a_run_in_progress_is_predicted_from_the_runs_that_lasted_longer():
 
 
 def test_eta_text_says_when_in_the_estimates_unit():
-    from labhive.scheduler.eta import eta_text
+    from labhive.scheduler.client.eta_words import eta_text
 
     assert eta_text(1500, 600, 3000, 0) == "starts in ~25 min (10-50)"
     assert eta_text(130, 130, 130, 100) == "starts in ~30 s"
@@ -125,8 +125,8 @@ def test_replaying_a_trace_scores_the_etas_given_at_submit():
     arrive at 350-353, after three runs used all of their limits, and are estimated exactly."""
     from sim_helpers import job
 
-    from labhive.scheduler.eta import Estimate
-    from labhive.scheduler.eta_replay import replay_etas
+    from labhive.scheduler.forecast.eta import Estimate
+    from labhive.scheduler.forecast.eta_replay import replay_etas
 
     submits = [0.0, 1.0, 2.0, 3.0, 350.0, 351.0, 352.0, 353.0]
     jobs = [job(f"j{k}", t, 4, 100.0) for k, t in enumerate(submits)]
@@ -146,8 +146,8 @@ def test_without_limits_the_history_learnt_so_far_gives_the_estimate():
     100 s runs ended, and are estimated exactly."""
     from sim_helpers import job
 
-    from labhive.scheduler.eta import Estimate
-    from labhive.scheduler.eta_replay import replay_etas
+    from labhive.scheduler.forecast.eta import Estimate
+    from labhive.scheduler.forecast.eta_replay import replay_etas
 
     submits = [0.0, 1.0, 2.0, 3.0, 350.0, 351.0, 352.0, 353.0]
     jobs = [job(f"j{k}", t, 4, 100.0) for k, t in enumerate(submits)]

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from labhive.scheduler.eta import Estimate
-from labhive.scheduler.eta_calibration import STEP, Calibrator, Outcome
+from labhive.scheduler.forecast.eta import Estimate
+from labhive.scheduler.forecast.eta_calibration import STEP, Calibrator, Outcome
 
 HOUR = 3600.0
 

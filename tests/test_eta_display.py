@@ -74,7 +74,7 @@ def test_the_job_widget_shows_the_estimate() -> None:
 
 def test_the_spawn_page_says_when_a_queued_server_starts() -> None:
     from labhive.hub_extension.spawner import waiting_text
-    from labhive.scheduler.job_info import JobInfo
+    from labhive.scheduler.client.job_info import JobInfo
 
     job = {
         "id": 1,
@@ -119,7 +119,7 @@ def test_a_job_behind_a_server_says_what_it_waits_for_not_a_time() -> None:
 def test_the_job_widget_and_the_spawn_page_say_it_too() -> None:
     from labhive.hub_extension.spawner import waiting_text
     from labhive.kernel_ext.widgets import JobSnapshot, JobWidget
-    from labhive.scheduler.job_info import JobInfo
+    from labhive.scheduler.client.job_info import JobInfo
 
     widget = JobWidget(SimpleNamespace(info=SimpleNamespace(id=1)))  # type: ignore[arg-type]
     widget.show(JobSnapshot(waiting(**WAITS), "", ()))

@@ -6,20 +6,19 @@ from __future__ import annotations
 
 from sim_helpers import cluster
 
-from labhive.scheduler.eta import (
+from labhive.scheduler.client.eta_words import eta_text, no_estimate_text
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Start, Submit
+from labhive.scheduler.forecast.eta import (
     DurationModel,
     Past,
     RunningJob,
     WaitingJob,
     blocked_text,
-    eta_text,
     forecast,
-    no_estimate_text,
     outlook,
 )
-from labhive.scheduler.eta_calibration import widen
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Start, Submit
+from labhive.scheduler.forecast.eta_calibration import widen
 from labhive.scheduler.policies import get_policy
 
 NOW = 5000.0
@@ -151,7 +150,7 @@ def test_an_estimate_read_after_its_low_end_passed_says_what_is_left_not_zero():
 
 
 def test_what_the_words_call_a_notebook_server():
-    from labhive.scheduler.eta import is_server
+    from labhive.scheduler.forecast.eta import is_server
 
     assert is_server(spec("s", 0, command=SERVER))
     launcher = "exec /usr/bin/python3 /opt/labhive/hub_extension/launch.py /srv/x.json"

@@ -20,7 +20,8 @@ from kubernetes import client as k8s
 from local_exec_util import launch_one
 from waiting import wait_until
 
-from labhive.scheduler.config import cluster_from_gpus
+from labhive.scheduler.core.config import cluster_from_gpus
+from labhive.scheduler.core.model import NodeDown
 from labhive.scheduler.executors.base import TaskExit, TaskHandle, TaskLaunch
 from labhive.scheduler.executors.capabilities import (
     REQUIRED,
@@ -35,7 +36,6 @@ from labhive.scheduler.executors.kubernetes import KubernetesExecutor
 from labhive.scheduler.executors.local import LocalExecutor
 from labhive.scheduler.executors.notice_file import notice_path
 from labhive.scheduler.executors.slurm import SlurmExecutor
-from labhive.scheduler.model import NodeDown
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.store import Store, database_url

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from sim_helpers import simulate
 
-from labhive.scheduler.config import ConfigError, load_cluster_config
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.config import ConfigError, load_cluster_config
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
+from labhive.scheduler.core.model import Finish, Reconfigure, SpecRejected, Start, Submit
 from labhive.scheduler.hived.fairshare import Ledger
-from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
-from labhive.scheduler.model import Finish, Reconfigure, SpecRejected, Start, Submit
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob
 from labhive.scheduler.sim.machines import Machine, cluster_dict

@@ -11,8 +11,8 @@ import pytest
 
 from labhive.hub_extension.hubconfig import HubPlan, service_command
 from labhive.scheduler.cli import build_parser
-from labhive.scheduler.config import FairShare, load_cluster_config
-from labhive.scheduler.detect import default_cluster
+from labhive.scheduler.core.config import FairShare, load_cluster_config
+from labhive.scheduler.core.detect import default_cluster
 from labhive.scheduler.service.server import with_fair_share
 
 WEEK = 7 * 86400.0

@@ -20,10 +20,10 @@ from test_properties import (
     operations,
 )
 
-from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.model import Submit
 from labhive.scheduler.hived.core import HivedScheduler
-from labhive.scheduler.jobs import JobSpec, RoleSpec
-from labhive.scheduler.model import Submit
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob, Simulation
 from labhive.scheduler.sim.machines import Machine, cluster_dict

@@ -14,9 +14,9 @@ import pytest
 from waiting import wait_until
 
 from labhive.scheduler.client import Rejected
+from labhive.scheduler.drivers.replay import VirtualTimeDriver, scenario_action
+from labhive.scheduler.drivers.scenario import load_scenario
 from labhive.scheduler.policies import get_policy
-from labhive.scheduler.replay import VirtualTimeDriver, scenario_action
-from labhive.scheduler.scenario import load_scenario
 
 pytest_plugins = ["service_fixtures"]
 

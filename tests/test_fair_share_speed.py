@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from labhive.scheduler.config import FairShare, load_cluster_config
+from labhive.scheduler.core.config import FairShare, load_cluster_config
+from labhive.scheduler.core.model import Finish, Start, Submit
 from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.hived.fairshare import Ledger
 from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.model import Finish, Start, Submit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_scheduler import cluster, job

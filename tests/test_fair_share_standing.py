@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 from test_fair_share import PROD, TEST, course, spec
 
+from labhive.scheduler.core.model import Finish, Start, Submit
 from labhive.scheduler.hived.standing import sentence, share_text, standings
-from labhive.scheduler.model import Finish, Start, Submit
 from labhive.scheduler.policies import get_policy
 
 HOUR = 3600.0

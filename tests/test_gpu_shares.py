@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import Cluster
 
-from labhive.scheduler.jobs import SpecError, parse_job
-from labhive.scheduler.model import Adopt, Finish, NodeDown, Start, Tick
+from labhive.scheduler.core.jobs import SpecError, parse_job
+from labhive.scheduler.core.model import Adopt, Finish, NodeDown, Start, Tick
 
 #: vc1 owns one GPU of n0; vc2 owns the other three; n1 belongs to no VC (idle for oppo).
 ONE_GPU_VC = """\
@@ -192,7 +192,7 @@ def test_a_share_is_for_a_single_task():
 
 
 def test_a_share_is_time_sliced_unless_the_admin_turns_on_mps(tmp_path):
-    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.core.config import load_cluster_config
     from labhive.scheduler.executors.gpu_share_env import share_env, sharing_note
 
     def config(extra: str):
@@ -238,7 +238,7 @@ def test_the_widget_and_the_cli_show_a_shared_gpu_and_that_nothing_enforces_it(c
     from labhive.kernel_ext.facts import ClusterFacts, JobFacts
     from labhive.kernel_ext.picture import cluster_svg, cluster_text
     from labhive.kernel_ext.render import job_html
-    from labhive.scheduler.client_commands import _gpu_cell
+    from labhive.scheduler.cli.client_commands import _gpu_cell
 
     node = {
         "name": "n0", "sku": "GPU", "gpus": [0, 1], "healthy": True, "reason": "",

@@ -18,9 +18,9 @@ from waiting import wait_until
 
 from labhive.client import LabHiveError
 from labhive.hub_extension.spawner import LabHiveSpawner
-from labhive.scheduler.detect import machine_resources
+from labhive.scheduler.core.detect import machine_resources
+from labhive.scheduler.core.jobs import SpecError, parse_job
 from labhive.scheduler.executors.local import LocalExecutor
-from labhive.scheduler.jobs import SpecError, parse_job
 
 
 def alloc(mb: int) -> str:
@@ -173,8 +173,8 @@ def test_replay_places_by_guarantees_so_jobs_whose_limits_overlap_run_together(t
     """Two nodes of 4 GPU slots (32 CPUs each: 8 per GPU when the config says nothing): three
     jobs guaranteed 20 CPUs with a limit of 32 fill both nodes, the third waits; limits never
     count."""
-    from labhive.scheduler.replay import replay
-    from labhive.scheduler.scenario import load_scenario
+    from labhive.scheduler.drivers.replay import replay
+    from labhive.scheduler.drivers.scenario import load_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from helpers import Cluster
 
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import SpecRejected
-from labhive.scheduler.replay import replay
-from labhive.scheduler.scenario import load_scenario
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import SpecRejected
+from labhive.scheduler.drivers.replay import replay
+from labhive.scheduler.drivers.scenario import load_scenario
 
 ONE_RACK = """\
 physicalCluster:
@@ -356,7 +356,7 @@ def test_a_gang_needs_as_many_cells_as_it_has_tasks_of_that_size():
 
 def test_single_gpu_cells_of_a_generated_one_node_cluster_still_combine():
     # Documented departure: LabHive's generated one-node clusters share a node GPU by GPU.
-    from labhive.scheduler.config import cluster_from_gpus
+    from labhive.scheduler.core.config import cluster_from_gpus
 
     c = Cluster(cluster_from_gpus("box", 4))
     c.submit("two", vc="default", priority="prod", gpus=2)
@@ -444,7 +444,7 @@ def test_affinity_groups_place_a_pinned_role_beside_the_vcs_other_cells():
 
 
 def test_each_affinity_group_starts_on_its_own_when_it_fits():
-    from labhive.scheduler.model import Submit
+    from labhive.scheduler.core.model import Submit
 
     c = Cluster(PINNED)
     c.submit("busy", vc="a", priority="prod", gpus=3)  # n0 has 1 GPU left: workers wait

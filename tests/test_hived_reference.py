@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from labhive.scheduler.replay import replay
-from labhive.scheduler.scenario import load_scenario
-from labhive.scheduler.timeline import render
+from labhive.scheduler.drivers.replay import replay
+from labhive.scheduler.drivers.scenario import load_scenario
+from labhive.scheduler.drivers.timeline import render
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = sorted((DATA / "hived-reference").glob("*.yaml"))

@@ -10,7 +10,7 @@ import pytest
 from labhive.hub_extension.hubauth import HubSettings
 from labhive.hub_extension.spawner import waiting_text
 from labhive.scheduler.client import JobInfo
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service.auth import identity_for, load_grants, load_users
 
 GRANTS = """\

@@ -19,7 +19,7 @@ from kernel_support import venv_env
 from labhive.client import Client, LabHiveError
 from labhive.hub_extension.roster import load_roster, plan_course
 from labhive.hub_extension.up import prepare
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 ROSTER = """\
 students:

@@ -29,7 +29,7 @@ from isolation_util import (
 from service_fixtures import Live
 from waiting import wait_until
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 pytest_plugins = ["service_fixtures"]
 CANCEL = """

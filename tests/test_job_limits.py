@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from labhive.scheduler import job_limits as lim
-from labhive.scheduler.jobs import SpecError, load_job_file, parse_job
+from labhive.scheduler.core import job_limits as lim
+from labhive.scheduler.core.jobs import SpecError, load_job_file, parse_job
 from labhive.scheduler.service.store import jobs, tasks
 
 

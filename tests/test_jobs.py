@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import DATA, LAB
 
-from labhive.scheduler.jobs import SpecError, load_job_file, parse_job, parse_priority
+from labhive.scheduler.core.jobs import SpecError, load_job_file, parse_job, parse_priority
 
 
 def test_lab_job_files_parse_as_the_lab_means_them():

@@ -108,7 +108,7 @@ def test_the_journal_holds_what_the_store_acknowledged_and_old_passes_are_pruned
     """Retention: ``--journal-days`` passes are kept, older ones go at the housekeeping tick."""
     import time
 
-    from labhive.scheduler.model import Tick
+    from labhive.scheduler.core.model import Tick
     from labhive.scheduler.service.housekeeping import Housekeeping
     from labhive.scheduler.service.journal.retention import JournalRetention
 
@@ -161,8 +161,8 @@ def test_a_pass_the_journal_cannot_encode_still_commits_and_the_replay_reports_t
     pass's transaction to commit (scheduling goes on) with a row naming the gap, and the twin
     check to stop there rather than call the rest identical; and a journal row of another
     format version, or naming a class outside the model, to be refused with what to do."""
-    from labhive.scheduler.config import load_cluster_config
-    from labhive.scheduler.model import Reconfigure, Tick
+    from labhive.scheduler.core.config import load_cluster_config
+    from labhive.scheduler.core.model import Reconfigure, Tick
     from labhive.scheduler.service.journal import codec, twin
 
     store = Store(database_url(str(tmp_path / "j.db"), tmp_path))

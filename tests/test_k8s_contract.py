@@ -24,6 +24,7 @@ import pytest
 from kubernetes import client as k8s
 from waiting import wait_until
 
+from labhive.scheduler.core.model import NodeDown
 from labhive.scheduler.executors.base import TaskExit, TaskKey, TaskLaunch
 from labhive.scheduler.executors.k8s_objects import (
     MANAGED_SELECTOR,
@@ -35,7 +36,6 @@ from labhive.scheduler.executors.k8s_objects import (
     task_env,
 )
 from labhive.scheduler.executors.kubernetes import KubernetesExecutor
-from labhive.scheduler.model import NodeDown
 
 DATA = Path(__file__).resolve().parent / "data" / "k8s"
 NS = "research"

@@ -16,6 +16,7 @@ from k8s_fake import FakeServer, Kubelet
 from kubernetes import client as k8s
 from waiting import wait_until
 
+from labhive.scheduler.core.model import NodeDown, NodeUp
 from labhive.scheduler.executors.base import (
     LaunchError,
     TaskExit,
@@ -33,7 +34,6 @@ from labhive.scheduler.executors.k8s_objects import (
     task_env,
 )
 from labhive.scheduler.executors.kubernetes import KubernetesExecutor
-from labhive.scheduler.model import NodeDown, NodeUp
 
 NS = "labhive"
 pytestmark = [pytest.mark.timeout(30), pytest.mark.k8s]

@@ -19,6 +19,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.executors.base import LaunchError, TaskKey, TaskLaunch
 from labhive.scheduler.executors.env import task_env as env_for
 from labhive.scheduler.executors.k8s_objects import (
@@ -34,8 +36,6 @@ from labhive.scheduler.executors.k8s_objects import (
     task_hostname,
     task_of,
 )
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import TaskPlacement
 
 pytestmark = pytest.mark.k8s
 
@@ -189,7 +189,7 @@ DEPLOY = Path(__file__).resolve().parents[1] / "docs" / "kubernetes"
 
 def test_the_deployment_manifests_validate_and_their_flags_and_config_load() -> None:
     from labhive.scheduler.cli import build_parser
-    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.core.config import load_cluster_config
 
     docs = [
         d for f in sorted(DEPLOY.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d

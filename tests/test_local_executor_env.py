@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.executors.env import free_port, gpu_env, task_env
-from labhive.scheduler.jobs import JobSpec, RoleSpec
-from labhive.scheduler.model import TaskPlacement
 
 SPEC = JobSpec(
     name="bert",

@@ -53,7 +53,7 @@ def test_an_unknown_observation_is_refused_with_the_choices(tmp_path):
 
 
 def test_an_openpai_job_asks_for_strace_through_its_extras():
-    from labhive.scheduler.jobs import parse_job
+    from labhive.scheduler.core.jobs import parse_job
 
     doc = {
         "protocolVersion": 2,

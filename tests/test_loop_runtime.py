@@ -15,8 +15,8 @@ from loop_helpers import job_state, loop_by_hand, submit_by_hand
 from sqlalchemy import select
 from waiting import wait_until
 
+from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.executors.base import TaskExit
-from labhive.scheduler.jobs import parse_job
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.policy_port import task_key
 from labhive.scheduler.service.runtime import settle

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from metrics_world import h100_sample
 
-from labhive.scheduler.model import NodeDown, NodeUp
+from labhive.scheduler.core.model import NodeDown, NodeUp
 from labhive.scheduler.observe.health import NodeHealth, health
 
 

@@ -105,8 +105,8 @@ def test_the_job_widget_says_a_running_job_will_stop_and_why():
 def test_each_notice_runs_the_callbacks_once_and_a_withdrawn_one_does_not_hide_the_next(
     tmp_path, monkeypatch
 ):
+    from labhive.scheduler.drivers.stop_watch import StopWatch, default_fetch
     from labhive.scheduler.executors.notice_file import write_notice
-    from labhive.scheduler.stop_watch import StopWatch, default_fetch
 
     monkeypatch.setenv("LABHIVE_NOTICE_FILE", str(tmp_path / "notice.json"))
     watch = StopWatch(fetch=default_fetch())

@@ -11,14 +11,22 @@ from typing import Any
 import pytest
 from helpers import Cluster
 
-from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.eta import RunningJob, WaitingJob, forecast
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import (
+    Adopt,
+    Downgrade,
+    NodeDown,
+    Preempt,
+    Stop,
+    StopTasks,
+    Submit,
+)
+from labhive.scheduler.drivers.replay import replay, snapshot
+from labhive.scheduler.drivers.scenario import load_scenario
+from labhive.scheduler.forecast.eta import RunningJob, WaitingJob, forecast
 from labhive.scheduler.hived import HivedScheduler
 from labhive.scheduler.hived.core import AdoptRefused
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Adopt, Downgrade, NodeDown, Preempt, Stop, StopTasks, Submit
-from labhive.scheduler.replay import replay, snapshot
-from labhive.scheduler.scenario import load_scenario
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.runner import run_scenario
 

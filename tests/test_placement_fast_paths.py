@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.placement import (
     Placer,

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS, clusters, events, operations
 
-from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.model import (
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.model import (
     Adopt,
     NodeDown,
     NodeUp,

@@ -13,10 +13,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.hived.core import HivedScheduler
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import (
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
     Event,
@@ -32,6 +31,7 @@ from labhive.scheduler.model import (
     TaskPlacement,
     Tick,
 )
+from labhive.scheduler.hived.core import HivedScheduler
 
 PROPERTY_SETTINGS = settings(
     max_examples=settings.default.max_examples * 3 // 2,  # 150, or more when exploring

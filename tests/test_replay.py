@@ -11,8 +11,8 @@ import pytest
 from helpers import EXAMPLES, HIVED, LAB
 
 from labhive.scheduler.cli import main
-from labhive.scheduler.replay import replay
-from labhive.scheduler.scenario import ScenarioError, load_scenario
+from labhive.scheduler.drivers.replay import replay
+from labhive.scheduler.drivers.scenario import ScenarioError, load_scenario
 
 SCENARIOS = sorted(EXAMPLES.glob("*.yaml"))
 

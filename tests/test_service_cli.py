@@ -14,7 +14,7 @@ import pytest
 from waiting import wait_until
 
 from labhive.scheduler.cli import main
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service.auth import ensure_admin_token, load_users
 
 pytest_plugins = ["service_fixtures"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service.auth import load_users
 
 GROUPS = "groups:\n  lab: {vcs: [vc1]}\n"

@@ -15,8 +15,8 @@ from loop_helpers import submit_by_hand as _submit
 from sqlalchemy import select
 from waiting import wait_until
 
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.lifecycle import JobRecord, end_attempt
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.drivers.lifecycle import JobRecord, end_attempt
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.store import events, job_row

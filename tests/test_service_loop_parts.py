@@ -10,7 +10,7 @@ import threading
 import pytest
 from waiting import wait_until
 
-from labhive.scheduler.model import Start, TaskPlacement
+from labhive.scheduler.core.model import Start, TaskPlacement
 from labhive.scheduler.service.backoff import LoopHealth
 from labhive.scheduler.service.runtime.actuation import Actuator
 from labhive.scheduler.service.runtime.runs import Drain, Reservations

@@ -9,7 +9,7 @@ from waiting import wait_until
 
 from labhive.scheduler.cli import main
 from labhive.scheduler.client import NotFoundError, PermissionDenied
-from labhive.scheduler.model import NodeDown, NodeUp
+from labhive.scheduler.core.model import NodeDown, NodeUp
 
 pytest_plugins = ["service_fixtures"]
 

@@ -19,7 +19,7 @@ from service_fixtures import live_service
 from waiting import wait_until
 
 from labhive.scheduler.client import NotFoundError
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.accounts import Accounts, Member, fingerprint
 from labhive.scheduler.service.auth import ADMIN_KIND, SERVICE, USER, Forbidden, Identity

@@ -315,7 +315,7 @@ def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_do
     ``TasksEnded``), now running as generation 2; main-1 ended; main-2 stopped alone. Expect
     the restored attempt to adopt main-0's generation 2 only (both were adopted, one GPU
     beside the other), main-1 as done, main-2 waiting to be placed again."""
-    from labhive.scheduler.jobs import parse_job
+    from labhive.scheduler.core.jobs import parse_job
     from labhive.scheduler.service.runtime.recovery import restore
 
     loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop

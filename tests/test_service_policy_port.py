@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sim_helpers import cluster
 
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Cancel, Preempt, Start, Submit
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Cancel, Preempt, Start, Submit
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.service.policy_port import PolicyPort, by_service_id, task_key
 

@@ -21,7 +21,7 @@ import pytest
 from fastapi.routing import APIRoute
 from sqlalchemy import func, select
 
-from labhive.scheduler.jobs import SpecError, parse_job
+from labhive.scheduler.core.jobs import SpecError, parse_job
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.routing import PREFIX
 from labhive.scheduler.service.store import jobs

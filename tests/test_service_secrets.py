@@ -24,7 +24,7 @@ from service_process import serve_process
 from waiting import wait_until
 
 from labhive.scheduler.client import Client
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service.db_source import DB_URL_ENV, database_from, has_password
 
 CLUSTER = Path(__file__).with_name("data") / "cluster-2x4.yaml"

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from labhive.scheduler import attempts
-from labhive.scheduler.model import TaskPlacement
+from labhive.scheduler.core.model import TaskPlacement
+from labhive.scheduler.drivers import attempts
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.store import (
     HEAD_REVISION,
@@ -190,7 +190,7 @@ def test_readers_never_see_half_a_transition(store: Store) -> None:
 
 
 def test_database_url_forms(tmp_path: Path) -> None:
-    from labhive.scheduler.errors import UserError
+    from labhive.scheduler.core.errors import UserError
     from labhive.scheduler.service.store import database_url
 
     assert database_url(None, tmp_path) == f"sqlite:///{tmp_path / 'labhive.db'}"

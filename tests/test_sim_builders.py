@@ -6,15 +6,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.lifecycle import JobRecord, end_attempt
-from labhive.scheduler.model import Finish, Submit
-from labhive.scheduler.replay import _submitted
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import Finish, Submit
+from labhive.scheduler.core.states import JobState
+from labhive.scheduler.drivers.lifecycle import JobRecord, end_attempt
+from labhive.scheduler.drivers.replay import _submitted
 from labhive.scheduler.sim.engine import SimJob, trace_sim_job
 from labhive.scheduler.sim.jobtable import CHUNK, JobTable
 from labhive.scheduler.sim.traces import TraceJob
 from labhive.scheduler.sim.workload import _role, trace_job_spec
-from labhive.scheduler.states import JobState
 
 
 def _fields(obj: object) -> tuple[object, ...]:

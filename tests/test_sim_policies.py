@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sim_helpers import cluster, job, simulate, spans
 
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.model import Finish, Submit, Tick
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.model import Finish, Submit, Tick
 from labhive.scheduler.policies import get_policy
 
 
@@ -197,7 +197,7 @@ def test_unknown_policy_option_is_a_clear_error() -> None:
 
 @pytest.mark.parametrize("policy", ["hived", "fifo", "las"])
 def test_a_down_node_shows_the_reason_it_was_taken_down_for(policy: str) -> None:
-    from labhive.scheduler.model import NodeDown, NodeUp
+    from labhive.scheduler.core.model import NodeDown, NodeUp
 
     sched = get_policy(policy, cluster([2, 2]))
 

@@ -17,8 +17,8 @@ import pytest
 from sim_helpers import cluster, job, simulate
 
 from labhive.scheduler.cli import main
-from labhive.scheduler.config import load_cluster_config
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.errors import UserError
 
 TIRESIAS_JOBS = Path(__file__).parent / "data" / "tiresias" / "60_job.csv"
 HELIOS_JOBS = Path(__file__).parent / "data" / "helios" / "cluster_log_300.csv"

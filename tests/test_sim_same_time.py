@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sim_helpers import cluster, job, simulate, spans
 
-from labhive.scheduler.replay import replay
-from labhive.scheduler.scenario import load_scenario
+from labhive.scheduler.drivers.replay import replay
+from labhive.scheduler.drivers.scenario import load_scenario
 
 
 def batch() -> list:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sim_helpers import cluster
 
-from labhive.scheduler.replay import replay, snapshot
-from labhive.scheduler.scenario import Scenario, load_scenario
+from labhive.scheduler.drivers.replay import replay, snapshot
+from labhive.scheduler.drivers.scenario import Scenario, load_scenario
 from labhive.scheduler.sim.cli import register  # noqa: F401  (the CLI module imports cleanly)
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.machines import cluster_dict

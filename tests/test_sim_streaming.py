@@ -11,7 +11,7 @@ import pytest
 from sim_helpers import PHILLY
 
 from labhive.scheduler.cli import main
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.sim.machines import load_sim_cluster
 from labhive.scheduler.sim.runner import run_policy
 from labhive.scheduler.sim.traces import JobStream, Trace, iter_trace, load_trace, scan_trace

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sim_helpers import PHILLY
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.sim.machines import load_sim_cluster
 from labhive.scheduler.sim.traces import load_trace
 
@@ -211,7 +211,7 @@ def test_a_trace_jobs_spec_is_the_one_jobspec_builds() -> None:
     for field, what ``JobSpec(...)`` builds, and each spec must get its own ``raw`` dict."""
     from dataclasses import fields
 
-    from labhive.scheduler.jobs import JobSpec
+    from labhive.scheduler.core.jobs import JobSpec
     from labhive.scheduler.sim.traces import TraceJob
     from labhive.scheduler.sim.workload import _role, trace_job_spec
 

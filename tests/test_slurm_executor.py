@@ -19,11 +19,11 @@ import yaml
 from slurm_cluster import SlurmCluster
 from waiting import wait_until
 
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import NodeDown, NodeUp, TaskPlacement
 from labhive.scheduler.executors.base import NOT_STARTED, LaunchError, TaskExit, TaskLaunch
 from labhive.scheduler.executors.slurm import SlurmExecutor
 from labhive.scheduler.executors.slurm_cli import Slurm
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import NodeDown, NodeUp, TaskPlacement
 from labhive.scheduler.service.loop import default_launches
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

@@ -8,11 +8,11 @@ import dataclasses
 
 from sim_helpers import cluster
 
-from labhive.scheduler.eta import RunningJob, WaitingJob
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Adopt, Cancel, Start, Submit
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Adopt, Cancel, Start, Submit
+from labhive.scheduler.forecast.eta import RunningJob, WaitingJob
+from labhive.scheduler.forecast.suggest import shorter_limits, suggest
 from labhive.scheduler.policies import get_policy
-from labhive.scheduler.suggest import shorter_limits, suggest
 
 NOW = 1000.0
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from sim_helpers import cluster
 
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import SpecRejected
+from labhive.scheduler.forecast.suggest import runnable, with_remedy
 from labhive.scheduler.policies import get_policy
-from labhive.scheduler.suggest import runnable, with_remedy
 
 
 def refusal(sched, spec) -> str:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from sim_helpers import cluster
 
-from labhive.scheduler.eta import Estimate, RunningJob, WaitingJob, forecast
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Start, Submit
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Start, Submit
+from labhive.scheduler.forecast.eta import Estimate, RunningJob, WaitingJob, forecast
+from labhive.scheduler.forecast.suggest import sooner, suggest
 from labhive.scheduler.policies import get_policy
-from labhive.scheduler.suggest import sooner, suggest
 
 NOW = 1000.0
 
@@ -68,7 +68,7 @@ def test_sooner_means_by_a_minute_or_a_tenth_of_the_wait():
 
 
 def test_the_cli_says_when_nothing_starts_it_sooner_and_else_the_soonest_change(capsys):
-    from labhive.scheduler.client_commands import _print_suggestions
+    from labhive.scheduler.cli.client_commands import _print_suggestions
 
     _print_suggestions([])
     assert capsys.readouterr().out == (

@@ -13,9 +13,9 @@ from local_exec_util import task, wait_exits
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.executors.base import TaskKey
 from labhive.scheduler.executors.local import LocalExecutor, task_dir
-from labhive.scheduler.model import TaskPlacement
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.runtime.runs import Running as _Running
 from labhive.scheduler.service.runtime.runs import current_key as _current_key

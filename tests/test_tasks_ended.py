@@ -14,8 +14,8 @@ from loop_helpers import job_state as _state
 from loop_helpers import submit_by_hand as _submit
 from waiting import wait_until
 
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Adopt, Requeue, Start, TasksEnded
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Adopt, Requeue, Start, TasksEnded
 from labhive.scheduler.service.server import ServeOptions, build
 
 CLUSTER_2X4 = Path(__file__).with_name("data") / "cluster-2x4.yaml"

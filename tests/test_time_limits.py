@@ -10,8 +10,8 @@ import pytest
 from local_exec_util import processes_under
 from waiting import wait_until
 
-from labhive.scheduler.jobs import SpecError, parse_job
-from labhive.scheduler.time_limits import limit_reached, parse_time_limit, show_duration
+from labhive.scheduler.core.jobs import SpecError, parse_job
+from labhive.scheduler.core.time_limits import limit_reached, parse_time_limit, show_duration
 
 pytest_plugins = ["service_fixtures"]
 
@@ -147,7 +147,7 @@ def test_the_simulator_cuts_a_run_at_its_limit_and_the_queue_moves_up():
 
 
 def vc_with(limit: dict[str, object]):
-    from labhive.scheduler.config import load_cluster_config
+    from labhive.scheduler.core.config import load_cluster_config
     from labhive.scheduler.sim.machines import Machine, cluster_dict
 
     raw = cluster_dict([Machine("n0", 4)])
@@ -156,7 +156,7 @@ def vc_with(limit: dict[str, object]):
 
 
 def test_a_vc_gives_a_default_limit_and_caps_what_jobs_ask_for():
-    from labhive.scheduler.jobs import with_vc_limits
+    from labhive.scheduler.core.jobs import with_vc_limits
 
     vc = vc_with({"default": "2s", "max": "1h"})
     assert (vc.time_limit_default, vc.time_limit_max) == (2.0, 3600.0)
@@ -178,7 +178,7 @@ def test_a_vc_gives_a_default_limit_and_caps_what_jobs_ask_for():
      ({"default": "2h", "max": "1h"}, "default must not be longer than max")],
 )  # fmt: skip
 def test_a_bad_vc_time_limit_names_the_key(limit, message):
-    from labhive.scheduler.config import ConfigError
+    from labhive.scheduler.core.config import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         vc_with(limit)

@@ -24,7 +24,7 @@ from service_process import serve_process
 from waiting import wait_until
 
 from labhive.scheduler.client import Client
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service import uid_claims
 from labhive.scheduler.service.uid_claims import claim, free_first, live_claims
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS, clusters, events, operations
 
-from labhive.scheduler.config import load_cluster_config, virtual_cluster
+from labhive.scheduler.core.config import load_cluster_config, virtual_cluster
 from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.hived.shortfall import ChainRoom, NoRoom
 

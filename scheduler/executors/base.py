@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from labhive.scheduler.jobs import GuaranteeAndLimit
+from labhive.scheduler.core.jobs import GuaranteeAndLimit
 
 Stream = Literal["stdout", "stderr"]
 

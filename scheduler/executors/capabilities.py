@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from labhive.scheduler.executors.base import Executor, TaskHandle, TaskKey
 
 if TYPE_CHECKING:
+    from labhive.scheduler.core.model import NodeDown, NodeUp
     from labhive.scheduler.executors.limits import LimitSupport
-    from labhive.scheduler.model import NodeDown, NodeUp
 
 
 @runtime_checkable

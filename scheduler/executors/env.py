@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import TaskPlacement
 
 #: Where a node is reached when the cluster config gives no address: every node of a local or
 #: virtual cluster is this machine.

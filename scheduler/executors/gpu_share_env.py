@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from labhive.scheduler.config import GpuSharing
+from labhive.scheduler.core.config import GpuSharing
+from labhive.scheduler.core.gpu_share import MILLI
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.executors.base import TaskLaunch
-from labhive.scheduler.gpu_share import MILLI
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import TaskPlacement
 
 LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
 

@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.executors.k8s_objects import DEFAULT_IMAGE, GPU_RESOURCE
 
 

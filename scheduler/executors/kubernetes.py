@@ -27,6 +27,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from labhive.scheduler.core.model import NodeDown, NodeUp
 from labhive.scheduler.executors import output
 from labhive.scheduler.executors.base import (
     LaunchError,
@@ -54,7 +55,6 @@ from labhive.scheduler.executors.k8s_objects import (
 )
 from labhive.scheduler.executors.k8s_status import node_problem, pod_outcome
 from labhive.scheduler.executors.k8s_watch import PodWatch, _Tracked
-from labhive.scheduler.model import NodeDown, NodeUp
 
 log = logging.getLogger(__name__)
 
@@ -506,7 +506,7 @@ def connect(
     from kubernetes import config as k8s_config
     from kubernetes.config.config_exception import ConfigException
 
-    from labhive.scheduler.errors import UserError
+    from labhive.scheduler.core.errors import UserError
 
     try:
         if in_cluster:

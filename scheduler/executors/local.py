@@ -32,6 +32,7 @@ from typing import Any
 
 import psutil
 
+from labhive.scheduler.core.sizes import MIB
 from labhive.scheduler.executors import (
     container,
     limits,
@@ -88,7 +89,6 @@ from labhive.scheduler.executors.supervise import (
     reserve_exit_slot,
     write_json_atomic,
 )
-from labhive.scheduler.sizes import MIB
 
 # Names other modules import from here; their homes are local_procs.py and local_records.py.
 __all__ = [

@@ -11,12 +11,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from labhive.scheduler.core.sizes import MIB
 from labhive.scheduler.executors import limits
 from labhive.scheduler.executors.base import LaunchError, Stream, TaskKey
 from labhive.scheduler.executors.local_procs import _kill_tree
 from labhive.scheduler.executors.output import DISK_FULL_ERRNOS
 from labhive.scheduler.executors.supervise import CANNOT_START
-from labhive.scheduler.sizes import MIB
 
 STRACE_LOG = "strace.log"
 #: A copy of the handle's info, so a launch the service never recorded can still be found.

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.sizes import show_size
+from labhive.scheduler.core.sizes import show_size
 
 _CHUNK = 1 << 16
 #: What each of a task's stdout and stderr keeps by default (``labhive serve --output-cap``).

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from labhive.scheduler.sizes import show_size
+from labhive.scheduler.core.sizes import show_size
 
 #: A task's write speed the watcher reckons with until it has measured a faster one.
 ASSUMED_SPEED = 2 * 1024**3

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from labhive.scheduler.core.model import NodeDown, NodeUp
 from labhive.scheduler.executors.base import (
     NOT_STARTED,
     LaunchError,
@@ -84,7 +85,6 @@ from labhive.scheduler.executors.slurm_scripts import (
     _run_script,
 )
 from labhive.scheduler.executors.supervise import EXIT_FILE, write_json_atomic
-from labhive.scheduler.model import NodeDown, NodeUp
 
 # Public names that lived here before the scripts and records moved out.
 __all__ = ["GPUS_FILE", "RUN_FILE", "SlurmExecutor"]

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from labhive.scheduler.core.time_limits import show_duration
 from labhive.scheduler.executors.base import (
     TaskExit,
     TaskKey,
 )
-from labhive.scheduler.time_limits import show_duration
 
 #: The exit status of a task ended by SIGTERM, as a shell reports it.
 _TERMINATED = 128 + 15

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

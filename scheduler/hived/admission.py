@@ -16,12 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from labhive.scheduler.config import ClusterConfig, PhysicalCell, SkuType
+from labhive.scheduler.core.config import ClusterConfig, PhysicalCell, SkuType
+from labhive.scheduler.core.jobs import (
+    MAX_GUARANTEED,
+    MIN_GUARANTEED,
+    OPPORTUNISTIC,
+    JobSpec,
+    RoleSpec,
+)
+from labhive.scheduler.core.model import SpecRejected
 from labhive.scheduler.hived.cells import Chain
 from labhive.scheduler.hived.cpu_pool import default_capacity
 from labhive.scheduler.hived.job import leaves_on
-from labhive.scheduler.jobs import MAX_GUARANTEED, MIN_GUARANTEED, OPPORTUNISTIC, JobSpec, RoleSpec
-from labhive.scheduler.model import SpecRejected
 
 
 @dataclass(frozen=True, slots=True)

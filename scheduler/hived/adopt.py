@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.core.config import ClusterConfig
+from labhive.scheduler.core.jobs import OPPORTUNISTIC
+from labhive.scheduler.core.model import Adopt, Decision, Stop, TaskPlacement
 from labhive.scheduler.hived.base import HivedBase, task_placement
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.share_book import ShareMismatch
 from labhive.scheduler.hived.vc import VC
-from labhive.scheduler.jobs import OPPORTUNISTIC
-from labhive.scheduler.model import Adopt, Decision, Stop, TaskPlacement
-from labhive.scheduler.policy_base import reconfigured
+from labhive.scheduler.policies.policy_base import reconfigured
 
 
 class AdoptRefused(ValueError):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labhive.scheduler.core.jobs import RoleSpec
+from labhive.scheduler.core.model import Decision
 from labhive.scheduler.hived.base import UNBOUNDED
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.failures import Failures
@@ -24,8 +26,6 @@ from labhive.scheduler.hived.placement import (
 from labhive.scheduler.hived.queue import JobClass
 from labhive.scheduler.hived.sizing import covers, pin_of
 from labhive.scheduler.hived.vc import VC
-from labhive.scheduler.jobs import RoleSpec
-from labhive.scheduler.model import Decision
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from itertools import repeat
 
-from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.core.config import ClusterConfig
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.model import Decision, TaskPlacement
 from labhive.scheduler.hived.admission import Admission
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
@@ -26,8 +28,6 @@ from labhive.scheduler.hived.placement import Placer, Plan, TaskNeeds
 from labhive.scheduler.hived.queue import JobClass, VCQueue
 from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.vc import VC, VCs
-from labhive.scheduler.jobs import JobSpec, RoleSpec
-from labhive.scheduler.model import Decision, TaskPlacement
 
 #: More than any cluster's GPUs and above any job's priority (priorities are small ints):
 #: a need no chain can meet, a bound that does not limit, a freed level every job gains from.

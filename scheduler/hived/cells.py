@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from labhive.scheduler.buddy import first_short_level
-from labhive.scheduler.config import ClusterConfig, PhysicalCell, chain_levels
-from labhive.scheduler.model import TaskPlacement
+from labhive.scheduler.core.buddy import first_short_level
+from labhive.scheduler.core.config import ClusterConfig, PhysicalCell, chain_levels
+from labhive.scheduler.core.model import TaskPlacement
 
 FREE = None
 

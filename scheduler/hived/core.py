@@ -16,7 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.core.config import ClusterConfig
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import (
+    Adopt,
+    ClusterView,
+    Decision,
+    Event,
+    JobView,
+    SpecRejected,
+    VCView,
+)
 from labhive.scheduler.hived.admission import reject_if_never_runs
 from labhive.scheduler.hived.adopt import Adoption, AdoptRefused
 from labhive.scheduler.hived.attempt import Attempt
@@ -28,17 +38,7 @@ from labhive.scheduler.hived.queueing import Queueing
 from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.shares import Sharing
 from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import (
-    Adopt,
-    ClusterView,
-    Decision,
-    Event,
-    JobView,
-    SpecRejected,
-    VCView,
-)
-from labhive.scheduler.policy_base import PolicyBase, listing_order
+from labhive.scheduler.policies.policy_base import PolicyBase, listing_order
 
 __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labhive.scheduler.config import ClusterConfig
-from labhive.scheduler.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.config import ClusterConfig
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
 
 #: Per GPU of a node (at least one GPU's worth): CPUs and memory (MB) assumed when the
 #: config does not say. A typical GPU server offers about 8 cores and 32 GiB per GPU.

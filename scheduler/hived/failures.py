@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import victim_threshold
 from labhive.scheduler.hived.queue import JobClass
@@ -36,7 +37,6 @@ from labhive.scheduler.hived.shortfall import (
 )
 from labhive.scheduler.hived.sizing import Sizing, pin_of
 from labhive.scheduler.hived.vc import VC
-from labhive.scheduler.jobs import RoleSpec
 
 
 class Failures(Sizing):

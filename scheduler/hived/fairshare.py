@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 
-from labhive.scheduler.config import ClusterConfig, FairShare
-from labhive.scheduler.model import Decision, Preempt, Start, Stop, StopTasks
+from labhive.scheduler.core.config import ClusterConfig, FairShare
+from labhive.scheduler.core.model import Decision, Preempt, Start, Stop, StopTasks
 
 #: A (VC, user) pair; a job without a user counts as user "".
 Account = tuple[str, str]

@@ -8,11 +8,11 @@ parts of jobs (``partial_stops``), else the whole job; the stop reason names the
 
 from __future__ import annotations
 
+from labhive.scheduler.core.model import Decision, Stop, StopTasks
 from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.model import Decision, Stop, StopTasks
-from labhive.scheduler.policy_base import node_down
+from labhive.scheduler.policies.policy_base import node_down
 
 
 class NodeHealth(HivedBase):

@@ -12,11 +12,11 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from labhive.scheduler.config import ClusterConfig, SkuType
+from labhive.scheduler.core.config import ClusterConfig, SkuType
+from labhive.scheduler.core.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
+from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.placement import TaskNeeds
-from labhive.scheduler.jobs import OPPORTUNISTIC, JobSpec, RoleSpec
-from labhive.scheduler.model import TaskPlacement
 
 
 @dataclass(slots=True, eq=False, init=False)

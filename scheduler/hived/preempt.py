@@ -8,13 +8,13 @@ affinity group, or the whole job: ``base._unit_of``) and waits again.
 
 from __future__ import annotations
 
+from labhive.scheduler.core.jobs import OPPORTUNISTIC
+from labhive.scheduler.core.model import Decision, Downgrade, Preempt, Start, StopTasks
 from labhive.scheduler.hived.base import HivedBase, task_placement
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import Plan
 from labhive.scheduler.hived.vc import VC
-from labhive.scheduler.jobs import OPPORTUNISTIC
-from labhive.scheduler.model import Decision, Downgrade, Preempt, Start, StopTasks
 
 
 class Preemption(HivedBase):

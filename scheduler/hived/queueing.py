@@ -14,13 +14,13 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
+from labhive.scheduler.core.jobs import RoleSpec
+from labhive.scheduler.core.model import Decision, Start, TaskPlacement
 from labhive.scheduler.hived.base import UNBOUNDED, account
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import FailedAt, JobClass, JobSize, Signature, VCQueue
 from labhive.scheduler.hived.turns import Turns
 from labhive.scheduler.hived.vc import VC
-from labhive.scheduler.jobs import RoleSpec
-from labhive.scheduler.model import Decision, Start, TaskPlacement
 
 #: A class's room when no node or VC can hold it (any real room is >= 0, so it blocks).
 NO_ROOM = -1

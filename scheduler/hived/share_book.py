@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from labhive.scheduler.gpu_share import MILLI
+from labhive.scheduler.core.gpu_share import MILLI
 from labhive.scheduler.hived.cells import Cell
 
 

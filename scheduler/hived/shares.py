@@ -25,10 +25,10 @@ one list test per event for all this.
 
 from __future__ import annotations
 
-from labhive.scheduler.gpu_share import MILLI
+from labhive.scheduler.core.gpu_share import MILLI
+from labhive.scheduler.core.model import Decision, Start
 from labhive.scheduler.hived.base import HivedBase, task_placement
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.model import Decision, Start
 
 
 class Sharing(HivedBase):

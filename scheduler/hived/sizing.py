@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.hived.base import HivedBase, roles_id
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.placement import TaskNeed, TaskNeeds
-from labhive.scheduler.jobs import RoleSpec
 
 NO_SKUS: frozenset[str | None] = frozenset()
 #: Job sizes whose task needs are remembered (``_whole_needs``) before they are forgotten.

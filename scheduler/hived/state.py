@@ -14,7 +14,9 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.core.config import ClusterConfig
+    from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+    from labhive.scheduler.core.model import TaskPlacement
     from labhive.scheduler.hived.cells import Cell, CellTree
     from labhive.scheduler.hived.cpu_pool import CpuPool
     from labhive.scheduler.hived.fairshare import Ledger
@@ -23,8 +25,6 @@ if TYPE_CHECKING:
     from labhive.scheduler.hived.share_book import ShareBook
     from labhive.scheduler.hived.shortfall import Failure
     from labhive.scheduler.hived.vc import VCs
-    from labhive.scheduler.jobs import JobSpec, RoleSpec
-    from labhive.scheduler.model import TaskPlacement
 
 
 class HivedJob(Protocol):

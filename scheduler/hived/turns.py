@@ -24,13 +24,8 @@ from __future__ import annotations
 
 import bisect
 
-from labhive.scheduler.hived.base import account
-from labhive.scheduler.hived.fairshare import Account, Ledger
-from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.hived.sizing import Sizing
-from labhive.scheduler.jobs import RoleSpec
-from labhive.scheduler.model import (
+from labhive.scheduler.core.jobs import RoleSpec
+from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
     Decision,
@@ -40,6 +35,11 @@ from labhive.scheduler.model import (
     Submit,
     TasksEnded,
 )
+from labhive.scheduler.hived.base import account
+from labhive.scheduler.hived.fairshare import Account, Ledger
+from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.queue import JobClass
+from labhive.scheduler.hived.sizing import Sizing
 
 
 class Turns(Sizing):

@@ -8,7 +8,7 @@ allocation. Pinned cells are the exception: bound for good.
 
 from __future__ import annotations
 
-from labhive.scheduler.config import ClusterConfig
+from labhive.scheduler.core.config import ClusterConfig
 from labhive.scheduler.hived.cells import Cell, CellTree
 
 

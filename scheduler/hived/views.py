@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.config import levels_name
-from labhive.scheduler.gpu_share import MILLI
+from labhive.scheduler.core.config import levels_name
+from labhive.scheduler.core.gpu_share import MILLI
+from labhive.scheduler.core.model import JobView, NodeView, VCView
 from labhive.scheduler.hived.why import why_waiting
-from labhive.scheduler.model import JobView, NodeView, VCView
 
 if TYPE_CHECKING:
     from labhive.scheduler.hived.state import HivedJob, HivedState

@@ -18,7 +18,7 @@ from labhive.scheduler.hived.shortfall import (
     TaskTooLarge,
     TooManyTasks,
 )
-from labhive.scheduler.policy_base import position_tail
+from labhive.scheduler.policies.policy_base import position_tail
 
 if TYPE_CHECKING:
     from labhive.scheduler.hived.state import HivedJob, HivedState

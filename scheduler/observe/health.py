@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labhive.scheduler.model import NodeDown, NodeUp
+from labhive.scheduler.core.model import NodeDown, NodeUp
 from labhive.scheduler.observe.nvml import CRITICAL_XIDS, GpuReading, Sample
 
 #: How long a critical XID keeps its node down after the last one.

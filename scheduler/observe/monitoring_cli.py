@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 if TYPE_CHECKING:
     from labhive.scheduler.observe.nvml import Sampler

@@ -30,9 +30,9 @@ from prometheus_client.core import (
     Metric,
 )
 
-from labhive.scheduler.model import NodeView, VCView
+from labhive.scheduler.core.model import NodeView, VCView
+from labhive.scheduler.core.states import STORED, JobState
 from labhive.scheduler.observe.nvml import GpuReading, Sample
-from labhive.scheduler.states import STORED, JobState
 
 __all__ = [
     "CONTENT_TYPE_LATEST",

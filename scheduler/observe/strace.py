@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.observe.ioctl import IoctlRequest, decode
 from labhive.scheduler.observe.strace_frames import Trace
 from labhive.scheduler.observe.strace_observer import Observer

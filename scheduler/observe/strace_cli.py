@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from labhive.scheduler.terminal import visible
+from labhive.scheduler.core.terminal import visible
 
 _EPILOG = """examples:
   labhive strace parse train.strace.gz          readable summary (top syscalls, ioctls by device)
@@ -61,7 +61,7 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from labhive.scheduler.errors import UserError
+    from labhive.scheduler.core.errors import UserError
     from labhive.scheduler.observe.strace import DEFAULT_FLAGS, run_strace
 
     cmd = list(args.cmd)

@@ -11,7 +11,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 
 class _GzipUpToCut(io.RawIOBase):

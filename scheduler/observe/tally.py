@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from labhive.scheduler.attempts import RETRYING
+from labhive.scheduler.core.states import JobState
+from labhive.scheduler.drivers.attempts import RETRYING
 from labhive.scheduler.observe.prometheus import WAIT_BUCKETS, HistogramData, RunningHistogram
-from labhive.scheduler.states import JobState
 
 #: Reasons the service gives a transition, as counted here (a retry's is ``attempts``'s).
 SUBMITTED, PREEMPTED = "submitted", "preempted"

@@ -1,4 +1,4 @@
-"""Scheduling policies: one module each, all behind ``labhive.scheduler.model.Scheduler``.
+"""Scheduling policies: one module each, all behind ``labhive.scheduler.core.model.Scheduler``.
 
 A policy module ``labhive.scheduler.policies.NAME`` exposes ``create(config, **options)``
 returning a ``Scheduler``; ``get_policy`` finds it by name, so adding a policy is adding one file.
@@ -14,17 +14,29 @@ import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
-    from labhive.scheduler.jobs import JobSpec
-    from labhive.scheduler.model import Scheduler
+    from labhive.scheduler.core.config import ClusterConfig
+    from labhive.scheduler.core.jobs import JobSpec
+    from labhive.scheduler.core.model import Scheduler
 
 
 #: Modules of this package that hold what policies share, not a policy (vc_nodes: a per-VC mode;
-#: queued_*: the parts of ``queued``).
-BASES = {"queued", "queued_config", "queued_job", "queued_pass", "queued_views", "vc_nodes"}
+#: queued_*: the parts of ``queued``; policy_base: what HiveD and the queue policies share;
+#: backfill, head_index, node_pool: the queue policies' parts).
+BASES = {
+    "backfill",
+    "head_index",
+    "node_pool",
+    "policy_base",
+    "queued",
+    "queued_config",
+    "queued_job",
+    "queued_pass",
+    "queued_views",
+    "vc_nodes",
+}
 
 
 def available() -> list[str]:

@@ -16,12 +16,12 @@ import math
 from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import SpecRejected
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.core.config import ClusterConfig
 
 
 class CapacityPolicy(QueuedPolicy):

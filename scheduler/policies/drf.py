@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.core.config import ClusterConfig
 
 
 class DrfPolicy(QueuedPolicy):

@@ -13,7 +13,7 @@ from labhive.scheduler.policies.queued import QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.core.config import ClusterConfig
 
 
 class FifoPolicy(QueuedPolicy):

@@ -14,11 +14,11 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from labhive.scheduler.config import ClusterConfig, FairShare
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.config import ClusterConfig, FairShare
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.hived.admission import Admission, reject_if_never_runs
 from labhive.scheduler.hived.core import HivedScheduler
-from labhive.scheduler.jobs import JobSpec
 
 OPTIONS = ("fair_share", "reserve_after")
 
@@ -63,7 +63,7 @@ def with_options(config: ClusterConfig, options: dict[str, Any]) -> ClusterConfi
 
 
 def _seconds(name: str, value: Any) -> float:
-    from labhive.scheduler.time_limits import parse_time_limit
+    from labhive.scheduler.core.time_limits import parse_time_limit
 
     try:
         return parse_time_limit(value)

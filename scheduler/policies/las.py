@@ -26,7 +26,7 @@ from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.core.config import ClusterConfig
 
 THRESHOLDS = (3250.0, 7200.0)
 PROMOTE_KNOB = 0.0  # as Tiresias' dlas-gpu (its dlas-gpu-8 variant: 8, with free checkpoints)

@@ -35,9 +35,8 @@ import heapq
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from labhive.scheduler.head_index import HeadIndex
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import (
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
     Decision,
@@ -49,23 +48,24 @@ from labhive.scheduler.model import (
     Stop,
     TaskPlacement,
 )
-from labhive.scheduler.node_pool import (
+from labhive.scheduler.policies.head_index import HeadIndex
+from labhive.scheduler.policies.node_pool import (
     Gang,
     NodePool,
     gang_of,
+)
+from labhive.scheduler.policies.policy_base import (
+    PolicyBase,
+    node_down,
+    reconfigured,
 )
 from labhive.scheduler.policies.queued_config import policy_options, pool_from_config, vc_gpus
 from labhive.scheduler.policies.queued_job import QueuedJob
 from labhive.scheduler.policies.queued_pass import QueuedPass
 from labhive.scheduler.policies.queued_views import QueuedViews
-from labhive.scheduler.policy_base import (
-    PolicyBase,
-    node_down,
-    reconfigured,
-)
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.core.config import ClusterConfig
 
 # Re-exported: the policies and tests import these from here, where they lived before the job
 # (``queued_job``), the config readers (``queued_config``) and the views (``queued_views``)

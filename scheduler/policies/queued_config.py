@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.node_pool import Locality, NodePool, PoolNode
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.policies.node_pool import Locality, NodePool, PoolNode
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig
+    from labhive.scheduler.core.config import ClusterConfig
 
 
 def pool_from_config(config: ClusterConfig, locality: Locality = "consolidated") -> NodePool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.node_pool import Gang
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.policies.node_pool import Gang
 
 
 @dataclass(slots=True, eq=False)

@@ -11,10 +11,10 @@ import heapq
 from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.backfill import may_jump_by, shadow
-from labhive.scheduler.head_index import HeadIndex, Kind, MayStart
-from labhive.scheduler.model import Decision, Preempt, Start, TaskPlacement
-from labhive.scheduler.node_pool import NodePool
+from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
+from labhive.scheduler.policies.backfill import may_jump_by, shadow
+from labhive.scheduler.policies.head_index import HeadIndex, Kind, MayStart
+from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.queued_job import QueuedJob
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.model import ClusterView, JobView, VCView
-from labhive.scheduler.node_pool import NodePool
+from labhive.scheduler.core.model import ClusterView, JobView, VCView
+from labhive.scheduler.policies.node_pool import NodePool
+from labhive.scheduler.policies.policy_base import listing_order, position_tail
 from labhive.scheduler.policies.queued_job import QueuedJob
-from labhive.scheduler.policy_base import listing_order, position_tail
 
 
 class QueuedViews:

@@ -18,8 +18,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.model import (
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
     ClusterView,
@@ -37,12 +37,12 @@ from labhive.scheduler.model import (
     Tick,
     handle_together,
 )
-from labhive.scheduler.node_pool import NodePool, PoolNode
+from labhive.scheduler.policies.node_pool import NodePool, PoolNode
 from labhive.scheduler.policies.queued import QueuedPolicy, from_config, policy_options
 
 if TYPE_CHECKING:
-    from labhive.scheduler.config import ClusterConfig, NodeSpec
-    from labhive.scheduler.jobs import JobSpec
+    from labhive.scheduler.core.config import ClusterConfig, NodeSpec
+    from labhive.scheduler.core.jobs import JobSpec
 
 Q = TypeVar("Q", bound=QueuedPolicy)
 

@@ -37,9 +37,9 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.job_limits import text_problem
 from labhive.scheduler.executors.base import TaskLaunch
-from labhive.scheduler.job_limits import text_problem
 from labhive.scheduler.service.auth import (
     ADMIN,
     ADMIN_KIND,

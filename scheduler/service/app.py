@@ -33,8 +33,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from labhive import __version__
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.model import SpecRejected
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.model import SpecRejected
 from labhive.scheduler.service import json_body
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s

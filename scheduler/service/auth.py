@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.job_limits import text_problem
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.job_limits import text_problem
 
 ADMIN = "admin"
 #: Names no users file may give a user: the admin token's identity, and names the service or

@@ -221,7 +221,7 @@ def _service_options(parser: argparse.ArgumentParser, stop_default: bool = False
 
 
 def _size(text: str) -> int | None:
-    from labhive.scheduler.sizes import parse_size
+    from labhive.scheduler.core.sizes import parse_size
 
     try:
         return parse_size(text)
@@ -230,7 +230,7 @@ def _size(text: str) -> int | None:
 
 
 def _keep(text: str) -> float | None:
-    from labhive.scheduler.time_limits import parse_time_limit
+    from labhive.scheduler.core.time_limits import parse_time_limit
 
     if text.strip().lower() in ("forever", "never", "off"):
         return None
@@ -292,7 +292,7 @@ def _disk_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _half_life(text: str) -> float:
-    from labhive.scheduler.time_limits import parse_time_limit
+    from labhive.scheduler.core.time_limits import parse_time_limit
 
     try:
         return parse_time_limit(text)
@@ -399,7 +399,7 @@ def _hub_adduser(args: argparse.Namespace) -> int:
 
 def _notice_options(parser: argparse.ArgumentParser, culler: bool = False) -> None:
     """Stop notices (service/notices.py) and, for ``labhive up``, the idle culling."""
-    from labhive.scheduler.time_limits import parse_time_limit
+    from labhive.scheduler.core.time_limits import parse_time_limit
 
     parser.add_argument(
         "--stop-notice", type=parse_time_limit, default=60.0, metavar="DURATION",

@@ -12,11 +12,11 @@ from typing import Any
 
 from fastapi import Request
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import SpecRejected
 from labhive.scheduler.executors.base import Executor
 from labhive.scheduler.executors.gpu_share_env import NOT_ENFORCED
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import SpecRejected
 from labhive.scheduler.service.accounts import Accounts
 from labhive.scheduler.service.auth import Authenticator, Forbidden, Identity
 from labhive.scheduler.service.diskspace import DiskGuard
@@ -90,7 +90,7 @@ class Service:
             try:
                 self.check(spec)
             except SpecRejected as err:  # say what would make it runnable, when something does
-                from labhive.scheduler.suggest import with_remedy
+                from labhive.scheduler.forecast.suggest import with_remedy
 
                 vcs = [v for v in self.loop.cluster().vcs if who.may_submit_to(v)]
                 raise SpecRejected(with_remedy(str(err), spec, vcs, self.check)) from err

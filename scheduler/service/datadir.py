@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.executors.workdir import PRIVATE_FILE, secure_dir
 from labhive.scheduler.service.store import Store
 

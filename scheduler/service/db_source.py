@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service.datadir import check_private
 
 DB_URL_ENV = "LABHIVE_DB_URL"

@@ -27,7 +27,7 @@ import os
 import threading
 from pathlib import Path
 
-from labhive.scheduler.sizes import MIB, show_size
+from labhive.scheduler.core.sizes import MIB, show_size
 
 log = logging.getLogger("labhive.service.disk")
 

@@ -1,12 +1,12 @@
 """The service's ETAs: forecast from the live state after every pass that changed it, and kept
 to account.
 
-A thread of its own (never the scheduling pass, whose speed submissions depend on) wakes when
-the loop changed the store, reads the policy's jobs and the store's history, runs the pure
-forecast (``scheduler/eta.py``) and publishes the waiting jobs' estimates on the loop, where the
+A thread of its own (never the scheduling pass, whose speed submissions depend on) wakes when the
+loop changed the store, reads the policy's jobs and the store's history, runs the pure forecast
+(``scheduler/forecast/eta.py``) and publishes the waiting jobs' estimates on the loop, where the
 REST handlers read them. Each waiting job's first estimate is stored (``job_etas``); when the job
-starts, its error and whether the start fell in the range are stored beside it, for ``/metrics``
-and ``labhive eta-report``.
+starts, its error and whether the start fell in the range are stored beside it, for ``/metrics`` and
+``labhive eta-report``.
 
 Only grounded estimates are published: a job whose start waits on one with no finite duration
 (a notebook server, a job with no limit and no history of jobs like it) gets ``waits_for`` (what
@@ -29,7 +29,9 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from labhive.scheduler.eta import (
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import Scheduler
+from labhive.scheduler.forecast.eta import (
     DurationModel,
     Estimate,
     Outlook,
@@ -40,13 +42,11 @@ from labhive.scheduler.eta import (
     command_name,
     outlook,
 )
-from labhive.scheduler.eta_calibration import Calibrator, Outcome
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import Scheduler
+from labhive.scheduler.forecast.eta_calibration import Calibrator, Outcome
+from labhive.scheduler.forecast.suggest import Suggestion, suggest
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import policy_port as port
 from labhive.scheduler.service.store import Store, job_etas, jobs
-from labhive.scheduler.suggest import Suggestion, suggest
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +353,7 @@ class Accuracy:
 
 def accuracy(rows: Iterable[dict[str, Any]]) -> list[Accuracy]:
     """Per VC, then "all", from ``job_etas`` rows with an error."""
-    from labhive.scheduler.eta import quantile
+    from labhive.scheduler.forecast.eta import quantile
 
     by_vc: dict[str, list[dict[str, Any]]] = {}
     for r in rows:

@@ -33,12 +33,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.states import JobState
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.store import Store, jobs
-from labhive.scheduler.states import JobState
 
 log = logging.getLogger("labhive.service.intake")
 MAX_BATCH = 512

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.executors.base import TaskHandle
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.auth import Forbidden, Identity

@@ -23,13 +23,13 @@ from typing import Any
 from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.engine import Connection
 
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.gpu_share import share_of_doc
-from labhive.scheduler.model import TaskPlacement
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.gpu_share import share_of_doc
+from labhive.scheduler.core.model import TaskPlacement
+from labhive.scheduler.core.states import ACTIVE as ACTIVE
+from labhive.scheduler.core.states import STORED, JobState
+from labhive.scheduler.core.states import TERMINAL as TERMINAL
 from labhive.scheduler.service.store import allocations, events, job_row, jobs, tasks
-from labhive.scheduler.states import ACTIVE as ACTIVE
-from labhive.scheduler.states import STORED, JobState
-from labhive.scheduler.states import TERMINAL as TERMINAL
 
 # The short names this module's callers use; the states themselves are JobState's.
 WAITING, RUNNING = JobState.WAITING, JobState.RUNNING

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from labhive.scheduler.time_limits import limit_reached, show_duration
+from labhive.scheduler.core.time_limits import limit_reached, show_duration
 
 #: Notice kinds, as the job's ``stopping.kind`` says them.
 CULL, TIME_LIMIT, ANNOUNCED, STOPPING = "culled", "time-limit", "announced", "stopping"

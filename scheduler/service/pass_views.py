@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.core.model import ClusterView, JobView
 from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.hived.standing import VCStanding, standings
-from labhive.scheduler.model import ClusterView, JobView
 
 if TYPE_CHECKING:
     from labhive.scheduler.service.loop import SchedulerLoop

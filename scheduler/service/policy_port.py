@@ -3,11 +3,11 @@
 The store numbers jobs (``int``) and the service speaks those numbers everywhere; a policy names
 jobs by ``str`` (the simulator and replay use a trace's names as ids, ``model.JobId``). The
 ``PolicyPort`` wraps the loop's ``Scheduler``: it takes events about int ids and hands back the
-decisions, job views and cluster view with int ids. The pure ETA forecast (``scheduler/eta.py``,
-on str ids) gets its jobs and gives its estimates through the functions below, and an
-executor's ``TaskKey``, which names the job by text (pod, container and cgroup names), is made
-and read here too. ``Preempt.by``, ``Downgrade.by`` and the views' ``downgraded`` stay text: the
-service only shows them.
+decisions, job views and cluster view with int ids. The pure ETA forecast
+(``scheduler/forecast/eta.py``, on str ids) gets its jobs and gives its estimates through the
+functions below, and an executor's ``TaskKey``, which names the job by text (pod, container and
+cgroup names), is made and read here too. ``Preempt.by``, ``Downgrade.by`` and the views'
+``downgraded`` stay text: the service only shows them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from labhive.scheduler.eta import RunningJob, Spread, WaitingJob
-from labhive.scheduler.executors.base import TaskKey
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import (
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
     ClusterView,
@@ -41,6 +39,8 @@ from labhive.scheduler.model import (
     TasksEnded,
     Tick,
 )
+from labhive.scheduler.executors.base import TaskKey
+from labhive.scheduler.forecast.eta import RunningJob, Spread, WaitingJob
 
 T = TypeVar("T")
 

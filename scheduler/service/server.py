@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import Scheduler
+from labhive.scheduler.core.sizes import MIB
 from labhive.scheduler.executors.base import Executor
 from labhive.scheduler.executors.capabilities import (
     DeviceGuard,
@@ -25,9 +28,6 @@ from labhive.scheduler.executors.capabilities import (
     TaskAddresses,
 )
 from labhive.scheduler.executors.gpu_share_env import sharing_note
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import Scheduler
-from labhive.scheduler.sizes import MIB
 
 EXECUTORS = ("local", "kubernetes", "slurm")
 TASK_IDENTITIES = ("users", "service")
@@ -140,7 +140,7 @@ def image_check_for(executor: str, check: Callable[[JobSpec], None]) -> Callable
     not have is refused at submit, with the names of those it has (see ``images.py``)."""
     if executor != "local":
         return check
-    from labhive.scheduler.images import Catalog
+    from labhive.scheduler.executors.images import Catalog
 
     catalog = Catalog()
 
@@ -155,9 +155,9 @@ def image_check_for(executor: str, check: Callable[[JobSpec], None]) -> Callable
 def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = None) -> Running:
     """Everything but the HTTP server; the loop is not started yet. ``make_policy`` (a cluster
     config -> a ``Scheduler``) replaces the policy registry's ``opts.policy``."""
-    from labhive.scheduler.config import load_cluster_config
-    from labhive.scheduler.detect import default_cluster
-    from labhive.scheduler.jobs import SpecError, parse_job, with_vc_limits
+    from labhive.scheduler.core.config import load_cluster_config
+    from labhive.scheduler.core.detect import default_cluster
+    from labhive.scheduler.core.jobs import SpecError, parse_job, with_vc_limits
     from labhive.scheduler.policies import admission, get_policy
     from labhive.scheduler.service.accounts import Accounts, load_configured, load_members
     from labhive.scheduler.service.app import Service, create_app
@@ -459,7 +459,7 @@ if __name__ == "__main__":  # pragma: no cover - used by `python -m` in tests
 def with_fair_share(config: Any, half_life: float | None) -> Any:
     """The config with ``fairShare: {halfLife: half_life}`` when it names no fair share of its
     own (``labhive serve --fair-share``; ``labhive up`` turns it on for a class)."""
-    from labhive.scheduler.config import FairShare
+    from labhive.scheduler.core.config import FairShare
 
     if half_life is None or config.fair_share is not None:
         return config

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 STATE_DIR_ENV = "LABHIVE_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/var/lib/labhive")

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.states import JobState
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.states import JobState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -158,7 +158,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from labhive.scheduler.jobs import parse_priority
+    from labhive.scheduler.core.jobs import parse_priority
     from labhive.scheduler.sim.machines import load_sim_cluster
     from labhive.scheduler.sim.runner import run_policy
     from labhive.scheduler.sim.traces import JobStream, load_trace, scan_trace
@@ -333,7 +333,7 @@ def _thrash_warnings(policies: list[str], checkpoint: float | None) -> list[str]
 
 
 def _run_scenario(args: argparse.Namespace) -> int:
-    from labhive.scheduler.scenario import load_scenario
+    from labhive.scheduler.drivers.scenario import load_scenario
     from labhive.scheduler.sim.runner import run_scenario
 
     if args.cluster is not None:

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.sim.traces import Trace
 
 #: (label, trace statistic, AcmeTrace column, kind) in the order printed.

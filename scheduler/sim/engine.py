@@ -1,9 +1,9 @@
 """The trace simulator: the scenario replayer's virtual-time driver, fed by a job stream.
 
-``Simulation`` is a ``VirtualTimeDriver`` (``scheduler/replay.py``): the same clock, the same
-job records and lifecycle (``scheduler/lifecycle.py``), the same way decisions are applied, so
-a scenario gives the same placements under ``labhive replay`` and ``labhive simulate``. What
-the simulator adds:
+``Simulation`` is a ``VirtualTimeDriver`` (``scheduler/drivers/replay.py``): the same clock, the
+same job records and lifecycle (``scheduler/drivers/lifecycle.py``), the same way decisions are
+applied, so a scenario gives the same placements under ``labhive replay`` and ``labhive simulate``.
+What the simulator adds:
 - submissions stream from the sorted trace instead of sitting in the heap (100k jobs);
 - a run lasts the job's *remaining* service time: a preempted or stopped run keeps the
   progress up to its last checkpoint (``checkpoint`` seconds apart; none by default, so it
@@ -33,9 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.lifecycle import JobRecord, apply_decision
-from labhive.scheduler.model import (
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import (
     Decision,
     Preempt,
     Scheduler,
@@ -46,10 +45,11 @@ from labhive.scheduler.model import (
     Tick,
     handle_together,
 )
-from labhive.scheduler.replay import COMPLETION, VirtualTimeDriver
+from labhive.scheduler.core.states import JobState
+from labhive.scheduler.drivers.lifecycle import JobRecord, apply_decision
+from labhive.scheduler.drivers.replay import COMPLETION, VirtualTimeDriver
 from labhive.scheduler.sim.jobtable import JobTable
 from labhive.scheduler.sim.timeline import Timeline
-from labhive.scheduler.states import JobState
 
 #: Trace statuses that mean the job ended well; any other ends it FAILED.
 OK_STATUSES = frozenset({"", "pass", "passed", "succeeded", "success", "completed", "ok"})

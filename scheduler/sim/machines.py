@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.config import ClusterConfig, load_cluster_config
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.config import ClusterConfig, load_cluster_config
+from labhive.scheduler.core.errors import UserError
 
 DEFAULT_VC = "default"
 

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from labhive.scheduler.core.states import JobState
 from labhive.scheduler.sim.engine import ENDED, SimResult
 from labhive.scheduler.sim.jobtable import state_mask
-from labhive.scheduler.states import JobState
 
 #: Jobs longer than this (seconds) make the robust fairness figures.
 LONG_JOB = 60.0

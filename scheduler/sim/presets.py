@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)

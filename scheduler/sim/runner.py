@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.config import ClusterConfig
-from labhive.scheduler.errors import UserError
-from labhive.scheduler.jobs import PRIORITY_CLASSES
+from labhive.scheduler.core.config import ClusterConfig
+from labhive.scheduler.core.errors import UserError
+from labhive.scheduler.core.jobs import PRIORITY_CLASSES
+from labhive.scheduler.drivers.replay import scenario_action
+from labhive.scheduler.drivers.scenario import Scenario
 from labhive.scheduler.policies import get_policy
-from labhive.scheduler.replay import scenario_action
-from labhive.scheduler.scenario import Scenario
 from labhive.scheduler.sim.engine import SimResult, Simulation
 from labhive.scheduler.sim.metrics import summarize
 from labhive.scheduler.sim.traces import TraceJob

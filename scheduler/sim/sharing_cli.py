@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.sim.openb import NodeSpec, Pod, is_node_list, load_nodes, load_pods
 from labhive.scheduler.sim.report import _grid, duration_text
 from labhive.scheduler.sim.sharing import FillPoint, fill

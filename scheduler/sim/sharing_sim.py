@@ -69,7 +69,7 @@ class SharingResult:
 
 def sharing_policy(text: str) -> tuple[str, str]:
     """(queue order, placement) for a ``--policy`` name on the Alibaba trace."""
-    from labhive.scheduler.errors import UserError
+    from labhive.scheduler.core.errors import UserError
 
     name, _, rest = text.partition(":")
     if name not in SHARING_POLICIES:

@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 PHILLY_EPOCH = datetime(2017, 8, 7)
 #: Helios' traces start in 2020 (Venus, Earth, Saturn, Uranus: April-September 2020).

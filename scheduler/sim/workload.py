@@ -19,9 +19,9 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from labhive.scheduler.config import ClusterConfig
-from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
-from labhive.scheduler.model import unfrozen
+from labhive.scheduler.core.config import ClusterConfig
+from labhive.scheduler.core.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
+from labhive.scheduler.core.model import unfrozen
 from labhive.scheduler.sim.engine import SimJob, trace_sim_job
 from labhive.scheduler.sim.traces import TraceJob
 

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI
 
-from labhive.scheduler.gpu_share import MILLI
-from labhive.scheduler.model import ClusterView, NodeDown, NodeUp, NodeView
+from labhive.scheduler.core.gpu_share import MILLI
+from labhive.scheduler.core.model import ClusterView, NodeDown, NodeUp, NodeView
 from labhive.scheduler.service import notices
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.api.deps import Jobs, route

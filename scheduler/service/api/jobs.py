@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from fastapi import FastAPI, Query
 
+from labhive.scheduler.core.gpu_share import MILLI, share_of_doc
 from labhive.scheduler.executors.gpu_share_env import NOT_ENFORCED
-from labhive.scheduler.gpu_share import MILLI, share_of_doc
 from labhive.scheduler.service import json_body
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s

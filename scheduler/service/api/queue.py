@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 
-from labhive.scheduler.gpu_share import MILLI
+from labhive.scheduler.core.gpu_share import MILLI
+from labhive.scheduler.core.model import JobView
 from labhive.scheduler.hived.standing import VCStanding
-from labhive.scheduler.model import JobView
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import schemas as s
 from labhive.scheduler.service.api.cluster import vcs_out

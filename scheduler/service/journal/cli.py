@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ def parse_since(text: str | None, now: float) -> float | None:
         return None
     from datetime import datetime
 
-    from labhive.scheduler.time_limits import parse_time_limit
+    from labhive.scheduler.core.time_limits import parse_time_limit
 
     try:
         return float(text)
@@ -85,10 +85,10 @@ def parse_since(text: str | None, now: float) -> float | None:
 
 def _replayed(args: argparse.Namespace, walk: Callable[[Iterator[Any], Any], T]) -> T:
     """``walk(passes, policy_maker)`` over the store's journal, as the service's options say."""
+    from labhive.scheduler.core.time_limits import parse_time_limit
     from labhive.scheduler.service.db_source import database_from
     from labhive.scheduler.service.journal import table, twin
     from labhive.scheduler.service.store import HEAD_REVISION, Store, database_url
-    from labhive.scheduler.time_limits import parse_time_limit
 
     url = database_url(database_from(args.db, args.db_file), args.data_dir.resolve())
     half_life = parse_time_limit(args.fair_share) if args.fair_share else None

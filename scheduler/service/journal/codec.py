@@ -1,9 +1,9 @@
 """The model's events and decisions as a stable JSON form, and back.
 
-A value is encoded by its own dataclass (``scheduler/model.py``, ``scheduler/jobs.py``): an
-object ``{"@": ClassName, field: value, ...}`` with the fields that differ from their defaults
-(compact: a ``Tick`` is ``{"@":"Tick","time":...}``), tuples as JSON lists. Decoding accepts
-only the classes listed here (the journal is data, never code to run) and turns every JSON list
+A value is encoded by its own dataclass (``scheduler/core/model.py``, ``scheduler/core/jobs.py``):
+an object ``{"@": ClassName, field: value, ...}`` with the fields that differ from their defaults
+(compact: a ``Tick`` is ``{"@":"Tick","time":...}``), tuples as JSON lists. Decoding accepts only
+the classes listed here (the journal is data, never code to run) and turns every JSON list
 back into a tuple (the model holds tuples only). ``JobSpec.raw`` (the document as submitted,
 left out of a spec's equality) is not recorded: the policy decides on the typed fields.
 
@@ -16,8 +16,8 @@ import dataclasses
 import json
 from typing import Any
 
-from labhive.scheduler.jobs import JobSpec, RoleSpec
-from labhive.scheduler.model import (
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
     Downgrade,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from labhive.scheduler.model import Adopt, Cancel, Finish, Submit
+from labhive.scheduler.core.model import Adopt, Cancel, Finish, Submit
 from labhive.scheduler.service.journal.table import Pass
 from labhive.scheduler.service.journal.twin import PolicyMaker, step_of
 from labhive.scheduler.service.policy_port import PolicyPort

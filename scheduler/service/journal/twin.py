@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler.model import Scheduler, SpecRejected
+from labhive.scheduler.core.model import Scheduler, SpecRejected
 from labhive.scheduler.service.journal import codec
 from labhive.scheduler.service.journal.table import Pass
 from labhive.scheduler.service.policy_port import PolicyPort
@@ -125,8 +125,8 @@ def policy_maker(
 ) -> PolicyMaker:
     """Policies as ``labhive serve --cluster C --policy P --fair-share H`` builds them
     (``server.build``), stopping tasks or whole jobs as the journal says the loop did."""
-    from labhive.scheduler.config import load_cluster_config
-    from labhive.scheduler.detect import default_cluster
+    from labhive.scheduler.core.config import load_cluster_config
+    from labhive.scheduler.core.detect import default_cluster
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.service.runtime.loop import whole_job_stops
     from labhive.scheduler.service.server import with_fair_share

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from labhive.scheduler.model import (
+from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
     Finish,

@@ -7,7 +7,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from labhive.scheduler.jobs import JobSpec
+from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.service.runtime.runs import drain
 
 

@@ -6,11 +6,11 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import Start, TaskPlacement
 from labhive.scheduler.executors import env
 from labhive.scheduler.executors.base import TaskKey, TaskLaunch
 from labhive.scheduler.executors.env import free_port, task_env
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import Start, TaskPlacement
 from labhive.scheduler.service.policy_port import policy_id, task_key
 from labhive.scheduler.service.runtime import record
 from labhive.scheduler.service.runtime.runs import Launch, Running, Runs, current_key

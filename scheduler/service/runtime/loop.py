@@ -26,10 +26,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle, TaskKey
-from labhive.scheduler.executors.capabilities import require_executor
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import (
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import (
     Adopt,
     ClusterView,
     JobView,
@@ -39,6 +37,8 @@ from labhive.scheduler.model import (
     Submit,
     Tick,
 )
+from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle, TaskKey
+from labhive.scheduler.executors.capabilities import require_executor
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import notices as nt
 from labhive.scheduler.service.backoff import LoopHealth
@@ -59,7 +59,7 @@ from labhive.scheduler.service.runtime.runs import Inbox, Launch, Runs, Settle, 
 from labhive.scheduler.service.store import Store
 
 if TYPE_CHECKING:
-    from labhive.scheduler.eta import Estimate
+    from labhive.scheduler.forecast.eta import Estimate
     from labhive.scheduler.service.eta import EtaTracker, WaitsFor
 
 log = logging.getLogger("labhive.service.loop")

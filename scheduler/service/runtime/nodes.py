@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
-from labhive.scheduler.model import NodeDown, NodeUp
+from labhive.scheduler.core.model import NodeDown, NodeUp
 from labhive.scheduler.service.policy_port import ServiceEvent
 from labhive.scheduler.service.runtime import record
 from labhive.scheduler.service.runtime.record import MarkRow

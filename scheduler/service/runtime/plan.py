@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from labhive.scheduler.core.model import Start
 from labhive.scheduler.executors.base import TaskExit, TaskHandle, TaskKey
-from labhive.scheduler.model import Start
 from labhive.scheduler.service.policy_port import ServiceDecision
 from labhive.scheduler.service.runtime.runs import Launch, PartDrain, Running, Settle
 

@@ -18,7 +18,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from labhive.scheduler.model import Cancel, Downgrade, JobView, Start
+from labhive.scheduler.core.model import Cancel, Downgrade, JobView, Start
+from labhive.scheduler.core.time_limits import deadline
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.journal import table as journal
 from labhive.scheduler.service.policy_port import ServiceEvent
@@ -26,7 +27,6 @@ from labhive.scheduler.service.runtime.plan import Plan
 from labhive.scheduler.service.runtime.runs import Running, Runs, next_key
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
 from labhive.scheduler.service.store.queries import JobRow
-from labhive.scheduler.time_limits import deadline
 
 log = logging.getLogger("labhive.service.loop")
 

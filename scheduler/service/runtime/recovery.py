@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labhive.scheduler import attempts
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import Adopt, Submit, TaskPlacement
+from labhive.scheduler.core.time_limits import deadline
+from labhive.scheduler.drivers import attempts
 from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import Adopt, Submit, TaskPlacement
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.policy_port import ServiceEvent, task_key
 from labhive.scheduler.service.runtime import record
@@ -24,7 +25,6 @@ from labhive.scheduler.service.runtime.record import Stored, TaskRow
 from labhive.scheduler.service.runtime.runs import Running, Runs
 from labhive.scheduler.service.store import Store
 from labhive.scheduler.service.store.queries import JobRow
-from labhive.scheduler.time_limits import deadline
 
 log = logging.getLogger("labhive.service.loop")
 

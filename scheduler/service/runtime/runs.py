@@ -21,11 +21,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import Start
+from labhive.scheduler.core.states import TERMINAL
 from labhive.scheduler.executors.base import TaskExit, TaskHandle, TaskKey
-from labhive.scheduler.jobs import JobSpec
-from labhive.scheduler.model import Start
 from labhive.scheduler.service.policy_port import ServiceEvent, service_id, task_key
-from labhive.scheduler.states import TERMINAL
 
 T = TypeVar("T")
 

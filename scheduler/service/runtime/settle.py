@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from labhive.scheduler import attempts
-from labhive.scheduler.executors.base import NOT_STARTED, TaskExit, TaskKey
-from labhive.scheduler.gpu_share import held_gpus
-from labhive.scheduler.model import (
+from labhive.scheduler.core.gpu_share import held_gpus
+from labhive.scheduler.core.model import (
     Cancel,
     Finish,
     Preempt,
@@ -23,6 +21,9 @@ from labhive.scheduler.model import (
     StopTasks,
     TasksEnded,
 )
+from labhive.scheduler.core.time_limits import limit_reached
+from labhive.scheduler.drivers import attempts
+from labhive.scheduler.executors.base import NOT_STARTED, TaskExit, TaskKey
 from labhive.scheduler.observe.tally import failure_reason
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import notices as nt
@@ -36,7 +37,6 @@ from labhive.scheduler.service.runtime.runs import (
     Settle,
     Stopped,
 )
-from labhive.scheduler.time_limits import limit_reached
 
 
 def begin_drain(

@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
-from labhive.scheduler.errors import UserError
+from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.service.store.tables import jobs
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.

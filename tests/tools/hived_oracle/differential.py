@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Finish, NodeDown, NodeUp, SpecRejected, Submit
 from labhive.scheduler.hived.core import HivedScheduler
-from labhive.scheduler.jobs import parse_job
-from labhive.scheduler.model import Finish, NodeDown, NodeUp, SpecRejected, Submit
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "oracle_test.go"

@@ -1,0 +1,393 @@
+"""Driving a policy in virtual time: the scenario replayer, and the clock the simulator reuses.
+
+``VirtualTimeDriver`` owns time and the job lifecycle: it turns timed actions (submit, finish,
+fail, cancel, node changes, reconfiguration) into policy events, applies the decisions, and
+finishes running jobs when their duration has passed. A preempted or stopped run is dropped
+and reruns its whole duration. ``replay`` runs a scenario on it and checks expectations.
+
+Same-time events: ``step_time`` runs every action due at one virtual time and only then lets
+the policy decide (``model.handle_together``), so a batch submission is ordered by the policy
+(SJF starts the short jobs first) rather than by the order of the lines in the file.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from labhive.scheduler.core.config import ClusterConfig
+from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.model import (
+    Cancel,
+    Decision,
+    Event,
+    NodeDown,
+    NodeUp,
+    Reconfigure,
+    Scheduler,
+    SpecRejected,
+    Start,
+    Submit,
+    handle_together,
+    unfrozen,
+)
+from labhive.scheduler.core.states import JobState
+from labhive.scheduler.drivers.lifecycle import (
+    JobRecord,
+    apply_decision,
+    cancel,
+    end_attempt,
+    rejected,
+)
+from labhive.scheduler.drivers.scenario import Expectation, Scenario, ScenarioEvent
+
+#: Completions sort before actions that happen at the same virtual time.
+COMPLETION, ACTION = 0, 1
+
+#: ``Submit``'s slots as a plain class, for ``_submitted``.
+_SubmitSlots = unfrozen(Submit)
+
+
+def _submitted(job_id: str, spec: JobSpec, now: float) -> Submit:
+    """``Submit(job_id, spec, now)``, the same frozen event, built as ``model.unfrozen``
+    says (once per job: 0.22 us, not 0.48)."""
+    event = _SubmitSlots()
+    event.job_id = job_id
+    event.spec = spec
+    event.time = now
+    event.admitted = False
+    event.__class__ = Submit
+    built: Submit = event
+    return built
+
+
+class VirtualTimeDriver:
+    """A policy, a virtual clock and every job's record."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.now = 0.0
+        self.records: dict[str, JobRecord] = {}
+        self.durations: dict[str, float | None] = {}
+        # Per job, (preemptions, downgrades) the last ``snapshot`` showed: what a step adds.
+        self.shown: dict[str, tuple[int, int]] = {}
+        self.decisions = 0
+        self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
+        self._counter = 0
+        #: Events held back until every action of the instant has run (None: feed at once).
+        self._batch: list[Event] | None = None
+        self._batches = hasattr(scheduler, "handle_batch")
+
+    # ---- scheduling work in virtual time -----------------------------------------------------
+
+    def at(self, time: float, action: Callable[[], str | None], kind: int = ACTION) -> None:
+        """Run ``action`` at ``time``; it returns a description of what happened, or None."""
+        self._counter += 1
+        heapq.heappush(self._heap, (time, kind, self._counter, action))
+
+    def step(self) -> str | None:
+        """Run the next timed action; its description (None if it turned out stale)."""
+        time, _, _, action = heapq.heappop(self._heap)
+        self.now = max(self.now, time)
+        return action()
+
+    def step_time(self, seen: Callable[[str], None]) -> None:
+        """Run every action due at the next virtual time, then let the policy decide once on
+        all their events; ``seen`` gets what happened, in order, once it is decided (a policy
+        without ``handle_batch`` decides after each action, and is seen after each)."""
+        time = self._heap[0][0]
+        while self._heap and self._heap[0][0] <= time:
+            self.hold()
+            labels: list[str] = []
+            while self._heap and self._heap[0][0] <= time:
+                self.seen(self.step(), labels, seen)
+            self.decide()
+            for label in labels:
+                seen(label)
+
+    def seen(self, label: str | None, held: list[str], seen: Callable[[str], None]) -> None:
+        """An action's label: kept until the decision if events are held, else seen now."""
+        if label is None:
+            return
+        if self._batch is not None:
+            held.append(label)
+        else:
+            seen(label)
+
+    def hold(self) -> None:
+        """From now on ``feed`` keeps events for ``decide`` (if the policy decides in batches)."""
+        if self._batches:
+            self._batch = []
+
+    def decide(self) -> None:
+        """The held events go to the policy together; apply its decisions."""
+        batch, self._batch = self._batch, None
+        if batch:
+            self.apply(handle_together(self.scheduler, batch))
+
+    def pending(self) -> bool:
+        return bool(self._heap)
+
+    def next_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    # ---- actions -----------------------------------------------------------------------------
+
+    def submit(self, job_id: str, spec: JobSpec, duration: float | None = None) -> JobRecord:
+        self.durations[job_id] = duration if duration is not None else spec.duration
+        return self._admit(job_id, spec)
+
+    def _admit(self, job_id: str, spec: JobSpec) -> JobRecord:
+        """``submit`` but for the duration (which the simulator keeps on its own jobs): the
+        spec checked, the job's record, its ``Submit`` fed; or the record of its rejection."""
+        try:
+            self.scheduler.check(spec)
+        except SpecRejected as err:
+            record = self.records[job_id] = rejected(job_id, spec, self.now, str(err))
+            return record
+        record = self.records[job_id] = JobRecord(job_id, spec, self.now)
+        self.feed(_submitted(job_id, spec, self.now))
+        return record
+
+    def end(self, job_id: str, ok: bool) -> None:
+        """The job's attempt ended on its own (finished or failed)."""
+        self._end_attempt(self.records[job_id], ok)
+
+    def _end_attempt(self, record: JobRecord, ok: bool) -> None:
+        if record.state != JobState.RUNNING:
+            return
+        self.feed(end_attempt(record, ok, self.now))
+
+    def cancel(self, job_id: str) -> None:
+        record = self.records[job_id]
+        if record.done:
+            return
+        cancel(record, self.now)
+        self.feed(Cancel(job_id, self.now))
+
+    def feed(self, event: Event) -> list[Decision]:
+        """Give the policy one event and apply what it decides (held while ``hold`` is on)."""
+        if self._batch is not None:
+            self._batch.append(event)
+            return []
+        decisions = self.scheduler.handle(event)
+        if decisions:  # (most events decide nothing)
+            self.apply(decisions)
+        return decisions
+
+    def apply(self, decisions: list[Decision]) -> None:
+        self.decisions += len(decisions)
+        for decision in decisions:
+            record = self.records.get(decision.job_id)
+            if record is not None:
+                self.apply_one(record, decision)
+
+    def apply_one(self, record: JobRecord, decision: Decision) -> None:
+        if apply_decision(record, decision, self.now) and isinstance(decision, Start):
+            self._time_run(record)
+
+    def _time_run(self, record: JobRecord) -> None:
+        duration = self.durations.get(record.job_id)
+        if duration is None:
+            return
+        generation = record.generation
+
+        def complete() -> str | None:
+            if record.generation != generation or record.state != JobState.RUNNING:
+                return None
+            self.end(record.job_id, True)
+            return f"{record.spec.name} finished"
+
+        self.at(self.now + duration, complete, COMPLETION)
+
+
+# ---- scenarios -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def replay(scenario: Scenario, policy: str = "hived") -> ReplayResult:
+    """Replay a scenario; a snapshot after every event and every failed expectation."""
+    from labhive.scheduler.policies import get_policy
+
+    driver = VirtualTimeDriver(get_policy(policy, scenario.cluster))
+    result = ReplayResult()
+    for event in scenario.events:
+        driver.at(event.at, scenario_action(driver, event))
+    expects = sorted(scenario.expects, key=lambda e: e.at)
+    while driver.pending():
+        upcoming = driver.next_time()
+        while expects and upcoming is not None and expects[0].at < upcoming:
+            _record(result, check(driver, expects.pop(0)))
+        driver.step_time(lambda label: result.steps.append(snapshot(driver, label)))
+    for expect in expects:
+        _record(result, check(driver, expect))
+    return result
+
+
+def _record(result: ReplayResult, failure: str | None) -> None:
+    if failure:
+        result.failures.append(failure)
+
+
+def scenario_action(driver: VirtualTimeDriver, event: ScenarioEvent) -> Callable[[], str | None]:
+    def run() -> str:
+        name = event.target
+        match event.action:
+            case "submit":
+                assert event.spec is not None
+                record = driver.submit(name, event.spec, event.duration)
+                if record.state == JobState.REJECTED:
+                    return f"submit {name}: rejected"
+            case "finish" | "fail":
+                driver.end(name, event.action == "finish")
+            case "cancel":
+                driver.cancel(name)
+            case "node_down":
+                driver.feed(NodeDown(name, driver.now, event.reason))
+            case "node_up":
+                driver.feed(NodeUp(name, driver.now))
+            case "reconfigure":
+                assert isinstance(event.config, ClusterConfig)
+                driver.feed(Reconfigure(event.config, driver.now))
+        return event.describe()
+
+    return run
+
+
+def job_state(driver: VirtualTimeDriver, record: JobRecord) -> dict[str, Any]:
+    """A job as the replay shows it: state, queue position, reason and tasks."""
+    view = None if record.done else driver.scheduler.job(record.job_id)
+    reason = record.reason
+    position = None
+    tasks = []
+    if view is not None:
+        position = view.queue_position if view.state == JobState.WAITING else None
+        if (
+            view.why
+            and view.state == JobState.RUNNING
+            and record.reason in ("started", "running opportunistically")
+        ):
+            reason = view.why
+        elif view.why:
+            reason = f"{reason}; {view.why}" if reason else view.why
+        tasks = [
+            {
+                "role": t.role,
+                "index": t.index,
+                "node": t.node,
+                "gpus": list(t.gpus),
+                "state": JobState.RUNNING,
+            }
+            for t in view.tasks
+        ]
+        # Tasks stopped on their own (a task or affinity group preempted or on a failed node)
+        # while the others run: what happened to each.
+        tasks += [
+            {
+                "role": role,
+                "index": index,
+                "node": None,
+                "gpus": [],
+                "state": JobState.WAITING,
+                "reason": why,
+            }
+            for (role, index), why in sorted(record.stopped.items())
+        ]
+    return {
+        "name": record.spec.name,
+        "vc": record.spec.vc,
+        "priority": record.spec.priority,
+        "state": record.state,
+        "queue_position": position,
+        "reason": reason,
+        "tasks": tasks,
+        "preemptions": record.preemptions,
+        "preempted_by": _name(driver, record.preempted_by),
+        "downgraded": record.state == JobState.RUNNING and bool(record.downgraded_by),
+    }
+
+
+def _name(driver: VirtualTimeDriver, job_id: str) -> str | None:
+    record = driver.records.get(job_id)
+    return record.spec.name if record is not None else job_id or None
+
+
+def snapshot(driver: VirtualTimeDriver, description: str) -> dict[str, Any]:
+    """The state after one event: jobs, VC usage, whom this event preempted and downgraded
+    (and by whom), and with HiveD each VC's bound cells and free cells per level."""
+    vcs = driver.scheduler.cluster().vcs
+    preempted, downgraded = [], []
+    for record in driver.records.values():
+        was = driver.shown.get(record.job_id, (0, 0))
+        now = (record.preemptions, record.downgrades)
+        if now == was:
+            continue
+        driver.shown[record.job_id] = now
+        name = record.spec.name
+        if now[0] > was[0]:
+            entry: dict[str, Any] = {"job": name, "by": _name(driver, record.preempted_by)}
+            if record.preempted_tasks:
+                entry["tasks"] = list(record.preempted_tasks)
+            preempted.append(entry)
+        if now[1] > was[1]:
+            entry = {"job": name, "by": _name(driver, record.downgraded_by)}
+            if record.downgraded_tasks:
+                entry["tasks"] = list(record.downgraded_tasks)
+            downgraded.append(entry)
+    cells = getattr(driver.scheduler, "cells", None)
+    bindings = cells() if callable(cells) else {"vcs": {}, "free_list": {}}
+    return {
+        "t": driver.now,
+        "event": description,
+        "jobs": [job_state(driver, r) for r in driver.records.values()],
+        "preempted": preempted,
+        "downgraded": downgraded,
+        "vcs": {
+            name: {
+                "guaranteed_gpus": v.guaranteed_gpus,
+                "used_gpus": v.used_gpus,
+                "opportunistic_gpus": v.opportunistic_gpus,
+                **bindings["vcs"].get(name, {}),
+            }
+            for name, v in vcs.items()
+        },
+        "free_list": bindings["free_list"],
+    }
+
+
+def check(driver: VirtualTimeDriver, expect: Expectation) -> str | None:
+    """None when the job matches the expectation now, else what differs."""
+    record = next((r for r in driver.records.values() if r.spec.name == expect.job), None)
+    if record is None:
+        return f"{expect.describe()}: the job was not submitted by then"
+    state = job_state(driver, record)
+    problems = []
+    for key, want in expect.checks.items():
+        if key == "nodes":
+            got: Any = sorted({t["node"] for t in state["tasks"] if t["node"]})
+            ok = got == sorted(str(n) for n in want)
+        elif key == "reason":
+            got = state["reason"]
+            ok = str(want) in got
+        elif key == "preempted":  # ever preempted by then, not a word in the reason
+            got = state["preemptions"] > 0
+            ok = got == want
+        else:
+            got = state[key]
+            ok = got == want
+        if not ok:
+            problems.append(f"{key} is {got!r}")
+    if problems:
+        return f"{expect.describe()}: {'; '.join(problems)}"
+    return None

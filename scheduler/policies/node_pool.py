@@ -1,0 +1,357 @@
+"""Free GPU slots per node, and where a gang of tasks goes.
+
+The queue-ordering policies (FIFO, SJF, DRF, Capacity, LAS) share this bookkeeping so that
+they differ only in *which* job goes next, never in *where* it goes: comparing them on a trace
+then measures the ordering, not accidental placement differences. HiveD has its own cell
+allocator in the core and does not use this module.
+
+Locality, one choice for a whole run:
+- ``consolidated``: a gang that could fit on one node goes on one node, or waits until a node
+  has room (Tiresias' consolidation); a gang bigger than any node takes the fewest nodes it
+  could ever take, most-free nodes first, or waits.
+- ``anywhere``: tasks go wherever GPUs are free, filling the most-used nodes first (best fit),
+  so fragments are used and a gang may be spread thin.
+A task never spans nodes. Nodes are indexed by free-GPU count, so a placement looks at a few
+buckets, not every node.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.model import NodeView, TaskPlacement
+
+Locality = Literal["consolidated", "anywhere"]
+LOCALITIES: tuple[str, ...] = ("consolidated", "anywhere")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDemand:
+    role: str
+    index: int
+    gpu: int
+    cpu: float
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """A job's tasks, largest GPU demand first (the order placement packs them in), with
+    their totals computed once."""
+
+    tasks: tuple[TaskDemand, ...]
+    gpus: int
+    cpu: float
+    memory_mb: float
+    largest: int
+    runs: tuple[tuple[TaskDemand, ...], ...] = ()  # consecutive identical tasks, grouped
+
+    @property
+    def shape(self) -> tuple[tuple[int, float, int, int], ...]:
+        """What placement depends on: identical shapes fit (or not) alike."""
+        return tuple((r[0].gpu, r[0].cpu, r[0].memory_mb, len(r)) for r in self.runs)
+
+
+def gang_of(spec: JobSpec) -> Gang:
+    """The spec's gang. Shared by every spec with the same roles (a gang is immutable, and
+    a million-job trace has a few hundred job sizes: building one was 8% of a FIFO run)."""
+    return _gang_of_roles(spec.roles)
+
+
+@functools.lru_cache(maxsize=4096)
+def _gang_of_roles(roles: tuple[RoleSpec, ...]) -> Gang:
+    tasks = [
+        TaskDemand(r.name, i, r.gpu, r.cpu, r.memory_mb) for r in roles for i in range(r.instances)
+    ]
+    tasks.sort(key=lambda t: -t.gpu)
+    return Gang(
+        tuple(tasks),
+        gpus=sum(t.gpu for t in tasks),
+        cpu=sum(t.cpu for t in tasks),
+        memory_mb=float(sum(t.memory_mb for t in tasks)),
+        largest=max((t.gpu for t in tasks), default=0),
+        runs=_runs(tasks),
+    )
+
+
+@dataclass(slots=True, eq=False)
+class PoolNode:
+    """One node's capacity and what is free on it. CPU and memory are infinite when the
+    cluster config gives no SKU sizes, so then only GPUs constrain placement."""
+
+    name: str
+    sku: str | None
+    gpus: tuple[int, ...]
+    cpu: float = math.inf
+    memory_mb: float = math.inf
+    free: list[int] = field(default_factory=list)
+    cpu_free: float = math.inf
+    memory_free: float = math.inf
+    healthy: bool = True
+    down_reason: str = ""
+    used: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.free = sorted(self.gpus)
+        self.cpu_free = self.cpu
+        self.memory_free = self.memory_mb
+
+    def room(self, t: TaskDemand, gpus_taken: int = 0, cpu: float = 0.0, mem: float = 0.0) -> int:
+        """How many more tasks like ``t`` fit, after a tentative ``gpus_taken``/``cpu``/``mem``."""
+        n = (len(self.free) - gpus_taken) // t.gpu if t.gpu else 1 << 30
+        if t.cpu > 0:
+            n = min(n, int((self.cpu_free - cpu) // t.cpu) if self.cpu_free < math.inf else n)
+        if t.memory_mb > 0 and self.memory_free < math.inf:
+            n = min(n, int((self.memory_free - mem) // t.memory_mb))
+        return max(n, 0)
+
+
+class NodePool:
+    """GPU slots of a set of nodes, with gang placement under one locality choice."""
+
+    def __init__(self, nodes: Iterable[PoolNode], locality: Locality = "consolidated") -> None:
+        if locality not in LOCALITIES:
+            raise ValueError(f"locality must be one of {LOCALITIES}, not {locality!r}")
+        self.locality = locality
+        self.nodes: dict[str, PoolNode] = {n.name: n for n in nodes}
+        self.max_node_gpus = max((len(n.gpus) for n in self.nodes.values()), default=0)
+        self.total_gpus = sum(len(n.gpus) for n in self.nodes.values())
+        self.total_cpu = sum(n.cpu for n in self.nodes.values())
+        self.total_memory = sum(n.memory_mb for n in self.nodes.values())
+        self._shapes = {(len(n.gpus), n.cpu, n.memory_mb) for n in self.nodes.values()}
+        self._fits: dict[tuple[int, float, float], bool] = {}  # fits_empty by gang size
+        # buckets[f]: healthy nodes with exactly f free GPUs, in a stable (insertion) order
+        self._buckets: list[dict[str, PoolNode]] = [{} for _ in range(self.max_node_gpus + 1)]
+        self.free_gpus = 0
+        for n in self.nodes.values():
+            self._file(n)
+        # job id -> (its tasks, each task's CPU, each task's memory)
+        self._jobs: dict[
+            str, tuple[tuple[TaskPlacement, ...], tuple[float, ...], tuple[float, ...]]
+        ] = {}
+
+    # ---- bookkeeping ---------------------------------------------------------------------
+
+    def _file(self, node: PoolNode) -> None:
+        if node.healthy:
+            self._buckets[len(node.free)][node.name] = node
+            self.free_gpus += len(node.free)
+
+    def _unfile(self, node: PoolNode) -> None:
+        if node.healthy:
+            del self._buckets[len(node.free)][node.name]
+            self.free_gpus -= len(node.free)
+
+    def _refile(self, node: PoolNode) -> None:
+        """File a node whose freed GPUs were appended: in order again first."""
+        node.free.sort()
+        self._file(node)
+
+    def placement(self, job_id: str) -> tuple[TaskPlacement, ...]:
+        held = self._jobs.get(job_id)
+        return held[0] if held else ()
+
+    def holds(self, job_id: str) -> bool:
+        return job_id in self._jobs
+
+    def release(self, job_id: str) -> int:
+        """Free the job's GPUs (and its CPU and memory); returns how many GPUs."""
+        tasks, cpus, mems = self._jobs.pop(job_id, ((), (), ()))
+        touched: list[PoolNode] = []  # a gang's tasks on one node come in a row: file once
+        freed = 0
+        for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
+            node = self.nodes[t.node]
+            if not touched or touched[-1] is not node:
+                if touched:
+                    self._refile(touched[-1])
+                self._unfile(node)
+                touched.append(node)
+            node.free.extend(t.gpus)
+            node.cpu_free += cpu
+            node.memory_free += mem
+            used = node.used
+            for g in t.gpus:
+                used.pop(g, None)
+            freed += len(t.gpus)
+        if touched:
+            self._refile(touched[-1])
+        return freed
+
+    def claim(self, job_id: str, tasks: tuple[TaskPlacement, ...], gang: Gang) -> bool:
+        """Take exactly these GPUs (adopting a running job, or undoing a tentative release)."""
+        for t in tasks:
+            node = self.nodes.get(t.node)
+            if node is None or not node.healthy or not set(t.gpus) <= set(node.free):
+                return False
+        by_key = {(d.role, d.index): d for d in gang.tasks}
+        cpus: list[float] = []
+        mems: list[float] = []
+        for t in tasks:
+            d = by_key.get((t.role, t.index))
+            cpus.append(d.cpu if d else 0.0)
+            mems.append(float(d.memory_mb) if d else 0.0)
+            node = self.nodes[t.node]
+            self._unfile(node)
+            taken = set(t.gpus)
+            node.free = [g for g in node.free if g not in taken]
+            node.cpu_free -= cpus[-1]
+            node.memory_free -= mems[-1]
+            for g in t.gpus:
+                node.used[g] = job_id
+            self._file(node)
+        self._jobs[job_id] = (tasks, tuple(cpus), tuple(mems))
+        return True
+
+    # ---- placement -----------------------------------------------------------------------
+
+    def place(self, job_id: str, gang: Gang) -> tuple[TaskPlacement, ...] | None:
+        """Place the whole gang and take its GPUs, or return None and change nothing."""
+        plan = self._plan(gang)
+        if plan is None:
+            return None
+        placed: list[tuple[TaskPlacement, float, float]] = []
+        for node, group in plan:
+            self._unfile(node)  # once per node, not per task
+            for d in group:
+                # take each task's GPUs at once, so the next task on the node gets the next ones
+                gpus = self._take(node, job_id, d)
+                placed.append((TaskPlacement(d.role, d.index, node.name, gpus), d.cpu, d.memory_mb))
+            self._file(node)
+        if len(placed) > 1:
+            placed.sort(key=_role_index)
+        tasks = tuple(p[0] for p in placed)
+        self._jobs[job_id] = (tasks, tuple(p[1] for p in placed), tuple(p[2] for p in placed))
+        return tasks
+
+    @staticmethod
+    def _take(node: PoolNode, job_id: str, d: TaskDemand) -> tuple[int, ...]:
+        """The task's GPUs off the node (unfiled by the caller while it takes)."""
+        free = node.free
+        taken = tuple(free[: d.gpu])
+        del free[: d.gpu]
+        used = node.used
+        for g in taken:
+            used[g] = job_id
+        node.cpu_free -= d.cpu
+        node.memory_free -= d.memory_mb
+        return taken
+
+    def _plan(self, gang: Gang) -> list[tuple[PoolNode, list[TaskDemand]]] | None:
+        total = gang.gpus
+        if total > self.free_gpus:
+            return None
+        if self.locality == "consolidated":
+            if total <= self.max_node_gpus:
+                for node in self._ascending(total):
+                    if gang.cpu <= node.cpu_free and gang.memory_mb <= node.memory_free:
+                        return [(node, list(gang.tasks))]
+                return None
+            need = math.ceil(total / self.max_node_gpus)
+            return self._pack(gang, self._descending(), max_nodes=need)
+        return self._pack(gang, self._ascending(1), max_nodes=None)
+
+    def _ascending(self, at_least: int) -> Iterator[PoolNode]:
+        for f in range(max(at_least, 1), self.max_node_gpus + 1):
+            yield from self._buckets[f].values()
+
+    def _descending(self) -> Iterator[PoolNode]:
+        for f in range(self.max_node_gpus, 0, -1):
+            yield from self._buckets[f].values()
+
+    def _pack(
+        self, gang: Gang, nodes: Iterator[PoolNode], max_nodes: int | None
+    ) -> list[tuple[PoolNode, list[TaskDemand]]] | None:
+        """First-fit decreasing of the tasks over ``nodes`` in the given order. Runs of
+        identical tasks (a gang of one-GPU workers) are placed a node's worth at a time."""
+        runs = gang.runs
+        pos = [0] * len(runs)
+        left = len(gang.tasks)
+        plan: list[tuple[PoolNode, list[TaskDemand]]] = []
+        for node in nodes:
+            if not left:
+                break
+            if max_nodes is not None and len(plan) >= max_nodes:
+                return None
+            group: list[TaskDemand] = []
+            g = cpu = mem = 0.0
+            for i, run in enumerate(runs):
+                n = min(len(run) - pos[i], node.room(run[0], int(g), cpu, mem))
+                if n > 0:
+                    group.extend(run[pos[i] : pos[i] + n])
+                    pos[i] += n
+                    g += n * run[0].gpu
+                    cpu += n * run[0].cpu
+                    mem += n * run[0].memory_mb
+            if group:
+                plan.append((node, group))
+                left -= len(group)
+        return plan if not left else None
+
+    # ---- health and views ----------------------------------------------------------------
+
+    def set_healthy(self, name: str, healthy: bool, reason: str = "") -> list[str]:
+        """Mark a node (down for ``reason``); returns the jobs running on it (the caller stops
+        them)."""
+        node = self.nodes.get(name)
+        if node is None:
+            return []
+        node.down_reason = "" if healthy else reason or "down"
+        if node.healthy == healthy:
+            return []
+        self._unfile(node)
+        node.healthy = healthy
+        self._file(node)
+        return sorted(set(node.used.values()))
+
+    def views(self) -> tuple[NodeView, ...]:
+        return tuple(
+            NodeView(
+                name=n.name,
+                sku=n.sku,
+                gpus=n.gpus,
+                healthy=n.healthy,
+                used=dict(n.used),
+                reason=n.down_reason,
+            )
+            for n in self.nodes.values()
+        )
+
+    def fits_empty(self, gang: Gang) -> bool:
+        """Could the gang ever be placed here (on an empty cluster, all nodes healthy)?"""
+        if gang.gpus > self.total_gpus or gang.largest > self.max_node_gpus:
+            return False
+        if self.locality == "consolidated" and gang.gpus <= self.max_node_gpus:
+            # asked twice per submission (driver and policy), a million times in a long replay
+            key = (gang.gpus, gang.cpu, gang.memory_mb)
+            fits = self._fits.get(key)
+            if fits is None:
+                fits = self._fits[key] = any(
+                    g >= gang.gpus and c >= gang.cpu and m >= gang.memory_mb
+                    for g, c, m in self._shapes
+                )
+            return fits
+        return True
+
+
+def _role_index(p: tuple[TaskPlacement, float, float]) -> tuple[str, int]:
+    return p[0].role, p[0].index
+
+
+def _runs(tasks: list[TaskDemand]) -> tuple[tuple[TaskDemand, ...], ...]:
+    """Consecutive tasks with the same needs, grouped (tasks come largest first)."""
+    runs: list[list[TaskDemand]] = []
+    for d in tasks:
+        if runs and (runs[-1][0].gpu, runs[-1][0].cpu, runs[-1][0].memory_mb) == (
+            d.gpu,
+            d.cpu,
+            d.memory_mb,
+        ):
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return tuple(tuple(r) for r in runs)
