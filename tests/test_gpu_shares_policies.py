@@ -17,7 +17,6 @@ from labhive.scheduler.scenario import load_scenario
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.runner import run_scenario
 
-pytest_plugins = ["service_fixtures"]
 
 LAB = EXAMPLES / "lab6-6-gpu-shares.yaml"
 QUEUE_POLICIES = [p for p in available() if p != "hived"]

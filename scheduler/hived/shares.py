@@ -25,9 +25,14 @@ one list test per event for all this.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from labhive.scheduler.gpu_share import MILLI
 from labhive.scheduler.hived.base import HivedBase, task_placement
+from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.queue import JobClass
 from labhive.scheduler.model import Decision, Start
 
 
@@ -36,25 +41,62 @@ class Sharing(HivedBase):
 
     def _schedule_shares(self, out: list[Decision]) -> None:
         """Place waiting shares in queue order; a failed share blocks the shares of its VC and
-        priority at least as large for the rest of this pass (they could not fit either)."""
+        priority at least as large for the rest of this pass (they could not fit either).
+        Shares of a VC and priority that a waiting whole-GPU job holds (``_share_hold``) join
+        only the GPUs it does not drain, and open none."""
         failed: dict[tuple[str | None, int], int] = {}  # (VC, priority) -> smallest that failed
+        holds: dict[tuple[str | None, int], tuple[float, frozenset[Cell]] | None] = {}
         waiting = self._book.waiting
         for entry in list(waiting):
             job = self._jobs[entry[2]]
             key = (None if job.opportunistic else job.vc, job.prio)
             if job.share >= failed.get(key, MILLI + 1):
                 continue
-            if self._place_share(job, out):
+            if key not in holds:
+                holds[key] = self._share_hold(*key)
+            hold = holds[key]
+            held = hold[1] if hold is not None and job.seq > hold[0] else None
+            if self._place_share(job, out, held):
                 waiting.remove(entry)
             else:
                 failed[key] = job.share
 
-    def _place_share(self, job: Job, out: list[Decision]) -> bool:
+    def _share_hold(self, vc: str | None, prio: int) -> tuple[float, frozenset[Cell]] | None:
+        """Whether a waiting whole-GPU job holds the shares of ``vc`` (None: opportunistic)
+        and ``prio``: the queue place (seq) after which shares are held, and the hosting GPUs
+        it drains; None when no such job waits.
+
+        The reservation that keeps a stream of shares from holding a GPU for ever against a
+        whole-GPU job (as fair share's ``reserveAfter`` keeps a stream of small jobs from a
+        gang): while a whole-GPU job of the VC at this priority or higher waits after a pass
+        (the pass tried it first: it did not fit), the shares queued after it join none of
+        the hosting GPUs it could get once their shares end (as many as it needs, the least
+        used first: they empty first) and take no free GPU either; the drained GPU's last
+        share ending frees it to the next pass, which tries whole-GPU jobs before shares.
+        Shares queued before it go as before. Jobs that can never run as the cells are (a
+        node down) hold nothing."""
+        if vc is None:
+            classes: Iterable[JobClass] = self._oppo_classes.values()
+        else:
+            classes = self._vc_classes.get(vc, {}).values()
+        holding = [c for c in classes if c.entries and c.priority >= prio and c.never is None]
+        if not holding:
+            return None
+        after = min(-math.inf if c.priority > prio else c.entries[0][0] for c in holding)
+        need = max(c.need for c in holding)
+        hosts = [h for h in self._book.hosts.values() if h.vc == vc and h.prio == prio]
+        hosts.sort(key=lambda h: (h.used, h.leaf.order))
+        return after, frozenset(h.leaf for h in hosts[:need])
+
+    def _place_share(
+        self, job: Job, out: list[Decision], held: frozenset[Cell] | None = None
+    ) -> bool:
         """Join a GPU that hosts shares of the job's VC and priority, else take a GPU as a
-        one-GPU task would (the job's own search, preemption included) and host it there."""
+        one-GPU task would (the job's own search, preemption included) and host it there;
+        with ``held`` (``_share_hold``), join only a GPU outside it and take none."""
         vc = None if job.opportunistic else job.vc
         book = self._book
-        host = book.find(vc, job.prio, job.share)
+        host = book.find(vc, job.prio, job.share, held or frozenset())
         role, index = job.tasks[0]
         if host is not None:
             placement = task_placement(role.name, index, [host.leaf])
@@ -62,6 +104,8 @@ class Sharing(HivedBase):
             book.join(host, job.job_id, job.share)
             out.append(Start(job.job_id, (placement,), job.opportunistic))
             return True
+        if held is not None:
+            return False
         plan = self._find(job, job.tasks)
         if plan is None or not self._commit(job, plan, out):
             return False
