@@ -17,7 +17,6 @@ from labhive.scheduler.scenario import load_scenario
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.runner import run_scenario
 
-
 LAB = EXAMPLES / "lab6-6-gpu-shares.yaml"
 QUEUE_POLICIES = [p for p in available() if p != "hived"]
 SHARES = ("q1", "q2", "q3", "q4", "q5", "borrow")

@@ -18,7 +18,6 @@ from labhive.scheduler.scenario import load_scenario
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.runner import run_scenario
 
-
 ONE_GPU = """\
 physicalCluster:
   cellTypes:
