@@ -16,6 +16,10 @@ the last one frees the leaf as any job does. So:
   priority only" holds for each of them;
 - a node's failure stops every sharer on it (``health`` lists them as it lists CPU-only jobs).
 
+A waiting whole-GPU job holds the shares queued after it (``_share_hold``): they join none of
+the hosting GPUs it needs (the least used first) and open no GPU, so a stream of shares cannot
+keep a GPU shared for ever while it waits; shares queued before it go as before.
+
 Waiting shares are kept out of HiveD's job classes (whose cheap bounds count free leaf cells,
 and a share may fit where no cell is free) in their own list, tried after each pass in queue
 order (priority, then submission); a share that fails blocks the shares of its VC and priority
