@@ -73,6 +73,10 @@ def test_a_stream_of_halves_does_not_hold_a_whole_gpu_job_back_in_replay_and_sim
         assert first_running(steps, "h11") is not None
         assert first_running(steps, "h11") >= start  # type: ignore[operator]
         assert first_running(steps, "h10") == 10.0
+        at_11 = [s for s in steps if s["t"] == 11.0][-1]
+        (h11,) = [j for j in at_11["jobs"] if j["name"] == "h11"]
+        assert h11["state"] == "WAITING"
+        assert h11["reason"].startswith("waits for 0.5 GPU: job whole, queued ahead of it")
     assert simulated == replayed
 
 

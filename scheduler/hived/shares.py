@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from labhive.scheduler.gpu_share import MILLI
 from labhive.scheduler.hived.base import HivedBase, task_placement
@@ -38,6 +39,17 @@ from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import JobClass
 from labhive.scheduler.model import Decision, Start
+
+
+@dataclass(frozen=True, slots=True)
+class ShareHold:
+    """A waiting whole-GPU job's hold on shares of its VC and priority: those queued after
+    ``after`` (a seq; -inf: all, the job's priority is higher) join none of the ``drained``
+    GPUs and open none. ``holder``: the first such job, for the why-text."""
+
+    after: float
+    drained: frozenset[Cell]
+    holder: str
 
 
 class Sharing(HivedBase):
@@ -49,7 +61,7 @@ class Sharing(HivedBase):
         Shares of a VC and priority that a waiting whole-GPU job holds (``_share_hold``) join
         only the GPUs it does not drain, and open none."""
         failed: dict[tuple[str | None, int], int] = {}  # (VC, priority) -> smallest that failed
-        holds: dict[tuple[str | None, int], tuple[float, frozenset[Cell]] | None] = {}
+        holds: dict[tuple[str | None, int], ShareHold | None] = {}
         waiting = self._book.waiting
         for entry in list(waiting):
             job = self._jobs[entry[2]]
@@ -59,16 +71,15 @@ class Sharing(HivedBase):
             if key not in holds:
                 holds[key] = self._share_hold(*key)
             hold = holds[key]
-            held = hold[1] if hold is not None and job.seq > hold[0] else None
+            held = hold.drained if hold is not None and job.seq > hold.after else None
             if self._place_share(job, out, held):
                 waiting.remove(entry)
             else:
                 failed[key] = job.share
 
-    def _share_hold(self, vc: str | None, prio: int) -> tuple[float, frozenset[Cell]] | None:
+    def _share_hold(self, vc: str | None, prio: int) -> ShareHold | None:
         """Whether a waiting whole-GPU job holds the shares of ``vc`` (None: opportunistic)
-        and ``prio``: the queue place (seq) after which shares are held, and the hosting GPUs
-        it drains; None when no such job waits.
+        and ``prio``, and how (``ShareHold``); None when no such job waits.
 
         The reservation that keeps a stream of shares from holding a GPU for ever against a
         whole-GPU job (as fair share's ``reserveAfter`` keeps a stream of small jobs from a
@@ -86,11 +97,12 @@ class Sharing(HivedBase):
         holding = [c for c in classes if c.entries and c.priority >= prio and c.never is None]
         if not holding:
             return None
-        after = min(-math.inf if c.priority > prio else c.entries[0][0] for c in holding)
+        first = min(holding, key=lambda c: (-c.priority, c.entries[0][0]))
+        after = -math.inf if first.priority > prio else first.entries[0][0]
         need = max(c.need for c in holding)
         hosts = [h for h in self._book.hosts.values() if h.vc == vc and h.prio == prio]
         hosts.sort(key=lambda h: (h.used, h.leaf.order))
-        return after, frozenset(h.leaf for h in hosts[:need])
+        return ShareHold(after, frozenset(h.leaf for h in hosts[:need]), first.entries[0][1])
 
     def _place_share(
         self, job: Job, out: list[Decision], held: frozenset[Cell] | None = None
