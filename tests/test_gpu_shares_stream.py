@@ -13,9 +13,14 @@ from typing import Any
 from isolation_util import isolated_service, needs_root
 from waiting import wait_until
 
+from labhive.scheduler.config import load_cluster_config
+from labhive.scheduler.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
+from labhive.scheduler.model import Start, Submit
+from labhive.scheduler.policies import get_policy
 from labhive.scheduler.replay import replay, snapshot
 from labhive.scheduler.scenario import load_scenario
 from labhive.scheduler.sim.engine import Simulation
+from labhive.scheduler.sim.machines import Machine, cluster_dict
 from labhive.scheduler.sim.runner import run_scenario
 
 ONE_GPU = """\
@@ -107,3 +112,22 @@ def test_the_live_service_starts_the_whole_gpu_job_amid_a_stream_of_halves(
         assert started - whole.data["submitted_at"] <= LIVE_BOUND_S, whole.data
         for half in halves[LIVE_WHOLE_AT:]:
             assert half.data["started_at"] >= started, (half.data, whole.data)
+
+
+def test_a_whole_gpu_job_its_users_cap_keeps_waiting_holds_no_share() -> None:
+    """A VC of two GPUs that lets one user run one: bob runs one, so his second whole-GPU job
+    waits for his cap, not for a GPU; alice's second half still joins her first's GPU."""
+    raw = cluster_dict([Machine("n0", 2)])
+    raw["virtualClusters"]["default"]["userLimits"] = {"maxRunningGpus": 1}
+    sched = get_policy("hived", load_cluster_config(raw))
+
+    def submit(name: str, user: str, share: int) -> list[str]:
+        role = RoleSpec("main", 1, gpu=1, share_milli=share)
+        prod = PRIORITY_CLASSES["prod"]
+        spec = JobSpec(name=name, vc="default", priority=prod, roles=(role,), user=user)
+        return [d.job_id for d in sched.handle(Submit(name, spec, 0.0)) if isinstance(d, Start)]
+
+    assert submit("b0", "bob", 0) == ["b0"]
+    assert submit("a0", "alice", 500) == ["a0"]
+    assert submit("b1", "bob", 0) == []  # his cap
+    assert submit("a1", "alice", 500) == ["a1"]

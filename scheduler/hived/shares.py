@@ -89,12 +89,16 @@ class Sharing(HivedBase):
         used first: they empty first) and take no free GPU either; the drained GPU's last
         share ending frees it to the next pass, which tries whole-GPU jobs before shares.
         Shares queued before it go as before. Jobs that can never run as the cells are (a
-        node down) hold nothing."""
+        node down), or whose users are all at their running cap, hold nothing."""
         if vc is None:
             classes: Iterable[JobClass] = self._oppo_classes.values()
         else:
             classes = self._vc_classes.get(vc, {}).values()
-        holding = [c for c in classes if c.entries and c.priority >= prio and c.never is None]
+        holding = [
+            c
+            for c in classes
+            if c.entries and c.priority >= prio and c.never is None and not self._all_capped(c)
+        ]
         if not holding:
             return None
         first = min(holding, key=lambda c: (-c.priority, c.entries[0][0]))
@@ -103,6 +107,21 @@ class Sharing(HivedBase):
         hosts = [h for h in self._book.hosts.values() if h.vc == vc and h.prio == prio]
         hosts.sort(key=lambda h: (h.used, h.leaf.order))
         return ShareHold(after, frozenset(h.leaf for h in hosts[:need]), first.entries[0][1])
+
+    def _all_capped(self, cls: JobClass) -> bool:
+        """Whether every user with jobs in the class is at their VC's running cap (``turns``):
+        its jobs wait for their own users' GPUs to end, not for the shares' GPU, and hold no
+        share (a GPU drained for them would idle)."""
+        ledger, users = self._ledger, cls.users
+        if ledger is None or not ledger.caps or not users:
+            return False
+        for line in users.values():
+            job = self._jobs[line[0][1]]
+            hit = self._capped_unit(job, job.waiting_tasks)
+            self._cap_hit = False  # a question, not an attempt: nothing is filed as capped
+            if not hit:
+                return False
+        return True
 
     def _place_share(
         self, job: Job, out: list[Decision], held: frozenset[Cell] | None = None
