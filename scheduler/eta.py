@@ -302,11 +302,11 @@ def outlook(
     first_end = now + min(
         (max(MIN_LEFT_S, _soonest(r)) for r in running if r.grounded), default=math.inf
     )
-    soonest_run = runs[0]
+    soonest_run = runs[0]  # (that run, when no running job can end before its p10)
     if any(r.grounded and _soonest(r) < r.remaining[0] for r in running):
-        soonest_run = _starts(make_scheduler, now, running, waiting, down, 0, max_steps, soon=True)[
-            0
-        ]
+        soonest_run, _ = _starts(
+            make_scheduler, now, running, waiting, down, 0, max_steps, soon=True
+        )
     estimates: dict[str, Estimate] = {}
     left: list[WaitingJob] = []
     for w in waiting:
