@@ -128,6 +128,9 @@ class RecordedNVML:
     def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:
         return self._value(handle, "minor_number")
 
+    def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
+        return list(self._value(handle, "mig_mode"))  # [current, pending], as pynvml's
+
     # ---- readings --------------------------------------------------------------------------
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> SimpleNamespace:
         return SimpleNamespace(**self._value(handle, "utilization"))

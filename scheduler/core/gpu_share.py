@@ -114,6 +114,16 @@ def share_of_doc(doc: object) -> int:
         return 0
 
 
+def shares_refused(policy: str, share_milli: int) -> str:
+    """Why a queue policy (fifo, sjf, drf, capacity, las) refuses a share: it counts GPUs in
+    whole slots, so it could only round the share up to a GPU, silently; says what works."""
+    return (
+        f"policy {policy} places whole GPUs only and cannot place a share of one "
+        f"({share_milli / MILLI:g} GPU): it would hold a whole GPU. Ask for --gpus 1 (a whole "
+        "GPU), or run the scheduler with --policy hived, which packs shares onto one GPU"
+    )
+
+
 def show_gpu_use(index: int | str, shares: list[float]) -> str:
     """A shared GPU as people read it: "GPU 0: 0.5 used by 2 jobs"."""
     jobs = "1 job" if len(shares) == 1 else f"{len(shares)} jobs"

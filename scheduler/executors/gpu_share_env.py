@@ -15,7 +15,16 @@ config decides what a share *is* on the hardware:
   admin runs ``nvidia-cuda-mps-control -d`` on each node. NOT TESTED ON HARDWARE: no NVIDIA GPU
   was reachable where this was written. MPS serves one uid at a time per GPU (a client of
   another uid waits until the running server's clients end), so shares of different users on
-  one GPU are serialized rather than shared; MIG is not handled at all.
+  one GPU are serialized rather than shared.
+
+MIG: a GPU that NVML reports in MIG mode is split into instances a CUDA process reaches only
+through their own UUIDs; ``CUDA_VISIBLE_DEVICES=<index>`` of the whole GPU gives a share none of
+them, and time-slicing or MPS on top is not what the share promised. So where the service's
+NVML sampler (``observe/nvml.py``: ``nvmlDeviceGetMigMode``) has seen MIG on a GPU, a share
+placed on it is refused at launch with what to do (``MigGpus``, ``mig_refusal``): the attempt
+fails with that message instead of running on a GPU it does not get. Whole-GPU tasks are left
+as they were. Tested with a fake NVML only: NOT TESTED ON HARDWARE (no MIG GPU was reachable),
+and the scheduler still places shares on such a GPU (the refusal comes at launch).
 
 Pure functions of the spec and the config, applied to the launches the service builds.
 """
@@ -30,7 +39,7 @@ from labhive.scheduler.core.config import GpuSharing
 from labhive.scheduler.core.gpu_share import MILLI
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import TaskPlacement
-from labhive.scheduler.executors.base import TaskLaunch
+from labhive.scheduler.executors.base import NOT_STARTED, LaunchError, TaskLaunch
 
 LaunchBuilder = Callable[[dict[str, Any], JobSpec, tuple[TaskPlacement, ...]], list[TaskLaunch]]
 
@@ -85,14 +94,50 @@ def gpu_share_record(env: dict[str, str]) -> dict[str, Any]:
     return {"gpu_share": record}
 
 
-def with_gpu_shares(base: LaunchBuilder, sharing: GpuSharing) -> LaunchBuilder:
-    """Wrap a launch builder so that a share's task gets ``share_env``; others are unchanged."""
+class MigGpus:
+    """The GPUs in MIG mode per node, as NVML last reported them (the service's monitoring
+    updates it from each sample; the launch builder reads it). One dict assignment per update:
+    readers in other threads see the old set or the new one."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, frozenset[int]] = {}
+
+    def update(self, node: str, gpus: frozenset[int]) -> None:
+        if gpus or node in self._by_node:
+            self._by_node[node] = gpus
+
+    def of(self, node: str) -> frozenset[int]:
+        return self._by_node.get(node, frozenset())
+
+
+def mig_refusal(node: str, gpu: int, share_milli: int) -> str:
+    """Why a share placed on a MIG GPU is not started, and what to do."""
+    return (
+        f"GPU {gpu} of node {node} is in MIG mode (NVML), so a share of {share_milli / MILLI:g} "
+        "GPU cannot be handed out on it: a task there would get none of its MIG instances. "
+        "Ask for a whole GPU (--gpus 1), or ask the admin to turn MIG off on that GPU "
+        f"(nvidia-smi -i {gpu} -mig 0, then a GPU reset) if it should take shares"
+    )
+
+
+def with_gpu_shares(
+    base: LaunchBuilder, sharing: GpuSharing, mig: MigGpus | None = None
+) -> LaunchBuilder:
+    """Wrap a launch builder so that a share's task gets ``share_env``; others are unchanged.
+    A share placed on a GPU ``mig`` says is in MIG mode is refused (``LaunchError``)."""
 
     def build(
         job: dict[str, Any], spec: JobSpec, placements: tuple[TaskPlacement, ...]
     ) -> list[TaskLaunch]:
+        share = spec.share_milli
+        if share and mig is not None:
+            for p in placements:
+                for gpu in p.gpus:
+                    if gpu in mig.of(p.node):
+                        # (NOT_STARTED: the job's why-text carries the reason)
+                        raise LaunchError(NOT_STARTED + mig_refusal(p.node, gpu, share))
         launches = base(job, spec, placements)
-        extra = share_env(spec.share_milli, sharing)
+        extra = share_env(share, sharing)
         if not extra:
             return launches
         return [replace(launch, env={**launch.env, **extra}) for launch in launches]

@@ -68,8 +68,10 @@ _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 class Estimate:
     """An estimated start (virtual seconds, the live clock's) and its p10-p90 range.
 
-    ``earliest``: the soonest it could start, when it waits for running jobs: the first
-    of them to end at its shortest (a widened range never reaches below it)."""
+    ``earliest``: the soonest it could start, when it waits for running jobs: its start in a
+    run where every running job ends at its shortest (a widened range never reaches below it).
+    Not the first of them to end: a whole GPU held by four quarter shares is free only when
+    the last of the four ends."""
 
     eta: float
     low: float
@@ -288,22 +290,23 @@ def outlook(
     max_steps: int = 100_000,
 ) -> Outlook:
     """Three forward runs (every duration at its p10, p50, p90) in which the jobs without
-    grounds never end; a job that does not start in the middle one waits for one of them,
-    named from a fourth run in which they end at their guessed durations (only when some
-    job is left)."""
+    grounds never end, and one in which the running jobs end at their shortest (only when that
+    is shorter than their p10: the earliest starts); a job that does not start in the middle
+    one waits for one of them, named from a further run in which they end at their guessed
+    durations (only when some job is left)."""
     down = down or {}
     runs = [
         _starts(make_scheduler, now, running, waiting, down, which, max_steps)[0]
         for which in range(3)
     ]
-    earliest = now + min(
-        (
-            max(MIN_LEFT_S, r.remaining[0] if r.soonest is None else r.soonest)
-            for r in running
-            if r.grounded
-        ),
-        default=math.inf,
+    first_end = now + min(
+        (max(MIN_LEFT_S, _soonest(r)) for r in running if r.grounded), default=math.inf
     )
+    soonest_run = runs[0]  # (that run, when no running job can end before its p10)
+    if any(r.grounded and _soonest(r) < r.remaining[0] for r in running):
+        soonest_run, _ = _starts(
+            make_scheduler, now, running, waiting, down, 0, max_steps, soon=True
+        )
     estimates: dict[str, Estimate] = {}
     left: list[WaitingJob] = []
     for w in waiting:
@@ -313,7 +316,9 @@ def outlook(
             continue
         known = [t for t in times if t is not None]
         low = min(known)
-        floor = min(low, earliest) if low > now else now
+        floor = now
+        if low > now:  # the job's own start when every running job ends at its soonest
+            floor = min(low, max(first_end, soonest_run.get(w.job_id, first_end)))
         estimates[w.job_id] = Estimate(times[1], low, max(known), floor)
     blocked: dict[str, Blocked] = {}
     unfounded = {r.job_id for r in running if not r.grounded}
@@ -327,6 +332,11 @@ def outlook(
                 if blockers:
                     blocked[w.job_id] = Blocked(blockers)
     return Outlook(estimates, blocked)
+
+
+def _soonest(r: RunningJob) -> float:
+    """The least a running job has left: its ``soonest``, else its low (p10)."""
+    return r.remaining[0] if r.soonest is None else r.soonest
 
 
 def _blockers(
@@ -353,12 +363,16 @@ def _starts(
     which: int,
     max_steps: int,
     guess: bool = False,
+    soon: bool = False,
 ) -> tuple[dict[str, float], list[tuple[float, str]]]:
     """One forward run with every duration at its ``which`` quantile: job -> first start,
-    and the ends in order. A job without grounds never ends, unless ``guess``."""
+    and the ends in order. A job without grounds never ends, unless ``guess``; with ``soon``
+    every running job ends at the least it has left (``RunningJob.soonest``)."""
     sched = make_scheduler()
     durations = {
-        r.job_id: max(MIN_LEFT_S, r.remaining[which]) if r.grounded or guess else math.inf
+        r.job_id: max(MIN_LEFT_S, _soonest(r) if soon else r.remaining[which])
+        if r.grounded or guess
+        else math.inf
         for r in running
     }
     durations.update(

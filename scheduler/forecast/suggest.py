@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from labhive.scheduler.core.gpu_share import MILLI, SHARES_MILLI
 from labhive.scheduler.core.jobs import OPPORTUNISTIC, JobSpec
 from labhive.scheduler.core.model import Scheduler
 from labhive.scheduler.core.time_limits import show_duration
@@ -29,6 +30,10 @@ SOONER_SHARE = 0.1
 #: job past the blocked head of its line only when its limit ends before the head could start.
 LIMIT_STEPS_S = (7200.0, 3600.0, 1800.0, 600.0)
 LIMIT_RISK = "the job is stopped when it reaches the limit"
+SHARE_RISK = (
+    "the job shares its GPU with other jobs: time-sliced, and its memory is not divided unless "
+    "the admin turned on CUDA MPS"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,7 @@ def variants(spec: JobSpec, vcs: Iterable[str]) -> list[tuple[str, str, str, Job
         out.append((f"run {tasks} tasks instead of {role.instances}", f"--tasks {tasks}", "",
                     fewer))  # fmt: skip
         tasks //= 2
+    out.extend(share_variants(spec))
     for vc in sorted(set(vcs) - {spec.vc}):
         out.append((f"submit to VC {vc}", f"--vc {vc}", "", dataclasses.replace(spec, vc=vc)))
     if spec.priority != OPPORTUNISTIC:
@@ -68,6 +74,22 @@ def variants(spec: JobSpec, vcs: Iterable[str]) -> list[tuple[str, str, str, Job
             "preemptible: a guaranteed job that needs those GPUs stops it (it is requeued)",
             dataclasses.replace(spec, priority=OPPORTUNISTIC),
         ))  # fmt: skip
+    return out
+
+
+def share_variants(spec: JobSpec) -> list[tuple[str, str, str, JobSpec]]:
+    """A one-task job of one whole GPU as a half, quarter or eighth of one: a share joins a
+    GPU that other shares of its VC hold, where a whole GPU waits for the last of them to end
+    (``gpu_share``; a policy that places no shares refuses the variant at its check)."""
+    role = spec.roles[0]
+    if spec.task_count != 1 or role.gpu != 1 or role.share_milli or spec.lazy_preemption:
+        return []
+    out = []
+    for milli in SHARES_MILLI:
+        amount = f"{milli / MILLI:g}"
+        share = dataclasses.replace(role, share_milli=milli)
+        out.append((f"ask for a share of {amount} GPU instead of a whole GPU", f"--gpus {amount}",
+                    SHARE_RISK, dataclasses.replace(spec, roles=(share,))))  # fmt: skip
     return out
 
 

@@ -72,12 +72,17 @@ class ShareBook:
 
     # ---- hosting ------------------------------------------------------------------------------
 
-    def find(self, vc: str | None, prio: int, milli: int) -> Host | None:
+    def find(
+        self, vc: str | None, prio: int, milli: int, drained: frozenset[Cell] = frozenset()
+    ) -> Host | None:
         """The healthy host of this VC and priority with the least room that still fits
-        ``milli`` (best fit: keeps other GPUs whole for whole-GPU jobs); ties by cell order."""
+        ``milli`` (best fit: keeps other GPUs whole for whole-GPU jobs); ties by cell order.
+        GPUs in ``drained`` take no new share (held for a waiting whole-GPU job)."""
         best: Host | None = None
         for host in self.hosts.values():
             if host.vc != vc or host.prio != prio or host.room < milli or host.leaf.bad:
+                continue
+            if host.leaf in drained:
                 continue
             if best is None or (host.room, host.leaf.order) < (best.room, best.leaf.order):
                 best = host

@@ -16,6 +16,10 @@ the last one frees the leaf as any job does. So:
   priority only" holds for each of them;
 - a node's failure stops every sharer on it (``health`` lists them as it lists CPU-only jobs).
 
+A waiting whole-GPU job holds the shares queued after it (``_share_hold``): they join none of
+the hosting GPUs it needs (the least used first) and open no GPU, so a stream of shares cannot
+keep a GPU shared for ever while it waits; shares queued before it go as before.
+
 Waiting shares are kept out of HiveD's job classes (whose cheap bounds count free leaf cells,
 and a share may fit where no cell is free) in their own list, tried after each pass in queue
 order (priority, then submission); a share that fails blocks the shares of its VC and priority
@@ -25,10 +29,27 @@ one list test per event for all this.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from labhive.scheduler.core.gpu_share import MILLI
 from labhive.scheduler.core.model import Decision, Start
 from labhive.scheduler.hived.base import HivedBase, task_placement
+from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.queue import JobClass
+
+
+@dataclass(frozen=True, slots=True)
+class ShareHold:
+    """A waiting whole-GPU job's hold on shares of its VC and priority: those queued after
+    ``after`` (a seq; -inf: all, the job's priority is higher) join none of the ``drained``
+    GPUs and open none. ``holder``: the first such job, for the why-text."""
+
+    after: float
+    drained: frozenset[Cell]
+    holder: str
 
 
 class Sharing(HivedBase):
@@ -36,25 +57,81 @@ class Sharing(HivedBase):
 
     def _schedule_shares(self, out: list[Decision]) -> None:
         """Place waiting shares in queue order; a failed share blocks the shares of its VC and
-        priority at least as large for the rest of this pass (they could not fit either)."""
+        priority at least as large for the rest of this pass (they could not fit either).
+        Shares of a VC and priority that a waiting whole-GPU job holds (``_share_hold``) join
+        only the GPUs it does not drain, and open none."""
         failed: dict[tuple[str | None, int], int] = {}  # (VC, priority) -> smallest that failed
+        holds: dict[tuple[str | None, int], ShareHold | None] = {}
         waiting = self._book.waiting
         for entry in list(waiting):
             job = self._jobs[entry[2]]
             key = (None if job.opportunistic else job.vc, job.prio)
             if job.share >= failed.get(key, MILLI + 1):
                 continue
-            if self._place_share(job, out):
+            if key not in holds:
+                holds[key] = self._share_hold(*key)
+            hold = holds[key]
+            held = hold.drained if hold is not None and job.seq > hold.after else None
+            if self._place_share(job, out, held):
                 waiting.remove(entry)
             else:
                 failed[key] = job.share
 
-    def _place_share(self, job: Job, out: list[Decision]) -> bool:
+    def _share_hold(self, vc: str | None, prio: int) -> ShareHold | None:
+        """Whether a waiting whole-GPU job holds the shares of ``vc`` (None: opportunistic)
+        and ``prio``, and how (``ShareHold``); None when no such job waits.
+
+        The reservation that keeps a stream of shares from holding a GPU for ever against a
+        whole-GPU job (as fair share's ``reserveAfter`` keeps a stream of small jobs from a
+        gang): while a whole-GPU job of the VC at this priority or higher waits after a pass
+        (the pass tried it first: it did not fit), the shares queued after it join none of
+        the hosting GPUs it could get once their shares end (as many as it needs, the least
+        used first: they empty first) and take no free GPU either; the drained GPU's last
+        share ending frees it to the next pass, which tries whole-GPU jobs before shares.
+        Shares queued before it go as before. Jobs that can never run as the cells are (a
+        node down), or whose users are all at their running cap, hold nothing."""
+        if vc is None:
+            classes: Iterable[JobClass] = self._oppo_classes.values()
+        else:
+            classes = self._vc_classes.get(vc, {}).values()
+        holding = [
+            c
+            for c in classes
+            if c.entries and c.priority >= prio and c.never is None and not self._all_capped(c)
+        ]
+        if not holding:
+            return None
+        first = min(holding, key=lambda c: (-c.priority, c.entries[0][0]))
+        after = -math.inf if first.priority > prio else first.entries[0][0]
+        need = max(c.need for c in holding)
+        hosts = [h for h in self._book.hosts.values() if h.vc == vc and h.prio == prio]
+        hosts.sort(key=lambda h: (h.used, h.leaf.order))
+        return ShareHold(after, frozenset(h.leaf for h in hosts[:need]), first.entries[0][1])
+
+    def _all_capped(self, cls: JobClass) -> bool:
+        """Whether every user with jobs in the class is at their VC's running cap (``turns``):
+        its jobs wait for their own users' GPUs to end, not for the shares' GPU, and hold no
+        share (a GPU drained for them would idle)."""
+        ledger, users = self._ledger, cls.users
+        if ledger is None or not ledger.caps or not users:
+            return False
+        for line in users.values():
+            job = self._jobs[line[0][1]]
+            hit = self._capped_unit(job, job.waiting_tasks)
+            self._cap_hit = False  # a question, not an attempt: nothing is filed as capped
+            if not hit:
+                return False
+        return True
+
+    def _place_share(
+        self, job: Job, out: list[Decision], held: frozenset[Cell] | None = None
+    ) -> bool:
         """Join a GPU that hosts shares of the job's VC and priority, else take a GPU as a
-        one-GPU task would (the job's own search, preemption included) and host it there."""
+        one-GPU task would (the job's own search, preemption included) and host it there;
+        with ``held`` (``_share_hold``), join only a GPU outside it and take none."""
         vc = None if job.opportunistic else job.vc
         book = self._book
-        host = book.find(vc, job.prio, job.share)
+        host = book.find(vc, job.prio, job.share, held or frozenset())
         role, index = job.tasks[0]
         if host is not None:
             placement = task_placement(role.name, index, [host.leaf])
@@ -62,6 +139,8 @@ class Sharing(HivedBase):
             book.join(host, job.job_id, job.share)
             out.append(Start(job.job_id, (placement,), job.opportunistic))
             return True
+        if held is not None:
+            return False
         plan = self._find(job, job.tasks)
         if plan is None or not self._commit(job, plan, out):
             return False

@@ -93,6 +93,13 @@ def _why_share(
     take is free (its VC's for a guaranteed share, any idle one for an opportunistic share)."""
     share = f"{job.share / MILLI:g} GPU"
     tail = f"; position {position} of {length} among waiting GPU shares" if position else ""
+    hold = sched._share_hold(None if job.opportunistic else job.vc, job.spec.priority)
+    if hold is not None and job.seq > hold.after:
+        return (
+            f"waits for {share}: job {hold.holder}, queued ahead of it, needs whole GPUs, so "
+            "shares queued after it take no GPU it waits for (a stream of shares would keep a "
+            f"GPU shared for ever){tail}"
+        )
     if job.opportunistic:
         return (
             f"waits for {share} opportunistically: no idle GPU, and the GPUs that hold "

@@ -72,6 +72,10 @@ class GpuReading:
     new_xids: tuple[int, ...] = ()  # XIDs that arrived since the previous sample
     xid_count: int = 0  # XIDs seen since the sampler started
     lost: bool = False
+    #: MIG mode on (``nvmlDeviceGetMigMode``'s current mode): the GPU is split into MIG
+    #: instances, so LabHive hands out no shares of it (``gpu_share_env.MigGpus``); False for
+    #: a GPU without MIG (NVML: not supported), None when it could not be read.
+    mig: bool | None = None
     processes: tuple[ProcessReading, ...] = ()
     util_seen_us: int = 0  # NVML's timestamp of the newest per-process sample read
     missing: Mapping[str, str] = field(default_factory=dict)  # field -> why it was not read
@@ -193,6 +197,16 @@ def _ecc(g: _Guard) -> dict[str, Any]:
     return out
 
 
+def _mig(g: _Guard) -> bool | None:
+    """Whether MIG mode is on now (a pending change counts once the GPU is reset); a GPU
+    that cannot do MIG answers "not supported": False, not missing."""
+    unsupported = g.nvml.NVML_ERROR_NOT_SUPPORTED
+    mode = g.call("mig", "nvmlDeviceGetMigMode", empty_on=(unsupported,))
+    if mode is None:
+        return None if "mig" in g.missing else False
+    return bool(mode[0] == getattr(g.nvml, "NVML_DEVICE_MIG_ENABLE", 1))
+
+
 def _processes(g: _Guard, since_us: int) -> tuple[tuple[ProcessReading, ...], int]:
     """Per-process memory (compute and graphics contexts) joined with per-process utilization.
 
@@ -296,6 +310,7 @@ def _read_gpu(nvml: Any, index: int, before: GpuReading | None, xids: list[int])
         "fan_speed_pct": g.call("fan_speed_pct", "nvmlDeviceGetFanSpeed"),
         **_ecc(g),
     }
+    values["mig"] = _mig(g)
     procs, seen = _processes(g, before.util_seen_us if before else 0)
     return GpuReading(
         index=index,

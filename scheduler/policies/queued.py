@@ -35,6 +35,7 @@ import heapq
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from labhive.scheduler.core.gpu_share import shares_refused
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import (
     Adopt,
@@ -209,6 +210,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             raise SpecRejected(
                 f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vc_gpus))}"
             )
+        if spec.share_milli:
+            raise SpecRejected(shares_refused(self.name, spec.share_milli))
         gang = self._gang(spec)
         if not gang.tasks:
             raise SpecRejected("the job has no tasks")

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from sqlalchemy import delete, func, insert, select
 
 from labhive.scheduler.executors.base import TaskExit
+from labhive.scheduler.executors.gpu_share_env import MigGpus
 from labhive.scheduler.observe.health import NodeHealth, health
 from labhive.scheduler.observe.history import MAX_POINTS, HistoryPoint, compact
 from labhive.scheduler.observe.nvml import Sample, Sampler, SamplingThread, start_sampling
@@ -138,8 +139,10 @@ class Monitoring:
         history_points: int = MAX_POINTS,
         clock: Callable[[], float] = time.time,
         counters: LoopCounters | None = None,
+        mig: MigGpus | None = None,
     ) -> None:
         self.store, self.loop = store, loop
+        self.mig = mig  # told which GPUs are in MIG mode (the launch builder refuses shares)
         self.interval_s = interval_s
         self.sampler = sampler
         self.history_points = history_points
@@ -183,6 +186,8 @@ class Monitoring:
         node = self.node_of(sample.hostname)
         if node is None:
             return
+        if self.mig is not None:
+            self.mig.update(node, frozenset(g.index for g in sample.gpus if g.mig))
         events_out, self._health[node] = health(node, sample, self._health.get(node))
         if events_out:
             for ev in events_out:

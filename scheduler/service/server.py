@@ -232,6 +232,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
     else:
         raise UserError(f"unknown --auth {opts.auth!r}; choose token or hub")
     executor = make_executor(opts.executor, data_dir, opts.grace_s, opts, config)
+    from labhive.scheduler.executors.gpu_share_env import MigGpus
     from labhive.scheduler.service.eta import EtaTracker
     from labhive.scheduler.service.monitoring import LoopCounters, Monitoring
 
@@ -241,6 +242,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         return EtaTracker(store, loop, loop.new_policy, load_spec, check=check)
 
     counters = LoopCounters(store)
+    mig = MigGpus()  # GPUs NVML reports in MIG mode: no shares are launched on them
     loop = SchedulerLoop(
         store,
         lambda: policy(config),
@@ -248,7 +250,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         load_spec,
         virtual=config.virtual,
         grace_s=opts.grace_s,
-        launch_builder=_with_identity(opts, config, accounts),
+        launch_builder=_with_identity(opts, config, accounts, mig),
         node_events=executor.node_events if isinstance(executor, NodeHealth) else None,
         addresses=executor.addresses if isinstance(executor, TaskAddresses) else None,
         partial_stops=opts.partial_stops,
@@ -257,7 +259,7 @@ def build(opts: ServeOptions, make_policy: Callable[[Any], Scheduler] | None = N
         forecast=forecast,
         journal=os.environ.get("LABHIVE_JOURNAL", "on") != "off",  # off: to measure its cost
     )
-    monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s, counters=counters)
+    monitoring = Monitoring(store, loop, interval_s=opts.gpu_sample_s, counters=counters, mig=mig)
     disk, housekeeping = _housekeeping(opts, store, data_dir, executor, config)
     service = Service(
         store, loop, executor, auth, parse, image_check_for(opts.executor, check),
@@ -309,7 +311,7 @@ def _housekeeping(
     return disk, Housekeeping(disk, retention, journal=journal)
 
 
-def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:
+def _with_identity(opts: ServeOptions, config: Any, accounts: Any, mig: Any = None) -> Any:
     """The launch builder, with every task's uid/gid filled in unless tasks run as the
     service's own user."""
     from functools import partial
@@ -318,9 +320,10 @@ def _with_identity(opts: ServeOptions, config: Any, accounts: Any) -> Any:
     from labhive.scheduler.service.loop import default_launches
 
     builder = launch_builder_for(opts.executor, config)
-    # A GPU share's tasks get its variables (MPS limits when ``gpuSharing: mps``).
+    # A GPU share's tasks get its variables (MPS limits when ``gpuSharing: mps``); a share on
+    # a GPU in MIG mode is refused (``mig``: what the GPU sampler saw).
     builder = with_gpu_shares(
-        builder or partial(default_launches, virtual=config.virtual), config.gpu_sharing
+        builder or partial(default_launches, virtual=config.virtual), config.gpu_sharing, mig
     )
     if opts.task_identity != "users":
         return builder
