@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from sim_helpers import cluster
 
+from labhive.scheduler.client.eta_words import eta_text
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Start, Submit
-from labhive.scheduler.forecast.eta import RunningJob, WaitingJob, eta_text, forecast
+from labhive.scheduler.forecast.eta import RunningJob, WaitingJob, forecast
 from labhive.scheduler.forecast.eta_calibration import widen
 from labhive.scheduler.forecast.suggest import suggest
 from labhive.scheduler.policies import get_policy
