@@ -169,11 +169,17 @@ def service_command(plan: HubPlan) -> list[str]:
 #:   "--ServerApp.jpserver_extensions=jupyter_lsp=True")``: the later argument wins);
 #: - the "pypi" extension manager offers ``pip install`` of lab extensions, which a student's
 #:   server, running as the student's uid, cannot do to the hub's environment: read-only
-#:   lists what is installed, as before, and installs nothing.
+#:   lists what is installed, as before, and installs nothing;
+#: - notebook_shim's server extension runs classic Notebook server extensions, and a student's
+#:   server has none (~0.1 CPU s to link it; JupyterLab keeps the shim's config mixin).
+#: JupyterLab's rebuild check (``/lab/api/build``: ``node`` twice, ~0.8 CPU s at each page load)
+#: is off in the servers' ``labconfig/page_config.json`` (``buildCheck``, ``buildAvailable``),
+#: which the spawner puts on ``JUPYTER_CONFIG_PATH``: students cannot rebuild the hub's lab.
 LIGHT_SERVER_ARGS = (
     "--LabApp.news_url=None",
     "--LabApp.extension_manager=readonly",
     "--ServerApp.jpserver_extensions=jupyter_lsp=False",
+    "--ServerApp.jpserver_extensions=notebook_shim=False",
 )
 
 

@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from html import escape
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from IPython import get_ipython
 from IPython.display import DisplayHandle, display
@@ -30,15 +30,16 @@ from labhive.kernel_ext.render import (
     queue_text,
     summary_line,
 )
-from labhive.kernel_ext.widgets import (
+from labhive.kernel_ext.snapshot import (
     LOG_LINES,
     JobSnapshot,
     JobSource,
-    JobWidget,
-    LiveHTML,
     fetch_snapshot,
     stderr_html,
 )
+
+if TYPE_CHECKING:
+    from labhive.kernel_ext.widgets import JobWidget, LiveHTML
 
 
 def _execution_count() -> int | None:
@@ -117,6 +118,8 @@ class JobView(View):
         return job_html(self.facts, time.time()) + log + stderr_html(self.stderr)
 
     def make_widget(self) -> JobWidget:
+        from labhive.kernel_ext.widgets import JobWidget  # ipywidgets: only when one is shown
+
         widget = JobWidget(self.job, on_snapshot=self._from_widget)
         return widget.start()
 
@@ -216,6 +219,8 @@ class TableView(View):
         def done(_html: str) -> bool:
             return all(j.terminal for j in self.jobs)
 
+        from labhive.kernel_ext.widgets import LiveHTML
+
         return LiveHTML(self._render, css_class="labhive-jobs-widget", done=done).start()
 
 
@@ -236,6 +241,8 @@ class QueueView(View):
         return self.html()
 
     def make_widget(self) -> LiveHTML:
+        from labhive.kernel_ext.widgets import LiveHTML
+
         return LiveHTML(self._render, css_class="labhive-queue-widget").start()
 
 
@@ -256,4 +263,6 @@ class ClusterMapView(View):
         return self.html()
 
     def make_widget(self) -> LiveHTML:
+        from labhive.kernel_ext.widgets import LiveHTML
+
         return LiveHTML(self._render, css_class="labhive-cluster-widget", interval=2.0).start()

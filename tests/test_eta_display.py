@@ -61,7 +61,8 @@ def test_the_queue_shows_every_waiting_job_s_estimate() -> None:
 
 
 def test_the_job_widget_shows_the_estimate() -> None:
-    from labhive.kernel_ext.widgets import JobSnapshot, JobWidget
+    from labhive.kernel_ext.snapshot import JobSnapshot
+    from labhive.kernel_ext.widgets import JobWidget
 
     source = SimpleNamespace(info=SimpleNamespace(id=1))  # what it polls; never started
     widget = JobWidget(source)  # type: ignore[arg-type]
@@ -118,7 +119,8 @@ def test_a_job_behind_a_server_says_what_it_waits_for_not_a_time() -> None:
 
 def test_the_job_widget_and_the_spawn_page_say_it_too() -> None:
     from labhive.hub_extension.spawner import waiting_text
-    from labhive.kernel_ext.widgets import JobSnapshot, JobWidget
+    from labhive.kernel_ext.snapshot import JobSnapshot
+    from labhive.kernel_ext.widgets import JobWidget
     from labhive.scheduler.client.job_info import JobInfo
 
     widget = JobWidget(SimpleNamespace(info=SimpleNamespace(id=1)))  # type: ignore[arg-type]

@@ -267,6 +267,39 @@ def test_live_widget_follows_the_job_and_its_poller_stops_at_the_end(kernel: Ker
     assert kernel.displays[next(iter(out.displays))]["text/plain"].startswith("job live: SUCCEEDED")
 
 
+def test_a_students_kernel_imports_ipywidgets_only_when_a_widget_is_shown(
+    service: Service,
+) -> None:
+    """Given a fresh kernel as every student of a class starts one (bench_classroom's cell:
+    ``%load_ext``, then a ``%submit --no-wait`` that no front end watches), expect ipywidgets
+    not imported: each kernel of a class of 50 pays every import on a 2-core machine (docs/hub.md,
+    "A class of 50"). The first live widget imports it, and it shows."""
+    k = Kernel(service.env("alice"))
+    try:
+        assert k.run("%load_ext labhive.kernel_ext").error is None
+        out = k.run(
+            "job = %submit --name quiet --no-wait -- true\n"
+            "import sys\n"
+            "print('ipywidgets' in sys.modules)"
+        )
+        assert out.error is None, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == "False", out.stdout
+        shown = k.run(
+            "import os\n"
+            "os.environ['LABHIVE_INTERACTIVE'] = '1'\n"
+            "watched = %submit --name watched --no-wait -- true\n"
+            "os.environ.pop('LABHIVE_INTERACTIVE')\n"
+            "print('ipywidgets' in sys.modules)"
+        )
+        assert shown.error is None, shown.stderr
+        assert shown.stdout.strip() == "True"
+        (bundle,) = shown.displays.values()
+        assert "application/vnd.jupyter.widget-view+json" in bundle
+        assert bundle["text/plain"].startswith("job watched: ")
+    finally:
+        k.close()
+
+
 def test_cancel_button_stops_the_job_and_closing_stops_the_poller(
     kernel: Kernel, service: Service
 ) -> None:

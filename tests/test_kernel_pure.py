@@ -260,7 +260,7 @@ def test_usage_errors_carry_the_usage_line(shell, line: str, message: str) -> No
 
 def test_job_card_escapes_names_and_shows_gpu_readings() -> None:
     from labhive.kernel_ext.render import job_html
-    from labhive.kernel_ext.widgets import gpu_html
+    from labhive.kernel_ext.snapshot import gpu_html
 
     card = job_html(job(name="<b>x</b>", queue_position=1, why="vc1 has 0 free"), T0 + 1)
     assert "&lt;b&gt;x&lt;/b&gt;" in card and "<b>x</b>" not in card
