@@ -425,7 +425,9 @@ def test_a_notebook_server_and_a_kernel_run_in_a_task_with_private_mounts(open_t
         wait_until(connection.exists, "the kernel's connection file in $HOME", 60)
         client = BlockingKernelClient(connection_file=str(connection))
         client.load_connection_file()
-        client.start_channels()
+        # no heartbeat: its 1 s time-to-dead calls a live kernel dead on a loaded machine
+        # ("Kernel died before replying to kernel_info"); the replies below are the proof
+        client.start_channels(hb=False)
         try:
             # the kernel answers kernel_info once its iopub reaches us: output sent before
             # that is lost (ZeroMQ's late subscriber), and the wait for it never ends
