@@ -35,6 +35,7 @@ from labhive.scheduler.executors.kubernetes import KubernetesExecutor
 from labhive.scheduler.executors.local import LocalExecutor
 from labhive.scheduler.executors.notice_file import notice_path
 from labhive.scheduler.executors.slurm import SlurmExecutor
+from labhive.scheduler.jobs import JobSpec
 from labhive.scheduler.model import NodeDown
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.service.loop import SchedulerLoop
@@ -143,6 +144,10 @@ class NoPoll:
         return []
 
 
+def never_loaded(row: dict[str, Any]) -> JobSpec:
+    raise AssertionError("a loop refused at its construction loads no job")
+
+
 def test_an_executor_without_poll_is_refused_when_the_loop_is_built(tmp_path: Path) -> None:
     """Given an executor that lacks ``poll``, expect the loop's constructor to refuse it with
     an error that names ``poll``, before any pass could call it."""
@@ -152,7 +157,8 @@ def test_an_executor_without_poll_is_refused_when_the_loop_is_built(tmp_path: Pa
     config = cluster_from_gpus("n1", 1, vcs=("vc1",))
     try:
         with pytest.raises(TypeError, match=r"NoPoll is not an executor: it lacks poll \("):
-            SchedulerLoop(store, lambda: get_policy("hived", config), NoPoll(), lambda r: r)  # type: ignore[arg-type]
+            # NoPoll is no Executor: the point is that the loop's constructor says so.
+            SchedulerLoop(store, lambda: get_policy("hived", config), NoPoll(), never_loaded)  # type: ignore[arg-type]
     finally:
         store.dispose()
 
