@@ -240,12 +240,8 @@ def test_the_binding_201_is_a_status_the_client_cannot_read_as_a_binding() -> No
         with pytest.raises(ValueError, match="target"):
             api.create_namespaced_pod_binding(name, NS, body)  # type: ignore[arg-type]
         # Unread, the answer is urllib3's response, which the stubs do not say either.
-        raw: Any = api.create_namespaced_pod_binding(
-            name,
-            NS,
-            body,
-            _preload_content=False,  # type: ignore[arg-type]
-        )
+        bind_pod = api.create_namespaced_pod_binding
+        raw: Any = bind_pod(name, NS, body, _preload_content=False)  # type: ignore[arg-type]
         assert (raw.status, json.loads(raw.data)["status"]) == (201, "Success")
     finally:
         r.close()
