@@ -101,7 +101,9 @@ def measure(grace: float, window: float, n: int) -> dict:
         for job_id in ids:
             alice.post(f"/jobs/{job_id}/cancel", params={"wait": 0}).raise_for_status()
         cancel_s = time.perf_counter() - began
-        store, seen, at = [], [], []
+        store: list[float] = []
+        seen: list[float] = []
+        at: list[float] = []
         while time.perf_counter() - began < window:
             at.append(time.perf_counter() - began)
             a, b = probe(bob, len(store))

@@ -244,7 +244,12 @@ def _uid_range(students: int) -> list[str]:
 def _read_banner(proc: subprocess.Popen[str], timeout: float) -> str:
     """``labhive up``'s output up to its banner's last line ("Ctrl-C stops ...")."""
     lines: list[str] = []
-    timer = threading.Timer(timeout, lambda: proc.poll() is None and proc.kill())
+
+    def kill_if_running() -> None:
+        if proc.poll() is None:
+            proc.kill()
+
+    timer = threading.Timer(timeout, kill_if_running)
     timer.start()
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
@@ -507,7 +512,7 @@ def _log_in(http: httpx.Client, student: Student, password: str, deadline: Deadl
     made = http.post(
         f"/hub/api/users/{student.name}/tokens",
         json={"note": "bench_classroom"},
-        headers={"X-XSRFToken": http.cookies.get("_xsrf", "")},
+        headers={"X-XSRFToken": http.cookies.get("_xsrf") or ""},
         timeout=deadline.left("for an API token"),
     )
     if made.status_code != 201:
@@ -703,6 +708,10 @@ def _cluster(room: Classroom) -> dict[str, Any]:
         }
 
 
+def _submit_to_running(students: list[Student]) -> list[float]:
+    return [s.submit_to_running_s for s in students if s.submit_to_running_s is not None]
+
+
 def _job_times(room: Classroom, roll: list[Student]) -> None:
     """Each job's times as the service recorded them, once they have all ended."""
     from labhive.client import Client
@@ -747,7 +756,8 @@ def summarize(
     student is shared among ``servers`` (the roll and the browser student, if any)."""
     ok = [s for s in roll if s.error is None]
     login = [s.login_to_kernel_s for s in roll if s.login_to_kernel_s is not None]
-    fit, waited = [], []
+    fit: list[Student] = []
+    waited: list[Student] = []
     for s in roll:
         if s.submit_to_running_s is None:
             continue
@@ -764,8 +774,8 @@ def summarize(
         "failed": len(roll) - len(ok),
         "errors": {s.name: s.error for s in roll if s.error},
         "login_to_kernel_s": _stats(login),
-        "submit_to_running_fit_s": _stats([s.submit_to_running_s for s in fit]),  # type: ignore[misc]
-        "submit_to_running_waited_s": _stats([s.submit_to_running_s for s in waited]),  # type: ignore[misc]
+        "submit_to_running_fit_s": _stats(_submit_to_running(fit)),
+        "submit_to_running_waited_s": _stats(_submit_to_running(waited)),
         "waited_for_gpu_s": _stats(gpu_wait),
         "cpu_s": {k: round(v, 1) for k, v in sampler.cpu_s().items()},
         "cpu_per_student_s": per_student(sampler, servers or len(roll)),

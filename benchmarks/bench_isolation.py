@@ -28,7 +28,6 @@ import argparse
 import dataclasses
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -265,4 +264,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

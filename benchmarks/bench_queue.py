@@ -59,7 +59,7 @@ async def fill(url: str, admin: str, jobs: int, mine: int) -> None:
         await asyncio.gather(*(submit(i) for i in range(jobs)))
 
 
-def timed(http: httpx.Client, token: str, rounds: int, pid: int, **params: object) -> dict:
+def timed(http: httpx.Client, token: str, rounds: int, pid: int, **params: str | int) -> dict:
     headers = {"Authorization": f"Bearer {token}"}
     http.get("/queue", headers=headers, params=params).raise_for_status()  # warm up
     cpu0 = psutil.Process(pid).cpu_times()

@@ -194,8 +194,8 @@ def main() -> None:
         f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
         f"{args.clients} clients, {args.seconds:g} s a backend; ETA thread {args.eta}"
     )
-    heads = ("backend", "load", "clients", "subs", "subs/s", "p50 ms", "p95 ms", "p99 ms")
-    heads += ("errors", "cpu ms")
+    heads: tuple[str, ...] = ("backend", "load", "clients", "subs", "subs/s")
+    heads += ("p50 ms", "p95 ms", "p99 ms", "errors", "cpu ms")
     print(f"{heads[0]:<11} " + " ".join(f"{h:>7}" for h in heads[1:]))
     results = {}
     for backend in args.backends.split(","):

@@ -86,7 +86,7 @@ def _mknod(path: Path, minor: int) -> None:
 
 def real_host() -> Host:
     uuids = nvml_uuids()
-    return Host(Path("/dev"), len(uuids), uuids, use_torch=True)
+    return Host(Path("/dev"), len(uuids), list(uuids), use_torch=True)
 
 
 def run_task(

@@ -159,8 +159,8 @@ def _wait_port_free(port: int, timeout: float = 20) -> None:
     raise AssertionError(f"port {port} still answers after the hub stopped")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float = 0.3) -> T:
-    """The predicate's first truthy value, polled until ``timeout``."""
+def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, step: float = 0.3) -> T:
+    """The predicate's first truthy value (never None), polled until ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -219,7 +219,7 @@ def user_token(http: httpx.Client, name: str) -> str:
     made = http.post(
         f"/hub/api/users/{name}/tokens",
         json={"note": "test"},
-        headers={"X-XSRFToken": http.cookies.get("_xsrf", "")},
+        headers={"X-XSRFToken": http.cookies.get("_xsrf") or ""},
     )
     assert made.status_code == 201, made.text
     return str(made.json()["token"])

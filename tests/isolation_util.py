@@ -10,7 +10,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ def probe_command() -> str:
     return f"{shlex.quote(user_python())} -c {shlex.quote(PROBE)}"
 
 
-def probe_env(targets: list[tuple[str, str, str | Path]]) -> dict[str, str]:
+def probe_env(targets: Sequence[tuple[str, str, str | Path]]) -> dict[str, str]:
     return {"PROBE_TARGETS": json.dumps([(label, how, str(path)) for label, how, path in targets])}
 
 

@@ -357,8 +357,13 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         q = parse_qs(url.query)
         length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        self.api.requests.append((method, url.path, q, body))
+        raw = json.loads(self.rfile.read(length)) if length else None
+        self.api.requests.append((method, url.path, q, raw))
+        if method == "POST" and not isinstance(raw, dict):
+            # Every POST the API takes is one JSON object, as the real API server insists.
+            self._reply(400, _status(400, "BadRequest", "the request body must be a JSON object"))
+            return
+        body: dict[str, Any] = raw if isinstance(raw, dict) else {}
         parts = url.path.strip("/").split("/")
         one = {k: v[0] for k, v in q.items()}
         api = self.api

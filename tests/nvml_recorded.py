@@ -80,7 +80,9 @@ class RecordedNVML:
         if value is None:
             raise _error(pynvml.NVML_ERROR_NO_DATA)
         if isinstance(value, str) and value.startswith("ERROR "):
-            raise _error(int(re.search(r"\((\d+)\)", value).group(1)))
+            code = re.search(r"\((\d+)\)", value)
+            assert code, f"a recorded error names its NVML code, as 'ERROR ... (15)': {value!r}"
+            raise _error(int(code.group(1)))
         return value
 
     def _log(self, name: str) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from labhive.scheduler.core.config import ClusterConfig, load_cluster_config
 from labhive.scheduler.policies import get_policy
+from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.sim.engine import SimJob, Simulation
 from labhive.scheduler.sim.machines import Machine, cluster_dict
 from labhive.scheduler.sim.traces import TraceJob
@@ -19,6 +20,13 @@ def cluster(gpus_per_node: list[int], vcs: dict[str, int] | None = None) -> Clus
     """Nodes n0, n1, ... with these GPU counts; VCs weighted by node share (or one VC)."""
     machines = [Machine(f"n{i}", g) for i, g in enumerate(gpus_per_node)]
     return load_cluster_config(cluster_dict(machines, vcs))
+
+
+def las(config: ClusterConfig, **options: str) -> LasPolicy:
+    """LAS for a cluster of one VC: one queue, whose levels and knobs a test can read."""
+    policy = get_policy("las", config, **options)
+    assert isinstance(policy, LasPolicy), "LAS over several VCs is one queue per VC"
+    return policy
 
 
 def job(name: str, submit: float, gpus: int, duration: float, vc: str = "default") -> SimJob:

@@ -197,7 +197,7 @@ class SlurmCluster:
         while time.monotonic() < deadline:
             for proc in self._procs:
                 if proc.poll() is not None:
-                    raise Unavailable(f"a Slurm daemon exited ({proc.args}): {self.logs()}")
+                    raise Unavailable(f"a Slurm daemon exited ({proc.args!r}): {self.logs()}")
             done = subprocess.run(
                 ["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
                 env=self.env, timeout=15, check=False,

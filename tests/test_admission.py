@@ -136,10 +136,10 @@ def test_a_queue_policy_keeps_its_own_check(policy: str) -> None:
         )
 
 
-def test_an_admitted_submit_is_not_checked_again() -> None:
+def test_an_admitted_submit_is_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     sched = HivedScheduler(load_cluster_config_text(CLUSTER))
     checked: list[JobSpec] = []
-    sched.check = checked.append  # type: ignore[method-assign]
+    monkeypatch.setattr(sched, "check", checked.append)
     sched.handle(Submit("x", _spec({"vc": "a", "gpus": 1}), admitted=True))
     assert checked == []
     sched.handle(Submit("y", _spec({"vc": "a", "gpus": 1})))

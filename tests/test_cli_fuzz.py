@@ -123,7 +123,7 @@ def damaged(draw: st.DrawFn) -> tuple[Path, str]:
         data = parsed(source)
         places = paths_in(data)
         keyed = [p for p in places if p and not isinstance(p[-1], int)]  # not command lines
-        pool = keyed if keyed and draw(st.integers(0, 3)) else places
+        pool = keyed if keyed and draw(st.integers(0, 3)) != 0 else places
         where = pool[draw(st.integers(0, len(pool) - 1))]
         op = draw(st.sampled_from(["replace", "replace", "wrap", "drop", "rename", "duplicate"]))
         value = draw(st.one_of(st.sampled_from(BREAKING), st.sampled_from(NASTY)))
@@ -162,7 +162,7 @@ def check_answer(code: int, output: str, allowed: set[int]) -> None:
 
 @pytest.mark.skipif(not CORPUS, reason="no shipped files found")
 @settings(
-    max_examples=settings.default.max_examples * 3 // 2,  # 150, or more when exploring
+    max_examples=settings().max_examples * 3 // 2,  # 150, or more when exploring
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(case=damaged())

@@ -14,18 +14,16 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_properties import PROPERTY_SETTINGS, clusters
+from test_properties import ENDINGS, PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import (
-    Cancel,
     Decision,
     Event,
     Finish,
     NodeDown,
     NodeUp,
-    Requeue,
     SpecRejected,
     Submit,
     Tick,
@@ -88,6 +86,7 @@ def batches(sched: Any, nodes: list[str], steps: list[Any]) -> Any:
     """The steps as batches of events of one instant, each built when due."""
     down: set[str] = set()
     used: set[str | None]
+    batch: list[Event]
     now, batch, used = 0.0, [], set()  # a batch ends or cancels a job once
     for i, ((kind, arg), same) in enumerate(steps):
         if batch and not same:
@@ -105,7 +104,7 @@ def batches(sched: Any, nodes: list[str], steps: list[Any]) -> Any:
             views = [v for v in sched.jobs() if (v.state == "WAITING") == (kind == "cancel")]
             if views:
                 job_id = views[arg % len(views)].job_id
-                event = {"finish": Finish, "cancel": Cancel, "requeue": Requeue}[kind](job_id, now)
+                event = ENDINGS[kind](job_id, now)
         elif kind == "node_down":
             down.add(node := nodes[arg % len(nodes)])
             event = NodeDown(node, now, "fault")

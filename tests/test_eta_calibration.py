@@ -38,6 +38,7 @@ def shown_coverage(spread: float, n: int = 1500) -> tuple[float, float]:
     raw = shown = 0
     scored = rows[n - 300 :]
     for o, e in scored:
+        assert o.started is not None, "every job of the history started"
         c = calibrator.adjust("vc1", o.predicted_at, e)
         raw += e.low <= o.started <= e.high
         shown += c.low <= o.started <= c.high

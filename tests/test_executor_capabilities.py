@@ -21,6 +21,7 @@ from local_exec_util import launch_one
 from waiting import wait_until
 
 from labhive.scheduler.core.config import cluster_from_gpus
+from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import NodeDown
 from labhive.scheduler.executors.base import TaskExit, TaskHandle, TaskLaunch
 from labhive.scheduler.executors.capabilities import (
@@ -143,6 +144,10 @@ class NoPoll:
         return []
 
 
+def never_loaded(row: dict[str, Any]) -> JobSpec:
+    raise AssertionError("a loop refused at its construction loads no job")
+
+
 def test_an_executor_without_poll_is_refused_when_the_loop_is_built(tmp_path: Path) -> None:
     """Given an executor that lacks ``poll``, expect the loop's constructor to refuse it with
     an error that names ``poll``, before any pass could call it."""
@@ -152,7 +157,8 @@ def test_an_executor_without_poll_is_refused_when_the_loop_is_built(tmp_path: Pa
     config = cluster_from_gpus("n1", 1, vcs=("vc1",))
     try:
         with pytest.raises(TypeError, match=r"NoPoll is not an executor: it lacks poll \("):
-            SchedulerLoop(store, lambda: get_policy("hived", config), NoPoll(), lambda r: r)  # type: ignore[arg-type]
+            # NoPoll is no Executor: the point is that the loop's constructor says so.
+            SchedulerLoop(store, lambda: get_policy("hived", config), NoPoll(), never_loaded)  # type: ignore[arg-type]
     finally:
         store.dispose()
 

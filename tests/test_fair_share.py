@@ -17,7 +17,15 @@ from sim_helpers import simulate
 from labhive.scheduler.core.config import ConfigError, load_cluster_config
 from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.core.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
-from labhive.scheduler.core.model import Finish, Reconfigure, SpecRejected, Start, Submit
+from labhive.scheduler.core.model import (
+    Finish,
+    JobView,
+    Reconfigure,
+    Scheduler,
+    SpecRejected,
+    Start,
+    Submit,
+)
 from labhive.scheduler.hived.fairshare import Ledger
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob
@@ -43,6 +51,13 @@ def spec(user: str, gpus: int = 1, tasks: int = 1, priority: int = PROD, **kw: A
     return JobSpec(
         name=f"{user}-job", vc="default", priority=priority, roles=(role,), user=user, **kw
     )
+
+
+def view(sched: Scheduler, job_id: str) -> JobView[str]:
+    """What the scheduler shows of a job it must know."""
+    found = sched.job(job_id)
+    assert found is not None, f"the scheduler does not know {job_id}"
+    return found
 
 
 def job(name: str, user: str, submit: float, duration: float, **kw: Any) -> SimJob:
@@ -119,7 +134,7 @@ def test_a_user_at_the_running_cap_waits_and_is_told_why() -> None:
         out = sched.handle(Submit(f"bob{i}", spec("bob"), 0.0))
         started += [d.job_id for d in out if isinstance(d, Start)]
     assert started == ["bob0", "bob1"]
-    why = sched.job("bob2").why
+    why = view(sched, "bob2").why
     assert why is not None and "bob already runs 2 GPUs in default" in why
     assert "at most 2 at once (userLimits.maxRunningGpus)" in why
     out = sched.handle(Submit("dave", spec("dave"), 1.0))
@@ -132,7 +147,7 @@ def test_an_incremental_job_starts_tasks_only_up_to_the_cap() -> None:
     sched = get_policy("hived", course([4], limits={"maxRunningGpus": 3}))
     out = sched.handle(Submit("wide", spec("bob", tasks=4, gang=False), 0.0))
     assert sum(len(d.tasks) for d in out if isinstance(d, Start)) == 3
-    assert "userLimits.maxRunningGpus" in (sched.job("wide").why or "")
+    assert "userLimits.maxRunningGpus" in (view(sched, "wide").why or "")
     out = sched.handle(Finish("wide", 1.0))
     assert sched.job("wide") is None
 
@@ -249,9 +264,9 @@ def test_caps_turned_on_by_a_new_config_count_the_jobs_already_running() -> None
     sched = get_policy("hived", course([3]))
     for i in range(4):
         sched.handle(Submit(f"bob{i}", spec("bob"), float(i)))
-    assert sched.job("bob3").state == "WAITING"
+    assert view(sched, "bob3").state == "WAITING"
     sched.handle(Reconfigure(course([3], limits={"maxRunningGpus": 2}), 10.0))
     sched.handle(Submit("dave", spec("dave"), 11.0))
     out = sched.handle(Finish("bob0", 12.0))  # bob still runs 2: at his cap
     assert [d.job_id for d in out if isinstance(d, Start)] == ["dave"]
-    assert "userLimits.maxRunningGpus" in (sched.job("bob3").why or "")
+    assert "userLimits.maxRunningGpus" in (view(sched, "bob3").why or "")

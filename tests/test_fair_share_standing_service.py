@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from service_fixtures import live_service
-from waiting import wait_until
+from waiting import job_in, wait_until
 
 from labhive.scheduler.cli import main as client_main
 from labhive.scheduler.client import LabHiveError
@@ -53,7 +53,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Any:
         bob = live.client(BOB)
         running = [bob.submit(command="sleep 600", vc="course", gpus=1) for _ in range(2)]
         for job in running:
-            wait_until(lambda j=job: j.refresh().state == "RUNNING", "bob's jobs to run", 120)
+            wait_until(job_in(job, "RUNNING"), "bob's jobs to run", 120)
         began = time.time()
         waiting = [bob.submit(command="true", vc="course", gpus=1) for _ in range(5)]
         dave = [live.client(DAVE).submit(command="true", vc="course", gpus=1) for _ in range(2)]

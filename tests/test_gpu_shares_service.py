@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from isolation_util import isolated_service, needs_root, open_tmp_dir, user_python
 from service_fixtures import Live
-from waiting import wait_until
+from waiting import job_done, job_in, wait_until
 
 from labhive.scheduler.executors import limits
 
@@ -100,7 +100,7 @@ def test_two_halves_of_one_gpu_both_open_it_and_a_whole_gpu_job_beside_them_cann
     ]
     whole = alice.submit(name="whole", command=probe(devs, gate), vc="vc1", gpus=1)
     for job in (*halves, whole):
-        wait_until(lambda j=job: j.refresh().state == "RUNNING", f"job {job.id} running", 60)
+        wait_until(job_in(job, "RUNNING"), f"job {job.id} running", 60)
     a, b, w = (report(j) for j in (*halves, whole))
 
     # both halves hold the same GPU, each sees its index, and its filter admits that GPU only
@@ -140,7 +140,7 @@ def test_two_halves_of_one_gpu_both_open_it_and_a_whole_gpu_job_beside_them_cann
     }  # fmt: skip
     gate.touch()
     for job in (*halves, whole):
-        wait_until(lambda j=job: j.refresh().done, f"job {job.id} done", 60)
+        wait_until(job_done(job), f"job {job.id} done", 60)
         assert job.state == "SUCCEEDED", job.data
 
 

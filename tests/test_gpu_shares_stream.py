@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from isolation_util import isolated_service, needs_root
-from waiting import wait_until
+from waiting import job_done, wait_until
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import PRIORITY_CLASSES, JobSpec, RoleSpec
@@ -106,7 +106,7 @@ def test_the_live_service_starts_the_whole_gpu_job_amid_a_stream_of_halves(
             time.sleep(max(0.0, began + n + 1 - time.monotonic()))
         assert whole is not None
         for job in (whole, *halves):
-            wait_until(lambda j=job: j.refresh().done, f"job {job.id} done", 120)
+            wait_until(job_done(job), f"job {job.id} done", 120)
             assert job.state == "SUCCEEDED", job.data
         started = whole.data["started_at"]
         assert started - whole.data["submitted_at"] <= LIVE_BOUND_S, whole.data

@@ -65,6 +65,12 @@ def make_spawner(live: Live, tmp: Path, token: str = ALICE, **traits: Any) -> La
     )
 
 
+def job_of(spawner: LabHiveSpawner) -> int:
+    """The id of the job the spawner started (or last knew of)."""
+    assert spawner.job_id is not None, "the spawner has no job"
+    return spawner.job_id
+
+
 def block_vc1(live: Live, gpus: int = 4, priority: str = "prod") -> Any:
     """An admin job holding vc1's GPUs until cancelled."""
     job = live.client().submit(
@@ -152,7 +158,7 @@ def test_a_preempted_server_ends_with_a_message_shown_next_time(live: Live, tmp_
             status = asyncio.run(spawner.poll())
         assert status == 1
         assert "higher-priority job" in spawner.last_end
-        assert live.client().job(spawner.job_id).state == "STOPPED"
+        assert live.client().job(job_of(spawner)).state == "STOPPED"
         spawner.clear_state()
         assert "higher-priority job" in spawner.get_state()["labhive_last_end"]
         assert "higher-priority job" in asyncio.run(spawner._options_form())
@@ -167,7 +173,7 @@ def test_a_server_goes_to_a_vc_its_users_groups_grant_and_sizes_are_checked(
     spawner.user_options = {"profile": "cpu"}
     url = asyncio.run(asyncio.wait_for(spawner.start(), 30))  # bob's groups grant default
     try:
-        assert live.client().job(spawner.job_id).vc == "default"
+        assert live.client().job(job_of(spawner)).vc == "default"
     finally:
         asyncio.run(spawner.stop(now=True))
     with pytest.raises(ServerJobEnded, match="unknown server size 'huge'"):
@@ -185,7 +191,7 @@ def test_a_server_that_waits_too_long_is_cancelled_with_a_clear_message(
         spawner.user_options = {"profile": "1gpu"}
         with pytest.raises(ServerJobEnded, match=r"waited \d seconds .*position 1 of 1 in vc1"):
             asyncio.run(spawner.start())
-        assert live.client().job(spawner.job_id).state == "STOPPED"
+        assert live.client().job(job_of(spawner)).state == "STOPPED"
     finally:
         blocker.cancel()
 
@@ -287,7 +293,7 @@ def test_the_spawn_form_offers_the_users_vcs_their_own_first_and_says_a_queued_j
             spawner.user_options = {}
             started = asyncio.run(_start_then_stop_while_waiting(spawner))
             assert started.startswith("WAITING: position 1 of 1 in vc1"), started
-            assert live.client().job(spawner.job_id).state == "STOPPED"
+            assert live.client().job(job_of(spawner)).state == "STOPPED"
             assert "was still waiting in vc1's queue" in spawner.last_end
             assert "queued job was cancelled" in asyncio.run(spawner._options_form())
         finally:
@@ -296,7 +302,7 @@ def test_the_spawn_form_offers_the_users_vcs_their_own_first_and_says_a_queued_j
         spawner.user_options = {"vc": "default"}
         asyncio.run(asyncio.wait_for(spawner.start(), 30))
         try:
-            assert live.client().job(spawner.job_id).vc == "default"
+            assert live.client().job(job_of(spawner)).vc == "default"
         finally:
             asyncio.run(spawner.stop(now=True))
         spawner.user_options = {"vc": "vc2"}
@@ -332,7 +338,7 @@ def test_a_server_on_nodes_gets_its_address_from_the_task_and_its_token_by_hando
     spawner = make_spawner(live, tmp_path, server_on_nodes=True)
     spawner.user_options = {"profile": "cpu"}
     url = asyncio.run(asyncio.wait_for(spawner.start(), 60))
-    job = live.client().job(spawner.job_id)
+    job = live.client().job(job_of(spawner))
     assert url == f"http://{job.tasks[0]['address']}:{spawner.port}" and _answers(url)
     env = json.loads((tmp_path / "server-env.json").read_text())
     assert env["JUPYTERHUB_API_TOKEN"] == ALICE  # handed over TCP by the hub
@@ -356,7 +362,7 @@ def test_a_server_whose_port_is_taken_on_its_node_ends_saying_where_to_look(
         spawner.user_options = {"profile": "cpu"}
         with pytest.raises(ServerJobEnded, match=r"ended FAILED .*labhive logs \d+ --stderr"):
             asyncio.run(asyncio.wait_for(spawner.start(), 60))
-        stderr = live.client().logs(spawner.job_id, stream="stderr").data
+        stderr = live.client().logs(job_of(spawner), stream="stderr").data
     assert f"port {port} is in use on this node" in stderr
 
 

@@ -122,11 +122,12 @@ def test_labhive_up_prints_the_login_serves_and_ctrl_c_stops_everything(tmp_path
 
         train = service.submit(name="train", command="sleep 6543", gpus=1)
         wait_for(lambda: train.refresh().state == "RUNNING", 30, "the training job")
-        everything = wait_for(
-            lambda: (f := _family(str(data))) and "sleep 6543" in _names(f) and f,
-            10,
-            "the training process",
-        )
+
+        def with_training() -> list[psutil.Process] | None:
+            family = _family(str(data))
+            return family if "sleep 6543" in _names(family) else None
+
+        everything = wait_for(with_training, 10, "the training process")
         assert "jupyterhub-singleuser" in _names(everything), _names(everything)
         assert "configurable-http-proxy" in _names(everything), _names(everything)
 

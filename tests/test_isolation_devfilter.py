@@ -81,8 +81,10 @@ def nodes() -> Iterator[Path]:
         yield path
 
 
-def tries(nodes: Path, labels: list[str]) -> list[tuple[str, str, str]]:
-    return [(label, "read", nodes / label) for label in labels] + [("null", "read", "/dev/null")]
+def tries(nodes: Path, labels: list[str]) -> list[tuple[str, str, Path]]:
+    return [(label, "read", nodes / label) for label in labels] + [
+        ("null", "read", Path("/dev/null"))
+    ]
 
 
 def opened(ex: LocalExecutor, handle) -> dict[str, int | str]:

@@ -74,7 +74,7 @@ def test_a_users_job_reads_nothing_of_the_service_or_other_users(service: Live) 
     wait_until(lambda: "BOB-SECRET" in bob.logs().data, "bob's output", 30)
     bob_task = data / "jobs" / str(bob.id) / "1" / f"{bob.tasks[0]['role']}-0"
     assert (bob_task / "stdout").read_text() == "BOB-SECRET\n"  # the path is the real one
-    targets = [
+    targets: list[tuple[str, str, str | Path]] = [
         ("its own file by absolute path", "write", "~/mine.txt"),
         ("the data directory", "list", data),
         ("the database", "read", data / "labhive.db"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
-from waiting import wait_until
+from waiting import job_in, wait_until
 
 from labhive.scheduler.cli import main
 from labhive.scheduler.service.journal import table
@@ -39,7 +39,7 @@ def a_recorded_day(data_dir: Path, db: str | None) -> None:
             for i in range(2)
         ]
         for job in oppo:
-            wait_until(lambda job=job: state_is(job, "RUNNING"), "an opportunistic job to run")
+            wait_until(job_in(job, "RUNNING"), "an opportunistic job to run")
         # default's own job takes its node back: one opportunistic job is preempted.
         guaranteed = bob.submit(command="sleep 60", vc="default", gpus=4, name="owner")
         wait_until(lambda: state_is(guaranteed, "RUNNING"), "the owner's job to run", 60)

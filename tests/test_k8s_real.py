@@ -12,6 +12,7 @@ import os
 import time
 
 import pytest
+from kubernetes import client as k8s
 
 from labhive.scheduler.executors.base import TaskExit, TaskKey, TaskLaunch
 from labhive.scheduler.executors.kubernetes import KubernetesExecutor, connect
@@ -28,26 +29,38 @@ pytestmark = [
 ]
 
 
-def test_a_gang_of_two_pods_is_bound_by_labhive_and_succeeds() -> None:
-    from kubernetes import client as k8s
+# The API server always fills a node's metadata, spec and status; the client types them as
+# optional because the same classes also build requests.
+def schedulable(node: k8s.V1Node) -> bool:
+    """Ready and not cordoned."""
+    assert node.status is not None and node.spec is not None
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ())
+    return ready and not node.spec.unschedulable
 
+
+def gpus(node: k8s.V1Node) -> int:
+    assert node.status is not None
+    return int((node.status.allocatable or {}).get("nvidia.com/gpu", "0"))
+
+
+def name(node: k8s.V1Node) -> str:
+    assert node.metadata is not None and node.metadata.name is not None
+    return node.metadata.name
+
+
+def test_a_gang_of_two_pods_is_bound_by_labhive_and_succeeds() -> None:
     api = connect(KUBECONFIG)
-    nodes = [
-        n
-        for n in k8s.CoreV1Api(api).list_node().items
-        if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or ())
-        and not n.spec.unschedulable
-    ]
+    nodes = [n for n in k8s.CoreV1Api(api).list_node().items if schedulable(n)]
     assert nodes, "the cluster has no Ready, schedulable node"
     picked = [nodes[0], nodes[-1]]
-    has_gpu = all(int((n.status.allocatable or {}).get("nvidia.com/gpu", "0")) for n in picked)
+    has_gpu = all(gpus(n) for n in picked)
     job = f"real-{int(time.time())}"
     tasks = [
         TaskLaunch(
             TaskKey(job, 0, "worker", i),
             job,
             "echo hello from $PAI_CURRENT_TASK_ROLE_NAME-$PAI_TASK_INDEX",
-            n.metadata.name,
+            name(n),
             (0,),
             virtual=not has_gpu,
             cpu=0.1,
@@ -74,20 +87,13 @@ def test_a_gang_of_two_pods_is_bound_by_labhive_and_succeeds() -> None:
 def test_a_pod_runs_as_its_users_uid_with_no_capabilities() -> None:
     """Given a task of uid 23456 (gid 23457), expect the pod to see that identity, an empty
     effective capability set and no_new_privs: the kubelet applied the securityContext."""
-    from kubernetes import client as k8s
-
     api = connect(KUBECONFIG)
-    node = next(
-        n
-        for n in k8s.CoreV1Api(api).list_node().items
-        if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or ())
-        and not n.spec.unschedulable
-    )
+    node = next(n for n in k8s.CoreV1Api(api).list_node().items if schedulable(n))
     job = f"asuser-{int(time.time())}"
     task = TaskLaunch(
         TaskKey(job, 0, "who", 0), job,
         "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status",
-        node.metadata.name, (0,), virtual=True, cpu=0.1, memory_mb=64, uid=23456, gid=23457,
+        name(node), (0,), virtual=True, cpu=0.1, memory_mb=64, uid=23456, gid=23457,
         image=os.environ.get("LABHIVE_TEST_IMAGE", "busybox:1.36"),
     )  # fmt: skip
     lh = KubernetesExecutor(api, os.environ.get("LABHIVE_NAMESPACE", "default"))

@@ -141,7 +141,9 @@ def test_sweep_submits_the_product(kernel: Kernel, service: Service) -> None:
     assert sorted(mine) == ["sw-lr0.01-bs32", "sw-lr0.01-bs64", "sw-lr0.1-bs32", "sw-lr0.1-bs64"]
     for name, job in mine.items():
         assert job.state == "SUCCEEDED"
-        lr, bs = re.match(r"sw-lr([\d.]+)-bs(\d+)", name).groups()
+        point = re.match(r"sw-lr([\d.]+)-bs(\d+)", name)
+        assert point, f"{name} is not a point of the sweep's grid"
+        lr, bs = point.groups()
         assert job.logs().data == f"lr={lr} bs={bs}\n"
     table = out.texts()[-1].splitlines()
     assert len(table) == 5 and all("SUCCEEDED" in row for row in table[1:])

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from local_exec_util import processes_of, wait_exits
 from waiting import wait_until
 
 from labhive.scheduler.executors.base import TaskHandle, TaskKey
-from labhive.scheduler.executors.local import LocalExecutor, _start_ticks
+from labhive.scheduler.executors.local import LocalExecutor
+from labhive.scheduler.executors.local_procs import _start_ticks
 
 SERVICE = textwrap.dedent(
     """
@@ -43,6 +45,10 @@ SERVICE = textwrap.dedent(
 )
 
 
+def no_processes_of(job_id: str) -> bool:
+    return processes_of(job_id) == []
+
+
 @pytest.fixture
 def crashed_service(tmp_path: Path):
     """Run an executor in a child process, let it launch, then kill -9 it; yield its handles."""
@@ -58,10 +64,8 @@ def crashed_service(tmp_path: Path):
                 for row in json.loads((tmp_path / "handles.json").read_text())
             }
             for job in settle:
-                wait_until(
-                    lambda j=job: Path(handles[j].info["exit_file"]).exists(), f"{job}'s end"
-                )
-                wait_until(lambda j=job: processes_of(j) == [], f"{job}'s supervisor to leave")
+                wait_until(Path(handles[job].info["exit_file"]).exists, f"{job}'s end")
+                wait_until(partial(no_processes_of, job), f"{job}'s supervisor to leave")
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

@@ -18,7 +18,7 @@ from waiting import wait_until
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.executors.base import TaskExit
 from labhive.scheduler.service import lifecycle as lc
-from labhive.scheduler.service.policy_port import task_key
+from labhive.scheduler.service.policy_port import ServiceEvent, task_key
 from labhive.scheduler.service.runtime import settle
 from labhive.scheduler.service.runtime.plan import Plan
 from labhive.scheduler.service.runtime.runs import Running, Runs
@@ -118,7 +118,7 @@ def test_a_failed_task_of_a_gang_drains_the_rest_and_spends_a_retry_from_the_rec
     keys = [task_key(7, 1, "main", i) for i in (0, 1)]
     run.task_ids = {keys[0]: 70, keys[1]: 71}
     runs.running[7], runs.specs[7] = run, spec
-    plan, events = Plan(), []
+    plan, events = Plan(), list[ServiceEvent]()
     settle.settle_exits(runs, [TaskExit(keys[1], 1, "exit code 1")], plan, events, 5.0, 2.0)
     assert plan.ended_tasks == [(71, 1)] and events == []  # the policy hears once 0 is gone
     drain = runs.reserved.draining[7]

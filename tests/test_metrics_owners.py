@@ -50,6 +50,7 @@ def test_orphan_is_found_by_its_process_group() -> None:
         text=True,
         start_new_session=True,
     )
+    assert task.stdout is not None  # stdout=PIPE
     orphan = int(task.stdout.readline())
     task.wait()
     try:

@@ -8,6 +8,8 @@ from metrics_service import NODE, labhive_service
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
+from labhive.scheduler.core.model import NodeDown
+
 pytest_plugins = ["service_fixtures"]
 
 
@@ -54,6 +56,7 @@ def test_gpu_and_process_carry_the_job(tmp_path) -> None:
 def test_history_is_downsampled_in_the_store(tmp_path, db_url) -> None:
     """On SQLite and on a real PostgreSQL server."""
     with labhive_service(tmp_path, interval_s=0.01, db=db_url) as w:
+        assert w.service.monitoring is not None, "the service samples its GPUs"
         w.service.monitoring.history_points = 8
         job = w.submit(name="long", vc="vc1", gpus=1, command="sleep 60")
         w.wait_state(job, "RUNNING")
@@ -74,6 +77,7 @@ def test_lost_gpu_takes_the_node_down_and_back_up(tmp_path) -> None:
         # the loop thread hands it to the policy
         wait_until(lambda: w.policy.node_events, "the NodeDown", 10)
         (down,) = w.policy.node_events
+        assert isinstance(down, NodeDown), down
         assert down.node == NODE and "GPU 0" in down.reason and "lost" in down.reason
         w.nvml.recording["devices"][0]["lost"] = False
         wait_until(lambda: len(w.policy.node_events) == 2, "the NodeUp", 10)

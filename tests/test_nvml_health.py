@@ -24,8 +24,10 @@ def test_healthy_node_stays_quiet() -> None:
 def test_lost_gpu_takes_the_node_down_and_up_again() -> None:
     lost = at(h100_sample(lost=True), 10.0)
     events, state = health("n1", lost)
-    assert events == [NodeDown("n1", 10.0, events[0].reason)]
-    assert "GPU 0 is lost" in events[0].reason
+    (down,) = events
+    assert isinstance(down, NodeDown), events
+    assert down == NodeDown("n1", 10.0, down.reason)
+    assert "GPU 0 is lost" in down.reason
     events, state = health("n1", at(lost, 20.0), state)
     assert events == []  # still down: no repeated events
     events, state = health("n1", at(h100_sample(), 30.0), state)
@@ -76,4 +78,4 @@ def test_application_xid_is_the_job_s_problem() -> None:
 def test_unreadable_machine_is_down() -> None:
     sample = replace(h100_sample(), gpus=(), error="nvmlDeviceGetCount: Unknown Error")
     (down,), _ = health("n1", sample)
-    assert "NVML cannot read the GPUs" in down.reason
+    assert isinstance(down, NodeDown) and "NVML cannot read the GPUs" in down.reason

@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from nvml_recorded import RecordedNVML, load_h100
 
-from labhive.scheduler.observe.nvml import Sampler, sample_from, start_sampling
+from labhive.scheduler.observe.nvml import Sample, Sampler, sample_from, start_sampling
+
+
+def read(sampler: Sampler) -> Sample:
+    """A sample from a sampler whose NVML starts (a recorded one always does)."""
+    got = sampler.sample()
+    assert got is not None, "NVML did not start"
+    return got
+
 
 MIB = 1024 * 1024
 
@@ -112,12 +120,12 @@ def test_xid_events_and_ecc_counters() -> None:
         "uncorrected_aggregate": 2,
     }
     sampler = Sampler(RecordedNVML(rec), hostname="gpu-node-1", clock=lambda: 5.0)
-    first = sampler.sample()
+    first = read(sampler)
     (gpu,) = first.gpus
     assert gpu.new_xids == (13, 79) and gpu.last_xid == 79
     assert (gpu.ecc_sbe_volatile, gpu.ecc_dbe_volatile) == (3, 1)
     assert (gpu.ecc_sbe_aggregate, gpu.ecc_dbe_aggregate) == (10, 2)
-    (again,) = sampler.sample().gpus
+    (again,) = read(sampler).gpus
     assert again.new_xids == () and again.last_xid == 79  # dcgm's gauge keeps the last XID
     sampler.close()
 
@@ -230,6 +238,6 @@ def test_an_xid_storm_is_read_in_bounded_slices() -> None:
     rec = load_h100()
     rec["devices"][0]["xid_events"] = [79] * (MAX_EVENTS_PER_SAMPLE + 10)
     sampler = Sampler(RecordedNVML(rec), hostname="n")
-    assert len(sampler.sample().gpus[0].new_xids) == MAX_EVENTS_PER_SAMPLE
-    (gpu,) = sampler.sample().gpus
+    assert len(read(sampler).gpus[0].new_xids) == MAX_EVENTS_PER_SAMPLE
+    (gpu,) = read(sampler).gpus
     assert len(gpu.new_xids) == 10 and gpu.xid_count == MAX_EVENTS_PER_SAMPLE + 10

@@ -85,7 +85,9 @@ def check_gangs(sched: Scheduler, specs: dict[str, Any]) -> None:
             assert view.why, f"{view.name} has tasks waiting without a reason"
 
 
-def counters(sched: Scheduler) -> tuple[dict[str, tuple[int, int]], dict[str, Any]]:
+def counters(
+    sched: Scheduler,
+) -> tuple[dict[str, tuple[float, float]], dict[str, tuple[bool, dict[int, str]]]]:
     cluster = sched.cluster()
     vcs = {v.name: (v.used_gpus, v.opportunistic_gpus) for v in cluster.vcs.values()}
     nodes = {n.name: (n.healthy, dict(n.used)) for n in cluster.nodes}
@@ -202,10 +204,10 @@ def test_hived_keeps_shares_within_one_gpu_and_their_vcs_guarantees(data: Any) -
     """Random clusters and workloads with GPU shares: after every event the share invariants
     hold, HiveD's own (``test_properties``: cells, counters, VC safety) hold, and a cold
     rebuild from the running jobs counts the same."""
-    from test_properties import check_counters, check_vc_safety
+    from test_properties import check_counters, check_vc_safety, hived_policy
 
     config = load_cluster_config(data.draw(clusters()))
-    build = lambda: get_policy("hived", config)  # noqa: E731
+    build = lambda: hived_policy(config)  # noqa: E731
     sched = build()
     nodes = sorted({n.name for n in config.nodes()})
     specs: dict[str, Any] = {}

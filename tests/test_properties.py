@@ -6,14 +6,14 @@ its quota instead."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.config import ClusterConfig, load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import (
     Adopt,
@@ -31,10 +31,20 @@ from labhive.scheduler.core.model import (
     TaskPlacement,
     Tick,
 )
+from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.core import HivedScheduler
+from labhive.scheduler.policies import get_policy
+
+#: The events that end a job's attempt, by the name the drawn steps give them: all take
+#: (job id, time).
+ENDINGS: dict[str, Callable[[str, float], Event]] = {
+    "finish": Finish,
+    "requeue": Requeue,
+    "cancel": Cancel,
+}
 
 PROPERTY_SETTINGS = settings(
-    max_examples=settings.default.max_examples * 3 // 2,  # 150, or more when exploring
+    max_examples=settings().max_examples * 3 // 2,  # 150, or more when exploring
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -172,16 +182,24 @@ def check_invariants(sched: HivedScheduler, config: Any) -> None:
         if not view.opportunistic and view.tasks:
             per_vc[view.vc] = per_vc.get(view.vc, 0) + len(gpus)
             for _, leaves in job.placed.values():
+                owners: dict[int, Cell] = {}
                 for leaf in leaves:
                     owner = leaf.owner()
                     assert owner is not None and owner.vc == view.vc, "guaranteed outside its VC"
-                owners = {id(leaf.owner()): leaf.owner() for leaf in leaves}
+                    owners[id(owner)] = owner
                 assert len(owners) == 1 or all(not o.children for o in owners.values()), (
                     "a task spans several of its VC's cells"  # single-GPU cells excepted
                 )
     for name, n in per_vc.items():
         assert n <= sched.vcs[name].leaves(sched.tree), f"{name} uses more than its cells"
     check_counters(sched)
+
+
+def hived_policy(config: ClusterConfig) -> HivedScheduler:
+    """The HiveD policy for this cluster, built as the service builds it."""
+    policy = get_policy("hived", config)
+    assert isinstance(policy, HivedScheduler)
+    return policy
 
 
 def check_counters(sched: HivedScheduler) -> None:
@@ -302,7 +320,7 @@ def events(sched: Any, nodes: list[str], ops: list[Any]) -> Iterator[Event]:
             ids = sorted(view.job_id for view in sched.jobs())
             if ids:
                 job_id = ids[arg % len(ids)]
-                yield {"finish": Finish, "requeue": Requeue, "cancel": Cancel}[kind](job_id, now)
+                yield ENDINGS[kind](job_id, now)
         elif kind == "node_down":
             node = nodes[arg % len(nodes)]
             down.add(node)

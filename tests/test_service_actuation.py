@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -16,6 +17,7 @@ from service_fixtures import Live, live_service
 from sqlalchemy import select
 from waiting import wait_until
 
+from labhive.scheduler.client import Job
 from labhive.scheduler.service.store import tasks
 
 pytest_plugins = ["service_fixtures"]
@@ -31,14 +33,16 @@ def live(tmp_path: Path) -> Iterator[Live]:
         yield service
 
 
-def _running(live: Live, token: str, **short) -> object:
+def _running(live: Live, token: str, **short: Any) -> Job:
     job = live.client(token).submit(command=STUBBORN, **short)
     wait_until(lambda: "ready" in job.logs().data, "the stubborn job to ignore SIGTERM")
     return job
 
 
-def _stopping(job) -> object:
-    return wait_until(lambda: job.refresh().reason == "stopping" and job, "it to be stopping")
+def _stopping(job: Job) -> Job:
+    return wait_until(
+        lambda: job if job.refresh().reason == "stopping" else None, "it to be stopping"
+    )
 
 
 def _pids(live: Live, job_id: int) -> list[int]:

@@ -49,7 +49,7 @@ def seeds() -> list[dict[str, Any]]:
 
 def nodes(doc: Any, path: tuple = ()) -> list[tuple]:
     """Every (container, key) in the tree, to pick a place to mutate."""
-    found = []
+    found: list[tuple[Any, Any]] = []
     if isinstance(doc, dict):
         for k, v in doc.items():
             found.append((doc, k))

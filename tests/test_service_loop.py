@@ -99,7 +99,8 @@ def test_a_job_cancelled_while_the_service_stops_ends_cancelled(loop: SchedulerL
     loop.cancel(job_id)
     loop.step()
     with loop.store.read() as conn:
-        assert job_row(conn, job_id)["reason"] == "stopping"
+        row = job_row(conn, job_id)
+    assert row is not None and row["reason"] == "stopping"
     loop.stop(stop_tasks=True)
     assert _state(loop, job_id) == "STOPPED"
 

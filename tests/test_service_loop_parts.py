@@ -13,7 +13,7 @@ from waiting import wait_until
 from labhive.scheduler.core.model import Start, TaskPlacement
 from labhive.scheduler.service.backoff import LoopHealth
 from labhive.scheduler.service.runtime.actuation import Actuator
-from labhive.scheduler.service.runtime.runs import Drain, Reservations
+from labhive.scheduler.service.runtime.runs import Drain, Reservations, Running, Settle
 
 
 class FakeClock:
@@ -47,7 +47,12 @@ def test_actions_run_in_order_per_job_and_side_by_side_across_jobs() -> None:
     actuator = Actuator(workers=4)
     release = threading.Event()
     done: list[str] = []
-    actuator.submit(1, lambda: (release.wait(10), done.append("1:launch")))
+
+    def launch_once_released() -> None:
+        release.wait(10)
+        done.append("1:launch")
+
+    actuator.submit(1, launch_once_released)
     actuator.submit(1, lambda: done.append("1:stop"))  # waits for job 1's launch
     actuator.submit(2, lambda: done.append("2:launch"))  # does not
     wait_until(lambda: "2:launch" in done, "job 2's action")
@@ -66,8 +71,11 @@ def _start(job: int, node: str, *gpus: int) -> Start[int]:
 
 def test_a_start_onto_draining_gpus_is_held_until_the_drain_ends() -> None:
     r = Reservations()
-    r.draining[1] = Drain(1, None, frozenset({("n0", 0), ("n0", 1)}), (1, "WAITING", "preempted",
-                          None, False, None), None, token=1)  # fmt: skip
+    held = {("n0", 0), ("n0", 1)}
+    victim = Running(attempt=1, gpus=held)
+    r.draining[1] = Drain(
+        1, victim, frozenset(held), Settle(1, "WAITING", "preempted"), None, token=1
+    )
     onto, beside, victim_again = _start(2, "n0", 1), _start(3, "n1", 0), _start(1, "n1", 1)
     assert r.blocks(onto) and not r.blocks(beside) and r.blocks(victim_again)
     assert (r.blockers(onto), r.blockers(beside)) == ([1], [])

@@ -64,10 +64,12 @@ def test_a_preemptor_stops_one_task_which_runs_again_as_its_next_generation(
 ) -> None:
     inc = _submit(loop, {"name": "inc", "vc": "vc1", "tasks": 4, "gpus": 1, "gang": False,
                          "command": "sleep 8"})  # fmt: skip
-    first = wait_until(
-        lambda: (rows := _tasks(loop, inc)) and all(r["handle"] for r in rows) and rows,
-        "the four tasks running with their pids",
-    )
+
+    def with_pids() -> list[dict[str, Any]] | None:
+        rows = _tasks(loop, inc)
+        return rows if rows and all(r["handle"] for r in rows) else None
+
+    first = wait_until(with_pids, "the four tasks running with their pids")
     assert len(first) == 4
     pids = {(r["role"], r["idx"]): r["handle"]["pid"] for r in first}
     boss = _submit(loop, {"name": "boss", "vc": "vc1", "priority": "prod", "gpus": 1,
@@ -316,13 +318,16 @@ def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_do
     the restored attempt to adopt main-0's generation 2 only (both were adopted, one GPU
     beside the other), main-1 as done, main-2 waiting to be placed again."""
     from labhive.scheduler.core.jobs import parse_job
+    from labhive.scheduler.service.runtime.record import TaskRow
     from labhive.scheduler.service.runtime.recovery import restore
+    from labhive.scheduler.service.store.queries import JobRow
 
     loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop
     try:
-        spec = parse_job({"name": "inc", "vc": "vc1", "tasks": 3, "gpus": 1, "gang": False})
+        doc = {"name": "inc", "vc": "vc1", "tasks": 3, "gpus": 1, "gang": False}
+        spec = parse_job(doc)
 
-        def row(idx: int, generation: int, state: str, gpu: int, code: int | None) -> dict:
+        def row(idx: int, generation: int, state: str, gpu: int, code: int | None) -> TaskRow:
             handle = {"pid": 1} if state == "RUNNING" else None
             return {"id": 10 * idx + generation, "job_id": 7, "attempt": 1, "role": "main",
                     "idx": idx, "generation": generation, "node": "n", "gpus": [gpu],
@@ -331,8 +336,12 @@ def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_do
 
         rows = [row(0, 1, "ENDED", 0, 0), row(1, 1, "ENDED", 1, 0), row(2, 1, "STOPPED", 2, None),
                 row(0, 2, "RUNNING", 3, None)]  # fmt: skip
-        job = {"id": 7, "attempt": 1, "opportunistic": False, "started_at": 1.0, "retries": 0,
-               "retries_used": 0}  # fmt: skip
+        job: JobRow = {"id": 7, "name": "inc", "user": "alice", "vc": "vc1", "priority": 0,
+               "state": "RUNNING", "attempt": 1, "retries": 0, "retries_used": 0,
+               "task_count": 3, "gpus": 3, "opportunistic": False, "cancel_requested": False,
+               "spec": doc, "reason": "started", "why": None, "exit_code": None,
+               "submitted_at": 0.5, "started_at": 1.0, "finished_at": None, "updated_at": 1.0,
+               "owner_id": None}  # fmt: skip
         run, adopt = restore(job, spec, rows, 2.0)
         assert [(t.role, t.index, t.gpus) for t in adopt.tasks] == [("main", 0, (3,))]
         assert adopt.ended == (("main", 1),)

@@ -103,10 +103,12 @@ def test_kill_9_during_a_partial_stop_and_after_it_loses_nothing(tmp_path: Path)
     try:
         inc = svc.submit({"name": "inc", "vc": "vc1", "tasks": 4, "gpus": 1, "gang": False,
                           "command": STUBBORN})  # fmt: skip
-        first = wait_until(
-            lambda: len(rows := [r for r in svc.tasks(inc) if _ready(r)]) == 4 and rows,
-            "inc's four tasks ignoring SIGTERM",
-        )
+
+        def all_ready() -> list[dict[str, Any]] | None:
+            rows = [r for r in svc.tasks(inc) if _ready(r)]
+            return rows if len(rows) == 4 else None
+
+        first = wait_until(all_ready, "inc's four tasks ignoring SIGTERM")
         pids = {(r["role"], r["idx"]): r["handle"]["pid"] for r in first}
         boss = svc.submit({"name": "boss", "vc": "vc1", "priority": "prod", "gpus": 1,
                            "command": "sleep 4"})  # fmt: skip

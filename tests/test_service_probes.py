@@ -46,7 +46,9 @@ def routes(live, method: str, *, under: str = "") -> list[str]:
     return sorted(
         r.path
         for r in live.running.app.routes
-        if isinstance(r, APIRoute) and method in r.methods and r.path.startswith(PREFIX + under)
+        if isinstance(r, APIRoute)
+        and method in (r.methods or set())
+        and r.path.startswith(PREFIX + under)
     )
 
 

@@ -53,7 +53,7 @@ def queued(tmp_path_factory: pytest.TempPathFactory):
         yield live, alice, bob
 
 
-def get_queue(live, token: str, **params: object) -> dict:
+def get_queue(live, token: str, **params: str | int) -> dict:
     r = httpx.get(
         f"{live.url}/queue",
         params=params,

@@ -160,7 +160,7 @@ def test_readers_never_see_half_a_transition(store: Store) -> None:
         while not stop.is_set():
             with store.read() as conn:
                 states = dict(conn.execute(select(jobs.c.id, jobs.c.state)).all())
-                held = dict(
+                held: dict[int, int] = dict(
                     conn.execute(
                         select(allocations.c.job_id, func.count()).group_by(allocations.c.job_id)
                     ).all()

@@ -15,6 +15,7 @@ from sim_helpers import DATA
 
 from labhive.scheduler.cli import main
 from labhive.scheduler.sim.openb import MILLI, NodeSpec, Pod, load_nodes, load_pods
+from labhive.scheduler.sim.sharing import GpuNode
 from labhive.scheduler.sim.sharing_paper import (
     PAPER_PLACEMENTS,
     PaperCluster,
@@ -42,22 +43,29 @@ def cluster(specs: list[NodeSpec], placement: str, pods: list[Pod], seed: int = 
     return PaperCluster(specs, paper_classes(pods), placement, seed=seed)
 
 
+def placed(c: PaperCluster, p: Pod) -> GpuNode:
+    """The node the placement picks for a pod that fits somewhere."""
+    where = c.place(p)
+    assert where is not None, f"{p.name} fits nowhere"
+    return where
+
+
 def test_paper_bestfit_weighs_free_cpu_and_gpu_half_and_half() -> None:
     # a has fewer free GPUs (1 vs 2) but b has far less CPU: LabHive's bestfit (GPU first)
     # would pick a; the paper's half-and-half leftover (CPU/128 + GPU/8) picks b:
     # a: 0.5*(64-1)/128 + 0.5*(1-1)/8 = 0.246; b: 0.5*(2-1)/128 + 0.5*(2-1)/8 = 0.066
     specs = [node("a", 1, cpu=64000), node("b", 2, cpu=2000)]
     c = cluster(specs, "paper-bestfit", [pod("x")])
-    assert c.place(pod("x")).name == "b"
+    assert placed(c, pod("x")).name == "b"
 
 
 def test_ties_go_to_the_first_name_as_in_the_paper_simulator_or_at_random() -> None:
     specs = [node(f"n{i}", 1) for i in (3, 1, 2, 0)]  # listed out of name order
     for placement in ("paper-bestfit", "fgd", "gpupacking"):
         c = PaperCluster(specs, paper_classes([pod("x")]), placement, seed=0)
-        assert c.place(pod("x")).name == "n0", placement  # not the first listed, n3
-    picked = {PaperCluster(specs, paper_classes([pod("x")]), "fgd", seed=s, ties="random")
-              .place(pod("x")).name for s in range(20)}  # fmt: skip
+        assert placed(c, pod("x")).name == "n0", placement  # not the first listed, n3
+    picked = {placed(PaperCluster(specs, paper_classes([pod("x")]), "fgd", seed=s,
+                                  ties="random"), pod("x")).name for s in range(20)}  # fmt: skip
     assert len(picked) > 1
 
 
@@ -69,7 +77,7 @@ def test_random_picks_a_node_and_a_shares_gpu_at_random_whatever_the_tie_rule() 
     for s in range(40):
         c = cluster(specs, "random", [pod("s", milli=300)], seed=s)
         c.put(c.nodes[0], pod("h", milli=300), (1,))  # n0's GPU 1 is the fullest
-        where = c.place(pod("x", milli=300))
+        where = placed(c, pod("x", milli=300))
         nodes.add(where.name)
         if where.name == "n0":
             onto_fullest.add(where.free[1] == 400)
@@ -82,9 +90,9 @@ def test_gpupacking_prefers_a_partly_used_gpu_then_a_used_node_then_an_idle_one(
     c = cluster(specs, "gpupacking", [pod("s", milli=500)])
     c.put(c.nodes[1], pod("w"), (0,))  # used: one whole GPU taken, one free
     c.put(c.nodes[2], pod("h", milli=500), (0,))  # shared: half a GPU taken
-    assert c.place(pod("s", milli=300)).name == "shared"
+    assert placed(c, pod("s", milli=300)).name == "shared"
     # a whole GPU: a node already in use (used and shared tie at 50 - 1), never the idle one
-    assert c.place(pod("w2")).name in ("used", "shared")
+    assert placed(c, pod("w2")).name in ("used", "shared")
 
 
 def test_gpuclustering_puts_a_share_beside_other_shares() -> None:
@@ -92,7 +100,7 @@ def test_gpuclustering_puts_a_share_beside_other_shares() -> None:
     c = cluster(specs, "gpuclustering", [pod("s", milli=200)])
     first = c.place(pod("s1", milli=200))
     assert first is not None
-    assert c.place(pod("s2", milli=200)).name == first.name  # same kind of task already there
+    assert placed(c, pod("s2", milli=200)).name == first.name  # same kind of task already there
 
 
 def test_fgd_fills_a_hole_instead_of_breaking_a_whole_gpu() -> None:
@@ -103,7 +111,7 @@ def test_fgd_fills_a_hole_instead_of_breaking_a_whole_gpu() -> None:
     for placement in ("fgd", "fgd-exact"):
         c = cluster([node("a", 1), node("b", 2)], placement, workload)
         c.put(c.nodes[0], pod("h0", milli=500), (0,))
-        assert c.place(pod("h1", milli=500)).name == "a", placement
+        assert placed(c, pod("h1", milli=500)).name == "a", placement
 
 
 def test_the_paper_measure_counts_cpu_only_classes_and_not_memory() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from sim_helpers import PHILLY, cluster, job, simulate, spans
+from sim_helpers import las as las_policy
 
 from labhive.scheduler.cli import main
 from labhive.scheduler.policies import get_policy
@@ -51,7 +52,7 @@ def test_checkpoints_and_a_restart_cost() -> None:
 
 
 def test_las_does_not_promote_by_default() -> None:
-    las = get_policy("las", cluster([1]))
+    las = las_policy(cluster([1]))
     assert las.promote_knob == 0 and las.quantum == 300
 
 

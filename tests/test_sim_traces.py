@@ -16,8 +16,9 @@ from labhive.scheduler.sim.traces import load_trace
 SYNTHETIC = PHILLY / "synthetic"
 
 
-def philly_job(n: int, **over: object) -> dict:
-    job = {
+def philly_job(n: int, **over: object) -> dict[str, object]:
+    """One job of Philly's log, as its JSON reads: any field may be given another value."""
+    job: dict[str, object] = {
         "status": "Pass",
         "vc": "vc1",
         "jobid": f"application_1_{n}",
@@ -64,7 +65,7 @@ def test_philly_log_quirks_are_counted_and_bad_rows_named_by_line(tmp_path: Path
 
 
 def test_retried_attempts_replay_their_summed_run_time_or_their_span(tmp_path: Path) -> None:
-    attempts = [
+    attempts: list[dict[str, object]] = [
         {"start_time": "2017-10-01 00:00:00", "end_time": "2017-10-01 00:10:00", "detail": []},
         {"start_time": "2017-10-01 00:20:00", "end_time": "2017-10-01 00:30:00", "detail": []},
     ]

@@ -141,11 +141,18 @@ def test_a_node_drained_in_slurm_goes_down_with_its_reason_and_comes_back(
     try:
         events = executor.node_events()
         assert [(type(e), e.node) for e in events] == [(NodeDown, "n2")]
-        assert "DRAIN" in events[0].reason and "fan broken" in events[0].reason
+        (down,) = events
+        assert isinstance(down, NodeDown)
+        assert "DRAIN" in down.reason and "fan broken" in down.reason
     finally:
         slurm.scontrol("update", "NodeName=n2", "State=RESUME")
-    later: list = []  # Slurm may say NOT_RESPONDING for a moment after the resume
-    wait_until(lambda: later.extend(executor.node_events()) or NodeUp in map(type, later), 30)
+    later: list[NodeDown | NodeUp] = []  # Slurm may say NOT_RESPONDING a moment after the resume
+
+    def up_again() -> bool:
+        later.extend(executor.node_events())
+        return NodeUp in map(type, later)
+
+    wait_until(up_again, "n2 to be up again", timeout=30)
     assert [(type(e), e.node) for e in later if isinstance(e, NodeUp)] == [(NodeUp, "n2")]
 
 
@@ -351,13 +358,20 @@ def test_a_node_a_native_sbatch_job_holds_is_down_for_labhive_until_it_ends(
     try:
         events = executor.node_events()
         assert [(type(e), e.node) for e in events] == [(NodeDown, "n1")], events
-        why = events[0].reason
+        (down,) = events
+        assert isinstance(down, NodeDown)
+        why = down.reason
         assert f"job {theirs} (root: bobs-training)" in why and "2 GPU(s)" in why, why
         assert executor.node_events() == []  # said once
     finally:
         subprocess.run(["scancel", theirs, beside], env=slurm.env, check=False)
         wait_until(lambda: not _slurm_state(slurm, beside), "the native job on n2 to end", 60)
         executor.stop([ours], grace_s=0)
-    later: list = []
-    wait_until(lambda: later.extend(executor.node_events()) or NodeUp in map(type, later), 60)
+    later: list[NodeDown | NodeUp] = []
+
+    def up_again() -> bool:
+        later.extend(executor.node_events())
+        return NodeUp in map(type, later)
+
+    wait_until(up_again, "n1 to be up again", timeout=60)
     assert [(type(e), e.node) for e in later] == [(NodeUp, "n1")]

@@ -178,7 +178,7 @@ def _lab_in_a_browser(hub: str, name: str, password: str) -> str:
 
 
 def _xsrf(http: httpx.Client) -> dict[str, str]:
-    return {"X-XSRFToken": http.cookies.get("_xsrf", "")}
+    return {"X-XSRFToken": http.cookies.get("_xsrf") or ""}
 
 
 def _through_hub(http: httpx.Client, path: str) -> str | None:

@@ -8,6 +8,7 @@ import gzip
 import io
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from labhive.scheduler.observe.strace import parse_ff, parse_file, parse_lines
 from labhive.scheduler.observe.strace_args import Fd, StraceString, parse_args, split_args
 from labhive.scheduler.observe.strace_parse import iter_records
-from labhive.scheduler.observe.strace_records import Call
+from labhive.scheduler.observe.strace_records import Call, Signal
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "strace"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "strace"
@@ -26,6 +27,13 @@ def one_call(line: str) -> Call:
     assert trace.stats.unparsed == 0, trace.unparsed
     assert len(trace.calls) == 1
     return trace.calls[0]
+
+
+def stamps(records: Sequence[Call | Signal]) -> list[float]:
+    """The records' times, from a trace strace timestamped (-t, -tt, -ttt or -r): all have one."""
+    times = [r.time for r in records if r.time is not None]
+    assert len(times) == len(records), "a record without a time in a timestamped trace"
+    return times
 
 
 def test_plain_form() -> None:
@@ -74,7 +82,7 @@ def test_tt_microseconds() -> None:
 
 def test_tt_past_midnight_keeps_time_increasing() -> None:
     trace = parse_lines(["1 23:59:59.900000 getpid() = 1", "1 00:00:00.100000 getpid() = 1"])
-    t = [c.time for c in trace.calls]
+    t = stamps(trace.calls)
     assert t[1] - t[0] == pytest.approx(0.2)
 
 
@@ -91,9 +99,9 @@ def test_ttt_epoch_and_T_durations() -> None:
 def test_r_relative_times_add_up() -> None:
     trace = parse_file(FIXTURES / "r.strace")
     assert trace.stats.time_mode == "relative"
-    times = [c.time for c in trace.calls]
+    times = stamps(trace.calls)
     assert times == sorted(times) and times[0] == 0.0
-    assert trace.signals[0].time > times[1]
+    assert stamps(trace.signals)[0] > times[1]
 
 
 def test_y_paths_on_arguments_and_returns() -> None:
@@ -201,7 +209,7 @@ def test_errno_with_its_text() -> None:
 def test_strings_with_escapes_and_truncation() -> None:
     # the workload writes b'quote " tab \t newline \n bytes \x01\xff = ) = end\n'
     trace = parse_file(FIXTURES / "f_tt_T_y.strace")
-    write = next(c for c in trace.calls if c.name == "write" and "quote" in c.args)
+    write = next(c for c in trace.calls if c.name == "write" and "quote" in (c.args or ""))
     s = write.parsed_args()[1]
     assert s == StraceString(b'quote " tab \t newline \n bytes \x01\xff = ) = end\n')
     assert write.retval == 43
@@ -281,7 +289,8 @@ def test_k_stack_frames() -> None:
     trace = parse_file(FIXTURES / "k.strace")
     write = trace.calls[0]
     assert write.stack and write.stack[0].startswith("/usr/lib/x86_64-linux-gnu/libc.so.6(")
-    frames = sum(len(r.stack or []) for r in [*trace.calls, *trace.signals])
+    frames = sum(len(c.stack or []) for c in trace.calls)
+    frames += sum(len(s.stack or []) for s in trace.signals)
     assert (
         trace.stats.kinds["stack"] == frames == trace.stats.total - 7
     )  # 4 calls, 2 signals, 1 exit
@@ -299,6 +308,7 @@ def test_stderr_form_lines_cut_by_attach_messages() -> None:
     clones = [c for c in trace.calls if c.name in ("clone", "clone3")]
     assert len(clones) == 4 and all(c.retval and c.retval > 0 for c in clones)
     cut = next(c for c in clones if c.name == "clone")
+    assert cut.args is not None
     assert cut.args.endswith("child_tidptr=0x7f9cc951c310") and "strace:" not in cut.args
     # the last lines have no pid column again: wait4 still joins its pid's half
     wait4 = next(c for c in trace.calls if c.name == "wait4")
@@ -317,7 +327,8 @@ def test_execve_by_a_thread_supersedes_the_leader() -> None:
     leader = trace.calls[0].pid
     execve = [c for c in trace.calls if c.name == "execve"][1]
     # "<pid changed to ...>", then "+++ superseded ...", then the leader's "<... execve resumed>"
-    assert execve.state == "joined" and execve.retval == 0 and execve.args.endswith("vars */")
+    assert execve.state == "joined" and execve.retval == 0
+    assert execve.args is not None and execve.args.endswith("vars */")
     superseded = trace.exits[0]
     assert superseded.pid == leader and superseded.execve_by is not None
     assert superseded.code is None and superseded.signal is None
@@ -330,7 +341,7 @@ def test_detached_calls() -> None:
     )
     call = parse_lines([line, "System call usage summary for 32 bit mode:"]).calls[0]
     assert (call.name, call.state, call.note) == ("pselect6", "unfinished", "detached")
-    assert call.args.endswith("sigsetsize=8}")
+    assert call.args is not None and call.args.endswith("sigsetsize=8}")
 
 
 def test_odd_prefixes_fall_back_without_crashing() -> None:

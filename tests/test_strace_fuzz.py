@@ -45,7 +45,7 @@ def check(lines: list[str], frames: bool = False) -> None:
 
 
 FAST = settings(
-    max_examples=settings.default.max_examples * 3 // 2,
+    max_examples=settings().max_examples * 3 // 2,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -154,8 +154,9 @@ def test_decoder_only_ever_raises_value_error(text: str) -> None:
 def test_any_number_decodes_and_round_trips(number: int, device: str | None) -> None:
     r = decode(number, device)
     assert r.number == number
-    assert (r.direction is not None) and 0 <= r.nr < 256 and 0 <= r.type < 256
-    assert r.size < 2**14
+    assert r.direction is not None and r.nr is not None and r.type is not None
+    assert 0 <= r.nr < 256 and 0 <= r.type < 256
+    assert r.size is not None and r.size < 2**14
 
 
 @FAST

@@ -31,8 +31,11 @@ def _running_job(store: Store) -> dict:
     with store.write() as conn:
         job_id = lc.submit(conn, job, 1.0)
         row = job_row(conn, job_id)
+        assert row is not None
         lc.start(conn, row, [TaskPlacement("w", 0, "n1", (0,))], False, 2.0)
-        return dict(job_row(conn, job_id))
+        started = job_row(conn, job_id)
+        assert started is not None
+        return started
 
 
 def test_a_restarted_task_is_a_new_row_of_the_next_generation(store: Store) -> None:
@@ -55,10 +58,10 @@ def test_the_same_generation_twice_is_refused(store: Store) -> None:
 
 def test_the_loop_keys_a_restart_one_generation_past_the_newest() -> None:
     run = _Running(attempt=2)
-    first = _next_key(run, "7", "w", 0)
+    first = _next_key(run, 7, "w", 0)
     assert first == TaskKey("7", 2, "w", 0, 1)
     run.task_ids[first] = 11
-    second = _next_key(run, "7", "w", 0)
+    second = _next_key(run, 7, "w", 0)
     assert second == TaskKey("7", 2, "w", 0, 2)
     run.task_ids[second] = 12
     assert _current_key(run, TaskKey("7", 2, "w", 0)) == second

@@ -28,9 +28,9 @@ def check_records(sched: HivedScheduler) -> None:
         last = cls.failed
         if last is None or last.moves != sched.tree.moves:
             continue  # cells changed since: the view counts again
-        job = sched._jobs.get(last.job_id)
-        if job is not None and len(job.waiting_tasks) == last.waiting:
-            assert last.record == sched._failure(job), job.job_id
+        failed = sched._jobs.get(last.job_id)
+        if failed is not None and len(failed.waiting_tasks) == last.waiting:
+            assert last.record == sched._failure(failed), failed.job_id
 
 
 @pytest.mark.parametrize("cells", [{}, {"gpu_cells": True}, {"sockets": True}])

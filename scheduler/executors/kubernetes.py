@@ -63,10 +63,14 @@ _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 
 class NodeLike(Protocol):
-    """A node of the cluster config (the core's ``NodeSpec`` fits)."""
+    """A node of the cluster config (the core's ``NodeSpec`` fits, as does any frozen record:
+    the executor only reads these, hence properties rather than settable attributes)."""
 
-    name: str
-    gpus: Any  # a count, or the GPU indices
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gpus(self) -> Any: ...  # a count, or the GPU indices
 
 
 def _gpu_count(gpus: Any) -> int:

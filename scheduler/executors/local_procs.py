@@ -112,8 +112,8 @@ def _kill_tree(info: dict[str, Any], timeout_s: float = 5.0) -> None:
         time.sleep(0.005)
     while _process(info) is not None and time.monotonic() < deadline:
         time.sleep(0.005)
-    proc = _process(info)
-    if proc is not None:
+    last = _process(info)
+    if last is not None:
         with contextlib.suppress(psutil.Error):
-            proc.kill()
+            last.kill()
     _killpg(info, signal.SIGKILL)
