@@ -154,9 +154,25 @@ def test_the_export_round_trips_through_labhive_simulate(
         "--policy", "hived", "--policy", "fifo", "--json", "--quiet",
     )  # fmt: skip
     assert code == 0, err
-    runs = json.loads(out)["runs"] if "runs" in json.loads(out) else json.loads(out)
-    text = json.dumps(runs)
-    assert text.count('"finished": 7') >= 2, text[:2000]
+    policies = json.loads(out)["policies"]
+    for name in ("hived", "fifo"):
+        summary = policies[name]
+        assert summary["overall"]["finished"] == CROWD + 2, (name, summary["overall"])
+        assert {vc: s["jobs"] for vc, s in summary["per_vc"].items()} == {
+            "vc1": CROWD,
+            "default": 2,
+        }
+
+    # The durations are the journal's run times (what whatif replays), to the millisecond.
+    from labhive.scheduler.service.journal import recorded, table
+    from labhive.scheduler.service.store import Store, database_url
+
+    store = Store(database_url(None, crowded))
+    with store.read() as conn:
+        jobs = recorded.recorded_jobs(table.read(conn)).jobs
+    store.dispose()
+    ran = {str(j.job_id): round(j.run_seconds, 3) for j in jobs if j.ran}
+    assert {j.job_id: j.duration for j in read.jobs} == ran
 
 
 def test_the_philly_export_hashes_names_stably_within_one_export(
