@@ -225,3 +225,20 @@ def test_another_user_cannot_export_or_replay_the_journal(crowded: Path, tmp_pat
         )
         assert "alice" not in done.stdout and "train" not in done.stdout
         assert not out.exists()
+
+
+def test_the_papermill_report_template_runs_the_what_if_and_plots_it(
+    crowded: Path, tmp_path: Path
+) -> None:
+    """``notebooks/whatif_report.ipynb`` with its parameters set for this recording."""
+    from labs_support import NOTEBOOKS, execute, text_of
+
+    nb, _ = execute(
+        NOTEBOOKS / "whatif_report.ipynb",
+        tmp_path / "whatif_report.ipynb",
+        {"data_dir": str(crowded), "live_cluster": str(CLUSTER), "vc_quota": "vc1=+1nodes"},
+    )
+    text = text_of(nb)
+    assert "REPORT DONE: 2 VCs, 8 jobs; shorter p95 wait in: vc1" in text, text[-2000:]
+    figures = [o for c in nb["cells"] for o in c.get("outputs", []) if "data" in o]
+    assert any("application/vnd.plotly.v1+json" in o["data"] for o in figures)
