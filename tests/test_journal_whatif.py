@@ -242,3 +242,67 @@ def test_the_papermill_report_template_runs_the_what_if_and_plots_it(
     assert "REPORT DONE: 2 VCs, 8 jobs; shorter p95 wait in: vc1" in text, text[-2000:]
     figures = [o for c in nb["cells"] for o in c.get("outputs", []) if "data" in o]
     assert any("application/vnd.plotly.v1+json" in o["data"] for o in figures)
+
+
+def test_run_times_are_read_off_preemptions_restarts_and_cancels() -> None:
+    """Given a journal where job 1 runs 0-10 s, is preempted, runs again from 15 s across a
+    service restart (adopted at 21 s) and finishes at 30 s; job 2 is cancelled while it waits;
+    job 3 runs from 2 s to the end; job 4 starts at 12 s and the restart finds it waiting
+    (submitted again at 21 s): expect run times 25 s, none, 28 s (censored at the end), 9 s."""
+    from labhive.scheduler.jobs import JobSpec, RoleSpec
+    from labhive.scheduler.model import (
+        Adopt,
+        Cancel,
+        Finish,
+        Preempt,
+        Start,
+        Submit,
+        TaskPlacement,
+        Tick,
+    )
+    from labhive.scheduler.service.journal import recorded
+    from labhive.scheduler.service.journal.table import Pass
+
+    spec = JobSpec("j", "vc1", 10, (RoleSpec("main", 1, 1),), user="alice")
+    task = (TaskPlacement("main", 0, "vnode-0", (0,)),)
+    hived = {"name": "hived"}
+    passes = [
+        Pass(1, 0.0, True, hived, [(Submit(1, spec, 0.0), [Start(1, task)])]),
+        Pass(2, 2.0, False, None, [(Submit(3, spec, 2.0), [Start(3, task)])]),
+        Pass(3, 5.0, False, None, [(Submit(2, spec, 5.0), [])]),
+        Pass(4, 8.0, False, None, [(Cancel(2, 8.0), [])]),
+        Pass(5, 10.0, False, None, [(Submit(9, spec, 10.0), [Preempt(1, "9", "prio")])]),
+        Pass(6, 12.0, False, None, [(Submit(4, spec, 12.0), [Start(4, task)])]),
+        Pass(7, 15.0, False, None, [(Tick(15.0), [Start(1, task)])]),
+        Pass(
+            8,
+            21.0,
+            True,
+            hived,
+            [(Adopt(1, spec, task, time=21.0), []), (Submit(4, spec, 21.0), [])],
+        ),
+        Pass(9, 30.0, False, None, [(Finish(1, 30.0), [])]),
+    ]
+    rec = recorded.recorded_jobs(passes)
+    got = {j.job_id: (j.how, round(j.run_seconds, 3)) for j in rec.jobs}
+    assert got == {
+        1: (recorded.FINISHED, 25.0),
+        2: (recorded.CANCELLED, 0.0),
+        3: (recorded.RUNNING, 28.0),
+        4: (recorded.WAITING, 9.0),
+        9: (recorded.WAITING, 0.0),
+    }
+    assert rec.policy == "hived" and (rec.begin, rec.end) == (0.0, 30.0)
+    assert [j.job_id for j in rec.jobs] == [1, 3, 2, 9, 4]  # submit order, not id order
+
+    # The export keeps the one job done; the others' run times are not known (or there are none).
+    from labhive.scheduler.service.journal import export
+
+    out = export.export(rec, "labhive")
+    assert out.jobs == 1 and out.text.splitlines()[1].startswith("1,0.0,vc1,alice,1,25.0,Pass")
+    assert out.skipped == {
+        "never ran (cancelled while waiting)": 1,
+        "still running at the end (run time not known yet)": 1,
+        "waiting again at the end (preempted or requeued; run time not known yet)": 1,
+        "still waiting": 1,
+    }

@@ -9,9 +9,10 @@ Two formats:
   the nodes and GPUs it held; times as UTC ``YYYY-MM-DD HH:MM:SS`` (whole seconds, as Philly's).
 
 Left out, counted (``Export.skipped``), as the simulator's own loaders would skip them: jobs
-that never ran (cancelled while waiting, or still waiting at the end), and jobs still running
-at the end (their run time is not known yet). A job the policy asked for no GPUs is kept in the
-Philly log (its loader counts it as "zero GPUs") but not in the CSV.
+that never ran (cancelled while waiting, or still waiting at the end), and jobs not done at the
+end, running or waiting again after a preemption (their run time is not known yet). A job the
+policy asked for no GPUs is kept in the Philly log (its loader counts it as "zero GPUs") but not
+in the CSV.
 
 ``--hash-names``: users and VCs become ``user-<10 hex>``/``vc-<10 hex>``, SHA-256 of a random
 salt drawn for this export and the name: the same name gives the same hash within one export
@@ -35,6 +36,7 @@ from typing import Literal
 from labhive.scheduler.service.journal.recorded import (
     CANCELLED,
     RUNNING,
+    WAITING,
     RecordedJob,
     Recording,
 )
@@ -104,6 +106,8 @@ def _left_out(job: RecordedJob) -> str | None:
         return "never ran (cancelled while waiting)" if job.how == CANCELLED else "still waiting"
     if job.how == RUNNING:
         return "still running at the end (run time not known yet)"
+    if job.how == WAITING:
+        return "waiting again at the end (preempted or requeued; run time not known yet)"
     return None
 
 
