@@ -306,3 +306,26 @@ def test_run_times_are_read_off_preemptions_restarts_and_cancels() -> None:
         "waiting again at the end (preempted or requeued; run time not known yet)": 1,
         "still waiting": 1,
     }
+
+
+def test_a_what_if_that_changes_nothing_differs_in_nothing_and_a_policy_is_named(
+    crowded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The baseline is the same replay: the live policy named as the change gives the same
+    figures and no job whose wait changed (the differences are the setting's alone); another
+    policy is named in the report; an unknown one is refused with the known ones."""
+    base = ["whatif", "--data-dir", str(crowded), "--live-cluster", str(CLUSTER), "--json"]
+    code, out, err = run_cli(capsys, *base, "--policy", "hived")
+    assert code == 0, err
+    same = json.loads(out)
+    assert same["changed_most"] == []
+    for vc, both in same["per_vc"].items():
+        assert both["baseline"] == both["whatif"], vc
+
+    code, out, err = run_cli(capsys, *base, "--policy", "fifo")
+    assert code == 0, err
+    assert json.loads(out)["whatif"]["label"].startswith("fifo on ")
+
+    code, out, err = run_cli(capsys, *base, "--policy", "nosuch")
+    assert code == 2 and out == ""
+    assert "nosuch" in err and "hived" in err, err
