@@ -164,7 +164,8 @@ def _philly(jobs: list[RecordedJob], name: Namer, status: Callable[[RecordedJob]
                 "attempts": attempts,
             }
         )
-    return json.dumps(rows, indent=1) + "\n"
+    # One job a line, as Philly's own log reads best (and its loader names a bad row's line).
+    return "[\n" + ",\n".join(json.dumps(r, separators=(",", ":")) for r in rows) + "\n]\n"
 
 
 def _time(t: float) -> str:

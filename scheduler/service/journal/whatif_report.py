@@ -14,7 +14,7 @@ def text(report: dict[str, Any]) -> str:
     span = report["span"]
     base, new = report["baseline"], report["whatif"]
     lines = [
-        f"what-if over {_at(span['begin'])} .. {_at(span['end'])} ({span['seconds'] / 3600:.1f} h):"
+        f"what-if over {_at(span['begin'])} .. {_at(span['end'])} ({_span(span['seconds'])}):"
         f" {report['jobs']} jobs replayed with their real run times",
         f"  baseline: {base['label']} ({base['gpus']} GPUs)",
         f"  what-if:  {new['label']} ({new['gpus']} GPUs)",
@@ -66,6 +66,14 @@ def _pair(a: Any, b: Any, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)
 
     return f"{one(a)} -> {one(b)}"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _at(t: float) -> str:
