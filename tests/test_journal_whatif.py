@@ -74,7 +74,8 @@ def test_one_more_node_for_the_crowded_vc_shortens_its_p95_wait(
     assert default["whatif"]["wait_p95_s"] == default["baseline"]["wait_p95_s"]
     moved = report["changed_most"]
     assert moved and all(r["vc"] == "vc1" and r["change_s"] < 0 for r in moved), moved
-    assert {r["name"] for r in moved} <= {f"train{i}" for i in range(CROWD)}
+    # (gave-up too, when its cancel came late enough for the bigger vc1 to start it first)
+    assert {r["name"] for r in moved} <= {f"train{i}" for i in range(CROWD)} | {"gave-up"}
 
     # The same as text, with the figure.
     html = tmp_path / "whatif.html"
