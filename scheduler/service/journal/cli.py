@@ -99,9 +99,12 @@ def _replayed(args: argparse.Namespace, walk: Callable[[Iterator[Any], Any], T])
     return read_journal(args, lambda passes, _conn: walk(passes, make))
 
 
-def read_journal(args: argparse.Namespace, use: Callable[[Iterator[Any], Any], T]) -> T:
+def read_journal(
+    args: argparse.Namespace, use: Callable[[Iterator[Any], Any], T], *, fresh: bool = True
+) -> T:
     """``use(passes, connection)`` over the journal of the store the options name
-    (``--db``/``--db-file``/``--data-dir``), from ``--since`` on."""
+    (``--db``/``--db-file``/``--data-dir``), from ``--since`` on (``table.read``'s ``fresh``:
+    from a service start or recovery, as a replay of the policy needs)."""
     from labhive.scheduler.service.db_source import database_from
     from labhive.scheduler.service.journal import table
     from labhive.scheduler.service.store import HEAD_REVISION, Store, database_url
@@ -118,7 +121,7 @@ def read_journal(args: argparse.Namespace, use: Callable[[Iterator[Any], Any], T
             )
         with store.read() as conn:
             since = parse_since(getattr(args, "since", None), time.time())
-            return use(table.read(conn, since), conn)
+            return use(table.read(conn, since, fresh=fresh), conn)
     finally:
         store.dispose()
 

@@ -5,7 +5,11 @@ Pure: passes in (``table.read``), jobs out. A job's runs are read off the decisi
 the loop journalled: a run opens at the policy's ``Start`` for it (or at an ``Adopt`` after a
 restart, when none was open) and closes at its ``Finish``, ``Cancel`` or ``Requeue``, a
 ``Preempt``/``Stop`` decision, or a ``Submit`` of it again (a recovery that found it waiting).
-Times are the events' own (the loop stamps them with the wall clock), else the pass's.
+Times are the events' own (the loop stamps them with the wall clock), else the pass's. Read
+from ``--since`` on, a job submitted before that is not in the recording (its later events are
+passed over, counted when it is adopted), and a job the service found waiting at a restart in
+the span is submitted again there (``Submit`` on recovery): it counts from its first
+``Submit`` seen.
 What this cannot see: a start the service held back while a preempted job drained shows as
 starting when the policy placed it (seconds early, at most the grace period), and a job's
 outcome (the journal's ``Finish`` says the attempt ended, not how): the export reads the store

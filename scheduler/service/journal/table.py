@@ -115,19 +115,23 @@ def decode(found: Any) -> Pass:
     return Pass(row["id"], row["t"], bool(row["fresh"]), doc.get("policy"), steps, gap)
 
 
-def read(conn: Connection, since: float | None = None) -> Iterator[Pass]:
+def read(conn: Connection, since: float | None = None, *, fresh: bool = True) -> Iterator[Pass]:
     """The passes in order, from the first fresh one at or after ``since`` (or the first fresh
-    one of all): a replay must start from a freshly built policy."""
+    one of all): a replay must start from a freshly built policy. ``fresh=False``: every pass
+    at or after ``since``, for readers that only walk the events (``whatif``, ``export``)."""
     query = select(journal).order_by(journal.c.id)
-    first = conn.execute(
-        select(journal.c.id)
-        .where(journal.c.t >= (since or 0.0), journal.c.fresh.is_(True))
-        .order_by(journal.c.id)
-        .limit(1)
-    ).scalar()
-    if first is None:
-        return
-    query = query.where(journal.c.id >= first)
+    if fresh:
+        first = conn.execute(
+            select(journal.c.id)
+            .where(journal.c.t >= (since or 0.0), journal.c.fresh.is_(True))
+            .order_by(journal.c.id)
+            .limit(1)
+        ).scalar()
+        if first is None:
+            return
+        query = query.where(journal.c.id >= first)
+    elif since is not None:
+        query = query.where(journal.c.t >= since)
     for row in conn.execute(query.execution_options(yield_per=500)):
         yield decode(row)
 

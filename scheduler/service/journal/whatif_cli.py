@@ -78,7 +78,9 @@ def _whatif(args: argparse.Namespace) -> int:
     from labhive.scheduler.service.journal import vc_quota
 
     changes = [vc_quota.parse_vc_quota(q) for q in args.vc_quota]  # (bad syntax: before reading)
-    recording = read_journal(args, lambda passes, _conn: recorded.recorded_jobs(passes))
+    recording = read_journal(
+        args, lambda passes, _conn: recorded.recorded_jobs(passes), fresh=False
+    )
     if not recording.jobs:
         raise UserError("the journal holds no submission in that span: nothing to replay")
     baseline, changed = _settings(args, recording.policy or "hived", changes)
@@ -143,7 +145,7 @@ def _export(args: argparse.Namespace) -> int:
             outcomes.update({row.id: row.state for row in rows})
         return export.export(recording, args.format, hash_names=args.hash_names, outcomes=outcomes)
 
-    out = read_journal(args, use)
+    out = read_journal(args, use, fresh=False)
     if args.output is not None:
         args.output.write_text(out.text)
     else:
