@@ -66,6 +66,9 @@ def measure(journal: str, jobs: int) -> dict[str, float]:
     os.environ["LABHIVE_JOURNAL"] = journal
     os.environ["LABHIVE_ETA"] = "off"  # the forecast thread's work is the ETA's, not this
     with tempfile.TemporaryDirectory(prefix="labhive-journal-cost-") as tmp:
+        # Its uid range claimed in a registry of its own, not the machine's (/var/lib/labhive),
+        # where it would stand in the way of a real service started meanwhile.
+        os.environ["LABHIVE_STATE_DIR"] = tmp
         data = Path(tmp) / "data"
         data.mkdir()
         users = data / "users.yaml"
