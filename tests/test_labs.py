@@ -171,9 +171,22 @@ def test_experiment_report_is_one_command_to_html(tmp_path: Path) -> None:
     assert (tmp_path / "figures" / "summary.json").exists()
 
 
-def test_labs_folder_holds_the_five_labs() -> None:
+def test_labs_folder_holds_the_six_labs() -> None:
     labs = sorted(p.name for p in LABS.glob("lab*.ipynb"))
-    assert [name[:4] for name in labs] == ["lab1", "lab2", "lab3", "lab4", "lab5"]
+    assert [name[:4] for name in labs] == ["lab1", "lab2", "lab3", "lab4", "lab5", "lab6"]
+
+
+def test_lab6_records_a_run_exports_it_and_simulates_it_under_two_policies(
+    tmp_path: Path,
+) -> None:
+    """Its own service records a burst on vc1; the journal exported with hashed names reads
+    back in ``labhive simulate`` under FIFO and SJF, and a what-if with one more node for vc1
+    shortens its p95 wait: the check cell says so."""
+    text = run("lab6_your_cluster_as_a_trace.ipynb", tmp_path)
+    assert "CHECK PASSED" in text
+    assert "[x] SJF waits less than FIFO on this burst" in text
+    assert "exported 6 jobs (labhive)" in text
+    assert "vc1 wait p95:" in text and "with one more node" in text
 
 
 def test_lab1_also_runs_cell_after_cell_with_live_widgets(

@@ -39,6 +39,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "labhive.scheduler.cli.image_cli",
     "labhive.scheduler.observe.monitoring_cli",
     "labhive.scheduler.service.journal.cli",
+    "labhive.scheduler.service.journal.whatif_cli",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,14 +49,19 @@ def register(subparsers: Any) -> None:
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
+    store_options(parser)
+    parser.add_argument("--cluster", help="the cluster config the service runs (as for serve)")
+    parser.add_argument("--policy", default="hived", help="the service's policy (default hived)")
+    parser.add_argument("--fair-share", metavar="HALF_LIFE", help="the service's --fair-share")
+
+
+def store_options(parser: argparse.ArgumentParser) -> None:
+    """Where the journal is: the service's own store options."""
     parser.add_argument(
         "--db", help="the service's --db (SQLite path or postgresql://USER@HOST/DB)"
     )
     parser.add_argument("--db-file", type=Path, help="a file (mode 0600) holding the database URL")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="default ./data")
-    parser.add_argument("--cluster", help="the cluster config the service runs (as for serve)")
-    parser.add_argument("--policy", default="hived", help="the service's policy (default hived)")
-    parser.add_argument("--fair-share", metavar="HALF_LIFE", help="the service's --fair-share")
 
 
 def parse_since(text: str | None, now: float) -> float | None:
@@ -86,15 +92,26 @@ def parse_since(text: str | None, now: float) -> float | None:
 def _replayed(args: argparse.Namespace, walk: Callable[[Iterator[Any], Any], T]) -> T:
     """``walk(passes, policy_maker)`` over the store's journal, as the service's options say."""
     from labhive.scheduler.core.time_limits import parse_time_limit
+    from labhive.scheduler.service.journal import twin
+
+    half_life = parse_time_limit(args.fair_share) if args.fair_share else None
+    make = twin.policy_maker(args.cluster, args.policy, half_life)
+    return read_journal(args, lambda passes, _conn: walk(passes, make))
+
+
+def read_journal(
+    args: argparse.Namespace, use: Callable[[Iterator[Any], Any], T], *, fresh: bool = True
+) -> T:
+    """``use(passes, connection)`` over the journal of the store the options name
+    (``--db``/``--db-file``/``--data-dir``), from ``--since`` on (``table.read``'s ``fresh``:
+    from a service start or recovery, as a replay of the policy needs)."""
     from labhive.scheduler.service.db_source import database_from
-    from labhive.scheduler.service.journal import table, twin
+    from labhive.scheduler.service.journal import table
     from labhive.scheduler.service.store import HEAD_REVISION, Store, database_url
 
     url = database_url(database_from(args.db, args.db_file), args.data_dir.resolve())
-    half_life = parse_time_limit(args.fair_share) if args.fair_share else None
-    make = twin.policy_maker(args.cluster, args.policy, half_life)
-    if url.startswith("sqlite") and not Path(url.split("///", 1)[-1]).is_file():
-        raise UserError(f"no job store at {url}: give the service's --data-dir, --db or --db-file")
+    if url.startswith("sqlite"):
+        _readable_store(Path(url.split("///", 1)[-1]), url)
     store = Store(url)
     try:
         if store.revision() != HEAD_REVISION:
@@ -104,9 +121,25 @@ def _replayed(args: argparse.Namespace, walk: Callable[[Iterator[Any], Any], T])
             )
         with store.read() as conn:
             since = parse_since(getattr(args, "since", None), time.time())
-            return walk(table.read(conn, since), make)
+            return use(table.read(conn, since, fresh=fresh), conn)
     finally:
         store.dispose()
+
+
+def _readable_store(path: Path, url: str) -> None:
+    """The SQLite store exists and this account may read it: the journal is the admins'
+    (the service's account, root), and the service keeps its data dir to itself."""
+    try:
+        found = path.is_file() and os.access(path, os.R_OK)
+    except PermissionError:
+        found = False
+    if not found and os.access(path.parent, os.X_OK) and not path.exists():
+        raise UserError(f"no job store at {url}: give the service's --data-dir, --db or --db-file")
+    if not found:
+        raise UserError(
+            f"cannot read the job store at {url} (permission denied): the journal holds every "
+            "user's submissions and is for admins; run this as the service's account or root"
+        )
 
 
 def _check(args: argparse.Namespace) -> int:

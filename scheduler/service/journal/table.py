@@ -36,6 +36,11 @@ journal = Table(
 )
 
 _INSERT = insert(journal)  # built once: the pass runs it every time
+#: The same insert as the driver's own SQL, by its parameter style (``_insert``).
+_DRIVER_INSERT = {
+    style: f"INSERT INTO journal (t, fresh, body) VALUES ({', '.join([mark] * 3)})"
+    for style, mark in (("qmark", "?"), ("format", "%s"), ("pyformat", "%s"))
+}
 
 #: What one step was: the event, and the decisions or the refusal (an error's type and text).
 Step = tuple[Any, list[Any] | str]
@@ -75,7 +80,23 @@ def write(conn: Connection, t: float, steps: list[Step], policy: dict[str, Any] 
     except (codec.JournalFormatError, ValueError) as err:
         log.error("journal: pass at %s not recorded: %s", t, err)
         text = json.dumps({"v": codec.VERSION, "steps": [], "gap": str(err), "policy": policy})
-    conn.execute(_INSERT, {"t": t, "fresh": policy is not None, "body": text})
+    _insert(conn, t, policy is not None, text)
+
+
+def _insert(conn: Connection, t: float, fresh: bool, text: str) -> None:
+    """The row, through the driver's cursor on the pass's own connection (so in its
+    transaction): SQLAlchemy's execution path (its compiled cache, parameter processing, a
+    result set up) was 1,450 of the 2,550 bytecodes the journal added to a submission's pass
+    (benchmarks/bench_journal_cost.py). A driver of another parameter style goes that way."""
+    sql = _DRIVER_INSERT.get(conn.dialect.paramstyle)
+    if sql is None:
+        conn.execute(_INSERT, {"t": t, "fresh": fresh, "body": text})
+        return
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, (t, fresh, text))
+    finally:
+        cursor.close()
 
 
 def decode(found: Any) -> Pass:
@@ -94,19 +115,23 @@ def decode(found: Any) -> Pass:
     return Pass(row["id"], row["t"], bool(row["fresh"]), doc.get("policy"), steps, gap)
 
 
-def read(conn: Connection, since: float | None = None) -> Iterator[Pass]:
+def read(conn: Connection, since: float | None = None, *, fresh: bool = True) -> Iterator[Pass]:
     """The passes in order, from the first fresh one at or after ``since`` (or the first fresh
-    one of all): a replay must start from a freshly built policy."""
+    one of all): a replay must start from a freshly built policy. ``fresh=False``: every pass
+    at or after ``since``, for readers that only walk the events (``whatif``, ``export``)."""
     query = select(journal).order_by(journal.c.id)
-    first = conn.execute(
-        select(journal.c.id)
-        .where(journal.c.t >= (since or 0.0), journal.c.fresh.is_(True))
-        .order_by(journal.c.id)
-        .limit(1)
-    ).scalar()
-    if first is None:
-        return
-    query = query.where(journal.c.id >= first)
+    if fresh:
+        first = conn.execute(
+            select(journal.c.id)
+            .where(journal.c.t >= (since or 0.0), journal.c.fresh.is_(True))
+            .order_by(journal.c.id)
+            .limit(1)
+        ).scalar()
+        if first is None:
+            return
+        query = query.where(journal.c.id >= first)
+    elif since is not None:
+        query = query.where(journal.c.t >= since)
     for row in conn.execute(query.execution_options(yield_per=500)):
         yield decode(row)
 
