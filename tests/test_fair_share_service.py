@@ -90,11 +90,13 @@ def replayed(tmp_path: Path, rows: list[dict[str, Any]]) -> list[str]:
     for event in scenario.events:
         driver.at(event.at, scenario_action(driver, event))
     started: dict[str, tuple[float, float, str]] = {}  # job -> (start, submit, user)
-    while driver.pending():
-        driver.step_time(lambda _: None)
+
+    def note_starts(_: str) -> None:  # after each decision
         for r in driver.records.values():
             if r.started is not None and r.job_id not in started:
                 started[r.job_id] = (r.started, r.submitted, r.spec.user or "")
+
+    driver.drive(note_starts)
     return [user for _, _, user in sorted(started.values())]
 
 
