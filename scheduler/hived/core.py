@@ -8,9 +8,10 @@ failure stopped. A search that fails leaves a small record of why (``failures``)
 formatted from it only when someone asks (``job()``, ``jobs()``).
 
 This module is the front door: events are dispatched here to the parts that handle them. Node
-health is a part the scheduler holds (``self.health``, with its own state); the others are still
-mixins over the shared state of ``base`` (``queueing``, ``attempt``, ``preempt``, ``adopt``),
-to become parts one at a time (issue 32). Admission and the views are here too.
+health (``self.health``, with its own state) and adoption (``self.adoption``) are parts the
+scheduler holds; the others are still mixins over the shared state of ``base`` (``queueing``,
+``attempt``, ``preempt``), to become parts one at a time (issue 32). Admission and the views
+are here too.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
 
-class HivedScheduler(Queueing, Attempt, Preemption, Adoption, Sharing, PolicyBase[Job]):
+class HivedScheduler(Queueing, Attempt, Preemption, Sharing, PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -77,6 +78,8 @@ class HivedScheduler(Queueing, Attempt, Preemption, Adoption, Sharing, PolicyBas
         self._book = ShareBook()
         #: Which nodes are down, and what a NodeDown or NodeUp changes (a part of its own).
         self.health = NodeHealth(self)
+        #: Running jobs put back on exactly their cells (``Adopt``, ``Reconfigure``).
+        self.adoption = Adoption(self)
         self._load(config)
 
     # ---- admission ---------------------------------------------------------------------------
@@ -129,6 +132,12 @@ class HivedScheduler(Queueing, Attempt, Preemption, Adoption, Sharing, PolicyBas
 
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
         self.health.change(node, healthy, out, reason)
+
+    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+        self.adoption.reconfigure(config, out)
+
+    def _adopt(self, event: Adopt, out: list[Decision]) -> None:
+        self.adoption.adopt(event, out)
 
     @property
     def down_reasons(self) -> dict[str, str]:
