@@ -3,10 +3,10 @@ bookkeeping that keeps cells' and VCs' counters right as jobs take and free leaf
 
 ``core.HivedScheduler`` is assembled from one mixin per concern, each in its own module:
 ``queueing`` (classes of waiting jobs, the scheduling pass), ``attempt`` (the search for a job's
-cells), ``preempt`` (committing a plan: preemption, lazy preemption), the first two over
-``sizing`` (what a job asks for). ``health`` (nodes going down and up, with its own state) and
-``adopt`` (putting running jobs back on exactly their cells, after a restart or a new config)
-are already parts the scheduler holds, which call this bookkeeping on the scheduler. Every mixin
+cells), both over ``sizing`` (what a job asks for). ``health`` (nodes going down and up, with
+its own state), ``adopt`` (putting running jobs back on exactly their cells, after a restart or
+a new config) and ``preempt`` (committing a plan: preemption, lazy preemption) are already
+parts the scheduler holds, which call this bookkeeping on the scheduler. Every mixin
 subclasses ``HivedBase``, which declares the attributes they share and, as typed stubs the
 mixins override, the few methods one part calls in another: each module type-checks alone and
 imports no other mixin.

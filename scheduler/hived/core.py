@@ -8,10 +8,10 @@ failure stopped. A search that fails leaves a small record of why (``failures``)
 formatted from it only when someone asks (``job()``, ``jobs()``).
 
 This module is the front door: events are dispatched here to the parts that handle them. Node
-health (``self.health``, with its own state) and adoption (``self.adoption``) are parts the
-scheduler holds; the others are still mixins over the shared state of ``base`` (``queueing``,
-``attempt``, ``preempt``), to become parts one at a time (issue 32). Admission and the views
-are here too.
+health (``self.health``, with its own state), adoption (``self.adoption``) and preemption
+(``self.preemption``) are parts the scheduler holds; the others are still mixins over the
+shared state of ``base`` (``queueing``, ``attempt``), to become parts one at a time (issue
+32). Admission and the views are here too.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from labhive.scheduler.hived.attempt import Attempt
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
+from labhive.scheduler.hived.placement import Plan
 from labhive.scheduler.hived.preempt import Preemption
 from labhive.scheduler.hived.queueing import Queueing
 from labhive.scheduler.hived.share_book import ShareBook
@@ -47,7 +48,7 @@ __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
 
-class HivedScheduler(Queueing, Attempt, Preemption, Sharing, PolicyBase[Job]):
+class HivedScheduler(Queueing, Attempt, Sharing, PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -80,6 +81,8 @@ class HivedScheduler(Queueing, Attempt, Preemption, Sharing, PolicyBase[Job]):
         self.health = NodeHealth(self)
         #: Running jobs put back on exactly their cells (``Adopt``, ``Reconfigure``).
         self.adoption = Adoption(self)
+        #: A plan carried out: victims preempted or downgraded, the job started.
+        self.preemption = Preemption(self)
         self._load(config)
 
     # ---- admission ---------------------------------------------------------------------------
@@ -132,6 +135,9 @@ class HivedScheduler(Queueing, Attempt, Preemption, Sharing, PolicyBase[Job]):
 
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
         self.health.change(node, healthy, out, reason)
+
+    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
+        return self.preemption.commit(job, plan, out)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         self.adoption.reconfigure(config, out)
