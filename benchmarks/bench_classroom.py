@@ -64,6 +64,7 @@ sys.path.insert(0, str(HERE))
 from bench_service import _no_leftovers  # noqa: E402
 from browser_student import NAME as BROWSER_NAME  # noqa: E402
 from browser_student import attend_in_browser  # noqa: E402
+from hub_support import read_up_banner  # noqa: E402 (tests/, on the path bench_service sets)
 
 GOALS = {"login_to_kernel_p95_s": 30.0, "submit_to_running_p95_s": 10.0}
 SETUP_CELL = "%load_ext labhive.kernel_ext"
@@ -218,7 +219,7 @@ def labhive_up(
         start_new_session=True, preexec_fn=account.join if account else None,
     )  # fmt: skip
     try:
-        _read_banner(proc, up_timeout)
+        read_up_banner(proc, up_timeout)
         token = (tmp / "data" / "admin.token").read_text().strip()
         yield Classroom(
             f"http://127.0.0.1:{port}", f"http://127.0.0.1:{service_port}", tmp / "data",
@@ -239,36 +240,6 @@ def _uid_range(students: int) -> list[str]:
     count = students + 16  # the admin and a few spare
     first = free_first(count, live_claims(), above=200000)
     return ["--first-uid", str(first), "--uid-count", str(count)]
-
-
-def _read_banner(proc: subprocess.Popen[str], timeout: float) -> str:
-    """``labhive up``'s output up to its banner's last line ("Ctrl-C stops ...")."""
-    lines: list[str] = []
-
-    def kill_if_running() -> None:
-        if proc.poll() is None:
-            proc.kill()
-
-    timer = threading.Timer(timeout, kill_if_running)
-    timer.start()
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if "Ctrl-C stops" in line:
-                break
-    finally:
-        timer.cancel()
-    banner = "".join(lines)
-    if "LabHive is up" not in banner:
-        raise RuntimeError(f"labhive up did not start (status {proc.poll()}):\n{banner}")
-    threading.Thread(target=_drain, args=(proc,), daemon=True).start()
-    return banner
-
-
-def _drain(proc: subprocess.Popen[str]) -> None:
-    """Keep reading ``labhive up``'s output so that it never blocks on a full pipe."""
-    for _ in proc.stdout:  # type: ignore[union-attr]
-        pass
 
 
 def _stop_up(proc: subprocess.Popen[str]) -> None:

@@ -180,6 +180,41 @@ class Up:
     data: Path
 
 
+#: The line every ``labhive up`` banner ends with, whatever the executor (``hub_extension/up.py``
+#: prints it last: its own or the engine's ``GPU devices`` line).
+BANNER_LAST = "  GPU devices: "
+
+
+def read_up_banner(up: subprocess.Popen[str], timeout: float = 300.0, drain: bool = True) -> str:
+    """``labhive up``'s output up to its banner's last line (the one reader of the banner, for
+    the tests and the classroom benchmark). ``up`` is killed if the banner takes more than
+    ``timeout`` s; a RuntimeError, with what it printed, if it did not come up. With ``drain``
+    a thread keeps reading the rest, so ``up`` never blocks on a full pipe."""
+    import threading
+
+    lines: list[str] = []
+
+    def kill_if_running() -> None:
+        if up.poll() is None:
+            up.kill()
+
+    timer = threading.Timer(timeout, kill_if_running)
+    timer.start()
+    try:
+        for line in up.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith(BANNER_LAST):
+                break
+    finally:
+        timer.cancel()
+    banner = "".join(lines)
+    if "LabHive is up" not in banner:
+        raise RuntimeError(f"labhive up did not start (status {up.poll()}):\n{banner}")
+    if drain:
+        threading.Thread(target=up.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+    return banner
+
+
 @contextmanager
 def labhive_up(data: Path, *args: str) -> Iterator[Up]:
     """``labhive up --data-dir DATA ARGS`` as an instructor starts it, until its banner's last
@@ -196,13 +231,7 @@ def labhive_up(data: Path, *args: str) -> Iterator[Up]:
         start_new_session=True,
     )  # fmt: skip
     try:
-        lines = []
-        for line in up.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if "Ctrl-C stops" in line:
-                break
-        banner = "".join(lines)
-        assert "LabHive is up" in banner, banner
+        banner = read_up_banner(up)
         yield Up(banner, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{service_port}", data)
     finally:
         if up.poll() is None:

@@ -58,6 +58,39 @@ groups:
 """
 
 
+#: bob and dave, two students of one course (the fair-share tests' users).
+BOB, DAVE = "bob-token-4567", "dave-token-8910"
+
+
+def course_users(*vcs: str) -> str:
+    """The users file of bob and dave, both in the group ``course``, which may use ``vcs``."""
+    return (
+        "users:\n"
+        f"  bob: {{token: {BOB}, groups: [course]}}\n"
+        f"  dave: {{token: {DAVE}, groups: [course]}}\n"
+        f"groups:\n  course: {{vcs: [{', '.join(vcs)}]}}\n"
+    )
+
+
+def course_cluster(half_life: str, other_vc: str) -> str:
+    """A fair-share course: two virtual nodes of 2 GPU slots in a pool, VC ``course`` bound to
+    one, and the VC ``other_vc`` (its YAML, at the VCs' indent, a key and mapping) to the other;
+    usage decays with ``half_life``."""
+    return f"""
+physicalCluster:
+  cellTypes:
+    VNODE: {{childCellType: VGPU, childCellNumber: 2, isNodeLevel: true}}
+    POOL: {{childCellType: VNODE, childCellNumber: 2}}
+  physicalCells:
+    - cellType: POOL
+      cellChildren: [{{cellAddress: vnode-0}}, {{cellAddress: vnode-1}}]
+virtualClusters:
+  course: {{virtualCells: [{{cellType: POOL.VNODE, cellNumber: 1}}]}}
+  {other_vc}
+fairShare: {{halfLife: {half_life}}}
+"""
+
+
 @dataclass
 class Live:
     url: str

@@ -227,6 +227,20 @@ def test_a_node_going_down_stops_its_jobs_which_wait_again():
     assert [n.healthy for n in view.nodes if n.name == node] == [False]
 
 
+def test_node_health_is_a_part_with_its_own_record_of_what_is_down():
+    """Given two schedulers of one cluster, a node down in one: expect that scheduler's health
+    part alone to hold the reason (the views show it), and a NodeUp to clear it."""
+    c, other = Cluster(RACK), Cluster(RACK)
+    c.handle(NodeDown("n3", reason="disk failure"))
+    assert c.sched.health.down_reasons == {"n3": "disk failure"} == c.sched.down_reasons
+    assert other.sched.health.down_reasons == {}
+    shown = {n.name: (n.healthy, n.reason) for n in c.sched.cluster().nodes}
+    assert shown["n3"] == (False, "disk failure") and shown["n2"] == (True, "")
+    c.handle(NodeUp("n3"))
+    assert c.sched.health.down_reasons == {}
+    assert all(n.healthy for n in c.sched.cluster().nodes)
+
+
 # ---- admission ----------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from service_fixtures import BOB, DAVE, course_cluster, course_users
 from waiting import wait_until
 
 from labhive.scheduler.client import Rejected
@@ -20,29 +21,14 @@ from labhive.scheduler.policies import get_policy
 
 pytest_plugins = ["service_fixtures"]
 
-USERS = """
-users:
-  bob: {token: bob-token-4567, groups: [course]}
-  dave: {token: dave-token-8910, groups: [course]}
-groups:
-  course: {vcs: [course, capped]}
-"""
-BOB, DAVE = "bob-token-4567", "dave-token-8910"
-CLUSTER = """
-physicalCluster:
-  cellTypes:
-    VNODE: {childCellType: VGPU, childCellNumber: 2, isNodeLevel: true}
-    POOL: {childCellType: VNODE, childCellNumber: 2}
-  physicalCells:
-    - cellType: POOL
-      cellChildren: [{cellAddress: vnode-0}, {cellAddress: vnode-1}]
-virtualClusters:
-  course: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
-  capped:
-    virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]
-    userLimits: {maxRunningGpus: 1, maxWaitingJobs: 2}
-fairShare: {halfLife: 1h}
-"""
+USERS = course_users("course", "capped")
+#: ``course`` shares its node by fair share; ``capped`` holds a user to one running GPU.
+CLUSTER = course_cluster(
+    "1h",
+    "capped:\n"
+    "    virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]\n"
+    "    userLimits: {maxRunningGpus: 1, maxWaitingJobs: 2}",
+)
 
 
 def serve(tmp_path: Path, db: str) -> Any:
@@ -104,11 +90,13 @@ def replayed(tmp_path: Path, rows: list[dict[str, Any]]) -> list[str]:
     for event in scenario.events:
         driver.at(event.at, scenario_action(driver, event))
     started: dict[str, tuple[float, float, str]] = {}  # job -> (start, submit, user)
-    while driver.pending():
-        driver.step_time(lambda _: None)
+
+    def note_starts(_: str) -> None:  # after each decision
         for r in driver.records.values():
             if r.started is not None and r.job_id not in started:
                 started[r.job_id] = (r.started, r.submitted, r.spec.user or "")
+
+    driver.drive(note_starts)
     return [user for _, _, user in sorted(started.values())]
 
 

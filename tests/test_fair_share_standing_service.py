@@ -14,33 +14,14 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_fixtures import live_service
+from service_fixtures import BOB, DAVE, course_cluster, course_users, live_service
 from waiting import job_in, wait_until
 
 from labhive.scheduler.cli import main as client_main
 from labhive.scheduler.client import LabHiveError
 
-USERS = """
-users:
-  bob: {token: bob-token-4567, groups: [course]}
-  dave: {token: dave-token-8910, groups: [course]}
-groups:
-  course: {vcs: [course]}
-"""
-BOB, DAVE = "bob-token-4567", "dave-token-8910"
-CLUSTER = """
-physicalCluster:
-  cellTypes:
-    VNODE: {childCellType: VGPU, childCellNumber: 2, isNodeLevel: true}
-    POOL: {childCellType: VNODE, childCellNumber: 2}
-  physicalCells:
-    - cellType: POOL
-      cellChildren: [{cellAddress: vnode-0}, {cellAddress: vnode-1}]
-virtualClusters:
-  course: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
-  other: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}
-fairShare: {halfLife: 7d}
-"""
+USERS = course_users("course")
+CLUSTER = course_cluster("7d", "other: {virtualCells: [{cellType: POOL.VNODE, cellNumber: 1}]}")
 
 
 @pytest.fixture(scope="module")

@@ -318,9 +318,8 @@ def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_do
     the restored attempt to adopt main-0's generation 2 only (both were adopted, one GPU
     beside the other), main-1 as done, main-2 waiting to be placed again."""
     from labhive.scheduler.core.jobs import parse_job
-    from labhive.scheduler.service.runtime.record import TaskRow
     from labhive.scheduler.service.runtime.recovery import restore
-    from labhive.scheduler.service.store.queries import JobRow
+    from labhive.scheduler.service.store.queries import JobRow, TaskRow
 
     loop = build(ServeOptions(data_dir=tmp_path / "data")).service.loop
     try:
@@ -332,7 +331,8 @@ def test_a_restart_takes_each_task_in_its_latest_generation_and_ended_ones_as_do
             return {"id": 10 * idx + generation, "job_id": 7, "attempt": 1, "role": "main",
                     "idx": idx, "generation": generation, "node": "n", "gpus": [gpu],
                     "cells": [f"n/{gpu}"], "state": state, "exit_code": code,
-                    "handle": handle, "downgraded_by": None}  # fmt: skip
+                    "handle": handle, "started_at": 0.0, "ended_at": None,
+                    "downgraded_by": None}  # fmt: skip
 
         rows = [row(0, 1, "ENDED", 0, 0), row(1, 1, "ENDED", 1, 0), row(2, 1, "STOPPED", 2, None),
                 row(0, 2, "RUNNING", 3, None)]  # fmt: skip

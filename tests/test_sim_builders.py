@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
+
+from labhive.scheduler.core.frozen_build import frozen_builder
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import Finish, Submit
 from labhive.scheduler.core.states import JobState
@@ -66,3 +69,45 @@ def test_the_job_table_past_a_chunk_reads_as_appended_rows() -> None:
     assert list(cols["submit"]) == [float(i) for i in range(n)]
     assert math.isnan(cols["end"][0]) and cols["end"][-1] == 20.0
     assert table.count("PENDING") == n
+
+
+def test_built_specs_do_not_share_their_raw_mapping() -> None:
+    """Given two trace jobs built by the generated builder, expect each spec's ``raw`` to be
+    its own dict (a default_factory field, made fresh per object as the constructor does)."""
+    one = trace_job_spec(TraceJob("a", 0.0, "vc", "u", 1, 5.0, "Pass", 1), "vc")
+    two = trace_job_spec(TraceJob("b", 0.0, "vc", "u", 1, 5.0, "Pass", 2), "vc")
+    assert one.raw == two.raw == {} and one.raw is not two.raw
+
+
+def test_a_builder_is_refused_where_it_would_build_a_different_object() -> None:
+    """Given a class with a ``__post_init__`` (the builder would skip it), a field name that
+    does not exist, or a class that is not a slotted dataclass: expect a TypeError at once,
+    not objects that differ from the constructor's."""
+    with pytest.raises(TypeError, match="__post_init__"):
+        frozen_builder(SimJob)
+    with pytest.raises(TypeError, match="has no field colour"):
+        frozen_builder(Finish, colour="red")
+
+    @dataclasses.dataclass(frozen=True)
+    class Loose:
+        x: int
+
+    with pytest.raises(TypeError, match="not a slotted dataclass"):
+        frozen_builder(Loose)
+
+
+def test_a_field_added_to_an_event_is_a_parameter_of_its_builder() -> None:
+    """Given a frozen event with a new defaulted field, expect the generated builder to take
+    it (with its default) and build the constructor's object: no field is left unset."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Event:
+        job_id: str
+        time: float = 0.0
+        note: str = "none"
+
+    build = frozen_builder(Event)
+    assert build("j", 1.0) == Event("j", 1.0) and type(build("j")) is Event
+    assert build("j", 2.0, "late") == Event("j", 2.0, "late")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        build("j").note = "x"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hub_support import wait_for
+from hub_support import read_up_banner, wait_for
 from kernel_support import CHROMIUM, CHROMIUM_FLAGS, free_port, venv_env
 from slurm_cluster import SlurmCluster
 from test_hub_up import _login
@@ -84,12 +84,7 @@ def up_on_slurm(slurm: SlurmCluster, data_dir: Path) -> Iterator[tuple[str, str,
         env=venv_env(LABHIVE_TASK_IDENTITY="users"), start_new_session=True,
     )  # fmt: skip
     try:
-        banner = []
-        for line in up.stdout:  # type: ignore[union-attr]
-            banner.append(line)
-            if "GPU devices" in line:
-                break
-        text = "".join(banner)
+        text = read_up_banner(up)
         found = re.search(r"LabHive is up: (\S+)/", text)
         assert found, text
         yield found.group(1), text, data

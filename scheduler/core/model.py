@@ -16,9 +16,8 @@ policy, the simulator and replay take it; the job service's own ``int`` ids cros
 
 from __future__ import annotations
 
-import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol
+from typing import TYPE_CHECKING, Generic, Literal, Protocol
 
 from labhive.scheduler.core.jobs import JobSpec
 
@@ -289,23 +288,6 @@ class Scheduler(Protocol):
 
     def next_wakeup(self) -> float | None:
         """The virtual time at which the policy wants a ``Tick``, if any."""
-
-
-def unfrozen(cls: type) -> type[Any]:
-    """A plain class with the slots of the frozen dataclass ``cls``, to build its objects
-    cheaply where one is built per job: set every field as an attribute, then make ``cls``
-    the object's class (``obj.__class__ = cls``; the layouts are the same), and it is the
-    same frozen object ``cls(...)`` makes. (Its ``__init__`` sets each field through a C call
-    to ``object.__setattr__``: a 13-field ``JobSpec`` cost 1.3 us so, 0.25 this way.) The
-    caller must set every field."""
-    bases = getattr(cls, "__orig_bases__", cls.__bases__)  # (``Generic[JobId]``: the same base)
-    slots = {"__slots__": getattr(cls, "__slots__")}  # noqa: B009 (a dataclass's, unknown to mypy)
-    twin: type[Any] = types.new_class(
-        f"Unfrozen{cls.__name__}", bases, {}, lambda ns: ns.update(slots)
-    )
-    probe = twin()
-    probe.__class__ = cls  # a TypeError here, at import, if the layouts ever differ
-    return twin
 
 
 def handle_together(scheduler: Scheduler, events: list[Event]) -> list[Decision]:

@@ -10,8 +10,10 @@ spending a retry. REJECTED is for a spec refused at submit, which never reaches 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from labhive.scheduler.core.frozen_build import frozen_builder
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import (
     Decision,
@@ -23,7 +25,6 @@ from labhive.scheduler.core.model import (
     Stop,
     StopTasks,
     TaskPlacement,
-    unfrozen,
 )
 from labhive.scheduler.core.states import TERMINAL, JobState
 from labhive.scheduler.drivers import attempts
@@ -177,16 +178,11 @@ def end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Requeue:
         record.retries_used += end.spend_retry
         return Requeue(record.job_id, now)
     record.ended = now
-    finish = _FinishSlots()  # ``Finish(record.job_id, now)``, built as ``model.unfrozen`` says
-    finish.job_id = record.job_id
-    finish.time = now
-    finish.__class__ = Finish
-    built: Finish = finish
-    return built
+    return _finished(record.job_id, now)
 
 
-#: ``Finish``'s slots as a plain class, for ``end_attempt`` (once per job).
-_FinishSlots = unfrozen(Finish)
+#: ``Finish(job_id, now)``, the same frozen event, built without ``__init__`` (once per job).
+_finished: Callable[[str, float], Finish] = frozen_builder(Finish)
 
 
 def cancel(record: JobRecord, now: float) -> None:

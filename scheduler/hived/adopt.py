@@ -25,22 +25,30 @@ class AdoptRefused(ValueError):
     """The cells a driver asks to restore a job onto are unknown, down or taken."""
 
 
-class Adoption(HivedBase):
-    """``Adopt`` and ``Reconfigure``: running jobs restored onto exactly their cells."""
+class Adoption:
+    """``Adopt`` and ``Reconfigure``: running jobs restored onto exactly their cells.
 
-    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+    A part ``core.HivedScheduler`` holds (``self.adoption``), not a base it inherits. It keeps
+    no state of its own: what it restores is the scheduler's (cells, VCs, queues, the share
+    book), changed through the scheduler's bookkeeping (``_load``, ``_occupy``, ``_enqueue``)."""
+
+    def __init__(self, sched: HivedBase) -> None:
+        self._sched = sched
+
+    def reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         """Work-preserving: running jobs keep their GPUs where those still exist."""
+        s = self._sched
         running = sorted(
-            (j for j in self._jobs.values() if j.placed),
+            (j for j in s._jobs.values() if j.placed),
             key=lambda j: (j.prio < 0, -j.prio, j.seq),
         )
         kept = {j.job_id: dict(j.placed) for j in running}
-        old_queues = self._queues
-        cpu_waiting = self._cpu_waiting
-        self._queues, self._ready = {}, set()
-        self._classes, self._oppo_classes, self._vc_classes = {}, {}, {}
-        self._load(config)
-        for job in self._jobs.values():
+        old_queues = s._queues
+        cpu_waiting = s._cpu_waiting
+        s._queues, s._ready = {}, set()
+        s._classes, s._oppo_classes, s._vc_classes = {}, {}, {}
+        s._load(config)
+        for job in s._jobs.values():
             job.queued_key = None
             job.in_order = False
         for job in running:
@@ -55,20 +63,21 @@ class Adoption(HivedBase):
                 out.append(Stop(job.job_id, reconfigured(str(err))))
         for queue in old_queues.values():
             for _, _, job_id in queue.order:
-                queued = self._jobs.get(job_id)
+                queued = s._jobs.get(job_id)
                 if queued is not None and queued.waiting_tasks and queued.queued_key is None:
-                    self._enqueue(queued)
+                    s._enqueue(queued)
         for _, _, job_id in cpu_waiting:
-            if job_id in self._jobs:
-                self._enqueue(self._jobs[job_id])
+            if job_id in s._jobs:
+                s._enqueue(s._jobs[job_id])
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
-                self._enqueue(job)
+                s._enqueue(job)
 
-    def _adopt(self, event: Adopt, out: list[Decision]) -> None:
-        if event.job_id in self._jobs:
+    def adopt(self, event: Adopt, out: list[Decision]) -> None:
+        s = self._sched
+        if event.job_id in s._jobs:
             raise AdoptRefused(f"job {event.job_id} is already known")
-        job = self._new_job(event.job_id, event.spec)
+        job = s._new_job(event.job_id, event.spec)
         if event.opportunistic:
             job.prio = OPPORTUNISTIC
         job.downgraded = {(role, index): by for role, index, by in event.downgraded}
@@ -76,13 +85,14 @@ class Adoption(HivedBase):
         try:
             self._place_exactly(job, event.tasks)
         except AdoptRefused:
-            del self._jobs[event.job_id]
+            del s._jobs[event.job_id]
             raise
         if job.waiting_tasks:
-            self._enqueue(job)
+            s._enqueue(job)
 
     def _place_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
         """Put a running job back on exactly these GPUs, binding its VC's cells around them."""
+        s = self._sched
         if job.cpu_only:
             self._place_cpu_exactly(job, tasks)
             return
@@ -93,7 +103,7 @@ class Adoption(HivedBase):
             ids = task.cells or tuple(f"{task.node}/{g}" for g in task.gpus)
             leaves = []
             for leaf_id in ids:
-                leaf = self.tree.leaf.get(leaf_id)
+                leaf = s.tree.leaf.get(leaf_id)
                 if leaf is None:
                     raise AdoptRefused(f"GPU {leaf_id} does not exist in this cluster")
                 if leaf.job is not None:
@@ -102,7 +112,7 @@ class Adoption(HivedBase):
                     raise AdoptRefused(f"GPU {leaf_id} is on a node that is down")
                 leaves.append(leaf)
             wanted.append((task, leaves))
-        vc = None if job.opportunistic else self.vcs.by_name.get(job.vc)
+        vc = None if job.opportunistic else s.vcs.by_name.get(job.vc)
         if not job.opportunistic and vc is None:
             raise AdoptRefused(f"VC {job.vc} does not exist in this cluster")
         bound: list[Cell] = []
@@ -114,32 +124,33 @@ class Adoption(HivedBase):
                     if not self._own(vc, leaf, bound):
                         for cell in reversed(bound):
                             vc.count_unbound(cell)
-                            self.vcs.unbind(vc, cell)
+                            s.vcs.unbind(vc, cell)
                         raise AdoptRefused(
                             f"GPU {leaf.leaf_id} lies outside {vc.name}'s free cells"
                         )
         for task, leaves in wanted:
             prio = OPPORTUNISTIC if (task.role, task.index) in job.downgraded else None
             for leaf in leaves:
-                self._occupy(leaf, job, prio)
+                s._occupy(leaf, job, prio)
             job.placed[(task.role, task.index)] = (
                 task_placement(task.role, task.index, leaves),
                 leaves,
             )
             if job.share:  # the first share restored onto its GPU hosts the others
                 vc_name = None if job.opportunistic else job.vc
-                self._book.open(leaves[0], vc_name, job.prio, job.job_id, job.share)
+                s._book.open(leaves[0], vc_name, job.prio, job.job_id, job.share)
 
     def _join_share_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> bool:
         """A restored share whose GPU already hosts shares joins them (True); False when its
         GPU hosts none yet (it is placed as any job then, and hosts the others)."""
+        s = self._sched
         ids = [c for t in tasks for c in (t.cells or tuple(f"{t.node}/{g}" for g in t.gpus))]
-        leaf = self.tree.leaf.get(ids[0]) if len(ids) == 1 else None
+        leaf = s.tree.leaf.get(ids[0]) if len(ids) == 1 else None
         if leaf is None:
             return False
         vc = None if job.opportunistic else job.vc
         try:
-            joined = self._book.join_exactly(leaf, vc, job.prio, job.job_id, job.share)
+            joined = s._book.join_exactly(leaf, vc, job.prio, job.job_id, job.share)
         except ShareMismatch as err:
             raise AdoptRefused(str(err)) from None
         if joined:
@@ -152,17 +163,19 @@ class Adoption(HivedBase):
 
     def _place_cpu_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
         """A CPU-only job back on its nodes, holding their CPUs and memory again."""
+        s = self._sched
         for task in tasks:
-            room = self.cpu.nodes.get(task.node)
+            room = s.cpu.nodes.get(task.node)
             if room is None:
                 raise AdoptRefused(f"node {task.node} does not exist in this cluster")
             if not room.healthy:
                 raise AdoptRefused(f"node {task.node} is down")
         for task in tasks:
-            self.cpu.hold(task.node, self._role(job, task.role))
+            s.cpu.hold(task.node, s._role(job, task.role))
             job.placed[(task.role, task.index)] = (replace(task, gpus=(), cells=()), [])
 
     def _own(self, vc: VC, leaf: Cell, bound: list[Cell]) -> bool:
+        s = self._sched
         owner = leaf.owner()
         if owner is not None:
             return owner.vc == vc.name
@@ -173,10 +186,10 @@ class Adoption(HivedBase):
                 cell = cell.parent
             if cell is None:
                 continue
-            root = self.tree.free_root(cell)
-            if root is not None and self.vcs.can_bind(vc, cell, root):
-                self.vcs.bind(vc, cell)
-                self._bound(vc, cell)
+            root = s.tree.free_root(cell)
+            if root is not None and s.vcs.can_bind(vc, cell, root):
+                s.vcs.bind(vc, cell)
+                s._bound(vc, cell)
                 bound.append(cell)
                 return True
         return False

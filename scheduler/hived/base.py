@@ -3,12 +3,13 @@ bookkeeping that keeps cells' and VCs' counters right as jobs take and free leaf
 
 ``core.HivedScheduler`` is assembled from one mixin per concern, each in its own module:
 ``queueing`` (classes of waiting jobs, the scheduling pass), ``attempt`` (the search for a job's
-cells), ``preempt`` (committing a plan: preemption, lazy preemption), ``health`` (nodes going down
-and up), ``adopt`` (putting running jobs back on exactly their cells, after a restart or a new
-config), the first two over ``sizing`` (what a job asks for). Every mixin subclasses
-``HivedBase``, which declares the attributes they share and, as typed stubs the mixins override,
-the few methods one part calls in another: each module type-checks alone and imports no other
-mixin.
+cells), both over ``sizing`` (what a job asks for). ``health`` (nodes going down and up, with
+its own state), ``adopt`` (putting running jobs back on exactly their cells, after a restart or
+a new config) and ``preempt`` (committing a plan: preemption, lazy preemption) are already
+parts the scheduler holds, which call this bookkeeping on the scheduler. Every mixin
+subclasses ``HivedBase``, which declares the attributes they share and, as typed stubs the
+mixins override, the few methods one part calls in another: each module type-checks alone and
+imports no other mixin.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ class HivedBase:
     _dirty_vcs: dict[str, int]  # VC -> the highest priority that may now fit
     _dirty_oppo: bool
     _tick: int  # counts freed GPUs, to tell which nodes changed since a failure
-    down_reasons: dict[str, str]  # node -> the reason its NodeDown gave
     # Per user (``fairshare``), only when the config tells users apart (fair share, caps):
     # who used and holds what; classes waiting for their user to fall under a cap; the
     # decisions of this event counted so far; whether the last attempt stopped at a cap.

@@ -7,9 +7,11 @@ opportunistic jobs first), whom they merely downgrade (lazy preemption), and whi
 failure stopped. A search that fails leaves a small record of why (``failures``); why-texts are
 formatted from it only when someone asks (``job()``, ``jobs()``).
 
-This module is the front door: events are dispatched here to the parts that handle them, one
-mixin per concern over the shared state of ``base`` (``queueing``, ``attempt``, ``preempt``,
-``health``, ``adopt``); admission and the views are here too.
+This module is the front door: events are dispatched here to the parts that handle them. Node
+health (``self.health``, with its own state), adoption (``self.adoption``) and preemption
+(``self.preemption``) are parts the scheduler holds; the others are still mixins over the
+shared state of ``base`` (``queueing``, ``attempt``), to become parts one at a time (issue
+32). Admission and the views are here too.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from labhive.scheduler.hived.attempt import Attempt
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
+from labhive.scheduler.hived.placement import Plan
 from labhive.scheduler.hived.preempt import Preemption
 from labhive.scheduler.hived.queueing import Queueing
 from labhive.scheduler.hived.share_book import ShareBook
@@ -45,7 +48,7 @@ __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
 
-class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Sharing, PolicyBase[Job]):
+class HivedScheduler(Queueing, Attempt, Sharing, PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -69,12 +72,17 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Sharin
         self._dirty_vcs = {}
         self._dirty_oppo = False
         self._tick = 0
-        self.down_reasons = {}
         self._ledger = None
         self._capped = {}
         self._out, self._counted, self._cap_hit = [], 0, False
         self._fair_lines, self._holders, self._held = {}, {}, {}
         self._book = ShareBook()
+        #: Which nodes are down, and what a NodeDown or NodeUp changes (a part of its own).
+        self.health = NodeHealth(self)
+        #: Running jobs put back on exactly their cells (``Adopt``, ``Reconfigure``).
+        self.adoption = Adoption(self)
+        #: A plan carried out: victims preempted or downgraded, the job started.
+        self.preemption = Preemption(self)
         self._load(config)
 
     # ---- admission ---------------------------------------------------------------------------
@@ -124,6 +132,23 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Sharin
         if self._ledger is not None:
             self._account()
         return out
+
+    def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
+        self.health.change(node, healthy, out, reason)
+
+    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
+        return self.preemption.commit(job, plan, out)
+
+    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+        self.adoption.reconfigure(config, out)
+
+    def _adopt(self, event: Adopt, out: list[Decision]) -> None:
+        self.adoption.adopt(event, out)
+
+    @property
+    def down_reasons(self) -> dict[str, str]:
+        """Node -> the reason its ``NodeDown`` gave, while it is down (``health``)."""
+        return self.health.down_reasons
 
     def _submit(self, job_id: str, spec: JobSpec, *, admitted: bool = False) -> None:
         if job_id in self._jobs:

@@ -17,11 +17,21 @@ from labhive.scheduler.hived.placement import Plan
 from labhive.scheduler.hived.vc import VC
 
 
-class Preemption(HivedBase):
-    """``_commit``: a plan's victims preempted or downgraded, its job started."""
+class Preemption:
+    """``commit``: a plan's victims preempted or downgraded, its job started.
 
-    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
-        vc = self.vcs.by_name.get(job.vc) if job.prio != OPPORTUNISTIC else None
+    A part ``core.HivedScheduler`` holds (``self.preemption``), not a base it inherits. It
+    keeps no state of its own: the victims, cells and VCs it changes are the scheduler's,
+    through its bookkeeping (``_occupy_task``, ``_vacate_job``, ``_stop_tasks``, ``_settle``)."""
+
+    def __init__(self, sched: HivedBase) -> None:
+        self._sched = sched
+
+    def commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
+        """Carry ``plan`` out: preempt or downgrade its victims, start ``job``; False when lazy
+        preemption's second search found no room after all."""
+        s = self._sched
+        vc = s.vcs.by_name.get(job.vc) if job.prio != OPPORTUNISTIC else None
         touched: set[Cell] = set()
         if plan.busy:  # (the usual plan takes free GPUs only: nothing to preempt)
             again = self._preempt(job, vc, plan, touched, out)
@@ -29,7 +39,7 @@ class Preemption(HivedBase):
                 return False
             plan = again
         elif vc is not None and plan.bound:
-            self._bind_counters(vc, plan)
+            s._bind_counters(vc, plan)
         started = []
         run: list[Cell] = []  # the leaves of consecutive tasks on one node: taken in one step
         run_node = None
@@ -37,7 +47,7 @@ class Preemption(HivedBase):
         for task, node, leaves in plan.placed:
             if node is not run_node:
                 if run_node is not None:
-                    self._occupy_task(run, run_node, job)
+                    s._occupy_task(run, run_node, job)
                 run, run_node = [], node
             run += leaves
             key = (task.role, task.index)
@@ -48,10 +58,10 @@ class Preemption(HivedBase):
             placed[key] = (placement, leaves)
             started.append(placement)
         if run_node is not None:
-            self._occupy_task(run, run_node, job)
+            s._occupy_task(run, run_node, job)
         out.append(Start(job.job_id, tuple(started), job.opportunistic))
         if touched:
-            self._settle(touched)
+            s._settle(touched)
         return True
 
     def _preempt(
@@ -59,9 +69,10 @@ class Preemption(HivedBase):
     ) -> Plan | None:
         """Stop (or downgrade) the jobs ``plan`` takes GPUs of; the plan to start ``job`` on
         (another, if lazy preemption searched again; None if that search failed)."""
-        victims = [self._jobs[v] for v in plan.victims()]
-        if self._book.hosts:  # a GPU with shares is taken whole: all of them stop
-            victims = _with_sharers(victims, self._book.sharers(plan.taken), self._jobs)
+        s = self._sched
+        victims = [s._jobs[v] for v in plan.victims()]
+        if s._book.hosts:  # a GPU with shares is taken whole: all of them stop
+            victims = _with_sharers(victims, s._book.sharers(plan.taken), s._jobs)
         lazy = [
             v
             for v in victims
@@ -74,19 +85,19 @@ class Preemption(HivedBase):
             if again is None:
                 return None
             plan = again
-            victims = [self._jobs[v] for v in plan.victims()]
+            victims = [s._jobs[v] for v in plan.victims()]
         if vc is not None:
-            self._bind_counters(vc, plan)
+            s._bind_counters(vc, plan)
         for victim in sorted(victims, key=lambda v: (v.prio, -v.seq)):
             reason = self._preempt_reason(victim, job)
-            part = self._unit_of(victim, _hit(victim, plan)) if self._splits(victim) else None
+            part = s._unit_of(victim, _hit(victim, plan)) if s._splits(victim) else None
             if part is None:
                 out.append(Preempt(victim.job_id, job.job_id, reason))
-                self._vacate_job(victim, touched)
+                s._vacate_job(victim, touched)
             else:
-                stopped = self._stop_tasks(victim, part, touched)
+                stopped = s._stop_tasks(victim, part, touched)
                 out.append(StopTasks(victim.job_id, stopped, reason, job.job_id))
-            self._enqueue(victim)
+            s._enqueue(victim)
         return plan
 
     def _lazy(
@@ -94,15 +105,16 @@ class Preemption(HivedBase):
     ) -> Plan | None:
         """HiveD's lazy preemption: downgrade the victims to opportunistic and look again; they
         keep running unless the preemptor still needs their very GPUs."""
-        units = {v.job_id: self._unit_of(v, _hit(v, plan)) for v in lazy}
-        self.placer.undo(vc, plan)
+        s = self._sched
+        units = {v.job_id: s._unit_of(v, _hit(v, plan)) for v in lazy}
+        s.placer.undo(vc, plan)
         touched: set[Cell] = set()
         for victim in lazy:
             part = units[victim.job_id]
             keys = set(victim.placed) if part is None else part
             for key in keys:
                 for leaf in victim.placed[key][1]:
-                    self._vacate(leaf, touched)
+                    s._vacate(leaf, touched)
             if part is None:
                 victim.prio = OPPORTUNISTIC
                 victim.downgraded_by = job.job_id
@@ -110,19 +122,19 @@ class Preemption(HivedBase):
                 if part is not None:
                     victim.downgraded[key] = job.job_id
                 for leaf in victim.placed[key][1]:
-                    self._occupy(leaf, victim, OPPORTUNISTIC)
-        self._settle(touched)
+                    s._occupy(leaf, victim, OPPORTUNISTIC)
+        s._settle(touched)
         unit = [
             (r, i)
             for r, i in job.waiting_tasks
             if (r.name, i) in {(t.role, t.index) for t, _, _ in plan.placed}
         ]
-        again = self._find(job, unit)
+        again = s._find(job, unit)
         for victim in lazy:
             part = units[victim.job_id]
             hit = _hit(victim, again) if again is not None else set()
             if hit:
-                hit = self._unit_of(victim, hit) or set(victim.placed)
+                hit = s._unit_of(victim, hit) or set(victim.placed)
             kept = (set(victim.placed) if part is None else part) - hit
             if not kept:
                 continue  # preempted after all

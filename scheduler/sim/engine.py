@@ -20,7 +20,7 @@ What the simulator adds:
 - ``Tick`` events at the times the policy asks for (``next_wakeup``, e.g. LAS demotions);
 - the metrics: each job's first start, end and GPU time, and a ``Timeline`` of integrals.
 At one instant, completions run first, then scripted actions and wake-ups, then arrivals, and
-only then does the policy decide, once, on all of them (``VirtualTimeDriver.step_time``).
+only then does the policy decide, once, on all of them: ``VirtualTimeDriver.drive`` is the loop.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from labhive.scheduler.core.model import (
     StopTasks,
     TaskPlacement,
     Tick,
-    handle_together,
 )
 from labhive.scheduler.core.states import JobState
 from labhive.scheduler.drivers.lifecycle import JobRecord, apply_decision
@@ -280,73 +279,9 @@ class Simulation(VirtualTimeDriver):
             gc.set_threshold(*threshold)
 
     def _run(self) -> SimResult:
-        jobs = self.jobs
-        job = next(jobs, None)
-        # The timed actions, read in place (``pending``/``next_time`` cost a call an event),
-        # and the driver's ``step``, ``hold``, ``seen`` and ``decide`` and the clock's advance
-        # inline: they run once per event.
-        heap, done, batches = self._heap, self._seen, self._batches
-        pop = heapq.heappop
-        timeline, arrive = self.timeline, self._arrive
-        scheduler, apply = self.scheduler, self.apply
-        # Without an observer or a progress bar, an event is only counted (``_seen``).
+        # Without an observer or a progress bar, an event is only counted (``_count``).
         counted = self.observe is None and self.progress is None
-        next_wakeup = scheduler.next_wakeup
-        while job is not None or heap:
-            nxt = heap[0][0] if heap else None
-            time = job.submit if job is not None and (nxt is None or job.submit < nxt) else nxt
-            assert time is not None
-            if time > self.now or timeline.start is None:
-                if self._entered:
-                    self._count_entered()
-                timeline.advance(time)
-                if time > self.now:  # (``max``, without its call)
-                    self.now = time
-            while True:  # the instant's actions, its arrivals, then one decision; again if
-                if batches:  # that decision timed more actions for this same instant
-                    self._batch = []
-                labels: list[str] = []
-                while heap and heap[0][0] <= time:
-                    at, _, _, action = pop(heap)
-                    if at > self.now:
-                        self.now = at
-                    label = action()
-                    if label is not None:
-                        if self._batch is not None:
-                            labels.append(label)
-                        else:
-                            done(label)
-                while job is not None and job.submit <= time:
-                    label = arrive(job)
-                    if self._batch is not None:
-                        labels.append(label)
-                    else:
-                        done(label)
-                    job = next(jobs, None)
-                    if job is not None and job.submit < time:
-                        raise ValueError(
-                            f"job {job.job_id} is submitted at {job.submit}, before {time}: "
-                            "the jobs must come sorted by submit time"
-                        )
-                batch, self._batch = self._batch, None  # ``decide``
-                if batch:  # one event straight to ``handle``, as ``handle_together`` gives it
-                    one = len(batch) == 1
-                    decisions = (
-                        scheduler.handle(batch[0]) if one else handle_together(scheduler, batch)
-                    )
-                    if decisions:
-                        apply(decisions)
-                if counted:  # ``_seen`` inline (no call an event): count, plan a wake-up
-                    self.events += len(labels)
-                    for _ in labels:
-                        wake = next_wakeup()
-                        if wake is not None:
-                            self._plan_wakeup(wake)
-                else:
-                    for label in labels:
-                        done(label)
-                if not heap or heap[0][0] > time:
-                    break
+        self.drive(self._count if counted else self._seen, self.jobs, self._arrive, self._instant)
         if self.progress is not None and self._ended:
             self.progress(self._ended)
         self._count_entered()
@@ -364,12 +299,24 @@ class Simulation(VirtualTimeDriver):
             table=self.table,
         )
 
-    def _seen(self, label: str) -> None:
-        """One event done and decided: count it, ask for the next wake-up, report progress."""
+    def _instant(self, time: float) -> None:
+        """An instant begins (the driver moves the clock to it next): time moved on, so the
+        jobs that arrived and did not start are waiting, and the timeline's integrals grow."""
+        if time > self.now or self.timeline.start is None:
+            if self._entered:
+                self._count_entered()
+            self.timeline.advance(time)
+
+    def _count(self, label: str) -> None:
+        """One event done and decided, where no one watches: count it, plan a wake-up."""
         self.events += 1
         wake = self.scheduler.next_wakeup()
         if wake is not None:  # (none: nothing to plan, and no call to say so)
             self._plan_wakeup(wake)
+
+    def _seen(self, label: str) -> None:
+        """One event done and decided: count it, ask for the next wake-up, report progress."""
+        self._count(label)
         if self.observe is not None:
             self.observe(self, label)
         if self.progress is not None and label.endswith(("finished", "failed")):

@@ -1,9 +1,10 @@
 """All of the loop's SQL: the pass's one transaction, the reads a rebuild starts from, node marks.
 
-Rows come back typed (``JobRow``, ``TaskRow``, ``MarkRow``): the columns the loop reads, as
-the store's tables declare them (``service/store/tables.py``). The lifecycle's moves themselves
-(``service/lifecycle.py``) write the events and check the transitions; this module groups them
-into the transactions the loop needs.
+Rows come back typed: ``JobRow`` and ``TaskRow`` are the store's own (``store/queries.py``: one
+definition of a row, not two), ``MarkRow`` is the loop's; each as the store's tables declare it
+(``service/store/tables.py``). The lifecycle's moves themselves (``service/lifecycle.py``) write
+the events and check the transitions; this module groups them into the transactions the loop
+needs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
@@ -26,27 +27,9 @@ from labhive.scheduler.service.policy_port import ServiceEvent
 from labhive.scheduler.service.runtime.plan import Plan
 from labhive.scheduler.service.runtime.runs import Running, Runs, next_key
 from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
-from labhive.scheduler.service.store.queries import JobRow
+from labhive.scheduler.service.store.queries import JobRow, TaskRow
 
 log = logging.getLogger("labhive.service.loop")
-
-
-class TaskRow(TypedDict):
-    """A ``tasks`` row of a current attempt, as a rebuild reads it."""
-
-    id: int
-    job_id: int
-    attempt: int
-    role: str
-    idx: int
-    generation: int
-    node: str
-    gpus: list[int]
-    cells: list[str]
-    state: str
-    exit_code: int | None
-    handle: dict[str, Any] | None
-    downgraded_by: str | None
 
 
 class MarkRow(TypedDict):

@@ -21,10 +21,10 @@ from labhive.scheduler.executors.base import Executor, TaskExit, TaskHandle
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.policy_port import ServiceEvent, task_key
 from labhive.scheduler.service.runtime import record
-from labhive.scheduler.service.runtime.record import Stored, TaskRow
+from labhive.scheduler.service.runtime.record import Stored
 from labhive.scheduler.service.runtime.runs import Running, Runs
 from labhive.scheduler.service.store import Store
-from labhive.scheduler.service.store.queries import JobRow
+from labhive.scheduler.service.store.queries import JobRow, TaskRow
 
 log = logging.getLogger("labhive.service.loop")
 

@@ -56,12 +56,14 @@ class TaskRow(TypedDict):
     generation: int
     node: str
     gpus: list[int]
-    cells: Any
+    cells: list[str]  # leaf cell ids, as the cluster config addresses them
     state: str
     exit_code: int | None
     handle: dict[str, Any] | None
     started_at: float
     ended_at: float | None
+    #: The job whose priority downgraded this task alone to opportunistic (lazy preemption).
+    downgraded_by: str | None
 
 
 class EventRow(TypedDict):
