@@ -54,8 +54,8 @@ def register(subparsers: Any) -> None:
         "--model",
         choices=("tiresias", "helios"),
         help="a peer simulator's model: tiresias = Tiresias' dlas-gpu (las:promote_knob=0,"
-        "quantum=0 --checkpoint 1 --locality anywhere); helios = each VC owns whole nodes "
-        "(POLICY:vc_nodes=true; fifo, sjf or las, default fifo)",
+        "quantum=0,same_queue=true --checkpoint 1 --locality anywhere); helios = each VC "
+        "owns whole nodes (POLICY:vc_nodes=true; fifo, sjf or las, default fifo)",
     )
     p.add_argument("--vcs", help="CSV of VC weights (vc,nodes) to split a machine list into VCs")
     p.add_argument(
@@ -341,7 +341,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
     if args.model is not None:  # a scenario's replay takes no locality: the model would not hold
         raise UserError(
             "--model applies to --trace; for a scenario give the settings as policy options "
-            "(e.g. --policy las:promote_knob=0,quantum=0,locality=anywhere --checkpoint 1)"
+            "(e.g. --policy las:promote_knob=0,quantum=0,same_queue=true,locality=anywhere "
+            "--checkpoint 1)"
         )
     scenario = load_scenario(args.scenario)
     runs = [run_scenario(p, scenario, checkpoint=args.checkpoint) for p in args.policy]
