@@ -84,6 +84,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--seeds", type=int, default=1, help="--fill: seeds to run (mean, spread)")
     p.add_argument(
+        "--variant",
+        help="Alibaba trace: build the FGD paper's variant NAME (gpushareN, multigpuN, "
+        "gpuspecN; e.g. gpushare80) from the default pod list, drawn with --seed",
+    )
+    p.add_argument(
         "--frag",
         choices=("paper", "labhive"),
         default="paper",
@@ -191,8 +196,9 @@ def run(args: argparse.Namespace) -> int:
             f"{args.cluster} is the Alibaba node list: it goes with its pod list "
             "(openb_pod_list_*.csv); this trace needs a HiveD config or a machine list"
         )
-    if args.fill:
-        raise UserError("--fill applies to the Alibaba trace (openb_pod_list_*.csv)")
+    if args.fill or args.variant:
+        flag = "--fill" if args.fill else "--variant"
+        raise UserError(f"{flag} applies to the Alibaba trace (openb_pod_list_*.csv)")
     if args.per_vc:
         args.policy = [_per_vc(p) for p in args.policy]
     try:
