@@ -11,11 +11,14 @@ By default the policy alone: the simulation of the first ``--jobs`` jobs of the 
 Philly trace (on Philly's machine list) records the events the policy is given; a fresh policy
 is then given the same events, untraced up to the ``--skip``-th submission (the cluster filling
 up) and traced after it. ``--whole`` traces the whole simulation instead (the simulator's own
-layer included). Tracing is slow: about 40 s for 20,000 traced jobs.
+layer included), from the ``--skip``-th submission on (0 by default with ``--whole``). Tracing
+is slow: about 40 s for 20,000 traced jobs of the policy alone.
 
     .venv/bin/python benchmarks/count_bytecodes.py --policy hived --jobs 30000 --skip 10000
     .venv/bin/python benchmarks/count_bytecodes.py --policy fifo --jobs 5000 --whole
     .venv/bin/python benchmarks/count_bytecodes.py --policy drf --contended --jobs 8000 --skip 4000
+    .venv/bin/python benchmarks/count_bytecodes.py --policy las --contended --jobs 20000 \
+        --skip 10000 --whole
 
 ``--contended``: the squeezed cluster of ``bench_simulator.py --contended`` (the first 360
 machines, Helios' VC weights), where jobs queue.
@@ -55,6 +58,25 @@ def tracer(counts: Counter[str]) -> Any:
     return call
 
 
+def trace_from_here(counts: Counter[str]) -> None:
+    """Start counting now, in the frames already running too (the simulation's loop, which
+    ``sys.settrace`` alone would leave out: it only traces frames entered after it)."""
+    call = tracer(counts)
+    sys.settrace(call)
+    frame = sys._getframe(1)
+    while frame is not None:
+        frame.f_trace = call(frame, "call", None)
+        frame = frame.f_back  # type: ignore[assignment]
+
+
+def skipping(jobs: list[Any], skip: int, counts: Counter[str]) -> Any:
+    """The jobs, counting from the ``skip``-th one's arrival on (``--whole --skip``)."""
+    for n, job in enumerate(jobs):
+        if n == skip:
+            trace_from_here(counts)
+        yield job
+
+
 def main() -> int:
     from labhive.scheduler.core.errors import UserError
 
@@ -75,7 +97,9 @@ def count() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="hived")
     parser.add_argument("--jobs", type=int, default=30_000)
-    parser.add_argument("--skip", type=int, default=10_000, help="untraced first submissions")
+    parser.add_argument(
+        "--skip", type=int, help="untraced first submissions (default 10,000; --whole: 0)"
+    )
     parser.add_argument("--whole", action="store_true", help="trace the whole simulation")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--contended", action="store_true", help="the squeezed cluster")
@@ -87,11 +111,12 @@ def count() -> int:
     jobs = load_trace(TRACE).jobs[: args.jobs]
     counts: Counter[str] = Counter()
     if args.whole:
-        sys.settrace(tracer(counts))
-        runner.run_policy(args.policy, config, iter(jobs), keep_jobs=False)
+        skip = args.skip or 0
+        runner.run_policy(args.policy, config, skipping(jobs, skip, counts), keep_jobs=False)
         sys.settrace(None)
-        per = len(jobs)
+        per = max(1, len(jobs) - skip)
     else:
+        args.skip = 10_000 if args.skip is None else args.skip
         events: list[list[Any]] = []
         made = runner.get_policy  # type: ignore[attr-defined]
 

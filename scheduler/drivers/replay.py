@@ -94,6 +94,7 @@ class VirtualTimeDriver:
         arrivals: Iterator[Arrival] | None = None,
         arrive: Callable[[Arrival], str] | None = None,
         instant: Callable[[float], None] | None = None,
+        decided: Callable[[list[str]], None] | None = None,
     ) -> None:
         """The event loop of every virtual-time run (``replay`` and the simulator), to the end.
 
@@ -101,8 +102,10 @@ class VirtualTimeDriver:
         every timed action due runs (completions first), then every arrival due (``arrive``
         admits it and labels it), and only then does the policy decide, once, on all their
         events (``model.handle_together``); ``seen`` gets each label once it is decided (a
-        policy without ``handle_batch`` decides after each event, and is seen after each).
-        The instant repeats while its decision timed more actions for that same time.
+        policy without ``handle_batch`` decides after each event, and is seen after each);
+        with ``decided``, a decision's labels go to it together instead (one call a decision,
+        not one an event: the simulator's count). The instant repeats while its decision
+        timed more actions for that same time.
 
         ``arrivals`` (sorted by ``submit``) is read as time reaches each one, so a
         million-job trace never sits in memory, and never sits in the heap either.
@@ -158,8 +161,11 @@ class VirtualTimeDriver:
                     )
                     if decisions:
                         apply(decisions)
-                for label in labels:
-                    seen(label)
+                if decided is not None:
+                    decided(labels)
+                else:
+                    for label in labels:
+                        seen(label)
                 if not heap or heap[0][0] > time:
                     break
 

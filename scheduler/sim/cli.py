@@ -54,8 +54,8 @@ def register(subparsers: Any) -> None:
         "--model",
         choices=("tiresias", "helios"),
         help="a peer simulator's model: tiresias = Tiresias' dlas-gpu (las:promote_knob=0,"
-        "quantum=0 --checkpoint 1 --locality anywhere); helios = each VC owns whole nodes "
-        "(POLICY:vc_nodes=true; fifo, sjf or las, default fifo)",
+        "quantum=0,same_queue=true --checkpoint 1 --locality anywhere); helios = each VC "
+        "owns whole nodes (POLICY:vc_nodes=true; fifo, sjf or las, default fifo)",
     )
     p.add_argument("--vcs", help="CSV of VC weights (vc,nodes) to split a machine list into VCs")
     p.add_argument(
@@ -83,6 +83,11 @@ def register(subparsers: Any) -> None:
         "the paper's workload, measure, scores and baselines (docs/policies.md)",
     )
     p.add_argument("--seeds", type=int, default=1, help="--fill: seeds to run (mean, spread)")
+    p.add_argument(
+        "--variant",
+        help="Alibaba trace: build the FGD paper's variant NAME (gpushareN, multigpuN, "
+        "gpuspecN; e.g. gpushare80) from the default pod list, drawn with --seed",
+    )
     p.add_argument(
         "--frag",
         choices=("paper", "labhive"),
@@ -191,8 +196,9 @@ def run(args: argparse.Namespace) -> int:
             f"{args.cluster} is the Alibaba node list: it goes with its pod list "
             "(openb_pod_list_*.csv); this trace needs a HiveD config or a machine list"
         )
-    if args.fill:
-        raise UserError("--fill applies to the Alibaba trace (openb_pod_list_*.csv)")
+    if args.fill or args.variant:
+        flag = "--fill" if args.fill else "--variant"
+        raise UserError(f"{flag} applies to the Alibaba trace (openb_pod_list_*.csv)")
     if args.per_vc:
         args.policy = [_per_vc(p) for p in args.policy]
     try:
@@ -341,7 +347,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
     if args.model is not None:  # a scenario's replay takes no locality: the model would not hold
         raise UserError(
             "--model applies to --trace; for a scenario give the settings as policy options "
-            "(e.g. --policy las:promote_knob=0,quantum=0,locality=anywhere --checkpoint 1)"
+            "(e.g. --policy las:promote_knob=0,quantum=0,same_queue=true,locality=anywhere "
+            "--checkpoint 1)"
         )
     scenario = load_scenario(args.scenario)
     runs = [run_scenario(p, scenario, checkpoint=args.checkpoint) for p in args.policy]

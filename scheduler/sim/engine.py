@@ -281,7 +281,10 @@ class Simulation(VirtualTimeDriver):
     def _run(self) -> SimResult:
         # Without an observer or a progress bar, an event is only counted (``_count``).
         counted = self.observe is None and self.progress is None
-        self.drive(self._count if counted else self._seen, self.jobs, self._arrive, self._instant)
+        if counted:
+            self.drive(self._count, self.jobs, self._arrive, self._instant, self._count_decided)
+        else:
+            self.drive(self._seen, self.jobs, self._arrive, self._instant)
         if self.progress is not None and self._ended:
             self.progress(self._ended)
         self._count_entered()
@@ -313,6 +316,18 @@ class Simulation(VirtualTimeDriver):
         wake = self.scheduler.next_wakeup()
         if wake is not None:  # (none: nothing to plan, and no call to say so)
             self._plan_wakeup(wake)
+
+    def _count_decided(self, labels: list[str]) -> None:
+        """One decision's events, where no one watches: count them, plan a wake-up. The
+        policy is asked once per decision, not per event: nothing changes it between its
+        events' questions, so each would get the same answer (LAS ranks its waiting heads to
+        answer: 8% of its work, asked per event); the wake-up is planned as often as before
+        (the same heap)."""
+        self.events += len(labels)
+        wake = self.scheduler.next_wakeup() if labels else None
+        if wake is not None:
+            for _ in labels:
+                self._plan_wakeup(wake)
 
     def _seen(self, label: str) -> None:
         """One event done and decided: count it, ask for the next wake-up, report progress."""

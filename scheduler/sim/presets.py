@@ -32,14 +32,15 @@ MODELS = {
         "tiresias",
         # dlas-gpu in Tiresias' simulator (run_sim.py --schedule=dlas-gpu): queues by attained
         # GPU-seconds, no starvation promotion, a job preempted whenever a higher queue needs
-        # its GPUs (no minimum run), resumed where it stopped, placed on any free GPUs
-        # (--scheme=count)
-        policy="las:promote_knob=0,quantum=0",
+        # its GPUs (no minimum run), or when it is demoted behind jobs waiting in its new
+        # queue (same_queue), resumed where it stopped, placed on any free GPUs (--scheme=count)
+        policy="las:promote_knob=0,quantum=0,same_queue=true",
         options="",
         policies=("las",),
         checkpoint=1.0,
         locality="anywhere",
-        about="Tiresias' dlas-gpu: las:promote_knob=0,quantum=0 --checkpoint 1 --locality anywhere",
+        about="Tiresias' dlas-gpu: las:promote_knob=0,quantum=0,same_queue=true --checkpoint 1 "
+        "--locality anywhere",
     ),
     "helios": Preset(
         "helios",

@@ -11,6 +11,7 @@ from typing import Any
 
 from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.sim.openb import NodeSpec, Pod, is_node_list, load_nodes, load_pods
+from labhive.scheduler.sim.openb_variants import build_variant
 from labhive.scheduler.sim.report import _grid, duration_text
 from labhive.scheduler.sim.sharing import FillPoint, fill
 from labhive.scheduler.sim.sharing_paper import (
@@ -52,6 +53,8 @@ def run_sharing(args: argparse.Namespace) -> int:
         else:
             sharing_policy(policy)  # every name checked before any run
     pods = load_pods(args.trace, strict=args.strict, limit=args.limit, unscheduled=paper)
+    if args.variant:
+        pods.pods = build_variant(pods.pods, args.variant, args.seed)
     if paper:
         return _run_paper(args, pods, load_nodes(args.cluster, args.machines))
     nodes = load_nodes(args.cluster, args.machines)
@@ -135,6 +138,8 @@ def _notes(args: argparse.Namespace, pods: Any, nodes: list[NodeSpec]) -> list[s
         f"trace: {args.trace} (Alibaba GPU trace v2023, REAL): {len(pods.pods):,} pods to "
         f"replay ({sharing:,} share a GPU, {cpu_only:,} CPU-only)"
     ]
+    if args.variant:
+        notes.append(f"  the FGD paper's variant {args.variant}, built from it (seed {args.seed})")
     if pods.skipped:
         notes.append(
             "  not replayed: " + ", ".join(f"{n:,} ({why})" for why, n in pods.skipped.items())
