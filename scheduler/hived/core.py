@@ -71,7 +71,7 @@ class HivedScheduler(Queueing, Attempt, Preemption, NodeHealth, Adoption, Sharin
         self._tick = 0
         self.down_reasons = {}
         self._ledger = None
-        self._capped = {}
+        self._capped, self._cap_stopped, self._gated = {}, set(), False
         self._out, self._counted, self._cap_hit = [], 0, False
         self._fair_lines, self._holders, self._held = {}, {}, {}
         self._book = ShareBook()
