@@ -136,19 +136,6 @@ class Ledger:
             return 0.0
         return stored[0] * self._inverse.get(account[1], 1.0)
 
-    def changed_keys(self) -> list[tuple[Account, float]]:
-        """The accounts whose ``key`` changed since the last call, with their keys."""
-        changed, self.changed = self.changed, set()
-        usage, inverse, fair = self._usage, self._inverse, self.fair is not None
-        out = []
-        for account in changed:
-            stored = usage.get(account)
-            key = 0.0
-            if stored is not None and fair:
-                key = stored[0] * inverse.get(account[1], 1.0)
-            out.append((account, key))
-        return out
-
     def sweep(self, accounts: Iterable[Account]) -> None:
         """Bring the keys of those of ``accounts`` that run up to ``now``."""
         self.next_sweep = self.now + self.accrue_every

@@ -96,16 +96,18 @@ class Turns(Sizing):
         """At a pass's start: move the accounts whose key changed since the last pass
         (``Ledger.changed``: their user's GPUs changed, or a sweep): an event costs the
         accounts it changed, not every account, and the order holds still during the pass."""
+        ledger = self._ledger_now()
         filed = self._filed
-        orders = self._orders
-        for owner, key in self._ledger_now().changed_keys():
+        for owner in ledger.changed:
+            key = ledger.key(owner)
             for scope in (owner[0], None):
                 old = filed.get((scope, owner))
                 if old is not None and key != old:
-                    order = orders[scope]
+                    order = self._orders[scope]
                     _unfile(order, old, owner)
                     bisect.insort(order, (key, owner))
                     filed[scope, owner] = key
+        ledger.changed.clear()
 
     def _fair_head(self, cls: JobClass) -> tuple[float, int, str] | None:
         """The (rank key, seq, job id) of the class's job to try next: the reservation's
