@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from labhive.scheduler.core.config import ClusterConfig, FairShare, load_cluster_config
 from labhive.scheduler.core.jobs import JobSpec, RoleSpec
@@ -72,10 +75,17 @@ def job(rng: random.Random, i: int, user: str | None = None) -> JobSpec:
 
 
 def bench(
-    gpus: int, seed: int = 1, users: int = 20, half_life: float | None = None, gap: float = 1.0
+    gpus: int,
+    seed: int = 1,
+    users: int = 20,
+    half_life: float | None = None,
+    gap: float = 1.0,
+    events: int = EVENTS,
+    trace: Callable[..., Any] | None = None,
 ) -> tuple[float, float, int]:
     """Decisions/s, microseconds per event and jobs waiting at the end, for one run; fair
-    share on when ``half_life`` is given."""
+    share on when ``half_life`` is given. ``trace``: a ``sys.settrace`` function set for the
+    steady-state part alone (``count_bytecodes.py --bench``: the exact count of this run)."""
     rng = random.Random(seed)
     who = random.Random(seed + 1)  # users from a stream of their own: the same jobs either way
     config: ClusterConfig = load_cluster_config(cluster(gpus))
@@ -102,8 +112,10 @@ def bench(
         feed(Submit(f"j{n}", new_job(n)))
     decisions = 0
     t = 0.0
+    if trace is not None:
+        sys.settrace(trace)
     start = time.process_time()
-    for _ in range(EVENTS):
+    for _ in range(events):
         victim = running.pop(rng.randrange(len(running)))
         placed.discard(victim)
         t += gap
@@ -112,8 +124,9 @@ def bench(
         n += 1
         decisions += feed(Submit(f"j{n}", new_job(n), t))
     elapsed = time.process_time() - start
+    sys.settrace(None)
     waiting = sum(1 for j in sched._jobs.values() if not j.placed)
-    return decisions / elapsed, elapsed / (2 * EVENTS) * 1e6, waiting
+    return decisions / elapsed, elapsed / (2 * events) * 1e6, waiting
 
 
 def main() -> None:

@@ -20,6 +20,13 @@ is slow: about 40 s for 20,000 traced jobs of the policy alone.
     .venv/bin/python benchmarks/count_bytecodes.py --policy las --contended --jobs 20000 \
         --skip 10000 --whole
 
+``--bench GPUS``: the steady state of ``bench_scheduler.py`` at that size instead, fair share
+off and on over the same workload in one run (``--users``, ``--fair-share``, ``--events``):
+bytecodes per decision of each, their ratio (the exact form of the benchmark's on/off figure)
+and the functions where on spends more.
+
+    .venv/bin/python benchmarks/count_bytecodes.py --bench 4096 --events 1000
+
 ``--contended``: the squeezed cluster of ``bench_simulator.py --contended`` (the first 360
 machines, Helios' VC weights), where jobs queue.
 """
@@ -103,7 +110,13 @@ def count() -> int:
     parser.add_argument("--whole", action="store_true", help="trace the whole simulation")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--contended", action="store_true", help="the squeezed cluster")
+    parser.add_argument("--bench", type=int, help="GPUs: count bench_scheduler.py's run")
+    parser.add_argument("--users", type=int, default=20, help="--bench: users")
+    parser.add_argument("--fair-share", default="7d", help="--bench: the half-life when on")
+    parser.add_argument("--events", type=int, default=1000, help="--bench: finish+submit pairs")
     args = parser.parse_args()
+    if args.bench:
+        return count_bench(args)
     if args.contended:
         config, _ = load_sim_cluster(CLUSTER, VCS, CONTENDED_MACHINES)
     else:
@@ -160,6 +173,38 @@ def count() -> int:
     print(f"{args.policy}: {total / per:,.0f} bytecodes per job over {per:,} jobs")
     for key, n in counts.most_common(args.top):
         print(f"{n / per:9.1f} {100 * n / total:5.1f}%  {key}")
+    return 0
+
+
+def count_bench(args: argparse.Namespace) -> int:
+    """Bytecodes per decision of ``bench_scheduler.bench``, fair share off and on."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_scheduler import bench
+
+    from labhive.scheduler.core.time_limits import parse_time_limit
+
+    half_life = parse_time_limit(args.fair_share)
+    per: dict[str, float] = {}
+    made: dict[str, float] = {}
+    counts: dict[str, Counter[str]] = {}
+    for mode, life in (("off", None), ("on", half_life)):
+        counts[mode] = Counter()
+        rate, per_event, _ = bench(
+            args.bench,
+            users=args.users,
+            half_life=life,
+            events=args.events,
+            trace=tracer(counts[mode]),
+        )
+        made[mode] = rate * per_event * 2 * args.events / 1e6  # decisions
+        per[mode] = sum(counts[mode].values()) / made[mode]
+        print(f"fair share {mode}: {made[mode]:,.0f} decisions, {per[mode]:,.0f} bytecodes each")
+    print(f"on/off, decisions per bytecode: {per['off'] / per['on']:.1%}")
+    print("bytecodes per decision, on minus off, per function:")
+    keys = counts["on"].keys() | counts["off"].keys()
+    extra = {k: counts["on"][k] / made["on"] - counts["off"][k] / made["off"] for k in keys}
+    for key in sorted(extra, key=lambda k: -abs(extra[k]))[: args.top]:
+        print(f"{extra[key]:9.1f}  {key}")
     return 0
 
 

@@ -26,6 +26,8 @@ from labhive.scheduler.core.model import (
     Start,
     Submit,
 )
+from labhive.scheduler.drivers.replay import replay
+from labhive.scheduler.drivers.scenario import load_scenario
 from labhive.scheduler.hived.fairshare import Ledger
 from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob
@@ -141,6 +143,68 @@ def test_a_user_at_the_running_cap_waits_and_is_told_why() -> None:
     assert [d.job_id for d in out if isinstance(d, Start)] == ["dave"]
     out = sched.handle(Finish("bob0", 5.0))
     assert [d.job_id for d in out if isinstance(d, Start)] == ["bob2"]
+
+
+def capped_course(
+    gpus: int, cap: int, fair: dict[str, Any] | None, jobs: list[tuple[str, int, int, float]]
+) -> dict[str, Any]:
+    """A scenario: one VC of ``gpus`` GPUs on one node that lets a user run ``cap``; ``jobs``
+    (name, GPUs per task, tasks, duration; the user is the name's first part) submitted one a
+    second in that order, a job of several tasks incremental (it starts what the cap allows)."""
+    raw = cluster_dict([Machine("n0", gpus)])
+    raw["virtualClusters"]["default"]["userLimits"] = {"maxRunningGpus": cap}
+    if fair is not None:
+        raw["fairShare"] = fair
+    events = [
+        {
+            "at": i,
+            "submit": {
+                "name": name,
+                "user": name.split("-")[0],
+                "gpus": per_task,
+                "tasks": tasks,
+                "gang": tasks == 1,
+                "duration": duration,
+            },
+        }
+        for i, (name, per_task, tasks, duration) in enumerate(jobs)
+    ]
+    return {"cluster": raw, "events": events}
+
+
+@pytest.mark.parametrize("fair", [None, {"halfLife": "7d"}], ids=["caps alone", "fair share"])
+def test_a_user_waiting_at_the_cap_does_not_hold_back_anothers_job(fair: Any) -> None:
+    """Given a VC of 2 GPUs, bob capped at 1 and running 1, bob's second job waiting at the
+    cap: dave's job, submitted after it, starts at once on the free GPU."""
+    jobs = [("bob-1", 1, 1, 100.0), ("bob-2", 1, 1, 100.0), ("dave-1", 1, 1, 100.0)]
+    scenario = capped_course(2, 1, fair, jobs)
+    scenario["expect"] = [
+        {"at": 2, "job": "bob-2", "state": "WAITING", "reason": "userLimits.maxRunningGpus"},
+        {"at": 2, "job": "dave-1", "state": "RUNNING"},
+    ]
+    assert replay(load_scenario(scenario)).failures == []
+
+
+@pytest.mark.parametrize("fair", [None, {"halfLife": "7d"}], ids=["caps alone", "fair share"])
+def test_a_job_stopped_at_the_cap_mid_pass_lets_the_same_shape_behind_it_go(fair: Any) -> None:
+    """Given a VC of 4 GPUs that lets a user run 2, dave and bob running 1 each (bob from 1 s:
+    under fair share he used less) and carol's 2-GPU job until 10 s, then bob's incremental
+    job of 2 one-GPU tasks and dave's of the same shape waiting: when carol's ends, bob's
+    starts one task (his cap) and dave's takes the last GPU in the same pass, not at the next
+    event (bob's stop at the cap held the class, dave's job in it, until a job ended at 100 s)."""
+    jobs = [
+        ("dave-0", 1, 1, 100.0),
+        ("bob-1", 1, 1, 100.0),
+        ("carol-1", 2, 1, 8.0),
+        ("bob-2", 1, 2, 100.0),
+        ("dave-1", 1, 2, 100.0),
+    ]
+    scenario = capped_course(4, 2, fair, jobs)
+    scenario["expect"] = [
+        {"at": 10, "job": "bob-2", "state": "RUNNING", "reason": "userLimits.maxRunningGpus"},
+        {"at": 10, "job": "dave-1", "state": "RUNNING", "reason": "userLimits.maxRunningGpus"},
+    ]
+    assert replay(load_scenario(scenario)).failures == []
 
 
 def test_an_incremental_job_starts_tasks_only_up_to_the_cap() -> None:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from labhive.scheduler.core.config import FairShare, load_cluster_config
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
 from labhive.scheduler.core.model import Finish, Start, Submit
+from labhive.scheduler.hived.base import account
 from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.hived.fairshare import Ledger
 from labhive.scheduler.hived.queue import JobClass
@@ -74,6 +76,57 @@ def test_fair_share_keeps_one_class_per_shape_and_blocks_as_few_as_fifo() -> Non
     assert fair.blocks <= 1.5 * fifo.blocks + 50, (fair.blocks, fifo.blocks)
     users = {u for cls in fair._classes.values() for u in (cls.users or {})}
     assert len(users) > USERS  # (accounts are per VC and user: the classes hold them all)
+
+
+class Checked(HivedScheduler):
+    """HiveD whose incremental fair-share order is held, after every event, to the
+    straightforward one: each class's head is the least (rank key, submission) of its jobs,
+    the key read from the ledger afresh, and each scope's accounts sorted by that key."""
+
+    def handle(self, event: object) -> list:  # type: ignore[override]
+        out = super().handle(event)  # type: ignore[arg-type]
+        ledger = self._ledger
+        assert ledger is not None
+        self._refile()  # (what the next pass does first: the keys it would order by)
+        for scope, order in self._orders.items():
+            assert order == sorted((ledger.key(a), a) for a in self._vc_accounts[scope])
+        for cls in self._classes.values():
+            if cls.entries:
+                jobs = [self._jobs[job_id] for _, job_id in cls.entries]
+                want = min((ledger.key(account(j)), j.seq, j.job_id) for j in jobs)
+                assert self._fair_head(cls) == want, (cls.key, want)
+        return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_incremental_order_is_the_straightforward_one(seed: int) -> None:
+    """Given random workloads (the benchmark's mix on 512 GPUs, 6 users of whom one weighs
+    double, a short half-life so that keys move, sweeps; then two users who never ran, the
+    later-named one submitting first: equal keys), expect every class's head to be the one a
+    full sort of its jobs gives."""
+    rng, who = random.Random(seed), random.Random(seed + 100)
+    config = load_cluster_config(cluster(512))
+    fair = FairShare(rng.choice([60.0, 3600.0]), shares={"u1": 2.0})
+    sched = Checked(replace(config, fair_share=fair))
+    running: list[str] = []
+    for n in range(1, 400):
+        t = n * rng.choice([0.5, 5.0, 40.0])
+        if running and n > 150 and rng.random() < 0.5:
+            victim = running.pop(rng.randrange(len(running)))
+            if victim in sched._jobs and sched._jobs[victim].placed:
+                sched.handle(Finish(victim, t))
+        out = sched.handle(Submit(f"j{n}", job(rng, n, f"u{who.randrange(6)}"), t))
+        running += [d.job_id for d in out if isinstance(d, Start) and d.job_id not in running]
+    for n, user in enumerate(["zb", "za"] * 3):  # never ran: equal keys, zb submitted first
+        role = RoleSpec("main", 2, gpu=8)
+        sched.handle(Submit(f"z{n}", JobSpec(f"z{n}", "vc0", 10, (role,), user=user), 2e4))
+    assert sum(1 for j in sched._jobs.values() if not j.placed) > 50  # (a queue was there)
+    tied = [
+        c
+        for c in sched._classes.values()
+        if c.users is not None and {("vc0", "za"), ("vc0", "zb")} <= set(c.users)
+    ]
+    assert tied  # (the tie was there to break)
 
 
 def test_a_running_users_rank_catches_up_at_the_sweep() -> None:

@@ -61,8 +61,10 @@ class Attempt(Failures):
         since: tuple[int, bool] | None = None,
         cls: JobClass | None = None,
     ) -> None:
+        ledger = self._ledger
+        capped = ledger is not None and bool(ledger.caps)  # (fair share alone: no cap)
         for unit in self._units(job):
-            if self._ledger is not None and self._capped_unit(job, unit):
+            if capped and self._capped_unit(job, unit):
                 return
             plan = self._find(job, unit, since, cls)
             since = None

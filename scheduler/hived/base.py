@@ -65,6 +65,7 @@ class HivedBase:
     # decisions of this event counted so far; whether the last attempt stopped at a cap.
     _ledger: Ledger | None
     _capped: dict[Account, set[JobClass]]
+    _cap_stopped: set[tuple[JobClass, Account]]  # (``turns``)
     _counted: int
     _cap_hit: bool
     _held: dict[tuple[str, int], set[JobClass]]  # (``turns``)
@@ -108,7 +109,7 @@ class HivedBase:
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
         # Classes a cap or a reservation set aside: the classes are made anew on a new config.
-        self._held, self._capped = {}, {}
+        self._held, self._capped, self._cap_stopped = {}, {}, set()
         # (``turns``: made anew with the classes)
         self._orders, self._vc_accounts, self._filed = {}, {}, {}
         if not config.per_user:

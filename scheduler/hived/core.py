@@ -73,7 +73,7 @@ class HivedScheduler(Queueing, Attempt, Sharing, PolicyBase[Job]):
         self._dirty_oppo = False
         self._tick = 0
         self._ledger = None
-        self._capped = {}
+        self._capped, self._cap_stopped, self._gated = {}, set(), False
         self._out, self._counted, self._cap_hit = [], 0, False
         self._fair_lines, self._holders, self._held = {}, {}, {}
         self._book = ShareBook()

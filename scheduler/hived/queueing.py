@@ -407,6 +407,8 @@ class Queueing(Turns):
             if len(job.placed) > before:  # an incremental job started some tasks
                 self._enqueue(job)
             if ledger is not None and self._stopped_at_cap(job):
+                if cls.entries:  # (the job moved to a class of its waiting tasks: this
+                    self._ready.add(cls)  # one's other jobs may go, as after a start)
                 continue
             if job.queued_key is not None:
                 self._block(self._classes[job.queued_key])

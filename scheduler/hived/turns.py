@@ -12,6 +12,11 @@ user). ``_fair_head`` picks the head, passing over accounts that may not go now:
 - not while its user holds the VC's ``maxRunningGpus``: the class waits in ``_capped`` for
   that user's GPUs to be freed (never blocked on capacity: room may be there, the cap is not),
   and meanwhile its other users' jobs go;
+- not, for the rest of the pass, when an attempt of that account's job in this class stopped
+  at the cap on a later unit (an incremental job's next task, a gang's next group:
+  ``_cap_stopped``): the class is tried again at once for its other accounts, so a user at
+  the cap never holds back another's job of the same shape until the next event, and the
+  stopped job is not tried again and again;
 - not while an overdue job (one that waited ``reserveAfter``) holds its VC and priority: the
   reservation that keeps a gang from being starved by a stream of small jobs that always fit
   first. Only the holder's job may go; the held-back classes are tried again when it starts.
@@ -59,6 +64,10 @@ class Turns(Sizing):
     _orders: dict[str | None, list[tuple[float, Account]]]
     _vc_accounts: dict[str | None, dict[Account, int]]
     _filed: dict[tuple[str | None, Account], float]
+    # Per pass: whether caps or a reservation may pass over an account (``_gated_head``).
+    _gated: bool
+    # Per pass: (class, account) pairs whose attempt stopped at the account's cap.
+    _cap_stopped: set[tuple[JobClass, Account]]
 
     def _account_joins(self, cls: JobClass, owner: Account) -> None:
         """The account's first job in the class was queued: file it in its scope's order."""
@@ -83,11 +92,6 @@ class Turns(Sizing):
         del accounts[owner]
         _unfile(self._orders[scope], self._filed.pop((scope, owner)), owner)
 
-    def _order(self, scope: str | None) -> list[tuple[float, Account]]:
-        """The scope's accounts with waiting jobs by rank key: a class's head costs the
-        accounts ranked before it, not all of them."""
-        return self._orders.get(scope, _NONE)
-
     def _refile(self) -> None:
         """At a pass's start: move the accounts whose key changed since the last pass
         (``Ledger.changed``: their user's GPUs changed, or a sweep): an event costs the
@@ -111,12 +115,33 @@ class Turns(Sizing):
         best-ranked account whose user's cap lets it start; None when none may go (the class
         is then filed where a freed cap or the holder's start gives it back: ``_capped``,
         ``_held``)."""
-        ledger = self._ledger
-        assert ledger is not None
-        if ledger.caps or ledger.reserve_after is not None:
-            self._account()  # (GPUs counted as started: a cap holds inside one pass)
         users = cls.users
         assert users is not None
+        if not self._gated:  # (fair share alone: the first account of the order in the class)
+            order = iter(self._orders.get(cls.scope, _NONE))
+            for key, owner in order:  # noqa: B007 (the key found is the head's)
+                line = users.get(owner)
+                if line is not None:
+                    break
+            else:
+                return None
+            seq, job_id = line[0]
+            for tied, owner in order:  # (equal keys: the earlier submission goes first)
+                if tied != key:
+                    break
+                line = users.get(owner)
+                if line is not None and line[0][0] < seq:
+                    seq, job_id = line[0]
+            return key, seq, job_id
+        return self._gated_head(cls, users)
+
+    def _gated_head(
+        self, cls: JobClass, users: dict[Account, list[tuple[int, str]]]
+    ) -> tuple[float, int, str] | None:
+        """``_fair_head`` under caps or a reservation: accounts that may not go are passed
+        over (and their class filed where a freed cap or the holder's start gives it back)."""
+        ledger = self._ledger_now()
+        self._account()  # (GPUs counted as started: a cap holds inside one pass)
         if cls.priority >= 0 and ledger.reserve_after is not None:
             holder = self._holder(cls.vc, cls.priority)
             if holder is not None:
@@ -127,7 +152,7 @@ class Turns(Sizing):
                 return self._filed[cls.scope, holder[1]], seq, job_id
         capped = bool(ledger.caps)
         best: tuple[float, int, str] | None = None
-        for key, owner in self._order(cls.scope):
+        for key, owner in self._orders.get(cls.scope, _NONE):
             if best is not None and key > best[0]:
                 break  # (equal keys: the earlier submission goes first)
             line = users.get(owner)
@@ -136,7 +161,7 @@ class Turns(Sizing):
             seq, job_id = line[0]
             if best is not None and seq > best[1]:
                 continue
-            if capped and self._over_cap(owner, job_id):
+            if capped and ((cls, owner) in self._cap_stopped or self._over_cap(owner, job_id)):
                 self._capped.setdefault(owner, set()).add(cls)
                 continue
             best = (key, seq, job_id)
@@ -157,7 +182,8 @@ class Turns(Sizing):
         a job that ended or goes back to waiting."""
         ledger = self._ledger_now()
         ledger.advance(event.time)
-        self._fair_lines = {}
+        if self._fair_lines:
+            self._fair_lines = {}
         kind = type(event)
         if kind is Finish or kind is Cancel or kind is Requeue:
             assert isinstance(event, Finish | Cancel | Requeue)
@@ -177,13 +203,16 @@ class Turns(Sizing):
 
     def _after_event(self, event: Event) -> None:
         """A new job starts waiting now; an adopted one holds its GPUs again."""
+        kind = type(event)
+        if kind is not Submit and kind is not Adopt:
+            return
         ledger = self._ledger_now()
-        job = self._jobs.get(getattr(event, "job_id", ""))
+        job = self._jobs.get(event.job_id)  # type: ignore[union-attr]
         if job is None:
             return
-        if type(event) is Submit:
+        if kind is Submit:
             ledger.waiting_since[job.job_id] = ledger.now
-        elif type(event) is Adopt and job.placed and not ledger.holds(job.job_id):
+        elif job.placed and not ledger.holds(job.job_id):
             gpus: dict[tuple[str, int], float] = {
                 k: job.share / 1000 if job.share else len(p.gpus)
                 for k, (p, _) in job.placed.items()
@@ -218,9 +247,14 @@ class Turns(Sizing):
         return (-job.spec.priority, rank, job.seq, job.spec.name)
 
     def _pass_begins(self, out: list[Decision]) -> None:
-        self._holders = {}
-        self._account()
         ledger = self._ledger_now()
+        self._gated = bool(ledger.caps) or ledger.reserve_after is not None
+        if self._holders:
+            self._holders = {}
+        if self._cap_stopped:
+            self._cap_stopped = set()
+        if self._counted != len(out):
+            self._account()
         if ledger.now >= ledger.next_sweep:  # (only accounts that wait: the others are
             for accounts in self._vc_accounts.values():  # brought up when they join)
                 ledger.sweep(accounts)
@@ -259,6 +293,8 @@ class Turns(Sizing):
     def _gate(self, cls: JobClass, job: Job) -> bool:
         """Whether a job that arrived to an empty class may be tried now (as ``_fair_head``
         would say of its class once it is queued)."""
+        if not self._gated:
+            return True
         self._account()
         ledger = self._ledger_now()
         self._cap_hit = False
@@ -290,14 +326,21 @@ class Turns(Sizing):
             return False
         if job.queued_key is not None:
             cls = self._classes[job.queued_key]
-            self._capped.setdefault(account(job), set()).add(cls)
-            # (not tried again in this pass: re-readied at once, a job whose first unit
-            # fits under the cap but a later one does not was tried again and again)
-            self._ready.discard(cls)
+            owner = account(job)
+            self._capped.setdefault(owner, set()).add(cls)
+            # Its account is passed over in this class for the rest of the pass (tried
+            # again, a job whose first unit fits under the cap but a later one does not
+            # would be tried again and again), and the class is tried again at once for its
+            # other accounts (left out, it held their jobs until the next event).
+            self._cap_stopped.add((cls, owner))
+            self._ready.add(cls)
         return True
 
     def _started_whole(self, cls: JobClass) -> None:
-        """The class's head started: count it, and who holds its VC and priority may change."""
+        """The class's head started: count it (now only where a cap or a reservation asks:
+        else the pass's end counts it), and who holds its VC and priority may change."""
+        if not self._gated:
+            return
         self._account()
         key = (cls.vc, cls.priority)
         holder = self._holders.pop(key, None)
@@ -320,7 +363,7 @@ class Turns(Sizing):
                 seq, job_id = line[0]
                 if (best is not None and seq >= best_seq) or not ledger.overdue(job_id):
                     continue
-                if self._over_cap(owner, job_id):
+                if (cls, owner) in self._cap_stopped or self._over_cap(owner, job_id):
                     continue
                 best, best_seq = (cls, owner), seq
         self._holders[key] = best
