@@ -334,6 +334,13 @@ class Turns(Sizing):
             # other accounts (left out, it held their jobs until the next event).
             self._cap_stopped.add((cls, owner))
             self._ready.add(cls)
+            # A stopped holder holds its VC and priority no longer in this pass: the pair's
+            # reservation passes to the next overdue job (kept, the holder would be tried
+            # again and again, each time stopping at the cap: the pass never ended).
+            key = (cls.vc, cls.priority)
+            if self._holders.get(key) == (cls, owner):
+                del self._holders[key]
+                self._release_held(key)
         return True
 
     def _started_whole(self, cls: JobClass) -> None:
