@@ -14,6 +14,16 @@ from labhive.scheduler.sim.workload import trace_job_spec
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PHILLY = DATA / "philly"
+#: One GPU on ``localhost`` in one VC (vc1): GPU-share tests' cluster file.
+ONE_GPU = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 1, isNodeLevel: true}
+  physicalCells:
+  - {cellType: NODE, cellAddress: localhost}
+virtualClusters:
+  vc1: {virtualCells: [{cellType: NODE, cellNumber: 1}]}
+"""
 
 
 def cluster(gpus_per_node: list[int], vcs: dict[str, int] | None = None) -> ClusterConfig:

@@ -11,6 +11,7 @@ from typing import Any
 import pynvml
 from isolation_util import isolated_service, needs_root
 from nvml_recorded import RecordedNVML, load_h100
+from sim_helpers import ONE_GPU
 from waiting import wait_until
 
 from labhive.scheduler.core.config import GpuSharing
@@ -19,16 +20,6 @@ from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.executors.base import LaunchError
 from labhive.scheduler.executors.gpu_share_env import MigGpus, with_gpu_shares
 from labhive.scheduler.observe.nvml import Sampler, sample_from
-
-ONE_GPU = """\
-physicalCluster:
-  cellTypes:
-    NODE: {childCellType: GPU, childCellNumber: 1, isNodeLevel: true}
-  physicalCells:
-  - {cellType: NODE, cellAddress: localhost}
-virtualClusters:
-  vc1: {virtualCells: [{cellType: NODE, cellNumber: 1}]}
-"""
 
 
 def recording(mig_mode: Any) -> dict[str, Any]:

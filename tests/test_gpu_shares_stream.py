@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from isolation_util import isolated_service, needs_root
+from sim_helpers import ONE_GPU
 from waiting import job_done, wait_until
 
 from labhive.scheduler.core.config import load_cluster_config
@@ -23,15 +24,6 @@ from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.machines import Machine, cluster_dict
 from labhive.scheduler.sim.runner import run_scenario
 
-ONE_GPU = """\
-physicalCluster:
-  cellTypes:
-    NODE: {childCellType: GPU, childCellNumber: 1, isNodeLevel: true}
-  physicalCells:
-  - {cellType: NODE, cellAddress: localhost}
-virtualClusters:
-  vc1: {virtualCells: [{cellType: NODE, cellNumber: 1}]}
-"""
 STREAM_S = 120  # halves arrive for two minutes
 WHOLE_AT = 10.5  # the whole-GPU job arrives while two halves run
 #: It waits for the halves on the GPU to end (2 s), and for no half queued after it.
