@@ -13,6 +13,7 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.server import ServeOptions, build
 from labhive.scheduler.service.store import job_row
+from labhive.scheduler.service.store import transitions as tx
 
 
 @contextmanager
@@ -35,7 +36,7 @@ def submit_by_hand(loop: SchedulerLoop, doc: dict, *, admitted: bool = False) ->
     new = lc.NewJob(spec.name, "ann", spec.vc, spec.priority, spec.retries, spec.task_count,
                     spec.total_gpus, doc)  # fmt: skip
     with loop.store.write() as conn:
-        job_id = lc.submit(conn, new, time.time())
+        job_id = tx.submit(conn, new, time.time())
     if admitted:
         loop.submitted_many([(job_id, spec)])
     else:

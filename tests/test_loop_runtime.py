@@ -17,12 +17,12 @@ from waiting import wait_until
 
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.executors.base import TaskExit
-from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.policy_port import ServiceEvent, task_key
 from labhive.scheduler.service.runtime import settle
 from labhive.scheduler.service.runtime.plan import Plan
 from labhive.scheduler.service.runtime.runs import Running, Runs
 from labhive.scheduler.service.store import tasks
+from labhive.scheduler.service.store import transitions as tx
 
 
 class HeldLaunches:
@@ -90,7 +90,7 @@ def test_a_stop_ordered_while_the_launch_is_in_flight_stops_what_it_started(
         job_id = submit_by_hand(loop, {"name": "a", "vc": "vc1", "gpus": 1, "command": "sleep 60"})
         loop.step()
         with loop.store.write() as conn:
-            lc.request_cancel(conn, job_id)
+            tx.request_cancel(conn, job_id)
         loop.cancel(job_id)
         loop.step()  # the stop is ordered behind the launch still in flight
         assert loop.runs.reserved.draining[job_id].run.handles == {}

@@ -18,6 +18,7 @@ from waiting import wait_until
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.intake import Unstorable
 from labhive.scheduler.service.store import jobs
+from labhive.scheduler.service.store import transitions as tx
 
 pytest_plugins = ["service_fixtures"]
 
@@ -166,7 +167,8 @@ def test_gpu_and_cluster_views_hide_other_users_job_ids(live_sqlite) -> None:
 
 def test_both_backends_store_a_batch_alike(store) -> None:
     """PostgreSQL stores a batch with its own statement (one round trip); the rows and first
-    events must be those the SQLite path writes from ``_job_values``, ids in the order given."""
+    events must be those the SQLite path writes from ``lifecycle.job_values``, ids in the order
+    given."""
     from labhive.scheduler.service.store import events
 
     new = [
@@ -176,12 +178,12 @@ def test_both_backends_store_a_batch_alike(store) -> None:
         for i in range(5)
     ]
     with store.write() as conn:
-        ids = lc.submit_many(conn, new, 1234.5)
+        ids = tx.submit_many(conn, new, 1234.5)
     assert ids == sorted(ids) and len(set(ids)) == 5
     with store.read() as conn:
         for job, job_id in zip(new, ids, strict=True):
             row = dict(conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().one())
-            assert row == {**lc._job_values(job, 1234.5), "id": job_id}
+            assert row == {**lc.job_values(job, 1234.5), "id": job_id}
             (event,) = conn.execute(select(events).where(events.c.job_id == job_id)).mappings()
             assert (event["time"], event["from_state"], event["to_state"], event["reason"]) == (
                 1234.5,

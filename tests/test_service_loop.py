@@ -17,9 +17,9 @@ from waiting import wait_until
 
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.drivers.lifecycle import JobRecord, end_attempt
-from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.store import events, job_row
+from labhive.scheduler.service.store import transitions as tx
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def _used_gpus(loop: SchedulerLoop) -> int:
 def test_a_cancel_in_the_same_pass_as_its_submission_wins(loop: SchedulerLoop) -> None:
     job_id = _submit(loop, {"name": "a", "vc": "vc1", "gpus": 1, "command": "sleep 30"})
     with loop.store.write() as conn:
-        lc.request_cancel(conn, job_id)
+        tx.request_cancel(conn, job_id)
     loop.cancel(job_id)
     loop.step()
     assert _state(loop, job_id) == "STOPPED"
@@ -53,7 +53,7 @@ def test_a_failed_attempt_of_a_cancelled_job_does_not_leave_it_in_the_policy(
     loop.step()
     assert _state(loop, job_id) == "RUNNING"
     with loop.store.write() as conn:
-        lc.request_cancel(conn, job_id)  # ... and no loop.cancel()
+        tx.request_cancel(conn, job_id)  # ... and no loop.cancel()
     deadline = time.monotonic() + 20
     while _state(loop, job_id) == "RUNNING":
         assert time.monotonic() < deadline
@@ -95,7 +95,7 @@ def test_a_job_cancelled_while_the_service_stops_ends_cancelled(loop: SchedulerL
     loop.step()
     wait_until(lambda: loop.step() is not None and loop.handles(job_id), "the launch")
     with loop.store.write() as conn:
-        lc.request_cancel(conn, job_id)
+        tx.request_cancel(conn, job_id)
     loop.cancel(job_id)
     loop.step()
     with loop.store.read() as conn:

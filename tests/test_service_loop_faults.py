@@ -16,6 +16,7 @@ from waiting import wait_until
 
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.store import Store, database_url
+from labhive.scheduler.service.store import transitions as tx
 
 pytest_plugins = ["service_fixtures"]
 
@@ -45,7 +46,7 @@ def _store_directly(db_url: str, data_dir: Path, doc: dict) -> int:
     store.migrate()
     try:
         with store.write() as conn:
-            return lc.submit(conn, new, time.time())
+            return tx.submit(conn, new, time.time())
     finally:
         store.dispose()
 

@@ -24,6 +24,7 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.accounts import Accounts, Member, fingerprint
 from labhive.scheduler.service.auth import ADMIN_KIND, SERVICE, USER, Forbidden, Identity
 from labhive.scheduler.service.store import Store, accounts, jobs
+from labhive.scheduler.service.store import transitions as tx
 
 pytest_plugins = ["service_fixtures"]
 
@@ -225,4 +226,4 @@ def test_a_store_from_before_account_numbers_is_back_filled_from_job_names(db_ur
 def _submit(store: Store, user: str, owner_id: int) -> list[int]:
     job = lc.NewJob("j", user, "vc1", 10, 0, 1, 1, {"name": "j", "gpus": 1}, owner_id)
     with store.write() as conn:
-        return lc.submit_many(conn, [job], 1.0)
+        return tx.submit_many(conn, [job], 1.0)

@@ -25,6 +25,7 @@ from labhive.scheduler.core.jobs import SpecError, parse_job
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.routing import PREFIX
 from labhive.scheduler.service.store import jobs
+from labhive.scheduler.service.store import transitions as tx
 
 pytest_plugins = ["service_fixtures"]
 
@@ -99,7 +100,7 @@ def test_a_job_stored_deep_before_the_bound_still_reads(live_sqlite) -> None:
         spec={"name": "old", "command": "true", "extras": deep}, owner_id=None,
     )  # fmt: skip
     with live_sqlite.running.service.store.write() as conn:
-        (job_id,) = lc.submit_many(conn, [old], time.time())
+        (job_id,) = tx.submit_many(conn, [old], time.time())
     r = httpx.get(f"{live_sqlite.url}/jobs/{job_id}", headers=auth(live_sqlite.admin), timeout=60)
     assert r.status_code == 200, r.text
     assert "more than 32 levels deep" in r.json()["spec"]["labhive"]

@@ -9,6 +9,7 @@ import pytest
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.store import Store, database_url
 from labhive.scheduler.service.store import queries as q
+from labhive.scheduler.service.store import transitions as tx
 
 
 def _job(name: str, owner: int, user: str, vc: str = "a") -> lc.NewJob:
@@ -31,7 +32,7 @@ def store(tmp_path: Path) -> Store:
     store = Store(database_url(None, tmp_path))
     store.migrate()
     with store.write() as conn:
-        lc.submit_many(
+        tx.submit_many(
             conn, [_job("j1", 1, "ann"), _job("j2", 2, "bob", "b"), _job("j3", 1, "ann", "b")], 5.0
         )
     return store
@@ -92,7 +93,7 @@ def test_a_queue_page_holds_the_callers_jobs_and_counts_the_others(store: Store)
     with store.write() as conn:  # bob's j2 starts (no tasks: the counts read the job's row)
         row = q.job(conn, 2)
         assert row is not None
-        lc.start(conn, row, [], opportunistic=False, t=6.0)
+        tx.start(conn, row, [], opportunistic=False, t=6.0)
     with store.read() as conn:
         assert q.others_running(conn, 1, None) == [{"vc": "b", "jobs": 1, "gpus": 1}]
         assert q.others_running(conn, 1, "a") == [] and q.others_running(conn, 2, None) == []

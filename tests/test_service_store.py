@@ -23,6 +23,7 @@ from labhive.scheduler.service.store import (
     job_row,
     jobs,
 )
+from labhive.scheduler.service.store import transitions as tx
 
 pytest_plugins = ["service_fixtures"]
 
@@ -30,7 +31,7 @@ pytest_plugins = ["service_fixtures"]
 def _new(store: Store, retries: int = 0, name: str = "a") -> int:
     job = lc.NewJob(name, "alice", "vc1", 10, retries, 1, 2, {"name": name, "gpus": 2})
     with store.write() as conn:
-        return lc.submit(conn, job, 1.0)
+        return tx.submit(conn, job, 1.0)
 
 
 def _row(store: Store, job_id: int) -> dict:
@@ -42,7 +43,7 @@ def _row(store: Store, job_id: int) -> dict:
 
 def _start(store: Store, job_id: int, node: str = "n1", gpus: tuple[int, ...] = (0, 1)) -> None:
     with store.write() as conn:
-        lc.start(conn, _row(store, job_id), [TaskPlacement("main", 0, node, gpus)], False, 2.0)
+        tx.start(conn, _row(store, job_id), [TaskPlacement("main", 0, node, gpus)], False, 2.0)
 
 
 def _history(store: Store, job_id: int) -> list[tuple]:
@@ -72,7 +73,7 @@ def test_a_job_runs_and_succeeds_with_every_step_an_event(store: Store) -> None:
     with store.read() as conn:
         assert conn.execute(select(func.count()).select_from(allocations)).scalar() == 2
     with store.write() as conn:
-        lc.end_attempt(conn, _row(store, job_id), lc.SUCCEEDED, "succeeded", None, 3.0)
+        tx.end_attempt(conn, _row(store, job_id), lc.SUCCEEDED, "succeeded", None, 3.0)
     row = _row(store, job_id)
     assert (row["state"], row["attempt"], row["finished_at"]) == ("SUCCEEDED", 1, 3.0)
     with store.read() as conn:
@@ -88,20 +89,20 @@ def test_failures_spend_retries_and_preemption_does_not(store: Store) -> None:
     job_id = _new(store, retries=1)
     _start(store, job_id)
     with store.write() as conn:  # preempted: new attempt, no retry spent
-        lc.end_attempt(conn, _row(store, job_id), lc.WAITING, "preempted", "by job 9", 3.0)
+        tx.end_attempt(conn, _row(store, job_id), lc.WAITING, "preempted", "by job 9", 3.0)
     assert (_row(store, job_id)["attempt"], _row(store, job_id)["retries_used"]) == (2, 0)
     _start(store, job_id)
     row = _row(store, job_id)
     end = attempts.after_failure(row["retries"], row["retries_used"])
     assert (end.state, end.spend_retry) == (lc.WAITING, True)
     with store.write() as conn:
-        lc.end_attempt(conn, row, end.state, end.reason, "exit 3", 4.0, spend_retry=end.spend_retry)
+        tx.end_attempt(conn, row, end.state, end.reason, "exit 3", 4.0, spend_retry=end.spend_retry)
     assert (_row(store, job_id)["attempt"], _row(store, job_id)["retries_used"]) == (3, 1)
     _start(store, job_id)
     row = _row(store, job_id)
     assert attempts.after_failure(row["retries"], row["retries_used"]).state == lc.FAILED
     with store.write() as conn:
-        lc.end_attempt(conn, _row(store, job_id), lc.FAILED, "failed", "exit 3", 5.0, exit_code=3)
+        tx.end_attempt(conn, _row(store, job_id), lc.FAILED, "failed", "exit 3", 5.0, exit_code=3)
     row = _row(store, job_id)
     assert (row["state"], row["exit_code"]) == ("FAILED", 3)
     assert [h[1] for h in _history(store, job_id)] == [
@@ -112,17 +113,17 @@ def test_failures_spend_retries_and_preemption_does_not(store: Store) -> None:
 def test_illegal_and_stale_transitions_are_refused_and_change_nothing(store: Store) -> None:
     job_id = _new(store)
     with store.write() as conn:
-        lc.stop_waiting(conn, _row(store, job_id), "cancelled", 2.0)
+        tx.stop_waiting(conn, _row(store, job_id), "cancelled", 2.0)
     for target in (lc.RUNNING, lc.WAITING, lc.SUCCEEDED):
         with pytest.raises(lc.IllegalTransition), store.write() as conn:
-            lc.transition(conn, _row(store, job_id), target, "x", None, 3.0)
+            tx.transition(conn, _row(store, job_id), target, "x", None, 3.0)
     with pytest.raises(lc.IllegalTransition, match="already ended"), store.write() as conn:
-        lc.request_cancel(conn, job_id)
+        tx.request_cancel(conn, job_id)
     other = _new(store, name="b")
     stale = _row(store, other)
     _start(store, other)
     with pytest.raises(lc.StaleState), store.write() as conn:
-        lc.stop_waiting(conn, stale, "cancelled", 3.0)
+        tx.stop_waiting(conn, stale, "cancelled", 3.0)
     assert _row(store, other)["state"] == "RUNNING"
     assert len(_history(store, other)) == 2
 
@@ -153,7 +154,7 @@ def test_readers_never_see_half_a_transition(store: Store) -> None:
                 _start(store, job_id, node=f"n{i}", gpus=(0, 1))
             for job_id in ids:
                 with store.write() as conn:
-                    lc.end_attempt(conn, _row(store, job_id), lc.WAITING, "preempted", None, round_)
+                    tx.end_attempt(conn, _row(store, job_id), lc.WAITING, "preempted", None, round_)
         stop.set()
 
     def reader() -> None:

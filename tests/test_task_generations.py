@@ -21,6 +21,7 @@ from labhive.scheduler.service.runtime.runs import Running as _Running
 from labhive.scheduler.service.runtime.runs import current_key as _current_key
 from labhive.scheduler.service.runtime.runs import next_key as _next_key
 from labhive.scheduler.service.store import Store, job_row, tasks
+from labhive.scheduler.service.store import transitions as tx
 
 pytest_plugins = ["service_fixtures"]
 
@@ -29,10 +30,10 @@ def _running_job(store: Store) -> dict:
     spec = {"name": "inc", "gpus": 1}
     job = lc.NewJob("inc", "alice", "vc1", 10, 0, 1, 1, spec)
     with store.write() as conn:
-        job_id = lc.submit(conn, job, 1.0)
+        job_id = tx.submit(conn, job, 1.0)
         row = job_row(conn, job_id)
         assert row is not None
-        lc.start(conn, row, [TaskPlacement("w", 0, "n1", (0,))], False, 2.0)
+        tx.start(conn, row, [TaskPlacement("w", 0, "n1", (0,))], False, 2.0)
         started = job_row(conn, job_id)
         assert started is not None
         return started
@@ -42,7 +43,7 @@ def test_a_restarted_task_is_a_new_row_of_the_next_generation(store: Store) -> N
     job = _running_job(store)
     with store.write() as conn:
         conn.execute(tasks.update().where(tasks.c.job_id == job["id"]).values(state="ENDED"))
-        lc.start(conn, job, [TaskPlacement("w", 0, "n1", (1,))], False, 3.0, [2])
+        tx.start(conn, job, [TaskPlacement("w", 0, "n1", (1,))], False, 3.0, [2])
     with store.read() as conn:
         rows = conn.execute(
             select(tasks.c.attempt, tasks.c.generation, tasks.c.state).order_by(tasks.c.id)
@@ -53,7 +54,7 @@ def test_a_restarted_task_is_a_new_row_of_the_next_generation(store: Store) -> N
 def test_the_same_generation_twice_is_refused(store: Store) -> None:
     job = _running_job(store)
     with pytest.raises(IntegrityError), store.write() as conn:
-        lc.start(conn, job, [TaskPlacement("w", 0, "n1", (1,))], False, 3.0, [1])
+        tx.start(conn, job, [TaskPlacement("w", 0, "n1", (1,))], False, 3.0, [1])
 
 
 def test_the_loop_keys_a_restart_one_generation_past_the_newest() -> None:

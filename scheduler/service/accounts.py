@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from labhive.scheduler.core.errors import UserError
@@ -49,7 +49,8 @@ from labhive.scheduler.service.auth import (
     Identity,
 )
 from labhive.scheduler.service.policy_port import key_job
-from labhive.scheduler.service.store import Store, accounts, jobs, now
+from labhive.scheduler.service.store import Store, now
+from labhive.scheduler.service.store import account_rows as rows
 
 DEFAULT_FIRST_UID = 200000
 DEFAULT_UID_COUNT = 1_000_000
@@ -170,13 +171,10 @@ class Accounts:
                 _reconcile(conn, self.members)
             for user, (uid, gid) in self.configured.items():
                 own = _live_id(conn, USER, user, create=True)
-                holder = conn.execute(
-                    select(accounts).where(accounts.c.uid == uid, accounts.c.id != own)
-                ).first()
+                holder = rows.uid_holder(conn, uid, own)
                 if holder is not None:
                     raise UserError(_uid_taken(user, uid, holder))
-                values = {"uid": uid, "gid": gid, "source": "configured"}
-                conn.execute(update(accounts).where(accounts.c.id == own).values(values))
+                rows.set_configured_uid(conn, own, uid, gid)
         self._ids.clear()
         self._cache.clear()
         self._owners.clear()
@@ -224,7 +222,7 @@ class Accounts:
         owner = self._owners.get(job_id)
         if owner is None:
             with self.store.read() as conn:
-                owner = conn.execute(select(jobs.c.owner_id).where(jobs.c.id == job_id)).scalar()
+                owner = rows.owner_of(conn, job_id)
             if owner is None:
                 return self.of(user)
             if len(self._owners) > 100_000:
@@ -234,17 +232,20 @@ class Accounts:
 
     def _read(self, account_id: int) -> Account | None:
         with self.store.read() as conn:
-            row = conn.execute(select(accounts).where(accounts.c.id == account_id)).first()
+            row = rows.account(conn, account_id)
         if row is None:
             raise UserError(f"no account {account_id}")
-        return Account(row.user, row.uid, row.gid, row.id) if row.uid is not None else None
+        if row.uid is None:
+            return None
+        # A uid is always written with its gid; a row with none (never seen) gets the uid's.
+        gid = row.uid if row.gid is None else row.gid
+        return Account(row.user, row.uid, gid, row.id)
 
     def _allocate(self, account_id: int) -> Account:
         reserved = {uid for uid, _ in self.configured.values()}
         for _ in range(100):  # another service process may take the same number first
             with self.store.read() as conn:
-                in_range = (accounts.c.uid >= self.first_uid) & (accounts.c.uid <= self.last_uid)
-                top = conn.execute(select(func.max(accounts.c.uid)).where(in_range)).scalar()
+                top = rows.top_uid(conn, self.first_uid, self.last_uid)
             uid = self.first_uid if top is None else top + 1
             while uid in reserved:
                 uid += 1
@@ -255,11 +256,7 @@ class Accounts:
                 )
             try:
                 with self.store.write() as conn:
-                    conn.execute(
-                        update(accounts)
-                        .where(accounts.c.id == account_id, accounts.c.uid.is_(None))
-                        .values(uid=uid, gid=uid, source="allocated")
-                    )
+                    rows.allocate_uid(conn, account_id, uid)
             except IntegrityError:
                 continue
             existing = self._read(account_id)
@@ -276,10 +273,7 @@ class Accounts:
         """The uids this service hands out: its range, widened to every uid it allocated
         before (under an earlier ``--first-uid``), which its users' files still carry."""
         with self.store.read() as conn:
-            allocated = accounts.c.source == "allocated"
-            low, high = conn.execute(
-                select(func.min(accounts.c.uid), func.max(accounts.c.uid)).where(allocated)
-            ).one()
+            low, high = rows.allocated_span(conn)
         low = self.first_uid if low is None else min(low, self.first_uid)
         high = self.last_uid if high is None else max(high, self.last_uid)
         return low, high
@@ -311,20 +305,18 @@ def _check_storable(name: str) -> None:
 
 def _live_id(conn: Connection, kind: str, name: str, create: bool = False) -> int | None:
     """The number of the live account of this kind and name (created when asked)."""
-    live = (accounts.c.kind == kind) & (accounts.c.user == name) & accounts.c.retired_at.is_(None)
-    found = conn.execute(select(accounts.c.id).where(live)).scalar()
+    found = rows.live_id(conn, kind, name)
     if found is not None or not create:
         return found
-    row = {"kind": kind, "user": name, "source": "allocated", "created_at": now()}
-    return int(conn.execute(insert(accounts).values(row).returning(accounts.c.id)).scalar_one())
+    return rows.add(conn, kind, name, now())
 
 
 def _reconcile(conn: Connection, members: dict[str, Member]) -> None:
     """Retire the live user accounts the users file no longer vouches for; give claimed
     accounts to their new holders; bind each remaining user to their token's fingerprint."""
-    rows = list(conn.execute(select(accounts)))
-    by_id = {r.id: r for r in rows}
-    live = {r.user: r for r in rows if r.kind == USER and r.retired_at is None}
+    every = rows.every_account(conn)
+    by_id = {r.id: r for r in every}
+    live = {r.user: r for r in every if r.kind == USER and r.retired_at is None}
     claims: dict[int, str] = {}
     for name, member in members.items():
         if member.claim is not None:
@@ -333,23 +325,19 @@ def _reconcile(conn: Connection, members: dict[str, Member]) -> None:
     for name, row in live.items():
         why = "" if row.id in claims else _retire_why(row, members.get(name))
         if why:
-            conn.execute(update(accounts).where(accounts.c.id == row.id).values(retired_at=now()))
+            rows.retire(conn, [row.id], now())
             log.warning(
                 "account %s (%r) retired: %s; its jobs stay with it (admins see them); to give "
                 "it back write 'account: %s' in the user's entry of the users file",
                 row.id, name, why, row.id,
             )  # fmt: skip
-    handed = accounts.c.id.in_(list(claims))  # set aside first: two users may swap accounts
-    conn.execute(update(accounts).where(handed).values(retired_at=now()))
+    rows.retire(conn, list(claims), now())  # set aside first: two users may swap accounts
     for account_id, name in claims.items():
-        values = {"user": name, "retired_at": None, "credential": members[name].credential}
-        conn.execute(update(accounts).where(accounts.c.id == account_id).values(values))
+        rows.hand_over(conn, account_id, name, members[name].credential)
     for name, member in members.items():
         if member.claim is None:
             own = _live_id(conn, USER, name, create=True)
-            conn.execute(
-                update(accounts).where(accounts.c.id == own).values(credential=member.credential)
-            )
+            rows.set_credential(conn, own, member.credential)
 
 
 def _retire_why(row: Any, member: Member | None) -> str:

@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, update
-
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import Scheduler
 from labhive.scheduler.forecast.eta import (
@@ -46,7 +44,7 @@ from labhive.scheduler.forecast.eta_calibration import Calibrator, Outcome
 from labhive.scheduler.forecast.suggest import Suggestion, suggest
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service import policy_port as port
-from labhive.scheduler.service.store import Store, job_etas, jobs
+from labhive.scheduler.service.store import Store, etas
 
 log = logging.getLogger(__name__)
 
@@ -166,18 +164,9 @@ class EtaTracker:
         forecast itself, under the lock the scheduling pass needs. A job the pass has just
         started but not yet stored counts as waiting at the head of its queue, where the
         forecast starts it at once."""
-        columns = (jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at)
-        first = (
-            select(*columns)
-            .where(jobs.c.state == lc.WAITING)
-            .order_by(jobs.c.priority.desc(), jobs.c.id)
-        )
         with self.store.read() as conn:
-            started = conn.execute(select(*columns).where(jobs.c.state == lc.RUNNING))
-            running_rows = {r["id"]: dict(r) for r in started.mappings()}
-            if max_waiting is not None:
-                first = first.limit(max_waiting)
-            waiting_rows = [dict(r) for r in conn.execute(first).mappings()]
+            running_rows = etas.running_for_forecast(conn)
+            waiting_rows = etas.waiting_for_forecast(conn, max_waiting)
             model = DurationModel.learn(self._history(conn))
         views, specs, down = self.loop.forecast_state(running_rows)
         running: list[RunningJob] = []
@@ -185,22 +174,22 @@ class EtaTracker:
             row, spec = running_rows[v.job_id], specs.get(v.job_id)
             if v.state != lc.RUNNING or spec is None:
                 continue  # ended, or sent back to waiting, meanwhile
-            elapsed = now - (row["started_at"] or now)
-            left = model.predict(spec, row["user"], elapsed)
+            elapsed = now - (row.started_at or now)
+            left = model.predict(spec, row.user, elapsed)
             running.append(
                 dataclasses.replace(
                     port.running_job(v, spec, left),
-                    grounded=model.grounded(spec, row["user"]),
-                    soonest=model.soonest(spec, row["user"], elapsed),
+                    grounded=model.grounded(spec, row.user),
+                    soonest=model.soonest(spec, row.user, elapsed),
                 )
             )
         waiting: list[WaitingJob] = []
         for row in waiting_rows:
-            spec = specs.get(row["id"])
+            spec = specs.get(row.id)
             if spec is None:
                 continue  # not yet taken in by the pass, or ended meanwhile
-            spread, grounded = model.predict(spec, row["user"]), model.grounded(spec, row["user"])
-            job = port.waiting_job(row["id"], spec, row["submitted_at"], spread)
+            spread, grounded = model.predict(spec, row.user), model.grounded(spec, row.user)
+            job = port.waiting_job(row.id, spec, row.submitted_at, spread)
             waiting.append(dataclasses.replace(job, grounded=grounded))
         return running, waiting, down
 
@@ -218,48 +207,18 @@ class EtaTracker:
         """What the calibration learns from: the newest scored first estimates, and those of
         jobs still waiting (one past its high end is a miss already)."""
         with self.store.read() as conn:
-            scored = conn.execute(
-                select(job_etas)
-                .where(job_etas.c.started_at.is_not(None))
-                .order_by(job_etas.c.started_at.desc())
-                .limit(CALIBRATION_ROWS)
-            ).mappings()
-            out = [outcome(dict(r)) for r in scored]
-            waiting = conn.execute(
-                select(job_etas)
-                .join(jobs, jobs.c.id == job_etas.c.job_id)
-                .where(job_etas.c.started_at.is_(None), jobs.c.state == lc.WAITING)
-                .order_by(job_etas.c.predicted_at.desc())
-                .limit(CALIBRATION_ROWS)
-            ).mappings()
-            return out + [outcome(dict(r)) for r in waiting]
+            rows = etas.scored(conn, CALIBRATION_ROWS) + etas.still_waiting(conn, CALIBRATION_ROWS)
+        return [outcome(r) for r in rows]
 
     def _history(self, conn: Any) -> Iterable[Past]:
         """Ended runs: succeeded ones, and those stopped at their limit (which ran that long)."""
-        rows = conn.execute(
-            select(
-                jobs.c.id,
-                jobs.c.user,
-                jobs.c.vc,
-                jobs.c.gpus,
-                jobs.c.spec,
-                jobs.c.state,
-                jobs.c.reason,
-                jobs.c.started_at,
-                jobs.c.finished_at,
-            )
-            .where(jobs.c.state.in_((lc.SUCCEEDED, lc.FAILED)), jobs.c.started_at.is_not(None))
-            .order_by(jobs.c.id.desc())
-            .limit(HISTORY)
-        ).mappings()
-        for r in rows:
-            if r["finished_at"] is None:
+        for r in etas.ended_runs(conn, HISTORY):
+            if r.finished_at is None:
                 continue
-            if r["state"] == lc.FAILED and not str(r["reason"]).startswith("time limit"):
+            if r.state == lc.FAILED and not str(r.reason).startswith("time limit"):
                 continue
-            command, limit = self._learnt(dict(r))
-            seconds = r["finished_at"] - r["started_at"]
-            yield Past(r["user"], r["vc"], r["gpus"], command, seconds, limit)
+            command, limit = self._learnt(r._asdict())
+            yield Past(r.user, r.vc, r.gpus, command, r.finished_at - r.started_at, limit)
 
     def _learnt(self, row: dict[str, Any]) -> tuple[str, float | None]:
         """An ended job's command name and declared limit (cached: they never change)."""
@@ -276,27 +235,10 @@ class EtaTracker:
     def _record(self, now: float, estimates: dict[int, Estimate], vcs: dict[int, str]) -> None:
         """First estimates of newly waiting jobs; the error of those that started since."""
         with self.store.read() as conn:
-            known = set(
-                conn.execute(
-                    select(job_etas.c.job_id).where(job_etas.c.job_id.in_(list(estimates)))
-                ).scalars()
-            )
-            started = list(
-                conn.execute(
-                    select(job_etas, jobs.c.started_at.label("began"))
-                    .join(jobs, jobs.c.id == job_etas.c.job_id)
-                    .where(job_etas.c.error_s.is_(None), jobs.c.started_at.is_not(None))
-                ).mappings()
-            )
+            known = etas.estimated(conn, list(estimates))
+            started = etas.started_unscored(conn)
         new = [
-            {
-                "job_id": j,
-                "vc": vcs[j],
-                "predicted_at": now,
-                "eta": e.eta,
-                "eta_low": e.low,
-                "eta_high": e.high,
-            }
+            etas.NewEta(j, vcs[j], now, e.eta, e.low, e.high)
             for j, e in estimates.items()
             if j not in known
         ]
@@ -304,29 +246,19 @@ class EtaTracker:
             return
         calibrator = Calibrator(self._outcomes()) if started else None
         with self.store.write() as conn:
-            if new:
-                conn.execute(insert(job_etas), new)
-            for r in started:
+            etas.add(conn, new)
+            for r, began in started:
                 assert calibrator is not None
                 shown = calibrator.adjust(
-                    r["vc"], r["predicted_at"], Estimate(r["eta"], r["eta_low"], r["eta_high"])
+                    r.vc, r.predicted_at, Estimate(r.eta, r.eta_low, r.eta_high)
                 )
-                conn.execute(
-                    update(job_etas)
-                    .where(job_etas.c.job_id == r["job_id"])
-                    .values(
-                        started_at=r["began"],
-                        error_s=r["began"] - r["eta"],
-                        in_range=bool(shown.low <= r["began"] <= shown.high),
-                    )
-                )
+                in_range = bool(shown.low <= began <= shown.high)
+                etas.score(conn, r.job_id, began, began - r.eta, in_range)
 
 
-def outcome(row: dict[str, Any]) -> Outcome:
+def outcome(row: etas.EtaRow) -> Outcome:
     """A scored ``job_etas`` row as the calibration takes it."""
-    return Outcome(
-        row["vc"], row["predicted_at"], row["eta_low"], row["eta_high"], row["started_at"]
-    )
+    return Outcome(row.vc, row.predicted_at, row.eta_low, row.eta_high, row.started_at)
 
 
 def _waits(
@@ -351,21 +283,21 @@ class Accuracy:
     coverage: float  # the share of starts inside the p10-p90 range
 
 
-def accuracy(rows: Iterable[dict[str, Any]]) -> list[Accuracy]:
+def accuracy(rows: Iterable[etas.EtaRow]) -> list[Accuracy]:
     """Per VC, then "all", from ``job_etas`` rows with an error."""
     from labhive.scheduler.forecast.eta import quantile
 
-    by_vc: dict[str, list[dict[str, Any]]] = {}
+    by_vc: dict[str, list[tuple[float, bool]]] = {}
     for r in rows:
-        if r["error_s"] is None:
+        if r.error_s is None:
             continue
-        by_vc.setdefault(r["vc"], []).append(r)
-        by_vc.setdefault("all", []).append(r)
+        by_vc.setdefault(r.vc, []).append((r.error_s, bool(r.in_range)))
+        by_vc.setdefault("all", []).append((r.error_s, bool(r.in_range)))
     out = []
     for vc in sorted(by_vc, key=lambda v: (v == "all", v)):
         group = by_vc[vc]
-        errors = sorted(abs(r["error_s"]) for r in group)
-        inside = sum(1 for r in group if r["in_range"])
+        errors = sorted(abs(error) for error, _ in group)
+        inside = sum(1 for _, hit in group if hit)
         out.append(
             Accuracy(
                 vc, len(group), quantile(errors, 0.5), quantile(errors, 0.9), inside / len(group)
@@ -376,7 +308,7 @@ def accuracy(rows: Iterable[dict[str, Any]]) -> list[Accuracy]:
 
 def stored_accuracy(store: Store) -> list[Accuracy]:
     with store.read() as conn:
-        return accuracy(dict(r) for r in conn.execute(select(job_etas)).mappings())
+        return accuracy(etas.every_eta(conn))
 
 
 def render_accuracy(rows: list[Accuracy]) -> str:

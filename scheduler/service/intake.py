@@ -30,15 +30,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.core.errors import UserError
 from labhive.scheduler.core.jobs import JobSpec
-from labhive.scheduler.core.states import JobState
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
-from labhive.scheduler.service.store import Store, jobs
+from labhive.scheduler.service.store import Store, queries
+from labhive.scheduler.service.store import transitions as tx
 
 log = logging.getLogger("labhive.service.intake")
 MAX_BATCH = 512
@@ -175,20 +174,17 @@ class Intake:
         return keep
 
     def _waiting_jobs(self, user: str, vc: str) -> int:
-        query = select(func.count()).where(
-            jobs.c.user == user, jobs.c.vc == vc, jobs.c.state == JobState.WAITING.value
-        )
         with self.store.read() as conn:
-            return int(conn.execute(query).scalar_one())
+            return queries.waiting_count(conn, user, vc)
 
     def _insert(self, batch: list[_Pending], t: float) -> list[int]:
         new = [p.job for p in batch]
         if self.store.is_sqlite:
             with self.store.write() as conn:
-                return lc.submit_many(conn, new, t)
+                return tx.submit_many(conn, new, t)
         conn = self._autocommit()
         try:
-            ids = lc.submit_many(conn, new, t)  # committed when the server answers
+            ids = tx.submit_many(conn, new, t)  # committed when the server answers
         except ROW_FAULTS:
             conn.rollback()  # SQLAlchemy's side only: the failed statement stored nothing
             raise
@@ -249,7 +245,7 @@ def _insert_part(
         return
     try:
         with conn.begin_nested():
-            ids = lc.submit_many(conn, [p.job for p in part], t)
+            ids = tx.submit_many(conn, [p.job for p in part], t)
     except ROW_FAULTS:
         if len(part) == 1:
             refused.append((part[0], _unstorable(part[0])))

@@ -27,6 +27,7 @@ from labhive.scheduler.service.eta import Accuracy, stored_accuracy
 from labhive.scheduler.service.policy_port import task_key
 from labhive.scheduler.service.routing import NotFound
 from labhive.scheduler.service.store import queries as q
+from labhive.scheduler.service.store import transitions as tx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,13 +164,13 @@ class JobService:
     def cancel_now(self, job_id: int) -> None:
         """Record the cancel of a job already checked, and tell the loop (no waiting)."""
         with self.svc.store.write() as conn:
-            lc.request_cancel(conn, job_id)
+            tx.request_cancel(conn, job_id)
         self.svc.loop.cancel(job_id)
 
     def note(self, row: q.JobRow, kind: str, why: str) -> None:
         """An event on the job's record (what happened to it that is no state change)."""
         with self.svc.store.write() as conn:
-            lc.note(conn, row, kind, why, self.svc.loop.clock())
+            tx.note(conn, row, kind, why, self.svc.loop.clock())
 
     def eta_accuracy(self) -> list[Accuracy]:
         """How close the ETAs given at submit came to the real starts, per VC."""
@@ -197,7 +198,7 @@ class JobService:
         def request() -> None:
             with self.svc.store.write() as conn:
                 owned(conn, job_id, me)
-                lc.request_cancel(conn, job_id)
+                tx.request_cancel(conn, job_id)
 
         def look() -> tuple[q.JobRow, list[q.TaskRow]]:
             with self.svc.store.read() as conn:

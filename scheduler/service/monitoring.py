@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import delete, func, insert, select
 
 from labhive.scheduler.executors.base import TaskExit
 from labhive.scheduler.executors.gpu_share_env import MigGpus
@@ -38,17 +37,16 @@ from labhive.scheduler.observe.prometheus import (
     ServiceSnapshot,
     render,
 )
-from labhive.scheduler.observe.tally import EventTally, JobEvent
-from labhive.scheduler.service import lifecycle as lc
+from labhive.scheduler.observe.tally import EventTally
 from labhive.scheduler.service.loop import SchedulerLoop
-from labhive.scheduler.service.store import Store, events, job_gpu_history, jobs, tasks
+from labhive.scheduler.service.store import Store, queries, usage
+from labhive.scheduler.service.store.usage import HISTORY_FIELDS
 
 log = logging.getLogger("labhive.service.monitoring")
 
 #: Seconds between GPU samples by default (dcgm-exporter's default collection interval is 30 s;
 #: a job widget wants finer).
 DEFAULT_INTERVAL_S = 10.0
-_HISTORY_FIELDS = ("gpu_util", "mem_copy_util", "fb_used_mib", "power_w", "temperature_c")
 
 
 class GpuPointOut(BaseModel):
@@ -121,7 +119,7 @@ class LoopCounters:
         if not exit.reason:
             return
         with self.store.read() as conn:
-            vc = conn.execute(select(jobs.c.vc).where(jobs.c.id == job_id)).scalar()
+            vc = queries.job_vc(conn, job_id)
         if vc is not None:
             self.tally.task_failed(vc, exit.reason)
 
@@ -224,24 +222,15 @@ class Monitoring:
             return
         with self.store.write() as conn:
             for job_id, gpu, point in rows:
-                row = _row(job_id, node, gpu.index, point, gpu.uuid)
-                conn.execute(insert(job_gpu_history).values(row))
+                usage.add_point(conn, job_id, node, gpu.index, point, gpu.uuid)
                 self._compact(conn, job_id, node, gpu.index, gpu.uuid)
 
     def _compact(self, conn: Any, job_id: int, node: str, gpu: int, uuid: str | None) -> None:
-        where = (
-            (job_gpu_history.c.job_id == job_id)
-            & (job_gpu_history.c.node == node)
-            & (job_gpu_history.c.gpu == gpu)
-        )
-        count = conn.execute(select(func.count()).select_from(job_gpu_history).where(where))
-        if count.scalar_one() <= self.history_points:
+        if usage.point_count(conn, job_id, node, gpu) <= self.history_points:
             return
-        rows = conn.execute(select(job_gpu_history).where(where)).mappings().all()
-        kept = compact([_point(r) for r in rows], max(self.history_points // 2, 1))
-        conn.execute(delete(job_gpu_history).where(where))
-        for p in kept:
-            conn.execute(insert(job_gpu_history).values(_row(job_id, node, gpu, p, uuid)))
+        stored = usage.points(conn, job_id, node, gpu)
+        kept = compact(stored, max(self.history_points // 2, 1))
+        usage.replace_points(conn, job_id, node, gpu, kept, uuid)
 
     def _held_gpus(self, node: str) -> dict[int, int]:
         """GPU index -> job id of the GPUs held on ``node``, as the policy sees it now."""
@@ -252,33 +241,17 @@ class Monitoring:
 
     def _feed_tally(self, conn: Any) -> None:
         with self._tally_lock:
-            rows = conn.execute(
-                select(
-                    events.c.id,
-                    events.c.job_id,
-                    jobs.c.vc,
-                    events.c.time,
-                    events.c.from_state,
-                    events.c.to_state,
-                    events.c.reason,
-                )
-                .join(jobs, jobs.c.id == events.c.job_id)
-                .where(events.c.id > self.tally.cursor)
-                .order_by(events.c.id)
-            ).all()
-            self.tally.add(JobEvent(*r) for r in rows)
+            self.tally.add(usage.events_after(conn, self.tally.cursor))
 
     def snapshot(self) -> ServiceSnapshot:
         view = self.loop.cluster()
         with self.store.read() as conn:
-            counts = conn.execute(
-                select(jobs.c.vc, jobs.c.state, func.count()).group_by(jobs.c.vc, jobs.c.state)
-            ).all()
+            counts = usage.job_counts(conn)
             self._feed_tally(conn)
         return ServiceSnapshot(
             vcs=tuple(view.vcs.values()),
             nodes=view.nodes,
-            jobs={(vc, state): n for vc, state, n in counts},
+            jobs=counts,
             oldest_wait_s=self.tally.oldest_wait(self.clock()),
             queue_wait=self.tally.queue_wait(),
             submissions=self.tally.submissions(),
@@ -306,13 +279,9 @@ class Monitoring:
         with self.store.read() as conn:
             running = {
                 r.id: Owner(str(r.id), r.vc, r.user)  # the metrics' label: text
-                for r in conn.execute(
-                    select(jobs.c.id, jobs.c.vc, jobs.c.user).where(jobs.c.state == lc.RUNNING)
-                )
+                for r in usage.running_jobs(conn)
             }
-            handles = conn.execute(
-                select(tasks.c.job_id, tasks.c.handle).where(tasks.c.state == lc.RUNNING)
-            ).all()
+            handles = usage.running_handles(conn)
         by_node = {n.name: n for n in self.loop.cluster().nodes}
         gpu_owners = {}
         for sample in samples:
@@ -341,23 +310,15 @@ class Monitoring:
     def job_gpus(self, job_id: int) -> JobGpusOut:
         """The job's downsampled GPU history, and the latest readings of the GPUs it holds."""
         with self.store.read() as conn:
-            rows = (
-                conn.execute(
-                    select(job_gpu_history)
-                    .where(job_gpu_history.c.job_id == job_id)
-                    .order_by(job_gpu_history.c.node, job_gpu_history.c.gpu, job_gpu_history.c.t0)
-                )
-                .mappings()
-                .all()
-            )
+            rows = usage.job_history(conn, job_id)
         series: dict[tuple[str, int], dict[str, Any]] = {}
         for r in rows:
             entry = series.setdefault(
-                (r["node"], r["gpu"]),
-                {"node": r["node"], "gpu": r["gpu"], "uuid": r["uuid"], "points": []},
+                (r.node, r.gpu), {"node": r.node, "gpu": r.gpu, "uuid": r.uuid, "points": []}
             )
+            p = r.point
             entry["points"].append(
-                {"t0": r["t0"], "t1": r["t1"], "n": r["n"], **{f: r[f] for f in _HISTORY_FIELDS}}
+                {"t0": p.t0, "t1": p.t1, "n": p.n, **{f: getattr(p, f) for f in HISTORY_FIELDS}}
             )
         return JobGpusOut(
             job_id=job_id,
@@ -398,22 +359,3 @@ class Monitoring:
                     }
                 )
         return out
-
-
-def _row(
-    job_id: int, node: str, gpu: int, p: HistoryPoint, uuid: str | None = None
-) -> dict[str, Any]:
-    return {
-        "job_id": job_id,
-        "node": node,
-        "gpu": gpu,
-        "uuid": uuid,
-        "t0": p.t0,
-        "t1": p.t1,
-        "n": p.n,
-        **{f: getattr(p, f) for f in _HISTORY_FIELDS},
-    }
-
-
-def _point(r: Any) -> HistoryPoint:
-    return HistoryPoint(r["t0"], r["t1"], r["n"], **{f: r[f] for f in _HISTORY_FIELDS})

@@ -135,10 +135,11 @@ def announce(
 ) -> None:
     """The notice as a job event (``stop-notice``) and in the tasks' notice files."""
     from labhive.scheduler.service import lifecycle as lc
+    from labhive.scheduler.service.store import transitions as tx
 
     with store.write() as conn:
         job = {"id": job_id, "state": lc.RUNNING, "attempt": notice.attempt}
-        lc.note(conn, job, "stop-notice", notice.event_text(now), now)
+        tx.note(conn, job, "stop-notice", notice.event_text(now), now)
     write_files(executor, handles, notice.doc())
 
 
@@ -159,23 +160,20 @@ def drain_with_notice(svc: Any, node: str, reason: str, by: str, notice_s: float
     Returns how many jobs were told. A ``node up`` meanwhile calls it off (``cancel_drain``).
     The mark is stored only at the deadline: a service that restarts during the notice forgets
     the drain (the admin asks again), rather than applying it without the notice."""
-    from sqlalchemy import select
-
     from labhive.scheduler.executors.base import TaskHandle
-    from labhive.scheduler.service import lifecycle as lc
     from labhive.scheduler.service.policy_port import task_key
-    from labhive.scheduler.service.store import tasks
+    from labhive.scheduler.service.store import queries
 
     loop = svc.loop
     now = loop.clock()
     with svc.store.read() as conn:
-        rows = conn.execute(
-            select(tasks).where(tasks.c.node == node, tasks.c.state == lc.RUNNING)
-        ).mappings()
+        rows = queries.running_tasks_on(conn, node)
         by_job: dict[tuple[int, int], list[Any]] = {}
         for t in rows:
             key = task_key(t["job_id"], t["attempt"], t["role"], t["idx"], t["generation"])
-            by_job.setdefault((t["job_id"], t["attempt"]), []).append(TaskHandle(key, t["handle"]))
+            by_job.setdefault((t["job_id"], t["attempt"]), []).append(
+                TaskHandle(key, t["handle"] or {})
+            )
     why = f"node {node} is being taken down ({by}: {reason or 'no reason given'})"
     for (job_id, attempt), handles in by_job.items():
         notice = StopNotice(why, now + notice_s, attempt, DRAIN)

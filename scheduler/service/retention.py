@@ -23,10 +23,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from labhive.scheduler.executors.workdir import WORK_DIR
-from labhive.scheduler.service.store import Store, tasks
+from labhive.scheduler.service.store import Store, queries
 
 log = logging.getLogger("labhive.service.retention")
 
@@ -52,14 +50,7 @@ class WorkRetention:
             return []
         cutoff = now - self.keep_s
         with self.store.read() as conn:
-            rows = conn.execute(
-                select(tasks.c.id, tasks.c.handle).where(
-                    tasks.c.state != "RUNNING",
-                    tasks.c.ended_at.is_not(None),
-                    tasks.c.ended_at > self._swept_to,
-                    tasks.c.ended_at <= cutoff,
-                )
-            ).all()
+            rows = queries.tasks_ended_between(conn, self._swept_to, cutoff)
         self._swept_to = max(self._swept_to, cutoff)
         due = {**self._pending, **{r.id: r.handle for r in rows if isinstance(r.handle, dict)}}
         self._pending = {}

@@ -1,5 +1,5 @@
-"""The journal's table and all of its SQL (kept here, apart from the store's other tables, so
-it can move with them).
+"""The journal's rows: what a pass's body holds, and reading them back (the table and its SQL
+are ``store/journal.py``'s).
 
 One row per pass that gave the policy events: the pass's clock, whether the policy was fresh
 (rebuilt from the store: a start, or a recovery after a failed pass), and ``body``, the pass's
@@ -18,29 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Boolean, Column, Float, Integer, Table, Text, delete, insert, select
 from sqlalchemy.engine import Connection
 
 from labhive.scheduler.service.journal import codec
-from labhive.scheduler.service.store import metadata
+from labhive.scheduler.service.store import journal as rows
+from labhive.scheduler.service.store.journal import journal as journal
 
 log = logging.getLogger("labhive.service.journal")
-
-journal = Table(
-    "journal",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("t", Float, nullable=False, index=True),
-    Column("fresh", Boolean, nullable=False, default=False),
-    Column("body", Text, nullable=False),
-)
-
-_INSERT = insert(journal)  # built once: the pass runs it every time
-#: The same insert as the driver's own SQL, by its parameter style (``_insert``).
-_DRIVER_INSERT = {
-    style: f"INSERT INTO journal (t, fresh, body) VALUES ({', '.join([mark] * 3)})"
-    for style, mark in (("qmark", "?"), ("format", "%s"), ("pyformat", "%s"))
-}
 
 #: What one step was: the event, and the decisions or the refusal (an error's type and text).
 Step = tuple[Any, list[Any] | str]
@@ -80,23 +64,7 @@ def write(conn: Connection, t: float, steps: list[Step], policy: dict[str, Any] 
     except (codec.JournalFormatError, ValueError) as err:
         log.error("journal: pass at %s not recorded: %s", t, err)
         text = json.dumps({"v": codec.VERSION, "steps": [], "gap": str(err), "policy": policy})
-    _insert(conn, t, policy is not None, text)
-
-
-def _insert(conn: Connection, t: float, fresh: bool, text: str) -> None:
-    """The row, through the driver's cursor on the pass's own connection (so in its
-    transaction): SQLAlchemy's execution path (its compiled cache, parameter processing, a
-    result set up) was 1,450 of the 2,550 bytecodes the journal added to a submission's pass
-    (benchmarks/bench_journal_cost.py). A driver of another parameter style goes that way."""
-    sql = _DRIVER_INSERT.get(conn.dialect.paramstyle)
-    if sql is None:
-        conn.execute(_INSERT, {"t": t, "fresh": fresh, "body": text})
-        return
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.execute(sql, (t, fresh, text))
-    finally:
-        cursor.close()
+    rows.insert_pass(conn, t, policy is not None, text)
 
 
 def decode(found: Any) -> Pass:
@@ -119,20 +87,7 @@ def read(conn: Connection, since: float | None = None, *, fresh: bool = True) ->
     """The passes in order, from the first fresh one at or after ``since`` (or the first fresh
     one of all): a replay must start from a freshly built policy. ``fresh=False``: every pass
     at or after ``since``, for readers that only walk the events (``whatif``, ``export``)."""
-    query = select(journal).order_by(journal.c.id)
-    if fresh:
-        first = conn.execute(
-            select(journal.c.id)
-            .where(journal.c.t >= (since or 0.0), journal.c.fresh.is_(True))
-            .order_by(journal.c.id)
-            .limit(1)
-        ).scalar()
-        if first is None:
-            return
-        query = query.where(journal.c.id >= first)
-    elif since is not None:
-        query = query.where(journal.c.t >= since)
-    for row in conn.execute(query.execution_options(yield_per=500)):
+    for row in rows.pass_rows(conn, since, fresh):
         yield decode(row)
 
 
@@ -140,4 +95,4 @@ def prune(conn: Connection, before: float) -> int:
     """Drop the passes older than ``before`` (``--journal-days``). A replay starts at a fresh
     pass (``read``), so a stretch without a restart that began before ``before`` can no longer
     be replayed: the retention wins over the replay (docs/admin.md)."""
-    return conn.execute(delete(journal).where(journal.c.t < before)).rowcount
+    return rows.delete_before(conn, before)

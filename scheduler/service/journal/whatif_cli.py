@@ -129,20 +129,12 @@ def _settings(args: argparse.Namespace, ran: str, changes: list[Any]) -> tuple[A
 
 
 def _export(args: argparse.Namespace) -> int:
-    from sqlalchemy import select
-
     from labhive.scheduler.service.journal import export, recorded
-    from labhive.scheduler.service.store.tables import jobs
+    from labhive.scheduler.service.store import queries
 
     def use(passes: Any, conn: Any) -> export.Export:
         recording = recorded.recorded_jobs(passes)
-        ids = [j.job_id for j in recording.jobs]
-        outcomes: dict[int, str] = {}
-        for chunk in range(0, len(ids), 500):
-            rows = conn.execute(
-                select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(ids[chunk : chunk + 500]))
-            )
-            outcomes.update({row.id: row.state for row in rows})
+        outcomes = queries.job_states(conn, [j.job_id for j in recording.jobs])
         return export.export(recording, args.format, hash_names=args.hash_names, outcomes=outcomes)
 
     out = read_journal(args, use, fresh=False)

@@ -17,9 +17,9 @@ from typing import TypeVar
 from labhive.scheduler.core.model import NodeDown, NodeUp
 from labhive.scheduler.service.policy_port import ServiceEvent
 from labhive.scheduler.service.runtime import record
-from labhive.scheduler.service.runtime.record import MarkRow
 from labhive.scheduler.service.runtime.runs import drain
 from labhive.scheduler.service.store import Store
+from labhive.scheduler.service.store.marks import MarkRow
 
 log = logging.getLogger("labhive.service.loop")
 E = TypeVar("E", bound=ServiceEvent)

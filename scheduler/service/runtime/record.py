@@ -1,10 +1,10 @@
-"""All of the loop's SQL: the pass's one transaction, the reads a rebuild starts from, node marks.
+"""The loop's transactions: the pass's one write transaction, the reads a rebuild starts from,
+node marks.
 
-Rows come back typed: ``JobRow`` and ``TaskRow`` are the store's own (``store/queries.py``: one
-definition of a row, not two), ``MarkRow`` is the loop's; each as the store's tables declare it
-(``service/store/tables.py``). The lifecycle's moves themselves (``service/lifecycle.py``) write
-the events and check the transitions; this module groups them into the transactions the loop
-needs.
+The SQL itself is the store's (``store/transitions.py`` for the lifecycle's moves,
+``store/queries.py`` and ``store/marks.py`` for the reads), with typed rows (``JobRow``,
+``TaskRow``, ``MarkRow``); this module opens the transactions the loop needs and groups the
+store's statements in them, so the pass still commits once.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TypedDict, cast
 
-from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -26,19 +24,12 @@ from labhive.scheduler.service.journal import table as journal
 from labhive.scheduler.service.policy_port import ServiceEvent
 from labhive.scheduler.service.runtime.plan import Plan
 from labhive.scheduler.service.runtime.runs import Running, Runs, next_key
-from labhive.scheduler.service.store import Store, job_row, jobs, node_marks
+from labhive.scheduler.service.store import Store, marks, queries
+from labhive.scheduler.service.store import transitions as tx
+from labhive.scheduler.service.store.marks import MarkRow
 from labhive.scheduler.service.store.queries import JobRow, TaskRow
 
 log = logging.getLogger("labhive.service.loop")
-
-
-class MarkRow(TypedDict):
-    """A node an admin took down (``node_marks``)."""
-
-    node: str
-    reason: str
-    marked_by: str
-    marked_at: float
 
 
 @dataclass(frozen=True)
@@ -55,7 +46,7 @@ Views = Callable[[int], JobView[int] | None]
 
 
 def job(conn: Connection, job_id: int) -> JobRow | None:
-    return cast(JobRow | None, job_row(conn, job_id))
+    return queries.job(conn, job_id)
 
 
 def read_job(store: Store, job_id: int) -> JobRow | None:
@@ -65,23 +56,21 @@ def read_job(store: Store, job_id: int) -> JobRow | None:
 
 def read_stored(store: Store) -> Stored:
     with store.read() as conn:
-        query = select(jobs).where(jobs.c.state.in_(lc.ACTIVE)).order_by(jobs.c.id)
-        active = [cast(JobRow, dict(r)) for r in conn.execute(query).mappings()]
+        active = queries.active_jobs(conn)
         running = [j for j in active if j["state"] == lc.RUNNING]
-        rows = cast(list[TaskRow], lc.attempt_tasks(conn, running))
-        marks = [cast(MarkRow, dict(m)) for m in conn.execute(select(node_marks)).mappings()]
-    return Stored(active, rows, marks)
+        rows = tx.attempt_tasks(conn, running)
+        found = marks.node_marks_of(conn)
+    return Stored(active, rows, found)
 
 
 def mark_down(store: Store, node: str, reason: str, by: str, t: float) -> None:
     with store.write() as conn:
-        conn.execute(delete(node_marks).where(node_marks.c.node == node))
-        conn.execute(insert(node_marks).values(node=node, reason=reason, marked_by=by, marked_at=t))
+        marks.mark_down(conn, node, reason, by, t)
 
 
 def unmark(store: Store, node: str) -> None:
     with store.write() as conn:
-        conn.execute(delete(node_marks).where(node_marks.c.node == node))
+        marks.unmark(conn, node)
 
 
 def fail_jobs(store: Store, failed: list[tuple[int, str]], t: float) -> None:
@@ -92,9 +81,9 @@ def fail_jobs(store: Store, failed: list[tuple[int, str]], t: float) -> None:
             if row is None or row["state"] not in lc.ACTIVE:
                 continue
             if row["state"] == lc.RUNNING:
-                lc.end_attempt(conn, row, lc.FAILED, "rejected", why, t)
+                tx.end_attempt(conn, row, lc.FAILED, "rejected", why, t)
             else:
-                lc.transition(conn, row, lc.FAILED, "rejected", why, t, finished_at=t)
+                tx.transition(conn, row, lc.FAILED, "rejected", why, t, finished_at=t)
 
 
 def requeue(store: Store, job_id: int, why: str, t: float) -> None:
@@ -102,7 +91,7 @@ def requeue(store: Store, job_id: int, why: str, t: float) -> None:
     with store.write() as conn:
         row = job(conn, job_id)
         if row is not None and row["state"] == lc.RUNNING:
-            lc.end_attempt(conn, row, lc.WAITING, "requeued", why, t)
+            tx.end_attempt(conn, row, lc.WAITING, "requeued", why, t)
 
 
 def transient(err: BaseException) -> bool:
@@ -139,21 +128,19 @@ def commit(store: Store, plan: Plan, runs: Runs, views: Views, t: float) -> list
 def _record_tasks(conn: Connection, plan: Plan, t: float) -> None:
     """Handles learnt, tasks ended or stopped alone, jobs now stopping, why starts wait."""
     for task_id, info in plan.handles:
-        lc.record_handle(conn, task_id, info)
+        tx.record_handle(conn, task_id, info)
     for task_id, code in plan.ended_tasks:
-        lc.task_ended(conn, task_id, code, t)
+        tx.task_ended(conn, task_id, code, t)
     for part in plan.tasks_stopped:
         row = job(conn, part.job_id)
         if row is not None and (row["state"], row["attempt"]) == (lc.RUNNING, part.attempt):
-            lc.tasks_stopped(conn, row, part.task_ids, part.why, t)
+            tx.tasks_stopped(conn, row, part.task_ids, part.why, t)
     for job_id, why in plan.stopping:
         row = job(conn, job_id)
         if row is not None and row["state"] == lc.RUNNING:
-            lc.transition(conn, row, lc.RUNNING, "stopping", why, t)
+            tx.transition(conn, row, lc.RUNNING, "stopping", why, t)
     for job_id, why in plan.held_whys:
-        conn.execute(
-            update(jobs).where(jobs.c.id == job_id, jobs.c.state == lc.WAITING).values(why=why)
-        )
+        tx.set_waiting_why(conn, job_id, why)
 
 
 def _record_ends(conn: Connection, plan: Plan, t: float) -> list[int]:
@@ -166,21 +153,21 @@ def _record_ends(conn: Connection, plan: Plan, t: float) -> list[int]:
         if row["cancel_requested"] and end.state == lc.WAITING:
             end = replace(end, state=lc.STOPPED, reason="cancelled")
             stale.append(end.job_id)  # the policy was told Requeue
-        lc.end_attempt(
+        tx.end_attempt(
             conn, row, end.state, end.reason, end.why, t,
             spend_retry=end.spend_retry, exit_code=end.exit_code,
         )  # fmt: skip
     for job_id in plan.cancelled_waiting:
         row = job(conn, job_id)
         if row is not None and row["state"] == lc.WAITING:
-            lc.stop_waiting(conn, row, "cancelled", t)
+            tx.stop_waiting(conn, row, "cancelled", t)
     for job_id, message in plan.rejected:
         row = job(conn, job_id)
         if row is not None and row["state"] in lc.ACTIVE:
             if row["state"] == lc.RUNNING:
-                lc.end_attempt(conn, row, lc.FAILED, "rejected", message, t)
+                tx.end_attempt(conn, row, lc.FAILED, "rejected", message, t)
             else:
-                lc.transition(conn, row, lc.FAILED, "rejected", message, t, finished_at=t)
+                tx.transition(conn, row, lc.FAILED, "rejected", message, t, finished_at=t)
     return stale
 
 
@@ -215,12 +202,12 @@ def _record_downgrade(conn: Connection, row: JobRow, d: Downgrade[int], t: float
     opportunistic."""
     names = ", ".join(f"{p.role}-{p.index}" for p in d.tasks)
     if not d.tasks:
-        conn.execute(update(jobs).where(jobs.c.id == row["id"]).values(opportunistic=True))
+        tx.set_opportunistic(conn, row["id"])
     else:
         keys = [(p.role, p.index) for p in d.tasks]
-        lc.tasks_downgraded(conn, row, keys, d.by)
+        tx.tasks_downgraded(conn, row, keys, d.by)
     why = f"downgraded by job {d.by}: {d.reason}"
-    lc.note(conn, row, "downgraded", f"{names}: {why}" if names else why, t)
+    tx.note(conn, row, "downgraded", f"{names}: {why}" if names else why, t)
 
 
 def _record_start_alone(
@@ -253,9 +240,9 @@ def _record_start_alone(
         "rename it and submit again"
     )
     if row["state"] == lc.RUNNING:
-        lc.end_attempt(conn, row, lc.FAILED, "unstorable", why, t)
+        tx.end_attempt(conn, row, lc.FAILED, "unstorable", why, t)
     else:
-        lc.transition(conn, row, lc.FAILED, "unstorable", why, t, finished_at=t)
+        tx.transition(conn, row, lc.FAILED, "unstorable", why, t, finished_at=t)
     runs.forget(row["id"])
     return False
 
@@ -271,7 +258,7 @@ def _record_start(conn: Connection, row: JobRow, d: Start[int], runs: Runs, t: f
     keys = [next_key(run, job_id, p.role, p.index) for p in d.tasks]
     generations = [k.generation for k in keys]
     run.generations.update(((k.role, k.index), k.generation) for k in keys)
-    _, ids = lc.start(conn, row, d.tasks, d.opportunistic, t, generations)
+    _, ids = tx.start(conn, row, d.tasks, d.opportunistic, t, generations)
     if row["state"] == lc.WAITING:  # not when an incremental job grows
         spec = runs.specs.get(job_id)
         run.deadline = deadline(spec.time_limit if spec is not None else None, t)
@@ -288,7 +275,7 @@ def _record_late_downgrades(conn: Connection, row: JobRow, d: Start[int], views:
     placed = {(p.role, p.index) for p in d.tasks}
     by_task = {(r, i): by for r, i, by in (view.downgraded if view else ()) if (r, i) in placed}
     for by in set(by_task.values()):
-        lc.tasks_downgraded(conn, row, [at for at, b in by_task.items() if b == by], by)
+        tx.tasks_downgraded(conn, row, [at for at, b in by_task.items() if b == by], by)
 
 
 def _record_whys(conn: Connection, job_ids: list[int], views: Views) -> None:
@@ -298,4 +285,4 @@ def _record_whys(conn: Connection, job_ids: list[int], views: Views) -> None:
         view = views(job_id)
         if view is not None and view.state == lc.WAITING and view.why:
             whys.append({"jid": job_id, "w": view.why})
-    lc.set_whys(conn, whys)
+    tx.set_whys(conn, whys)

@@ -30,7 +30,7 @@ from labhive.scheduler.service.store.tables import jobs
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
 HEAD_REVISION = "0009_journal"
-MIGRATIONS = Path(__file__).parent.with_name("migrations")  # service/migrations
+MIGRATIONS = Path(__file__).with_name("migrations")  # service/store/migrations
 
 
 def database_url(db: str | None, data_dir: Path) -> str:

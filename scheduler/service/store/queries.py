@@ -9,7 +9,7 @@ checker knows which keys exist and what they hold.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from sqlalchemy import case, func, or_, select
 from sqlalchemy.engine import Connection
@@ -249,3 +249,58 @@ def active_job_ids(conn: Connection, owner_id: int | None) -> set[int]:
     """The ids of ``owner_id``'s waiting and running jobs."""
     query = select(jobs.c.id).where(jobs.c.owner_id == owner_id, jobs.c.state.in_(lc.ACTIVE))
     return set(conn.execute(query).scalars())
+
+
+def active_jobs(conn: Connection) -> list[JobRow]:
+    """Every waiting and running job, oldest first (what a rebuild of the policy starts from)."""
+    query = select(jobs).where(jobs.c.state.in_(lc.ACTIVE)).order_by(jobs.c.id)
+    return [cast(JobRow, dict(r)) for r in conn.execute(query).mappings()]
+
+
+def waiting_count(conn: Connection, user: str, vc: str) -> int:
+    """How many of ``user``'s jobs wait in ``vc`` (the intake's cap on waiting jobs)."""
+    query = select(func.count()).where(
+        jobs.c.user == user, jobs.c.vc == vc, jobs.c.state == lc.WAITING
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def job_vc(conn: Connection, job_id: int) -> str | None:
+    """The VC of job ``job_id`` (None: no such job)."""
+    vc: str | None = conn.execute(select(jobs.c.vc).where(jobs.c.id == job_id)).scalar()
+    return vc
+
+
+def job_states(conn: Connection, job_ids: list[int]) -> dict[int, str]:
+    """job id -> state, for the jobs of ``job_ids`` that exist (asked 500 at a time: a list
+    of bound parameters has a limit on some databases)."""
+    out: dict[int, str] = {}
+    for chunk in range(0, len(job_ids), 500):
+        part = job_ids[chunk : chunk + 500]
+        rows = conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(part)))
+        out.update({row.id: row.state for row in rows})
+    return out
+
+
+def running_tasks_on(conn: Connection, node: str) -> list[TaskRow]:
+    """The running tasks placed on ``node`` (a drain's notice goes to their jobs)."""
+    query = select(tasks).where(tasks.c.node == node, tasks.c.state == lc.RUNNING)
+    return [cast(TaskRow, dict(r)) for r in conn.execute(query).mappings()]
+
+
+class EndedTask(NamedTuple):
+    """A task that ended, with what the executor needs to find what it left (its handle)."""
+
+    id: int
+    handle: dict[str, Any] | None
+
+
+def tasks_ended_between(conn: Connection, after: float, until: float) -> list[EndedTask]:
+    """The tasks that ended in (``after``, ``until``] (the work dirs' retention sweeps them)."""
+    query = select(tasks.c.id, tasks.c.handle).where(
+        tasks.c.state != lc.RUNNING,
+        tasks.c.ended_at.is_not(None),
+        tasks.c.ended_at > after,
+        tasks.c.ended_at <= until,
+    )
+    return [EndedTask(r.id, r.handle) for r in conn.execute(query)]

@@ -3,7 +3,7 @@
 Jobs, every state transition as an event row, the tasks of each attempt with what the executor
 needs to find them again, and the GPU allocations, whose (node, gpu) primary key lets the
 database itself refuse to hand one GPU to two tasks. Alembic's migrations
-(``service/migrations``) create and change them; these definitions are what the queries use.
+(``service/store/migrations``) create and change them; these definitions are what the queries use.
 """
 
 from __future__ import annotations
