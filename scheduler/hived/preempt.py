@@ -129,7 +129,7 @@ class Preemption:
             for r, i in job.waiting_tasks
             if (r.name, i) in {(t.role, t.index) for t, _, _ in plan.placed}
         ]
-        again = s._find(job, unit)
+        again = s.attempt.find(job, unit)
         for victim in lazy:
             part = units[victim.job_id]
             hit = _hit(victim, again) if again is not None else set()
