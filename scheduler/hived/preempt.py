@@ -25,6 +25,7 @@ class Preemption:
     through its bookkeeping (``_occupy_task``, ``_vacate_job``, ``_stop_tasks``, ``_settle``)."""
 
     def __init__(self, sched: HivedBase) -> None:
+        #: The scheduler whose jobs, cells and VCs a plan changes (its bookkeeping does).
         self._sched = sched
 
     def commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
