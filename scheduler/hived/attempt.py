@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.hived.base import UNBOUNDED
-from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import (
+    Placer,
     Plan,
     TaskNeeds,
     Threshold,
@@ -32,7 +33,7 @@ from labhive.scheduler.hived.placement import (
 )
 from labhive.scheduler.hived.queue import JobClass
 from labhive.scheduler.hived.sizing import Sizing, covers, pin_of
-from labhive.scheduler.hived.vc import VC
+from labhive.scheduler.hived.vc import VC, VCs
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +68,9 @@ class Attempt:
     """The search for a job's cells, unit by unit, and the pruning that spares a search bound
     to fail.
 
-    Its own state is what it was given to work with; the cells, VCs and classes it reads (and
-    the bindings a search makes) are the scheduler's. Per class of jobs, what a failed search
+    Its own state is the topology-aware search over the current config's cells (``placer``,
+    made anew with them by ``load``); the cells, VCs and classes it reads, and the bindings a
+    search makes in the VCs, are the scheduler's. Per class of jobs, what a failed search
     leaves for the next is kept on the class: its slot count (``JobClass.slots``, taken at
     ``slots_tick``) and its failure record (``JobClass.failed``, by ``failures``)."""
 
@@ -80,6 +82,16 @@ class Attempt:
         self._commit = commit
         #: Builds and keeps the record of why a search failed (``failures.Failures``).
         self.failures = failures
+        #: The search over the cells of the scheduler's config (``placement.Placer``: best
+        #: fit, binding, and its scratch, the broken cells a search bound and those to avoid
+        #: on the next try, ``_around_broken``). Set by ``load``, which the scheduler's
+        #: ``_load`` calls for each config (the first one and every ``Reconfigure``).
+        self.placer: Placer
+
+    def load(self, tree: CellTree, vcs: VCs) -> None:
+        """Search the cells of a (new) config: ``tree`` and its ``vcs``, as ``_load`` built
+        them."""
+        self.placer = Placer(tree, vcs)
 
     def place(
         self,
@@ -129,7 +141,7 @@ class Attempt:
                 job.needs = needs
         if job.opportunistic:
             for chain in chains:
-                plan = s.placer.opportunistic(chain, needs[chain])
+                plan = self.placer.opportunistic(chain, needs[chain])
                 if plan is not None:
                     return plan
             self.failures.record(job, cls, unit)
@@ -263,7 +275,7 @@ class Attempt:
                         vc, chain, needs[chain], threshold, only, pinned, bind
                     )
                 else:
-                    plan = sched.placer.guaranteed(
+                    plan = self.placer.guaranteed(
                         vc, chain, needs[chain], threshold, only, pinned, bind
                     )
                 if plan is not None:
@@ -287,7 +299,7 @@ class Attempt:
         a larger healthy one if it must. So the search runs again without each such cell,
         until it succeeds or bound no broken cell (issue 34: a gang waited while a healthy
         rack was idle, and a lower-priority job of its VC then took the broken rack)."""
-        placer = self._sched.placer
+        placer = self.placer
         placer.broken_tried.clear()
         plan = placer.guaranteed(vc, chain, tasks, threshold, only, pinned, bind)
         if plan is not None or not placer.broken_tried or not bind or pinned is not None:

@@ -28,7 +28,7 @@ from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.parts import Committing, Placing
-from labhive.scheduler.hived.placement import Placer, Plan, TaskNeeds
+from labhive.scheduler.hived.placement import Plan, TaskNeeds
 from labhive.scheduler.hived.queue import JobClass, VCQueue
 from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.vc import VC, VCs
@@ -82,7 +82,6 @@ class HivedBase:
     vcs: VCs
     cpu: CpuPool
     _cpu_waiting: list[tuple[int, int, str]]  # (-priority, seq, job id)
-    placer: Placer
     _leaves_cache: dict[tuple[int, float, int, str], int]
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
@@ -106,7 +105,7 @@ class HivedBase:
         self.vcs = VCs(config, self.tree)
         self.cpu = CpuPool(config)
         self._cpu_waiting = []
-        self.placer = Placer(self.tree, self.vcs)
+        self.attempt.load(self.tree, self.vcs)  # (the search's own: ``Attempt.placer``)
         self._leaves_cache = {}
         self._vc_types = {}
         self._chains_cache = {}

@@ -127,12 +127,12 @@ class Failures:
         rooms = []
         for chain in chains:
             k, level = self._task_size(job, roles, chain)
-            usable, unhealthy = s.placer.room(vc, chain, k, threshold, pinned, fits is None)
+            usable, unhealthy = s.attempt.placer.room(vc, chain, k, threshold, pinned, fits is None)
             if fits is not None:
                 usable = fits
             can = cannot = 0
             if pinned is None:  # a pinned job runs in its pinned cell: nothing to bind
-                can, cannot = s.placer.bindable(vc, chain, k, threshold, probe)
+                can, cannot = s.attempt.placer.bindable(vc, chain, k, threshold, probe)
             rooms.append(ChainRoom(chain, k, level, usable + can, unhealthy, cannot))
         return NoRoom(need, tuple(rooms))
 

@@ -14,13 +14,23 @@ from typing import Protocol
 
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import Decision
+from labhive.scheduler.hived.cells import CellTree
 from labhive.scheduler.hived.job import Job
+from labhive.scheduler.hived.placement import Placer
 from labhive.scheduler.hived.plan import Plan
 from labhive.scheduler.hived.queue import JobClass
+from labhive.scheduler.hived.vc import VCs
 
 
 class Placing(Protocol):
-    """``attempt.Attempt`` as the queue, GPU shares and preemption see it."""
+    """``attempt.Attempt`` as the queue, GPU shares, preemption and failure records see it."""
+
+    #: The search over the current config's cells (lazy preemption undoes its bindings).
+    placer: Placer
+
+    def load(self, tree: CellTree, vcs: VCs) -> None:
+        """Search the cells of a (new) config (``base._load``)."""
+        ...
 
     def place(
         self,

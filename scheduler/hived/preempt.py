@@ -108,7 +108,7 @@ class Preemption:
         keep running unless the preemptor still needs their very GPUs."""
         s = self._sched
         units = {v.job_id: s._unit_of(v, _hit(v, plan)) for v in lazy}
-        s.placer.undo(vc, plan)
+        s.attempt.placer.undo(vc, plan)
         touched: set[Cell] = set()
         for victim in lazy:
             part = units[victim.job_id]
