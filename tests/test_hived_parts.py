@@ -17,6 +17,7 @@ import textwrap
 from helpers import Cluster
 
 from labhive.scheduler.core.config import virtual_cluster
+from labhive.scheduler.core.model import Reconfigure
 from labhive.scheduler.hived import attempt, failures
 from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.core import HivedScheduler
@@ -29,7 +30,11 @@ PARTS = {
 
 
 def _cluster() -> Cluster:
-    return Cluster(virtual_cluster(nodes=2, gpus_per_node=4, vcs=("a",)))
+    return _cluster_of(nodes=2, gpus_per_node=4)
+
+
+def _cluster_of(nodes: int, gpus_per_node: int) -> Cluster:
+    return Cluster(virtual_cluster(nodes=nodes, gpus_per_node=gpus_per_node, vcs=("a",)))
 
 
 def test_the_search_and_its_failure_records_are_parts_the_scheduler_holds_not_bases():
@@ -103,3 +108,21 @@ def test_a_search_that_fails_leaves_its_record_with_the_failures_part():
     last = c.sched._classes[job.queued_key].failed
     assert last is not None and last.job_id == "pair"
     assert c.sched.failure_of(job) is last.record
+
+
+def test_after_a_reconfigure_the_search_places_on_the_new_cells():
+    """Given two 4-GPU nodes with 3 GPUs taken on each, a 4-GPU job waits; a Reconfigure that
+    adds a third node gives the search a new ``Placer`` over the new cells (the part's own
+    state, made by ``load``), and the job starts on the new node while the others keep theirs."""
+    c = _cluster_of(nodes=2, gpus_per_node=4)
+    c.submit("small0", vc="a", priority="prod", gpus=3)
+    c.submit("small1", vc="a", priority="prod", gpus=3)
+    c.submit("big", vc="a", priority="prod", gpus=4)
+    assert c.state("big") == "WAITING"
+    before = c.sched.attempt.placer
+    c.handle(Reconfigure(virtual_cluster(nodes=3, gpus_per_node=4, vcs=("a",))))
+    assert c.sched.attempt.placer is not before
+    assert c.sched.attempt.placer.tree is c.sched.tree
+    assert c.sched.attempt.placer.vcs is c.sched.vcs
+    assert [c.state(j) for j in ("small0", "small1", "big")] == ["RUNNING"] * 3
+    assert set(c.nodes("big")).isdisjoint(c.nodes("small0") + c.nodes("small1"))
