@@ -23,14 +23,14 @@ def check_records(sched: HivedScheduler) -> None:
     for job in sched._jobs.values():
         if not job.waiting_tasks or job.cpu_only:
             continue
-        assert sched.failure_of(job) == sched._failure(job), job.job_id
+        assert sched.failure_of(job) == sched.failures.count(job), job.job_id
     for cls in sched._classes.values():
         last = cls.failed
         if last is None or last.moves != sched.tree.moves:
             continue  # cells changed since: the view counts again
         failed = sched._jobs.get(last.job_id)
         if failed is not None and len(failed.waiting_tasks) == last.waiting:
-            assert last.record == sched._failure(failed), failed.job_id
+            assert last.record == sched.failures.count(failed), failed.job_id
 
 
 @pytest.mark.parametrize("cells", [{}, {"gpu_cells": True}, {"sockets": True}])
@@ -58,7 +58,7 @@ def test_the_why_text_formats_the_failed_search_record(monkeypatch: pytest.Monke
     def counted_again(*_: Any, **__: Any) -> None:
         raise AssertionError("counted again")
 
-    monkeypatch.setattr(c.sched, "_failure", counted_again)
+    monkeypatch.setattr(c.sched.failures, "count", counted_again)
     assert c.why("pair") == (
         "a has room for 0 of the 1 task of 2 GPUs this job needs; position 1 of 1 in a"
     )

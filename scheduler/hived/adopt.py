@@ -33,6 +33,7 @@ class Adoption:
     book), changed through the scheduler's bookkeeping (``_load``, ``_occupy``, ``_enqueue``)."""
 
     def __init__(self, sched: HivedBase) -> None:
+        #: The scheduler whose cells, VCs, queues and share book it restores jobs into.
         self._sched = sched
 
     def reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:

@@ -1,22 +1,30 @@
-"""One attempt to place a waiting job: the search for leaf cells for each of its units.
+"""One attempt to place a waiting job: the search for leaf cells for each of its units, each
+plan found carried out before the next unit is searched.
 
 Guaranteed jobs search their VC's cells, free GPUs first and then once more allowing preemption;
 opportunistic jobs search any idle GPU (``placement.Placer`` does the topology-aware part). A gang
 that failed before is first counted in task slots per node (``SlotShape``): when the nodes changed
-since its failure plus what binding could add still hold too few slots, no search runs.
+since its failure plus what binding could add still hold too few slots, no search runs. A search
+that fails leaves its record with ``failures.Failures``.
+
+``Attempt`` is a part ``core.HivedScheduler`` holds (``self.attempt``), not a base it inherits:
+the queue (``queueing``), GPU shares (``shares``) and lazy preemption (``preempt``) call it
+through ``parts.Placing``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.hived.base import UNBOUNDED
-from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import (
+    Placer,
     Plan,
     TaskNeeds,
     Threshold,
@@ -24,8 +32,8 @@ from labhive.scheduler.hived.placement import (
     victim_threshold,
 )
 from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.hived.sizing import covers, pin_of
-from labhive.scheduler.hived.vc import VC
+from labhive.scheduler.hived.sizing import Sizing, covers, pin_of
+from labhive.scheduler.hived.vc import VC, VCs
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,44 +59,84 @@ class Search:
     unit: list[tuple[RoleSpec, int]]
 
 
-class Attempt(Failures):
-    """The search for a job's cells, and the pruning that spares a search bound to fail."""
+#: Carries a plan out: preempts or downgrades its victims, starts the job; False when lazy
+#: preemption's second search found no room after all (``preempt.Preemption.commit``).
+Commit = Callable[[Job, Plan, list[Decision]], bool]
 
-    def _try(
+
+class Attempt:
+    """The search for a job's cells, unit by unit, and the pruning that spares a search bound
+    to fail.
+
+    Its own state is the topology-aware search over the current config's cells (``placer``,
+    made anew with them by ``load``); the cells, VCs and classes it reads, and the bindings a
+    search makes in the VCs, are the scheduler's. Per class of jobs, what a failed search
+    leaves for the next is kept on the class: its slot count (``JobClass.slots``, taken at
+    ``slots_tick``) and its failure record (``JobClass.failed``, by ``failures``)."""
+
+    def __init__(self, sched: Sizing, commit: Commit, failures: Failures) -> None:
+        #: The scheduler whose state a search reads: its cells, VCs, classes and the sizing
+        #: caches (``sizing``), the clock of freed GPUs (``_tick``) and the ledger's caps.
+        self._sched = sched
+        #: ``preempt.Preemption.commit``, called directly for each plan found.
+        self._commit = commit
+        #: Builds and keeps the record of why a search failed (``failures.Failures``).
+        self.failures = failures
+        #: The search over the cells of the scheduler's config (``placement.Placer``: best
+        #: fit, binding, and its scratch, the broken cells a search bound and those to avoid
+        #: on the next try, ``_around_broken``). Set by ``load``, which the scheduler's
+        #: ``_load`` calls for each config (the first one and every ``Reconfigure``).
+        self.placer: Placer
+
+    def load(self, tree: CellTree, vcs: VCs) -> None:
+        """Search the cells of a (new) config: ``tree`` and its ``vcs``, as ``_load`` built
+        them."""
+        self.placer = Placer(tree, vcs)
+
+    def place(
         self,
         job: Job,
         out: list[Decision],
         since: tuple[int, bool] | None = None,
         cls: JobClass | None = None,
     ) -> None:
-        ledger = self._ledger
+        """Place what of the job fits now, unit by unit (``sizing._units``): each unit's plan
+        is carried out before the next is searched, and the first unit that does not fit (or
+        would take its user past a cap, ``turns``) ends the attempt. ``since``: the class's
+        last failure (the clock of freed GPUs then, and whether physical cells were freed
+        since), for the first unit only; ``cls``: the class ``job`` heads, if any."""
+        s = self._sched
+        ledger = s._ledger
         capped = ledger is not None and bool(ledger.caps)  # (fair share alone: no cap)
-        for unit in self._units(job):
-            if capped and self._capped_unit(job, unit):
+        for unit in s._units(job):
+            if capped and s._capped_unit(job, unit):
                 return
-            plan = self._find(job, unit, since, cls)
+            plan = self.find(job, unit, since, cls)
             since = None
             if plan is None or not self._commit(job, plan, out):
                 return
 
-    def _find(
+    def find(
         self,
         job: Job,
         unit: list[tuple[RoleSpec, int]],
         since: tuple[int, bool] | None = None,
         cls: JobClass | None = None,
     ) -> Plan | None:
+        """Search cells for one unit of the job: a plan, its bindings made (the caller keeps
+        or undoes them), or None with the failure recorded on ``cls``."""
+        s = self._sched
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
         roles = job.spec.roles
         # A whole one-role job's tasks are all of its role: no list of a role per task.
-        chains = self._chains(
+        chains = s._chains(
             job, list(roles) if whole_job and len(roles) == 1 and unit else [r for r, _ in unit]
         )
         needs = job.needs if whole_job else None
         if needs is None or not covers(needs, chains):
-            needs = self._whole_needs(job, chains) if whole_job else None
+            needs = s._whole_needs(job, chains) if whole_job else None
             if needs is None:
-                needs = {chain: self._needs(unit, chain, job.vc) for chain in chains}
+                needs = {chain: s._needs(unit, chain, job.vc) for chain in chains}
             if whole_job:
                 job.needs = needs
         if job.opportunistic:
@@ -96,11 +144,11 @@ class Attempt(Failures):
                 plan = self.placer.opportunistic(chain, needs[chain])
                 if plan is not None:
                     return plan
-            self._record_failure(job, cls, unit)
+            self.failures.record(job, cls, unit)
             return None
-        vc = self.vcs.by_name.get(job.vc)
+        vc = s.vcs.by_name.get(job.vc)
         if vc is None or not chains:
-            self._record_failure(job, cls, unit)
+            self.failures.record(job, cls, unit)
             return None
         search = Search(job, vc, chains, needs, unit)
         # (the usual attempt, a new job's or a one-task unit's, has no slot shape: no call)
@@ -128,12 +176,12 @@ class Attempt(Failures):
                 cls.slots = {
                     n: c for n in vc.nodes[slots.chain] if (c := self._slots(n, size, prio))
                 }
-                cls.slots_tick = self._tick
+                cls.slots_tick = s._tick
                 fits = sum(cls.slots.values())
             else:
                 cls.slots = None
         if plan is None:
-            self._record_failure(job, cls, unit, fits)
+            self.failures.record(job, cls, unit, fits)
         return plan
 
     def _slot_count(self, s: Search, cls: JobClass | None) -> SlotShape | None:
@@ -157,9 +205,10 @@ class Attempt(Failures):
         """The gang's task slots now, from those at its last failure and the nodes that
         changed since (remembered for the next time)."""
         assert cls.slots is not None
+        s = self._sched
         chain, size, prio = slots.chain, slots.leaves, slots.priority
         mine = vc.nodes.get(chain, {})
-        for node in self._grown_since(vc, since):
+        for node in s._grown_since(vc, since):
             if node.chain != chain:
                 continue
             count = self._slots(node, size, prio) if node in mine else 0
@@ -167,13 +216,14 @@ class Attempt(Failures):
                 cls.slots[node] = count
             else:
                 cls.slots.pop(node, None)
-        cls.slots_tick = self._tick
+        cls.slots_tick = s._tick
         return sum(cls.slots.values())
 
     def _bindable(self, vc: VC, chain: str, leaves: int) -> int:
         """At most how many more tasks of ``leaves`` GPUs binding the VC's free cells could
         place: its unbound node cells, as far as healthy free nodes exist (optimistic)."""
-        info = self.tree.chains[chain]
+        tree = self._sched.tree
+        info = tree.chains[chain]
         unbound = vc.unbound.get(chain, {})
         if any(n > 0 and lvl < info.node_level for lvl, n in unbound.items()):
             return UNBOUNDED  # cells smaller than a node: do not guess
@@ -181,12 +231,13 @@ class Attempt(Failures):
         if not nodes:
             return 0
         pool = 0
-        for level, cells in self.tree.free_list[chain].items():
+        for level, cells in tree.free_list[chain].items():
             if level >= info.node_level:
                 pool += sum((c.leaves - c.bad) // info.node_leaves for c in cells.values())
         return min(nodes, pool) * (info.node_leaves // leaves)
 
     def _search(self, s: Search, since: tuple[int, bool] | None) -> Plan | None:
+        sched = self._sched
         job, vc, chains, needs, unit = s.job, s.vc, s.chains, s.needs, s.unit
         least = UNBOUNDED  # the fewest GPUs the unit takes in any chain
         for tasks in needs.values():
@@ -199,9 +250,9 @@ class Attempt(Failures):
                 lower.append(p)
         # Free GPUs first (binding more of the VC's cells if need be); only then one search
         # that may preempt, lowest priorities first (see Placer._best_node), unless there is
-        # nobody to preempt.
+        # nobody to preempt (no lower priority in the VC, no opportunistic job anywhere).
         thresholds: list[Threshold] = [None]
-        preempting = victim_threshold(lower, self._oppo_running() > 0)
+        preempting = victim_threshold(lower, sched.tree.oppo_total > 0)
         if preempting is not None:
             thresholds.append(preempting)
         for threshold in thresholds:
@@ -211,15 +262,15 @@ class Attempt(Failures):
                 continue
             only = None
             if since is not None and len(unit) == 1:
-                only = self._grown_since(vc, since[0])
+                only = sched._grown_since(vc, since[0])
             # Binding failed last time too, unless physical cells were freed since, the unit
             # is a gang (it may have bound some), or the VC binds parts of nodes (which can
             # now combine with GPUs freed beside them).
             bind = since is None or since[1] or len(unit) > 1 or self._binds_parts(vc, chains)
             pin = job.pinned if not job.grouped else pin_of([r for r, _ in unit])
-            pinned = self.tree.pinned.get(pin) if pin else None
+            pinned = sched.tree.pinned.get(pin) if pin else None
             for chain in chains:
-                if self.tree.bad_total:
+                if sched.tree.bad_total:
                     plan = self._around_broken(
                         vc, chain, needs[chain], threshold, only, pinned, bind
                     )
@@ -264,11 +315,9 @@ class Attempt(Failures):
         return plan
 
     def _binds_parts(self, vc: VC, chains: list[str]) -> bool:
+        tree = self._sched.tree
         return any(
-            n > 0 and level < self.tree.chains[chain].node_level
+            n > 0 and level < tree.chains[chain].node_level
             for chain in chains
             for level, n in vc.unbound.get(chain, {}).items()
         )
-
-    def _oppo_running(self) -> int:
-        return self.tree.oppo_total

@@ -1,14 +1,16 @@
 """What every part of HiveD's scheduler shares: its state, built from a config, and the
 bookkeeping that keeps cells' and VCs' counters right as jobs take and free leaf cells.
 
-``core.HivedScheduler`` is assembled from one mixin per concern, each in its own module:
-``queueing`` (classes of waiting jobs, the scheduling pass), ``attempt`` (the search for a job's
-cells), both over ``sizing`` (what a job asks for). ``health`` (nodes going down and up, with
-its own state), ``adopt`` (putting running jobs back on exactly their cells, after a restart or
-a new config) and ``preempt`` (committing a plan: preemption, lazy preemption) are already
-parts the scheduler holds, which call this bookkeeping on the scheduler. Every mixin
-subclasses ``HivedBase``, which declares the attributes they share and, as typed stubs the
-mixins override, the few methods one part calls in another: each module type-checks alone and
+``core.HivedScheduler`` inherits what is left of its mixins, each in its own module:
+``queueing`` (classes of waiting jobs, the scheduling pass) over ``sizing`` (what a job asks
+for), and ``shares``. Its other parts are objects it holds, which call this bookkeeping on the
+scheduler: ``attempt`` (the search for a job's cells, unit by unit, with ``failures``, the
+record of why one failed), ``health`` (nodes going down and up, with its own state), ``adopt``
+(putting running jobs back on exactly their cells, after a restart or a new config) and
+``preempt`` (committing a plan: preemption, lazy preemption). Every mixin subclasses
+``HivedBase``, which declares the attributes they share, the parts a mixin calls (typed by
+``parts``' protocols, since a part's module imports this one) and, as typed stubs the mixins
+override, the few methods one mixin calls in another: each module type-checks alone and
 imports no other mixin.
 """
 
@@ -19,13 +21,14 @@ from itertools import repeat
 
 from labhive.scheduler.core.config import ClusterConfig
 from labhive.scheduler.core.jobs import JobSpec, RoleSpec
-from labhive.scheduler.core.model import Decision, TaskPlacement
+from labhive.scheduler.core.model import TaskPlacement
 from labhive.scheduler.hived.admission import Admission
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.placement import Placer, Plan, TaskNeeds
+from labhive.scheduler.hived.parts import Committing, Placing
+from labhive.scheduler.hived.placement import Plan, TaskNeeds
 from labhive.scheduler.hived.queue import JobClass, VCQueue
 from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.vc import VC, VCs
@@ -79,7 +82,6 @@ class HivedBase:
     vcs: VCs
     cpu: CpuPool
     _cpu_waiting: list[tuple[int, int, str]]  # (-priority, seq, job id)
-    placer: Placer
     _leaves_cache: dict[tuple[int, float, int, str], int]
     _vc_types: dict[str, tuple[str, ...]]
     _chains_cache: dict[Hashable, list[str]]
@@ -90,6 +92,12 @@ class HivedBase:
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
     _book: ShareBook  # GPUs hosting shares, and waiting shares (``shares``)
 
+    # The parts the mixins call (``core.HivedScheduler`` makes them).
+    #: The search for a job's cells, each plan found carried out (``attempt.Attempt``).
+    attempt: Placing
+    #: A plan carried out: victims preempted or downgraded, the job started (``preempt``).
+    preemption: Committing
+
     def _load(self, config: ClusterConfig) -> None:
         """Build the state a config determines (again on ``Reconfigure``: ``adopt``)."""
         self.config = config
@@ -97,7 +105,7 @@ class HivedBase:
         self.vcs = VCs(config, self.tree)
         self.cpu = CpuPool(config)
         self._cpu_waiting = []
-        self.placer = Placer(self.tree, self.vcs)
+        self.attempt.load(self.tree, self.vcs)  # (the search's own: ``Attempt.placer``)
         self._leaves_cache = {}
         self._vc_types = {}
         self._chains_cache = {}
@@ -152,32 +160,8 @@ class HivedBase:
         """Put a job (back) in its VC's queue (``queueing``)."""
         raise NotImplementedError
 
-    def _try(
-        self,
-        job: Job,
-        out: list[Decision],
-        since: tuple[int, bool] | None = None,
-        cls: JobClass | None = None,
-    ) -> None:
-        """Place what of the job fits now, unit by unit (``attempt``)."""
-        raise NotImplementedError
-
     def _capped_unit(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> bool:
         """Whether the unit would take the job's user past its VC's cap (``turns``)."""
-        raise NotImplementedError
-
-    def _find(
-        self,
-        job: Job,
-        unit: list[tuple[RoleSpec, int]],
-        since: tuple[int, bool] | None = None,
-        cls: JobClass | None = None,
-    ) -> Plan | None:
-        """Search cells for one unit of the job (``attempt``)."""
-        raise NotImplementedError
-
-    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
-        """Carry a plan out: preempt or downgrade its victims, start the job (``preempt``)."""
         raise NotImplementedError
 
     # ---- cell bookkeeping --------------------------------------------------------------------

@@ -7,11 +7,12 @@ opportunistic jobs first), whom they merely downgrade (lazy preemption), and whi
 failure stopped. A search that fails leaves a small record of why (``failures``); why-texts are
 formatted from it only when someone asks (``job()``, ``jobs()``).
 
-This module is the front door: events are dispatched here to the parts that handle them. Node
-health (``self.health``, with its own state), adoption (``self.adoption``) and preemption
-(``self.preemption``) are parts the scheduler holds; the others are still mixins over the
-shared state of ``base`` (``queueing``, ``attempt``), to become parts one at a time (issue
-32). Admission and the views are here too.
+This module is the front door: events are dispatched here to the parts that handle them. The
+search for a job's cells (``self.attempt``, with ``self.failures``, the record of why a search
+failed), node health (``self.health``, with its own state), adoption (``self.adoption``) and
+preemption (``self.preemption``) are parts the scheduler holds; the class queue (``queueing``
+over ``turns`` and ``sizing``) and GPU shares (``shares``) are still mixins over the shared state
+of ``base``, to become parts one at a time (issue 32). Admission and the views are here too.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from labhive.scheduler.hived.admission import reject_if_never_runs
 from labhive.scheduler.hived.adopt import Adoption, AdoptRefused
 from labhive.scheduler.hived.attempt import Attempt
 from labhive.scheduler.hived.cells import Cell
+from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
-from labhive.scheduler.hived.placement import Plan
 from labhive.scheduler.hived.preempt import Preemption
 from labhive.scheduler.hived.queueing import Queueing
 from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.shares import Sharing
+from labhive.scheduler.hived.shortfall import Failure
 from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
 from labhive.scheduler.policies.policy_base import PolicyBase, listing_order
 
@@ -48,7 +50,7 @@ __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
 
-class HivedScheduler(Queueing, Attempt, Sharing, PolicyBase[Job]):
+class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -83,6 +85,10 @@ class HivedScheduler(Queueing, Attempt, Sharing, PolicyBase[Job]):
         self.adoption = Adoption(self)
         #: A plan carried out: victims preempted or downgraded, the job started.
         self.preemption = Preemption(self)
+        #: Why a search for a job's cells failed: built when one fails, kept by its class.
+        self.failures = Failures(self)
+        #: The search for a job's cells, unit by unit, each plan carried out at once.
+        self.attempt = Attempt(self, self.preemption.commit, self.failures)
         self._load(config)
 
     # ---- admission ---------------------------------------------------------------------------
@@ -136,14 +142,15 @@ class HivedScheduler(Queueing, Attempt, Sharing, PolicyBase[Job]):
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
         self.health.change(node, healthy, out, reason)
 
-    def _commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
-        return self.preemption.commit(job, plan, out)
-
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         self.adoption.reconfigure(config, out)
 
     def _adopt(self, event: Adopt, out: list[Decision]) -> None:
         self.adoption.adopt(event, out)
+
+    def failure_of(self, job: Job) -> Failure:
+        """Why ``job`` waits (``failures.Failures.failure_of``), for the why-texts (``why``)."""
+        return self.failures.failure_of(job)
 
     @property
     def down_reasons(self) -> dict[str, str]:

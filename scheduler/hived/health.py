@@ -23,6 +23,7 @@ class NodeHealth:
     """``NodeDown`` and ``NodeUp`` of one scheduler."""
 
     def __init__(self, sched: HivedBase) -> None:
+        #: The scheduler whose nodes' cells, VCs and jobs a node's change touches.
         self._sched = sched
         #: Node -> the reason its ``NodeDown`` gave, until its ``NodeUp`` (the views show it);
         #: a node not here is up. A ``Reconfigure`` leaves it as it is, though the cells it

@@ -25,6 +25,7 @@ class Preemption:
     through its bookkeeping (``_occupy_task``, ``_vacate_job``, ``_stop_tasks``, ``_settle``)."""
 
     def __init__(self, sched: HivedBase) -> None:
+        #: The scheduler whose jobs, cells and VCs a plan changes (its bookkeeping does).
         self._sched = sched
 
     def commit(self, job: Job, plan: Plan, out: list[Decision]) -> bool:
@@ -107,7 +108,7 @@ class Preemption:
         keep running unless the preemptor still needs their very GPUs."""
         s = self._sched
         units = {v.job_id: s._unit_of(v, _hit(v, plan)) for v in lazy}
-        s.placer.undo(vc, plan)
+        s.attempt.placer.undo(vc, plan)
         touched: set[Cell] = set()
         for victim in lazy:
             part = units[victim.job_id]
@@ -129,7 +130,7 @@ class Preemption:
             for r, i in job.waiting_tasks
             if (r.name, i) in {(t.role, t.index) for t, _, _ in plan.placed}
         ]
-        again = s._find(job, unit)
+        again = s.attempt.find(job, unit)
         for victim in lazy:
             part = units[victim.job_id]
             hit = _hit(victim, again) if again is not None else set()

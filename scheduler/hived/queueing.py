@@ -151,7 +151,7 @@ class Queueing(Turns):
         # ``_may_fit`` would ask the same bound again of the same cells: it holds.
         if cls.signature is None:
             cls.signature = self._signature(job)
-        self._try(job, out, self._since(cls), cls)
+        self.attempt.place(job, out, self._since(cls), cls)
         if job.all_placed:
             return
         self._wait_blocked(job, cls)
@@ -396,7 +396,7 @@ class Queueing(Turns):
                 self._block(cls)
                 continue
             before = len(job.placed)
-            self._try(job, out, self._since(cls), cls)
+            self.attempt.place(job, out, self._since(cls), cls)
             if job.all_placed:
                 self._dequeue(job)
                 if ledger is not None:

@@ -141,8 +141,8 @@ class Sharing(HivedBase):
             return True
         if held is not None:
             return False
-        plan = self._find(job, job.tasks)
-        if plan is None or not self._commit(job, plan, out):
+        plan = self.attempt.find(job, job.tasks)
+        if plan is None or not self.preemption.commit(job, plan, out):
             return False
         leaf = job.placed[(role.name, index)][1][0]
         book.open(leaf, vc, job.prio, job.job_id, job.share)

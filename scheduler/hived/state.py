@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from labhive.scheduler.hived.cells import Cell, CellTree
     from labhive.scheduler.hived.cpu_pool import CpuPool
     from labhive.scheduler.hived.fairshare import Ledger
-    from labhive.scheduler.hived.placement import Placer
     from labhive.scheduler.hived.queue import VCQueue
     from labhive.scheduler.hived.share_book import ShareBook
     from labhive.scheduler.hived.shares import ShareHold
@@ -79,8 +78,6 @@ class HivedState(Protocol[J]):
     def vcs(self) -> VCs: ...
     @property
     def cpu(self) -> CpuPool: ...
-    @property
-    def placer(self) -> Placer: ...
     @property
     def down_reasons(self) -> Mapping[str, str]: ...
     @property
