@@ -52,8 +52,10 @@ def server_command(cmd: list[str], quick_boot: bool = True) -> list[str]:
     python = os.fsdecode(first[2:].strip()) if first.startswith(b"#!") else ""
     if not _same_python(python, sys.executable):
         return cmd
-    # -P: no current folder (the student's home) first on sys.path, as with the script
-    return [python, "-P", "-m", MODULE, *cmd[1:]]
+    # -P: no current folder (the student's home) first on sys.path, as with the script; the
+    # script's path stays in the command line, where ps, pgrep -f and LabHive's own process
+    # roles (the ETA's SERVER_MARKS, the class benchmark) look for it
+    return [python, "-P", "-m", MODULE, *cmd]
 
 
 def _same_python(python: str, hubs: str) -> bool:
@@ -94,10 +96,14 @@ def import_lab_without_node() -> None:
 
 
 def main() -> None:
+    if len(sys.argv) < 2 or os.path.basename(sys.argv[1]) != SINGLEUSER:
+        print(f"usage: python -m {MODULE} /path/to/{SINGLEUSER} [server options]",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    del sys.argv[0]  # the server sees the argv the script would have
     import_lab_without_node()
     from jupyterhub.singleuser import main as singleuser
 
-    sys.argv[0] = SINGLEUSER  # what the server's own messages call it
     sys.exit(singleuser())
 
 

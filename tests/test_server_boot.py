@@ -96,6 +96,7 @@ def test_a_students_server_boots_without_node_and_its_kernel_and_terminal_keep_t
     trace = tmp_path / "strace.log"
     with bench().started_server("boot", tmp_path, hub_api, wrap=strace(trace)) as server:
         assert server.doc["cmd"][1:4] == ["-P", "-m", MODULE]  # the spawner's command
+        assert os.path.basename(server.doc["cmd"][4]) == "jupyterhub-singleuser"  # ps shows it
         assert node_runs(trace) == [], "the server ran node while it started"
         given = server.doc["env"]["PATH"]
         assert NODE is not None and os.path.dirname(NODE) in given.split(os.pathsep)
@@ -150,12 +151,18 @@ def test_only_the_hubs_own_singleuser_script_is_started_through_serverboot(
     tmp_path: Path,
 ) -> None:
     single = str(Path(sys.executable).parent / "jupyterhub-singleuser")
-    assert server_command([single, "--x"]) == [sys.executable, "-P", "-m", MODULE, "--x"]
+    assert server_command([single, "--x"]) == [sys.executable, "-P", "-m", MODULE, single, "--x"]
     assert server_command([single, "--x"], quick_boot=False) == [single, "--x"]
     assert server_command(["/usr/bin/jupyter-lab", "--x"]) == ["/usr/bin/jupyter-lab", "--x"]
     other = tmp_path / "jupyterhub-singleuser"  # another environment's script
     other.write_text("#!/usr/bin/python3\nimport sys\n")
     assert server_command([str(other)]) == [str(other)]
+
+
+def test_serverboot_run_without_the_script_says_how_to_run_it() -> None:
+    done = subprocess.run([sys.executable, "-P", "-m", MODULE, "--ServerApp.port=1"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "jupyterhub-singleuser [server options]" in done.stderr
 
 
 def test_path_without_node_keeps_every_other_folder(tmp_path: Path) -> None:
