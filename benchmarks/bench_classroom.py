@@ -845,13 +845,17 @@ def main() -> int:
     parser.add_argument("--browser", action="store_true",
                         help="one more student, in headless Chromium, opens lab 1")  # fmt: skip
     parser.add_argument("--hub-config", type=Path,
-                        help="labhive up --hub-config: a jupyterhub_config.py of more settings, "
-                        "e.g. c.LabHiveSpawner.quick_boot = False (the old server start)")  # fmt: skip
+                        help="labhive up --hub-config: more hub settings, e.g. "
+                        "c.LabHiveSpawner.quick_boot = False (the old server start)")  # fmt: skip
     args = parser.parse_args()
     if args.students < 1 or args.arrival_s < 0 or args.job_s <= 0:
         parser.error("--students must be at least 1, --arrival-s >= 0, --job-s > 0")
     report = run_class(
-        args.students, args.arrival_s, args.job_s, args.student_timeout_s, browser=args.browser,
+        args.students,
+        args.arrival_s,
+        args.job_s,
+        args.student_timeout_s,
+        browser=args.browser,
         hub_config=args.hub_config,
     )
     print(table(report))
