@@ -22,6 +22,7 @@ started is stopped in a ``finally``, and a process left behind fails the run.
 
     python benchmarks/bench_classroom.py [--students 50] [--arrival-s 120] [--job-s 5]
                                          [--student-timeout-s 300] [--browser] [--json out.json]
+                                         [--hub-config more_jupyterhub_config.py]
 
 CPU: the exact total from a ``cpuacct`` group around ``labhive up`` (``CpuAccount``) and, per
 student, the hub's, the service's and each task role's share (``Sampler``, ``per_student``).
@@ -201,6 +202,7 @@ def labhive_up(
     up_timeout: float = 300,
     account: CpuAccount | None = None,
     browser: bool = False,
+    hub_config: Path | None = None,
 ) -> Iterator[Classroom]:
     """``labhive up --roster`` on free ports in ``tmp``; on the way out, however the run ends,
     Ctrl-C (it stops every server, the hub, the service and the jobs), then a check that
@@ -212,6 +214,8 @@ def labhive_up(
     cmd += ["--roster", str(tmp / "course.yaml"), "--grace-s", "2", *_uid_range(students)]
     if browser:  # lab 1 in every home, as `make up` does
         cmd += ["--course", str(HERE.parent / "labs")]
+    if hub_config is not None:  # e.g. the old server start, to compare with
+        cmd += ["--hub-config", str(Path(hub_config).resolve())]
     bin_dir = str(Path(sys.executable).parent)  # kernelspecs say "python": the venv's first
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.Popen(
@@ -603,7 +607,7 @@ def _stop_server(http: httpx.Client, student: Student, token: str) -> None:
 
 def run_class(
     students: int, arrival_s: float, job_s: float = 5, timeout: float = 300,
-    tmp: Path | None = None, browser: bool = False,
+    tmp: Path | None = None, browser: bool = False, hub_config: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The whole benchmark: start ``labhive up``, run the class, stop everything; the report.
     ``browser``: one more student, in a real browser, arrives halfway (``browser_student``)."""
@@ -617,7 +621,8 @@ def run_class(
         load = os.getloadavg()[0]
         account = CpuAccount(f"labhive-bench-class-{os.getpid()}")
         stack.callback(account.remove)
-        with labhive_up(tmp, students, account=account, browser=browser) as room:
+        with labhive_up(tmp, students, account=account, browser=browser,
+                        hub_config=hub_config) as room:  # fmt: skip
             cluster = _cluster(room)
             roll = [Student(name) for name in sorted(room.passwords) if name != BROWSER_NAME]
             in_browser: list[Any] = []
@@ -839,11 +844,19 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--browser", action="store_true",
                         help="one more student, in headless Chromium, opens lab 1")  # fmt: skip
+    parser.add_argument("--hub-config", type=Path,
+                        help="labhive up --hub-config: more hub settings, e.g. "
+                        "c.LabHiveSpawner.quick_boot = False (the old server start)")  # fmt: skip
     args = parser.parse_args()
     if args.students < 1 or args.arrival_s < 0 or args.job_s <= 0:
         parser.error("--students must be at least 1, --arrival-s >= 0, --job-s > 0")
     report = run_class(
-        args.students, args.arrival_s, args.job_s, args.student_timeout_s, browser=args.browser
+        args.students,
+        args.arrival_s,
+        args.job_s,
+        args.student_timeout_s,
+        browser=args.browser,
+        hub_config=args.hub_config,
     )
     print(table(report))
     if args.json:

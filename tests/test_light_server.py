@@ -6,7 +6,8 @@ A class of 50 boots 50 servers on 2 cores (docs/hub.md, "A class of 50"): watche
 from its start until it answers, such a server must run no ``npm`` (jupyter_lsp's search for
 language servers) and must not load ``rfc3987_syntax`` (built ~35 Lark parsers at each import,
 ~1.4 CPU s, removed by the Makefile's venv step), no ``node`` but the one ``yarn config`` that
-importing JupyterLab runs (no setting turns that one off), and no classic-extension shim;
+importing JupyterLab runs (``jupyter-lab`` started directly, as here; the spawner's servers skip
+that one too: ``tests/test_server_boot.py``), and no classic-extension shim;
 JupyterLab, the LabHive extension and the read-only extension list still answer, and a kernel
 still starts. A student opening JupyterLab in a browser makes the server run no ``node`` at all
 (JupyterLab's rebuild check ran it twice at each page load, ~0.8 CPU s)."""
