@@ -285,6 +285,10 @@ def test_the_documented_binding_differences_are_what_hived_does(
         # Difference 3 after n0 comes back: HiveD packs an opportunistic gang into the idle
         # rack r01; LabHive ranks free nodes on their own and takes n0 and n2.
         ("opportunistic-gang-after-a-node-comes-back", "j6", ["n2", "n3"], ["n0", "n2"]),
+        # Difference 8 on the cells a failure left free: n1 goes down under b's job, which
+        # re-binds in rack r01; a's 2-GPU job then binds a's rack in HiveD (pod p1: n4) and
+        # a's node cell in LabHive (r01's other node, n3).
+        ("smallest-vc-cell-first-after-a-rebinding", "j5", ["n4"], ["n3"]),
     ],
 )
 def test_what_still_differs_after_a_failure_is_a_documented_difference(
