@@ -549,7 +549,9 @@ class CellTree:
         if exact:
             for level, moved, index in reversed(moves):
                 if index < 0:
-                    level.pop()
+                    popped = level.pop()
+                    # Another change since this binding would make the undo wrong: say so.
+                    assert popped is moved, f"{cell}: unbound out of binding order"
                 else:
                     level.put_back(moved, index)
             return
