@@ -17,9 +17,11 @@ kernel, a terminal) gets the PATH it was given; nothing runs during the import (
 starts no process before its app starts). The registry JupyterLab then holds is its default,
 ``https://registry.yarnpkg.com``, where ``node`` would have read a site's ``.yarnrc``.
 
-Checked against JupyterLab 4.1-4.6 (``jupyterlab/commands.py``: ``_default_registry``,
-``_yarn_config``, ``jupyterlab_server.process.which``; 4.6.6 installed at the time).
-``tests/test_light_server.py`` fails when a server started this way runs ``node`` at all.
+Checked against JupyterLab 4.6.6 with jupyterlab_server 2.28.1 (``jupyterlab/commands.py``:
+``_default_registry``, ``_yarn_config``; ``jupyterlab_server.process.which``), the versions
+installed at the time; pyproject.toml allows ``jupyterlab>=4.1``. ``tests/test_server_boot.py``
+fails when a server started this way runs ``node`` at all (and shows that the plain script
+does), so a release that finds ``node`` another way is caught.
 
 ``server_command`` is the spawner's side: the script's command rewritten to run this module,
 only where the script is run by the hub's own interpreter (so this package is importable).

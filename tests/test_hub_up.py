@@ -65,7 +65,8 @@ def _names(procs: list[psutil.Process]) -> str:
     out = []
     for proc in procs:
         try:
-            out.append(" ".join(proc.cmdline())[:120])
+            # long enough for a server's (python -P -m ...serverboot /venv/bin/jupyterhub-...)
+            out.append(" ".join(proc.cmdline())[:300])
         except psutil.Error:
             continue
     return "\n".join(out)
