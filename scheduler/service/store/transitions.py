@@ -29,7 +29,7 @@ from labhive.scheduler.service.lifecycle import (
     StaleState,
     check_transition,
 )
-from labhive.scheduler.service.store.engine import job_row
+from labhive.scheduler.service.store import queries
 from labhive.scheduler.service.store.queries import TaskRow
 from labhive.scheduler.service.store.tables import allocations, events, jobs, tasks
 
@@ -328,7 +328,7 @@ def set_whys(conn: Connection, whys: Sequence[Mapping[str, Any]]) -> None:
 
 def request_cancel(conn: Connection, job_id: int) -> dict[str, Any]:
     """Mark the job for the scheduler loop to stop; refuses jobs that already ended."""
-    job = job_row(conn, job_id)
+    job = queries.job(conn, job_id)
     if job is None:
         raise KeyError(job_id)
     if job["state"] in TERMINAL:
