@@ -1,14 +1,18 @@
-"""The job store and all of the REST API side's SQL, with typed rows.
+"""The job store and all of the service's SQL, as named query functions with typed rows.
 
 - ``tables.py``: the tables (SQLAlchemy Core), what the service must not lose;
 - ``engine.py``: ``Store`` (engines, the read and write transactions, migrations), the URL of
-  ``--db``;
-- ``queries.py``: the REST API's named read queries with ``TypedDict`` rows.
+  ``--db``; ``migrations/``: Alembic's scripts;
+- ``queries.py``: the named reads (``TypedDict`` rows for the API's pages);
+- ``transitions.py``: the lifecycle's writes (``lifecycle.py`` holds the legal moves);
+- ``marks.py``, ``etas.py``, ``usage.py``, ``account_rows.py``, ``journal.py``: node marks, the
+  ETA tracker's rows, GPU history and what ``/metrics`` reads, accounts, the journal.
 
-The ``JobService`` facade (``service/job_service.py``) opens the transactions the handlers
-need and asks these queries inside them; the loop's own SQL is ``runtime/record.py``'s. The
-names below are re-exported because most of the service (and the loop) imports the tables and
-``Store`` from here.
+No function here opens a transaction: the caller (the ``JobService`` facade, the intake, the
+loop's ``runtime/record.py`` pass, the ETA and monitoring threads) opens one with
+``Store.read``/``Store.write`` and passes its connection in. Nothing outside this package
+writes SQL (``tests/test_store_holds_the_sql.py``). The names below are re-exported because
+most of the service (and the loop) imports the tables and ``Store`` from here.
 """
 
 from labhive.scheduler.service.store.engine import (

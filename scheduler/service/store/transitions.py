@@ -29,8 +29,8 @@ from labhive.scheduler.service.lifecycle import (
     StaleState,
     check_transition,
 )
-from labhive.scheduler.service.store.engine import job_row
-from labhive.scheduler.service.store.queries import TaskRow
+from labhive.scheduler.service.store import queries
+from labhive.scheduler.service.store.queries import JobRow, TaskRow
 from labhive.scheduler.service.store.tables import allocations, events, jobs, tasks
 
 # Built once: SQLAlchemy then reuses the compiled statements (submission is the hot path).
@@ -134,7 +134,7 @@ def transition(
     why: str | None,
     t: float,
     **changes: Any,
-) -> dict[str, Any]:
+) -> JobRow:
     """Move ``job`` (a row as the caller read it) to ``target``, or raise if it moved meanwhile."""
     check_transition(job["state"], target)
     values = {"state": target, "reason": reason, "why": why, "updated_at": t, **changes}
@@ -148,7 +148,7 @@ def transition(
         raise StaleState(f"job {job['id']} changed under this transition to {target}")
     attempt = values.get("attempt", job["attempt"])
     _event(conn, job["id"], t, job["state"], target, attempt, reason, why)
-    return {**job, **values}
+    return cast(JobRow, {**job, **values})
 
 
 def start(
@@ -158,7 +158,7 @@ def start(
     opportunistic: bool,
     t: float,
     generations: Sequence[int] = (),
-) -> tuple[dict[str, Any], list[int]]:
+) -> tuple[JobRow, list[int]]:
     """RUNNING with these tasks; their GPUs are allocated in the same transaction.
 
     A second call for a RUNNING job adds tasks (an incremental job growing), or starts again
@@ -244,7 +244,7 @@ def end_attempt(
     *,
     spend_retry: bool = False,
     exit_code: int | None = None,
-) -> dict[str, Any]:
+) -> JobRow:
     """Close the running attempt: tasks ended, GPUs released, job moved to ``target``.
 
     ``target`` WAITING starts a new attempt (attempt + 1), spending a retry only when asked."""
@@ -264,7 +264,7 @@ def end_attempt(
     return transition(conn, job, target, reason, why, t, **changes)
 
 
-def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float) -> dict[str, Any]:
+def stop_waiting(conn: Connection, job: Mapping[str, Any], reason: str, t: float) -> JobRow:
     """A WAITING job ends without running (cancelled)."""
     return transition(conn, job, STOPPED, reason, None, t, finished_at=t)
 
@@ -326,9 +326,9 @@ def set_whys(conn: Connection, whys: Sequence[Mapping[str, Any]]) -> None:
     conn.execute(_SET_SUBMIT_WHY, list(whys))
 
 
-def request_cancel(conn: Connection, job_id: int) -> dict[str, Any]:
+def request_cancel(conn: Connection, job_id: int) -> JobRow:
     """Mark the job for the scheduler loop to stop; refuses jobs that already ended."""
-    job = job_row(conn, job_id)
+    job = queries.job(conn, job_id)
     if job is None:
         raise KeyError(job_id)
     if job["state"] in TERMINAL:
@@ -338,7 +338,7 @@ def request_cancel(conn: Connection, job_id: int) -> dict[str, Any]:
         .where(jobs.c.id == job_id, jobs.c.state.in_(ACTIVE))
         .values(cancel_requested=True)
     )
-    return {**job, "cancel_requested": True}
+    return cast(JobRow, {**job, "cancel_requested": True})
 
 
 def attempt_tasks(conn: Connection, running: Iterable[Mapping[str, Any]]) -> list[TaskRow]:
