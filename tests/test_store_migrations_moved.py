@@ -56,7 +56,8 @@ def test_the_migrations_live_in_the_store() -> None:
     assert MIGRATIONS.parent.name == "store"
     assert (MIGRATIONS / "env.py").is_file()
     assert (MIGRATIONS / "script.py.mako").is_file()
-    assert not (MIGRATIONS.parent.parent / "migrations").exists()
+    # a checkout pulled across the move may keep the old folder's untracked __pycache__
+    assert not list((MIGRATIONS.parent.parent / "migrations").rglob("*.py"))
 
 
 def test_a_database_made_by_the_old_location_upgrades_unchanged(
