@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 
-import httpx
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.extension.handler import ExtensionHandlerMixin
@@ -22,6 +21,7 @@ from tornado import web
 from traitlets import Unicode
 
 from labhive.scheduler.client import API, find_token, service_url
+from labhive.scheduler.client.lean_httpx import httpx, verify_for
 
 _FORWARDED = ("content-type",)
 
@@ -42,7 +42,9 @@ class ServiceProxy:
         self, method: str, path: str, query: str, body: bytes | None, ctype: str | None
     ) -> httpx.Response:
         if self.http is None:
-            self.http = httpx.AsyncClient(base_url=self.root, headers=self.headers, timeout=60)
+            self.http = httpx.AsyncClient(
+                base_url=self.root, headers=self.headers, timeout=60, verify=verify_for(self.root)
+            )
         headers = {"content-type": ctype} if ctype else {}
         url = f"/api/{path}" + (f"?{query}" if query else "")
         return await self.http.request(method, url, content=body or None, headers=headers)

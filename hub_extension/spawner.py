@@ -69,6 +69,8 @@ class ServerJobEnded(Exception):
 #: Characters a server job name (and its launch file's name) keeps from the hub's names.
 _PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
 JOB_NAME_LEN = 64
+#: The longest gap between two asks about a booting server's job (``_wait_listening``).
+LISTEN_CHECK_MAX_S = 5.0
 
 
 def server_job_name(user: str, server: str = "") -> str:
@@ -476,8 +478,13 @@ class LabHiveSpawner(Spawner):
         JupyterHub's wait for a server backs off up to 5 s between tries, so a server that
         boots in 15 s on a loaded machine was seen only at 15-20 s; a class of 50 starting at
         once paid that on every login. A refused connect on loopback costs next to nothing; a
-        job that ends before its server listens ends the start with its own words."""
-        checked = 0.0
+        job that ends before its server listens ends the start with its own words.
+
+        The job is asked after ``poll_s``, then at doubling gaps up to ``LISTEN_CHECK_MAX_S``:
+        a server's boot takes 10-40 s while a class logs in, and asking every second cost the
+        hub and the service ~5 ms of CPU each time for each booting server (a job that ends
+        during the boot is reported up to that many seconds later)."""
+        checked, gap = 0.0, 0.0
         while time.monotonic() < deadline:
             try:
                 _, writer = await asyncio.wait_for(
@@ -488,8 +495,9 @@ class LabHiveSpawner(Spawner):
             else:
                 writer.close()
                 return
-            if time.monotonic() - checked >= self.poll_s:
+            if time.monotonic() - checked >= gap:
                 checked = time.monotonic()
+                gap = min(max(gap * 2, self.poll_s), max(self.poll_s, LISTEN_CHECK_MAX_S))
                 job = await self._job()
                 if not job.running:
                     raise ServerJobEnded(

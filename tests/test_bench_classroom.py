@@ -18,6 +18,8 @@ import pytest
 from isolation_util import open_tmp_dir
 from test_bench_cleanup import processes_under
 
+from labhive.scheduler.executors.supervise import command as supervise_command
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_classroom.py"
 
 
@@ -119,6 +121,7 @@ def test_a_tasks_role_is_read_from_its_command_line() -> None:
     role = bench_classroom().task_role
     venv = "/srv/venv/bin/python"
     assert role([venv, "-I", "-m", "labhive.scheduler.executors.supervise", "/d"]) == "supervisor"
+    assert role(supervise_command(Path("/d"))) == "supervisor"  # as the executor starts one
     assert role([venv, "-m", "labhive.hub_extension.launch", "/d/s001.json"]) == "server"
     assert role([venv, "/srv/venv/bin/jupyterhub-singleuser", "--allow-root"]) == "server"
     assert role(["node", "/srv/venv/lib/jupyter_builder/yarn.js", "config"]) == "server"

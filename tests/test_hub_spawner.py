@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -421,4 +422,36 @@ def test_polling_a_server_makes_no_new_http_client_each_time(
         assert made == []
     finally:
         monkeypatch.undo()
+        asyncio.run(spawner.stop(now=True))
+
+
+def test_a_booting_server_is_asked_about_at_doubling_gaps_not_every_second(
+    live: Live, tmp_path: Path
+) -> None:
+    """Given a server that boots in 8 s (JupyterLab while a class of 50 logs in on 2 cores
+    takes 10-40 s) and the hub's default ``poll_s`` of 1 s, expect the spawner to ask the
+    service about its running job at most 6 times (once as it runs, then after 0, 1, 3, 7 s
+    of the boot, and once more if the boot is slow here), not every second (10 times): each
+    ask costs the hub and the service ~5 ms of CPU, for each of 50 booting servers. It still
+    starts once the server listens."""
+    spawner = make_spawner(live, tmp_path)
+    spawner.poll_s = 1.0
+    spawner.cmd = [sys.executable, "-c", "import time; time.sleep(8); " + FAKE_SERVER]
+    spawner.user_options = {"profile": "cpu"}
+    asks: list[float] = []
+    real_job = spawner._job
+
+    async def counted_job() -> Any:  # the real ask, counted
+        job = await real_job()
+        if job.running:
+            asks.append(time.monotonic())
+        return job
+
+    spawner._job = counted_job  # type: ignore[method-assign]
+    url = asyncio.run(asyncio.wait_for(spawner.start(), 90))
+    try:
+        assert httpx.get(url, timeout=5).status_code == 200
+        gaps = [round(b - a, 2) for a, b in itertools.pairwise(asks)]
+        assert 2 <= len(asks) <= 6, f"{len(asks)} asks while the server booted, gaps {gaps}"
+    finally:
         asyncio.run(spawner.stop(now=True))

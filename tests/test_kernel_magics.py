@@ -302,6 +302,34 @@ def test_a_students_kernel_imports_ipywidgets_only_when_a_widget_is_shown(
         k.close()
 
 
+def test_a_students_kernel_loads_no_http_cli_and_no_ca_bundle_for_a_plain_http_service(
+    service: Service,
+) -> None:
+    """Given a fresh kernel as every student of a class starts one (``%load_ext``, then a
+    ``%submit --no-wait``) and the service at an ``http://`` URL, expect neither httpx's
+    command-line client (``rich``, ``click``: installed here, with the dev extra) imported nor
+    a CA bundle loaded for a client that speaks no TLS (~0.15 CPU s of each kernel's start
+    before); a client of an ``https://`` URL still loads the CAs and verifies."""
+    k = Kernel(service.env("alice"))
+    try:
+        assert k.run("%load_ext labhive.kernel_ext").error is None
+        out = k.run(
+            "job = %submit --name lean --no-wait -- true\n"
+            "import sys, ssl, labhive.client as lh\n"
+            "print(sorted({'rich', 'click'} & set(sys.modules)))\n"
+            "def context(c): return c._http._transport._pool._ssl_context\n"
+            "plain = context(lh.Client())\n"
+            "print(plain.cert_store_stats()['x509_ca'], plain.verify_mode == ssl.CERT_REQUIRED,"
+            " plain.check_hostname)\n"
+            "tls = context(lh.Client('https://127.0.0.1:9'))\n"
+            "print(tls.cert_store_stats()['x509_ca'] > 0, tls.verify_mode == ssl.CERT_REQUIRED)"
+        )
+        assert out.error is None, out.stderr
+        assert out.stdout.split("\n")[-4:] == ["[]", "0 True True", "True True", ""], out.stdout
+    finally:
+        k.close()
+
+
 def test_cancel_button_stops_the_job_and_closing_stops_the_poller(
     kernel: Kernel, service: Service
 ) -> None:

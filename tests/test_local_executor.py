@@ -167,3 +167,25 @@ def test_a_task_starts_from_the_allow_list_not_the_services_environment(ex, monk
     assert not gone & set(seen)
     assert seen["LANG"] == "C.UTF-8" and seen["LABHIVE_JOB_ID"] == "creds"
     assert seen["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+
+
+def test_a_tasks_supervisor_starts_without_site_psutil_or_the_job_model(ex):
+    """Given a task, expect its supervisor (the command's parent, one Python process per task: a
+    class of 50 starts a server and a job per student on two cores, docs/hub.md) to run
+    ``python -I -S`` and to have loaded neither psutil nor ``yaml`` (the job model's import;
+    ~0.09 CPU s per task together before): its memory map, read by the command, says which
+    libraries it loaded (``_ctypes``, which it uses, shows the map is the supervisor's)."""
+    probe = (
+        "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; "
+        "for lib in _ctypes _psutil_linux '_yaml\\.'; do grep -c \"$lib\" /proc/$PPID/maps; done;"
+        " true"
+    )
+    (h,) = ex.launch([task("light", probe)])
+    assert wait_exits(ex, 1)[h.key].exit_code == 0
+    cmdline, ctypes_maps, psutil_maps, yaml_maps = (
+        ex.read_log(h, "stdout", 0, 4096).decode().splitlines()
+    )
+    assert cmdline.split()[1:3] == ["-I", "-S"], cmdline
+    assert int(ctypes_maps) > 0, "the map shows no _ctypes: the probe reads the wrong process"
+    assert int(psutil_maps) == 0, "the supervisor imported psutil"
+    assert int(yaml_maps) == 0, "the supervisor imported yaml (the job model)"

@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-import httpx
-
 # Exported with the client: the states and the typed job its users read.
 from labhive.scheduler.client.eta_words import eta_text as eta_text
 from labhive.scheduler.client.eta_words import no_estimate_text as no_estimate_text
 from labhive.scheduler.client.job_info import JobInfo as JobInfo
 from labhive.scheduler.client.job_info import TaskInfo as TaskInfo
+from labhive.scheduler.client.lean_httpx import httpx, verify_for
 from labhive.scheduler.core.states import TERMINAL as TERMINAL
 from labhive.scheduler.core.states import JobState as JobState
 
@@ -255,7 +254,9 @@ class Client:
         self.url = service_url(url)
         self.token = (find_token(token) or "").strip() or None
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, verify=verify_for(self.url)
+        )
 
     def close(self) -> None:
         self._http.close()

@@ -14,13 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from labhive.scheduler.core.jobs import GuaranteeAndLimit
+from labhive.scheduler.executors.not_started import NOT_STARTED as NOT_STARTED  # re-exported
 
 Stream = Literal["stdout", "stderr"]
-
-
-#: How a ``TaskExit.reason`` starts when the command never ran (its cwd refused, say): the
-#: job's why-text carries such a reason, as it does a memory kill.
-NOT_STARTED = "cannot start the task: "
 
 
 class LaunchError(RuntimeError):

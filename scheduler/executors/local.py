@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,6 +88,7 @@ from labhive.scheduler.executors.supervise import (
     reserve_exit_slot,
     write_json_atomic,
 )
+from labhive.scheduler.executors.supervise import command as supervise_command
 
 # Names other modules import from here; their homes are local_procs.py and local_records.py.
 __all__ = [
@@ -559,7 +559,7 @@ def _spawn_supervisor(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes
     stdout, stderr = workdir.private_file(work / "stdout"), workdir.private_file(work / "stderr")
     with stdout.open("wb") as out, stderr.open("wb") as err:
         return subprocess.Popen(
-            [sys.executable, "-I", "-m", "labhive.scheduler.executors.supervise", str(work)],
+            supervise_command(work),
             cwd=work,
             env=env,
             stdin=subprocess.DEVNULL,

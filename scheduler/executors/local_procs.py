@@ -13,8 +13,6 @@ from typing import Any
 
 import psutil
 
-from labhive.scheduler.executors.supervise import is_running
-
 #: A start time read twice for the same process agrees far better than this; a reused pid
 #: cannot have started within it.
 _START_TIME_SLACK_S = 0.05
@@ -117,3 +115,11 @@ def _kill_tree(info: dict[str, Any], timeout_s: float = 5.0) -> None:
         with contextlib.suppress(psutil.Error):
             last.kill()
     _killpg(info, signal.SIGKILL)
+
+
+def is_running(proc: psutil.Process) -> bool:
+    """Alive, and not a zombie waiting to be reaped."""
+    try:
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
