@@ -83,7 +83,7 @@ def test_the_first_name_is_a_node_drawn_per_seed_as_the_simulator_renames_its_no
     for s in range(30):
         c = PaperCluster(specs, paper_classes([pod("x")]), "gpupacking", seed=s)
         first = placed(c, pod("c1", gpus=0, milli=0))  # a CPU-only task ties everywhere
-        assert first.name == min(zip(c.tie_name, specs))[1].name
+        assert first.name == min(zip(c.tie_name, specs, strict=True))[1].name
         assert placed(c, pod("c2", gpus=0, milli=0)) is first  # kept for the whole run
         firsts.add(first.name)
     assert firsts == {"n0", "n1", "n2", "n3"}  # not n0 every time, as with ties="name"
