@@ -189,14 +189,15 @@ PAPER_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3)
 
 
 def _paper_policy(text: str) -> tuple[str, str]:
-    """(placement, tie rule) for ``NAME`` or ``NAME:ties=name|random`` under --fill paper."""
+    """(placement, tie rule) for ``NAME`` or ``NAME:ties=seeded|name|random`` under --fill
+    paper."""
     name, _, rest = text.partition(":")
     if name not in PAPER_PLACEMENTS:
         raise UserError(
             f"--fill paper: policy {name!r} is not one of the paper's placements; choose "
             f"{', '.join(PAPER_PLACEMENTS)} (docs/policies.md, FGD section)"
         )
-    ties = "name"
+    ties = "seeded"
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
         if key.strip() != "ties" or value.strip() not in TIES:
@@ -212,7 +213,8 @@ def _run_paper(args: argparse.Namespace, pods: Any, nodes: list[NodeSpec]) -> in
     notes.append(
         "workload: every row (CPU-only and never-scheduled kept) in a seeded random order, then "
         "random copies up to 130% of GPU capacity; scores 0..100, ties to the node whose name "
-        "sorts first (the paper's simulator; NAME:ties=random for random)"
+        "sorts first, the names prefixed by a seeded random rank as the paper's simulator does "
+        "(NAME:ties=name for the nodes' own names, NAME:ties=random for random)"
     )
     policies: dict[str, Any] = {}
     for policy in dict.fromkeys(args.policy):

@@ -16,8 +16,14 @@ measure placements differently from LabHive's own ``--fill`` (``sharing.fill``):
 - scores are whole numbers 0..100 as a Kubernetes score plugin returns them, and the scheduler
   takes the highest. On a tie the simulator's vendored kube-scheduler (``selectHost`` in
   vendor/k8s.io/kubernetes/pkg/scheduler/core/generic_scheduler.go) keeps the node whose NAME
-  sorts first - not a random one, as upstream Kubernetes does; ``ties="random"`` gives the
-  upstream rule (it costs FGD most of its gain: many nodes tie at one whole-number score).
+  sorts first - not a random one, as upstream Kubernetes does. But the simulator renames every
+  node before the run (``syncClusterResourceList`` in pkg/simulator/simulator.go: the nodes
+  sorted by name get the prefixes ``%04d-`` of a seeded ``rand.Perm``), so the "first name" is
+  a node drawn at random for each seed and kept for the run: ``ties="seeded"``, the default.
+  ``ties="name"`` breaks ties by the nodes' own names (openb-node-0000 first, every seed: the
+  CPU-only tasks, which tie everywhere under GPU packing and clustering, then pile onto the
+  same first-named nodes in every run); ``ties="random"`` gives the upstream rule
+  (it costs FGD most of its gain: many nodes tie at one whole-number score).
   LabHive's exact minimum with the lowest-numbered node on a tie stays in ``sharing.py``
   (placement ``fgd`` there; ``fgd-exact`` here).
 
@@ -56,8 +62,9 @@ PaperClass = tuple[float, int, int, int, frozenset[str]]
 State = tuple[str, int, int, tuple[int, ...], tuple[str, ...]]
 
 #: Tie rules among top-scored nodes: the paper simulator's (its vendored kube-scheduler's
-#: selectHost keeps the node whose name sorts first) or uniform at random.
-TIES = ("name", "random")
+#: selectHost keeps the node whose name sorts first, the names prefixed by a seeded random rank),
+#: the nodes' own names, or uniform at random.
+TIES = ("seeded", "name", "random")
 PAPER_PLACEMENTS = (
     "random",
     "dotprod",
@@ -161,7 +168,7 @@ class PaperCluster:
         classes: list[PaperClass],
         placement: str,
         seed: int = 0,
-        ties: str = "name",
+        ties: str = "seeded",
     ) -> None:
         if ties not in TIES:
             raise ValueError(f"ties={ties!r}: choose one of {', '.join(TIES)}")
@@ -171,6 +178,8 @@ class PaperCluster:
                 f"unknown placement {placement!r}; choose one of {', '.join(PAPER_PLACEMENTS)}"
             )
         self.nodes = [GpuNode(s, i) for i, s in enumerate(specs)]
+        #: The name a tie is broken by (``ties`` "seeded" or "name"): the lower wins.
+        self.tie_name = node_names(specs, seed) if ties == "seeded" else [s.name for s in specs]
         self.kinds: list[Counter[str]] = [Counter() for _ in self.nodes]
         self.measure: PaperFragmentation | Fragmentation = PaperFragmentation(classes)
         self.capacity = MILLI * sum(s.gpus for s in specs)
@@ -226,8 +235,8 @@ class PaperCluster:
 
     def _best(self, pod: Pod) -> tuple[GpuNode, Choice] | None:
         """Score each distinct node state once (nodes in one state are interchangeable); the
-        top score wins, ties at random over nodes (the paper) or the lowest node
-        (``fgd-exact``)."""
+        top score wins; a tie goes by ``ties`` (the paper's: the seeded first name), or to the
+        lowest node (``fgd-exact``)."""
         feasible, scores = [], []
         shape = pod.shape
         if len(self._memo) > 2_000_000:
@@ -252,8 +261,10 @@ class PaperCluster:
             index, k = min((min(g), k) for g, k in tied)
             chosen = self.nodes[index]
             return chosen, chosen.choices(pod)[k]
-        if self.ties == "name" and self.placement != "random":  # random: its own pick
-            chosen, k = min(((n, k) for g, k in tied for n in g.values()), key=_by_name)
+        if self.ties != "random" and self.placement != "random":  # random: its own pick
+            names = self.tie_name
+            chosen, k = min(((n, k) for g, k in tied for n in g.values()),
+                            key=lambda pair: names[pair[0].index])  # fmt: skip
             return chosen, chosen.choices(pod)[k]
         r = self.rng.randrange(sum(len(g) for g, _ in tied))
         for g, k in tied:
@@ -335,8 +346,18 @@ class PaperCluster:
         return float(base + (25 if not kinds else 0)), 0
 
 
-def _by_name(pair: tuple[GpuNode, int]) -> str:
-    return pair[0].name
+def node_names(specs: list[NodeSpec], seed: int) -> list[str]:
+    """The names the paper's simulator gives the nodes for a run: sorted by name, the i-th
+    gets the prefix ``%04d-`` of the i-th entry of a seeded random permutation
+    (``syncClusterResourceList``). Its permutation comes from Go's stream after the workload
+    draws; ours from its own stream of the seed (a seed number does not give the paper's run
+    either way)."""
+    order = sorted(range(len(specs)), key=lambda i: specs[i].name)
+    perm = random.Random(f"nodes:{seed}").sample(range(len(specs)), len(specs))
+    names = [""] * len(specs)
+    for rank, i in enumerate(order):
+        names[i] = f"{perm[rank]:04d}-{specs[i].name}"
+    return names
 
 
 def _kind(pod: Pod) -> str:
@@ -386,7 +407,7 @@ def paper_fill(
     loads: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3),
     seed: int = 0,
     frag: str = "paper",
-    ties: str = "name",
+    ties: str = "seeded",
 ) -> list[PaperPoint]:
     """The paper's experiment for one seed: the workload arrives in order, each task is placed
     or fails, nothing leaves; at each arrived load, the GPU share unallocated."""
