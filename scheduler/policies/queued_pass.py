@@ -230,8 +230,13 @@ class QueuedPass:
             return False
         tasks = None
         shape = job.gang.shape
-        over = self._over_quota(job)
-        if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
+        over = self._over_quota(job) if self.per_vc else 0
+        if (
+            not over
+            and job.gpus <= self.pool.free_gpus
+            and shape not in self._no_room
+            and not self._fits_no_node(job)  # placement would refuse it
+        ):
             tasks = self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
@@ -249,8 +254,8 @@ class QueuedPass:
         """EASY backfill (``backfill.py``): past the blocked head only if the job's limit ends
         before the head could start, or it fits beside the head then."""
         head = self._blocked
-        if head is None or head is job or head.job_id not in self._waiting:
-            return True
+        if head is None or head is job or not self._limited or head.job_id not in self._waiting:
+            return True  # (no running job declared a limit: nothing is reserved, ``_reserved``)
         if self.group_priority(job) < self.group_priority(head):
             return True  # ahead of the head in the policy's order: not a jump
         reserved = self._reserved(head)
