@@ -134,14 +134,14 @@ def scattered(cls: type[QueuedPolicy], options: dict[str, Any]) -> tuple[QueuedP
 
 
 def test_a_pass_asks_placement_once_for_lines_that_ask_more_than_a_refused_one() -> None:
-    """DRF asks for the 2-GPU head and skips the 3- to 8-GPU ones. LAS also spends its two
-    preemption searches of the pass on the first two heads (there is nothing to preempt, but
-    only a search finds that out), then skips the rest. Trying every head asks 7 times."""
+    """DRF and LAS ask for the 2-GPU head and no more (LAS still spends its two preemption
+    searches of the pass on the first two heads: there is nothing to preempt, but only a
+    search finds that out). Trying every head asks 7 times."""
     trying_all = {"drf": DrfTryingAll, "las": LasTryingAll}
     for cls, options, expected in [
         (DrfPolicy, {}, 1),
         (DrfPolicy, {"backfill": True}, 1),
-        (LasPolicy, {}, LasPolicy.SEARCHES_PER_PASS),
+        (LasPolicy, {}, 1),
     ]:
         assert scattered(cls, options)[1] == expected, (cls.name, options)
         assert scattered(trying_all[cls.name], options)[1] == 7, (cls.name, options)
