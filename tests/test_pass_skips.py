@@ -1,11 +1,11 @@
 """Given random submissions (1 to 8 GPUs in one or two tasks), finishes, cancels, requeues,
 node faults and ticks on small clusters, expect LAS, Capacity and DRF (with and without
 backfill) to decide exactly as they do when every waiting line's head is tried at every pass:
-a pass may skip a head only where trying it would fail and change nothing (``_hopeless``:
-placement would refuse it, as it refused a one-node gang asking no more in this pass, or it
-needs more GPUs than are free, and no preemption search may run for it). And given scattered
-free GPUs and lines of 2 to 8 GPUs waiting, expect a pass to ask placement once, not once per
-line (issue 34: contended LAS tried 7 heads a pass, DRF 6, nearly all refused)."""
+a pass may skip a head only where trying it would fail and change nothing (``_hopeless``: it
+needs more GPUs than are free, no preemption search may run for it, and the pass's blocked
+head is found). And given one free GPU and lines of 2 to 8 GPUs waiting with nothing to
+preempt, expect a pass to try one head, not seven (issue 34: a contended LAS pass tried 7
+heads, nearly all refused)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from labhive.scheduler.core.model import Finish, Submit
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.las import LasPolicy
-from labhive.scheduler.policies.node_pool import Gang, NodePool
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 # LAS with levels that change within a run (its options are known to ``from_config`` as its
@@ -34,9 +33,6 @@ class TryEveryHead:
     """A policy whose pass tries every head it ranks, as before the skips."""
 
     def _hopeless(self, head: QueuedJob) -> bool:
-        return False
-
-    def _asks_no_less(self, gpus: int, cpu: float, mem: float) -> bool:
         return False
 
 
@@ -80,16 +76,6 @@ def test_a_pass_that_skips_hopeless_heads_decides_as_one_trying_every_head(
         assert skipping.jobs() == trying.jobs()
 
 
-class CountingPool(NodePool):
-    """The real pool, counting the placements asked of it."""
-
-    asked = 0
-
-    def place(self, job_id: str, gang: Gang) -> Any:
-        self.asked += 1
-        return super().place(job_id, gang)
-
-
 def eight_nodes_of_eight() -> Any:
     node = {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
     return load_cluster_config(
@@ -103,45 +89,48 @@ def eight_nodes_of_eight() -> Any:
     )
 
 
-def scattered(cls: type[QueuedPolicy], options: dict[str, Any]) -> tuple[QueuedPolicy, int]:
-    """Eight 8-GPU nodes, each running a 7-GPU job of its own user (so one GPU free on each);
-    users waiting with jobs of 2 to 8 GPUs. Returns the policy and how many placements a
-    pass asked for once a 1-GPU job ends (which frees a GPU no waiting job can use)."""
-    config = eight_nodes_of_eight()
-    policy = from_config(cls, config, dict(options), **(LAS if cls.name == "las" else {}))
-    pool = CountingPool(policy.pool.nodes.values(), policy.pool.locality)
-    policy.pool = pool
+def tries_in_a_pass(
+    cls: type[QueuedPolicy], options: dict[str, Any], defaults: dict[str, Any]
+) -> int:
+    """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job (all young: nothing may be
+    preempted); jobs of 2 to 8 GPUs waiting, one line each. One 1-GPU job ends: how many
+    heads does the pass try (``_try``)?"""
+    policy = from_config(cls, eight_nodes_of_eight(), dict(options), **defaults)
     now = 0.0
 
-    def submit(job_id: str, user: str, gpus: int) -> None:
+    def submit(job_id: str, gpus: int) -> None:
         nonlocal now
         now += 1.0
-        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": job_id, "gpus": gpus})
         policy.check(spec)
         policy.handle(Submit(job_id, spec, now))
 
     for i in range(8):
-        submit(f"big{i}", f"u{i}", 7)
-    submit("one", "u8", 1)
+        submit(f"big{i}", 7)
+        submit(f"one{i}", 1)
     for gpus in range(2, 9):
-        submit(f"w{gpus}", f"w{gpus}", gpus)
-    assert [v.job_id for v in policy.jobs() if v.state == "WAITING"] == [
-        f"w{g}" for g in range(2, 9)
-    ]
-    pool.asked = 0
-    assert policy.handle(Finish("one", now + 1.0)) == []  # 1 GPU free on each node
-    return policy, pool.asked
+        submit(f"w{gpus}", gpus)
+    waiting = [v.job_id for v in policy.jobs() if v.state == "WAITING"]
+    assert waiting == [f"w{g}" for g in range(2, 9)]
+    tried: list[str] = []
+    real_try = policy._try
+
+    def counted(job: QueuedJob, out: Any) -> bool:
+        tried.append(job.job_id)
+        return real_try(job, out)
+
+    policy._try = counted  # type: ignore[method-assign]
+    assert policy.handle(Finish("one0", now + 1.0)) == []  # 1 GPU free: none fits
+    return len(tried)
 
 
-def test_a_pass_asks_placement_once_for_lines_that_ask_more_than_a_refused_one() -> None:
-    """DRF and LAS ask for the 2-GPU head and no more (LAS still spends its two preemption
-    searches of the pass on the first two heads: there is nothing to preempt, but only a
-    search finds that out). Trying every head asks 7 times."""
-    trying_all = {"drf": DrfTryingAll, "las": LasTryingAll}
-    for cls, options, expected in [
-        (DrfPolicy, {}, 1),
-        (DrfPolicy, {"backfill": True}, 1),
-        (LasPolicy, {}, 1),
+def test_a_preemptive_pass_tries_only_the_head_that_blocks_when_none_may_start() -> None:
+    """LAS and Capacity (with backfill: a line per GPU count) try the first head (it blocks:
+    2 GPUs needed, 1 free, nothing to preempt) and skip the six others, each needing more GPUs
+    than are free with no victims; trying every head, as before, tried all seven."""
+    for skipping, trying, options, defaults in [
+        (LasPolicy, LasTryingAll, {}, LAS),
+        (CapacityPolicy, CapacityTryingAll, {"backfill": True}, {"borrow": True}),
     ]:
-        assert scattered(cls, options)[1] == expected, (cls.name, options)
-        assert scattered(trying_all[cls.name], options)[1] == 7, (cls.name, options)
+        assert tries_in_a_pass(skipping, options, defaults) == 1, skipping.name
+        assert tries_in_a_pass(trying, options, defaults) == 7, skipping.name

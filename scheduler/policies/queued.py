@@ -127,8 +127,6 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._passed: JobSpec | None = None  # the spec ``check`` passed last
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
-        self._no_fit: list[tuple[int, float, float]] = []  # one-node gangs found no node
-        self._needs: dict[Any, tuple[int, float, float]] = {}  # a shape's GPUs, CPU, memory
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place

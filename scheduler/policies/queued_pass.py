@@ -20,7 +20,6 @@ from labhive.scheduler.policies.head_index import (
     HeadIndex,
     Kind,
     MayStart,
-    Shape,
 )
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.queued_job import QueuedJob
@@ -44,8 +43,6 @@ class QueuedPass:
     _now: float
     _searches: int
     _no_room: set[Hashable]
-    _no_fit: list[tuple[int, float, float]]
-    _needs: dict[Shape, tuple[int, float, float]]
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -76,7 +73,6 @@ class QueuedPass:
         ``groups``, only those lines (the others are as blocked as before)."""
         self._searches = self.SEARCHES_PER_PASS
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
-        self._no_fit.clear()
         if only is not None:
             if self._head(self.group_key(only)) is only:
                 self._try(only, out)
@@ -114,14 +110,13 @@ class QueuedPass:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
 
     def _hopeless(self, head: QueuedJob) -> bool:
-        """Would ``_try`` fail, changing nothing? Yes for a head that placement would not place
-        (more GPUs than are free, or asking at least what a gang found no node this pass
-        asks) once the pass may search no more or the victims hold too few (so no
+        """Would ``_try`` fail, changing nothing? Yes for a head needing more GPUs than are free
+        (so not placed) once the pass may search no more or the victims hold too few (so no
         preemption), with the blocked head already found (so not this one). Why: on a
-        contended cluster a preemptive policy's pass tried every line's head so: 7 per pass
-        of a contended LAS run, each weighing backfill, quotas and placement (issue 34)."""
+        contended cluster a preemptive policy's pass tried every line's head, each weighing
+        backfill and quotas first (issue 34)."""
         gpus, free = head.gpus, self.pool.free_gpus
-        if gpus <= free and not self._fits_no_node(head):
+        if gpus <= free:
             return False
         blocked = self._blocked
         if blocked is None or blocked.job_id not in self._waiting:
@@ -131,31 +126,6 @@ class QueuedPass:
             or self._searches <= 0
             or free + self.victim_gpus(head, False) < gpus
         )
-
-    def _no_fit_on_a_node(self, job: QueuedJob) -> None:
-        """Placement found no node for ``job``'s gang: with ``consolidated`` locality a gang
-        for one node needs a node with its GPUs, CPU and memory free, so no gang asking at
-        least as much of each fits either, until something is freed (``_fits_no_node``)."""
-        gang = job.gang
-        if self.pool.locality == "consolidated" and gang.gpus <= self.pool.max_node_gpus:
-            self._no_fit.append((gang.gpus, gang.cpu, gang.memory_mb))
-
-    def _fits_no_node(self, job: QueuedJob) -> bool:
-        """Does a gang found no node this pass ask at most what ``job``'s gang asks? (Then
-        placement would fail for it too: a pass of a preemptive policy on a contended
-        cluster tried its lines' heads of 2, 3, 4 ... GPUs each in turn, every one failing
-        where a node's worth of free GPUs was scattered.)"""
-        gang = job.gang
-        return self._asks_no_less(gang.gpus, gang.cpu, gang.memory_mb)
-
-    def _asks_no_less(self, gpus: int, cpu: float, mem: float) -> bool:
-        if not self._no_fit or gpus > self.pool.max_node_gpus:
-            return False
-        return any(g <= gpus and c <= cpu and m <= mem for g, c, m in self._no_fit)
-
-    def _shape_fits_no_node(self, shape: Shape) -> bool:
-        """``_fits_no_node`` for the index's heads of a shape (``_file_head`` noted its needs)."""
-        return bool(self._no_fit) and self._asks_no_less(*self._needs[shape])
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
         """The full pass above, with heads ranked by ``index``: the same heads tried in the
@@ -188,12 +158,9 @@ class QueuedPass:
         block or start."""
         free, no_room, now = self.pool.free_gpus, self._no_room, self._now
         blocked = self._blocked
-        no_node = self._shape_fits_no_node  # a gang asking no more found no node this pass
         if not self.backfill:
             return lambda kind, gpus, key: (
-                START
-                if gpus <= free and kind[0] not in no_room and not no_node(kind[0])
-                else NOT_THIS_PASS
+                START if gpus <= free and kind[0] not in no_room else NOT_THIS_PASS
             )
         if blocked is None:
             return lambda kind, gpus, key: START
@@ -202,7 +169,7 @@ class QueuedPass:
 
         def may_start(kind: Kind, gpus: int, key: Any) -> int:
             shape, limit = kind
-            if gpus > free or shape in no_room or no_node(shape):
+            if gpus > free or shape in no_room:
                 return NOT_THIS_PASS
             if key < bar or may_jump_by(now, gpus, limit, need, reserved):
                 return START
@@ -217,10 +184,7 @@ class QueuedPass:
         else:
             limit = head.spec.time_limit if self.backfill else None
             key = self.group_priority(head)
-            gang = head.gang
-            if gang.shape not in self._needs:
-                self._needs[gang.shape] = (gang.gpus, gang.cpu, gang.memory_mb)
-            index.file(group, (gang.shape, limit), gang.gpus, key, head.seq)
+            index.file(group, (head.gang.shape, limit), head.gang.gpus, key, head.seq)
 
     def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
         allowed, opp = self.admit(job)
@@ -231,16 +195,10 @@ class QueuedPass:
         tasks = None
         shape = job.gang.shape
         over = self._over_quota(job) if self.per_vc else 0
-        if (
-            not over
-            and job.gpus <= self.pool.free_gpus
-            and shape not in self._no_room
-            and not self._fits_no_node(job)  # placement would refuse it
-        ):
+        if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
             tasks = self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
-                self._no_fit_on_a_node(job)
         if tasks is None:
             tasks = self._preempt_for(job, opp, out)
             if tasks is None:
@@ -327,7 +285,6 @@ class QueuedPass:
                 self.pool.claim(victim.job_id, held, victim.gang)
             return None
         self._no_room.clear()  # the cluster changed
-        self._no_fit.clear()
         spare = vc_freed - over
         for victim, held in released:
             own = victim.vc == job.vc and over > 0
