@@ -128,9 +128,10 @@ def test_a_preemptive_pass_tries_only_the_head_that_blocks_when_none_may_start()
     """LAS and Capacity (with backfill: a line per GPU count) try the first head (it blocks:
     2 GPUs needed, 1 free, nothing to preempt) and skip the six others, each needing more GPUs
     than are free with no victims; trying every head, as before, tried all seven."""
-    for skipping, trying, options, defaults in [
+    cases: list[Pair] = [
         (LasPolicy, LasTryingAll, {}, LAS),
         (CapacityPolicy, CapacityTryingAll, {"backfill": True}, {"borrow": True}),
-    ]:
+    ]
+    for skipping, trying, options, defaults in cases:
         assert tries_in_a_pass(skipping, options, defaults) == 1, skipping.name
         assert tries_in_a_pass(trying, options, defaults) == 7, skipping.name
