@@ -30,6 +30,7 @@ from labhive.scheduler.core.model import (
 )
 from labhive.scheduler.policies.backfill import shadow
 from labhive.scheduler.policies.drf import DrfPolicy
+from labhive.scheduler.policies.head_index import NOT_THIS_PASS, START, HeadIndex, Kind
 from labhive.scheduler.policies.queued import QueuedJob, from_config
 
 
@@ -138,6 +139,10 @@ def check_index(drf: DrfPolicy) -> None:
     index = drf._index
     assert index is not None
     assert not index._aside  # a pass files again what it passed over
+    assert not index._off  # and ranks again the kinds it set aside
+    ranked = {(id(first), kind) for first, kind in index._tops}
+    for kind, (_, heap) in index._heaps.items():
+        assert not heap or (id(heap[0]), kind) in ranked, kind  # each kind's first is ranked
     live = {
         entry[3]: (entry[0], entry[1], kind)
         for kind, (_, heap) in index._heaps.items()
@@ -249,3 +254,33 @@ def test_drf_with_backfill_and_its_head_index_decides_as_the_scan(data: Any) -> 
 
 def blocked(drf: DrfPolicy) -> str | None:
     return None if drf._blocked is None else drf._blocked.job_id
+
+
+def test_a_pass_meets_each_kind_too_big_for_the_free_gpus_once() -> None:
+    """Given 200 users each waiting with a job too big for the one free GPU (200 kinds: 2 to
+    201 GPUs) and 50 users each with a 1-GPU job, expect a pass that starts the 1-GPU jobs one
+    by one to ask about each big kind once, not once per start: before the kinds were ranked,
+    ``best`` visited every kind at every call (a fifth of a contended DRF run, issue 34)."""
+    index = HeadIndex()
+    for n in range(200):
+        index.file(f"big{n}", (((n + 2, 1.0, 0, 1),), None), n + 2, (0.0, n), n)
+    for n in range(50):
+        index.file(f"small{n}", (((1, 1.0, 0, 1),), None), 1, (0.5, 1000 + n), 1000 + n)
+    asked: list[int] = []
+
+    def may_start(kind: Kind, gpus: int, key: Any) -> int:
+        asked.append(gpus)
+        return START if gpus <= 1 else NOT_THIS_PASS
+
+    started, tried = [], None
+    while (entry := index.best(may_start, tried)) is not None:
+        tried = entry
+        started.append(entry[3])
+        index.file(entry[3], None, 0, None, 0)  # its line emptied by the start
+    index.restore()
+    assert started == [f"small{n}" for n in range(50)]
+    assert sorted(g for g in asked if g > 1) == list(range(2, 202))  # each big kind once
+    assert len(asked) <= 200 + 2 * 50
+    # the next pass asks about the big kinds again (more may be free by then)
+    asked.clear()
+    assert index.best(lambda kind, gpus, key: START) == ((0.0, 0), 0, 1, "big0")

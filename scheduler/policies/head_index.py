@@ -9,9 +9,12 @@ head or priority changed since (``touch``) are re-filed, at the start of the nex
 By kind because whether a head may start in a pass depends, apart from its rank, only on its
 kind: its gang shape (too many GPUs for those free, or placement found no room) and, with
 backfill, its declared time limit (may it jump the blocked head?). So a pass asks ``best`` for
-the first head among kinds that may still start, and skips the others' heaps whole: it costs
-the kinds (a few dozen job sizes, times the distinct time limits with backfill) per head it
-tries, each a start or a kind that fails from then on, plus a log of the heads per start.
+the first head among kinds that may still start, and skips the others' heaps whole. The kinds
+themselves are ranked by their first heads (``_tops``), and a kind too big for the GPUs still
+free, or of a shape found no room, is set aside until the pass ends (starts only take
+resources): a call costs the kinds ranked before its answer that may not start, each met once
+per pass (with backfill, those that may not jump the blocked head, once per call), plus a log
+of the kinds and of the heads per start.
 (With backfill a head ranked before the blocked one may jump it whatever its kind; one whose
 user's share rose in the pass may fail then, and is passed over alone.)
 
@@ -32,16 +35,31 @@ from typing import Any
 Shape = tuple[tuple[int, float, int, int], ...]
 Kind = tuple[Shape, float | None]  # (gang shape, time limit or None)
 Entry = tuple[Any, int, int, Hashable]  # (group priority, head's seq, version, line)
-#: May a head of this kind, GPU count and group priority start now? False must mean that
-#: every head of the kind ranked at or after that priority would fail if tried now.
-MayStart = Callable[[Kind, int, Any], bool]
+
+#: ``MayStart``'s verdicts on a kind's first head: it may start; it may not now (ask again at
+#: the next call); neither it nor any head of the kind may start again in this pass.
+START, LATER, NOT_THIS_PASS = 0, 1, 2
+#: May a head of this kind, GPU count and group priority start now? Other than ``START`` must
+#: mean that every head of the kind ranked at or after that priority would fail if tried now;
+#: ``NOT_THIS_PASS``, that they would fail whenever tried until the pass ends (``restore``).
+MayStart = Callable[[Kind, int, Any], int]
 
 
 class HeadIndex:
-    """Each line's head filed under its kind; lines to re-file; the stale entries' count."""
+    """Each line's head filed under its kind; each kind's first head ranked in ``_tops``; lines
+    to re-file; the stale entries' count.
+
+    ``_tops`` holds (a kind's first entry, the kind), pushed whenever an entry becomes a kind's
+    first: ``best`` meets the kinds in rank order and stops at the first whose head may start,
+    so a call costs the kinds ranked before the answer that may not start now, not all kinds
+    (``best`` visiting every kind's heap was a fifth of a contended DRF run: issue 34). An
+    entry there whose kind's first is another by now is stale, dropped when met (or all at
+    once when they outnumber the kinds)."""
 
     def __init__(self) -> None:
         self._heaps: dict[Kind, tuple[int, list[Entry]]] = {}  # kind -> (its GPUs, heap)
+        self._tops: list[tuple[Entry, Kind]] = []
+        self._off: set[Kind] = set()  # kinds that may not start again in this pass
         self._version: dict[Hashable, int] = {}  # the live entry's version per filed line
         self._next = 0
         self._entries = 0  # entries in the heaps, live or stale
@@ -60,44 +78,77 @@ class HeadIndex:
             return
         self._next += 1
         self._version[group] = self._next
+        self._push(kind, gpus, (key, seq, self._next, group))
+        if self._entries > 2 * len(self._version) + 64:
+            self._compact()
+        elif len(self._tops) > 2 * len(self._heaps) + 64:
+            self._rank_kinds()
+
+    def _push(self, kind: Kind, gpus: int, entry: Entry) -> None:
         slot = self._heaps.get(kind)
         if slot is None:
             slot = self._heaps[kind] = (gpus, [])
-        heapq.heappush(slot[1], (key, seq, self._next, group))
+        heap = slot[1]
+        heapq.heappush(heap, entry)
         self._entries += 1
-        if self._entries > 2 * len(self._version) + 64:
-            self._compact()
+        if heap[0] is entry:  # the kind's new first
+            heapq.heappush(self._tops, (entry, kind))
 
     def best(self, may_start: MayStart, after: Entry | None = None) -> Entry | None:
         """The first-ranked live entry after ``after`` among kinds whose heads ``may_start``
         (its entry stays: a start re-files the line, a failure is ``after`` next time)."""
-        top: Entry | None = None
-        version = self._version
-        for kind, (gpus, heap) in self._heaps.items():
-            while heap:
-                first = heap[0]
-                if version.get(first[3]) != first[2]:
-                    heapq.heappop(heap)  # stale
-                    self._entries -= 1
-                elif not may_start(kind, gpus, first[0]):
-                    break  # neither it nor any head ranked after it
-                elif after is not None and first <= after:
-                    self._aside.append((kind, gpus, heapq.heappop(heap)))  # passed over
-                    self._entries -= 1
-                else:
-                    if top is None or first < top:
-                        top = first
-                    break
-        return top
+        tops, heaps, version, off = self._tops, self._heaps, self._version, self._off
+        later: list[tuple[Entry, Kind]] = []  # kinds that may not start now, asked next time
+        found: Entry | None = None
+        while tops:
+            first, kind = tops[0]
+            gpus, heap = heaps.get(kind, (0, []))
+            if not heap or heap[0] is not first or kind in off:
+                heapq.heappop(tops)  # stale: the kind's first changed, or it is off
+                continue
+            if version.get(first[3]) != first[2]:
+                heapq.heappop(heap)  # stale
+                self._entries -= 1
+                self._next_first(kind, heap)
+                continue
+            verdict = may_start(kind, gpus, first[0])
+            if verdict == NOT_THIS_PASS:
+                heapq.heappop(tops)
+                off.add(kind)
+            elif verdict != START:
+                later.append(heapq.heappop(tops))
+            elif after is not None and first <= after:
+                self._aside.append((kind, gpus, heapq.heappop(heap)))  # passed over
+                self._entries -= 1
+                self._next_first(kind, heap)
+            else:
+                found = first
+                break
+        for item in later:
+            heapq.heappush(tops, item)
+        return found
+
+    def _next_first(self, kind: Kind, heap: list[Entry]) -> None:
+        """``_tops[0]`` was the kind's first, just popped off its heap: rank its next."""
+        if heap:
+            heapq.heapreplace(self._tops, (heap[0], kind))
+        else:
+            heapq.heappop(self._tops)
 
     def restore(self) -> None:
-        """The pass is over: file again the live entries it passed over."""
+        """The pass is over: file again the live entries it passed over, rank again the kinds
+        it set aside."""
         version = self._version
         for kind, gpus, entry in self._aside:
             if version.get(entry[3]) == entry[2]:
-                heapq.heappush(self._heaps.setdefault(kind, (gpus, []))[1], entry)
-                self._entries += 1
+                self._push(kind, gpus, entry)
         self._aside.clear()
+        heaps, tops = self._heaps, self._tops
+        for kind in self._off:
+            slot = heaps.get(kind)
+            if slot is not None and slot[1]:
+                heapq.heappush(tops, (slot[1][0], kind))
+        self._off.clear()
 
     def _compact(self) -> None:
         version = self._version
@@ -109,3 +160,9 @@ class HeadIndex:
             else:
                 del self._heaps[kind]
         self._entries = sum(len(heap) for _, heap in self._heaps.values())
+        self._rank_kinds()
+
+    def _rank_kinds(self) -> None:
+        """``_tops`` afresh: each kind's first, once (the stale entries gone)."""
+        self._tops = [(heap[0], kind) for kind, (_, heap) in self._heaps.items() if heap]
+        heapq.heapify(self._tops)

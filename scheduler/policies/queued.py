@@ -169,7 +169,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         return ()
 
     def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
-        """An upper bound of the GPUs ``victims`` hold, so hopeless searches are skipped."""
+        """An upper bound of the GPUs ``victims`` hold, so hopeless searches are skipped;
+        with ``opportunistic`` False, at least its value with True (a pass asks it so before
+        it knows how ``admit`` would start the job: ``_hopeless``)."""
         return 0
 
     def on_started(self, job: QueuedJob) -> None:

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
 from labhive.scheduler.policies.backfill import may_jump_by, shadow
-from labhive.scheduler.policies.head_index import HeadIndex, Kind, MayStart
+from labhive.scheduler.policies.head_index import (
+    LATER,
+    NOT_THIS_PASS,
+    START,
+    HeadIndex,
+    Kind,
+    MayStart,
+)
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.queued_job import QueuedJob
 
@@ -96,11 +103,29 @@ class QueuedPass:
                 return  # nothing can start until something ends
             _, _, group = heapq.heappop(heads)
             head = self._head(group)
-            if head is None or not self._try(head, out):
+            if head is None or self._hopeless(head) or not self._try(head, out):
                 continue  # this group is blocked for the rest of the pass
             nxt = self._head(group)
             if nxt is not None:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _hopeless(self, head: QueuedJob) -> bool:
+        """Would ``_try`` fail, changing nothing? Yes for a head needing more GPUs than are free
+        (so not placed) once the pass may search no more or the victims hold too few (so no
+        preemption), with the blocked head already found (so not this one). Why: on a
+        contended cluster a preemptive policy's pass tried every line's head, each weighing
+        backfill and quotas first (issue 34)."""
+        gpus, free = head.gpus, self.pool.free_gpus
+        if gpus <= free:
+            return False
+        blocked = self._blocked
+        if blocked is None or blocked.job_id not in self._waiting:
+            return False
+        return (
+            not self.preemptive
+            or self._searches <= 0
+            or free + self.victim_gpus(head, False) < gpus
+        )
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
         """The full pass above, with heads ranked by ``index``: the same heads tried in the
@@ -127,23 +152,28 @@ class QueuedPass:
     def _may_start(self) -> MayStart:
         """Which of the index's heads ``_try`` could start now, by kind and rank: not those
         needing more GPUs than are free, or of a shape found no room this pass (starts only
-        take resources), nor, past the blocked head, those ranked after it whose GPU count
-        and limit may not jump it (their priority only rises in a pass). With backfill and
-        no blocked head yet the first head is tried whatever its size, to block or start."""
+        take resources: not again this pass), nor, past the blocked head, those ranked after
+        it whose GPU count and limit may not jump it (their priority only rises in a pass).
+        With backfill and no blocked head yet the first head is tried whatever its size, to
+        block or start."""
         free, no_room, now = self.pool.free_gpus, self._no_room, self._now
         blocked = self._blocked
         if not self.backfill:
-            return lambda kind, gpus, key: gpus <= free and kind[0] not in no_room
+            return lambda kind, gpus, key: (
+                START if gpus <= free and kind[0] not in no_room else NOT_THIS_PASS
+            )
         if blocked is None:
-            return lambda kind, gpus, key: True
+            return lambda kind, gpus, key: START
         bar, need = self.group_priority(blocked), blocked.gpus
         reserved = self._reserved(blocked)
 
-        def may_start(kind: Kind, gpus: int, key: Any) -> bool:
+        def may_start(kind: Kind, gpus: int, key: Any) -> int:
             shape, limit = kind
             if gpus > free or shape in no_room:
-                return False
-            return key < bar or may_jump_by(now, gpus, limit, need, reserved)
+                return NOT_THIS_PASS
+            if key < bar or may_jump_by(now, gpus, limit, need, reserved):
+                return START
+            return LATER
 
         return may_start
 
@@ -164,7 +194,7 @@ class QueuedPass:
             return False
         tasks = None
         shape = job.gang.shape
-        over = self._over_quota(job)
+        over = self._over_quota(job) if self.per_vc else 0
         if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
             tasks = self.pool.place(job.job_id, job.gang)
             if tasks is None:
@@ -182,8 +212,8 @@ class QueuedPass:
         """EASY backfill (``backfill.py``): past the blocked head only if the job's limit ends
         before the head could start, or it fits beside the head then."""
         head = self._blocked
-        if head is None or head is job or head.job_id not in self._waiting:
-            return True
+        if head is None or head is job or not self._limited or head.job_id not in self._waiting:
+            return True  # (no running job declared a limit: nothing is reserved, ``_reserved``)
         if self.group_priority(job) < self.group_priority(head):
             return True  # ahead of the head in the policy's order: not a jump
         reserved = self._reserved(head)

@@ -1,0 +1,137 @@
+"""Given random submissions (1 to 8 GPUs in one or two tasks), finishes, cancels, requeues,
+node faults and ticks on small clusters, expect LAS, Capacity and DRF (with and without
+backfill) to decide exactly as they do when every waiting line's head is tried at every pass:
+a pass may skip a head only where trying it would fail and change nothing (``_hopeless``: it
+needs more GPUs than are free, no preemption search may run for it, and the pass's blocked
+head is found). And given one free GPU and lines of 2 to 8 GPUs waiting with nothing to
+preempt, expect a pass to try one head, not seven (issue 34: a contended LAS pass tried 7
+heads, nearly all refused)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_drf_head_index import batches, ops
+from test_properties import PROPERTY_SETTINGS, clusters
+
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Finish, Submit
+from labhive.scheduler.policies.capacity import CapacityPolicy
+from labhive.scheduler.policies.drf import DrfPolicy
+from labhive.scheduler.policies.las import LasPolicy
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
+
+# LAS with levels that change within a run (its options are known to ``from_config`` as its
+# defaults: the ones ``las.create`` gives)
+LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same_queue": False}
+
+
+class TryEveryHead:
+    """A policy whose pass tries every head it ranks, as before the skips."""
+
+    def _hopeless(self, head: QueuedJob) -> bool:
+        return False
+
+
+class LasTryingAll(TryEveryHead, LasPolicy):
+    pass
+
+
+class CapacityTryingAll(TryEveryHead, CapacityPolicy):
+    pass
+
+
+class DrfTryingAll(TryEveryHead, DrfPolicy):
+    pass
+
+
+Pair = tuple[type[QueuedPolicy], type[QueuedPolicy], dict[str, Any], dict[str, Any]]
+PAIRS: list[Pair] = [  # (skipping, trying all, options, defaults)
+    (LasPolicy, LasTryingAll, {}, LAS),
+    (LasPolicy, LasTryingAll, {"backfill": False}, LAS),
+    (CapacityPolicy, CapacityTryingAll, {"backfill": True}, {"borrow": True}),
+    (DrfPolicy, DrfTryingAll, {}, {}),
+    (DrfPolicy, DrfTryingAll, {"backfill": True}, {}),
+]
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data(), pair=st.sampled_from(PAIRS))
+def test_a_pass_that_skips_hopeless_heads_decides_as_one_trying_every_head(
+    data: Any, pair: Pair
+) -> None:
+    skipping_cls, trying_cls, options, defaults = pair
+    config = load_cluster_config(data.draw(clusters()))
+    nodes = sorted({n.name for n in config.nodes()})
+    skipping = from_config(skipping_cls, config, dict(options), **defaults)
+    trying = from_config(trying_cls, config, dict(options), **defaults)
+    for batch in batches(skipping, nodes, data.draw(ops(gpus=[1, 1, 2, 3, 4, 6, 8]))):
+        if len(batch) == 1:
+            assert skipping.handle(batch[0]) == trying.handle(batch[0]), batch
+        else:
+            assert skipping.handle_batch(batch) == trying.handle_batch(batch), batch
+        assert skipping.jobs() == trying.jobs()
+
+
+def eight_nodes_of_eight() -> Any:
+    node = {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
+    return load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {"NODE": node},
+                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(8)],
+            },
+            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 8}]}},
+        }
+    )
+
+
+def tries_in_a_pass(
+    cls: type[QueuedPolicy], options: dict[str, Any], defaults: dict[str, Any]
+) -> int:
+    """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job (all young: nothing may be
+    preempted); jobs of 2 to 8 GPUs waiting, one line each. One 1-GPU job ends: how many
+    heads does the pass try (``_try``)?"""
+    policy = from_config(cls, eight_nodes_of_eight(), dict(options), **defaults)
+    now = 0.0
+
+    def submit(job_id: str, gpus: int) -> None:
+        nonlocal now
+        now += 1.0
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": job_id, "gpus": gpus})
+        policy.check(spec)
+        policy.handle(Submit(job_id, spec, now))
+
+    for i in range(8):
+        submit(f"big{i}", 7)
+        submit(f"one{i}", 1)
+    for gpus in range(2, 9):
+        submit(f"w{gpus}", gpus)
+    waiting = [v.job_id for v in policy.jobs() if v.state == "WAITING"]
+    assert waiting == [f"w{g}" for g in range(2, 9)]
+    tried: list[str] = []
+    real_try = policy._try
+
+    def counted(job: QueuedJob, out: Any) -> bool:
+        tried.append(job.job_id)
+        return real_try(job, out)
+
+    policy._try = counted  # type: ignore[method-assign]
+    assert policy.handle(Finish("one0", now + 1.0)) == []  # 1 GPU free: none fits
+    return len(tried)
+
+
+def test_a_preemptive_pass_tries_only_the_head_that_blocks_when_none_may_start() -> None:
+    """LAS and Capacity (with backfill: a line per GPU count) try the first head (it blocks:
+    2 GPUs needed, 1 free, nothing to preempt) and skip the six others, each needing more GPUs
+    than are free with no victims; trying every head, as before, tried all seven."""
+    cases: list[Pair] = [
+        (LasPolicy, LasTryingAll, {}, LAS),
+        (CapacityPolicy, CapacityTryingAll, {"backfill": True}, {"borrow": True}),
+    ]
+    for skipping, trying, options, defaults in cases:
+        assert tries_in_a_pass(skipping, options, defaults) == 1, skipping.name
+        assert tries_in_a_pass(trying, options, defaults) == 7, skipping.name
