@@ -151,8 +151,15 @@ class Ledger:
         return self.key(account)
 
     def _settle(self, account: Account) -> None:
-        """Bring the account's usage to ``now`` before its running GPUs change."""
-        self._usage[account] = (self._scaled(account), self._e)
+        """Bring the account's usage to ``now`` before its running GPUs change (``_scaled``,
+        written out: this runs at every start and stop)."""
+        stored = self._usage.get(account)
+        if stored is None:
+            self._usage[account] = (0.0, self._e)
+        else:
+            used, at = stored
+            gpus = self.running.get(account, 0)
+            self._usage[account] = (used + gpus * (self._e - at) if gpus else used, self._e)
         self.changed.add(account)
 
     # ---- GPUs held ---------------------------------------------------------------------------
@@ -202,23 +209,19 @@ class Ledger:
         return cap
 
     def account_decisions(
-        self,
-        decisions: list[Decision],
-        start: int,
-        account_of: Callable[[str], Account],
-        share_of: Callable[[str], int] | None = None,
+        self, decisions: list[Decision], start: int, about: Callable[[str], tuple[Account, int]]
     ) -> set[Account]:
         """Count what ``decisions[start:]`` started and stopped; the accounts that freed GPUs.
-        ``account_of``: a started job's account."""
+        ``about``: a started job's account and GPU share in thousandths (0: whole GPUs)."""
         freed: set[Account] = set()
         for d in decisions[start:]:
             if type(d) is Start:
-                share = share_of(d.job_id) if share_of is not None else 0
+                owner, share = about(d.job_id)
                 if share:  # a GPU share holds its fraction of its one GPU
                     tasks: dict[TaskKey, float] = {(p.role, p.index): share / 1000 for p in d.tasks}
                 else:
                     tasks = {(p.role, p.index): len(p.gpus) for p in d.tasks}
-                self.started(d.job_id, account_of(d.job_id), tasks)
+                self.started(d.job_id, owner, tasks)
                 continue
             if type(d) is StopTasks:
                 account = self.stopped(d.job_id, tuple((p.role, p.index) for p in d.tasks))

@@ -41,6 +41,7 @@ from labhive.scheduler.core.model import (
     TasksEnded,
 )
 from labhive.scheduler.hived.base import account
+from labhive.scheduler.hived.fair_line import FairLine
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import JobClass
@@ -57,7 +58,7 @@ class Turns(Sizing):
     # starts or a waiting job of the VC leaves, or when the VC frees GPUs (``_collect_ready``
     # marks all its classes then), not at every event.
     _held: dict[tuple[str, int], set[JobClass]]
-    _fair_lines: dict[str, list[tuple[int, float, int, str]]]  # per event: ``fair_position``
+    _fair_lines: dict[str, FairLine]  # per event: ``fair_line``
     # Per scope (a VC, or None: the opportunistic classes shared by all VCs), the accounts
     # with jobs in its classes sorted by ``Ledger.key`` as of the pass's start (``_order``);
     # per scope, the classes each such account has jobs in; the key each is filed under.
@@ -95,19 +96,31 @@ class Turns(Sizing):
     def _refile(self) -> None:
         """At a pass's start: move the accounts whose key changed since the last pass
         (``Ledger.changed``: their user's GPUs changed, or a sweep): an event costs the
-        accounts it changed, not every account, and the order holds still during the pass."""
-        ledger = self._ledger_now()
+        accounts it changed, not every account, and the order holds still during the pass.
+        Keys only grow (usage in the ledger's scaled form), so a moved account can only have
+        been passed over by others, and only the heads it held are stale (``_fair_head``
+        checks that); a key that went down (a rebase, a new config) forgets every head."""
+        ledger = self._ledger
+        assert ledger is not None
         filed = self._filed
+        key_of = ledger.key
+        lowered = False
         for owner in ledger.changed:
-            key = ledger.key(owner)
-            for scope in (owner[0], None):
-                old = filed.get((scope, owner))
-                if old is not None and key != old:
-                    order = self._orders[scope]
-                    _unfile(order, old, owner)
-                    bisect.insort(order, (key, owner))
-                    filed[scope, owner] = key
+            key = key_of(owner)
+            scoped = (owner[0], owner)
+            old = filed.get(scoped)
+            if old is not None and key != old:
+                lowered |= _move(self._orders[owner[0]], old, key, owner)
+                filed[scoped] = key
+            scoped = (None, owner)
+            old = filed.get(scoped)
+            if old is not None and key != old:
+                lowered |= _move(self._orders[None], old, key, owner)
+                filed[scoped] = key
         ledger.changed.clear()
+        if lowered:
+            for cls in self._classes.values():
+                cls.head = None
 
     def _fair_head(self, cls: JobClass) -> tuple[float, int, str] | None:
         """The (rank key, seq, job id) of the class's job to try next: the reservation's
@@ -118,6 +131,9 @@ class Turns(Sizing):
         users = cls.users
         assert users is not None
         if not self._gated:  # (fair share alone: the first account of the order in the class)
+            head = cls.head
+            if head is not None and self._filed[cls.scope, cls.head_owner] == head[0]:
+                return head  # (the class and its head's key unchanged: ``_refile``)
             order = iter(self._orders.get(cls.scope, _NONE))
             for key, owner in order:  # noqa: B007 (the key found is the head's)
                 line = users.get(owner)
@@ -126,13 +142,17 @@ class Turns(Sizing):
             else:
                 return None
             seq, job_id = line[0]
+            best = owner
             for tied, owner in order:  # (equal keys: the earlier submission goes first)
                 if tied != key:
                     break
                 line = users.get(owner)
                 if line is not None and line[0][0] < seq:
                     seq, job_id = line[0]
-            return key, seq, job_id
+                    best = owner
+            head = cls.head = (key, seq, job_id)
+            cls.head_owner = best
+            return head
         return self._gated_head(cls, users)
 
     def _gated_head(
@@ -180,8 +200,10 @@ class Turns(Sizing):
     def _before_event(self, event: Event) -> None:
         """What an event tells the ledger before it is applied: the time, and GPUs freed by
         a job that ended or goes back to waiting."""
-        ledger = self._ledger_now()
-        ledger.advance(event.time)
+        ledger = self._ledger
+        assert ledger is not None
+        if event.time > ledger.now:
+            ledger.advance(event.time)
         if self._fair_lines:
             self._fair_lines = {}
         kind = type(event)
@@ -206,7 +228,8 @@ class Turns(Sizing):
         kind = type(event)
         if kind is not Submit and kind is not Adopt:
             return
-        ledger = self._ledger_now()
+        ledger = self._ledger
+        assert ledger is not None
         job = self._jobs.get(event.job_id)  # type: ignore[union-attr]
         if job is None:
             return
@@ -219,26 +242,29 @@ class Turns(Sizing):
             }
             ledger.started(job.job_id, account(job), gpus)
 
-    def _share_of(self, job_id: str) -> int:
-        """A started job's GPU share in thousandths (0: whole GPUs), for the ledger."""
-        job = self._jobs.get(job_id)
-        return 0 if job is None else job.share
+    def fair_line(self, vc: str) -> FairLine:
+        """The VC's waiting jobs in the pass's order of classes (priority, their user's rank
+        key, submission): what positions and standings are read from; built once per VC
+        until the next event."""
+        line = self._fair_lines.get(vc)
+        if line is None:
+            ledger = self._ledger
+            assert ledger is not None
+            jobs, key = self._jobs, ledger.key
+            queue = self._queues.get(vc)
+            line = FairLine(
+                (neg, key((vc, jobs[job_id].spec.user or "")), seq, job_id)
+                for neg, seq, job_id in (queue.order if queue is not None else ())
+            )
+            self._fair_lines[vc] = line
+        return line
 
     def fair_position(self, job: Job) -> int:
-        """The job's place (from 1) in its VC's line under fair share: the VC's waiting jobs
-        by priority, their user's rank, submission (the pass's order of classes); built once
-        per VC until the next event."""
-        ledger = self._ledger_now()
-        line = self._fair_lines.get(job.vc)
-        if line is None:
-            line = []
-            for neg, seq, job_id in self._queues[job.vc].order:
-                user = self._jobs[job_id].spec.user or ""
-                line.append((neg, ledger.key((job.vc, user)), seq, job_id))
-            line.sort()
-            self._fair_lines[job.vc] = line
-        key = (-job.spec.priority, ledger.key(account(job)), job.seq, job.job_id)
-        return bisect.bisect_left(line, key) + 1
+        """The job's place (from 1) in its VC's line under fair share (``fair_line``)."""
+        ledger = self._ledger
+        assert ledger is not None
+        line = self.fair_line(job.vc)
+        return line.ahead(-job.spec.priority, ledger.key(account(job)), job.seq, job.job_id) + 1
 
     def wait_key(self, job: Job) -> tuple[int, float, int, str]:
         """``jobs()``'s order of waiting jobs: priority, then (under fair share) rank."""
@@ -247,7 +273,8 @@ class Turns(Sizing):
         return (-job.spec.priority, rank, job.seq, job.spec.name)
 
     def _pass_begins(self, out: list[Decision]) -> None:
-        ledger = self._ledger_now()
+        ledger = self._ledger
+        assert ledger is not None
         self._gated = bool(ledger.caps) or ledger.reserve_after is not None
         if self._holders:
             self._holders = {}
@@ -275,15 +302,18 @@ class Turns(Sizing):
         out = self._out
         if self._counted == len(out):
             return
-        freed = self._ledger_now().account_decisions(
-            out, self._counted, self._account_of, self._share_of
-        )
+        ledger = self._ledger
+        assert ledger is not None
+        freed = ledger.account_decisions(out, self._counted, self._about)
         self._counted = len(out)
         for owner in freed:
             self._uncap(owner)
 
-    def _account_of(self, job_id: str) -> Account:
-        return account(self._jobs[job_id])
+    def _about(self, job_id: str) -> tuple[Account, int]:
+        """A started job's account and GPU share in thousandths (0: whole GPUs), for the
+        ledger's count."""
+        job = self._jobs[job_id]
+        return (job.vc, job.spec.user or ""), job.share  # (``base.account``, written out)
 
     def _uncap(self, owner: Account | None) -> None:
         classes = self._capped.pop(owner, None) if owner is not None else None
@@ -388,3 +418,24 @@ def _unfile(order: list[tuple[float, Account]], key: float, owner: Account) -> N
     i = bisect.bisect_left(order, (key, owner))
     if i < len(order) and order[i] == (key, owner):
         del order[i]
+
+
+def _move(order: list[tuple[float, Account]], old: float, key: float, owner: Account) -> bool:
+    """Re-file ``owner`` from ``old`` to ``key`` in a sorted ``order``: in place when it
+    keeps its place beside its neighbours (the usual case: a small rise), else moved;
+    whether the key went down."""
+    i = bisect.bisect_left(order, (old, owner))
+    entry = (key, owner)
+    if key > old:
+        if i + 1 == len(order) or entry < order[i + 1]:
+            order[i] = entry
+        else:
+            del order[i]
+            bisect.insort(order, entry, i)
+        return False
+    if not i or order[i - 1] < entry:
+        order[i] = entry
+    else:
+        del order[i]
+        bisect.insort(order, entry, 0, i)
+    return True
