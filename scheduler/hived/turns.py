@@ -27,7 +27,7 @@ holds inside one pass too.
 
 from __future__ import annotations
 
-import bisect
+import operator
 
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import (
@@ -60,30 +60,31 @@ class Turns(Sizing):
     _held: dict[tuple[str, int], set[JobClass]]
     _fair_lines: dict[str, FairLine]  # per event: ``fair_line``
     # Per scope (a VC, or None: the opportunistic classes shared by all VCs), the accounts
-    # with jobs in its classes sorted by ``Ledger.key`` as of the pass's start (``_order``);
-    # per scope, the classes each such account has jobs in; the key each is filed under.
-    _orders: dict[str | None, list[tuple[float, Account]]]
+    # with jobs in its classes and the key each is filed under (``Ledger.key`` as of the
+    # pass's start: ``_refile``); per scope, the classes each such account has jobs in.
+    _keys: dict[str | None, dict[Account, float]]
     _vc_accounts: dict[str | None, dict[Account, int]]
-    _filed: dict[tuple[str | None, Account], float]
     # Per pass: whether caps or a reservation may pass over an account (``_gated_head``).
     _gated: bool
     # Per pass: (class, account) pairs whose attempt stopped at the account's cap.
     _cap_stopped: set[tuple[JobClass, Account]]
 
     def _account_joins(self, cls: JobClass, owner: Account) -> None:
-        """The account's first job in the class was queued: file it in its scope's order."""
+        """The account's first job in the class was queued: file it in its scope."""
         scope = cls.scope
         accounts = self._vc_accounts.get(scope)
         if accounts is None:
             accounts = self._vc_accounts[scope] = {}
+            self._keys[scope] = {}
         n = accounts.get(owner, 0)
         accounts[owner] = n + 1
         if not n:
-            key = self._filed[scope, owner] = self._ledger_now().fresh_key(owner)
-            bisect.insort(self._orders.setdefault(scope, []), (key, owner))
+            ledger = self._ledger
+            assert ledger is not None
+            self._keys[scope][owner] = ledger.fresh_key(owner)
 
     def _account_leaves(self, cls: JobClass, owner: Account) -> None:
-        """The account's last job in the class left it; out of the order with its last."""
+        """The account's last job in the class left it; out of its scope with its last."""
         scope = cls.scope
         accounts = self._vc_accounts[scope]
         n = accounts[owner] - 1
@@ -91,32 +92,43 @@ class Turns(Sizing):
             accounts[owner] = n
             return
         del accounts[owner]
-        _unfile(self._orders[scope], self._filed.pop((scope, owner)), owner)
+        del self._keys[scope][owner]
+
+    @property
+    def _orders(self) -> dict[str | None, list[tuple[float, Account]]]:
+        """Per scope, its accounts in the order their keys give (what a head is the first
+        of); for tests and views: the pass reads ``_keys``."""
+        return {
+            scope: sorted((k, a) for a, k in keys.items()) for scope, keys in self._keys.items()
+        }
 
     def _refile(self) -> None:
-        """At a pass's start: move the accounts whose key changed since the last pass
+        """At a pass's start: file anew the accounts whose key changed since the last pass
         (``Ledger.changed``: their user's GPUs changed, or a sweep): an event costs the
-        accounts it changed, not every account, and the order holds still during the pass.
+        accounts it changed, not every account, and the keys hold still during the pass.
         Keys only grow (usage in the ledger's scaled form), so a moved account can only have
         been passed over by others, and only the heads it held are stale (``_fair_head``
         checks that); a key that went down (a rebase, a new config) forgets every head."""
         ledger = self._ledger
         assert ledger is not None
-        filed = self._filed
         key_of = ledger.key
+        mine = self._keys.get(None)
         lowered = False
         for owner in ledger.changed:
-            key = key_of(owner)
-            scoped = (owner[0], owner)
-            old = filed.get(scoped)
-            if old is not None and key != old:
-                lowered |= _move(self._orders[owner[0]], old, key, owner)
-                filed[scoped] = key
-            scoped = (None, owner)
-            old = filed.get(scoped)
-            if old is not None and key != old:
-                lowered |= _move(self._orders[None], old, key, owner)
-                filed[scoped] = key
+            keys = self._keys.get(owner[0])
+            if keys is not None:
+                old = keys.get(owner)
+                if old is not None:
+                    key = keys[owner] = key_of(owner)
+                    lowered |= key < old
+                    if mine is not None and owner in mine:
+                        mine[owner] = key
+                    continue
+            if mine is not None:
+                old = mine.get(owner)
+                if old is not None:
+                    key = mine[owner] = key_of(owner)
+                    lowered |= key < old
         ledger.changed.clear()
         if lowered:
             for cls in self._classes.values():
@@ -130,28 +142,18 @@ class Turns(Sizing):
         ``_held``)."""
         users = cls.users
         assert users is not None
-        if not self._gated:  # (fair share alone: the first account of the order in the class)
-            head = cls.head
-            if head is not None and self._filed[cls.scope, cls.head_owner] == head[0]:
-                return head  # (the class and its head's key unchanged: ``_refile``)
-            order = iter(self._orders.get(cls.scope, _NONE))
-            for key, owner in order:  # noqa: B007 (the key found is the head's)
-                line = users.get(owner)
-                if line is not None:
-                    break
-            else:
+        if not self._gated:  # (fair share alone: the least key, then the earliest submission)
+            if not users:
                 return None
-            seq, job_id = line[0]
-            best = owner
-            for tied, owner in order:  # (equal keys: the earlier submission goes first)
-                if tied != key:
-                    break
-                line = users.get(owner)
-                if line is not None and line[0][0] < seq:
-                    seq, job_id = line[0]
-                    best = owner
+            keys = self._keys[cls.scope]
+            head = cls.head
+            if head is not None and keys[cls.head_owner] == head[0]:
+                return head  # (the class and its head's key unchanged: ``_refile``)
+            # (in C: the accounts are few, but this runs for every class a pass collects)
+            key, (seq, job_id), cls.head_owner = min(
+                zip(map(keys.__getitem__, users), map(_first, users.values()), users, strict=True)
+            )
             head = cls.head = (key, seq, job_id)
-            cls.head_owner = best
             return head
         return self._gated_head(cls, users)
 
@@ -169,16 +171,14 @@ class Turns(Sizing):
                     self._held.setdefault((cls.vc, cls.priority), set()).add(cls)
                     return None
                 seq, job_id = users[holder[1]][0]
-                return self._filed[cls.scope, holder[1]], seq, job_id
+                return self._keys[cls.scope][holder[1]], seq, job_id
         capped = bool(ledger.caps)
         best: tuple[float, int, str] | None = None
-        for key, owner in self._orders.get(cls.scope, _NONE):
+        keys = self._keys.get(cls.scope, {})
+        for key, owner in sorted(zip(map(keys.__getitem__, users), users, strict=True)):
             if best is not None and key > best[0]:
                 break  # (equal keys: the earlier submission goes first)
-            line = users.get(owner)
-            if line is None:
-                continue
-            seq, job_id = line[0]
+            seq, job_id = users[owner][0]
             if best is not None and seq > best[1]:
                 continue
             if capped and ((cls, owner) in self._cap_stopped or self._over_cap(owner, job_id)):
@@ -411,31 +411,5 @@ def _gpus(unit: list[tuple[RoleSpec, int]]) -> int:
     return sum(role.gpu for role, _ in unit)
 
 
-_NONE: list[tuple[float, Account]] = []  # (a VC without waiting accounts: never added to)
-
-
-def _unfile(order: list[tuple[float, Account]], key: float, owner: Account) -> None:
-    i = bisect.bisect_left(order, (key, owner))
-    if i < len(order) and order[i] == (key, owner):
-        del order[i]
-
-
-def _move(order: list[tuple[float, Account]], old: float, key: float, owner: Account) -> bool:
-    """Re-file ``owner`` from ``old`` to ``key`` in a sorted ``order``: in place when it
-    keeps its place beside its neighbours (the usual case: a small rise), else moved;
-    whether the key went down."""
-    i = bisect.bisect_left(order, (old, owner))
-    entry = (key, owner)
-    if key > old:
-        if i + 1 == len(order) or entry < order[i + 1]:
-            order[i] = entry
-        else:
-            del order[i]
-            bisect.insort(order, entry, i)
-        return False
-    if not i or order[i - 1] < entry:
-        order[i] = entry
-    else:
-        del order[i]
-        bisect.insort(order, entry, 0, i)
-    return True
+#: A class's account's first job: (seq, job id).
+_first = operator.itemgetter(0)
