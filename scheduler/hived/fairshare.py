@@ -169,8 +169,11 @@ class Ledger:
 
     def started(self, job_id: str, account: Account, tasks: Mapping[TaskKey, float]) -> None:
         held = self._held.get(job_id)
-        if held is None:
-            held = self._held[job_id] = (account, {})
+        if held is None:  # (the usual start: all of a job's tasks at once)
+            self._settle(account)
+            self._held[job_id] = (account, dict(tasks))
+            self.running[account] = self.running.get(account, 0) + sum(tasks.values())
+            return
         self._settle(held[0])
         mine = held[1]
         added: float = 0  # (a share is a half, quarter or eighth: exact in floats)

@@ -364,9 +364,7 @@ class Queueing(Turns):
                     if head is not None:
                         item = (-cls.priority, head[0], head[1], tie, cls, head[2], cls.changes)
                         heapq.heappush(heap, item)
-            if not heap:
-                if ledger is not None:
-                    self._pass_ends()
+            if not heap:  # (under fair share ``handle`` counts the pass's decisions next)
                 return
             entry = heapq.heappop(heap)
             if ledger is None:

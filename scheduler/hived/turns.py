@@ -214,7 +214,8 @@ class Turns(Sizing):
                 ledger.waiting_since[event.job_id] = ledger.now
             else:
                 ledger.waiting_since.pop(event.job_id, None)
-            self._uncap(freed)
+            if self._capped:
+                self._uncap(freed)
             job = self._jobs.get(event.job_id)
             if job is not None and self._held:  # it may have been a holder
                 for key in [k for k in self._held if k[0] == job.vc]:
@@ -287,9 +288,6 @@ class Turns(Sizing):
                 ledger.sweep(accounts)
         if ledger.changed:
             self._refile()
-
-    def _pass_ends(self) -> None:
-        self._account()
 
     def _release_held(self, key: tuple[str, int]) -> None:
         held = self._held.pop(key, None)
@@ -389,7 +387,11 @@ class Turns(Sizing):
         priority that its user's cap lets start (once per pass; None: no reservation)."""
         key = (vc, priority)
         if key in self._holders:
-            return self._holders[key]
+            found = self._holders[key]
+            # (kept unless the holder's job left its class: an incremental job that started
+            # some tasks waits on in the class of the rest, and is looked for anew)
+            if found is None or found[1] in (found[0].users or ()):
+                return found
         ledger = self._ledger_now()
         best: tuple[JobClass, Account] | None = None
         best_seq = 0
