@@ -156,11 +156,14 @@ class Ledger:
         stored = self._usage.get(account)
         if stored is None:
             self._usage[account] = (0.0, self._e)
-        else:
-            used, at = stored
-            gpus = self.running.get(account, 0)
-            self._usage[account] = (used + gpus * (self._e - at) if gpus else used, self._e)
-        self.changed.add(account)
+            return  # (its key stays 0: nothing to re-file)
+        used, at = stored
+        gpus = self.running.get(account, 0)
+        if gpus:
+            self._usage[account] = (used + gpus * (self._e - at), self._e)
+            self.changed.add(account)
+        else:  # (nothing ran since: the key stays)
+            self._usage[account] = (used, self._e)
 
     # ---- GPUs held ---------------------------------------------------------------------------
 

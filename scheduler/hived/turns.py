@@ -140,15 +140,15 @@ class Turns(Sizing):
         best-ranked account whose user's cap lets it start; None when none may go (the class
         is then filed where a freed cap or the holder's start gives it back: ``_capped``,
         ``_held``)."""
+        head = cls.head  # (found without caps or a reservation: classes are new per config)
+        if head is not None and self._keys[cls.scope][cls.head_owner] == head[0]:
+            return head  # (the class and its head's key unchanged: ``_refile``)
         users = cls.users
         assert users is not None
         if not self._gated:  # (fair share alone: the least key, then the earliest submission)
             if not users:
                 return None
             keys = self._keys[cls.scope]
-            head = cls.head
-            if head is not None and keys[cls.head_owner] == head[0]:
-                return head  # (the class and its head's key unchanged: ``_refile``)
             # (in C: the accounts are few, but this runs for every class a pass collects)
             key, (seq, job_id), cls.head_owner = min(
                 zip(map(keys.__getitem__, users), map(_first, users.values()), users, strict=True)
