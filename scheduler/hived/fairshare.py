@@ -136,6 +136,15 @@ class Ledger:
             return 0.0
         return stored[0] * self._inverse.get(account[1], 1.0)
 
+    def take_changed(self) -> dict[Account, float]:
+        """The ``key`` of each account ``changed`` lists (which it empties): what the
+        scheduler re-files at a pass's start, in one go."""
+        changed, self.changed = self.changed, set()
+        if self.fair is None:
+            return dict.fromkeys(changed, 0.0)
+        usage, inverse = self._usage, self._inverse
+        return {a: usage[a][0] * inverse.get(a[1], 1.0) if a in usage else 0.0 for a in changed}
+
     def sweep(self, accounts: Iterable[Account]) -> None:
         """Bring the keys of those of ``accounts`` that run up to ``now``."""
         self.next_sweep = self.now + self.accrue_every

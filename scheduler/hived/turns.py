@@ -111,15 +111,14 @@ class Turns(Sizing):
         checks that); a key that went down (a rebase, a new config) forgets every head."""
         ledger = self._ledger
         assert ledger is not None
-        key_of = ledger.key
         mine = self._keys.get(None)
         lowered = False
-        for owner in ledger.changed:
+        for owner, key in ledger.take_changed().items():
             keys = self._keys.get(owner[0])
             if keys is not None:
                 old = keys.get(owner)
                 if old is not None:
-                    key = keys[owner] = key_of(owner)
+                    keys[owner] = key
                     lowered |= key < old
                     if mine is not None and owner in mine:
                         mine[owner] = key
@@ -127,9 +126,8 @@ class Turns(Sizing):
             if mine is not None:
                 old = mine.get(owner)
                 if old is not None:
-                    key = mine[owner] = key_of(owner)
+                    mine[owner] = key
                     lowered |= key < old
-        ledger.changed.clear()
         if lowered:
             for cls in self._classes.values():
                 cls.head = None
@@ -208,18 +206,19 @@ class Turns(Sizing):
             self._fair_lines = {}
         kind = type(event)
         if kind is Finish or kind is Cancel or kind is Requeue:
-            assert isinstance(event, Finish | Cancel | Requeue)
-            freed = ledger.stopped(event.job_id)
+            job_id: str = event.job_id  # type: ignore[union-attr]
+            freed = ledger.stopped(job_id)
             if kind is Requeue:
-                ledger.waiting_since[event.job_id] = ledger.now
+                ledger.waiting_since[job_id] = ledger.now
             else:
-                ledger.waiting_since.pop(event.job_id, None)
+                ledger.waiting_since.pop(job_id, None)
             if self._capped:
                 self._uncap(freed)
-            job = self._jobs.get(event.job_id)
-            if job is not None and self._held:  # it may have been a holder
-                for key in [k for k in self._held if k[0] == job.vc]:
-                    self._release_held(key)
+            if self._held:  # it may have been a holder
+                job = self._jobs.get(job_id)
+                if job is not None:
+                    for key in [k for k in self._held if k[0] == job.vc]:
+                        self._release_held(key)
         elif kind is TasksEnded:
             assert isinstance(event, TasksEnded)
             self._uncap(ledger.stopped(event.job_id, event.tasks))
