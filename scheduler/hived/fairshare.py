@@ -136,15 +136,6 @@ class Ledger:
             return 0.0
         return stored[0] * self._inverse.get(account[1], 1.0)
 
-    def take_changed(self) -> dict[Account, float]:
-        """The ``key`` of each account ``changed`` lists (which it empties): what the
-        scheduler re-files at a pass's start, in one go."""
-        changed, self.changed = self.changed, set()
-        if self.fair is None:
-            return dict.fromkeys(changed, 0.0)
-        usage, inverse = self._usage, self._inverse
-        return {a: usage[a][0] * inverse.get(a[1], 1.0) if a in usage else 0.0 for a in changed}
-
     def sweep(self, accounts: Iterable[Account]) -> None:
         """Bring the keys of those of ``accounts`` that run up to ``now``."""
         self.next_sweep = self.now + self.accrue_every
@@ -201,14 +192,20 @@ class Ledger:
             return None
         account, mine = held
         self._settle(account)
-        keys = list(mine) if tasks is None else [k for k in tasks if k in mine]
-        if not keys:
-            return None
         freed: float = 0
-        for key in keys:
-            freed += mine.pop(key)
-        if not mine:
+        if tasks is None:  # (the usual end: the whole job, its GPUs summed in insertion order)
+            if not mine:
+                return None
+            freed = sum(mine.values())
             del self._held[job_id]
+        else:
+            keys = [k for k in tasks if k in mine]
+            if not keys:
+                return None
+            for key in keys:
+                freed += mine.pop(key)
+            if not mine:
+                del self._held[job_id]
         left = self.running.get(account, 0) - freed
         if left:
             self.running[account] = left
@@ -232,6 +229,10 @@ class Ledger:
         for d in decisions[start:]:
             if type(d) is Start:
                 owner, share = about(d.job_id)
+                if len(d.tasks) == 1 and not share:  # (the usual start: one whole-GPU task)
+                    p = d.tasks[0]
+                    self.started(d.job_id, owner, {(p.role, p.index): len(p.gpus)})
+                    continue
                 if share:  # a GPU share holds its fraction of its one GPU
                     tasks: dict[TaskKey, float] = {(p.role, p.index): share / 1000 for p in d.tasks}
                 else:

@@ -348,7 +348,6 @@ class Queueing(Turns):
         fair_gates = ledger is not None and (bool(ledger.caps) or ledger.reserve_after is not None)
         if ledger is not None:
             self._pass_begins(out)
-            keys = self._keys
         if self._arrived is not None:
             (job, key), self._arrived = self._arrived, None
             self._start_arrived(job, key, failed, out)
@@ -360,10 +359,8 @@ class Queueing(Turns):
                 tie += 1
                 if ledger is None:
                     heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
-                else:  # (a head still good is read here: ``_fair_head``'s first check)
-                    head = cls.head
-                    if head is None or keys[cls.scope][cls.head_owner] != head[0]:
-                        head = self._fair_head(cls)  # (None: its users wait for a cap or holder)
+                else:
+                    head = self._fair_head(cls)  # (None: its users wait for a cap or a holder)
                     if head is not None:
                         item = (-cls.priority, head[0], head[1], tie, cls, head[2], cls.changes)
                         heapq.heappush(heap, item)

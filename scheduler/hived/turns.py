@@ -113,12 +113,13 @@ class Turns(Sizing):
         assert ledger is not None
         mine = self._keys.get(None)
         lowered = False
-        for owner, key in ledger.take_changed().items():
+        key_of = ledger.key
+        for owner in ledger.changed:
             keys = self._keys.get(owner[0])
             if keys is not None:
                 old = keys.get(owner)
                 if old is not None:
-                    keys[owner] = key
+                    key = keys[owner] = key_of(owner)
                     lowered |= key < old
                     if mine is not None and owner in mine:
                         mine[owner] = key
@@ -126,8 +127,9 @@ class Turns(Sizing):
             if mine is not None:
                 old = mine.get(owner)
                 if old is not None:
-                    mine[owner] = key
+                    key = mine[owner] = key_of(owner)
                     lowered |= key < old
+        ledger.changed.clear()
         if lowered:
             for cls in self._classes.values():
                 cls.head = None
@@ -139,14 +141,14 @@ class Turns(Sizing):
         is then filed where a freed cap or the holder's start gives it back: ``_capped``,
         ``_held``)."""
         head = cls.head  # (found without caps or a reservation: classes are new per config)
-        if head is not None and self._keys[cls.scope][cls.head_owner] == head[0]:
+        keys = self._keys.get(cls.scope, _NO_KEYS)
+        if head is not None and keys[cls.head_owner] == head[0]:
             return head  # (the class and its head's key unchanged: ``_refile``)
         users = cls.users
         assert users is not None
         if not self._gated:  # (fair share alone: the least key, then the earliest submission)
             if not users:
                 return None
-            keys = self._keys[cls.scope]
             # (in C: the accounts are few, but this runs for every class a pass collects)
             key, (seq, job_id), cls.head_owner = min(
                 zip(map(keys.__getitem__, users), map(_first, users.values()), users, strict=True)
@@ -275,11 +277,12 @@ class Turns(Sizing):
     def _pass_begins(self, out: list[Decision]) -> None:
         ledger = self._ledger
         assert ledger is not None
-        self._gated = bool(ledger.caps) or ledger.reserve_after is not None
-        if self._holders:
-            self._holders = {}
-        if self._cap_stopped:
-            self._cap_stopped = set()
+        gated = self._gated = bool(ledger.caps) or ledger.reserve_after is not None
+        if gated:  # (only caps and reservations fill these)
+            if self._holders:
+                self._holders = {}
+            if self._cap_stopped:
+                self._cap_stopped = set()
         if self._counted != len(out):
             self._account()
         if ledger.now >= ledger.next_sweep:  # (only accounts that wait: the others are
@@ -412,5 +415,6 @@ def _gpus(unit: list[tuple[RoleSpec, int]]) -> int:
     return sum(role.gpu for role, _ in unit)
 
 
+_NO_KEYS: dict[Account, float] = {}  # (a scope without accounts: never added to)
 #: A class's account's first job: (seq, job id).
 _first = operator.itemgetter(0)
