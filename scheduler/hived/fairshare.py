@@ -43,8 +43,9 @@ class Ledger:
 
     def __init__(self, config: ClusterConfig) -> None:
         self.now = 0.0
-        # -> (usage scaled to ``_ref``, E when it was stored): see the module's docstring
-        self._usage: dict[Account, tuple[float, float]] = {}
+        # -> (usage scaled to ``_ref``, E when it was stored): see the module's docstring; read by
+        # ``turns._refile``, which works out changed keys as ``key`` does
+        self.scaled_usage: dict[Account, tuple[float, float]] = {}
         self._ref = 0.0  # the reference time of the stored values
         self._scale = 1.0  # 2^((now - ref)/half_life): scaled usage / usage at ``now``
         self._e = 0.0  # E(now), the scaled GPU-seconds one GPU has added since ``_ref``
@@ -63,17 +64,19 @@ class Ledger:
         """Take a (new) config's parameters; what was used so far is kept."""
         fair = config.fair_share
         self.fair: FairShare | None = fair
-        used = {account: self.usage(account) for account in self._usage}
+        used = {account: self.usage(account) for account in self.scaled_usage}
         self.half_life = fair.half_life if fair is not None else math.inf
         self._rebase(used)  # (the scaled form depends on the half-life)
-        self._inverse = {} if fair is None else {u: 1.0 / s for u, s in fair.shares.items()}
+        self.inverse_shares = {} if fair is None else {u: 1.0 / s for u, s in fair.shares.items()}
         self.accrue_every = min(ACCRUE_EVERY, self.half_life / 16)
         self.reserve_after = fair.reserve_after if fair is not None else None
+        # whether caps or a reservation may pass over an account (``turns``' heads)
         self.caps = {
             name: vc.user_max_running_gpus
             for name, vc in config.vcs.items()
             if vc.user_max_running_gpus is not None
         }
+        self.gated = bool(self.caps) or self.reserve_after is not None
 
     def advance(self, t: float) -> None:
         """Time moved on to ``t`` (an event's); it never goes back."""
@@ -85,7 +88,7 @@ class Ledger:
         else:
             exponent = (t - self._ref) / self.half_life
             if exponent > _REBASE_AFTER:  # before the scaled values leave the floats' range
-                self._rebase({account: self.usage(account) for account in self._usage})
+                self._rebase({account: self.usage(account) for account in self.scaled_usage})
             else:
                 self._scale = math.pow(2.0, exponent)
                 self._e = self._scale * self.half_life / math.log(2)
@@ -94,15 +97,15 @@ class Ledger:
         """Make ``now`` the reference time, the accounts' usage as ``used`` says."""
         self._ref, self._scale = self.now, 1.0
         self._e = 0.0 if self.half_life == math.inf else self.half_life / math.log(2)
-        self._usage = {account: (u, self._e) for account, u in used.items()}
-        self.changed.update(self._usage)  # (every key was scaled anew)
+        self.scaled_usage = {account: (u, self._e) for account, u in used.items()}
+        self.changed.update(self.scaled_usage)  # (every key was scaled anew)
 
     # ---- usage -------------------------------------------------------------------------------
 
     def _scaled(self, account: Account) -> float:
         """The account's usage at ``now`` in the scaled form: what it had when it last
         changed plus what its running GPUs added since (each second decayed by its age)."""
-        stored = self._usage.get(account)
+        stored = self.scaled_usage.get(account)
         if stored is None:
             return 0.0
         used, at = stored
@@ -118,7 +121,7 @@ class Ledger:
         """``now``, and per (VC, user) with usage or GPUs held: its decayed GPU-seconds at
         ``now`` and the GPUs it runs. Read-only: what ``hived.standing`` shows users (its one
         use of this module; keep it when the ledger's insides change)."""
-        accounts = self._usage.keys() | self.running.keys()
+        accounts = self.scaled_usage.keys() | self.running.keys()
         return self.now, {a: (self.usage(a), self.running.get(a, 0)) for a in accounts}
 
     def rank(self, vc: str, user: str) -> float:
@@ -131,10 +134,10 @@ class Ledger:
     def key(self, account: Account) -> float:
         """What orders accounts as ``rank`` does (times one factor common to all accounts),
         as of the account's last change or sweep (the module's docstring)."""
-        stored = self._usage.get(account)
+        stored = self.scaled_usage.get(account)
         if stored is None or self.fair is None:  # (caps alone: first come, first served)
             return 0.0
-        return stored[0] * self._inverse.get(account[1], 1.0)
+        return stored[0] * self.inverse_shares.get(account[1], 1.0)
 
     def sweep(self, accounts: Iterable[Account]) -> None:
         """Bring the keys of those of ``accounts`` that run up to ``now``."""
@@ -153,17 +156,17 @@ class Ledger:
     def _settle(self, account: Account) -> None:
         """Bring the account's usage to ``now`` before its running GPUs change (``_scaled``,
         written out: this runs at every start and stop)."""
-        stored = self._usage.get(account)
+        stored = self.scaled_usage.get(account)
         if stored is None:
-            self._usage[account] = (0.0, self._e)
+            self.scaled_usage[account] = (0.0, self._e)
             return  # (its key stays 0: nothing to re-file)
         used, at = stored
         gpus = self.running.get(account, 0)
         if gpus:
-            self._usage[account] = (used + gpus * (self._e - at), self._e)
+            self.scaled_usage[account] = (used + gpus * (self._e - at), self._e)
             self.changed.add(account)
         else:  # (nothing ran since: the key stays)
-            self._usage[account] = (used, self._e)
+            self.scaled_usage[account] = (used, self._e)
 
     # ---- GPUs held ---------------------------------------------------------------------------
 

@@ -111,15 +111,20 @@ class Turns(Sizing):
         checks that); a key that went down (a rebase, a new config) forgets every head."""
         ledger = self._ledger
         assert ledger is not None
-        mine = self._keys.get(None)
+        if ledger.fair is None:  # (caps alone: every key is 0)
+            ledger.changed.clear()
+            return
+        # (``Ledger.key`` written out: a changed account has its usage stored)
+        usage, inverse = ledger.scaled_usage, ledger.inverse_shares
+        scopes = self._keys
+        mine = scopes.get(None)
         lowered = False
-        key_of = ledger.key
         for owner in ledger.changed:
-            keys = self._keys.get(owner[0])
+            keys = scopes.get(owner[0])
             if keys is not None:
                 old = keys.get(owner)
                 if old is not None:
-                    key = keys[owner] = key_of(owner)
+                    key = keys[owner] = usage[owner][0] * inverse.get(owner[1], 1.0)
                     lowered |= key < old
                     if mine is not None and owner in mine:
                         mine[owner] = key
@@ -127,7 +132,7 @@ class Turns(Sizing):
             if mine is not None:
                 old = mine.get(owner)
                 if old is not None:
-                    key = mine[owner] = key_of(owner)
+                    key = mine[owner] = usage[owner][0] * inverse.get(owner[1], 1.0)
                     lowered |= key < old
         ledger.changed.clear()
         if lowered:
@@ -141,14 +146,14 @@ class Turns(Sizing):
         is then filed where a freed cap or the holder's start gives it back: ``_capped``,
         ``_held``)."""
         head = cls.head  # (found without caps or a reservation: classes are new per config)
-        keys = self._keys.get(cls.scope, _NO_KEYS)
-        if head is not None and keys[cls.head_owner] == head[0]:
+        if head is not None and self._keys[cls.scope][cls.head_owner] == head[0]:
             return head  # (the class and its head's key unchanged: ``_refile``)
         users = cls.users
         assert users is not None
         if not self._gated:  # (fair share alone: the least key, then the earliest submission)
             if not users:
                 return None
+            keys = self._keys[cls.scope]
             # (in C: the accounts are few, but this runs for every class a pass collects)
             key, (seq, job_id), cls.head_owner = min(
                 zip(map(keys.__getitem__, users), map(_first, users.values()), users, strict=True)
@@ -277,7 +282,7 @@ class Turns(Sizing):
     def _pass_begins(self, out: list[Decision]) -> None:
         ledger = self._ledger
         assert ledger is not None
-        gated = self._gated = bool(ledger.caps) or ledger.reserve_after is not None
+        gated = self._gated = ledger.gated
         if gated:  # (only caps and reservations fill these)
             if self._holders:
                 self._holders = {}
@@ -415,6 +420,5 @@ def _gpus(unit: list[tuple[RoleSpec, int]]) -> int:
     return sum(role.gpu for role, _ in unit)
 
 
-_NO_KEYS: dict[Account, float] = {}  # (a scope without accounts: never added to)
 #: A class's account's first job: (seq, job id).
 _first = operator.itemgetter(0)
