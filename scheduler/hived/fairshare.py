@@ -34,6 +34,7 @@ Account = tuple[str, str]
 TaskKey = tuple[str, int]
 #: Scaled values grow by 2 each half-life: past 2^this the reference time moves to ``now``.
 _REBASE_AFTER = 256.0
+_INF, _LN2, _pow = math.inf, math.log(2), math.pow  # (``advance`` runs at every event)
 #: The longest a running account's key waits for its usage (Slurm's PriorityCalcPeriod).
 ACCRUE_EVERY = 300.0
 
@@ -83,15 +84,15 @@ class Ledger:
         if t <= self.now:
             return
         self.now = t
-        if self.half_life == math.inf:
+        if self.half_life == _INF:
             self._e = t - self._ref
         else:
             exponent = (t - self._ref) / self.half_life
             if exponent > _REBASE_AFTER:  # before the scaled values leave the floats' range
                 self._rebase({account: self.usage(account) for account in self.scaled_usage})
             else:
-                self._scale = math.pow(2.0, exponent)
-                self._e = self._scale * self.half_life / math.log(2)
+                self._scale = _pow(2.0, exponent)
+                self._e = self._scale * self.half_life / _LN2
 
     def _rebase(self, used: dict[Account, float]) -> None:
         """Make ``now`` the reference time, the accounts' usage as ``used`` says."""

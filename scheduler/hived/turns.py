@@ -31,7 +31,6 @@ import operator
 
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import (
-    Adopt,
     Cancel,
     Decision,
     Event,
@@ -212,6 +211,8 @@ class Turns(Sizing):
         if self._fair_lines:
             self._fair_lines = {}
         kind = type(event)
+        if kind is Submit:  # (the usual event with an end: nothing freed)
+            return
         if kind is Finish or kind is Cancel or kind is Requeue:
             job_id: str = event.job_id  # type: ignore[union-attr]
             freed = ledger.stopped(job_id)
@@ -231,10 +232,9 @@ class Turns(Sizing):
             self._uncap(ledger.stopped(event.job_id, event.tasks))
 
     def _after_event(self, event: Event) -> None:
-        """A new job starts waiting now; an adopted one holds its GPUs again."""
+        """A new job starts waiting now; an adopted one holds its GPUs again (``handle``
+        calls it for a Submit or an Adopt alone)."""
         kind = type(event)
-        if kind is not Submit and kind is not Adopt:
-            return
         ledger = self._ledger
         assert ledger is not None
         job = self._jobs.get(event.job_id)  # type: ignore[union-attr]
