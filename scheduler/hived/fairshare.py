@@ -176,10 +176,19 @@ class Ledger:
 
     def started(self, job_id: str, account: Account, tasks: Mapping[TaskKey, float]) -> None:
         held = self._held.get(job_id)
-        if held is None:  # (the usual start: all of a job's tasks at once)
-            self._settle(account)
+        if held is None:  # (the usual start: all of a job's tasks at once; ``_settle`` inline)
+            running, usage, e = self.running, self.scaled_usage, self._e
+            gpus = running.get(account, 0)
+            stored = usage.get(account)
+            if stored is None:
+                usage[account] = (0.0, e)
+            elif gpus:
+                usage[account] = (stored[0] + gpus * (e - stored[1]), e)
+                self.changed.add(account)
+            else:
+                usage[account] = (stored[0], e)
             self._held[job_id] = (account, dict(tasks))
-            self.running[account] = self.running.get(account, 0) + sum(tasks.values())
+            running[account] = gpus + sum(tasks.values())
             return
         self._settle(held[0])
         mine = held[1]

@@ -147,8 +147,7 @@ class Turns(Sizing):
         head = cls.head  # (found without caps or a reservation: classes are new per config)
         if head is not None and self._keys[cls.scope][cls.head_owner] == head[0]:
             return head  # (the class and its head's key unchanged: ``_refile``)
-        users = cls.users
-        assert users is not None
+        users: dict[Account, list[tuple[int, str]]] = cls.users  # type: ignore[assignment]
         if not self._gated:  # (fair share alone: the least key, then the earliest submission)
             if not users:
                 return None
