@@ -8,6 +8,7 @@ The simulator drives the pure HiveD policy here; the live service is in
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -334,3 +335,31 @@ def test_caps_turned_on_by_a_new_config_count_the_jobs_already_running() -> None
     out = sched.handle(Finish("bob0", 12.0))  # bob still runs 2: at his cap
     assert [d.job_id for d in out if isinstance(d, Start)] == ["dave"]
     assert "userLimits.maxRunningGpus" in (view(sched, "bob3").why or "")
+
+
+def test_a_holder_that_started_some_tasks_does_not_break_the_pass() -> None:
+    """Given 12 GPUs, users capped at 5, ``reserveAfter`` 40 s and 150 jobs of 5 users
+    (gangs and incremental jobs, three priorities) a second or two apart: expect the replay
+    to run to its end. Before, an overdue incremental job that held its VC and priority and
+    started some tasks moved to the class of its other tasks, and the pass, asked its old
+    class's head, looked the holder up there: KeyError, the scheduler down."""
+    rng = random.Random(3)
+    raw = cluster_dict([Machine(f"n{i}", 4) for i in range(3)])
+    raw["fairShare"] = {"halfLife": "1h", "reserveAfter": 40}
+    raw["virtualClusters"]["default"]["userLimits"] = {"maxRunningGpus": 5}
+    events = []
+    for i in range(150):
+        tasks = rng.randrange(4) + 1
+        submit = {
+            "name": f"j{i}",
+            "user": f"u{rng.randrange(5)}",
+            "gpus": rng.choice([1, 1, 2, 4]),
+            "tasks": tasks,
+            "gang": rng.random() < 0.7,
+            "priority": rng.choice(["prod", "test", "oppo"]),
+            "duration": rng.randrange(5, 60),
+        }
+        events.append({"at": i * 2 + rng.random(), "submit": submit})
+    result = replay(load_scenario({"cluster": raw, "events": events}))
+    assert result.failures == []
+    assert len(result.steps) >= 150  # (every submission replayed, and the ends)

@@ -72,9 +72,8 @@ class HivedBase:
     _counted: int
     _cap_hit: bool
     _held: dict[tuple[str, int], set[JobClass]]  # (``turns``)
-    _orders: dict[str | None, list[tuple[float, Account]]]  # (``turns``)
     _vc_accounts: dict[str | None, dict[Account, int]]  # (``turns``)
-    _filed: dict[tuple[str | None, Account], float]  # (``turns``)
+    _keys: dict[str | None, dict[Account, float]]  # (``turns``)
 
     # Built from the config (``_load``).
     config: ClusterConfig
@@ -119,7 +118,7 @@ class HivedBase:
         # Classes a cap or a reservation set aside: the classes are made anew on a new config.
         self._held, self._capped, self._cap_stopped = {}, {}, set()
         # (``turns``: made anew with the classes)
-        self._orders, self._vc_accounts, self._filed = {}, {}, {}
+        self._vc_accounts, self._keys = {}, {}
         if not config.per_user:
             self._ledger = None
         elif self._ledger is not None:

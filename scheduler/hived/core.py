@@ -28,6 +28,7 @@ from labhive.scheduler.core.model import (
     Event,
     JobView,
     SpecRejected,
+    Submit,
     VCView,
 )
 from labhive.scheduler.hived.admission import reject_if_never_runs
@@ -124,7 +125,8 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
             if self._out is not out:  # a Reconfigure turned them on
                 self._out, self._counted = out, 0
                 self._ledger.advance(event.time)
-            self._after_event(event)
+            if type(event) is Submit or type(event) is Adopt:
+                self._after_event(event)
         if isinstance(event, Adopt):
             # An adopt places nothing new: a driver restores every running job before any
             # decision (a partly stopped job's waiting tasks must not take another's GPUs),
@@ -135,7 +137,7 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
             self._schedule_cpu(out)
         if self._book.waiting:
             self._schedule_shares(out)
-        if self._ledger is not None:
+        if self._ledger is not None and self._counted != len(out):
             self._account()
         return out
 

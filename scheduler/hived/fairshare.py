@@ -34,6 +34,7 @@ Account = tuple[str, str]
 TaskKey = tuple[str, int]
 #: Scaled values grow by 2 each half-life: past 2^this the reference time moves to ``now``.
 _REBASE_AFTER = 256.0
+_INF, _LN2, _pow = math.inf, math.log(2), math.pow  # (``advance`` runs at every event)
 #: The longest a running account's key waits for its usage (Slurm's PriorityCalcPeriod).
 ACCRUE_EVERY = 300.0
 
@@ -43,8 +44,9 @@ class Ledger:
 
     def __init__(self, config: ClusterConfig) -> None:
         self.now = 0.0
-        # -> (usage scaled to ``_ref``, E when it was stored): see the module's docstring
-        self._usage: dict[Account, tuple[float, float]] = {}
+        # -> (usage scaled to ``_ref``, E when it was stored): see the module's docstring; read by
+        # ``turns._refile``, which works out changed keys as ``key`` does
+        self.scaled_usage: dict[Account, tuple[float, float]] = {}
         self._ref = 0.0  # the reference time of the stored values
         self._scale = 1.0  # 2^((now - ref)/half_life): scaled usage / usage at ``now``
         self._e = 0.0  # E(now), the scaled GPU-seconds one GPU has added since ``_ref``
@@ -63,46 +65,48 @@ class Ledger:
         """Take a (new) config's parameters; what was used so far is kept."""
         fair = config.fair_share
         self.fair: FairShare | None = fair
-        used = {account: self.usage(account) for account in self._usage}
+        used = {account: self.usage(account) for account in self.scaled_usage}
         self.half_life = fair.half_life if fair is not None else math.inf
         self._rebase(used)  # (the scaled form depends on the half-life)
-        self._inverse = {} if fair is None else {u: 1.0 / s for u, s in fair.shares.items()}
+        self.inverse_shares = {} if fair is None else {u: 1.0 / s for u, s in fair.shares.items()}
         self.accrue_every = min(ACCRUE_EVERY, self.half_life / 16)
         self.reserve_after = fair.reserve_after if fair is not None else None
+        # whether caps or a reservation may pass over an account (``turns``' heads)
         self.caps = {
             name: vc.user_max_running_gpus
             for name, vc in config.vcs.items()
             if vc.user_max_running_gpus is not None
         }
+        self.gated = bool(self.caps) or self.reserve_after is not None
 
     def advance(self, t: float) -> None:
         """Time moved on to ``t`` (an event's); it never goes back."""
         if t <= self.now:
             return
         self.now = t
-        if self.half_life == math.inf:
+        if self.half_life == _INF:
             self._e = t - self._ref
         else:
             exponent = (t - self._ref) / self.half_life
             if exponent > _REBASE_AFTER:  # before the scaled values leave the floats' range
-                self._rebase({account: self.usage(account) for account in self._usage})
+                self._rebase({account: self.usage(account) for account in self.scaled_usage})
             else:
-                self._scale = math.pow(2.0, exponent)
-                self._e = self._scale * self.half_life / math.log(2)
+                self._scale = _pow(2.0, exponent)
+                self._e = self._scale * self.half_life / _LN2
 
     def _rebase(self, used: dict[Account, float]) -> None:
         """Make ``now`` the reference time, the accounts' usage as ``used`` says."""
         self._ref, self._scale = self.now, 1.0
         self._e = 0.0 if self.half_life == math.inf else self.half_life / math.log(2)
-        self._usage = {account: (u, self._e) for account, u in used.items()}
-        self.changed.update(self._usage)  # (every key was scaled anew)
+        self.scaled_usage = {account: (u, self._e) for account, u in used.items()}
+        self.changed.update(self.scaled_usage)  # (every key was scaled anew)
 
     # ---- usage -------------------------------------------------------------------------------
 
     def _scaled(self, account: Account) -> float:
         """The account's usage at ``now`` in the scaled form: what it had when it last
         changed plus what its running GPUs added since (each second decayed by its age)."""
-        stored = self._usage.get(account)
+        stored = self.scaled_usage.get(account)
         if stored is None:
             return 0.0
         used, at = stored
@@ -118,7 +122,7 @@ class Ledger:
         """``now``, and per (VC, user) with usage or GPUs held: its decayed GPU-seconds at
         ``now`` and the GPUs it runs. Read-only: what ``hived.standing`` shows users (its one
         use of this module; keep it when the ledger's insides change)."""
-        accounts = self._usage.keys() | self.running.keys()
+        accounts = self.scaled_usage.keys() | self.running.keys()
         return self.now, {a: (self.usage(a), self.running.get(a, 0)) for a in accounts}
 
     def rank(self, vc: str, user: str) -> float:
@@ -131,10 +135,10 @@ class Ledger:
     def key(self, account: Account) -> float:
         """What orders accounts as ``rank`` does (times one factor common to all accounts),
         as of the account's last change or sweep (the module's docstring)."""
-        stored = self._usage.get(account)
+        stored = self.scaled_usage.get(account)
         if stored is None or self.fair is None:  # (caps alone: first come, first served)
             return 0.0
-        return stored[0] * self._inverse.get(account[1], 1.0)
+        return stored[0] * self.inverse_shares.get(account[1], 1.0)
 
     def sweep(self, accounts: Iterable[Account]) -> None:
         """Bring the keys of those of ``accounts`` that run up to ``now``."""
@@ -151,9 +155,19 @@ class Ledger:
         return self.key(account)
 
     def _settle(self, account: Account) -> None:
-        """Bring the account's usage to ``now`` before its running GPUs change."""
-        self._usage[account] = (self._scaled(account), self._e)
-        self.changed.add(account)
+        """Bring the account's usage to ``now`` before its running GPUs change (``_scaled``,
+        written out: this runs at every start and stop)."""
+        stored = self.scaled_usage.get(account)
+        if stored is None:
+            self.scaled_usage[account] = (0.0, self._e)
+            return  # (its key stays 0: nothing to re-file)
+        used, at = stored
+        gpus = self.running.get(account, 0)
+        if gpus:
+            self.scaled_usage[account] = (used + gpus * (self._e - at), self._e)
+            self.changed.add(account)
+        else:  # (nothing ran since: the key stays)
+            self.scaled_usage[account] = (used, self._e)
 
     # ---- GPUs held ---------------------------------------------------------------------------
 
@@ -162,8 +176,20 @@ class Ledger:
 
     def started(self, job_id: str, account: Account, tasks: Mapping[TaskKey, float]) -> None:
         held = self._held.get(job_id)
-        if held is None:
-            held = self._held[job_id] = (account, {})
+        if held is None:  # (the usual start: all of a job's tasks at once; ``_settle`` inline)
+            running, usage, e = self.running, self.scaled_usage, self._e
+            gpus = running.get(account, 0)
+            stored = usage.get(account)
+            if stored is None:
+                usage[account] = (0.0, e)
+            elif gpus:
+                usage[account] = (stored[0] + gpus * (e - stored[1]), e)
+                self.changed.add(account)
+            else:
+                usage[account] = (stored[0], e)
+            self._held[job_id] = (account, dict(tasks))
+            running[account] = gpus + sum(tasks.values())
+            return
         self._settle(held[0])
         mine = held[1]
         added: float = 0  # (a share is a half, quarter or eighth: exact in floats)
@@ -179,14 +205,20 @@ class Ledger:
             return None
         account, mine = held
         self._settle(account)
-        keys = list(mine) if tasks is None else [k for k in tasks if k in mine]
-        if not keys:
-            return None
         freed: float = 0
-        for key in keys:
-            freed += mine.pop(key)
-        if not mine:
+        if tasks is None:  # (the usual end: the whole job, its GPUs summed in insertion order)
+            if not mine:
+                return None
+            freed = sum(mine.values())
             del self._held[job_id]
+        else:
+            keys = [k for k in tasks if k in mine]
+            if not keys:
+                return None
+            for key in keys:
+                freed += mine.pop(key)
+            if not mine:
+                del self._held[job_id]
         left = self.running.get(account, 0) - freed
         if left:
             self.running[account] = left
@@ -202,23 +234,23 @@ class Ledger:
         return cap
 
     def account_decisions(
-        self,
-        decisions: list[Decision],
-        start: int,
-        account_of: Callable[[str], Account],
-        share_of: Callable[[str], int] | None = None,
+        self, decisions: list[Decision], start: int, about: Callable[[str], tuple[Account, int]]
     ) -> set[Account]:
         """Count what ``decisions[start:]`` started and stopped; the accounts that freed GPUs.
-        ``account_of``: a started job's account."""
+        ``about``: a started job's account and GPU share in thousandths (0: whole GPUs)."""
         freed: set[Account] = set()
         for d in decisions[start:]:
             if type(d) is Start:
-                share = share_of(d.job_id) if share_of is not None else 0
+                owner, share = about(d.job_id)
+                if len(d.tasks) == 1 and not share:  # (the usual start: one whole-GPU task)
+                    p = d.tasks[0]
+                    self.started(d.job_id, owner, {(p.role, p.index): len(p.gpus)})
+                    continue
                 if share:  # a GPU share holds its fraction of its one GPU
                     tasks: dict[TaskKey, float] = {(p.role, p.index): share / 1000 for p in d.tasks}
                 else:
                     tasks = {(p.role, p.index): len(p.gpus) for p in d.tasks}
-                self.started(d.job_id, account_of(d.job_id), tasks)
+                self.started(d.job_id, owner, tasks)
                 continue
             if type(d) is StopTasks:
                 account = self.stopped(d.job_id, tuple((p.role, p.index) for p in d.tasks))

@@ -73,6 +73,13 @@ class JobClass:
     #: all VCs (``queueing._class_key``).
     scope: str | None = ""
     changes: int = 0  # adds and removes so far: a head found since then still holds
+    #: The head ``turns._fair_head`` found last (rank key, seq, job id) and the account it
+    #: is of: it holds until a job that may go before it is filed (an account new to the
+    #: class, or a job ahead of its account's first), it leaves (``add``, ``remove``), or
+    #: that account's key moves (keys only grow; ``turns._refile`` forgets every head when
+    #: one goes down). None: to be found again.
+    head: tuple[float, int, str] | None = None
+    head_owner: tuple[str, str] = ("", "")
     blocked_at: Hashable = None  # the capacity stamp it last failed at
     need: int = 0  # the fewest GPUs its head job can start with
     task_need: int = 0  # ... of which its largest task needs on one node
@@ -97,7 +104,10 @@ class JobClass:
             line = users.get(account)
             if line is None:
                 users[account] = [(seq, job_id)]
+                self.head = None
                 return True
+            if seq < line[0][0]:  # (a later one of a user's jobs cannot pass the head)
+                self.head = None
             bisect.insort(line, (seq, job_id))
         return False
 
@@ -107,6 +117,9 @@ class JobClass:
         users = self.users
         if users is not None and account is not None:
             self.changes += 1
+            head = self.head
+            if head is not None and head[2] == job_id:
+                self.head = None
             line = users.get(account)
             if line is not None:
                 _drop(line, (seq, job_id))

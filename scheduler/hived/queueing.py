@@ -72,10 +72,12 @@ class Queueing(Turns):
         cls = self._class_of(job, key)
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
             self._ready.add(cls)
-        if cls.users is not None and cls.add(job.seq, job.job_id, account(job)):
-            self._account_joins(cls, account(job))
-        elif cls.users is None:
+        if cls.users is None:
             cls.add(job.seq, job.job_id)
+        else:
+            owner = account(job)
+            if cls.add(job.seq, job.job_id, owner):
+                self._account_joins(cls, owner)
         if not job.spec.opportunistic:
             listed = self._vc_classes.get(job.vc)
             if listed is None:
@@ -200,8 +202,10 @@ class Queueing(Turns):
             if cls is not None:
                 if cls.users is None:
                     cls.remove(job.seq, job.job_id)
-                elif cls.remove(job.seq, job.job_id, account(job)):
-                    self._account_leaves(cls, account(job))
+                else:
+                    owner = account(job)
+                    if cls.remove(job.seq, job.job_id, owner):
+                        self._account_leaves(cls, owner)
                 if not cls.entries:  # only classes with waiting jobs are listed per VC
                     listed = self._vc_classes.get(cls.vc)
                     if listed is not None:
@@ -360,9 +364,7 @@ class Queueing(Turns):
                     if head is not None:
                         item = (-cls.priority, head[0], head[1], tie, cls, head[2], cls.changes)
                         heapq.heappush(heap, item)
-            if not heap:
-                if ledger is not None:
-                    self._pass_ends()
+            if not heap:  # (under fair share ``handle`` counts the pass's decisions next)
                 return
             entry = heapq.heappop(heap)
             if ledger is None:

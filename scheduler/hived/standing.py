@@ -7,9 +7,10 @@ GPUs held) and ``Ledger.key`` (the order the scheduler files users in), and the 
 and takes the time to show the usage at as an argument. The driver calls it while it holds
 the policy (the service: under the loop's lock, once per pass; ``service/pass_views.py``).
 
-The order shown is the scheduler's: waiting jobs by priority, their user's key (usage over
-share as of the user's last change or sweep), then submission (``turns.fair_position``), so a
-user's first position here is the position their job shows. The usage shown is decayed
+The order shown is the scheduler's own line (``fair_line.FairLine``, from
+``turns.fair_line``): waiting jobs by priority, their user's key (usage over share as of the
+user's last change or sweep), then submission, so a user's first position here is the
+position their job shows. The usage shown is decayed
 further to ``now`` (between events the ledger is not touched: GPUs held meanwhile are added
 here, by the same integral the ledger uses).
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from labhive.scheduler.hived.fair_line import FairLine
     from labhive.scheduler.hived.state import HivedState
 
 #: A user counts among a VC's users while their decayed usage is at least this (GPU-seconds),
@@ -91,9 +93,14 @@ def standings(sched: HivedState[Any], now: float) -> dict[str, VCStanding] | Non
     for vc, users in used.items():
         queue = sched._queues.get(vc)
         order = queue.order if queue is not None else []
-        line = [(neg, seq, sched._jobs[job_id].spec.user or "") for neg, seq, job_id in order]
-        keys = {user: ledger.key((vc, user)) for user in users.keys() | {u for *_, u in line}}
-        out[vc] = _vc_standing(vc, users, keys, line, fair.shares, fair.half_life, now - at, now)
+        line = [
+            (neg, seq, job_id, sched._jobs[job_id].spec.user or "") for neg, seq, job_id in order
+        ]
+        keys = {user: ledger.key((vc, user)) for user in users.keys() | {e[3] for e in line}}
+        fair_line = sched.fair_line(vc)
+        out[vc] = _vc_standing(
+            vc, users, keys, line, fair_line, fair.shares, fair.half_life, now - at, now
+        )
     return out
 
 
@@ -101,23 +108,24 @@ def _vc_standing(
     vc: str,
     users: dict[str, tuple[float, float]],
     keys: Mapping[str, float],
-    line: list[tuple[int, int, str]],
+    line: list[tuple[int, int, str, str]],
+    fair_line: FairLine,
     shares: Mapping[str, float],
     half_life: float,
     dt: float,
     now: float,
 ) -> VCStanding:
     """``users``: (GPU-seconds at the ledger's time, GPUs running) per user; ``line``: the
-    VC's waiting jobs as (-priority, submission, user) in queue order (priority, submission);
-    ``dt``: from the ledger's time to now; ``keys``: what the scheduler orders users by
-    (``Ledger.key``: usage over share as of each user's last change or sweep), so the place
-    shown is the place the scheduler gives."""
-    # One walk of the queue: each user's submissions per priority (in order) and first job.
-    seqs: dict[tuple[int, str], list[int]] = {}
-    first: dict[str, tuple[int, int]] = {}  # user -> (-priority, submission) of their first
-    for neg, seq, user in line:
-        seqs.setdefault((neg, user), []).append(seq)
-        first.setdefault(user, (neg, seq))
+    VC's waiting jobs as (-priority, submission, job id, user) in queue order (priority,
+    submission); ``dt``: from the ledger's time to now; ``keys``: what the scheduler orders
+    users by (``Ledger.key``: usage over share as of each user's last change or sweep);
+    ``fair_line``: the scheduler's line (``turns.fair_line``), so the place shown is the
+    place the scheduler gives."""
+    waiting: dict[str, int] = {}
+    first: dict[str, tuple[int, int, str]] = {}  # user -> their first job in queue order
+    for neg, seq, job_id, user in line:
+        waiting[user] = waiting.get(user, 0) + 1
+        first.setdefault(user, (neg, seq, job_id))
 
     def share_of(user: str) -> float:
         return shares.get(user, 1.0)
@@ -130,7 +138,12 @@ def _vc_standing(
     by_user = {}
     for user in counted:
         gpu_s, gpus = users.get(user, (0.0, 0))
-        ahead, less = _ahead(user, first.get(user), seqs, rank_value)
+        mine = first.get(user)
+        ahead = less = 0
+        if mine is not None:  # (the user's first in queue order is their first in the line)
+            neg, seq, job_id = mine
+            ahead = fair_line.ahead(neg, rank_value[user], seq, job_id)
+            less = fair_line.ahead_less_used(neg, rank_value[user])
         by_user[user] = UserStanding(
             vc,
             user,
@@ -140,42 +153,12 @@ def _vc_standing(
             share_of(user) / weights,
             len(counted),
             1 + bisect.bisect_left(values, rank_value[user]),
-            sum(len(v) for (_, u), v in seqs.items() if u == user),
-            None if user not in first else ahead + 1,
+            waiting.get(user, 0),
+            None if mine is None else ahead + 1,
             ahead,
             less,
         )
     return VCStanding(vc, half_life, now, by_user, shares, weights)
-
-
-def _ahead(
-    me: str,
-    mine: tuple[int, int] | None,
-    seqs: dict[tuple[int, str], list[int]],
-    rank_value: dict[str, float],
-) -> tuple[int, int]:
-    """How many jobs the scheduler's line puts before ``me``'s first one (``mine``), and how
-    many of those are of users whose usage over share is lower. The line: priority, then the
-    user's usage over share, then submission (``turns.fair_position``)."""
-    if mine is None:
-        return 0, 0
-    neg, seq = mine
-    my_value = rank_value[me]
-    ahead = less = 0
-    for (n, user), submitted in seqs.items():
-        if user == me:
-            continue  # (mine is the user's first: none of theirs is ahead)
-        value = rank_value[user]
-        if n < neg or (n == neg and value < my_value):
-            count = len(submitted)
-        elif n == neg and value == my_value:
-            count = bisect.bisect_left(submitted, seq)
-        else:
-            continue
-        ahead += count
-        if value < my_value:
-            less += count
-    return ahead, less
 
 
 def decayed(gpu_s: float, gpus: float, dt: float, half_life: float) -> float:

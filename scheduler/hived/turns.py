@@ -27,11 +27,10 @@ holds inside one pass too.
 
 from __future__ import annotations
 
-import bisect
+import operator
 
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import (
-    Adopt,
     Cancel,
     Decision,
     Event,
@@ -41,6 +40,7 @@ from labhive.scheduler.core.model import (
     TasksEnded,
 )
 from labhive.scheduler.hived.base import account
+from labhive.scheduler.hived.fair_line import FairLine
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import JobClass
@@ -57,32 +57,33 @@ class Turns(Sizing):
     # starts or a waiting job of the VC leaves, or when the VC frees GPUs (``_collect_ready``
     # marks all its classes then), not at every event.
     _held: dict[tuple[str, int], set[JobClass]]
-    _fair_lines: dict[str, list[tuple[int, float, int, str]]]  # per event: ``fair_position``
+    _fair_lines: dict[str, FairLine]  # per event: ``fair_line``
     # Per scope (a VC, or None: the opportunistic classes shared by all VCs), the accounts
-    # with jobs in its classes sorted by ``Ledger.key`` as of the pass's start (``_order``);
-    # per scope, the classes each such account has jobs in; the key each is filed under.
-    _orders: dict[str | None, list[tuple[float, Account]]]
+    # with jobs in its classes and the key each is filed under (``Ledger.key`` as of the
+    # pass's start: ``_refile``); per scope, the classes each such account has jobs in.
+    _keys: dict[str | None, dict[Account, float]]
     _vc_accounts: dict[str | None, dict[Account, int]]
-    _filed: dict[tuple[str | None, Account], float]
     # Per pass: whether caps or a reservation may pass over an account (``_gated_head``).
     _gated: bool
     # Per pass: (class, account) pairs whose attempt stopped at the account's cap.
     _cap_stopped: set[tuple[JobClass, Account]]
 
     def _account_joins(self, cls: JobClass, owner: Account) -> None:
-        """The account's first job in the class was queued: file it in its scope's order."""
+        """The account's first job in the class was queued: file it in its scope."""
         scope = cls.scope
         accounts = self._vc_accounts.get(scope)
         if accounts is None:
             accounts = self._vc_accounts[scope] = {}
+            self._keys[scope] = {}
         n = accounts.get(owner, 0)
         accounts[owner] = n + 1
         if not n:
-            key = self._filed[scope, owner] = self._ledger_now().fresh_key(owner)
-            bisect.insort(self._orders.setdefault(scope, []), (key, owner))
+            ledger = self._ledger
+            assert ledger is not None
+            self._keys[scope][owner] = ledger.fresh_key(owner)
 
     def _account_leaves(self, cls: JobClass, owner: Account) -> None:
-        """The account's last job in the class left it; out of the order with its last."""
+        """The account's last job in the class left it; out of its scope with its last."""
         scope = cls.scope
         accounts = self._vc_accounts[scope]
         n = accounts[owner] - 1
@@ -90,24 +91,52 @@ class Turns(Sizing):
             accounts[owner] = n
             return
         del accounts[owner]
-        _unfile(self._orders[scope], self._filed.pop((scope, owner)), owner)
+        del self._keys[scope][owner]
+
+    @property
+    def _orders(self) -> dict[str | None, list[tuple[float, Account]]]:
+        """Per scope, its accounts in the order their keys give (what a head is the first
+        of); for tests and views: the pass reads ``_keys``."""
+        return {
+            scope: sorted((k, a) for a, k in keys.items()) for scope, keys in self._keys.items()
+        }
 
     def _refile(self) -> None:
-        """At a pass's start: move the accounts whose key changed since the last pass
+        """At a pass's start: file anew the accounts whose key changed since the last pass
         (``Ledger.changed``: their user's GPUs changed, or a sweep): an event costs the
-        accounts it changed, not every account, and the order holds still during the pass."""
-        ledger = self._ledger_now()
-        filed = self._filed
+        accounts it changed, not every account, and the keys hold still during the pass.
+        Keys only grow (usage in the ledger's scaled form), so a moved account can only have
+        been passed over by others, and only the heads it held are stale (``_fair_head``
+        checks that); a key that went down (a rebase, a new config) forgets every head."""
+        ledger = self._ledger
+        assert ledger is not None
+        if ledger.fair is None:  # (caps alone: every key is 0)
+            ledger.changed.clear()
+            return
+        # (``Ledger.key`` written out: a changed account has its usage stored)
+        usage, inverse = ledger.scaled_usage, ledger.inverse_shares
+        scopes = self._keys
+        mine = scopes.get(None)
+        lowered = False
         for owner in ledger.changed:
-            key = ledger.key(owner)
-            for scope in (owner[0], None):
-                old = filed.get((scope, owner))
-                if old is not None and key != old:
-                    order = self._orders[scope]
-                    _unfile(order, old, owner)
-                    bisect.insort(order, (key, owner))
-                    filed[scope, owner] = key
+            keys = scopes.get(owner[0])
+            if keys is not None:
+                old = keys.get(owner)
+                if old is not None:
+                    key = keys[owner] = usage[owner][0] * inverse.get(owner[1], 1.0)
+                    lowered |= key < old
+                    if mine is not None and owner in mine:
+                        mine[owner] = key
+                    continue
+            if mine is not None:
+                old = mine.get(owner)
+                if old is not None:
+                    key = mine[owner] = usage[owner][0] * inverse.get(owner[1], 1.0)
+                    lowered |= key < old
         ledger.changed.clear()
+        if lowered:
+            for cls in self._classes.values():
+                cls.head = None
 
     def _fair_head(self, cls: JobClass) -> tuple[float, int, str] | None:
         """The (rank key, seq, job id) of the class's job to try next: the reservation's
@@ -115,24 +144,20 @@ class Turns(Sizing):
         best-ranked account whose user's cap lets it start; None when none may go (the class
         is then filed where a freed cap or the holder's start gives it back: ``_capped``,
         ``_held``)."""
-        users = cls.users
-        assert users is not None
-        if not self._gated:  # (fair share alone: the first account of the order in the class)
-            order = iter(self._orders.get(cls.scope, _NONE))
-            for key, owner in order:  # noqa: B007 (the key found is the head's)
-                line = users.get(owner)
-                if line is not None:
-                    break
-            else:
+        head = cls.head  # (found without caps or a reservation: classes are new per config)
+        if head is not None and self._keys[cls.scope][cls.head_owner] == head[0]:
+            return head  # (the class and its head's key unchanged: ``_refile``)
+        users: dict[Account, list[tuple[int, str]]] = cls.users  # type: ignore[assignment]
+        if not self._gated:  # (fair share alone: the least key, then the earliest submission)
+            if not users:
                 return None
-            seq, job_id = line[0]
-            for tied, owner in order:  # (equal keys: the earlier submission goes first)
-                if tied != key:
-                    break
-                line = users.get(owner)
-                if line is not None and line[0][0] < seq:
-                    seq, job_id = line[0]
-            return key, seq, job_id
+            keys = self._keys[cls.scope]
+            # (in C: the accounts are few, but this runs for every class a pass collects)
+            key, (seq, job_id), cls.head_owner = min(
+                zip(map(keys.__getitem__, users), map(_first, users.values()), users, strict=True)
+            )
+            head = cls.head = (key, seq, job_id)
+            return head
         return self._gated_head(cls, users)
 
     def _gated_head(
@@ -149,16 +174,14 @@ class Turns(Sizing):
                     self._held.setdefault((cls.vc, cls.priority), set()).add(cls)
                     return None
                 seq, job_id = users[holder[1]][0]
-                return self._filed[cls.scope, holder[1]], seq, job_id
+                return self._keys[cls.scope][holder[1]], seq, job_id
         capped = bool(ledger.caps)
         best: tuple[float, int, str] | None = None
-        for key, owner in self._orders.get(cls.scope, _NONE):
+        keys = self._keys.get(cls.scope, {})
+        for key, owner in sorted(zip(map(keys.__getitem__, users), users, strict=True)):
             if best is not None and key > best[0]:
                 break  # (equal keys: the earlier submission goes first)
-            line = users.get(owner)
-            if line is None:
-                continue
-            seq, job_id = line[0]
+            seq, job_id = users[owner][0]
             if best is not None and seq > best[1]:
                 continue
             if capped and ((cls, owner) in self._cap_stopped or self._over_cap(owner, job_id)):
@@ -180,33 +203,39 @@ class Turns(Sizing):
     def _before_event(self, event: Event) -> None:
         """What an event tells the ledger before it is applied: the time, and GPUs freed by
         a job that ended or goes back to waiting."""
-        ledger = self._ledger_now()
-        ledger.advance(event.time)
+        ledger = self._ledger
+        assert ledger is not None
+        if event.time > ledger.now:
+            ledger.advance(event.time)
         if self._fair_lines:
             self._fair_lines = {}
         kind = type(event)
+        if kind is Submit:  # (the usual event with an end: nothing freed)
+            return
         if kind is Finish or kind is Cancel or kind is Requeue:
-            assert isinstance(event, Finish | Cancel | Requeue)
-            freed = ledger.stopped(event.job_id)
+            job_id: str = event.job_id  # type: ignore[union-attr]
+            freed = ledger.stopped(job_id)
             if kind is Requeue:
-                ledger.waiting_since[event.job_id] = ledger.now
+                ledger.waiting_since[job_id] = ledger.now
             else:
-                ledger.waiting_since.pop(event.job_id, None)
-            self._uncap(freed)
-            job = self._jobs.get(event.job_id)
-            if job is not None and self._held:  # it may have been a holder
-                for key in [k for k in self._held if k[0] == job.vc]:
-                    self._release_held(key)
+                ledger.waiting_since.pop(job_id, None)
+            if self._capped:
+                self._uncap(freed)
+            if self._held:  # it may have been a holder
+                job = self._jobs.get(job_id)
+                if job is not None:
+                    for key in [k for k in self._held if k[0] == job.vc]:
+                        self._release_held(key)
         elif kind is TasksEnded:
             assert isinstance(event, TasksEnded)
             self._uncap(ledger.stopped(event.job_id, event.tasks))
 
     def _after_event(self, event: Event) -> None:
-        """A new job starts waiting now; an adopted one holds its GPUs again."""
+        """A new job starts waiting now; an adopted one holds its GPUs again (``handle``
+        calls it for a Submit or an Adopt alone)."""
         kind = type(event)
-        if kind is not Submit and kind is not Adopt:
-            return
-        ledger = self._ledger_now()
+        ledger = self._ledger
+        assert ledger is not None
         job = self._jobs.get(event.job_id)  # type: ignore[union-attr]
         if job is None:
             return
@@ -219,26 +248,29 @@ class Turns(Sizing):
             }
             ledger.started(job.job_id, account(job), gpus)
 
-    def _share_of(self, job_id: str) -> int:
-        """A started job's GPU share in thousandths (0: whole GPUs), for the ledger."""
-        job = self._jobs.get(job_id)
-        return 0 if job is None else job.share
+    def fair_line(self, vc: str) -> FairLine:
+        """The VC's waiting jobs in the pass's order of classes (priority, their user's rank
+        key, submission): what positions and standings are read from; built once per VC
+        until the next event."""
+        line = self._fair_lines.get(vc)
+        if line is None:
+            ledger = self._ledger
+            assert ledger is not None
+            jobs, key = self._jobs, ledger.key
+            queue = self._queues.get(vc)
+            line = FairLine(
+                (neg, key((vc, jobs[job_id].spec.user or "")), seq, job_id)
+                for neg, seq, job_id in (queue.order if queue is not None else ())
+            )
+            self._fair_lines[vc] = line
+        return line
 
     def fair_position(self, job: Job) -> int:
-        """The job's place (from 1) in its VC's line under fair share: the VC's waiting jobs
-        by priority, their user's rank, submission (the pass's order of classes); built once
-        per VC until the next event."""
-        ledger = self._ledger_now()
-        line = self._fair_lines.get(job.vc)
-        if line is None:
-            line = []
-            for neg, seq, job_id in self._queues[job.vc].order:
-                user = self._jobs[job_id].spec.user or ""
-                line.append((neg, ledger.key((job.vc, user)), seq, job_id))
-            line.sort()
-            self._fair_lines[job.vc] = line
-        key = (-job.spec.priority, ledger.key(account(job)), job.seq, job.job_id)
-        return bisect.bisect_left(line, key) + 1
+        """The job's place (from 1) in its VC's line under fair share (``fair_line``)."""
+        ledger = self._ledger
+        assert ledger is not None
+        line = self.fair_line(job.vc)
+        return line.ahead(-job.spec.priority, ledger.key(account(job)), job.seq, job.job_id) + 1
 
     def wait_key(self, job: Job) -> tuple[int, float, int, str]:
         """``jobs()``'s order of waiting jobs: priority, then (under fair share) rank."""
@@ -247,12 +279,14 @@ class Turns(Sizing):
         return (-job.spec.priority, rank, job.seq, job.spec.name)
 
     def _pass_begins(self, out: list[Decision]) -> None:
-        ledger = self._ledger_now()
-        self._gated = bool(ledger.caps) or ledger.reserve_after is not None
-        if self._holders:
-            self._holders = {}
-        if self._cap_stopped:
-            self._cap_stopped = set()
+        ledger = self._ledger
+        assert ledger is not None
+        gated = self._gated = ledger.gated
+        if gated:  # (only caps and reservations fill these)
+            if self._holders:
+                self._holders = {}
+            if self._cap_stopped:
+                self._cap_stopped = set()
         if self._counted != len(out):
             self._account()
         if ledger.now >= ledger.next_sweep:  # (only accounts that wait: the others are
@@ -260,9 +294,6 @@ class Turns(Sizing):
                 ledger.sweep(accounts)
         if ledger.changed:
             self._refile()
-
-    def _pass_ends(self) -> None:
-        self._account()
 
     def _release_held(self, key: tuple[str, int]) -> None:
         held = self._held.pop(key, None)
@@ -275,15 +306,18 @@ class Turns(Sizing):
         out = self._out
         if self._counted == len(out):
             return
-        freed = self._ledger_now().account_decisions(
-            out, self._counted, self._account_of, self._share_of
-        )
+        ledger = self._ledger
+        assert ledger is not None
+        freed = ledger.account_decisions(out, self._counted, self._about)
         self._counted = len(out)
         for owner in freed:
             self._uncap(owner)
 
-    def _account_of(self, job_id: str) -> Account:
-        return account(self._jobs[job_id])
+    def _about(self, job_id: str) -> tuple[Account, int]:
+        """A started job's account and GPU share in thousandths (0: whole GPUs), for the
+        ledger's count."""
+        job = self._jobs[job_id]
+        return (job.vc, job.spec.user or ""), job.share  # (``base.account``, written out)
 
     def _uncap(self, owner: Account | None) -> None:
         classes = self._capped.pop(owner, None) if owner is not None else None
@@ -359,7 +393,11 @@ class Turns(Sizing):
         priority that its user's cap lets start (once per pass; None: no reservation)."""
         key = (vc, priority)
         if key in self._holders:
-            return self._holders[key]
+            found = self._holders[key]
+            # (kept unless the holder's job left its class: an incremental job that started
+            # some tasks waits on in the class of the rest, and is looked for anew)
+            if found is None or found[1] in (found[0].users or ()):
+                return found
         ledger = self._ledger_now()
         best: tuple[JobClass, Account] | None = None
         best_seq = 0
@@ -381,10 +419,5 @@ def _gpus(unit: list[tuple[RoleSpec, int]]) -> int:
     return sum(role.gpu for role, _ in unit)
 
 
-_NONE: list[tuple[float, Account]] = []  # (a VC without waiting accounts: never added to)
-
-
-def _unfile(order: list[tuple[float, Account]], key: float, owner: Account) -> None:
-    i = bisect.bisect_left(order, (key, owner))
-    if i < len(order) and order[i] == (key, owner):
-        del order[i]
+#: A class's account's first job: (seq, job id).
+_first = operator.itemgetter(0)
