@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-import labhive
 from labhive.scheduler.executors import sandbox_mounts
 from labhive.scheduler.executors.descendants import descendants, kill
 from labhive.scheduler.executors.not_started import NOT_STARTED
@@ -320,7 +319,9 @@ _BOOT = (
 
 def command(work: Path) -> list[str]:
     """The command line that supervises the task prepared in ``work`` (``launch.json``)."""
-    root = str(Path(str(labhive.__file__)).resolve().parent.parent)
+    # the folder that holds ``labhive/`` (labhive/scheduler/executors/supervise.py, three up),
+    # found from this file rather than by importing the top package (tests/test_layers.py)
+    root = str(Path(__file__).absolute().parents[3])
     return [sys.executable, "-I", "-S", "-c", _BOOT, root, "--", str(work)]
 
 
