@@ -7,12 +7,11 @@ not the hub, its proxy, the service, a notebook server, a kernel or a job
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
+import file_modules
 import psutil
 import pytest
 from isolation_util import open_tmp_dir
@@ -26,12 +25,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_classroom.py
 @functools.cache
 def bench_classroom() -> ModuleType:
     """The benchmark as a module (registered: its dataclasses look their module up)."""
-    spec = importlib.util.spec_from_file_location("bench_classroom", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return file_modules.load("bench_classroom", BENCH)
 
 
 def still_running(pid: int, started: float) -> bool:

@@ -5,11 +5,11 @@ after every run, their work directories already deleted."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 from types import ModuleType
 
+import file_modules
 import psutil
 import pytest
 from waiting import wait_until
@@ -20,11 +20,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_service.py"
 
 
 def bench_service() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_service", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return file_modules.load("bench_service", BENCH)
 
 
 def processes_under(tmp: Path) -> list[str]:

@@ -12,7 +12,6 @@ another way."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import file_modules
 import httpx
 import psutil
 import pytest
@@ -40,12 +40,7 @@ pytestmark = [
 @functools.cache
 def bench() -> ModuleType:
     """The server-start benchmark as a module: its stub hub and launch doc."""
-    spec = importlib.util.spec_from_file_location("bench_server_start", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return file_modules.load("bench_server_start", BENCH)
 
 
 @pytest.fixture(scope="module")
