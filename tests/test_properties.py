@@ -373,3 +373,74 @@ def test_invariants_hold_with_cells_smaller_than_a_node(data: Any) -> None:
 @given(data=st.data())
 def test_invariants_hold_with_socket_cells(data: Any) -> None:
     run_events(data, whole_racks=False, sockets=True)
+
+
+def replay(raw: dict[str, Any], ops: list[Any]) -> None:
+    """Given this cluster and these operations (as ``operations`` draws them), expect the
+    invariants after every event: a falsifying case hypothesis found, kept as a plain test."""
+    config = load_cluster_config(raw)
+    sched = HivedScheduler(config)
+    nodes = sorted({n.name for n in config.nodes()})
+    for event in events(sched, nodes, ops):
+        sched.handle(event)
+        check_invariants(sched, config)
+
+
+def two_racks_of_three_nodes(vc_cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two racks of three 4-GPU nodes, one VC ``vc0`` with ``vc_cells``."""
+    racks = [
+        {"cellType": "RACK", "cellChildren": [{"cellAddress": f"r{r}n{n}"} for n in range(3)]}
+        for r in range(2)
+    ]
+    return {
+        "physicalCluster": {
+            "cellTypes": {
+                "NODE": {"childCellType": "GPU", "childCellNumber": 4, "isNodeLevel": True},
+                "RACK": {"childCellType": "NODE", "childCellNumber": 3},
+            },
+            "physicalCells": racks,
+        },
+        "virtualClusters": {"vc0": {"virtualCells": vc_cells}},
+    }
+
+
+def test_a_gang_that_gpu_cells_cannot_hold_leaves_the_free_list_as_it_was() -> None:
+    """Given a VC of 24 single-GPU cells, a 3-GPU opportunistic job and two-group job holding
+    GPUs, a gang of three 2-GPU tasks binds GPU cells node by node and gives up on nodes too
+    full: those bindings must be undone exactly (not merged back), or undoing the earlier
+    ones finds the free list reordered under them ("unbound out of binding order")."""
+    raw = two_racks_of_three_nodes(
+        [
+            {"cellType": "RACK.NODE", "cellNumber": 0},
+            {"cellType": "RACK", "cellNumber": 0},
+            {"cellType": "RACK.NODE.GPU", "cellNumber": 24},
+        ]
+    )
+    replay(
+        raw,
+        [
+            (
+                "submit",
+                {
+                    "vc": "vc0",
+                    "priority": -1,
+                    "tasks": 1,
+                    "gpus": 3,
+                    "gang": False,
+                    "lazy_preemption": False,
+                },
+            ),
+            ("groups", {"vc": "vc0", "priority": 0, "a": 2, "b": 2, "gpus": 3, "lazy": False}),
+            (
+                "submit",
+                {
+                    "vc": "vc0",
+                    "priority": 0,
+                    "tasks": 3,
+                    "gpus": 2,
+                    "gang": True,
+                    "lazy_preemption": False,
+                },
+            ),
+        ],
+    )

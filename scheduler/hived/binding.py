@@ -192,8 +192,11 @@ class Binding:
                 have += 1
             if have >= need:
                 return True
+            # Undone exactly, newest first: a plain unbind would merge buddies and append
+            # the merged cell, reordering the free list under the search's earlier bindings
+            # (whose exact undo then replays moves on a list they no longer describe).
             for cell in reversed(plan.bound[mark:]):
-                self.vcs.unbind(vc, cell)
+                self.vcs.unbind(vc, cell, exact=True)
             del plan.bound[mark:]
         return False
 
