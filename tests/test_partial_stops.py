@@ -122,40 +122,42 @@ def test_an_incremental_job_whose_every_running_task_is_hit_is_preempted_whole()
 def test_a_node_going_down_stops_only_the_tasks_of_an_incremental_job_on_it():
     c = Cluster(THREE_NODES)
     c.submit("fill", vc="a", priority="test", gpus=4)  # n0
-    c.submit("inc", vc="a", priority="test", tasks=2, gpus=4, gang=False)  # n1, n2
-    assert running_tasks(c, "inc") == ["main-0@n1", "main-1@n2"]
-    c.handle(NodeDown("n2", reason="disk failed"))
+    # HiveD's free list after n0 is cut from the rack: [n2, n1] (the last takes its place).
+    c.submit("inc", vc="a", priority="test", tasks=2, gpus=4, gang=False)  # n2, n1
+    assert running_tasks(c, "inc") == ["main-0@n2", "main-1@n1"]
+    c.handle(NodeDown("n1", reason="disk failed"))
     assert whole(c) == []
     assert stops(c) == [("inc", ["main-1"], "")]
-    assert running_tasks(c, "inc") == ["main-0@n1"]
+    assert running_tasks(c, "inc") == ["main-0@n2"]
     why = c.why("inc")
     assert why is not None and "waiting" in why
 
 
 def test_a_node_going_down_under_a_gang_stops_it_whole():
     c = Cluster(THREE_NODES)
-    c.submit("gang", vc="a", priority="test", tasks=2, gpus=4)
-    c.handle(NodeDown("n1"))
+    c.submit("gang", vc="a", priority="test", tasks=2, gpus=4)  # n0, n2 (HiveD's list order)
+    c.handle(NodeDown("n2"))
     assert whole(c) == ["gang"] and stops(c) == []
 
 
 def test_lazy_preemption_downgrades_only_the_task_in_the_way():
     c = Cluster(THREE_NODES.replace("cellNumber: 3", "cellNumber: 2"))
     c.submit("inc", vc="a", priority="test", tasks=2, gpus=4, gang=False, lazy_preemption=True)
-    assert running_tasks(c, "inc") == ["main-0@n0", "main-1@n1"]
+    # HiveD's free list after n0 is cut from the rack: [n2, n1] (the last takes its place).
+    assert running_tasks(c, "inc") == ["main-0@n0", "main-1@n2"]
     c.submit("boss", vc="a", priority="prod", gpus=4)
     downgrades = [d for d in c.last if isinstance(d, Downgrade)]
     assert [(d.job_id, [t.index for t in d.tasks]) for d in downgrades] == [("inc", [0])]
     assert whole(c) == [] and stops(c) == []
-    # The downgraded task's cell is no longer a's: a binds the idle node n2 for boss.
-    assert c.nodes("boss") == ["n2"]
-    assert running_tasks(c, "inc") == ["main-0@n0", "main-1@n1"]
+    # The downgraded task's cell is no longer a's: a binds the idle node n1 for boss.
+    assert c.nodes("boss") == ["n1"]
+    assert running_tasks(c, "inc") == ["main-0@n0", "main-1@n2"]
     view = c.sched.job("inc")
     assert view is not None and not view.opportunistic  # main-1 is still guaranteed
     assert view.why is not None and view.why.startswith(
         "task main-0 downgraded to opportunistic by boss"
     )
-    leaves = {leaf.job: leaf.prio for leaf in c.sched.tree.nodes["n1"][0].leaf_cells()}
+    leaves = {leaf.job: leaf.prio for leaf in c.sched.tree.nodes["n2"][0].leaf_cells()}
     assert leaves == {"inc": 10}
     leaves = {leaf.job: leaf.prio for leaf in c.sched.tree.nodes["n0"][0].leaf_cells()}
     assert leaves == {"inc": -1}
@@ -174,7 +176,7 @@ def vc_counts(sched: Any) -> dict[str, tuple[int, int]]:
 
 
 def test_a_restart_adopts_a_task_downgraded_alone_as_opportunistic_outside_its_vc():
-    """Given the lazy preemption above (inc's main-0 on n0, no longer a's cell; boss on n2),
+    """Given the lazy preemption above (inc's main-0 on n0, no longer a's cell; boss on n1),
     a driver restarting adopts every running job in id order. Told which task runs
     opportunistic, the new scheduler counts exactly as the old one; not told, inc's tasks
     would take both of a's cells and boss, a prod job, could not be adopted."""
@@ -198,7 +200,7 @@ def test_a_restart_adopts_a_task_downgraded_alone_as_opportunistic_outside_its_v
     assert vc_counts(cold.sched) == vc_counts(c.sched)
     why = cold.why("inc")
     assert why is not None and why.startswith("task main-0 downgraded to opportunistic by boss")
-    with pytest.raises(AdoptRefused, match="GPU n2/0 lies outside a's free cells"):
+    with pytest.raises(AdoptRefused, match="GPU n1/0 lies outside a's free cells"):
         adopt_all(told=False)
 
 
@@ -238,7 +240,7 @@ def test_an_eta_forecast_adopts_a_task_downgraded_alone_where_lazy_preemption_le
 def test_a_second_preemptor_downgrades_the_other_task_and_preempts_only_the_first():
     c = Cluster(THREE_NODES.replace("cellNumber: 3", "cellNumber: 2"))
     c.submit("inc", vc="a", priority="test", tasks=2, gpus=4, gang=False, lazy_preemption=True)
-    c.submit("boss", vc="a", priority="prod", gpus=4)  # downgrades main-0 on n0; boss on n2
+    c.submit("boss", vc="a", priority="prod", gpus=4)  # downgrades main-0 on n0; boss on n1
     c.submit("boss2", vc="a", priority="prod", gpus=4)
     # a's two cells hold main-1 (guaranteed) and boss: main-1 is downgraded in turn, its cell
     # unbound, and a binds again the cell in the first node holding one opportunistic job
@@ -250,7 +252,7 @@ def test_a_second_preemptor_downgrades_the_other_task_and_preempts_only_the_firs
     assert stops(c) == [("inc", ["main-0"], "boss2")]
     assert c.nodes("boss2") == ["n0"]
     assert c.state("inc") == "RUNNING"
-    assert running_tasks(c, "inc") == ["main-1@n1"]
+    assert running_tasks(c, "inc") == ["main-1@n2"]
 
 
 # ---- item 6: an affinity group is whole or not at all ---------------------------------------
@@ -279,7 +281,8 @@ GROUPS = {
 def test_preempting_one_task_of_an_affinity_group_stops_its_group_and_no_other():
     c = Cluster(THREE_NODES)
     c.handle(Submit("groups", parse_job(GROUPS)))
-    assert running_tasks(c, "groups") == ["ps-0@n0", "worker-0@n1", "worker-1@n2"]
+    # HiveD's free list after n0 is cut from the rack: [n2, n1] (the last takes its place).
+    assert running_tasks(c, "groups") == ["ps-0@n0", "worker-0@n2", "worker-1@n1"]
     c.submit("boss", vc="a", priority="prod", gpus=4, tasks=1)  # n0 has 2 free: not enough
     assert whole(c) == []
     assert stops(c) in (
@@ -288,7 +291,7 @@ def test_preempting_one_task_of_an_affinity_group_stops_its_group_and_no_other()
     )
     group = stops(c)[0][1]
     if group == ["ps-0"]:
-        assert running_tasks(c, "groups") == ["worker-0@n1", "worker-1@n2"]
+        assert running_tasks(c, "groups") == ["worker-0@n2", "worker-1@n1"]
     else:  # the worker group goes whole; it cannot come back on one node: it waits
         assert running_tasks(c, "groups") == ["ps-0@n0"]
     assert c.state("groups") == "RUNNING"

@@ -180,8 +180,13 @@ def check_invariants(sched: HivedScheduler, config: Any) -> None:
         if view.state == "WAITING" or len(view.tasks) < spec.task_count:
             assert view.why, f"{view.name} waits without a reason"
         if not view.opportunistic and view.tasks:
-            per_vc[view.vc] = per_vc.get(view.vc, 0) + len(gpus)
-            for _, leaves in job.placed.values():
+            # Tasks lazy preemption downgraded (``job.downgraded``) run opportunistically: their
+            # cells may be unbound (the VC's guaranteed jobs left them) and are not the VC's.
+            guaranteed = [
+                leaves for key, (_, leaves) in job.placed.items() if key not in job.downgraded
+            ]
+            per_vc[view.vc] = per_vc.get(view.vc, 0) + sum(map(len, guaranteed))
+            for leaves in guaranteed:
                 owners: dict[int, Cell] = {}
                 for leaf in leaves:
                     owner = leaf.owner()
@@ -373,3 +378,123 @@ def test_invariants_hold_with_cells_smaller_than_a_node(data: Any) -> None:
 @given(data=st.data())
 def test_invariants_hold_with_socket_cells(data: Any) -> None:
     run_events(data, whole_racks=False, sockets=True)
+
+
+def replay(raw: dict[str, Any], ops: list[Any]) -> HivedScheduler:
+    """Given this cluster and these operations (as ``operations`` draws them), expect the
+    invariants after every event: a falsifying case hypothesis found, kept as a plain test."""
+    config = load_cluster_config(raw)
+    sched = HivedScheduler(config)
+    nodes = sorted({n.name for n in config.nodes()})
+    for event in events(sched, nodes, ops):
+        sched.handle(event)
+        check_invariants(sched, config)
+    return sched
+
+
+def two_racks_of_three_nodes(vc_cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two racks of three 4-GPU nodes, one VC ``vc0`` with ``vc_cells``."""
+    racks = [
+        {"cellType": "RACK", "cellChildren": [{"cellAddress": f"r{r}n{n}"} for n in range(3)]}
+        for r in range(2)
+    ]
+    return {
+        "physicalCluster": {
+            "cellTypes": {
+                "NODE": {"childCellType": "GPU", "childCellNumber": 4, "isNodeLevel": True},
+                "RACK": {"childCellType": "NODE", "childCellNumber": 3},
+            },
+            "physicalCells": racks,
+        },
+        "virtualClusters": {"vc0": {"virtualCells": vc_cells}},
+    }
+
+
+def test_a_gang_that_gpu_cells_cannot_hold_leaves_the_free_list_as_it_was() -> None:
+    """Given a VC of 24 single-GPU cells, a 3-GPU opportunistic job and two-group job holding
+    GPUs, a gang of three 2-GPU tasks binds GPU cells node by node and gives up on nodes too
+    full: those bindings must be undone exactly (not merged back), or undoing the earlier
+    ones finds the free list reordered under them ("unbound out of binding order")."""
+    raw = two_racks_of_three_nodes(
+        [
+            {"cellType": "RACK.NODE", "cellNumber": 0},
+            {"cellType": "RACK", "cellNumber": 0},
+            {"cellType": "RACK.NODE.GPU", "cellNumber": 24},
+        ]
+    )
+    replay(
+        raw,
+        [
+            (
+                "submit",
+                {
+                    "vc": "vc0",
+                    "priority": -1,
+                    "tasks": 1,
+                    "gpus": 3,
+                    "gang": False,
+                    "lazy_preemption": False,
+                },
+            ),
+            ("groups", {"vc": "vc0", "priority": 0, "a": 2, "b": 2, "gpus": 3, "lazy": False}),
+            (
+                "submit",
+                {
+                    "vc": "vc0",
+                    "priority": 0,
+                    "tasks": 3,
+                    "gpus": 2,
+                    "gang": True,
+                    "lazy_preemption": False,
+                },
+            ),
+        ],
+    )
+
+
+def test_lazy_preemption_of_a_group_keeps_the_preemptor_in_its_gpu_cells() -> None:
+    """Given a VC of 17 single-GPU cells, an opportunistic 1-GPU job and a lazily preemptible
+    two-group job (1 and 2 tasks of 4 GPUs), a 2-task job of 3 GPUs at a higher priority
+    downgrades group a (whose GPU cells are then unbound) and finds room elsewhere: j1's
+    task a runs on opportunistically outside the VC's cells, which is HiveD's lazy
+    preemption, not a guaranteed task outside its VC (the invariant once counted it as one).
+    j2's GPUs must lie in cells bound to the VC."""
+    raw = two_racks_of_three_nodes(
+        [
+            {"cellType": "RACK.NODE", "cellNumber": 0},
+            {"cellType": "RACK", "cellNumber": 0},
+            {"cellType": "RACK.NODE.GPU", "cellNumber": 17},
+        ]
+    )
+    sched = replay(
+        raw,
+        [
+            (
+                "submit",
+                {
+                    "vc": "vc0",
+                    "priority": -1,
+                    "tasks": 1,
+                    "gpus": 1,
+                    "gang": False,
+                    "lazy_preemption": False,
+                },
+            ),
+            ("groups", {"vc": "vc0", "priority": 0, "a": 1, "b": 2, "gpus": 4, "lazy": True}),
+            (
+                "submit",
+                {
+                    "vc": "vc0",
+                    "priority": 10,
+                    "tasks": 2,
+                    "gpus": 3,
+                    "gang": False,
+                    "lazy_preemption": False,
+                },
+            ),
+        ],
+    )
+    j1, j2 = sched._jobs["j1"], sched._jobs["j2"]
+    assert set(j1.downgraded) == {("a", 0)}
+    assert all(leaf.owner() is None for leaf in j1.placed[("a", 0)][1])
+    assert len(j2.placed) == 2

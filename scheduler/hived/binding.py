@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labhive.scheduler.hived.cells import Cell, CellTree, Chain
-from labhive.scheduler.hived.leaf_search import _leaf_parts, _oppo_path, _room
+from labhive.scheduler.hived.leaf_search import _leaf_parts, _room
 from labhive.scheduler.hived.plan import Plan
 from labhive.scheduler.hived.vc import VC, VCs
 
@@ -26,7 +26,7 @@ class Binding:
         for cell in reversed(plan.bound):
             if cell.bad:
                 self.broken_tried.append(cell)
-            self.vcs.unbind(vc, cell)
+            self.vcs.unbind(vc, cell, exact=True)
         plan.bound.clear()
 
     def _bind_for(
@@ -59,46 +59,80 @@ class Binding:
     def choose_physical(
         self, vc: VC, info: Chain, level: int, need: int, victims: bool
     ) -> Cell | None:
-        """A free physical cell at ``level`` for ``vc``: lowest free-list level first (buddy),
-        then, as HiveD splits, at every level down the cell holding the fewest opportunistic
-        jobs (later guaranteed jobs preempt less), a free-list cell with a down node after
-        healthy ones, then idle before busy; and only where binding it keeps every VC's cells
-        placeable."""
+        """A free physical cell at ``level`` for ``vc``, as HiveD's ``buddyAlloc`` picks it:
+        from the lowest free-list level that has cells, the free cells in the list's order
+        (``cells.FreeLevel``) sorted (stably) by opportunistic GPUs, then down each one's
+        children sorted the same way, a node with a down node's GPUs skipped; only where
+        binding it keeps every VC's cells placeable. When none there will do (bad nodes),
+        HiveD's ``safeRelaxedBuddyAlloc``: higher cells, the first its safety count allows."""
         lists = self.tree.free_list[info.name]
-        for root_level in info.levels[::-1]:
-            if root_level < level or not lists[root_level]:
-                continue
-            best, best_root, best_key = None, None, None
-            clean = False  # the best is idle with no opportunistic job on its path
-            best_order = 0
-            for root in lists[root_level].values():
-                if clean and root.order >= best_order:
-                    continue  # its cells' orders are above its own (see below)
+        lowest = level
+        while lowest in lists and not lists[lowest]:
+            lowest += 1
+        if lowest not in lists:
+            return None
+        best, best_root, best_key = None, None, None
+        for index, root in enumerate(lists[lowest].values()):
+            if best_root is not None and root.oppo >= best_root.oppo:
+                continue  # an earlier free cell with as few opportunistic GPUs ranks first
+            if root.oppo == 0:  # no opportunistic GPU below: its first usable cell is best
                 for cell in root.at_level(level):
-                    if clean and cell.order >= best_order:
-                        # A clean idle best ranks below every cell but a clean idle one of
-                        # lower order; a root's cells come in order, so none follows here.
+                    if self._usable(cell, need, victims):
+                        best, best_root = cell, root
                         break
-                    if cell.bad and cell in self.avoid:
-                        continue  # bound by a search that failed on its bad nodes
-                    idle = cell.free == cell.leaves
-                    if not idle and (clean or not _room(cell, need, victims)):
-                        continue  # once a clean idle cell is found no busy one ranks before it
-                    path = _oppo_path(root, cell)
-                    # A free-list cell holding a down node ranks after healthy ones of as
-                    # few opportunistic jobs: HiveD appends a released cell to its free
-                    # list's end, so the cell a failure emptied is its last choice (issue 34).
-                    broken = root.bad > 0
-                    if idle:
-                        key = (path[0], broken, path, 0, 0, cell.order)
-                    else:
-                        key = (path[0], broken, path, 1, -cell.free, cell.order)
-                    if best_key is None or key < best_key:
-                        best, best_root, best_key = cell, root, key
-                        best_order = cell.order
-                        clean = idle and not broken and not any(path)
-                    if clean and best is cell:
-                        break  # later cells of this root rank after it
+                if best_root is root:
+                    break
+                continue
+            for cell in root.at_level(level):
+                if not self._usable(cell, need, victims):
+                    continue
+                key = _buddy_key(root, index, cell)
+                if best_key is None or key < best_key:
+                    best, best_root, best_key = cell, root, key
+        if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):
+            return best
+        return self._relaxed(vc, info, level, need, victims)
+
+    def _usable(self, cell: Cell, need: int, victims: bool) -> bool:
+        """Whether HiveD's mapping could take ``cell`` for a task of ``need`` GPUs: no node of
+        it is down if it lies in one node (a larger cell may hold a down node beside the one
+        the task takes), not a bad cell a failed search bound, room for the task."""
+        if cell.bad and (cell.is_node or cell.node_cell is not None or cell in self.avoid):
+            return False
+        return cell.free == cell.leaves or _room(cell, need, victims)
+
+    def _relaxed(self, vc: VC, info: Chain, level: int, need: int, victims: bool) -> Cell | None:
+        """HiveD's ``safeRelaxedBuddyAlloc``: from each level above ``level``, bottom up, the
+        first cells of its free list that can be split without leaving a VC short (every
+        level's free cells less the VCs' unbound ones, plus what splitting the level above
+        yields); each level's split cells go before those split below it, the cells already
+        free at ``level`` after them all, and the candidates are ranked by opportunistic
+        GPUs alone, then in that order."""
+        lists = self.tree.free_list[info.name]
+        demand = self.vcs.demand[info.name]
+        splittable: dict[int, int] = {}
+        carry = 0
+        for lvl in info.levels:  # top first
+            if lvl <= level:
+                break
+            splittable[lvl] = len(lists[lvl]) - demand.get(lvl, 0) + carry
+            carry = splittable[lvl] * info.child_number[lvl]
+        groups: list[list[Cell]] = [list(lists[level].values())]
+        for lvl in sorted(splittable):  # bottom up: the first level that yields a cell wins
+            take = min(len(lists[lvl]), splittable[lvl])
+            if take <= 0:
+                continue
+            groups.insert(0, list(lists[lvl].values())[:take])
+            best, best_root, best_key = None, None, None
+            rank = 0
+            for group in groups:
+                for root in group:
+                    for cell in root.at_level(level):
+                        rank += 1
+                        if self._usable(cell, need, victims) and (
+                            best_key is None or (cell.oppo, rank) < best_key
+                        ):
+                            best, best_root, best_key = cell, root, (cell.oppo, rank)
             if best is not None and best_root and self.vcs.can_bind(vc, best, best_root):
                 return best
         return None
@@ -158,8 +192,11 @@ class Binding:
                 have += 1
             if have >= need:
                 return True
+            # Undone exactly, newest first: a plain unbind would merge buddies and append
+            # the merged cell, reordering the free list under the search's earlier bindings
+            # (whose exact undo then replays moves on a list they no longer describe).
             for cell in reversed(plan.bound[mark:]):
-                self.vcs.unbind(vc, cell)
+                self.vcs.unbind(vc, cell, exact=True)
             del plan.bound[mark:]
         return False
 
@@ -178,3 +215,22 @@ class Binding:
             if (best_key is None or key < best_key) and self.vcs.can_bind(vc, cell, root):
                 best, best_key = cell, key
         return best
+
+
+def _buddy_key(root: Cell, index: int, cell: Cell) -> tuple[int, ...]:
+    """HiveD's order of the cells buddy allocation tries: the free-list cell's opportunistic
+    GPUs and its place in the list, then at each level down to ``cell`` the child's
+    opportunistic GPUs and its place among its siblings (``getUsablePhysicalCells`` sorts
+    stably by opportunistic GPUs alone)."""
+    if cell is root:
+        return (root.oppo, index)
+    path: list[int] = []
+    probe = cell
+    while probe is not root:
+        path.append(probe.order)
+        path.append(probe.oppo)
+        probe = probe.parent  # type: ignore[assignment]
+    path.append(index)
+    path.append(root.oppo)
+    path.reverse()
+    return tuple(path)

@@ -177,6 +177,72 @@ def _types_down(config: ClusterConfig, chain: str) -> list[str]:
     return out
 
 
+class FreeLevel:
+    """One level of a chain's buddy free list, in HiveD's order.
+
+    HiveD (``pkg/algorithm``) keeps each level as a slice: a split appends the parent's
+    children at the end, a merge appends the merged cell at the end, and a removal moves the
+    slice's last cell into the removed one's place. Binding tries free cells in that order
+    (after fewer opportunistic leaves), so LabHive keeps the same order to choose as HiveD
+    does after failures and releases (issue 34). ``where`` maps a cell's id to its index: a
+    membership test and a removal cost O(1)."""
+
+    __slots__ = ("cells", "where")
+
+    def __init__(self) -> None:
+        self.cells: list[Cell] = []
+        self.where: dict[str, int] = {}
+
+    def __contains__(self, cell_id: object) -> bool:
+        return cell_id in self.where
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def __bool__(self) -> bool:
+        return bool(self.cells)
+
+    def values(self) -> list[Cell]:
+        """The cells in list order (the name a dict's would have: callers iterate it)."""
+        return self.cells
+
+    def append(self, cell: Cell) -> None:
+        self.where[cell.id] = len(self.cells)
+        self.cells.append(cell)
+
+    def remove(self, cell: Cell) -> int:
+        """Take ``cell`` out as Go's ``CellList.remove`` does (the last cell takes its
+        place); returns the index it had, for ``put_back``."""
+        index = self.where.pop(cell.id)
+        last = self.cells.pop()
+        if last is not cell:
+            self.cells[index] = last
+            self.where[last.id] = index
+        return index
+
+    def put_back(self, cell: Cell, index: int) -> None:
+        """Undo ``remove(cell)`` that returned ``index``: the list is as it was before."""
+        if index == len(self.cells):
+            self.append(cell)
+            return
+        moved = self.cells[index]
+        self.where[moved.id] = len(self.cells)
+        self.cells.append(moved)
+        self.cells[index] = cell
+        self.where[cell.id] = index
+
+    def pop(self) -> Cell:
+        """Undo the last ``append``."""
+        cell = self.cells.pop()
+        del self.where[cell.id]
+        return cell
+
+
+#: One change to a free list, as ``CellTree.bind`` and ``unbind`` log it for an exact undo:
+#: (level, cell, index) for a removal at ``index``, (level, cell, -1) for an append.
+Move = tuple["FreeLevel", "Cell", int]
+
+
 class CellTree:
     """Every physical cell, the buddy free list and per-node indexes."""
 
@@ -187,7 +253,9 @@ class CellTree:
         self.leaf: dict[str, Cell] = {}
         self.nodes: dict[str, list[Cell]] = {}
         self.pinned: dict[str, Cell] = {}
-        self.free_list: dict[str, dict[int, dict[str, Cell]]] = {}
+        self.free_list: dict[str, dict[int, FreeLevel]] = {}
+        # A bound cell's id -> the free-list moves its binding made (``unbind(exact=True)``).
+        self._split: dict[str, list[Move]] = {}
         # Per chain, the nodes with a free healthy GPU: what most searches start from.
         self.open: dict[str, dict[Cell, None]] = {}
         self.oppo_total = 0  # GPUs opportunistic jobs use, cluster-wide
@@ -203,10 +271,10 @@ class CellTree:
             chain = self.chains.get(spec.chain)
             if chain is None:
                 chain = self.chains[spec.chain] = Chain(config, spec.chain)
-                self.free_list[spec.chain] = {level: {} for level in chain.levels}
+                self.free_list[spec.chain] = {level: FreeLevel() for level in chain.levels}
             top, order = self._build(spec, None, order)
             chain.tops.append(top)
-            self.free_list[spec.chain][top.level][top.id] = top
+            self.free_list[spec.chain][top.level].append(top)
         for chain in self.chains.values():
             chain.node_cells = [c for t in chain.tops for c in t.walk() if c.is_node]
             chain.one_parent = len({c.parent for c in chain.node_cells}) == 1
@@ -437,39 +505,67 @@ class CellTree:
         return delta
 
     def bind(self, cell: Cell, vc: str) -> None:
+        """Cut ``cell`` from its free-list cell as HiveD's ``removeCellFromFreeList`` does:
+        from ``cell`` up, each split parent's children are appended to their level, then the
+        cell on the path is removed (the level's last cell takes its place). The moves are
+        kept until the cell is unbound, so ``unbind(exact=True)`` can restore the order."""
         root = self.free_root(cell)
         assert root is not None, f"{cell} is not free to bind"
         lists = self.free_list[cell.chain]
-        del lists[root.level][root.id]
-        node = root
-        while node is not cell:
-            nxt = next(c for c in node.children if _contains(c, cell))
-            for sibling in node.children:
-                if sibling is not nxt:
-                    lists[sibling.level][sibling.id] = sibling
-            node = nxt
+        moves: list[Move] = []
+        probe = cell
+        while probe is not root:
+            parent = probe.parent
+            assert parent is not None
+            for child in parent.children:
+                level = lists[child.level]
+                level.append(child)
+                moves.append((level, child, -1))
+            level = lists[probe.level]
+            moves.append((level, probe, level.remove(probe)))
+            probe = parent
+        level = lists[root.level]
+        moves.append((level, root, level.remove(root)))
+        self._split[cell.id] = moves
         cell.vc = vc
-        probe: Cell | None = cell
-        while probe is not None:
-            probe.bound_below += 1
-            probe = probe.parent
+        up: Cell | None = cell
+        while up is not None:
+            up.bound_below += 1
+            up = up.parent
 
-    def unbind(self, cell: Cell) -> None:
+    def unbind(self, cell: Cell, exact: bool = False) -> None:
+        """Give ``cell`` back to the free list. ``exact``: undo its binding move for move (a
+        search's tentative binding, undone in the reverse order of binding before any other
+        change to the list), so the list is as if it was never bound: HiveD searches on a copy
+        of its free list. Otherwise as HiveD's ``addCellToFreeList``: while all its buddies
+        are free they are removed and the parent is tried, and the merged cell is appended."""
         cell.vc = None
         probe: Cell | None = cell
         while probe is not None:
             probe.bound_below -= 1
             probe = probe.parent
         lists = self.free_list[cell.chain]
-        lists[cell.level][cell.id] = cell
+        moves = self._split.pop(cell.id)
+        if exact:
+            for level, moved, index in reversed(moves):
+                if index < 0:
+                    popped = level.pop()
+                    # Another change since this binding would make the undo wrong: say so.
+                    assert popped is moved, f"{cell}: unbound out of binding order"
+                else:
+                    level.put_back(moved, index)
+            return
+        merged = cell
         parent = cell.parent
         while parent is not None and parent.bound_below == 0 and parent.vc is None:
-            if not all(c.id in lists[c.level] for c in parent.children):
+            if not all(c is merged or c.id in lists[c.level] for c in parent.children):
                 break
             for child in parent.children:
-                del lists[child.level][child.id]
-            lists[parent.level][parent.id] = parent
+                if child is not merged:
+                    lists[child.level].remove(child)
+            merged = parent
             parent = parent.parent
+        lists[merged.level].append(merged)
 
     def supply(self, chain: str) -> dict[int, int]:
         return {level: len(cells) for level, cells in self.free_list[chain].items()}
@@ -481,12 +577,3 @@ class CellTree:
         for level, change in delta.items():
             supply[level] = supply.get(level, 0) + change
         return first_short_level(info.levels, info.child_number, supply, demand) is None
-
-
-def _contains(ancestor: Cell, cell: Cell) -> bool:
-    probe: Cell | None = cell
-    while probe is not None:
-        if probe is ancestor:
-            return True
-        probe = probe.parent
-    return False

@@ -211,8 +211,9 @@ class VCs:
         vc.bound[cell.chain][cell.id] = cell
         vc.add_cell(cell)
 
-    def unbind(self, vc: VC, cell: Cell) -> None:
-        self.tree.unbind(cell)
+    def unbind(self, vc: VC, cell: Cell, exact: bool = False) -> None:
+        """``exact``: a search's tentative binding undone (``CellTree.unbind``)."""
+        self.tree.unbind(cell, exact)
         vc.unbound[cell.chain][cell.level] += 1
         vc.unbound_leaves += cell.leaves
         self.demand[cell.chain][cell.level] += 1

@@ -295,6 +295,20 @@ PATTERNS = {
 }
 
 
+def classify(binary: Path, case: Case, oracle: Steps, labhive: Steps) -> str:
+    """What kind of difference an after-failure case shows: ``state`` when a job's state
+    differs at the first difference (else ``placement``), ``/alone`` when the case without its
+    node_down/node_up events agrees (the failures alone bring it), ``/also`` when it differs
+    without them too (a difference that needs no failure)."""
+    a, b = normalise(oracle, False), normalise(labhive, False)
+    n = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    state = any(a[n][j]["state"] != b[n][j]["state"] for j in a[n])
+    events = [e for e in case["events"] if e["op"] not in ("node_down", "node_up")]
+    calm = {**case, "events": events}
+    also = first_difference(calm, run_oracle(binary, calm), run_labhive(calm)) is not None
+    return ("state" if state else "placement") + ("/also" if also else "/alone")
+
+
 def differs(binary: Path, case: Case, gpus: bool, pattern: str = "any") -> str | None:
     try:
         oracle = run_oracle(binary, case)
@@ -333,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", type=Path, help="run one case file (JSON) and print both")
     ap.add_argument("--pattern", choices=sorted(PATTERNS), default="any")
     ap.add_argument("--count", action="store_true", help="only count differing cases")
+    ap.add_argument(
+        "--classify", action="store_true", help="with --count: count them by kind (classify)"
+    )
     ap.add_argument("--stop", type=int, default=1, help="stop after this many differences")
     args = ap.parse_args(argv)
     if args.hived_src is None:
@@ -353,11 +370,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rng = random.Random(args.seed)
     found = 0
+    kinds: dict[str, int] = {}
     for n in range(args.cases):
         case = random_case(rng, args.failures, args.lazy)
         diff = differs(binary, case, args.gpus, args.pattern)
         if diff and args.count:
             found += 1
+            if args.classify:
+                kind = classify(binary, case, run_oracle(binary, case), run_labhive(case))
+                kinds[kind] = kinds.get(kind, 0) + 1
         elif diff:
             small = shrink(binary, case, args.gpus, args.pattern)
             print(f"case {n} differs; shrunk to {len(small['events'])} events:")
@@ -366,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             found += 1
             if found >= args.stop:
                 return 1
+    if kinds:
+        print(", ".join(f"{kind} {k}" for kind, k in sorted(kinds.items())))
     print(f"{args.cases} cases, {found} differ")
     return 1 if found else 0
 
