@@ -6,13 +6,12 @@ Go and a HiveD checkout are present)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
+import file_modules
 import pytest
 from helpers import Cluster
 
@@ -189,12 +188,7 @@ def test_tasks_downgraded_on_their_own_count_as_opportunistic_in_the_vc_view():
 
 
 def _differential():
-    spec = importlib.util.spec_from_file_location("hived_differential", ORACLE / "differential.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return file_modules.load("hived_differential", ORACLE / "differential.py")
 
 
 @pytest.fixture(scope="module")
