@@ -35,6 +35,10 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Any:
         running = [bob.submit(command="sleep 600", vc="course", gpus=1) for _ in range(2)]
         for job in running:
             wait_until(job_in(job, "RUNNING"), "bob's jobs to run", 120)
+        # usage is shown in GPU-hours to 4 places (0.36 s of a GPU) as of the last pass: let
+        # bob's 2 GPUs run a second first, so the passes below show some (a pass right at
+        # their start showed 0.0, and the test read it on a fast machine)
+        time.sleep(1.0)
         began = time.time()
         waiting = [bob.submit(command="true", vc="course", gpus=1) for _ in range(5)]
         dave = [live.client(DAVE).submit(command="true", vc="course", gpus=1) for _ in range(2)]
