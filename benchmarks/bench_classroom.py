@@ -449,14 +449,21 @@ class KernelChannel:
         return self.request("execute_request", content, deadline)
 
 
-def attend(room: Classroom, student: Student, job_s: float, timeout: float) -> None:
-    """One student's class; failures are recorded on ``student``, never raised."""
+def attend(
+    room: Classroom, student: Student, job_s: float, timeout: float,
+    lab_timeout: float | None = None,
+) -> None:  # fmt: skip
+    """One student's class; failures are recorded on ``student``, never raised. ``timeout``
+    counts from arrival; ``lab_timeout``, if given, from the login on instead (a student who
+    gives up that long after logging in, whatever the login took)."""
     deadline = Deadline(timeout)
     student.arrive_at = time.time()
     http = httpx.Client(base_url=room.url, timeout=60)
     token = ""
     try:
         token = _log_in(http, student, room.passwords[student.name], deadline)
+        if lab_timeout is not None:
+            deadline = Deadline(lab_timeout)
         _lab(room, http, student, token, job_s, deadline)
     except StudentFailed as err:
         student.error = f"{student.stage}: {err}"
