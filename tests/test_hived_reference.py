@@ -169,6 +169,38 @@ def free_lists(c: Cluster):
     return c.sched.tree.free_list["POD"]
 
 
+# ---- a gang's second task on a node takes its first task's victim's GPUs (issue 34) ---------
+
+ONE_NODE_CELL = """\
+physicalCluster:
+  cellTypes:
+    NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}
+    RACK: {childCellType: NODE, childCellNumber: 2}
+  physicalCells:
+  - cellType: RACK
+    cellChildren: [{cellAddress: n0}, {cellAddress: n1}]
+virtualClusters:
+  c: {virtualCells: [{cellType: RACK.NODE, cellNumber: 1}]}
+"""
+
+
+def test_a_gang_preempts_one_job_when_one_suffices():
+    # Given c's one node cell full with two 2-GPU jobs, a prod gang of two 1-GPU tasks
+    # preempts the first of them and runs on its two GPUs, as HiveD does. LabHive used to
+    # pick each task's victim on its own: the second task, finding the first victim's other
+    # GPU "worth" fewer GPUs than a whole second job, stopped the second job too, and the
+    # first one was started again on the leftovers (a needless restart).
+    c = Cluster(ONE_NODE_CELL)
+    c.submit("x", vc="c", priority=10, gpus=2)
+    c.submit("y", vc="c", priority=10, gpus=2)
+    assert (c.gpus("x"), c.gpus("y")) == ({"n0": (0, 1)}, {"n0": (2, 3)})
+    c.submit("gang", vc="c", priority=100, tasks=2, gpus=1)
+    assert c.preempted() == ["x"]
+    assert c.started() == ["gang"]
+    assert sorted(g for t in c.sched.job("gang").tasks for g in t.gpus) == [0, 1]
+    assert (c.state("x"), c.state("y")) == ("WAITING", "RUNNING")
+
+
 # ---- bug 2: the VC view after per-task lazy preemption ---------------------------------------
 
 
@@ -223,6 +255,7 @@ def test_hived_itself_runs_the_gang_on_the_healthy_rack(oracle):
         "free-list-order-after-a-release",
         "free-list-cut-moves-the-last-node",
         "gang-rebinds-then-the-low-job-runs",
+        "gang-takes-its-first-victims-gpus",
     ],
 )
 def test_labhive_decides_as_hived_on_the_failure_cases(oracle, name):

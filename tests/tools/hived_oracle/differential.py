@@ -287,8 +287,20 @@ def after_failure(case: Case, oracle: Steps, labhive: Steps) -> str | None:
     return first_difference(case, oracle, labhive)
 
 
+def after_failure_state(case: Case, oracle: Steps, labhive: Steps) -> str | None:
+    """``after_failure`` where a job's state (running, waiting, preempted) differs at the first
+    difference, not only its nodes: what ``classify`` calls ``state``."""
+    found = after_failure(case, oracle, labhive)
+    if found is None:
+        return None
+    a, b = normalise(oracle, False), normalise(labhive, False)
+    n = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    return found if any(a[n][j]["state"] != b[n][j]["state"] for j in a[n]) else None
+
+
 PATTERNS = {
     "after-failure": after_failure,
+    "after-failure-state": after_failure_state,
     "any": None,
     "lazy-stopped": lazy_stopped,
     "lazy-stopped-first": lazy_stopped_first,
@@ -351,6 +363,13 @@ def main(argv: list[str] | None = None) -> int:
         "--classify", action="store_true", help="with --count: count them by kind (classify)"
     )
     ap.add_argument("--stop", type=int, default=1, help="stop after this many differences")
+    ap.add_argument(
+        "--save",
+        type=Path,
+        help="with --count --classify: write each case of the kinds given by --save-kind here "
+        "as seed-S-case-N.json (to shrink and group them later)",
+    )
+    ap.add_argument("--save-kind", default="state", help="the kind prefix --save keeps")
     args = ap.parse_args(argv)
     if args.hived_src is None:
         ap.error("--hived-src (or HIVED_SRC): a checkout of microsoft/hivedscheduler")
@@ -379,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.classify:
                 kind = classify(binary, case, run_oracle(binary, case), run_labhive(case))
                 kinds[kind] = kinds.get(kind, 0) + 1
+                if args.save and kind.startswith(args.save_kind):
+                    args.save.mkdir(parents=True, exist_ok=True)
+                    out = args.save / f"seed-{args.seed}-case-{n}.json"
+                    out.write_text(json.dumps(case, indent=1))
         elif diff:
             small = shrink(binary, case, args.gpus, args.pattern)
             print(f"case {n} differs; shrunk to {len(small['events'])} events:")
