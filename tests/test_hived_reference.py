@@ -323,6 +323,11 @@ AFTER_FAILURE_DIFFERENCES = [
     # priority 10; b's second prod job preempts n0's (j1) in HiveD (packing order) and
     # n1's (j8, the node with fewer usable GPUs: best fit) in LabHive.
     ("victim-in-packing-order-after-a-failure", "j9", ["n0"], ["n1"]),
+    # Difference 9, HiveD's doomed-bad binding: with n6 and n3 down, no healthy free rack is
+    # left when a's rack cell is freed, and HiveD binds it to the bad free rack r11; c's job,
+    # stopped by n0's failure, then binds r10's n5. LabHive binds nothing for a failure and
+    # c's job takes r11's healthy n7.
+    ("doomed-bad-rack-after-failures", "j0", ["n5"], ["n7"]),
 ]
 
 
@@ -349,3 +354,20 @@ def test_labhive_keeps_its_recorded_outcome_on_the_documented_cases(
     labhive = _differential().run_labhive(case)
     assert sorted(t["node"] for t in labhive[-1][job]["tasks"]) == labhive_nodes
     assert labhive[-1][job]["state"] == ("RUNNING" if labhive_nodes else "WAITING")
+
+
+def test_hived_makes_a_doomed_bad_binding_in_difference_9s_case(oracle):
+    # The case of difference 9 shows what it says: n6 and n3 are down, so when a's 4-GPU job
+    # ends and a's rack cell is free again no healthy free rack is left for it, and HiveD binds
+    # it to a bad one (beyond the bindings of its own startup). Nothing shows until n0's
+    # failure makes c's job bind a node again.
+    diff, binary = oracle
+    case = json.loads((ORACLE / "cases" / "doomed-bad-rack-after-failures.json").read_text())
+    events = case["events"]
+    assert events[6] == {"op": "finish", "name": "j2"}
+    assert diff.doomed_bindings(binary, {**case, "events": events[:6]}) == 0
+    assert diff.doomed_bindings(binary, {**case, "events": events[:7]}) == 1
+    calm = {**case, "events": events[:7]}
+    assert (
+        diff.first_difference(calm, diff.run_oracle(binary, calm), diff.run_labhive(calm)) is None
+    )
