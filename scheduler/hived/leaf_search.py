@@ -370,7 +370,10 @@ def fewest_victims(
 
 
 def hit_here(parts: list[Cell], taken: Collection[int]) -> set[str]:
-    """The jobs whose GPUs in ``parts`` the plan so far (``taken``) takes: its victims here."""
+    """The jobs whose GPUs in ``parts`` the plan so far (``taken``) takes: its victims here.
+
+    Where a victim stops task by task (``base._unit_of``), taking another of its GPUs may stop
+    another of its tasks: still no second job, which is what ``fewest_victims`` minimises."""
     return {
         leaf.job
         for part in parts
