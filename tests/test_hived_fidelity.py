@@ -408,7 +408,7 @@ def test_each_documented_difference_from_hived_replays_as_described(path):
 def test_every_difference_scenario_is_listed_in_the_docs():
     docs = (Path(__file__).parents[1] / "docs" / "scheduler-core.md").read_text()
     section = docs.split("## Where LabHive differs from HiveD, and why")[1]
-    assert len(DIFFERENCES) == 8
+    assert len(DIFFERENCES) == 9
     for path in DIFFERENCES:
         assert f"tests/data/hived-differences/{path.name}" in section
 

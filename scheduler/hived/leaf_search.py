@@ -211,7 +211,10 @@ def pick_leaves(
     """
     if not free_only and ok is not _is_free:
         victims = fewest_victims(parts, need, ok, taken)
-        if victims:
+        if victims or (taken and _short_of_free(parts, need, ok, taken)):
+            # The jobs the plan already stops here add no victim (a gang's second task on
+            # the node takes its first task's victim's other GPUs, not another job's).
+            victims |= hit_here(parts, taken)
             usable = ok
             ok = lambda leaf: usable(leaf) and (leaf.job is None or leaf.job in victims)  # noqa: E731
     if len(parts) == 1:
@@ -328,14 +331,16 @@ def fewest_victims(
     """The jobs whose GPUs in ``parts`` (of one node) a task of ``need`` GPUs preempts: none
     while free GPUs suffice; else only jobs up to the lowest priority that covers the
     shortfall, and of those as few as possible (the largest here first, then the lowest
-    priority, then cell order), as HiveD preempts."""
+    priority, then cell order), as HiveD preempts. The GPUs of a job the plan already takes
+    GPUs of here (``hit_here``) count as free: stopping it again costs no second victim."""
     free = 0
     jobs: dict[str, list[int]] = {}  # job -> [usable GPUs here, priority, first cell order]
+    hit = hit_here(parts, taken) if taken else ()
     for part in parts:
         for leaf in part.leaf_cells():
             if id(leaf) in taken or not ok(leaf):
                 continue
-            if leaf.job is None:
+            if leaf.job is None or leaf.job in hit:  # a job the plan stops already: free
                 free += 1
                 continue
             entry = jobs.get(leaf.job)
@@ -362,3 +367,28 @@ def fewest_victims(
         if short <= 0:
             break
     return out
+
+
+def hit_here(parts: list[Cell], taken: Collection[int]) -> set[str]:
+    """The jobs whose GPUs in ``parts`` the plan so far (``taken``) takes: its victims here.
+
+    Where a victim stops task by task (``base._unit_of``), taking another of its GPUs may stop
+    another of its tasks: still no second job, which is what ``fewest_victims`` minimises."""
+    return {
+        leaf.job
+        for part in parts
+        for leaf in part.leaf_cells()
+        if leaf.job is not None and id(leaf) in taken
+    }
+
+
+def _short_of_free(
+    parts: list[Cell], need: int, ok: Callable[[Cell], bool], taken: Collection[int]
+) -> bool:
+    """Whether the usable free GPUs in ``parts`` hold fewer than ``need``."""
+    free = 0
+    for part in parts:
+        for leaf in part.leaf_cells():
+            if leaf.job is None and id(leaf) not in taken and ok(leaf):
+                free += 1
+    return free < need

@@ -69,7 +69,10 @@ def build_oracle(hived_src: Path, work: Path) -> Path:
     return binary
 
 
-def run_oracle(binary: Path, case: Case) -> Steps:
+def run_oracle(binary: Path, case: Case, log: list[str] | None = None) -> Steps:
+    """HiveD's steps on ``case``; its own log (klog's INFO file: bindings, doomed-bad cells)
+    appended to ``log`` if given. klog writes its files to the temporary directory, so each
+    run gets its own (they used to pile up in /tmp, two or three files per case)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "hived.yaml"
         config.write_text(case["config"])
@@ -77,16 +80,33 @@ def run_oracle(binary: Path, case: Case) -> Steps:
         path.write_text(json.dumps({"config": str(config), "events": case["events"]}))
         out = subprocess.run(
             [str(binary), "-test.run", "TestOracle"],
-            env={**os.environ, "HIVED_ORACLE_CASE": str(path)},
+            env={**os.environ, "HIVED_ORACLE_CASE": str(path), "TMPDIR": tmp},
             capture_output=True,
             text=True,
             check=False,
         )
+        if log is not None:
+            log += [f.read_text(errors="replace") for f in Path(tmp).glob("*.log.INFO.*")]
     lines = out.stdout.splitlines()
     if "ORACLE-BEGIN" not in lines:
         raise RuntimeError(f"the oracle failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
     steps: Steps = json.loads(lines[lines.index("ORACLE-BEGIN") + 1])["steps"]
     return steps
+
+
+DOOMED = "is doomed to be bad and bound"
+
+
+def doomed_bindings(binary: Path, case: Case) -> int:
+    """How many doomed-bad bindings HiveD makes while playing the case's events: a VC's
+    unbound cell bound to a bad free cell because too few healthy cells are left for the VCs'
+    quotas (``tryBindDoomedBadCell``). HiveD's startup (every node bad until reported) makes
+    some in every case; those of the same config with no events are not counted."""
+    log: list[str] = []
+    run_oracle(binary, case, log)
+    start: list[str] = []
+    run_oracle(binary, {**case, "events": []}, start)
+    return sum(t.count(DOOMED) for t in log) - sum(t.count(DOOMED) for t in start)
 
 
 # ---- LabHive on the same case ---------------------------------------------------------------
@@ -287,8 +307,20 @@ def after_failure(case: Case, oracle: Steps, labhive: Steps) -> str | None:
     return first_difference(case, oracle, labhive)
 
 
+def after_failure_state(case: Case, oracle: Steps, labhive: Steps) -> str | None:
+    """``after_failure`` where a job's state (running, waiting, preempted) differs at the first
+    difference, not only its nodes: what ``classify`` calls ``state``."""
+    found = after_failure(case, oracle, labhive)
+    if found is None:
+        return None
+    a, b = normalise(oracle, False), normalise(labhive, False)
+    n = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    return found if any(a[n][j]["state"] != b[n][j]["state"] for j in a[n]) else None
+
+
 PATTERNS = {
     "after-failure": after_failure,
+    "after-failure-state": after_failure_state,
     "any": None,
     "lazy-stopped": lazy_stopped,
     "lazy-stopped-first": lazy_stopped_first,
@@ -351,6 +383,18 @@ def main(argv: list[str] | None = None) -> int:
         "--classify", action="store_true", help="with --count: count them by kind (classify)"
     )
     ap.add_argument("--stop", type=int, default=1, help="stop after this many differences")
+    ap.add_argument(
+        "--save",
+        type=Path,
+        help="with --count --classify: write each case of the kinds given by --save-kind here "
+        "as seed-S-case-N.json (to shrink and group them later)",
+    )
+    ap.add_argument("--save-kind", default="state", help="the kind prefix --save keeps")
+    ap.add_argument(
+        "--doomed",
+        action="store_true",
+        help="only count the cases in which HiveD makes a doomed-bad binding (doomed_bindings)",
+    )
     args = ap.parse_args(argv)
     if args.hived_src is None:
         ap.error("--hived-src (or HIVED_SRC): a checkout of microsoft/hivedscheduler")
@@ -369,6 +413,17 @@ def main(argv: list[str] | None = None) -> int:
         print(differs(binary, case, args.gpus, args.pattern) or "same decisions")
         return 0
     rng = random.Random(args.seed)
+    if args.doomed:
+        hits, panics = 0, 0
+        for _ in range(args.cases):
+            try:
+                hits += doomed_bindings(binary, random_case(rng, args.failures, args.lazy)) > 0
+            except RuntimeError as err:  # HiveD panics on some cases (as ``differs`` skips)
+                if "panic" not in str(err):
+                    raise
+                panics += 1
+        print(f"{args.cases} cases, {hits} with a doomed-bad binding ({panics} HiveD panicked on)")
+        return 0
     found = 0
     kinds: dict[str, int] = {}
     for n in range(args.cases):
@@ -379,6 +434,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.classify:
                 kind = classify(binary, case, run_oracle(binary, case), run_labhive(case))
                 kinds[kind] = kinds.get(kind, 0) + 1
+                if args.save and kind.startswith(args.save_kind):
+                    args.save.mkdir(parents=True, exist_ok=True)
+                    out = args.save / f"seed-{args.seed}-case-{n}.json"
+                    out.write_text(json.dumps(case, indent=1))
         elif diff:
             small = shrink(binary, case, args.gpus, args.pattern)
             print(f"case {n} differs; shrunk to {len(small['events'])} events:")

@@ -31,6 +31,7 @@ import (
 	core "k8s.io/api/core/v1"
 	meta "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog"
 )
 
 type oracleEvent struct {
@@ -207,6 +208,8 @@ func (o *oracle) snapshot() map[string]oracleJob {
 }
 
 func TestOracle(t *testing.T) {
+	// klog buffers; without a flush at the end HiveD's log (bindings, doomed-bad cells) is lost.
+	defer klog.Flush()
 	path := os.Getenv("HIVED_ORACLE_CASE")
 	if path == "" {
 		t.Skip("HIVED_ORACLE_CASE is not set")
