@@ -11,9 +11,11 @@ exit status and the case. Run it on the tree before and on the tree after, and `
     python benchmarks/output_digests.py > after.txt
     diff before.txt after.txt && echo identical
 
-stderr is left out (``simulate`` prints its run time there). The simulations replay the first
-1,000 jobs of the synthetic Philly trace (``shared/data/philly/synthetic``) on the first 60 of
-Philly's machines, where jobs contend, and Tiresias' and Helios' own test inputs under
+Each case runs in ``tree`` with the paths of its inputs relative to it, and what it writes for
+a case goes to the same ``--scratch`` in both runs, because ``simulate`` names its inputs in its
+output. stderr is left out (``simulate`` prints its run time there). The simulations replay the
+first 1,000 jobs of the synthetic Philly trace (``shared/data/philly/synthetic``) on the first 60
+of Philly's machines, where jobs contend, and Tiresias' and Helios' own test inputs under
 ``--model``; the scenarios are ``scheduler/examples`` and every scenario under ``tests/data``.
 """
 
@@ -73,10 +75,10 @@ def _is_scenario(path: Path) -> bool:
 def cases(tree: Path, scratch: Path) -> Iterator[tuple[str, list[str]]]:
     """(name, labhive arguments) of every case, paths relative to ``tree`` in the name."""
     for path in scenarios(tree):
-        name = str(path.relative_to(tree))
+        name = str(path.relative_to(tree))  # run in ``tree``: the output names it the same
         for policy in REPLAY_POLICIES:
-            yield f"replay {name} {policy}", ["replay", str(path), "--json", "--policy", policy]
-        yield f"simulate --scenario {name}", ["simulate", "--scenario", str(path), "--json",
+            yield f"replay {name} {policy}", ["replay", name, "--json", "--policy", policy]
+        yield f"simulate --scenario {name}", ["simulate", "--scenario", name, "--json",
                                               "--quiet", "--policy", "hived"]  # fmt: skip
     philly = SHARED / "philly"
     trace = ["--trace", str(philly / "synthetic" / "synthetic_jobs_sample1000.csv"),
@@ -86,16 +88,16 @@ def cases(tree: Path, scratch: Path) -> Iterator[tuple[str, list[str]]]:
                                                  "--policy", policy]  # fmt: skip
     machines = scratch / "n2g4.csv"
     machines.write_text("machineId,number of GPUs\nm0,4\nm1,4\n")
-    tiresias = tree / "tests" / "data" / "tiresias" / "60_job.csv"
-    yield "simulate tiresias-60 --model tiresias", ["simulate", "--trace", str(tiresias),
+    tiresias = "tests/data/tiresias/60_job.csv"
+    yield "simulate tiresias-60 --model tiresias", ["simulate", "--trace", tiresias,
         "--cluster", str(machines), "--model", "tiresias", "--json", "--quiet"]  # fmt: skip
-    helios = tree / "tests" / "data" / "helios" / "cluster_log_300.csv"
+    helios = "tests/data/helios/cluster_log_300.csv"
     nodes = scratch / "helios-nodes.csv"  # its README: vcA 3 nodes of 8 GPUs, vcB 2
     nodes.write_text("machineId,number of GPUs\n" + "".join(f"m{i},8\n" for i in range(5)))
     vcs = scratch / "helios-vcs.csv"
     vcs.write_text("vc,nodes\nvcA,3\nvcB,2\n")
     for policy in ("fifo", "sjf"):
-        yield f"simulate helios-300 --model helios {policy}", ["simulate", "--trace", str(helios),
+        yield f"simulate helios-300 --model helios {policy}", ["simulate", "--trace", helios,
             "--cluster", str(nodes), "--vcs", str(vcs), "--model", "helios", "--policy", policy,
             "--json", "--quiet"]  # fmt: skip
 
