@@ -59,8 +59,8 @@ def upward_in_service(graph: dict[str, set[str]]) -> dict[str, str]:
         todo = [start]
         while todo:
             module = todo.pop(0)
-            above = (service_rank(module) or -1) > rank
-            if above:
+            reached = service_rank(module)
+            if reached is not None and reached > rank:
                 chain = [module]
                 while came_from[chain[-1]]:
                     chain.append(came_from[chain[-1]])
