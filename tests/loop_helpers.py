@@ -12,7 +12,7 @@ from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.loop import SchedulerLoop
 from labhive.scheduler.service.server import ServeOptions, build
-from labhive.scheduler.service.store import job_row
+from labhive.scheduler.service.store import queries
 from labhive.scheduler.service.store import transitions as tx
 
 
@@ -46,6 +46,6 @@ def submit_by_hand(loop: SchedulerLoop, doc: dict, *, admitted: bool = False) ->
 
 def job_state(loop: SchedulerLoop, job_id: int) -> str:
     with loop.store.read() as conn:
-        row = job_row(conn, job_id)
+        row = queries.job(conn, job_id)
     assert row is not None
     return str(row["state"])

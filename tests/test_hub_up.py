@@ -19,7 +19,7 @@ from hub_support import wait_for
 from kernel_support import free_port, venv_env
 
 from labhive.client import Client
-from labhive.scheduler.service.store import Store, job_row
+from labhive.scheduler.service.store import Store, queries
 
 
 def _login(hub: str, name: str, password: str) -> httpx.Client:
@@ -149,7 +149,7 @@ def test_labhive_up_prints_the_login_serves_and_ctrl_c_stops_everything(tmp_path
     assert not left, f"outlived labhive up:\n{_names(left)}"
     store = Store(f"sqlite:///{data / 'hub' / 'service' / 'labhive.db'}")
     with store.read() as conn:
-        server, training = job_row(conn, server_id), job_row(conn, train.id)
+        server, training = queries.job(conn, server_id), queries.job(conn, train.id)
     store.dispose()
     assert server is not None and (server["state"], server["reason"]) == ("STOPPED", "cancelled")
     assert training is not None and training["state"] == "WAITING", "it runs again next start"

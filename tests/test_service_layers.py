@@ -1,7 +1,10 @@
-"""Given the service's source tree, expect its API side layered as docs/service.md draws it:
+"""Given the service's source tree, expect its layers as docs/service.md draws them:
 
-- the loop's parts (``service/runtime/``) import nothing of the REST API (``service/api/``) nor
-  the ``JobService`` facade its handlers call;
+- the store (``service/store/``) at the bottom, then the loop's parts (``service/runtime/``),
+  then what the REST side enters by (``service/loop.py``'s re-export, the ``JobService``
+  facade, the handlers in ``service/api/``), then the app and the process (``app.py``,
+  ``server.py``, ``commands.py``) on top; no module reaches a layer above its own, directly or
+  through the helpers beside the layers (``eta.py``, ``notices.py``, ``journal/`` ...);
 - no handler in ``service/api/`` opens a store transaction or runs SQL itself: the facade owns
   every transaction (a handler that did would hold a connection across its rendering, and skip
   the facade's one ownership check);
@@ -11,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 from fastapi.routing import APIRoute
 from import_graph import ROOT, imports
@@ -20,15 +24,92 @@ API = ROOT / "scheduler" / "service" / "api"
 STORE_CALLS = {"read", "write", "execute", "connect", "begin"}
 
 
-def test_the_runtime_imports_neither_the_api_nor_the_facade() -> None:
+SERVICE = "labhive.scheduler.service"
+#: The service's layers, bottom first: module-name prefix (under ``SERVICE``) -> rank. A module
+#: of none of them (a helper beside the layers) belongs to no layer, but an import chain through
+#: it counts: the runtime reaching the facade through ``eta.py`` is an import up all the same.
+SERVICE_LAYERS: dict[str, int] = {
+    "store": 0,
+    "runtime": 1,
+    "loop": 2,  # the re-export of runtime's SchedulerLoop, for those above it
+    "job_service": 2,
+    "api": 2,
+    "app": 3,
+    "server": 3,
+    "commands": 3,
+}
+
+
+def service_rank(module: str) -> int | None:
+    """``...service.runtime.loop`` -> 1; a helper beside the layers -> None."""
+    if not module.startswith(SERVICE + "."):
+        return None
+    head = module[len(SERVICE) + 1 :].split(".")[0]
+    return SERVICE_LAYERS.get(head)
+
+
+def upward_in_service(graph: dict[str, set[str]]) -> dict[str, str]:
+    """Module of a layer -> the first import chain (``a -> b -> c``) by which it reaches a module
+    of a higher layer, following imports inside the service only."""
+    found = {}
+    for start in sorted(m for m in graph if service_rank(m) is not None):
+        rank = service_rank(start)
+        assert rank is not None
+        came_from: dict[str, str] = {start: ""}
+        todo = [start]
+        while todo:
+            module = todo.pop(0)
+            reached = service_rank(module)
+            if reached is not None and reached > rank:
+                chain = [module]
+                while came_from[chain[-1]]:
+                    chain.append(came_from[chain[-1]])
+                found[start] = " -> ".join(reversed(chain))
+                break
+            for target in sorted(graph.get(module, ())):
+                if target.startswith(SERVICE + ".") and target not in came_from:
+                    came_from[target] = module
+                    todo.append(target)
+    return found
+
+
+def test_the_service_stands_on_its_layers() -> None:
+    """Given the tree, expect no store module to reach the runtime, no runtime module the loop's
+    re-export, the facade or the API, and nothing below the app the app."""
     graph = imports()
-    runtime = {m: t for m, t in graph.items() if m.startswith("labhive.scheduler.service.runtime")}
-    assert runtime, "no runtime modules found"
-    upward = {
-        m: sorted(t for t in targets if ".service.api" in t or t.endswith(".job_service"))
-        for m, targets in runtime.items()
+    ranked = {service_rank(m) for m in graph}
+    assert {0, 1, 2, 3} <= ranked, "a layer of the service was not found"
+    assert upward_in_service(graph) == {}
+
+
+def test_an_import_back_up_the_service_is_found(tmp_path: Path) -> None:
+    """The check above can fail: given a tree whose runtime imports ``service/loop.py`` (lazily,
+    inside a function), whose store reaches the facade through a helper, and whose handler
+    imports the app, expect each found with its chain."""
+    service = tmp_path / "scheduler" / "service"
+    for folder in ("runtime", "store", "api"):
+        (service / folder).mkdir(parents=True)
+        (service / folder / "__init__.py").write_text("")
+    for top in ("scheduler", "scheduler/service"):
+        (tmp_path / top / "__init__.py").write_text("")
+    files = {
+        "runtime/settle.py": "def f():\n    from labhive.scheduler.service.loop import X\n",
+        "loop.py": "from labhive.scheduler.service.runtime import settle\n",
+        "store/queries.py": "from labhive.scheduler.service import helper\n",
+        "helper.py": "from labhive.scheduler.service.job_service import JobService\n",
+        "job_service.py": "",
+        "api/jobs.py": "from labhive.scheduler.service.app import make_app\n",
+        "app.py": "",
     }
-    assert {m: t for m, t in upward.items() if t} == {}
+    for name, text in files.items():
+        (service / name).write_text(text)
+    assert upward_in_service(imports(tmp_path)) == {
+        f"{SERVICE}.runtime.settle": f"{SERVICE}.runtime.settle -> {SERVICE}.loop",
+        f"{SERVICE}.store.queries": (
+            f"{SERVICE}.store.queries -> {SERVICE}.helper -> {SERVICE}.job_service"
+        ),
+        f"{SERVICE}.api.jobs": f"{SERVICE}.api.jobs -> {SERVICE}.app",
+    }
 
 
 def store_calls(source: str) -> list[str]:

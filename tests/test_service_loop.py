@@ -18,7 +18,7 @@ from waiting import wait_until
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.drivers.lifecycle import JobRecord, end_attempt
 from labhive.scheduler.service.loop import SchedulerLoop
-from labhive.scheduler.service.store import events, job_row
+from labhive.scheduler.service.store import events, queries
 from labhive.scheduler.service.store import transitions as tx
 
 
@@ -99,7 +99,7 @@ def test_a_job_cancelled_while_the_service_stops_ends_cancelled(loop: SchedulerL
     loop.cancel(job_id)
     loop.step()
     with loop.store.read() as conn:
-        row = job_row(conn, job_id)
+        row = queries.job(conn, job_id)
     assert row is not None and row["reason"] == "stopping"
     loop.stop(stop_tasks=True)
     assert _state(loop, job_id) == "STOPPED"
@@ -125,7 +125,7 @@ def test_a_failing_job_says_what_the_replayed_one_says(loop: SchedulerLoop) -> N
     assert retry_why == "attempt 1 failed (exit codes main-0: 3); retry 1 of 1"
     assert failed_why == "attempt 2 failed (exit codes main-0: 3); no retries left"
     with loop.store.read() as conn:
-        row = job_row(conn, job_id)
+        row = queries.job(conn, job_id)
     assert row is not None and (row["attempt"], row["retries_used"]) == (2, 1)
 
     record = JobRecord("f", parse_job({"name": "f", "vc": "vc1", "gpus": 1, "retries": 1}), 0.0)

@@ -20,8 +20,8 @@ from labhive.scheduler.service.store import (
     Store,
     allocations,
     events,
-    job_row,
     jobs,
+    queries,
 )
 from labhive.scheduler.service.store import transitions as tx
 
@@ -34,9 +34,9 @@ def _new(store: Store, retries: int = 0, name: str = "a") -> int:
         return tx.submit(conn, job, 1.0)
 
 
-def _row(store: Store, job_id: int) -> dict:
+def _row(store: Store, job_id: int) -> queries.JobRow:
     with store.read() as conn:
-        row = job_row(conn, job_id)
+        row = queries.job(conn, job_id)
     assert row is not None
     return row
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_helpers import cluster
+from sim_helpers import cluster, job, simulate
 
-from labhive.scheduler.drivers.replay import replay, snapshot
+from labhive.scheduler.drivers.replay import VirtualTimeDriver, replay, snapshot
 from labhive.scheduler.drivers.scenario import Scenario, load_scenario
 from labhive.scheduler.sim.cli import register  # noqa: F401  (the CLI module imports cleanly)
 from labhive.scheduler.sim.engine import Simulation
@@ -86,3 +86,22 @@ def test_scenario_metrics_account_for_every_job(tmp_path: Path) -> None:
     assert overall["jobs"] == 4 and overall["cancelled"] == 1
     assert json.dumps(run.summary)  # plain data
     assert cluster([2, 2]).total_gpus() == run.result.total_gpus
+
+
+def test_the_simulator_runs_on_the_drivers_one_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given three jobs simulated on 4 GPUs, expect the run to go through
+    ``VirtualTimeDriver.drive``, the loop ``labhive replay`` runs on, once, and the simulator
+    to define no loop of its own (issue 32: its ``_run`` was a hand-kept copy of the driver's)."""
+    assert "drive" not in vars(Simulation)
+    drives: list[type] = []
+    shared = VirtualTimeDriver.drive
+
+    def counted(self: VirtualTimeDriver, *args: Any, **kwargs: Any) -> None:
+        drives.append(type(self))
+        shared(self, *args, **kwargs)
+
+    monkeypatch.setattr(VirtualTimeDriver, "drive", counted)
+    jobs = [job("a", 0, 4, 10), job("b", 1, 2, 5), job("c", 2, 2, 5)]
+    done = simulate("fifo", cluster([4]), jobs)
+    assert drives == [Simulation]
+    assert {name: j.end for name, j in done.items()} == {"a": 10.0, "b": 15.0, "c": 15.0}

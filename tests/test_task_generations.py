@@ -20,21 +20,21 @@ from labhive.scheduler.service import lifecycle as lc
 from labhive.scheduler.service.runtime.runs import Running as _Running
 from labhive.scheduler.service.runtime.runs import current_key as _current_key
 from labhive.scheduler.service.runtime.runs import next_key as _next_key
-from labhive.scheduler.service.store import Store, job_row, tasks
+from labhive.scheduler.service.store import Store, queries, tasks
 from labhive.scheduler.service.store import transitions as tx
 
 pytest_plugins = ["service_fixtures"]
 
 
-def _running_job(store: Store) -> dict:
+def _running_job(store: Store) -> queries.JobRow:
     spec = {"name": "inc", "gpus": 1}
     job = lc.NewJob("inc", "alice", "vc1", 10, 0, 1, 1, spec)
     with store.write() as conn:
         job_id = tx.submit(conn, job, 1.0)
-        row = job_row(conn, job_id)
+        row = queries.job(conn, job_id)
         assert row is not None
         tx.start(conn, row, [TaskPlacement("w", 0, "n1", (0,))], False, 2.0)
-        started = job_row(conn, job_id)
+        started = queries.job(conn, job_id)
         assert started is not None
         return started
 

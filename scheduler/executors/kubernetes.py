@@ -55,6 +55,7 @@ from labhive.scheduler.executors.k8s_objects import (
 )
 from labhive.scheduler.executors.k8s_status import node_problem, pod_outcome
 from labhive.scheduler.executors.k8s_watch import PodWatch, _Tracked
+from labhive.scheduler.executors.node_watch import NodeWatch
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ class KubernetesExecutor(PodWatch, PodLogs):
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._watch_resp: Any = None
-        self._node_health: dict[str, str | None] = {}
+        self._nodes = NodeWatch()  # what was wrong with each node at the last poll
         self._k8s_names: dict[str, str] = {}
 
     # ---- lifecycle of the executor itself ---------------------------------------------------
@@ -200,14 +201,11 @@ class KubernetesExecutor(PodWatch, PodLogs):
                 node = by_name.get(name)
                 if node is not None:
                     self._k8s_names[name] = node["metadata"]["name"]
-                problem = node_problem(node, gpus, self._opts.gpu_resource)
-                was_known = name in self._node_health
-                was_bad = self._node_health.get(name) is not None
-                if problem and (not was_known or not was_bad):
-                    events.append(NodeDown(name, now, problem))
-                elif not problem and was_bad:
-                    events.append(NodeUp(name, now))
-                self._node_health[name] = problem
+                event = self._nodes.saw(
+                    name, node_problem(node, gpus, self._opts.gpu_resource), now
+                )
+                if event is not None:
+                    events.append(event)
         return events
 
     def _k8s_node(self, node: str) -> str:
@@ -351,7 +349,7 @@ class KubernetesExecutor(PodWatch, PodLogs):
                 name = h.info.get("pod") or pod_name(h.key)
                 pods[name] = h.info.get("uid")
                 self._tracked.pop(name, None)
-                if self._node_health.get(h.info.get("config_node", "")):
+                if self._nodes.problem(h.info.get("config_node", "")):
                     lost.add(name)
         why = reason or "stopped by LabHive (cancelled, preempted or its node is down)"
         for pod, uid in pods.items():

@@ -53,6 +53,7 @@ from labhive.scheduler.executors.local import (
     strace_observations,
     task_dir,
 )
+from labhive.scheduler.executors.node_watch import NodeWatch
 from labhive.scheduler.executors.output import DEFAULT_CAP
 from labhive.scheduler.executors.slurm_cli import (
     ENDED_STATES,
@@ -144,7 +145,7 @@ class SlurmExecutor:
         self._lock = threading.Lock()  # the loop polls while actuation workers launch and stop
         self._queried_at = float("-inf")
         self._nodes_listed_at: float | None = None
-        self._node_health: dict[str, str | None] = {}
+        self._nodes = NodeWatch()  # what was wrong with each node at the last poll
         #: Nodes a launch is submitting to right now (not yet tracked): never taken for others'.
         self._launching: list[str] = []
         #: Tasks that recorded a failure, already asked ``squeue`` about once: they wait for
@@ -456,13 +457,9 @@ class SlurmExecutor:
         for name in self._node_names or tuple(listed):
             node = listed.get(name)
             problem = node.problem if node else "Slurm has no node of this name"
-            problem = problem or others.get(name)
-            was_known, was_bad = name in self._node_health, self._node_health.get(name) is not None
-            if problem and (not was_known or not was_bad):
-                events.append(NodeDown(name, t, problem))
-            elif not problem and was_bad:
-                events.append(NodeUp(name, t))
-            self._node_health[name] = problem
+            event = self._nodes.saw(name, problem or others.get(name), t)
+            if event is not None:
+                events.append(event)
         return events
 
     def _held_by_others(self, held: Sequence[Allocation]) -> dict[str, str]:

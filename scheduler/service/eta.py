@@ -238,7 +238,7 @@ class EtaTracker:
             known = etas.estimated(conn, list(estimates))
             started = etas.started_unscored(conn)
         new = [
-            etas.NewEta(j, vcs[j], now, e.eta, e.low, e.high)
+            etas.EtaRow(j, vcs[j], now, e.eta, e.low, e.high)
             for j, e in estimates.items()
             if j not in known
         ]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -544,8 +543,7 @@ class Simulation(VirtualTimeDriver):
                 return "finished" if ok else "failed"
             return f"{record.spec.name} {'finished' if ok else 'failed'}"
 
-        self._counter += 1  # ``at``, inline: once per run
-        heapq.heappush(self._heap, (self.now + run_for, COMPLETION, self._counter, complete))
+        self.at(self.now + run_for, complete, COMPLETION)
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
         """The run ends; ``remaining`` drops by ``keep`` (None: cut short by the policy, so

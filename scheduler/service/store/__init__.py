@@ -20,7 +20,6 @@ from labhive.scheduler.service.store.engine import (
     MIGRATIONS,
     Store,
     database_url,
-    job_row,
     now,
 )
 from labhive.scheduler.service.store.tables import (
@@ -45,7 +44,6 @@ __all__ = [
     "events",
     "job_etas",
     "job_gpu_history",
-    "job_row",
     "jobs",
     "metadata",
     "node_marks",

@@ -15,18 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    create_engine,
-    event,
-    inspect,
-    select,
-    text,
-)
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
 from labhive.scheduler.core.errors import UserError
-from labhive.scheduler.service.store.tables import jobs
 
 #: The newest migration; ``Store.migrate`` skips importing Alembic when the database is there.
 HEAD_REVISION = "0009_journal"
@@ -142,8 +135,3 @@ def _tune_sqlite(engine: Engine) -> None:
 
 def now() -> float:
     return time.time()
-
-
-def job_row(conn: Connection, job_id: int) -> dict[str, Any] | None:
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
-    return dict(row) if row else None

@@ -41,7 +41,11 @@ class PastRow(NamedTuple):
 
 
 class EtaRow(NamedTuple):
-    """One row of ``job_etas``."""
+    """A waiting job's first estimate: one row of ``job_etas``.
+
+    One type for the row to store and the row read back: a new estimate leaves the score
+    fields (when the job started, the error, whether the shown range held it) None, and
+    ``score`` fills them in once the job starts."""
 
     job_id: int
     vc: str
@@ -49,20 +53,9 @@ class EtaRow(NamedTuple):
     eta: float
     eta_low: float
     eta_high: float
-    started_at: float | None
-    error_s: float | None
-    in_range: bool | None
-
-
-class NewEta(NamedTuple):
-    """A waiting job's first estimate, to store."""
-
-    job_id: int
-    vc: str
-    predicted_at: float
-    eta: float
-    eta_low: float
-    eta_high: float
+    started_at: float | None = None
+    error_s: float | None = None
+    in_range: bool | None = None
 
 
 _FORECAST = (jobs.c.id, jobs.c.user, jobs.c.submitted_at, jobs.c.started_at)
@@ -134,8 +127,8 @@ def started_unscored(conn: Connection) -> list[tuple[EtaRow, float]]:
     return [(EtaRow(*r[:-1]), r[-1]) for r in conn.execute(query)]
 
 
-def add(conn: Connection, new: list[NewEta]) -> None:
-    """Store first estimates."""
+def add(conn: Connection, new: list[EtaRow]) -> None:
+    """Store first estimates (their score fields None until ``score``)."""
     if new:
         conn.execute(insert(job_etas), [n._asdict() for n in new])
 
