@@ -158,9 +158,10 @@ class QueuedPass:
         block or start."""
         free, no_room, now = self.pool.free_gpus, self._no_room, self._now
         blocked = self._blocked
+        fits = self.pool.may_fit
         if not self.backfill:
             return lambda kind, gpus, key: (
-                START if gpus <= free and kind[0] not in no_room else NOT_THIS_PASS
+                START if kind[0] not in no_room and fits(gpus) else NOT_THIS_PASS
             )
         if blocked is None:
             return lambda kind, gpus, key: START
@@ -169,7 +170,7 @@ class QueuedPass:
 
         def may_start(kind: Kind, gpus: int, key: Any) -> int:
             shape, limit = kind
-            if gpus > free or shape in no_room:
+            if gpus > free or shape in no_room or not fits(gpus):
                 return NOT_THIS_PASS
             if key < bar or may_jump_by(now, gpus, limit, need, reserved):
                 return START
