@@ -196,7 +196,9 @@ class QueuedPass:
         tasks = None
         shape = job.gang.shape
         over = self._over_quota(job) if self.per_vc else 0
-        if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
+        # (``may_fit``: placement's own first tests, without its search: before a preemption
+        # search, most tries on a contended cluster failed there)
+        if not over and shape not in self._no_room and self.pool.may_fit(job.gpus):
             tasks = self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
