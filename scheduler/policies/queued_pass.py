@@ -161,7 +161,7 @@ class QueuedPass:
         fits = self.pool.may_fit
         if not self.backfill:
             return lambda kind, gpus, key: (
-                START if gpus <= free and kind[0] not in no_room and fits(gpus) else NOT_THIS_PASS
+                START if kind[0] not in no_room and fits(gpus) else NOT_THIS_PASS
             )
         if blocked is None:
             return lambda kind, gpus, key: START
