@@ -11,7 +11,8 @@ kind: its gang shape (too many GPUs for those free, or placement found no room) 
 backfill, its declared time limit (may it jump the blocked head?). So a pass asks ``best`` for
 the first head among kinds that may still start, and skips the others' heaps whole. The kinds
 themselves are ranked by their first heads (``_tops``), and a kind too big for the GPUs still
-free, or of a shape found no room, is set aside until the pass ends (starts only take
+free, one no node has room for (``NodePool.may_fit``), or of a shape found no room, is set
+aside until the pass ends (starts only take
 resources): a call costs the kinds ranked before its answer that may not start, each met once
 per pass (with backfill, those that may not jump the blocked head, once per call), plus a log
 of the kinds and of the heads per start.

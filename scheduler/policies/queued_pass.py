@@ -151,9 +151,11 @@ class QueuedPass:
 
     def _may_start(self) -> MayStart:
         """Which of the index's heads ``_try`` could start now, by kind and rank: not those
-        needing more GPUs than are free, or of a shape found no room this pass (starts only
-        take resources: not again this pass), nor, past the blocked head, those ranked after
-        it whose GPU count and limit may not jump it (their priority only rises in a pass).
+        needing more GPUs than are free or than any node (or, wider than a node, the nodes
+        it may take) has free (``may_fit``: placement's first tests, without trying), or of a
+        shape found no room this pass (starts only take resources: not again this pass),
+        nor, past the blocked head, those ranked after it whose GPU count and limit may not
+        jump it (their priority only rises in a pass).
         With backfill and no blocked head yet the first head is tried whatever its size, to
         block or start."""
         free, no_room, now = self.pool.free_gpus, self._no_room, self._now
