@@ -132,6 +132,10 @@ class NodePool:
         self.free_gpus = 0
         for n in self.nodes.values():
             self._file(n)
+        #: The most free GPUs a node was left with by a release (or had coming up) since the
+        #: caller last set this to 0: ``may_fit`` may turn from no to yes only once it reaches
+        #: ``wake_level`` (so a queue pass need not ask again about a size refused before).
+        self.peak = self.max_node_gpus
         # job id -> (its tasks, each task's CPU, each task's memory)
         self._jobs: dict[
             str, tuple[tuple[TaskPlacement, ...], tuple[float, ...], tuple[float, ...]]
@@ -153,6 +157,8 @@ class NodePool:
         """File a node whose freed GPUs were appended: in order again first."""
         node.free.sort()
         self._file(node)
+        if len(node.free) > self.peak:
+            self.peak = len(node.free)
 
     def placement(self, job_id: str) -> tuple[TaskPlacement, ...]:
         held = self._jobs.get(job_id)
@@ -279,6 +285,17 @@ class NodePool:
             return False
         return self._most_free_reaches(-(-gpus // top), gpus)
 
+    def wake_level(self, gpus: int) -> int:
+        """Where ``may_fit(gpus)`` says no, the free GPUs some node must be left with by a
+        release (``peak``) before it may say yes: the size itself for a gang that fits on one
+        node; for a wider one, what the other most-free nodes it may take, all empty, leave
+        to find (if the sum of the most free grew past the gang, one of them grew past that).
+        Under ``anywhere`` any release may do."""
+        if self.locality != "consolidated":
+            return 1
+        top = self.max_node_gpus
+        return max(1, gpus - top * (-(-gpus // top) - 1)) if top else 1
+
     def _most_free_reaches(self, nodes: int, gpus: int) -> bool:
         """``_most_free(nodes) >= gpus``, stopping as soon as the nodes left, at most as free
         as the bucket reached, cannot make up the rest (on a busy cluster the top buckets are
@@ -361,6 +378,8 @@ class NodePool:
         self._unfile(node)
         node.healthy = healthy
         self._file(node)
+        if healthy and len(node.free) > self.peak:
+            self.peak = len(node.free)
         return sorted(set(node.used.values()))
 
     def views(self) -> tuple[NodeView, ...]:

@@ -16,6 +16,7 @@ from labhive.scheduler.policies.backfill import may_jump_by, shadow
 from labhive.scheduler.policies.head_index import (
     LATER,
     NOT_THIS_PASS,
+    PARK,
     START,
     HeadIndex,
     Kind,
@@ -134,6 +135,9 @@ class QueuedPass:
         is re-filed by its new share, after; its user's other lines keep their rank)."""
         for group in list(index.dirty):
             self._file_head(index, group)
+        pool = self.pool
+        index.unpark(pool.peak)  # the kinds a release since the last pass may have made room for
+        pool.peak = 0
         tried = None
         while self.pool.free_gpus > 0:
             entry = index.best(self._may_start(), tried)
@@ -160,11 +164,18 @@ class QueuedPass:
         block or start."""
         free, no_room, now = self.pool.free_gpus, self._no_room, self._now
         blocked = self._blocked
-        fits = self.pool.may_fit
+        pool = self.pool
+        fits = pool.may_fit
         if not self.backfill:
-            return lambda kind, gpus, key: (
-                START if kind[0] not in no_room and fits(gpus) else NOT_THIS_PASS
-            )
+            # no room by free counts: parked until a release could make room (a pass need not
+            # ask again about each kind it refused at the last); with backfill not parked, as
+            # the next pass tries its first head whatever its kind, to find the blocked one
+            def may_start_now(kind: Kind, gpus: int, key: Any) -> int:
+                if kind[0] in no_room:
+                    return NOT_THIS_PASS
+                return START if fits(gpus) else PARK + pool.wake_level(gpus)
+
+            return may_start_now
         if blocked is None:
             return lambda kind, gpus, key: START
         bar, need = self.group_priority(blocked), blocked.gpus
