@@ -102,3 +102,31 @@ def test_the_early_stopping_walk_answers_as_the_full_one() -> None:
                 assert pool._most_free_reaches(nodes, gpus) == full, (nodes, gpus)
                 seen.add(full)
     assert seen == {True, False}
+
+
+def test_a_size_refused_fits_again_only_once_a_release_reaches_its_wake_level() -> None:
+    """Given random pools and, for each size ``may_fit`` refuses, random releases (and nodes
+    coming up) after ``peak`` was set to 0, expect the size to fit again only where ``peak``
+    reached ``wake_level``: DRF's index parks such a size until then, so a release that made
+    room below that level would leave a head waiting that now fits."""
+    rng = random.Random(34_000)
+    woke = stayed = 0
+    for _ in range(300):
+        pool = _pool(rng)
+        down = rng.sample(sorted(pool.nodes), k=min(2, len(pool.nodes)))
+        for name in down:
+            pool.set_healthy(name, False)
+        refused = [g for g in (1, 2, 3, 4, 6, 8, 9, 12, 16, 17, 24) if not pool.may_fit(g)]
+        pool.peak = 0
+        for _ in range(rng.randint(1, 4)):
+            if pool._jobs and rng.random() < 0.8:
+                pool.release(rng.choice(sorted(pool._jobs)))
+            else:
+                pool.set_healthy(rng.choice(down), True)
+            for g in refused:
+                if pool.may_fit(g):
+                    assert pool.peak >= pool.wake_level(g), (g, pool.peak)
+                    woke += 1
+                else:
+                    stayed += pool.peak >= pool.wake_level(g)
+    assert woke > 50 and stayed > 50  # both: woken and fitting, woken in vain
