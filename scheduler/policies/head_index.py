@@ -182,6 +182,23 @@ class HeadIndex:
                 heapq.heappush(tops, (slot[1][0], kind))
         self._low = low
 
+    def parked(self) -> bool:
+        return bool(self._parked)
+
+    def first_parked(self) -> Entry | None:
+        """The first-ranked live entry of the parked kinds (with backfill a pass tries its
+        first head whatever its kind, to find the blocked one: a parked kind's, if first)."""
+        version, found = self._version, None
+        for kind in self._parked:
+            slot = self._heaps.get(kind)
+            heap = slot[1] if slot is not None else []
+            while heap and version.get(heap[0][3]) != heap[0][2]:
+                heapq.heappop(heap)  # stale
+                self._entries -= 1
+            if heap and (found is None or heap[0] < found):
+                found = heap[0]
+        return found
+
     def _compact(self) -> None:
         version = self._version
         for kind, (gpus, heap) in list(self._heaps.items()):

@@ -141,6 +141,10 @@ class QueuedPass:
         tried = None
         while self.pool.free_gpus > 0:
             entry = index.best(self._may_start(), tried)
+            if tried is None and self.backfill and index.parked():
+                first = index.first_parked()  # the blocked head may be a parked kind's
+                if first is not None and (entry is None or first < entry):
+                    entry = first
             if entry is None:
                 break
             group = entry[3]
@@ -168,8 +172,7 @@ class QueuedPass:
         fits = pool.may_fit
         if not self.backfill:
             # no room by free counts: parked until a release could make room (a pass need not
-            # ask again about each kind it refused at the last); with backfill not parked, as
-            # the next pass tries its first head whatever its kind, to find the blocked one
+            # ask again about each kind it refused at the last)
             def may_start_now(kind: Kind, gpus: int, key: Any) -> int:
                 if kind[0] in no_room:
                     return NOT_THIS_PASS
@@ -183,8 +186,10 @@ class QueuedPass:
 
         def may_start(kind: Kind, gpus: int, key: Any) -> int:
             shape, limit = kind
-            if gpus > free or shape in no_room or not fits(gpus):
+            if gpus > free or shape in no_room:
                 return NOT_THIS_PASS
+            if not fits(gpus):  # parked, as above (the pass's first try sees parked kinds too)
+                return PARK + pool.wake_level(gpus)
             if key < bar or may_jump_by(now, gpus, limit, need, reserved):
                 return START
             return LATER
