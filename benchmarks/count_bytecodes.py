@@ -30,7 +30,9 @@ and the functions where on spends more.
 ``--upto`` (with ``--whole``): stop counting when the last job of ``--jobs`` is taken, so
 the figure is the steady state of jobs ``--skip`` to ``--jobs`` at that queue depth, without
 the drain of the queue after the last arrival and the summary (both counted once per run, so
-a slice of 2,000 jobs charges each job with what a 1M run spreads over 1M).
+a slice of 2,000 jobs charges each job with what a 1M run spreads over 1M). Printed also per
+job *started* while counting: on a contended cluster fewer jobs start than arrive in a
+window (the queue grows), so per arrival understates a job's whole cost.
 
 ``--contended``: the squeezed cluster of ``bench_simulator.py --contended`` (the first 360
 machines, Helios' VC weights), where jobs queue.
@@ -112,7 +114,7 @@ def main() -> int:
 
 
 def count() -> int:
-    from labhive.scheduler.core.model import Submit
+    from labhive.scheduler.core.model import Start, Submit
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.sim import runner
     from labhive.scheduler.sim.machines import load_sim_cluster
@@ -148,11 +150,45 @@ def count() -> int:
     counts: Counter[str] = Counter()
     if args.whole:
         skip = args.skip or 0
+        starts = [0]  # jobs started while counting: on a contended cluster fewer than arrived
+        made = runner.get_policy  # type: ignore[attr-defined]
+
+        def starting(*a: Any, **k: Any) -> Any:
+            policy = made(*a, **k)
+            handle, batch = policy.handle, getattr(policy, "handle_batch", None)
+
+            def _uncounted_one(event: Any) -> Any:
+                out = handle(event)
+                if sys.gettrace() is not None:
+                    starts[0] += sum(isinstance(d, Start) for d in out)
+                return out
+
+            def _uncounted_many(events: Any) -> Any:
+                out = batch(events)  # type: ignore[misc]
+                if sys.gettrace() is not None:
+                    starts[0] += sum(isinstance(d, Start) for d in out)
+                return out
+
+            setattr(policy, "handle", _uncounted_one)  # noqa: B010
+            if batch is not None:
+                setattr(policy, "handle_batch", _uncounted_many)  # noqa: B010
+            return policy
+
+        setattr(runner, "get_policy", starting)  # noqa: B010
         runner.run_policy(
             args.policy, config, skipping(jobs, skip, counts, args.upto), keep_jobs=False
         )
+        setattr(runner, "get_policy", made)  # noqa: B010
         sys.settrace(None)
+        for key in [k for k in counts if k.startswith("count_bytecodes.py:")]:
+            del counts[key]  # this script's own (the start counting above, ``skipping``)
         per = max(1, len(jobs) - skip)
+        if args.upto:
+            total = sum(counts.values())
+            print(
+                f"{args.policy}: {starts[0]:,} jobs started while counting; "
+                f"{total / max(1, starts[0]):,.0f} bytecodes per job started"
+            )
     else:
         args.skip = 10_000 if args.skip is None else args.skip
         events: list[list[Any]] = []
