@@ -27,6 +27,13 @@ and the functions where on spends more.
 
     .venv/bin/python benchmarks/count_bytecodes.py --bench 4096 --events 1000
 
+``--upto`` (with ``--whole``): stop counting when the last job of ``--jobs`` is taken, so
+the figure is the steady state of jobs ``--skip`` to ``--jobs`` at that queue depth, without
+the drain of the queue after the last arrival and the summary (both counted once per run, so
+a slice of 2,000 jobs charges each job with what a 1M run spreads over 1M). Printed also per
+job *started* while counting: on a contended cluster fewer jobs start than arrive in a
+window (the queue grows), so per arrival understates a job's whole cost.
+
 ``--contended``: the squeezed cluster of ``bench_simulator.py --contended`` (the first 360
 machines, Helios' VC weights), where jobs queue.
 """
@@ -76,12 +83,24 @@ def trace_from_here(counts: Counter[str]) -> None:
         frame = frame.f_back  # type: ignore[assignment]
 
 
-def skipping(jobs: list[Any], skip: int, counts: Counter[str]) -> Any:
-    """The jobs, counting from the ``skip``-th one's arrival on (``--whole --skip``)."""
+def stop_tracing() -> None:
+    """Stop counting now, in the frames already running too."""
+    sys.settrace(None)
+    frame = sys._getframe(1)
+    while frame is not None:
+        frame.f_trace = None  # type: ignore[assignment]
+        frame = frame.f_back  # type: ignore[assignment]
+
+
+def skipping(jobs: list[Any], skip: int, counts: Counter[str], upto: bool = False) -> Any:
+    """The jobs, counting from the ``skip``-th one's arrival on (``--whole --skip``); with
+    ``upto``, only until the last one is taken (``--upto``)."""
     for n, job in enumerate(jobs):
         if n == skip:
             trace_from_here(counts)
         yield job
+    if upto:
+        stop_tracing()
 
 
 def main() -> int:
@@ -95,7 +114,7 @@ def main() -> int:
 
 
 def count() -> int:
-    from labhive.scheduler.core.model import Submit
+    from labhive.scheduler.core.model import Start, Submit
     from labhive.scheduler.policies import get_policy
     from labhive.scheduler.sim import runner
     from labhive.scheduler.sim.machines import load_sim_cluster
@@ -108,6 +127,12 @@ def count() -> int:
         "--skip", type=int, help="untraced first submissions (default 10,000; --whole: 0)"
     )
     parser.add_argument("--whole", action="store_true", help="trace the whole simulation")
+    parser.add_argument(
+        "--upto",
+        action="store_true",
+        help="--whole: stop counting at the last job's arrival (the steady state at that "
+        "depth, without the queue's drain and the summary, which a 1M run spreads over 1M)",
+    )
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--contended", action="store_true", help="the squeezed cluster")
     parser.add_argument("--bench", type=int, help="GPUs: count bench_scheduler.py's run")
@@ -125,9 +150,45 @@ def count() -> int:
     counts: Counter[str] = Counter()
     if args.whole:
         skip = args.skip or 0
-        runner.run_policy(args.policy, config, skipping(jobs, skip, counts), keep_jobs=False)
+        starts = [0]  # jobs started while counting: on a contended cluster fewer than arrived
+        made = runner.get_policy  # type: ignore[attr-defined]
+
+        def starting(*a: Any, **k: Any) -> Any:
+            policy = made(*a, **k)
+            handle, batch = policy.handle, getattr(policy, "handle_batch", None)
+
+            def _uncounted_one(event: Any) -> Any:
+                out = handle(event)
+                if sys.gettrace() is not None:
+                    starts[0] += sum(isinstance(d, Start) for d in out)
+                return out
+
+            def _uncounted_many(events: Any) -> Any:
+                out = batch(events)  # type: ignore[misc]
+                if sys.gettrace() is not None:
+                    starts[0] += sum(isinstance(d, Start) for d in out)
+                return out
+
+            setattr(policy, "handle", _uncounted_one)  # noqa: B010
+            if batch is not None:
+                setattr(policy, "handle_batch", _uncounted_many)  # noqa: B010
+            return policy
+
+        setattr(runner, "get_policy", starting)  # noqa: B010
+        runner.run_policy(
+            args.policy, config, skipping(jobs, skip, counts, args.upto), keep_jobs=False
+        )
+        setattr(runner, "get_policy", made)  # noqa: B010
         sys.settrace(None)
+        for key in [k for k in counts if k.startswith("count_bytecodes.py:")]:
+            del counts[key]  # this script's own (the start counting above, ``skipping``)
         per = max(1, len(jobs) - skip)
+        if args.upto:
+            total = sum(counts.values())
+            print(
+                f"{args.policy}: {starts[0]:,} jobs started while counting; "
+                f"{total / max(1, starts[0]):,.0f} bytecodes per job started"
+            )
     else:
         args.skip = 10_000 if args.skip is None else args.skip
         events: list[list[Any]] = []

@@ -142,7 +142,8 @@ def check_index(drf: DrfPolicy) -> None:
     assert not index._off  # and ranks again the kinds it set aside
     ranked = {(id(first), kind) for first, kind in index._tops}
     for kind, (_, heap) in index._heaps.items():
-        assert not heap or (id(heap[0]), kind) in ranked, kind  # each kind's first is ranked
+        # each kind's first is ranked, but for a kind parked until a release makes room
+        assert not heap or kind in index._parked or (id(heap[0]), kind) in ranked, kind
     live = {
         entry[3]: (entry[0], entry[1], kind)
         for kind, (_, heap) in index._heaps.items()
@@ -284,3 +285,51 @@ def test_a_pass_meets_each_kind_too_big_for_the_free_gpus_once() -> None:
     # the next pass asks about the big kinds again (more may be free by then)
     asked.clear()
     assert index.best(lambda kind, gpus, key: START) == ((0.0, 0), 0, 1, "big0")
+
+
+def test_a_kind_no_node_has_room_for_is_asked_again_only_once_a_release_could_make_room() -> None:
+    """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a 16-GPU job
+    (two empty nodes). Each 1-GPU job that ends leaves its node 1 GPU free: no pass asks about
+    ann's job again (before, every pass did: on a contended cluster most of a DRF pass was
+    such questions, issue 34). A 7-GPU job that ends leaves a node empty: the pass asks again
+    (one empty node is not enough), and once a second node is empty her job starts."""
+    config = load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {
+                    "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
+                },
+                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(8)],
+            },
+            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 8}]}},
+        }
+    )
+    drf = from_config(DrfPolicy, config, {})
+    for n, (job_id, gpus) in enumerate(
+        [*((f"big{i}", 7) for i in range(8)), *((f"one{i}", 1) for i in range(8)), ("a", 16)]
+    ):
+        tasks, gpus = (16, 1) if gpus == 16 else (1, gpus)  # ann's: 16 one-GPU tasks
+        spec = parse_job(
+            {"name": job_id, "vc": "vc0", "user": job_id[:3], "tasks": tasks, "gpus": gpus}
+        )
+        drf.check(spec)
+        drf.handle(Submit(job_id, spec, float(n)))
+    asked: list[int] = []
+    may_fit = drf.pool.may_fit
+
+    def counted(gpus: int) -> bool:
+        asked.append(gpus)
+        return may_fit(gpus)
+
+    drf.pool.may_fit = counted  # type: ignore[method-assign]
+
+    def finish(job_id: str, now: float) -> list[str]:
+        asked.clear()
+        return [d.job_id for d in drf.handle(Finish(job_id, now)) if hasattr(d, "tasks")]
+
+    assert finish("one0", 100) == [] and asked == [16]  # parked: a node must be left empty
+    for i in range(1, 8):
+        assert finish(f"one{i}", 100 + i) == [] and asked == [], i  # 1 GPU freed: not asked
+    assert finish("big0", 200) == [] and asked == [16]  # n0 empty: asked (one is not enough)
+    assert finish("big1", 201) == ["a"] and asked == [16, 16]  # it starts (_try asks too)
+    check_index(drf)

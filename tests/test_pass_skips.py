@@ -5,7 +5,9 @@ a pass may skip a head only where trying it would fail and change nothing (``_ho
 needs more GPUs than are free, no preemption search may run for it, and the pass's blocked
 head is found). And given one free GPU and lines of 2 to 8 GPUs waiting with nothing to
 preempt, expect a pass to try one head, not seven (issue 34: a contended LAS pass tried 7
-heads, nearly all refused)."""
+heads, nearly all refused). And given eight GPUs free, one on each node, and heads of 2 to 8
+GPUs ranked before a 1-GPU one, expect a DRF pass to try only the 1-GPU head (it tried all
+eight: a contended DRF pass tried about six heads per start, issue 34)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
-from labhive.scheduler.core.model import Finish, Submit
+from labhive.scheduler.core.model import Finish, Start, Submit
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.las import LasPolicy
+from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 # LAS with levels that change within a run (its options are known to ``from_config`` as its
@@ -30,7 +33,15 @@ LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same
 
 
 class TryEveryHead:
-    """A policy whose pass tries every head it ranks, as before the skips."""
+    """A policy whose pass tries every head it ranks, as before the skips: every head not
+    needing more GPUs than are free (DRF's index asks ``may_fit`` no more than that)."""
+
+    pool: NodePool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        pool = self.pool
+        pool.may_fit = lambda gpus: gpus <= pool.free_gpus  # type: ignore[method-assign]
 
     def _hopeless(self, head: QueuedJob) -> bool:
         return False
@@ -135,3 +146,36 @@ def test_a_preemptive_pass_tries_only_the_head_that_blocks_when_none_may_start()
     for skipping, trying, options, defaults in cases:
         assert tries_in_a_pass(skipping, options, defaults) == 1, skipping.name
         assert tries_in_a_pass(trying, options, defaults) == 7, skipping.name
+
+
+def test_a_drf_pass_tries_no_head_that_no_node_has_room_for() -> None:
+    """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; users w2 to w8 wait with jobs
+    of 2 to 8 GPUs, then x1 with one of 1 GPU (all of no share: ranked by submission). The
+    eight 1-GPU jobs end at once: 8 GPUs free, one per node, enough by count for every head
+    but placeable only for x1. DRF tries x1 alone (with backfill, w2 first: the head that
+    blocks, whose start the others must not delay, is found by trying it); trying every head
+    that fits by count, as before, tried all eight."""
+    everyone = [*(f"w{g}" for g in range(2, 9)), "x1"]
+    for options, skipping in (({}, ["x1"]), ({"backfill": True}, ["w2", "x1"])):
+        for cls, tries in ((DrfPolicy, skipping), (DrfTryingAll, everyone)):
+            policy = from_config(cls, eight_nodes_of_eight(), dict(options))
+            for n, (job_id, gpus) in enumerate(
+                [*((f"big{i}", 7) for i in range(8)), *((f"one{i}", 1) for i in range(8))]
+                + [(f"w{g}", g) for g in range(2, 9)]
+                + [("x1", 1)]
+            ):
+                spec = parse_job({"name": job_id, "vc": "vc0", "user": job_id, "gpus": gpus})
+                policy.check(spec)
+                policy.handle(Submit(job_id, spec, float(n)))
+            tried: list[str] = []
+            real_try = policy._try
+
+            def counted(job: QueuedJob, out: Any, real: Any = real_try, log: Any = tried) -> bool:
+                log.append(job.job_id)
+                return bool(real(job, out))
+
+            policy._try = counted  # type: ignore[method-assign]
+            ends = [Finish(f"one{i}", 100.0) for i in range(8)]
+            started = [d.job_id for d in policy.handle_batch(ends) if isinstance(d, Start)]
+            assert started == ["x1"], (cls.__name__, options)
+            assert tried == tries, (cls.__name__, options)

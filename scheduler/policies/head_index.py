@@ -11,12 +11,18 @@ kind: its gang shape (too many GPUs for those free, or placement found no room) 
 backfill, its declared time limit (may it jump the blocked head?). So a pass asks ``best`` for
 the first head among kinds that may still start, and skips the others' heaps whole. The kinds
 themselves are ranked by their first heads (``_tops``), and a kind too big for the GPUs still
-free, or of a shape found no room, is set aside until the pass ends (starts only take
+free, one no node has room for (``NodePool.may_fit``), or of a shape found no room, is set
+aside until the pass ends (starts only take
 resources): a call costs the kinds ranked before its answer that may not start, each met once
 per pass (with backfill, those that may not jump the blocked head, once per call), plus a log
 of the kinds and of the heads per start.
 (With backfill a head ranked before the blocked one may jump it whatever its kind; one whose
 user's share rose in the pass may fail then, and is passed over alone.)
+
+A kind that no node has room for by free GPU counts (``NodePool.may_fit``) is parked instead,
+not only for the pass but until a release leaves some node with enough free GPUs that it might
+fit (``unpark`` with ``NodePool.peak``; ``wake_level``): on a contended cluster a finish frees
+a GPU or two on one node, and each pass asked again about every wide gang it had refused.
 
 A pass tries heads in rank order and never returns to one it passed: ``best`` takes the entry
 the pass tried last and sets aside whatever ranks before it until the pass ends (``restore``).
@@ -37,8 +43,10 @@ Kind = tuple[Shape, float | None]  # (gang shape, time limit or None)
 Entry = tuple[Any, int, int, Hashable]  # (group priority, head's seq, version, line)
 
 #: ``MayStart``'s verdicts on a kind's first head: it may start; it may not now (ask again at
-#: the next call); neither it nor any head of the kind may start again in this pass.
-START, LATER, NOT_THIS_PASS = 0, 1, 2
+#: the next call); neither it nor any head of the kind may start again in this pass; and
+#: ``PARK + level``: not in this pass nor after it, until ``unpark`` is given a level at least
+#: that (the caller's measure of what was freed since: ``NodePool.peak``).
+START, LATER, NOT_THIS_PASS, PARK = 0, 1, 2, 3
 #: May a head of this kind, GPU count and group priority start now? Other than ``START`` must
 #: mean that every head of the kind ranked at or after that priority would fail if tried now;
 #: ``NOT_THIS_PASS``, that they would fail whenever tried until the pass ends (``restore``).
@@ -60,6 +68,8 @@ class HeadIndex:
         self._heaps: dict[Kind, tuple[int, list[Entry]]] = {}  # kind -> (its GPUs, heap)
         self._tops: list[tuple[Entry, Kind]] = []
         self._off: set[Kind] = set()  # kinds that may not start again in this pass
+        self._parked: dict[Kind, int] = {}  # kinds that may not start until freed: level
+        self._low = 1 << 30  # the lowest level parked
         self._version: dict[Hashable, int] = {}  # the live entry's version per filed line
         self._next = 0
         self._entries = 0  # entries in the heaps, live or stale
@@ -98,12 +108,13 @@ class HeadIndex:
         """The first-ranked live entry after ``after`` among kinds whose heads ``may_start``
         (its entry stays: a start re-files the line, a failure is ``after`` next time)."""
         tops, heaps, version, off = self._tops, self._heaps, self._version, self._off
+        parked = self._parked
         later: list[tuple[Entry, Kind]] = []  # kinds that may not start now, asked next time
         found: Entry | None = None
         while tops:
             first, kind = tops[0]
             gpus, heap = heaps.get(kind, (0, []))
-            if not heap or heap[0] is not first or kind in off:
+            if not heap or heap[0] is not first or kind in off or kind in parked:
                 heapq.heappop(tops)  # stale: the kind's first changed, or it is off
                 continue
             if version.get(first[3]) != first[2]:
@@ -115,6 +126,11 @@ class HeadIndex:
             if verdict == NOT_THIS_PASS:
                 heapq.heappop(tops)
                 off.add(kind)
+            elif verdict >= PARK:
+                heapq.heappop(tops)
+                level = parked[kind] = verdict - PARK
+                if level < self._low:
+                    self._low = level
             elif verdict != START:
                 later.append(heapq.heappop(tops))
             elif after is not None and first <= after:
@@ -149,6 +165,39 @@ class HeadIndex:
             if slot is not None and slot[1]:
                 heapq.heappush(tops, (slot[1][0], kind))
         self._off.clear()
+
+    def unpark(self, level: int) -> None:
+        """Rank again each parked kind whose level is at most ``level`` (called before a
+        pass; nothing to do, at the cost of one comparison, while ``level`` is below all)."""
+        if level < self._low:
+            return
+        heaps, tops, low = self._heaps, self._tops, 1 << 30
+        for kind, parked_at in list(self._parked.items()):
+            if parked_at > level:
+                low = min(low, parked_at)
+                continue
+            del self._parked[kind]
+            slot = heaps.get(kind)
+            if slot is not None and slot[1]:
+                heapq.heappush(tops, (slot[1][0], kind))
+        self._low = low
+
+    def parked(self) -> bool:
+        return bool(self._parked)
+
+    def first_parked(self) -> Entry | None:
+        """The first-ranked live entry of the parked kinds (with backfill a pass tries its
+        first head whatever its kind, to find the blocked one: a parked kind's, if first)."""
+        version, found = self._version, None
+        for kind in self._parked:
+            slot = self._heaps.get(kind)
+            heap = slot[1] if slot is not None else []
+            while heap and version.get(heap[0][3]) != heap[0][2]:
+                heapq.heappop(heap)  # stale
+                self._entries -= 1
+            if heap and (found is None or heap[0] < found):
+                found = heap[0]
+        return found
 
     def _compact(self) -> None:
         version = self._version

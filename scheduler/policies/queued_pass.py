@@ -16,6 +16,7 @@ from labhive.scheduler.policies.backfill import may_jump_by, shadow
 from labhive.scheduler.policies.head_index import (
     LATER,
     NOT_THIS_PASS,
+    PARK,
     START,
     HeadIndex,
     Kind,
@@ -134,9 +135,16 @@ class QueuedPass:
         is re-filed by its new share, after; its user's other lines keep their rank)."""
         for group in list(index.dirty):
             self._file_head(index, group)
+        pool = self.pool
+        index.unpark(pool.peak)  # the kinds a release since the last pass may have made room for
+        pool.peak = 0
         tried = None
         while self.pool.free_gpus > 0:
             entry = index.best(self._may_start(), tried)
+            if tried is None and self.backfill and index.parked():
+                first = index.first_parked()  # the blocked head may be a parked kind's
+                if first is not None and (entry is None or first < entry):
+                    entry = first
             if entry is None:
                 break
             group = entry[3]
@@ -151,17 +159,26 @@ class QueuedPass:
 
     def _may_start(self) -> MayStart:
         """Which of the index's heads ``_try`` could start now, by kind and rank: not those
-        needing more GPUs than are free, or of a shape found no room this pass (starts only
-        take resources: not again this pass), nor, past the blocked head, those ranked after
-        it whose GPU count and limit may not jump it (their priority only rises in a pass).
+        needing more GPUs than are free or than any node (or, wider than a node, the nodes
+        it may take) has free (``may_fit``: placement's first tests, without trying), or of a
+        shape found no room this pass (starts only take resources: not again this pass),
+        nor, past the blocked head, those ranked after it whose GPU count and limit may not
+        jump it (their priority only rises in a pass).
         With backfill and no blocked head yet the first head is tried whatever its size, to
         block or start."""
         free, no_room, now = self.pool.free_gpus, self._no_room, self._now
         blocked = self._blocked
+        pool = self.pool
+        fits = pool.may_fit
         if not self.backfill:
-            return lambda kind, gpus, key: (
-                START if gpus <= free and kind[0] not in no_room else NOT_THIS_PASS
-            )
+            # no room by free counts: parked until a release could make room (a pass need not
+            # ask again about each kind it refused at the last)
+            def may_start_now(kind: Kind, gpus: int, key: Any) -> int:
+                if kind[0] in no_room:
+                    return NOT_THIS_PASS
+                return START if fits(gpus) else PARK + pool.wake_level(gpus)
+
+            return may_start_now
         if blocked is None:
             return lambda kind, gpus, key: START
         bar, need = self.group_priority(blocked), blocked.gpus
@@ -171,6 +188,8 @@ class QueuedPass:
             shape, limit = kind
             if gpus > free or shape in no_room:
                 return NOT_THIS_PASS
+            if not fits(gpus):  # parked, as above (the pass's first try sees parked kinds too)
+                return PARK + pool.wake_level(gpus)
             if key < bar or may_jump_by(now, gpus, limit, need, reserved):
                 return START
             return LATER
@@ -195,7 +214,9 @@ class QueuedPass:
         tasks = None
         shape = job.gang.shape
         over = self._over_quota(job) if self.per_vc else 0
-        if not over and job.gpus <= self.pool.free_gpus and shape not in self._no_room:
+        # (``may_fit``: placement's own first tests, without its search: before a preemption
+        # search, most tries on a contended cluster failed there)
+        if not over and shape not in self._no_room and self.pool.may_fit(job.gpus):
             tasks = self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
