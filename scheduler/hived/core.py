@@ -118,14 +118,25 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
         if self._ledger is not None:  # fair share or per-user caps (``turns``)
+            ledger = self._ledger
             self._out, self._counted = out, 0
-            self._before_event(event)
+            if type(event) is Submit:  # (``_before_event`` of the usual event, inline)
+                if event.time > ledger.now:
+                    ledger.advance(event.time)
+                if self._fair_lines:
+                    self._fair_lines = {}
+            else:
+                self._before_event(event)
         self._apply(event, out)
-        if self._ledger is not None:
+        if self._ledger is not None:  # (a Reconfigure may have turned it on or off)
+            ledger = self._ledger
             if self._out is not out:  # a Reconfigure turned them on
                 self._out, self._counted = out, 0
-                self._ledger.advance(event.time)
-            if type(event) is Submit or type(event) is Adopt:
+                ledger.advance(event.time)
+            if type(event) is Submit:  # the new job waits from now (unless it was refused)
+                if event.job_id in self._jobs:
+                    ledger.waiting_since[event.job_id] = ledger.now
+            elif type(event) is Adopt:
                 self._after_event(event)
         if isinstance(event, Adopt):
             # An adopt places nothing new: a driver restores every running job before any

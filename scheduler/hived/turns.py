@@ -31,6 +31,7 @@ import operator
 
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import (
+    Adopt,
     Cancel,
     Decision,
     Event,
@@ -114,7 +115,8 @@ class Turns(Sizing):
             ledger.changed.clear()
             return
         # (``Ledger.key`` written out: a changed account has its usage stored)
-        usage, inverse = ledger.scaled_usage, ledger.inverse_shares
+        # (without shares every inverse is 1.0, and x * 1.0 is x: no look-up per account)
+        usage, inverse = ledger.scaled_usage, ledger.inverse_shares or None
         scopes = self._keys
         mine = scopes.get(None)
         lowered = False
@@ -123,7 +125,10 @@ class Turns(Sizing):
             if keys is not None:
                 old = keys.get(owner)
                 if old is not None:
-                    key = keys[owner] = usage[owner][0] * inverse.get(owner[1], 1.0)
+                    key = usage[owner][0]
+                    if inverse is not None:
+                        key *= inverse.get(owner[1], 1.0)
+                    keys[owner] = key
                     lowered |= key < old
                     if mine is not None and owner in mine:
                         mine[owner] = key
@@ -131,7 +136,10 @@ class Turns(Sizing):
             if mine is not None:
                 old = mine.get(owner)
                 if old is not None:
-                    key = mine[owner] = usage[owner][0] * inverse.get(owner[1], 1.0)
+                    key = usage[owner][0]
+                    if inverse is not None:
+                        key *= inverse.get(owner[1], 1.0)
+                    mine[owner] = key
                     lowered |= key < old
         ledger.changed.clear()
         if lowered:
@@ -230,18 +238,13 @@ class Turns(Sizing):
             assert isinstance(event, TasksEnded)
             self._uncap(ledger.stopped(event.job_id, event.tasks))
 
-    def _after_event(self, event: Event) -> None:
-        """A new job starts waiting now; an adopted one holds its GPUs again (``handle``
-        calls it for a Submit or an Adopt alone)."""
-        kind = type(event)
+    def _after_event(self, event: Adopt) -> None:
+        """An adopted job holds its GPUs again (``handle`` calls it for an Adopt; a Submit's
+        one step, the new job waiting from now, it takes inline)."""
         ledger = self._ledger
         assert ledger is not None
-        job = self._jobs.get(event.job_id)  # type: ignore[union-attr]
-        if job is None:
-            return
-        if kind is Submit:
-            ledger.waiting_since[job.job_id] = ledger.now
-        elif job.placed and not ledger.holds(job.job_id):
+        job = self._jobs.get(event.job_id)
+        if job is not None and job.placed and not ledger.holds(job.job_id):
             gpus: dict[tuple[str, int], float] = {
                 k: job.share / 1000 if job.share else len(p.gpus)
                 for k, (p, _) in job.placed.items()
