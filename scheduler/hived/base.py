@@ -28,9 +28,10 @@ from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.parts import Committing, Placing
-from labhive.scheduler.hived.placement import Plan, TaskNeeds
+from labhive.scheduler.hived.placement import Plan
 from labhive.scheduler.hived.queue import JobClass, VCQueue
 from labhive.scheduler.hived.share_book import ShareBook
+from labhive.scheduler.hived.sizing import Sizing
 from labhive.scheduler.hived.vc import VC, VCs
 
 #: More than any cluster's GPUs and above any job's priority (priorities are small ints):
@@ -81,15 +82,14 @@ class HivedBase:
     vcs: VCs
     cpu: CpuPool
     _cpu_waiting: list[tuple[int, int, str]]  # (-priority, seq, job id)
-    _leaves_cache: dict[tuple[int, float, int, str], int]
-    _vc_types: dict[str, tuple[str, ...]]
-    _chains_cache: dict[Hashable, list[str]]
-    #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, TaskNeeds]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
     _book: ShareBook  # GPUs hosting shares, and waiting shares (``shares``)
+
+    #: What a job asks for: leaf cells per task, chains, units (``sizing.Sizing``), made
+    #: anew per config here (``_load``).
+    sizing: Sizing
 
     # The parts the mixins call (``core.HivedScheduler`` makes them).
     #: The search for a job's cells, each plan found carried out (``attempt.Attempt``).
@@ -105,10 +105,7 @@ class HivedBase:
         self.cpu = CpuPool(config)
         self._cpu_waiting = []
         self.attempt.load(self.tree, self.vcs)  # (the search's own: ``Attempt.placer``)
-        self._leaves_cache = {}
-        self._vc_types = {}
-        self._chains_cache = {}
-        self._needs_cache = {}
+        self.sizing = Sizing(config, self.tree, self.vcs)  # (its caches are the config's)
         self._checked = {}
         self._passed = None
         self.admission = Admission.of(config)
@@ -447,16 +444,6 @@ class HivedBase:
 def account(job: Job) -> Account:
     """Whose use a job counts to: its VC and its user ("" when the spec names none)."""
     return (job.vc, job.spec.user or "")
-
-
-def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
-    """A key for a job's roles by identity, for a cache asked once per job: hashing the
-    (dataclass) roles cost more than the rest of the look-up, and a trace's jobs share their
-    role objects. An entry must keep the roles it was made for (so no other object takes their
-    ids while it lives); equal roles in other objects only miss."""
-    if len(roles) == 1:
-        return id(roles[0])
-    return tuple(map(id, roles))
 
 
 def _order(cell: Cell) -> int:

@@ -171,20 +171,20 @@ class Queueing(Turns):
 
     def _class_need(self, job: Job) -> int:
         """The fewest GPUs a job of this class can start with (its next task if incremental)."""
-        unit = self._units(job)[0]
-        chains = self._chains(job, [r for r, _ in unit])
+        unit = self.sizing.units(job)[0]
+        chains = self.sizing.chains(job, [r for r, _ in unit])
         if not chains:
             return UNBOUNDED
-        return min(sum(t.leaves for t in self._needs(unit, c, job.vc)) for c in chains)
+        return min(sum(t.leaves for t in self.sizing.needs(unit, c, job.vc)) for c in chains)
 
     def _task_need(self, job: Job) -> int:
         """The fewest GPUs the job's largest waiting task needs on one node."""
         roles = [r for r, _ in job.waiting_tasks]
-        chains = self._chains(job, roles)
+        chains = self.sizing.chains(job, roles)
         if not chains:
             return UNBOUNDED
         return min(
-            max(self._leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
+            max(self.sizing.leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
             for c in chains
         )
 

@@ -40,15 +40,14 @@ from labhive.scheduler.core.model import (
     Submit,
     TasksEnded,
 )
-from labhive.scheduler.hived.base import account
+from labhive.scheduler.hived.base import HivedBase, account
 from labhive.scheduler.hived.fair_line import FairLine
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.hived.sizing import Sizing
 
 
-class Turns(Sizing):
+class Turns(HivedBase):
     """The per-user checks of a pass, over ``_ledger`` (set only when ``per_user``)."""
 
     _out: list[Decision]  # this event's decisions (``handle``)
@@ -200,7 +199,7 @@ class Turns(Sizing):
 
     def _over_cap(self, owner: Account, job_id: str) -> bool:
         """Whether the job's next unit would take its user past the VC's cap."""
-        unit = self._units(self._jobs[job_id])[0]
+        unit = self.sizing.units(self._jobs[job_id])[0]
         return self._ledger_now().over_cap(owner[0], owner[1], _gpus(unit)) is not None
 
     def _ledger_now(self) -> Ledger:
@@ -336,7 +335,7 @@ class Turns(Sizing):
         ledger = self._ledger_now()
         self._cap_hit = False
         owner = account(job)
-        if ledger.over_cap(owner[0], owner[1], _gpus(self._units(job)[0])) is not None:
+        if ledger.over_cap(owner[0], owner[1], _gpus(self.sizing.units(job)[0])) is not None:
             self._capped.setdefault(owner, set()).add(cls)
             return False
         held = cls.priority >= 0 and ledger.reserve_after is not None
