@@ -109,7 +109,7 @@ class Attempt:
         ledger = s._ledger
         capped = ledger is not None and bool(ledger.caps)  # (fair share alone: no cap)
         for unit in s.sizing.units(job):
-            if capped and s._capped_unit(job, unit):
+            if capped and s.turns.capped_unit(job, unit):
                 return
             plan = self.find(job, unit, since, cls)
             since = None

@@ -86,7 +86,7 @@ class Failures:
         that search left them, else counted now the same way (its class was not searched
         since, or another job of it was, or none yet)."""
         s = self._sched
-        cls = s._classes.get(job.queued_key) if job.queued_key is not None else None
+        cls = s.queue.classes.get(job.queued_key) if job.queued_key is not None else None
         last = cls.failed if cls is not None else None
         if (
             last is not None

@@ -18,7 +18,7 @@ from labhive.scheduler.hived.placement import TaskNeed, TaskNeeds
 from labhive.scheduler.hived.vc import VCs
 
 NO_SKUS: frozenset[str | None] = frozenset()
-#: Job sizes whose task needs are remembered (``_whole_needs``) before they are forgotten.
+#: Job sizes whose task needs are remembered (``whole_needs``) before they are forgotten.
 NEEDS_CACHE = 4096
 
 

@@ -68,6 +68,15 @@ class HivedJob(Protocol):
 J = TypeVar("J", bound=HivedJob)
 
 
+class WaitingJobs(Protocol):
+    """The class queue's waiting jobs as the readers see them (``queueing.ClassQueue``)."""
+
+    @property
+    def queues(self) -> Mapping[str, VCQueue]: ...
+    @property
+    def cpu_waiting(self) -> Sequence[tuple[int, int, str]]: ...
+
+
 class HivedState(Protocol[J]):
     """The scheduler's state the readers look at (``core.HivedScheduler``)."""
 
@@ -84,9 +93,7 @@ class HivedState(Protocol[J]):
     @property
     def _jobs(self) -> Mapping[str, J]: ...
     @property
-    def _queues(self) -> Mapping[str, VCQueue]: ...
-    @property
-    def _cpu_waiting(self) -> Sequence[tuple[int, int, str]]: ...
+    def queue(self) -> WaitingJobs: ...
     @property
     def _ledger(self) -> Ledger | None: ...
     @property
