@@ -99,6 +99,7 @@ class HivedBase:
         self._book.forget_hosts()  # (running shares are restored onto the new cells)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
+        self.queue.load(config)
         self.turns.load()  # (what it filed of classes: they are made anew on a new config)
         if not config.per_user:
             self._ledger = None

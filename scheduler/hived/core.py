@@ -142,10 +142,9 @@ class HivedScheduler(Sharing, PolicyBase[Job]):
             # decision (a partly stopped job's waiting tasks must not take another's GPUs),
             # then sends a Tick, after which a pass places what waits (as queue policies do).
             return out
-        queue = self.queue
-        queue.schedule(out)
-        if queue.cpu_waiting:
-            queue.schedule_cpu(out)
+        self.queue.schedule(out)
+        if self.queue.cpu_waiting:
+            self.queue.schedule_cpu(out)
         if self._book.waiting:
             self._schedule_shares(out)
         if self._ledger is not None and self.turns.counted != len(out):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Protocol
 
+from labhive.scheduler.core.config import ClusterConfig
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.hived.cells import CellTree
@@ -91,6 +92,10 @@ class Queueing(Protocol):
 
     def reset(self) -> None:
         """Forget every waiting job and class (a new config)."""
+        ...
+
+    def load(self, config: ClusterConfig) -> None:
+        """Read what a (new) config says that the pass asks on every job."""
         ...
 
 

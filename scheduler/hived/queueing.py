@@ -15,6 +15,7 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
+from labhive.scheduler.core.config import ClusterConfig
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import Decision, Start, TaskPlacement
 from labhive.scheduler.hived.base import UNBOUNDED, HivedBase, account
@@ -59,6 +60,17 @@ class ClassQueue:
         self.vc_classes: dict[str, dict[Hashable, JobClass]] = {}
         #: Waiting CPU-only jobs, in queue order: (-priority, seq, job id) (``schedule_cpu``).
         self.cpu_waiting: list[tuple[int, int, str]] = []
+        #: Whether opportunistic jobs of all VCs share classes: unless SKUs size them by their
+        #: VC's (the config's, read on every job: ``load``).
+        self.oppo_shared = True
+        #: Whether the scheduler tells users apart (``ClusterConfig.per_user``: then, and only
+        #: then, it keeps a ledger and ``turns`` judges each class's head).
+        self.per_user = False
+
+    def load(self, config: ClusterConfig) -> None:
+        """What a (new) config says that the pass reads on every job (``base._load``)."""
+        self.oppo_shared = not config.skus
+        self.per_user = config.per_user
 
     def reset(self) -> None:
         """Forget every waiting job and class (a new config: ``adopt`` queues them again)."""
@@ -67,7 +79,6 @@ class ClassQueue:
         self.cpu_waiting = []
 
     def _class_key(self, job: Job) -> Hashable:
-        s = self._sched
         if job.grouped:
             return ("groups", job.job_id)  # rare: a class of its own
         roles = job.spec.roles
@@ -83,7 +94,7 @@ class ClassQueue:
         if not job.spec.gang:
             shape = shape[:1]
         # Opportunistic jobs of all VCs share classes, unless SKUs size them by their VC's.
-        vc = None if job.spec.opportunistic and not s.config.skus else job.vc
+        vc = None if job.spec.opportunistic and self.oppo_shared else job.vc
         return (vc, job.spec.priority, job.spec.gang, job.pinned, shape)
 
     @staticmethod
@@ -134,17 +145,16 @@ class ClassQueue:
 
     def _class_of(self, job: Job, key: Hashable) -> JobClass:
         """The job's class (``key``), made on first use."""
-        s = self._sched
         cls = self.classes.get(key)
         if cls is None:
             cls = self.classes[key] = JobClass(key, job.vc, job.spec.priority)
-            if s._ledger is not None:
+            if self.per_user:
                 cls.users = {}
-                shared = job.spec.opportunistic and not s.config.skus and not job.grouped
+                shared = job.spec.opportunistic and self.oppo_shared and not job.grouped
                 cls.scope = None if shared else job.vc  # (``_class_key``)
             cls.need = self._class_need(job)
             cls.task_need = self._task_need(job)
-            cls.vc_ref = s.vcs.by_name.get(job.vc)
+            cls.vc_ref = self._sched.vcs.by_name.get(job.vc)
             if job.spec.opportunistic:
                 self.oppo_classes[key] = cls
         return cls
@@ -154,15 +164,14 @@ class ClassQueue:
         other class is ready, nothing was freed, none of its class waits ahead of it); then
         ``schedule`` tries it straight away (``_start_arrived``) and queues it only if it
         did not start, sparing the queue's bookkeeping the usual job of an idle cluster."""
-        s = self._sched
         if (
             job.spec.gang
             and not job.grouped
             and not job.cpu_only
             and not job.share
             and not self.ready
-            and not s._dirty_vcs
-            and not s._dirty_oppo
+            and not self._sched._dirty_vcs
+            and not self._sched._dirty_oppo
         ):
             key = self._class_key(job)
             cls = self.classes.get(key)
@@ -177,7 +186,6 @@ class ClassQueue:
         """What a pass does with the one class ``arrive`` left it (``_collect_ready``'s
         checks, then ``schedule``'s), the job queued first only where it would stay queued:
         the state after is the same as had it been queued and then started."""
-        s = self._sched
         self._queue_of(job)
         cls = self._class_of(job, key)
         stamp = self._stamp(cls)
@@ -188,17 +196,17 @@ class ClassQueue:
             self._wait_blocked(job, cls)
             self._block(cls, stamp)
             return
-        if s._ledger is not None and not self.turns.gate(cls, job):
+        if self.per_user and not self.turns.gate(cls, job):
             self._wait_blocked(job, cls)
             return
         # ``_may_fit`` would ask the same bound again of the same cells: it holds.
         if cls.signature is None:
             cls.signature = self._signature(job)
-        s.attempt.place(job, out, self._since(cls), cls)
+        self._sched.attempt.place(job, out, self._since(cls), cls)
         if job.all_placed:
             return
         self._wait_blocked(job, cls)
-        if s._ledger is not None and self.turns.stopped_at_cap(job):
+        if self.per_user and self.turns.stopped_at_cap(job):
             return
         self._block(cls)
         if cls.signature.group is not None:
@@ -384,7 +392,6 @@ class ClassQueue:
         capacity it depends on grows. Per user (``turns``), a class's head is its
         best-ranked account's, and classes are ordered by their head's rank first."""
         s = self._sched
-        turns = self.turns
         # (-priority, [its head's rank key under fair share,] its head's seq, tie, class)
         heap: list[tuple[Any, ...]] = []
         failed: dict[Hashable, list[JobSize]] = {}
@@ -393,6 +400,7 @@ class ClassQueue:
         # caps or reservations: a head may change without a change of its class
         fair_gates = ledger is not None and (bool(ledger.caps) or ledger.reserve_after is not None)
         if ledger is not None:
+            turns = self.turns
             turns.pass_begins(out)
         if self._arrived is not None:
             (job, key), self._arrived = self._arrived, None
@@ -469,7 +477,7 @@ class ClassQueue:
         )
         if len(job.spec.roles) != 1:
             return Signature(None, size)
-        vc = None if job.spec.opportunistic and not self._sched.config.skus else job.vc
+        vc = None if job.spec.opportunistic and self.oppo_shared else job.vc
         # A pinned job runs in its pinned cell only: what fails elsewhere says nothing of it.
         return Signature((vc, role.sku, job.spec.gang, job.pinned), size)
 
