@@ -50,6 +50,7 @@ def drive(fair: bool, waiting: int = 1500, events: int = 300) -> tuple[HivedSche
         config = replace(config, fair_share=FairShare(7 * 86400))
     sched = HivedScheduler(config)
     counting = sched.queue = Counting(sched, sched.turns)  # (nothing is queued yet)
+    counting.load(config)  # (as ``_load`` loads the queue it made)
     running: list[str] = []
     n = 0
 
