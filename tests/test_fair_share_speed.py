@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import sys
+from collections.abc import Hashable
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from labhive.scheduler.hived.base import account
 from labhive.scheduler.hived.core import HivedScheduler
 from labhive.scheduler.hived.fairshare import Ledger
 from labhive.scheduler.hived.queue import JobClass
+from labhive.scheduler.hived.queueing import ClassQueue
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_scheduler import cluster, job
@@ -28,24 +30,27 @@ from bench_scheduler import cluster, job
 USERS = 20
 
 
-class Counting(HivedScheduler):
-    """HiveD, counting the classes its passes found blocked or failed (``_block``)."""
+class Counting(ClassQueue):
+    """HiveD's class queue, counting the classes its passes found blocked or failed
+    (``_block``)."""
 
     blocks = 0
 
-    def _block(self, cls: JobClass, stamp: object = None) -> None:
+    def _block(self, cls: JobClass, stamp: Hashable = None) -> None:
         self.blocks += 1
         super()._block(cls, stamp)
 
 
-def drive(fair: bool, waiting: int = 1500, events: int = 300) -> Counting:
+def drive(fair: bool, waiting: int = 1500, events: int = 300) -> tuple[HivedScheduler, Counting]:
     """The benchmark's workload, small: 512 GPUs filled, ``waiting`` jobs queued, then
     ``events`` pairs of one running job ending and a new one arriving, a second apart."""
     rng, who = random.Random(3), random.Random(4)
     config = load_cluster_config(cluster(512))
     if fair:
         config = replace(config, fair_share=FairShare(7 * 86400))
-    sched = Counting(config)
+    sched = HivedScheduler(config)
+    counting = sched.queue = Counting(sched, sched.turns)  # (nothing is queued yet)
+    counting.load(config)  # (as ``_load`` loads the queue it made)
     running: list[str] = []
     n = 0
 
@@ -57,24 +62,24 @@ def drive(fair: bool, waiting: int = 1500, events: int = 300) -> Counting:
     while sum(1 for j in sched._jobs.values() if not j.placed) < waiting:
         n += 1
         feed(Submit(f"j{n}", job(rng, n, f"u{who.randrange(USERS)}")))
-    sched.blocks = 0
+    counting.blocks = 0
     for t in range(1, events + 1):
         victim = running.pop(rng.randrange(len(running)))
         if victim in sched._jobs and sched._jobs[victim].placed:
             feed(Finish(victim, float(t)))
         n += 1
         feed(Submit(f"j{n}", job(rng, n, f"u{who.randrange(USERS)}"), float(t)))
-    return sched
+    return sched, counting
 
 
 def test_fair_share_keeps_one_class_per_shape_and_blocks_as_few_as_fifo() -> None:
     """Given 20 users' jobs of six shapes and three priorities in four VCs, expect as many
     classes with fair share as without (before: one per user, 20 times as many) and the
     passes to block at most 1.5 times the classes FIFO's do (before: about 20 times)."""
-    fifo, fair = drive(fair=False), drive(fair=True)
-    assert len(fair._classes) <= len(fifo._classes)
+    (_, fifo), (_, fair) = drive(fair=False), drive(fair=True)
+    assert len(fair.classes) <= len(fifo.classes)
     assert fair.blocks <= 1.5 * fifo.blocks + 50, (fair.blocks, fifo.blocks)
-    users = {u for cls in fair._classes.values() for u in (cls.users or {})}
+    users = {u for cls in fair.classes.values() for u in (cls.users or {})}
     assert len(users) > USERS  # (accounts are per VC and user: the classes hold them all)
 
 
@@ -87,14 +92,14 @@ class Checked(HivedScheduler):
         out = super().handle(event)  # type: ignore[arg-type]
         ledger = self._ledger
         assert ledger is not None
-        self._refile()  # (what the next pass does first: the keys it would order by)
-        for scope, order in self._orders.items():
-            assert order == sorted((ledger.key(a), a) for a in self._vc_accounts[scope])
-        for cls in self._classes.values():
+        self.turns.refile()  # (what the next pass does first: the keys it would order by)
+        for scope, order in self.turns.orders.items():
+            assert order == sorted((ledger.key(a), a) for a in self.turns.vc_accounts[scope])
+        for cls in self.queue.classes.values():
             if cls.entries:
                 jobs = [self._jobs[job_id] for _, job_id in cls.entries]
                 want = min((ledger.key(account(j)), j.seq, j.job_id) for j in jobs)
-                assert self._fair_head(cls) == want, (cls.key, want)
+                assert self.turns.fair_head(cls) == want, (cls.key, want)
         return out
 
 
@@ -123,7 +128,7 @@ def test_the_incremental_order_is_the_straightforward_one(seed: int) -> None:
     assert sum(1 for j in sched._jobs.values() if not j.placed) > 50  # (a queue was there)
     tied = [
         c
-        for c in sched._classes.values()
+        for c in sched.queue.classes.values()
         if c.users is not None and {("vc0", "za"), ("vc0", "zb")} <= set(c.users)
     ]
     assert tied  # (the tie was there to break)

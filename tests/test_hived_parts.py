@@ -1,11 +1,13 @@
 """Given HiveD's scheduler, expect its parts to be objects it holds, each with its state its own
 and documented where declared, not mixins sharing one ``self`` (issue 32, item 3).
 
-The search for a job's cells (``attempt.Attempt``), the record of why one failed
-(``failures.Failures``), preemption, node health and adoption are held as ``attempt``,
-``failures``, ``preemption``, ``health`` and ``adoption``; the base keeps no
-``raise NotImplementedError`` stub for a call into them, and what a part does lands in the
-scheduler's state (a job the queue hands to ``attempt`` starts on the scheduler's cells).
+The class queue (``queueing.ClassQueue``), whose turn it is inside a VC (``turns.Turns``),
+what a job asks for (``sizing.Sizing``), the search for a job's cells (``attempt.Attempt``),
+the record of why one failed (``failures.Failures``), preemption, node health and adoption
+are held as ``queue``, ``turns``, ``sizing``, ``attempt``, ``failures``, ``preemption``,
+``health`` and ``adoption``; the base keeps no ``raise NotImplementedError`` stub for a call
+from one into another, and what a part does lands in the scheduler's state (a job the queue
+hands to ``attempt`` starts on the scheduler's cells).
 """
 
 from __future__ import annotations
@@ -13,17 +15,22 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from dataclasses import replace
 
 from helpers import Cluster
 
-from labhive.scheduler.core.config import virtual_cluster
-from labhive.scheduler.core.model import Reconfigure
-from labhive.scheduler.hived import attempt, failures
+from labhive.scheduler.core.config import FairShare, virtual_cluster
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+from labhive.scheduler.core.model import Reconfigure, Submit
+from labhive.scheduler.hived import attempt, failures, queueing, sizing, turns
 from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.core import HivedScheduler
 
 #: Attribute -> the part's class, as ``HivedScheduler`` holds them.
 PARTS = {
+    "queue": queueing.ClassQueue,
+    "turns": turns.Turns,
+    "sizing": sizing.Sizing,
     "attempt": attempt.Attempt,
     "failures": failures.Failures,
 }
@@ -37,20 +44,26 @@ def _cluster_of(nodes: int, gpus_per_node: int) -> Cluster:
     return Cluster(virtual_cluster(nodes=nodes, gpus_per_node=gpus_per_node, vcs=("a",)))
 
 
-def test_the_search_and_its_failure_records_are_parts_the_scheduler_holds_not_bases():
+def test_the_queue_sizing_search_and_failure_records_are_parts_the_scheduler_holds_not_bases():
     c = _cluster()
     for name, part in PARTS.items():
         assert isinstance(getattr(c.sched, name), part), name
         assert part not in HivedScheduler.__mro__, f"{part.__name__} is inherited again"
     assert c.sched.attempt.failures is c.sched.failures  # one record keeper, shared
+    assert c.sched.queue.turns is c.sched.turns  # one judge of turns, shared
 
 
-def test_the_base_keeps_no_stub_for_a_call_into_the_search_or_preemption():
-    """The queue, GPU shares and lazy preemption call ``attempt`` and ``preemption`` through
-    typed protocols (``parts``): no method of the base is left to raise for them."""
-    for gone in ("_try", "_find", "_commit", "_record_failure", "_failure"):
-        assert not hasattr(HivedBase, gone), gone
-        assert not hasattr(HivedScheduler, gone), gone
+def test_the_base_keeps_no_stub_for_a_call_from_one_part_into_another():
+    """The queue, GPU shares, the search and lazy preemption call one another through typed
+    protocols (``parts``): no method of the base is left to raise for them, and the methods
+    the class queue answered as a mixin (``_enqueue``, ``_capped_unit``, ``_schedule``,
+    ``_leaves`` ...) are no longer the scheduler's."""
+    gone = ("_try", "_find", "_commit", "_record_failure", "_failure", "_enqueue", "_dequeue")
+    gone += ("_capped_unit", "_schedule", "_arrive", "_fair_head", "_leaves", "_chains")
+    gone += ("_units", "_whole_needs", "_classes", "_ready", "_queues", "_cpu_waiting")
+    for name in gone:
+        assert not hasattr(HivedBase, name), name
+        assert not hasattr(HivedScheduler, name), name
     source = inspect.getsource(HivedBase)
     stubs = [
         f.name
@@ -59,9 +72,7 @@ def test_the_base_keeps_no_stub_for_a_call_into_the_search_or_preemption():
         and any(isinstance(s, ast.Raise) for s in f.body)
         and "NotImplementedError" in ast.unparse(f)
     ]
-    # What the class queue (another mixin, being turned into a part in its own change) still
-    # answers for the others: nothing of the search's.
-    assert set(stubs) <= {"_enqueue", "_capped_unit"}, stubs
+    assert stubs == [], stubs
 
 
 def test_every_attribute_a_part_declares_is_documented_where_it_is_declared():
@@ -71,7 +82,8 @@ def test_every_attribute_a_part_declares_is_documented_where_it_is_declared():
     held = {
         name: type(value)
         for name, value in vars(c.sched).items()
-        if hasattr(value, "_sched") and type(value).__module__.startswith("labhive.scheduler.hived")
+        if (hasattr(value, "_sched") or name in PARTS)
+        and type(value).__module__.startswith("labhive.scheduler.hived")
     }
     assert set(PARTS) | {"preemption", "health", "adoption"} <= set(held), held
     for name, part in held.items():
@@ -105,7 +117,7 @@ def test_a_search_that_fails_leaves_its_record_with_the_failures_part():
     c.submit("pair", vc="a", priority="prod", gpus=2)
     job = c.sched._jobs["pair"]
     assert not job.placed
-    last = c.sched._classes[job.queued_key].failed
+    last = c.sched.queue.classes[job.queued_key].failed
     assert last is not None and last.job_id == "pair"
     assert c.sched.failure_of(job) is last.record
 
@@ -126,3 +138,38 @@ def test_after_a_reconfigure_the_search_places_on_the_new_cells():
     assert c.sched.attempt.placer.vcs is c.sched.vcs
     assert [c.state(j) for j in ("small0", "small1", "big")] == ["RUNNING"] * 3
     assert set(c.nodes("big")).isdisjoint(c.nodes("small0") + c.nodes("small1"))
+
+
+def test_waiting_jobs_are_the_queues_and_a_capped_user_is_filed_by_the_turns_part():
+    """Given one 4-GPU node, a cap of 2 running GPUs per user and fair share on: bob's two
+    1-GPU jobs start, his third waits in the class queue's class (not on the scheduler), and
+    that class is filed with ``turns`` as waiting for bob to fall under his cap; dave's job of
+    the same shape, submitted after, starts past it."""
+    raw = virtual_cluster(nodes=1, gpus_per_node=4, vcs=("a",))
+    vc = replace(raw.vcs["a"], user_max_running_gpus=2)
+    c = Cluster(replace(raw, vcs={"a": vc}, fair_share=FairShare(3600.0)))
+    for n, user in enumerate(["bob", "bob", "bob", "dave"]):
+        spec = JobSpec(f"j{n}", "a", 100, (RoleSpec("main", 1, gpu=1),), user=user)
+        c.handle(Submit(f"j{n}", spec, float(n)))
+    assert [c.state(f"j{n}") for n in range(4)] == ["RUNNING", "RUNNING", "WAITING", "RUNNING"]
+    waiting = c.sched._jobs["j2"]
+    cls = c.sched.queue.classes[waiting.queued_key]
+    assert [job_id for _, job_id in cls.entries] == ["j2"]
+    assert cls in c.sched.turns.capped[("a", "bob")]
+
+
+def test_after_a_reconfigure_jobs_are_sized_by_a_new_sizing_part():
+    """Given two 4-GPU nodes with 3 GPUs taken on each, a 4-GPU job waits, sized by the
+    ``Sizing`` part (its caches hold the chains it asked for); a Reconfigure that adds a
+    third node gives the scheduler a new ``Sizing`` over the new cells (the old caches were
+    the old config's), and the job starts on the new node."""
+    c = _cluster_of(nodes=2, gpus_per_node=4)
+    c.submit("small0", vc="a", priority="prod", gpus=3)
+    c.submit("small1", vc="a", priority="prod", gpus=3)
+    c.submit("big", vc="a", priority="prod", gpus=4)
+    before = c.sched.sizing
+    assert before.tree is c.sched.tree and before.chains_cache
+    c.handle(Reconfigure(virtual_cluster(nodes=3, gpus_per_node=4, vcs=("a",))))
+    assert c.sched.sizing is not before
+    assert c.sched.sizing.tree is c.sched.tree and c.sched.sizing.vcs is c.sched.vcs
+    assert c.state("big") == "RUNNING"

@@ -24,7 +24,7 @@ def check_records(sched: HivedScheduler) -> None:
         if not job.waiting_tasks or job.cpu_only:
             continue
         assert sched.failure_of(job) == sched.failures.count(job), job.job_id
-    for cls in sched._classes.values():
+    for cls in sched.queue.classes.values():
         last = cls.failed
         if last is None or last.moves != sched.tree.moves:
             continue  # cells changed since: the view counts again
@@ -51,7 +51,7 @@ def test_the_why_text_formats_the_failed_search_record(monkeypatch: pytest.Monke
     c.submit("busy1", vc="a", priority="prod", gpus=3)
     c.submit("pair", vc="a", priority="prod", gpus=2)  # 2 GPUs free, one on each node
     job = c.sched._jobs["pair"]
-    last = c.sched._classes[job.queued_key].failed
+    last = c.sched.queue.classes[job.queued_key].failed
     assert last is not None and last.moves == c.sched.tree.moves
     assert last.record == NoRoom(1, (ChainRoom("VGPU-POOL", 2, 2, 0, 0, 0),))
 
@@ -69,7 +69,7 @@ def test_a_job_no_search_tried_yet_is_counted_the_same_way():
     c.submit("busy", vc="a", priority="prod", gpus=2)
     c.submit("gang", vc="a", priority="test", tasks=2, gpus=2)
     job = c.sched._jobs["gang"]
-    assert c.sched._classes[job.queued_key].failed is None  # the cheap bound blocked it
+    assert c.sched.queue.classes[job.queued_key].failed is None  # the cheap bound blocked it
     # Counted in tasks, as the gang needs them: one of 2 GPUs fits beside busy's (the text
     # said "0 free of the 2 node-level cells" before, counting whole 4-GPU cells against a
     # need counted in tasks); a task smaller than the cells is named as a task.

@@ -30,7 +30,8 @@ class Adoption:
 
     A part ``core.HivedScheduler`` holds (``self.adoption``), not a base it inherits. It keeps
     no state of its own: what it restores is the scheduler's (cells, VCs, queues, the share
-    book), changed through the scheduler's bookkeeping (``_load``, ``_occupy``, ``_enqueue``)."""
+    book), changed through the scheduler's bookkeeping (``_load``, ``_occupy``) and its class
+    queue (``queue.enqueue``)."""
 
     def __init__(self, sched: HivedBase) -> None:
         #: The scheduler whose cells, VCs, queues and share book it restores jobs into.
@@ -44,10 +45,9 @@ class Adoption:
             key=lambda j: (j.prio < 0, -j.prio, j.seq),
         )
         kept = {j.job_id: dict(j.placed) for j in running}
-        old_queues = s._queues
-        cpu_waiting = s._cpu_waiting
-        s._queues, s._ready = {}, set()
-        s._classes, s._oppo_classes, s._vc_classes = {}, {}, {}
+        old_queues = s.queue.queues
+        cpu_waiting = s.queue.cpu_waiting
+        s.queue.reset()
         s._load(config)
         for job in s._jobs.values():
             job.queued_key = None
@@ -66,13 +66,13 @@ class Adoption:
             for _, _, job_id in queue.order:
                 queued = s._jobs.get(job_id)
                 if queued is not None and queued.waiting_tasks and queued.queued_key is None:
-                    s._enqueue(queued)
+                    s.queue.enqueue(queued)
         for _, _, job_id in cpu_waiting:
             if job_id in s._jobs:
-                s._enqueue(s._jobs[job_id])
+                s.queue.enqueue(s._jobs[job_id])
         for job in running:
             if job.waiting_tasks and job.queued_key is None:
-                s._enqueue(job)
+                s.queue.enqueue(job)
 
     def adopt(self, event: Adopt, out: list[Decision]) -> None:
         s = self._sched
@@ -89,7 +89,7 @@ class Adoption:
             del s._jobs[event.job_id]
             raise
         if job.waiting_tasks:
-            s._enqueue(job)
+            s.queue.enqueue(job)
 
     def _place_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> None:
         """Put a running job back on exactly these GPUs, binding its VC's cells around them."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import Decision
-from labhive.scheduler.hived.base import UNBOUNDED
+from labhive.scheduler.hived.base import UNBOUNDED, HivedBase
 from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.job import Job
@@ -32,7 +32,7 @@ from labhive.scheduler.hived.placement import (
     victim_threshold,
 )
 from labhive.scheduler.hived.queue import JobClass
-from labhive.scheduler.hived.sizing import Sizing, covers, pin_of
+from labhive.scheduler.hived.sizing import covers, pin_of
 from labhive.scheduler.hived.vc import VC, VCs
 
 
@@ -74,7 +74,7 @@ class Attempt:
     leaves for the next is kept on the class: its slot count (``JobClass.slots``, taken at
     ``slots_tick``) and its failure record (``JobClass.failed``, by ``failures``)."""
 
-    def __init__(self, sched: Sizing, commit: Commit, failures: Failures) -> None:
+    def __init__(self, sched: HivedBase, commit: Commit, failures: Failures) -> None:
         #: The scheduler whose state a search reads: its cells, VCs, classes and the sizing
         #: caches (``sizing``), the clock of freed GPUs (``_tick``) and the ledger's caps.
         self._sched = sched
@@ -100,7 +100,7 @@ class Attempt:
         since: tuple[int, bool] | None = None,
         cls: JobClass | None = None,
     ) -> None:
-        """Place what of the job fits now, unit by unit (``sizing._units``): each unit's plan
+        """Place what of the job fits now, unit by unit (``sizing.Sizing.units``): each unit's plan
         is carried out before the next is searched, and the first unit that does not fit (or
         would take its user past a cap, ``turns``) ends the attempt. ``since``: the class's
         last failure (the clock of freed GPUs then, and whether physical cells were freed
@@ -108,8 +108,8 @@ class Attempt:
         s = self._sched
         ledger = s._ledger
         capped = ledger is not None and bool(ledger.caps)  # (fair share alone: no cap)
-        for unit in s._units(job):
-            if capped and s._capped_unit(job, unit):
+        for unit in s.sizing.units(job):
+            if capped and s.turns.capped_unit(job, unit):
                 return
             plan = self.find(job, unit, since, cls)
             since = None
@@ -129,14 +129,14 @@ class Attempt:
         whole_job = unit is job.tasks  # nothing placed yet: the usual case, cached
         roles = job.spec.roles
         # A whole one-role job's tasks are all of its role: no list of a role per task.
-        chains = s._chains(
+        chains = s.sizing.chains(
             job, list(roles) if whole_job and len(roles) == 1 and unit else [r for r, _ in unit]
         )
         needs = job.needs if whole_job else None
         if needs is None or not covers(needs, chains):
-            needs = s._whole_needs(job, chains) if whole_job else None
+            needs = s.sizing.whole_needs(job, chains) if whole_job else None
             if needs is None:
-                needs = {chain: s._needs(unit, chain, job.vc) for chain in chains}
+                needs = {chain: s.sizing.needs(unit, chain, job.vc) for chain in chains}
             if whole_job:
                 job.needs = needs
         if job.opportunistic:

@@ -1,18 +1,17 @@
 """What every part of HiveD's scheduler shares: its state, built from a config, and the
 bookkeeping that keeps cells' and VCs' counters right as jobs take and free leaf cells.
 
-``core.HivedScheduler`` inherits what is left of its mixins, each in its own module:
-``queueing`` (classes of waiting jobs, the scheduling pass) over ``sizing`` (what a job asks
-for), and ``shares``. Its other parts are objects it holds, which call this bookkeeping on the
-scheduler: ``attempt`` (the search for a job's cells, unit by unit, with ``failures``, the
-record of why one failed), ``health`` (nodes going down and up, with its own state), ``adopt``
-(putting running jobs back on exactly their cells, after a restart or a new config) and
-``preempt`` (committing a plan: preemption, lazy preemption). Every mixin subclasses
-``HivedBase``, which declares the attributes they share, the parts a mixin calls (typed by
-``parts``' protocols, since a part's module imports this one) and, as typed stubs the mixins
-override, the few methods one mixin calls in another: each module type-checks alone and
-imports no other mixin.
-"""
+``core.HivedScheduler`` holds its parts, each an object with its own state in its own module,
+which reach this state and call this bookkeeping through the scheduler they are given:
+``queue`` (``queueing.ClassQueue``: classes of waiting jobs, the scheduling pass), ``turns``
+(whose turn it is inside a VC), ``sizing`` (what a job asks for), ``attempt`` (the search for a
+job's cells, unit by unit, with ``failures``, the record of why one failed), ``health`` (nodes
+going down and up), ``adoption`` (putting running jobs back on exactly their cells, after a
+restart or a new config) and ``preemption`` (committing a plan: preemption, lazy preemption).
+GPU shares (``shares``) are the one mixin left, a subclass of ``HivedBase``. ``HivedBase``
+declares the state they share and the parts they call, typed by ``parts``' protocols (a part's
+module imports this one, so this one cannot import it back); it keeps no stub for one part to
+call another."""
 
 from __future__ import annotations
 
@@ -27,10 +26,10 @@ from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.parts import Committing, Placing
-from labhive.scheduler.hived.placement import Plan, TaskNeeds
-from labhive.scheduler.hived.queue import JobClass, VCQueue
+from labhive.scheduler.hived.parts import Committing, Placing, Queueing, TurnTaking
+from labhive.scheduler.hived.placement import Plan
 from labhive.scheduler.hived.share_book import ShareBook
+from labhive.scheduler.hived.sizing import Sizing
 from labhive.scheduler.hived.vc import VC, VCs
 
 #: More than any cluster's GPUs and above any job's priority (priorities are small ints):
@@ -44,54 +43,43 @@ NOT_DIRTY = -UNBOUNDED
 
 
 class HivedBase:
-    """The scheduler's state and its counters' bookkeeping, shared by every mixin."""
+    """The scheduler's state and its counters' bookkeeping, shared by every part."""
 
     #: Whether a job's unit of preemption may be smaller than the job (``core.HivedScheduler``).
     partial_stops: bool
 
-    # Jobs and their queues (``queueing``).
+    # Jobs (the class queue, ``queue``, keeps the waiting ones in order).
     _jobs: dict[str, Job]
     _seq: int
-    _queues: dict[str, VCQueue]
-    _ready: set[JobClass]
-    # A new job (and its class key) that ``_schedule`` tries before it is queued (``_arrive``).
-    _arrived: tuple[Job, Hashable] | None
-    _oppo_epoch: int
-    _classes: dict[Hashable, JobClass]
-    _oppo_classes: dict[Hashable, JobClass]
-    _vc_classes: dict[str, dict[Hashable, JobClass]]
+    # What the bookkeeping below tells the class queue: what capacity grew since its last
+    # pass (it reads and clears them: ``queueing.ClassQueue._collect_ready``).
+    _oppo_epoch: int  # counts GPUs freed anywhere: opportunistic classes' stamp
     _dirty_vcs: dict[str, int]  # VC -> the highest priority that may now fit
-    _dirty_oppo: bool
+    _dirty_oppo: bool  # GPUs were freed somewhere: opportunistic classes may fit
     _tick: int  # counts freed GPUs, to tell which nodes changed since a failure
-    # Per user (``fairshare``), only when the config tells users apart (fair share, caps):
-    # who used and holds what; classes waiting for their user to fall under a cap; the
-    # decisions of this event counted so far; whether the last attempt stopped at a cap.
+    # Per (VC, user), only when the config tells users apart (fair share, caps): who used and
+    # holds what. The scheduler's, as the views read it too; ``turns`` decides by it.
     _ledger: Ledger | None
-    _capped: dict[Account, set[JobClass]]
-    _cap_stopped: set[tuple[JobClass, Account]]  # (``turns``)
-    _counted: int
-    _cap_hit: bool
-    _held: dict[tuple[str, int], set[JobClass]]  # (``turns``)
-    _vc_accounts: dict[str | None, dict[Account, int]]  # (``turns``)
-    _keys: dict[str | None, dict[Account, float]]  # (``turns``)
 
     # Built from the config (``_load``).
     config: ClusterConfig
     tree: CellTree
     vcs: VCs
     cpu: CpuPool
-    _cpu_waiting: list[tuple[int, int, str]]  # (-priority, seq, job id)
-    _leaves_cache: dict[tuple[int, float, int, str], int]
-    _vc_types: dict[str, tuple[str, ...]]
-    _chains_cache: dict[Hashable, list[str]]
-    #: A whole job's task needs per chain, by (roles, VC): ``sizing._whole_needs``.
-    _needs_cache: dict[Hashable, tuple[tuple[RoleSpec, ...], dict[str, TaskNeeds]]]
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
     _book: ShareBook  # GPUs hosting shares, and waiting shares (``shares``)
 
-    # The parts the mixins call (``core.HivedScheduler`` makes them).
+    #: What a job asks for: leaf cells per task, chains, units (``sizing.Sizing``), made
+    #: anew per config here (``_load``).
+    sizing: Sizing
+
+    # The parts the mixins and other parts call (``core.HivedScheduler`` makes them).
+    #: The waiting jobs, their classes and the scheduling pass (``queueing.ClassQueue``).
+    queue: Queueing
+    #: Whose turn it is inside a VC: fair share, caps, the reservation (``turns.Turns``).
+    turns: TurnTaking
     #: The search for a job's cells, each plan found carried out (``attempt.Attempt``).
     attempt: Placing
     #: A plan carried out: victims preempted or downgraded, the job started (``preempt``).
@@ -103,22 +91,16 @@ class HivedBase:
         self.tree = CellTree(config)
         self.vcs = VCs(config, self.tree)
         self.cpu = CpuPool(config)
-        self._cpu_waiting = []
         self.attempt.load(self.tree, self.vcs)  # (the search's own: ``Attempt.placer``)
-        self._leaves_cache = {}
-        self._vc_types = {}
-        self._chains_cache = {}
-        self._needs_cache = {}
+        self.sizing = Sizing(config, self.tree, self.vcs)  # (its caches are the config's)
         self._checked = {}
         self._passed = None
         self.admission = Admission.of(config)
         self._book.forget_hosts()  # (running shares are restored onto the new cells)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
-        # Classes a cap or a reservation set aside: the classes are made anew on a new config.
-        self._held, self._capped, self._cap_stopped = {}, {}, set()
-        # (``turns``: made anew with the classes)
-        self._vc_accounts, self._keys = {}, {}
+        self.queue.load(config)
+        self.turns.load()  # (what it filed of classes: they are made anew on a new config)
         if not config.per_user:
             self._ledger = None
         elif self._ledger is not None:
@@ -152,16 +134,6 @@ class HivedBase:
         job.grouped = spec.gang and len({r.affinity_group for r in roles}) > 1
         self._jobs[job_id] = job
         return job
-
-    # ---- what one part asks of another (the mixins override these) ---------------------------
-
-    def _enqueue(self, job: Job) -> None:
-        """Put a job (back) in its VC's queue (``queueing``)."""
-        raise NotImplementedError
-
-    def _capped_unit(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> bool:
-        """Whether the unit would take the job's user past its VC's cap (``turns``)."""
-        raise NotImplementedError
 
     # ---- cell bookkeeping --------------------------------------------------------------------
 
@@ -447,16 +419,6 @@ class HivedBase:
 def account(job: Job) -> Account:
     """Whose use a job counts to: its VC and its user ("" when the spec names none)."""
     return (job.vc, job.spec.user or "")
-
-
-def roles_id(roles: tuple[RoleSpec, ...]) -> Hashable:
-    """A key for a job's roles by identity, for a cache asked once per job: hashing the
-    (dataclass) roles cost more than the rest of the look-up, and a trace's jobs share their
-    role objects. An entry must keep the roles it was made for (so no other object takes their
-    ids while it lives); equal roles in other objects only miss."""
-    if len(roles) == 1:
-        return id(roles[0])
-    return tuple(map(id, roles))
 
 
 def _order(cell: Cell) -> int:

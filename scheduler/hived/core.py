@@ -8,11 +8,12 @@ failure stopped. A search that fails leaves a small record of why (``failures``)
 formatted from it only when someone asks (``job()``, ``jobs()``).
 
 This module is the front door: events are dispatched here to the parts that handle them. The
-search for a job's cells (``self.attempt``, with ``self.failures``, the record of why a search
-failed), node health (``self.health``, with its own state), adoption (``self.adoption``) and
-preemption (``self.preemption``) are parts the scheduler holds; the class queue (``queueing``
-over ``turns`` and ``sizing``) and GPU shares (``shares``) are still mixins over the shared state
-of ``base``, to become parts one at a time (issue 32). Admission and the views are here too.
+class queue and its pass (``self.queue``), whose turn it is inside a VC (``self.turns``: fair
+share, caps, the reservation), what a job asks for (``self.sizing``), the search for a job's
+cells (``self.attempt``, with ``self.failures``, the record of why a search failed), node
+health (``self.health``), adoption (``self.adoption``) and preemption (``self.preemption``) are
+parts the scheduler holds, each with its own state; GPU shares (``shares``) are the one mixin
+left over the shared state of ``base`` (issue 32). Admission and the views are here too.
 """
 
 from __future__ import annotations
@@ -36,13 +37,15 @@ from labhive.scheduler.hived.adopt import Adoption, AdoptRefused
 from labhive.scheduler.hived.attempt import Attempt
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.failures import Failures
+from labhive.scheduler.hived.fair_line import FairLine
 from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.preempt import Preemption
-from labhive.scheduler.hived.queueing import Queueing
+from labhive.scheduler.hived.queueing import ClassQueue
 from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.shares import Sharing
 from labhive.scheduler.hived.shortfall import Failure
+from labhive.scheduler.hived.turns import Turns
 from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
 from labhive.scheduler.policies.policy_base import PolicyBase, listing_order
 
@@ -51,7 +54,7 @@ __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
 
-class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
+class HivedScheduler(Sharing, PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -59,27 +62,23 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
     #: job, an affinity group of a job of several, else the job. A driver that can stop only
     #: whole jobs turns this off and every such decision stops or downgrades the whole job.
     partial_stops = True
+    #: The parts as this class makes them (``base`` knows them by ``parts``' protocols).
+    queue: ClassQueue
+    turns: Turns
 
     def __init__(self, config: ClusterConfig) -> None:
         self._jobs = {}
         self._seq = 0
-        self._queues = {}
-        self._ready = set()
-        self._arrived = None
         self._oppo_epoch = 0
-        self._classes = {}
-        self._oppo_classes = {}
-        # Per VC, its classes that have waiting jobs (a release looks at those, not at every
-        # class ever made: a trace makes one per job size).
-        self._vc_classes = {}
         self._dirty_vcs = {}
         self._dirty_oppo = False
         self._tick = 0
         self._ledger = None
-        self._capped, self._cap_stopped, self._gated = {}, set(), False
-        self._out, self._counted, self._cap_hit = [], 0, False
-        self._fair_lines, self._holders, self._held = {}, {}, {}
         self._book = ShareBook()
+        #: Whose turn it is inside a VC: fair share, per-user caps, the reservation.
+        self.turns = Turns(self)
+        #: The waiting jobs, their classes, and the scheduling pass that starts them.
+        self.queue = ClassQueue(self, self.turns)
         #: Which nodes are down, and what a NodeDown or NodeUp changes (a part of its own).
         self.health = NodeHealth(self)
         #: Running jobs put back on exactly their cells (``Adopt``, ``Reconfigure``).
@@ -118,27 +117,38 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
         if self._ledger is not None:  # fair share or per-user caps (``turns``)
-            self._out, self._counted = out, 0
-            self._before_event(event)
+            ledger, turns = self._ledger, self.turns
+            turns.out, turns.counted = out, 0
+            if type(event) is Submit:  # (``before_event`` of the usual event, inline)
+                if event.time > ledger.now:
+                    ledger.advance(event.time)
+                if turns.fair_lines:
+                    turns.fair_lines = {}
+            else:
+                turns.before_event(event)
         self._apply(event, out)
-        if self._ledger is not None:
-            if self._out is not out:  # a Reconfigure turned them on
-                self._out, self._counted = out, 0
-                self._ledger.advance(event.time)
-            if type(event) is Submit or type(event) is Adopt:
-                self._after_event(event)
+        if self._ledger is not None:  # (a Reconfigure may have turned it on or off)
+            ledger, turns = self._ledger, self.turns
+            if turns.out is not out:  # a Reconfigure turned them on
+                turns.out, turns.counted = out, 0
+                ledger.advance(event.time)
+            if type(event) is Submit:  # the new job waits from now (unless it was refused)
+                if event.job_id in self._jobs:
+                    ledger.waiting_since[event.job_id] = ledger.now
+            elif type(event) is Adopt:
+                turns.after_event(event)
         if isinstance(event, Adopt):
             # An adopt places nothing new: a driver restores every running job before any
             # decision (a partly stopped job's waiting tasks must not take another's GPUs),
             # then sends a Tick, after which a pass places what waits (as queue policies do).
             return out
-        self._schedule(out)
-        if self._cpu_waiting:
-            self._schedule_cpu(out)
+        self.queue.schedule(out)
+        if self.queue.cpu_waiting:
+            self.queue.schedule_cpu(out)
         if self._book.waiting:
             self._schedule_shares(out)
-        if self._ledger is not None and self._counted != len(out):
-            self._account()
+        if self._ledger is not None and self.turns.counted != len(out):
+            self.turns.count_decisions()
         return out
 
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
@@ -154,6 +164,18 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
         """Why ``job`` waits (``failures.Failures.failure_of``), for the why-texts (``why``)."""
         return self.failures.failure_of(job)
 
+    def fair_line(self, vc: str) -> FairLine:
+        """The VC's line under fair share (``turns.Turns.fair_line``), for the standings."""
+        return self.turns.fair_line(vc)
+
+    def fair_position(self, job: Job) -> int:
+        """The job's place in its VC's line under fair share (``turns``), for the views."""
+        return self.turns.fair_position(job)
+
+    def wait_key(self, job: Job) -> tuple[int, float, int, str]:
+        """``jobs()``'s order of waiting jobs (``turns.Turns.wait_key``)."""
+        return self.turns.wait_key(job)
+
     @property
     def down_reasons(self) -> dict[str, str]:
         """Node -> the reason its ``NodeDown`` gave, while it is down (``health``)."""
@@ -164,13 +186,13 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
             raise ValueError(f"job {job_id} was submitted twice")
         if not admitted:
             self.check(spec)
-        self._arrive(self._new_job(job_id, spec))
+        self.queue.arrive(self._new_job(job_id, spec))
 
     def _remove(self, job_id: str) -> None:
         job = self._jobs.pop(job_id, None)
         if job is None:
             return
-        self._dequeue(job)
+        self.queue.dequeue(job)
         self._vacate_job(job, forget=True)
 
     def _tasks_ended(
@@ -192,7 +214,7 @@ class HivedScheduler(Queueing, Sharing, PolicyBase[Job]):
         if job is None:
             return
         self._vacate_job(job)
-        self._enqueue(job)
+        self.queue.enqueue(job)
 
     # ---- views -------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from labhive.scheduler.core.jobs import RoleSpec
+from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import victim_threshold
 from labhive.scheduler.hived.queue import JobClass
@@ -38,14 +39,14 @@ from labhive.scheduler.hived.shortfall import (
     task_slots,
     unit_level,
 )
-from labhive.scheduler.hived.sizing import Sizing, pin_of
+from labhive.scheduler.hived.sizing import pin_of
 from labhive.scheduler.hived.vc import VC
 
 
 class Failures:
     """Builds the record of a failed search; reads what the search reads."""
 
-    def __init__(self, sched: Sizing) -> None:
+    def __init__(self, sched: HivedBase) -> None:
         #: The scheduler whose cells, VCs, classes and sizing (``sizing``) a record counts
         #: with; a record's own state is the class's (``JobClass.failed``, ``judged``,
         #: ``never``), made anew with the classes.
@@ -85,7 +86,7 @@ class Failures:
         that search left them, else counted now the same way (its class was not searched
         since, or another job of it was, or none yet)."""
         s = self._sched
-        cls = s._classes.get(job.queued_key) if job.queued_key is not None else None
+        cls = s.queue.classes.get(job.queued_key) if job.queued_key is not None else None
         last = cls.failed if cls is not None else None
         if (
             last is not None
@@ -104,7 +105,7 @@ class Failures:
         ``probe``: it also found that no cell can be bound for one (see ``record``)."""
         s = self._sched
         waiting = job.waiting_tasks
-        chains = s._chains(job, [r for r, _ in waiting])
+        chains = s.sizing.chains(job, [r for r, _ in waiting])
         vc = s.vcs.by_name.get(job.vc)
         if not job.opportunistic and vc is None:
             return NoVC()
@@ -149,7 +150,7 @@ class Failures:
         cells name that size."""
         s = self._sched
         info = s.tree.chains[chain]
-        k = max(s._leaves(r, info.leaf_type, job.vc) for r in roles)
+        k = max(s.sizing.leaves(r, info.leaf_type, job.vc) for r in roles)
         return k, unit_level(info, k)
 
     # ---- never, as the VC's cells are ------------------------------------------------------
@@ -163,7 +164,7 @@ class Failures:
         s = self._sched
         tree = s.tree
         sizes = {
-            c: sum(s._leaves(r, tree.chains[c].leaf_type, job.vc) for r, _ in job.tasks)
+            c: sum(s.sizing.leaves(r, tree.chains[c].leaf_type, job.vc) for r, _ in job.tasks)
             for c in chains
         }
         if any(sizes[c] <= vc.leaves(tree, c) for c in chains):
@@ -187,7 +188,8 @@ class Failures:
         best: tuple[int, int, int, str] | None = None  # (slots, size, tasks, chain) if never
         for chain in chains:
             info = s.tree.chains[chain]
-            sizes = sorted((s._leaves(r, info.leaf_type, job.vc) for r, _ in waiting), reverse=True)
+            leaves = s.sizing.leaves
+            sizes = sorted((leaves(r, info.leaf_type, job.vc) for r, _ in waiting), reverse=True)
             units = sizes[:1] if not job.spec.gang else sizes
             counts = {k: sum(1 for x in units if x >= k) for k in set(units)}
             quota = vc.quota.get(chain, {})

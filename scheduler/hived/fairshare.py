@@ -45,7 +45,7 @@ class Ledger:
     def __init__(self, config: ClusterConfig) -> None:
         self.now = 0.0
         # -> (usage scaled to ``_ref``, E when it was stored): see the module's docstring; read by
-        # ``turns._refile``, which works out changed keys as ``key`` does
+        # ``turns.Turns.refile``, which works out changed keys as ``key`` does
         self.scaled_usage: dict[Account, tuple[float, float]] = {}
         self._ref = 0.0  # the reference time of the stored values
         self._scale = 1.0  # 2^((now - ref)/half_life): scaled usage / usage at ``now``

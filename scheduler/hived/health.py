@@ -78,7 +78,7 @@ class NodeHealth:
                 s._vacate_job(job, touched)
             else:
                 out.append(StopTasks(job_id, s._stop_tasks(job, part, touched), why))
-            s._enqueue(job)
+            s.queue.enqueue(job)
 
 
 def _on(job: Job, node: str) -> bool:

@@ -31,7 +31,7 @@ class TaskNeed:
 
 
 class TaskNeeds(list[TaskNeed]):
-    """A unit's task needs in one chain (``sizing._needs``), with the leaves they take in all:
+    """A unit's task needs in one chain (``sizing.Sizing.needs``), with the leaves they take in all:
     every attempt bounds its search by the least of those over its chains."""
 
     __slots__ = ("leaves",)

@@ -98,7 +98,7 @@ class Preemption:
             else:
                 stopped = s._stop_tasks(victim, part, touched)
                 out.append(StopTasks(victim.job_id, stopped, reason, job.job_id))
-            s._enqueue(victim)
+            s.queue.enqueue(victim)
         return plan
 
     def _lazy(

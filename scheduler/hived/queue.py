@@ -73,10 +73,10 @@ class JobClass:
     #: all VCs (``queueing._class_key``).
     scope: str | None = ""
     changes: int = 0  # adds and removes so far: a head found since then still holds
-    #: The head ``turns._fair_head`` found last (rank key, seq, job id) and the account it
+    #: The head ``turns.Turns.fair_head`` found last (rank key, seq, job id) and the account it
     #: is of: it holds until a job that may go before it is filed (an account new to the
     #: class, or a job ahead of its account's first), it leaves (``add``, ``remove``), or
-    #: that account's key moves (keys only grow; ``turns._refile`` forgets every head when
+    #: that account's key moves (keys only grow; ``turns.Turns.refile`` forgets every head when
     #: one goes down). None: to be found again.
     head: tuple[float, int, str] | None = None
     head_owner: tuple[str, str] = ("", "")

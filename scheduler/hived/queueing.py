@@ -2,9 +2,10 @@
 
 Waiting jobs are grouped in classes of identical jobs (``queue.JobClass``): a class that failed
 stays blocked until the capacity it depends on grows (its stamp changes), and a cheap upper bound
-of that capacity (``_room``) skips classes no search could satisfy. ``_schedule`` then tries the
+of that capacity (``_room``) skips classes no search could satisfy. ``schedule`` then tries the
 classes in queue order (priority, then submission), each attempt in ``attempt``. CPU-only jobs
-wait in their own list and start where nodes' CPUs and memory hold them (``_schedule_cpu``).
+wait in their own list and start where nodes' CPUs and memory hold them (``schedule_cpu``).
+All of it is ``ClassQueue``, a part the scheduler holds (``HivedScheduler.queue``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
+from labhive.scheduler.core.config import ClusterConfig
 from labhive.scheduler.core.jobs import RoleSpec
 from labhive.scheduler.core.model import Decision, Start, TaskPlacement
-from labhive.scheduler.hived.base import UNBOUNDED, account
+from labhive.scheduler.hived.base import UNBOUNDED, HivedBase, account
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import FailedAt, JobClass, JobSize, Signature, VCQueue
 from labhive.scheduler.hived.turns import Turns
@@ -26,8 +28,55 @@ from labhive.scheduler.hived.vc import VC
 NO_ROOM = -1
 
 
-class Queueing(Turns):
-    """Classes of waiting jobs, their blocking stamps, and the scheduling pass."""
+class ClassQueue:
+    """Classes of waiting jobs, their blocking stamps, and the scheduling pass.
+
+    A part ``core.HivedScheduler`` holds (``self.queue``), not a base it inherits, as HiveD's
+    Go code keeps its ``intraVCScheduler``. Its state is the waiting jobs; the cells, VCs,
+    jobs and the counters that say what capacity grew (``_dirty_vcs``, ``_dirty_oppo``,
+    ``_oppo_epoch``, ``_tick``: the bookkeeping of ``base`` sets them as GPUs are freed) are
+    the scheduler's, read through ``_sched``. Per-user turns (fair share, caps, the
+    reservation) are the ``turns`` part's, asked only when the scheduler keeps a ledger."""
+
+    def __init__(self, sched: HivedBase, turns: Turns) -> None:
+        #: The scheduler whose jobs, cells, VCs and capacity counters a pass reads; each
+        #: attempt goes to its ``attempt`` part.
+        self._sched = sched
+        #: Whose turn it is inside a VC (fair share, caps, a reservation): ``turns.Turns``.
+        self.turns = turns
+        #: Per VC, its waiting jobs in queue order (positions, ``views``).
+        self.queues: dict[str, VCQueue] = {}
+        #: Classes worth a look at the next pass (new, unblocked, or given back by a cap).
+        self.ready: set[JobClass] = set()
+        #: A new job (and its class key) that ``schedule`` tries before it is queued
+        #: (``arrive``), or None.
+        self._arrived: tuple[Job, Hashable] | None = None
+        #: Every class made since the last config, by key (``_class_key``).
+        self.classes: dict[Hashable, JobClass] = {}
+        #: The opportunistic ones among them (a release anywhere may let them fit).
+        self.oppo_classes: dict[Hashable, JobClass] = {}
+        #: Per VC, its classes that have waiting jobs (a release looks at those, not at every
+        #: class ever made: a trace makes one per job size).
+        self.vc_classes: dict[str, dict[Hashable, JobClass]] = {}
+        #: Waiting CPU-only jobs, in queue order: (-priority, seq, job id) (``schedule_cpu``).
+        self.cpu_waiting: list[tuple[int, int, str]] = []
+        #: Whether opportunistic jobs of all VCs share classes: unless SKUs size them by their
+        #: VC's (the config's, read on every job: ``load``).
+        self.oppo_shared = True
+        #: Whether the scheduler tells users apart (``ClusterConfig.per_user``: then, and only
+        #: then, it keeps a ledger and ``turns`` judges each class's head).
+        self.per_user = False
+
+    def load(self, config: ClusterConfig) -> None:
+        """What a (new) config says that the pass reads on every job (``base._load``)."""
+        self.oppo_shared = not config.skus
+        self.per_user = config.per_user
+
+    def reset(self) -> None:
+        """Forget every waiting job and class (a new config: ``adopt`` queues them again)."""
+        self.queues, self.ready, self._arrived = {}, set(), None
+        self.classes, self.oppo_classes, self.vc_classes = {}, {}, {}
+        self.cpu_waiting = []
 
     def _class_key(self, job: Job) -> Hashable:
         if job.grouped:
@@ -45,7 +94,7 @@ class Queueing(Turns):
         if not job.spec.gang:
             shape = shape[:1]
         # Opportunistic jobs of all VCs share classes, unless SKUs size them by their VC's.
-        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        vc = None if job.spec.opportunistic and self.oppo_shared else job.vc
         return (vc, job.spec.priority, job.spec.gang, job.pinned, shape)
 
     @staticmethod
@@ -56,32 +105,32 @@ class Queueing(Turns):
             waiting[role] = waiting.get(role, 0) + 1
         return tuple((r.gpu, r.cpu, r.memory_mb, r.sku, n) for r, n in waiting.items())
 
-    def _enqueue(self, job: Job) -> None:
+    def enqueue(self, job: Job) -> None:
         """Put a job (back) in its VC's queue at its original place, in its current class."""
         if job.cpu_only:
             entry = (-job.spec.priority, job.seq, job.job_id)
-            if entry not in self._cpu_waiting:
-                bisect.insort(self._cpu_waiting, entry)
+            if entry not in self.cpu_waiting:
+                bisect.insort(self.cpu_waiting, entry)
             return
         if job.share:  # GPU shares wait apart (``shares``)
-            self._book.wait(job.spec.priority, job.seq, job.job_id)
+            self._sched._book.wait(job.spec.priority, job.seq, job.job_id)
             return
-        self._dequeue(job, keep_order=True)
+        self.dequeue(job, keep_order=True)
         queue = self._queue_of(job)
         key = self._class_key(job)
         cls = self._class_of(job, key)
         if not cls.entries or cls.entries[0][0] > job.seq or not self._blocked(cls):
-            self._ready.add(cls)
+            self.ready.add(cls)
         if cls.users is None:
             cls.add(job.seq, job.job_id)
         else:
             owner = account(job)
             if cls.add(job.seq, job.job_id, owner):
-                self._account_joins(cls, owner)
+                self.turns.account_joins(cls, owner)
         if not job.spec.opportunistic:
-            listed = self._vc_classes.get(job.vc)
+            listed = self.vc_classes.get(job.vc)
             if listed is None:
-                listed = self._vc_classes[job.vc] = {}
+                listed = self.vc_classes[job.vc] = {}
             listed[key] = cls
         job.queued_key = key
         if not job.in_order:
@@ -89,53 +138,53 @@ class Queueing(Turns):
             job.in_order = True
 
     def _queue_of(self, job: Job) -> VCQueue:
-        queue = self._queues.get(job.vc)
+        queue = self.queues.get(job.vc)
         if queue is None:  # (``setdefault`` would build a queue every time)
-            queue = self._queues[job.vc] = VCQueue()
+            queue = self.queues[job.vc] = VCQueue()
         return queue
 
     def _class_of(self, job: Job, key: Hashable) -> JobClass:
         """The job's class (``key``), made on first use."""
-        cls = self._classes.get(key)
+        cls = self.classes.get(key)
         if cls is None:
-            cls = self._classes[key] = JobClass(key, job.vc, job.spec.priority)
-            if self._ledger is not None:
+            cls = self.classes[key] = JobClass(key, job.vc, job.spec.priority)
+            if self.per_user:
                 cls.users = {}
-                shared = job.spec.opportunistic and not self.config.skus and not job.grouped
+                shared = job.spec.opportunistic and self.oppo_shared and not job.grouped
                 cls.scope = None if shared else job.vc  # (``_class_key``)
             cls.need = self._class_need(job)
             cls.task_need = self._task_need(job)
-            cls.vc_ref = self.vcs.by_name.get(job.vc)
+            cls.vc_ref = self._sched.vcs.by_name.get(job.vc)
             if job.spec.opportunistic:
-                self._oppo_classes[key] = cls
+                self.oppo_classes[key] = cls
         return cls
 
-    def _arrive(self, job: Job) -> None:
+    def arrive(self, job: Job) -> None:
         """A new job: it waits in its queue, unless a pass would try it first and alone (no
         other class is ready, nothing was freed, none of its class waits ahead of it); then
-        ``_schedule`` tries it straight away (``_start_arrived``) and queues it only if it
+        ``schedule`` tries it straight away (``_start_arrived``) and queues it only if it
         did not start, sparing the queue's bookkeeping the usual job of an idle cluster."""
         if (
             job.spec.gang
             and not job.grouped
             and not job.cpu_only
             and not job.share
-            and not self._ready
-            and not self._dirty_vcs
-            and not self._dirty_oppo
+            and not self.ready
+            and not self._sched._dirty_vcs
+            and not self._sched._dirty_oppo
         ):
             key = self._class_key(job)
-            cls = self._classes.get(key)
+            cls = self.classes.get(key)
             if cls is None or not cls.entries:
                 self._arrived = (job, key)
                 return
-        self._enqueue(job)
+        self.enqueue(job)
 
     def _start_arrived(
         self, job: Job, key: Hashable, failed: dict[Hashable, list[JobSize]], out: list[Decision]
     ) -> None:
-        """What a pass does with the one class ``_arrive`` left it (``_collect_ready``'s
-        checks, then ``_schedule``'s), the job queued first only where it would stay queued:
+        """What a pass does with the one class ``arrive`` left it (``_collect_ready``'s
+        checks, then ``schedule``'s), the job queued first only where it would stay queued:
         the state after is the same as had it been queued and then started."""
         self._queue_of(job)
         cls = self._class_of(job, key)
@@ -147,17 +196,17 @@ class Queueing(Turns):
             self._wait_blocked(job, cls)
             self._block(cls, stamp)
             return
-        if self._ledger is not None and not self._gate(cls, job):
+        if self.per_user and not self.turns.gate(cls, job):
             self._wait_blocked(job, cls)
             return
         # ``_may_fit`` would ask the same bound again of the same cells: it holds.
         if cls.signature is None:
             cls.signature = self._signature(job)
-        self.attempt.place(job, out, self._since(cls), cls)
+        self._sched.attempt.place(job, out, self._since(cls), cls)
         if job.all_placed:
             return
         self._wait_blocked(job, cls)
-        if self._ledger is not None and self._stopped_at_cap(job):
+        if self.per_user and self.turns.stopped_at_cap(job):
             return
         self._block(cls)
         if cls.signature.group is not None:
@@ -166,61 +215,63 @@ class Queueing(Turns):
     def _wait_blocked(self, job: Job, cls: JobClass) -> None:
         """Queue a job whose class is not tried again in this pass (as ``_collect_ready``
         or a failed attempt leaves it: out of the ready set)."""
-        self._enqueue(job)
-        self._ready.discard(cls)
+        self.enqueue(job)
+        self.ready.discard(cls)
 
     def _class_need(self, job: Job) -> int:
         """The fewest GPUs a job of this class can start with (its next task if incremental)."""
-        unit = self._units(job)[0]
-        chains = self._chains(job, [r for r, _ in unit])
+        s = self._sched
+        unit = s.sizing.units(job)[0]
+        chains = s.sizing.chains(job, [r for r, _ in unit])
         if not chains:
             return UNBOUNDED
-        return min(sum(t.leaves for t in self._needs(unit, c, job.vc)) for c in chains)
+        return min(sum(t.leaves for t in s.sizing.needs(unit, c, job.vc)) for c in chains)
 
     def _task_need(self, job: Job) -> int:
         """The fewest GPUs the job's largest waiting task needs on one node."""
+        s = self._sched
         roles = [r for r, _ in job.waiting_tasks]
-        chains = self._chains(job, roles)
+        chains = s.sizing.chains(job, roles)
         if not chains:
             return UNBOUNDED
         return min(
-            max(self._leaves(r, self.tree.chains[c].leaf_type, job.vc) for r in roles)
+            max(s.sizing.leaves(r, s.tree.chains[c].leaf_type, job.vc) for r in roles)
             for c in chains
         )
 
-    def _dequeue(self, job: Job, keep_order: bool = False) -> None:
+    def dequeue(self, job: Job, keep_order: bool = False) -> None:
         if job.cpu_only:
             entry = (-job.spec.priority, job.seq, job.job_id)
-            if entry in self._cpu_waiting:
-                self._cpu_waiting.remove(entry)
+            if entry in self.cpu_waiting:
+                self.cpu_waiting.remove(entry)
             return
         if job.share:
-            self._book.unwait(job.spec.priority, job.seq, job.job_id)
+            self._sched._book.unwait(job.spec.priority, job.seq, job.job_id)
             return
         if job.queued_key is not None:
-            cls = self._classes.get(job.queued_key)
+            cls = self.classes.get(job.queued_key)
             if cls is not None:
                 if cls.users is None:
                     cls.remove(job.seq, job.job_id)
                 else:
                     owner = account(job)
                     if cls.remove(job.seq, job.job_id, owner):
-                        self._account_leaves(cls, owner)
+                        self.turns.account_leaves(cls, owner)
                 if not cls.entries:  # only classes with waiting jobs are listed per VC
-                    listed = self._vc_classes.get(cls.vc)
+                    listed = self.vc_classes.get(cls.vc)
                     if listed is not None:
                         listed.pop(cls.key, None)
                         if not listed:  # and only VCs with such classes (``_collect_ready``)
-                            del self._vc_classes[cls.vc]
+                            del self.vc_classes[cls.vc]
             job.queued_key = None
         if not keep_order and job.in_order:
-            self._queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
+            self.queues[job.vc].remove(job.spec.priority, job.seq, job.job_id)
             job.in_order = False
 
     def _stamp(self, cls: JobClass) -> Hashable:
         """What the class's chances depend on; unchanged means a failed class still fails."""
         if cls.priority < 0:
-            return self._oppo_epoch
+            return self._sched._oppo_epoch
         vc = cls.vc_ref
         if vc is None:
             return None
@@ -240,7 +291,7 @@ class Queueing(Turns):
         cls.blocked_at = self._stamp(cls) if stamp is None else stamp
         vc = cls.vc_ref
         if vc is not None and cls.priority >= 0:
-            cls.failed_at = FailedAt(self._tick, vc.epoch, vc.pool_epoch)
+            cls.failed_at = FailedAt(self._sched._tick, vc.epoch, vc.pool_epoch)
         else:
             cls.failed_at = None
 
@@ -257,27 +308,28 @@ class Queueing(Turns):
     def _collect_ready(self) -> list[JobClass]:
         """The classes worth an attempt: new or unblocked ones whose need the capacity they
         depend on could still cover (a cheap upper bound; the placement search decides)."""
-        dirty = self._dirty_vcs
+        s = self._sched
+        dirty = s._dirty_vcs
         if dirty:
-            listed = self._vc_classes
+            listed = self.vc_classes
             if listed:  # (no VC has a class that waits: none to mark)
                 for name, level in dirty.items():
                     classes = listed.get(name)
                     if classes:
                         for cls in classes.values():
                             if cls.priority <= level and cls.entries:
-                                self._ready.add(cls)
+                                self.ready.add(cls)
             dirty.clear()
-        if self._dirty_oppo:
-            if self._oppo_classes:
-                self._ready.update(self._oppo_classes.values())
-            self._dirty_oppo = False
-        if not self._ready:  # the usual end of a job on a cluster where nothing waits
+        if s._dirty_oppo:
+            if self.oppo_classes:
+                self.ready.update(self.oppo_classes.values())
+            s._dirty_oppo = False
+        if not self.ready:  # the usual end of a job on a cluster where nothing waits
             return []
         out = []
         rooms: dict[tuple[str, int], int] = {}  # a guaranteed class's bound, by VC and priority
         oppo_rooms: dict[int, int] = {}  # an opportunistic class's, by its task's need
-        for cls in self._ready:
+        for cls in self.ready:
             if not cls.entries:
                 continue
             stamp = self._stamp(cls)
@@ -298,7 +350,7 @@ class Queueing(Turns):
                 self._block(cls, stamp)
                 continue
             out.append(cls)
-        self._ready.clear()
+        self.ready.clear()
         return out
 
     def _class_room(self, cls: JobClass) -> int:
@@ -306,7 +358,7 @@ class Queueing(Turns):
         opportunistic class the idle ones, if some node could hold its task; for a
         guaranteed one its VC's room at its priority (``_room``)."""
         if cls.priority < 0:
-            return self.tree.free_total if self._node_with(cls.task_need) else NO_ROOM
+            return self._sched.tree.free_total if self._node_with(cls.task_need) else NO_ROOM
         if cls.vc_ref is None:
             return NO_ROOM
         return self._room(cls.vc_ref, cls.priority)
@@ -321,7 +373,7 @@ class Queueing(Turns):
 
     def _node_with(self, free: int) -> bool:
         """Whether some node has ``free`` idle healthy GPUs."""
-        for nodes in self.tree.open.values():
+        for nodes in self._sched.tree.open.values():
             for node in nodes:
                 if node.free >= free:
                     return True
@@ -335,32 +387,32 @@ class Queueing(Turns):
                 room += n
         return room
 
-    def _schedule(self, out: list[Decision]) -> None:
+    def schedule(self, out: list[Decision]) -> None:
         """Start what fits, classes in queue order; a class that fails is skipped until the
         capacity it depends on grows. Per user (``turns``), a class's head is its
         best-ranked account's, and classes are ordered by their head's rank first."""
+        s = self._sched
         # (-priority, [its head's rank key under fair share,] its head's seq, tie, class)
         heap: list[tuple[Any, ...]] = []
         failed: dict[Hashable, list[JobSize]] = {}
         tie = 0
-        ledger = self._ledger
+        ledger = s._ledger
         # caps or reservations: a head may change without a change of its class
         fair_gates = ledger is not None and (bool(ledger.caps) or ledger.reserve_after is not None)
         if ledger is not None:
-            self._pass_begins(out)
+            turns = self.turns
+            turns.pass_begins(out)
         if self._arrived is not None:
             (job, key), self._arrived = self._arrived, None
             self._start_arrived(job, key, failed, out)
         while True:
-            ready = (
-                self._collect_ready() if self._ready or self._dirty_vcs or self._dirty_oppo else ()
-            )
+            ready = self._collect_ready() if self.ready or s._dirty_vcs or s._dirty_oppo else ()
             for cls in ready:
                 tie += 1
                 if ledger is None:
                     heapq.heappush(heap, (-cls.priority, cls.entries[0][0], tie, cls))
                 else:
-                    head = self._fair_head(cls)  # (None: its users wait for a cap or a holder)
+                    head = turns.fair_head(cls)  # (None: its users wait for a cap or a holder)
                     if head is not None:
                         item = (-cls.priority, head[0], head[1], tie, cls, head[2], cls.changes)
                         heapq.heappush(heap, item)
@@ -372,23 +424,23 @@ class Queueing(Turns):
                 seq = entry[1]
                 if not cls.entries or cls.entries[0][0] != seq or self._blocked(cls):
                     if cls.entries and not self._blocked(cls):
-                        self._ready.add(cls)
+                        self.ready.add(cls)
                     continue
-                job = self._jobs[cls.entries[0][1]]
+                job = s._jobs[cls.entries[0][1]]
             else:
                 cls = entry[4]
                 if not cls.entries or self._blocked(cls):
                     continue
                 if cls.changes == entry[6] and not fair_gates:  # (nothing moved its head)
-                    job = self._jobs[entry[5]]
+                    job = s._jobs[entry[5]]
                 else:
-                    head = self._fair_head(cls)
+                    head = turns.fair_head(cls)
                     if head is None:
                         continue
                     if head[0] != entry[1] or head[1] != entry[2]:  # a cap or a start moved it
-                        self._ready.add(cls)
+                        self.ready.add(cls)
                         continue
-                    job = self._jobs[head[2]]
+                    job = s._jobs[head[2]]
             if cls.signature is None:
                 cls.signature = self._signature(job)
             group, size = cls.signature.group, cls.signature.size
@@ -398,22 +450,22 @@ class Queueing(Turns):
                 self._block(cls)
                 continue
             before = len(job.placed)
-            self.attempt.place(job, out, self._since(cls), cls)
+            s.attempt.place(job, out, self._since(cls), cls)
             if job.all_placed:
-                self._dequeue(job)
+                self.dequeue(job)
                 if ledger is not None:
-                    self._started_whole(cls)
+                    turns.started_whole(cls)
                 if cls.entries:  # its next job may start too (an empty class is not tried)
-                    self._ready.add(cls)
+                    self.ready.add(cls)
                 continue
             if len(job.placed) > before:  # an incremental job started some tasks
-                self._enqueue(job)
-            if ledger is not None and self._stopped_at_cap(job):
+                self.enqueue(job)
+            if ledger is not None and turns.stopped_at_cap(job):
                 if cls.entries:  # (the job moved to a class of its waiting tasks: this
-                    self._ready.add(cls)  # one's other jobs may go, as after a start)
+                    self.ready.add(cls)  # one's other jobs may go, as after a start)
                 continue
             if job.queued_key is not None:
-                self._block(self._classes[job.queued_key])
+                self._block(self.classes[job.queued_key])
             if group is not None:
                 failed.setdefault(group, []).append(size)
 
@@ -425,27 +477,28 @@ class Queueing(Turns):
         )
         if len(job.spec.roles) != 1:
             return Signature(None, size)
-        vc = None if job.spec.opportunistic and not self.config.skus else job.vc
+        vc = None if job.spec.opportunistic and self.oppo_shared else job.vc
         # A pinned job runs in its pinned cell only: what fails elsewhere says nothing of it.
         return Signature((vc, role.sku, job.spec.gang, job.pinned), size)
 
-    def _schedule_cpu(self, out: list[Decision]) -> None:
+    def schedule_cpu(self, out: list[Decision]) -> None:
         """Start waiting CPU-only jobs in queue order where nodes' CPUs and memory hold them
         (a gang whole, an incremental job task by task); no preemption either way."""
-        for entry in list(self._cpu_waiting):
-            job = self._jobs[entry[2]]
+        s = self._sched
+        for entry in list(self.cpu_waiting):
+            job = s._jobs[entry[2]]
             units = [job.waiting_tasks] if job.spec.gang else [[t] for t in job.waiting_tasks]
             started = []
             for unit in units:
-                nodes = self.cpu.plan(unit)
+                nodes = s.cpu.plan(unit)
                 if nodes is None:
                     break
                 for (role, index), node in zip(unit, nodes, strict=True):
-                    self.cpu.hold(node, role)
+                    s.cpu.hold(node, role)
                     placement = TaskPlacement(role.name, index, node, ())
                     job.placed[(role.name, index)] = (placement, [])
                     started.append(placement)
             if started:
                 out.append(Start(job.job_id, tuple(started), False))
             if not job.waiting_tasks:
-                self._cpu_waiting.remove(entry)
+                self.cpu_waiting.remove(entry)

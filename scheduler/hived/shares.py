@@ -91,9 +91,9 @@ class Sharing(HivedBase):
         Shares queued before it go as before. Jobs that can never run as the cells are (a
         node down), or whose users are all at their running cap, hold nothing."""
         if vc is None:
-            classes: Iterable[JobClass] = self._oppo_classes.values()
+            classes: Iterable[JobClass] = self.queue.oppo_classes.values()
         else:
-            classes = self._vc_classes.get(vc, {}).values()
+            classes = self.queue.vc_classes.get(vc, {}).values()
         holding = [
             c
             for c in classes
@@ -117,8 +117,8 @@ class Sharing(HivedBase):
             return False
         for line in users.values():
             job = self._jobs[line[0][1]]
-            hit = self._capped_unit(job, job.waiting_tasks)
-            self._cap_hit = False  # a question, not an attempt: nothing is filed as capped
+            hit = self.turns.capped_unit(job, job.waiting_tasks)
+            self.turns.cap_hit = False  # a question, not an attempt: nothing is filed as capped
             if not hit:
                 return False
         return True

@@ -91,7 +91,7 @@ def standings(sched: HivedState[Any], now: float) -> dict[str, VCStanding] | Non
         used.setdefault(vc, {})[user] = value
     out = {}
     for vc, users in used.items():
-        queue = sched._queues.get(vc)
+        queue = sched.queue.queues.get(vc)
         order = queue.order if queue is not None else []
         line = [
             (neg, seq, job_id, sched._jobs[job_id].spec.user or "") for neg, seq, job_id in order

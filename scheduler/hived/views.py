@@ -20,7 +20,7 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
     tasks = tuple(sorted((p for p, _ in job.placed.values()), key=lambda p: (p.role, p.index)))
     position = length = None
     why = None
-    queue = sched._queues.get(job.vc)
+    queue = sched.queue.queues.get(job.vc)
     if not job.placed and queue is not None:
         ledger = sched._ledger
         if ledger is not None and ledger.fair is not None:
@@ -78,11 +78,11 @@ def _holds(job: HivedJob) -> str:
 def _why_cpu(sched: HivedState[Any], job: HivedJob) -> str:
     role = max((r for r, _ in job.waiting_tasks), key=lambda r: (r.cpu, r.memory_mb))
     cpu, memory = sched.cpu.free()
-    ahead = next(i for i, e in enumerate(sched._cpu_waiting) if e[2] == job.job_id)
+    ahead = next(i for i, e in enumerate(sched.queue.cpu_waiting) if e[2] == job.job_id)
     return (
         f"no healthy node has {role.cpu:g} CPUs and {role.memory_mb} MB memory free for this "
         f"CPU-only task (at most {cpu:g} CPUs and {memory} MB free on one node; it takes no "
-        f"GPU); position {ahead + 1} of {len(sched._cpu_waiting)} among CPU-only jobs"
+        f"GPU); position {ahead + 1} of {len(sched.queue.cpu_waiting)} among CPU-only jobs"
     )
 
 
