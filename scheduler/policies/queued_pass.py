@@ -22,6 +22,7 @@ from labhive.scheduler.policies.head_index import (
     MayStart,
 )
 from labhive.scheduler.policies.node_pool import NodePool
+from labhive.scheduler.policies.preempt_probe import ReleaseProbe, undo_order
 from labhive.scheduler.policies.queued_job import QueuedJob
 
 
@@ -255,7 +256,8 @@ class QueuedPass:
     def _preempt_for(
         self, job: QueuedJob, opp: bool, out: list[Decision]
     ) -> tuple[TaskPlacement, ...] | None:
-        """Free GPUs by preempting ``victims`` in their order until the job fits; else undo.
+        """Free GPUs by preempting ``victims`` in their order until the job fits; else undo
+        (a search that ``_fails_on_paper`` shows would fail is not made).
 
         Bounded: nothing is tried unless the victims hold enough GPUs by count, and the search
         stops once the released GPUs exceed the need by a node's worth twice over (the rest
@@ -265,6 +267,8 @@ class QueuedPass:
         if self._searches <= 0:
             return None  # this pass has searched enough; the next event tries again
         self._searches -= 1
+        if self._fails_on_paper(job, opp):
+            return None
         released: list[tuple[QueuedJob, tuple[TaskPlacement, ...]]] = []
         freed = self.pool.free_gpus
         limit = job.gpus + 2 * self.pool.max_node_gpus
@@ -297,3 +301,29 @@ class QueuedPass:
             self._enqueue(victim)
             out.append(Preempt(victim.job_id, by=job.job_id, reason=self.preempt_reason(victim)))
         return tasks
+
+    def _fails_on_paper(self, job: QueuedJob, opp: bool) -> bool:
+        """Would ``_preempt_for``'s search fail? Walks the victims as it does, counting what
+        each would free (``ReleaseProbe``) instead of releasing it; True only where every
+        placement the search asks for would be refused, and then the pool is left as the
+        search's release and undo would leave it (``undo_order``). Why: nearly every search
+        on a contended cluster fails, and its releases and claims back were most of a
+        contended LAS run (issue 34)."""
+        probe = ReleaseProbe(self.pool, job.gang)
+        released: list[str] = []
+        freed = self.pool.free_gpus
+        limit = job.gpus + 2 * self.pool.max_node_gpus
+        over = self._over_quota(job)
+        vc_freed = 0
+        for victim in self.victims(job, opp):
+            released.append(victim.job_id)
+            probe.release(victim.job_id)
+            freed += victim.gpus
+            vc_freed += victim.gpus if victim.vc == job.vc else 0
+            if freed >= job.gpus and vc_freed >= over:
+                if probe.may_fit():
+                    return False  # the search may succeed: make it
+                if freed >= limit:
+                    break
+        undo_order(self.pool, released)
+        return True

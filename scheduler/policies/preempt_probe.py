@@ -1,0 +1,112 @@
+"""A preemption search tried on paper first: what releasing running jobs one by one would free,
+without releasing them, and what a failed search leaves behind in the pool.
+
+Why: on a contended cluster nearly every search fails (issue 34: 45,784 of 45,973 LAS searches
+over the first 20,000 jobs of the contended replay, nearly all for gangs wider than a node),
+and a failed search released its victims one by one, asked for a placement after each, and
+claimed them all back: most of a contended LAS run. ``ReleaseProbe`` answers "could the gang
+fit now?" from counts alone, exactly where placement would refuse (the same bounds
+``NodePool._plan`` refuses by), and "maybe" otherwise; only a "maybe" runs the real search.
+
+A failed search is not free of effects, though: releasing a job and claiming it back moves each
+node it holds to the end of its free-count bucket (placement reads buckets in order), its GPUs
+to the end of the node's ``used`` and the job to the end of the pool's jobs. ``undo_order``
+makes exactly those moves, so the decisions that follow are byte-identical to the search
+that mutated and undid (``tests/test_preempt_probe.py`` holds the two to the same pool, order
+included, after every event).
+"""
+
+from __future__ import annotations
+
+import math
+
+from labhive.scheduler.policies.node_pool import Gang, NodePool
+
+
+class ReleaseProbe:
+    """The pool as it would be with the released jobs' GPUs free, kept as counts. ``may_fit``
+    is False only where ``NodePool.place`` would refuse the gang on that pool: a gang within
+    a node needs a node with as many free GPUs; a wider one needs them on its ``need``
+    most-free nodes (``NodePool._most_free``); ``anywhere`` placement is not bounded here."""
+
+    __slots__ = ("_counts", "_extra", "_maybe", "_need", "_pool", "_total", "_wide")
+
+    def __init__(self, pool: NodePool, gang: Gang) -> None:
+        self._pool = pool
+        self._total = total = gang.gpus
+        self._extra: dict[str, int] = {}  # node -> GPUs the released jobs hold there
+        most = pool.max_node_gpus
+        consolidated = pool.locality == "consolidated"
+        self._wide = consolidated and total > most
+        self._need = math.ceil(total / most) if self._wide else 0
+        # wide: nodes per free-GPU count, as the releases would leave them
+        self._counts = [len(b) for b in pool._buckets] if self._wide else []
+        buckets = pool._buckets
+        # within a node: some node has the GPUs already (untouched nodes never change)
+        self._maybe = not consolidated or (
+            not self._wide and any(buckets[f] for f in range(max(total, 1), most + 1))
+        )
+
+    def release(self, job_id: str) -> None:
+        """Count the job's GPUs as free on its nodes."""
+        nodes, extra, counts = self._pool.nodes, self._extra, self._counts
+        for t in self._pool._jobs[job_id][0]:
+            node = nodes[t.node]
+            if not node.healthy:
+                continue  # not in a bucket: placement never sees it
+            had = extra.get(t.node, 0)
+            extra[t.node] = had + len(t.gpus)
+            before = len(node.free) + had
+            after = before + len(t.gpus)
+            if self._wide:
+                counts[before] -= 1
+                counts[after] += 1
+            elif after >= self._total:
+                self._maybe = True
+
+    def may_fit(self) -> bool:
+        """False: ``place`` would refuse the gang after these releases."""
+        if self._maybe or not self._wide:
+            return self._maybe
+        nodes, total, counts = self._need, 0, self._counts
+        for f in range(len(counts) - 1, 0, -1):  # as NodePool._most_free
+            n = counts[f]
+            if n >= nodes:
+                return total + nodes * f >= self._total
+            total += n * f
+            nodes -= n
+        return total >= self._total
+
+
+def undo_order(pool: NodePool, job_ids: list[str]) -> None:
+    """What ``pool.release`` of each job in turn, then ``pool.claim`` of each back in the same
+    order, leaves changed: each task's node moved to the end of its bucket (in claim order),
+    its GPUs to the end of the node's ``used``, the job to the end of the pool's jobs, and
+    finite CPU and memory counters added to then taken from in that order (floats: the same
+    sums, rounded alike)."""
+    nodes, jobs, buckets = pool.nodes, pool._jobs, pool._buckets
+    held = [(job_id, jobs.pop(job_id)) for job_id in job_ids]
+    for _, (tasks, cpus, mems) in held:  # the releases' CPU and memory
+        for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
+            node = nodes[t.node]
+            if node.cpu_free < math.inf:
+                node.cpu_free += cpu
+            if node.memory_free < math.inf:
+                node.memory_free += mem
+    for job_id, (tasks, cpus, mems) in held:  # the claims
+        for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
+            node = nodes[t.node]
+            if node.healthy:  # (a running job's nodes are: a node going down stops its jobs)
+                bucket = buckets[len(node.free)]
+                del bucket[t.node]
+                bucket[t.node] = node
+            if node.cpu_free < math.inf:
+                node.cpu_free -= cpu
+            if node.memory_free < math.inf:
+                node.memory_free -= mem
+            used = node.used
+            for g in t.gpus:
+                del used[g]
+                used[g] = job_id
+        # claim stores each task's memory as a float (from the gang); the same numbers
+        jobs[job_id] = (tasks, cpus, tuple(float(m) for m in mems))
