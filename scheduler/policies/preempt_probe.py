@@ -78,6 +78,23 @@ class ReleaseProbe:
         return total >= self._total
 
 
+def surely_refused(pool: NodePool, gang: Gang) -> bool:
+    """Would ``pool.place`` refuse the gang now? True only where ``NodePool._plan`` would, by
+    GPU counts alone: no node with as many free GPUs (a gang within a node), or too few on
+    its ``need`` most-free nodes (a wider one); False where it cannot tell (CPU, memory,
+    ``anywhere`` placement)."""
+    total = gang.gpus
+    if total > pool.free_gpus:
+        return True
+    if pool.locality != "consolidated":
+        return False
+    most = pool.max_node_gpus
+    if total > most:
+        return pool._most_free(math.ceil(total / most)) < total
+    buckets = pool._buckets
+    return not any(buckets[f] for f in range(max(total, 1), most + 1))
+
+
 def undo_order(pool: NodePool, job_ids: list[str]) -> None:
     """What ``pool.release`` of each job in turn, then ``pool.claim`` of each back in the same
     order, leaves changed: each task's node moved to the end of its bucket (in claim order),
