@@ -40,7 +40,7 @@ class ReleaseProbe:
         self._wide = consolidated and total > most
         self._need = math.ceil(total / most) if self._wide else 0
         # wide: nodes per free-GPU count, as the releases would leave them
-        self._counts = [len(b) for b in pool._buckets] if self._wide else []
+        self._counts = list(map(len, pool._buckets)) if self._wide else []
         buckets = pool._buckets
         # within a node: some node has the GPUs already (untouched nodes never change)
         self._maybe = not consolidated or (
@@ -48,21 +48,28 @@ class ReleaseProbe:
         )
 
     def release(self, job_id: str) -> None:
-        """Count the job's GPUs as free on its nodes."""
-        nodes, extra, counts = self._pool.nodes, self._extra, self._counts
-        for t in self._pool._jobs[job_id][0]:
-            node = nodes[t.node]
-            if not node.healthy:
-                continue  # not in a bucket: placement never sees it
-            had = extra.get(t.node, 0)
-            extra[t.node] = had + len(t.gpus)
-            before = len(node.free) + had
-            after = before + len(t.gpus)
-            if self._wide:
-                counts[before] -= 1
-                counts[after] += 1
-            elif after >= self._total:
-                self._maybe = True
+        """Count the job's GPUs as free on its nodes (a gang's tasks on one node come in a
+        row: counted once per row)."""
+        nodes, extra, counts, wide = self._pool.nodes, self._extra, self._counts, self._wide
+        tasks = self._pool._jobs[job_id][0]
+        last = len(tasks) - 1
+        gpus = 0
+        for i, t in enumerate(tasks):
+            gpus += len(t.gpus)
+            name = t.node
+            if i < last and tasks[i + 1].node == name:
+                continue
+            node = nodes[name]
+            if node.healthy:  # (one down is in no bucket: placement never sees it)
+                had = extra.get(name, 0)
+                extra[name] = had + gpus
+                before = len(node.free) + had
+                if wide:
+                    counts[before] -= 1
+                    counts[before + gpus] += 1
+                elif before + gpus >= self._total:
+                    self._maybe = True
+            gpus = 0
 
     def may_fit(self) -> bool:
         """False: ``place`` would refuse the gang after these releases."""
@@ -103,27 +110,28 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
     sums, rounded alike)."""
     nodes, jobs, buckets = pool.nodes, pool._jobs, pool._buckets
     held = [(job_id, jobs.pop(job_id)) for job_id in job_ids]
-    for _, (tasks, cpus, mems) in held:  # the releases' CPU and memory
+    for _, (tasks, cpus, mems) in held:  # the releases' CPU and memory, in their order
         for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
             node = nodes[t.node]
-            if node.cpu_free < math.inf:
+            if node.cpu_free < math.inf or node.memory_free < math.inf:
                 node.cpu_free += cpu
-            if node.memory_free < math.inf:
                 node.memory_free += mem
     for job_id, (tasks, cpus, mems) in held:  # the claims
+        last = None
         for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
             node = nodes[t.node]
-            if node.healthy:  # (a running job's nodes are: a node going down stops its jobs)
+            if node is not last and node.healthy:  # (a row of tasks on a node: one move)
                 bucket = buckets[len(node.free)]
                 del bucket[t.node]
                 bucket[t.node] = node
-            if node.cpu_free < math.inf:
+            last = node
+            if node.cpu_free < math.inf or node.memory_free < math.inf:
                 node.cpu_free -= cpu
-            if node.memory_free < math.inf:
                 node.memory_free -= mem
             used = node.used
             for g in t.gpus:
                 del used[g]
                 used[g] = job_id
-        # claim stores each task's memory as a float (from the gang); the same numbers
-        jobs[job_id] = (tasks, cpus, tuple(float(m) for m in mems))
+        # (claim would store each task's memory as a float, here it may stay an int: the
+        # same number, added alike when the job is released)
+        jobs[job_id] = (tasks, cpus, mems)
