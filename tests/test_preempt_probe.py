@@ -10,10 +10,13 @@ and claimed back its victims, most of a contended LAS run)."""
 
 from __future__ import annotations
 
+import math
+import random
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_helpers import job
 from test_drf_head_index import batches, ops
 from test_pass_skips import LAS, eight_nodes_of_eight
 from test_properties import PROPERTY_SETTINGS, clusters
@@ -23,7 +26,8 @@ from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Finish, Submit, Tick
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.las import LasPolicy
-from labhive.scheduler.policies.node_pool import NodePool
+from labhive.scheduler.policies.node_pool import Gang, NodePool, PoolNode, gang_of
+from labhive.scheduler.policies.preempt_probe import ReleaseProbe, surely_refused
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 
@@ -40,6 +44,11 @@ class LasSearching(SearchEveryTime, LasPolicy):
 
 class CapacitySearching(SearchEveryTime, CapacityPolicy):
     pass
+
+
+def _gang(gpus: int) -> Gang:
+    """A trace job's gang: ``gpus`` one-GPU tasks (each asking a CPU)."""
+    return gang_of(job("j", 0, gpus, 1).spec)
 
 
 def pool_state(pool: NodePool) -> Any:
@@ -129,3 +138,37 @@ def test_a_wide_gang_that_preemption_cannot_place_releases_nothing() -> None:
     assert pool_state(probing.pool) == pool_state(searching.pool)
     before = [f"n{i}" for i in range(8)]
     assert list(probing.pool._buckets[0]) != before  # the undone search moved them
+
+
+def test_what_the_probe_refuses_placement_refuses() -> None:
+    """Given pools of 2- and 8-GPU nodes in random states of use (some with CPU limits), and
+    gangs of 1 to 24 GPUs: where ``surely_refused`` says placement would refuse, ``place``
+    refuses; where a ``ReleaseProbe`` of some running jobs says the gang may not fit,
+    releasing those jobs for real leaves ``place`` refusing it too. A probe refusing one
+    gang that placement places shows up here (both answers are exercised)."""
+    rng = random.Random(34)
+    refused = may = 0
+    for _ in range(400):
+        nodes = [PoolNode(f"s{i}", None, (0, 1)) for i in range(rng.randint(0, 8))]
+        cpu = rng.choice([math.inf, 16.0])
+        nodes += [PoolNode(f"b{i}", None, tuple(range(8)), cpu) for i in range(rng.randint(1, 5))]
+        pool = NodePool(nodes, rng.choice(["consolidated", "consolidated", "anywhere"]))
+        running = []
+        for k in range(rng.randint(0, 30)):
+            if pool.place(f"f{k}", _gang(rng.choice([1, 1, 2, 4, 9]))) is not None:
+                running.append(f"f{k}")
+        gang = _gang(rng.choice([1, 2, 3, 4, 6, 8, 9, 12, 16, 24]))
+        if surely_refused(pool, gang):
+            refused += 1
+            assert pool.place("x", gang) is None
+        probe = ReleaseProbe(pool, gang)
+        victims = rng.sample(running, rng.randint(0, len(running)))
+        for victim in victims:
+            probe.release(victim)
+        for victim in victims:
+            pool.release(victim)
+        if probe.may_fit():
+            may += 1
+        else:
+            assert pool.place("x", gang) is None, (gang.gpus, victims)
+    assert refused > 30 and may > 30
