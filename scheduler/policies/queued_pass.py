@@ -333,16 +333,13 @@ class QueuedPass:
         search's release and undo would leave it (``undo_order``). Why: nearly every search
         on a contended cluster fails, and its releases and claims back were most of a
         contended LAS run (issue 34)."""
-        probe: ReleaseProbe | None = None  # made at the first victim (often there is none:
-        # the victims counted by ``victim_gpus`` are still inside their quantum)
+        probe = ReleaseProbe(self.pool, job.gang)
         released: list[str] = []
         freed = self.pool.free_gpus
         limit = job.gpus + 2 * self.pool.max_node_gpus
         over = self._over_quota(job)
         vc_freed = 0
         for victim in self.victims(job, opp):
-            if probe is None:
-                probe = ReleaseProbe(self.pool, job.gang)
             released.append(victim.job_id)
             probe.release(victim.job_id)
             freed += victim.gpus
@@ -352,6 +349,5 @@ class QueuedPass:
                     return False  # the search may succeed: make it
                 if freed >= limit:
                     break
-        if released:
-            undo_order(self.pool, released)
+        undo_order(self.pool, released)
         return True
