@@ -20,7 +20,7 @@ from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
-from labhive.scheduler.core.model import Finish, Start, Submit
+from labhive.scheduler.core.model import Finish, Start, Submit, Tick
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.las import LasPolicy
@@ -179,3 +179,33 @@ def test_a_drf_pass_tries_no_head_that_no_node_has_room_for() -> None:
             started = [d.job_id for d in policy.handle_batch(ends) if isinstance(d, Start)]
             assert started == ["x1"], (cls.__name__, options)
             assert tried == tries, (cls.__name__, options)
+
+
+def test_a_preemptive_pass_skips_heads_that_fit_by_count_but_find_no_node() -> None:
+    """Eight 8-GPU nodes, each running a 7-GPU job (1 GPU free on each: 8 free, all young);
+    jobs of 2 to 8 GPUs waiting, one line each. At a tick every head fits by GPU count and
+    none finds a node. The first two heads are tried (each spends one of the
+    pass's two searches, with nothing to preempt), the five others skipped: placement
+    surely refuses them and no search may run. Trying every head tried all seven (issue 34:
+    most of a contended LAS pass's failed tries were such heads)."""
+    for cls, expected in ((LasPolicy, 2), (LasTryingAll, 7)):
+        policy = from_config(cls, eight_nodes_of_eight(), {}, **LAS)
+        now = 0.0
+        jobs = [(f"big{i}", 7) for i in range(8)] + [(f"w{g}", g) for g in range(2, 9)]
+        for job_id, gpus in jobs:
+            now += 0.01
+            spec = parse_job({"name": job_id, "vc": "vc0", "user": job_id, "gpus": gpus})
+            policy.check(spec)
+            policy.handle(Submit(job_id, spec, now))
+        waiting = [v.job_id for v in policy.jobs() if v.state == "WAITING"]
+        assert waiting == [f"w{g}" for g in range(2, 9)]
+        tried: list[str] = []
+        real_try = policy._try
+
+        def counted(job: QueuedJob, out: Any, _real: Any = real_try, _tried: Any = tried) -> bool:
+            _tried.append(job.job_id)
+            return bool(_real(job, out))
+
+        policy._try = counted  # type: ignore[method-assign]
+        assert policy.handle(Tick(now + 1.0)) == []
+        assert len(tried) == expected, (cls.__name__, tried)

@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 
 #: Modules of this package that hold what policies share, not a policy (vc_nodes: a per-VC mode;
 #: queued_*: the parts of ``queued``; policy_base: what HiveD and the queue policies share;
-#: backfill, head_index, node_pool: the queue policies' parts).
+#: backfill, head_index, node_pool, preempt_probe: the queue policies' parts).
 BASES = {
     "backfill",
     "head_index",
     "node_pool",
     "policy_base",
+    "preempt_probe",
     "queued",
     "queued_config",
     "queued_job",

@@ -127,6 +127,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._passed: JobSpec | None = None  # the spec ``check`` passed last
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
+        # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
+        self._refusals: dict[int, bool] = {}
+        self._refusals_at = -1  # ``_runs`` when kept; -1: forgotten (a pass begins)
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place

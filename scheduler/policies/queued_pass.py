@@ -22,7 +22,8 @@ from labhive.scheduler.policies.head_index import (
     Kind,
     MayStart,
 )
-from labhive.scheduler.policies.node_pool import NodePool
+from labhive.scheduler.policies.node_pool import Gang, NodePool
+from labhive.scheduler.policies.preempt_probe import ReleaseProbe, surely_refused, undo_order
 from labhive.scheduler.policies.queued_job import QueuedJob
 
 
@@ -44,6 +45,8 @@ class QueuedPass:
     _now: float
     _searches: int
     _no_room: set[Hashable]
+    _refusals: dict[int, bool]
+    _refusals_at: int
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -74,6 +77,7 @@ class QueuedPass:
         ``groups``, only those lines (the others are as blocked as before)."""
         self._searches = self.SEARCHES_PER_PASS
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
+        self._refusals_at = -1  # nodes may have failed or come back since the last pass
         if only is not None:
             if self._head(self.group_key(only)) is only:
                 self._try(only, out)
@@ -111,22 +115,40 @@ class QueuedPass:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
 
     def _hopeless(self, head: QueuedJob) -> bool:
-        """Would ``_try`` fail, changing nothing? Yes for a head needing more GPUs than are free
-        (so not placed) once the pass may search no more or the victims hold too few (so no
+        """Would ``_try`` fail, changing nothing? Yes for a head that placement would refuse
+        (it needs more GPUs than are free, or, for a preemptive policy, ``surely_refused``
+        says so) once the pass may search no more or the victims hold too few (so no
         preemption), with the blocked head already found (so not this one). Why: on a
         contended cluster a preemptive policy's pass tried every line's head, each weighing
-        backfill and quotas first (issue 34)."""
+        backfill and quotas first (issue 34); most of those that fit by GPU count were
+        refused by placement after the pass's searches were spent (167,443 of 213,415 failed
+        LAS tries over the first 20,000 contended jobs)."""
         gpus, free = head.gpus, self.pool.free_gpus
-        if gpus <= free:
+        if gpus <= free and not self.preemptive:
             return False
         blocked = self._blocked
         if blocked is None or blocked.job_id not in self._waiting:
             return False
-        return (
-            not self.preemptive
-            or self._searches <= 0
-            or free + self.victim_gpus(head, False) < gpus
-        )
+        if self.preemptive and self._searches > 0 and free + self.victim_gpus(head, False) >= gpus:
+            return False  # a search may run for it
+        if gpus > free:
+            return True
+        # (the shapes refused this pass stay refused: a pass only takes, and a search that
+        # frees clears them)
+        return head.gang.shape in self._no_room or self._refused(head.gang)
+
+    def _refused(self, gang: Gang) -> bool:
+        """``surely_refused``, kept by GPU count for the pass while no job starts or stops:
+        only those change the pool's free GPUs per node within a pass (a failed search
+        claims back what it released). Why: the bound for wide gangs (``_most_free``) was
+        asked for every wide head of every pass, 11% of a contended LAS run (issue 34)."""
+        if self._refusals_at != self._runs:
+            self._refusals.clear()
+            self._refusals_at = self._runs
+        known = self._refusals.get(gang.gpus)
+        if known is None:
+            known = self._refusals[gang.gpus] = surely_refused(self.pool, gang)
+        return known
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
         """The full pass above, with heads ranked by ``index``: the same heads tried in the
@@ -217,7 +239,10 @@ class QueuedPass:
         # (``may_fit``: placement's own first tests, without its search: before a preemption
         # search, most tries on a contended cluster failed there)
         if not over and shape not in self._no_room and self.pool.may_fit(job.gpus):
-            tasks = self.pool.place(job.job_id, job.gang)
+            # (placement refuses what ``_refused`` says, changing nothing; a preemptive pass
+            # asks it of its skipped heads already)
+            refused = self.preemptive and self._refused(job.gang)
+            tasks = None if refused else self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
         if tasks is None:
@@ -276,7 +301,8 @@ class QueuedPass:
     def _preempt_for(
         self, job: QueuedJob, opp: bool, out: list[Decision]
     ) -> tuple[TaskPlacement, ...] | None:
-        """Free GPUs by preempting ``victims`` in their order until the job fits; else undo.
+        """Free GPUs by preempting ``victims`` in their order until the job fits; else undo
+        (a search that ``_fails_on_paper`` shows would fail is not made).
 
         Bounded: nothing is tried unless the victims hold enough GPUs by count, and the search
         stops once the released GPUs exceed the need by a node's worth twice over (the rest
@@ -286,6 +312,8 @@ class QueuedPass:
         if self._searches <= 0:
             return None  # this pass has searched enough; the next event tries again
         self._searches -= 1
+        if self._fails_on_paper(job, opp):
+            return None
         released: list[tuple[QueuedJob, tuple[TaskPlacement, ...]]] = []
         freed = self.pool.free_gpus
         limit = job.gpus + 2 * self.pool.max_node_gpus
@@ -318,3 +346,29 @@ class QueuedPass:
             self._enqueue(victim)
             out.append(Preempt(victim.job_id, by=job.job_id, reason=self.preempt_reason(victim)))
         return tasks
+
+    def _fails_on_paper(self, job: QueuedJob, opp: bool) -> bool:
+        """Would ``_preempt_for``'s search fail? Walks the victims as it does, counting what
+        each would free (``ReleaseProbe``) instead of releasing it; True only where every
+        placement the search asks for would be refused, and then the pool is left as the
+        search's release and undo would leave it (``undo_order``). Why: nearly every search
+        on a contended cluster fails, and its releases and claims back were most of a
+        contended LAS run (issue 34)."""
+        probe = ReleaseProbe(self.pool, job.gang)
+        released: list[str] = []
+        freed = self.pool.free_gpus
+        limit = job.gpus + 2 * self.pool.max_node_gpus
+        over = self._over_quota(job)
+        vc_freed = 0
+        for victim in self.victims(job, opp):
+            released.append(victim.job_id)
+            probe.release(victim.job_id)
+            freed += victim.gpus
+            vc_freed += victim.gpus if victim.vc == job.vc else 0
+            if freed >= job.gpus and vc_freed >= over:
+                if probe.may_fit():
+                    return False  # the search may succeed: make it
+                if freed >= limit:
+                    break
+        undo_order(self.pool, released)
+        return True
