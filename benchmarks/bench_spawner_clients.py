@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -72,6 +74,14 @@ def service_connections(port: int) -> int:
     )
 
 
+class SeparateClient(Client):
+    """A spawner's client as it was before: a pool of its own (nothing shared to hold)."""
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        yield
+
+
 def shared_pools() -> str:
     """How many shared pools the spawners hold ("none" on a tree from before them)."""
     try:
@@ -88,7 +98,7 @@ def main() -> None:
     parser.add_argument("--variant", choices=["shared", "separate"], default="shared")
     args = parser.parse_args()
     if args.variant == "separate":  # the spawner before: a pool of its own per token
-        spawner_module.TokenClient = Client  # type: ignore[misc,assignment]
+        spawner_module.TokenClient = SeparateClient  # type: ignore[misc,assignment]
     # its own uid-range registry (as the tests have), so a run never claims the machine's
     # /var/lib/labhive; and a file the stopping service writes last does not fail the run
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:

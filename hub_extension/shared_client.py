@@ -16,15 +16,18 @@ What keeps one user's token from another user's request:
 
 Closing: the pool is reference-counted. Each ``TokenClient`` holds a lease from its creation
 until ``close()`` (or until it is garbage-collected), and each request holds the pool while it
-is in flight, so a spawner that stops and closes its clients never closes the pool under
-another spawner's request (nor under its own, from another thread). The last release closes
-the pool; a later client opens a new one.
+is in flight (from before it is handed to a worker thread: ``held``), so a spawner that stops
+and closes its clients never closes the pool under another spawner's request, nor under its
+own request handed to a thread. The last release closes the pool; a later client opens a new
+one.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -101,24 +104,31 @@ class TokenClient(Client):
         self._auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._pool = _acquire(self.url, timeout)
         self._http = self._pool.http
-        self._released = False
         self._finalizer = weakref.finalize(self, _release, self._pool, 1)
 
     def close(self) -> None:
         """Give back this client's lease (the pool closes when it was the last, and no
-        request is in flight). Later requests through this client are refused."""
-        self._released = True
+        request is in flight). Its requests still work while the pool is open."""
         self._finalizer()  # runs _release once, then never again (nor at collection)
 
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        if self._released:
-            raise RuntimeError("this LabHive client was closed; make a new one")
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the pool open for a request: taken in the caller's thread before the request
+        is handed to a worker thread (``LabHiveSpawner._call``), so that a ``close`` that
+        runs between the hand-off and the request cannot close the pool under it."""
         with self._pool.lock:
-            if self._pool.closed:  # cannot happen while this client holds its lease
-                raise RuntimeError("the shared LabHive connection pool is closed")
+            if self._pool.closed:
+                raise RuntimeError(
+                    "the shared LabHive connection pool of this client is closed (the client "
+                    "was closed and nobody else held the pool); make a new client"
+                )
             self._pool.in_flight += 1
         try:
-            headers = {**(kw.pop("headers", None) or {}), **self._auth}
-            return super()._request(method, path, headers=headers, **kw)
+            yield
         finally:
             _release(self._pool, in_flight=1)
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        with self.held():
+            headers = {**(kw.pop("headers", None) or {}), **self._auth}
+            return super()._request(method, path, headers=headers, **kw)

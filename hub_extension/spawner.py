@@ -47,7 +47,6 @@ from labhive.hub_extension.launch import HandoffRefused, hand_over, is_secret
 from labhive.hub_extension.serverboot import server_command
 from labhive.hub_extension.shared_client import TokenClient
 from labhive.scheduler.client import (
-    Client,
     JobInfo,
     JobState,
     LabHiveError,
@@ -380,14 +379,14 @@ class LabHiveSpawner(Spawner):
 
     # ---- talking to the service ---------------------------------------------------------
 
-    def _client(self, token: str | None = None) -> Client:
+    def _client(self, token: str | None = None) -> TokenClient:
         """This spawner's client for this token, over the hub's one shared connection pool
         to the service (``shared_client``): making an httpx client costs ~50 ms of the hub's
         CPU and keeps its own sockets, and a hub of 50 servers held 50 of them. The token
         goes on each request, never into the shared pool. Clients of tokens no longer in use
         (a previous start's server token) give their lease back."""
         key = token or self.service_token or self.api_token
-        clients: dict[str, Client] = self.__dict__.setdefault("_labhive_clients", {})
+        clients: dict[str, TokenClient] = self.__dict__.setdefault("_labhive_clients", {})
         for old in set(clients) - {key, self.service_token, self.api_token}:
             clients.pop(old).close()
         if key not in clients:
@@ -403,7 +402,8 @@ class LabHiveSpawner(Spawner):
     async def _call(self, fn: Any, *args: Any, token: str | None = None) -> Any:
         """Run a (blocking) client call off the hub's event loop."""
         client = self._client(token)
-        return await asyncio.to_thread(fn, client, *args)
+        with client.held():  # taken here: a stop() while the thread starts cannot close it
+            return await asyncio.to_thread(fn, client, *args)
 
     async def _standing(self) -> dict[str, str]:
         """The user's fair-share standing per VC in words (``GET /me/standing``), asked with

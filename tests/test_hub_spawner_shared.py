@@ -170,10 +170,10 @@ def test_a_spawner_that_stops_does_not_close_the_pool_under_anothers_request(
         asyncio.run(again.stop(now=True))
 
 
-def test_a_closed_client_is_refused_and_a_dropped_one_gives_its_lease_back(live: Live) -> None:
-    """A spawner's client used after its close says so (instead of sending through a pool
-    that may be closed); a client dropped without close (its spawner collected) gives its
-    lease back, so the pool does not outlive its users."""
+def test_a_dropped_client_gives_its_lease_back_and_a_closed_pool_is_refused(live: Live) -> None:
+    """A client dropped without close (its spawner collected) gives its lease back, so the
+    pool does not outlive its users; a client used after the pool closed says so instead of
+    sending through a closed pool."""
     kept = shared_client.TokenClient(live.url, ALICE)
     dropped: Client | None = shared_client.TokenClient(live.url, BOB)
     pool = pools_of(live.url)[0]
@@ -183,8 +183,35 @@ def test_a_closed_client_is_refused_and_a_dropped_one_gives_its_lease_back(live:
     assert kept.me()["name"] == "alice"
     kept.close()
     assert pool.closed
-    with pytest.raises(RuntimeError, match="was closed; make a new one"):
+    with pytest.raises(RuntimeError, match=r"pool of this client is closed.*make a new client"):
         kept.me()
+
+
+def test_a_spawner_stopped_while_its_own_request_is_handed_to_a_thread_still_gets_its_answer(
+    live: Live, tmp_path: Path
+) -> None:
+    """The hub may stop a server (closing its spawner's clients) while that spawner's
+    progress has just handed a request to a worker thread that has not sent it yet. Given
+    alice's spawner alone on the pool and a request held at the thread's door, expect the
+    stop not to close the pool under it: the request, let go, gets alice's answer; the pool
+    closes after it."""
+    alice = spawner_of(live.url, "alice", ALICE, tmp_path)
+    door = threading.Event()
+
+    def me_after_the_door(client: Client) -> str:
+        assert door.wait(10), "the door was never opened"
+        return str(client.me()["name"])
+
+    async def scenario() -> str:
+        asked = asyncio.ensure_future(alice._call(me_after_the_door, token=ALICE))
+        await asyncio.sleep(0.2)  # the call is in its thread, at the door
+        await alice.stop(now=True)  # no job: it only gives the spawner's leases back
+        assert len(pools_of(live.url)) == 1, "the pool closed under a request handed off"
+        door.set()
+        return await asyncio.wait_for(asked, 10)
+
+    assert asyncio.run(scenario()) == "alice"
+    assert pools_of(live.url) == [], "nobody holds the pool after the request: it is closed"
 
 
 def test_a_vc_or_job_name_with_a_script_tag_is_shown_as_text_on_the_form(
