@@ -45,8 +45,8 @@ from traitlets import Bool, Dict, Float, Integer, List, Unicode, default
 from labhive.hub_extension import homes, spawn_form
 from labhive.hub_extension.launch import HandoffRefused, hand_over, is_secret
 from labhive.hub_extension.serverboot import server_command
+from labhive.hub_extension.shared_client import TokenClient
 from labhive.scheduler.client import (
-    Client,
     JobInfo,
     JobState,
     LabHiveError,
@@ -379,24 +379,31 @@ class LabHiveSpawner(Spawner):
 
     # ---- talking to the service ---------------------------------------------------------
 
-    def _client(self, token: str | None = None) -> Client:
-        """The client for this token, kept for the next call: making one costs ~50 ms of the
-        hub's CPU (httpx loads its CA bundle each time), and the hub asks about every starting
-        server each ``poll_s`` and every running one each ``poll_interval``; a class starting
-        at once spent most of the hub's CPU on that. Clients of tokens no longer in use (a
-        previous start's server token) are closed. httpx clients are thread-safe."""
+    def _client(self, token: str | None = None) -> TokenClient:
+        """This spawner's client for this token, over the hub's one shared connection pool
+        to the service (``shared_client``): making an httpx client costs ~50 ms of the hub's
+        CPU and keeps its own sockets, and a hub of 50 servers held 50 of them. The token
+        goes on each request, never into the shared pool. Clients of tokens no longer in use
+        (a previous start's server token) give their lease back."""
         key = token or self.service_token or self.api_token
-        clients: dict[str, Client] = self.__dict__.setdefault("_labhive_clients", {})
+        clients: dict[str, TokenClient] = self.__dict__.setdefault("_labhive_clients", {})
         for old in set(clients) - {key, self.service_token, self.api_token}:
             clients.pop(old).close()
         if key not in clients:
-            clients[key] = Client(self.service_url, key, timeout=15)
+            clients[key] = TokenClient(self.service_url, key, timeout=15)
         return clients[key]
+
+    def _close_clients(self) -> None:
+        """Give back this spawner's leases on the shared pool (a stopped server's spawner
+        may wait for days for its next start); requests in flight keep the pool open."""
+        for client in self.__dict__.pop("_labhive_clients", {}).values():
+            client.close()
 
     async def _call(self, fn: Any, *args: Any, token: str | None = None) -> Any:
         """Run a (blocking) client call off the hub's event loop."""
         client = self._client(token)
-        return await asyncio.to_thread(fn, client, *args)
+        with client.held():  # taken here: a stop() while the thread starts cannot close it
+            return await asyncio.to_thread(fn, client, *args)
 
     async def _standing(self) -> dict[str, str]:
         """The user's fair-share standing per VC in words (``GET /me/standing``), asked with
@@ -776,6 +783,7 @@ class LabHiveSpawner(Spawner):
             )
             self.log.info("%s: %s", self._log_name, self.last_end)
         self._remove_launch_file()
+        self._close_clients()
 
     async def _queued_job(self) -> JobInfo | None:
         if self.job_id is None:
