@@ -283,7 +283,7 @@ def bindable(sched: HivedScheduler) -> dict[str, tuple[set[str], int]]:
 
 def check_binds_before_preempting(
     sched: HivedScheduler,
-    guaranteed: set[str],
+    guaranteed: dict[str, set[tuple[str, int]]],
     before: dict[str, tuple[set[str], int]],
     decisions: list[Any],
 ) -> None:
@@ -297,6 +297,9 @@ def check_binds_before_preempting(
     for d in decisions:
         if not isinstance(d, Preempt | StopTasks) or d.job_id not in guaranteed:
             continue
+        downgraded = guaranteed[d.job_id]
+        if isinstance(d, StopTasks) and all((t.role, t.index) in downgraded for t in d.tasks):
+            continue  # only tasks already downgraded: opportunistic work
         if d.by not in placed:
             continue
         job = sched._jobs.get(d.by)
@@ -310,8 +313,10 @@ def check_binds_before_preempting(
         )
 
 
-def guaranteed_running(sched: HivedScheduler) -> set[str]:
-    return {j.job_id for j in sched._jobs.values() if j.placed and j.prio >= 0}
+def guaranteed_running(sched: HivedScheduler) -> dict[str, set[tuple[str, int]]]:
+    """The running guaranteed jobs, each with its tasks lazy preemption downgraded (they run
+    opportunistically: stopping them preempts no guaranteed work)."""
+    return {j.job_id: set(j.downgraded) for j in sched._jobs.values() if j.placed and j.prio >= 0}
 
 
 def events(sched: Any, nodes: list[str], ops: list[Any]) -> Iterator[Event]:
@@ -587,3 +592,41 @@ def test_vc_safety_leaves_a_downgraded_task_out_of_the_vc() -> None:
     sched = replay(raw, ops, safety=True)
     assert set(sched._jobs["j2"].downgraded) == {("b", 0)}
     assert sched._jobs["j1"].placed == {}  # waits: the VC's two nodes hold j2a and j3
+
+
+def test_stopping_downgraded_tasks_preempts_no_guaranteed_work() -> None:
+    """Given two racks of three 4-GPU nodes and a VC of five nodes: j1's group b (two 3-GPU
+    tasks) is downgraded by a priority-10 job and runs on opportunistically beside two
+    opportunistic jobs; a priority-0 job of 2 GPUs then binds r1n0 and stops group b there.
+    Group b was opportunistic work, so the check that a VC binds before it preempts
+    guaranteed jobs must not count it (it did: "j6 preempted guaranteed j1 though vc0 could
+    bind ['r0n0', 'r0n1']", where binding either stops opportunistic work too)."""
+    raw = two_racks_of_three_nodes(
+        [
+            {"cellType": "RACK.NODE", "cellNumber": 5},
+            {"cellType": "RACK", "cellNumber": 0},
+            {"cellType": "RACK.NODE.GPU", "cellNumber": 0},
+        ]
+    )
+    groups = {"vc": "vc0", "a": 1, "gpus": 3}
+    ops = [
+        submit(0, 2, 2),
+        ("groups", {**groups, "priority": 0, "b": 2, "lazy": True}),
+        ("groups", {**groups, "priority": 10, "b": 1, "lazy": False}),
+        submit(-1, 1, 1),
+        submit(-1, 1, 3),
+        ("finish", 0),
+        submit(0, 1, 2),
+    ]
+    config = load_cluster_config(raw)
+    sched = HivedScheduler(config)
+    nodes = sorted({n.name for n in config.nodes()})
+    stops = []
+    for event in events(sched, nodes, ops):
+        guaranteed, before = guaranteed_running(sched), bindable(sched)
+        decisions = sched.handle(event)
+        check_invariants(sched, config)
+        check_binds_before_preempting(sched, guaranteed, before, decisions)
+        stops += [d for d in decisions if isinstance(d, StopTasks) and d.by == "j6"]
+    (stop,) = stops
+    assert stop.job_id == "j1" and {t.role for t in stop.tasks} == {"b"}
