@@ -600,7 +600,8 @@ def test_stopping_downgraded_tasks_preempts_no_guaranteed_work() -> None:
     opportunistic jobs; a priority-0 job of 2 GPUs then binds r1n0 and stops group b there.
     Group b was opportunistic work, so the check that a VC binds before it preempts
     guaranteed jobs must not count it (it did: "j6 preempted guaranteed j1 though vc0 could
-    bind ['r0n0', 'r0n1']", where binding either stops opportunistic work too)."""
+    bind ['r0n0', 'r0n1']", where binding either stops opportunistic work too), and the
+    reason must not call it preempted for its priority ("priority 0 > 0")."""
     raw = two_racks_of_three_nodes(
         [
             {"cellType": "RACK.NODE", "cellNumber": 5},
@@ -630,3 +631,5 @@ def test_stopping_downgraded_tasks_preempts_no_guaranteed_work() -> None:
         stops += [d for d in decisions if isinstance(d, StopTasks) and d.by == "j6"]
     (stop,) = stops
     assert stop.job_id == "j1" and {t.role for t in stop.tasks} == {"b"}
+    # The reason says what was stopped: opportunistic work, not a priority-0 job by another.
+    assert stop.reason == "preempted by j6: opportunistic jobs yield to guaranteed ones"
