@@ -224,8 +224,14 @@ def check_counters(sched: HivedScheduler) -> None:
 
 
 def running_part(job: Any) -> tuple[Any, tuple[TaskPlacement, ...]]:
-    """The job's running tasks as a job of their own (an incremental job may run some)."""
-    tasks = sorted((p for p, _ in job.placed.values()), key=lambda p: (p.role, p.index))
+    """The job's running guaranteed tasks as a job of their own (an incremental job may run
+    some). Tasks lazy preemption downgraded run outside the VC's cells, as opportunistic
+    ones: left out like the VC's opportunistic jobs (adopted as guaranteed they would bind
+    a cell the VC no longer holds)."""
+    tasks = sorted(
+        (p for key, (p, _) in job.placed.items() if key not in job.downgraded),
+        key=lambda p: (p.role, p.index),
+    )
     roles = []
     renumbered = []
     for role in job.spec.roles:
@@ -248,7 +254,9 @@ def check_vc_safety(sched: HivedScheduler, config: Any) -> None:
         alone = HivedScheduler(config)
         for other in sched._jobs.values():
             if other.vc == job.vc and other.placed and not other.opportunistic:
-                alone.handle(Adopt(other.job_id, *running_part(other)))
+                spec, tasks = running_part(other)
+                if tasks:  # (every running task downgraded: none is the VC's)
+                    alone.handle(Adopt(other.job_id, spec, tasks))
         decisions = alone.handle(Submit(job.job_id, job.spec))
         started = any(getattr(d, "job_id", None) == job.job_id for d in decisions)
         assert not started, f"{view.name} waits though its VC has room: {view.why}"
@@ -275,7 +283,7 @@ def bindable(sched: HivedScheduler) -> dict[str, tuple[set[str], int]]:
 
 def check_binds_before_preempting(
     sched: HivedScheduler,
-    guaranteed: set[str],
+    guaranteed: dict[str, set[tuple[str, int]]],
     before: dict[str, tuple[set[str], int]],
     decisions: list[Any],
 ) -> None:
@@ -289,6 +297,9 @@ def check_binds_before_preempting(
     for d in decisions:
         if not isinstance(d, Preempt | StopTasks) or d.job_id not in guaranteed:
             continue
+        downgraded = guaranteed[d.job_id]
+        if isinstance(d, StopTasks) and all((t.role, t.index) in downgraded for t in d.tasks):
+            continue  # only tasks already downgraded: opportunistic work
         if d.by not in placed:
             continue
         job = sched._jobs.get(d.by)
@@ -302,8 +313,10 @@ def check_binds_before_preempting(
         )
 
 
-def guaranteed_running(sched: HivedScheduler) -> set[str]:
-    return {j.job_id for j in sched._jobs.values() if j.placed and j.prio >= 0}
+def guaranteed_running(sched: HivedScheduler) -> dict[str, set[tuple[str, int]]]:
+    """The running guaranteed jobs, each with its tasks lazy preemption downgraded (they run
+    opportunistically: stopping them preempts no guaranteed work)."""
+    return {j.job_id: set(j.downgraded) for j in sched._jobs.values() if j.placed and j.prio >= 0}
 
 
 def events(sched: Any, nodes: list[str], ops: list[Any]) -> Iterator[Event]:
@@ -380,16 +393,43 @@ def test_invariants_hold_with_socket_cells(data: Any) -> None:
     run_events(data, whole_racks=False, sockets=True)
 
 
-def replay(raw: dict[str, Any], ops: list[Any]) -> HivedScheduler:
+def replay(raw: dict[str, Any], ops: list[Any], safety: bool = False) -> HivedScheduler:
     """Given this cluster and these operations (as ``operations`` draws them), expect the
-    invariants after every event: a falsifying case hypothesis found, kept as a plain test."""
+    invariants after every event (with ``safety``, VC safety too): a falsifying case
+    hypothesis found, kept as a plain test."""
     config = load_cluster_config(raw)
     sched = HivedScheduler(config)
     nodes = sorted({n.name for n in config.nodes()})
     for event in events(sched, nodes, ops):
         sched.handle(event)
         check_invariants(sched, config)
+        if safety:
+            check_vc_safety(sched, config)
     return sched
+
+
+def submit(priority: int, tasks: int, gpus: int, lazy: bool = False) -> tuple[str, Any]:
+    """A drawn submission to ``vc0`` of ``tasks`` tasks of ``gpus`` GPUs, not a gang."""
+    return (
+        "submit",
+        {
+            "vc": "vc0",
+            "priority": priority,
+            "tasks": tasks,
+            "gpus": gpus,
+            "gang": False,
+            "lazy_preemption": lazy,
+        },
+    )
+
+
+def two_racks_of_two_nodes(vc_cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two racks ``r0``, ``r1`` of two 4-GPU nodes, one VC ``vc0`` with ``vc_cells``."""
+    raw = two_racks_of_three_nodes(vc_cells)
+    raw["physicalCluster"]["cellTypes"]["RACK"]["childCellNumber"] = 2
+    for rack in raw["physicalCluster"]["physicalCells"]:
+        del rack["cellChildren"][2:]
+    return raw
 
 
 def two_racks_of_three_nodes(vc_cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -498,3 +538,98 @@ def test_lazy_preemption_of_a_group_keeps_the_preemptor_in_its_gpu_cells() -> No
     assert set(j1.downgraded) == {("a", 0)}
     assert all(leaf.owner() is None for leaf in j1.placed[("a", 0)][1])
     assert len(j2.placed) == 2
+
+
+def test_a_spare_binding_leaves_no_cell_bound_for_the_preempting_fit() -> None:
+    """Given two racks of two 4-GPU nodes and a VC of 12 single-GPU cells, two opportunistic
+    1-GPU jobs (on r0n0), a lazily preemptible priority-0 job of two 3-GPU tasks (r0n1, r1n0)
+    and a priority-10 job of two 4-GPU tasks: task 0 takes the free r1n1. Task 1 finds no
+    room without preempting; binding r1n0/3 beside j2's task makes a preempting fit, so the
+    search first binds the VC's spare quota on the opportunistic GPUs instead (r0n0), once
+    lazy preemption has unbound j2's other task's cells. The cell bound for the preempting
+    fit must be undone, not left bound to the VC and idle ("an idle VC cell stayed bound",
+    issue 34; it then held an opportunistic job inside the VC's cells)."""
+    raw = two_racks_of_two_nodes(
+        [
+            {"cellType": "RACK.NODE", "cellNumber": 0},
+            {"cellType": "RACK", "cellNumber": 0},
+            {"cellType": "RACK.NODE.GPU", "cellNumber": 12},
+        ]
+    )
+    ops = [submit(-1, 1, 1), submit(-1, 1, 1), submit(0, 2, 3, lazy=True), submit(10, 2, 4)]
+    sched = replay(raw, ops)
+    j3 = sched._jobs["j3"]
+    assert {p.node for p, _ in j3.placed.values()} == {"r1n1", "r0n0"}
+    bound = {cell.id for cell in sched.vcs["vc0"].bound["RACK"].values()}
+    held = {
+        leaf.id
+        for job in ("j2", "j3")
+        for key, (_, leaves) in sched._jobs[job].placed.items()
+        if key not in sched._jobs[job].downgraded
+        for leaf in leaves
+    }
+    assert bound == held
+    assert sched.tree.leaf["r1n0/3"].owner() is None
+
+
+def test_vc_safety_leaves_a_downgraded_task_out_of_the_vc() -> None:
+    """Given two racks of two 4-GPU nodes and a VC of two nodes, an opportunistic job on
+    r0n0, a priority-0 job of 3 GPUs (r1n0), a lazily preemptible priority-10 job of two
+    3-GPU groups (preempts it, r1n1 and r1n0) and a priority-100 job of 2 GPUs: it
+    downgrades group b (r1n0 is unbound) and binds r0n1. The VC-safety check re-creates the
+    VC's running jobs alone: the downgraded group runs outside the VC's cells and must be
+    left out like an opportunistic job (adopted as guaranteed, it bound r1n0 again and j3
+    found no cell: "GPU r0n1/0 lies outside vc0's free cells")."""
+    raw = two_racks_of_two_nodes(
+        [
+            {"cellType": "RACK.NODE", "cellNumber": 2},
+            {"cellType": "RACK", "cellNumber": 0},
+            {"cellType": "RACK.NODE.GPU", "cellNumber": 0},
+        ]
+    )
+    groups = {"vc": "vc0", "priority": 10, "a": 1, "b": 1, "gpus": 3, "lazy": True}
+    ops = [submit(-1, 1, 1), submit(0, 1, 3), ("groups", groups), submit(100, 1, 2)]
+    sched = replay(raw, ops, safety=True)
+    assert set(sched._jobs["j2"].downgraded) == {("b", 0)}
+    assert sched._jobs["j1"].placed == {}  # waits: the VC's two nodes hold j2a and j3
+
+
+def test_stopping_downgraded_tasks_preempts_no_guaranteed_work() -> None:
+    """Given two racks of three 4-GPU nodes and a VC of five nodes: j1's group b (two 3-GPU
+    tasks) is downgraded by a priority-10 job and runs on opportunistically beside two
+    opportunistic jobs; a priority-0 job of 2 GPUs then binds r1n0 and stops group b there.
+    Group b was opportunistic work, so the check that a VC binds before it preempts
+    guaranteed jobs must not count it (it did: "j6 preempted guaranteed j1 though vc0 could
+    bind ['r0n0', 'r0n1']", where binding either stops opportunistic work too), and the
+    reason must not call it preempted for its priority ("priority 0 > 0")."""
+    raw = two_racks_of_three_nodes(
+        [
+            {"cellType": "RACK.NODE", "cellNumber": 5},
+            {"cellType": "RACK", "cellNumber": 0},
+            {"cellType": "RACK.NODE.GPU", "cellNumber": 0},
+        ]
+    )
+    groups = {"vc": "vc0", "a": 1, "gpus": 3}
+    ops = [
+        submit(0, 2, 2),
+        ("groups", {**groups, "priority": 0, "b": 2, "lazy": True}),
+        ("groups", {**groups, "priority": 10, "b": 1, "lazy": False}),
+        submit(-1, 1, 1),
+        submit(-1, 1, 3),
+        ("finish", 0),
+        submit(0, 1, 2),
+    ]
+    config = load_cluster_config(raw)
+    sched = HivedScheduler(config)
+    nodes = sorted({n.name for n in config.nodes()})
+    stops = []
+    for event in events(sched, nodes, ops):
+        guaranteed, before = guaranteed_running(sched), bindable(sched)
+        decisions = sched.handle(event)
+        check_invariants(sched, config)
+        check_binds_before_preempting(sched, guaranteed, before, decisions)
+        stops += [d for d in decisions if isinstance(d, StopTasks) and d.by == "j6"]
+    (stop,) = stops
+    assert stop.job_id == "j1" and {t.role for t in stop.tasks} == {"b"}
+    # The reason says what was stopped: opportunistic work, not a priority-0 job by another.
+    assert stop.reason == "preempted by j6: opportunistic jobs yield to guaranteed ones"

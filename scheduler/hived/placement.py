@@ -123,6 +123,7 @@ class Placer(Binding):
         for task in ordered:
             need = task.leaves
             node = None
+            mark = len(plan.bound)  # the bindings made for this task follow
             # A free-only search skips the scan when the previous task's node is the best fit
             # again: this task is as large and that node still holds it. Safe because the
             # node won the last scan (same candidates, since only a failed scan binds more
@@ -157,11 +158,12 @@ class Placer(Binding):
                     )
                 if node is not None and level >= 0 and spare:
                     spare = False
-                    node = self._spare_guaranteed(vc, chain, task.leaves, plan, node, only)
+                    node = self._spare_guaranteed(vc, chain, task.leaves, plan, node, mark)
                     if node is None:
                         whole, partial = _regions(vc, chain, pinned)
                         opened = vc.open.get(chain, {}) if pinned is None else None
-                        only = None if only is None else only | set(plan.bound[-1].nodes())
+                        if only is not None and len(plan.bound) > mark:
+                            only = only | set(plan.bound[-1].nodes())
                         continue
                 if node is not None:
                     break
@@ -264,14 +266,26 @@ class Placer(Binding):
         return can, cannot
 
     def _spare_guaranteed(
-        self, vc: VC, chain: str, need: int, plan: Plan, node: Cell, only: set[Cell] | None
+        self, vc: VC, chain: str, need: int, plan: Plan, node: Cell, mark: int
     ) -> Cell | None:
         """HiveD binds a VC's unbound quota on idle or opportunistic cells before it preempts
         a guaranteed job of the VC: ``node`` (which would preempt one) when no such binding
-        exists, else None (the caller searches again, the new cell included)."""
-        mark = len(plan.bound)
+        exists, else None (the caller searches again, the new cell included).
+
+        The cells this task bound so far (``plan.bound[mark:]``) only made ``node`` fit, by
+        preempting: they are undone first, exactly and newest first, and the spare binding
+        is sought on the free list as it was before them. Kept, they stayed bound and idle
+        when the spare binding won (issue 34: a VC's GPU cell bound beside its guaranteed
+        job's for a preempting fit, then the task went to opportunistic GPUs bound instead).
+        When no spare binding exists after such an undo, None too: the caller's search binds
+        the same cells again (the list is as it was) and finds ``node`` once more."""
+        undone = len(plan.bound) > mark
+        if undone:
+            for cell in reversed(plan.bound[mark:]):
+                self.vcs.unbind(vc, cell, exact=True)
+            del plan.bound[mark:]
         if not self._bind_for(vc, chain, need, _not_guaranteed, plan, True):
-            return node
+            return None if undone else node
         return None if len(plan.bound) > mark else node
 
     def _best_node(

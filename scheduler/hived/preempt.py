@@ -90,8 +90,9 @@ class Preemption:
         if vc is not None:
             s._bind_counters(vc, plan)
         for victim in sorted(victims, key=lambda v: (v.prio, -v.seq)):
-            reason = self._preempt_reason(victim, job)
-            part = s._unit_of(victim, _hit(victim, plan)) if s._splits(victim) else None
+            hit = _hit(victim, plan)
+            reason = self._preempt_reason(victim, job, hit)
+            part = s._unit_of(victim, hit) if s._splits(victim) else None
             if part is None:
                 out.append(Preempt(victim.job_id, job.job_id, reason))
                 s._vacate_job(victim, touched)
@@ -151,8 +152,10 @@ class Preemption:
             )
         return again
 
-    def _preempt_reason(self, victim: Job, by: Job) -> str:
-        if victim.opportunistic:
+    def _preempt_reason(self, victim: Job, by: Job, hit: set[tuple[str, int]]) -> str:
+        # Tasks lazy preemption downgraded run opportunistically: a job of the victim's own
+        # priority may take their GPUs ("priority 0 > 0" said otherwise).
+        if victim.opportunistic or (victim.downgraded and hit <= victim.downgraded.keys()):
             return f"preempted by {by.spec.name}: opportunistic jobs yield to guaranteed ones"
         return (
             f"preempted by {by.spec.name} (priority {by.spec.priority} > "
