@@ -1,0 +1,74 @@
+"""Run the FGD paper's fill (docs/policies.md, "pod list | random | dotprod") one
+(pod list, policy, seed) at a time and append each result to a CSV as soon as it is known,
+so a run cut short by a deadline loses at most the cell in progress.
+
+    nice -n 10 .venv/bin/python benchmarks/paper_fill_seeds.py \
+        --lists DIR --out benchmarks/results/paper_fill_seeds.csv \
+        default:dotprod:44 gpuspec33:fgd:44 ...
+
+DIR holds openb_pod_list_<name>.csv (the variants are the simulator repository's files,
+hkust-adsl/kubernetes-scheduler-simulator data/csv/; they are not in ../shared/data). Rows
+already in the CSV are skipped, so the same command resumes an interrupted batch. The run is
+the docs' command exactly: paper_fill(load_nodes(NODES), load_pods(PODS,
+unscheduled=True).pods, policy, loads=(0.9, 0.95, 1.0), seed=s)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import resource
+import time
+from pathlib import Path
+
+from labhive.scheduler.sim.openb import load_nodes, load_pods
+from labhive.scheduler.sim.sharing_paper import paper_fill
+
+NODES = Path(__file__).resolve().parents[1] / "../shared/data/alibaba-gpu-v2023"
+FIELDS = ["pod_list", "policy", "seed", "load", "unallocated_pct", "frag_pct", "failed",
+          "cpu_s", "wall_s"]  # fmt: skip
+
+
+def done(out: Path) -> set[tuple[str, str, int]]:
+    """The (pod list, policy, seed) runs the CSV already holds."""
+    if not out.exists():
+        return set()
+    with out.open() as f:
+        return {(r["pod_list"], r["policy"], int(r["seed"])) for r in csv.DictReader(f)}
+
+
+def run_one(lists: Path, name: str, policy: str, seed: int, out: Path) -> None:
+    """One seed of one cell; its three loads appended and flushed before returning."""
+    nodes = load_nodes(NODES.resolve() / "openb_node_list_gpu_node.csv")
+    pods = load_pods(lists / f"openb_pod_list_{name}.csv", unscheduled=True).pods
+    cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.monotonic()
+    points = paper_fill(nodes, pods, policy, loads=(0.9, 0.95, 1.0), seed=seed)
+    cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
+    wall = time.monotonic() - wall0
+    new = not out.exists()
+    with out.open("a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(FIELDS)
+        for p in points:
+            unalloc, frag = f"{100 * p.unallocated:.4f}", f"{100 * p.fragmentation:.4f}"
+            w.writerow([name, policy, seed, p.load, unalloc, frag, p.failed, f"{cpu:.1f}",
+                        f"{wall:.1f}"])  # fmt: skip
+    print(f"{name} {policy} {seed}: {100 * points[-1].unallocated:.2f}% "
+          f"({cpu:.1f} CPU s, {wall:.0f} s)", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lists", type=Path, required=True, help="folder of openb_pod_list_*.csv")
+    ap.add_argument("--out", type=Path, required=True, help="CSV to append results to")
+    ap.add_argument("runs", nargs="+", help="LIST:POLICY:SEED")
+    a = ap.parse_args()
+    have = done(a.out)
+    for spec in a.runs:
+        name, policy, seed = spec.split(":")
+        if (name, policy, int(seed)) not in have:
+            run_one(a.lists, name, policy, int(seed), a.out)
+
+
+if __name__ == "__main__":
+    main()
