@@ -1,0 +1,128 @@
+"""Run the FGD paper's fill (docs/policies.md, "pod list | random | dotprod") one
+(pod list, policy, seed) at a time and append each result to a CSV as soon as it is known,
+so a run cut short by a deadline loses at most the cell in progress.
+
+    nice -n 10 .venv/bin/python benchmarks/paper_fill_seeds.py \
+        --lists DIR --out benchmarks/results/paper_fill_seeds.csv \
+        default:dotprod:44 gpuspec33:fgd:44 ...
+
+DIR holds openb_pod_list_<name>.csv (the variants are the simulator repository's files,
+hkust-adsl/kubernetes-scheduler-simulator data/csv/; they are not in ../shared/data). Rows
+already in the CSV are skipped, so the same command resumes an interrupted batch. The run is
+the docs' command exactly: paper_fill(load_nodes(NODES), load_pods(PODS,
+unscheduled=True).pods, policy, loads=(0.9, 0.95, 1.0), seed=s)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import resource
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from labhive.scheduler.sim.openb import load_nodes, load_pods
+from labhive.scheduler.sim.sharing_paper import PUBLISHED_UNALLOCATED, paper_fill
+
+NODES = Path(__file__).resolve().parents[1] / "../shared/data/alibaba-gpu-v2023"
+FIELDS = ["pod_list", "policy", "seed", "load", "unallocated_pct", "frag_pct", "failed",
+          "cpu_s", "wall_s"]  # fmt: skip
+
+
+def done(out: Path) -> set[tuple[str, str, int]]:
+    """The (pod list, policy, seed) runs the CSV already holds."""
+    if not out.exists():
+        return set()
+    with out.open() as f:
+        return {(r["pod_list"], r["policy"], int(r["seed"])) for r in csv.DictReader(f)}
+
+
+def run_one(lists: Path, name: str, policy: str, seed: int, out: Path) -> None:
+    """One seed of one cell; its three loads appended and flushed before returning."""
+    nodes = load_nodes(NODES.resolve() / "openb_node_list_gpu_node.csv")
+    pods = load_pods(lists / f"openb_pod_list_{name}.csv", unscheduled=True).pods
+    cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.monotonic()
+    points = paper_fill(nodes, pods, policy, loads=(0.9, 0.95, 1.0), seed=seed)
+    cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
+    wall = time.monotonic() - wall0
+    new = not out.exists()
+    with out.open("a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(FIELDS)
+        for p in points:
+            unalloc, frag = f"{100 * p.unallocated:.4f}", f"{100 * p.fragmentation:.4f}"
+            w.writerow([name, policy, seed, p.load, unalloc, frag, p.failed, f"{cpu:.1f}",
+                        f"{wall:.1f}"])  # fmt: skip
+    print(f"{name} {policy} {seed}: {100 * points[-1].unallocated:.2f}% "
+          f"({cpu:.1f} CPU s, {wall:.0f} s)", flush=True)  # fmt: skip
+
+
+def at_full_load(out: Path, seeds: set[int]) -> dict[tuple[str, str], dict[int, float]]:
+    """Unallocated % at 100% arrived load per (pod list, policy), per seed (only ``seeds``)."""
+    cells: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    with out.open() as f:
+        for r in csv.DictReader(f):
+            if float(r["load"]) == 1.0 and int(r["seed"]) in seeds:
+                cells[r["pod_list"], r["policy"]][int(r["seed"])] = float(r["unallocated_pct"])
+    return cells
+
+
+def spread(xs: list[float]) -> float:
+    """Standard deviation over seeds (n - 1), 0 with one seed."""
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def cell(xs: list[float], paper: float) -> str:
+    """One table cell: mean ±sd / published (relative difference) [seeds]."""
+    mean, gap = statistics.mean(xs), 100 * (statistics.mean(xs) / paper - 1)
+    return f"{mean:.2f} ±{spread(xs):.2f} / {paper:.2f} ({gap:+.0f}%) [{len(xs)}]"
+
+
+def cut(fgd: dict[int, float], bestfit: dict[int, float], published: dict[str, float]) -> str:
+    """FGD's cut of the unallocated share against paper-bestfit, per seed run by both."""
+    both = sorted(fgd.keys() & bestfit.keys())
+    cuts = [100 * (1 - fgd[s] / bestfit[s]) for s in both]
+    paper = 100 * (1 - published["fgd"] / published["paper-bestfit"])
+    if not cuts:
+        return f"- / {paper:.0f}%"
+    per_seed = " / ".join(f"{c:.1f}" for c in cuts)
+    here = f"{statistics.mean(cuts):.0f}% ±{spread(cuts):.0f}"
+    return f"{here} / {paper:.0f}% ({per_seed}) [{len(cuts)}]"
+
+
+def table(out: Path, seeds: set[int]) -> None:
+    """The docs' table rows (repository lists) from the CSV."""
+    cells = at_full_load(out, seeds)
+    policies = ("random", "dotprod", "gpupacking", "gpuclustering", "paper-bestfit", "fgd")
+    for name, published in PUBLISHED_UNALLOCATED.items():
+        row = [name]
+        for policy in policies:
+            got = cells.get((name, policy), {})
+            row.append(cell([got[s] for s in sorted(got)], published[policy]) if got else "-")
+        row.append(cut(cells.get((name, "fgd"), {}), cells.get((name, "paper-bestfit"), {}),
+                       published))  # fmt: skip
+        print("| " + " | ".join(row) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lists", type=Path, help="folder of openb_pod_list_*.csv")
+    ap.add_argument("--out", type=Path, required=True, help="CSV to append results to")
+    ap.add_argument("--table", help="print the table rows over these seeds (42-44), run nothing")
+    ap.add_argument("runs", nargs="*", help="LIST:POLICY:SEED")
+    a = ap.parse_args()
+    if a.table:
+        low, high = (int(x) for x in a.table.split("-"))
+        table(a.out, set(range(low, high + 1)))
+        return
+    have = done(a.out)
+    for spec in a.runs:
+        name, policy, seed = spec.split(":")
+        if (name, policy, int(seed)) not in have:
+            run_one(a.lists, name, policy, int(seed), a.out)
+
+
+if __name__ == "__main__":
+    main()
