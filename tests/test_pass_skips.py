@@ -11,6 +11,7 @@ eight: a contended DRF pass tried about six heads per start, issue 34)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
@@ -69,22 +70,46 @@ PAIRS: list[Pair] = [  # (skipping, trying all, options, defaults)
 ]
 
 
+def decide_alike(
+    data: Any, pair: Pair, also: Callable[[QueuedPolicy, QueuedPolicy], object] | None = None
+) -> None:
+    """Given a drawn cluster and drawn events, expect the two policies of ``pair`` (two
+    classes, their options and defaults) to answer every event, or batch of events, alike and
+    to hold the same jobs after it; ``also`` asserts more of the pair after each."""
+    first_cls, second_cls, options, defaults = pair
+    config = load_cluster_config(data.draw(clusters()))
+    nodes = sorted({n.name for n in config.nodes()})
+    first = from_config(first_cls, config, dict(options), **defaults)
+    second = from_config(second_cls, config, dict(options), **defaults)
+    for batch in batches(first, nodes, data.draw(ops(gpus=[1, 1, 2, 3, 4, 6, 8]))):
+        if len(batch) == 1:
+            assert first.handle(batch[0]) == second.handle(batch[0]), batch
+        else:
+            assert first.handle_batch(batch) == second.handle_batch(batch), batch
+        if also is not None:
+            also(first, second)
+        assert first.jobs() == second.jobs()
+
+
+def tries_of(policy: QueuedPolicy) -> list[str]:
+    """The heads ``policy``'s passes try (``_try``) from now on, in order."""
+    tried: list[str] = []
+    real_try = policy._try
+
+    def counted(job: QueuedJob, out: Any) -> bool:
+        tried.append(job.job_id)
+        return bool(real_try(job, out))
+
+    policy._try = counted  # type: ignore[method-assign]
+    return tried
+
+
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_a_pass_that_skips_hopeless_heads_decides_as_one_trying_every_head(
     data: Any, pair: Pair
 ) -> None:
-    skipping_cls, trying_cls, options, defaults = pair
-    config = load_cluster_config(data.draw(clusters()))
-    nodes = sorted({n.name for n in config.nodes()})
-    skipping = from_config(skipping_cls, config, dict(options), **defaults)
-    trying = from_config(trying_cls, config, dict(options), **defaults)
-    for batch in batches(skipping, nodes, data.draw(ops(gpus=[1, 1, 2, 3, 4, 6, 8]))):
-        if len(batch) == 1:
-            assert skipping.handle(batch[0]) == trying.handle(batch[0]), batch
-        else:
-            assert skipping.handle_batch(batch) == trying.handle_batch(batch), batch
-        assert skipping.jobs() == trying.jobs()
+    decide_alike(data, pair)
 
 
 def eight_nodes_of_eight() -> Any:
@@ -123,14 +148,7 @@ def tries_in_a_pass(
         submit(f"w{gpus}", gpus)
     waiting = [v.job_id for v in policy.jobs() if v.state == "WAITING"]
     assert waiting == [f"w{g}" for g in range(2, 9)]
-    tried: list[str] = []
-    real_try = policy._try
-
-    def counted(job: QueuedJob, out: Any) -> bool:
-        tried.append(job.job_id)
-        return real_try(job, out)
-
-    policy._try = counted  # type: ignore[method-assign]
+    tried = tries_of(policy)
     assert policy.handle(Finish("one0", now + 1.0)) == []  # 1 GPU free: none fits
     return len(tried)
 
@@ -167,14 +185,7 @@ def test_a_drf_pass_tries_no_head_that_no_node_has_room_for() -> None:
                 spec = parse_job({"name": job_id, "vc": "vc0", "user": job_id, "gpus": gpus})
                 policy.check(spec)
                 policy.handle(Submit(job_id, spec, float(n)))
-            tried: list[str] = []
-            real_try = policy._try
-
-            def counted(job: QueuedJob, out: Any, real: Any = real_try, log: Any = tried) -> bool:
-                log.append(job.job_id)
-                return bool(real(job, out))
-
-            policy._try = counted  # type: ignore[method-assign]
+            tried = tries_of(policy)
             ends = [Finish(f"one{i}", 100.0) for i in range(8)]
             started = [d.job_id for d in policy.handle_batch(ends) if isinstance(d, Start)]
             assert started == ["x1"], (cls.__name__, options)
@@ -199,13 +210,6 @@ def test_a_preemptive_pass_skips_heads_that_fit_by_count_but_find_no_node() -> N
             policy.handle(Submit(job_id, spec, now))
         waiting = [v.job_id for v in policy.jobs() if v.state == "WAITING"]
         assert waiting == [f"w{g}" for g in range(2, 9)]
-        tried: list[str] = []
-        real_try = policy._try
-
-        def counted(job: QueuedJob, out: Any, _real: Any = real_try, _tried: Any = tried) -> bool:
-            _tried.append(job.job_id)
-            return bool(_real(job, out))
-
-        policy._try = counted  # type: ignore[method-assign]
+        tried = tries_of(policy)
         assert policy.handle(Tick(now + 1.0)) == []
         assert len(tried) == expected, (cls.__name__, tried)

@@ -17,11 +17,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_helpers import job
-from test_drf_head_index import batches, ops
-from test_pass_skips import LAS, eight_nodes_of_eight
-from test_properties import PROPERTY_SETTINGS, clusters
+from test_pass_skips import LAS, decide_alike, eight_nodes_of_eight
+from test_properties import PROPERTY_SETTINGS
 
-from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Finish, Submit, Tick
 from labhive.scheduler.policies.capacity import CapacityPolicy
@@ -78,18 +76,10 @@ PAIRS: list[Pair] = [  # (probing, searching every time, options, defaults)
 def test_a_search_that_fails_on_paper_decides_and_leaves_the_pool_as_a_real_one(
     data: Any, pair: Pair
 ) -> None:
-    probing_cls, searching_cls, options, defaults = pair
-    config = load_cluster_config(data.draw(clusters()))
-    nodes = sorted({n.name for n in config.nodes()})
-    probing = from_config(probing_cls, config, dict(options), **defaults)
-    searching = from_config(searching_cls, config, dict(options), **defaults)
-    for batch in batches(probing, nodes, data.draw(ops(gpus=[1, 1, 2, 3, 4, 6, 8]))):
-        if len(batch) == 1:
-            assert probing.handle(batch[0]) == searching.handle(batch[0]), batch
-        else:
-            assert probing.handle_batch(batch) == searching.handle_batch(batch), batch
-        assert pool_state(probing.pool) == pool_state(searching.pool), batch
-        assert probing.jobs() == searching.jobs()
+    def same_pool(probing: QueuedPolicy, searching: QueuedPolicy) -> None:
+        assert pool_state(probing.pool) == pool_state(searching.pool)
+
+    decide_alike(data, pair, also=same_pool)
 
 
 def contended(cls: type[QueuedPolicy]) -> tuple[QueuedPolicy, list[str]]:
