@@ -238,12 +238,16 @@ def test_drf_with_backfill_and_its_head_index_decides_as_the_scan(data: Any) -> 
     shadow binds and a head may jump it by its limit, by its GPU count, or by ranking before it
     once its user's share rose in the pass: every start, its order, and the blocked head as
     the scan's."""
-    config = load_cluster_config(data.draw(clusters()))
+    backfill_index_decides_as_the_scan(data.draw(clusters()), data.draw(ops(gpus=[1, 1, 2, 3, 4])))
+
+
+def backfill_index_decides_as_the_scan(cluster: Any, drawn: Any) -> None:
+    config = load_cluster_config(cluster)
     nodes = sorted({n.name for n in config.nodes()})
     indexed = from_config(DrfPolicy, config, {"backfill": True})
     scan = from_config(ScanDrf, config, {"backfill": True})
     assert indexed._index is not None and scan._index is None
-    for batch in batches(indexed, nodes, data.draw(ops(gpus=[1, 1, 2, 3, 4]))):
+    for batch in batches(indexed, nodes, drawn):
         if len(batch) == 1:
             assert indexed.handle(batch[0]) == scan.handle(batch[0]), batch
         else:
@@ -251,6 +255,47 @@ def test_drf_with_backfill_and_its_head_index_decides_as_the_scan(data: Any) -> 
         assert blocked(indexed) == blocked(scan)
         assert indexed.jobs() == scan.jobs()
         check_index(indexed)
+
+
+def test_a_parked_kinds_head_blocks_after_a_head_started_in_the_same_pass() -> None:
+    """Two racks of three 4-GPU nodes, one user's 1-GPU jobs, then 3-GPU and 2x1-GPU ones,
+    finishes between (the case CI's random draw found): at a pass whose first head starts,
+    the next in rank order is a kind parked at an earlier pass (no node had room for it); the
+    scan tries it, it fails and blocks, and the index must find the same blocked head (it
+    looked at parked kinds only at a pass's first try, and left none blocked)."""
+    node = {"childCellType": "GPU", "childCellNumber": 4, "isNodeLevel": True}
+    rack = {"childCellType": "NODE", "childCellNumber": 3}
+    cluster = {
+        "physicalCluster": {
+            "cellTypes": {"NODE": node, "RACK": rack},
+            "physicalCells": [
+                {
+                    "cellType": "RACK",
+                    "cellChildren": [{"cellAddress": f"r{r}n{n}"} for n in range(3)],
+                }
+                for r in range(2)
+            ],
+        },
+        "virtualClusters": {
+            "vc0": {
+                "virtualCells": [
+                    {"cellType": "RACK.NODE", "cellNumber": 6},
+                    {"cellType": "RACK", "cellNumber": 0},
+                    {"cellType": "RACK.NODE.GPU", "cellNumber": 0},
+                ]
+            }
+        },
+    }
+
+    def sub(tasks: int, gpus: int) -> Any:
+        return (("submit", {"user": "ann", "tasks": tasks, "gpus": gpus}), False)
+
+    fin, cancel = (("finish", 0), False), (("cancel", 0), False)
+    drawn = [
+        *[sub(1, 1)] * 9, fin, fin, cancel, *[sub(1, 1)] * 8, sub(1, 3), *[sub(2, 1)] * 3,
+        (("finish", 2), False), sub(1, 3), fin, sub(1, 1), fin, fin,
+    ]  # fmt: skip
+    backfill_index_decides_as_the_scan(cluster, drawn)
 
 
 def blocked(drf: DrfPolicy) -> str | None:

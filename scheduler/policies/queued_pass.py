@@ -163,9 +163,16 @@ class QueuedPass:
         tried = None
         while self.pool.free_gpus > 0:
             entry = index.best(self._may_start(), tried)
-            if tried is None and self.backfill and index.parked():
-                first = index.first_parked()  # the blocked head may be a parked kind's
-                if first is not None and (entry is None or first < entry):
+            if self.backfill and self._blocked is None and index.parked():
+                # Until a head blocks, each head in rank order is tried whatever its kind, so
+                # the blocked head may be a parked kind's: its first head after the last tried
+                # (not only at the pass's first try: a head that starts leaves none blocked).
+                first = index.first_parked()
+                if (
+                    first is not None
+                    and (tried is None or first > tried)
+                    and (entry is None or first < entry)
+                ):
                     entry = first
             if entry is None:
                 break
