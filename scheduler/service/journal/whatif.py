@@ -171,7 +171,11 @@ def replay(recording: Recording, setting: Setting) -> Outcome:
         status = "Killed" if job.how == CANCELLED and job.ran else "Pass"
         jobs.append(SimJob(job_id, job.spec, job.submit - t0, duration, status=status))
         if not job.ran and job.left is not None:
-            cancels.append((job.left - t0, job_id))
+            # A job cancelled in the pass it was submitted in may be recorded as leaving at
+            # (or, by the clocks' rounding, before) its submission; the driver runs timed
+            # actions before arrivals due at the same time, so its cancel goes just after.
+            arrives = job.submit - t0
+            cancels.append((max(job.left - t0, math.nextafter(arrives, math.inf)), job_id))
     sim = Simulation(scheduler, jobs, total_gpus=setting.config.total_gpus())
     for at, job_id in cancels:
         sim.at(at, _canceller(sim, job_id))
