@@ -217,7 +217,7 @@ class QueuedPass:
             shape, limit = kind
             if gpus > free or shape in no_room:
                 return NOT_THIS_PASS
-            if not fits(gpus):  # parked, as above (the pass's first try sees parked kinds too)
+            if not fits(gpus):  # parked, as above (tries before a head blocks see parked kinds)
                 return PARK + pool.wake_level(gpus)
             if key < bar or may_jump_by(now, gpus, limit, need, reserved):
                 return START
