@@ -358,3 +358,42 @@ def test_since_takes_the_passes_from_then_on_without_waiting_for_a_service_start
         "--live-cluster", str(CLUSTER), "--vc-quota", "vc1=+1nodes",
     )  # fmt: skip
     assert code == 2 and "the journal holds no submission in that span" in err, err
+
+
+def test_a_job_cancelled_in_the_pass_it_arrived_in_is_cancelled_not_lost() -> None:
+    """Given a journal where job 2 is submitted and cancelled in the same pass (both at 5 s),
+    job 5 is recorded leaving a hair before its own submission (two clocks' rounding), and job
+    3 is cancelled at 8 s while it waits behind job 1: expect the what-if replay to cancel all
+    three without touching a job it has not yet seen (the driver runs timed actions before the
+    arrivals due at the same time: a cancel at the submission time found no job, KeyError), and
+    job 3's cancel to keep its own time."""
+    from labhive.scheduler.core.config import load_cluster_config
+    from labhive.scheduler.core.jobs import JobSpec, RoleSpec
+    from labhive.scheduler.core.model import Cancel, Finish, Start, Submit, TaskPlacement
+    from labhive.scheduler.service.journal import recorded, whatif
+    from labhive.scheduler.service.journal.table import Pass
+
+    whole_node = JobSpec("j", "vc1", 10, (RoleSpec("main", 1, 4),), user="alice")
+    task = (TaskPlacement("main", 0, "vnode-0", (0, 1, 2, 3)),)
+    hived = {"name": "hived"}
+    passes = [
+        Pass(1, 0.0, True, hived, [(Submit(1, whole_node, 0.0), [Start(1, task)])]),
+        Pass(2, 5.0, False, None, [(Submit(2, whole_node, 5.0), []), (Cancel(2, 5.0), [])]),
+        Pass(3, 6.0, False, None, [(Submit(5, whole_node, 6.0), []), (Cancel(5, 5.9999), [])]),
+        Pass(4, 7.0, False, None, [(Submit(3, whole_node, 7.0), [])]),
+        Pass(5, 8.0, False, None, [(Cancel(3, 8.0), [])]),
+        Pass(6, 20.0, False, None, [(Finish(1, 20.0), [])]),
+    ]
+    rec = recorded.recorded_jobs(passes)
+    assert {j.job_id: j.how for j in rec.jobs} == {
+        1: recorded.FINISHED,
+        2: recorded.CANCELLED,
+        3: recorded.CANCELLED,
+        5: recorded.CANCELLED,
+    }
+    setting = whatif.Setting("hived", "hived", load_cluster_config(CLUSTER))
+    ends = {j.job_id: j for j in whatif.replay(rec, setting).result.jobs}
+    assert ends["1"].end == 20.0
+    assert all(ends[k].first_start is None for k in "235")
+    assert ends["2"].end == pytest.approx(5.0) and ends["5"].end == pytest.approx(6.0)
+    assert ends["3"].end == 8.0
