@@ -31,7 +31,7 @@ each sub-algorithm an object with its own state: its state is the book (``share_
 made anew with the part for each config's cells (``Shares.anew``, from ``base._load``). The class
 queue files waiting shares in the book, the bookkeeping asks it whether a GPU's other sharers keep
 it, adoption restores running shares into it and preemption reads its sharers, all through
-``parts.Sharing``; the views read the book and the hold through ``state.HivedState``.
+``parts.Sharing``; the views read the book and the hold through ``state.SharedGpus``.
 """
 
 from __future__ import annotations
