@@ -3,11 +3,13 @@ and documented where declared, not mixins sharing one ``self`` (issue 32, item 3
 
 The class queue (``queueing.ClassQueue``), whose turn it is inside a VC (``turns.Turns``),
 what a job asks for (``sizing.Sizing``), the search for a job's cells (``attempt.Attempt``),
-the record of why one failed (``failures.Failures``), preemption, node health and adoption
-are held as ``queue``, ``turns``, ``sizing``, ``attempt``, ``failures``, ``preemption``,
-``health`` and ``adoption``; the base keeps no ``raise NotImplementedError`` stub for a call
-from one into another, and what a part does lands in the scheduler's state (a job the queue
-hands to ``attempt`` starts on the scheduler's cells).
+the record of why one failed (``failures.Failures``), GPU shares (``shares.Shares``),
+preemption, node health and adoption are held as ``queue``, ``turns``, ``sizing``,
+``attempt``, ``failures``, ``shares``, ``preemption``, ``health`` and ``adoption``; no mixin
+is left (the scheduler's only base in ``hived/`` is ``HivedBase``), the base keeps no
+``raise NotImplementedError`` stub for a call from one into another, and what a part does
+lands in the scheduler's state (a job the queue hands to ``attempt`` starts on the
+scheduler's cells).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from helpers import Cluster
 from labhive.scheduler.core.config import FairShare, virtual_cluster
 from labhive.scheduler.core.jobs import JobSpec, RoleSpec
 from labhive.scheduler.core.model import Reconfigure, Submit
-from labhive.scheduler.hived import attempt, failures, queueing, sizing, turns
+from labhive.scheduler.hived import attempt, failures, queueing, shares, sizing, turns
 from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.core import HivedScheduler
 
@@ -33,6 +35,7 @@ PARTS = {
     "sizing": sizing.Sizing,
     "attempt": attempt.Attempt,
     "failures": failures.Failures,
+    "shares": shares.Shares,
 }
 
 
@@ -44,13 +47,24 @@ def _cluster_of(nodes: int, gpus_per_node: int) -> Cluster:
     return Cluster(virtual_cluster(nodes=nodes, gpus_per_node=gpus_per_node, vcs=("a",)))
 
 
-def test_the_queue_sizing_search_and_failure_records_are_parts_the_scheduler_holds_not_bases():
+def test_the_queue_sizing_search_failure_records_and_shares_are_parts_held_not_bases():
     c = _cluster()
     for name, part in PARTS.items():
         assert isinstance(getattr(c.sched, name), part), name
         assert part not in HivedScheduler.__mro__, f"{part.__name__} is inherited again"
     assert c.sched.attempt.failures is c.sched.failures  # one record keeper, shared
     assert c.sched.queue.turns is c.sched.turns  # one judge of turns, shared
+
+
+def test_no_mixin_is_left_the_schedulers_only_base_in_hived_is_the_shared_state():
+    """Every class ``HivedScheduler`` inherits from ``hived/`` is ``HivedBase`` (the state and
+    its counters' bookkeeping); the rest of its bases are the policies' common scaffold."""
+    hived = [
+        cls.__qualname__
+        for cls in HivedScheduler.__mro__[1:]
+        if cls.__module__.startswith("labhive.scheduler.hived")
+    ]
+    assert hived == ["HivedBase"]
 
 
 def test_the_base_keeps_no_stub_for_a_call_from_one_part_into_another():
@@ -61,6 +75,7 @@ def test_the_base_keeps_no_stub_for_a_call_from_one_part_into_another():
     gone = ("_try", "_find", "_commit", "_record_failure", "_failure", "_enqueue", "_dequeue")
     gone += ("_capped_unit", "_schedule", "_arrive", "_fair_head", "_leaves", "_chains")
     gone += ("_units", "_whole_needs", "_classes", "_ready", "_queues", "_cpu_waiting")
+    gone += ("_book", "_schedule_shares", "_share_hold", "_place_share", "_all_capped")
     for name in gone:
         assert not hasattr(HivedBase, name), name
         assert not hasattr(HivedScheduler, name), name
@@ -173,3 +188,31 @@ def test_after_a_reconfigure_jobs_are_sized_by_a_new_sizing_part():
     assert c.sched.sizing is not before
     assert c.sched.sizing.tree is c.sched.tree and c.sched.sizing.vcs is c.sched.vcs
     assert c.state("big") == "RUNNING"
+
+
+def test_after_a_reconfigure_shares_are_booked_by_a_new_part_and_the_waiting_one_waits_on():
+    """Given one node of 2 GPUs in VC a, a whole-GPU job on one GPU and four quarters on the
+    other, a fifth quarter waits (no GPU of a is free). A Reconfigure that adds a node gives
+    the scheduler a new ``Shares`` part with a new book over the new cells: the four running
+    quarters are restored into it on their GPU, every GPU it books is a cell of the new tree,
+    the fifth quarter, still waiting, takes one of the new GPUs, and a sixth joins it there."""
+    c = _cluster_of(nodes=1, gpus_per_node=2)
+    c.submit("whole", vc="a", priority="prod", gpus=1)
+    quarters = [f"q{n}" for n in range(1, 5)]
+    for name in quarters:
+        c.submit(name, vc="a", priority="prod", gpus=0.25)
+    c.submit("q5", vc="a", priority="prod", gpus=0.25)
+    assert c.state("q5") == "WAITING"
+    before = c.sched.shares
+    shared = {c.sched._jobs[q].placed[("main", 0)][1][0].leaf_id for q in quarters}
+    assert len(shared) == 1 and [entry[2] for entry in before.book.waiting] == ["q5"]
+
+    c.handle(Reconfigure(virtual_cluster(nodes=2, gpus_per_node=2, vcs=("a",))))
+    part = c.sched.shares
+    assert part is not before and part.book is not before.book
+    assert all(c.sched.tree.leaf[leaf.leaf_id] is leaf for leaf in part.book.hosts)
+    (gpu,) = shared
+    assert part.book.shares_on(c.sched.tree.leaf[gpu]) == {q: 250 for q in quarters}
+    assert c.state("q5") == "RUNNING" and part.book.waiting == []
+    c.submit("q6", vc="a", priority="prod", gpus=0.25)
+    assert c.gpus("q6") == c.gpus("q5") and c.gpus("q5") != c.gpus("q1")

@@ -3,10 +3,11 @@
 The front door is ``HivedScheduler`` (events in, decisions out, as every policy); drivers pick it
 by name through ``labhive.scheduler.policies`` ("hived"). The rest is internal to the package:
 
-- ``core``: the scheduler itself, assembled from one mixin per concern over ``base`` (the shared
-  state and its bookkeeping; ``job``: the job record): ``queueing``, ``attempt`` (over
-  ``failures``, which records why a search failed, and ``sizing``), ``preempt``, ``health``,
-  ``adopt``;
+- ``core``: the scheduler itself, the front door over ``base`` (the shared state and its
+  bookkeeping; ``job``: the job record), holding one part per concern, each an object with its
+  own state that the others call through ``parts``' protocols: ``queueing`` (with ``turns``),
+  ``sizing``, ``attempt`` (with ``failures``, which records why a search failed), ``preempt``,
+  ``health``, ``adopt`` and ``shares`` (GPU shares, over ``share_book``);
 - ``cells``: the physical cell tree; ``vc``: virtual clusters, their bindings and counters;
 - ``placement``: finding leaf cells for a job's tasks (the topology-aware search);
 - ``queue``: per-VC queues and the failed-search records that prune dominated jobs;

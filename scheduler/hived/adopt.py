@@ -139,7 +139,7 @@ class Adoption:
             )
             if job.share:  # the first share restored onto its GPU hosts the others
                 vc_name = None if job.opportunistic else job.vc
-                s._book.open(leaves[0], vc_name, job.prio, job.job_id, job.share)
+                s.shares.book.open(leaves[0], vc_name, job.prio, job.job_id, job.share)
 
     def _join_share_exactly(self, job: Job, tasks: tuple[TaskPlacement, ...]) -> bool:
         """A restored share whose GPU already hosts shares joins them (True); False when its
@@ -151,7 +151,7 @@ class Adoption:
             return False
         vc = None if job.opportunistic else job.vc
         try:
-            joined = s._book.join_exactly(leaf, vc, job.prio, job.job_id, job.share)
+            joined = s.shares.book.join_exactly(leaf, vc, job.prio, job.job_id, job.share)
         except ShareMismatch as err:
             raise AdoptRefused(str(err)) from None
         if joined:

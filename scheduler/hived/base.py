@@ -8,10 +8,10 @@ which reach this state and call this bookkeeping through the scheduler they are 
 job's cells, unit by unit, with ``failures``, the record of why one failed), ``health`` (nodes
 going down and up), ``adoption`` (putting running jobs back on exactly their cells, after a
 restart or a new config) and ``preemption`` (committing a plan: preemption, lazy preemption).
-GPU shares (``shares``) are the one mixin left, a subclass of ``HivedBase``. ``HivedBase``
-declares the state they share and the parts they call, typed by ``parts``' protocols (a part's
-module imports this one, so this one cannot import it back); it keeps no stub for one part to
-call another."""
+``shares`` (GPU shares: the book of who shares which GPU, and the pass of waiting shares).
+``HivedBase`` declares the state they share and the parts they call, typed by ``parts``'
+protocols (a part's module imports this one, so this one cannot import it back); it keeps no
+stub for one part to call another, and no part is a base of the scheduler."""
 
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ from labhive.scheduler.hived.cells import Cell, CellTree
 from labhive.scheduler.hived.cpu_pool import CpuPool, cpu_only
 from labhive.scheduler.hived.fairshare import Account, Ledger
 from labhive.scheduler.hived.job import Job
-from labhive.scheduler.hived.parts import Committing, Placing, Queueing, TurnTaking
+from labhive.scheduler.hived.parts import Committing, Placing, Queueing, Sharing, TurnTaking
 from labhive.scheduler.hived.placement import Plan
-from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.sizing import Sizing
 from labhive.scheduler.hived.vc import VC, VCs
 
@@ -69,13 +68,12 @@ class HivedBase:
     _checked: dict[Hashable, str | None]
     _passed: JobSpec | None  # the spec that passed ``check`` last
     admission: Admission  # what ``check`` reads: numbers of the config, not of the cells
-    _book: ShareBook  # GPUs hosting shares, and waiting shares (``shares``)
 
     #: What a job asks for: leaf cells per task, chains, units (``sizing.Sizing``), made
     #: anew per config here (``_load``).
     sizing: Sizing
 
-    # The parts the mixins and other parts call (``core.HivedScheduler`` makes them).
+    # The parts other parts call (``core.HivedScheduler`` makes them).
     #: The waiting jobs, their classes and the scheduling pass (``queueing.ClassQueue``).
     queue: Queueing
     #: Whose turn it is inside a VC: fair share, caps, the reservation (``turns.Turns``).
@@ -84,6 +82,9 @@ class HivedBase:
     attempt: Placing
     #: A plan carried out: victims preempted or downgraded, the job started (``preempt``).
     preemption: Committing
+    #: GPU shares: who shares which GPU, the waiting shares (``shares.Shares``), made anew per
+    #: config here (``_load``).
+    shares: Sharing
 
     def _load(self, config: ClusterConfig) -> None:
         """Build the state a config determines (again on ``Reconfigure``: ``adopt``)."""
@@ -96,7 +97,7 @@ class HivedBase:
         self._checked = {}
         self._passed = None
         self.admission = Admission.of(config)
-        self._book.forget_hosts()  # (running shares are restored onto the new cells)
+        self.shares = self.shares.anew()  # (running shares are restored onto the new cells)
         for vc in self.vcs.by_name.values():
             vc.free_in = sum(c.free for cells in vc.bound.values() for c in cells.values())
         self.queue.load(config)
@@ -259,7 +260,7 @@ class HivedBase:
                 self.cpu.release(placement.node, self._role(job, placement.role))
             job.placed.clear()
             return
-        if job.share and self._book.keeps_gpu(job.job_id):  # others share its GPU on
+        if job.share and self.shares.book.keeps_gpu(job.job_id):  # others share its GPU on
             job.placed.clear()
             job.done.clear()
             return
@@ -340,7 +341,7 @@ class HivedBase:
             stopped.append(placement)
             if job.cpu_only:
                 self.cpu.release(placement.node, self._role(job, placement.role))
-            if job.share and self._book.keeps_gpu(job.job_id):
+            if job.share and self.shares.book.keeps_gpu(job.job_id):
                 continue  # others share its GPU on
             for leaf in leaves:
                 self._vacate(leaf, touched)

@@ -11,9 +11,10 @@ This module is the front door: events are dispatched here to the parts that hand
 class queue and its pass (``self.queue``), whose turn it is inside a VC (``self.turns``: fair
 share, caps, the reservation), what a job asks for (``self.sizing``), the search for a job's
 cells (``self.attempt``, with ``self.failures``, the record of why a search failed), node
-health (``self.health``), adoption (``self.adoption``) and preemption (``self.preemption``) are
-parts the scheduler holds, each with its own state; GPU shares (``shares``) are the one mixin
-left over the shared state of ``base`` (issue 32). Admission and the views are here too.
+health (``self.health``), adoption (``self.adoption``), preemption (``self.preemption``) and GPU
+shares (``self.shares``: who shares which GPU, the pass of waiting shares) are parts the
+scheduler holds, each with its own state, over the shared state of ``base`` (issue 32: no mixin
+is left). Admission and the views are here too.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from labhive.scheduler.core.model import (
 from labhive.scheduler.hived.admission import reject_if_never_runs
 from labhive.scheduler.hived.adopt import Adoption, AdoptRefused
 from labhive.scheduler.hived.attempt import Attempt
+from labhive.scheduler.hived.base import HivedBase
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.failures import Failures
 from labhive.scheduler.hived.fair_line import FairLine
@@ -42,8 +44,7 @@ from labhive.scheduler.hived.health import NodeHealth
 from labhive.scheduler.hived.job import Job, leaves_needed
 from labhive.scheduler.hived.preempt import Preemption
 from labhive.scheduler.hived.queueing import ClassQueue
-from labhive.scheduler.hived.share_book import ShareBook
-from labhive.scheduler.hived.shares import Sharing
+from labhive.scheduler.hived.shares import Shares
 from labhive.scheduler.hived.shortfall import Failure
 from labhive.scheduler.hived.turns import Turns
 from labhive.scheduler.hived.views import free_list, job_view, node_views, vc_cells, vc_views
@@ -54,7 +55,7 @@ __all__ = ["AdoptRefused", "HivedScheduler", "Job", "leaves_needed"]
 _UNCHECKED = object()  # ``check``'s cache has no answer for a key yet
 
 
-class HivedScheduler(Sharing, PolicyBase[Job]):
+class HivedScheduler(HivedBase, PolicyBase[Job]):
     """HiveD's algorithm behind ``model.Scheduler``."""
 
     name = "hived"
@@ -65,6 +66,7 @@ class HivedScheduler(Sharing, PolicyBase[Job]):
     #: The parts as this class makes them (``base`` knows them by ``parts``' protocols).
     queue: ClassQueue
     turns: Turns
+    shares: Shares
 
     def __init__(self, config: ClusterConfig) -> None:
         self._jobs = {}
@@ -74,7 +76,9 @@ class HivedScheduler(Sharing, PolicyBase[Job]):
         self._dirty_oppo = False
         self._tick = 0
         self._ledger = None
-        self._book = ShareBook()
+        #: GPU shares: who shares which GPU and the pass of waiting shares (made anew per
+        #: config by ``_load``, the waiting shares kept).
+        self.shares = Shares(self)
         #: Whose turn it is inside a VC: fair share, per-user caps, the reservation.
         self.turns = Turns(self)
         #: The waiting jobs, their classes, and the scheduling pass that starts them.
@@ -145,8 +149,8 @@ class HivedScheduler(Sharing, PolicyBase[Job]):
         self.queue.schedule(out)
         if self.queue.cpu_waiting:
             self.queue.schedule_cpu(out)
-        if self._book.waiting:
-            self._schedule_shares(out)
+        if self.shares.book.waiting:
+            self.shares.schedule(out)
         if self._ledger is not None and self.turns.counted != len(out):
             self.turns.count_decisions()
         return out

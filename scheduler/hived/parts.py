@@ -2,7 +2,7 @@
 ``raise NotImplementedError`` stubs the mixins once shared.
 
 ``core.HivedScheduler`` holds its parts (``queue``, ``turns``, ``sizing``, ``attempt``,
-``preemption``, ``health``, ``adoption``);
+``failures``, ``preemption``, ``health``, ``adoption``, ``shares``);
 a part's module imports ``base`` for the scheduler's state, so ``base`` cannot import the parts
 back (an import circle, which ``tests/test_import_circles.py`` refuses). It declares them by
 these protocols, and each part keeps its promise structurally (mypy checks the assignment in
@@ -23,6 +23,7 @@ from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.placement import Placer
 from labhive.scheduler.hived.plan import Plan
 from labhive.scheduler.hived.queue import JobClass, VCQueue
+from labhive.scheduler.hived.share_book import ShareBook
 from labhive.scheduler.hived.vc import VCs
 
 
@@ -113,4 +114,16 @@ class TurnTaking(Protocol):
 
     def capped_unit(self, job: Job, unit: list[tuple[RoleSpec, int]]) -> bool:
         """Whether the unit would take the job's user past its VC's cap."""
+        ...
+
+
+class Sharing(Protocol):
+    """``shares.Shares`` as the scheduler's bookkeeping, the class queue, adoption and
+    preemption see it: its book (the front door, which made it, runs its pass)."""
+
+    #: GPUs hosting shares and their sharers, and the waiting shares in queue order.
+    book: ShareBook
+
+    def anew(self) -> Sharing:
+        """The part for a new config's cells: no GPU hosts shares, the waiting ones wait on."""
         ...

@@ -72,8 +72,9 @@ class Preemption:
         (another, if lazy preemption searched again; None if that search failed)."""
         s = self._sched
         victims = [s._jobs[v] for v in plan.victims()]
-        if s._book.hosts:  # a GPU with shares is taken whole: all of them stop
-            victims = _with_sharers(victims, s._book.sharers(plan.taken), s._jobs)
+        book = s.shares.book
+        if book.hosts:  # a GPU with shares is taken whole: all of them stop
+            victims = _with_sharers(victims, book.sharers(plan.taken), s._jobs)
         lazy = [
             v
             for v in victims

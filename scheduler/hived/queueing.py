@@ -113,7 +113,7 @@ class ClassQueue:
                 bisect.insort(self.cpu_waiting, entry)
             return
         if job.share:  # GPU shares wait apart (``shares``)
-            self._sched._book.wait(job.spec.priority, job.seq, job.job_id)
+            self._sched.shares.book.wait(job.spec.priority, job.seq, job.job_id)
             return
         self.dequeue(job, keep_order=True)
         queue = self._queue_of(job)
@@ -246,7 +246,7 @@ class ClassQueue:
                 self.cpu_waiting.remove(entry)
             return
         if job.share:
-            self._sched._book.unwait(job.spec.priority, job.seq, job.job_id)
+            self._sched.shares.book.unwait(job.spec.priority, job.seq, job.job_id)
             return
         if job.queued_key is not None:
             cls = self.classes.get(job.queued_key)

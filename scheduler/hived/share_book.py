@@ -36,18 +36,31 @@ class ShareMismatch(ValueError):
     too little room left)."""
 
 
-class ShareBook:
-    """Hosts by leaf and by job, and the waiting shares in queue order."""
+@dataclass(frozen=True, slots=True)
+class ShareHold:
+    """A waiting whole-GPU job's hold on shares of its VC and priority: those queued after
+    ``after`` (a seq; -inf: all, the job's priority is higher) join none of the ``drained``
+    GPUs and open none. ``holder``: the first such job, for the why-text."""
 
-    def __init__(self) -> None:
+    after: float
+    drained: frozenset[Cell]
+    holder: str
+
+
+class ShareBook:
+    """Hosts by leaf and by job, and the waiting shares in queue order.
+
+    One book per config's cells (``shares.Shares.anew``): a new config's running shares are
+    restored onto its new cells (``adopt``), while the shares that wait go on waiting in the
+    order they had, handed to the new book as ``waiting``."""
+
+    def __init__(self, waiting: list[tuple[int, int, str]] | None = None) -> None:
+        #: GPU (its leaf cell) -> the shares it hosts.
         self.hosts: dict[Cell, Host] = {}
+        #: Job id -> the GPU hosting its share, while it runs.
         self.of_job: dict[str, Host] = {}
         #: (-priority, seq, job id): waiting shares in queue order (kept across a new config).
-        self.waiting: list[tuple[int, int, str]] = []
-
-    def forget_hosts(self) -> None:
-        """A new cell tree (``_load``): its running shares are restored onto it anew."""
-        self.hosts, self.of_job = {}, {}
+        self.waiting: list[tuple[int, int, str]] = [] if waiting is None else waiting
 
     # ---- waiting ------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ the last one frees the leaf as any job does. So:
   priority only" holds for each of them;
 - a node's failure stops every sharer on it (``health`` lists them as it lists CPU-only jobs).
 
-A waiting whole-GPU job holds the shares queued after it (``_share_hold``): they join none of
+A waiting whole-GPU job holds the shares queued after it (``Shares.hold``): they join none of
 the hosting GPUs it needs (the least used first) and open no GPU, so a stream of shares cannot
 keep a GPU shared for ever while it waits; shares queued before it go as before.
 
@@ -25,13 +25,19 @@ and a share may fit where no cell is free) in their own list, tried after each p
 order (priority, then submission); a share that fails blocks the shares of its VC and priority
 at least as large for the rest of that pass. Whole-GPU jobs pay one attribute test per job and
 one list test per event for all this.
+
+``Shares`` is a part ``core.HivedScheduler`` holds (``self.shares``), as HiveD's Go code keeps
+each sub-algorithm an object with its own state: its state is the book (``share_book.ShareBook``),
+made anew with the part for each config's cells (``Shares.anew``, from ``base._load``). The class
+queue files waiting shares in the book, the bookkeeping asks it whether a GPU's other sharers keep
+it, adoption restores running shares into it and preemption reads its sharers, all through
+``parts.Sharing``; the views read the book and the hold through ``state.SharedGpus``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from labhive.scheduler.core.gpu_share import MILLI
 from labhive.scheduler.core.model import Decision, Start
@@ -39,45 +45,48 @@ from labhive.scheduler.hived.base import HivedBase, task_placement
 from labhive.scheduler.hived.cells import Cell
 from labhive.scheduler.hived.job import Job
 from labhive.scheduler.hived.queue import JobClass
+from labhive.scheduler.hived.share_book import ShareBook, ShareHold
 
 
-@dataclass(frozen=True, slots=True)
-class ShareHold:
-    """A waiting whole-GPU job's hold on shares of its VC and priority: those queued after
-    ``after`` (a seq; -inf: all, the job's priority is higher) join none of the ``drained``
-    GPUs and open none. ``holder``: the first such job, for the why-text."""
+class Shares:
+    """The pass of waiting shares, and the book of who shares which GPU (``ShareBook``)."""
 
-    after: float
-    drained: frozenset[Cell]
-    holder: str
+    def __init__(self, sched: HivedBase, waiting: list[tuple[int, int, str]] | None = None) -> None:
+        #: The scheduler whose jobs, cells, class queue, search and preemption the pass uses.
+        self._sched = sched
+        #: GPUs hosting shares and their sharers (this config's cells), and the waiting shares
+        #: in queue order (``waiting``: those of the config before, which wait on).
+        self.book = ShareBook(waiting)
 
+    def anew(self) -> Shares:
+        """The part for a new config's cells (``base._load``): no GPU hosts shares yet (the
+        running ones are restored onto the new cells: ``adopt``), the waiting ones wait on."""
+        return Shares(self._sched, self.book.waiting)
 
-class Sharing(HivedBase):
-    """The scheduling pass of waiting shares (``ShareBook`` keeps the rest)."""
-
-    def _schedule_shares(self, out: list[Decision]) -> None:
+    def schedule(self, out: list[Decision]) -> None:
         """Place waiting shares in queue order; a failed share blocks the shares of its VC and
         priority at least as large for the rest of this pass (they could not fit either).
-        Shares of a VC and priority that a waiting whole-GPU job holds (``_share_hold``) join
-        only the GPUs it does not drain, and open none."""
+        Shares of a VC and priority that a waiting whole-GPU job holds (``hold``) join only
+        the GPUs it does not drain, and open none."""
+        jobs = self._sched._jobs
         failed: dict[tuple[str | None, int], int] = {}  # (VC, priority) -> smallest that failed
         holds: dict[tuple[str | None, int], ShareHold | None] = {}
-        waiting = self._book.waiting
+        waiting = self.book.waiting
         for entry in list(waiting):
-            job = self._jobs[entry[2]]
+            job = jobs[entry[2]]
             key = (None if job.opportunistic else job.vc, job.prio)
             if job.share >= failed.get(key, MILLI + 1):
                 continue
             if key not in holds:
-                holds[key] = self._share_hold(*key)
+                holds[key] = self.hold(*key)
             hold = holds[key]
             held = hold.drained if hold is not None and job.seq > hold.after else None
-            if self._place_share(job, out, held):
+            if self._place(job, out, held):
                 waiting.remove(entry)
             else:
                 failed[key] = job.share
 
-    def _share_hold(self, vc: str | None, prio: int) -> ShareHold | None:
+    def hold(self, vc: str | None, prio: int) -> ShareHold | None:
         """Whether a waiting whole-GPU job holds the shares of ``vc`` (None: opportunistic)
         and ``prio``, and how (``ShareHold``); None when no such job waits.
 
@@ -90,10 +99,11 @@ class Sharing(HivedBase):
         share ending frees it to the next pass, which tries whole-GPU jobs before shares.
         Shares queued before it go as before. Jobs that can never run as the cells are (a
         node down), or whose users are all at their running cap, hold nothing."""
+        queue = self._sched.queue
         if vc is None:
-            classes: Iterable[JobClass] = self.queue.oppo_classes.values()
+            classes: Iterable[JobClass] = queue.oppo_classes.values()
         else:
-            classes = self.queue.vc_classes.get(vc, {}).values()
+            classes = queue.vc_classes.get(vc, {}).values()
         holding = [
             c
             for c in classes
@@ -104,7 +114,7 @@ class Sharing(HivedBase):
         first = min(holding, key=lambda c: (-c.priority, c.entries[0][0]))
         after = -math.inf if first.priority > prio else first.entries[0][0]
         need = max(c.need for c in holding)
-        hosts = [h for h in self._book.hosts.values() if h.vc == vc and h.prio == prio]
+        hosts = [h for h in self.book.hosts.values() if h.vc == vc and h.prio == prio]
         hosts.sort(key=lambda h: (h.used, h.leaf.order))
         return ShareHold(after, frozenset(h.leaf for h in hosts[:need]), first.entries[0][1])
 
@@ -112,25 +122,25 @@ class Sharing(HivedBase):
         """Whether every user with jobs in the class is at their VC's running cap (``turns``):
         its jobs wait for their own users' GPUs to end, not for the shares' GPU, and hold no
         share (a GPU drained for them would idle)."""
-        ledger, users = self._ledger, cls.users
+        s = self._sched
+        ledger, users = s._ledger, cls.users
         if ledger is None or not ledger.caps or not users:
             return False
+        turns = s.turns
         for line in users.values():
-            job = self._jobs[line[0][1]]
-            hit = self.turns.capped_unit(job, job.waiting_tasks)
-            self.turns.cap_hit = False  # a question, not an attempt: nothing is filed as capped
+            job = s._jobs[line[0][1]]
+            hit = turns.capped_unit(job, job.waiting_tasks)
+            turns.cap_hit = False  # a question, not an attempt: nothing is filed as capped
             if not hit:
                 return False
         return True
 
-    def _place_share(
-        self, job: Job, out: list[Decision], held: frozenset[Cell] | None = None
-    ) -> bool:
+    def _place(self, job: Job, out: list[Decision], held: frozenset[Cell] | None = None) -> bool:
         """Join a GPU that hosts shares of the job's VC and priority, else take a GPU as a
         one-GPU task would (the job's own search, preemption included) and host it there;
-        with ``held`` (``_share_hold``), join only a GPU outside it and take none."""
+        with ``held`` (``hold``), join only a GPU outside it and take none."""
         vc = None if job.opportunistic else job.vc
-        book = self._book
+        book = self.book
         host = book.find(vc, job.prio, job.share, held or frozenset())
         role, index = job.tasks[0]
         if host is not None:
@@ -141,8 +151,9 @@ class Sharing(HivedBase):
             return True
         if held is not None:
             return False
-        plan = self.attempt.find(job, job.tasks)
-        if plan is None or not self.preemption.commit(job, plan, out):
+        s = self._sched
+        plan = s.attempt.find(job, job.tasks)
+        if plan is None or not s.preemption.commit(job, plan, out):
             return False
         leaf = job.placed[(role.name, index)][1][0]
         book.open(leaf, vc, job.prio, job.job_id, job.share)

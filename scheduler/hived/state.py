@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from labhive.scheduler.hived.fair_line import FairLine
     from labhive.scheduler.hived.fairshare import Ledger
     from labhive.scheduler.hived.queue import VCQueue
-    from labhive.scheduler.hived.share_book import ShareBook
-    from labhive.scheduler.hived.shares import ShareHold
+    from labhive.scheduler.hived.share_book import ShareBook, ShareHold
     from labhive.scheduler.hived.shortfall import Failure
     from labhive.scheduler.hived.vc import VCs
 
@@ -77,6 +76,15 @@ class WaitingJobs(Protocol):
     def cpu_waiting(self) -> Sequence[tuple[int, int, str]]: ...
 
 
+class SharedGpus(Protocol):
+    """GPU shares as the readers see them (``shares.Shares``)."""
+
+    @property
+    def book(self) -> ShareBook: ...
+
+    def hold(self, vc: str | None, prio: int, /) -> ShareHold | None: ...
+
+
 class HivedState(Protocol[J]):
     """The scheduler's state the readers look at (``core.HivedScheduler``)."""
 
@@ -97,10 +105,9 @@ class HivedState(Protocol[J]):
     @property
     def _ledger(self) -> Ledger | None: ...
     @property
-    def _book(self) -> ShareBook: ...
+    def shares(self) -> SharedGpus: ...
 
     def fair_position(self, job: J, /) -> int: ...
     def fair_line(self, vc: str, /) -> FairLine: ...
-    def _share_hold(self, vc: str | None, prio: int, /) -> ShareHold | None: ...
 
     def failure_of(self, job: J, /) -> Failure: ...

@@ -32,7 +32,8 @@ def job_view(sched: HivedState[Any], job: HivedJob) -> JobView:
         position = length = None
         why = _why_cpu(sched, job) if job.waiting_tasks else _holds(job)
     elif job.share and job.waiting_tasks:
-        position, length = sched._book.position(job.job_id), len(sched._book.waiting)
+        book = sched.shares.book
+        position, length = book.position(job.job_id), len(book.waiting)
         why = _why_share(sched, job, position, length)
     elif job.waiting_tasks:
         why = why_waiting(sched, job, position, length)
@@ -93,7 +94,7 @@ def _why_share(
     take is free (its VC's for a guaranteed share, any idle one for an opportunistic share)."""
     share = f"{job.share / MILLI:g} GPU"
     tail = f"; position {position} of {length} among waiting GPU shares" if position else ""
-    hold = sched._share_hold(None if job.opportunistic else job.vc, job.spec.priority)
+    hold = sched.shares.hold(None if job.opportunistic else job.vc, job.spec.priority)
     if hold is not None and job.seq > hold.after:
         return (
             f"waits for {share}: job {hold.holder}, queued ahead of it, needs whole GPUs, so "
@@ -135,7 +136,7 @@ def node_views(sched: HivedState[Any]) -> tuple[NodeView, ...]:
 
 def _shares(sched: HivedState[Any], leaves: list[Any]) -> dict[int, dict[str, int]]:
     """GPU index -> who holds how much of it (thousandths), for GPUs that host shares."""
-    book = sched._book
+    book = sched.shares.book
     if not book.hosts:
         return {}
     return {leaf.gpu or 0: book.shares_on(leaf) for leaf in leaves if leaf in book.hosts}
