@@ -29,7 +29,7 @@ from pathlib import Path
 
 from labhive.scheduler.sim.openb import Pod, load_nodes, load_pods
 from labhive.scheduler.sim.openb_variants import build_variant
-from labhive.scheduler.sim.sharing_paper import PUBLISHED_UNALLOCATED, paper_fill
+from labhive.scheduler.sim.sharing_paper import PAPER_PLACEMENTS, PUBLISHED_UNALLOCATED, paper_fill
 
 NODES = Path(__file__).resolve().parents[1] / "../shared/data/alibaba-gpu-v2023"
 FIELDS = ["pod_list", "policy", "seed", "load", "unallocated_pct", "frag_pct", "failed",
@@ -156,6 +156,8 @@ def parse_run(spec: str, lists: Path | None) -> tuple[str, str, int]:
     if len(parts) != 3 or not parts[2].isdigit():
         raise SystemExit(f"{spec}: a run is LIST:POLICY:SEED, e.g. multigpu20-built0:random:43")
     name, policy, seed = parts
+    if policy not in PAPER_PLACEMENTS:
+        raise SystemExit(f"{spec}: the placements are {', '.join(PAPER_PLACEMENTS)}")
     built = BUILT.fullmatch(name)
     if built and built["variant"] not in PUBLISHED_UNALLOCATED:
         raise SystemExit(f"{spec}: the paper published {', '.join(PUBLISHED_UNALLOCATED)}")
