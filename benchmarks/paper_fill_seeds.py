@@ -94,9 +94,11 @@ def spread(xs: list[float]) -> float:
 
 
 def cell(xs: list[float], paper: float) -> str:
-    """One table cell: mean ±sd / published (relative difference) [seeds]."""
+    """One table cell: mean ±sd / published (relative difference) [seeds]; ✗ after the
+    difference when it is over the issue's 10% (the docs mark such cells, never hide them)."""
     mean, gap = statistics.mean(xs), 100 * (statistics.mean(xs) / paper - 1)
-    return f"{mean:.2f} ±{spread(xs):.2f} / {paper:.2f} ({gap:+.0f}%) [{len(xs)}]"
+    mark = " ✗" if abs(gap) > 10 else ""
+    return f"{mean:.2f} ±{spread(xs):.2f} / {paper:.2f} ({gap:+.0f}%){mark} [{len(xs)}]"
 
 
 def cut(fgd: dict[int, float], bestfit: dict[int, float], published: dict[str, float]) -> str:
