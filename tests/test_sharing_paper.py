@@ -7,6 +7,8 @@ given a seed, expect the same run twice."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from labhive.scheduler.sim.sharing_paper import (
 )
 
 ALIBABA = DATA / "alibaba-gpu-v2023"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def pod(name: str, gpus: int = 1, milli: int = MILLI, cpu: int = 1000,
@@ -326,3 +329,42 @@ def test_frag_labhive_scores_and_reports_with_labhives_measure() -> None:
     assert paper.unallocated == labhive.unallocated == 0.5
     assert paper.fragmentation == pytest.approx(0.25)  # the CPU-only half of 500 free
     assert labhive.fragmentation == 0.0  # the half-GPU class fits in the 500 left
+
+
+def fill_seeds_table(seeds: str) -> list[list[str]]:
+    """The rows ``benchmarks/paper_fill_seeds.py --table SEEDS`` prints from the checked
+    results CSV, as lists of cells."""
+    script = ROOT / "benchmarks" / "paper_fill_seeds.py"
+    results = ROOT / "benchmarks" / "results" / "paper_fill_seeds.csv"
+    run = subprocess.run([sys.executable, str(script), "--out", str(results), "--table", seeds],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return [line.strip("| ").split(" | ") for line in run.stdout.splitlines()]
+
+
+def doc_fill_tables() -> dict[str, list[list[str]]]:
+    """docs/policies.md's fill tables (those whose first column is the pod list), keyed by
+    their second column's header, each as its rows' cells."""
+    tables: dict[str, list[list[str]]] = {}
+    rows: list[list[str]] | None = None  # the table being read, None between tables
+    for line in (ROOT / "docs" / "policies.md").read_text().splitlines():
+        cells = line.strip("| ").split(" | ")
+        if line.startswith("| pod list | "):
+            rows = tables.setdefault(cells[1], [])
+        elif line.startswith("| ---"):
+            continue
+        elif line.startswith("| ") and rows is not None:
+            rows.append(cells)
+        else:
+            rows = None
+    return tables
+
+
+def test_the_docs_fill_tables_are_what_the_results_csv_gives() -> None:
+    """Given the per-seed runs in benchmarks/results/paper_fill_seeds.csv, expect
+    docs/policies.md's paper-fill tables to be what the script makes of them: every cell of
+    the three-seed table (seeds 42-44, the built variants' rows included), and the
+    paper-bestfit, FGD and cut cells of the five-seed one (42-46). A figure edited by hand, or
+    a run added to the CSV without the table redone, fails here."""
+    docs = doc_fill_tables()
+    assert docs["random"] == fill_seeds_table("42-44")
+    assert docs["paper-bestfit"] == [[r[0], *r[-3:]] for r in fill_seeds_table("42-46")]
