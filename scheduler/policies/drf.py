@@ -26,11 +26,6 @@ class DrfPolicy(QueuedPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._usage: dict[str, list[float]] = {}
-        # each user's dominant share, worked out when their usage changes (a pass ranks every
-        # line it re-files by it: with backfill several per user at each start and stop), for
-        # the pool it was worked out for (a reconfigured cluster has new totals)
-        self._shares: dict[str, float] = {}
-        self._shares_of: object = self.pool
 
     def line_key(self, job: QueuedJob) -> Hashable:
         return job.user
@@ -39,12 +34,6 @@ class DrfPolicy(QueuedPolicy):
         return (self.dominant_share(head.user), head.seq)
 
     def dominant_share(self, user: str) -> float:
-        if self._shares_of is not self.pool:
-            self._shares_of = self.pool
-            self._shares = {u: self._share(u) for u in self._usage}
-        return self._shares.get(user, 0.0)
-
-    def _share(self, user: str) -> float:
         gpu, cpu, mem = self._usage.get(user, (0.0, 0.0, 0.0))
         pool = self.pool
         share = gpu / pool.total_gpus if pool.total_gpus else 0.0
@@ -59,8 +48,6 @@ class DrfPolicy(QueuedPolicy):
         usage[0] += sign * job.gpus
         usage[1] += sign * job.cpu
         usage[2] += sign * job.memory_mb
-        if self._shares_of is self.pool:
-            self._shares[job.user] = self._share(job.user)
 
     def on_started(self, job: QueuedJob) -> None:
         self._add(job, +1)
