@@ -23,6 +23,9 @@ A kind that no node has room for by free GPU counts (``NodePool.may_fit``) is pa
 not only for the pass but until a release leaves some node with enough free GPUs that it might
 fit (``unpark`` with ``NodePool.peak``; ``wake_level``): on a contended cluster a finish frees
 a GPU or two on one node, and each pass asked again about every wide gang it had refused.
+With backfill, a pass looks for the first head of the parked kinds too (until a head blocks,
+each head is tried whatever its kind): their firsts are ranked in a heap of their own
+(``first_parked``), not walked kind by kind at every try.
 
 A pass tries heads in rank order and never returns to one it passed: ``best`` takes the entry
 the pass tried last and sets aside whatever ranks before it until the pass ends (``restore``).
