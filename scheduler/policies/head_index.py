@@ -72,8 +72,10 @@ class HeadIndex:
         self._tops: list[tuple[Entry, Kind]] = []
         self._off: set[Kind] = set()  # kinds that may not start again in this pass
         self._parked: dict[Kind, int] = {}  # kinds that may not start until freed: level
-        # the parked kinds' firsts, ranked as ``_tops`` ranks all kinds' (``first_parked``)
+        # the parked kinds' firsts, ranked as ``_tops`` ranks all kinds' (``first_parked``),
+        # kept only once asked for (backfill's passes ask; DRF's alone never do)
         self._parked_tops: list[tuple[Entry, Kind]] = []
+        self._ranking_parked = False
         self._low = 1 << 30  # the lowest level parked
         self._version: dict[Hashable, int] = {}  # the live entry's version per filed line
         self._next = 0
@@ -108,7 +110,7 @@ class HeadIndex:
         self._entries += 1
         if heap[0] is entry:  # the kind's new first
             heapq.heappush(self._tops, (entry, kind))
-            if kind in self._parked:
+            if self._ranking_parked and kind in self._parked:
                 heapq.heappush(self._parked_tops, (entry, kind))
 
     def best(self, may_start: MayStart, after: Entry | None = None) -> Entry | None:
@@ -138,9 +140,10 @@ class HeadIndex:
                 level = parked[kind] = verdict - PARK
                 if level < self._low:
                     self._low = level
-                heapq.heappush(self._parked_tops, (first, kind))
-                if len(self._parked_tops) > 2 * len(parked) + 64:
-                    self._rank_parked()  # its stale entries gone, as ``file`` does ``_tops``'
+                if self._ranking_parked:
+                    heapq.heappush(self._parked_tops, (first, kind))
+                    if len(self._parked_tops) > 2 * len(parked) + 64:
+                        self._rank_parked()  # its stale entries gone, as ``file`` does ``_tops``'
             elif verdict != START:
                 later.append(heapq.heappop(tops))
             elif after is not None and first <= after:
@@ -205,6 +208,9 @@ class HeadIndex:
         225 bytecodes per job). An entry there is stale, and dropped when met, once its kind
         is no longer parked or has another first; a stale first of a parked kind's own heap is
         dropped then too, and the kind's next first ranked."""
+        if not self._ranking_parked:
+            self._ranking_parked = True
+            self._rank_parked()
         tops, parked, heaps, version = self._parked_tops, self._parked, self._heaps, self._version
         while tops:
             first, kind = tops[0]
@@ -240,7 +246,8 @@ class HeadIndex:
         ``_parked_tops``."""
         self._tops = [(heap[0], kind) for kind, (_, heap) in self._heaps.items() if heap]
         heapq.heapify(self._tops)
-        self._rank_parked()
+        if self._ranking_parked:
+            self._rank_parked()
 
     def _rank_parked(self) -> None:
         heaps = self._heaps
