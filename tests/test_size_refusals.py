@@ -59,13 +59,13 @@ class AskedSizes(SizeRefusals):
 class Checked:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._sizes = CheckedRefusals()
+        self._sizes: SizeRefusals = CheckedRefusals()
 
 
 class Fresh:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._sizes = FreshRefusals()
+        self._sizes: SizeRefusals = FreshRefusals()
 
 
 class CapacityChecked(Checked, CapacityPolicy):
