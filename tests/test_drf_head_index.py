@@ -24,6 +24,7 @@ from labhive.scheduler.core.model import (
     Finish,
     NodeDown,
     NodeUp,
+    Reconfigure,
     SpecRejected,
     Submit,
     Tick,
@@ -206,6 +207,31 @@ def test_a_share_that_falls_reorders_the_users() -> None:
     assert not drf.handle(Finish("c1", 5))  # 1 free: ann (1/4) ranked before bob (2/4)
     started = drf.handle(Finish("b1", 6))  # bob 0 GPUs now, ann 1: bob first
     assert [d.job_id for d in started] == ["b2"]
+
+
+def test_a_reconfigured_cluster_gives_each_user_the_share_of_its_new_size() -> None:
+    """Ann runs 1 GPU and Bob 2 on one 4-GPU node (shares 1/4 and 2/4); the cluster grows to
+    two such nodes: their shares are 1/8 and 2/8 (DRF keeps each user's share between starts
+    and stops, so a share kept for the old pool would rank users by the old totals)."""
+    node = {"childCellType": "GPU", "childCellNumber": 4, "isNodeLevel": True}
+
+    def cluster(nodes: int) -> Any:
+        cells = [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(nodes)]
+        vcs = {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": nodes}]}}
+        return load_cluster_config(
+            {
+                "physicalCluster": {"cellTypes": {"NODE": node}, "physicalCells": cells},
+                "virtualClusters": vcs,
+            }
+        )
+
+    drf = from_config(DrfPolicy, cluster(1), {})
+    for job_id, user, gpus in (("a1", "ann", 1), ("b1", "bob", 2)):
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        assert drf.handle(Submit(job_id, spec, 0.0))
+    assert (drf.dominant_share("ann"), drf.dominant_share("bob")) == (1 / 4, 2 / 4)
+    assert not drf.handle(Reconfigure(cluster(2), 1.0))  # both keep running
+    assert (drf.dominant_share("ann"), drf.dominant_share("bob")) == (1 / 8, 2 / 8)
 
 
 @settings(PROPERTY_SETTINGS)

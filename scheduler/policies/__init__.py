@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 #: Modules of this package that hold what policies share, not a policy (vc_nodes: a per-VC mode;
 #: queued_*: the parts of ``queued``; policy_base: what HiveD and the queue policies share;
-#: backfill, head_index, node_pool, preempt_probe: the queue policies' parts).
+#: backfill, head_index, node_pool, preempt_probe, size_refusals: the queue policies' parts).
 BASES = {
     "backfill",
     "head_index",
@@ -36,6 +36,7 @@ BASES = {
     "queued_job",
     "queued_pass",
     "queued_views",
+    "size_refusals",
     "vc_nodes",
 }
 

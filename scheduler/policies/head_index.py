@@ -23,6 +23,9 @@ A kind that no node has room for by free GPU counts (``NodePool.may_fit``) is pa
 not only for the pass but until a release leaves some node with enough free GPUs that it might
 fit (``unpark`` with ``NodePool.peak``; ``wake_level``): on a contended cluster a finish frees
 a GPU or two on one node, and each pass asked again about every wide gang it had refused.
+With backfill, a pass looks for the first head of the parked kinds too (until a head blocks,
+each head is tried whatever its kind): their firsts are ranked in a heap of their own
+(``first_parked``), not walked kind by kind at every try.
 
 A pass tries heads in rank order and never returns to one it passed: ``best`` takes the entry
 the pass tried last and sets aside whatever ranks before it until the pass ends (``restore``).
@@ -69,6 +72,10 @@ class HeadIndex:
         self._tops: list[tuple[Entry, Kind]] = []
         self._off: set[Kind] = set()  # kinds that may not start again in this pass
         self._parked: dict[Kind, int] = {}  # kinds that may not start until freed: level
+        # the parked kinds' firsts, ranked as ``_tops`` ranks all kinds' (``first_parked``),
+        # kept only once asked for (backfill's passes ask; DRF's alone never do)
+        self._parked_tops: list[tuple[Entry, Kind]] = []
+        self._ranking_parked = False
         self._low = 1 << 30  # the lowest level parked
         self._version: dict[Hashable, int] = {}  # the live entry's version per filed line
         self._next = 0
@@ -103,6 +110,8 @@ class HeadIndex:
         self._entries += 1
         if heap[0] is entry:  # the kind's new first
             heapq.heappush(self._tops, (entry, kind))
+            if self._ranking_parked and kind in self._parked:
+                heapq.heappush(self._parked_tops, (entry, kind))
 
     def best(self, may_start: MayStart, after: Entry | None = None) -> Entry | None:
         """The first-ranked live entry after ``after`` among kinds whose heads ``may_start``
@@ -131,6 +140,10 @@ class HeadIndex:
                 level = parked[kind] = verdict - PARK
                 if level < self._low:
                     self._low = level
+                if self._ranking_parked:
+                    heapq.heappush(self._parked_tops, (first, kind))
+                    if len(self._parked_tops) > 2 * len(parked) + 64:
+                        self._rank_parked()  # its stale entries gone, as ``file`` does ``_tops``'
             elif verdict != START:
                 later.append(heapq.heappop(tops))
             elif after is not None and first <= after:
@@ -187,17 +200,34 @@ class HeadIndex:
 
     def first_parked(self) -> Entry | None:
         """The first-ranked live entry of the parked kinds (with backfill a pass tries its
-        first head whatever its kind, to find the blocked one: a parked kind's, if first)."""
-        version, found = self._version, None
-        for kind in self._parked:
-            slot = self._heaps.get(kind)
-            heap = slot[1] if slot is not None else []
-            while heap and version.get(heap[0][3]) != heap[0][2]:
-                heapq.heappop(heap)  # stale
-                self._entries -= 1
-            if heap and (found is None or heap[0] < found):
-                found = heap[0]
-        return found
+        first head whatever its kind, to find the blocked one: a parked kind's, if first).
+
+        From ``_parked_tops``, a heap of the parked kinds' firsts pushed when a kind is parked
+        or gets a new first while parked: O(log k) a call, where walking every parked kind
+        was, with backfill, the largest single cost of a contended DRF run's tries (issue 34:
+        225 bytecodes per job). An entry there is stale, and dropped when met, once its kind
+        is no longer parked or has another first; a stale first of a parked kind's own heap is
+        dropped then too, and the kind's next first ranked."""
+        if not self._ranking_parked:
+            self._ranking_parked = True
+            self._rank_parked()
+        tops, parked, heaps, version = self._parked_tops, self._parked, self._heaps, self._version
+        while tops:
+            first, kind = tops[0]
+            slot = heaps.get(kind)
+            if kind not in parked or slot is None or not slot[1] or slot[1][0] is not first:
+                heapq.heappop(tops)  # stale: unparked, or the kind's first changed
+                continue
+            if version.get(first[3]) == first[2]:
+                return first
+            heap = slot[1]
+            heapq.heappop(heap)  # a stale first of the kind's own heap
+            self._entries -= 1
+            if heap:
+                heapq.heapreplace(tops, (heap[0], kind))
+            else:
+                heapq.heappop(tops)
+        return None
 
     def _compact(self) -> None:
         version = self._version
@@ -212,6 +242,16 @@ class HeadIndex:
         self._rank_kinds()
 
     def _rank_kinds(self) -> None:
-        """``_tops`` afresh: each kind's first, once (the stale entries gone)."""
+        """``_tops`` afresh: each kind's first, once (the stale entries gone); the same for
+        ``_parked_tops``."""
         self._tops = [(heap[0], kind) for kind, (_, heap) in self._heaps.items() if heap]
         heapq.heapify(self._tops)
+        if self._ranking_parked:
+            self._rank_parked()
+
+    def _rank_parked(self) -> None:
+        heaps = self._heaps
+        self._parked_tops = [
+            (heaps[kind][1][0], kind) for kind in self._parked if kind in heaps and heaps[kind][1]
+        ]
+        heapq.heapify(self._parked_tops)

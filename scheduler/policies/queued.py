@@ -64,6 +64,7 @@ from labhive.scheduler.policies.queued_config import policy_options, pool_from_c
 from labhive.scheduler.policies.queued_job import QueuedJob
 from labhive.scheduler.policies.queued_pass import QueuedPass
 from labhive.scheduler.policies.queued_views import QueuedViews
+from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 if TYPE_CHECKING:
     from labhive.scheduler.core.config import ClusterConfig
@@ -130,6 +131,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
         self._refusals: dict[int, bool] = {}
         self._refusals_at = -1  # ``_runs`` when kept; -1: forgotten (a pass begins)
+        self._sizes = SizeRefusals()  # the refusals, kept across passes (``size_refusals``)
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place

@@ -23,8 +23,9 @@ from labhive.scheduler.policies.head_index import (
     MayStart,
 )
 from labhive.scheduler.policies.node_pool import Gang, NodePool
-from labhive.scheduler.policies.preempt_probe import ReleaseProbe, surely_refused, undo_order
+from labhive.scheduler.policies.preempt_probe import ReleaseProbe, undo_order
 from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 
 class QueuedPass:
@@ -47,6 +48,7 @@ class QueuedPass:
     _no_room: set[Hashable]
     _refusals: dict[int, bool]
     _refusals_at: int
+    _sizes: SizeRefusals
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -141,13 +143,15 @@ class QueuedPass:
         """``surely_refused``, kept by GPU count for the pass while no job starts or stops:
         only those change the pool's free GPUs per node within a pass (a failed search
         claims back what it released). Why: the bound for wide gangs (``_most_free``) was
-        asked for every wide head of every pass, 11% of a contended LAS run (issue 34)."""
+        asked for every wide head of every pass, 11% of a contended LAS run (issue 34).
+        A refusal is kept across passes too, until a release could make room
+        (``SizeRefusals``: it answers as ``surely_refused`` would)."""
         if self._refusals_at != self._runs:
             self._refusals.clear()
             self._refusals_at = self._runs
         known = self._refusals.get(gang.gpus)
         if known is None:
-            known = self._refusals[gang.gpus] = surely_refused(self.pool, gang)
+            known = self._refusals[gang.gpus] = self._sizes.refused(self.pool, gang.gpus)
         return known
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
