@@ -56,6 +56,9 @@ class Timed(Protocol):
 
 Arrival = TypeVar("Arrival", bound=Timed)
 
+#: Read once a job (``_end_attempt``), as a module constant: an Enum class's attribute costs
+#: ten times a global.
+_RUNNING = JobState.RUNNING
 #: Completions sort before actions that happen at the same virtual time.
 COMPLETION, ACTION = 0, 1
 
@@ -201,7 +204,7 @@ class VirtualTimeDriver:
         self._end_attempt(self.records[job_id], ok)
 
     def _end_attempt(self, record: JobRecord, ok: bool) -> None:
-        if record.state != JobState.RUNNING:
+        if record.state != _RUNNING:
             return
         self.feed(end_attempt(record, ok, self.now))
 
