@@ -126,7 +126,7 @@ class _CountingEquals(np.ndarray):
 def test_many_users_cost_no_pass_over_every_row_per_user() -> None:
     """Given a million-job run's shape (one VC, 300 users), expect per_user not to compare
     the whole user column once per user: that made a 1M-job summary cost 300 passes over a
-    million rows each (about 18 CPU s of a FIFO run's 59)."""
+    million rows each (15 of a 1M FIFO run's 105 CPU s at load 8)."""
     cols = _columns(20_000, users=300, vcs=1, seed=3)
     cols["user"] = cols["user"].view(_CountingEquals)
     cols["vc"] = cols["vc"].view(_CountingEquals)

@@ -191,8 +191,8 @@ def per_user(cols: dict[str, np.ndarray], vcs: list[str], users: list[str]) -> d
 def _user_groups(vc: np.ndarray, user: np.ndarray) -> dict[int, list[tuple[int, np.ndarray]]]:
     """VC code -> its users' (user code, rows), users in code order, each user's rows in
     row order: what masking the columns with ``vc == code & user == ucode`` selects, found by
-    one stable sort instead of two passes over every row per user (a million-job run's 319
-    users cost 21 s so, a third of the run)."""
+    one stable sort instead of passes over every row per user (the synthetic trace's 319
+    users cost a 1M-job FIFO run 15.2 of its 105 CPU s so, at load 8; 0.87 s this way)."""
     key = vc.astype(np.int64) * (int(user.max()) + 1 if len(user) else 1) + user
     order = np.argsort(key, kind="stable")  # (stable: equal keys keep their row order)
     sorted_key = key[order]
