@@ -95,12 +95,11 @@ class JobTable:
         self._room += CHUNK
 
     def fill(self, row: int, job: Any) -> None:
-        """The job's figures as they are now, into its row."""
-        submit, end, first_start, duration, run_seconds, gpu_seconds, wasted = self._floats
-        submit[row] = job.submit
+        """The job's figures as they are now, into its row (its submit time and duration,
+        which never change, ``add`` wrote)."""
+        _, end, first_start, _, run_seconds, gpu_seconds, wasted = self._floats
         end[row] = NAN if job.end is None else job.end
         first_start[row] = NAN if job.first_start is None else job.first_start
-        duration[row] = job.duration
         run_seconds[row] = job.run_seconds
         gpu_seconds[row] = job.gpu_seconds
         wasted[row] = job.wasted_gpu_seconds

@@ -45,9 +45,10 @@ class Timeline:
         self.preemptions = 0
         self._wait_sizes: dict[int, int] = {}
         self.vcs: dict[str, _VC] = {}
-        self.t = array("d")
-        self.used_series = array("l")
-        self.waiting_series = array("l")
+        # The step series, one (time, GPUs used, jobs waiting) a step, interleaved in one
+        # array: one ``extend`` an instant, not three appends (``t``, ``used_series``,
+        # ``waiting_series`` read them apart; counts are exact as floats below 2**53).
+        self._steps = array("d")
 
     def advance(self, t: float) -> None:
         """Time moves from ``now`` to ``t`` with the current state."""
@@ -57,20 +58,30 @@ class Timeline:
         dt = t - self.now
         if dt <= 0:
             return
-        self.t.append(self.now)
-        self.used_series.append(self.used)
-        self.waiting_series.append(self.waiting)
+        self._steps.extend((self.now, self.used, self.waiting))
         self.busy_gpu_seconds += self.used * dt
-        idle = self.total_gpus - self.used
-        if self.waiting and idle > 0 and min(self._wait_sizes) <= idle:
-            self.frag_gpu_seconds += idle * dt
-            self.frag_seconds += dt
+        if self.waiting:  # (no idle GPUs to count while none waits)
+            idle = self.total_gpus - self.used
+            if idle > 0 and min(self._wait_sizes) <= idle:
+                self.frag_gpu_seconds += idle * dt
+                self.frag_seconds += dt
         self.now = t
 
     def run(self, job: Any, gpus: int) -> None:
-        """``gpus`` more (or fewer) GPUs in use by ``job``."""
+        """``gpus`` more (or fewer) GPUs in use by ``job``: ``_vc_now(job.vc).used +=
+        gpus``, its steps here (twice a job, where a call was a fifth of its cost)."""
         self.used += gpus
-        self._vc_now(job.vc).used += gpus
+        now = self.now
+        vc = self.vcs.get(job.vc)
+        if vc is None:
+            vc = self._vc_now(job.vc)
+        else:
+            dt = now - vc.last
+            if dt > 0:
+                vc.served += vc.used * dt
+                vc.demand += (vc.used + vc.waiting_gpus) * dt
+            vc.last = now
+        vc.used += gpus
 
     def _vc_now(self, name: str) -> _VC:
         """The VC's record, its integrals advanced to now (made on first use)."""
@@ -94,7 +105,19 @@ class Timeline:
             sizes[size] = count
         else:
             del sizes[size]
-        self._vc_now(job.vc).waiting_gpus += sign * size
+        # ``_vc_now(job.vc).waiting_gpus += sign * size``, its steps here, as in ``run``
+        # (twice a waiting job: a contended run's second most frequent change).
+        now = self.now
+        vc = self.vcs.get(job.vc)
+        if vc is None:
+            vc = self._vc_now(job.vc)
+        else:
+            dt = now - vc.last
+            if dt > 0:
+                vc.served += vc.used * dt
+                vc.demand += (vc.used + vc.waiting_gpus) * dt
+            vc.last = now
+        vc.waiting_gpus += sign * size
 
     def started(self, job: Any, gpus: int) -> None:
         """``wait(job, -1)`` then ``run(job, gpus)``: a waiting job starts (the VC advanced
@@ -108,11 +131,24 @@ class Timeline:
 
     def close(self, t: float) -> None:
         self.advance(t)
-        self.t.append(self.now)
-        self.used_series.append(self.used)
-        self.waiting_series.append(self.waiting)
+        self._steps.extend((self.now, self.used, self.waiting))
         for vc in self.vcs.values():
             vc.advance(self.now)
+
+    @property
+    def t(self) -> array[float]:
+        """When each step began."""
+        return self._steps[0::3]
+
+    @property
+    def used_series(self) -> array[float]:
+        """GPUs in use from each step on."""
+        return self._steps[1::3]
+
+    @property
+    def waiting_series(self) -> array[float]:
+        """Jobs waiting from each step on."""
+        return self._steps[2::3]
 
     @property
     def span(self) -> float:

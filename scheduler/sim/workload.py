@@ -112,7 +112,9 @@ def iter_sim_jobs(
             continue
         job_id = tj.job_id if tj.job_id not in seen else f"{tj.job_id}@{tj.line}"
         seen.add(job_id)
-        spec = trace_job_spec(tj, vc, priority)
+        # ``trace_job_spec(tj, vc, priority)``, without its call (once a job).
+        roles = _roles(tj.gpus, tj.cpu, tj.memory_mb)
+        spec = _gang_spec(tj.job_id, vc, priority, roles, tj.duration, tj.user)
         # With the spec's GPU count known here (its one role's instances): no sum of the roles.
         yield trace_sim_job(
             job_id, spec, tj.submit, tj.duration, tj.vc, tj.user, tj.status, tj.gpus
