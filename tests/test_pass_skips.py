@@ -25,7 +25,8 @@ from labhive.scheduler.core.model import Finish, Start, Submit, Tick
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.las import LasPolicy
-from labhive.scheduler.policies.node_pool import NodePool
+from labhive.scheduler.policies.node_pool import Gang, NodePool
+from labhive.scheduler.policies.preempt_probe import surely_refused
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 # LAS with levels that change within a run (its options are known to ``from_config`` as its
@@ -35,7 +36,9 @@ LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same
 
 class TryEveryHead:
     """A policy whose pass tries every head it ranks, as before the skips: every head not
-    needing more GPUs than are free (DRF's index asks ``may_fit`` no more than that)."""
+    needing more GPUs than are free (DRF's index asks ``may_fit`` no more than that), none
+    thinned out once the searches are spent, and placement's refusals by free counts asked
+    afresh at each try (not kept until a release: ``_refused``)."""
 
     pool: NodePool
 
@@ -46,6 +49,12 @@ class TryEveryHead:
 
     def _hopeless(self, head: QueuedJob) -> bool:
         return False
+
+    def _thinned(self, heads: list[Any]) -> list[Any]:
+        return heads  # every head ranked at the pass's start is popped and tried
+
+    def _refused(self, gang: Gang) -> bool:
+        return surely_refused(self.pool, gang)  # asked afresh at every try, never kept
 
 
 class LasTryingAll(TryEveryHead, LasPolicy):

@@ -130,6 +130,13 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
         self._refusals: dict[int, bool] = {}
         self._refusals_at = -1  # ``_runs`` when kept; -1: forgotten (a pass begins)
+        # GPU counts ``surely_refused`` said no to -> the ``wake_level`` a release must reach
+        # before it may say yes (``_refused``), and the pool they were found on
+        self._refused_until: dict[int, int] = {}
+        self._refused_pool: NodePool | None = pool
+        # ``group_priority`` is the head's ``order_key``, which its line's first entry holds
+        # (static while it waits): a pass reads it there
+        self._keyed = type(self).group_priority is QueuedPolicy.group_priority
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place

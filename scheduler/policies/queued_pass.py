@@ -47,6 +47,9 @@ class QueuedPass:
     _no_room: set[Hashable]
     _refusals: dict[int, bool]
     _refusals_at: int
+    _refused_until: dict[int, int]
+    _refused_pool: NodePool | None
+    _keyed: bool
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -92,6 +95,7 @@ class QueuedPass:
             return
         heads: list[tuple[Any, int, Hashable]] = []
         waiting, lines = self._waiting, self._groups
+        keyed = self._keyed
         for group in list(lines) if groups is None else groups:
             # the common case inline (a pass visits every line): a line's first entry is live
             line = lines.get(group)
@@ -101,11 +105,20 @@ class QueuedPass:
             # with backfill a head too big for the free GPUs is tried too: it is the blocked
             # head whose start later jobs must not delay (EASY), whatever the order of events
             if head is not None and (self.preemptive or self.backfill or head.gang.gpus <= free):
-                heads.append((self.group_priority(head), head.seq, group))
+                if keyed:  # (the line's first entry holds the head's ``order_key``)
+                    heads.append((line[0][0], head.seq, group))  # type: ignore[index]
+                else:
+                    heads.append((self.group_priority(head), head.seq, group))
         heapq.heapify(heads)
+        thin = self.preemptive and self.backfill and groups is None
         while heads:
             if not self.preemptive and self.pool.free_gpus == 0:
                 return  # nothing can start until something ends
+            if thin and self._searches <= 0 and self._blocked is not None:
+                heads = self._thinned(heads)
+                thin = False
+                if not heads:
+                    return
             _, _, group = heapq.heappop(heads)
             head = self._head(group)
             if head is None or self._hopeless(head) or not self._try(head, out):
@@ -113,6 +126,22 @@ class QueuedPass:
             nxt = self._head(group)
             if nxt is not None:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _thinned(self, heads: list[tuple[Any, int, Hashable]]) -> list[tuple[Any, int, Hashable]]:
+        """A preemptive full pass's heads left to try once its searches are spent and its
+        blocked head found, without the lines ``_hopeless`` would skip whenever reached: those
+        needing more GPUs than are free or a GPU count ``_refused`` keeps refused (with
+        backfill a line is of one GPU count, its key's last part). Until the pass ends free
+        GPUs only fall and nothing is released (no search runs), so they stay hopeless. Why:
+        on a contended cluster most lines' heads are wide gangs placement refuses, and a pass
+        fetched and weighed each of them after every finish (issue 34)."""
+        pool = self.pool
+        if pool.peak:
+            self._unpark_refusals(pool)  # (a search that succeeded this pass released)
+        parked, free = self._refused_until, pool.free_gpus
+        kept = [e for e in heads if (g := e[2][-1]) <= free and g not in parked]  # type: ignore[index]
+        heapq.heapify(kept)
+        return kept
 
     def _hopeless(self, head: QueuedJob) -> bool:
         """Would ``_try`` fail, changing nothing? Yes for a head that placement would refuse
@@ -138,17 +167,43 @@ class QueuedPass:
         return head.gang.shape in self._no_room or self._refused(head.gang)
 
     def _refused(self, gang: Gang) -> bool:
-        """``surely_refused``, kept by GPU count for the pass while no job starts or stops:
-        only those change the pool's free GPUs per node within a pass (a failed search
-        claims back what it released). Why: the bound for wide gangs (``_most_free``) was
-        asked for every wide head of every pass, 11% of a contended LAS run (issue 34)."""
+        """``surely_refused``, kept by GPU count: a refusal until a release leaves some node
+        with the count's ``NodePool.wake_level`` free (``_refused_until``: free counts per
+        node only grow by releases and nodes coming up, both of which set ``peak``), any
+        answer for the pass while no job starts or stops (only those change the pool's free
+        GPUs per node within a pass; a failed search claims back what it released). Why: the
+        bound for wide gangs (``_most_free``) was asked for every wide head of every pass,
+        11% of a contended LAS run, and still 7% when kept per pass: a pass follows nearly
+        every finish, which frees a GPU or two on one node (issue 34)."""
+        gpus = gang.gpus
+        pool = self.pool
+        parked = self._refused_until
+        if pool.peak:
+            self._unpark_refusals(pool)
+        if gpus in parked:
+            return True
         if self._refusals_at != self._runs:
             self._refusals.clear()
             self._refusals_at = self._runs
-        known = self._refusals.get(gang.gpus)
+        known = self._refusals.get(gpus)
         if known is None:
-            known = self._refusals[gang.gpus] = surely_refused(self.pool, gang)
+            known = self._refusals[gpus] = surely_refused(pool, gang)
+            if known:  # refused by free counts: only a release can change that
+                parked[gpus] = pool.wake_level(gpus)
         return known
+
+    def _unpark_refusals(self, pool: NodePool) -> None:
+        """Forget the refusals a release since the last look may have ended (``peak``
+        reached their ``wake_level``), or all of them on a new pool (reconfigured)."""
+        parked = self._refused_until
+        if self._refused_pool is not pool:
+            parked.clear()
+            self._refused_pool = pool
+        else:
+            peak = pool.peak
+            for gpus in [g for g, level in parked.items() if level <= peak]:
+                del parked[gpus]
+        pool.peak = 0
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
         """The full pass above, with heads ranked by ``index``: the same heads tried in the
