@@ -21,7 +21,7 @@ from test_pass_skips import LAS, eight_nodes_of_eight, tries_of
 
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Finish, Start, Submit, Tick
-from labhive.scheduler.policies import queued_pass
+from labhive.scheduler.policies import preempt_probe, queued_pass
 from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import Gang, NodePool
 from labhive.scheduler.policies.queued import QueuedPolicy, from_config
@@ -56,7 +56,7 @@ def waiting_behind_full_nodes(cls: type[QueuedPolicy]) -> tuple[QueuedPolicy, fl
 def asked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The GPU counts ``surely_refused`` is asked about from now on, in order."""
     sizes: list[int] = []
-    real = queued_pass.surely_refused
+    real = preempt_probe.surely_refused
 
     def counted(pool: NodePool, gang: Gang) -> bool:
         sizes.append(gang.gpus)

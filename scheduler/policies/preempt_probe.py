@@ -75,14 +75,18 @@ class ReleaseProbe:
         """False: ``place`` would refuse the gang after these releases."""
         if self._maybe or not self._wide:
             return self._maybe
-        nodes, total, counts = self._need, 0, self._counts
-        for f in range(len(counts) - 1, 0, -1):  # as NodePool._most_free
+        nodes, total, counts, goal = self._need, 0, self._counts, self._total
+        # as NodePool._most_free_reaches: stop once the nodes left, each at most as free as
+        # the count reached, cannot make up the rest (on a busy cluster the first steps)
+        for f in range(len(counts) - 1, 0, -1):
+            if total + nodes * f < goal:
+                return False
             n = counts[f]
             if n >= nodes:
-                return total + nodes * f >= self._total
+                return True  # total + nodes * f >= goal, just seen
             total += n * f
             nodes -= n
-        return total >= self._total
+        return total >= goal
 
 
 def surely_refused(pool: NodePool, gang: Gang) -> bool:
