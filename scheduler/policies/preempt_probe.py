@@ -112,9 +112,9 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
     its GPUs to the end of the node's ``used``, the job to the end of the pool's jobs, and
     finite CPU and memory counters added to then taken from in that order (floats: the same
     sums, rounded alike)."""
-    nodes, jobs, buckets = pool.nodes, pool._jobs, pool._buckets
+    nodes, jobs, buckets, finite = pool.nodes, pool._jobs, pool._buckets, pool.finite
     held = [(job_id, jobs.pop(job_id)) for job_id in job_ids]
-    for _, (tasks, cpus, mems) in held:  # the releases' CPU and memory, in their order
+    for _, (tasks, cpus, mems) in held if finite else ():  # the releases' CPU and memory
         for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
             node = nodes[t.node]
             if node.cpu_free < math.inf or node.memory_free < math.inf:
@@ -129,7 +129,7 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
                 del bucket[t.node]
                 bucket[t.node] = node
             last = node
-            if node.cpu_free < math.inf or node.memory_free < math.inf:
+            if finite and (node.cpu_free < math.inf or node.memory_free < math.inf):
                 node.cpu_free -= cpu
                 node.memory_free -= mem
             used = node.used
