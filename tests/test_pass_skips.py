@@ -36,7 +36,8 @@ LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same
 
 class TryEveryHead:
     """A policy whose pass tries every head it ranks, as before the skips: every head not
-    needing more GPUs than are free (DRF's index asks ``may_fit`` no more than that), none
+    needing more GPUs than are free (DRF's index asks ``may_fit`` no more than that), every
+    line's head fetched anew at each pass (not kept between passes: ``_kept_heads``), none
     thinned out once the searches are spent, and placement's refusals by free counts asked
     afresh at each try (not kept until a release: ``_refused``)."""
 
@@ -46,6 +47,7 @@ class TryEveryHead:
         super().__init__(*args, **kwargs)
         pool = self.pool
         pool.may_fit = lambda gpus: gpus <= pool.free_gpus  # type: ignore[method-assign]
+        self._line_heads = None  # every line's head fetched anew at each pass
 
     def _hopeless(self, head: QueuedJob) -> bool:
         return False
@@ -73,6 +75,7 @@ Pair = tuple[type[QueuedPolicy], type[QueuedPolicy], dict[str, Any], dict[str, A
 PAIRS: list[Pair] = [  # (skipping, trying all, options, defaults)
     (LasPolicy, LasTryingAll, {}, LAS),
     (LasPolicy, LasTryingAll, {"backfill": False}, LAS),
+    (LasPolicy, LasTryingAll, {"promote_knob": 2.0}, LAS),  # waiting jobs change lines
     (CapacityPolicy, CapacityTryingAll, {"backfill": True}, {"borrow": True}),
     (DrfPolicy, DrfTryingAll, {}, {}),
     (DrfPolicy, DrfTryingAll, {"backfill": True}, {}),

@@ -187,11 +187,14 @@ class LasPolicy(QueuedPolicy):
             job = self._waiting.get(job_id)
             if job is None or job.token != token:
                 continue
+            # (``requeue_waiting``, but leaving its line before its level changes: the line
+            # it leaves is looked at again by the next pass, ``_kept_heads``)
+            self._dequeue(job)
             job.level = 0
             job.attained = 0.0
             if self.same_queue:
                 self._entered(job)  # at the top queue's end
-            self.requeue_waiting(job)
+            self._enqueue(job)
 
     def next_wakeup(self) -> float | None:
         times = []

@@ -50,6 +50,8 @@ class QueuedPass:
     _refused_until: dict[int, int]
     _refused_pool: NodePool | None
     _keyed: bool
+    _line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None
+    _touched: set[Hashable]
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -93,23 +95,10 @@ class QueuedPass:
         if groups is None and self._index is not None:
             self._indexed_pass(self._index, out)
             return
-        heads: list[tuple[Any, int, Hashable]] = []
-        waiting, lines = self._waiting, self._groups
-        keyed = self._keyed
-        for group in list(lines) if groups is None else groups:
-            # the common case inline (a pass visits every line): a line's first entry is live
-            line = lines.get(group)
-            head = waiting.get(line[0][3]) if line else None
-            if head is None or line is None or head.token != line[0][2]:
-                head = self._head(group)  # drops stale entries
-            # with backfill a head too big for the free GPUs is tried too: it is the blocked
-            # head whose start later jobs must not delay (EASY), whatever the order of events
-            if head is not None and (self.preemptive or self.backfill or head.gang.gpus <= free):
-                if keyed:  # (the line's first entry holds the head's ``order_key``)
-                    heads.append((line[0][0], head.seq, group))  # type: ignore[index]
-                else:
-                    heads.append((self.group_priority(head), head.seq, group))
-        heapq.heapify(heads)
+        if groups is None and self._line_heads is not None:
+            heads = self._kept_heads()
+        else:
+            heads = self._ranked(list(self._groups) if groups is None else groups, free)
         thin = self.preemptive and self.backfill and groups is None
         while heads:
             if not self.preemptive and self.pool.free_gpus == 0:
@@ -126,6 +115,47 @@ class QueuedPass:
             nxt = self._head(group)
             if nxt is not None:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _ranked(self, groups: Iterable[Hashable], free: int) -> list[tuple[Any, int, Hashable]]:
+        """The heads of ``groups`` a pass may try, as a heap of (priority, seq, line)."""
+        heads: list[tuple[Any, int, Hashable]] = []
+        waiting, lines = self._waiting, self._groups
+        keyed = self._keyed
+        for group in groups:
+            # the common case inline (a pass visits every line): a line's first entry is live
+            line = lines.get(group)
+            head = waiting.get(line[0][3]) if line else None
+            if head is None or line is None or head.token != line[0][2]:
+                head = self._head(group)  # drops stale entries
+            # with backfill a head too big for the free GPUs is tried too: it is the blocked
+            # head whose start later jobs must not delay (EASY), whatever the order of events
+            if head is not None and (self.preemptive or self.backfill or head.gang.gpus <= free):
+                if keyed:  # (the line's first entry holds the head's ``order_key``)
+                    heads.append((line[0][0], head.seq, group))  # type: ignore[index]
+                else:
+                    heads.append((self.group_priority(head), head.seq, group))
+        heapq.heapify(heads)
+        return heads
+
+    def _kept_heads(self) -> list[tuple[Any, int, Hashable]]:
+        """``_ranked`` of every line, from the entries kept since the last full pass: only the
+        lines a job joined or left since (``_touched``) are looked at again. Exact where a
+        head's rank is its line's first entry (``_keyed``: static while it waits) and every
+        head is ranked whatever its size (a preemptive policy). Why: a contended LAS pass
+        follows nearly every finish and fetched every line's head anew, though one finish
+        changes one or two lines (issue 34)."""
+        kept, lines = self._line_heads, self._groups
+        assert kept is not None
+        for group in self._touched:
+            head = self._head(group)
+            if head is None:
+                kept.pop(group, None)
+            else:
+                kept[group] = (lines[group][0][0], head.seq, group)
+        self._touched.clear()
+        heads = list(kept.values())
+        heapq.heapify(heads)
+        return heads
 
     def _thinned(self, heads: list[tuple[Any, int, Hashable]]) -> list[tuple[Any, int, Hashable]]:
         """A preemptive full pass's heads left to try once its searches are spent and its
