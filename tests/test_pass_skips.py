@@ -11,7 +11,7 @@ eight: a contended DRF pass tried about six heads per start, issue 34)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from hypothesis import given, settings
@@ -42,6 +42,7 @@ class TryEveryHead:
     afresh at each try (not kept until a release: ``_refused``)."""
 
     pool: NodePool
+    _line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
