@@ -11,7 +11,7 @@ eight: a contended DRF pass tried about six heads per start, issue 34)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from hypothesis import given, settings
@@ -25,7 +25,8 @@ from labhive.scheduler.core.model import Finish, Start, Submit, Tick
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.las import LasPolicy
-from labhive.scheduler.policies.node_pool import NodePool
+from labhive.scheduler.policies.node_pool import Gang, NodePool
+from labhive.scheduler.policies.preempt_probe import surely_refused
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 # LAS with levels that change within a run (its options are known to ``from_config`` as its
@@ -35,17 +36,28 @@ LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same
 
 class TryEveryHead:
     """A policy whose pass tries every head it ranks, as before the skips: every head not
-    needing more GPUs than are free (DRF's index asks ``may_fit`` no more than that)."""
+    needing more GPUs than are free (DRF's index asks ``may_fit`` no more than that), every
+    line's head fetched anew at each pass (not kept between passes: ``_kept_heads``), none
+    thinned out once the searches are spent, and placement's refusals by free counts asked
+    afresh at each try (not kept until a release: ``_refused``)."""
 
     pool: NodePool
+    _line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         pool = self.pool
         pool.may_fit = lambda gpus: gpus <= pool.free_gpus  # type: ignore[method-assign]
+        self._line_heads = None  # every line's head fetched anew at each pass
 
     def _hopeless(self, head: QueuedJob) -> bool:
         return False
+
+    def _thinned(self, heads: list[Any]) -> list[Any]:
+        return heads  # every head ranked at the pass's start is popped and tried
+
+    def _refused(self, gang: Gang) -> bool:
+        return surely_refused(self.pool, gang)  # asked afresh at every try, never kept
 
 
 class LasTryingAll(TryEveryHead, LasPolicy):
@@ -64,6 +76,7 @@ Pair = tuple[type[QueuedPolicy], type[QueuedPolicy], dict[str, Any], dict[str, A
 PAIRS: list[Pair] = [  # (skipping, trying all, options, defaults)
     (LasPolicy, LasTryingAll, {}, LAS),
     (LasPolicy, LasTryingAll, {"backfill": False}, LAS),
+    (LasPolicy, LasTryingAll, {"promote_knob": 2.0}, LAS),  # waiting jobs change lines
     (CapacityPolicy, CapacityTryingAll, {"backfill": True}, {"borrow": True}),
     (DrfPolicy, DrfTryingAll, {}, {}),
     (DrfPolicy, DrfTryingAll, {"backfill": True}, {}),

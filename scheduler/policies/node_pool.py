@@ -126,6 +126,8 @@ class NodePool:
         self.total_cpu = sum(n.cpu for n in self.nodes.values())
         self.total_memory = sum(n.memory_mb for n in self.nodes.values())
         self._shapes = {(len(n.gpus), n.cpu, n.memory_mb) for n in self.nodes.values()}
+        #: Some node has finite CPU or memory (else their counters stay infinite: skipped)
+        self.finite = any(n.cpu < math.inf or n.memory_mb < math.inf for n in self.nodes.values())
         self._fits: dict[tuple[int, float, float], bool] = {}  # fits_empty by gang size
         # buckets[f]: healthy nodes with exactly f free GPUs, in a stable (insertion) order
         self._buckets: list[dict[str, PoolNode]] = [{} for _ in range(self.max_node_gpus + 1)]

@@ -75,14 +75,18 @@ class ReleaseProbe:
         """False: ``place`` would refuse the gang after these releases."""
         if self._maybe or not self._wide:
             return self._maybe
-        nodes, total, counts = self._need, 0, self._counts
-        for f in range(len(counts) - 1, 0, -1):  # as NodePool._most_free
+        nodes, total, counts, goal = self._need, 0, self._counts, self._total
+        # as NodePool._most_free_reaches: stop once the nodes left, each at most as free as
+        # the count reached, cannot make up the rest (on a busy cluster the first steps)
+        for f in range(len(counts) - 1, 0, -1):
+            if total + nodes * f < goal:
+                return False
             n = counts[f]
             if n >= nodes:
-                return total + nodes * f >= self._total
+                return True  # total + nodes * f >= goal, just seen
             total += n * f
             nodes -= n
-        return total >= self._total
+        return total >= goal
 
 
 def surely_refused(pool: NodePool, gang: Gang) -> bool:
@@ -108,9 +112,9 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
     its GPUs to the end of the node's ``used``, the job to the end of the pool's jobs, and
     finite CPU and memory counters added to then taken from in that order (floats: the same
     sums, rounded alike)."""
-    nodes, jobs, buckets = pool.nodes, pool._jobs, pool._buckets
+    nodes, jobs, buckets, finite = pool.nodes, pool._jobs, pool._buckets, pool.finite
     held = [(job_id, jobs.pop(job_id)) for job_id in job_ids]
-    for _, (tasks, cpus, mems) in held:  # the releases' CPU and memory, in their order
+    for _, (tasks, cpus, mems) in held if finite else ():  # the releases' CPU and memory
         for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
             node = nodes[t.node]
             if node.cpu_free < math.inf or node.memory_free < math.inf:
@@ -125,7 +129,7 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
                 del bucket[t.node]
                 bucket[t.node] = node
             last = node
-            if node.cpu_free < math.inf or node.memory_free < math.inf:
+            if finite and (node.cpu_free < math.inf or node.memory_free < math.inf):
                 node.cpu_free -= cpu
                 node.memory_free -= mem
             used = node.used

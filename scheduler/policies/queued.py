@@ -132,6 +132,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._refusals: dict[int, bool] = {}
         self._refusals_at = -1  # ``_runs`` when kept; -1: forgotten (a pass begins)
         self._sizes = SizeRefusals()  # the refusals, kept across passes (``size_refusals``)
+        # ``group_priority`` is the head's ``order_key``, which its line's first entry holds
+        # (static while it waits): a pass reads it there
+        self._keyed = type(self).group_priority is QueuedPolicy.group_priority
+        # a full pass's ranked heads, kept between passes where that is exact (``_kept_heads``:
+        # a keyed, preemptive policy), and the lines a job joined or left since
+        self._line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None = None
+        if self._keyed and self.preemptive:
+            self._line_heads = {}
+        self._touched: set[Hashable] = set()
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
@@ -324,6 +333,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
         group = self.group_key(job)
         heapq.heappush(self._groups.setdefault(group, []), entry)
+        if self._line_heads is not None:
+            self._touched.add(group)
         if self._index is not None:
             self._index.touch(group)  # it may head its line now
             if self.backfill:
@@ -333,6 +344,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
         self._waiting.pop(job.job_id, None)
         job.token += 1
+        if self._line_heads is not None:
+            self._touched.add(self.group_key(job))
         if self._index is not None:
             self._index.touch(self.group_key(job))  # it may have headed its line
 

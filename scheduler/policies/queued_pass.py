@@ -49,6 +49,9 @@ class QueuedPass:
     _refusals: dict[int, bool]
     _refusals_at: int
     _sizes: SizeRefusals
+    _keyed: bool
+    _line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None
+    _touched: set[Hashable]
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -92,9 +95,33 @@ class QueuedPass:
         if groups is None and self._index is not None:
             self._indexed_pass(self._index, out)
             return
+        if groups is None and self._line_heads is not None:
+            heads = self._kept_heads()
+        else:
+            heads = self._ranked(list(self._groups) if groups is None else groups, free)
+        thin = self.preemptive and self.backfill and groups is None
+        while heads:
+            if not self.preemptive and self.pool.free_gpus == 0:
+                return  # nothing can start until something ends
+            if thin and self._searches <= 0 and self._blocked is not None:
+                heads = self._thinned(heads)
+                thin = False
+                if not heads:
+                    return
+            _, _, group = heapq.heappop(heads)
+            head = self._head(group)
+            if head is None or self._hopeless(head) or not self._try(head, out):
+                continue  # this group is blocked for the rest of the pass
+            nxt = self._head(group)
+            if nxt is not None:
+                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _ranked(self, groups: Iterable[Hashable], free: int) -> list[tuple[Any, int, Hashable]]:
+        """The heads of ``groups`` a pass may try, as a heap of (priority, seq, line)."""
         heads: list[tuple[Any, int, Hashable]] = []
         waiting, lines = self._waiting, self._groups
-        for group in list(lines) if groups is None else groups:
+        keyed = self._keyed
+        for group in groups:
             # the common case inline (a pass visits every line): a line's first entry is live
             line = lines.get(group)
             head = waiting.get(line[0][3]) if line else None
@@ -103,18 +130,47 @@ class QueuedPass:
             # with backfill a head too big for the free GPUs is tried too: it is the blocked
             # head whose start later jobs must not delay (EASY), whatever the order of events
             if head is not None and (self.preemptive or self.backfill or head.gang.gpus <= free):
-                heads.append((self.group_priority(head), head.seq, group))
+                if keyed:  # (the line's first entry holds the head's ``order_key``)
+                    heads.append((line[0][0], head.seq, group))  # type: ignore[index]
+                else:
+                    heads.append((self.group_priority(head), head.seq, group))
         heapq.heapify(heads)
-        while heads:
-            if not self.preemptive and self.pool.free_gpus == 0:
-                return  # nothing can start until something ends
-            _, _, group = heapq.heappop(heads)
+        return heads
+
+    def _kept_heads(self) -> list[tuple[Any, int, Hashable]]:
+        """``_ranked`` of every line, from the entries kept since the last full pass: only the
+        lines a job joined or left since (``_touched``) are looked at again. Exact where a
+        head's rank is its line's first entry (``_keyed``: static while it waits) and every
+        head is ranked whatever its size (a preemptive policy). Why: a contended LAS pass
+        follows nearly every finish and fetched every line's head anew, though one finish
+        changes one or two lines (issue 34)."""
+        kept, lines = self._line_heads, self._groups
+        assert kept is not None
+        for group in self._touched:
             head = self._head(group)
-            if head is None or self._hopeless(head) or not self._try(head, out):
-                continue  # this group is blocked for the rest of the pass
-            nxt = self._head(group)
-            if nxt is not None:
-                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+            if head is None:
+                kept.pop(group, None)
+            else:
+                kept[group] = (lines[group][0][0], head.seq, group)
+        self._touched.clear()
+        heads = list(kept.values())
+        heapq.heapify(heads)
+        return heads
+
+    def _thinned(self, heads: list[tuple[Any, int, Hashable]]) -> list[tuple[Any, int, Hashable]]:
+        """A preemptive full pass's heads left to try once its searches are spent and its
+        blocked head found, without the lines ``_hopeless`` would skip whenever reached: those
+        needing more GPUs than are free or a GPU count ``_refused`` keeps refused (with
+        backfill a line is of one GPU count, its key's last part). Until the pass ends free
+        GPUs only fall and nothing is released (no search runs), so they stay hopeless. Why:
+        on a contended cluster most lines' heads are wide gangs placement refuses, and a pass
+        fetched and weighed each of them after every finish (issue 34)."""
+        pool = self.pool
+        # (``held`` first forgets what a release since, a search's this pass too, may undo)
+        parked, free = self._sizes.held(pool), pool.free_gpus
+        kept = [e for e in heads if (g := e[2][-1]) <= free and g not in parked]  # type: ignore[index]
+        heapq.heapify(kept)
+        return kept
 
     def _hopeless(self, head: QueuedJob) -> bool:
         """Would ``_try`` fail, changing nothing? Yes for a head that placement would refuse
@@ -146,12 +202,13 @@ class QueuedPass:
         asked for every wide head of every pass, 11% of a contended LAS run (issue 34).
         A refusal is kept across passes too, until a release could make room
         (``SizeRefusals``: it answers as ``surely_refused`` would)."""
+        gpus = gang.gpus
         if self._refusals_at != self._runs:
             self._refusals.clear()
             self._refusals_at = self._runs
-        known = self._refusals.get(gang.gpus)
+        known = self._refusals.get(gpus)
         if known is None:
-            known = self._refusals[gang.gpus] = self._sizes.refused(self.pool, gang.gpus)
+            known = self._refusals[gpus] = self._sizes.refused(self.pool, gpus)
         return known
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:

@@ -36,20 +36,31 @@ class SizeRefusals:
 
     def refused(self, pool: NodePool, gpus: int) -> bool:
         """Would placement refuse every gang of ``gpus`` GPUs now, by free counts alone?"""
+        if gpus in self.held(pool):
+            return True
+        if self._ask(pool, gpus):
+            return False
+        level = self._refused[gpus] = pool.wake_level(gpus)
+        if level < self._low:
+            self._low = level
+        return True
+
+    def held(self, pool: NodePool) -> dict[int, int]:
+        """The sizes refused now, each with its wake level (read only), once the refusals a
+        release since the last look may have ended are forgotten. A pass whose searches are
+        spent skips the lines of these sizes without fetching their heads
+        (``QueuedPass._thinned``)."""
         if pool is not self._pool:  # a reconfigured cluster: a new pool, nothing known
             self._pool, self._low = pool, NEVER
             self._refused.clear()
         if pool.peak >= self._low:
             self._wake(pool.peak)
         pool.peak = 0  # releases from now on raise it again
-        if gpus in self._refused:
-            return True
-        if pool.may_fit(gpus):
-            return False
-        level = self._refused[gpus] = pool.wake_level(gpus)
-        if level < self._low:
-            self._low = level
-        return True
+        return self._refused
+
+    def _ask(self, pool: NodePool, gpus: int) -> bool:
+        """The pool's own answer (the question tests count)."""
+        return pool.may_fit(gpus)
 
     def _wake(self, peak: int) -> None:
         """Forget the refusals a node left with ``peak`` free GPUs may undo."""
