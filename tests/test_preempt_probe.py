@@ -53,7 +53,10 @@ def pool_state(pool: NodePool) -> Any:
     """Everything of the pool a later decision may read, in order."""
     return (
         [list(bucket) for bucket in pool._buckets],
-        list(pool._jobs.items()),
+        [  # a job's spans name their nodes (the pools' node objects differ)
+            (job_id, tasks, [(n.name, gpus, cpus, mems) for n, gpus, cpus, mems in spans])
+            for job_id, (tasks, spans) in pool._jobs.items()
+        ],
         [
             (n.name, n.free, list(n.used.items()), n.cpu_free, n.memory_free, n.healthy)
             for n in pool.nodes.values()

@@ -112,30 +112,26 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
     its GPUs to the end of the node's ``used``, the job to the end of the pool's jobs, and
     finite CPU and memory counters added to then taken from in that order (floats: the same
     sums, rounded alike)."""
-    nodes, jobs, buckets, finite = pool.nodes, pool._jobs, pool._buckets, pool.finite
+    jobs, buckets = pool._jobs, pool._buckets
     held = [(job_id, jobs.pop(job_id)) for job_id in job_ids]
-    for _, (tasks, cpus, mems) in held if finite else ():  # the releases' CPU and memory
-        for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
-            node = nodes[t.node]
-            if node.cpu_free < math.inf or node.memory_free < math.inf:
+    for _, (_, spans) in held:  # the releases' CPU and memory, in their order
+        for node, _, cpus, mems in spans:  # (empty where the node has no limit)
+            for cpu in cpus:
                 node.cpu_free += cpu
+            for mem in mems:
                 node.memory_free += mem
-    for job_id, (tasks, cpus, mems) in held:  # the claims
-        last = None
-        for t, cpu, mem in zip(tasks, cpus, mems, strict=True):
-            node = nodes[t.node]
-            if node is not last and node.healthy:  # (a row of tasks on a node: one move)
+    for job_id, (tasks, spans) in held:  # the claims: a span is a row of tasks on one node
+        for node, gpus, cpus, mems in spans:
+            if node.healthy:  # one move per span, as claim's unfile and file
                 bucket = buckets[len(node.free)]
-                del bucket[t.node]
-                bucket[t.node] = node
-            last = node
-            if finite and (node.cpu_free < math.inf or node.memory_free < math.inf):
+                del bucket[node.name]
+                bucket[node.name] = node
+            for cpu in cpus:
                 node.cpu_free -= cpu
+            for mem in mems:
                 node.memory_free -= mem
             used = node.used
-            for g in t.gpus:
+            for g in gpus:
                 del used[g]
                 used[g] = job_id
-        # (claim would store each task's memory as a float, here it may stay an int: the
-        # same number, added alike when the job is released)
-        jobs[job_id] = (tasks, cpus, mems)
+        jobs[job_id] = (tasks, spans)  # the spans claim would build from the same tasks

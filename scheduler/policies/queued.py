@@ -36,7 +36,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from labhive.scheduler.core.gpu_share import shares_refused
-from labhive.scheduler.core.jobs import JobSpec
+from labhive.scheduler.core.jobs import JobSpec, RoleSpec
 from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
@@ -124,7 +124,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._groups: dict[Hashable, list[tuple[Any, int, int, str]]] = {}
         self._seq = 0
         self._now = 0.0
-        self._last_gang: tuple[JobSpec, Gang] | None = None
+        # id(spec.roles) -> (those roles, their gang, whether ``check`` found it fits here):
+        # a trace's jobs of one size share one roles tuple, so they share one gang and one
+        # size check (the entry keeps the roles alive: their id is not reused while kept)
+        self._gangs: dict[int, tuple[tuple[RoleSpec, ...], Gang, bool]] = {}
         self._passed: JobSpec | None = None  # the spec ``check`` passed last
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
@@ -228,15 +231,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             )
         if spec.share_milli:
             raise SpecRejected(shares_refused(self.name, spec.share_milli))
-        gang = self._gang(spec)
-        if not gang.tasks:
-            raise SpecRejected("the job has no tasks")
-        if not self.pool.fits_empty(gang):
-            biggest = gang.largest
-            raise SpecRejected(
-                f"the job needs {spec.total_gpus} GPUs (largest task {biggest}) but this cluster "
-                f"has {self.pool.total_gpus} GPUs and at most {self.pool.max_node_gpus} on a node"
-            )
+        kept = self._gangs.get(id(spec.roles))
+        if kept is None or kept[0] is not spec.roles or not kept[2]:
+            self._check_size(spec)
         if self.per_vc and spec.total_gpus > self.vc_gpus[spec.vc]:
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs but VC {spec.vc} is guaranteed "
@@ -305,13 +302,30 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     # ---- state changes -------------------------------------------------------------------
 
+    def _check_size(self, spec: JobSpec) -> None:
+        """Refuse a gang that could never be placed here; one that could is kept as fitting
+        (until the cluster changes: ``_reconfigure``)."""
+        gang = self._gang(spec)
+        if not gang.tasks:
+            raise SpecRejected("the job has no tasks")
+        if not self.pool.fits_empty(gang):
+            biggest = gang.largest
+            raise SpecRejected(
+                f"the job needs {spec.total_gpus} GPUs (largest task {biggest}) but this cluster "
+                f"has {self.pool.total_gpus} GPUs and at most {self.pool.max_node_gpus} on a node"
+            )
+        self._gangs[id(spec.roles)] = (spec.roles, gang, True)
+
     def _gang(self, spec: JobSpec) -> Gang:
-        """The spec's gang; the one ``check`` just built is reused for the ``Submit`` after."""
-        last = self._last_gang
-        if last is not None and last[0] is spec:
-            return last[1]
+        """The spec's gang, shared by the specs with the same roles tuple (``_gangs``)."""
+        roles = spec.roles
+        kept = self._gangs.get(id(roles))
+        if kept is not None and kept[0] is roles:
+            return kept[1]
         gang = gang_of(spec)
-        self._last_gang = (spec, gang)
+        if len(self._gangs) >= 4096:  # roles built per spec (the service's): forget, not grow
+            self._gangs.clear()
+        self._gangs[id(roles)] = (roles, gang, False)
         return gang
 
     def _new_job(self, job_id: str, spec: JobSpec) -> QueuedJob:
@@ -412,6 +426,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             raise SpecRejected(f"policy {self.name} was built without a cluster config")
         old, self.pool = self.pool, self._pool_factory(config)
         self._passed = None
+        self._gangs.clear()  # "fits" was of the old cluster
         self.vc_gpus = vc_gpus(config)
         for vc in self.vc_gpus:
             self.vc_used.setdefault(vc, 0)
