@@ -260,20 +260,42 @@ def _term_with_parent() -> None:
 
 
 def wait_ready(plan: HubPlan, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """Until the hub's API and the LabHive service both answer 200. On a timeout the error
+    says which of the two last answered what, and ends with the hub's log (the managed
+    service writes there too), which a throwaway data directory may not outlive."""
     deadline = time.monotonic() + timeout
+    last = {"the hub's API": "no answer yet", "the LabHive service": "no answer yet"}
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:]
-            raise UserError(f"JupyterHub exited (status {proc.returncode}); its log:\n{tail}")
-        try:
-            hub = httpx.get(f"{plan.public_url}/hub/api/", timeout=2)
-            svc = httpx.get(f"{plan.service_url}/api/v1/health", timeout=2)
-            if hub.status_code == 200 and svc.status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
+            raise UserError(f"JupyterHub exited (status {proc.returncode}); its log:\n{_tail(log)}")
+        if _answers(f"{plan.public_url}/hub/api/", "the hub's API", last) & _answers(
+            f"{plan.service_url}/api/v1/health", "the LabHive service", last
+        ):
+            return
         time.sleep(0.5)
-    raise UserError(f"JupyterHub did not answer within {timeout:.0f} s; see {log}")
+    said = "; ".join(f"{who}: {what}" for who, what in last.items())
+    raise UserError(
+        f"JupyterHub did not answer within {timeout:.0f} s ({said}); see {log}, "
+        f"which ends:\n{_tail(log)}"
+    )
+
+
+def _answers(url: str, who: str, last: dict[str, str]) -> bool:
+    """Does ``url`` answer 200? What it answered goes to ``last[who]``."""
+    try:
+        status = httpx.get(url, timeout=2).status_code
+    except httpx.TransportError as e:
+        last[who] = f"{type(e).__name__} at {url}"
+        return False
+    last[who] = f"HTTP {status} at {url}"
+    return status == 200
+
+
+def _tail(log: Path, chars: int = 3000) -> str:
+    try:
+        return log.read_text(errors="replace")[-chars:]
+    except OSError as e:
+        return f"(the log could not be read: {e})"
 
 
 def stop_servers(plan: HubPlan, token: str, timeout: float = 60) -> int:
