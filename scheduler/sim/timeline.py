@@ -68,20 +68,9 @@ class Timeline:
         self.now = t
 
     def run(self, job: Any, gpus: int) -> None:
-        """``gpus`` more (or fewer) GPUs in use by ``job``: ``_vc_now(job.vc).used +=
-        gpus``, its steps here (twice a job, where a call was a fifth of its cost)."""
+        """``gpus`` more (or fewer) GPUs in use by ``job``."""
         self.used += gpus
-        now = self.now
-        vc = self.vcs.get(job.vc)
-        if vc is None:
-            vc = self._vc_now(job.vc)
-        else:
-            dt = now - vc.last
-            if dt > 0:
-                vc.served += vc.used * dt
-                vc.demand += (vc.used + vc.waiting_gpus) * dt
-            vc.last = now
-        vc.used += gpus
+        self._vc_now(job.vc).used += gpus
 
     def _vc_now(self, name: str) -> _VC:
         """The VC's record, its integrals advanced to now (made on first use)."""
@@ -105,19 +94,7 @@ class Timeline:
             sizes[size] = count
         else:
             del sizes[size]
-        # ``_vc_now(job.vc).waiting_gpus += sign * size``, its steps here, as in ``run``
-        # (twice a waiting job: a contended run's second most frequent change).
-        now = self.now
-        vc = self.vcs.get(job.vc)
-        if vc is None:
-            vc = self._vc_now(job.vc)
-        else:
-            dt = now - vc.last
-            if dt > 0:
-                vc.served += vc.used * dt
-                vc.demand += (vc.used + vc.waiting_gpus) * dt
-            vc.last = now
-        vc.waiting_gpus += sign * size
+        self._vc_now(job.vc).waiting_gpus += sign * size
 
     def started(self, job: Any, gpus: int) -> None:
         """``wait(job, -1)`` then ``run(job, gpus)``: a waiting job starts (the VC advanced
