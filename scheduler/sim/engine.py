@@ -454,21 +454,6 @@ class Simulation(VirtualTimeDriver):
             self.sim_jobs.pop(job.job_id, None)
             self.records.pop(job.job_id, None)
 
-    def apply(self, decisions: list[Decision]) -> None:
-        """``VirtualTimeDriver.apply``, each decision's ``apply_one`` taken in the loop: most
-        decisions start a waiting job (one a job at least), and a call less each counts."""
-        self.decisions += len(decisions)
-        records, sim_jobs = self.records, self.sim_jobs
-        for d in decisions:
-            record = records.get(d.job_id)
-            if record is None:
-                continue
-            job = sim_jobs.get(d.job_id)
-            if job is not None and job.running:
-                self._apply_running(record, job, d)
-            elif apply_decision(record, d, self.now):  # (True only for a ``Start``)
-                self._time_run(record, job)
-
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a
         run cut short is accounted before the record changes, so a job stopped and restarted
