@@ -283,8 +283,9 @@ class Simulation(VirtualTimeDriver):
     def _run(self) -> SimResult:
         # Without an observer or a progress bar, an event is only counted (``_count``).
         counted = self.observe is None and self.progress is None
-        if counted:
-            self.drive(self._count, self.jobs, self._arrive, self._instant, self._count_decided)
+        if counted:  # (an instant only moves the timeline on: ``_count_decided``)
+            instant = self.timeline.advance
+            self.drive(self._count, self.jobs, self._arrive, instant, self._count_decided)
         else:
             self.drive(self._seen, self.jobs, self._arrive, self._instant)
         if self.progress is not None and self._ended:
@@ -324,7 +325,15 @@ class Simulation(VirtualTimeDriver):
         policy is asked once per decision, not per event: nothing changes it between its
         events' questions, so each would get the same answer (LAS ranks its waiting heads to
         answer: 8% of its work, asked per event); the wake-up is planned as often as before
-        (the same heap)."""
+        (the same heap).
+
+        The jobs that arrived and did not start wait from here for the timeline (``_instant``
+        counts them when time moves on where someone watches): every arrival is followed by
+        its decision before time moves, and a wait counted at the instant it begins adds to
+        no integral until time moves, so the figures are the same, and the instant itself is
+        only ``Timeline.advance`` (no call of ``_instant`` twice a job)."""
+        if self._entered:
+            self._count_entered()
         self.events += len(labels)
         wake = self.scheduler.next_wakeup() if labels else None
         if wake is not None:
@@ -343,11 +352,18 @@ class Simulation(VirtualTimeDriver):
                 self._ended = 0
 
     def _arrive(self, job: SimJob) -> str:
+        """A trace job arrives: ``_enter`` for a job never seen (it cannot have entered in
+        this instant already), written out: once a job, one call less."""
         if job.record is not None:
             raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.sim_jobs[job.job_id] = job
         job.row = self.table.add(job)
-        record = self._enter(job, job.spec)
+        job.entered = True
+        self._entered.append(job)
+        record = job.record = self._admit(job.job_id, job.spec)
+        if record.state == _REJECTED:
+            job.entered = False
+            self._done(job)
         if self.observe is None:  # the label is only counted: no one reads the job's name
             return "submitted"
         return f"{job.spec.name} submitted" + (
