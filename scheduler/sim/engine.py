@@ -60,6 +60,8 @@ GC_EVERY = 70_000
 #: States read a few times a job, as module constants: reading an Enum class's attribute
 #: costs 0.06 us, ten times a global's.
 _RUNNING, _REJECTED = JobState.RUNNING, JobState.REJECTED
+#: A run without end (a scenario job until its scripted finish): ``remaining == _INF``.
+_INF = math.inf
 #: A task's GPU indices (``_time_run`` sums their lengths in C).
 _GPUS_OF = attrgetter("gpus")
 #: Record states in which a job has ended after running (its JCT counts).
@@ -515,7 +517,7 @@ class Simulation(VirtualTimeDriver):
             self.timeline.preempted(job)
         else:
             job.stops += 1
-        if job.partial or math.isinf(job.remaining):
+        if job.partial or job.remaining == _INF:
             return
         job.partial = True
         ran = self.now - job.timed_at
@@ -535,6 +537,9 @@ class Simulation(VirtualTimeDriver):
             job.first_start = self.now
         if job.entered:  # it starts as it arrives: it never waited for the timeline
             job.entered = False
+            entered = self._entered
+            if entered[-1] is job:  # (the usual case: the instant's last arrival, no walk)
+                entered.pop()
             self.timeline.run(job, held)
         else:
             self.timeline.started(job, held)
@@ -543,7 +548,7 @@ class Simulation(VirtualTimeDriver):
     def _time_end(self, record: JobRecord, job: SimJob) -> None:
         """Time the run's end by the job's remaining service time, from now."""
         job.timed_at = self.now
-        if math.isinf(job.remaining):
+        if job.remaining == _INF:  # (no call of ``math.isinf``: once a run)
             return
         generation = record.generation
         # A declared time limit cuts the run short, as the service stops it: it ends FAILED.
@@ -578,7 +583,7 @@ class Simulation(VirtualTimeDriver):
         extra = 0.0
         if keep is None:
             keep = min(self._saved(ran), job.remaining)
-            extra = self.restart_cost if not math.isinf(job.remaining) else 0.0
+            extra = self.restart_cost if job.remaining != _INF else 0.0
             job.wasted_gpu_seconds += (ran - keep + extra) * held
         left = job.remaining - keep
         job.remaining = (left if left > 0.0 else 0.0) + extra  # (``max(0.0, left)``, no call)
