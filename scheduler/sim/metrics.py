@@ -192,7 +192,8 @@ def _user_waits(waits: np.ndarray) -> dict[str, float | None]:
     The percentiles are worked out here from the sorted waits, by numpy's default (linear)
     rule and its float operations, so they are the same bits as ``np.percentile``'s
     (``tests/test_sim_per_user.py`` holds them to it on random samples): its call took two
-    thirds of ``per_user`` (a 100k-job run's 4,600 users: 0.4 of 0.6 CPU s)."""
+    thirds of ``per_user`` (a 100k-job run's 4,600 users: 0.4 of 0.6 CPU s). The waits are
+    of jobs that started, so never NaN (which ``np.percentile`` would turn the answer into)."""
     if not len(waits):
         return {"queue_delay_avg": None, "queue_delay_median": None, "queue_delay_p95": None}
     ordered = np.sort(waits).tolist()
