@@ -134,3 +134,33 @@ def test_many_users_cost_no_pass_over_every_row_per_user() -> None:
     out = metrics.per_user(cols, ["only"], [f"u{i}" for i in range(300)])
     assert out["only"]["users"] == 300
     assert _CountingEquals.compared <= 1  # (at most one pass per VC, not one per user)
+
+
+def test_a_users_percentiles_are_numpys_to_the_bit() -> None:
+    """Given random waits (ties, one value, spreads from seconds to years, sizes around
+    numpy's thresholds), expect ``linear_percentile`` of the sorted waits to give exactly the
+    bits of ``np.percentile`` at the median and p95, and ``_user_waits`` exactly ``_stats``'s
+    figures less p99 (the summary's per-user figures must not move by one bit)."""
+    rng = np.random.default_rng(34)
+    for case in range(800):
+        n = int(rng.integers(1, 300)) if case % 3 else int(rng.integers(1, 12))
+        scale = 10.0 ** int(rng.integers(0, 9))
+        waits = rng.exponential(scale, n)
+        if case % 5 == 0:  # ties: whole seconds from a few values
+            waits = np.floor(rng.choice(waits, n))
+        ordered = np.sort(waits).tolist()
+        for q in (0.5, 0.95):
+            want = float(np.percentile(waits, 100 * q))
+            assert metrics.linear_percentile(ordered, q).hex() == want.hex(), (n, q)
+        want_stats = metrics._stats(waits, "queue_delay")
+        del want_stats["queue_delay_p99"]
+        got = metrics._user_waits(waits)
+        assert list(got) == list(want_stats)
+        assert {k: v.hex() for k, v in got.items() if v is not None} == {
+            k: v.hex() for k, v in want_stats.items() if v is not None
+        }
+    assert metrics._user_waits(np.array([])) == {
+        "queue_delay_avg": None,
+        "queue_delay_median": None,
+        "queue_delay_p95": None,
+    }

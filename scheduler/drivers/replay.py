@@ -143,10 +143,8 @@ class VirtualTimeDriver:
                     self._batch = []
                 labels: list[str] = []
                 while heap and heap[0][0] <= time:
-                    at, _, _, action = pop(heap)
-                    if at > self.now:
-                        self.now = at
-                    label = action()
+                    # (Its time is ``time`` or earlier, and ``now`` is ``time`` already.)
+                    label = pop(heap)[3]()
                     if label is not None:
                         if batches:
                             labels.append(label)
@@ -196,7 +194,11 @@ class VirtualTimeDriver:
             record = self.records[job_id] = rejected(job_id, spec, self.now, str(err))
             return record
         record = self.records[job_id] = JobRecord(job_id, spec, self.now)
-        self.feed(_submitted(job_id, spec, self.now))
+        batch = self._batch  # (``feed``'s common case, once a job: the instant's batch)
+        if batch is not None:
+            batch.append(_submitted(job_id, spec, self.now))
+        else:
+            self.feed(_submitted(job_id, spec, self.now))
         return record
 
     def end(self, job_id: str, ok: bool) -> None:
@@ -206,7 +208,12 @@ class VirtualTimeDriver:
     def _end_attempt(self, record: JobRecord, ok: bool) -> None:
         if record.state != _RUNNING:
             return
-        self.feed(end_attempt(record, ok, self.now))
+        event = end_attempt(record, ok, self.now)
+        batch = self._batch  # (``feed``'s common case, once a job, as in ``_admit``)
+        if batch is not None:
+            batch.append(event)
+        else:
+            self.feed(event)
 
     def cancel(self, job_id: str) -> None:
         record = self.records[job_id]

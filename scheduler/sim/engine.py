@@ -60,6 +60,8 @@ GC_EVERY = 70_000
 #: States read a few times a job, as module constants: reading an Enum class's attribute
 #: costs 0.06 us, ten times a global's.
 _RUNNING, _REJECTED = JobState.RUNNING, JobState.REJECTED
+#: A run without end (a scenario job until its scripted finish): ``remaining == _INF``.
+_INF = math.inf
 #: A task's GPU indices (``_time_run`` sums their lengths in C).
 _GPUS_OF = attrgetter("gpus")
 #: Record states in which a job has ended after running (its JCT counts).
@@ -283,8 +285,9 @@ class Simulation(VirtualTimeDriver):
     def _run(self) -> SimResult:
         # Without an observer or a progress bar, an event is only counted (``_count``).
         counted = self.observe is None and self.progress is None
-        if counted:
-            self.drive(self._count, self.jobs, self._arrive, self._instant, self._count_decided)
+        if counted:  # (an instant only moves the timeline on: ``_count_decided``)
+            instant = self.timeline.advance
+            self.drive(self._count, self.jobs, self._arrive, instant, self._count_decided)
         else:
             self.drive(self._seen, self.jobs, self._arrive, self._instant)
         if self.progress is not None and self._ended:
@@ -324,7 +327,15 @@ class Simulation(VirtualTimeDriver):
         policy is asked once per decision, not per event: nothing changes it between its
         events' questions, so each would get the same answer (LAS ranks its waiting heads to
         answer: 8% of its work, asked per event); the wake-up is planned as often as before
-        (the same heap)."""
+        (the same heap).
+
+        The jobs that arrived and did not start wait from here for the timeline (``_instant``
+        counts them when time moves on where someone watches): every arrival is followed by
+        its decision before time moves, and a wait counted at the instant it begins adds to
+        no integral until time moves, so the figures are the same, and the instant itself is
+        only ``Timeline.advance`` (no call of ``_instant`` twice a job)."""
+        if self._entered:
+            self._count_entered()
         self.events += len(labels)
         wake = self.scheduler.next_wakeup() if labels else None
         if wake is not None:
@@ -343,11 +354,18 @@ class Simulation(VirtualTimeDriver):
                 self._ended = 0
 
     def _arrive(self, job: SimJob) -> str:
+        """A trace job arrives: ``_enter`` for a job never seen (it cannot have entered in
+        this instant already), written out: once a job, one call less."""
         if job.record is not None:
             raise ValueError("a SimJob records one run; build fresh jobs for each simulation")
         self.sim_jobs[job.job_id] = job
         job.row = self.table.add(job)
-        record = self._enter(job, job.spec)
+        job.entered = True
+        self._entered.append(job)
+        record = job.record = self._admit(job.job_id, job.spec)
+        if record.state == _REJECTED:
+            job.entered = False
+            self._done(job)
         if self.observe is None:  # the label is only counted: no one reads the job's name
             return "submitted"
         return f"{job.spec.name} submitted" + (
@@ -499,7 +517,7 @@ class Simulation(VirtualTimeDriver):
             self.timeline.preempted(job)
         else:
             job.stops += 1
-        if job.partial or math.isinf(job.remaining):
+        if job.partial or job.remaining == _INF:
             return
         job.partial = True
         ran = self.now - job.timed_at
@@ -519,6 +537,9 @@ class Simulation(VirtualTimeDriver):
             job.first_start = self.now
         if job.entered:  # it starts as it arrives: it never waited for the timeline
             job.entered = False
+            entered = self._entered
+            if entered[-1] is job:  # (the usual case: the instant's last arrival, no walk)
+                entered.pop()
             self.timeline.run(job, held)
         else:
             self.timeline.started(job, held)
@@ -527,7 +548,7 @@ class Simulation(VirtualTimeDriver):
     def _time_end(self, record: JobRecord, job: SimJob) -> None:
         """Time the run's end by the job's remaining service time, from now."""
         job.timed_at = self.now
-        if math.isinf(job.remaining):
+        if job.remaining == _INF:  # (no call of ``math.isinf``: once a run)
             return
         generation = record.generation
         # A declared time limit cuts the run short, as the service stops it: it ends FAILED.
@@ -562,7 +583,7 @@ class Simulation(VirtualTimeDriver):
         extra = 0.0
         if keep is None:
             keep = min(self._saved(ran), job.remaining)
-            extra = self.restart_cost if not math.isinf(job.remaining) else 0.0
+            extra = self.restart_cost if job.remaining != _INF else 0.0
             job.wasted_gpu_seconds += (ran - keep + extra) * held
         left = job.remaining - keep
         job.remaining = (left if left > 0.0 else 0.0) + extra  # (``max(0.0, left)``, no call)

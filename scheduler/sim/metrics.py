@@ -29,6 +29,7 @@ Definitions (also in ``docs/policies.md``):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -167,9 +168,7 @@ def per_user(cols: dict[str, np.ndarray], vcs: list[str], users: list[str]) -> d
         by_user: dict[str, Any] = {}
         rhos = []
         for ucode, mine in groups.get(code, ()):
-            waits = delay[mine[started[mine]]]
-            stats = _stats(waits, "queue_delay")
-            del stats["queue_delay_p99"]
+            stats = _user_waits(delay[mine[started[mine]]])
             done = mine[long_done[mine]]
             rho = (end[done] - cols["submit"][done]) / duration[done]
             stats["ftf_rho_long"] = float(rho.mean()) if len(rho) else None
@@ -186,6 +185,39 @@ def per_user(cols: dict[str, np.ndarray], vcs: list[str], users: list[str]) -> d
             "by_user": dict(sorted(by_user.items())),
         }
     return out
+
+
+def _user_waits(waits: np.ndarray) -> dict[str, float | None]:
+    """``_stats(waits, "queue_delay")`` less its p99: a user's mean, median and p95 wait.
+    The percentiles are worked out here from the sorted waits, by numpy's default (linear)
+    rule and its float operations, so they are the same bits as ``np.percentile``'s
+    (``tests/test_sim_per_user.py`` holds them to it on random samples): its call took two
+    thirds of ``per_user`` (a 100k-job run's 4,600 users: 0.4 of 0.6 CPU s). The waits are
+    of jobs that started, so never NaN (which ``np.percentile`` would turn the answer into)."""
+    if not len(waits):
+        return {"queue_delay_avg": None, "queue_delay_median": None, "queue_delay_p95": None}
+    ordered = np.sort(waits).tolist()
+    return {
+        "queue_delay_avg": float(waits.mean()),
+        "queue_delay_median": linear_percentile(ordered, 0.5),
+        "queue_delay_p95": linear_percentile(ordered, 0.95),
+    }
+
+
+def linear_percentile(ordered: list[float], q: float) -> float:
+    """``np.percentile(values, 100 * q)`` of ``values`` given sorted, to the bit: the
+    value at index ``(n - 1) * q`` of the sorted values, interpolated between its two
+    neighbours as numpy's ``_lerp`` does (from the upper one once the fraction is 1/2 or
+    more, which rounds differently from the lower one)."""
+    last = len(ordered) - 1
+    at = last * q
+    if at >= last:
+        return float(ordered[-1])
+    low = math.floor(at)
+    a, b = ordered[low], ordered[low + 1]
+    t = at - low
+    diff = b - a
+    return float(b - diff * (1 - t) if t >= 0.5 else a + diff * t)
 
 
 def _user_groups(vc: np.ndarray, user: np.ndarray) -> dict[int, list[tuple[int, np.ndarray]]]:
