@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.policies.preempt_probe import fails_on_paper
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
@@ -127,6 +128,15 @@ class LasPolicy(QueuedPolicy):
         ]  # fmt: skip
         later.sort(key=lambda v: entry[v.job_id], reverse=True)
         return iter(later)
+
+    def _fails_on_paper(self, job: QueuedJob, opp: bool) -> bool:
+        """The pass's test before a preemption search, in one loop where no VC quota is
+        weighed (``preempt_probe.fails_on_paper``: the same answer and pool)."""
+        if self.per_vc:
+            return super()._fails_on_paper(job, opp)
+        pool = self.pool
+        limit = job.gpus + 2 * pool.max_node_gpus  # as ``_preempt_for``'s bound
+        return fails_on_paper(pool, job.gang, self.victims(job, opp), pool.free_gpus, limit)
 
     def _file_running(self, job: QueuedJob, sign: int) -> None:
         if sign > 0:
