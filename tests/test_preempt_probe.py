@@ -36,9 +36,13 @@ from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_conf
 
 
 class SearchEveryTime:
-    """A policy whose searches all release and claim back, as before the probe."""
+    """A policy whose searches all release and claim back, as before the probe (and, for
+    LAS, running every full pass: its quiet passes are kept from what its probe met)."""
 
     def _fails_on_paper(self, job: QueuedJob, opp: bool) -> bool:
+        return False
+
+    def _may_keep(self, pool: NodePool) -> bool:
         return False
 
 

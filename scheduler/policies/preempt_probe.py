@@ -144,7 +144,12 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
 
 
 def fails_on_paper(
-    pool: NodePool, gang: Gang, victims: Iterable[Victim], freed: int, limit: int
+    pool: NodePool,
+    gang: Gang,
+    victims: Iterable[Victim],
+    freed: int,
+    limit: int,
+    walked: list[str] | None = None,
 ) -> bool:
     """``QueuedPass._fails_on_paper`` without a per-VC quota, in one loop: the victims walked
     in their order, what each frees counted as ``ReleaseProbe`` counts it, and each moved as
@@ -157,7 +162,7 @@ def fails_on_paper(
     a release takes a node out of its bucket, a GPU out of ``used`` and a job out of the
     pool's jobs wherever they stood. Finite CPU and memory counters are added to and taken
     from only once the search is shown to fail, all the adds first, as ``undo_order`` (the
-    same float sums).
+    same float sums). ``walked``, if given, gets the ids of the victims met, in order.
 
     Why: on the contended replay a search walks one victim (the free GPUs already reach the
     search's bound) and fails, four times per job arrived; the probe object, its calls and
@@ -180,6 +185,8 @@ def fails_on_paper(
     finite = False
     for victim in victims:
         job_id = victim.job_id
+        if walked is not None:
+            walked.append(job_id)
         held = jobs.pop(job_id)
         jobs[job_id] = held  # where claim would put it back
         spans = held[1]
