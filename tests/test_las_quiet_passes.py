@@ -21,7 +21,8 @@ from test_preempt_probe import contended, pool_state
 from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
-from labhive.scheduler.core.model import Tick
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import Finish, Submit, Tick
 from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
@@ -106,4 +107,24 @@ def test_a_tick_that_changes_nothing_a_search_reads_runs_no_pass() -> None:
     decided = skipping.handle(Tick(110.0))
     assert decided == every.handle(Tick(110.0))
     assert [d.job_id for d in decided][-1] == "wide" and len(decided) > 1
+    assert pool_state(skipping.pool) == pool_state(every.pool)
+
+
+def test_a_finish_after_a_quiet_pass_runs_one() -> None:
+    """``contended`` again, and a 4-GPU job at 102 s that cannot preempt either (the 1-GPU
+    jobs free one GPU per node). The tick at 104 s runs a pass that searches for both and
+    changes nothing (kept as quiet). A 7-GPU job finishing at 105 s changes neither search's
+    victims, yet its node now has room: a pass runs and starts the 4-GPU job there (kept
+    quiet across the finish, it did not: the pass is not skipped after a start or stop)."""
+    skipping, _ = contended(LasPolicy)
+    every, _ = contended(LasEveryPass)
+    spec = parse_job({"name": "four", "vc": "vc0", "gpus": 4})
+    for policy in (skipping, every):
+        policy.check(spec)
+        assert policy.handle(Submit("four", spec, 102.0)) == []
+        assert policy.handle(Tick(104.0)) == []
+    assert isinstance(skipping, LasPolicy) and skipping._quiet is not None  # kept
+    started = skipping.handle(Finish("new0", 105.0))
+    assert started == every.handle(Finish("new0", 105.0))
+    assert [d.job_id for d in started] == ["four"]
     assert pool_state(skipping.pool) == pool_state(every.pool)
