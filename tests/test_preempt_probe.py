@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -25,14 +26,23 @@ from labhive.scheduler.core.model import Finish, Submit, Tick
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import Gang, NodePool, PoolNode, gang_of
-from labhive.scheduler.policies.preempt_probe import ReleaseProbe, surely_refused
+from labhive.scheduler.policies.preempt_probe import (
+    ReleaseProbe,
+    fails_on_paper,
+    surely_refused,
+    undo_order,
+)
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 
 class SearchEveryTime:
-    """A policy whose searches all release and claim back, as before the probe."""
+    """A policy whose searches all release and claim back, as before the probe (and, for
+    LAS, running every full pass: its quiet passes are kept from what its probe met)."""
 
     def _fails_on_paper(self, job: QueuedJob, opp: bool) -> bool:
+        return False
+
+    def _may_keep(self, pool: NodePool) -> bool:
         return False
 
 
@@ -44,9 +54,10 @@ class CapacitySearching(SearchEveryTime, CapacityPolicy):
     pass
 
 
-def _gang(gpus: int) -> Gang:
-    """A trace job's gang: ``gpus`` one-GPU tasks (each asking a CPU)."""
-    return gang_of(job("j", 0, gpus, 1).spec)
+def _gang(gpus: int, cpu: float = 1.0) -> Gang:
+    """A trace job's gang: ``gpus`` one-GPU tasks (each asking ``cpu`` CPUs)."""
+    spec = job("j", 0, gpus, 1).spec
+    return gang_of(replace(spec, roles=tuple(replace(r, cpu=cpu) for r in spec.roles)))
 
 
 def pool_state(pool: NodePool) -> Any:
@@ -165,3 +176,92 @@ def test_what_the_probe_refuses_placement_refuses() -> None:
         else:
             assert pool.place("x", gang) is None, (gang.gpus, victims)
     assert refused > 30 and may > 30
+
+
+class Victim:
+    """What a search reads of a victim: its id and GPUs."""
+
+    def __init__(self, job_id: str, gpus: int) -> None:
+        self.job_id, self.gpus = job_id, gpus
+
+
+def search_by_probe(pool: NodePool, gang: Gang, victims: list[Any], limit: int) -> bool:
+    """The search on paper as ``QueuedPass._fails_on_paper`` makes it (no VC quota): a
+    ``ReleaseProbe`` walked victim by victim, then ``undo_order`` of those met."""
+    probe = ReleaseProbe(pool, gang)
+    released: list[str] = []
+    freed = pool.free_gpus
+    for victim in victims:
+        released.append(victim.job_id)
+        probe.release(victim.job_id)
+        freed += victim.gpus
+        if freed >= gang.gpus:
+            if probe.may_fit():
+                return False
+            if freed >= limit:
+                break
+    undo_order(pool, released)
+    return True
+
+
+def test_the_one_loop_search_answers_and_leaves_the_pool_as_probe_and_undo() -> None:
+    """Given two copies of pools of 2- and 8-GPU nodes in random states of use (some with CPU
+    limits, some nodes down) and a gang of 1 to 24 GPUs with random victims: expect
+    ``fails_on_paper`` (LAS's search on paper in one loop) to answer as the probe and
+    ``undo_order`` do, the pool then in the same state, bucket order included. Where it says
+    the search may succeed, it has moved the victims it met already: releasing those (as the
+    real search does) and claiming them back must leave the two pools alike too. (Held so
+    on purpose-broken copies: skipping the bucket moves of nodes with free GPUs, the pool's
+    jobs left in place, the CPU counters restored per victim, a bound one GPU off: each
+    fails here.)"""
+    rng = random.Random(3434)
+    fails = maybes = moved = rounded = 0
+    for _ in range(500):
+        seed = rng.random()
+        pools = []
+        for _copy in range(2):
+            r = random.Random(seed)
+            nodes = [PoolNode(f"s{i}", None, (0, 1)) for i in range(r.randint(0, 6))]
+            cpu = r.choice([math.inf, 16.0])
+            nodes += [PoolNode(f"b{i}", None, tuple(range(8)), cpu) for i in range(r.randint(1, 6))]
+            pool = NodePool(nodes, r.choice(["consolidated", "consolidated", "anywhere"]))
+            running = []
+            for k in range(r.randint(0, 40)):
+                # (odd CPU sizes: limited nodes' float counters round, in the order summed)
+                gang = _gang(r.choice([1, 1, 1, 2, 3, 4, 9]), r.choice([1.0, 0.37, 1.13, 0.29]))
+                if pool.place(f"f{k}", gang) is not None:
+                    running.append((f"f{k}", gang))
+            for _ in range(r.randint(0, len(running) // 3)):  # finishes free GPUs here and there
+                pool.release(running.pop(r.randrange(len(running)))[0])
+            if r.random() < 0.2 and nodes:
+                pool.set_healthy(r.choice(nodes).name, False)
+            gang = _gang(r.choice([1, 2, 3, 4, 6, 8, 9, 12, 16, 24]))
+            victims = [Victim(j, g.gpus) for j, g in r.sample(running, r.randint(0, len(running)))]
+            pools.append((pool, gang, victims, running))
+        (mine, gang, victims, running), (theirs, _, _, _) = pools
+        limit = gang.gpus + 2 * mine.max_node_gpus
+        answer = fails_on_paper(mine, gang, iter(victims), mine.free_gpus, limit)
+        assert answer == search_by_probe(theirs, gang, victims, limit)
+        if answer:
+            fails += 1
+            spans = [s for v in victims for s in mine._jobs[v.job_id][1]]
+            moved += any(n.free for n, *_ in spans)
+            rounded += sum(bool(cpus) for _, _, cpus, _ in spans) > 1
+        else:  # the real search releases at least the victims met: release all, claim back
+            maybes += 1
+            placed = {v.job_id: theirs.placement(v.job_id) for v in victims}
+            for victim in victims:
+                mine.release(victim.job_id)
+                theirs.release(victim.job_id)
+            assert pool_state(mine) == pool_state(theirs)
+            held = dict(running)
+            for victim in victims:  # (a node down refuses the claim: in both)
+                args = (victim.job_id, placed[victim.job_id], held[victim.job_id])
+                assert mine.claim(*args) == theirs.claim(*args)
+        assert pool_state(mine) == pool_state(theirs)
+    assert fails > 100 and maybes > 100 and moved > 30 and rounded > 20, (
+        fails,
+        maybes,
+        moved,
+        rounded,
+    )

@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Iterator
+import math
+from collections.abc import Hashable, Iterable, Iterator
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.core.model import Decision
+from labhive.scheduler.policies.node_pool import NodePool
+from labhive.scheduler.policies.preempt_probe import fails_on_paper
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
@@ -74,6 +78,13 @@ class LasPolicy(QueuedPolicy):
         self._level_gpus = [0] * levels  # GPUs held by running jobs, per queue
         self._demotions: list[tuple[float, int, str]] = []  # (when, token, job id)
         self._promotions: list[tuple[float, int, str]] = []
+        # a full pass's searches (level, GPUs, victims met) and tests of the victims' GPUs
+        # (level, GPUs, enough?), logged while it runs; kept with the pool and ``_runs`` when
+        # it changed nothing but its searches' moves (``_schedule``)
+        self._log: list[tuple[int, int, bool | tuple[str, ...]]] | None = None
+        self._quiet: tuple[NodePool, int, list[tuple[int, int, bool | tuple[str, ...]]]] | None
+        self._quiet = None
+        self._unlimited: tuple[NodePool | None, bool] = (None, False)
 
     def level_of(self, attained: float) -> int:
         return bisect.bisect_right(self.thresholds, attained + _EPS)
@@ -101,7 +112,12 @@ class LasPolicy(QueuedPolicy):
         return found
 
     def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
-        return sum(self._level_gpus[job.level + (0 if self.same_queue else 1) :])
+        gpus = sum(self._level_gpus[job.level + (0 if self.same_queue else 1) :])
+        # a full pass logs where they hold too few (``_quiet``); where they hold enough they
+        # go on doing so until a job stops (demotions only move GPUs down the queues)
+        if self._log is not None and self.pool.free_gpus + gpus < job.gpus:
+            self._log.append((job.level, job.gpus, False))
+        return gpus
 
     def _lower_than(self, level: int) -> Iterator[QueuedJob]:
         young = self._now - self.quantum + _EPS
@@ -127,6 +143,122 @@ class LasPolicy(QueuedPolicy):
         ]  # fmt: skip
         later.sort(key=lambda v: entry[v.job_id], reverse=True)
         return iter(later)
+
+    def _fails_on_paper(self, job: QueuedJob, opp: bool) -> bool:
+        """The pass's test before a preemption search, in one loop where no VC quota is
+        weighed (``preempt_probe.fails_on_paper``: the same answer and pool). A full pass
+        logs the victims each search met (``_quiet``)."""
+        if self.per_vc:
+            return super()._fails_on_paper(job, opp)
+        pool = self.pool
+        limit = job.gpus + 2 * pool.max_node_gpus  # as ``_preempt_for``'s bound
+        log = self._log
+        if log is None:  # (not a full pass: its moves leave the pool where no pass left it)
+            self._quiet = None
+            return fails_on_paper(pool, job.gang, self.victims(job, opp), pool.free_gpus, limit)
+        walked: list[str] = []
+        fails = fails_on_paper(
+            pool, job.gang, self.victims(job, opp), pool.free_gpus, limit, walked
+        )
+        if fails:
+            log.append((job.level, job.gpus, tuple(walked)))
+        else:
+            self._log = None  # a real search follows: its pass is not kept as quiet
+        return fails
+
+    # ---- a full pass that would change nothing, not run -----------------------------------
+
+    def _schedule(
+        self,
+        out: list[Decision],
+        only: QueuedJob | None = None,
+        groups: set[Hashable] | None = None,
+    ) -> None:
+        """A full pass, unless it would repeat the last one (``_still_quiet``); after one
+        that started, stopped and moved nothing but its failed searches' victims, kept
+        (``_quiet``) with what it asked. Why: a contended LAS run gets a tick about once per
+        job arrived (a demotion, or a run's quantum over), and each ran a full pass, with
+        its two preemption searches, that started nothing 99 times in 100 (issue 34)."""
+        if only is not None or groups is not None:  # (a search or start there forgets it)
+            super()._schedule(out, only, groups)
+            return
+        quiet = self._quiet
+        if quiet is not None and self._still_quiet(*quiet):
+            return
+        self._quiet = None
+        log: list[tuple[int, int, bool | tuple[str, ...]]] = []
+        self._log = log
+        had = len(out)
+        super()._schedule(out)
+        kept = self._log is log
+        self._log = None
+        if kept and len(out) == had and self._may_keep(self.pool):
+            self._quiet = (self.pool, self._runs, log)
+
+    def _may_keep(self, pool: NodePool) -> bool:
+        """May a quiet pass be kept here? Not under Tiresias' same-queue order (its victims
+        depend on when each entered its queue, to the instant), per-VC quotas, backfill
+        weighing declared limits against the clock, without kept heads (``_touched`` is
+        marked only with them: a pass fetching every head anew), nor on a pool with CPU or memory
+        limits: a failed search adds back and takes again their float counters, which need
+        not come back to the same bits, so repeating one is not a no-op."""
+        if self.same_queue or self.per_vc or self._limited or self._line_heads is None:
+            return False  # (without kept heads no line is marked when a job joins or leaves)
+        if self._unlimited[0] is not pool:
+            unlimited = all(
+                n.cpu == math.inf and n.memory_mb == math.inf for n in pool.nodes.values()
+            )
+            self._unlimited = (pool, unlimited)
+        return self._unlimited[1]
+
+    def _still_quiet(
+        self, pool: NodePool, runs: int, log: list[tuple[int, int, bool | tuple[str, ...]]]
+    ) -> bool:
+        """Would a full pass now do exactly what the kept quiet one did? Yes when, since
+        it, no job started or stopped (the pool's free GPUs per node are the same: each try
+        and refusal answers the same), no search ran outside a full pass, no node went down
+        or up, no cluster was reconfigured (these forget ``_quiet``), each line a job joined
+        or left is headed by the same job (a pass tries only heads), and what it asked of the
+        running jobs answers the same: for each head it found the victims too few for, still
+        too few (demotions only add to the lower queues' GPUs, so "enough" stays so), and for
+        each search, the victims it met, in order (a demotion or a run's quantum ending may
+        change them). Each search then fails again, moving the same victims to the same ends
+        of the same buckets in the same order: that leaves the pool as it is, as the pass's
+        own moves left it there."""
+        if pool is not self.pool or runs != self._runs or self._limited:
+            return False
+        if self._touched:
+            kept = self._line_heads
+            assert kept is not None  # (``_may_keep``)
+            for group in self._touched:
+                head, was = self._head(group), kept.get(group)
+                if (head.seq if head else None) != (was[1] if was else None):
+                    return False
+        free = pool.free_gpus
+        held = self._level_gpus
+        extra = 2 * pool.max_node_gpus
+        for level, gpus, asked in log:
+            if asked is False:
+                if free + sum(held[level + 1 :]) >= gpus:
+                    return False
+                continue
+            freed, limit, met = free, gpus + extra, []
+            for victim in self._lower_than(level):
+                met.append(victim.job_id)
+                freed += victim.gpus
+                if freed >= limit:
+                    break
+            if tuple(met) != asked:
+                return False
+        return True
+
+    def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
+        self._quiet = None  # (a node up changes the pool's buckets without a start or stop)
+        super()._node_health(node, healthy, out, reason)
+
+    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+        self._quiet = None
+        super()._reconfigure(config, out)
 
     def _file_running(self, job: QueuedJob, sign: int) -> None:
         if sign > 0:
@@ -197,27 +329,45 @@ class LasPolicy(QueuedPolicy):
             self._enqueue(job)
 
     def next_wakeup(self) -> float | None:
-        times = []
+        """The next demotion, promotion or (while a waiting job is in a higher queue than a
+        running one) end of a run's quantum; the heaps' stale entries dropped on the way.
+        Asked after every decision: each heap is walked inline (a list of heaps with their
+        tests, built per call, was 4% of a contended run: issue 34)."""
+        jobs = self._jobs
+        wake = None
+        heap = self._demotions
+        while heap:
+            when, token, job_id = heap[0]
+            job = jobs.get(job_id)
+            if job is not None and job.running and job.token == token:
+                wake = when
+                break
+            heapq.heappop(heap)
+        heap = self._promotions
+        waiting = self._waiting
+        while heap:
+            when, token, job_id = heap[0]
+            job = waiting.get(job_id)
+            if job is not None and job.token == token:
+                wake = when if wake is None or when < wake else wake
+                break
+            heapq.heappop(heap)
+        heap = self._matured
         now = self._now + _EPS
-        matured = self._matured
-        while matured and matured[0][0] <= now:
-            heapq.heappop(matured)  # its quantum is over: the passes since saw it
-        sources: list[tuple[list[tuple[float, int, str]], Callable[[str, int], bool]]] = [
-            (self._demotions, self._running_token),
-            (self._promotions, self._waiting_token),
-        ]
-        if matured:  # a waiting job may preempt a lower run once its quantum is over
+        while heap and heap[0][0] <= now:
+            heapq.heappop(heap)  # its quantum is over: the passes since saw it
+        if heap:  # a waiting job may preempt a lower run once its quantum is over
             # (the waiting heads ranked only then: asked after every decision, that was 8%
             # of a contended run while no run was young)
             top = self._top_level()
-            if top is not None:
-                sources.append((matured, lambda j, t: self._preemptible(j, t, top)))
-        for heap, valid in sources:
-            while heap and not valid(heap[0][2], heap[0][1]):
+            while top is not None and heap:
+                when, token, job_id = heap[0]
+                job = jobs.get(job_id)
+                if job is not None and job.running and job.token == token and job.level > top:
+                    wake = when if wake is None or when < wake else wake
+                    break
                 heapq.heappop(heap)
-            if heap:
-                times.append(heap[0][0])
-        return min(times) if times else None
+        return wake
 
     def _top_level(self) -> int | None:
         """The highest queue (lowest level) a waiting job is in, or None. With backfill and
@@ -233,22 +383,10 @@ class LasPolicy(QueuedPolicy):
         heads = [h for g in list(self._groups) if (h := self._head(g)) is not None]
         return min(h.level for h in heads) if heads else None
 
-    def _running_token(self, job_id: str, token: int) -> bool:
-        job = self._jobs.get(job_id)
-        return job is not None and job.running and job.token == token
-
-    def _preemptible(self, job_id: str, token: int, top: int) -> bool:
-        job = self._jobs.get(job_id)
-        return job is not None and job.running and job.token == token and job.level > top
-
     def _remove(self, job_id: str) -> None:
         super()._remove(job_id)
         self._entry.pop(job_id, None)
         self._entered_at.pop(job_id, None)
-
-    def _waiting_token(self, job_id: str, token: int) -> bool:
-        job = self._waiting.get(job_id)
-        return job is not None and job.token == token
 
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"a job in a higher LAS queue needs its GPUs (it is in queue {victim.level})"

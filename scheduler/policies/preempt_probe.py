@@ -19,8 +19,20 @@ included, after every event).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Protocol
 
-from labhive.scheduler.policies.node_pool import Gang, NodePool
+from labhive.scheduler.policies.node_pool import Gang, NodePool, PoolNode, Span
+
+
+class Victim(Protocol):
+    """What a search reads of a running job it may preempt (a ``QueuedJob``)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def gpus(self) -> int: ...
 
 
 class ReleaseProbe:
@@ -34,7 +46,7 @@ class ReleaseProbe:
     def __init__(self, pool: NodePool, gang: Gang) -> None:
         self._pool = pool
         self._total = total = gang.gpus
-        self._extra: dict[str, int] = {}  # node -> GPUs the released jobs hold there
+        self._extra: dict[PoolNode, int] = {}  # node -> GPUs the released jobs hold there
         most = pool.max_node_gpus
         consolidated = pool.locality == "consolidated"
         self._wide = consolidated and total > most
@@ -48,28 +60,22 @@ class ReleaseProbe:
         )
 
     def release(self, job_id: str) -> None:
-        """Count the job's GPUs as free on its nodes (a gang's tasks on one node come in a
-        row: counted once per row)."""
-        nodes, extra, counts, wide = self._pool.nodes, self._extra, self._counts, self._wide
-        tasks = self._pool._jobs[job_id][0]
-        last = len(tasks) - 1
-        gpus = 0
-        for i, t in enumerate(tasks):
-            gpus += len(t.gpus)
-            name = t.node
-            if i < last and tasks[i + 1].node == name:
-                continue
-            node = nodes[name]
+        """Count the job's GPUs as free on its nodes, a span (a row of its tasks on one node)
+        at a time, as ``NodePool.release`` frees them (task by task, a trace gang of N one-GPU
+        tasks cost N steps here: issue 34)."""
+        extra, total = self._extra, self._total
+        counts = self._counts if self._wide else None
+        for node, gpus, _, _ in self._pool._jobs[job_id][1]:
             if node.healthy:  # (one down is in no bucket: placement never sees it)
-                had = extra.get(name, 0)
-                extra[name] = had + gpus
+                n = len(gpus)
+                had = extra.get(node, 0)
+                extra[node] = had + n
                 before = len(node.free) + had
-                if wide:
+                if counts is not None:
                     counts[before] -= 1
-                    counts[before + gpus] += 1
-                elif before + gpus >= self._total:
+                    counts[before + n] += 1
+                elif before + n >= total:
                     self._maybe = True
-            gpus = 0
 
     def may_fit(self) -> bool:
         """False: ``place`` would refuse the gang after these releases."""
@@ -135,3 +141,115 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
                 del used[g]
                 used[g] = job_id
         jobs[job_id] = (tasks, spans)  # the spans claim would build from the same tasks
+
+
+def fails_on_paper(
+    pool: NodePool,
+    gang: Gang,
+    victims: Iterable[Victim],
+    freed: int,
+    limit: int,
+    walked: list[str] | None = None,
+) -> bool:
+    """``QueuedPass._fails_on_paper`` without a per-VC quota, in one loop: the victims walked
+    in their order, what each frees counted as ``ReleaseProbe`` counts it, and each moved as
+    ``undo_order`` moves it (its nodes to the end of their buckets, its GPUs to the end of
+    their nodes' ``used``, itself to the end of the pool's jobs) as it is met, not after.
+    True where every placement the search would ask for is refused; the pool is then left
+    as release and claim-back leave it. False ("the search may succeed: make it"), with the
+    victims met so far moved already: harmless, as the real search releases each of them
+    (placement refuses, by counts alone, at every step before the one that said "may"), and
+    a release takes a node out of its bucket, a GPU out of ``used`` and a job out of the
+    pool's jobs wherever they stood. Finite CPU and memory counters are added to and taken
+    from only once the search is shown to fail, all the adds first, as ``undo_order`` (the
+    same float sums). ``walked``, if given, gets the ids of the victims met, in order.
+
+    Why: on the contended replay a search walks one victim (the free GPUs already reach the
+    search's bound) and fails, four times per job arrived; the probe object, its calls and
+    ``undo_order``'s second walk were most of its cost (issue 34)."""
+    total = gang.gpus
+    most = pool.max_node_gpus
+    buckets = pool._buckets
+    consolidated = pool.locality == "consolidated"
+    counts: list[int] | None = None
+    need = 0
+    if consolidated and total > most:  # wide: nodes per free count, as the releases leave them
+        counts = list(map(len, buckets))
+        need = -(-total // most)
+        maybe = False
+    else:  # within a node: some node has the GPUs already (untouched nodes never change)
+        maybe = not consolidated or any(buckets[f] for f in range(max(total, 1), most + 1))
+    extra: dict[PoolNode, int] = {}  # node -> GPUs the victims met hold there
+    jobs = pool._jobs
+    met: list[tuple[Span, ...]] = []  # their spans, for finite CPU and memory
+    finite = False
+    for victim in victims:
+        job_id = victim.job_id
+        if walked is not None:
+            walked.append(job_id)
+        held = jobs.pop(job_id)
+        jobs[job_id] = held  # where claim would put it back
+        spans = held[1]
+        met.append(spans)
+        for node, gpus, cpus, mems in spans:
+            if node.healthy:  # (one down is in no bucket: placement never sees it)
+                n = len(gpus)
+                had = extra.get(node, 0)
+                extra[node] = had + n
+                free = len(node.free)
+                if counts is not None:
+                    counts[free + had] -= 1
+                    counts[free + had + n] += 1
+                elif free + had + n >= total:
+                    maybe = True
+                bucket = buckets[free]  # claim's unfile and file
+                del bucket[node.name]
+                bucket[node.name] = node
+            if cpus or mems:
+                finite = True
+            used = node.used
+            for g in gpus:
+                del used[g]
+                used[g] = job_id
+        freed += victim.gpus
+        if freed >= total:
+            if maybe or (counts is not None and _reaches(counts, need, total)):
+                return False
+            if freed >= limit:
+                break
+    if finite:
+        _add_and_take(met)
+    return True
+
+
+def _reaches(counts: list[int], nodes: int, goal: int) -> bool:
+    """``ReleaseProbe.may_fit`` of a wide gang: do the ``nodes`` most-free nodes, by
+    ``counts`` (nodes per free-GPU count), hold ``goal`` GPUs? Stops once the nodes left,
+    each at most as free as the count reached, cannot make up the rest."""
+    total = 0
+    for f in range(len(counts) - 1, 0, -1):
+        if total + nodes * f < goal:
+            return False
+        n = counts[f]
+        if n >= nodes:
+            return True
+        total += n * f
+        nodes -= n
+    return total >= goal
+
+
+def _add_and_take(met: list[tuple[Span, ...]]) -> None:
+    """The releases' CPU and memory added back, all of them first, then the claims' taken,
+    in ``undo_order``'s order (floats: the same sums, rounded alike)."""
+    for spans in met:
+        for node, _, cpus, mems in spans:
+            for cpu in cpus:
+                node.cpu_free += cpu
+            for mem in mems:
+                node.memory_free += mem
+    for spans in met:
+        for node, _, cpus, mems in spans:
+            for cpu in cpus:
+                node.cpu_free -= cpu
+            for mem in mems:
+                node.memory_free -= mem
