@@ -57,6 +57,7 @@ class QueuedPass:
     _limited: int
     _shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None
     _index: HeadIndex | None
+    _ask_fit: bool
 
     if TYPE_CHECKING:
 
@@ -80,6 +81,12 @@ class QueuedPass:
     ) -> None:
         """Start what can start. With ``only`` (a new submission), try just that job; with
         ``groups``, only those lines (the others are as blocked as before)."""
+        if not self._waiting:
+            # Nothing waits, so nothing may start (nor be preempted for): the pass after
+            # most finishes of an uncontended run. What a pass resets, the next one resets;
+            # what it would take in (``HeadIndex``'s dirty lines and ``NodePool.peak``,
+            # ``_touched``) keeps until then, the same as if taken in now.
+            return
         self._searches = self.SEARCHES_PER_PASS
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         self._refusals_at = -1  # nodes may have failed or come back since the last pass
@@ -305,8 +312,12 @@ class QueuedPass:
         shape = job.gang.shape
         over = self._over_quota(job) if self.per_vc else 0
         # (``may_fit``: placement's own first tests, without its search: before a preemption
-        # search, most tries on a contended cluster failed there)
-        if not over and shape not in self._no_room and self.pool.may_fit(job.gpus):
+        # search, most tries on a contended cluster failed there; ``_ask_fit`` says where)
+        if (
+            not over
+            and shape not in self._no_room
+            and (not self._ask_fit or self.pool.may_fit(job.gpus))
+        ):
             # (placement refuses what ``_refused`` says, changing nothing; a preemptive pass
             # asks it of its skipped heads already)
             refused = self.preemptive and self._refused(job.gang)
