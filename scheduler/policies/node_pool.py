@@ -210,8 +210,11 @@ class NodePool:
             for m in mems:
                 node.memory_free += m
             used = node.used
-            for g in gpus:
-                used.pop(g, None)
+            if len(used) == len(gpus):
+                used.clear()  # they were all it held here (most spans: no loop)
+            else:
+                for g in gpus:
+                    used.pop(g, None)
             freed += len(gpus)
             if node.healthy:
                 buckets[len(free)][node.name] = node

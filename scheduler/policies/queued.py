@@ -281,7 +281,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             if new is None:
                 only_submits = False
             else:
-                joined.add(self.group_key(new))
+                joined.add(new.group)
         self._schedule(out, groups=joined if only_submits else None)
         return out
 
@@ -361,7 +361,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         job.waiting_since = self._now
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
-        group = self.group_key(job)
+        group = job.group = self.group_key(job)
         heapq.heappush(self._groups.setdefault(group, []), entry)
         if self._line_heads is not None:
             self._touched.add(group)

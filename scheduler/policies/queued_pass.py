@@ -91,7 +91,7 @@ class QueuedPass:
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         self._refusals_at = -1  # nodes may have failed or come back since the last pass
         if only is not None:
-            if self._head(self.group_key(only)) is only:
+            if self._head(only.group) is only:  # (it just joined that line)
                 self._try(only, out)
             return
         if groups is None:
