@@ -5,7 +5,8 @@ per-job path (issue 34: FIFO's policy side, which every queue policy pays):
 - a pass is skipped while no job waits (nothing may start, nor be preempted for);
 - a node keeps the placements a one-node gang got on a set of its GPUs, and the same gang
   taking the same GPUs there gets them again (``PoolNode.placed``);
-- a new job is tried in the line it joined (``QueuedJob.group``), not one asked anew;
+- a new job is tried in the line it joined (``QueuedJob.group``), and a waiting job leaving
+  its line marks that line, not one asked anew;
 - a policy that neither preempts nor keeps DRF's index places without asking ``may_fit``
   first (placement refuses the same gangs).
 The reference runs every pass, asks ``group_key`` and ``may_fit`` afresh and builds every
@@ -40,10 +41,20 @@ class Plain:
 
     pool: NodePool
     _ask_fit: bool
+    SKIP_IDLE_PASSES = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._ask_fit = True
+
+    def _dequeue(self, job: QueuedJob) -> None:
+        """As before ``QueuedJob.group``: the line asked anew."""
+        self._waiting.pop(job.job_id, None)  # type: ignore[attr-defined]
+        job.token += 1
+        if self._line_heads is not None:  # type: ignore[attr-defined]
+            self._touched.add(self.group_key(job))  # type: ignore[attr-defined]
+        if self._index is not None:  # type: ignore[attr-defined]
+            self._index.touch(self.group_key(job))  # type: ignore[attr-defined]
 
     def _schedule(
         self, out: list[Decision], only: QueuedJob | None = None, groups: Any = None
@@ -52,7 +63,7 @@ class Plain:
             node.placed.clear()  # every placement built anew
         if only is not None:
             only.group = self.group_key(only)  # type: ignore[attr-defined]
-        self._pass(out, only, groups)  # type: ignore[attr-defined]
+        super()._schedule(out, only, groups)  # type: ignore[misc]
 
 
 class PlainFifo(Plain, FifoPolicy):

@@ -372,12 +372,18 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
-        self._waiting.pop(job.job_id, None)
+        waited = self._waiting.pop(job.job_id, None) is not None
         job.token += 1
+        if self._line_heads is None and self._index is None:
+            return
+        # the line it joined (a waiting job's ``group_key`` stays that of its line: LAS's
+        # promotion leaves the line before the level changes); asked anew for a job that
+        # never waited (adopted), as before
+        group = job.group if waited else self.group_key(job)
         if self._line_heads is not None:
-            self._touched.add(self.group_key(job))
+            self._touched.add(group)
         if self._index is not None:
-            self._index.touch(self.group_key(job))  # it may have headed its line
+            self._index.touch(group)  # it may have headed its line
 
     def requeue_waiting(self, job: QueuedJob) -> None:
         """Re-file a waiting job whose ``order_key`` changed (e.g. an LAS promotion)."""

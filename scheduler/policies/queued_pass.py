@@ -34,6 +34,8 @@ class QueuedPass:
     # the state of ``QueuedPolicy`` the pass reads and changes
     name: str
     preemptive: bool
+    #: Skip a pass while no job waits (a test sets it False to run every pass).
+    SKIP_IDLE_PASSES = True
     SEARCHES_PER_PASS: int
     pool: NodePool
     backfill: bool
@@ -81,20 +83,12 @@ class QueuedPass:
     ) -> None:
         """Start what can start. With ``only`` (a new submission), try just that job; with
         ``groups``, only those lines (the others are as blocked as before)."""
-        if self._waiting:
-            self._pass(out, only, groups)
-        # else nothing waits, so nothing may start (nor be preempted for): the pass after
-        # most finishes of an uncontended run, skipped. What a pass resets, the next one
-        # resets; what it would take in (``HeadIndex``'s dirty lines and ``NodePool.peak``,
-        # ``_touched``) keeps until then, the same as if taken in now.
-
-    def _pass(
-        self,
-        out: list[Decision],
-        only: QueuedJob | None = None,
-        groups: set[Hashable] | None = None,
-    ) -> None:
-        """``_schedule``'s pass, run while some job waits."""
+        if not self._waiting and self.SKIP_IDLE_PASSES:
+            # Nothing waits, so nothing may start (nor be preempted for): the pass after most
+            # finishes of an uncontended run. What a pass resets, the next one resets; what
+            # it would take in (``HeadIndex``'s dirty lines and ``NodePool.peak``,
+            # ``_touched``) keeps until then, the same as if taken in now.
+            return
         self._searches = self.SEARCHES_PER_PASS
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         self._refusals_at = -1  # nodes may have failed or come back since the last pass
