@@ -29,7 +29,7 @@ from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.fifo import FifoPolicy
 from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import NodePool, PoolNode, _gang_of_roles
-from labhive.scheduler.policies.queued import QueuedJob
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.sjf import SjfPolicy
 
 LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same_queue": False}
@@ -102,7 +102,14 @@ PAIRS: list[Pair] = [  # (with the shortcuts, without, options, defaults)
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_the_per_job_shortcuts_decide_as_the_plain_policy(data: Any, pair: Pair) -> None:
-    decide_alike(data, pair)
+    decide_alike(data, pair, also=lines_joined_are_asked_lines)
+
+
+def lines_joined_are_asked_lines(policy: QueuedPolicy, plain: QueuedPolicy) -> None:
+    """What reading ``QueuedJob.group`` rests on: every waiting job's line joined is the line
+    ``group_key`` gives it now (LAS moves a job between lines as its level changes)."""
+    for job in policy._waiting.values():
+        assert job.group == policy.group_key(job), job.job_id
 
 
 @pytest.mark.parametrize("locality", ["consolidated", "anywhere"])
