@@ -35,6 +35,10 @@ LOCALITIES: tuple[str, ...] = ("consolidated", "anywhere")
 #: ``object.__setattr__`` per field): one is made per task, so per GPU of a trace's gangs.
 _placement = frozen_builder(TaskPlacement)
 
+#: The most placements a node keeps for reuse (``PoolNode.placed``): a node of 8 GPUs has
+#: at most 255 sets of GPUs a gang could take; the busiest few are enough.
+PLACED_KEPT = 32
+
 #: What a job holds on one node, freed at once by ``release``: the node, its GPUs there, and
 #: the CPU and memory of its tasks there, in the order they are given back (empty where the
 #: node's CPU or memory is unlimited: ``inf`` plus anything stays ``inf``).
@@ -119,6 +123,13 @@ class PoolNode:
     healthy: bool = True
     down_reason: str = ""
     used: dict[int, str] = field(default_factory=dict)
+    #: GPUs taken by a one-node gang -> (that gang, what its job then holds: its placements
+    #: and span). The same gang taking the same GPUs here gets the same (immutable) objects:
+    #: a trace's jobs of one size share a gang, and building a ``TaskPlacement`` per GPU of
+    #: every job was a fifth of placement (issue 34). At most ``PLACED_KEPT`` kept.
+    placed: dict[
+        tuple[int, ...], tuple[Gang, tuple[tuple[TaskPlacement, ...], tuple[Span, ...]]]
+    ] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.free = sorted(self.gpus)
@@ -199,8 +210,11 @@ class NodePool:
             for m in mems:
                 node.memory_free += m
             used = node.used
-            for g in gpus:
-                used.pop(g, None)
+            if len(used) == len(gpus):
+                used.clear()  # they were all it held here (most spans: no loop)
+            else:
+                for g in gpus:
+                    used.pop(g, None)
             freed += len(gpus)
             if node.healthy:
                 buckets[len(free)][node.name] = node
@@ -242,20 +256,27 @@ class NodePool:
             return None
         if len(plan) == 1 and gang.ordered:  # one node, tasks in order (every trace job)
             node, group = plan[0]
-            placed, gpus = self._take(node, job_id, group, gang.gpus)
-            tasks = tuple(placed)
+            gpus = self._take(node, job_id, group, gang.gpus)
+            kept = node.placed.get(gpus)
+            if kept is not None and kept[0] is gang:
+                self._jobs[job_id] = kept[1]
+                return kept[1][0]
+            tasks = tuple(_placements(node.name, group, gpus))
             span = (
                 node,
                 gpus,
                 gang.cpus if node.cpu < math.inf else (),
                 gang.mems if node.memory_mb < math.inf else (),
             )
-            self._jobs[job_id] = (tasks, (span,))
+            job = self._jobs[job_id] = (tasks, (span,))
+            if len(node.placed) >= PLACED_KEPT:
+                node.placed.clear()
+            node.placed[gpus] = (gang, job)
             return tasks
         held: list[tuple[TaskPlacement, TaskDemand, PoolNode]] = []
         for node, group in plan:
-            placed, _ = self._take(node, job_id, group, sum(d.gpu for d in group))
-            held.extend(zip(placed, group, itertools.repeat(node)))
+            gpus = self._take(node, job_id, group, sum(d.gpu for d in group))
+            held.extend(zip(_placements(node.name, group, gpus), group, itertools.repeat(node)))
         held.sort(key=_role_index)
         tasks = tuple(h[0] for h in held)
         self._jobs[job_id] = (
@@ -266,10 +287,10 @@ class NodePool:
 
     def _take(
         self, node: PoolNode, job_id: str, group: Sequence[TaskDemand], gpus: int
-    ) -> tuple[list[TaskPlacement], tuple[int, ...]]:
-        """The group's ``gpus`` GPUs off the node, each task the next ones, and its CPU and
-        memory (skipped where unlimited: ``inf`` less anything stays ``inf``): the tasks'
-        placements, and the GPUs taken."""
+    ) -> tuple[int, ...]:
+        """The group's ``gpus`` GPUs off the node (returned: each task takes the next ones,
+        ``_placements``), and its CPU and memory (skipped where unlimited: ``inf`` less
+        anything stays ``inf``)."""
         name = node.name
         free = node.free
         taken = tuple(free[:gpus])
@@ -288,17 +309,7 @@ class NodePool:
         if node.memory_free < math.inf:
             for d in group:
                 node.memory_free -= d.memory_mb
-        if group and gpus == len(group) and group[0].gpu == 1:  # one GPU each (largest first)
-            one = [
-                _placement(d.role, d.index, name, (g,)) for d, g in zip(group, taken, strict=True)
-            ]
-            return one, taken
-        out: list[TaskPlacement] = []
-        at = 0
-        for d in group:
-            out.append(_placement(d.role, d.index, name, taken[at : at + d.gpu]))
-            at += d.gpu
-        return out, taken
+        return taken
 
     def _plan(self, gang: Gang) -> list[tuple[PoolNode, Sequence[TaskDemand]]] | None:
         total = gang.gpus
@@ -306,9 +317,12 @@ class NodePool:
             return None
         if self.locality == "consolidated":
             if total <= self.max_node_gpus:
-                for node in self._ascending(total):
-                    if gang.cpu <= node.cpu_free and gang.memory_mb <= node.memory_free:
-                        return [(node, gang.tasks)]
+                # ``_ascending(total)``'s order, walked here (no generator: once a job)
+                cpu, mem, buckets = gang.cpu, gang.memory_mb, self._buckets
+                for f in range(max(total, 1), self.max_node_gpus + 1):
+                    for node in buckets[f].values():
+                        if cpu <= node.cpu_free and mem <= node.memory_free:
+                            return [(node, gang.tasks)]
                 return None
             need = math.ceil(total / self.max_node_gpus)
             if not self._most_free_reaches(need, total):
@@ -461,6 +475,20 @@ class NodePool:
                 )
             return fits
         return True
+
+
+def _placements(
+    node: str, group: Sequence[TaskDemand], taken: tuple[int, ...]
+) -> list[TaskPlacement]:
+    """The group's tasks on ``node``, each on the next of the GPUs ``taken`` for it."""
+    if group and len(taken) == len(group) and group[0].gpu == 1:  # one GPU each (largest first)
+        return [_placement(d.role, d.index, node, (g,)) for d, g in zip(group, taken, strict=True)]
+    out: list[TaskPlacement] = []
+    at = 0
+    for d in group:
+        out.append(_placement(d.role, d.index, node, taken[at : at + d.gpu]))
+        at += d.gpu
+    return out
 
 
 def _role_index(h: tuple[TaskPlacement, TaskDemand, PoolNode]) -> tuple[str, int]:

@@ -32,9 +32,10 @@ a mixin) and ``queued_config`` (the pool, the VCs' quotas and the options a clus
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from labhive.scheduler.core.frozen_build import frozen_builder
 from labhive.scheduler.core.gpu_share import shares_refused
 from labhive.scheduler.core.jobs import JobSpec, RoleSpec
 from labhive.scheduler.core.model import (
@@ -83,6 +84,13 @@ __all__ = [
 
 
 Q = TypeVar("Q", bound="QueuedPolicy")
+
+#: ``Start(job_id, tasks, opportunistic)`` without the frozen ``__init__`` (one a job).
+_started: Callable[[str, tuple[TaskPlacement, ...], bool], Start] = frozen_builder(Start)
+
+#: The events about a job a policy may no longer hold (a tuple built once: ``Finish | Cancel
+#: | Requeue`` in ``handle`` built a union at each of its two calls a job).
+_ENDINGS = (Finish, Cancel, Requeue)
 
 
 class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
@@ -152,6 +160,11 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
         indexed = self.HEAD_INDEX and not (self.preemptive or per_vc)
         self._index: HeadIndex | None = HeadIndex() if indexed else None
+        # ``_try`` asks ``NodePool.may_fit`` before placing only where a refusal by it differs
+        # from placement's own: a preemptive policy then searches, and DRF's index parks the
+        # kind. Elsewhere ``place`` refuses the same gangs by the same first tests, and the
+        # shape it adds to ``_no_room`` only spares placements this pass would refuse too.
+        self._ask_fit = self.preemptive or indexed
         # with the index and backfill: the groups of each line_key so far (one per GPU count;
         # the line_key's priority, e.g. a user's share, ranks all of them)
         self._split: dict[Hashable, set[Hashable]] = {}
@@ -229,10 +242,11 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             raise SpecRejected(
                 f"unknown VC {spec.vc!r}; this cluster has {', '.join(sorted(self.vc_gpus))}"
             )
-        if spec.share_milli:
-            raise SpecRejected(shares_refused(self.name, spec.share_milli))
         kept = self._gangs.get(id(spec.roles))
         if kept is None or kept[0] is not spec.roles or not kept[2]:
+            # (a share is of the roles, so roles kept as fitting passed this test too)
+            if spec.share_milli:
+                raise SpecRejected(shares_refused(self.name, spec.share_milli))
             self._check_size(spec)
         if self.per_vc and spec.total_gpus > self.vc_gpus[spec.vc]:
             raise SpecRejected(
@@ -246,8 +260,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
-        self._now = max(self._now, event.time)
-        if isinstance(event, Finish | Cancel | Requeue) and event.job_id not in self._jobs:
+        if event.time > self._now:  # (``max``, without the call: twice a job)
+            self._now = event.time
+        if isinstance(event, _ENDINGS) and event.job_id not in self._jobs:
             return out  # not ours (any more): nothing changed
         new = self._apply(event, out)
         self._schedule(out, only=new)
@@ -266,7 +281,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             if new is None:
                 only_submits = False
             else:
-                joined.add(self.group_key(new))
+                joined.add(new.group)
         self._schedule(out, groups=joined if only_submits else None)
         return out
 
@@ -304,7 +319,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _check_size(self, spec: JobSpec) -> None:
         """Refuse a gang that could never be placed here; one that could is kept as fitting
-        (until the cluster changes: ``_reconfigure``)."""
+        (until the cluster changes: ``_reconfigure``). Asked only for roles of whole GPUs
+        (``check`` refused a share first): "fitting" roles need no share test again."""
         gang = self._gang(spec)
         if not gang.tasks:
             raise SpecRejected("the job has no tasks")
@@ -345,7 +361,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         job.waiting_since = self._now
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
-        group = self.group_key(job)
+        group = job.group = self.group_key(job)
         heapq.heappush(self._groups.setdefault(group, []), entry)
         if self._line_heads is not None:
             self._touched.add(group)
@@ -356,12 +372,18 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
-        self._waiting.pop(job.job_id, None)
+        waited = self._waiting.pop(job.job_id, None) is not None
         job.token += 1
+        if self._line_heads is None and self._index is None:
+            return
+        # the line it joined (a waiting job's ``group_key`` stays that of its line: LAS's
+        # promotion leaves the line before the level changes); asked anew for a job that
+        # never waited (adopted), as before
+        group = job.group if waited else self.group_key(job)
         if self._line_heads is not None:
-            self._touched.add(self.group_key(job))
+            self._touched.add(group)
         if self._index is not None:
-            self._index.touch(self.group_key(job))  # it may have headed its line
+            self._index.touch(group)  # it may have headed its line
 
     def requeue_waiting(self, job: QueuedJob) -> None:
         """Re-file a waiting job whose ``order_key`` changed (e.g. an LAS promotion)."""
@@ -391,7 +413,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         if opp:
             self.vc_borrowed[job.vc] = self.vc_borrowed.get(job.vc, 0) + job.gpus
         self.on_started(job)
-        return Start(job.job_id, tasks, opportunistic=opp)
+        return _started(job.job_id, tasks, opp)
 
     def _stop(self, job: QueuedJob, *, release: bool = True) -> None:
         """Stop running and free the GPUs; the caller re-enqueues it or forgets it."""

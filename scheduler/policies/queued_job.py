@@ -3,6 +3,7 @@ and the counters the policies rank it by."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from labhive.scheduler.core.jobs import JobSpec
@@ -25,6 +26,9 @@ class QueuedJob:
     level: int = 0  # LAS queue index
     waiting_since: float = 0.0
     token: int = 0  # bumped on every state change, so stale heap entries can be told apart
+    #: The line it joined last (``group_key`` then, set by ``_enqueue``): a new job is tried
+    #: there at once, and the question was asked twice a job.
+    group: Hashable = None
     # Copied from the spec and gang once (neither is ever replaced): a pass reads them for
     # every head it weighs, and as properties they were 4% of a contended Capacity run.
     vc: str = field(init=False)

@@ -34,6 +34,8 @@ class QueuedPass:
     # the state of ``QueuedPolicy`` the pass reads and changes
     name: str
     preemptive: bool
+    #: Skip a pass while no job waits (a test sets it False to run every pass).
+    SKIP_IDLE_PASSES = True
     SEARCHES_PER_PASS: int
     pool: NodePool
     backfill: bool
@@ -57,6 +59,7 @@ class QueuedPass:
     _limited: int
     _shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None
     _index: HeadIndex | None
+    _ask_fit: bool
 
     if TYPE_CHECKING:
 
@@ -80,11 +83,17 @@ class QueuedPass:
     ) -> None:
         """Start what can start. With ``only`` (a new submission), try just that job; with
         ``groups``, only those lines (the others are as blocked as before)."""
+        if not self._waiting and self.SKIP_IDLE_PASSES:
+            # Nothing waits, so nothing may start (nor be preempted for): the pass after most
+            # finishes of an uncontended run. What a pass resets, the next one resets; what
+            # it would take in (``HeadIndex``'s dirty lines and ``NodePool.peak``,
+            # ``_touched``) keeps until then, the same as if taken in now.
+            return
         self._searches = self.SEARCHES_PER_PASS
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         self._refusals_at = -1  # nodes may have failed or come back since the last pass
         if only is not None:
-            if self._head(self.group_key(only)) is only:
+            if self._head(only.group) is only:  # (it just joined that line)
                 self._try(only, out)
             return
         if groups is None:
@@ -305,8 +314,12 @@ class QueuedPass:
         shape = job.gang.shape
         over = self._over_quota(job) if self.per_vc else 0
         # (``may_fit``: placement's own first tests, without its search: before a preemption
-        # search, most tries on a contended cluster failed there)
-        if not over and shape not in self._no_room and self.pool.may_fit(job.gpus):
+        # search, most tries on a contended cluster failed there; ``_ask_fit`` says where)
+        if (
+            not over
+            and shape not in self._no_room
+            and (not self._ask_fit or self.pool.may_fit(job.gpus))
+        ):
             # (placement refuses what ``_refused`` says, changing nothing; a preemptive pass
             # asks it of its skipped heads already)
             refused = self.preemptive and self._refused(job.gang)
