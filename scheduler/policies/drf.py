@@ -5,6 +5,14 @@ CPU and memory (dimensions the cluster config gives no size for are left out). T
 the smallest dominant share starts their next job first; each user's jobs keep submission
 order, and a user whose next job cannot be placed is passed over until resources free up.
 Non-preemptive. Jobs without a user count as one anonymous user.
+
+Kept ranked by ``HeadIndex`` (``head_index.py``). A user's share that *falls* (a job stops,
+between passes) re-ranks each of the user's waiting lines before the next pass (``touch``);
+one that *rises* (a job starts) does not: the index meets a line ranked too early at its
+kind's top and re-files it then (``lazy``), with the share its user had when the pass began
+(``_armed``: within a pass a user's other lines keep the rank the pass found them at, as a
+scan ranking every line at the pass's start would). Why: with backfill a user has a line per
+GPU count, and re-filing them all at each start and stop grew with the backlog (issue 34).
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.core.model import Decision
+from labhive.scheduler.policies.head_index import Entry, HeadIndex
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
@@ -26,12 +36,21 @@ class DrfPolicy(QueuedPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._usage: dict[str, list[float]] = {}
+        self._share: dict[str, float] = {}  # dominant_share per user, kept by ``_add``
+        self._share_pool = self.pool  # the pool those shares are of
+        self._risen: set[str] = set()  # users whose share rose since the last pass began
+        self._armed: dict[str, float] = {}  # their shares when the pass began (``rekey``)
+        if self._index is not None:
+            self._index.rekey = self._rekey
 
     def line_key(self, job: QueuedJob) -> Hashable:
         return job.user
 
     def group_priority(self, head: QueuedJob) -> Any:
-        return (self.dominant_share(head.user), head.seq)
+        if self.pool is not self._share_pool:  # a reconfigured cluster: shares of its size
+            self._share_pool = self.pool
+            self._share = {user: self.dominant_share(user) for user in self._usage}
+        return (self._share.get(head.user, 0.0), head.seq)
 
     def dominant_share(self, user: str) -> float:
         gpu, cpu, mem = self._usage.get(user, (0.0, 0.0, 0.0))
@@ -48,14 +67,42 @@ class DrfPolicy(QueuedPolicy):
         usage[0] += sign * job.gpus
         usage[1] += sign * job.cpu
         usage[2] += sign * job.memory_mb
+        self._share[job.user] = self.dominant_share(job.user)
 
     def on_started(self, job: QueuedJob) -> None:
         self._add(job, +1)
-        self.priority_changed(job)
+        if self._index is None:
+            self.priority_changed(job)
+        else:
+            self._risen.add(job.user)  # its lines re-filed when met (``_arm``)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._add(job, -1)
-        self.priority_changed(job)
+        self.priority_changed(job)  # ranked too late now: re-filed before the next pass
+
+    def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
+        self._arm(index)
+        super()._indexed_pass(index, out)
+
+    def _arm(self, index: HeadIndex) -> None:
+        """A pass begins: each waiting line of a user whose share rose since the last pass
+        began is ``lazy``, re-filed when met by the user's share now (``_rekey``). Those the
+        pass re-files anyway (``dirty``) leave ``lazy`` as they are filed."""
+        if not self._risen:
+            return
+        lazy, armed, waiting = index.lazy, self._armed, self._groups
+        for user in self._risen:
+            armed[user] = self._share.get(user, 0.0)
+            if self.backfill:
+                lazy.update(group for group in self._split.get(user, ()) if group in waiting)
+            elif user in waiting:
+                lazy.add(user)
+        self._risen.clear()
+
+    def _rekey(self, group: Hashable, entry: Entry) -> Any:
+        """A lazy line's key now: its user's share when the pass began, its head's seq."""
+        user = group[0] if self.backfill else group  # type: ignore[index]
+        return (self._armed[user], entry[1])
 
     def wait_reason(self, job: QueuedJob) -> str:
         return (

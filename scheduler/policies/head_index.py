@@ -33,6 +33,15 @@ the pass tried last and sets aside whatever ranks before it until the pass ends 
 Stale entries (a line re-filed, emptied or gone) are told apart by a version per line, unique
 across lines, and dropped when they reach a heap's top, or all at once when they outnumber the
 live ones (so a long replay does not keep them).
+
+Keys that rose, re-filed when met (``lazy``, ``rekey``). A line whose rank may have *risen*
+(DRF: its user started a job, so its share grew) need not be re-filed at once: its entry ranks
+it too early, never too late, so it is met at its kind's top no later than its true rank, and
+is re-filed then with its current key (``rekey``) before anything reads that key. Why: with
+backfill DRF keeps a line per user and GPU count, and re-filing every line of a user at each
+start and stop grew with the backlog (issue 34: 8 re-files per job at 200k contended jobs,
+a quarter of the run). A rank that fell (a stop) must still be re-filed before the next pass
+(``touch``): an entry ranked too late would be met too late.
 """
 
 from __future__ import annotations
@@ -82,6 +91,10 @@ class HeadIndex:
         self._entries = 0  # entries in the heaps, live or stale
         self._aside: list[tuple[Kind, int, Entry]] = []  # passed over in this pass
         self.dirty: set[Hashable] = set()
+        # lines whose filed key may be below their key now, and the key now of such a line
+        # (given the line and its entry): re-filed when met at their kind's top (see above)
+        self.lazy: set[Hashable] = set()
+        self.rekey: Callable[[Hashable, Entry], Any] | None = None
 
     def touch(self, group: Hashable) -> None:
         """The line's head or its priority may have changed: re-file it before the next pass."""
@@ -90,6 +103,8 @@ class HeadIndex:
     def file(self, group: Hashable, kind: Kind | None, gpus: int, key: Any, seq: int) -> None:
         """(Re-)file the line's head (``kind`` None: the line is empty), ranked by ``key``."""
         self.dirty.discard(group)
+        if self.lazy:
+            self.lazy.discard(group)
         if kind is None:
             self._version.pop(group, None)
             return
@@ -117,7 +132,7 @@ class HeadIndex:
         """The first-ranked live entry after ``after`` among kinds whose heads ``may_start``
         (its entry stays: a start re-files the line, a failure is ``after`` next time)."""
         tops, heaps, version, off = self._tops, self._heaps, self._version, self._off
-        parked = self._parked
+        parked, lazy = self._parked, self.lazy
         later: list[tuple[Entry, Kind]] = []  # kinds that may not start now, asked next time
         found: Entry | None = None
         while tops:
@@ -130,6 +145,9 @@ class HeadIndex:
                 heapq.heappop(heap)  # stale
                 self._entries -= 1
                 self._next_first(kind, heap)
+                continue
+            if lazy and first[3] in lazy and self._rekeyed(heap, first):
+                heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
                 continue
             verdict = may_start(kind, gpus, first[0])
             if verdict == NOT_THIS_PASS:
@@ -156,6 +174,20 @@ class HeadIndex:
         for item in later:
             heapq.heappush(tops, item)
         return found
+
+    def _rekeyed(self, heap: list[Entry], first: Entry) -> bool:
+        """``first``, a ``lazy`` line's entry atop its kind's heap, re-filed with its key now
+        (a new version); False where its key is unchanged (it stays, no longer lazy)."""
+        group = first[3]
+        self.lazy.discard(group)
+        assert self.rekey is not None, "lazy lines need a rekey"
+        key = self.rekey(group, first)
+        if key == first[0]:
+            return False
+        self._next += 1
+        self._version[group] = self._next
+        heapq.heapreplace(heap, (key, first[1], self._next, group))
+        return True
 
     def _next_first(self, kind: Kind, heap: list[Entry]) -> None:
         """``_tops[0]`` was the kind's first, just popped off its heap: rank its next."""
@@ -218,9 +250,12 @@ class HeadIndex:
             if kind not in parked or slot is None or not slot[1] or slot[1][0] is not first:
                 heapq.heappop(tops)  # stale: unparked, or the kind's first changed
                 continue
-            if version.get(first[3]) == first[2]:
-                return first
             heap = slot[1]
+            if version.get(first[3]) == first[2]:
+                if self.lazy and first[3] in self.lazy and self._rekeyed(heap, first):
+                    heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
+                    continue
+                return first
             heapq.heappop(heap)  # a stale first of the kind's own heap
             self._entries -= 1
             if heap:
