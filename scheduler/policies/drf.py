@@ -101,7 +101,7 @@ class DrfPolicy(QueuedPolicy):
 
     def _rekey(self, group: Hashable, entry: Entry) -> Any:
         """A lazy line's key now: its user's share when the pass began, its head's seq."""
-        user = group[0] if self.backfill else group  # type: ignore[index]
+        user: Any = group[0] if self.backfill else group  # type: ignore[index]
         return (self._armed[user], entry[1])
 
     def wait_reason(self, job: QueuedJob) -> str:
