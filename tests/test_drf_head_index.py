@@ -161,7 +161,7 @@ def check_index(drf: DrfPolicy) -> None:
             kind = (head.gang.shape, head.spec.time_limit if drf.backfill else None)
             filed = (drf.group_priority(head), head.seq, kind)
         got = live.get(group)
-        if head is not None and got is not None and got != filed and rose(drf, head):
+        if head and filed and got and got != filed and rose(drf, head):
             # a share that rose is re-filed when met (``lazy``): ranked early, never late
             assert got[1:] == filed[1:] and got[0] < filed[0], group
             continue
