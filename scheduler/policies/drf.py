@@ -37,7 +37,9 @@ class DrfPolicy(QueuedPolicy):
         super().__init__(*args, **kwargs)
         self._usage: dict[str, list[float]] = {}
         self._share: dict[str, float] = {}  # dominant_share per user, kept by ``_add``
-        self._share_pool = self.pool  # the pool those shares are of
+        self._share_pool = self.pool  # the pool those shares are of, and its sizes
+        self._sizes_of_pool: tuple[float, float, float] = (0, 0, 0)
+        self._reshare()
         self._risen: set[str] = set()  # users whose share rose since the last pass began
         self._armed: dict[str, float] = {}  # their shares when the pass began (``rekey``)
         if self._index is not None:
@@ -48,8 +50,7 @@ class DrfPolicy(QueuedPolicy):
 
     def group_priority(self, head: QueuedJob) -> Any:
         if self.pool is not self._share_pool:  # a reconfigured cluster: shares of its size
-            self._share_pool = self.pool
-            self._share = {user: self.dominant_share(user) for user in self._usage}
+            self._reshare()
         return (self._share.get(head.user, 0.0), head.seq)
 
     def dominant_share(self, user: str) -> float:
@@ -63,18 +64,43 @@ class DrfPolicy(QueuedPolicy):
         return share
 
     def _add(self, job: QueuedJob, sign: int) -> None:
-        usage = self._usage.setdefault(job.user, [0.0, 0.0, 0.0])
+        user = job.user
+        usage = self._usage.get(user)
+        if usage is None:
+            usage = self._usage[user] = [0.0, 0.0, 0.0]
         usage[0] += sign * job.gpus
         usage[1] += sign * job.cpu
         usage[2] += sign * job.memory_mb
-        self._share[job.user] = self.dominant_share(job.user)
+        if self.pool is not self._share_pool:
+            self._reshare()
+        # ``dominant_share`` written out over the pool's sizes kept by ``_reshare`` (it ran
+        # at every start and stop: issue 34)
+        gpus, cpu, memory = self._sizes_of_pool
+        share = usage[0] / gpus if gpus else 0.0
+        if cpu:
+            share = max(share, usage[1] / cpu)
+        if memory:
+            share = max(share, usage[2] / memory)
+        self._share[user] = share
+
+    def _reshare(self) -> None:
+        """The pool changed (a reconfigured cluster): every user's share of its size."""
+        pool = self._share_pool = self.pool
+        self._sizes_of_pool = (
+            pool.total_gpus,
+            pool.total_cpu if 0 < pool.total_cpu < math.inf else 0,
+            pool.total_memory if 0 < pool.total_memory < math.inf else 0,
+        )
+        self._share = {user: self.dominant_share(user) for user in self._usage}
 
     def on_started(self, job: QueuedJob) -> None:
         self._add(job, +1)
         if self._index is None:
             self.priority_changed(job)
-        else:
+        elif self.backfill:
             self._risen.add(job.user)  # its lines re-filed when met (``_arm``)
+        # (without backfill the user's one line is the job's: ``_dequeue`` touched it, and a
+        # pass re-files it at once by the user's new share)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._add(job, -1)
@@ -90,19 +116,16 @@ class DrfPolicy(QueuedPolicy):
         pass re-files anyway (``dirty``) leave ``lazy`` as they are filed."""
         if not self._risen:
             return
-        lazy, armed, waiting = index.lazy, self._armed, self._groups
+        lazy, armed, waiting, split = index.lazy, self._armed, self._groups, self._split
         for user in self._risen:
             armed[user] = self._share.get(user, 0.0)
-            if self.backfill:
-                lazy.update(group for group in self._split.get(user, ()) if group in waiting)
-            elif user in waiting:
-                lazy.add(user)
+            lazy.update(group for group in split.get(user, ()) if group in waiting)
         self._risen.clear()
 
     def _rekey(self, group: Hashable, entry: Entry) -> Any:
-        """A lazy line's key now: its user's share when the pass began, its head's seq."""
-        user: Any = group[0] if self.backfill else group  # type: ignore[index]
-        return (self._armed[user], entry[1])
+        """A lazy line's key now: its user's share when the pass began, its head's seq (a
+        line with backfill is (user, GPU count))."""
+        return (self._armed[group[0]], entry[1])  # type: ignore[index]
 
     def wait_reason(self, job: QueuedJob) -> str:
         return (
