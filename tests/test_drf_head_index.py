@@ -478,7 +478,7 @@ class ShareModel:
             assert strip(got["lazy"]) == strip(got["eager"])
             if got["lazy"] is None:
                 break
-            line = got["lazy"][3]
+            line: tuple[str, int] = got["lazy"][3]  # type: ignore[assignment]
             tried.update(got)
             free -= line[1]
             del self.heads[line]
