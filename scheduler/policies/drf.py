@@ -113,13 +113,15 @@ class DrfPolicy(QueuedPolicy):
     def _arm(self, index: HeadIndex) -> None:
         """A pass begins: each waiting line of a user whose share rose since the last pass
         began is ``lazy``, re-filed when met by the user's share now (``_rekey``). Those the
-        pass re-files anyway (``dirty``) leave ``lazy`` as they are filed."""
+        pass re-files anyway (``dirty``) leave ``lazy`` as they are filed. (Lines of the user
+        no longer waiting are marked too, unread: they hold no live entry, and one that waits
+        again is touched, so filed before any pass reads it.)"""
         if not self._risen:
             return
-        lazy, armed, waiting, split = index.lazy, self._armed, self._groups, self._split
+        lazy, armed, share, split = index.lazy, self._armed, self._share, self._split
         for user in self._risen:
-            armed[user] = self._share.get(user, 0.0)
-            lazy.update(group for group in split.get(user, ()) if group in waiting)
+            armed[user] = share[user]
+            lazy.update(split.get(user, ()))
         self._risen.clear()
 
     def _rekey(self, group: Hashable, entry: Entry) -> Any:
