@@ -108,9 +108,20 @@ class HeadIndex:
         if kind is None:
             self._version.pop(group, None)
             return
-        self._next += 1
-        self._version[group] = self._next
-        self._push(kind, gpus, (key, seq, self._next, group))
+        version = self._next = self._next + 1
+        self._version[group] = version
+        # ``_push`` written out: a pass files a line per start, DRF's stops each user line
+        entry = (key, seq, version, group)
+        slot = self._heaps.get(kind)
+        if slot is None:
+            slot = self._heaps[kind] = (gpus, [])
+        heap = slot[1]
+        heapq.heappush(heap, entry)
+        self._entries += 1
+        if heap[0] is entry:  # the kind's new first
+            heapq.heappush(self._tops, (entry, kind))
+            if self._ranking_parked and kind in self._parked:
+                heapq.heappush(self._parked_tops, (entry, kind))
         if self._entries > 2 * len(self._version) + 64:
             self._compact()
         elif len(self._tops) > 2 * len(self._heaps) + 64:
