@@ -6,13 +6,15 @@ the smallest dominant share starts their next job first; each user's jobs keep s
 order, and a user whose next job cannot be placed is passed over until resources free up.
 Non-preemptive. Jobs without a user count as one anonymous user.
 
-Kept ranked by ``HeadIndex`` (``head_index.py``). A user's share that *falls* (a job stops,
-between passes) re-ranks each of the user's waiting lines before the next pass (``touch``);
-one that *rises* (a job starts) does not: the index meets a line ranked too early at its
-kind's top and re-files it then (``lazy``), with the share its user had when the pass began
-(``_armed``: within a pass a user's other lines keep the rank the pass found them at, as a
-scan ranking every line at the pass's start would). Why: with backfill a user has a line per
-GPU count, and re-filing them all at each start and stop grew with the backlog (issue 34).
+Kept ranked by ``HeadIndex`` (``head_index.py``). With backfill a user has a line per GPU
+count, and re-filing them all at each start and stop grew with the backlog (issue 34). So a
+user's share that *rises* (a job starts) re-files none of them: the index meets a line ranked
+too early at its kind's top and re-files it then (``lazy``), with the share its user had
+when the pass began (``_armed``: within a pass a user's other lines keep the rank the pass
+found them at, as a scan ranking every line at the pass's start would). One that *falls* (a
+job stops, between passes) re-files before the next pass only the lines filed above the
+share now (``touch``; typically the line whose job started, re-filed then); those filed at
+or below it are ranked too early or right, so ``lazy`` as after a rise.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class DrfPolicy(QueuedPolicy):
         self._share_pool = self.pool  # the pool those shares are of, and its sizes
         self._sizes_of_pool: tuple[float, float, float] = (0, 0, 0)
         self._reshare()
-        self._risen: set[str] = set()  # users whose share rose since the last pass began
+        # users whose lines may be filed below their rank since the last pass began
+        self._risen: set[str] = set()
         self._armed: dict[str, float] = {}  # their shares when the pass began (``rekey``)
         if self._index is not None:
             self._index.rekey = self._rekey
@@ -104,18 +107,28 @@ class DrfPolicy(QueuedPolicy):
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._add(job, -1)
-        self.priority_changed(job)  # ranked too late now: re-filed before the next pass
+        index = self._index
+        if index is None or not self.backfill:
+            self.priority_changed(job)  # ranked too late now: re-filed before the next pass
+            return
+        user = job.user
+        share, keys = self._share[user], index.keys
+        for group in self._split.get(user, ()):
+            key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
+            if key is not None and key[0] > share:
+                index.touch(group)  # filed too late: re-filed before the next pass
+        self._risen.add(user)  # the others filed at or below its share: when met
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
         self._arm(index)
         super()._indexed_pass(index, out)
 
     def _arm(self, index: HeadIndex) -> None:
-        """A pass begins: each waiting line of a user whose share rose since the last pass
-        began is ``lazy``, re-filed when met by the user's share now (``_rekey``). Those the
-        pass re-files anyway (``dirty``) leave ``lazy`` as they are filed. (Lines of the user
-        no longer waiting are marked too, unread: they hold no live entry, and one that waits
-        again is touched, so filed before any pass reads it.)"""
+        """A pass begins: each waiting line of a user whose share rose (or fell, above) since
+        the last pass began is ``lazy``, re-filed when met by the user's share now
+        (``_rekey``). Those the pass re-files anyway (``dirty``) leave ``lazy`` as they are
+        filed. (Lines of the user no longer waiting are marked too, unread: they hold no live
+        entry, and one that waits again is touched, so filed before any pass reads it.)"""
         if not self._risen:
             return
         lazy, armed, share, split = index.lazy, self._armed, self._share, self._split

@@ -40,8 +40,9 @@ it too early, never too late, so it is met at its kind's top no later than its t
 is re-filed then with its current key (``rekey``) before anything reads that key. Why: with
 backfill DRF keeps a line per user and GPU count, and re-filing every line of a user at each
 start and stop grew with the backlog (issue 34: 8 re-files per job at 200k contended jobs,
-a quarter of the run). A rank that fell (a stop) must still be re-filed before the next pass
-(``touch``): an entry ranked too late would be met too late.
+a quarter of the run). A line whose rank fell below the key it is filed at (``keys``) must
+still be re-filed before the next pass (``touch``): an entry ranked too late would be met
+too late.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class HeadIndex:
         # (given the line and its entry): re-filed when met at their kind's top (see above)
         self.lazy: set[Hashable] = set()
         self.rekey: Callable[[Hashable, Entry], Any] | None = None
+        self.keys: dict[Hashable, Any] = {}  # the key each filed line's live entry holds
 
     def touch(self, group: Hashable) -> None:
         """The line's head or its priority may have changed: re-file it before the next pass."""
@@ -107,9 +109,11 @@ class HeadIndex:
             self.lazy.discard(group)
         if kind is None:
             self._version.pop(group, None)
+            self.keys.pop(group, None)
             return
         version = self._next = self._next + 1
         self._version[group] = version
+        self.keys[group] = key
         # ``_push`` written out: a pass files a line per start, DRF's stops each user line
         entry = (key, seq, version, group)
         slot = self._heaps.get(kind)
@@ -197,6 +201,7 @@ class HeadIndex:
             return False
         self._next += 1
         self._version[group] = self._next
+        self.keys[group] = key
         heapq.heapreplace(heap, (key, first[1], self._next, group))
         return True
 
