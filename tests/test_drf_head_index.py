@@ -245,6 +245,9 @@ def test_a_reconfigured_cluster_gives_each_user_the_share_of_its_new_size() -> N
     assert (drf.dominant_share("ann"), drf.dominant_share("bob")) == (1 / 4, 2 / 4)
     assert not drf.handle(Reconfigure(cluster(2), 1.0))  # both keep running
     assert (drf.dominant_share("ann"), drf.dominant_share("bob")) == (1 / 8, 2 / 8)
+    # and the shares the index ranks lines by (kept per user between starts and stops)
+    ranks = [drf.group_priority(drf._jobs[job_id])[0] for job_id in ("a1", "b1")]
+    assert ranks == [1 / 8, 2 / 8]
 
 
 @settings(PROPERTY_SETTINGS)
