@@ -565,3 +565,41 @@ def test_a_risen_users_lines_are_not_re_filed_until_met() -> None:
         index.file(entry[3], None, 0, None, 0)
     assert order == [*((f"u{n}", 1) for n in range(10, 50)), *(("ann", g) for g in range(2, 9))]
     assert sorted(rekeyed) == [("ann", g) for g in range(2, 9)]  # each once, when met
+
+
+def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
+    """One 8-GPU node, backfill: seven 1-GPU jobs of user f and ann's first 1-GPU job fill
+    it; ann waits with jobs of 2, 3, 4 and 5 GPUs and another of 1 GPU, which starts when one
+    of f's jobs ends. Expect the end of ann's first job (her share falls back to 1/8, where
+    her 2- to 5-GPU lines are filed) to re-file none of her lines, where each stop re-filed
+    every line of the user (issue 34), and the pass to decide as before (nothing fits)."""
+    node = {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
+    config = load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {"NODE": node},
+                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
+            },
+            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}},
+        }
+    )
+    drf = from_config(DrfPolicy, config, {"backfill": True})
+    jobs = [(f"f{i}", "f", 1) for i in range(7)] + [("a1", "ann", 1)]
+    jobs += [(f"a{g}", "ann", g) for g in (2, 3, 4, 5)] + [("a1b", "ann", 1)]
+    for n, (job_id, user, gpus) in enumerate(jobs):
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        drf.handle(Submit(job_id, spec, float(n)))
+    assert [d.job_id for d in drf.handle(Finish("f0", 20.0))] == ["a1b"]
+    index = drf._index
+    assert index is not None
+    filed: list[Any] = []
+    file = index.file
+
+    def counted(group: Any, *args: Any) -> None:
+        filed.append(group)
+        file(group, *args)
+
+    index.file = counted  # type: ignore[method-assign]
+    assert drf.handle(Finish("a1", 30.0)) == []
+    assert [g for g in filed if g[0] == "ann"] == []
+    check_index(drf)
