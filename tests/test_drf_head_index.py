@@ -599,7 +599,7 @@ def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
         filed.append(group)
         file(group, *args)
 
-    index.file = counted  # type: ignore[method-assign]
+    index.file = counted  # type: ignore[method-assign, assignment]
     assert drf.handle(Finish("a1", 30.0)) == []
     assert [g for g in filed if g[0] == "ann"] == []
     check_index(drf)
