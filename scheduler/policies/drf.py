@@ -71,9 +71,10 @@ class DrfPolicy(QueuedPolicy):
         usage = self._usage.get(user)
         if usage is None:
             usage = self._usage[user] = [0.0, 0.0, 0.0]
+        gang = job.gang  # (its CPU and memory read there, not through the job's properties)
         usage[0] += sign * job.gpus
-        usage[1] += sign * job.cpu
-        usage[2] += sign * job.memory_mb
+        usage[1] += sign * gang.cpu
+        usage[2] += sign * gang.memory_mb
         if self.pool is not self._share_pool:
             self._reshare()
         # ``dominant_share`` written out over the pool's sizes kept by ``_reshare`` (it ran
