@@ -126,10 +126,6 @@ class HeadIndex:
             heapq.heappush(self._tops, (entry, kind))
             if self._ranking_parked and kind in self._parked:
                 heapq.heappush(self._parked_tops, (entry, kind))
-        if self._entries > 2 * len(self._version) + 64:
-            self._compact()
-        elif len(self._tops) > 2 * len(self._heaps) + 64:
-            self._rank_kinds()
 
     def _push(self, kind: Kind, gpus: int, entry: Entry) -> None:
         slot = self._heaps.get(kind)
@@ -226,6 +222,13 @@ class HeadIndex:
             if slot is not None and slot[1]:
                 heapq.heappush(tops, (slot[1][0], kind))
         self._off.clear()
+        # the stale entries dropped all at once when they outnumber the live ones: checked
+        # once a pass, not at every ``file`` (answers do not depend on the heaps' layout:
+        # each entry's version makes it unique)
+        if self._entries > 2 * len(self._version) + 64:
+            self._compact()
+        elif len(self._tops) > 2 * len(self._heaps) + 64:
+            self._rank_kinds()
 
     def unpark(self, level: int) -> None:
         """Rank again each parked kind whose level is at most ``level`` (called before a
