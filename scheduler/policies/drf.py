@@ -5,6 +5,16 @@ CPU and memory (dimensions the cluster config gives no size for are left out). T
 the smallest dominant share starts their next job first; each user's jobs keep submission
 order, and a user whose next job cannot be placed is passed over until resources free up.
 Non-preemptive. Jobs without a user count as one anonymous user.
+
+Kept ranked by ``HeadIndex`` (``head_index.py``). With backfill a user has a line per GPU
+count, and re-filing them all at each start and stop grew with the backlog (issue 34). So a
+user's share that *rises* (a job starts) re-files none of them: the index meets a line ranked
+too early at its kind's top and re-files it then (``lazy``), with the share its user had
+when the pass began (``_armed``: within a pass a user's other lines keep the rank the pass
+found them at, as a scan ranking every line at the pass's start would). One that *falls* (a
+job stops, between passes) re-files before the next pass only the lines filed above the
+share now (``touch``; typically the line whose job started, re-filed then); those filed at
+or below it are ranked too early or right, so ``lazy`` as after a rise.
 """
 
 from __future__ import annotations
@@ -13,6 +23,8 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from labhive.scheduler.core.model import Decision
+from labhive.scheduler.policies.head_index import Entry, HeadIndex
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
@@ -26,12 +38,23 @@ class DrfPolicy(QueuedPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._usage: dict[str, list[float]] = {}
+        self._share: dict[str, float] = {}  # dominant_share per user, kept by ``_add``
+        self._share_pool = self.pool  # the pool those shares are of, and its sizes
+        self._sizes_of_pool: tuple[float, float, float] = (0, 0, 0)
+        self._reshare()
+        # users whose lines may be filed below their rank since the last pass began
+        self._risen: set[str] = set()
+        self._armed: dict[str, float] = {}  # their shares when the pass began (``rekey``)
+        if self._index is not None:
+            self._index.rekey = self._rekey
 
     def line_key(self, job: QueuedJob) -> Hashable:
         return job.user
 
     def group_priority(self, head: QueuedJob) -> Any:
-        return (self.dominant_share(head.user), head.seq)
+        if self.pool is not self._share_pool:  # a reconfigured cluster: shares of its size
+            self._reshare()
+        return (self._share.get(head.user, 0.0), head.seq)
 
     def dominant_share(self, user: str) -> float:
         gpu, cpu, mem = self._usage.get(user, (0.0, 0.0, 0.0))
@@ -44,18 +67,81 @@ class DrfPolicy(QueuedPolicy):
         return share
 
     def _add(self, job: QueuedJob, sign: int) -> None:
-        usage = self._usage.setdefault(job.user, [0.0, 0.0, 0.0])
+        user = job.user
+        usage = self._usage.get(user)
+        if usage is None:
+            usage = self._usage[user] = [0.0, 0.0, 0.0]
+        gang = job.gang  # (its CPU and memory read there, not through the job's properties)
         usage[0] += sign * job.gpus
-        usage[1] += sign * job.cpu
-        usage[2] += sign * job.memory_mb
+        usage[1] += sign * gang.cpu
+        usage[2] += sign * gang.memory_mb
+        if self.pool is not self._share_pool:
+            self._reshare()
+        # ``dominant_share`` written out over the pool's sizes kept by ``_reshare`` (it ran
+        # at every start and stop: issue 34)
+        gpus, cpu, memory = self._sizes_of_pool
+        share = usage[0] / gpus if gpus else 0.0
+        if cpu:
+            share = max(share, usage[1] / cpu)
+        if memory:
+            share = max(share, usage[2] / memory)
+        self._share[user] = share
+
+    def _reshare(self) -> None:
+        """The pool changed (a reconfigured cluster): every user's share of its size."""
+        pool = self._share_pool = self.pool
+        self._sizes_of_pool = (
+            pool.total_gpus,
+            pool.total_cpu if 0 < pool.total_cpu < math.inf else 0,
+            pool.total_memory if 0 < pool.total_memory < math.inf else 0,
+        )
+        self._share = {user: self.dominant_share(user) for user in self._usage}
 
     def on_started(self, job: QueuedJob) -> None:
         self._add(job, +1)
-        self.priority_changed(job)
+        if self._index is None:
+            self.priority_changed(job)
+        elif self.backfill:
+            self._risen.add(job.user)  # its lines re-filed when met (``_arm``)
+        # (without backfill the user's one line is the job's: ``_dequeue`` touched it, and a
+        # pass re-files it at once by the user's new share)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._add(job, -1)
-        self.priority_changed(job)
+        index = self._index
+        if index is None or not self.backfill:
+            self.priority_changed(job)  # ranked too late now: re-filed before the next pass
+            return
+        user = job.user
+        share, keys = self._share[user], index.keys
+        for group in self._split.get(user, ()):
+            key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
+            if key is not None and key[0] > share:
+                index.touch(group)  # filed too late: re-filed before the next pass
+        self._risen.add(user)  # the others filed at or below its share: when met
+
+    def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
+        self._arm(index)
+        super()._indexed_pass(index, out)
+
+    def _arm(self, index: HeadIndex) -> None:
+        """A pass begins: each waiting line of a user whose share rose (or fell, above) since
+        the last pass began is ``lazy``, re-filed when met by the user's share now
+        (``_rekey``). Those the pass re-files anyway (``dirty``) leave ``lazy`` as they are
+        filed. (Lines of the user no longer waiting are marked too, unread: they hold no live
+        entry, and one that waits again is touched, so filed before any pass reads it.)"""
+        if not self._risen:
+            return
+        lazy, armed, share, split = index.lazy, self._armed, self._share, self._split
+        for user in self._risen:
+            armed[user] = share[user]
+            lazy.update(split.get(user, ()))
+        self._risen.clear()
+
+    def _rekey(self, group: Hashable, entry: Entry) -> Any:
+        """A lazy line's key now: its user's share when the pass began, its head's seq (a
+        line with backfill is (user, GPU count))."""
+        return (self._armed[group[0]], entry[1])  # type: ignore[index]
 
     def wait_reason(self, job: QueuedJob) -> str:
         return (

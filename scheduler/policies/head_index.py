@@ -33,6 +33,16 @@ the pass tried last and sets aside whatever ranks before it until the pass ends 
 Stale entries (a line re-filed, emptied or gone) are told apart by a version per line, unique
 across lines, and dropped when they reach a heap's top, or all at once when they outnumber the
 live ones (so a long replay does not keep them).
+
+Keys that rose, re-filed when met (``lazy``, ``rekey``). A line whose rank may have *risen*
+(DRF: its user started a job, so its share grew) need not be re-filed at once: its entry ranks
+it too early, never too late, so it is met at its kind's top no later than its true rank, and
+is re-filed then with its current key (``rekey``) before anything reads that key. Why: with
+backfill DRF keeps a line per user and GPU count, and re-filing every line of a user at each
+start and stop grew with the backlog (issue 34: 8 re-files per job at 200k contended jobs,
+a quarter of the run). A line whose rank fell below the key it is filed at (``keys``) must
+still be re-filed before the next pass (``touch``): an entry ranked too late would be met
+too late.
 """
 
 from __future__ import annotations
@@ -82,6 +92,11 @@ class HeadIndex:
         self._entries = 0  # entries in the heaps, live or stale
         self._aside: list[tuple[Kind, int, Entry]] = []  # passed over in this pass
         self.dirty: set[Hashable] = set()
+        # lines whose filed key may be below their key now, and the key now of such a line
+        # (given the line and its entry): re-filed when met at their kind's top (see above)
+        self.lazy: set[Hashable] = set()
+        self.rekey: Callable[[Hashable, Entry], Any] | None = None
+        self.keys: dict[Hashable, Any] = {}  # the key each filed line's live entry holds
 
     def touch(self, group: Hashable) -> None:
         """The line's head or its priority may have changed: re-file it before the next pass."""
@@ -90,16 +105,27 @@ class HeadIndex:
     def file(self, group: Hashable, kind: Kind | None, gpus: int, key: Any, seq: int) -> None:
         """(Re-)file the line's head (``kind`` None: the line is empty), ranked by ``key``."""
         self.dirty.discard(group)
+        if self.lazy:
+            self.lazy.discard(group)
         if kind is None:
             self._version.pop(group, None)
+            self.keys.pop(group, None)
             return
-        self._next += 1
-        self._version[group] = self._next
-        self._push(kind, gpus, (key, seq, self._next, group))
-        if self._entries > 2 * len(self._version) + 64:
-            self._compact()
-        elif len(self._tops) > 2 * len(self._heaps) + 64:
-            self._rank_kinds()
+        version = self._next = self._next + 1
+        self._version[group] = version
+        self.keys[group] = key
+        # ``_push`` written out: a pass files a line per start, DRF's stops each user line
+        entry = (key, seq, version, group)
+        slot = self._heaps.get(kind)
+        if slot is None:
+            slot = self._heaps[kind] = (gpus, [])
+        heap = slot[1]
+        heapq.heappush(heap, entry)
+        self._entries += 1
+        if heap[0] is entry:  # the kind's new first
+            heapq.heappush(self._tops, (entry, kind))
+            if self._ranking_parked and kind in self._parked:
+                heapq.heappush(self._parked_tops, (entry, kind))
 
     def _push(self, kind: Kind, gpus: int, entry: Entry) -> None:
         slot = self._heaps.get(kind)
@@ -117,7 +143,7 @@ class HeadIndex:
         """The first-ranked live entry after ``after`` among kinds whose heads ``may_start``
         (its entry stays: a start re-files the line, a failure is ``after`` next time)."""
         tops, heaps, version, off = self._tops, self._heaps, self._version, self._off
-        parked = self._parked
+        parked, lazy = self._parked, self.lazy
         later: list[tuple[Entry, Kind]] = []  # kinds that may not start now, asked next time
         found: Entry | None = None
         while tops:
@@ -130,6 +156,9 @@ class HeadIndex:
                 heapq.heappop(heap)  # stale
                 self._entries -= 1
                 self._next_first(kind, heap)
+                continue
+            if lazy and first[3] in lazy and self._rekeyed(heap, first):
+                heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
                 continue
             verdict = may_start(kind, gpus, first[0])
             if verdict == NOT_THIS_PASS:
@@ -157,6 +186,21 @@ class HeadIndex:
             heapq.heappush(tops, item)
         return found
 
+    def _rekeyed(self, heap: list[Entry], first: Entry) -> bool:
+        """``first``, a ``lazy`` line's entry atop its kind's heap, re-filed with its key now
+        (a new version); False where its key is unchanged (it stays, no longer lazy)."""
+        group = first[3]
+        self.lazy.discard(group)
+        assert self.rekey is not None, "lazy lines need a rekey"
+        key = self.rekey(group, first)
+        if key == first[0]:
+            return False
+        self._next += 1
+        self._version[group] = self._next
+        self.keys[group] = key
+        heapq.heapreplace(heap, (key, first[1], self._next, group))
+        return True
+
     def _next_first(self, kind: Kind, heap: list[Entry]) -> None:
         """``_tops[0]`` was the kind's first, just popped off its heap: rank its next."""
         if heap:
@@ -178,6 +222,13 @@ class HeadIndex:
             if slot is not None and slot[1]:
                 heapq.heappush(tops, (slot[1][0], kind))
         self._off.clear()
+        # the stale entries dropped all at once when they outnumber the live ones: checked
+        # once a pass, not at every ``file`` (answers do not depend on the heaps' layout:
+        # each entry's version makes it unique)
+        if self._entries > 2 * len(self._version) + 64:
+            self._compact()
+        elif len(self._tops) > 2 * len(self._heaps) + 64:
+            self._rank_kinds()
 
     def unpark(self, level: int) -> None:
         """Rank again each parked kind whose level is at most ``level`` (called before a
@@ -218,9 +269,12 @@ class HeadIndex:
             if kind not in parked or slot is None or not slot[1] or slot[1][0] is not first:
                 heapq.heappop(tops)  # stale: unparked, or the kind's first changed
                 continue
-            if version.get(first[3]) == first[2]:
-                return first
             heap = slot[1]
+            if version.get(first[3]) == first[2]:
+                if self.lazy and first[3] in self.lazy and self._rekeyed(heap, first):
+                    heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
+                    continue
+                return first
             heapq.heappop(heap)  # a stale first of the kind's own heap
             self._entries -= 1
             if heap:
