@@ -17,14 +17,15 @@ from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.jobs import JobSpec
-from labhive.scheduler.core.model import SpecRejected
+from labhive.scheduler.core.model import Decision, SpecRejected
+from labhive.scheduler.policies.capacity_pass import CapacityPass
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.core.config import ClusterConfig
 
 
-class CapacityPolicy(QueuedPolicy):
+class CapacityPolicy(CapacityPass, QueuedPolicy):
     name = "capacity"
     preemptive = True
 
@@ -32,6 +33,10 @@ class CapacityPolicy(QueuedPolicy):
         super().__init__(*args, **kwargs)
         self.borrow = borrow
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
+        # a line per VC: its head and rank kept between full passes (``capacity_pass``)
+        self._kept_jobs = {}
+        if not (self.backfill or self.per_vc):
+            self._line_heads = {}
 
     def check(self, spec: JobSpec) -> None:
         """Also reject, with hard quotas, a job larger than its VC's quota: it would block
@@ -85,9 +90,18 @@ class CapacityPolicy(QueuedPolicy):
     def on_started(self, job: QueuedJob) -> None:
         if job.opportunistic:
             self._borrowers[job.job_id] = job
+        if self._line_heads is not None:
+            self._touched.add(job.vc)  # its VC's share changed: ranked again (its line's key)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._borrowers.pop(job.job_id, None)
+        if self._line_heads is not None:
+            self._touched.add(job.vc)
+
+    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+        super()._reconfigure(config, out)
+        if self._line_heads is not None:
+            self._touched.update(self._line_heads)  # the quotas, so every share, may change
 
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"{victim.vc} borrowed these GPUs beyond its quota; their VC reclaimed them"

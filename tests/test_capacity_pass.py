@@ -1,0 +1,235 @@
+"""Given random clusters of one to three VCs and random submissions to every VC (1 to 8 GPUs in
+one or two tasks), finishes, cancels, requeues, node faults, ticks and a new cluster config,
+expect Capacity (borrowing on and off) to decide exactly as the Capacity whose pass ranks every
+VC's head afresh at each pass and skips hopeless heads one by one (``QueuedPass._schedule``):
+its pass keeps the VCs' ranked heads between passes, drops the heads left that cannot start
+once its searches are spent, and makes no probe for a borrowed head's search
+(``capacity_pass.py``, issue 34). A kept rank not refreshed when its VC's share changes, or a
+head dropped that could still start, shows up as a different start or order.
+
+And given eight VCs each with a 16-GPU head beyond its quota that no two nodes have room for,
+expect a pass after a finish to rank only the finished job's VC again, to weigh no head
+after the two the searches go to, and to build no release probe (the pass before: eight
+ranked, eight weighed, two probes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_properties import ENDINGS, PROPERTY_SETTINGS, clusters
+
+from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.jobs import parse_job
+from labhive.scheduler.core.model import (
+    Event,
+    Finish,
+    NodeDown,
+    NodeUp,
+    Reconfigure,
+    SpecRejected,
+    Submit,
+    Tick,
+)
+from labhive.scheduler.policies import preempt_probe
+from labhive.scheduler.policies.capacity import CapacityPolicy
+from labhive.scheduler.policies.queued import QueuedJob, from_config
+
+
+class CapacityRankingAfresh(CapacityPolicy):
+    """Capacity with ``QueuedPass``'s own pass: every VC's head fetched and ranked anew at
+    each pass, each head reached tried or skipped as hopeless in turn, every search made on
+    paper."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._line_heads = None  # what the Capacity pass keys on: off, the plain pass runs
+
+
+def steps(vcs: int) -> Any:
+    """Submissions to any of ``vcs`` VCs (sometimes to the first, so one VC's line is deep),
+    endings, node faults, ticks and a new cluster config, each with whether it shares the
+    instant of the one before."""
+    submit = st.fixed_dictionaries(
+        {
+            "vc": st.sampled_from([f"vc{v}" for v in range(vcs)] + ["vc0"]),
+            "tasks": st.integers(1, 2),
+            "gpus": st.sampled_from([1, 1, 2, 3, 4, 6, 8]),
+        }
+    ).map(lambda d: ("submit", d))
+    other = st.tuples(
+        st.sampled_from(
+            ["finish"] * 5 + ["cancel", "requeue", "node_down", "node_up", "reconfigure"]
+        ),
+        st.integers(0, 1000),
+    )
+    return st.lists(st.tuples(st.one_of(submit, other), st.booleans()), min_size=30, max_size=90)
+
+
+def batches(
+    policy: CapacityPolicy, nodes: list[str], drawn: list[Any], other: Callable[[], Any]
+) -> Iterator[list[Event]]:
+    """The drawn steps as batches of one instant's events, each built when due (an ending
+    picks among the jobs ``policy`` holds then); a reconfigure goes to ``other()``'s config."""
+    down: set[str] = set()
+    now, batch, used = 0.0, list[Event](), set[str | None]()
+    for i, ((kind, arg), same) in enumerate(drawn):
+        if batch and not same:
+            yield batch
+            now, batch, used = now + 60.0, [], set()
+        event: Event | None = None
+        if kind == "submit":
+            spec = parse_job({"name": f"j{i}", **arg})
+            try:
+                policy.check(spec)
+            except SpecRejected:
+                continue
+            event = Submit(f"j{i}", spec, now)
+        elif kind in ENDINGS:
+            views = [v for v in policy.jobs() if (v.state == "WAITING") == (kind == "cancel")]
+            if views:
+                event = ENDINGS[kind](views[arg % len(views)].job_id, now)
+        elif kind == "node_down":
+            down.add(node := nodes[arg % len(nodes)])
+            event = NodeDown(node, now, "fault")
+        elif kind == "node_up" and down:
+            down.discard(node := sorted(down)[arg % len(down)])
+            event = NodeUp(node, now)
+        elif kind == "reconfigure":  # alone in its instant (submissions are checked on it)
+            if batch:
+                yield batch
+                now, batch, used = now + 60.0, [], set()
+            yield [Reconfigure(other(), now)]
+            now, down = now + 60.0, set()
+            continue
+        else:
+            event = Tick(now)
+        job_id = getattr(event, "job_id", None)
+        if event is not None and (job_id is None or job_id not in used):
+            batch.append(event)
+            used.add(job_id)
+    if batch:
+        yield batch
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data(), borrow=st.booleans())
+def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
+    data: Any, borrow: bool
+) -> None:
+    raw = data.draw(clusters())
+    config = load_cluster_config(raw)
+    nodes = sorted({n.name for n in config.nodes()})
+    kept = from_config(CapacityPolicy, config, {}, borrow=borrow)
+    afresh = from_config(CapacityRankingAfresh, config, {}, borrow=borrow)
+    assert kept._line_heads is not None and afresh._line_heads is None
+    drawn = data.draw(steps(len(config.vcs)))
+
+    def another_config() -> Any:  # a cluster of other sizes and quotas, the same VC names
+        return load_cluster_config(data.draw(clusters()))
+
+    for batch in batches(kept, nodes, drawn, another_config):
+        if len(batch) == 1:
+            assert kept.handle(batch[0]) == afresh.handle(batch[0]), batch
+        else:
+            assert kept.handle_batch(batch) == afresh.handle_batch(batch), batch
+        assert kept.jobs() == afresh.jobs()
+        assert kept.cluster() == afresh.cluster()
+        if isinstance(batch[0], Reconfigure):
+            nodes = sorted({n.name for n in batch[0].config.nodes()})
+
+
+def eight_vcs_of_a_node() -> Any:
+    """Eight 8-GPU nodes; VCs vc0 to vc7, each guaranteed one node's worth (8 GPUs)."""
+    node = {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
+    return load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {"NODE": node},
+                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(8)],
+            },
+            "virtualClusters": {
+                f"vc{v}": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}
+                for v in range(8)
+            },
+        }
+    )
+
+
+class Counted:
+    """What a Capacity policy's passes ask from now on: heads ranked (``group_priority``),
+    heads weighed as hopeless (``_hopeless``), tries (``_try``), release probes built."""
+
+    def __init__(self, policy: CapacityPolicy, monkeypatch: Any) -> None:
+        self.ranked = self.weighed = self.tried = self.probes = 0
+        rank, weigh, attempt = policy.group_priority, policy._hopeless, policy._try
+
+        def ranked(head: QueuedJob) -> Any:
+            self.ranked += 1
+            return rank(head)
+
+        def weighed(head: QueuedJob) -> bool:
+            self.weighed += 1
+            return weigh(head)
+
+        def tried(job: QueuedJob, out: Any) -> bool:
+            self.tried += 1
+            return attempt(job, out)
+
+        monkeypatch.setattr(policy, "group_priority", ranked)
+        monkeypatch.setattr(policy, "_hopeless", weighed)
+        monkeypatch.setattr(policy, "_try", tried)
+        probe = preempt_probe.ReleaseProbe
+
+        class CountedProbe(probe):  # type: ignore[misc,valid-type]
+            def __init__(inner, *args: Any) -> None:
+                self.probes += 1
+                super().__init__(*args)
+
+        monkeypatch.setattr("labhive.scheduler.policies.queued_pass.ReleaseProbe", CountedProbe)
+
+
+def a_pass_after_a_finish(cls: type[CapacityPolicy], monkeypatch: Any) -> Counted:
+    """Eight 8-GPU nodes, each running a 6-GPU job of its own VC (guaranteed), and vc7 a
+    1-GPU job beside its six; each VC's head wants 16 GPUs (two tasks of 8), beyond its
+    quota (borrowed). vc7's 1-GPU job ends: 16 GPUs free, 2 on each node, so no 16-GPU gang
+    fits; what does the pass after it ask?"""
+    policy = from_config(cls, eight_vcs_of_a_node(), {})
+    now = 0.0
+
+    def submit(job_id: str, vc: str, gpus: int, tasks: int = 1) -> None:
+        nonlocal now
+        now += 1.0
+        spec = parse_job({"name": job_id, "vc": vc, "gpus": gpus // tasks, "tasks": tasks})
+        policy.check(spec)
+        policy.handle(Submit(job_id, spec, now))
+
+    for v in range(8):
+        submit(f"six{v}", f"vc{v}", 6)
+    submit("one", "vc7", 1)
+    for v in range(8):
+        submit(f"wide{v}", f"vc{v}", 16, tasks=2)
+    assert [v.job_id for v in policy.jobs() if v.state == "WAITING"] == [
+        f"wide{v}" for v in range(8)
+    ]
+    assert policy.handle(Tick(now + 1.0)) == []  # a full pass: the heads ranked and kept
+    counted = Counted(policy, monkeypatch)
+    assert policy.handle(Finish("one", now + 2.0)) == []
+    return counted
+
+
+def test_a_pass_ranks_only_the_vc_that_changed_and_drops_the_heads_left(
+    monkeypatch: Any,
+) -> None:
+    """The kept pass ranks vc7's head again (its 1-GPU job ended: its share fell), tries
+    the first two heads (each spends one of the pass's two searches: 16 GPUs free, enough
+    by count, and a borrowed head preempts nobody), weighs them only (the first is weighed
+    and tried whatever it is: it blocks) and drops the six left at once (placement refuses
+    16 GPUs by free counts). Before, the pass ranked all eight heads, weighed each one by one
+    and built a release probe for each of the two searches."""
+    kept = a_pass_after_a_finish(CapacityPolicy, monkeypatch)
+    assert (kept.ranked, kept.weighed, kept.tried, kept.probes) == (1, 2, 2, 0)
+    afresh = a_pass_after_a_finish(CapacityRankingAfresh, monkeypatch)
+    assert (afresh.ranked, afresh.weighed, afresh.tried, afresh.probes) == (8, 8, 2, 2)
