@@ -19,7 +19,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_properties import ENDINGS, PROPERTY_SETTINGS, clusters
+from test_properties import ENDINGS, PROPERTY_SETTINGS
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
@@ -48,24 +48,49 @@ class CapacityRankingAfresh(CapacityPolicy):
         self._line_heads = None  # what the Capacity pass keys on: off, the plain pass runs
 
 
-def steps(vcs: int) -> Any:
-    """Submissions to any of ``vcs`` VCs (sometimes to the first, so one VC's line is deep),
+@st.composite
+def squeezed(draw: Any) -> dict[str, Any]:
+    """Two to six nodes of 2, 4 or 8 GPUs; two to four VCs, each guaranteed one or more whole
+    nodes (a node or two may be left to no VC): every VC has a share to rank it by."""
+    gpus = draw(st.sampled_from([2, 4, 8]))
+    nodes = draw(st.integers(2, 6))
+    vcs = draw(st.integers(2, min(4, nodes)))
+    owned = draw(st.lists(st.integers(1, 2), min_size=vcs, max_size=vcs))
+    while sum(owned) > nodes:
+        owned[owned.index(max(owned))] -= 1
+    node = {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True}
+    return {
+        "physicalCluster": {
+            "cellTypes": {"NODE": node},
+            "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(nodes)],
+        },
+        "virtualClusters": {
+            f"vc{v}": {"virtualCells": [{"cellType": "NODE", "cellNumber": n}]}
+            for v, n in enumerate(owned)
+        },
+    }
+
+
+def steps(vcs: int, gpus: int) -> Any:
+    """Submissions to any of ``vcs`` VCs (more to the first, so one VC's line is deep) of one
+    or two tasks of 1 GPU up to a node's ``gpus`` (two of a node's: a gang wider than a node),
     endings, node faults, ticks and a new cluster config, each with whether it shares the
     instant of the one before."""
     submit = st.fixed_dictionaries(
         {
             "vc": st.sampled_from([f"vc{v}" for v in range(vcs)] + ["vc0"]),
             "tasks": st.integers(1, 2),
-            "gpus": st.sampled_from([1, 1, 2, 3, 4, 6, 8]),
+            "gpus": st.sampled_from([1, 1, 2, max(1, gpus // 2), gpus]),
         }
     ).map(lambda d: ("submit", d))
     other = st.tuples(
         st.sampled_from(
-            ["finish"] * 5 + ["cancel", "requeue", "node_down", "node_up", "reconfigure"]
+            ["finish"] * 6 + ["cancel", "requeue", "node_down", "node_up", "tick", "reconfigure"]
         ),
         st.integers(0, 1000),
     )
-    return st.lists(st.tuples(st.one_of(submit, other), st.booleans()), min_size=30, max_size=90)
+    step = st.tuples(st.one_of(submit, submit, other), st.booleans())
+    return st.lists(step, min_size=40, max_size=120)
 
 
 def batches(
@@ -119,16 +144,16 @@ def batches(
 def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
     data: Any, borrow: bool
 ) -> None:
-    raw = data.draw(clusters())
+    raw = data.draw(squeezed())
     config = load_cluster_config(raw)
     nodes = sorted({n.name for n in config.nodes()})
     kept = from_config(CapacityPolicy, config, {}, borrow=borrow)
     afresh = from_config(CapacityRankingAfresh, config, {}, borrow=borrow)
     assert kept._line_heads is not None and afresh._line_heads is None
-    drawn = data.draw(steps(len(config.vcs)))
+    drawn = data.draw(steps(len(config.vcs), max(len(n.gpus) for n in config.nodes())))
 
-    def another_config() -> Any:  # a cluster of other sizes and quotas, the same VC names
-        return load_cluster_config(data.draw(clusters()))
+    def another_config() -> Any:  # other nodes and quotas, VCs of the same names
+        return load_cluster_config(data.draw(squeezed()))
 
     for batch in batches(kept, nodes, drawn, another_config):
         if len(batch) == 1:
