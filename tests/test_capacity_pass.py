@@ -8,9 +8,9 @@ once its searches are spent, and makes no probe for a borrowed head's search
 head dropped that could still start, shows up as a different start or order.
 
 And given eight VCs each with a 16-GPU head beyond its quota that no two nodes have room for,
-expect a pass after a finish to rank only the finished job's VC again, to weigh no head
-after the two the searches go to, and to build no release probe (the pass before: eight
-ranked, eight weighed, two probes)."""
+expect a pass after a finish to rank only the finished job's VC again and to settle every
+head by counts, asking placement nothing and building no release probe (the pass before:
+eight ranked, eight weighed, two tried, three placements asked, two probes)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from labhive.scheduler.core.model import (
 )
 from labhive.scheduler.policies import preempt_probe
 from labhive.scheduler.policies.capacity import CapacityPolicy
-from labhive.scheduler.policies.queued import QueuedJob, from_config
+from labhive.scheduler.policies.queued import from_config
 
 
 class CapacityRankingAfresh(CapacityPolicy):
@@ -90,7 +90,7 @@ def steps(vcs: int, gpus: int) -> Any:
         st.integers(0, 1000),
     )
     step = st.tuples(st.one_of(submit, submit, other), st.booleans())
-    return st.lists(step, min_size=40, max_size=120)
+    return st.lists(step, min_size=30, max_size=90)
 
 
 def batches(
@@ -140,20 +140,23 @@ def batches(
 
 
 @settings(PROPERTY_SETTINGS)
-@given(data=st.data(), borrow=st.booleans())
+@given(data=st.data(), borrow=st.booleans(), searches=st.sampled_from([1, 2]))
 def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
-    data: Any, borrow: bool
+    data: Any, borrow: bool, searches: int
 ) -> None:
-    raw = data.draw(squeezed())
-    config = load_cluster_config(raw)
+    """(With one search a pass, as well as two: its heads left are dropped sooner.)"""
+    configs = [load_cluster_config(data.draw(squeezed())) for _ in range(2)]
+    config = configs[0]
     nodes = sorted({n.name for n in config.nodes()})
     kept = from_config(CapacityPolicy, config, {}, borrow=borrow)
     afresh = from_config(CapacityRankingAfresh, config, {}, borrow=borrow)
     assert kept._line_heads is not None and afresh._line_heads is None
+    kept.SEARCHES_PER_PASS = afresh.SEARCHES_PER_PASS = searches
     drawn = data.draw(steps(len(config.vcs), max(len(n.gpus) for n in config.nodes())))
 
-    def another_config() -> Any:  # other nodes and quotas, VCs of the same names
-        return load_cluster_config(data.draw(squeezed()))
+    def another_config() -> Any:  # the other of the two: other nodes and quotas, same VCs
+        configs.reverse()
+        return configs[0]
 
     for batch in batches(kept, nodes, drawn, another_config):
         if len(batch) == 1:
@@ -185,27 +188,26 @@ def eight_vcs_of_a_node() -> Any:
 
 class Counted:
     """What a Capacity policy's passes ask from now on: heads ranked (``group_priority``),
-    heads weighed as hopeless (``_hopeless``), tries (``_try``), release probes built."""
+    heads weighed as hopeless (``_hopeless``), tries (``_try``), placement's answers
+    (``NodePool.may_fit`` and ``place``), release probes built."""
 
     def __init__(self, policy: CapacityPolicy, monkeypatch: Any) -> None:
-        self.ranked = self.weighed = self.tried = self.probes = 0
-        rank, weigh, attempt = policy.group_priority, policy._hopeless, policy._try
+        self.ranked = self.weighed = self.tried = self.placements = self.probes = 0
 
-        def ranked(head: QueuedJob) -> Any:
-            self.ranked += 1
-            return rank(head)
+        def counting(owner: Any, name: str, field: str) -> None:
+            real = getattr(owner, name)
 
-        def weighed(head: QueuedJob) -> bool:
-            self.weighed += 1
-            return weigh(head)
+            def counted(*args: Any) -> Any:
+                setattr(self, field, getattr(self, field) + 1)
+                return real(*args)
 
-        def tried(job: QueuedJob, out: Any) -> bool:
-            self.tried += 1
-            return attempt(job, out)
+            monkeypatch.setattr(owner, name, counted)
 
-        monkeypatch.setattr(policy, "group_priority", ranked)
-        monkeypatch.setattr(policy, "_hopeless", weighed)
-        monkeypatch.setattr(policy, "_try", tried)
+        counting(policy, "group_priority", "ranked")
+        counting(policy, "_hopeless", "weighed")
+        counting(policy, "_try", "tried")
+        counting(policy.pool, "may_fit", "placements")
+        counting(policy.pool, "place", "placements")
         probe = preempt_probe.ReleaseProbe
 
         class CountedProbe(probe):  # type: ignore[misc,valid-type]
@@ -214,6 +216,9 @@ class Counted:
                 super().__init__(*args)
 
         monkeypatch.setattr("labhive.scheduler.policies.queued_pass.ReleaseProbe", CountedProbe)
+
+    def asked(self) -> tuple[int, int, int, int, int]:
+        return (self.ranked, self.weighed, self.tried, self.placements, self.probes)
 
 
 def a_pass_after_a_finish(cls: type[CapacityPolicy], monkeypatch: Any) -> Counted:
@@ -245,16 +250,17 @@ def a_pass_after_a_finish(cls: type[CapacityPolicy], monkeypatch: Any) -> Counte
     return counted
 
 
-def test_a_pass_ranks_only_the_vc_that_changed_and_drops_the_heads_left(
+def test_a_pass_ranks_only_the_vc_that_changed_and_asks_placement_nothing(
     monkeypatch: Any,
 ) -> None:
-    """The kept pass ranks vc7's head again (its 1-GPU job ended: its share fell), tries
-    the first two heads (each spends one of the pass's two searches: 16 GPUs free, enough
-    by count, and a borrowed head preempts nobody), weighs them only (the first is weighed
-    and tried whatever it is: it blocks) and drops the six left at once (placement refuses
-    16 GPUs by free counts). Before, the pass ranked all eight heads, weighed each one by one
-    and built a release probe for each of the two searches."""
+    """The kept pass ranks vc7's head again (its 1-GPU job ended: its share fell) and settles
+    the eight heads by counts: each may only borrow, and placement refused 16 GPUs at the
+    pass before, which a release leaving 2 GPUs on a node cannot undo (``SizeRefusals``);
+    the first two spend the pass's two searches (16 GPUs free, enough by count; a borrowed
+    head preempts nobody) and the six left are dropped at once. Before, the pass ranked all
+    eight heads, weighed each one by one, tried two, asked placement three times (each try,
+    then the refusal it keeps) and built a release probe for each of the two searches."""
     kept = a_pass_after_a_finish(CapacityPolicy, monkeypatch)
-    assert (kept.ranked, kept.weighed, kept.tried, kept.probes) == (1, 2, 2, 0)
+    assert kept.asked() == (1, 0, 0, 0, 0)
     afresh = a_pass_after_a_finish(CapacityRankingAfresh, monkeypatch)
-    assert (afresh.ranked, afresh.weighed, afresh.tried, afresh.probes) == (8, 8, 2, 2)
+    assert afresh.asked() == (8, 8, 2, 3, 2)

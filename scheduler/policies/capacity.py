@@ -90,13 +90,13 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
     def on_started(self, job: QueuedJob) -> None:
         if job.opportunistic:
             self._borrowers[job.job_id] = job
-        if self._line_heads is not None:
-            self._touched.add(job.vc)  # its VC's share changed: ranked again (its line's key)
+        # (its VC's share changed: its line is ranked again, as ``_start``'s ``_dequeue``
+        # marked it)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._borrowers.pop(job.job_id, None)
         if self._line_heads is not None:
-            self._touched.add(job.vc)
+            self._touched.add(job.vc)  # its VC's share fell: ranked again (its line's key)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         super()._reconfigure(config, out)

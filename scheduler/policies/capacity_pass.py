@@ -71,21 +71,43 @@ class CapacityPass(QueuedPass):
 
     def _next_head(self, heads: Heads, out: list[Decision]) -> None:
         """Pop the first head and try it, unless ``_hopeless``; if it starts, its line's next
-        head is ranked in (by its VC's new share), as ``QueuedPass._schedule`` does."""
+        head is ranked in (by its VC's new share), as ``QueuedPass._schedule`` does. A head
+        that may only borrow and whose GPU count placement refuses is settled by counts
+        (``_borrower_refused``)."""
         _, _, group = heapq.heappop(heads)
-        head = self._head_of(group)
-        if head is None or self._hopeless(head) or not self._try(head, out):
+        head = self._kept_jobs[group] if group not in self._touched else self._head(group)
+        if head is None:
+            return
+        allowed, opp = self.admit(head)
+        if not allowed:
+            return  # (borrowing off: ``_try`` refuses it at once, changing nothing)
+        if opp and self._refused(head.gang):
+            self._borrower_refused(head)
+            return
+        if self._hopeless(head) or not self._try(head, out):
             return  # this line is blocked for the rest of the pass
         nxt = self._head(group)  # (the line is in ``_touched`` now: the start left it)
         if nxt is not None:
             heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
 
-    def _head_of(self, group: Hashable) -> QueuedJob | None:
-        """The line's head: the kept one, unless a job joined or left the line (or its VC's
-        use changed) since the pass began."""
-        if group in self._touched:
-            return self._head(group)
-        return self._kept_jobs[group]
+    def _borrower_refused(self, head: QueuedJob) -> None:
+        """What ``_hopeless`` and ``_try`` make of a head that may only borrow and of a GPU
+        count placement refuses by free counts (``_refused``), without asking placement or
+        building a search: skipped as hopeless once the blocked head is found, unless a
+        search may run for it; tried otherwise, when it fails, spending a search if the free
+        GPUs reach its count (``_preempt_for``: it has no victims), and blocks the pass if
+        nothing does yet. Why: on the contended cluster nearly every pass tried two VCs'
+        64-GPU heads so, each asking placement and building a release probe (issue 34)."""
+        free, gpus = self.pool.free_gpus, head.gpus
+        blocked = self._blocked
+        found = blocked is not None and blocked.job_id in self._waiting
+        searching = self._searches > 0
+        if found and not (searching and free + self.victim_gpus(head, False) >= gpus):
+            return  # hopeless: it needs more than are free, or is refused, and no search
+        if searching and free >= gpus:
+            self._searches -= 1  # a search with nothing to release (``_fails_on_paper``)
+        if not found:
+            self._blocked = head
 
     def _kept_heads(self) -> Heads:
         """Every line's ranked head, as ``QueuedPass._ranked`` finds them, from those kept
@@ -111,21 +133,25 @@ class CapacityPass(QueuedPass):
     def _thinned(self, heads: Heads) -> Heads:
         """The heads left once the pass's searches are spent and its blocked head found,
         without those ``_hopeless`` would skip whenever reached: needing more GPUs than are
-        free, or of a shape found no room this pass, or of a GPU count placement refuses by
-        free counts (``_refused``, asked once per count). Until the pass ends free GPUs only
-        fall and nothing is released (no search runs), so they stay hopeless."""
+        free, or of a GPU count placement refuses by free counts (``_refused``, asked once
+        per count here), or of a shape found no room this pass. Until the pass ends free GPUs
+        only fall and nothing is released (no search runs), so they stay hopeless."""
         if self._line_heads is None:
             return super()._thinned(heads)
         free, no_room = self.pool.free_gpus, self._no_room
+        touched, jobs = self._touched, self._kept_jobs
+        fits: dict[int, bool] = {}  # GPU count -> not hopeless by its count
         kept = []
         for entry in heads:
-            head = self._head_of(entry[2])
-            if (
-                head is not None
-                and head.gpus <= free
-                and head.gang.shape not in no_room
-                and not self._refused(head.gang)
-            ):
+            group = entry[2]
+            head = jobs[group] if group not in touched else self._head(group)
+            if head is None:
+                continue
+            gpus = head.gpus
+            may = fits.get(gpus)
+            if may is None:
+                may = fits[gpus] = gpus <= free and not self._refused(head.gang)
+            if may and head.gang.shape not in no_room:
                 kept.append(entry)
         heapq.heapify(kept)
         return kept
