@@ -62,7 +62,9 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
         return self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0)
 
     def admit(self, job: QueuedJob) -> tuple[bool, bool]:
-        if self.guaranteed_used(job.vc) + job.gpus <= self.vc_gpus.get(job.vc, 0):
+        vc = job.vc  # (``guaranteed_used``, inline: asked of each head a pass weighs)
+        guaranteed = self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0)
+        if guaranteed + job.gpus <= self.vc_gpus.get(vc, 0):
             return True, False
         return self.borrow, True
 

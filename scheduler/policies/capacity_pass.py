@@ -138,8 +138,10 @@ class CapacityPass(QueuedPass):
         only fall and nothing is released (no search runs), so they stay hopeless."""
         if self._line_heads is None:
             return super()._thinned(heads)
-        free, no_room = self.pool.free_gpus, self._no_room
-        touched, jobs = self._touched, self._kept_jobs
+        pool, no_room, touched, jobs = self.pool, self._no_room, self._touched, self._kept_jobs
+        # (``held`` first forgets what a release since, a search's this pass too, may undo;
+        # the counts it holds are refused, others are asked)
+        parked, free = self._sizes.held(pool), pool.free_gpus
         fits: dict[int, bool] = {}  # GPU count -> not hopeless by its count
         kept = []
         for entry in heads:
@@ -150,7 +152,9 @@ class CapacityPass(QueuedPass):
             gpus = head.gpus
             may = fits.get(gpus)
             if may is None:
-                may = fits[gpus] = gpus <= free and not self._refused(head.gang)
+                may = fits[gpus] = (
+                    gpus <= free and gpus not in parked and not self._refused(head.gang)
+                )
             if may and head.gang.shape not in no_room:
                 kept.append(entry)
         heapq.heapify(kept)
