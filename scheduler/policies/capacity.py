@@ -42,8 +42,7 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
         """Also reject, with hard quotas, a job larger than its VC's quota: it would block
         its VC's line forever."""
         super().check(spec)
-        quota = self.vc_gpus.get(spec.vc, 0)
-        if not self.borrow and spec.total_gpus > quota:
+        if not self.borrow and spec.total_gpus > (quota := self.vc_gpus.get(spec.vc, 0)):
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs but VC {spec.vc}'s quota is {quota} and "
                 "borrowing is off (capacity:borrow=false); ask for at most "
@@ -52,6 +51,10 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
 
     def line_key(self, job: QueuedJob) -> Hashable:
         return job.vc
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        # (without backfill a line is a VC's: asked as each job queues, starts and stops)
+        return job.vc if self._line_heads is not None else super().group_key(job)
 
     def group_priority(self, head: QueuedJob) -> Any:
         quota = self.vc_gpus.get(head.vc, 0)
