@@ -33,10 +33,8 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
         super().__init__(*args, **kwargs)
         self.borrow = borrow
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
-        # a line per VC: its head and rank kept between full passes (``capacity_pass``)
-        self._kept_jobs = {}
         if not (self.backfill or self.per_vc):
-            self._line_heads = {}
+            self._keep_lines()  # a line per VC: its head kept between passes (``capacity_pass``)
 
     def check(self, spec: JobSpec) -> None:
         """Also reject, with hard quotas, a job larger than its VC's quota: it would block
@@ -95,18 +93,16 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
     def on_started(self, job: QueuedJob) -> None:
         if job.opportunistic:
             self._borrowers[job.job_id] = job
-        # (its VC's share changed: its line is ranked again, as ``_start``'s ``_dequeue``
-        # marked it)
+        self._share_changed(job.vc)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._borrowers.pop(job.job_id, None)
-        if self._line_heads is not None:
-            self._touched.add(job.vc)  # its VC's share fell: ranked again (its line's key)
+        self._share_changed(job.vc)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         super()._reconfigure(config, out)
-        if self._line_heads is not None:
-            self._touched.update(self._line_heads)  # the quotas, so every share, may change
+        for vc in list(self._line_heads or ()):
+            self._share_changed(vc)  # the quotas, so every share, may change
 
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"{victim.vc} borrowed these GPUs beyond its quota; their VC reclaimed them"

@@ -1,25 +1,34 @@
 """Capacity's full scheduling pass, made incremental: the VCs' heads kept ranked between
-passes, and the heads that can no longer start dropped in one sweep once the pass may search
-no more. A mixin of ``capacity.CapacityPolicy``, over ``QueuedPass``'s state.
+passes with what they were found to be, a pass that could change nothing not made, and the
+heads that can no longer start dropped in one sweep once the pass may search no more. A mixin
+of ``capacity.CapacityPolicy``, over ``QueuedPass``'s state.
 
 Why (issue 34): on the contended cluster a Capacity pass follows nearly every finish, and it
 ranked every VC's head afresh (its share of its quota, ``group_priority``), then popped each
-and asked whether it could start: about 7.5 heads a pass, 2.8 tried, one started. Nearly
-every failed try was a VC's 64-GPU head beyond its quota (borrowed) that no 8 nodes had room
-for, whose "preemption search" had no victims to look at (a borrowed job preempts nothing)
-and still built a release probe; the other heads were skipped one by one as hopeless. Now:
+and asked whether it could start: about 7.5 heads a pass, 2.8 tried, one started in a pass
+out of five. Nearly every failed try was a VC's 64-GPU head beyond its quota (borrowed) that
+no 8 nodes had room for, whose "preemption search" had no victims to look at (a borrowed job
+preempts nobody) and still built a release probe; the other heads were skipped one by one
+as hopeless. Now:
 
-1. ``_kept_heads``: each VC's head and its rank are kept between passes; only the VCs whose
-   line a job joined or left, or whose GPUs in use changed (a start or stop: the share), are
-   ranked again (``_touched``; ``capacity.py`` marks the starts and stops).
-2. Once the pass's searches are spent and its blocked head found, the heads left needing
-   more GPUs than are free, or of a GPU count placement refuses by free counts
-   (``_refused``), are dropped together (``_thinned``, as a pass with backfill does): until
-   the pass ends free GPUs only fall and nothing is released, so each would be skipped as
-   hopeless when reached.
-3. A borrowed head's search is not made on paper (``_fails_on_paper``): ``victims`` gives it
-   none, so the search frees nothing and leaves the pool as it was; only the search it
-   spends is counted, as before.
+1. ``_rank_touched``: each VC's head and its rank are kept between passes; only the lines a
+   job joined or left since (``_touched``), or whose VC's GPUs in use changed (a start or
+   stop: the share, ``_share_changed``), are looked at again, and a line whose head stayed
+   (a job joined behind it) and whose share did not change is not ranked again.
+2. A kept head is *inert* where no pass can start it or change anything by trying it: its VC
+   may not run it (borrowing off), or it may only borrow and placement refuses its GPU count
+   by free counts (``SizeRefusals``; a borrowed head has no victims, so its search frees
+   nothing). Weighed when its line is ranked; it stays so while its line is untouched and
+   the count stays refused. A pass where every head is inert would start nothing and leave
+   the pool as it was: it is not made (``_inert_pass``).
+3. Once the pass's searches are spent and its blocked head found, the heads left needing
+   more GPUs than are free, or of a GPU count placement refuses by free counts, or of a
+   shape found no room, are dropped together (``_thinned``, as a pass with backfill does):
+   until the pass ends free GPUs only fall and nothing is released, so each would be skipped
+   as hopeless when reached.
+4. An inert borrowed head reached in a pass is settled by counts (``_borrower_refused``),
+   and a borrowed head's search is not made on paper (``_fails_on_paper``): only the search
+   it spends is counted, as before.
 
 Exact: decisions are those of ``QueuedPass``'s pass, which ranks every head afresh at each
 pass and skips none but one by one (``tests/test_capacity_pass.py`` holds the two to the same
@@ -30,6 +39,7 @@ passes over some lines only (submissions), the pass is ``QueuedPass``'s.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +55,24 @@ Heads = list[tuple[Any, int, Hashable]]
 class CapacityPass(QueuedPass):
     """``_schedule``'s full pass for Capacity without backfill (see the module's docstring)."""
 
-    # each kept line's head, beside its rank in ``_line_heads`` (``QueuedPolicy``'s)
-    _kept_jobs: dict[Hashable, QueuedJob]
+    _kept_jobs: dict[Hashable, QueuedJob]  # line -> its head (ranked in ``_line_heads``)
+    _kept_sizes: Counter[int]  # GPU count -> the kept heads needing that many
+    _inert: dict[Hashable, int]  # line -> 0 (its VC may not run it) or its count, refused
+    _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
+    _reshared: set[Hashable]  # the lines whose VC's GPUs in use changed since the last pass
+
+    def _keep_lines(self) -> None:
+        """Keep the lines' heads between passes (``__init__``, without backfill)."""
+        self._line_heads = {}
+        self._kept_jobs, self._kept_sizes = {}, Counter()
+        self._inert, self._inert_sizes = {}, Counter()
+        self._reshared = set()
+
+    def _share_changed(self, vc: Hashable) -> None:
+        """The VC's GPUs in use changed: its head is ranked and weighed again."""
+        if self._line_heads is not None:
+            self._touched.add(vc)
+            self._reshared.add(vc)
 
     def _schedule(
         self,
@@ -61,7 +87,11 @@ class CapacityPass(QueuedPass):
         self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
         self._refusals_at = -1  # nodes may have failed or come back since the last pass
         self._blocked = None  # a full pass finds the blocked head afresh
-        heads = self._kept_heads()
+        self._rank_touched()
+        if self._inert_pass():
+            return
+        heads = list(self._line_heads.values())
+        heapq.heapify(heads)
         while heads and (self._searches > 0 or self._blocked is None):
             self._next_head(heads, out)
         if heads:
@@ -69,18 +99,73 @@ class CapacityPass(QueuedPass):
         while heads:
             self._next_head(heads, out)
 
+    def _rank_touched(self) -> None:
+        """Rank and weigh again the lines in ``_touched``, as ``QueuedPass._ranked`` would
+        find them. Exact: a VC's rank (``group_priority``) and whether its head is inert read
+        only its head, its GPUs in use and its quota, and a change of any marks its line
+        (``_enqueue``, ``_dequeue``, ``_share_changed``; a new cluster config marks every
+        line)."""
+        kept, jobs, sizes = self._line_heads, self._kept_jobs, self._kept_sizes
+        inert, inert_sizes, reshared = self._inert, self._inert_sizes, self._reshared
+        assert kept is not None
+        for group in self._touched:
+            head, was = self._head(group), jobs.get(group)
+            if head is was and group not in reshared:
+                continue  # a job joined behind the head: the same rank and the same answers
+            if was is not None:
+                sizes[was.gpus] -= 1
+                del jobs[group]
+            if refused := inert.pop(group, 0):
+                inert_sizes[refused] -= 1
+            if head is None:
+                kept.pop(group, None)
+                continue
+            kept[group] = (self.group_priority(head), head.seq, group)
+            jobs[group] = head
+            sizes[head.gpus] += 1
+            allowed, opp = self.admit(head)
+            if not allowed:
+                inert[group] = 0
+            elif opp and self._refused(head.gang):
+                inert[group] = head.gpus
+                inert_sizes[head.gpus] += 1
+        self._touched.clear()
+        reshared.clear()
+
+    def _inert_pass(self) -> bool:
+        """Is every kept head inert still (its GPU count refused yet)? Then no head starts or
+        preempts, no search releases anything, and the pass changes nothing that outlives it
+        (its searches and blocked head are found afresh by the next): it is not made."""
+        if len(self._inert) != len(self._kept_jobs):
+            return False
+        # (``held`` first forgets what a release since may undo)
+        parked = self._sizes.held(self.pool)
+        for gpus, heads in self._inert_sizes.items():  # noqa: SIM110 (``all`` of a generator costs more)
+            if heads and gpus not in parked:
+                return False
+        return True
+
     def _next_head(self, heads: Heads, out: list[Decision]) -> None:
         """Pop the first head and try it, unless ``_hopeless``; if it starts, its line's next
         head is ranked in (by its VC's new share), as ``QueuedPass._schedule`` does. A head
         that may only borrow and whose GPU count placement refuses is settled by counts
-        (``_borrower_refused``)."""
+        (``_borrower_refused``), one its VC may not run is passed over (``_try`` would refuse
+        it at once, changing nothing)."""
         _, _, group = heapq.heappop(heads)
-        head = self._kept_jobs[group] if group not in self._touched else self._head(group)
+        untouched = group not in self._touched
+        head = self._kept_jobs[group] if untouched else self._head(group)
         if head is None:
             return
+        if untouched and group in self._inert:  # (weighed when ranked: still so but the count)
+            refused = self._inert[group]
+            if not refused:
+                return
+            if refused in self._sizes.held(self.pool):
+                self._borrower_refused(head)
+                return
         allowed, opp = self.admit(head)
         if not allowed:
-            return  # (borrowing off: ``_try`` refuses it at once, changing nothing)
+            return
         if opp and self._refused(head.gang):
             self._borrower_refused(head)
             return
@@ -109,53 +194,34 @@ class CapacityPass(QueuedPass):
         if not found:
             self._blocked = head
 
-    def _kept_heads(self) -> Heads:
-        """Every line's ranked head, as ``QueuedPass._ranked`` finds them, from those kept
-        since the last full pass: only the lines in ``_touched`` are looked at again. Exact:
-        a VC's rank (``group_priority``) reads only its head and its GPUs in use, and a change
-        of either marks its line (``_enqueue``, ``_dequeue``, ``on_started``, ``on_stopped``;
-        a new cluster config marks every line)."""
-        kept, jobs = self._line_heads, self._kept_jobs
-        assert kept is not None
-        for group in self._touched:
-            head = self._head(group)
-            if head is None:
-                kept.pop(group, None)
-                jobs.pop(group, None)
-            else:
-                kept[group] = (self.group_priority(head), head.seq, group)
-                jobs[group] = head
-        self._touched.clear()
-        heads = list(kept.values())
-        heapq.heapify(heads)
-        return heads
-
     def _thinned(self, heads: Heads) -> Heads:
         """The heads left once the pass's searches are spent and its blocked head found,
         without those ``_hopeless`` would skip whenever reached: needing more GPUs than are
-        free, or of a GPU count placement refuses by free counts (``_refused``, asked once
-        per count here), or of a shape found no room this pass. Until the pass ends free GPUs
-        only fall and nothing is released (no search runs), so they stay hopeless."""
+        free, or of a GPU count placement refuses by free counts, or of a shape found no room
+        this pass. Until the pass ends free GPUs only fall and nothing is released (no search
+        runs), so they stay hopeless. Weighed by GPU count first, over the counts of the kept
+        heads (``_kept_sizes``): on the contended cluster no count may start at most passes,
+        and then no head is looked at."""
         if self._line_heads is None:
             return super()._thinned(heads)
-        pool, no_room, touched, jobs = self.pool, self._no_room, self._touched, self._kept_jobs
+        pool, sizes, touched = self.pool, self._kept_sizes, self._touched
         # (``held`` first forgets what a release since, a search's this pass too, may undo;
         # the counts it holds are refused, others are asked)
         parked, free = self._sizes.held(pool), pool.free_gpus
-        fits: dict[int, bool] = {}  # GPU count -> not hopeless by its count
+        may = {
+            gpus
+            for gpus, lines in sizes.items()
+            if lines and gpus <= free and gpus not in parked and not self._sizes.refused(pool, gpus)
+        }
+        if not may and not touched:
+            return []  # (a line a job joined or left this pass may have a head of another count)
+        jobs, no_room = self._kept_jobs, self._no_room
         kept = []
         for entry in heads:
             group = entry[2]
-            head = jobs[group] if group not in touched else self._head(group)
-            if head is None:
-                continue
-            gpus = head.gpus
-            may = fits.get(gpus)
-            if may is None:
-                may = fits[gpus] = (
-                    gpus <= free and gpus not in parked and not self._refused(head.gang)
-                )
-            if may and head.gang.shape not in no_room:
+            if group in touched:
+                kept.append(entry)  # weighed when reached (``_hopeless``)
+            elif (head := jobs[group]).gpus in may and head.gang.shape not in no_room:
                 kept.append(entry)
         heapq.heapify(kept)
         return kept
