@@ -157,23 +157,53 @@ class CapacityPass(QueuedPass):
         if head is None:
             return
         if untouched and group in self._inert:  # (weighed when ranked: still so but the count)
-            refused = self._inert[group]
-            if not refused:
+            refused_gpus = self._inert[group]
+            if not refused_gpus:
                 return
-            if refused in self._sizes.held(self.pool):
+            if refused_gpus in self._sizes.held(self.pool):
                 self._borrower_refused(head)
                 return
         allowed, opp = self.admit(head)
         if not allowed:
             return
-        if opp and self._refused(head.gang):
+        refused = self._refused(head.gang)
+        if opp and refused:
             self._borrower_refused(head)
-            return
-        if self._hopeless(head) or not self._try(head, out):
-            return  # this line is blocked for the rest of the pass
-        nxt = self._head(group)  # (the line is in ``_touched`` now: the start left it)
-        if nxt is not None:
-            heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+        elif self._tried(head, opp, refused, out):
+            nxt = self._head(group)  # (the line is in ``_touched`` now: the start left it)
+            if nxt is not None:
+                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _tried(self, head: QueuedJob, opp: bool, refused: bool, out: list[Decision]) -> bool:
+        """``_hopeless``, then ``_try``, with what they would ask first already known: how
+        the head would start (``admit``: ``opp``) and whether placement refuses its GPU count
+        (``refused``: ``_refused``, so ``may_fit``'s no). Why: a pass asked both twice for
+        each head it started (issue 34)."""
+        blocked, shape = self._blocked, head.gang.shape
+        found = blocked is not None and blocked.job_id in self._waiting
+        no_room = refused or shape in self._no_room
+        if (
+            found
+            and no_room
+            and not (
+                self._searches > 0
+                and self.pool.free_gpus + self.victim_gpus(head, False) >= head.gpus
+            )
+        ):
+            return False  # hopeless: no room, and no search may run for it
+        tasks = None
+        if not no_room:
+            tasks = self.pool.place(head.job_id, head.gang)
+            if tasks is None:
+                self._no_room.add(shape)  # the same gang will not fit either this pass
+        if tasks is None:
+            tasks = self._preempt_for(head, opp, out)
+            if tasks is None:
+                if self._blocked is None or self._blocked.job_id not in self._waiting:
+                    self._blocked = head
+                return False
+        out.append(self._start(head, tasks, opp))
+        return True
 
     def _borrower_refused(self, head: QueuedJob) -> None:
         """What ``_hopeless`` and ``_try`` make of a head that may only borrow and of a GPU
