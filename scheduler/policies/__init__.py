@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 
 #: Modules of this package that hold what policies share, not a policy (vc_nodes: a per-VC mode;
 #: queued_*: the parts of ``queued``; policy_base: what HiveD and the queue policies share;
-#: backfill, head_index, node_pool, preempt_probe, size_refusals: the queue policies' parts).
+#: backfill, head_index, node_pool, preempt_probe, size_refusals: the queue policies' parts;
+#: capacity_pass: Capacity's pass).
 BASES = {
     "backfill",
+    "capacity_pass",
     "head_index",
     "node_pool",
     "policy_base",

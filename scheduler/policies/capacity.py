@@ -17,14 +17,15 @@ from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.jobs import JobSpec
-from labhive.scheduler.core.model import SpecRejected
+from labhive.scheduler.core.model import Decision, SpecRejected
+from labhive.scheduler.policies.capacity_pass import CapacityPass
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.core.config import ClusterConfig
 
 
-class CapacityPolicy(QueuedPolicy):
+class CapacityPolicy(CapacityPass, QueuedPolicy):
     name = "capacity"
     preemptive = True
 
@@ -32,13 +33,14 @@ class CapacityPolicy(QueuedPolicy):
         super().__init__(*args, **kwargs)
         self.borrow = borrow
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
+        if not (self.backfill or self.per_vc):
+            self._keep_lines()  # a line per VC: its head kept between passes (``capacity_pass``)
 
     def check(self, spec: JobSpec) -> None:
         """Also reject, with hard quotas, a job larger than its VC's quota: it would block
         its VC's line forever."""
         super().check(spec)
-        quota = self.vc_gpus.get(spec.vc, 0)
-        if not self.borrow and spec.total_gpus > quota:
+        if not self.borrow and spec.total_gpus > (quota := self.vc_gpus.get(spec.vc, 0)):
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs but VC {spec.vc}'s quota is {quota} and "
                 "borrowing is off (capacity:borrow=false); ask for at most "
@@ -47,6 +49,10 @@ class CapacityPolicy(QueuedPolicy):
 
     def line_key(self, job: QueuedJob) -> Hashable:
         return job.vc
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        # (without backfill a line is a VC's: asked as each job queues, starts and stops)
+        return job.vc if self._line_heads is not None else super().group_key(job)
 
     def group_priority(self, head: QueuedJob) -> Any:
         quota = self.vc_gpus.get(head.vc, 0)
@@ -57,7 +63,9 @@ class CapacityPolicy(QueuedPolicy):
         return self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0)
 
     def admit(self, job: QueuedJob) -> tuple[bool, bool]:
-        if self.guaranteed_used(job.vc) + job.gpus <= self.vc_gpus.get(job.vc, 0):
+        vc = job.vc  # (``guaranteed_used``, inline: asked of each head a pass weighs)
+        guaranteed = self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0)
+        if guaranteed + job.gpus <= self.vc_gpus.get(vc, 0):
             return True, False
         return self.borrow, True
 
@@ -85,9 +93,16 @@ class CapacityPolicy(QueuedPolicy):
     def on_started(self, job: QueuedJob) -> None:
         if job.opportunistic:
             self._borrowers[job.job_id] = job
+        self._share_changed(job.vc)
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._borrowers.pop(job.job_id, None)
+        self._share_changed(job.vc)
+
+    def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
+        super()._reconfigure(config, out)
+        for vc in list(self._line_heads or ()):
+            self._share_changed(vc)  # the quotas, so every share, may change
 
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"{victim.vc} borrowed these GPUs beyond its quota; their VC reclaimed them"

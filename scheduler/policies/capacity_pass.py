@@ -1,0 +1,264 @@
+"""Capacity's full scheduling pass, made incremental: the VCs' heads kept ranked between
+passes with what they were found to be, a pass that could change nothing not made, and the
+heads that can no longer start dropped in one sweep once the pass may search no more. A mixin
+of ``capacity.CapacityPolicy``, over ``QueuedPass``'s state.
+
+Why (issue 34): on the contended cluster a Capacity pass follows nearly every finish, and it
+ranked every VC's head afresh (its share of its quota, ``group_priority``), then popped each
+and asked whether it could start: about 7.5 heads a pass, 2.8 tried, one started in a pass
+out of five. Nearly every failed try was a VC's 64-GPU head beyond its quota (borrowed) that
+no 8 nodes had room for, whose "preemption search" had no victims to look at (a borrowed job
+preempts nobody) and still built a release probe; the other heads were skipped one by one
+as hopeless. Now:
+
+1. ``_rank_touched``: each VC's head and its rank are kept between passes; only the lines a
+   job joined or left since (``_touched``), or whose VC's GPUs in use changed (a start or
+   stop: the share, ``_share_changed``), are looked at again, and a line whose head stayed
+   (a job joined behind it) and whose share did not change is not ranked again.
+2. A kept head is *inert* where no pass can start it or change anything by trying it: its VC
+   may not run it (borrowing off), or it may only borrow and placement refuses its GPU count
+   by free counts (``SizeRefusals``; a borrowed head has no victims, so its search frees
+   nothing). Weighed when its line is ranked; it stays so while its line is untouched and
+   the count stays refused. A pass where every head is inert would start nothing and leave
+   the pool as it was: it is not made (``_inert_pass``).
+3. Once the pass's searches are spent and its blocked head found, the heads left needing
+   more GPUs than are free, or of a GPU count placement refuses by free counts, or of a
+   shape found no room, are dropped together (``_thinned``, as a pass with backfill does):
+   until the pass ends free GPUs only fall and nothing is released, so each would be skipped
+   as hopeless when reached.
+4. An inert borrowed head reached in a pass is settled by counts (``_borrower_refused``),
+   and a borrowed head's search is not made on paper (``_fails_on_paper``): only the search
+   it spends is counted, as before.
+
+Exact: decisions are those of ``QueuedPass``'s pass, which ranks every head afresh at each
+pass and skips none but one by one (``tests/test_capacity_pass.py`` holds the two to the same
+decisions on random workloads). Without backfill only (a line per VC); with backfill, and in
+passes over some lines only (submissions), the pass is ``QueuedPass``'s.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_pass import QueuedPass
+
+if TYPE_CHECKING:
+    from labhive.scheduler.core.model import Decision
+
+Heads = list[tuple[Any, int, Hashable]]
+
+
+class CapacityPass(QueuedPass):
+    """``_schedule``'s full pass for Capacity without backfill (see the module's docstring)."""
+
+    _kept_jobs: dict[Hashable, QueuedJob]  # line -> its head (ranked in ``_line_heads``)
+    _kept_sizes: Counter[int]  # GPU count -> the kept heads needing that many
+    _inert: dict[Hashable, int]  # line -> 0 (its VC may not run it) or its count, refused
+    _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
+    _reshared: set[Hashable]  # the lines whose VC's GPUs in use changed since the last pass
+
+    def _keep_lines(self) -> None:
+        """Keep the lines' heads between passes (``__init__``, without backfill)."""
+        self._line_heads = {}
+        self._kept_jobs, self._kept_sizes = {}, Counter()
+        self._inert, self._inert_sizes = {}, Counter()
+        self._reshared = set()
+
+    def _share_changed(self, vc: Hashable) -> None:
+        """The VC's GPUs in use changed: its head is ranked and weighed again."""
+        if self._line_heads is not None:
+            self._touched.add(vc)
+            self._reshared.add(vc)
+
+    def _schedule(
+        self,
+        out: list[Decision],
+        only: QueuedJob | None = None,
+        groups: set[Hashable] | None = None,
+    ) -> None:
+        if only is not None or groups is not None or self._line_heads is None:
+            super()._schedule(out, only, groups)
+            return
+        self._searches = self.SEARCHES_PER_PASS
+        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
+        self._refusals_at = -1  # nodes may have failed or come back since the last pass
+        self._blocked = None  # a full pass finds the blocked head afresh
+        self._rank_touched()
+        if self._inert_pass():
+            return
+        heads = list(self._line_heads.values())
+        heapq.heapify(heads)
+        while heads and (self._searches > 0 or self._blocked is None):
+            self._next_head(heads, out)
+        if heads:
+            heads = self._thinned(heads)
+        while heads:
+            self._next_head(heads, out)
+
+    def _rank_touched(self) -> None:
+        """Rank and weigh again the lines in ``_touched``, as ``QueuedPass._ranked`` would
+        find them. Exact: a VC's rank (``group_priority``) and whether its head is inert read
+        only its head, its GPUs in use and its quota, and a change of any marks its line
+        (``_enqueue``, ``_dequeue``, ``_share_changed``; a new cluster config marks every
+        line)."""
+        kept, jobs, sizes = self._line_heads, self._kept_jobs, self._kept_sizes
+        inert, inert_sizes, reshared = self._inert, self._inert_sizes, self._reshared
+        assert kept is not None
+        for group in self._touched:
+            head, was = self._head(group), jobs.get(group)
+            if head is was and group not in reshared:
+                continue  # a job joined behind the head: the same rank and the same answers
+            if was is not None:
+                sizes[was.gpus] -= 1
+                del jobs[group]
+            if refused := inert.pop(group, 0):
+                inert_sizes[refused] -= 1
+            if head is None:
+                kept.pop(group, None)
+                continue
+            kept[group] = (self.group_priority(head), head.seq, group)
+            jobs[group] = head
+            sizes[head.gpus] += 1
+            allowed, opp = self.admit(head)
+            if not allowed:
+                inert[group] = 0
+            elif opp and self._refused(head.gang):
+                inert[group] = head.gpus
+                inert_sizes[head.gpus] += 1
+        self._touched.clear()
+        reshared.clear()
+
+    def _inert_pass(self) -> bool:
+        """Is every kept head inert still (its GPU count refused yet)? Then no head starts or
+        preempts, no search releases anything, and the pass changes nothing that outlives it
+        (its searches and blocked head are found afresh by the next): it is not made."""
+        if len(self._inert) != len(self._kept_jobs):
+            return False
+        # (``held`` first forgets what a release since may undo)
+        parked = self._sizes.held(self.pool)
+        for gpus, heads in self._inert_sizes.items():  # noqa: SIM110 (``all`` of a generator costs more)
+            if heads and gpus not in parked:
+                return False
+        return True
+
+    def _next_head(self, heads: Heads, out: list[Decision]) -> None:
+        """Pop the first head and try it, unless ``_hopeless``; if it starts, its line's next
+        head is ranked in (by its VC's new share), as ``QueuedPass._schedule`` does. A head
+        that may only borrow and whose GPU count placement refuses is settled by counts
+        (``_borrower_refused``), one its VC may not run is passed over (``_try`` would refuse
+        it at once, changing nothing)."""
+        _, _, group = heapq.heappop(heads)
+        untouched = group not in self._touched
+        head = self._kept_jobs[group] if untouched else self._head(group)
+        if head is None:
+            return
+        if untouched and group in self._inert:  # (weighed when ranked: still so but the count)
+            refused_gpus = self._inert[group]
+            if not refused_gpus:
+                return
+            if refused_gpus in self._sizes.held(self.pool):
+                self._borrower_refused(head)
+                return
+        allowed, opp = self.admit(head)
+        if not allowed:
+            return
+        refused = self._refused(head.gang)
+        if opp and refused:
+            self._borrower_refused(head)
+        elif self._tried(head, opp, refused, out):
+            nxt = self._head(group)  # (the line is in ``_touched`` now: the start left it)
+            if nxt is not None:
+                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _tried(self, head: QueuedJob, opp: bool, refused: bool, out: list[Decision]) -> bool:
+        """``_hopeless``, then ``_try``, with what they would ask first already known: how
+        the head would start (``admit``: ``opp``) and whether placement refuses its GPU count
+        (``refused``: ``_refused``, so ``may_fit``'s no). Why: a pass asked both twice for
+        each head it started (issue 34)."""
+        blocked, shape = self._blocked, head.gang.shape
+        found = blocked is not None and blocked.job_id in self._waiting
+        no_room = refused or shape in self._no_room
+        if (
+            found
+            and no_room
+            and not (
+                self._searches > 0
+                and self.pool.free_gpus + self.victim_gpus(head, False) >= head.gpus
+            )
+        ):
+            return False  # hopeless: no room, and no search may run for it
+        tasks = None
+        if not no_room:
+            tasks = self.pool.place(head.job_id, head.gang)
+            if tasks is None:
+                self._no_room.add(shape)  # the same gang will not fit either this pass
+        if tasks is None:
+            tasks = self._preempt_for(head, opp, out)
+            if tasks is None:
+                if self._blocked is None or self._blocked.job_id not in self._waiting:
+                    self._blocked = head
+                return False
+        out.append(self._start(head, tasks, opp))
+        return True
+
+    def _borrower_refused(self, head: QueuedJob) -> None:
+        """What ``_hopeless`` and ``_try`` make of a head that may only borrow and of a GPU
+        count placement refuses by free counts (``_refused``), without asking placement or
+        building a search: skipped as hopeless once the blocked head is found, unless a
+        search may run for it; tried otherwise, when it fails, spending a search if the free
+        GPUs reach its count (``_preempt_for``: it has no victims), and blocks the pass if
+        nothing does yet. Why: on the contended cluster nearly every pass tried two VCs'
+        64-GPU heads so, each asking placement and building a release probe (issue 34)."""
+        free, gpus = self.pool.free_gpus, head.gpus
+        blocked = self._blocked
+        found = blocked is not None and blocked.job_id in self._waiting
+        searching = self._searches > 0
+        if found and not (searching and free + self.victim_gpus(head, False) >= gpus):
+            return  # hopeless: it needs more than are free, or is refused, and no search
+        if searching and free >= gpus:
+            self._searches -= 1  # a search with nothing to release (``_fails_on_paper``)
+        if not found:
+            self._blocked = head
+
+    def _thinned(self, heads: Heads) -> Heads:
+        """The heads left once the pass's searches are spent and its blocked head found,
+        without those ``_hopeless`` would skip whenever reached: needing more GPUs than are
+        free, or of a GPU count placement refuses by free counts, or of a shape found no room
+        this pass. Until the pass ends free GPUs only fall and nothing is released (no search
+        runs), so they stay hopeless. Weighed by GPU count first, over the counts of the kept
+        heads (``_kept_sizes``): on the contended cluster no count may start at most passes,
+        and then no head is looked at."""
+        if self._line_heads is None:
+            return super()._thinned(heads)
+        pool, sizes, touched = self.pool, self._kept_sizes, self._touched
+        # (``held`` first forgets what a release since, a search's this pass too, may undo;
+        # the counts it holds are refused, others are asked)
+        parked, free = self._sizes.held(pool), pool.free_gpus
+        may = {
+            gpus
+            for gpus, lines in sizes.items()
+            if lines and gpus <= free and gpus not in parked and not self._sizes.refused(pool, gpus)
+        }
+        if not may and not touched:
+            return []  # (a line a job joined or left this pass may have a head of another count)
+        jobs, no_room = self._kept_jobs, self._no_room
+        kept = []
+        for entry in heads:
+            group = entry[2]
+            if group in touched:
+                kept.append(entry)  # weighed when reached (``_hopeless``)
+            elif (head := jobs[group]).gpus in may and head.gang.shape not in no_room:
+                kept.append(entry)
+        heapq.heapify(kept)
+        return kept
+
+    def _fails_on_paper(self, job: QueuedJob, opp: bool) -> bool:
+        """A borrowed job's search fails with nothing released (``victims`` gives none): no
+        probe, and nothing to undo."""
+        if opp and self._line_heads is not None:
+            return True
+        return super()._fails_on_paper(job, opp)
