@@ -196,14 +196,7 @@ class CapacityPass(QueuedPass):
             tasks = self.pool.place(head.job_id, head.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
-        if tasks is None:
-            tasks = self._preempt_for(head, opp, out)
-            if tasks is None:
-                if self._blocked is None or self._blocked.job_id not in self._waiting:
-                    self._blocked = head
-                return False
-        out.append(self._start(head, tasks, opp))
-        return True
+        return self._start_or_search(head, tasks, opp, out)
 
     def _borrower_refused(self, head: QueuedJob) -> None:
         """What ``_hopeless`` and ``_try`` make of a head that may only borrow and of a GPU

@@ -114,18 +114,7 @@ class HeadIndex:
         version = self._next = self._next + 1
         self._version[group] = version
         self.keys[group] = key
-        # ``_push`` written out: a pass files a line per start, DRF's stops each user line
-        entry = (key, seq, version, group)
-        slot = self._heaps.get(kind)
-        if slot is None:
-            slot = self._heaps[kind] = (gpus, [])
-        heap = slot[1]
-        heapq.heappush(heap, entry)
-        self._entries += 1
-        if heap[0] is entry:  # the kind's new first
-            heapq.heappush(self._tops, (entry, kind))
-            if self._ranking_parked and kind in self._parked:
-                heapq.heappush(self._parked_tops, (entry, kind))
+        self._push(kind, gpus, (key, seq, version, group))
 
     def _push(self, kind: Kind, gpus: int, entry: Entry) -> None:
         slot = self._heaps.get(kind)

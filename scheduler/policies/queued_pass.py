@@ -326,6 +326,17 @@ class QueuedPass:
             tasks = None if refused else self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
+        return self._start_or_search(job, tasks, opp, out)
+
+    def _start_or_search(
+        self,
+        job: QueuedJob,
+        tasks: tuple[TaskPlacement, ...] | None,
+        opp: bool,
+        out: list[Decision],
+    ) -> bool:
+        """Start the job on ``tasks``; without them (placement refused it), on what a
+        preemption search frees, or else make it the pass's blocked head if none is yet."""
         if tasks is None:
             tasks = self._preempt_for(job, opp, out)
             if tasks is None:
