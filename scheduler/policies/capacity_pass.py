@@ -83,9 +83,7 @@ class CapacityPass(QueuedPass):
         if only is not None or groups is not None or self._line_heads is None:
             super()._schedule(out, only, groups)
             return
-        self._searches = self.SEARCHES_PER_PASS
-        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
-        self._refusals_at = -1  # nodes may have failed or come back since the last pass
+        self._begin_pass()
         self._blocked = None  # a full pass finds the blocked head afresh
         self._rank_touched()
         if self._inert_pass():

@@ -89,9 +89,7 @@ class QueuedPass:
             # it would take in (``HeadIndex``'s dirty lines and ``NodePool.peak``,
             # ``_touched``) keeps until then, the same as if taken in now.
             return
-        self._searches = self.SEARCHES_PER_PASS
-        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
-        self._refusals_at = -1  # nodes may have failed or come back since the last pass
+        self._begin_pass()
         if only is not None:
             if self._head(only.group) is only:  # (it just joined that line)
                 self._try(only, out)
@@ -124,6 +122,12 @@ class QueuedPass:
             nxt = self._head(group)
             if nxt is not None:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+
+    def _begin_pass(self) -> None:
+        """What every pass starts from: its searches, and no refusal remembered."""
+        self._searches = self.SEARCHES_PER_PASS
+        self._no_room.clear()  # shapes that did not fit; valid while nothing is freed
+        self._refusals_at = -1  # nodes may have failed or come back since the last pass
 
     def _ranked(self, groups: Iterable[Hashable], free: int) -> list[tuple[Any, int, Hashable]]:
         """The heads of ``groups`` a pass may try, as a heap of (priority, seq, line)."""
