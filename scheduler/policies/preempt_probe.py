@@ -81,18 +81,7 @@ class ReleaseProbe:
         """False: ``place`` would refuse the gang after these releases."""
         if self._maybe or not self._wide:
             return self._maybe
-        nodes, total, counts, goal = self._need, 0, self._counts, self._total
-        # as NodePool._most_free_reaches: stop once the nodes left, each at most as free as
-        # the count reached, cannot make up the rest (on a busy cluster the first steps)
-        for f in range(len(counts) - 1, 0, -1):
-            if total + nodes * f < goal:
-                return False
-            n = counts[f]
-            if n >= nodes:
-                return True  # total + nodes * f >= goal, just seen
-            total += n * f
-            nodes -= n
-        return total >= goal
+        return _reaches(self._counts, self._need, self._total)
 
 
 def surely_refused(pool: NodePool, gang: Gang) -> bool:
@@ -223,9 +212,10 @@ def fails_on_paper(
 
 
 def _reaches(counts: list[int], nodes: int, goal: int) -> bool:
-    """``ReleaseProbe.may_fit`` of a wide gang: do the ``nodes`` most-free nodes, by
-    ``counts`` (nodes per free-GPU count), hold ``goal`` GPUs? Stops once the nodes left,
-    each at most as free as the count reached, cannot make up the rest."""
+    """A wide gang's test after releases: do the ``nodes`` most-free nodes, by ``counts``
+    (nodes per free-GPU count), hold ``goal`` GPUs? As ``NodePool._most_free_reaches``, it
+    stops once the nodes left, each at most as free as the count reached, cannot make up
+    the rest (on a busy cluster the first steps)."""
     total = 0
     for f in range(len(counts) - 1, 0, -1):
         if total + nodes * f < goal:
