@@ -20,7 +20,7 @@ or below it are ranked too early or right, so ``lazy`` as after a rise.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.model import Decision
@@ -29,6 +29,7 @@ from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_conf
 
 if TYPE_CHECKING:
     from labhive.scheduler.core.config import ClusterConfig
+    from labhive.scheduler.policies.node_pool import NodePool
 
 
 class DrfPolicy(QueuedPolicy):
@@ -57,14 +58,7 @@ class DrfPolicy(QueuedPolicy):
         return (self._share.get(head.user, 0.0), head.seq)
 
     def dominant_share(self, user: str) -> float:
-        gpu, cpu, mem = self._usage.get(user, (0.0, 0.0, 0.0))
-        pool = self.pool
-        share = gpu / pool.total_gpus if pool.total_gpus else 0.0
-        if 0 < pool.total_cpu < math.inf:
-            share = max(share, cpu / pool.total_cpu)
-        if 0 < pool.total_memory < math.inf:
-            share = max(share, mem / pool.total_memory)
-        return share
+        return _share_of(self._usage.get(user, (0.0, 0.0, 0.0)), _sizes(self.pool))
 
     def _add(self, job: QueuedJob, sign: int) -> None:
         user = job.user
@@ -77,25 +71,15 @@ class DrfPolicy(QueuedPolicy):
         usage[2] += sign * gang.memory_mb
         if self.pool is not self._share_pool:
             self._reshare()
-        # ``dominant_share`` written out over the pool's sizes kept by ``_reshare`` (it ran
-        # at every start and stop: issue 34)
-        gpus, cpu, memory = self._sizes_of_pool
-        share = usage[0] / gpus if gpus else 0.0
-        if cpu:
-            share = max(share, usage[1] / cpu)
-        if memory:
-            share = max(share, usage[2] / memory)
-        self._share[user] = share
+        # (over the pool's sizes kept by ``_reshare``, not read afresh: at every start and
+        # stop, issue 34)
+        self._share[user] = _share_of(usage, self._sizes_of_pool)
 
     def _reshare(self) -> None:
         """The pool changed (a reconfigured cluster): every user's share of its size."""
         pool = self._share_pool = self.pool
-        self._sizes_of_pool = (
-            pool.total_gpus,
-            pool.total_cpu if 0 < pool.total_cpu < math.inf else 0,
-            pool.total_memory if 0 < pool.total_memory < math.inf else 0,
-        )
-        self._share = {user: self.dominant_share(user) for user in self._usage}
+        sizes = self._sizes_of_pool = _sizes(pool)
+        self._share = {user: _share_of(usage, sizes) for user, usage in self._usage.items()}
 
     def on_started(self, job: QueuedJob) -> None:
         self._add(job, +1)
@@ -152,3 +136,24 @@ class DrfPolicy(QueuedPolicy):
 
 def create(config: ClusterConfig, **options: Any) -> DrfPolicy:
     return from_config(DrfPolicy, config, options)
+
+
+def _sizes(pool: NodePool) -> tuple[float, float, float]:
+    """The pool's GPUs, CPU and memory that a share is of (0: a dimension left out, as the
+    cluster config gives it no size)."""
+    return (
+        pool.total_gpus,
+        pool.total_cpu if 0 < pool.total_cpu < math.inf else 0,
+        pool.total_memory if 0 < pool.total_memory < math.inf else 0,
+    )
+
+
+def _share_of(usage: Sequence[float], sizes: tuple[float, float, float]) -> float:
+    """The dominant share of ``usage`` (GPUs, CPU, memory) of a pool of ``sizes``."""
+    gpus, cpu, memory = sizes
+    share = usage[0] / gpus if gpus else 0.0
+    if cpu:
+        share = max(share, usage[1] / cpu)
+    if memory:
+        share = max(share, usage[2] / memory)
+    return share
