@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.policies.node_pool import NodePool
-from labhive.scheduler.policies.preempt_probe import fails_on_paper
+from labhive.scheduler.policies.preempt_probe import fails_on_paper, to_ends
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
@@ -85,6 +85,16 @@ class LasPolicy(QueuedPolicy):
         self._quiet: tuple[NodePool, int, list[tuple[int, int, bool | tuple[str, ...]]]] | None
         self._quiet = None
         self._unlimited: tuple[NodePool | None, bool] = (None, False)
+        # what searches on paper knew of the pool's counts since they last changed
+        # (``_same_pool``): the victims the last one met, and whether the most-free nodes of
+        # a count reach a number of GPUs (``_fails_by_bound``)
+        self._upheavals = 0  # node faults, reconfigurations and real searches so far
+        self._searched_on: tuple[NodePool, int, int] | None = None
+        self._last_walk: tuple[str, ...] = ()
+        self._freed = 0  # GPUs freed by runs stopped so far (``on_stopped``)
+        # the pool, ``_upheavals`` and by node count: ``_most_free`` when last found, and
+        # ``_freed`` then (it is now at most that plus the GPUs freed since: starts only take)
+        self._reach: tuple[NodePool | None, int, dict[int, tuple[int, int]]] = (None, 0, {})
 
     def level_of(self, attained: float) -> int:
         return bisect.bisect_right(self.thresholds, attained + _EPS)
@@ -155,16 +165,78 @@ class LasPolicy(QueuedPolicy):
         log = self._log
         if log is None:  # (not a full pass: its moves leave the pool where no pass left it)
             self._quiet = None
-            return fails_on_paper(pool, job.gang, self.victims(job, opp), pool.free_gpus, limit)
-        walked: list[str] = []
-        fails = fails_on_paper(
-            pool, job.gang, self.victims(job, opp), pool.free_gpus, limit, walked
-        )
-        if fails:
-            log.append((job.level, job.gpus, tuple(walked)))
+        if not self._same_pool():  # (the pool's counts changed: what was known of them goes)
+            self._searched_on = (pool, self._runs, self._upheavals)
+            self._last_walk = ()
+        walk = self._fails_by_bound(job, opp, limit)
+        if walk is None:
+            walked: list[str] = []
+            fails = fails_on_paper(
+                pool, job.gang, self.victims(job, opp), pool.free_gpus, limit, walked
+            )
+            walk = tuple(walked)
         else:
-            self._log = None  # a real search follows: its pass is not kept as quiet
+            fails = True
+        self._last_walk = walk
+        if not fails:
+            self._upheavals += 1  # a real search follows: it releases and claims back
+            self._log = None  # (and its pass is not kept as quiet)
+        elif log is not None:
+            log.append((job.level, job.gpus, walk))
         return fails
+
+    def _same_pool(self) -> bool:
+        """Has the pool changed, since the last search on paper, only by searches' moves? Its
+        free GPUs per node change only where a job starts or stops (``_runs``), a node goes
+        down or up, the cluster is reconfigured or a real search releases and claims back
+        (``_upheavals``); a search on paper leaves every count as it found it. Not on a pool
+        with CPU or memory limits (their float counters, see ``_may_keep``)."""
+        key = self._searched_on
+        pool = self.pool
+        return (
+            key is not None
+            and key[0] is pool
+            and key[1] == self._runs
+            and key[2] == self._upheavals
+            and self._unlimited_pool(pool)
+        )
+
+    def _fails_by_bound(self, job: QueuedJob, opp: bool, limit: int) -> tuple[str, ...] | None:
+        """``fails_on_paper`` where a bound shows the search fails: the victim met, moved as
+        the search moves it; else None (make the search). Where the pool's free GPUs reach
+        the search's bound it meets one victim, then stops; for a gang wider than a node it
+        fails unless the ``need`` most-free nodes hold the gang's GPUs once that victim's are
+        free, and they gain at most that victim's GPUs: ``_most_free(need)`` short of the gang's
+        GPUs less those (kept while the counts stay, ``_same_pool``) proves it fails. The
+        victim's nodes, GPUs and job then go to their ends (``undo_order``), unless the last
+        search met it alone since the counts last changed: nothing has moved since, so they
+        are there already. Why: a contended LAS run makes 2.9 searches per job arrived, each
+        meeting one victim (most often one GPU) for a gang of 24 to 64 GPUs, and failing,
+        the victim the last search met 5 times in 6 (issue 34)."""
+        pool = self.pool
+        gpus, most = job.gpus, pool.max_node_gpus
+        if pool.free_gpus < limit or gpus <= most or pool.locality != "consolidated":
+            return None
+        if not self._unlimited_pool(pool):
+            return None
+        first = next(iter(self.victims(job, opp)), None)
+        if first is None:
+            return None
+        need, goal = -(-gpus // most), gpus - first.gpus
+        reach = self._reach
+        if reach[0] is not pool or reach[1] != self._upheavals:
+            reach = self._reach = (pool, self._upheavals, {})
+        kept = reach[2].get(need)
+        freed = self._freed
+        if kept is None or kept[0] + freed - kept[1] >= goal:
+            found = pool._most_free(need)
+            reach[2][need] = (found, freed)
+            if found >= goal:
+                return None
+        walk = (first.job_id,)
+        if walk != self._last_walk:
+            to_ends(pool, first.job_id)
+        return walk
 
     # ---- a full pass that would change nothing, not run -----------------------------------
 
@@ -204,6 +276,10 @@ class LasPolicy(QueuedPolicy):
         not come back to the same bits, so repeating one is not a no-op."""
         if self.same_queue or self.per_vc or self._limited or self._line_heads is None:
             return False  # (without kept heads no line is marked when a job joins or leaves)
+        return self._unlimited_pool(pool)
+
+    def _unlimited_pool(self, pool: NodePool) -> bool:
+        """Has no node of ``pool`` a CPU or memory limit? (Kept per pool.)"""
         if self._unlimited[0] is not pool:
             unlimited = all(
                 n.cpu == math.inf and n.memory_mb == math.inf for n in pool.nodes.values()
@@ -254,10 +330,12 @@ class LasPolicy(QueuedPolicy):
 
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
         self._quiet = None  # (a node up changes the pool's buckets without a start or stop)
+        self._upheavals += 1
         super()._node_health(node, healthy, out, reason)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         self._quiet = None
+        self._upheavals += 1
         super()._reconfigure(config, out)
 
     def _file_running(self, job: QueuedJob, sign: int) -> None:
@@ -280,6 +358,7 @@ class LasPolicy(QueuedPolicy):
             heapq.heappush(self._demotions, (max(when, self._now), job.token, job.job_id))
 
     def on_stopped(self, job: QueuedJob) -> None:
+        self._freed += job.gpus
         self._file_running(job, -1)
         level = self.level_of(job.attained)
         if level > job.level:
