@@ -9,6 +9,7 @@ arrived on the contended replay, each meeting one victim and failing)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given, settings
@@ -59,7 +60,7 @@ def nodes_of(count: int, gpus: int) -> Any:
     )
 
 
-Policies = list[LasPolicy]
+Policies = Sequence[LasPolicy]
 
 
 def each(policies: Policies, event: Any) -> list[Any]:
