@@ -28,7 +28,7 @@ from labhive.scheduler.policies.queued import QueuedJob, from_config
 class LasEverySearch(LasPolicy):
     """LAS making every search on paper (``fails_on_paper``), as before the bound."""
 
-    def _fails_by_bound(self, job: QueuedJob, opp: bool, limit: int) -> tuple[str, ...] | None:
+    def _fails_by_bound(self, job: QueuedJob, opp: bool) -> tuple[str, ...] | None:
         return None
 
 
@@ -37,8 +37,8 @@ class LasCounting(LasPolicy):
 
     bounded = 0
 
-    def _fails_by_bound(self, job: QueuedJob, opp: bool, limit: int) -> tuple[str, ...] | None:
-        walk = super()._fails_by_bound(job, opp, limit)
+    def _fails_by_bound(self, job: QueuedJob, opp: bool) -> tuple[str, ...] | None:
+        walk = super()._fails_by_bound(job, opp)
         self.bounded += walk is not None
         return walk
 

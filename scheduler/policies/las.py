@@ -85,16 +85,17 @@ class LasPolicy(QueuedPolicy):
         self._quiet: tuple[NodePool, int, list[tuple[int, int, bool | tuple[str, ...]]]] | None
         self._quiet = None
         self._unlimited: tuple[NodePool | None, bool] = (None, False)
-        # what searches on paper knew of the pool's counts since they last changed
-        # (``_same_pool``): the victims the last one met, and whether the most-free nodes of
-        # a count reach a number of GPUs (``_fails_by_bound``)
+        # searches on paper (``_fails_by_bound``): the pool, ``_runs`` and ``_upheavals`` at
+        # the last one, and the victims it met
         self._upheavals = 0  # node faults, reconfigurations and real searches so far
         self._searched_on: tuple[NodePool, int, int] | None = None
         self._last_walk: tuple[str, ...] = ()
         self._freed = 0  # GPUs freed by runs stopped so far (``on_stopped``)
         # the pool, ``_upheavals`` and by node count: ``_most_free`` when last found, and
         # ``_freed`` then (it is now at most that plus the GPUs freed since: starts only take)
-        self._reach: tuple[NodePool | None, int, dict[int, tuple[int, int]]] = (None, 0, {})
+        # (and whether the pool may be bounded so: consolidated, no CPU or memory limits)
+        self._reach: tuple[NodePool | None, int, dict[int, tuple[int, int]], bool]
+        self._reach = (None, 0, {}, False)
 
     def level_of(self, attained: float) -> int:
         return bisect.bisect_right(self.thresholds, attained + _EPS)
@@ -165,10 +166,11 @@ class LasPolicy(QueuedPolicy):
         log = self._log
         if log is None:  # (not a full pass: its moves leave the pool where no pass left it)
             self._quiet = None
-        if not self._same_pool():  # (the pool's counts changed: what was known of them goes)
-            self._searched_on = (pool, self._runs, self._upheavals)
+        moved_on = (pool, self._runs, self._upheavals)
+        if moved_on != self._searched_on:  # (counts changed: the last walk is not in place)
+            self._searched_on = moved_on
             self._last_walk = ()
-        walk = self._fails_by_bound(job, opp, limit)
+        walk = self._fails_by_bound(job, opp) if pool.free_gpus >= limit else None
         if walk is None:
             walked: list[str] = []
             fails = fails_on_paper(
@@ -185,47 +187,34 @@ class LasPolicy(QueuedPolicy):
             log.append((job.level, job.gpus, walk))
         return fails
 
-    def _same_pool(self) -> bool:
-        """Has the pool changed, since the last search on paper, only by searches' moves? Its
-        free GPUs per node change only where a job starts or stops (``_runs``), a node goes
-        down or up, the cluster is reconfigured or a real search releases and claims back
-        (``_upheavals``); a search on paper leaves every count as it found it. Not on a pool
-        with CPU or memory limits (their float counters, see ``_may_keep``)."""
-        key = self._searched_on
-        pool = self.pool
-        return (
-            key is not None
-            and key[0] is pool
-            and key[1] == self._runs
-            and key[2] == self._upheavals
-            and self._unlimited_pool(pool)
-        )
-
-    def _fails_by_bound(self, job: QueuedJob, opp: bool, limit: int) -> tuple[str, ...] | None:
-        """``fails_on_paper`` where a bound shows the search fails: the victim met, moved as
-        the search moves it; else None (make the search). Where the pool's free GPUs reach
-        the search's bound it meets one victim, then stops; for a gang wider than a node it
-        fails unless the ``need`` most-free nodes hold the gang's GPUs once that victim's are
-        free, and they gain at most that victim's GPUs: ``_most_free(need)`` short of the gang's
-        GPUs less those (kept while the counts stay, ``_same_pool``) proves it fails. The
-        victim's nodes, GPUs and job then go to their ends (``undo_order``), unless the last
-        search met it alone since the counts last changed: nothing has moved since, so they
-        are there already. Why: a contended LAS run makes 2.9 searches per job arrived, each
-        meeting one victim (most often one GPU) for a gang of 24 to 64 GPUs, and failing,
+    def _fails_by_bound(self, job: QueuedJob, opp: bool) -> tuple[str, ...] | None:
+        """``fails_on_paper`` where the pool's free GPUs reach the search's bound and a bound
+        shows the search fails: the victim met, moved as the search moves it; else None (make
+        the search). The search meets one victim, then stops; for a gang wider than a node
+        (consolidated) it fails unless the ``need`` most-free nodes hold the gang's GPUs once
+        that victim's are free, and they gain at most that victim's GPUs. ``_most_free(need)``
+        is kept by node count (``_reach``) with the GPUs stopped runs had freed then: starts
+        only take, so now it is at most the kept figure plus what stops freed since (a node
+        fault, a reconfiguration or a real search forgets it, ``_upheavals``); that short of
+        the gang's GPUs less the victim's proves the search fails. The victim's nodes, GPUs
+        and job then go to their ends (``to_ends``), unless the last search met it alone and
+        no count changed since (``_searched_on``: no start, stop or upheaval): nothing has
+        moved since, so they are there already. Not on a pool with CPU or memory limits
+        (``_may_keep``). Why: a contended LAS run makes 2.9 searches per job arrived, each
+        meeting one victim (most often of one GPU) for a gang of 24 to 64 GPUs and failing,
         the victim the last search met 5 times in 6 (issue 34)."""
         pool = self.pool
+        reach = self._reach
+        if reach[0] is not pool or reach[1] != self._upheavals:
+            bounded = pool.locality == "consolidated" and self._unlimited_pool(pool)
+            reach = self._reach = (pool, self._upheavals, {}, bounded)
         gpus, most = job.gpus, pool.max_node_gpus
-        if pool.free_gpus < limit or gpus <= most or pool.locality != "consolidated":
-            return None
-        if not self._unlimited_pool(pool):
+        if gpus <= most or not reach[3]:
             return None
         first = next(iter(self.victims(job, opp)), None)
         if first is None:
             return None
         need, goal = -(-gpus // most), gpus - first.gpus
-        reach = self._reach
-        if reach[0] is not pool or reach[1] != self._upheavals:
-            reach = self._reach = (pool, self._upheavals, {})
         kept = reach[2].get(need)
         freed = self._freed
         if kept is None or kept[0] + freed - kept[1] >= goal:
