@@ -14,6 +14,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_las_quiet_passes import LasEveryPass
 from test_pass_skips import LAS, eight_nodes_of_eight
 from test_preempt_probe import pool_state
 from test_properties import PROPERTY_SETTINGS
@@ -99,20 +100,22 @@ def crowded() -> tuple[LasCounting, LasEverySearch]:
     data=st.data(),
     shape=st.sampled_from([(12, 2), (16, 4), (10, 8), (24, 8)]),
     options=st.sampled_from([{}, {"backfill": False}, {"quantum": 0.0}]),
+    plain=st.sampled_from([LasEverySearch, LasEveryPass]),
 )
 def test_a_las_settling_searches_by_a_bound_decides_and_leaves_the_pool_as_one_searching(
-    data: Any, shape: tuple[int, int], options: dict[str, Any]
+    data: Any, shape: tuple[int, int], options: dict[str, Any], plain: type[LasPolicy]
 ) -> None:
     """A cluster full of 1-GPU jobs (all demoted at 100 s: each a victim, of one GPU, as a
     contended run's most often are), some of them finished (free GPUs spread over the nodes),
     then gangs of 1 or 2 GPUs a task wider than a node, more 1-GPU jobs, finishes, cancels,
     node faults and ticks, in any order: LAS with the bound decides as LAS making every
-    search on paper, and leaves the same pool, order included, after every event."""
+    search on paper, and as LAS running every full pass (a quiet pass replayed after starts,
+    ``_replays``, included), and leaves the same pool, order included, after every event."""
     nodes, gpus = shape
     config = nodes_of(nodes, gpus)
     policies: Policies = [
         from_config(cls, config, dict(options), **{**LAS, "thresholds": (60.0, 6000.0)})
-        for cls in (LasPolicy, LasEverySearch)
+        for cls in (LasPolicy, plain)
     ]
     bounded, every = policies
     for i in range(nodes * gpus):
@@ -193,3 +196,47 @@ def test_a_release_since_the_bound_was_found_is_counted() -> None:
         ("Preempt", victim.job_id),
         ("Start", "wide"),
     ]
+
+
+class LasReplaying(LasPolicy):
+    """LAS counting the quiet passes it replayed after starts (``_replays``)."""
+
+    replayed = 0
+
+    def _replays(self, pool: Any, log: Any) -> bool:
+        replayed = super()._replays(pool, log)
+        self.replayed += replayed
+        return replayed
+
+
+def test_a_pass_after_starts_only_replays_the_quiet_passs_searches() -> None:
+    """Eight 8-GPU nodes full of 1-GPU jobs, all demoted at 100 s, six finished on each
+    node at 110 s (48 free), a 24-GPU gang waiting: a tick's pass searches for it (settled
+    by the bound, 18 + 1 < 24) and starts nothing: kept as quiet. A 1-GPU job arrives and
+    starts at once (a start, no stop); the next tick's pass would try the same heads and
+    make the same search, which fails again: it is not run, but its search's victim is
+    moved, as it would move it (the start moved a node in the buckets). LAS running every
+    pass decides the same and leaves the same pool, after each event."""
+    config = eight_nodes_of_eight()
+    options = {**LAS, "thresholds": (60.0,)}
+    policies: Policies = [
+        from_config(cls, config, {}, **options) for cls in (LasReplaying, LasEveryPass)
+    ]
+    replaying, every = policies
+    assert isinstance(replaying, LasReplaying)
+    for i in range(64):
+        submit(policies, f"one{i}", 0.0, 1)
+    each(policies, Tick(100.0))
+    for i in range(64):
+        if i % 8 < 6:  # 48 free, six on each node: 18 + 1 short of 24, 40 to the bound
+            each(policies, Finish(f"one{i}", 110.0))
+    assert submit(policies, "wide", 120.0, 1, tasks=24) == [[], []]
+    assert each(policies, Tick(130.0)) == [[], []]
+    assert replaying._quiet is not None
+    for n, at in enumerate((140.0, 150.0, 160.0)):
+        started = submit(policies, f"late{n}", at, 1)
+        assert [[d.job_id for d in out] for out in started] == [[f"late{n}"]] * 2
+        assert pool_state(replaying.pool) == pool_state(every.pool)
+        assert each(policies, Tick(at + 5.0)) == [[], []]
+        assert pool_state(replaying.pool) == pool_state(every.pool)
+    assert replaying.replayed == 3
