@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.policies.node_pool import NodePool
-from labhive.scheduler.policies.preempt_probe import fails_on_paper
+from labhive.scheduler.policies.preempt_probe import fails_on_paper, to_ends
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
@@ -82,9 +82,22 @@ class LasPolicy(QueuedPolicy):
         # (level, GPUs, enough?), logged while it runs; kept with the pool and ``_runs`` when
         # it changed nothing but its searches' moves (``_schedule``)
         self._log: list[tuple[int, int, bool | tuple[str, ...]]] | None = None
-        self._quiet: tuple[NodePool, int, list[tuple[int, int, bool | tuple[str, ...]]]] | None
+        # (the pool, ``_runs`` and ``_stopped`` after it, and what it asked)
+        self._quiet: tuple[NodePool, int, int, list[tuple[int, int, bool | tuple[str, ...]]]] | None
         self._quiet = None
         self._unlimited: tuple[NodePool | None, bool] = (None, False)
+        # searches on paper (``_fails_by_bound``): the pool, ``_runs`` and ``_upheavals`` at
+        # the last one, and the victims it met
+        self._upheavals = 0  # node faults, reconfigurations and real searches so far
+        self._searched_on: tuple[NodePool, int, int] | None = None
+        self._last_walk: tuple[str, ...] = ()
+        self._freed = 0  # GPUs freed by runs stopped so far (``on_stopped``)
+        self._stopped = 0  # runs stopped so far
+        # the pool, ``_upheavals`` and by node count: ``_most_free`` when last found, and
+        # ``_freed`` then (it is now at most that plus the GPUs freed since: starts only take)
+        # (and whether the pool may be bounded so: consolidated, no CPU or memory limits)
+        self._reach: tuple[NodePool | None, int, dict[int, tuple[int, int]], bool]
+        self._reach = (None, 0, {}, False)
 
     def level_of(self, attained: float) -> int:
         return bisect.bisect_right(self.thresholds, attained + _EPS)
@@ -155,16 +168,74 @@ class LasPolicy(QueuedPolicy):
         log = self._log
         if log is None:  # (not a full pass: its moves leave the pool where no pass left it)
             self._quiet = None
-            return fails_on_paper(pool, job.gang, self.victims(job, opp), pool.free_gpus, limit)
-        walked: list[str] = []
-        fails = fails_on_paper(
-            pool, job.gang, self.victims(job, opp), pool.free_gpus, limit, walked
-        )
-        if fails:
-            log.append((job.level, job.gpus, tuple(walked)))
+        moved_on = (pool, self._runs, self._upheavals)
+        if moved_on != self._searched_on:  # (counts changed: the last walk is not in place)
+            self._searched_on = moved_on
+            self._last_walk = ()
+        walk = self._fails_by_bound(job, opp) if pool.free_gpus >= limit else None
+        if walk is None:
+            walked: list[str] = []
+            fails = fails_on_paper(
+                pool, job.gang, self.victims(job, opp), pool.free_gpus, limit, walked
+            )
+            walk = tuple(walked)
         else:
-            self._log = None  # a real search follows: its pass is not kept as quiet
+            fails = True
+        self._last_walk = walk
+        if not fails:
+            self._upheavals += 1  # a real search follows: it releases and claims back
+            self._log = None  # (and its pass is not kept as quiet)
+        elif log is not None:
+            log.append((job.level, job.gpus, walk))
         return fails
+
+    def _fails_by_bound(self, job: QueuedJob, opp: bool) -> tuple[str, ...] | None:
+        """``fails_on_paper`` where the pool's free GPUs reach the search's bound and a bound
+        shows the search fails: the victim met, moved as the search moves it; else None (make
+        the search). The search meets one victim, then stops; for a gang wider than a node
+        (consolidated) it fails unless the ``need`` most-free nodes hold the gang's GPUs once
+        that victim's are free, and they gain at most that victim's GPUs. ``_most_free(need)``
+        is kept by node count (``_reach``) with the GPUs stopped runs had freed then: starts
+        only take, so now it is at most the kept figure plus what stops freed since (a node
+        fault, a reconfiguration or a real search forgets it, ``_upheavals``); that short of
+        the gang's GPUs less the victim's proves the search fails. The victim's nodes, GPUs
+        and job then go to their ends (``to_ends``), unless the last search met it alone and
+        no count changed since (``_searched_on``: no start, stop or upheaval): nothing has
+        moved since, so they are there already. Not on a pool with CPU or memory limits
+        (``_may_keep``). Why: a contended LAS run makes 2.9 searches per job arrived, each
+        meeting one victim (most often of one GPU) for a gang of 24 to 64 GPUs and failing,
+        the victim the last search met 5 times in 6 (issue 34)."""
+        if job.gpus <= self.pool.max_node_gpus:
+            return None
+        first = next(iter(self.victims(job, opp)), None)
+        if first is None or not self._out_of_reach(job.gpus, first.gpus):
+            return None
+        walk = (first.job_id,)
+        if walk != self._last_walk:
+            to_ends(self.pool, first.job_id)
+        return walk
+
+    def _out_of_reach(self, gpus: int, freed: int) -> bool:
+        """Do the most-free nodes a gang of ``gpus`` GPUs (wider than a node) needs hold
+        fewer than ``gpus`` once ``freed`` more are free on them, by the kept bound
+        (``_fails_by_bound``)? False where it cannot tell."""
+        pool = self.pool
+        reach = self._reach
+        if reach[0] is not pool or reach[1] != self._upheavals:
+            bounded = pool.locality == "consolidated" and self._unlimited_pool(pool)
+            reach = self._reach = (pool, self._upheavals, {}, bounded)
+        most = pool.max_node_gpus
+        if gpus <= most or not reach[3]:
+            return False
+        need, goal = -(-gpus // most), gpus - freed
+        kept = reach[2].get(need)
+        stopped = self._freed
+        if kept is None or kept[0] + stopped - kept[1] >= goal:
+            found = pool._most_free(need)
+            reach[2][need] = (found, stopped)
+            if found >= goal:
+                return False
+        return True
 
     # ---- a full pass that would change nothing, not run -----------------------------------
 
@@ -193,7 +264,7 @@ class LasPolicy(QueuedPolicy):
         kept = self._log is log
         self._log = None
         if kept and len(out) == had and self._may_keep(self.pool):
-            self._quiet = (self.pool, self._runs, log)
+            self._quiet = (self.pool, self._runs, self._stopped, log)
 
     def _may_keep(self, pool: NodePool) -> bool:
         """May a quiet pass be kept here? Not under Tiresias' same-queue order (its victims
@@ -204,6 +275,10 @@ class LasPolicy(QueuedPolicy):
         not come back to the same bits, so repeating one is not a no-op."""
         if self.same_queue or self.per_vc or self._limited or self._line_heads is None:
             return False  # (without kept heads no line is marked when a job joins or leaves)
+        return self._unlimited_pool(pool)
+
+    def _unlimited_pool(self, pool: NodePool) -> bool:
+        """Has no node of ``pool`` a CPU or memory limit? (Kept per pool.)"""
         if self._unlimited[0] is not pool:
             unlimited = all(
                 n.cpu == math.inf and n.memory_mb == math.inf for n in pool.nodes.values()
@@ -212,7 +287,11 @@ class LasPolicy(QueuedPolicy):
         return self._unlimited[1]
 
     def _still_quiet(
-        self, pool: NodePool, runs: int, log: list[tuple[int, int, bool | tuple[str, ...]]]
+        self,
+        pool: NodePool,
+        runs: int,
+        stopped: int,
+        log: list[tuple[int, int, bool | tuple[str, ...]]],
     ) -> bool:
         """Would a full pass now do exactly what the kept quiet one did? Yes when, since
         it, no job started or stopped (the pool's free GPUs per node are the same: each try
@@ -224,8 +303,12 @@ class LasPolicy(QueuedPolicy):
         each search, the victims it met, in order (a demotion or a run's quantum ending may
         change them). Each search then fails again, moving the same victims to the same ends
         of the same buckets in the same order: that leaves the pool as it is, as the pass's
-        own moves left it there."""
-        if pool is not self.pool or runs != self._runs or self._limited:
+        own moves left it there. Where jobs only started since (``_replays``), the pass
+        is not run either, but its searches' moves are made."""
+        if pool is not self.pool or self._limited:
+            return False
+        starts = runs != self._runs  # (and then, with no stop, only starts: ``_replays``)
+        if starts and stopped != self._stopped:
             return False
         if self._touched:
             kept = self._line_heads
@@ -234,6 +317,8 @@ class LasPolicy(QueuedPolicy):
                 head, was = self._head(group), kept.get(group)
                 if (head.seq if head else None) != (was[1] if was else None):
                     return False
+        if starts:
+            return self._replays(pool, log)
         free = pool.free_gpus
         held = self._level_gpus
         extra = 2 * pool.max_node_gpus
@@ -252,12 +337,54 @@ class LasPolicy(QueuedPolicy):
                 return False
         return True
 
+    def _replays(self, pool: NodePool, log: list[tuple[int, int, bool | tuple[str, ...]]]) -> bool:
+        """``_still_quiet`` where jobs started since the kept pass and none stopped: the same
+        heads, and each GPU count a pass refused is refused still (a start only takes GPUs
+        from nodes), each head whose victims held too few still finds too few (fewer GPUs
+        free; a job started is young, or in a queue no lower than the waiting heads'). Each
+        search the pass made met one victim and failed by the bound (``_fails_by_bound``):
+        the same search now does, where the free GPUs still reach its bound (then it meets
+        one victim: it must be the same) and the bound (kept across starts) still says so:
+        that is checked, and then each search's victim moved to its ends, in the pass's order,
+        as the searches would (the starts moved nodes in the buckets: the moves are not the
+        no-op they are in an exact repeat). The pass is then kept as if made now. Why: a
+        contended LAS run keeps a quiet pass, then a job submitted starts at once, and the
+        next tick's pass, the same, was made in full (one in four jobs arrived, issue 34)."""
+        free = pool.free_gpus
+        held = self._level_gpus
+        extra = 2 * pool.max_node_gpus
+        victims: list[str] = []
+        for level, gpus, asked in log:
+            if asked is False:
+                if free + sum(held[level + 1 :]) >= gpus:
+                    return False
+                continue
+            if asked is True or len(asked) != 1 or free < gpus + extra:
+                return False
+            first = next(self._lower_than(level), None)
+            if (
+                first is None
+                or first.job_id != asked[0]
+                or not self._out_of_reach(gpus, first.gpus)
+            ):
+                return False
+            victims.append(first.job_id)
+        for job_id in victims:
+            to_ends(pool, job_id)
+        if victims:
+            self._searched_on = (pool, self._runs, self._upheavals)
+            self._last_walk = (victims[-1],)
+        self._quiet = (pool, self._runs, self._stopped, log)
+        return True
+
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
         self._quiet = None  # (a node up changes the pool's buckets without a start or stop)
+        self._upheavals += 1
         super()._node_health(node, healthy, out, reason)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         self._quiet = None
+        self._upheavals += 1
         super()._reconfigure(config, out)
 
     def _file_running(self, job: QueuedJob, sign: int) -> None:
@@ -280,6 +407,8 @@ class LasPolicy(QueuedPolicy):
             heapq.heappush(self._demotions, (max(when, self._now), job.token, job.job_id))
 
     def on_stopped(self, job: QueuedJob) -> None:
+        self._freed += job.gpus
+        self._stopped += 1
         self._file_running(job, -1)
         level = self.level_of(job.attained)
         if level > job.level:

@@ -132,6 +132,24 @@ def undo_order(pool: NodePool, job_ids: list[str]) -> None:
         jobs[job_id] = (tasks, spans)  # the spans claim would build from the same tasks
 
 
+def to_ends(pool: NodePool, job_id: str) -> None:
+    """``undo_order`` of one job on a pool without CPU or memory limits: its nodes to the
+    ends of their buckets, its GPUs to the end of their nodes' ``used``, the job to the end
+    of the pool's jobs (a failed search meeting one victim, most often of one GPU)."""
+    jobs, buckets = pool._jobs, pool._buckets
+    held = jobs.pop(job_id)
+    jobs[job_id] = held
+    for node, gpus, _, _ in held[1]:
+        if node.healthy:
+            bucket = buckets[len(node.free)]
+            del bucket[node.name]
+            bucket[node.name] = node
+        used = node.used
+        for g in gpus:
+            del used[g]
+            used[g] = job_id
+
+
 def fails_on_paper(
     pool: NodePool,
     gang: Gang,
