@@ -30,6 +30,7 @@ import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from heapq import heappush
 from operator import attrgetter
 from typing import Any
 
@@ -45,7 +46,7 @@ from labhive.scheduler.core.model import (
     Tick,
 )
 from labhive.scheduler.core.states import JobState
-from labhive.scheduler.drivers.lifecycle import JobRecord, apply_decision
+from labhive.scheduler.drivers.lifecycle import JobRecord, apply_decision, end_attempt
 from labhive.scheduler.drivers.replay import COMPLETION, VirtualTimeDriver
 from labhive.scheduler.sim.jobtable import JobTable
 from labhive.scheduler.sim.timeline import Timeline
@@ -437,7 +438,15 @@ class Simulation(VirtualTimeDriver):
             self.timeline.wait(job, +1)
         else:
             job.end = self.now
-        self._end_attempt(record, ok)
+        # ``_end_attempt(record, ok)``, written out (once a job): the instant's batch is open
+        # (``drive``) unless a scenario ends the job.
+        if record.state == _RUNNING:
+            event = end_attempt(record, ok, self.now)
+            batch = self._batch
+            if batch is not None:
+                batch.append(event)
+            else:
+                self.feed(event)
         if not retry:
             self._done(job)
 
@@ -471,6 +480,21 @@ class Simulation(VirtualTimeDriver):
         if not self.keep_jobs:
             self.sim_jobs.pop(job.job_id, None)
             self.records.pop(job.job_id, None)
+
+    def apply(self, decisions: list[Decision]) -> None:
+        """The replayer's ``apply``, each decision's ``apply_one`` written out (a call less for
+        every start of every job)."""
+        self.decisions += len(decisions)
+        records, sim_jobs = self.records, self.sim_jobs
+        for d in decisions:
+            record = records.get(d.job_id)
+            if record is None:
+                continue
+            job = sim_jobs.get(d.job_id)
+            if job is not None and job.running:
+                self._apply_running(record, job, d)
+            elif apply_decision(record, d, self.now):  # a waiting job starts (a ``Start``)
+                self._time_run(record, job)
 
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a
@@ -568,7 +592,9 @@ class Simulation(VirtualTimeDriver):
                 return "finished" if ok else "failed"
             return f"{record.spec.name} {'finished' if ok else 'failed'}"
 
-        self.at(self.now + run_for, complete, COMPLETION)
+        # (``at``, without its call: once a run.)
+        self._counter += 1
+        heappush(self._heap, (self.now + run_for, COMPLETION, self._counter, complete))
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
         """The run ends; ``remaining`` drops by ``keep`` (None: cut short by the policy, so
