@@ -430,14 +430,26 @@ class Simulation(VirtualTimeDriver):
         self._end_run(job, record, ok)
 
     def _end_run(self, job: SimJob, record: JobRecord, ok: bool) -> None:
-        """``end`` of a running job, found (where its timed completion comes in)."""
-        self._stopped(job, job.remaining)
+        """``end`` of a running job, found (where its timed completion comes in).
+
+        The run ends having served all it had to (``_stopped(job, job.remaining)``, written
+        out, once a job): nothing is lost, and ``remaining`` drops to 0.0 (``x - x`` is 0.0,
+        and ``inf - inf``, NaN, was clamped to 0.0 too)."""
+        now = self.now
+        ran = now - job.run_start
+        held = job.gpus_held
+        job.gpu_seconds += ran * held
+        job.run_seconds += ran
+        self.timeline.run(job, -held)
+        job.gpus_held = 0
+        job.running = job.partial = False
+        job.remaining = 0.0
         retry = not ok and record.retries_left > 0
         if retry:  # the next attempt runs from the start, and may start at once
             job.remaining = job.duration
             self.timeline.wait(job, +1)
         else:
-            job.end = self.now
+            job.end = now
         # ``_end_attempt(record, ok)``, written out (once a job): the instant's batch is open
         # (``drive``) unless a scenario ends the job.
         if record.state == _RUNNING:
@@ -583,8 +595,13 @@ class Simulation(VirtualTimeDriver):
         def complete() -> str | None:
             if record.generation != generation or record.state != _RUNNING:
                 return None
-            ok = job.ok and not cut
-            if job.running and self.records.get(record.job_id) is record:
+            # (``job.ok``'s verdict, known after a job of its status: no property call.)
+            ok = _OK_BY_STATUS.get(job.status)
+            if ok is None:
+                ok = job.ok
+            ok = ok and not cut
+            # The record is the job's, and in ``records``: it runs, so it was not dropped.
+            if job.running and job.record is record:
                 self._end_run(job, record, ok)  # ``end``'s look-ups, already done
             else:
                 self.end(record.job_id, ok)
