@@ -1,7 +1,8 @@
 """The timeline's per-VC integrals against the plain computation. ``Timeline.run`` and
 ``Timeline.wait`` advance a VC's integrals to now themselves (written out, no helper call: the
 change of every start and end of every simulated job); here a reference timeline advances the
-VC through one plain helper before every change, as the timeline did before. Given random
+VC through one plain helper before every change, as the timeline did before (and a waiting
+job's start is its ``wait(-1)`` then its ``run``, which ``Timeline.started`` fuses). Given random
 streams of changes (starts, ends, waits, several changes in one instant, VCs first seen late),
 expect every VC's served and asked-for GPU time, and every global figure, to the bit."""
 
@@ -42,6 +43,10 @@ class PlainTimeline(Timeline):
         else:
             del sizes[job.gpus]
         self._vc(job.vc).waiting_gpus += sign * job.gpus
+
+    def started(self, job: Job, gpus: int) -> None:
+        self.wait(job, -1)
+        self.run(job, gpus)
 
 
 def replay_changes(timeline: Timeline, seed: int) -> tuple[object, ...]:

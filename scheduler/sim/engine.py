@@ -415,6 +415,10 @@ class Simulation(VirtualTimeDriver):
         else:
             job.entered = True
             self._entered.append(job)
+        # Until it has its new record, a decision about it is applied to ``records``' one
+        # (``apply``: a policy without ``handle_batch`` decides inside ``_admit``), not to the
+        # record of its last submission.
+        job.record = None
         record = self._admit(job.job_id, spec)
         job.record = record
         if record.state == _REJECTED:
@@ -497,13 +501,21 @@ class Simulation(VirtualTimeDriver):
         """The replayer's ``apply``, each decision's ``apply_one`` written out (a call less for
         every start of every job)."""
         self.decisions += len(decisions)
-        records, sim_jobs = self.records, self.sim_jobs
+        sim_jobs = self.sim_jobs
         for d in decisions:
-            record = records.get(d.job_id)
-            if record is None:
-                continue
+            # Every record is a job's, the one in ``records`` (``_arrive``/``_enter`` set both,
+            # ``_done`` drops both): one look-up a decision, not two. (A policy that decides
+            # as each event comes, without ``handle_batch``, decides inside ``_admit``, before
+            # the job is given its record: then it is found in ``records``.)
             job = sim_jobs.get(d.job_id)
-            if job is not None and job.running:
+            if job is None:
+                continue
+            record = job.record
+            if record is None:
+                record = self.records.get(d.job_id)
+                if record is None:
+                    continue
+            if job.running:
                 self._apply_running(record, job, d)
             elif apply_decision(record, d, self.now):  # a waiting job starts (a ``Start``)
                 self._time_run(record, job)

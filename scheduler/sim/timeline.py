@@ -107,9 +107,26 @@ class Timeline:
     def started(self, job: Any, gpus: int) -> None:
         """``wait(job, -1)`` then ``run(job, gpus)``: a waiting job starts (the VC advanced
         once; the second advance of the pair, at the same time, changed nothing)."""
-        self.wait(job, -1)
+        # (``wait``'s body, written out: once for every job that waited, and the VC is found
+        # once for both changes.)
+        self.waiting -= 1
+        size = job.gpus
+        sizes = self._wait_sizes
+        count = sizes[size] - 1  # (it waits, so its size is counted)
+        if count:
+            sizes[size] = count
+        else:
+            del sizes[size]
+        now = self.now
+        vc = self.vcs[job.vc]  # (it waits, so its VC is known)
+        dt = now - vc.last
+        if dt > 0:
+            vc.served += vc.used * dt
+            vc.demand += (vc.used + vc.waiting_gpus) * dt
+            vc.last = now
+        vc.waiting_gpus -= size
         self.used += gpus
-        self.vcs[job.vc].used += gpus
+        vc.used += gpus
 
     def preempted(self, job: Any) -> None:
         self.preemptions += 1
