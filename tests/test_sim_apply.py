@@ -7,6 +7,7 @@ the replayer's own ``apply`` (``records.get``, then ``apply_one``), to the bit."
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -46,6 +47,11 @@ def resubmit(sim: Simulation, again: SimJob, duration: float) -> str | None:
     return f"{again.job_id} submitted again"
 
 
+def cancel(sim: Simulation, job: SimJob) -> str:
+    sim.cancel(job.job_id)
+    return f"{job.job_id} cancelled"
+
+
 def run(kind: type[Simulation], policy: str, seed: int) -> tuple[object, ...]:
     rng = random.Random(seed)
     config = cluster([8, 8])
@@ -55,10 +61,9 @@ def run(kind: type[Simulation], policy: str, seed: int) -> tuple[object, ...]:
         again = rng.choice(jobs)
         at = again.submit + rng.uniform(0.0, 120.0)
         if rng.random() < 0.7:
-            duration = rng.choice([3.0, 20.0])
-            sim.at(at, lambda j=again, d=duration: resubmit(sim, j, d))
+            sim.at(at, functools.partial(resubmit, sim, again, rng.choice([3.0, 20.0])))
         else:
-            sim.at(at, lambda j=again: sim.cancel(j.job_id))
+            sim.at(at, functools.partial(cancel, sim, again))
     result = sim.run()
     return [repr(j) for j in result.jobs], repr(summarize(result)), sim.decisions
 
