@@ -327,8 +327,12 @@ class Simulation(VirtualTimeDriver):
         """One decision's events, where no one watches: count them, plan a wake-up. The
         policy is asked once per decision, not per event: nothing changes it between its
         events' questions, so each would get the same answer (LAS ranks its waiting heads to
-        answer: 8% of its work, asked per event); the wake-up is planned as often as before
-        (the same heap).
+        answer: 8% of its work, asked per event). The wake-up is planned once, not once per
+        event: a second ``_plan_wakeup`` of the same time either returns at once (the first
+        planned it, or an earlier one) or, where the time wanted has passed, pushes a tick for
+        ``now`` behind the first one's, which finds ``_wake`` reset by the first (nothing
+        decides between the two: the instant's events wait for its one decision) and does
+        nothing; the same instants, ticks and figures (``test_sim_wakeups``).
 
         The jobs that arrived and did not start wait from here for the timeline (``_instant``
         counts them when time moves on where someone watches): every arrival is followed by
@@ -340,8 +344,7 @@ class Simulation(VirtualTimeDriver):
         self.events += len(labels)
         wake = self.scheduler.next_wakeup() if labels else None
         if wake is not None:
-            for _ in labels:
-                self._plan_wakeup(wake)
+            self._plan_wakeup(wake)
 
     def _seen(self, label: str) -> None:
         """One event done and decided: count it, ask for the next wake-up, report progress."""
