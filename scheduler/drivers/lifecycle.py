@@ -169,8 +169,11 @@ def end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Requeue:
     record.tasks = ()
     record.stopped.clear()
     record.started = None
-    end = attempts.attempt_end(
-        "succeeded" if ok else "failed", record.spec.retries, record.retries_used
+    # (A success ends the same way whatever the retries: no call for it, once a job.)
+    end = (
+        attempts.SUCCEEDED
+        if ok
+        else attempts.attempt_end("failed", record.spec.retries, record.retries_used)
     )
     record.state, record.reason = end.state, end.text
     if end.requeued:

@@ -30,6 +30,7 @@ import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from heapq import heappush
 from operator import attrgetter
 from typing import Any
 
@@ -45,7 +46,7 @@ from labhive.scheduler.core.model import (
     Tick,
 )
 from labhive.scheduler.core.states import JobState
-from labhive.scheduler.drivers.lifecycle import JobRecord, apply_decision
+from labhive.scheduler.drivers.lifecycle import JobRecord, apply_decision, end_attempt
 from labhive.scheduler.drivers.replay import COMPLETION, VirtualTimeDriver
 from labhive.scheduler.sim.jobtable import JobTable
 from labhive.scheduler.sim.timeline import Timeline
@@ -326,8 +327,12 @@ class Simulation(VirtualTimeDriver):
         """One decision's events, where no one watches: count them, plan a wake-up. The
         policy is asked once per decision, not per event: nothing changes it between its
         events' questions, so each would get the same answer (LAS ranks its waiting heads to
-        answer: 8% of its work, asked per event); the wake-up is planned as often as before
-        (the same heap).
+        answer: 8% of its work, asked per event). The wake-up is planned once, not once per
+        event: a second ``_plan_wakeup`` of the same time either returns at once (the first
+        planned it, or an earlier one) or, where the time wanted has passed, pushes a tick for
+        ``now`` behind the first one's, which finds ``_wake`` reset by the first (nothing
+        decides between the two: the instant's events wait for its one decision) and does
+        nothing; the same instants, ticks and figures (``test_sim_wakeups``).
 
         The jobs that arrived and did not start wait from here for the timeline (``_instant``
         counts them when time moves on where someone watches): every arrival is followed by
@@ -339,8 +344,7 @@ class Simulation(VirtualTimeDriver):
         self.events += len(labels)
         wake = self.scheduler.next_wakeup() if labels else None
         if wake is not None:
-            for _ in labels:
-                self._plan_wakeup(wake)
+            self._plan_wakeup(wake)
 
     def _seen(self, label: str) -> None:
         """One event done and decided: count it, ask for the next wake-up, report progress."""
@@ -414,6 +418,10 @@ class Simulation(VirtualTimeDriver):
         else:
             job.entered = True
             self._entered.append(job)
+        # Until it has its new record, a decision about it is applied to ``records``' one
+        # (``apply``: a policy without ``handle_batch`` decides inside ``_admit``), not to the
+        # record of its last submission.
+        job.record = None
         record = self._admit(job.job_id, spec)
         job.record = record
         if record.state == _REJECTED:
@@ -429,15 +437,35 @@ class Simulation(VirtualTimeDriver):
         self._end_run(job, record, ok)
 
     def _end_run(self, job: SimJob, record: JobRecord, ok: bool) -> None:
-        """``end`` of a running job, found (where its timed completion comes in)."""
-        self._stopped(job, job.remaining)
+        """``end`` of a running job, found (where its timed completion comes in).
+
+        The run ends having served all it had to (``_stopped(job, job.remaining)``, written
+        out, once a job): nothing is lost, and ``remaining`` drops to 0.0 (``x - x`` is 0.0,
+        and ``inf - inf``, NaN, was clamped to 0.0 too)."""
+        now = self.now
+        ran = now - job.run_start
+        held = job.gpus_held
+        job.gpu_seconds += ran * held
+        job.run_seconds += ran
+        self.timeline.run(job, -held)
+        job.gpus_held = 0
+        job.running = job.partial = False
+        job.remaining = 0.0
         retry = not ok and record.retries_left > 0
         if retry:  # the next attempt runs from the start, and may start at once
             job.remaining = job.duration
             self.timeline.wait(job, +1)
         else:
-            job.end = self.now
-        self._end_attempt(record, ok)
+            job.end = now
+        # ``_end_attempt(record, ok)``, written out (once a job): the instant's batch is open
+        # (``drive``) unless a scenario ends the job.
+        if record.state == _RUNNING:
+            event = end_attempt(record, ok, self.now)
+            batch = self._batch
+            if batch is not None:
+                batch.append(event)
+            else:
+                self.feed(event)
         if not retry:
             self._done(job)
 
@@ -471,6 +499,29 @@ class Simulation(VirtualTimeDriver):
         if not self.keep_jobs:
             self.sim_jobs.pop(job.job_id, None)
             self.records.pop(job.job_id, None)
+
+    def apply(self, decisions: list[Decision]) -> None:
+        """The replayer's ``apply``, each decision's ``apply_one`` written out (a call less for
+        every start of every job)."""
+        self.decisions += len(decisions)
+        sim_jobs = self.sim_jobs
+        for d in decisions:
+            # Every record is a job's, the one in ``records`` (``_arrive``/``_enter`` set both,
+            # ``_done`` drops both): one look-up a decision, not two. (A policy that decides
+            # as each event comes, without ``handle_batch``, decides inside ``_admit``, before
+            # the job is given its record: then it is found in ``records``.)
+            job = sim_jobs.get(d.job_id)
+            if job is None:
+                continue
+            record = job.record
+            if record is None:
+                record = self.records.get(d.job_id)
+                if record is None:
+                    continue
+            if job.running:
+                self._apply_running(record, job, d)
+            elif apply_decision(record, d, self.now):  # a waiting job starts (a ``Start``)
+                self._time_run(record, job)
 
     def apply_one(self, record: JobRecord, d: Decision) -> None:
         """The replayer's ``apply_decision``, with the simulator's bookkeeping around it: a
@@ -559,8 +610,13 @@ class Simulation(VirtualTimeDriver):
         def complete() -> str | None:
             if record.generation != generation or record.state != _RUNNING:
                 return None
-            ok = job.ok and not cut
-            if job.running and self.records.get(record.job_id) is record:
+            # (``job.ok``'s verdict, known after a job of its status: no property call.)
+            ok = _OK_BY_STATUS.get(job.status)
+            if ok is None:
+                ok = job.ok
+            ok = ok and not cut
+            # The record is the job's, and in ``records``: it runs, so it was not dropped.
+            if job.running and job.record is record:
                 self._end_run(job, record, ok)  # ``end``'s look-ups, already done
             else:
                 self.end(record.job_id, ok)
@@ -568,7 +624,9 @@ class Simulation(VirtualTimeDriver):
                 return "finished" if ok else "failed"
             return f"{record.spec.name} {'finished' if ok else 'failed'}"
 
-        self.at(self.now + run_for, complete, COMPLETION)
+        # (``at``, without its call: once a run.)
+        self._counter += 1
+        heappush(self._heap, (self.now + run_for, COMPLETION, self._counter, complete))
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
         """The run ends; ``remaining`` drops by ``keep`` (None: cut short by the policy, so

@@ -110,7 +110,9 @@ def iter_sim_jobs(
         if vc not in known:
             left_out["VC not in the cluster"] += 1
             continue
-        job_id = tj.job_id if tj.job_id not in seen else f"{tj.job_id}@{tj.line}"
+        job_id = tj.job_id
+        if job_id in seen:
+            job_id = f"{job_id}@{tj.line}"
         seen.add(job_id)
         # ``trace_job_spec(tj, vc, priority)``, without its call (once a job).
         roles = _roles(tj.gpus, tj.cpu, tj.memory_mb)
