@@ -25,6 +25,7 @@ from labhive.scheduler.core.model import (
     NodeDown,
     NodeUp,
     Reconfigure,
+    Requeue,
     SpecRejected,
     Submit,
     Tick,
@@ -602,4 +603,75 @@ def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
     index.file = counted  # type: ignore[method-assign, assignment]
     assert drf.handle(Finish("a1", 30.0)) == []
     assert [g for g in filed if g[0] == "ann"] == []
+    check_index(drf)
+
+
+def one_node(gpus: int) -> Any:
+    node = {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True}
+    return load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {"NODE": node},
+                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
+            },
+            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}},
+        }
+    )
+
+
+def test_a_requeued_job_heads_its_line_again_before_the_next_pass() -> None:
+    """One 8-GPU node, backfill. Ann runs a1 (1 GPU), bob b1, cy and dee 3 GPUs each; ann's
+    a2 (2 GPUs) and a3 (1 GPU), bob's b2 and b3 (1 GPU) wait; cy's job ends, so a2 and b2
+    start (ann 3/8, bob 2/8) and a3's line stays filed at ann's share then (1/8). Then a1 is
+    requeued: ann's share falls to 2/8, not below where a3's line is filed, so the stop
+    re-files none of her lines; but a1 rejoins that line ahead of a3. Expect a1 to start
+    again on its own GPU, before bob's b3 (same share 2/8, a later submission): the line is
+    re-filed because a1 heads it now (a job joining a line touches it only where it heads it,
+    ``HeadIndex.touch``), not ranked by a3's place."""
+    config = one_node(8)
+    drf = from_config(DrfPolicy, config, {"backfill": True})
+    scan = from_config(ScanDrf, config, {"backfill": True})
+    jobs = [("a1", "ann", 1), ("b1", "bob", 1), ("c1", "cy", 3), ("d1", "dee", 3)]
+    jobs += [("a2", "ann", 2), ("b2", "bob", 1), ("b3", "bob", 1), ("a3", "ann", 1)]
+    for n, (job_id, user, gpus) in enumerate(jobs):
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        event = Submit(job_id, spec, float(n))
+        assert drf.handle(event) == scan.handle(event)
+    for policy in (drf, scan):
+        assert [d.job_id for d in policy.handle(Finish("c1", 10.0))] == ["a2", "b2"]
+        assert [d.job_id for d in policy.handle(Requeue("a1", 20.0))] == ["a1"]
+    check_index(drf)
+
+
+def test_jobs_joining_a_line_behind_its_head_leave_it_as_filed() -> None:
+    """One 2-GPU node that ann's and bob's jobs fill; ann's a1 (2 GPUs) waits, and the pass
+    after bob's job ends files her line (1 GPU free). Then ten more of her jobs join behind
+    a1, bob's next job starts and ends: expect the pass after it not to file ann's line again
+    (before, each job that joined it touched the line, and the next pass re-filed the same
+    head: a third of a contended DRF run's filings, issue 34)."""
+    drf = from_config(DrfPolicy, one_node(2), {})
+    index = drf._index
+    assert index is not None
+
+    def submit(job_id: str, user: str, gpus: int, now: float) -> list[str]:
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        return [d.job_id for d in drf.handle(Submit(job_id, spec, now))]
+
+    assert submit("a0", "ann", 1, 0) + submit("b0", "bob", 1, 1) == ["a0", "b0"]
+    assert submit("a1", "ann", 2, 2) == []
+    assert drf.handle(Finish("b0", 3)) == []  # a1 needs 2 GPUs, 1 is free
+    assert "ann" in index.keys and not index.dirty
+    for n in range(2, 12):
+        assert submit(f"a{n}", "ann", 1, 3 + n) == []  # behind a1
+    assert submit("b1", "bob", 1, 20) == ["b1"]
+    filed: list[Any] = []
+    file = index.file
+
+    def counted(group: Any, *args: Any) -> None:
+        filed.append(group)
+        file(group, *args)
+
+    index.file = counted  # type: ignore[method-assign, assignment]
+    assert drf.handle(Finish("b1", 30)) == []
+    assert "ann" not in filed
     check_index(drf)
