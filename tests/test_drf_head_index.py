@@ -675,3 +675,31 @@ def test_jobs_joining_a_line_behind_its_head_leave_it_as_filed() -> None:
     assert drf.handle(Finish("b1", 30)) == []
     assert "ann" not in filed
     check_index(drf)
+
+
+def test_a_stop_of_a_user_with_nothing_waiting_files_nothing() -> None:
+    """One 4-GPU node: ann's 3-GPU job and bob's b0 run; bob's b1 and ann's 4-GPU job wait.
+    b0 ends and b1 starts (bob's share is the lower). Then b1 ends with nothing of bob's
+    waiting: expect the pass after it to file no line (before, each stop re-filed the user's
+    line to find it empty: issue 34). Then ann's job ends: her share falls, her line is
+    re-filed, and her 4-GPU job starts."""
+    drf = from_config(DrfPolicy, one_node(4), {})
+    index = drf._index
+    assert index is not None
+    jobs = [("a0", "ann", 3), ("b0", "bob", 1), ("b1", "bob", 1), ("a1", "ann", 4)]
+    for n, (job_id, user, gpus) in enumerate(jobs):
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        drf.handle(Submit(job_id, spec, float(n)))
+    assert [d.job_id for d in drf.handle(Finish("b0", 10))] == ["b1"]
+    filed: list[Any] = []
+    file = index.file
+
+    def counted(group: Any, *args: Any) -> None:
+        filed.append(group)
+        file(group, *args)
+
+    index.file = counted  # type: ignore[method-assign, assignment]
+    assert drf.handle(Finish("b1", 11)) == [] and filed == []  # bob waits for nothing
+    assert [d.job_id for d in drf.handle(Finish("a0", 12))] == ["a1"]
+    assert filed[0] == "ann"
+    check_index(drf)

@@ -93,10 +93,19 @@ class DrfPolicy(QueuedPolicy):
     def on_stopped(self, job: QueuedJob) -> None:
         self._add(job, -1)
         index = self._index
-        if index is None or not self.backfill:
-            self.priority_changed(job)  # ranked too late now: re-filed before the next pass
-            return
         user = job.user
+        if index is None:
+            self.priority_changed(job)
+            return
+        if not self.backfill:
+            # ranked too late now: re-filed before the next pass. Only a line that waits: one
+            # the user has not (no live entry, or one already touched as it emptied, which
+            # ``_head`` forgets only after) has nothing to re-file. Why: on a contended
+            # cluster many stops are of users with nothing waiting, and each re-filed a line
+            # to find it empty (issue 34).
+            if user in self._groups:
+                index.dirty.add(user)  # (the line is the user's: ``line_key``, no per-VC)
+            return
         share, keys = self._share[user], index.keys
         for group in self._split.get(user, ()):
             key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
