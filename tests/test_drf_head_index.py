@@ -703,3 +703,37 @@ def test_a_stop_of_a_user_with_nothing_waiting_files_nothing() -> None:
     assert [d.job_id for d in drf.handle(Finish("a0", 12))] == ["a1"]
     assert filed[0] == "ann"
     check_index(drf)
+
+
+def test_a_stop_forgets_the_users_lines_that_neither_wait_nor_are_filed() -> None:
+    """One 16-GPU node, backfill: bob's 16-GPU job runs; ann's jobs of 1 to 5 GPUs, bob's
+    3-GPU one and ann's 6-GPU one wait. Bob's job ends: ann's five start (each line filed
+    empty as it starts), bob's and her 6-GPU job wait. Expect her first stop to leave her
+    only the line that waits (each stop of hers met every line of every GPU count she ever
+    asked for: about five a user where one waits, issue 34), and a job of hers joining a
+    forgotten line to be filed again: every decision as the scan's."""
+    config = one_node(16)
+    drf = from_config(DrfPolicy, config, {"backfill": True})
+    scan = from_config(ScanDrf, config, {"backfill": True})
+
+    def both(event: Event) -> list[str]:
+        got = drf.handle(event)
+        assert got == scan.handle(event)
+        check_index(drf)
+        return [d.job_id for d in got]
+
+    jobs = [("b0", "bob", 16), *((f"a{g}", "ann", g) for g in range(1, 6))]
+    jobs += [("b1", "bob", 3), ("a6", "ann", 6)]
+    for n, (job_id, user, gpus) in enumerate(jobs):
+        both(
+            Submit(job_id, parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus}), n)
+        )
+    assert both(Finish("b0", 10)) == [f"a{g}" for g in range(1, 6)]
+    assert drf._split["ann"] == {("ann", g) for g in range(1, 7)}
+    assert both(Finish("a1", 11)) == []  # 2 GPUs free: b1 needs 3
+    assert drf._split["ann"] == {("ann", 6)}
+    spec = parse_job({"name": "a7", "vc": "vc0", "user": "ann", "gpus": 4})
+    assert both(Submit("a7", spec, 12)) == []  # joins ("ann", 4) again, waits
+    assert drf._split["ann"] == {("ann", 4), ("ann", 6)}
+    assert both(Finish("a2", 13)) == ["b1"]
+    assert both(Finish("a3", 14)) == ["a7"]

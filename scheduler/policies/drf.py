@@ -106,11 +106,24 @@ class DrfPolicy(QueuedPolicy):
             if user in self._groups:
                 index.dirty.add(user)  # (the line is the user's: ``line_key``, no per-VC)
             return
-        share, keys = self._share[user], index.keys
-        for group in self._split.get(user, ()):
-            key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
-            if key is not None and key[0] > share:
-                index.touch(group)  # filed too late: re-filed before the next pass
+        split = self._split.get(user)
+        if split:
+            share, keys, waiting = self._share[user], index.keys, self._groups
+            gone = None
+            for group in split:
+                key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
+                if key is None:
+                    if group not in waiting:
+                        gone = [group] if gone is None else [*gone, group]
+                elif key[0] > share:
+                    index.touch(group)  # filed too late: re-filed before the next pass
+            if gone:
+                # Lines neither filed nor waiting leave the user's lines: nothing of theirs
+                # to re-file or mark (a job that joins one again adds it back and touches
+                # it: it heads it). Why: a user's lines of every GPU count ever asked
+                # stayed, about five a user where one waits, each met at every stop and at
+                # ``_arm`` (issue 34).
+                split.difference_update(gone)
         self._risen.add(user)  # the others filed at or below its share: when met
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
