@@ -32,7 +32,13 @@ from labhive.scheduler.core.model import (
 )
 from labhive.scheduler.policies.backfill import shadow
 from labhive.scheduler.policies.drf import DrfPolicy
-from labhive.scheduler.policies.head_index import NOT_THIS_PASS, START, HeadIndex, Kind
+from labhive.scheduler.policies.head_index import (
+    NOT_THIS_PASS,
+    START,
+    TIDY_EVERY,
+    HeadIndex,
+    Kind,
+)
 from labhive.scheduler.policies.queued import QueuedJob, from_config
 
 
@@ -737,3 +743,20 @@ def test_a_stop_forgets_the_users_lines_that_neither_wait_nor_are_filed() -> Non
     assert drf._split["ann"] == {("ann", 4), ("ann", 6)}
     assert both(Finish("a2", 13)) == ["b1"]
     assert both(Finish("a3", 14)) == ["a7"]
+
+
+def test_stale_entries_are_dropped_within_a_few_passes() -> None:
+    """Given 10 lines re-filed at every pass for 1,000 passes (each re-filing leaves a stale
+    entry behind), expect the heaps never to hold more than twice the live entries, plus 64,
+    plus the pushes of the ``TIDY_EVERY`` passes between two counts (``restore`` counts them
+    once in so many passes, not at every pass: issue 34), and every answer as filed."""
+    index = HeadIndex()
+    kind: Kind = (((1, 1.0, 0, 1),), None)
+    most = 0
+    for n in range(1000):
+        for line in range(10):
+            index.file(f"u{line}", kind, 1, (float(n + line), line), line)
+        most = max(most, index._entries)
+        index.restore()
+    assert most <= 2 * 10 + 64 + 10 * TIDY_EVERY
+    assert index.best(lambda kind, gpus, key: START) == ((999.0, 0), 0, 10_000 - 9, "u0")
