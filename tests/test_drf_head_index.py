@@ -25,13 +25,20 @@ from labhive.scheduler.core.model import (
     NodeDown,
     NodeUp,
     Reconfigure,
+    Requeue,
     SpecRejected,
     Submit,
     Tick,
 )
 from labhive.scheduler.policies.backfill import shadow
 from labhive.scheduler.policies.drf import DrfPolicy
-from labhive.scheduler.policies.head_index import NOT_THIS_PASS, START, HeadIndex, Kind
+from labhive.scheduler.policies.head_index import (
+    NOT_THIS_PASS,
+    START,
+    TIDY_EVERY,
+    HeadIndex,
+    Kind,
+)
 from labhive.scheduler.policies.queued import QueuedJob, from_config
 
 
@@ -603,3 +610,153 @@ def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
     assert drf.handle(Finish("a1", 30.0)) == []
     assert [g for g in filed if g[0] == "ann"] == []
     check_index(drf)
+
+
+def one_node(gpus: int) -> Any:
+    node = {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True}
+    return load_cluster_config(
+        {
+            "physicalCluster": {
+                "cellTypes": {"NODE": node},
+                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
+            },
+            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}},
+        }
+    )
+
+
+def test_a_requeued_job_heads_its_line_again_before_the_next_pass() -> None:
+    """One 8-GPU node, backfill. Ann runs a1 (1 GPU), bob b1, cy and dee 3 GPUs each; ann's
+    a2 (2 GPUs) and a3 (1 GPU), bob's b2 and b3 (1 GPU) wait; cy's job ends, so a2 and b2
+    start (ann 3/8, bob 2/8) and a3's line stays filed at ann's share then (1/8). Then a1 is
+    requeued: ann's share falls to 2/8, not below where a3's line is filed, so the stop
+    re-files none of her lines; but a1 rejoins that line ahead of a3. Expect a1 to start
+    again on its own GPU, before bob's b3 (same share 2/8, a later submission): the line is
+    re-filed because a1 heads it now (a job joining a line touches it only where it heads it,
+    ``HeadIndex.touch``), not ranked by a3's place."""
+    config = one_node(8)
+    drf = from_config(DrfPolicy, config, {"backfill": True})
+    scan = from_config(ScanDrf, config, {"backfill": True})
+    jobs = [("a1", "ann", 1), ("b1", "bob", 1), ("c1", "cy", 3), ("d1", "dee", 3)]
+    jobs += [("a2", "ann", 2), ("b2", "bob", 1), ("b3", "bob", 1), ("a3", "ann", 1)]
+    for n, (job_id, user, gpus) in enumerate(jobs):
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        event = Submit(job_id, spec, float(n))
+        assert drf.handle(event) == scan.handle(event)
+    for policy in (drf, scan):
+        assert [d.job_id for d in policy.handle(Finish("c1", 10.0))] == ["a2", "b2"]
+        assert [d.job_id for d in policy.handle(Requeue("a1", 20.0))] == ["a1"]
+    check_index(drf)
+
+
+def test_jobs_joining_a_line_behind_its_head_leave_it_as_filed() -> None:
+    """One 2-GPU node that ann's and bob's jobs fill; ann's a1 (2 GPUs) waits, and the pass
+    after bob's job ends files her line (1 GPU free). Then ten more of her jobs join behind
+    a1, bob's next job starts and ends: expect the pass after it not to file ann's line again
+    (before, each job that joined it touched the line, and the next pass re-filed the same
+    head: a third of a contended DRF run's filings, issue 34)."""
+    drf = from_config(DrfPolicy, one_node(2), {})
+    index = drf._index
+    assert index is not None
+
+    def submit(job_id: str, user: str, gpus: int, now: float) -> list[str]:
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        return [d.job_id for d in drf.handle(Submit(job_id, spec, now))]
+
+    assert submit("a0", "ann", 1, 0) + submit("b0", "bob", 1, 1) == ["a0", "b0"]
+    assert submit("a1", "ann", 2, 2) == []
+    assert drf.handle(Finish("b0", 3)) == []  # a1 needs 2 GPUs, 1 is free
+    assert "ann" in index.keys and not index.dirty
+    for n in range(2, 12):
+        assert submit(f"a{n}", "ann", 1, 3 + n) == []  # behind a1
+    assert submit("b1", "bob", 1, 20) == ["b1"]
+    filed: list[Any] = []
+    file = index.file
+
+    def counted(group: Any, *args: Any) -> None:
+        filed.append(group)
+        file(group, *args)
+
+    index.file = counted  # type: ignore[method-assign, assignment]
+    assert drf.handle(Finish("b1", 30)) == []
+    assert "ann" not in filed
+    check_index(drf)
+
+
+def test_a_stop_of_a_user_with_nothing_waiting_files_nothing() -> None:
+    """One 4-GPU node: ann's 3-GPU job and bob's b0 run; bob's b1 and ann's 4-GPU job wait.
+    b0 ends and b1 starts (bob's share is the lower). Then b1 ends with nothing of bob's
+    waiting: expect the pass after it to file no line (before, each stop re-filed the user's
+    line to find it empty: issue 34). Then ann's job ends: her share falls, her line is
+    re-filed, and her 4-GPU job starts."""
+    drf = from_config(DrfPolicy, one_node(4), {})
+    index = drf._index
+    assert index is not None
+    jobs = [("a0", "ann", 3), ("b0", "bob", 1), ("b1", "bob", 1), ("a1", "ann", 4)]
+    for n, (job_id, user, gpus) in enumerate(jobs):
+        spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
+        drf.handle(Submit(job_id, spec, float(n)))
+    assert [d.job_id for d in drf.handle(Finish("b0", 10))] == ["b1"]
+    filed: list[Any] = []
+    file = index.file
+
+    def counted(group: Any, *args: Any) -> None:
+        filed.append(group)
+        file(group, *args)
+
+    index.file = counted  # type: ignore[method-assign, assignment]
+    assert drf.handle(Finish("b1", 11)) == [] and filed == []  # bob waits for nothing
+    assert [d.job_id for d in drf.handle(Finish("a0", 12))] == ["a1"]
+    assert filed[0] == "ann"
+    check_index(drf)
+
+
+def test_a_stop_forgets_the_users_lines_that_neither_wait_nor_are_filed() -> None:
+    """One 16-GPU node, backfill: bob's 16-GPU job runs; ann's jobs of 1 to 5 GPUs, bob's
+    3-GPU one and ann's 6-GPU one wait. Bob's job ends: ann's five start (each line filed
+    empty as it starts), bob's and her 6-GPU job wait. Expect her first stop to leave her
+    only the line that waits (each stop of hers met every line of every GPU count she ever
+    asked for: about five a user where one waits, issue 34), and a job of hers joining a
+    forgotten line to be filed again: every decision as the scan's."""
+    config = one_node(16)
+    drf = from_config(DrfPolicy, config, {"backfill": True})
+    scan = from_config(ScanDrf, config, {"backfill": True})
+
+    def both(event: Event) -> list[str]:
+        got = drf.handle(event)
+        assert got == scan.handle(event)
+        check_index(drf)
+        return [d.job_id for d in got]
+
+    jobs = [("b0", "bob", 16), *((f"a{g}", "ann", g) for g in range(1, 6))]
+    jobs += [("b1", "bob", 3), ("a6", "ann", 6)]
+    for n, (job_id, user, gpus) in enumerate(jobs):
+        both(
+            Submit(job_id, parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus}), n)
+        )
+    assert both(Finish("b0", 10)) == [f"a{g}" for g in range(1, 6)]
+    assert drf._split["ann"] == {("ann", g) for g in range(1, 7)}
+    assert both(Finish("a1", 11)) == []  # 2 GPUs free: b1 needs 3
+    assert drf._split["ann"] == {("ann", 6)}
+    spec = parse_job({"name": "a7", "vc": "vc0", "user": "ann", "gpus": 4})
+    assert both(Submit("a7", spec, 12)) == []  # joins ("ann", 4) again, waits
+    assert drf._split["ann"] == {("ann", 4), ("ann", 6)}
+    assert both(Finish("a2", 13)) == ["b1"]
+    assert both(Finish("a3", 14)) == ["a7"]
+
+
+def test_stale_entries_are_dropped_within_a_few_passes() -> None:
+    """Given 10 lines re-filed at every pass for 1,000 passes (each re-filing leaves a stale
+    entry behind), expect the heaps never to hold more than twice the live entries, plus 64,
+    plus the pushes of the ``TIDY_EVERY`` passes between two counts (``restore`` counts them
+    once in so many passes, not at every pass: issue 34), and every answer as filed."""
+    index = HeadIndex()
+    kind: Kind = (((1, 1.0, 0, 1),), None)
+    most = 0
+    for n in range(1000):
+        for line in range(10):
+            index.file(f"u{line}", kind, 1, (float(n + line), line), line)
+        most = max(most, index._entries)
+        index.restore()
+    assert most <= 2 * 10 + 64 + 10 * TIDY_EVERY
+    assert index.best(lambda kind, gpus, key: START) == ((999.0, 0), 0, 10_000 - 9, "u0")

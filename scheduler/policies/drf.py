@@ -93,15 +93,37 @@ class DrfPolicy(QueuedPolicy):
     def on_stopped(self, job: QueuedJob) -> None:
         self._add(job, -1)
         index = self._index
-        if index is None or not self.backfill:
-            self.priority_changed(job)  # ranked too late now: re-filed before the next pass
-            return
         user = job.user
-        share, keys = self._share[user], index.keys
-        for group in self._split.get(user, ()):
-            key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
-            if key is not None and key[0] > share:
-                index.touch(group)  # filed too late: re-filed before the next pass
+        if index is None:
+            self.priority_changed(job)
+            return
+        if not self.backfill:
+            # ranked too late now: re-filed before the next pass. Only a line that waits: one
+            # the user has not (no live entry, or one already touched as it emptied, which
+            # ``_head`` forgets only after) has nothing to re-file. Why: on a contended
+            # cluster many stops are of users with nothing waiting, and each re-filed a line
+            # to find it empty (issue 34).
+            if user in self._groups:
+                index.dirty.add(user)  # (the line is the user's: ``line_key``, no per-VC)
+            return
+        split = self._split.get(user)
+        if split:
+            share, keys, waiting = self._share[user], index.keys, self._groups
+            gone = None
+            for group in split:
+                key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
+                if key is None:
+                    if group not in waiting:
+                        gone = [group] if gone is None else [*gone, group]
+                elif key[0] > share:
+                    index.touch(group)  # filed too late: re-filed before the next pass
+            if gone:
+                # Lines neither filed nor waiting leave the user's lines: nothing of theirs
+                # to re-file or mark (a job that joins one again adds it back and touches
+                # it: it heads it). Why: a user's lines of every GPU count ever asked
+                # stayed, about five a user where one waits, each met at every stop and at
+                # ``_arm`` (issue 34).
+                split.difference_update(gone)
         self._risen.add(user)  # the others filed at or below its share: when met
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:

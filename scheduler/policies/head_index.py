@@ -60,6 +60,9 @@ Entry = tuple[Any, int, int, Hashable]  # (group priority, head's seq, version, 
 #: ``PARK + level``: not in this pass nor after it, until ``unpark`` is given a level at least
 #: that (the caller's measure of what was freed since: ``NodePool.peak``).
 START, LATER, NOT_THIS_PASS, PARK = 0, 1, 2, 3
+#: Passes between two checks for stale entries to drop (``restore``): so many passes' pushes
+#: at most are kept beyond the bound of twice the live ones.
+TIDY_EVERY = 16
 #: May a head of this kind, GPU count and group priority start now? Other than ``START`` must
 #: mean that every head of the kind ranked at or after that priority would fail if tried now;
 #: ``NOT_THIS_PASS``, that they would fail whenever tried until the pass ends (``restore``).
@@ -91,6 +94,7 @@ class HeadIndex:
         self._next = 0
         self._entries = 0  # entries in the heaps, live or stale
         self._aside: list[tuple[Kind, int, Entry]] = []  # passed over in this pass
+        self._tidy_in = TIDY_EVERY  # passes until stale entries are counted (``restore``)
         self.dirty: set[Hashable] = set()
         # lines whose filed key may be below their key now, and the key now of such a line
         # (given the line and its entry): re-filed when met at their kind's top (see above)
@@ -99,7 +103,15 @@ class HeadIndex:
         self.keys: dict[Hashable, Any] = {}  # the key each filed line's live entry holds
 
     def touch(self, group: Hashable) -> None:
-        """The line's head or its priority may have changed: re-file it before the next pass."""
+        """The line's head or its priority may have changed: re-file it before the next pass.
+
+        A job that joins or leaves a line touches it only where it heads the line (its entry
+        is the line heap's first): else the head, and its key, stay as filed. Why: on a
+        contended queue most jobs join a user's line behind its head, and each touch re-filed
+        the same head (issue 34: a third of a DRF pass's filings). Exact because a line whose
+        heap's first entry is stale is touched already: an entry goes stale when its job
+        leaves, which touches the line if it was first then, and one that was not first
+        becomes first only once the entries before it are dropped, which leaving first did."""
         self.dirty.add(group)
 
     def file(self, group: Hashable, kind: Kind | None, gpus: int, key: Any, seq: int) -> None:
@@ -137,7 +149,7 @@ class HeadIndex:
         found: Entry | None = None
         while tops:
             first, kind = tops[0]
-            gpus, heap = heaps.get(kind, (0, []))
+            gpus, heap = heaps[kind]  # (a kind ranked has a heap: ``_compact`` ranks afresh)
             if not heap or heap[0] is not first or kind in off or kind in parked:
                 heapq.heappop(tops)  # stale: the kind's first changed, or it is off
                 continue
@@ -150,7 +162,14 @@ class HeadIndex:
                 heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
                 continue
             verdict = may_start(kind, gpus, first[0])
-            if verdict == NOT_THIS_PASS:
+            if verdict == START:  # (the answer, mostly: asked first)
+                if after is None or first > after:
+                    found = first
+                    break
+                self._aside.append((kind, gpus, heapq.heappop(heap)))  # passed over
+                self._entries -= 1
+                self._next_first(kind, heap)
+            elif verdict == NOT_THIS_PASS:
                 heapq.heappop(tops)
                 off.add(kind)
             elif verdict >= PARK:
@@ -162,15 +181,8 @@ class HeadIndex:
                     heapq.heappush(self._parked_tops, (first, kind))
                     if len(self._parked_tops) > 2 * len(parked) + 64:
                         self._rank_parked()  # its stale entries gone, as ``file`` does ``_tops``'
-            elif verdict != START:
-                later.append(heapq.heappop(tops))
-            elif after is not None and first <= after:
-                self._aside.append((kind, gpus, heapq.heappop(heap)))  # passed over
-                self._entries -= 1
-                self._next_first(kind, heap)
             else:
-                found = first
-                break
+                later.append(heapq.heappop(tops))
         for item in later:
             heapq.heappush(tops, item)
         return found
@@ -199,25 +211,30 @@ class HeadIndex:
 
     def restore(self) -> None:
         """The pass is over: file again the live entries it passed over, rank again the kinds
-        it set aside."""
-        version = self._version
-        for kind, gpus, entry in self._aside:
-            if version.get(entry[3]) == entry[2]:
-                self._push(kind, gpus, entry)
-        self._aside.clear()
-        heaps, tops = self._heaps, self._tops
-        for kind in self._off:
-            slot = heaps.get(kind)
-            if slot is not None and slot[1]:
-                heapq.heappush(tops, (slot[1][0], kind))
-        self._off.clear()
+        it set aside (most passes of DRF without backfill set none aside: tested first)."""
+        if self._aside:
+            version = self._version
+            for kind, gpus, entry in self._aside:
+                if version.get(entry[3]) == entry[2]:
+                    self._push(kind, gpus, entry)
+            self._aside.clear()
+        if self._off:
+            heaps, tops = self._heaps, self._tops
+            for kind in self._off:
+                slot = heaps.get(kind)
+                if slot is not None and slot[1]:
+                    heapq.heappush(tops, (slot[1][0], kind))
+            self._off.clear()
         # the stale entries dropped all at once when they outnumber the live ones: checked
-        # once a pass, not at every ``file`` (answers do not depend on the heaps' layout:
-        # each entry's version makes it unique)
-        if self._entries > 2 * len(self._version) + 64:
-            self._compact()
-        elif len(self._tops) > 2 * len(self._heaps) + 64:
-            self._rank_kinds()
+        # once in ``TIDY_EVERY`` passes, not at every ``file`` nor every pass (answers do not
+        # depend on the heaps' layout: each entry's version makes it unique)
+        self._tidy_in -= 1
+        if not self._tidy_in:
+            self._tidy_in = TIDY_EVERY
+            if self._entries > 2 * len(self._version) + 64:
+                self._compact()
+            elif len(self._tops) > 2 * len(self._heaps) + 64:
+                self._rank_kinds()
 
     def unpark(self, level: int) -> None:
         """Rank again each parked kind whose level is at most ``level`` (called before a

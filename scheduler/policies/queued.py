@@ -362,11 +362,13 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
         group = job.group = self.group_key(job)
-        heapq.heappush(self._groups.setdefault(group, []), entry)
+        line = self._groups.setdefault(group, [])
+        heapq.heappush(line, entry)
         if self._line_heads is not None:
             self._touched.add(group)
         if self._index is not None:
-            self._index.touch(group)  # it may head its line now
+            if line[0] is entry:  # it heads its line now (else as filed: ``HeadIndex.touch``)
+                self._index.touch(group)
             if self.backfill:
                 self._split.setdefault(self.line_key(job), set()).add(group)
 
@@ -383,7 +385,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         if self._line_heads is not None:
             self._touched.add(group)
         if self._index is not None:
-            self._index.touch(group)  # it may have headed its line
+            line = self._groups.get(group)
+            if line and line[0][3] == job.job_id:  # it headed it (``HeadIndex.touch``)
+                self._index.touch(group)
 
     def requeue_waiting(self, job: QueuedJob) -> None:
         """Re-file a waiting job whose ``order_key`` changed (e.g. an LAS promotion)."""
