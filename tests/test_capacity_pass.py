@@ -36,6 +36,7 @@ from labhive.scheduler.core.model import (
 from labhive.scheduler.policies import preempt_probe
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.queued import from_config
+from labhive.scheduler.policies.queued_pass import QueuedPass
 
 
 class CapacityRankingAfresh(CapacityPolicy):
@@ -46,6 +47,9 @@ class CapacityRankingAfresh(CapacityPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._line_heads = None  # what the Capacity pass keys on: off, the plain pass runs
+
+    def _schedule(self, out: Any, only: Any = None, groups: Any = None) -> None:
+        QueuedPass._schedule(self, out, only, groups)  # a submission's pass too
 
 
 @st.composite

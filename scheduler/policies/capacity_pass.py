@@ -80,7 +80,12 @@ class CapacityPass(QueuedPass):
         only: QueuedJob | None = None,
         groups: set[Hashable] | None = None,
     ) -> None:
-        if only is not None or groups is not None or self._line_heads is None:
+        if only is not None:  # a submission: ``QueuedPass``'s pass for it, with no reset
+            if self._head(only.group) is only:  # where it joined behind a head (no try)
+                self._begin_pass()
+                self._try(only, out)
+            return
+        if groups is not None or self._line_heads is None:
             super()._schedule(out, only, groups)
             return
         self._begin_pass()
