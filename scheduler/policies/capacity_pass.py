@@ -52,6 +52,16 @@ if TYPE_CHECKING:
 Heads = list[tuple[Any, int, Hashable]]
 
 
+def _drop(counts: Counter[int], gpus: int) -> None:
+    """One head fewer of ``gpus``; a count of none is deleted, not kept at 0: the pass walks
+    the counts (``_thinned``, ``_inert_pass``), and a run leaves dozens of them at 0."""
+    left = counts[gpus] - 1
+    if left:
+        counts[gpus] = left
+    else:
+        del counts[gpus]
+
+
 class CapacityPass(QueuedPass):
     """``_schedule``'s full pass for Capacity without backfill (see the module's docstring)."""
 
@@ -116,10 +126,10 @@ class CapacityPass(QueuedPass):
             if head is was and group not in reshared:
                 continue  # a job joined behind the head: the same rank and the same answers
             if was is not None:
-                sizes[was.gpus] -= 1
+                _drop(sizes, was.gpus)
                 del jobs[group]
             if refused := inert.pop(group, 0):
-                inert_sizes[refused] -= 1
+                _drop(inert_sizes, refused)
             if head is None:
                 kept.pop(group, None)
                 continue
