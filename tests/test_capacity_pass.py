@@ -14,6 +14,8 @@ eight ranked, eight weighed, two tried, three placements asked, two probes)."""
 
 from __future__ import annotations
 
+import copy
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,6 +52,28 @@ class CapacityRankingAfresh(CapacityPolicy):
 
     def _schedule(self, out: Any, only: Any = None, groups: Any = None) -> None:
         QueuedPass._schedule(self, out, only, groups)  # a submission's pass too
+
+
+class CapacityCheckingHeld(CapacityPolicy):
+    """Capacity whose pass checks, at each head it reaches and before it thins, that the
+    refused counts it reads (``_held``: ``SizeRefusals.held`` asked again only after a
+    release) are those ``held`` would give now, asked of a copy (the pool's ``peak`` kept)."""
+
+    def _fresh_held(self) -> dict[int, int]:
+        sizes = copy.copy(self._sizes)
+        sizes._refused = dict(self._sizes._refused)
+        peak = self.pool.peak
+        fresh = dict(sizes.held(self.pool))
+        self.pool.peak = peak
+        return fresh
+
+    def _next_head(self, heads: Any, out: Any) -> None:
+        assert dict(self._held()) == self._fresh_held()
+        super()._next_head(heads, out)
+
+    def _thinned(self, heads: Any) -> Any:
+        assert dict(self._held()) == self._fresh_held()
+        return super()._thinned(heads)
 
 
 @st.composite
@@ -152,7 +176,7 @@ def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
     configs = [load_cluster_config(data.draw(squeezed())) for _ in range(2)]
     config = configs[0]
     nodes = sorted({n.name for n in config.nodes()})
-    kept = from_config(CapacityPolicy, config, {}, borrow=borrow)
+    kept = from_config(CapacityCheckingHeld, config, {}, borrow=borrow)
     afresh = from_config(CapacityRankingAfresh, config, {}, borrow=borrow)
     assert kept._line_heads is not None and afresh._line_heads is None
     kept.SEARCHES_PER_PASS = afresh.SEARCHES_PER_PASS = searches
@@ -169,6 +193,10 @@ def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
             assert kept.handle_batch(batch) == afresh.handle_batch(batch), batch
         assert kept.jobs() == afresh.jobs()
         assert kept.cluster() == afresh.cluster()
+        # the kept counts by GPU count are those of the kept heads, with no count of none
+        assert kept._kept_sizes == Counter(j.gpus for j in kept._kept_jobs.values())
+        assert kept._inert_sizes == Counter(g for g in kept._inert.values() if g)
+        assert 0 not in kept._kept_sizes.values() and 0 not in kept._inert_sizes.values()
         if isinstance(batch[0], Reconfigure):
             nodes = sorted({n.name for n in batch[0].config.nodes()})
 

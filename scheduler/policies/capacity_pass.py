@@ -70,6 +70,7 @@ class CapacityPass(QueuedPass):
     _inert: dict[Hashable, int]  # line -> 0 (its VC may not run it) or its count, refused
     _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
     _reshared: set[Hashable]  # the lines whose VC's GPUs in use changed since the last pass
+    _parked: dict[int, int]  # ``SizeRefusals.held``'s map, taken at each pass's start
 
     def _keep_lines(self) -> None:
         """Keep the lines' heads between passes (``__init__``, without backfill)."""
@@ -149,14 +150,22 @@ class CapacityPass(QueuedPass):
         """Is every kept head inert still (its GPU count refused yet)? Then no head starts or
         preempts, no search releases anything, and the pass changes nothing that outlives it
         (its searches and blocked head are found afresh by the next): it is not made."""
+        # (``held`` first forgets what a release since may undo; the pass reads it after)
+        parked = self._parked = self._sizes.held(self.pool)
         if len(self._inert) != len(self._kept_jobs):
             return False
-        # (``held`` first forgets what a release since may undo)
-        parked = self._sizes.held(self.pool)
         for gpus, heads in self._inert_sizes.items():  # noqa: SIM110 (``all`` of a generator costs more)
             if heads and gpus not in parked:
                 return False
         return True
+
+    def _held(self) -> dict[int, int]:
+        """``SizeRefusals.held``, asked again only after a release this pass (``peak`` is
+        not 0): until then it would forget nothing and give the same map, the one
+        ``_inert_pass`` took at the pass's start (wake levels are at least 1). Why: a pass
+        asked it for each inert head it reached and again to thin (issue 34)."""
+        pool = self.pool
+        return self._sizes.held(pool) if pool.peak else self._parked
 
     def _next_head(self, heads: Heads, out: list[Decision]) -> None:
         """Pop the first head and try it, unless ``_hopeless``; if it starts, its line's next
@@ -173,7 +182,8 @@ class CapacityPass(QueuedPass):
             refused_gpus = self._inert[group]
             if not refused_gpus:
                 return
-            if refused_gpus in self._sizes.held(self.pool):
+            pool = self.pool  # (``_held``, inline: asked of each inert head reached)
+            if refused_gpus in (self._sizes.held(pool) if pool.peak else self._parked):
                 self._borrower_refused(head)
                 return
         allowed, opp = self.admit(head)
@@ -243,7 +253,7 @@ class CapacityPass(QueuedPass):
         pool, sizes, touched = self.pool, self._kept_sizes, self._touched
         # (``held`` first forgets what a release since, a search's this pass too, may undo;
         # the counts it holds are refused, others are asked)
-        parked, free = self._sizes.held(pool), pool.free_gpus
+        parked, free = self._held(), pool.free_gpus
         may = {
             gpus
             for gpus, lines in sizes.items()
