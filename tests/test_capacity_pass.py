@@ -296,3 +296,27 @@ def test_a_pass_ranks_only_the_vc_that_changed_and_asks_placement_nothing(
     assert kept.asked() == (1, 0, 0, 0, 0)
     afresh = a_pass_after_a_finish(CapacityRankingAfresh, monkeypatch)
     assert afresh.asked() == (8, 8, 2, 3, 2)
+
+
+def test_a_job_joining_behind_a_kept_head_leaves_a_changed_share_to_be_ranked() -> None:
+    """Given eight VCs of one node each, all busy, and vc0's 8-GPU head waiting and kept by a
+    pass, a job joining behind that head need not rank vc0 again (its head and share stand:
+    the line is taken off ``_touched``), unless vc0's share changed since the pass (as a
+    preemption's stop within a pass leaves it), when it stays to be ranked again."""
+    policy = from_config(CapacityPolicy, eight_vcs_of_a_node(), {})
+    now = 0.0
+
+    def submit(job_id: str, vc: str) -> None:
+        spec = parse_job({"name": job_id, "vc": vc, "gpus": 8})
+        policy.check(spec)
+        policy.handle(Submit(job_id, spec, now))
+
+    for v in range(8):
+        submit(f"run{v}", f"vc{v}")
+    submit("head", "vc0")
+    assert policy.handle(Tick(1.0)) == []  # a full pass: vc0's head kept
+    submit("behind", "vc0")
+    assert "vc0" not in policy._touched
+    policy._share_changed("vc0")  # (what a stop of one of vc0's jobs marks)
+    submit("behind2", "vc0")
+    assert "vc0" in policy._touched

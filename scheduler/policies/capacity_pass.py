@@ -92,9 +92,18 @@ class CapacityPass(QueuedPass):
         groups: set[Hashable] | None = None,
     ) -> None:
         if only is not None:  # a submission: ``QueuedPass``'s pass for it, with no reset
-            if self._head(only.group) is only:  # where it joined behind a head (no try)
+            group = only.group  # where it joined behind a head (no try)
+            head = self._head(group)
+            if head is only:
                 self._begin_pass()
                 self._try(only, out)
+            elif (
+                self._line_heads is not None
+                and head is self._kept_jobs.get(group)
+                and group not in self._reshared
+            ):
+                # the line's kept head and share stand: ``_rank_touched`` would pass it over
+                self._touched.discard(group)
             return
         if groups is not None or self._line_heads is None:
             super()._schedule(out, only, groups)
