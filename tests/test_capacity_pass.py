@@ -14,6 +14,8 @@ eight ranked, eight weighed, two tried, three placements asked, two probes)."""
 
 from __future__ import annotations
 
+import copy
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,6 +38,7 @@ from labhive.scheduler.core.model import (
 from labhive.scheduler.policies import preempt_probe
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.queued import from_config
+from labhive.scheduler.policies.queued_pass import QueuedPass
 
 
 class CapacityRankingAfresh(CapacityPolicy):
@@ -46,6 +49,31 @@ class CapacityRankingAfresh(CapacityPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._line_heads = None  # what the Capacity pass keys on: off, the plain pass runs
+
+    def _schedule(self, out: Any, only: Any = None, groups: Any = None) -> None:
+        QueuedPass._schedule(self, out, only, groups)  # a submission's pass too
+
+
+class CapacityCheckingHeld(CapacityPolicy):
+    """Capacity whose pass checks, at each head it reaches and before it thins, that the
+    refused counts it reads (``_held``: ``SizeRefusals.held`` asked again only after a
+    release) are those ``held`` would give now, asked of a copy (the pool's ``peak`` kept)."""
+
+    def _fresh_held(self) -> dict[int, int]:
+        sizes = copy.copy(self._sizes)
+        sizes._refused = dict(self._sizes._refused)
+        peak = self.pool.peak
+        fresh = dict(sizes.held(self.pool))
+        self.pool.peak = peak
+        return fresh
+
+    def _next_head(self, heads: Any, out: Any) -> None:
+        assert dict(self._held()) == self._fresh_held()
+        super()._next_head(heads, out)
+
+    def _thinned(self, heads: Any) -> Any:
+        assert dict(self._held()) == self._fresh_held()
+        return super()._thinned(heads)
 
 
 @st.composite
@@ -71,7 +99,7 @@ def squeezed(draw: Any) -> dict[str, Any]:
     }
 
 
-def steps(vcs: int, gpus: int) -> Any:
+def steps(vcs: int, gpus: int, sizes: list[int] | None = None, most: int = 90) -> Any:
     """Submissions to any of ``vcs`` VCs (more to the first, so one VC's line is deep) of one
     or two tasks of 1 GPU up to a node's ``gpus`` (two of a node's: a gang wider than a node),
     endings, node faults, ticks and a new cluster config, each with whether it shares the
@@ -80,7 +108,7 @@ def steps(vcs: int, gpus: int) -> Any:
         {
             "vc": st.sampled_from([f"vc{v}" for v in range(vcs)] + ["vc0"]),
             "tasks": st.integers(1, 2),
-            "gpus": st.sampled_from([1, 1, 2, max(1, gpus // 2), gpus]),
+            "gpus": st.sampled_from(sizes or [1, 1, 2, max(1, gpus // 2), gpus]),
         }
     ).map(lambda d: ("submit", d))
     other = st.tuples(
@@ -90,7 +118,7 @@ def steps(vcs: int, gpus: int) -> Any:
         st.integers(0, 1000),
     )
     step = st.tuples(st.one_of(submit, submit, other), st.booleans())
-    return st.lists(step, min_size=30, max_size=90)
+    return st.lists(step, min_size=30, max_size=most)
 
 
 def batches(
@@ -148,7 +176,7 @@ def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
     configs = [load_cluster_config(data.draw(squeezed())) for _ in range(2)]
     config = configs[0]
     nodes = sorted({n.name for n in config.nodes()})
-    kept = from_config(CapacityPolicy, config, {}, borrow=borrow)
+    kept = from_config(CapacityCheckingHeld, config, {}, borrow=borrow)
     afresh = from_config(CapacityRankingAfresh, config, {}, borrow=borrow)
     assert kept._line_heads is not None and afresh._line_heads is None
     kept.SEARCHES_PER_PASS = afresh.SEARCHES_PER_PASS = searches
@@ -165,8 +193,37 @@ def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
             assert kept.handle_batch(batch) == afresh.handle_batch(batch), batch
         assert kept.jobs() == afresh.jobs()
         assert kept.cluster() == afresh.cluster()
+        # the kept counts by GPU count are those of the kept heads, with no count of none
+        assert kept._kept_sizes == Counter(j.gpus for j in kept._kept_jobs.values())
+        assert kept._inert_sizes == Counter(g for g in kept._inert.values() if g)
+        assert 0 not in kept._kept_sizes.values() and 0 not in kept._inert_sizes.values()
+        assert kept._live == set(kept._kept_jobs) - set(kept._inert)  # the heads not inert
         if isinstance(batch[0], Reconfigure):
             nodes = sorted({n.name for n in batch[0].config.nodes()})
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data(), searches=st.sampled_from([1, 2]))
+def test_fragmented_8_gpu_nodes_skip_only_passes_that_change_nothing(
+    data: Any, searches: int
+) -> None:
+    """Given the cluster squeezed as the contended one is (8-GPU nodes, jobs of 3 to 7 GPUs
+    on a node or two that leave nodes part-used, wide borrowers refused by free counts),
+    expect the same decisions as the Capacity ranking every head afresh: the passes not made
+    as dry (``_dry_pass``) were those that would start and preempt nothing."""
+    config = load_cluster_config(data.draw(squeezed().filter(lambda c: _node_gpus(c) == 8)))
+    nodes = sorted({n.name for n in config.nodes()})
+    kept = from_config(CapacityCheckingHeld, config, {})
+    afresh = from_config(CapacityRankingAfresh, config, {})
+    kept.SEARCHES_PER_PASS = afresh.SEARCHES_PER_PASS = searches
+    drawn = data.draw(steps(len(config.vcs), 8, [1, 3, 5, 6, 7, 8], most=150))
+    for batch in batches(kept, nodes, drawn, lambda: config):
+        assert kept.handle_batch(batch) == afresh.handle_batch(batch), batch
+        assert kept.jobs() == afresh.jobs()
+
+
+def _node_gpus(raw: dict[str, Any]) -> int:
+    return int(raw["physicalCluster"]["cellTypes"]["NODE"]["childCellNumber"])
 
 
 def eight_vcs_of_a_node() -> Any:
@@ -264,3 +321,27 @@ def test_a_pass_ranks_only_the_vc_that_changed_and_asks_placement_nothing(
     assert kept.asked() == (1, 0, 0, 0, 0)
     afresh = a_pass_after_a_finish(CapacityRankingAfresh, monkeypatch)
     assert afresh.asked() == (8, 8, 2, 3, 2)
+
+
+def test_a_job_joining_behind_a_kept_head_leaves_a_changed_share_to_be_ranked() -> None:
+    """Given eight VCs of one node each, all busy, and vc0's 8-GPU head waiting and kept by a
+    pass, a job joining behind that head need not rank vc0 again (its head and share stand:
+    the line is taken off ``_touched``), unless vc0's share changed since the pass (as a
+    preemption's stop within a pass leaves it), when it stays to be ranked again."""
+    policy = from_config(CapacityPolicy, eight_vcs_of_a_node(), {})
+    now = 0.0
+
+    def submit(job_id: str, vc: str) -> None:
+        spec = parse_job({"name": job_id, "vc": vc, "gpus": 8})
+        policy.check(spec)
+        policy.handle(Submit(job_id, spec, now))
+
+    for v in range(8):
+        submit(f"run{v}", f"vc{v}")
+    submit("head", "vc0")
+    assert policy.handle(Tick(1.0)) == []  # a full pass: vc0's head kept
+    submit("behind", "vc0")
+    assert "vc0" not in policy._touched
+    policy._share_changed("vc0")  # (what a stop of one of vc0's jobs marks)
+    submit("behind2", "vc0")
+    assert "vc0" in policy._touched

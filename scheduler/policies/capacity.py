@@ -39,8 +39,11 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
     def check(self, spec: JobSpec) -> None:
         """Also reject, with hard quotas, a job larger than its VC's quota: it would block
         its VC's line forever."""
+        if spec is self._passed:
+            return  # (drivers check a spec, then submit it: passed both tests already)
         super().check(spec)
         if not self.borrow and spec.total_gpus > (quota := self.vc_gpus.get(spec.vc, 0)):
+            self._passed = None  # (``super`` passed it: not this test)
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs but VC {spec.vc}'s quota is {quota} and "
                 "borrowing is off (capacity:borrow=false); ask for at most "
