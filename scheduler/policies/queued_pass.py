@@ -366,10 +366,10 @@ class QueuedPass:
             and shape not in self._no_room
             and (not self._ask_fit or self.pool.may_fit(job.gpus))
         ):
-            # (placement refuses what ``_refused`` says, changing nothing; a preemptive pass
-            # asks it of its skipped heads already)
-            refused = self.preemptive and self._refused(job.gang)
-            tasks = None if refused else self.pool.place(job.job_id, job.gang)
+            # (not ``_refused`` first: a preemptive policy asks ``may_fit`` here, and
+            # ``_refused`` is its no, kept; where it would say no, placement refuses too,
+            # changing nothing. A contended LAS pass asked both for each head it tried.)
+            tasks = self.pool.place(job.job_id, job.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
         return self._start_or_search(job, tasks, opp, out)
