@@ -8,7 +8,10 @@ the smallest of them (``QueuedPass._settle``). The reference runs every pass
 And given eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job, and a 2-GPU job heading
 FIFO's line: expect the finishes of 1-GPU jobs, each on its own node, to try nothing (each
 ran a pass that tried the head and refused it: issue 34, about 0.55 failed tries per job of
-a contended FIFO run), and the finish that leaves a node room to start it."""
+a contended FIFO run), and the finish that leaves a node room to start it.
+
+And given random workloads, expect LAS and Capacity to decide as when ``_try`` asked
+``_refused`` after ``may_fit`` (its no, kept), as it did before issue 34's sixteenth session."""
 
 from __future__ import annotations
 
@@ -20,9 +23,11 @@ from test_pass_skips import Pair, decide_alike, eight_nodes_of_eight, tries_of
 from test_properties import PROPERTY_SETTINGS
 
 from labhive.scheduler.core.jobs import parse_job
-from labhive.scheduler.core.model import Finish, Start, Submit
+from labhive.scheduler.core.model import Decision, Finish, Start, Submit
+from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.fifo import FifoPolicy
-from labhive.scheduler.policies.queued import QueuedPolicy, from_config
+from labhive.scheduler.policies.las import LasPolicy
+from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
 from labhive.scheduler.policies.sjf import SjfPolicy
 
 
@@ -81,3 +86,56 @@ def test_finishes_that_free_too_little_for_fifos_head_try_nothing() -> None:
         assert len(tried) == tries, (cls.__name__, tried)
         started = policy.handle(Finish("big1", now + 1.0))
         assert [d.job_id for d in started if isinstance(d, Start)] == ["w2", "w1"]
+
+
+class AskingRefused:
+    """``_try`` as before: a preemptive policy asked ``_refused`` (``SizeRefusals``, kept
+    across passes) after ``may_fit`` and before placing, and took its no as placement's."""
+
+    def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
+        allowed, opp = self.admit(job)  # type: ignore[attr-defined]
+        if not allowed or (self.per_vc and not self._room_in_vc(job)):  # type: ignore[attr-defined]
+            return False
+        if self.backfill and not self._may_jump(job):  # type: ignore[attr-defined]
+            return False
+        tasks = None
+        shape = job.gang.shape
+        over = self._over_quota(job) if self.per_vc else 0  # type: ignore[attr-defined]
+        if (
+            not over
+            and shape not in self._no_room  # type: ignore[attr-defined]
+            and (not self._ask_fit or self.pool.may_fit(job.gpus))  # type: ignore[attr-defined]
+        ):
+            refused = self.preemptive and self._refused(job.gang)  # type: ignore[attr-defined]
+            tasks = None if refused else self.pool.place(job.job_id, job.gang)  # type: ignore[attr-defined]
+            if tasks is None:
+                self._no_room.add(shape)  # type: ignore[attr-defined]
+        return bool(self._start_or_search(job, tasks, opp, out))  # type: ignore[attr-defined]
+
+
+class LasAskingRefused(AskingRefused, LasPolicy):
+    pass
+
+
+class CapacityAskingRefused(AskingRefused, CapacityPolicy):
+    pass
+
+
+LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same_queue": False}
+ASKING: list[Pair] = [  # (placing after may_fit, asking _refused too, options, defaults)
+    (LasPolicy, LasAskingRefused, {}, LAS),
+    (LasPolicy, LasAskingRefused, {"backfill": False}, LAS),
+    (CapacityPolicy, CapacityAskingRefused, {"backfill": True}, {"borrow": True}),
+]
+
+
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data(), pair=st.sampled_from(ASKING))
+def test_a_preemptive_try_placing_without_asking_refused_decides_as_before(
+    data: Any, pair: Pair
+) -> None:
+    """Given random workloads, expect LAS and Capacity, whose ``_try`` places a head that
+    ``may_fit`` let through without asking ``_refused`` (its no, kept across passes), to
+    decide as when ``_try`` asked it too: ``_refused`` never says no where ``may_fit`` just
+    said yes."""
+    decide_alike(data, pair)
