@@ -369,9 +369,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
         group = job.group = self.group_key(job)
-        line = self._groups.setdefault(group, [])
-        heapq.heappush(line, entry)
-        if line[0] is entry:
+        heapq.heappush(self._groups.setdefault(group, []), entry)
+        if self._settled is not None and self._groups[group][0] is entry:
             self._settled = None  # it heads its line: a pass must try it (``_settle``)
         if self._line_heads is not None:
             self._touched.add(group)

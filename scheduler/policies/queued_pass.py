@@ -109,7 +109,8 @@ class QueuedPass:
             self._blocked = None  # a full pass finds the blocked head afresh
         free = self.pool.free_gpus
         if not self.preemptive and free == 0:
-            self._settle()
+            if self._may_settle:
+                self._settle()
             return  # nothing can start until something ends
         if groups is None and self._index is not None:
             self._indexed_pass(self._index, out)
@@ -134,23 +135,22 @@ class QueuedPass:
             nxt = self._head(group)
             if nxt is not None:
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
-        self._settle()
+        if self._may_settle:  # (asked here: a call a pass for the policies that may not)
+            self._settle()
 
     def _settle(self) -> None:
-        """After a pass of a policy that may keep it (``_may_settle``): where every line's head
-        now finds no room by free GPU counts alone (``NodePool.may_fit`` says no), keep that,
-        with the least ``wake_level`` of their sizes, as ``_settled``. Until a head changes
-        (``_enqueue``, ``_dequeue`` forget it) or a release or a node coming up leaves a node
-        with that many free (``NodePool.peak``), a pass starts nothing: placement refuses each
-        head (``may_fit``'s no is ``place``'s), only takes could have happened besides (which
-        keep the no), and a policy that neither preempts nor backfills nor keeps DRF's index
-        has nothing else a pass could change that a later decision reads (its blocked head,
-        refused shapes and searches are set afresh by the next pass that tries). Why: on a
-        contended cluster FIFO's head waits for a node with room, and each finish that frees
-        too little ran a pass that tried it and refused it again (issue 34: about 0.55 failed
-        tries per job, FIFO contended costing 5,331 bytecodes per start against 2,877)."""
-        if not self._may_settle:
-            return
+        """After a pass of a policy that may keep it (``_may_settle``, asked by the caller): where
+        every line's head now finds no room by free GPU counts alone (``NodePool.may_fit`` says no),
+        keep that, with the least ``wake_level`` of their sizes, as ``_settled``. Until a head
+        changes (``_enqueue``, ``_dequeue`` forget it) or a release or a node coming up leaves a
+        node with that many free (``NodePool.peak``), a pass starts nothing: placement refuses each
+        head (``may_fit``'s no is ``place``'s), only takes could have happened besides (which keep
+        the no), and a policy that neither preempts nor backfills nor keeps DRF's index has nothing
+        else a pass could change that a later decision reads (its blocked head, refused shapes and
+        searches are set afresh by the next pass that tries). Why: on a contended cluster FIFO's
+        head waits for a node with room, and each finish that frees too little ran a pass that tried
+        it and refused it again (issue 34: about 0.55 failed tries per job, FIFO contended costing
+        5,331 bytecodes per start against 2,877)."""
         pool = self.pool
         wake = 1 << 30
         for group in list(self._groups):
