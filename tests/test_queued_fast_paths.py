@@ -2,7 +2,8 @@
 node faults and ticks on small clusters, expect every queue policy (FIFO, SJF, DRF, Capacity,
 LAS, with and without backfill) to decide exactly as it does without the shortcuts of its
 per-job path (issue 34: FIFO's policy side, which every queue policy pays):
-- a pass is skipped while no job waits (nothing may start, nor be preempted for);
+- a pass is skipped while no job waits (nothing may start, nor be preempted for), or while
+  every line's head finds no room by free counts (``_settle``: ``test_queued_settled.py``);
 - a node keeps the placements a one-node gang got on a set of its GPUs, and the same gang
   taking the same GPUs there gets them again (``PoolNode.placed``);
 - a new job is tried in the line it joined (``QueuedJob.group``), and a waiting job leaving
@@ -42,6 +43,7 @@ class Plain:
     pool: NodePool
     _ask_fit: bool
     SKIP_IDLE_PASSES = False
+    SKIP_SETTLED_PASSES = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -165,6 +165,13 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # kind. Elsewhere ``place`` refuses the same gangs by the same first tests, and the
         # shape it adds to ``_no_room`` only spares placements this pass would refuse too.
         self._ask_fit = self.preemptive or indexed
+        # a pass that would find every line's head refused by free counts, not run
+        # (``QueuedPass._settle``): only where no search, backfill or index reads what a pass
+        # leaves, and this policy alone reads its pool's ``peak``
+        self._may_settle = self.SKIP_SETTLED_PASSES and not (
+            self.preemptive or self.backfill or indexed
+        )
+        self._settled: tuple[NodePool, int] | None = None  # (the pool, the wake level)
         # with the index and backfill: the groups of each line_key so far (one per GPU count;
         # the line_key's priority, e.g. a user's share, ranks all of them)
         self._split: dict[Hashable, set[Hashable]] = {}
@@ -364,6 +371,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         group = job.group = self.group_key(job)
         line = self._groups.setdefault(group, [])
         heapq.heappush(line, entry)
+        if self._settled is not None and line[0] is entry:
+            self._settled = None  # it heads its line: a pass must try it (``_settle``)
         if self._line_heads is not None:
             self._touched.add(group)
         if self._index is not None:
@@ -376,6 +385,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
         waited = self._waiting.pop(job.job_id, None) is not None
         job.token += 1
+        self._settled = None  # it may have headed its line (``_settle``)
         if self._line_heads is None and self._index is None:
             return
         # the line it joined (a waiting job's ``group_key`` stays that of its line: LAS's
