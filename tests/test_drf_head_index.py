@@ -142,6 +142,19 @@ class UncachedDrf(DrfPolicy):
         return shadow(head.gpus, self.pool.free_gpus, running)
 
 
+def files_asked(index: HeadIndex) -> list[Any]:
+    """The lines ``index.file`` is asked to file from now on, in order."""
+    filed: list[Any] = []
+    file = index.file
+
+    def counted(group: Any, *args: Any) -> None:
+        filed.append(group)
+        file(group, *args)
+
+    index.file = counted  # type: ignore[method-assign, assignment]
+    return filed
+
+
 def check_index(drf: DrfPolicy) -> None:
     """Every line the index holds clean is filed as a rescan would rank it now."""
     index = drf._index
@@ -599,14 +612,7 @@ def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
     assert [d.job_id for d in drf.handle(Finish("f0", 20.0))] == ["a1b"]
     index = drf._index
     assert index is not None
-    filed: list[Any] = []
-    file = index.file
-
-    def counted(group: Any, *args: Any) -> None:
-        filed.append(group)
-        file(group, *args)
-
-    index.file = counted  # type: ignore[method-assign, assignment]
+    filed = files_asked(index)
     assert drf.handle(Finish("a1", 30.0)) == []
     assert [g for g in filed if g[0] == "ann"] == []
     check_index(drf)
@@ -670,14 +676,7 @@ def test_jobs_joining_a_line_behind_its_head_leave_it_as_filed() -> None:
     for n in range(2, 12):
         assert submit(f"a{n}", "ann", 1, 3 + n) == []  # behind a1
     assert submit("b1", "bob", 1, 20) == ["b1"]
-    filed: list[Any] = []
-    file = index.file
-
-    def counted(group: Any, *args: Any) -> None:
-        filed.append(group)
-        file(group, *args)
-
-    index.file = counted  # type: ignore[method-assign, assignment]
+    filed = files_asked(index)
     assert drf.handle(Finish("b1", 30)) == []
     assert "ann" not in filed
     check_index(drf)
@@ -697,14 +696,7 @@ def test_a_stop_of_a_user_with_nothing_waiting_files_nothing() -> None:
         spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
         drf.handle(Submit(job_id, spec, float(n)))
     assert [d.job_id for d in drf.handle(Finish("b0", 10))] == ["b1"]
-    filed: list[Any] = []
-    file = index.file
-
-    def counted(group: Any, *args: Any) -> None:
-        filed.append(group)
-        file(group, *args)
-
-    index.file = counted  # type: ignore[method-assign, assignment]
+    filed = files_asked(index)
     assert drf.handle(Finish("b1", 11)) == [] and filed == []  # bob waits for nothing
     assert [d.job_id for d in drf.handle(Finish("a0", 12))] == ["a1"]
     assert filed[0] == "ann"
