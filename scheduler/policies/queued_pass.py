@@ -265,16 +265,12 @@ class QueuedPass:
             # (the blocked head's line left the heap when it failed: where it is the only kept
             # line of its GPU count, that count is in the heap no more)
             gone = blocked.gpus if sizes.get(blocked.gpus) == 1 else -1
-            may = [g for g in sizes.keys() - parked.keys() if g <= free and g != gone]
-            if not may:
-                return []
-            if len(may) == 1:
-                (only,) = may
-                kept = [e for e in heads if e[2][-1] == only]  # type: ignore[index]
+            for g in sizes.keys() - parked.keys():
+                if g <= free and g != gone:
+                    break  # a kept line of a count that may start: scan the heap
             else:
-                kept = [e for e in heads if e[2][-1] in may]  # type: ignore[index]
-        else:
-            kept = [e for e in heads if (g := e[2][-1]) <= free and g not in parked]  # type: ignore[index]
+                return []
+        kept = [e for e in heads if (g := e[2][-1]) <= free and g not in parked]  # type: ignore[index]
         heapq.heapify(kept)
         return kept
 
