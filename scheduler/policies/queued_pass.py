@@ -324,6 +324,17 @@ class QueuedPass:
             tried = entry
             if self._try(head, out, fits=True):
                 self._file_head(index, group)  # its next head, ranked by its new share
+        if pool.free_gpus > 0 and self.SKIP_SETTLED_PASSES:
+            # ``best`` found nothing: where that is because every kind holding a head is
+            # parked, no pass finds anything until a release reaches the least level parked
+            # (``HeadIndex.asleep``), or a head changes (``_enqueue``, ``_dequeue`` forget it);
+            # kept as ``_settled``, as ``_settle`` keeps FIFO's. A stop's lower share re-ranks
+            # its user's line (``dirty``) without changing its kind, parked: filed at the next
+            # pass made. Why: most passes of a contended DRF run, after a finish that freed too
+            # little for any waiting kind, met only parked kinds (issue 34).
+            wake = index.asleep()
+            if wake is not None:
+                self._settled = (pool, wake)
         index.restore()
 
     def _may_start(self) -> MayStart:
