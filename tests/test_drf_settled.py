@@ -79,7 +79,7 @@ def test_finishes_that_free_too_little_for_any_waiting_kind_make_no_pass() -> No
         passes.append(drf._now)
         made(*args)
 
-    drf._indexed_pass = counted  # type: ignore[method-assign]
+    drf._indexed_pass = counted  # type: ignore[method-assign,assignment]
 
     def finish(job_id: str, now: float) -> list[str]:
         passes.clear()
