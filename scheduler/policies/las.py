@@ -140,6 +140,26 @@ class LasPolicy(QueuedPolicy):
                 if victim is not None and victim.started <= young:
                     yield victim
 
+    def _first_victim(self, job: QueuedJob) -> QueuedJob | None:
+        """The first of ``victims(job, ...)``: without a generator where the victims are
+        ``_lower_than``'s alone (the bound asks only the first, ``_fails_by_bound``)."""
+        if self.same_queue or self.per_vc:
+            return next(iter(self.victims(job, False)), None)
+        return self._first_lower(job.level)
+
+    def _first_lower(self, level: int) -> QueuedJob | None:
+        """The first of ``_lower_than(level)``, in one loop (nothing changes while it looks).
+        Why: a contended LAS run asks it about three times per job arrived (issue 34)."""
+        young = self._now - self.quantum + _EPS
+        running = self._running
+        for lower in range(len(running) - 1, level, -1):
+            bucket = running[lower]
+            for job_id in reversed(bucket):
+                victim = bucket[job_id]
+                if victim.started <= young:
+                    return victim
+        return None
+
     def _behind(self, job: QueuedJob) -> Iterator[QueuedJob]:
         """same_queue: running jobs of ``job``'s queue that entered it after ``job`` in this
         instant (demoted now), the last to enter first: Tiresias hands out GPUs in queue
@@ -207,7 +227,7 @@ class LasPolicy(QueuedPolicy):
         the victim the last search met 5 times in 6 (issue 34)."""
         if job.gpus <= self.pool.max_node_gpus:
             return None
-        first = next(iter(self.victims(job, opp)), None)
+        first = self._first_victim(job)
         if first is None or not self._out_of_reach(job.gpus, first.gpus):
             return None
         walk = (first.job_id,)
@@ -361,7 +381,7 @@ class LasPolicy(QueuedPolicy):
                 continue
             if asked is True or len(asked) != 1 or free < gpus + extra:
                 return False
-            first = next(self._lower_than(level), None)
+            first = self._first_lower(level)
             if (
                 first is None
                 or first.job_id != asked[0]

@@ -56,6 +56,9 @@ class QueuedPass:
     _keyed: bool
     _line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None
     _touched: set[Hashable]
+    # with backfill: kept lines by GPU count, and this pass's heap of kept heads (``_thinned``)
+    _kept_sizes: dict[int, int] | None = None
+    _kept_list: list[tuple[Any, int, Hashable]] | None = None
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -198,18 +201,45 @@ class QueuedPass:
         head's rank is its line's first entry (``_keyed``: static while it waits) and every
         head is ranked whatever its size (a preemptive policy). Why: a contended LAS pass
         follows nearly every finish and fetched every line's head anew, though one finish
-        changes one or two lines (issue 34)."""
+        changes one or two lines (issue 34). With backfill, the kept lines are counted by GPU
+        count too (``_kept_sizes``, for ``_thinned``), and the heap returned is remembered as
+        this pass's (``_kept_list``)."""
         kept, lines = self._line_heads, self._groups
         assert kept is not None
-        for group in self._touched:
-            head = self._head(group)
-            if head is None:
-                kept.pop(group, None)
-            else:
-                kept[group] = (lines[group][0][0], head.seq, group)
+        sizes = self._kept_sizes
+        if sizes is None or not self.backfill:
+            sizes = None
+            for group in self._touched:
+                head = self._head(group)
+                if head is None:
+                    kept.pop(group, None)
+                else:
+                    kept[group] = (lines[group][0][0], head.seq, group)
+        else:
+            for group in self._touched:
+                head = self._head(group)
+                if head is None:
+                    if kept.pop(group, None) is not None:
+                        gpus = group[-1]  # type: ignore[index]
+                        if sizes[gpus] == 1:
+                            del sizes[gpus]
+                        else:
+                            sizes[gpus] -= 1
+                else:
+                    if group not in kept:
+                        gpus = group[-1]  # type: ignore[index]
+                        sizes[gpus] = sizes.get(gpus, 0) + 1
+                    kept[group] = (lines[group][0][0], head.seq, group)
         self._touched.clear()
         heads = list(kept.values())
         heapq.heapify(heads)
+        if self.backfill:
+            if sizes is None:  # (the first pass: counted once, then kept up as lines change)
+                sizes = self._kept_sizes = {}
+                for group in kept:
+                    gpus = group[-1]  # type: ignore[index]
+                    sizes[gpus] = sizes.get(gpus, 0) + 1
+            self._kept_list = heads
         return heads
 
     def _thinned(self, heads: list[tuple[Any, int, Hashable]]) -> list[tuple[Any, int, Hashable]]:
@@ -219,10 +249,27 @@ class QueuedPass:
         backfill a line is of one GPU count, its key's last part). Until the pass ends free
         GPUs only fall and nothing is released (no search runs), so they stay hopeless. Why:
         on a contended cluster most lines' heads are wide gangs placement refuses, and a pass
-        fetched and weighed each of them after every finish (issue 34)."""
+        fetched and weighed each of them after every finish (issue 34).
+
+        Where ``heads`` is this pass's heap of kept heads (``_kept_list``), the GPU counts
+        are first weighed by kept line (``_kept_sizes``): every line in the heap was kept at
+        the pass's start (a start pushes back only its own line), so where no kept count may
+        start, none in the heap may, and it is not scanned; nor is a count held only by the
+        blocked head's line (tried and failed, so popped for good). Why: a contended LAS pass kept
+        none of its ~10 heads 9 times in 10 (each weighed: issue 34)."""
         pool = self.pool
         # (``held`` first forgets what a release since, a search's this pass too, may undo)
         parked, free = self._sizes.held(pool), pool.free_gpus
+        sizes, blocked = self._kept_sizes, self._blocked
+        if heads is self._kept_list and sizes is not None and blocked is not None:
+            # (the blocked head's line left the heap when it failed: where it is the only kept
+            # line of its GPU count, that count is in the heap no more)
+            gone = blocked.gpus if sizes.get(blocked.gpus) == 1 else -1
+            for g in sizes.keys() - parked.keys():
+                if g <= free and g != gone:
+                    break  # a kept line of a count that may start: scan the heap
+            else:
+                return []
         kept = [e for e in heads if (g := e[2][-1]) <= free and g not in parked]  # type: ignore[index]
         heapq.heapify(kept)
         return kept
