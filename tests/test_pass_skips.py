@@ -109,9 +109,9 @@ def tries_of(policy: QueuedPolicy) -> list[str]:
     tried: list[str] = []
     real_try = policy._try
 
-    def counted(job: QueuedJob, out: Any) -> bool:
+    def counted(job: QueuedJob, out: Any, fits: bool = False) -> bool:
         tried.append(job.job_id)
-        return bool(real_try(job, out))
+        return bool(real_try(job, out, fits))
 
     policy._try = counted  # type: ignore[method-assign]
     return tried

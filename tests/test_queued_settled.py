@@ -92,7 +92,7 @@ class AskingRefused:
     """``_try`` as before: a preemptive policy asked ``_refused`` (``SizeRefusals``, kept
     across passes) after ``may_fit`` and before placing, and took its no as placement's."""
 
-    def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
+    def _try(self, job: QueuedJob, out: list[Decision], fits: bool = False) -> bool:
         allowed, opp = self.admit(job)  # type: ignore[attr-defined]
         if not allowed or (self.per_vc and not self._room_in_vc(job)):  # type: ignore[attr-defined]
             return False

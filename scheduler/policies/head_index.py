@@ -252,6 +252,15 @@ class HeadIndex:
                 heapq.heappush(tops, (slot[1][0], kind))
         self._low = low
 
+    def asleep(self) -> int | None:
+        """Called where a pass's last ``best`` found nothing, before ``restore``: the least
+        level a release must reach (``unpark``) before ``best`` could find a head, where every
+        kind holding a live head is parked (None where a kind was set aside for this pass
+        only, or lines wait to be re-filed: a later pass may find a head without a release)."""
+        if self._off or self._aside or self.dirty or self.lazy:
+            return None
+        return self._low
+
     def parked(self) -> bool:
         return bool(self._parked)
 

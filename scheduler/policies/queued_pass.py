@@ -324,6 +324,9 @@ class QueuedPass:
         index.unpark(pool.peak)  # the kinds a release since the last pass may have made room for
         pool.peak = 0
         tried = None
+        if not self.backfill:
+            self._plain_indexed_pass(index, out)
+            return
         while self.pool.free_gpus > 0:
             entry = index.best(self._may_start(), tried)
             if self.backfill and self._blocked is None and index.parked():
@@ -347,6 +350,38 @@ class QueuedPass:
             tried = entry
             if self._try(head, out):
                 self._file_head(index, group)  # its next head, ranked by its new share
+        index.restore()
+
+    def _plain_indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
+        """``_indexed_pass`` without backfill: its ``_may_start`` reads nothing a start changes
+        (its set of shapes found no room is the pass's own, filled in place), so it is made
+        once a pass, not at every try; and a head ``best`` found may start has passed
+        ``may_fit`` against the pool as ``_try`` finds it, so ``_try`` does not ask again.
+        Why: both were paid at every start of a contended DRF run (issue 34)."""
+        may_start, pool, tried = self._may_start(), self.pool, None
+        while pool.free_gpus > 0:
+            entry = index.best(may_start, tried)
+            if entry is None:
+                break
+            group = entry[3]
+            head = self._head(group)
+            if head is None:
+                self._file_head(index, group)
+                continue
+            tried = entry
+            if self._try(head, out, fits=True):
+                self._file_head(index, group)  # its next head, ranked by its new share
+        if pool.free_gpus > 0 and self.SKIP_SETTLED_PASSES:
+            # ``best`` found nothing: where that is because every kind holding a head is
+            # parked, no pass finds anything until a release reaches the least level parked
+            # (``HeadIndex.asleep``), or a head changes (``_enqueue``, ``_dequeue`` forget it);
+            # kept as ``_settled``, as ``_settle`` keeps FIFO's. A stop's lower share re-ranks
+            # its user's line (``dirty``) without changing its kind, parked: filed at the next
+            # pass made. Why: most passes of a contended DRF run, after a finish that freed too
+            # little for any waiting kind, met only parked kinds (issue 34).
+            wake = index.asleep()
+            if wake is not None:
+                self._settled = (pool, wake)
         index.restore()
 
     def _may_start(self) -> MayStart:
@@ -397,7 +432,9 @@ class QueuedPass:
             key = self.group_priority(head)
             index.file(group, (head.gang.shape, limit), head.gang.gpus, key, head.seq)
 
-    def _try(self, job: QueuedJob, out: list[Decision]) -> bool:
+    def _try(self, job: QueuedJob, out: list[Decision], fits: bool = False) -> bool:
+        """Start ``job`` if it may start now (``fits``: the caller saw ``may_fit`` pass for it
+        on the pool as it is, so it is not asked again)."""
         allowed, opp = self.admit(job)
         if not allowed or (self.per_vc and not self._room_in_vc(job)):
             return False
@@ -411,7 +448,7 @@ class QueuedPass:
         if (
             not over
             and shape not in self._no_room
-            and (not self._ask_fit or self.pool.may_fit(job.gpus))
+            and (fits or not self._ask_fit or self.pool.may_fit(job.gpus))
         ):
             # (not ``_refused`` first: a preemptive policy asks ``may_fit`` here, and
             # ``_refused`` is its no, kept; where it would say no, placement refuses too,
