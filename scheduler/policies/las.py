@@ -75,6 +75,10 @@ class LasPolicy(QueuedPolicy):
         self._matured: list[tuple[float, int, str]] = []  # (quantum over, token, job id)
         levels = len(self.thresholds) + 1
         self._running: list[dict[str, QueuedJob]] = [{} for _ in range(levels)]
+        # per level: the running buckets of the queues below it, lowest first (the order the
+        # victims are met in), the same dicts as ``_running``'s (a search skips the range)
+        self._below = [self._running[:level:-1] for level in range(levels)]
+        self._past = 0 if self.same_queue else 1  # victims from this many queues down on
         self._level_gpus = [0] * levels  # GPUs held by running jobs, per queue
         self._demotions: list[tuple[float, int, str]] = []  # (when, token, job id)
         self._promotions: list[tuple[float, int, str]] = []
@@ -93,11 +97,12 @@ class LasPolicy(QueuedPolicy):
         self._last_walk: tuple[str, ...] = ()
         self._freed = 0  # GPUs freed by runs stopped so far (``on_stopped``)
         self._stopped = 0  # runs stopped so far
-        # the pool, ``_upheavals`` and by node count: ``_most_free`` when last found, and
-        # ``_freed`` then (it is now at most that plus the GPUs freed since: starts only take)
-        # (and whether the pool may be bounded so: consolidated, no CPU or memory limits)
-        self._reach: tuple[NodePool | None, int, dict[int, tuple[int, int]], bool]
-        self._reach = (None, 0, {}, False)
+        # by node count: ``_most_free`` when last found less ``_freed`` then (it is now at most
+        # that plus ``_freed`` now: starts only take), kept while ``_upheavals`` is
+        # ``_reach_at``; None where the pool may not be bounded so (not consolidated, or CPU
+        # or memory limits)
+        self._reach: dict[int, int] | None = None
+        self._reach_at = -1
 
     def level_of(self, attained: float) -> int:
         return bisect.bisect_right(self.thresholds, attained + _EPS)
@@ -125,7 +130,7 @@ class LasPolicy(QueuedPolicy):
         return found
 
     def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
-        gpus = sum(self._level_gpus[job.level + (0 if self.same_queue else 1) :])
+        gpus = sum(self._level_gpus[job.level + self._past :])
         # a full pass logs where they hold too few (``_quiet``); where they hold enough they
         # go on doing so until a job stops (demotions only move GPUs down the queues)
         if self._log is not None and self.pool.free_gpus + gpus < job.gpus:
@@ -134,9 +139,9 @@ class LasPolicy(QueuedPolicy):
 
     def _lower_than(self, level: int) -> Iterator[QueuedJob]:
         young = self._now - self.quantum + _EPS
-        for lower in range(len(self._running) - 1, level, -1):
-            for job_id in reversed(self._running[lower]):  # no copy: see Capacity
-                victim = self._running[lower].get(job_id)
+        for bucket in self._below[level]:
+            for job_id in reversed(bucket):  # no copy: see Capacity
+                victim = bucket.get(job_id)
                 if victim is not None and victim.started <= young:
                     yield victim
 
@@ -151,9 +156,7 @@ class LasPolicy(QueuedPolicy):
         """The first of ``_lower_than(level)``, in one loop (nothing changes while it looks).
         Why: a contended LAS run asks it about three times per job arrived (issue 34)."""
         young = self._now - self.quantum + _EPS
-        running = self._running
-        for lower in range(len(running) - 1, level, -1):
-            bucket = running[lower]
+        for bucket in self._below[level]:
             for job_id in reversed(bucket):
                 victim = bucket[job_id]
                 if victim.started <= young:
@@ -225,9 +228,8 @@ class LasPolicy(QueuedPolicy):
         (``_may_keep``). Why: a contended LAS run makes 2.9 searches per job arrived, each
         meeting one victim (most often of one GPU) for a gang of 24 to 64 GPUs and failing,
         the victim the last search met 5 times in 6 (issue 34)."""
-        if job.gpus <= self.pool.max_node_gpus:
-            return None
-        first = self._first_victim(job)
+        # (a gang within a node: ``_out_of_reach`` cannot tell; per VC: no bound is asked)
+        first = self._first_victim(job) if self.same_queue else self._first_lower(job.level)
         if first is None or not self._out_of_reach(job.gpus, first.gpus):
             return None
         walk = (first.job_id,)
@@ -240,20 +242,22 @@ class LasPolicy(QueuedPolicy):
         fewer than ``gpus`` once ``freed`` more are free on them, by the kept bound
         (``_fails_by_bound``)? False where it cannot tell."""
         pool = self.pool
-        reach = self._reach
-        if reach[0] is not pool or reach[1] != self._upheavals:
+        kept = self._reach
+        if self._reach_at != self._upheavals:  # (a new pool comes with one: ``_reconfigure``)
+            self._reach_at = self._upheavals
             bounded = pool.locality == "consolidated" and self._unlimited_pool(pool)
-            reach = self._reach = (pool, self._upheavals, {}, bounded)
+            kept = self._reach = {} if bounded else None
         most = pool.max_node_gpus
-        if gpus <= most or not reach[3]:
+        if kept is None or gpus <= most:
             return False
-        need, goal = -(-gpus // most), gpus - freed
-        kept = reach[2].get(need)
-        stopped = self._freed
-        if kept is None or kept[0] + stopped - kept[1] >= goal:
+        need = -(-gpus // most)
+        goal = gpus - freed - self._freed  # (the bound and the goal less the GPUs freed so far)
+        bound = kept.get(need)
+        if bound is None or bound >= goal:
+            stopped = self._freed
             found = pool._most_free(need)
-            reach[2][need] = (found, stopped)
-            if found >= goal:
+            kept[need] = found - stopped
+            if found >= gpus - freed:
                 return False
         return True
 
@@ -408,11 +412,13 @@ class LasPolicy(QueuedPolicy):
         super()._reconfigure(config, out)
 
     def _file_running(self, job: QueuedJob, sign: int) -> None:
+        level = job.level
         if sign > 0:
-            self._running[job.level][job.job_id] = job
+            self._running[level][job.job_id] = job
+            self._level_gpus[level] += job.gpus
         else:
-            del self._running[job.level][job.job_id]
-        self._level_gpus[job.level] += sign * job.gpus
+            del self._running[level][job.job_id]
+            self._level_gpus[level] -= job.gpus
 
     def on_started(self, job: QueuedJob) -> None:
         self._file_running(job, +1)
@@ -493,14 +499,15 @@ class LasPolicy(QueuedPolicy):
                 break
             heapq.heappop(heap)
         heap = self._promotions
-        waiting = self._waiting
-        while heap:
-            when, token, job_id = heap[0]
-            job = waiting.get(job_id)
-            if job is not None and job.token == token:
-                wake = when if wake is None or when < wake else wake
-                break
-            heapq.heappop(heap)
+        if heap:  # (none without promotions, the default)
+            waiting = self._waiting
+            while heap:
+                when, token, job_id = heap[0]
+                job = waiting.get(job_id)
+                if job is not None and job.token == token:
+                    wake = when if wake is None or when < wake else wake
+                    break
+                heapq.heappop(heap)
         heap = self._matured
         now = self._now + _EPS
         while heap and heap[0][0] <= now:
