@@ -74,6 +74,7 @@ class LasPolicy(QueuedPolicy):
         self.quantum = max(0.0, float(quantum))
         self._matured: list[tuple[float, int, str]] = []  # (quantum over, token, job id)
         levels = len(self.thresholds) + 1
+        self._lowest = levels - 1  # the lowest queue's level
         self._running: list[dict[str, QueuedJob]] = [{} for _ in range(levels)]
         # per level: the running buckets of the queues below it, lowest first (the order the
         # victims are met in), the same dicts as ``_running``'s (a search skips the range)
@@ -351,7 +352,13 @@ class LasPolicy(QueuedPolicy):
                 if free + sum(held[level + 1 :]) >= gpus:
                     return False
                 continue
-            freed, limit, met = free, gpus + extra, []
+            limit = gpus + extra
+            if free >= limit:  # (the search meets one victim, the first: without a generator)
+                first = self._first_lower(level)
+                if asked != (() if first is None else (first.job_id,)):
+                    return False
+                continue
+            freed, met = free, []
             for victim in self._lower_than(level):
                 met.append(victim.job_id)
                 freed += victim.gpus
@@ -420,6 +427,18 @@ class LasPolicy(QueuedPolicy):
             del self._running[level][job.job_id]
             self._level_gpus[level] -= job.gpus
 
+    def _demote(self, job: QueuedJob) -> None:
+        """A running job crosses its queue's threshold: ``_file_running`` out of its queue and
+        into the next one down, in one call (a contended run demotes about once per job
+        arrived, issue 34): the end of the lower bucket, its GPUs counted there."""
+        level = job.level
+        job.level = lower = level + 1
+        del self._running[level][job.job_id]
+        self._running[lower][job.job_id] = job
+        held = self._level_gpus
+        held[level] -= job.gpus
+        held[lower] += job.gpus
+
     def on_started(self, job: QueuedJob) -> None:
         self._file_running(job, +1)
         self._plan_demotion(job)
@@ -427,10 +446,13 @@ class LasPolicy(QueuedPolicy):
             heapq.heappush(self._matured, (self._now + self.quantum, job.token, job.job_id))
 
     def _plan_demotion(self, job: QueuedJob) -> None:
-        if job.level < len(self.thresholds) and job.gpus > 0:
-            served = job.attained + job.gpus * (self._now - job.started)
-            when = self._now + (self.thresholds[job.level] - served) / job.gpus
-            heapq.heappush(self._demotions, (max(when, self._now), job.token, job.job_id))
+        level = job.level
+        if level < self._lowest and job.gpus > 0:  # (a job in the lowest queue stays there)
+            now, gpus = self._now, job.gpus
+            served = job.attained + gpus * (now - job.started)
+            when = now + (self.thresholds[level] - served) / gpus
+            # (``max(when, now)`` without the call: the later, ``when`` where equal)
+            heapq.heappush(self._demotions, (now if now > when else when, job.token, job.job_id))
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._freed += job.gpus
@@ -456,16 +478,15 @@ class LasPolicy(QueuedPolicy):
 
     def on_tick(self) -> None:
         now = self._now + _EPS
-        while self._demotions and self._demotions[0][0] <= now:
-            _, token, job_id = heapq.heappop(self._demotions)
+        heap = self._demotions
+        while heap and heap[0][0] <= now:
+            _, token, job_id = heapq.heappop(heap)
             job = self._jobs.get(job_id)
             if job is None or not job.running or job.token != token:
                 continue
-            self._file_running(job, -1)
-            job.level += 1
+            self._demote(job)
             if self.same_queue:
                 self._entered(job)
-            self._file_running(job, +1)
             self._plan_demotion(job)
             if job.started + self.quantum > self._now:  # newly preemptible once it matures
                 heapq.heappush(self._matured, (job.started + self.quantum, job.token, job_id))
