@@ -94,7 +94,8 @@ class LasPolicy(QueuedPolicy):
         # searches on paper (``_fails_by_bound``): the pool, ``_runs`` and ``_upheavals`` at
         # the last one, and the victims it met
         self._upheavals = 0  # node faults, reconfigurations and real searches so far
-        self._searched_on: tuple[NodePool, int, int] | None = None
+        # the victims the last search met, while they are where it left them: forgotten at
+        # each start, stop and upheaval (each moves nodes in the buckets or jobs in the pool)
         self._last_walk: tuple[str, ...] = ()
         self._freed = 0  # GPUs freed by runs stopped so far (``on_stopped``)
         self._stopped = 0  # runs stopped so far
@@ -192,26 +193,20 @@ class LasPolicy(QueuedPolicy):
         log = self._log
         if log is None:  # (not a full pass: its moves leave the pool where no pass left it)
             self._quiet = None
-        moved_on = (pool, self._runs, self._upheavals)
-        if moved_on != self._searched_on:  # (counts changed: the last walk is not in place)
-            self._searched_on = moved_on
-            self._last_walk = ()
         walk = self._fails_by_bound(job, opp) if pool.free_gpus >= limit else None
         if walk is None:
             walked: list[str] = []
-            fails = fails_on_paper(
+            if not fails_on_paper(
                 pool, job.gang, self.victims(job, opp), pool.free_gpus, limit, walked
-            )
+            ):
+                self._upheaval()  # a real search follows: it releases and claims back
+                self._log = None  # (and its pass is not kept as quiet)
+                return False
             walk = tuple(walked)
-        else:
-            fails = True
         self._last_walk = walk
-        if not fails:
-            self._upheavals += 1  # a real search follows: it releases and claims back
-            self._log = None  # (and its pass is not kept as quiet)
-        elif log is not None:
+        if log is not None:
             log.append((job.level, job.gpus, walk))
-        return fails
+        return True
 
     def _fails_by_bound(self, job: QueuedJob, opp: bool) -> tuple[str, ...] | None:
         """``fails_on_paper`` where the pool's free GPUs reach the search's bound and a bound
@@ -224,7 +219,7 @@ class LasPolicy(QueuedPolicy):
         fault, a reconfiguration or a real search forgets it, ``_upheavals``); that short of
         the gang's GPUs less the victim's proves the search fails. The victim's nodes, GPUs
         and job then go to their ends (``to_ends``), unless the last search met it alone and
-        no count changed since (``_searched_on``: no start, stop or upheaval): nothing has
+        nothing changed since (``_last_walk``: no start, stop or upheaval): nothing has
         moved since, so they are there already. Not on a pool with CPU or memory limits
         (``_may_keep``). Why: a contended LAS run makes 2.9 searches per job arrived, each
         meeting one victim (most often of one GPU) for a gang of 24 to 64 GPUs and failing,
@@ -403,22 +398,28 @@ class LasPolicy(QueuedPolicy):
         for job_id in victims:
             to_ends(pool, job_id)
         if victims:
-            self._searched_on = (pool, self._runs, self._upheavals)
             self._last_walk = (victims[-1],)
         self._quiet = (pool, self._runs, self._stopped, log)
         return True
 
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
         self._quiet = None  # (a node up changes the pool's buckets without a start or stop)
-        self._upheavals += 1
+        self._upheaval()
         super()._node_health(node, healthy, out, reason)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         self._quiet = None
-        self._upheavals += 1
+        self._upheaval()
         super()._reconfigure(config, out)
 
+    def _upheaval(self) -> None:
+        """A node fault, a reconfiguration or a real search: the kept bound (``_reach``) and
+        the last walk's place are forgotten."""
+        self._upheavals += 1
+        self._last_walk = ()
+
     def _file_running(self, job: QueuedJob, sign: int) -> None:
+        self._last_walk = ()  # (a start or stop moves nodes in the buckets, jobs in the pool)
         level = job.level
         if sign > 0:
             self._running[level][job.job_id] = job
