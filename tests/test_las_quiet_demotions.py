@@ -3,9 +3,9 @@
 and ticks that demote), expect LAS's test of a kept quiet pass (``_still_quiet``), where a
 search's free GPUs reach its bound, to ask only the first victim (``_first_lower``, no walk)
 and answer as the walk of ``_lower_than`` to the bound; and a demotion made in one move
-(``_demote``) to leave each queue's bucket holding its running jobs, the GPUs counted per queue
-(``_level_gpus``) their sum (issue 34: a contended LAS run demotes and tests a kept pass
-about once per job arrived)."""
+(``_demote``), as starts and stops, to leave each queue's bucket holding its running jobs, the
+GPUs counted per queue (``_level_gpus``) their sum (issue 34: a contended LAS run demotes,
+starts, stops and tests a kept pass about once per job arrived)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def walked(policy: LasPolicy, log: list[Any]) -> bool:
 
 
 class LasCheckingQuiet(LasPolicy):
-    """LAS whose quiet passes' tests are held to the walk, and whose running buckets and GPU
-    counts are checked after every event."""
+    """LAS whose quiet passes' tests are held to the walk, and whose running buckets, GPU
+    counts and (same-queue order only) queue entries are checked after every event."""
 
     asked = 0  # tests of a kept pass with no start since, over every instance
 
@@ -64,6 +64,10 @@ class LasCheckingQuiet(LasPolicy):
         for level, bucket in enumerate(self._running):
             assert all(job.level == level and job.running for job in bucket.values())
             assert self._level_gpus[level] == sum(job.gpus for job in bucket.values())
+        running = {job_id for bucket in self._running for job_id in bucket}
+        assert running == {job_id for job_id, job in self._jobs.items() if job.running}
+        assert set(self._entry) <= set(self._jobs) and set(self._entered_at) <= set(self._jobs)
+        assert self.same_queue or not (self._entry or self._entered_at)
         return out
 
 

@@ -106,9 +106,6 @@ class LasPolicy(QueuedPolicy):
         self._reach: dict[int, int] | None = None
         self._reach_at = -1
 
-    def level_of(self, attained: float) -> int:
-        return bisect.bisect_right(self.thresholds, attained + _EPS)
-
     def order_key(self, job: QueuedJob) -> Any:
         if self.same_queue:
             return (job.level, self._entry[job.job_id])
@@ -418,20 +415,11 @@ class LasPolicy(QueuedPolicy):
         self._upheavals += 1
         self._last_walk = ()
 
-    def _file_running(self, job: QueuedJob, sign: int) -> None:
-        self._last_walk = ()  # (a start or stop moves nodes in the buckets, jobs in the pool)
-        level = job.level
-        if sign > 0:
-            self._running[level][job.job_id] = job
-            self._level_gpus[level] += job.gpus
-        else:
-            del self._running[level][job.job_id]
-            self._level_gpus[level] -= job.gpus
-
     def _demote(self, job: QueuedJob) -> None:
-        """A running job crosses its queue's threshold: ``_file_running`` out of its queue and
-        into the next one down, in one call (a contended run demotes about once per job
-        arrived, issue 34): the end of the lower bucket, its GPUs counted there."""
+        """A running job crosses its queue's threshold: out of its queue's bucket and into the
+        end of the next one down, its GPUs counted there (``on_started`` and ``on_stopped``
+        file a run so, each in its own body: a contended run starts, stops and demotes about
+        once per job arrived, issue 34)."""
         level = job.level
         job.level = lower = level + 1
         del self._running[level][job.job_id]
@@ -441,7 +429,9 @@ class LasPolicy(QueuedPolicy):
         held[lower] += job.gpus
 
     def on_started(self, job: QueuedJob) -> None:
-        self._file_running(job, +1)
+        self._last_walk = ()  # (a start moves nodes in the buckets and jobs in the pool)
+        self._running[job.level][job.job_id] = job
+        self._level_gpus[job.level] += job.gpus
         self._plan_demotion(job)
         if self.quantum > 0:
             heapq.heappush(self._matured, (self._now + self.quantum, job.token, job.job_id))
@@ -458,8 +448,12 @@ class LasPolicy(QueuedPolicy):
     def on_stopped(self, job: QueuedJob) -> None:
         self._freed += job.gpus
         self._stopped += 1
-        self._file_running(job, -1)
-        level = self.level_of(job.attained)
+        self._last_walk = ()  # (a stop moves nodes in the buckets)
+        del self._running[job.level][job.job_id]
+        self._level_gpus[job.level] -= job.gpus
+        # the queue its attained service puts it in (a run may cross a threshold and stop
+        # before its demotion's tick)
+        level = bisect.bisect_right(self.thresholds, job.attained + _EPS)
         if level > job.level:
             job.level = level
             if self.same_queue:
@@ -563,8 +557,9 @@ class LasPolicy(QueuedPolicy):
 
     def _remove(self, job_id: str) -> None:
         super()._remove(job_id)
-        self._entry.pop(job_id, None)
-        self._entered_at.pop(job_id, None)
+        if self.same_queue:  # (only its order keeps them)
+            self._entry.pop(job_id, None)
+            self._entered_at.pop(job_id, None)
 
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"a job in a higher LAS queue needs its GPUs (it is in queue {victim.level})"
