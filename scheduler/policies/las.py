@@ -74,7 +74,12 @@ class LasPolicy(QueuedPolicy):
         self.quantum = max(0.0, float(quantum))
         self._matured: list[tuple[float, int, str]] = []  # (quantum over, token, job id)
         levels = len(self.thresholds) + 1
+        self._lowest = levels - 1  # the lowest queue's level
         self._running: list[dict[str, QueuedJob]] = [{} for _ in range(levels)]
+        # per level: the running buckets of the queues below it, lowest first (the order the
+        # victims are met in), the same dicts as ``_running``'s (a search skips the range)
+        self._below = [self._running[:level:-1] for level in range(levels)]
+        self._past = 0 if self.same_queue else 1  # victims from this many queues down on
         self._level_gpus = [0] * levels  # GPUs held by running jobs, per queue
         self._demotions: list[tuple[float, int, str]] = []  # (when, token, job id)
         self._promotions: list[tuple[float, int, str]] = []
@@ -89,18 +94,17 @@ class LasPolicy(QueuedPolicy):
         # searches on paper (``_fails_by_bound``): the pool, ``_runs`` and ``_upheavals`` at
         # the last one, and the victims it met
         self._upheavals = 0  # node faults, reconfigurations and real searches so far
-        self._searched_on: tuple[NodePool, int, int] | None = None
+        # the victims the last search met, while they are where it left them: forgotten at
+        # each start, stop and upheaval (each moves nodes in the buckets or jobs in the pool)
         self._last_walk: tuple[str, ...] = ()
         self._freed = 0  # GPUs freed by runs stopped so far (``on_stopped``)
         self._stopped = 0  # runs stopped so far
-        # the pool, ``_upheavals`` and by node count: ``_most_free`` when last found, and
-        # ``_freed`` then (it is now at most that plus the GPUs freed since: starts only take)
-        # (and whether the pool may be bounded so: consolidated, no CPU or memory limits)
-        self._reach: tuple[NodePool | None, int, dict[int, tuple[int, int]], bool]
-        self._reach = (None, 0, {}, False)
-
-    def level_of(self, attained: float) -> int:
-        return bisect.bisect_right(self.thresholds, attained + _EPS)
+        # by node count: ``_most_free`` when last found less ``_freed`` then (it is now at most
+        # that plus ``_freed`` now: starts only take), kept while ``_upheavals`` is
+        # ``_reach_at``; None where the pool may not be bounded so (not consolidated, or CPU
+        # or memory limits)
+        self._reach: dict[int, int] | None = None
+        self._reach_at = -1
 
     def order_key(self, job: QueuedJob) -> Any:
         if self.same_queue:
@@ -125,7 +129,7 @@ class LasPolicy(QueuedPolicy):
         return found
 
     def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
-        gpus = sum(self._level_gpus[job.level + (0 if self.same_queue else 1) :])
+        gpus = sum(self._level_gpus[job.level + self._past :])
         # a full pass logs where they hold too few (``_quiet``); where they hold enough they
         # go on doing so until a job stops (demotions only move GPUs down the queues)
         if self._log is not None and self.pool.free_gpus + gpus < job.gpus:
@@ -134,9 +138,9 @@ class LasPolicy(QueuedPolicy):
 
     def _lower_than(self, level: int) -> Iterator[QueuedJob]:
         young = self._now - self.quantum + _EPS
-        for lower in range(len(self._running) - 1, level, -1):
-            for job_id in reversed(self._running[lower]):  # no copy: see Capacity
-                victim = self._running[lower].get(job_id)
+        for bucket in self._below[level]:
+            for job_id in reversed(bucket):  # no copy: see Capacity
+                victim = bucket.get(job_id)
                 if victim is not None and victim.started <= young:
                     yield victim
 
@@ -151,9 +155,7 @@ class LasPolicy(QueuedPolicy):
         """The first of ``_lower_than(level)``, in one loop (nothing changes while it looks).
         Why: a contended LAS run asks it about three times per job arrived (issue 34)."""
         young = self._now - self.quantum + _EPS
-        running = self._running
-        for lower in range(len(running) - 1, level, -1):
-            bucket = running[lower]
+        for bucket in self._below[level]:
             for job_id in reversed(bucket):
                 victim = bucket[job_id]
                 if victim.started <= young:
@@ -188,26 +190,20 @@ class LasPolicy(QueuedPolicy):
         log = self._log
         if log is None:  # (not a full pass: its moves leave the pool where no pass left it)
             self._quiet = None
-        moved_on = (pool, self._runs, self._upheavals)
-        if moved_on != self._searched_on:  # (counts changed: the last walk is not in place)
-            self._searched_on = moved_on
-            self._last_walk = ()
         walk = self._fails_by_bound(job, opp) if pool.free_gpus >= limit else None
         if walk is None:
             walked: list[str] = []
-            fails = fails_on_paper(
+            if not fails_on_paper(
                 pool, job.gang, self.victims(job, opp), pool.free_gpus, limit, walked
-            )
+            ):
+                self._upheaval()  # a real search follows: it releases and claims back
+                self._log = None  # (and its pass is not kept as quiet)
+                return False
             walk = tuple(walked)
-        else:
-            fails = True
         self._last_walk = walk
-        if not fails:
-            self._upheavals += 1  # a real search follows: it releases and claims back
-            self._log = None  # (and its pass is not kept as quiet)
-        elif log is not None:
+        if log is not None:
             log.append((job.level, job.gpus, walk))
-        return fails
+        return True
 
     def _fails_by_bound(self, job: QueuedJob, opp: bool) -> tuple[str, ...] | None:
         """``fails_on_paper`` where the pool's free GPUs reach the search's bound and a bound
@@ -220,14 +216,13 @@ class LasPolicy(QueuedPolicy):
         fault, a reconfiguration or a real search forgets it, ``_upheavals``); that short of
         the gang's GPUs less the victim's proves the search fails. The victim's nodes, GPUs
         and job then go to their ends (``to_ends``), unless the last search met it alone and
-        no count changed since (``_searched_on``: no start, stop or upheaval): nothing has
+        nothing changed since (``_last_walk``: no start, stop or upheaval): nothing has
         moved since, so they are there already. Not on a pool with CPU or memory limits
         (``_may_keep``). Why: a contended LAS run makes 2.9 searches per job arrived, each
         meeting one victim (most often of one GPU) for a gang of 24 to 64 GPUs and failing,
         the victim the last search met 5 times in 6 (issue 34)."""
-        if job.gpus <= self.pool.max_node_gpus:
-            return None
-        first = self._first_victim(job)
+        # (a gang within a node: ``_out_of_reach`` cannot tell; per VC: no bound is asked)
+        first = self._first_victim(job) if self.same_queue else self._first_lower(job.level)
         if first is None or not self._out_of_reach(job.gpus, first.gpus):
             return None
         walk = (first.job_id,)
@@ -240,20 +235,22 @@ class LasPolicy(QueuedPolicy):
         fewer than ``gpus`` once ``freed`` more are free on them, by the kept bound
         (``_fails_by_bound``)? False where it cannot tell."""
         pool = self.pool
-        reach = self._reach
-        if reach[0] is not pool or reach[1] != self._upheavals:
+        kept = self._reach
+        if self._reach_at != self._upheavals:  # (a new pool comes with one: ``_reconfigure``)
+            self._reach_at = self._upheavals
             bounded = pool.locality == "consolidated" and self._unlimited_pool(pool)
-            reach = self._reach = (pool, self._upheavals, {}, bounded)
+            kept = self._reach = {} if bounded else None
         most = pool.max_node_gpus
-        if gpus <= most or not reach[3]:
+        if kept is None or gpus <= most:
             return False
-        need, goal = -(-gpus // most), gpus - freed
-        kept = reach[2].get(need)
-        stopped = self._freed
-        if kept is None or kept[0] + stopped - kept[1] >= goal:
+        need = -(-gpus // most)
+        goal = gpus - freed - self._freed  # (the bound and the goal less the GPUs freed so far)
+        bound = kept.get(need)
+        if bound is None or bound >= goal:
+            stopped = self._freed
             found = pool._most_free(need)
-            reach[2][need] = (found, stopped)
-            if found >= goal:
+            kept[need] = found - stopped
+            if found >= gpus - freed:
                 return False
         return True
 
@@ -347,7 +344,13 @@ class LasPolicy(QueuedPolicy):
                 if free + sum(held[level + 1 :]) >= gpus:
                     return False
                 continue
-            freed, limit, met = free, gpus + extra, []
+            limit = gpus + extra
+            if free >= limit:  # (the search meets one victim, the first: without a generator)
+                first = self._first_lower(level)
+                if asked != (() if first is None else (first.job_id,)):
+                    return False
+                continue
+            freed, met = free, []
             for victim in self._lower_than(level):
                 met.append(victim.job_id)
                 freed += victim.gpus
@@ -392,45 +395,65 @@ class LasPolicy(QueuedPolicy):
         for job_id in victims:
             to_ends(pool, job_id)
         if victims:
-            self._searched_on = (pool, self._runs, self._upheavals)
             self._last_walk = (victims[-1],)
         self._quiet = (pool, self._runs, self._stopped, log)
         return True
 
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
         self._quiet = None  # (a node up changes the pool's buckets without a start or stop)
-        self._upheavals += 1
+        self._upheaval()
         super()._node_health(node, healthy, out, reason)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         self._quiet = None
-        self._upheavals += 1
+        self._upheaval()
         super()._reconfigure(config, out)
 
-    def _file_running(self, job: QueuedJob, sign: int) -> None:
-        if sign > 0:
-            self._running[job.level][job.job_id] = job
-        else:
-            del self._running[job.level][job.job_id]
-        self._level_gpus[job.level] += sign * job.gpus
+    def _upheaval(self) -> None:
+        """A node fault, a reconfiguration or a real search: the kept bound (``_reach``) and
+        the last walk's place are forgotten."""
+        self._upheavals += 1
+        self._last_walk = ()
+
+    def _demote(self, job: QueuedJob) -> None:
+        """A running job crosses its queue's threshold: out of its queue's bucket and into the
+        end of the next one down, its GPUs counted there (``on_started`` and ``on_stopped``
+        file a run so, each in its own body: a contended run starts, stops and demotes about
+        once per job arrived, issue 34)."""
+        level = job.level
+        job.level = lower = level + 1
+        del self._running[level][job.job_id]
+        self._running[lower][job.job_id] = job
+        held = self._level_gpus
+        held[level] -= job.gpus
+        held[lower] += job.gpus
 
     def on_started(self, job: QueuedJob) -> None:
-        self._file_running(job, +1)
+        self._last_walk = ()  # (a start moves nodes in the buckets and jobs in the pool)
+        self._running[job.level][job.job_id] = job
+        self._level_gpus[job.level] += job.gpus
         self._plan_demotion(job)
         if self.quantum > 0:
             heapq.heappush(self._matured, (self._now + self.quantum, job.token, job.job_id))
 
     def _plan_demotion(self, job: QueuedJob) -> None:
-        if job.level < len(self.thresholds) and job.gpus > 0:
-            served = job.attained + job.gpus * (self._now - job.started)
-            when = self._now + (self.thresholds[job.level] - served) / job.gpus
-            heapq.heappush(self._demotions, (max(when, self._now), job.token, job.job_id))
+        level = job.level
+        if level < self._lowest and job.gpus > 0:  # (a job in the lowest queue stays there)
+            now, gpus = self._now, job.gpus
+            served = job.attained + gpus * (now - job.started)
+            when = now + (self.thresholds[level] - served) / gpus
+            # (``max(when, now)`` without the call: the later, ``when`` where equal)
+            heapq.heappush(self._demotions, (now if now > when else when, job.token, job.job_id))
 
     def on_stopped(self, job: QueuedJob) -> None:
         self._freed += job.gpus
         self._stopped += 1
-        self._file_running(job, -1)
-        level = self.level_of(job.attained)
+        self._last_walk = ()  # (a stop moves nodes in the buckets)
+        del self._running[job.level][job.job_id]
+        self._level_gpus[job.level] -= job.gpus
+        # the queue its attained service puts it in (a run may cross a threshold and stop
+        # before its demotion's tick)
+        level = bisect.bisect_right(self.thresholds, job.attained + _EPS)
         if level > job.level:
             job.level = level
             if self.same_queue:
@@ -450,16 +473,15 @@ class LasPolicy(QueuedPolicy):
 
     def on_tick(self) -> None:
         now = self._now + _EPS
-        while self._demotions and self._demotions[0][0] <= now:
-            _, token, job_id = heapq.heappop(self._demotions)
+        heap = self._demotions
+        while heap and heap[0][0] <= now:
+            _, token, job_id = heapq.heappop(heap)
             job = self._jobs.get(job_id)
             if job is None or not job.running or job.token != token:
                 continue
-            self._file_running(job, -1)
-            job.level += 1
+            self._demote(job)
             if self.same_queue:
                 self._entered(job)
-            self._file_running(job, +1)
             self._plan_demotion(job)
             if job.started + self.quantum > self._now:  # newly preemptible once it matures
                 heapq.heappush(self._matured, (job.started + self.quantum, job.token, job_id))
@@ -493,14 +515,15 @@ class LasPolicy(QueuedPolicy):
                 break
             heapq.heappop(heap)
         heap = self._promotions
-        waiting = self._waiting
-        while heap:
-            when, token, job_id = heap[0]
-            job = waiting.get(job_id)
-            if job is not None and job.token == token:
-                wake = when if wake is None or when < wake else wake
-                break
-            heapq.heappop(heap)
+        if heap:  # (none without promotions, the default)
+            waiting = self._waiting
+            while heap:
+                when, token, job_id = heap[0]
+                job = waiting.get(job_id)
+                if job is not None and job.token == token:
+                    wake = when if wake is None or when < wake else wake
+                    break
+                heapq.heappop(heap)
         heap = self._matured
         now = self._now + _EPS
         while heap and heap[0][0] <= now:
@@ -534,8 +557,9 @@ class LasPolicy(QueuedPolicy):
 
     def _remove(self, job_id: str) -> None:
         super()._remove(job_id)
-        self._entry.pop(job_id, None)
-        self._entered_at.pop(job_id, None)
+        if self.same_queue:  # (only its order keeps them)
+            self._entry.pop(job_id, None)
+            self._entered_at.pop(job_id, None)
 
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"a job in a higher LAS queue needs its GPUs (it is in queue {victim.level})"
