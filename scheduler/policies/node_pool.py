@@ -224,26 +224,29 @@ class NodePool:
         buckets = self._buckets
         for node, gpus, cpus, mems in held[1]:
             free = node.free
+            n = len(gpus)
             if node.healthy:  # ``_unfile``, free, ``_file``, by hand (``top_free`` only
                 # rises: the node is filed again higher, so its old bucket is not the top)
                 del buckets[len(free)][node.name]
             free.extend(gpus)
             free.sort()
-            for c in cpus:
-                node.cpu_free += c
-            for m in mems:
-                node.memory_free += m
+            if cpus:  # (empty where the node's CPU is unlimited: most clusters')
+                for c in cpus:
+                    node.cpu_free += c
+            if mems:
+                for m in mems:
+                    node.memory_free += m
             used = node.used
-            if len(used) == len(gpus):
+            if len(used) == n:
                 used.clear()  # they were all it held here (most spans: no loop)
             else:
                 for g in gpus:
                     used.pop(g, None)
-            freed += len(gpus)
+            freed += n
             now = len(free)
             if node.healthy:
                 buckets[now][node.name] = node
-                self.free_gpus += len(gpus)
+                self.free_gpus += n
                 if now > self.top_free:
                     self.top_free = now
             if now > self.peak:
@@ -328,7 +331,7 @@ class NodePool:
             del bucket[name]
             del free[:gpus]
             buckets[len(free)][name] = node
-            self.free_gpus -= len(taken)
+            self.free_gpus -= gpus  # (the node had them: placement chose it for them)
             if not bucket and had == self.top_free:
                 self._lower_top()
         else:
