@@ -5,7 +5,8 @@ is filed under its ``group_key``, as before issue 34's seventeenth session: ``ha
 a submit and a finish itself, ``_apply`` a tick before its ``match``, and a strict FIFO or SJF
 files every job under ``None`` (its one line) without asking ``group_key``. And expect every
 job a policy holds to carry its spec's VC and user and its gang's GPUs (given by ``_new_job``,
-no longer copied by ``QueuedJob.__post_init__``)."""
+no longer copied by ``QueuedJob.__post_init__``) and the gang of its own spec (``check`` hands
+the gang it found to the job made of the spec it passed last)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.fifo import FifoPolicy
 from labhive.scheduler.policies.las import LasPolicy
+from labhive.scheduler.policies.node_pool import gang_of
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.sjf import SjfPolicy
 
@@ -114,9 +116,11 @@ PAIRS: list[Pair] = [  # (as now, through the full dispatch, options, defaults)
 
 
 def jobs_as_made(policy: QueuedPolicy, plain: QueuedPolicy) -> None:
-    """Each job carries its spec's VC and user and its gang's GPUs; each waiting one is filed
-    under its ``group_key`` (the one line, ``None``, for a strict FIFO or SJF)."""
+    """Each job carries its spec's gang (the one ``check`` found, when it checked that spec
+    last), VC, user and GPUs; each waiting one is filed under its ``group_key`` (the one line,
+    ``None``, for a strict FIFO or SJF)."""
     for job in policy._jobs.values():
+        assert job.gang == gang_of(job.spec), job.job_id
         assert (job.vc, job.gpus, job.user) == (job.spec.vc, job.gang.gpus, job.spec.user or "")
     for job in policy._waiting.values():
         assert job.group == policy.group_key(job), job.job_id
@@ -166,3 +170,31 @@ def test_a_tick_demotes_a_las_job_past_its_threshold_and_a_waiting_one_preempts_
         out = policy.handle(Tick(200.0))
         assert [type(d) for d in out] == [Preempt, Start], (cls, out)
         assert out[1].job_id == "j8"
+
+
+def test_jobs_checked_in_one_order_and_submitted_in_another_hold_their_own_gangs() -> None:
+    """A driver checks a 2-GPU job, then an 8-GPU one, then submits the 2-GPU job first (the
+    gang ``check`` found last is the 8-GPU job's) and the 8-GPU one; and a job submitted
+    unchecked (``admitted``). Expect each job to hold its own spec's gang, and the starts to
+    take 2, 8 and 4 GPUs."""
+    from test_pass_skips import eight_nodes_of_eight
+
+    from labhive.scheduler.core.jobs import parse_job
+    from labhive.scheduler.core.model import Start
+    from labhive.scheduler.policies.queued import from_config
+
+    policy = from_config(FifoPolicy, eight_nodes_of_eight(), {})
+    specs = {
+        n: parse_job({"name": n, "vc": "vc0", "user": "u", "gpus": g})
+        for n, g in (("two", 2), ("eight", 8), ("four", 4))
+    }
+    policy.check(specs["two"])
+    policy.check(specs["eight"])
+    out = policy.handle(Submit("two", specs["two"], 1.0))
+    out += policy.handle(Submit("eight", specs["eight"], 2.0))
+    out += policy.handle(Submit("four", specs["four"], 3.0, admitted=True))
+    assert [sum(len(t.gpus) for t in d.tasks) for d in out if isinstance(d, Start)] == [2, 8, 4]
+    for name, spec in specs.items():
+        assert (
+            policy._jobs[name].gang == gang_of(spec) and policy._jobs[name].gpus == spec.total_gpus
+        )

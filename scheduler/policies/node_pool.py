@@ -347,18 +347,20 @@ class NodePool:
 
     def _plan(self, gang: Gang) -> list[tuple[PoolNode, Sequence[TaskDemand]]] | None:
         total = gang.gpus
+        consolidated = self._consolidated
+        if consolidated and total <= self.max_node_gpus:
+            # ``_ascending(total)``'s order, walked here (no generator: once a job), up to the
+            # top bucket holding a node (``top_free``: those above are empty; a node there
+            # has its free GPUs in ``free_gpus`` too, so that is not asked first)
+            cpu, mem, buckets = gang.cpu, gang.memory_mb, self._buckets
+            for f in range(total or 1, self.top_free + 1):
+                for node in buckets[f].values():
+                    if cpu <= node.cpu_free and mem <= node.memory_free:
+                        return [(node, gang.tasks)]
+            return None
         if total > self.free_gpus:
             return None
-        if self._consolidated:
-            if total <= self.max_node_gpus:
-                # ``_ascending(total)``'s order, walked here (no generator: once a job), up to
-                # the top bucket holding a node (``top_free``: those above are empty)
-                cpu, mem, buckets = gang.cpu, gang.memory_mb, self._buckets
-                for f in range(max(total, 1), self.top_free + 1):
-                    for node in buckets[f].values():
-                        if cpu <= node.cpu_free and mem <= node.memory_free:
-                            return [(node, gang.tasks)]
-                return None
+        if consolidated:
             need = math.ceil(total / self.max_node_gpus)
             if not self._most_free_reaches(need, total):
                 return None  # what ``_pack`` would find, without trying node by node
@@ -380,7 +382,10 @@ class NodePool:
             return False
         if not self._consolidated:
             return True
-        return self._most_free_reaches(-(-gpus // top), gpus)
+        need = -(-gpus // top)
+        # ``_most_free_reaches``' first test, without its call: on a busy cluster the most
+        # free node times the nodes the gang may take is short of it, nearly always
+        return self.top_free * need >= gpus and self._most_free_reaches(need, gpus)
 
     def wake_level(self, gpus: int) -> int:
         """Where ``may_fit(gpus)`` says no, the free GPUs some node must be left with by a

@@ -50,6 +50,7 @@ from labhive.scheduler.core.model import (
     Stop,
     Submit,
     TaskPlacement,
+    Tick,
 )
 from labhive.scheduler.policies.head_index import HeadIndex
 from labhive.scheduler.policies.node_pool import (
@@ -138,6 +139,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # size check (the entry keeps the roles alive: their id is not reused while kept)
         self._gangs: dict[int, tuple[tuple[RoleSpec, ...], Gang, bool]] = {}
         self._passed: JobSpec | None = None  # the spec ``check`` passed last
+        self._passed_gang: Gang | None = None  # and its gang (``_new_job`` reads it)
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
         # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
@@ -261,7 +263,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             # (a share is of the roles, so roles kept as fitting passed this test too)
             if spec.share_milli:
                 raise SpecRejected(shares_refused(self.name, spec.share_milli))
-            self._check_size(spec)
+            kept = self._check_size(spec)
         if self.per_vc and spec.total_gpus > self.vc_gpus[spec.vc]:
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs but VC {spec.vc} is guaranteed "
@@ -269,16 +271,18 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
                 "or drop per_vc"
             )
         # Specs are frozen, so the same object passes again until the cluster changes
-        # (``_reconfigure`` forgets it).
+        # (``_reconfigure`` forgets it); the job made of it next takes its gang as found here
+        # (``_gang``'s look-up again, a call a job)
         self._passed = spec
+        self._passed_gang = kept[1]
 
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
         if event.time > self._now:  # (``max``, without the call: twice a job)
             self._now = event.time
-        # A simulation's events are a submit and a finish a job: ``_apply``'s first two
-        # cases, taken here (its call, and a submit's test for an ending not ours, were about
-        # 30 bytecodes a job of every queue policy)
+        # A simulation's events are a submit and a finish a job (and with LAS about a tick):
+        # ``_apply``'s first three cases, taken here (its call, and a submit's test for an
+        # ending not ours, were about 30 bytecodes a job of every queue policy)
         new: QueuedJob | None = None
         if type(event) is Submit:
             new = self._submit(event.job_id, event.spec, admitted=event.admitted)
@@ -286,6 +290,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             if event.job_id not in self._jobs:
                 return out  # not ours (any more): nothing changed
             self._remove(event.job_id)
+        elif type(event) is Tick:
+            self.on_tick()
         else:
             if isinstance(event, _ENDINGS) and event.job_id not in self._jobs:
                 return out
@@ -342,10 +348,11 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     # ---- state changes -------------------------------------------------------------------
 
-    def _check_size(self, spec: JobSpec) -> None:
+    def _check_size(self, spec: JobSpec) -> tuple[tuple[RoleSpec, ...], Gang, bool]:
         """Refuse a gang that could never be placed here; one that could is kept as fitting
-        (until the cluster changes: ``_reconfigure``). Asked only for roles of whole GPUs
-        (``check`` refused a share first): "fitting" roles need no share test again."""
+        (until the cluster changes: ``_reconfigure``), and that entry of ``_gangs`` returned.
+        Asked only for roles of whole GPUs (``check`` refused a share first): "fitting" roles
+        need no share test again."""
         gang = self._gang(spec)
         if not gang.tasks:
             raise SpecRejected("the job has no tasks")
@@ -355,7 +362,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
                 f"the job needs {spec.total_gpus} GPUs (largest task {biggest}) but this cluster "
                 f"has {self.pool.total_gpus} GPUs and at most {self.pool.max_node_gpus} on a node"
             )
-        self._gangs[id(spec.roles)] = (spec.roles, gang, True)
+        kept = self._gangs[id(spec.roles)] = (spec.roles, gang, True)
+        return kept
 
     def _gang(self, spec: JobSpec) -> Gang:
         """The spec's gang, shared by the specs with the same roles tuple (``_gangs``)."""
@@ -370,7 +378,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         return gang
 
     def _new_job(self, job_id: str, spec: JobSpec) -> QueuedJob:
-        gang = self._gang(spec)
+        gang = self._passed_gang if spec is self._passed else None
+        if gang is None:  # (not checked last: adopted, admitted by the driver, or passed None)
+            gang = self._gang(spec)
         job = QueuedJob(
             job_id=job_id,
             spec=spec,
