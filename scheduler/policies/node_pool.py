@@ -303,6 +303,8 @@ class NodePool:
                 node.placed.clear()
             node.placed[gpus] = (gang, job)
             return tasks
+        if gang.ordered and len(gang.runs) == 1:
+            return self._place_in_order(job_id, gang, plan)
         held: list[tuple[TaskPlacement, TaskDemand, PoolNode]] = []
         for node, group in plan:
             gpus = self._take(node, job_id, group, sum(d.gpu for d in group))
@@ -313,6 +315,28 @@ class NodePool:
             tasks,
             _spans([(node, p.gpus, d.cpu, float(d.memory_mb)) for p, d, node in held]),
         )
+        return tasks
+
+    def _place_in_order(
+        self, job_id: str, gang: Gang, plan: list[tuple[PoolNode, Sequence[TaskDemand]]]
+    ) -> tuple[TaskPlacement, ...]:
+        """``place``'s general path for a gang of one run of like tasks in (role, index) order
+        (a trace's gang wider than a node): ``_pack`` gave each node the next tasks of the
+        run, so the groups, node by node, are the tasks in order and each group is one span,
+        the order and spans that sorting the placements and ``_spans`` would find. Why: that
+        sort (a key call per task) and ``_spans``' walk task by task were about 80 bytecodes
+        a job of uncontended FIFO, for the one job in twenty that is wide."""
+        gpu = gang.runs[0][0].gpu
+        placed: list[TaskPlacement] = []
+        spans: list[Span] = []
+        for node, group in plan:
+            gpus = self._take(node, job_id, group, gpu * len(group))
+            placed.extend(_placements(node.name, group, gpus))
+            cpus = tuple(d.cpu for d in group) if node.cpu < math.inf else ()
+            mems = tuple(float(d.memory_mb) for d in group) if node.memory_mb < math.inf else ()
+            spans.append((node, gpus, cpus, mems))
+        tasks = tuple(placed)
+        self._jobs[job_id] = (tasks, tuple(spans))
         return tasks
 
     def _take(
