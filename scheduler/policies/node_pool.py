@@ -397,15 +397,15 @@ class NodePool:
         queue pass may skip such a head without trying it (on a contended cluster most tries
         failed so, each paying ``place`` and its search: issue 34). Under ``anywhere``, only
         the free total is tested."""
+        if not self._consolidated:
+            return gpus <= self.free_gpus
         top = self.max_node_gpus
-        if gpus <= top and self._consolidated:
+        if gpus <= top:
             # a node with that many free (``_ascending``: at least one); such a node's free
             # GPUs count in ``free_gpus`` too
             return self.top_free >= (gpus or 1)
         if gpus > self.free_gpus:
             return False
-        if not self._consolidated:
-            return True
         need = -(-gpus // top)
         # ``_most_free_reaches``' first test, without its call: on a busy cluster the most
         # free node times the nodes the gang may take is short of it, nearly always
@@ -417,7 +417,7 @@ class NodePool:
         node; for a wider one, what the other most-free nodes it may take, all empty, leave
         to find (if the sum of the most free grew past the gang, one of them grew past that).
         Under ``anywhere`` any release may do."""
-        if self.locality != "consolidated":
+        if not self._consolidated:
             return 1
         top = self.max_node_gpus
         return max(1, gpus - top * (-(-gpus // top) - 1)) if top else 1
