@@ -153,6 +153,7 @@ class NodePool:
         if locality not in LOCALITIES:
             raise ValueError(f"locality must be one of {LOCALITIES}, not {locality!r}")
         self.locality = locality
+        self._consolidated = locality == "consolidated"
         self.nodes: dict[str, PoolNode] = {n.name: n for n in nodes}
         self.max_node_gpus = max((len(n.gpus) for n in self.nodes.values()), default=0)
         self.total_gpus = sum(len(n.gpus) for n in self.nodes.values())
@@ -163,6 +164,14 @@ class NodePool:
         # buckets[f]: healthy nodes with exactly f free GPUs, in a stable (insertion) order
         self._buckets: list[dict[str, PoolNode]] = [{} for _ in range(self.max_node_gpus + 1)]
         self.free_gpus = 0
+        #: The most free GPUs of a healthy node (0: none has any), kept as nodes move between
+        #: buckets: the highest bucket holding a node. ``may_fit`` of a gang within a node is
+        #: then one comparison, and the walks down the buckets (``_most_free_reaches``,
+        #: ``_most_free``) and up them (``_plan``) skip the empty buckets above it, which on a
+        #: busy cluster are most of them (issue 34: ``may_fit`` with ``_most_free_reaches``
+        #: was about 300 bytecodes per contended LAS arrival). Exact: an empty bucket adds
+        #: nothing to either walk and holds no node to place on.
+        self.top_free = 0
         for n in self.nodes.values():
             self._file(n)
         #: The most free GPUs a node was left with by a release (or had coming up) since the
@@ -176,13 +185,27 @@ class NodePool:
 
     def _file(self, node: PoolNode) -> None:
         if node.healthy:
-            self._buckets[len(node.free)][node.name] = node
-            self.free_gpus += len(node.free)
+            free = len(node.free)
+            self._buckets[free][node.name] = node
+            self.free_gpus += free
+            if free > self.top_free:
+                self.top_free = free
 
     def _unfile(self, node: PoolNode) -> None:
         if node.healthy:
-            del self._buckets[len(node.free)][node.name]
-            self.free_gpus -= len(node.free)
+            free = len(node.free)
+            bucket = self._buckets[free]
+            del bucket[node.name]
+            self.free_gpus -= free
+            if not bucket and free == self.top_free:
+                self._lower_top()
+
+    def _lower_top(self) -> None:
+        """``top_free`` after its bucket lost its last node: the next bucket down holding one."""
+        buckets, top = self._buckets, self.top_free
+        while top > 0 and not buckets[top]:
+            top -= 1
+        self.top_free = top
 
     def placement(self, job_id: str) -> tuple[TaskPlacement, ...]:
         held = self._jobs.get(job_id)
@@ -201,26 +224,33 @@ class NodePool:
         buckets = self._buckets
         for node, gpus, cpus, mems in held[1]:
             free = node.free
-            if node.healthy:  # ``_unfile``, free, ``_file``, by hand
+            n = len(gpus)
+            if node.healthy:  # ``_unfile``, free, ``_file``, by hand (``top_free`` only
+                # rises: the node is filed again higher, so its old bucket is not the top)
                 del buckets[len(free)][node.name]
             free.extend(gpus)
             free.sort()
-            for c in cpus:
-                node.cpu_free += c
-            for m in mems:
-                node.memory_free += m
+            if cpus:  # (empty where the node's CPU is unlimited: most clusters')
+                for c in cpus:
+                    node.cpu_free += c
+            if mems:
+                for m in mems:
+                    node.memory_free += m
             used = node.used
-            if len(used) == len(gpus):
+            if len(used) == n:
                 used.clear()  # they were all it held here (most spans: no loop)
             else:
                 for g in gpus:
                     used.pop(g, None)
-            freed += len(gpus)
+            freed += n
+            now = len(free)
             if node.healthy:
-                buckets[len(free)][node.name] = node
-                self.free_gpus += len(gpus)
-            if len(free) > self.peak:
-                self.peak = len(free)
+                buckets[now][node.name] = node
+                self.free_gpus += n
+                if now > self.top_free:
+                    self.top_free = now
+            if now > self.peak:
+                self.peak = now
         return freed
 
     def claim(self, job_id: str, tasks: tuple[TaskPlacement, ...], gang: Gang) -> bool:
@@ -273,6 +303,8 @@ class NodePool:
                 node.placed.clear()
             node.placed[gpus] = (gang, job)
             return tasks
+        if gang.ordered and len(gang.runs) == 1:
+            return self._place_in_order(job_id, gang, plan)
         held: list[tuple[TaskPlacement, TaskDemand, PoolNode]] = []
         for node, group in plan:
             gpus = self._take(node, job_id, group, sum(d.gpu for d in group))
@@ -283,6 +315,28 @@ class NodePool:
             tasks,
             _spans([(node, p.gpus, d.cpu, float(d.memory_mb)) for p, d, node in held]),
         )
+        return tasks
+
+    def _place_in_order(
+        self, job_id: str, gang: Gang, plan: list[tuple[PoolNode, Sequence[TaskDemand]]]
+    ) -> tuple[TaskPlacement, ...]:
+        """``place``'s general path for a gang of one run of like tasks in (role, index) order
+        (a trace's gang wider than a node): ``_pack`` gave each node the next tasks of the
+        run, so the groups, node by node, are the tasks in order and each group is one span,
+        the order and spans that sorting the placements and ``_spans`` would find. Why: that
+        sort (a key call per task) and ``_spans``' walk task by task were about 80 bytecodes
+        a job of uncontended FIFO, for the one job in twenty that is wide."""
+        gpu = gang.runs[0][0].gpu
+        placed: list[TaskPlacement] = []
+        spans: list[Span] = []
+        for node, group in plan:
+            gpus = self._take(node, job_id, group, gpu * len(group))
+            placed.extend(_placements(node.name, group, gpus))
+            cpus = tuple(d.cpu for d in group) if node.cpu < math.inf else ()
+            mems = tuple(float(d.memory_mb) for d in group) if node.memory_mb < math.inf else ()
+            spans.append((node, gpus, cpus, mems))
+        tasks = tuple(placed)
+        self._jobs[job_id] = (tasks, tuple(spans))
         return tasks
 
     def _take(
@@ -296,10 +350,14 @@ class NodePool:
         taken = tuple(free[:gpus])
         if node.healthy:  # ``_unfile``, take, ``_file``, by hand (with release's: 3% of FIFO)
             buckets = self._buckets
-            del buckets[len(free)][name]
+            had = len(free)
+            bucket = buckets[had]
+            del bucket[name]
             del free[:gpus]
             buckets[len(free)][name] = node
-            self.free_gpus -= len(taken)
+            self.free_gpus -= gpus  # (the node had them: placement chose it for them)
+            if not bucket and had == self.top_free:
+                self._lower_top()
         else:
             del free[:gpus]
         node.used.update(dict.fromkeys(taken, job_id))  # in C, in the order taken
@@ -313,17 +371,20 @@ class NodePool:
 
     def _plan(self, gang: Gang) -> list[tuple[PoolNode, Sequence[TaskDemand]]] | None:
         total = gang.gpus
+        consolidated = self._consolidated
+        if consolidated and total <= self.max_node_gpus:
+            # ``_ascending(total)``'s order, walked here (no generator: once a job), up to the
+            # top bucket holding a node (``top_free``: those above are empty; a node there
+            # has its free GPUs in ``free_gpus`` too, so that is not asked first)
+            cpu, mem, buckets = gang.cpu, gang.memory_mb, self._buckets
+            for f in range(total or 1, self.top_free + 1):
+                for node in buckets[f].values():
+                    if cpu <= node.cpu_free and mem <= node.memory_free:
+                        return [(node, gang.tasks)]
+            return None
         if total > self.free_gpus:
             return None
-        if self.locality == "consolidated":
-            if total <= self.max_node_gpus:
-                # ``_ascending(total)``'s order, walked here (no generator: once a job)
-                cpu, mem, buckets = gang.cpu, gang.memory_mb, self._buckets
-                for f in range(max(total, 1), self.max_node_gpus + 1):
-                    for node in buckets[f].values():
-                        if cpu <= node.cpu_free and mem <= node.memory_free:
-                            return [(node, gang.tasks)]
-                return None
+        if consolidated:
             need = math.ceil(total / self.max_node_gpus)
             if not self._most_free_reaches(need, total):
                 return None  # what ``_pack`` would find, without trying node by node
@@ -336,19 +397,19 @@ class NodePool:
         queue pass may skip such a head without trying it (on a contended cluster most tries
         failed so, each paying ``place`` and its search: issue 34). Under ``anywhere``, only
         the free total is tested."""
+        if not self._consolidated:
+            return gpus <= self.free_gpus
+        top = self.max_node_gpus
+        if gpus <= top:
+            # a node with that many free (``_ascending``: at least one); such a node's free
+            # GPUs count in ``free_gpus`` too
+            return self.top_free >= (gpus or 1)
         if gpus > self.free_gpus:
             return False
-        if self.locality != "consolidated":
-            return True
-        top = self.max_node_gpus
-        if gpus <= top:  # a node with that many free (``_ascending``: at least one)
-            buckets = self._buckets
-            # the fuller buckets first (the busier); a loop: ``any`` of a generator costs more
-            for f in range(max(gpus, 1), top + 1):  # noqa: SIM110
-                if buckets[f]:
-                    return True
-            return False
-        return self._most_free_reaches(-(-gpus // top), gpus)
+        need = -(-gpus // top)
+        # ``_most_free_reaches``' first test, without its call: on a busy cluster the most
+        # free node times the nodes the gang may take is short of it, nearly always
+        return self.top_free * need >= gpus and self._most_free_reaches(need, gpus)
 
     def wake_level(self, gpus: int) -> int:
         """Where ``may_fit(gpus)`` says no, the free GPUs some node must be left with by a
@@ -356,7 +417,7 @@ class NodePool:
         node; for a wider one, what the other most-free nodes it may take, all empty, leave
         to find (if the sum of the most free grew past the gang, one of them grew past that).
         Under ``anywhere`` any release may do."""
-        if self.locality != "consolidated":
+        if not self._consolidated:
             return 1
         top = self.max_node_gpus
         return max(1, gpus - top * (-(-gpus // top) - 1)) if top else 1
@@ -367,7 +428,7 @@ class NodePool:
         empty, and the full walk of ``_most_free`` was 7% of a contended DRF run)."""
         total = 0
         buckets = self._buckets
-        for f in range(self.max_node_gpus, 0, -1):
+        for f in range(self.top_free, 0, -1):  # (the buckets above are empty: ``top_free``)
             if total + nodes * f < gpus:
                 return False
             n = len(buckets[f])
@@ -384,7 +445,7 @@ class NodePool:
         DRF or LAS run, most of its tries failing)."""
         total = 0
         buckets = self._buckets
-        for f in range(self.max_node_gpus, 0, -1):
+        for f in range(self.top_free, 0, -1):  # (the buckets above are empty: ``top_free``)
             n = len(buckets[f])
             if n >= nodes:
                 return total + nodes * f

@@ -46,6 +46,9 @@ class PolicyBase(Generic[J]):
         if type(event) is Finish:
             self._remove(event.job_id)
             return None
+        if type(event) is Tick:  # (LAS's, about one a job: the ``match`` below asks 8 cases)
+            self.on_tick()
+            return None
         match event:
             case Submit():
                 return self._submit(event.job_id, event.spec, admitted=event.admitted)

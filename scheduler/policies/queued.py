@@ -48,7 +48,9 @@ from labhive.scheduler.core.model import (
     SpecRejected,
     Start,
     Stop,
+    Submit,
     TaskPlacement,
+    Tick,
 )
 from labhive.scheduler.policies.head_index import HeadIndex
 from labhive.scheduler.policies.node_pool import (
@@ -137,6 +139,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # size check (the entry keeps the roles alive: their id is not reused while kept)
         self._gangs: dict[int, tuple[tuple[RoleSpec, ...], Gang, bool]] = {}
         self._passed: JobSpec | None = None  # the spec ``check`` passed last
+        self._passed_gang: Gang | None = None  # and its gang (``_new_job`` reads it)
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
         # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
@@ -152,6 +155,12 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         if self._keyed and self.preemptive:
             self._line_heads = {}
         self._touched: set[Hashable] = set()
+        # every job in one line, ranked by arrival (FIFO, strict): ``_enqueue`` files a job
+        # under ``None`` without asking ``group_key`` and ``line_key`` (two calls a job)
+        cls = type(self)
+        self._one_line = not (per_vc or self.backfill) and (
+            cls.group_key is QueuedPolicy.group_key and cls.line_key is QueuedPolicy.line_key
+        )
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
@@ -254,7 +263,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             # (a share is of the roles, so roles kept as fitting passed this test too)
             if spec.share_milli:
                 raise SpecRejected(shares_refused(self.name, spec.share_milli))
-            self._check_size(spec)
+            kept = self._check_size(spec)
         if self.per_vc and spec.total_gpus > self.vc_gpus[spec.vc]:
             raise SpecRejected(
                 f"the job needs {spec.total_gpus} GPUs but VC {spec.vc} is guaranteed "
@@ -262,16 +271,31 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
                 "or drop per_vc"
             )
         # Specs are frozen, so the same object passes again until the cluster changes
-        # (``_reconfigure`` forgets it).
+        # (``_reconfigure`` forgets it); the job made of it next takes its gang as found here
+        # (``_gang``'s look-up again, a call a job)
         self._passed = spec
+        self._passed_gang = kept[1]
 
     def handle(self, event: Event) -> list[Decision]:
         out: list[Decision] = []
         if event.time > self._now:  # (``max``, without the call: twice a job)
             self._now = event.time
-        if isinstance(event, _ENDINGS) and event.job_id not in self._jobs:
-            return out  # not ours (any more): nothing changed
-        new = self._apply(event, out)
+        # A simulation's events are a submit and a finish a job (and with LAS about a tick):
+        # ``_apply``'s first three cases, taken here (its call, and a submit's test for an
+        # ending not ours, were about 30 bytecodes a job of every queue policy)
+        new: QueuedJob | None = None
+        if type(event) is Submit:
+            new = self._submit(event.job_id, event.spec, admitted=event.admitted)
+        elif type(event) is Finish:
+            if event.job_id not in self._jobs:
+                return out  # not ours (any more): nothing changed
+            self._remove(event.job_id)
+        elif type(event) is Tick:
+            self.on_tick()
+        else:
+            if isinstance(event, _ENDINGS) and event.job_id not in self._jobs:
+                return out
+            new = self._apply(event, out)
         self._schedule(out, only=new)
         return out
 
@@ -293,8 +317,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         return out
 
     def _submit(self, job_id: str, spec: JobSpec, *, admitted: bool = False) -> QueuedJob:
-        if not admitted:
-            self.check(spec)
+        if not admitted and spec is not self._passed:  # (checked by the driver: ``check``
+            self.check(spec)  # would return at once, a call a job)
         job = self._new_job(job_id, spec)
         self._enqueue(job)
         return job
@@ -324,10 +348,11 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     # ---- state changes -------------------------------------------------------------------
 
-    def _check_size(self, spec: JobSpec) -> None:
+    def _check_size(self, spec: JobSpec) -> tuple[tuple[RoleSpec, ...], Gang, bool]:
         """Refuse a gang that could never be placed here; one that could is kept as fitting
-        (until the cluster changes: ``_reconfigure``). Asked only for roles of whole GPUs
-        (``check`` refused a share first): "fitting" roles need no share test again."""
+        (until the cluster changes: ``_reconfigure``), and that entry of ``_gangs`` returned.
+        Asked only for roles of whole GPUs (``check`` refused a share first): "fitting" roles
+        need no share test again."""
         gang = self._gang(spec)
         if not gang.tasks:
             raise SpecRejected("the job has no tasks")
@@ -337,7 +362,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
                 f"the job needs {spec.total_gpus} GPUs (largest task {biggest}) but this cluster "
                 f"has {self.pool.total_gpus} GPUs and at most {self.pool.max_node_gpus} on a node"
             )
-        self._gangs[id(spec.roles)] = (spec.roles, gang, True)
+        kept = self._gangs[id(spec.roles)] = (spec.roles, gang, True)
+        return kept
 
     def _gang(self, spec: JobSpec) -> Gang:
         """The spec's gang, shared by the specs with the same roles tuple (``_gangs``)."""
@@ -352,12 +378,18 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         return gang
 
     def _new_job(self, job_id: str, spec: JobSpec) -> QueuedJob:
+        gang = self._passed_gang if spec is self._passed else None
+        if gang is None:  # (not checked last: adopted, admitted by the driver, or passed None)
+            gang = self._gang(spec)
         job = QueuedJob(
             job_id=job_id,
             spec=spec,
             seq=self._seq,
-            gang=self._gang(spec),
+            gang=gang,
             submitted=self._now,
+            vc=spec.vc,
+            gpus=gang.gpus,
+            user=spec.user or "",
         )
         self._seq += 1
         self._jobs[job_id] = job
@@ -368,7 +400,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         job.waiting_since = self._now
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
-        group = job.group = self.group_key(job)
+        group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
         heapq.heappush(line, entry)
         if self._settled is not None and line[0] is entry:
@@ -419,7 +451,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
     def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
         self._dequeue(job)
         self._runs += 1
-        self._limited += 1 if job.spec.time_limit else 0
+        if job.spec.time_limit:
+            self._limited += 1
         job.running = True
         job.opportunistic = opp
         job.started = self._now
@@ -435,7 +468,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             self.pool.release(job.job_id)
         job.running = False
         self._runs += 1
-        self._limited -= 1 if job.spec.time_limit else 0
+        if job.spec.time_limit:
+            self._limited -= 1
         job.token += 1
         job.attained += job.gpus * (self._now - job.started)
         self.vc_used[job.vc] -= job.gpus
