@@ -40,9 +40,14 @@ class DrfPolicy(QueuedPolicy):
         super().__init__(*args, **kwargs)
         self._usage: dict[str, list[float]] = {}
         self._share: dict[str, float] = {}  # dominant_share per user, kept by ``_add``
-        self._share_pool = self.pool  # the pool those shares are of, and its sizes
-        self._sizes_of_pool: tuple[float, float, float] = (0, 0, 0)
-        self._reshare()
+        self._sizes_of_pool: tuple[float, float, float] = (0, 0, 0)  # those shares are of
+        self._gpus_only: float = 0  # its GPUs, where a share counts them alone (else 0)
+        self._reshare(self.pool)
+        factory = self._pool_factory
+        if factory is not None:
+            # a reconfigured cluster's pool: every share of its size as it is made (before it
+            # replaces the old one), not checked for at every start, stop and filing
+            self._pool_factory = lambda config: self._reshare(factory(config))
         # users whose lines may be filed below their rank since the last pass began
         self._risen: set[str] = set()
         self._armed: dict[str, float] = {}  # their shares when the pass began (``rekey``)
@@ -53,8 +58,6 @@ class DrfPolicy(QueuedPolicy):
         return job.user
 
     def group_priority(self, head: QueuedJob) -> Any:
-        if self.pool is not self._share_pool:  # a reconfigured cluster: shares of its size
-            self._reshare()
         return (self._share.get(head.user, 0.0), head.seq)
 
     def dominant_share(self, user: str) -> float:
@@ -62,24 +65,28 @@ class DrfPolicy(QueuedPolicy):
 
     def _add(self, job: QueuedJob, sign: int) -> None:
         user = job.user
-        usage = self._usage.get(user)
-        if usage is None:
+        try:
+            usage = self._usage[user]
+        except KeyError:
             usage = self._usage[user] = [0.0, 0.0, 0.0]
         gang = job.gang  # (its CPU and memory read there, not through the job's properties)
         usage[0] += sign * job.gpus
         usage[1] += sign * gang.cpu
         usage[2] += sign * gang.memory_mb
-        if self.pool is not self._share_pool:
-            self._reshare()
-        # (over the pool's sizes kept by ``_reshare``, not read afresh: at every start and
-        # stop, issue 34)
-        self._share[user] = _share_of(usage, self._sizes_of_pool)
+        # Over the pool's sizes kept by ``_reshare``, not read afresh (at every start and
+        # stop, issue 34); where the cluster gives CPU and memory no size, the GPUs' share
+        # inline, as ``_share_of`` works it out (the same division): a call at every start
+        # and stop was a fifth of DRF's own cost.
+        gpus = self._gpus_only
+        self._share[user] = usage[0] / gpus if gpus else _share_of(usage, self._sizes_of_pool)
 
-    def _reshare(self) -> None:
-        """The pool changed (a reconfigured cluster): every user's share of its size."""
-        pool = self._share_pool = self.pool
+    def _reshare(self, pool: NodePool) -> NodePool:
+        """The pool that shares are of (a reconfigured cluster's, as it is made): every user's
+        share of its size."""
         sizes = self._sizes_of_pool = _sizes(pool)
+        self._gpus_only = sizes[0] if not sizes[1] and not sizes[2] else 0
         self._share = {user: _share_of(usage, sizes) for user, usage in self._usage.items()}
+        return pool
 
     def on_started(self, job: QueuedJob) -> None:
         self._add(job, +1)
