@@ -143,22 +143,27 @@ class HeadIndex:
     def best(self, may_start: MayStart, after: Entry | None = None) -> Entry | None:
         """The first-ranked live entry after ``after`` among kinds whose heads ``may_start``
         (its entry stays: a start re-files the line, a failure is ``after`` next time)."""
-        tops, heaps, version, off = self._tops, self._heaps, self._version, self._off
-        parked, lazy = self._parked, self.lazy
+        tops = self._tops
+        if not tops:
+            return None  # (with backfill, most calls once a head blocks: all kinds set aside)
+        # (only ``tops`` and ``heaps`` kept in locals: the rest is read about once a call, and
+        # each local costs more to set than it saves; with backfill a call meets one kind or
+        # none, and the setting was a third of its cost: issue 34)
+        heaps = self._heaps
         later: list[tuple[Entry, Kind]] = []  # kinds that may not start now, asked next time
         found: Entry | None = None
         while tops:
             first, kind = tops[0]
             gpus, heap = heaps[kind]  # (a kind ranked has a heap: ``_compact`` ranks afresh)
-            if not heap or heap[0] is not first or kind in off or kind in parked:
+            if not heap or heap[0] is not first or kind in self._off or kind in self._parked:
                 heapq.heappop(tops)  # stale: the kind's first changed, or it is off
                 continue
-            if version.get(first[3]) != first[2]:
+            if self._version.get(first[3]) != first[2]:
                 heapq.heappop(heap)  # stale
                 self._entries -= 1
                 self._next_first(kind, heap)
                 continue
-            if lazy and first[3] in lazy and self._rekeyed(heap, first):
+            if self.lazy and first[3] in self.lazy and self._rekeyed(heap, first):
                 heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
                 continue
             verdict = may_start(kind, gpus, first[0])
@@ -171,9 +176,10 @@ class HeadIndex:
                 self._next_first(kind, heap)
             elif verdict == NOT_THIS_PASS:
                 heapq.heappop(tops)
-                off.add(kind)
+                self._off.add(kind)
             elif verdict >= PARK:
                 heapq.heappop(tops)
+                parked = self._parked
                 level = parked[kind] = verdict - PARK
                 if level < self._low:
                     self._low = level
@@ -183,8 +189,9 @@ class HeadIndex:
                         self._rank_parked()  # its stale entries gone, as ``file`` does ``_tops``'
             else:
                 later.append(heapq.heappop(tops))
-        for item in later:
-            heapq.heappush(tops, item)
+        if later:
+            for item in later:
+                heapq.heappush(tops, item)
         return found
 
     def _rekeyed(self, heap: list[Entry], first: Entry) -> bool:
