@@ -96,23 +96,24 @@ class HeadIndex:
         self._aside: list[tuple[Kind, int, Entry]] = []  # passed over in this pass
         self._tidy_in = TIDY_EVERY  # passes until stale entries are counted (``restore``)
         self.dirty: set[Hashable] = set()
+        # ``touch(line)``: the line's head or its priority may have changed: re-file it before
+        # the next pass. Bound to ``dirty``'s own ``add`` (never replaced), so a join or leave
+        # that touches a line runs no Python frame (one was 9 bytecodes per job of a
+        # contended DRF run, 18 with backfill: issue 34).
+        #
+        # A job that joins or leaves a line touches it only where it heads the line (its entry
+        # is the line heap's first): else the head, and its key, stay as filed. Why: on a
+        # contended queue most jobs join a user's line behind its head, and each touch re-filed
+        # the same head (issue 34: a third of a DRF pass's filings). Exact because a line whose
+        # heap's first entry is stale is touched already: an entry goes stale when its job
+        # leaves, which touches the line if it was first then, and one that was not first
+        # becomes first only once the entries before it are dropped, which leaving first did.
+        self.touch: Callable[[Hashable], None] = self.dirty.add
         # lines whose filed key may be below their key now, and the key now of such a line
         # (given the line and its entry): re-filed when met at their kind's top (see above)
         self.lazy: set[Hashable] = set()
         self.rekey: Callable[[Hashable, Entry], Any] | None = None
         self.keys: dict[Hashable, Any] = {}  # the key each filed line's live entry holds
-
-    def touch(self, group: Hashable) -> None:
-        """The line's head or its priority may have changed: re-file it before the next pass.
-
-        A job that joins or leaves a line touches it only where it heads the line (its entry
-        is the line heap's first): else the head, and its key, stay as filed. Why: on a
-        contended queue most jobs join a user's line behind its head, and each touch re-filed
-        the same head (issue 34: a third of a DRF pass's filings). Exact because a line whose
-        heap's first entry is stale is touched already: an entry goes stale when its job
-        leaves, which touches the line if it was first then, and one that was not first
-        becomes first only once the entries before it are dropped, which leaving first did."""
-        self.dirty.add(group)
 
     def file(self, group: Hashable, kind: Kind | None, gpus: int, key: Any, seq: int) -> None:
         """(Re-)file the line's head (``kind`` None: the line is empty), ranked by ``key``."""
@@ -143,22 +144,27 @@ class HeadIndex:
     def best(self, may_start: MayStart, after: Entry | None = None) -> Entry | None:
         """The first-ranked live entry after ``after`` among kinds whose heads ``may_start``
         (its entry stays: a start re-files the line, a failure is ``after`` next time)."""
-        tops, heaps, version, off = self._tops, self._heaps, self._version, self._off
-        parked, lazy = self._parked, self.lazy
+        tops = self._tops
+        if not tops:
+            return None  # (with backfill, most calls once a head blocks: all kinds set aside)
+        # (only ``tops`` and ``heaps`` kept in locals: the rest is read about once a call, and
+        # each local costs more to set than it saves; with backfill a call meets one kind or
+        # none, and the setting was a third of its cost: issue 34)
+        heaps = self._heaps
         later: list[tuple[Entry, Kind]] = []  # kinds that may not start now, asked next time
         found: Entry | None = None
         while tops:
             first, kind = tops[0]
             gpus, heap = heaps[kind]  # (a kind ranked has a heap: ``_compact`` ranks afresh)
-            if not heap or heap[0] is not first or kind in off or kind in parked:
+            if not heap or heap[0] is not first or kind in self._off or kind in self._parked:
                 heapq.heappop(tops)  # stale: the kind's first changed, or it is off
                 continue
-            if version.get(first[3]) != first[2]:
+            if self._version.get(first[3]) != first[2]:
                 heapq.heappop(heap)  # stale
                 self._entries -= 1
                 self._next_first(kind, heap)
                 continue
-            if lazy and first[3] in lazy and self._rekeyed(heap, first):
+            if self.lazy and first[3] in self.lazy and self._rekeyed(heap, first):
                 heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
                 continue
             verdict = may_start(kind, gpus, first[0])
@@ -171,9 +177,10 @@ class HeadIndex:
                 self._next_first(kind, heap)
             elif verdict == NOT_THIS_PASS:
                 heapq.heappop(tops)
-                off.add(kind)
+                self._off.add(kind)
             elif verdict >= PARK:
                 heapq.heappop(tops)
+                parked = self._parked
                 level = parked[kind] = verdict - PARK
                 if level < self._low:
                     self._low = level
@@ -183,8 +190,9 @@ class HeadIndex:
                         self._rank_parked()  # its stale entries gone, as ``file`` does ``_tops``'
             else:
                 later.append(heapq.heappop(tops))
-        for item in later:
-            heapq.heappush(tops, item)
+        if later:
+            for item in later:
+                heapq.heappush(tops, item)
         return found
 
     def _rekeyed(self, heap: list[Entry], first: Entry) -> bool:
