@@ -133,7 +133,11 @@ class QueuedPass:
                     return
             _, _, group = heapq.heappop(heads)
             head = self._head(group)
-            if head is None or self._hopeless(head) or not self._try(head, out):
+            if (
+                head is None
+                or (self._blocked is not None and self._hopeless(head))  # (no, before one)
+                or not self._try(head, out)
+            ):
                 continue  # this group is blocked for the rest of the pass
             nxt = self._head(group)
             if nxt is not None:
@@ -464,8 +468,8 @@ class QueuedPass:
         allowed, opp = self.admit(job)
         if not allowed or (self.per_vc and not self._room_in_vc(job)):
             return False
-        if self.backfill and not self._may_jump(job):
-            return False
+        if self.backfill and self._limited and not self._may_jump(job):
+            return False  # (no running job declared a limit: any job may jump, ``_may_jump``)
         tasks = None
         shape = job.gang.shape
         over = self._over_quota(job) if self.per_vc else 0
