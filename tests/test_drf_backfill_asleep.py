@@ -18,6 +18,7 @@ from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Finish, Start, Submit
 from labhive.scheduler.policies.drf import DrfPolicy
+from labhive.scheduler.policies.head_index import PARK, START
 from labhive.scheduler.policies.queued import from_config
 
 
@@ -94,3 +95,15 @@ def test_a_finish_that_frees_too_little_blocks_the_parked_head_without_placement
     for i in range(1, 4):
         assert finish(f"one{i}", 100 + i) == [] and asked == [] and blocked(drf) == "bob", i
     assert finish("six0", 200) == ["bob"]
+
+
+def test_before_a_head_blocks_every_kind_may_start() -> None:
+    """Given DRF with backfill whose pass has no blocked head yet, expect its ``_may_start``
+    to let any kind be tried (the first head tried blocks or starts), bob's 3 GPUs with no
+    node left room for them included, and once bob blocks, to park that kind."""
+    drf = four_busy_nodes()
+    drf._blocked = None
+    kind = (drf._waiting["bob"].gang.shape, None)
+    assert drf._may_start()(kind, 3, (0.0, 0)) == START
+    drf._blocked = drf._waiting["bob"]
+    assert drf._may_start()(kind, 3, (1.0, 99)) >= PARK

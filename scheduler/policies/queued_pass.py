@@ -422,9 +422,11 @@ class QueuedPass:
         nor, past the blocked head, those ranked after it whose GPU count and limit may not
         jump it (their priority only rises in a pass).
         With backfill and no blocked head yet the first head is tried whatever its size, to
-        block or start."""
-        free, no_room, now = self.pool.free_gpus, self._no_room, self._now
+        block or start (one verdict for all, made once: ``_any_may_start``)."""
         blocked = self._blocked
+        if self.backfill and blocked is None:
+            return _any_may_start
+        free, no_room, now = self.pool.free_gpus, self._no_room, self._now
         pool = self.pool
         fits = pool.may_fit
         if not self.backfill:
@@ -436,8 +438,7 @@ class QueuedPass:
                 return START if fits(gpus) else PARK + pool.wake_level(gpus)
 
             return may_start_now
-        if blocked is None:
-            return lambda kind, gpus, key: START
+        assert blocked is not None  # (with backfill: above)
         bar, need = self.group_priority(blocked), blocked.gpus
         reserved = self._reserved(blocked)
 
@@ -624,3 +625,8 @@ class QueuedPass:
                     break
         undo_order(self.pool, released)
         return True
+
+
+def _any_may_start(kind: Kind, gpus: int, key: Any) -> int:
+    """``_may_start`` with backfill before a head blocks: every head, whatever its kind."""
+    return START
