@@ -67,6 +67,17 @@ class QueuedPass:
     _ask_fit: bool
     _may_settle: bool
     _settled: tuple[NodePool, int] | None
+    #: ``admit`` is the one ``QueuedPolicy`` declares (every job may start, none as
+    #: opportunistic): ``_try`` takes that answer without the call (``__init_subclass__``)
+    _admits_all = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Per policy class: is ``admit`` declared by one class alone, the first to declare
+        it (``QueuedPolicy``)? Why: ``_try`` asked it of every head it tried, and only
+        Capacity's (and tests') admit other than every job (issue 34: about five tries per
+        contended LAS arrival)."""
+        super().__init_subclass__(**kwargs)
+        cls._admits_all = sum("admit" in vars(c) for c in cls.__mro__) == 1
 
     if TYPE_CHECKING:
 
@@ -466,8 +477,13 @@ class QueuedPass:
     def _try(self, job: QueuedJob, out: list[Decision], fits: bool = False) -> bool:
         """Start ``job`` if it may start now (``fits``: the caller saw ``may_fit`` pass for it
         on the pool as it is, so it is not asked again)."""
-        allowed, opp = self.admit(job)
-        if not allowed or (self.per_vc and not self._room_in_vc(job)):
+        if self._admits_all:
+            opp = False
+        else:
+            allowed, opp = self.admit(job)
+            if not allowed:
+                return False
+        if self.per_vc and not self._room_in_vc(job):
             return False
         if self.backfill and self._limited and not self._may_jump(job):
             return False  # (no running job declared a limit: any job may jump, ``_may_jump``)
