@@ -67,6 +67,17 @@ class QueuedPass:
     _ask_fit: bool
     _may_settle: bool
     _settled: tuple[NodePool, int] | None
+    #: ``admit`` is the one ``QueuedPolicy`` declares (every job may start, none as
+    #: opportunistic): ``_try`` takes that answer without the call (``__init_subclass__``)
+    _admits_all = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Per policy class: is ``admit`` declared by one class alone, the first to declare
+        it (``QueuedPolicy``)? Why: ``_try`` asked it of every head it tried, and only
+        Capacity's (and tests') admit other than every job (issue 34: about five tries per
+        contended LAS arrival)."""
+        super().__init_subclass__(**kwargs)
+        cls._admits_all = sum("admit" in vars(c) for c in cls.__mro__) == 1
 
     if TYPE_CHECKING:
 
@@ -133,7 +144,11 @@ class QueuedPass:
                     return
             _, _, group = heapq.heappop(heads)
             head = self._head(group)
-            if head is None or self._hopeless(head) or not self._try(head, out):
+            if (
+                head is None
+                or (self._blocked is not None and self._hopeless(head))  # (no, before one)
+                or not self._try(head, out)
+            ):
                 continue  # this group is blocked for the rest of the pass
             nxt = self._head(group)
             if nxt is not None:
@@ -323,23 +338,32 @@ class QueuedPass:
         pool = self.pool
         index.unpark(pool.peak)  # the kinds a release since the last pass may have made room for
         pool.peak = 0
-        tried = None
         if not self.backfill:
             self._plain_indexed_pass(index, out)
             return
+        self._backfill_indexed_pass(index, out)
+        index.restore()
+
+    def _backfill_indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
+        """``_indexed_pass`` with backfill. Until a head blocks, each head in rank order is
+        tried whatever its kind, so the blocked head may be a parked kind's: the first parked
+        head after the last tried, where it ranks before ``best``'s answer (not only at the
+        pass's first try: a head that starts leaves none blocked).
+
+        Where ``best`` finds nothing and that head is a parked kind's, the pass is asleep
+        (``_block_asleep``): it blocks and nothing after it may start."""
+        tried = None
         while self.pool.free_gpus > 0:
             entry = index.best(self._may_start(), tried)
-            if self.backfill and self._blocked is None and index.parked():
-                # Until a head blocks, each head in rank order is tried whatever its kind, so
-                # the blocked head may be a parked kind's: its first head after the last tried
-                # (not only at the pass's first try: a head that starts leaves none blocked).
+            asleep = False
+            if self._blocked is None and index.parked():
                 first = index.first_parked()
                 if (
                     first is not None
                     and (tried is None or first > tried)
                     and (entry is None or first < entry)
                 ):
-                    entry = first
+                    asleep, entry = entry is None, first
             if entry is None:
                 break
             group = entry[3]
@@ -348,9 +372,26 @@ class QueuedPass:
                 self._file_head(index, group)
                 continue
             tried = entry
+            if asleep and self.SKIP_SETTLED_PASSES:
+                self._block_asleep(head, out)
+                return
             if self._try(head, out):
                 self._file_head(index, group)  # its next head, ranked by its new share
-        index.restore()
+
+    def _block_asleep(self, head: QueuedJob, out: list[Decision]) -> None:
+        """``_try`` of the first parked head where ``best`` found no head in any kind not
+        parked, and what the rest of the pass would do: nothing. Placement refuses it by free
+        counts (its kind is parked: ``may_fit`` says no until a release reaches the kind's
+        wake level, and ``unpark`` has just been given every release since), so ``_try``
+        would block it (no head has yet, nor may it jump one: ``_may_jump``) without asking
+        ``may_fit``; then ``best`` finds nothing again (a failed try files nothing and frees
+        nothing) and the parked heads are not looked at once a head blocks. Why: most passes
+        of a contended DRF run with backfill follow a finish that freed too little for any
+        waiting kind (4,143 of 5,357 over the first 14,000 jobs), and each asked ``may_fit``
+        for that head, built the pass's ``_may_start`` against it and asked ``best`` again."""
+        allowed, opp = self.admit(head)
+        if allowed:  # (else ``_try`` refuses it, blocking nothing: so here)
+            self._start_or_search(head, None, opp, out)
 
     def _plain_indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
         """``_indexed_pass`` without backfill: its ``_may_start`` reads nothing a start changes
@@ -392,9 +433,11 @@ class QueuedPass:
         nor, past the blocked head, those ranked after it whose GPU count and limit may not
         jump it (their priority only rises in a pass).
         With backfill and no blocked head yet the first head is tried whatever its size, to
-        block or start."""
-        free, no_room, now = self.pool.free_gpus, self._no_room, self._now
+        block or start (one verdict for all, made once: ``_any_may_start``)."""
         blocked = self._blocked
+        if self.backfill and blocked is None:
+            return _any_may_start
+        free, no_room, now = self.pool.free_gpus, self._no_room, self._now
         pool = self.pool
         fits = pool.may_fit
         if not self.backfill:
@@ -406,8 +449,7 @@ class QueuedPass:
                 return START if fits(gpus) else PARK + pool.wake_level(gpus)
 
             return may_start_now
-        if blocked is None:
-            return lambda kind, gpus, key: START
+        assert blocked is not None  # (with backfill: above)
         bar, need = self.group_priority(blocked), blocked.gpus
         reserved = self._reserved(blocked)
 
@@ -435,11 +477,16 @@ class QueuedPass:
     def _try(self, job: QueuedJob, out: list[Decision], fits: bool = False) -> bool:
         """Start ``job`` if it may start now (``fits``: the caller saw ``may_fit`` pass for it
         on the pool as it is, so it is not asked again)."""
-        allowed, opp = self.admit(job)
-        if not allowed or (self.per_vc and not self._room_in_vc(job)):
+        if self._admits_all:
+            opp = False
+        else:
+            allowed, opp = self.admit(job)
+            if not allowed:
+                return False
+        if self.per_vc and not self._room_in_vc(job):
             return False
-        if self.backfill and not self._may_jump(job):
-            return False
+        if self.backfill and self._limited and not self._may_jump(job):
+            return False  # (no running job declared a limit: any job may jump, ``_may_jump``)
         tasks = None
         shape = job.gang.shape
         over = self._over_quota(job) if self.per_vc else 0
@@ -594,3 +641,8 @@ class QueuedPass:
                     break
         undo_order(self.pool, released)
         return True
+
+
+def _any_may_start(kind: Kind, gpus: int, key: Any) -> int:
+    """``_may_start`` with backfill before a head blocks: every head, whatever its kind."""
+    return START
