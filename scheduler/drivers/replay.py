@@ -137,7 +137,13 @@ class VirtualTimeDriver:
         submit = _NEVER if job is None else job.submit
         batch: list[Event] | None = None
         while heap or job is not None:
-            time = heap[0][0] if heap and heap[0][0] <= submit else submit
+            # ``due``: the heap's first action is due at this instant, known here, so the loop
+            # below does not ask the heap again before its first pop (nor does it after a
+            # decision: its last question, at the end of the round, is kept for the next).
+            time = heap[0][0] if heap else _NEVER
+            due = time <= submit
+            if not due:
+                time = submit
             if instant is not None:
                 instant(time)
             if time > self.now:  # (``max``, without its call)
@@ -146,7 +152,7 @@ class VirtualTimeDriver:
                 if batches:  # events wait for the instant's one decision
                     batch = self._batch = []
                 labels: list[str] = []
-                while heap and heap[0][0] <= time:
+                while due:
                     # (Its time is ``time`` or earlier, and ``now`` is ``time`` already.)
                     label = pop(heap)[3]()
                     if label is not None:
@@ -154,6 +160,7 @@ class VirtualTimeDriver:
                             labels.append(label)
                         else:
                             seen(label)
+                    due = heap[0][0] <= time if heap else False
                 while submit <= time:
                     label = arrive(job)  # type: ignore[misc,arg-type]  # (checked above)
                     if batches:
@@ -178,7 +185,8 @@ class VirtualTimeDriver:
                         if decisions:
                             apply(decisions)
                 decided(labels)
-                if not heap or heap[0][0] > time:
+                due = heap[0][0] <= time if heap else False
+                if not due:
                     break
 
     def pending(self) -> bool:
