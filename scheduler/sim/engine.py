@@ -451,7 +451,8 @@ class Simulation(VirtualTimeDriver):
         job.gpus_held = 0
         job.running = job.partial = False
         job.remaining = 0.0
-        retry = not ok and record.retries_left > 0
+        # (``record.retries_left > 0``, without the property's two calls: once a failed job.)
+        retry = not ok and record.spec.retries > record.retries_used
         if retry:  # the next attempt runs from the start, and may start at once
             job.remaining = job.duration
             self.timeline.wait(job, +1)
