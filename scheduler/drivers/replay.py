@@ -13,6 +13,7 @@ the policy decide (``model.handle_together``), so a batch submission is ordered 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -82,7 +83,9 @@ class VirtualTimeDriver:
         self.shown: dict[str, tuple[int, int]] = {}
         self.decisions = 0
         self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
-        self._counter = 0
+        #: Each timed action's number, in the order they were timed: actions due at one time
+        #: and of one kind run in that order (``next`` of a C counter, once a job).
+        self._order = itertools.count(1)
         #: Events held back until every action of the instant has run (None: feed at once).
         self._batch: list[Event] | None = None
         self._batches = hasattr(scheduler, "handle_batch")
@@ -91,8 +94,7 @@ class VirtualTimeDriver:
 
     def at(self, time: float, action: Callable[[], str | None], kind: int = ACTION) -> None:
         """Run ``action`` at ``time``; it returns a description of what happened, or None."""
-        self._counter += 1
-        heapq.heappush(self._heap, (time, kind, self._counter, action))
+        heapq.heappush(self._heap, (time, kind, next(self._order), action))
 
     def drive(
         self,
