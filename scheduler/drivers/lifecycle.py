@@ -169,12 +169,13 @@ def end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Requeue:
     record.tasks = ()
     record.stopped.clear()
     record.started = None
-    # (A success ends the same way whatever the retries: no call for it, once a job.)
-    end = (
-        attempts.SUCCEEDED
-        if ok
-        else attempts.attempt_end("failed", record.spec.retries, record.retries_used)
-    )
+    # (A success ends the same way whatever the retries, and a failure without retries
+    # allowed as ``attempts.after_failure`` ends it, FAILED: no call for either, once a job.)
+    if ok:
+        end = attempts.SUCCEEDED
+    else:
+        retries = record.spec.retries
+        end = attempts.after_failure(retries, record.retries_used) if retries else attempts.FAILED
     record.state, record.reason = end.state, end.text
     if end.requeued:
         record.attempt += 1

@@ -13,6 +13,7 @@ the policy decide (``model.handle_together``), so a batch submission is ordered 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -82,7 +83,9 @@ class VirtualTimeDriver:
         self.shown: dict[str, tuple[int, int]] = {}
         self.decisions = 0
         self._heap: list[tuple[float, int, int, Callable[[], str | None]]] = []
-        self._counter = 0
+        #: Each timed action's number, in the order they were timed: actions due at one time
+        #: and of one kind run in that order (``next`` of a C counter, once a job).
+        self._order = itertools.count(1)
         #: Events held back until every action of the instant has run (None: feed at once).
         self._batch: list[Event] | None = None
         self._batches = hasattr(scheduler, "handle_batch")
@@ -91,8 +94,7 @@ class VirtualTimeDriver:
 
     def at(self, time: float, action: Callable[[], str | None], kind: int = ACTION) -> None:
         """Run ``action`` at ``time``; it returns a description of what happened, or None."""
-        self._counter += 1
-        heapq.heappush(self._heap, (time, kind, self._counter, action))
+        heapq.heappush(self._heap, (time, kind, next(self._order), action))
 
     def drive(
         self,
@@ -137,7 +139,13 @@ class VirtualTimeDriver:
         submit = _NEVER if job is None else job.submit
         batch: list[Event] | None = None
         while heap or job is not None:
-            time = heap[0][0] if heap and heap[0][0] <= submit else submit
+            # ``due``: the heap's first action is due at this instant, known here, so the loop
+            # below does not ask the heap again before its first pop (nor does it after a
+            # decision: its last question, at the end of the round, is kept for the next).
+            time = heap[0][0] if heap else _NEVER
+            due = time <= submit
+            if not due:
+                time = submit
             if instant is not None:
                 instant(time)
             if time > self.now:  # (``max``, without its call)
@@ -146,7 +154,7 @@ class VirtualTimeDriver:
                 if batches:  # events wait for the instant's one decision
                     batch = self._batch = []
                 labels: list[str] = []
-                while heap and heap[0][0] <= time:
+                while due:
                     # (Its time is ``time`` or earlier, and ``now`` is ``time`` already.)
                     label = pop(heap)[3]()
                     if label is not None:
@@ -154,6 +162,7 @@ class VirtualTimeDriver:
                             labels.append(label)
                         else:
                             seen(label)
+                    due = heap[0][0] <= time if heap else False
                 while submit <= time:
                     label = arrive(job)  # type: ignore[misc,arg-type]  # (checked above)
                     if batches:
@@ -178,7 +187,8 @@ class VirtualTimeDriver:
                         if decisions:
                             apply(decisions)
                 decided(labels)
-                if not heap or heap[0][0] > time:
+                due = heap[0][0] <= time if heap else False
+                if not due:
                     break
 
     def pending(self) -> bool:

@@ -30,6 +30,7 @@ import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from heapq import heappush
 from operator import attrgetter
 from typing import Any
@@ -451,7 +452,8 @@ class Simulation(VirtualTimeDriver):
         job.gpus_held = 0
         job.running = job.partial = False
         job.remaining = 0.0
-        retry = not ok and record.retries_left > 0
+        # (``record.retries_left > 0``, without the property's two calls: once a failed job.)
+        retry = not ok and record.spec.retries > record.retries_used
         if retry:  # the next attempt runs from the start, and may start at once
             job.remaining = job.duration
             self.timeline.wait(job, +1)
@@ -460,7 +462,7 @@ class Simulation(VirtualTimeDriver):
         # ``_end_attempt(record, ok)``, written out (once a job): the instant's batch is open
         # (``drive``) unless a scenario ends the job.
         if record.state == _RUNNING:
-            event = end_attempt(record, ok, self.now)
+            event = end_attempt(record, ok, now)
             batch = self._batch
             if batch is not None:
                 batch.append(event)
@@ -601,32 +603,34 @@ class Simulation(VirtualTimeDriver):
         job.timed_at = self.now
         if job.remaining == _INF:  # (no call of ``math.isinf``: once a run)
             return
-        generation = record.generation
         # A declared time limit cuts the run short, as the service stops it: it ends FAILED.
         limit = record.spec.time_limit
         run_for = job.remaining if limit is None else min(job.remaining, limit)
-        cut = run_for < job.remaining
+        # (``at``, without its call: once a run. The completion is a ``partial`` of
+        # ``_complete``, not a closure: two objects a run, not a function and five cells.)
+        complete: Callable[[], str | None] = partial(
+            self._complete, record, record.generation, job, run_for < job.remaining
+        )
+        heappush(self._heap, (self.now + run_for, COMPLETION, next(self._order), complete))
 
-        def complete() -> str | None:
-            if record.generation != generation or record.state != _RUNNING:
-                return None
-            # (``job.ok``'s verdict, known after a job of its status: no property call.)
-            ok = _OK_BY_STATUS.get(job.status)
-            if ok is None:
-                ok = job.ok
-            ok = ok and not cut
-            # The record is the job's, and in ``records``: it runs, so it was not dropped.
-            if job.running and job.record is record:
-                self._end_run(job, record, ok)  # ``end``'s look-ups, already done
-            else:
-                self.end(record.job_id, ok)
-            if self.observe is None:  # the label is only counted, as an end if it says so
-                return "finished" if ok else "failed"
-            return f"{record.spec.name} {'finished' if ok else 'failed'}"
-
-        # (``at``, without its call: once a run.)
-        self._counter += 1
-        heappush(self._heap, (self.now + run_for, COMPLETION, self._counter, complete))
+    def _complete(self, record: JobRecord, generation: int, job: SimJob, cut: bool) -> str | None:
+        """A timed run's end comes: unless the run was cut short since (``generation``), the
+        job ends, FAILED if its trace says so or its time limit ``cut`` it."""
+        if record.generation != generation or record.state != _RUNNING:
+            return None
+        # (``job.ok``'s verdict, known after a job of its status: no property call.)
+        ok = _OK_BY_STATUS.get(job.status)
+        if ok is None:
+            ok = job.ok
+        ok = ok and not cut
+        # The record is the job's, and in ``records``: it runs, so it was not dropped.
+        if job.running and job.record is record:
+            self._end_run(job, record, ok)  # ``end``'s look-ups, already done
+        else:
+            self.end(record.job_id, ok)
+        if self.observe is None:  # the label is only counted, as an end if it says so
+            return "finished" if ok else "failed"
+        return f"{record.spec.name} {'finished' if ok else 'failed'}"
 
     def _stopped(self, job: SimJob, keep: float | None) -> None:
         """The run ends; ``remaining`` drops by ``keep`` (None: cut short by the policy, so

@@ -50,6 +50,9 @@ class JobTable:
         self.user = array("l")  # the job's user, by code ("" for a job without one)
         self.users: list[str] = []  # user names by code
         self._user_code: dict[str, int] = {}
+        # (VC, user) -> their two codes (``add``: one look-up a job, not two; a trace has a few
+        # thousand pairs).
+        self._codes: dict[tuple[str, str], tuple[int, int]] = {}
         # Rows in use; the columns hold ``_room`` rows, blank past ``_rows`` (``_grow``).
         self._rows = 0
         self._room = 0
@@ -70,18 +73,25 @@ class JobTable:
         floats = self._floats
         floats[0][row] = job.submit
         floats[3][row] = job.duration
-        code = self._vc_code.get(job.vc)
-        if code is None:
-            code = self._vc_code[job.vc] = len(self.vcs)
-            self.vcs.append(job.vc)
-        self.vc[row] = code
-        user = job.user
-        code = self._user_code.get(user)
-        if code is None:
-            code = self._user_code[user] = len(self.users)
-            self.users.append(user)
-        self.user[row] = code
+        codes = self._codes.get((job.vc, job.user))
+        if codes is None:
+            codes = self._new_codes(job.vc, job.user)
+        self.vc[row], self.user[row] = codes
         return row
+
+    def _new_codes(self, vc: str, user: str) -> tuple[int, int]:
+        """The codes of a (VC, user) pair not seen before; a VC or user first seen is given
+        the next code of its own (codes in order of first arrival, as the metrics sum in)."""
+        vc_code = self._vc_code.get(vc)
+        if vc_code is None:
+            vc_code = self._vc_code[vc] = len(self.vcs)
+            self.vcs.append(vc)
+        user_code = self._user_code.get(user)
+        if user_code is None:
+            user_code = self._user_code[user] = len(self.users)
+            self.users.append(user)
+        codes = self._codes[vc, user] = (vc_code, user_code)
+        return codes
 
     def _grow(self) -> None:
         """``CHUNK`` more rows, as ``add`` leaves a row until ``fill``: no end or first start

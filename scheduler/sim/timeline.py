@@ -32,6 +32,22 @@ class _VC:
         self.last = now
 
 
+class _VCs(dict[str, _VC]):
+    """The timeline's VCs by name; a VC not seen before is made when first read, its integrals
+    starting at the timeline's now: ``run`` and ``wait`` read ``vcs[name]`` without a ``get``
+    and a test for None (twice or more a job: a million jobs' starts, ends and waits)."""
+
+    __slots__ = ("_timeline",)
+
+    def __init__(self, timeline: Timeline) -> None:
+        super().__init__()
+        self._timeline = timeline
+
+    def __missing__(self, name: str) -> _VC:
+        vc = self[name] = _VC(self._timeline.now)
+        return vc
+
+
 class Timeline:
     def __init__(self, total_gpus: int) -> None:
         self.total_gpus = total_gpus
@@ -44,7 +60,7 @@ class Timeline:
         self.frag_seconds = 0.0
         self.preemptions = 0
         self._wait_sizes: dict[int, int] = {}
-        self.vcs: dict[str, _VC] = {}
+        self.vcs: dict[str, _VC] = _VCs(self)
         # The step series, one (time, GPUs used, jobs waiting) a step, interleaved in one
         # array: one ``extend`` an instant, not three appends (``t``, ``used_series``,
         # ``waiting_series`` read them apart; counts are exact as floats below 2**53).
@@ -73,9 +89,7 @@ class Timeline:
         of every job: a shared helper's call was a third of its cost)."""
         self.used += gpus
         now = self.now
-        vc = self.vcs.get(job.vc)
-        if vc is None:
-            vc = self.vcs[job.vc] = _VC(now)
+        vc = self.vcs[job.vc]  # (made at ``now`` on first use: ``_VCs``)
         dt = now - vc.last
         if dt > 0:
             vc.served += vc.used * dt
@@ -94,9 +108,7 @@ class Timeline:
             del sizes[size]
         # The VC's integrals advanced to now, as in ``run``.
         now = self.now
-        vc = self.vcs.get(job.vc)
-        if vc is None:
-            vc = self.vcs[job.vc] = _VC(now)
+        vc = self.vcs[job.vc]
         dt = now - vc.last
         if dt > 0:
             vc.served += vc.used * dt

@@ -26,6 +26,7 @@ import io
 import itertools
 import json
 import math
+import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,8 @@ ServiceTime = Literal["run", "span"]
 #: Values the Philly log uses for "no time" (the string "None" in the real file).
 _MISSING = (None, "", "None", "none", "null")
 
+#: No GPU count, read as a global once a row (``_generic_fast``).
+_INF = math.inf
 GENERIC_COLUMNS = ("submit_time", "vc", "user", "gpus", "duration", "status")
 PHILLY_CSV_COLUMNS = ("jobid", "vc", "user", "status", "submit_time_s", "gpus", "run_time_s")
 #: Tiresias' simulator input (github.com/SymbioticLab/Tiresias, simulator/*_job.csv); it has
@@ -483,29 +486,45 @@ def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | No
     spent a third of its reading time building each row's dict). Any row it is unsure of
     (None) goes the general way, which says what is wrong with it or why it is skipped."""
     at = {name: i for i, name in enumerate(fields)}  # the last of equal names, as a dict
-    submit_i, vc_i, user_i = at["submit_time"], at["vc"], at["user"]
-    gpus_i, duration_i = at["gpus"], at["duration"]
     job_i, status_i = at.get("job_id"), at.get("status")
     if "cpu" in at or "memory_mb" in at:
         return lambda values, line: None  # rare columns: the general way
+    # A row's seven values taken in one C call, not seven subscripts (once a row of a
+    # million-row trace); a file without a job_id or status column has the vc read in its
+    # place, unused (``has_id``, ``has_status``).
+    pick = operator.itemgetter(
+        *(at["submit_time"], at["gpus"], at["duration"], at["vc"], at["user"]),
+        at["vc"] if job_i is None else job_i,
+        at["vc"] if status_i is None else status_i,
+    )
+    has_id, has_status = job_i is not None, status_i is not None
 
     def parse(values: list[str], line: int) -> TraceJob | None:
+        raw_submit, raw_gpus, raw_duration, vc, user, job_id, status = pick(values)
         try:  # (``float`` skips the spaces around a number itself: no ``strip`` first)
-            submit = float(values[submit_i])
-            gpus_f = float(values[gpus_i])
-            duration = float(values[duration_i])
+            submit = float(raw_submit)
+            gpus_f = float(raw_gpus)
+            duration = float(raw_duration)
         except ValueError:
             return None  # (also a number between control characters, which ``strip`` drops)
-        gpus = int(gpus_f) if gpus_f == gpus_f and gpus_f != math.inf else 0
-        vc = values[vc_i].strip()
-        if gpus <= 0 or gpus != gpus_f or not vc or not duration >= 0:
-            return None  # NaN, negative, fractional or zero GPUs, no VC
-        job_id = values[job_i].strip() if job_i is not None else ""
-        status = values[status_i].strip() if status_i is not None else ""
+        if not (0.0 < gpus_f < _INF and duration >= 0.0):
+            return None  # NaN, infinite, negative or no GPUs; a NaN or negative duration
+        gpus = int(gpus_f)
+        vc = vc.strip()
+        if gpus != gpus_f or not vc:
+            return None  # a fraction of a GPU, no VC
+        job_id = job_id.strip() if has_id else ""
+        status = status.strip() if has_status else ""
         # By position (job_id, submit, vc, user, gpus, duration, status, line): once per row.
-        user = values[user_i].strip()
         return TraceJob(
-            job_id or f"job-{line}", submit, vc, user, gpus, duration, status or "Pass", line
+            job_id or f"job-{line}",
+            submit,
+            vc,
+            user.strip(),
+            gpus,
+            duration,
+            status or "Pass",
+            line,
         )
 
     return parse
