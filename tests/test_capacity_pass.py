@@ -315,12 +315,13 @@ def test_a_pass_ranks_only_the_vc_that_changed_and_asks_placement_nothing(
     pass before, which a release leaving 2 GPUs on a node cannot undo (``SizeRefusals``);
     the first two spend the pass's two searches (16 GPUs free, enough by count; a borrowed
     head preempts nobody) and the six left are dropped at once. Before, the pass ranked all
-    eight heads, weighed each one by one, tried two, asked placement three times (each try,
-    then the refusal it keeps) and built a release probe for each of the two searches."""
+    eight heads, weighed each one by one but the first (``_hopeless`` is asked only once a
+    head has blocked), tried two, asked placement three times (each try, then the refusal it
+    keeps) and built a release probe for each of the two searches."""
     kept = a_pass_after_a_finish(CapacityPolicy, monkeypatch)
     assert kept.asked() == (1, 0, 0, 0, 0)
     afresh = a_pass_after_a_finish(CapacityRankingAfresh, monkeypatch)
-    assert afresh.asked() == (8, 8, 2, 3, 2)
+    assert afresh.asked() == (8, 7, 2, 3, 2)
 
 
 def test_a_job_joining_behind_a_kept_head_leaves_a_changed_share_to_be_ranked() -> None:
