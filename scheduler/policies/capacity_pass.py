@@ -101,18 +101,25 @@ class CapacityPass(QueuedPass):
         groups: set[Hashable] | None = None,
     ) -> None:
         if only is not None:  # a submission: ``QueuedPass``'s pass for it, with no reset
-            group = only.group  # where it joined behind a head (no try)
-            head = self._head(group)
-            if head is only:
-                self._begin_pass()
-                self._try(only, out)
-            elif (
-                self._line_heads is not None
-                and head is self._kept_jobs.get(group)
+            group = only.group
+            # Joined behind its line's kept head, which stands: no try, and ``_rank_touched``
+            # would pass the line over. Told without fetching the line's head: the kept head
+            # still waits and its VC's share has not changed since it was ranked. Exact: a
+            # submission's ``seq`` is the highest yet (``order_key``), so it heads its line
+            # only where none waits; and a job that could join ahead of the kept head is one
+            # stopped and requeued, whose stop marks its VC's line (``_share_changed``), as a
+            # start or a new cluster config does. Why: every submission fetched its line's
+            # head (``_head``), though nearly all join behind one (issue 34).
+            kept = self._kept_jobs.get(group) if self._line_heads is not None else None
+            if (
+                kept is not None
+                and self._waiting.get(kept.job_id) is kept
                 and group not in self._reshared
             ):
-                # the line's kept head and share stand: ``_rank_touched`` would pass it over
                 self._touched.discard(group)
+            elif self._head(group) is only:
+                self._begin_pass()
+                self._try(only, out)
             return
         if groups is not None or self._line_heads is None:
             super()._schedule(out, only, groups)
