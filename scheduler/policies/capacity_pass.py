@@ -83,7 +83,7 @@ class CapacityPass(QueuedPass):
     _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
     _reshared: set[Hashable]  # the lines whose VC's GPUs in use changed since the last pass
     _parked: dict[int, int]  # ``SizeRefusals.held``'s map, taken at each pass's start
-    _live: set[Hashable]  # the kept lines whose heads are not inert
+    _live: dict[Hashable, bool]  # the kept lines whose heads are not inert -> borrowed (``opp``)
     _inert_ranked: list[tuple[Any, int]]  # (rank, refused count) of the inert borrowers, sorted
 
     def _keep_lines(self) -> None:
@@ -91,7 +91,7 @@ class CapacityPass(QueuedPass):
         self._line_heads = {}
         self._kept_jobs, self._kept_sizes = {}, Counter()
         self._inert, self._inert_sizes = {}, Counter()
-        self._reshared, self._live = set(), set()
+        self._reshared, self._live = set(), {}
         self._inert_ranked = []
 
     def _share_changed(self, vc: Hashable) -> None:
@@ -167,7 +167,7 @@ class CapacityPass(QueuedPass):
                 ranked.remove((kept[group], refused))
             if head is None:
                 kept.pop(group, None)
-                live.discard(group)
+                live.pop(group, None)
                 continue
             kept[group] = rank = (self.group_priority(head), head.seq, group)
             jobs[group] = head
@@ -175,14 +175,14 @@ class CapacityPass(QueuedPass):
             allowed, opp = self.admit(head)
             if not allowed:
                 inert[group] = 0
-                live.discard(group)
+                live.pop(group, None)
             elif opp and self._refused(head.gang):
                 inert[group] = head.gpus
                 inert_sizes[head.gpus] += 1
                 insort(ranked, (rank, head.gpus))
-                live.discard(group)
+                live.pop(group, None)
             else:
-                live.add(group)
+                live[group] = opp
         self._touched.clear()
         reshared.clear()
 
@@ -255,23 +255,33 @@ class CapacityPass(QueuedPass):
         head is ranked in (by its VC's new share), as ``QueuedPass._schedule`` does. A head
         that may only borrow and whose GPU count placement refuses is settled by counts
         (``_borrower_refused``), one its VC may not run is passed over (``_try`` would refuse
-        it at once, changing nothing)."""
+        it at once, changing nothing). A head whose line is untouched since the pass ranked
+        it starts as ``admit`` said then (kept in ``_live``): it reads only the VC's GPUs in
+        use, borrowed and quota, and a change of any marks the line (``_share_changed``).
+        Why: a pass asked ``admit`` again of every head it reached (issue 34)."""
         _, _, group = heapq.heappop(heads)
-        untouched = group not in self._touched
-        head = self._kept_jobs[group] if untouched else self._head(group)
-        if head is None:
-            return
-        if untouched and group in self._inert:  # (weighed when ranked: still so but the count)
-            refused_gpus = self._inert[group]
-            if not refused_gpus:
+        if group not in self._touched:  # weighed when ranked, its VC's use unchanged since
+            head = self._kept_jobs[group]
+            opp_kept = self._live.get(group)
+            if opp_kept is not None:
+                opp = opp_kept  # (``admit``'s answer then: it reads only the VC's use and quota)
+            else:  # inert: still so but the count
+                refused_gpus = self._inert[group]
+                if not refused_gpus:
+                    return
+                pool = self.pool  # (``_held``, inline: asked of each inert head reached)
+                if refused_gpus in (self._sizes.held(pool) if pool.peak else self._parked):
+                    self._borrower_refused(head)
+                    return
+                opp = True  # (a borrower, its count woken since)
+        else:
+            fetched = self._head(group)
+            if fetched is None:
                 return
-            pool = self.pool  # (``_held``, inline: asked of each inert head reached)
-            if refused_gpus in (self._sizes.held(pool) if pool.peak else self._parked):
-                self._borrower_refused(head)
+            head = fetched
+            allowed, opp = self.admit(head)
+            if not allowed:
                 return
-        allowed, opp = self.admit(head)
-        if not allowed:
-            return
         refused = self._refused(head.gang)
         if opp and refused:
             self._borrower_refused(head)
