@@ -157,11 +157,16 @@ class CapacityPass(QueuedPass):
         assert kept is not None
         for group in self._touched:
             head, was = self._head(group), jobs.get(group)
-            if head is was and group not in reshared:
-                continue  # a job joined behind the head: the same rank and the same answers
-            if was is not None:
-                _drop(sizes, was.gpus)
-                del jobs[group]
+            if head is was:  # (kept and counted as it is: only weighed again, if reshared)
+                if group not in reshared:
+                    continue  # a job joined behind the head: the same rank and the same answers
+            else:
+                if was is not None:
+                    _drop(sizes, was.gpus)
+                    del jobs[group]
+                if head is not None:
+                    jobs[group] = head
+                    sizes[head.gpus] += 1
             if refused := inert.pop(group, 0):
                 _drop(inert_sizes, refused)
                 ranked.remove((kept[group], refused))
@@ -170,8 +175,6 @@ class CapacityPass(QueuedPass):
                 live.pop(group, None)
                 continue
             kept[group] = rank = (self.group_priority(head), head.seq, group)
-            jobs[group] = head
-            sizes[head.gpus] += 1
             allowed, opp = self.admit(head)
             if not allowed:
                 inert[group] = 0
