@@ -195,12 +195,9 @@ class CapacityPass(QueuedPass):
         (its searches and blocked head are found afresh by the next): it is not made."""
         # (``held`` first forgets what a release since may undo; the pass reads it after)
         parked = self._parked = self._sizes.held(self.pool)
-        if len(self._inert) != len(self._kept_jobs):
-            return False
-        for gpus, heads in self._inert_sizes.items():  # noqa: SIM110 (``all`` of a generator costs more)
-            if heads and gpus not in parked:
-                return False
-        return True
+        if self._live:
+            return False  # (a kept head not inert: ``_live`` is the kept lines less the inert)
+        return self._inert_sizes.keys() <= parked.keys()  # (no count of none is kept)
 
     def _dry_pass(self) -> bool:
         """Would the pass start nothing and search for nothing, its searches spent by heads
