@@ -47,8 +47,10 @@ passes over some lines only (submissions), the pass is ``QueuedPass``'s.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Hashable
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.policies.queued_job import QueuedJob
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
     from labhive.scheduler.core.model import Decision
 
 Heads = list[tuple[Any, int, Hashable]]
+NEVER = 1 << 30  # more GPUs than any count
+_count_of = itemgetter(1)  # an entry of ``_inert_ranked``: its refused count
 
 
 def _drop(counts: Counter[int], gpus: int) -> None:
@@ -79,14 +83,16 @@ class CapacityPass(QueuedPass):
     _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
     _reshared: set[Hashable]  # the lines whose VC's GPUs in use changed since the last pass
     _parked: dict[int, int]  # ``SizeRefusals.held``'s map, taken at each pass's start
-    _live: set[Hashable]  # the kept lines whose heads are not inert
+    _live: dict[Hashable, bool]  # the kept lines whose heads are not inert -> borrowed (``opp``)
+    _inert_ranked: list[tuple[Any, int]]  # (rank, refused count) of the inert borrowers, sorted
 
     def _keep_lines(self) -> None:
         """Keep the lines' heads between passes (``__init__``, without backfill)."""
         self._line_heads = {}
         self._kept_jobs, self._kept_sizes = {}, Counter()
         self._inert, self._inert_sizes = {}, Counter()
-        self._reshared, self._live = set(), set()
+        self._reshared, self._live = set(), {}
+        self._inert_ranked = []
 
     def _share_changed(self, vc: Hashable) -> None:
         """The VC's GPUs in use changed: its head is ranked and weighed again."""
@@ -101,18 +107,25 @@ class CapacityPass(QueuedPass):
         groups: set[Hashable] | None = None,
     ) -> None:
         if only is not None:  # a submission: ``QueuedPass``'s pass for it, with no reset
-            group = only.group  # where it joined behind a head (no try)
-            head = self._head(group)
-            if head is only:
-                self._begin_pass()
-                self._try(only, out)
-            elif (
-                self._line_heads is not None
-                and head is self._kept_jobs.get(group)
+            group = only.group
+            # Joined behind its line's kept head, which stands: no try, and ``_rank_touched``
+            # would pass the line over. Told without fetching the line's head: the kept head
+            # still waits and its VC's share has not changed since it was ranked. Exact: a
+            # submission's ``seq`` is the highest yet (``order_key``), so it heads its line
+            # only where none waits; and a job that could join ahead of the kept head is one
+            # stopped and requeued, whose stop marks its VC's line (``_share_changed``), as a
+            # start or a new cluster config does. Why: every submission fetched its line's
+            # head (``_head``), though nearly all join behind one (issue 34).
+            kept = self._kept_jobs.get(group) if self._line_heads is not None else None
+            if (
+                kept is not None
+                and self._waiting.get(kept.job_id) is kept
                 and group not in self._reshared
             ):
-                # the line's kept head and share stand: ``_rank_touched`` would pass it over
                 self._touched.discard(group)
+            elif self._head(group) is only:
+                self._begin_pass()
+                self._try(only, out)
             return
         if groups is not None or self._line_heads is None:
             super()._schedule(out, only, groups)
@@ -136,37 +149,43 @@ class CapacityPass(QueuedPass):
         find them. Exact: a VC's rank (``group_priority``) and whether its head is inert read
         only its head, its GPUs in use and its quota, and a change of any marks its line
         (``_enqueue``, ``_dequeue``, ``_share_changed``; a new cluster config marks every
-        line)."""
+        line). The inert borrowers are kept sorted by rank too (``_inert_ranked``, for
+        ``_dry_pass``)."""
         kept, jobs, sizes = self._line_heads, self._kept_jobs, self._kept_sizes
         inert, inert_sizes, reshared = self._inert, self._inert_sizes, self._reshared
-        live = self._live
+        live, ranked = self._live, self._inert_ranked
         assert kept is not None
         for group in self._touched:
             head, was = self._head(group), jobs.get(group)
-            if head is was and group not in reshared:
-                continue  # a job joined behind the head: the same rank and the same answers
-            if was is not None:
-                _drop(sizes, was.gpus)
-                del jobs[group]
+            if head is was:  # (kept and counted as it is: only weighed again, if reshared)
+                if group not in reshared:
+                    continue  # a job joined behind the head: the same rank and the same answers
+            else:
+                if was is not None:
+                    _drop(sizes, was.gpus)
+                    del jobs[group]
+                if head is not None:
+                    jobs[group] = head
+                    sizes[head.gpus] += 1
             if refused := inert.pop(group, 0):
                 _drop(inert_sizes, refused)
+                ranked.remove((kept[group], refused))
             if head is None:
                 kept.pop(group, None)
-                live.discard(group)
+                live.pop(group, None)
                 continue
-            kept[group] = (self.group_priority(head), head.seq, group)
-            jobs[group] = head
-            sizes[head.gpus] += 1
+            kept[group] = rank = (self.group_priority(head), head.seq, group)
             allowed, opp = self.admit(head)
             if not allowed:
                 inert[group] = 0
-                live.discard(group)
+                live.pop(group, None)
             elif opp and self._refused(head.gang):
                 inert[group] = head.gpus
                 inert_sizes[head.gpus] += 1
-                live.discard(group)
+                insort(ranked, (rank, head.gpus))
+                live.pop(group, None)
             else:
-                live.add(group)
+                live[group] = opp
         self._touched.clear()
         reshared.clear()
 
@@ -176,12 +195,9 @@ class CapacityPass(QueuedPass):
         (its searches and blocked head are found afresh by the next): it is not made."""
         # (``held`` first forgets what a release since may undo; the pass reads it after)
         parked = self._parked = self._sizes.held(self.pool)
-        if len(self._inert) != len(self._kept_jobs):
-            return False
-        for gpus, heads in self._inert_sizes.items():  # noqa: SIM110 (``all`` of a generator costs more)
-            if heads and gpus not in parked:
-                return False
-        return True
+        if self._live:
+            return False  # (a kept head not inert: ``_live`` is the kept lines less the inert)
+        return self._inert_sizes.keys() <= parked.keys()  # (no count of none is kept)
 
     def _dry_pass(self) -> bool:
         """Would the pass start nothing and search for nothing, its searches spent by heads
@@ -194,23 +210,32 @@ class CapacityPass(QueuedPass):
         where no GPU count of a kept head may start (no head was tried: no shape was found
         no room, no line touched). Why: on the contended cluster 603 of 705 passes over
         jobs 12,000-14,000 started nothing this way, each reaching three borrowers' heads
-        and thinning the rest (issue 34)."""
-        inert, parked, kept, live = self._inert, self._parked, self._line_heads, self._live
+        and thinning the rest (issue 34).
+
+        Weighed by whole collections, not line by line: the refused counts of the inert heads
+        (``_inert_sizes``) all still held, the inert borrowers kept sorted by rank with their
+        counts (``_inert_ranked``, kept up by ``_rank_touched`` as their lines change) cut at
+        the first head not inert, and the counts of the kept heads neither refused nor more
+        than are free found none before any is asked. Why: the walk over every inert line
+        and every kept count cost about 170 bytecodes a pass (issue 34, seventeenth
+        session)."""
+        parked, kept, live = self._parked, self._line_heads, self._live
         assert kept is not None
         if not live:
             return False  # (every head inert, a count woken since: made, as before)
-        first = min(map(kept.__getitem__, live))  # the first head not inert
-        free, blocked, spent = self.pool.free_gpus, False, 0
-        for group, refused in inert.items():
-            if not refused:
-                continue  # passed over wherever it ranks
-            if refused not in parked:
-                return False  # (a count woken since: its head may be tried; made)
-            if kept[group] < first:
-                blocked = True
-                spent += free >= refused
-        if not blocked or spent < self._searches:
-            return False
+        if not self._inert_sizes.keys() <= parked.keys():
+            return False  # (a count woken since: its head may be tried; made)
+        # the inert borrowers ranked before the first head not inert (``_inert_ranked``: the
+        # VCs that may not run their heads are passed over wherever they rank)
+        ranked = self._inert_ranked
+        before = bisect_left(ranked, (min(map(kept.__getitem__, live)),))
+        if not before:
+            return False  # (none blocks the pass)
+        free = self.pool.free_gpus
+        if sum(map(free.__ge__, map(_count_of, ranked[:before]))) < self._searches:
+            return False  # (the searches are not spent)
+        if min(self._kept_sizes.keys() - parked.keys(), default=NEVER) > free:
+            return True  # (no count left to ask: each needs more than are free, or is refused)
         pool, sizes = self.pool, self._sizes
         for gpus in self._kept_sizes:
             if gpus <= free and gpus not in parked and not sizes.refused(pool, gpus):
@@ -230,23 +255,33 @@ class CapacityPass(QueuedPass):
         head is ranked in (by its VC's new share), as ``QueuedPass._schedule`` does. A head
         that may only borrow and whose GPU count placement refuses is settled by counts
         (``_borrower_refused``), one its VC may not run is passed over (``_try`` would refuse
-        it at once, changing nothing)."""
+        it at once, changing nothing). A head whose line is untouched since the pass ranked
+        it starts as ``admit`` said then (kept in ``_live``): it reads only the VC's GPUs in
+        use, borrowed and quota, and a change of any marks the line (``_share_changed``).
+        Why: a pass asked ``admit`` again of every head it reached (issue 34)."""
         _, _, group = heapq.heappop(heads)
-        untouched = group not in self._touched
-        head = self._kept_jobs[group] if untouched else self._head(group)
-        if head is None:
-            return
-        if untouched and group in self._inert:  # (weighed when ranked: still so but the count)
-            refused_gpus = self._inert[group]
-            if not refused_gpus:
+        if group not in self._touched:  # weighed when ranked, its VC's use unchanged since
+            head = self._kept_jobs[group]
+            opp_kept = self._live.get(group)
+            if opp_kept is not None:
+                opp = opp_kept  # (``admit``'s answer then: it reads only the VC's use and quota)
+            else:  # inert: still so but the count
+                refused_gpus = self._inert[group]
+                if not refused_gpus:
+                    return
+                pool = self.pool  # (``_held``, inline: asked of each inert head reached)
+                if refused_gpus in (self._sizes.held(pool) if pool.peak else self._parked):
+                    self._borrower_refused(head)
+                    return
+                opp = True  # (a borrower, its count woken since)
+        else:
+            fetched = self._head(group)
+            if fetched is None:
                 return
-            pool = self.pool  # (``_held``, inline: asked of each inert head reached)
-            if refused_gpus in (self._sizes.held(pool) if pool.peak else self._parked):
-                self._borrower_refused(head)
+            head = fetched
+            allowed, opp = self.admit(head)
+            if not allowed:
                 return
-        allowed, opp = self.admit(head)
-        if not allowed:
-            return
         refused = self._refused(head.gang)
         if opp and refused:
             self._borrower_refused(head)
