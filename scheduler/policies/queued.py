@@ -386,7 +386,6 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             spec=spec,
             seq=self._seq,
             gang=gang,
-            submitted=self._now,
             vc=spec.vc,
             gpus=gang.gpus,
             user=spec.user or "",
@@ -397,7 +396,6 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _enqueue(self, job: QueuedJob) -> None:
         job.token += 1
-        job.waiting_since = self._now
         self._waiting[job.job_id] = job
         entry = (self.order_key(job), job.seq, job.token, job.job_id)
         group = job.group = None if self._one_line else self.group_key(job)
