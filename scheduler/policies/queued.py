@@ -296,9 +296,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         if type(event) is Submit:
             new = self._submit(event.job_id, event.spec, admitted=event.admitted)
         elif type(event) is Finish:
-            if event.job_id not in self._jobs:
+            gone = self._jobs.pop(event.job_id, None)  # (one look-up: ``_remove``'s)
+            if gone is None:
                 return out  # not ours (any more): nothing changed
-            self._remove(event.job_id)
+            self._forget(gone)
         elif type(event) is Tick:
             self.on_tick()
         else:
@@ -334,9 +335,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _remove(self, job_id: str) -> None:
         gone = self._jobs.pop(job_id, None)
-        if gone is not None and gone.running:
+        if gone is not None:
+            self._forget(gone)
+
+    def _forget(self, gone: QueuedJob) -> None:
+        """A job no longer held (``_jobs`` let it go): it frees what it ran on, or leaves its
+        line."""
+        if gone.running:
             self._stop(gone)
-        elif gone is not None:
+        else:
             self._dequeue(gone)
 
     def _requeue(self, job_id: str) -> None:
