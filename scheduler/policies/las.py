@@ -446,6 +446,7 @@ class LasPolicy(QueuedPolicy):
             heapq.heappush(self._demotions, (now if now > when else when, job.token, job.job_id))
 
     def on_stopped(self, job: QueuedJob) -> None:
+        job.attained += job.gpus * (self._now - job.started)  # (LAS's alone: summed here)
         self._freed += job.gpus
         self._stopped += 1
         self._last_walk = ()  # (a stop moves nodes in the buckets)

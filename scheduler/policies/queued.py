@@ -32,6 +32,7 @@ a mixin) and ``queued_config`` (the pool, the VCs' quotas and the options a clus
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -89,6 +90,9 @@ Q = TypeVar("Q", bound="QueuedPolicy")
 
 #: ``Start(job_id, tasks, opportunistic)`` without the frozen ``__init__`` (one a job).
 _started: Callable[[str, tuple[TaskPlacement, ...], bool], Start] = frozen_builder(Start)
+
+#: ``QueuedPolicy.order_key``'s answer, ``job.seq``, in C.
+_seq_of: Callable[[QueuedJob], int] = operator.attrgetter("seq")
 
 #: The events about a job a policy may no longer hold (a tuple built once: ``Finish | Cancel
 #: | Requeue`` in ``handle`` built a union at each of its two calls a job).
@@ -149,6 +153,11 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # ``group_priority`` is the head's ``order_key``, which its line's first entry holds
         # (static while it waits): a pass reads it there
         self._keyed = type(self).group_priority is QueuedPolicy.group_priority
+        # ``order_key`` as ``_enqueue`` asks it: where it is the base's (FIFO, DRF, Capacity),
+        # the job's ``seq`` read in C, without the method's frame (a call a job queued)
+        self._order_key: Callable[[QueuedJob], Any] = (
+            _seq_of if type(self).order_key is QueuedPolicy.order_key else self.order_key
+        )
         # a full pass's ranked heads, kept between passes where that is exact (``_kept_heads``:
         # a keyed, preemptive policy), and the lines a job joined or left since
         self._line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None = None
@@ -287,9 +296,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         if type(event) is Submit:
             new = self._submit(event.job_id, event.spec, admitted=event.admitted)
         elif type(event) is Finish:
-            if event.job_id not in self._jobs:
+            gone = self._jobs.pop(event.job_id, None)  # (one look-up: ``_remove``'s)
+            if gone is None:
                 return out  # not ours (any more): nothing changed
-            self._remove(event.job_id)
+            self._forget(gone)
         elif type(event) is Tick:
             self.on_tick()
         else:
@@ -325,9 +335,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _remove(self, job_id: str) -> None:
         gone = self._jobs.pop(job_id, None)
-        if gone is not None and gone.running:
+        if gone is not None:
+            self._forget(gone)
+
+    def _forget(self, gone: QueuedJob) -> None:
+        """A job no longer held (``_jobs`` let it go): it frees what it ran on, or leaves its
+        line."""
+        if gone.running:
             self._stop(gone)
-        elif gone is not None:
+        else:
             self._dequeue(gone)
 
     def _requeue(self, job_id: str) -> None:
@@ -386,7 +402,6 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             spec=spec,
             seq=self._seq,
             gang=gang,
-            submitted=self._now,
             vc=spec.vc,
             gpus=gang.gpus,
             user=spec.user or "",
@@ -397,9 +412,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _enqueue(self, job: QueuedJob) -> None:
         job.token += 1
-        job.waiting_since = self._now
         self._waiting[job.job_id] = job
-        entry = (self.order_key(job), job.seq, job.token, job.job_id)
+        entry = (self._order_key(job), job.seq, job.token, job.job_id)
         group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
         heapq.heappush(line, entry)
@@ -471,7 +485,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         if job.spec.time_limit:
             self._limited -= 1
         job.token += 1
-        job.attained += job.gpus * (self._now - job.started)
+        # (``attained``, the run's GPU-seconds, is LAS's: summed in its ``on_stopped``, not
+        # here, where every policy paid about 14 bytecodes a job stopped for it)
         self.vc_used[job.vc] -= job.gpus
         if job.opportunistic:
             self.vc_borrowed[job.vc] -= job.gpus

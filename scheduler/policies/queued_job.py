@@ -12,19 +12,21 @@ from labhive.scheduler.policies.node_pool import Gang
 
 @dataclass(slots=True, eq=False)
 class QueuedJob:
-    """A job while a queue policy holds it."""
+    """A job while a queue policy holds it.
+
+    Only what a policy reads: each field is a store in ``__init__`` a job. (The submission
+    time and the time it last joined a line were kept too, written once or twice a job and
+    never read: the driver and ``SimJob`` keep a job's times.)"""
 
     job_id: str
     spec: JobSpec
     seq: int
     gang: Gang
-    submitted: float
     running: bool = False
     opportunistic: bool = False  # started on borrowed capacity (Capacity's elastic share)
     started: float = 0.0  # start of the current run
     attained: float = 0.0  # GPU-seconds received in earlier runs (LAS)
     level: int = 0  # LAS queue index
-    waiting_since: float = 0.0
     token: int = 0  # bumped on every state change, so stale heap entries can be told apart
     #: The line it joined last (``group_key`` then, set by ``_enqueue``): a new job is tried
     #: there at once, and the question was asked twice a job.
