@@ -333,6 +333,11 @@ class LasPolicy(QueuedPolicy):
                 head, was = self._head(group), kept.get(group)
                 if (head.seq if head else None) != (was[1] if was else None):
                     return False
+            # each headed by the job kept, under the same key (a waiting job's level is its
+            # line's): ``_kept_heads`` would keep each entry and count as it is, so they need
+            # not be looked at again. Why: replayed passes left them marked, and each replay
+            # fetched every line a job had joined since the last pass made (issue 34)
+            self._touched.clear()
         if starts or stops:
             return self._replays(pool, log, stops)
         free = pool.free_gpus
@@ -385,6 +390,8 @@ class LasPolicy(QueuedPolicy):
         held = self._level_gpus
         extra = 2 * pool.max_node_gpus
         victims: list[str] = []
+        changed = False  # (a victim other than the one logged: the log is made anew)
+        first, below = None, -1  # (the first victim below a level: asked once per level)
         for level, gpus, asked in log:
             if asked is False:
                 if free + sum(held[level + 1 :]) >= gpus:
@@ -392,16 +399,22 @@ class LasPolicy(QueuedPolicy):
                 continue
             if free < gpus + extra:
                 return False
-            first = self._first_lower(level)
+            if level != below:
+                first, below = self._first_lower(level), level
             if first is None or not self._out_of_reach(gpus, first.gpus):
                 return False
             victims.append(first.job_id)
+            changed = changed or asked != (first.job_id,)
+        last = ""
         for job_id in victims:
-            to_ends(pool, job_id)
+            if job_id != last:  # (the same victim again at once: at its ends already)
+                to_ends(pool, job_id)
+                last = job_id
         if victims:
-            self._last_walk = (victims[-1],)
-            walks = iter(victims)
-            log = [e if e[2] is False else (e[0], e[1], (next(walks),)) for e in log]
+            self._last_walk = (last,)
+            if changed:
+                walks = iter(victims)
+                log = [e if e[2] is False else (e[0], e[1], (next(walks),)) for e in log]
         self._quiet = (pool, self._runs, self._stopped, log)
         return True
 
