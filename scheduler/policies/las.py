@@ -343,6 +343,7 @@ class LasPolicy(QueuedPolicy):
         free = pool.free_gpus
         held = self._level_gpus
         extra = 2 * pool.max_node_gpus
+        first, below = None, -1  # (the first victim below a level: asked once per level)
         for level, gpus, asked in log:
             if asked is False:
                 if free + sum(held[level + 1 :]) >= gpus:
@@ -350,7 +351,8 @@ class LasPolicy(QueuedPolicy):
                 continue
             limit = gpus + extra
             if free >= limit:  # (the search meets one victim, the first: without a generator)
-                first = self._first_lower(level)
+                if level != below:
+                    first, below = self._first_lower(level), level
                 if asked != (() if first is None else (first.job_id,)):
                     return self._replays(pool, log, False)  # (another victim: moved, not kept)
                 continue
