@@ -203,8 +203,8 @@ class LasReplaying(LasPolicy):
 
     replayed = 0
 
-    def _replays(self, pool: Any, log: Any) -> bool:
-        replayed = super()._replays(pool, log)
+    def _replays(self, pool: Any, log: Any, stops: bool) -> bool:
+        replayed = super()._replays(pool, log, stops)
         self.replayed += replayed
         return replayed
 

@@ -320,13 +320,12 @@ class LasPolicy(QueuedPolicy):
         each search, the victims it met, in order (a demotion or a run's quantum ending may
         change them). Each search then fails again, moving the same victims to the same ends
         of the same buckets in the same order: that leaves the pool as it is, as the pass's
-        own moves left it there. Where jobs only started since (``_replays``), the pass
-        is not run either, but its searches' moves are made."""
+        own moves left it there. Where jobs started or stopped since, or a search's first
+        victim changed (``_replays``), the pass is not run either where it would fail the
+        same way, but its searches' moves are made."""
         if pool is not self.pool or self._limited:
             return False
-        starts = runs != self._runs  # (and then, with no stop, only starts: ``_replays``)
-        if starts and stopped != self._stopped:
-            return False
+        starts, stops = runs != self._runs, stopped != self._stopped
         if self._touched:
             kept = self._line_heads
             assert kept is not None  # (``_may_keep``)
@@ -334,11 +333,17 @@ class LasPolicy(QueuedPolicy):
                 head, was = self._head(group), kept.get(group)
                 if (head.seq if head else None) != (was[1] if was else None):
                     return False
-        if starts:
-            return self._replays(pool, log)
+            # each headed by the job kept, under the same key (a waiting job's level is its
+            # line's): ``_kept_heads`` would keep each entry and count as it is, so they need
+            # not be looked at again. Why: replayed passes left them marked, and each replay
+            # fetched every line a job had joined since the last pass made (issue 34)
+            self._touched.clear()
+        if starts or stops:
+            return self._replays(pool, log, stops)
         free = pool.free_gpus
         held = self._level_gpus
         extra = 2 * pool.max_node_gpus
+        first, below = None, -1  # (the first victim below a level: asked once per level)
         for level, gpus, asked in log:
             if asked is False:
                 if free + sum(held[level + 1 :]) >= gpus:
@@ -346,9 +351,10 @@ class LasPolicy(QueuedPolicy):
                 continue
             limit = gpus + extra
             if free >= limit:  # (the search meets one victim, the first: without a generator)
-                first = self._first_lower(level)
+                if level != below:
+                    first, below = self._first_lower(level), level
                 if asked != (() if first is None else (first.job_id,)):
-                    return False
+                    return self._replays(pool, log, False)  # (another victim: moved, not kept)
                 continue
             freed, met = free, []
             for victim in self._lower_than(level):
@@ -360,43 +366,73 @@ class LasPolicy(QueuedPolicy):
                 return False
         return True
 
-    def _replays(self, pool: NodePool, log: list[tuple[int, int, bool | tuple[str, ...]]]) -> bool:
-        """``_still_quiet`` where jobs started since the kept pass and none stopped: the same
-        heads, and each GPU count a pass refused is refused still (a start only takes GPUs
-        from nodes), each head whose victims held too few still finds too few (fewer GPUs
-        free; a job started is young, or in a queue no lower than the waiting heads'). Each
-        search the pass made met one victim and failed by the bound (``_fails_by_bound``):
-        the same search now does, where the free GPUs still reach its bound (then it meets
-        one victim: it must be the same) and the bound (kept across starts) still says so:
-        that is checked, and then each search's victim moved to its ends, in the pass's order,
-        as the searches would (the starts moved nodes in the buckets: the moves are not the
-        no-op they are in an exact repeat). The pass is then kept as if made now. Why: a
-        contended LAS run keeps a quiet pass, then a job submitted starts at once, and the
-        next tick's pass, the same, was made in full (one in four jobs arrived, issue 34)."""
+    def _replays(
+        self, pool: NodePool, log: list[tuple[int, int, bool | tuple[str, ...]]], stops: bool
+    ) -> bool:
+        """``_still_quiet`` where jobs started or stopped since the kept pass, or a search's
+        first victim changed (a demotion or a quantum ending): the same heads, and each head
+        is refused by placement still: a start only takes GPUs from nodes; after a stop, every
+        kept line's GPU count must be refused by free counts (``_all_refused``: then each head
+        the pass tries is refused, and each it skipped is skipped still). Each head whose
+        victims held too few still finds too few (checked: a stop may free the victims' GPUs).
+        Each search the pass made fails by the bound with one victim (``_fails_by_bound``)
+        where the free GPUs reach its bound (then it meets one victim, the first, whichever it
+        is now, and the free GPUs and victims held pass the pass's own tests) and the bound
+        (kept across starts and stops) says so: that is checked, and then each search's victim
+        moved to its ends, in the pass's order, as the searches would (starts and stops moved
+        nodes in the buckets: the moves are not the no-op they are in an exact repeat). The
+        pass is then kept as if made now, with the victims met now. Why: a contended LAS run
+        keeps a quiet pass, then a job submitted starts at once, and the next tick's pass, the
+        same, was made in full (one in four jobs arrived); and the pass after a finish that
+        freed too little for any waiting gang, 1.2 per job arrived with 2.7 searches, was
+        made in full too (issue 34)."""
+        if stops and not self._all_refused(pool):
+            return False
         free = pool.free_gpus
         held = self._level_gpus
         extra = 2 * pool.max_node_gpus
         victims: list[str] = []
+        changed = False  # (a victim other than the one logged: the log is made anew)
+        first, below = None, -1  # (the first victim below a level: asked once per level)
         for level, gpus, asked in log:
             if asked is False:
                 if free + sum(held[level + 1 :]) >= gpus:
                     return False
                 continue
-            if asked is True or len(asked) != 1 or free < gpus + extra:
+            if free < gpus + extra:
                 return False
-            first = self._first_lower(level)
-            if (
-                first is None
-                or first.job_id != asked[0]
-                or not self._out_of_reach(gpus, first.gpus)
-            ):
+            if level != below:
+                first, below = self._first_lower(level), level
+            if first is None or not self._out_of_reach(gpus, first.gpus):
                 return False
             victims.append(first.job_id)
+            changed = changed or asked != (first.job_id,)
+        last = ""
         for job_id in victims:
-            to_ends(pool, job_id)
+            if job_id != last:  # (the same victim again at once: at its ends already)
+                to_ends(pool, job_id)
+                last = job_id
         if victims:
-            self._last_walk = (victims[-1],)
+            self._last_walk = (last,)
+            if changed:
+                walks = iter(victims)
+                log = [e if e[2] is False else (e[0], e[1], (next(walks),)) for e in log]
         self._quiet = (pool, self._runs, self._stopped, log)
+        return True
+
+    def _all_refused(self, pool: NodePool) -> bool:
+        """Does placement refuse, by free counts alone, every GPU count a kept line's head
+        needs (``_kept_sizes``: the heads are the kept pass's, ``_still_quiet``)? Asked of
+        the pass's own kept refusals (``SizeRefusals``: as ``NodePool.may_fit`` answers), the
+        counts it holds refused not asked one by one (most, on a contended cluster)."""
+        sizes = self._kept_sizes
+        if sizes is None:  # (kept with backfill only)
+            return False
+        kept = self._sizes
+        refused = kept.refused
+        for gpus in sizes.keys() - kept.held(pool).keys():  # noqa: SIM110 (no generator)
+            if not refused(pool, gpus):
+                return False
         return True
 
     def _node_health(self, node: str, healthy: bool, out: list[Decision], reason: str) -> None:
