@@ -94,14 +94,12 @@ def test_a_new_head_ranked_first_ends_the_sleep() -> None:
     assert blocked(drf) == "bob" and drf._settled is not None
 
 
-def test_a_stop_that_ranks_another_line_first_ends_the_sleep() -> None:
-    """Four full 8-GPU nodes, each running a 6-GPU job and two 1-GPU jobs (ann's two on one
-    node); ann, then bob, waits with 3 GPUs. Bob's share (one GPU) is below ann's (two), so
-    he ranks first. Three 1-GPU ends on three nodes leave 3 GPUs free, one a node: bob is
-    tried and blocks, his kind parked; a fourth, beside the third, leaves a node 2 free, too
-    few: the pass blocks him asleep, kept. Then one of ann's jobs ends (1 GPU freed): her
-    share falls to his, and her job, submitted first, now ranks before his. The pass is run
-    (her line was filed too late: ``touch``), and blocks her, not him."""
+def four_full_nodes(
+    waiters: list[tuple[str, str, int]],
+) -> tuple[DrfPolicy, list[tuple[str, str, int]]]:
+    """DRF with backfill on four 8-GPU nodes, each running a 6-GPU job and two 1-GPU jobs
+    (best fit packs them in pairs: ann's a0 and a1, then bob's and cy's, dee's and eve's,
+    fay's and gus's); then ``waiters`` (job, user, GPUs) submitted."""
     config = load_cluster_config(
         {
             "physicalCluster": {
@@ -117,11 +115,22 @@ def test_a_stop_that_ranks_another_line_first_ends_the_sleep() -> None:
     runners = [(f"six{i}", "six", 6) for i in range(4)]
     runners += [("a0", "ann", 1), ("a1", "ann", 1)]
     runners += [(f"{u[0]}0", u, 1) for u in ["bob", "cy", "dee", "eve", "fay", "gus"]]
-    waiters = [("ann3", "ann", 3), ("bob3", "bob", 3)]
     for n, (job_id, user, gpus) in enumerate([*runners, *waiters]):
         spec = parse_job({"name": job_id, "vc": "vc0", "user": user, "gpus": gpus})
         drf.check(spec)
         drf.handle(Submit(job_id, spec, float(n)))
+    return drf, runners
+
+
+def test_a_stop_that_ranks_another_line_first_ends_the_sleep() -> None:
+    """Four full 8-GPU nodes, each running a 6-GPU job and two 1-GPU jobs (ann's two on one
+    node); ann, then bob, waits with 3 GPUs. Bob's share (one GPU) is below ann's (two), so
+    he ranks first. Three 1-GPU ends on three nodes leave 3 GPUs free, one a node: bob is
+    tried and blocks, his kind parked; a fourth, beside the third, leaves a node 2 free, too
+    few: the pass blocks him asleep, kept. Then one of ann's jobs ends (1 GPU freed): her
+    share falls to his, and her job, submitted first, now ranks before his. The pass is run
+    (her line was filed too late: ``touch``), and blocks her, not him."""
+    drf, runners = four_full_nodes([("ann3", "ann", 3), ("bob3", "bob", 3)])
     nodes = {job_id: drf.pool.placement(job_id)[0].node for job_id, _, _ in runners}
     assert nodes["a0"] == nodes["a1"] and nodes["f0"] == nodes["g0"]  # (best fit packs)
     assert len({nodes["c0"], nodes["e0"], nodes["g0"], nodes["a0"]}) == 4
@@ -131,4 +140,19 @@ def test_a_stop_that_ranks_another_line_first_ends_the_sleep() -> None:
     drf.handle(Finish("f0", 110))
     assert blocked(drf) == "bob3" and drf._settled is not None  # asleep, kept
     assert not [d for d in drf.handle(Finish("a0", 120)) if isinstance(d, Start)]
+    assert blocked(drf) == "ann3"
+
+
+def test_a_blocked_head_whose_user_started_in_the_pass_is_not_kept() -> None:
+    """As above, with bob's 2-GPU job waiting too, before his 3-GPU one. Three 1-GPU ends
+    (one a node) park both kinds; fay's end leaves her node 2 free: bob's 2-GPU job starts
+    there, and the pass blocks his 3-GPU job asleep, filed at his share before that start.
+    Not kept: his share rose (``_risen``), so at the next pass, after dee's end (too few
+    freed), his line is re-filed at his new share (3 GPUs), after ann's (2), and she blocks."""
+    drf, _ = four_full_nodes([("ann3", "ann", 3), ("bob2", "bob", 2), ("bob3", "bob", 3)])
+    for n, job_id in enumerate(["c0", "e0", "g0"]):
+        drf.handle(Finish(job_id, 100.0 + n))
+    started = [d.job_id for d in drf.handle(Finish("f0", 110)) if isinstance(d, Start)]
+    assert started == ["bob2"] and blocked(drf) == "bob3"
+    assert not [d for d in drf.handle(Finish("d0", 120)) if isinstance(d, Start)]
     assert blocked(drf) == "ann3"
