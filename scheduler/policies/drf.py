@@ -132,6 +132,7 @@ class DrfPolicy(QueuedPolicy):
                         gone = [group] if gone is None else [*gone, group]
                 elif key[0] > share:
                     index.touch(group)  # filed too late: re-filed before the next pass
+                    self._settled = None  # (it may rank before the blocked head: ``_block_asleep``)
             if gone:
                 # Lines neither filed nor waiting leave the user's lines: nothing of theirs
                 # to re-file or mark (a job that joins one again adds it back and touches
@@ -140,10 +141,33 @@ class DrfPolicy(QueuedPolicy):
                 # ``_arm`` (issue 34).
                 split.difference_update(gone)
         self._risen.add(user)  # the others filed at or below its share: when met
+        if self._settled is not None and self._blocked is not None and self._blocked.user == user:
+            self._settled = None  # the blocked head's line is re-filed when met (``_block_asleep``)
 
     def _indexed_pass(self, index: HeadIndex, out: list[Decision]) -> None:
         self._arm(index)
         super()._indexed_pass(index, out)
+
+    def _block_asleep(self, head: QueuedJob, out: list[Decision]) -> None:
+        """The asleep pass's end (``QueuedPass._block_asleep``), kept as ``_settled`` where the
+        passes after it would be the same until a release reaches the least level parked, a
+        head changes (``_enqueue``, ``_dequeue`` forget it), a stop re-files a line before the
+        next pass (``touch``) or re-ranks the blocked head's (a stop of its user: both forget it
+        in ``on_stopped``). Exact: such a pass arms the users risen since (their lines are
+        ``lazy``: filed after the blocked head, they only move later when met), re-files
+        nothing, unparks nothing, finds no head ``best`` may start, and blocks the same first
+        parked head (not lazy: met by ``first_parked``, and its user neither started, else it
+        is in ``_risen`` now, nor stopped since). What it skips is re-done by the next pass:
+        ``_arm`` of every user risen since (the shares then, as the skipped pass's would be for
+        a user not risen after it), ``unpark`` with every release since (``peak``). Why: a
+        third of the asleep passes of a contended DRF run with backfill followed a finish that
+        changed no head and no rank (issue 34)."""
+        super()._block_asleep(head, out)
+        index = self._index
+        if index is not None and self._blocked is head and head.user not in self._risen:
+            wake = index.asleep_past()
+            if wake is not None:
+                self._settled = (self.pool, wake)
 
     def _arm(self, index: HeadIndex) -> None:
         """A pass begins: each waiting line of a user whose share rose (or fell, above) since

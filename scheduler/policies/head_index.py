@@ -269,6 +269,17 @@ class HeadIndex:
             return None
         return self._low
 
+    def asleep_past(self) -> int | None:
+        """``asleep`` where lazy lines may wait (with backfill): called where a pass blocked
+        its first parked head (``first_parked``) and ``best`` found no head in any kind not
+        parked, before ``restore``. A lazy line is filed no later than its rank and after
+        that head (the least of the parked kinds' firsts): re-filed when met, it only moves
+        later, so it cannot come before the head. None where a kind was set aside for this
+        pass only or lines wait to be re-filed (a later pass may rank another head first)."""
+        if self._off or self._aside or self.dirty:
+            return None
+        return self._low
+
     def parked(self) -> bool:
         return bool(self._parked)
 

@@ -8,7 +8,7 @@ holds the state and the hooks (``order_key``, ``admit``, ``victims`` ...) this r
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
@@ -59,6 +59,9 @@ class QueuedPass:
     # with backfill: kept lines by GPU count, and this pass's heap of kept heads (``_thinned``)
     _kept_sizes: dict[int, int] | None = None
     _kept_list: list[tuple[Any, int, Hashable]] | None = None
+    #: the kept lines' heads (``_kept_heads``), kept up within a pass as its lines change:
+    #: a pass's loop takes a line's head from here, without ``_head``
+    _kept_jobs_of: dict[Hashable, QueuedJob] | None = None
     _blocked: QueuedJob | None
     _runs: int
     _limited: int
@@ -131,8 +134,16 @@ class QueuedPass:
             return
         if groups is None and self._line_heads is not None:
             heads = self._kept_heads()
+            # each line's head as kept (a start keeps its line's next below, a preemption its
+            # victims' lines': ``_preempt_for``), not fetched again. Why: a contended LAS pass
+            # fetched each head it tried, that ``_kept_heads`` had just fetched (issue 34: 2.5
+            # of its 7.7 ``_head`` calls per arrival)
+            jobs = self._kept_jobs_of
+            assert jobs is not None  # (made by ``_kept_heads``)
+            fetch: Callable[[Hashable], QueuedJob | None] = jobs.__getitem__
         else:
             heads = self._ranked(list(self._groups) if groups is None else groups, free)
+            jobs, fetch = None, self._head
         thin = self.preemptive and self.backfill and groups is None
         while heads:
             if not self.preemptive and self.pool.free_gpus == 0:
@@ -143,7 +154,7 @@ class QueuedPass:
                 if not heads:
                     return
             _, _, group = heapq.heappop(heads)
-            head = self._head(group)
+            head = fetch(group)
             if (
                 head is None
                 or (self._blocked is not None and self._hopeless(head))  # (no, before one)
@@ -152,6 +163,8 @@ class QueuedPass:
                 continue  # this group is blocked for the rest of the pass
             nxt = self._head(group)
             if nxt is not None:
+                if jobs is not None:
+                    jobs[group] = nxt
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
         if self._may_settle:  # (asked here: a call a pass for the policies that may not)
             self._settle()
@@ -221,6 +234,9 @@ class QueuedPass:
         this pass's (``_kept_list``)."""
         kept, lines = self._line_heads, self._groups
         assert kept is not None
+        jobs = self._kept_jobs_of
+        if jobs is None:
+            jobs = self._kept_jobs_of = {}
         sizes = self._kept_sizes
         if sizes is None or not self.backfill:
             sizes = None
@@ -228,12 +244,15 @@ class QueuedPass:
                 head = self._head(group)
                 if head is None:
                     kept.pop(group, None)
+                    jobs.pop(group, None)
                 else:
                     kept[group] = (lines[group][0][0], head.seq, group)
+                    jobs[group] = head
         else:
             for group in self._touched:
                 head = self._head(group)
                 if head is None:
+                    jobs.pop(group, None)
                     if kept.pop(group, None) is not None:
                         gpus = group[-1]  # type: ignore[index]
                         if sizes[gpus] == 1:
@@ -245,6 +264,7 @@ class QueuedPass:
                         gpus = group[-1]  # type: ignore[index]
                         sizes[gpus] = sizes.get(gpus, 0) + 1
                     kept[group] = (lines[group][0][0], head.seq, group)
+                    jobs[group] = head
         self._touched.clear()
         heads = list(kept.values())
         heapq.heapify(heads)
@@ -613,6 +633,11 @@ class QueuedPass:
                 continue  # its GPUs were not needed after all: it keeps running
             self._stop(victim, release=False)  # its GPUs went to ``job``
             self._enqueue(victim)
+            jobs = self._kept_jobs_of
+            if jobs is not None:  # its line's head now, for the pass's loop (it may head it)
+                head = self._head(victim.group)
+                if head is not None:  # (it is: the victim just joined it)
+                    jobs[victim.group] = head
             out.append(Preempt(victim.job_id, by=job.job_id, reason=self.preempt_reason(victim)))
         return tasks
 
