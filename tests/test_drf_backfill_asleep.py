@@ -11,12 +11,12 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_drf_head_index import batches, check_index, ops
+from test_drf_head_index import asking_may_fit, blocked, check_index, decide_alike, ops
 from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
-from labhive.scheduler.core.model import Finish, Start, Submit
+from labhive.scheduler.core.model import Submit
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.head_index import PARK, START
 from labhive.scheduler.policies.queued import from_config
@@ -24,10 +24,6 @@ from labhive.scheduler.policies.queued import from_config
 
 class LookingOnDrf(DrfPolicy):
     SKIP_SETTLED_PASSES = False
-
-
-def blocked(drf: DrfPolicy) -> str | None:
-    return drf._blocked.job_id if drf._blocked is not None else None
 
 
 @settings(PROPERTY_SETTINGS)
@@ -39,14 +35,14 @@ def test_drf_with_backfill_stopping_at_an_asleep_head_decides_as_drf_looking_on(
     nodes = sorted({n.name for n in config.nodes()})
     stopping = from_config(DrfPolicy, config, {"backfill": True})
     looking = from_config(LookingOnDrf, config, {"backfill": True})
-    for batch in batches(stopping, nodes, data.draw(ops([1, 1, 2, 3, 4]))):
-        if len(batch) == 1:
-            assert stopping.handle(batch[0]) == looking.handle(batch[0]), batch
-        else:
-            assert stopping.handle_batch(batch) == looking.handle_batch(batch), batch
-        assert stopping.jobs() == looking.jobs()
-        assert blocked(stopping) == blocked(looking)  # what the next submissions jump
-        check_index(stopping)
+    decide_alike(stopping, looking, nodes, data.draw(ops([1, 1, 2, 3, 4])), check=same_blocked)
+
+
+def same_blocked(fast: DrfPolicy, plain: DrfPolicy) -> None:
+    """The same blocked head left (what the next submissions jump), and ``fast``'s index
+    sound."""
+    assert blocked(fast) == blocked(plain)
+    check_index(fast)
 
 
 def four_busy_nodes() -> DrfPolicy:
@@ -78,18 +74,7 @@ def test_a_finish_that_frees_too_little_blocks_the_parked_head_without_placement
     asking ``may_fit`` and looks no further. A 6-GPU job's end leaves a node empty: his kind
     wakes, and his job starts."""
     drf = four_busy_nodes()
-    asked: list[int] = []
-    may_fit = drf.pool.may_fit
-
-    def counted(gpus: int) -> bool:
-        asked.append(gpus)
-        return may_fit(gpus)
-
-    drf.pool.may_fit = counted  # type: ignore[method-assign]
-
-    def finish(job_id: str, now: float) -> list[str]:
-        asked.clear()
-        return [d.job_id for d in drf.handle(Finish(job_id, now)) if isinstance(d, Start)]
+    asked, finish = asking_may_fit(drf)
 
     assert finish("one0", 100) == [] and asked == [3, 3] and blocked(drf) == "bob"  # tried, parked
     for i in range(1, 4):

@@ -12,8 +12,8 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_drf_backfill_asleep import blocked, four_busy_nodes
-from test_drf_head_index import batches, check_index, ops
+from test_drf_backfill_asleep import four_busy_nodes, same_blocked
+from test_drf_head_index import blocked, decide_alike, ops
 from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
@@ -39,14 +39,7 @@ def test_drf_with_backfill_skipping_asleep_passes_decides_as_drf_running_them(da
     nodes = sorted({n.name for n in config.nodes()})
     skipping = from_config(DrfPolicy, config, {"backfill": True})
     passing = from_config(PassingDrf, config, {"backfill": True})
-    for batch in batches(skipping, nodes, data.draw(ops([1, 1, 2, 3, 4]))):
-        if len(batch) == 1:
-            assert skipping.handle(batch[0]) == passing.handle(batch[0]), batch
-        else:
-            assert skipping.handle_batch(batch) == passing.handle_batch(batch), batch
-        assert skipping.jobs() == passing.jobs()
-        assert blocked(skipping) == blocked(passing)  # what the next submissions jump
-        check_index(skipping)
+    decide_alike(skipping, passing, nodes, data.draw(ops([1, 1, 2, 3, 4])), check=same_blocked)
 
 
 def test_finishes_that_free_too_little_skip_the_pass_until_a_node_empties() -> None:

@@ -10,6 +10,7 @@ for each line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
@@ -27,6 +28,7 @@ from labhive.scheduler.core.model import (
     Reconfigure,
     Requeue,
     SpecRejected,
+    Start,
     Submit,
     Tick,
 )
@@ -394,12 +396,9 @@ def test_a_pass_meets_each_kind_too_big_for_the_free_gpus_once() -> None:
     assert index.best(lambda kind, gpus, key: START) == ((0.0, 0), 0, 1, "big0")
 
 
-def test_a_kind_no_node_has_room_for_is_asked_again_only_once_a_release_could_make_room() -> None:
-    """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a 16-GPU job
-    (two empty nodes). Each 1-GPU job that ends leaves its node 1 GPU free: no pass asks about
-    ann's job again (before, every pass did: on a contended cluster most of a DRF pass was
-    such questions, issue 34). A 7-GPU job that ends leaves a node empty: the pass asks again
-    (one empty node is not enough), and once a second node is empty her job starts."""
+def eight_busy_nodes() -> DrfPolicy:
+    """DRF on eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a job of
+    16 one-GPU tasks (two empty nodes)."""
     config = load_cluster_config(
         {
             "physicalCluster": {
@@ -421,6 +420,12 @@ def test_a_kind_no_node_has_room_for_is_asked_again_only_once_a_release_could_ma
         )
         drf.check(spec)
         drf.handle(Submit(job_id, spec, float(n)))
+    return drf
+
+
+def asking_may_fit(drf: DrfPolicy) -> tuple[list[int], Callable[[str, float], list[str]]]:
+    """The GPU counts ``drf`` asks placement about (``may_fit``), cleared at each ``finish``,
+    and ``finish(job_id, now)``: the jobs a finish starts."""
     asked: list[int] = []
     may_fit = drf.pool.may_fit
 
@@ -432,7 +437,34 @@ def test_a_kind_no_node_has_room_for_is_asked_again_only_once_a_release_could_ma
 
     def finish(job_id: str, now: float) -> list[str]:
         asked.clear()
-        return [d.job_id for d in drf.handle(Finish(job_id, now)) if hasattr(d, "tasks")]
+        return [d.job_id for d in drf.handle(Finish(job_id, now)) if isinstance(d, Start)]
+
+    return asked, finish
+
+
+def decide_alike(
+    fast: Any, plain: Any, nodes: list[str], steps: list[Any], *, check: Any = None
+) -> None:
+    """Give ``fast`` and ``plain`` the same batches of ``steps`` and expect the same decisions
+    and jobs after each (and ``check(fast, plain)``, where given, to pass)."""
+    for batch in batches(fast, nodes, steps):
+        if len(batch) == 1:
+            assert fast.handle(batch[0]) == plain.handle(batch[0]), batch
+        else:
+            assert fast.handle_batch(batch) == plain.handle_batch(batch), batch
+        assert fast.jobs() == plain.jobs()
+        if check is not None:
+            check(fast, plain)
+
+
+def test_a_kind_no_node_has_room_for_is_asked_again_only_once_a_release_could_make_room() -> None:
+    """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a 16-GPU job
+    (two empty nodes). Each 1-GPU job that ends leaves its node 1 GPU free: no pass asks about
+    ann's job again (before, every pass did: on a contended cluster most of a DRF pass was
+    such questions, issue 34). A 7-GPU job that ends leaves a node empty: the pass asks again
+    (one empty node is not enough), and once a second node is empty her job starts."""
+    drf = eight_busy_nodes()
+    asked, finish = asking_may_fit(drf)
 
     assert finish("one0", 100) == [] and asked == [16]  # parked: a node must be left empty
     for i in range(1, 8):

@@ -10,12 +10,11 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_drf_head_index import batches, check_index, ops
+from test_drf_head_index import check_index, decide_alike, eight_busy_nodes, ops
 from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
-from labhive.scheduler.core.jobs import parse_job
-from labhive.scheduler.core.model import Finish, Submit
+from labhive.scheduler.core.model import Finish
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.queued import from_config
 
@@ -31,39 +30,8 @@ def test_drf_skipping_settled_passes_decides_as_drf_making_every_pass(data: Any)
     nodes = sorted({n.name for n in config.nodes()})
     skipping = from_config(DrfPolicy, config, {})
     every = from_config(EveryPassDrf, config, {})
-    for batch in batches(skipping, nodes, data.draw(ops([1, 2, 4, 4, 8]))):
-        if len(batch) == 1:
-            assert skipping.handle(batch[0]) == every.handle(batch[0]), batch
-        else:
-            assert skipping.handle_batch(batch) == every.handle_batch(batch), batch
-        assert skipping.jobs() == every.jobs()
-        check_index(skipping)
-
-
-def eight_busy_nodes() -> DrfPolicy:
-    """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with 16 GPUs."""
-    config = load_cluster_config(
-        {
-            "physicalCluster": {
-                "cellTypes": {
-                    "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
-                },
-                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(8)],
-            },
-            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 8}]}},
-        }
-    )
-    drf = from_config(DrfPolicy, config, {})
-    for n, (job_id, gpus) in enumerate(
-        [*((f"big{i}", 7) for i in range(8)), *((f"one{i}", 1) for i in range(8)), ("a", 16)]
-    ):
-        tasks, gpus = (16, 1) if gpus == 16 else (1, gpus)
-        spec = parse_job(
-            {"name": job_id, "vc": "vc0", "user": job_id[:3], "tasks": tasks, "gpus": gpus}
-        )
-        drf.check(spec)
-        drf.handle(Submit(job_id, spec, float(n)))
-    return drf
+    steps = data.draw(ops([1, 2, 4, 4, 8]))
+    decide_alike(skipping, every, nodes, steps, check=lambda fast, _: check_index(fast))
 
 
 def test_finishes_that_free_too_little_for_any_waiting_kind_make_no_pass() -> None:
