@@ -10,6 +10,8 @@ the loop that asks the heap every time (``test_sim_instant_rounds``' reference).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS
@@ -57,3 +59,41 @@ def test_an_action_timed_by_an_action_for_an_earlier_time_than_the_kept_head_run
     driver.drive(lambda label: None, instant=instants.append)
     assert ran == [5.0, 7.0, 9.0]
     assert instants == [5.0, 7.0, 9.0]
+
+
+class _Quiet:
+    """A policy that decides nothing (the driver's own loop is what is under test)."""
+
+    def handle(self, event: object) -> list[object]:
+        return []
+
+
+def _drive(times: list[float], tell: bool) -> tuple[list[str], float]:
+    """Actions at ``times`` (each timing one more a second later, once), driven with an
+    ``instant`` that does nothing, or with none told; what was seen, and the end time."""
+    driver = VirtualTimeDriver(_Quiet())  # type: ignore[arg-type]
+    seen: list[str] = []
+
+    def action(n: int, again: bool) -> Callable[[], str]:
+        def run() -> str:
+            if again:
+                driver.at(driver.now + 1.0, action(n, False))
+            return f"{n} at {driver.now}"
+
+        return run
+
+    for n, time in enumerate(times):
+        driver.at(time, action(n, True))
+    driver.drive(seen.append, instant=(lambda time: None) if tell else None)
+    return seen, driver.now
+
+
+@PROPERTY_SETTINGS
+@given(times=st.lists(st.sampled_from([0.0, 1.0, 2.0, 2.5, 7.0]), max_size=12))
+def test_a_driver_told_no_instant_runs_as_one_told_an_instant_that_does_nothing(
+    times: list[float],
+) -> None:
+    """Given actions at a few times, some at one time, each timing another a second later,
+    expect ``drive`` without an ``instant`` (``_no_instant`` in its place, not a test of None
+    an instant) to see the same labels in the same order, and to end at the same time."""
+    assert _drive(times, tell=False) == _drive(times, tell=True)
