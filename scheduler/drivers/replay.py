@@ -71,6 +71,10 @@ _NEVER = math.inf
 _submitted: Callable[[str, JobSpec, float], Submit] = frozen_builder(Submit)
 
 
+def _no_instant(time: float) -> None:
+    """``drive``'s ``instant`` for a caller that has nothing to do as an instant begins."""
+
+
 class VirtualTimeDriver:
     """A policy, a virtual clock and every job's record."""
 
@@ -127,6 +131,8 @@ class VirtualTimeDriver:
         job = next(arrivals, None)
         if job is not None and arrive is None:
             raise TypeError("drive: arrivals need arrive")
+        if instant is None:  # (every hot caller tells: no test of None an instant)
+            instant = _no_instant
         if decided is None:  # each label of a decision seen on its own
 
             def each(labels: list[str]) -> None:
@@ -138,16 +144,17 @@ class VirtualTimeDriver:
         # it twice, an arrival once, and ``job is not None and job.submit`` cost twice as much.
         submit = _NEVER if job is None else job.submit
         batch: list[Event] | None = None
+        # ``head``: the heap's first action's time (``_NEVER`` while it is empty), asked once
+        # here and then at the end of each round, where it is the question of whether the
+        # instant goes on, and kept for the next instant's: nothing runs between the two
+        # (an instant read it twice, 9 bytecodes each).
+        head = heap[0][0] if heap else _NEVER
         while heap or job is not None:
             # ``due``: the heap's first action is due at this instant, known here, so the loop
-            # below does not ask the heap again before its first pop (nor does it after a
-            # decision: its last question, at the end of the round, is kept for the next).
-            time = heap[0][0] if heap else _NEVER
-            due = time <= submit
-            if not due:
-                time = submit
-            if instant is not None:
-                instant(time)
+            # below does not ask the heap again before its first pop.
+            due = head <= submit
+            time = head if due else submit
+            instant(time)
             if time > self.now:  # (``max``, without its call)
                 self.now = time
             while True:
@@ -187,9 +194,10 @@ class VirtualTimeDriver:
                         if decisions:
                             apply(decisions)
                 decided(labels)
-                due = heap[0][0] <= time if heap else False
-                if not due:
+                head = heap[0][0] if heap else _NEVER
+                if head > time:
                     break
+                due = True
 
     def pending(self) -> bool:
         return bool(self._heap)
