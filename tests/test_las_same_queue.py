@@ -5,7 +5,9 @@ demoted job keeps running ahead of them."""
 
 from __future__ import annotations
 
-from sim_helpers import cluster, job, simulate
+from sim_helpers import cluster, job, las, simulate
+
+from labhive.scheduler.core.model import Cancel, Finish, Submit
 
 
 def _demoted_behind_a_waiting_job(same_queue: bool) -> dict[str, tuple[float | None, float]]:
@@ -36,3 +38,20 @@ def test_without_the_rule_the_demoted_job_runs_on() -> None:
     ends = _demoted_behind_a_waiting_job(same_queue=False)
     assert ends["a"] == (25 + 1000, 1000)
     assert ends["c"] == (1025 + 975, 1000)
+
+
+def test_a_finished_or_cancelled_job_leaves_no_entry_behind() -> None:
+    """Given LAS with the same-queue rule on one 4-GPU node, a job that finishes and one
+    cancelled while it waits leave no entry order behind (the rule's books hold only the jobs
+    LAS holds): a finish reaches the policy by ``handle``'s own path, not ``_remove``'s, and
+    its entry was once left there, a leak a job and a stale order for a job id submitted
+    again."""
+    policy = las(cluster([4]), same_queue="true")
+    for n, name in enumerate(["a", "b"]):
+        spec = job(name, float(n), 4, 100).spec
+        policy.check(spec)
+        policy.handle(Submit(name, spec, float(n)))
+    assert set(policy._entry) == {"a", "b"}
+    policy.handle(Cancel("b", 5.0))
+    policy.handle(Finish("a", 10.0))
+    assert policy._entry == {} and policy._entered_at == {}

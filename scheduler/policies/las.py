@@ -592,11 +592,12 @@ class LasPolicy(QueuedPolicy):
         heads = [h for g in list(self._groups) if (h := self._head(g)) is not None]
         return min(h.level for h in heads) if heads else None
 
-    def _remove(self, job_id: str) -> None:
-        super()._remove(job_id)
+    def _forget(self, gone: QueuedJob) -> None:
+        # (``_forget``, not ``_remove``: a finish reaches it from ``handle`` directly)
+        super()._forget(gone)
         if self.same_queue:  # (only its order keeps them)
-            self._entry.pop(job_id, None)
-            self._entered_at.pop(job_id, None)
+            self._entry.pop(gone.job_id, None)
+            self._entered_at.pop(gone.job_id, None)
 
     def preempt_reason(self, victim: QueuedJob) -> str:
         return f"a job in a higher LAS queue needs its GPUs (it is in queue {victim.level})"
