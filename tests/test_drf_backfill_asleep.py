@@ -11,7 +11,14 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_drf_head_index import asking_may_fit, blocked, check_index, decide_alike, ops
+from test_drf_head_index import (
+    asking_may_fit,
+    blocked,
+    check_index,
+    decide_alike,
+    nodes_of_eight,
+    ops,
+)
 from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
@@ -48,17 +55,7 @@ def same_blocked(fast: DrfPolicy, plain: DrfPolicy) -> None:
 def four_busy_nodes() -> DrfPolicy:
     """DRF with backfill on four 8-GPU nodes, each running a 6-GPU job and a 1-GPU job (one
     GPU free on each); bob waits with 3 GPUs on one node."""
-    config = load_cluster_config(
-        {
-            "physicalCluster": {
-                "cellTypes": {
-                    "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
-                },
-                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(4)],
-            },
-            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 4}]}},
-        }
-    )
+    config = nodes_of_eight(4)
     drf = from_config(DrfPolicy, config, {"backfill": True})
     jobs = [(f"six{i}", 6) for i in range(4)] + [(f"one{i}", 1) for i in range(4)]
     for n, (job_id, gpus) in enumerate([*jobs, ("bob", 3)]):

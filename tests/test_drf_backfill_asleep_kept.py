@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_backfill_asleep import four_busy_nodes, same_blocked
-from test_drf_head_index import blocked, decide_alike, ops
+from test_drf_head_index import blocked, decide_alike, nodes_of_eight, ops
 from test_properties import PROPERTY_SETTINGS, clusters
 
 from labhive.scheduler.core.config import load_cluster_config
@@ -93,17 +93,7 @@ def four_full_nodes(
     """DRF with backfill on four 8-GPU nodes, each running a 6-GPU job and two 1-GPU jobs
     (best fit packs them in pairs: ann's a0 and a1, then bob's and cy's, dee's and eve's,
     fay's and gus's); then ``waiters`` (job, user, GPUs) submitted."""
-    config = load_cluster_config(
-        {
-            "physicalCluster": {
-                "cellTypes": {
-                    "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
-                },
-                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(4)],
-            },
-            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 4}]}},
-        }
-    )
+    config = nodes_of_eight(4)
     drf = from_config(DrfPolicy, config, {"backfill": True})
     runners = [(f"six{i}", "six", 6) for i in range(4)]
     runners += [("a0", "ann", 1), ("a1", "ann", 1)]

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import ENDINGS, PROPERTY_SETTINGS, clusters
 
-from labhive.scheduler.core.config import load_cluster_config
+from labhive.scheduler.core.config import ClusterConfig, load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import (
     Decision,
@@ -396,20 +396,25 @@ def test_a_pass_meets_each_kind_too_big_for_the_free_gpus_once() -> None:
     assert index.best(lambda kind, gpus, key: START) == ((0.0, 0), 0, 1, "big0")
 
 
-def eight_busy_nodes() -> DrfPolicy:
-    """DRF on eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a job of
-    16 one-GPU tasks (two empty nodes)."""
-    config = load_cluster_config(
+def nodes_of_eight(n: int) -> ClusterConfig:
+    """``n`` 8-GPU nodes, n0, n1, ..., all in one VC, vc0."""
+    return load_cluster_config(
         {
             "physicalCluster": {
                 "cellTypes": {
                     "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
                 },
-                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(8)],
+                "physicalCells": [{"cellType": "NODE", "cellAddress": f"n{i}"} for i in range(n)],
             },
-            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 8}]}},
+            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": n}]}},
         }
     )
+
+
+def eight_busy_nodes() -> DrfPolicy:
+    """DRF on eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a job of
+    16 one-GPU tasks (two empty nodes)."""
+    config = nodes_of_eight(8)
     drf = from_config(DrfPolicy, config, {})
     for n, (job_id, gpus) in enumerate(
         [*((f"big{i}", 7) for i in range(8)), *((f"one{i}", 1) for i in range(8)), ("a", 16)]

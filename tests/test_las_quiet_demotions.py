@@ -13,11 +13,11 @@ from typing import Any
 
 import test_las_search_bounds
 from test_las_quiet_passes import LasEveryPass
-from test_las_search_bounds import each, submit
+from test_las_search_bounds import each, full_then_freed, submit
 from test_pass_skips import LAS, eight_nodes_of_eight
 from test_preempt_probe import pool_state
 
-from labhive.scheduler.core.model import Decision, Event, Finish, Tick
+from labhive.scheduler.core.model import Decision, Event, Tick
 from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.queued import from_config
@@ -95,12 +95,7 @@ def test_a_tick_that_demotes_a_mature_job_under_a_kept_pass_runs_the_pass() -> N
         for cls in (LasCheckingQuiet, LasEveryPass)
     ]
     checked, every = policies
-    for i in range(64):
-        submit(policies, f"one{i}", 0.0, 1)
-    each(policies, Tick(100.0))
-    for i in range(64):
-        if i % 8 < 5:
-            each(policies, Finish(f"one{i}", 110.0))
+    full_then_freed(policies)
     assert submit(policies, "late", 111.0, 1)[0][0].job_id == "late"
     assert submit(policies, "wide", 120.0, 1, tasks=24) == [[], []]
     assert each(policies, Tick(121.0)) == [[], []]  # a full pass: kept quiet

@@ -15,7 +15,7 @@ from typing import Any
 
 import test_las_search_bounds
 from test_las_quiet_passes import LasEveryPass, searches_of
-from test_las_search_bounds import each, submit
+from test_las_search_bounds import full_then_freed, submit
 from test_pass_skips import LAS, eight_nodes_of_eight
 from test_preempt_probe import pool_state
 
@@ -46,12 +46,7 @@ def crowded(wide: bool = True) -> tuple[LasPolicy, LasPolicy]:
         from_config(cls, eight_nodes_of_eight(), {}, **{**LAS, "thresholds": (60.0,)})
         for cls in (LasPolicy, LasEveryPass)
     ]
-    for i in range(64):
-        submit(policies, f"one{i}", 0.0, 1)
-    each(policies, Tick(100.0))
-    for i in range(64):
-        if i % 8 < 5:
-            each(policies, Finish(f"one{i}", 110.0))
+    full_then_freed(policies)
     if wide:
         assert submit(policies, "wide", 120.0, 1, tasks=24) == [[], []]
     return policies[0], policies[1]

@@ -75,6 +75,17 @@ def submit(policies: Policies, job_id: str, at: float, gpus: int, tasks: int = 1
     return each(policies, Submit(job_id, spec, at))
 
 
+def full_then_freed(policies: Policies, freed_per_node: int = 5) -> None:
+    """Eight 8-GPU nodes filled with 1-GPU jobs at 0 s, all demoted by a tick at 100 s; then
+    ``freed_per_node`` of them finish on each node at 110 s."""
+    for i in range(64):
+        submit(policies, f"one{i}", 0.0, 1)
+    each(policies, Tick(100.0))
+    for i in range(64):
+        if i % 8 < freed_per_node:
+            each(policies, Finish(f"one{i}", 110.0))
+
+
 def crowded() -> tuple[LasCounting, LasEverySearch]:
     """Eight 8-GPU nodes, each full of 1-GPU jobs, all demoted at 100 s; five finish on each
     node at 110 s: 40 GPUs free, five on each node; LAS with the bound, and without."""
@@ -224,12 +235,7 @@ def test_a_pass_after_starts_only_replays_the_quiet_passs_searches() -> None:
     ]
     replaying, every = policies
     assert isinstance(replaying, LasReplaying)
-    for i in range(64):
-        submit(policies, f"one{i}", 0.0, 1)
-    each(policies, Tick(100.0))
-    for i in range(64):
-        if i % 8 < 6:  # 48 free, six on each node: 18 + 1 short of 24, 40 to the bound
-            each(policies, Finish(f"one{i}", 110.0))
+    full_then_freed(policies, 6)  # 48 free, six on each node: 18 + 1 short of 24, 40 to the bound
     assert submit(policies, "wide", 120.0, 1, tasks=24) == [[], []]
     assert each(policies, Tick(130.0)) == [[], []]
     assert replaying._quiet is not None
