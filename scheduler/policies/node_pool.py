@@ -170,6 +170,11 @@ class NodePool:
         self._consolidated = locality == "consolidated"
         self.nodes: dict[str, PoolNode] = {n.name: n for n in nodes}
         self.max_node_gpus = max((len(n.gpus) for n in self.nodes.values()), default=0)
+        #: The most GPUs of a gang placed on one node (consolidated: ``max_node_gpus``), -1
+        #: under ``anywhere``: ``place`` and ``may_fit`` ask one comparison for their common
+        #: case, where they asked the locality and the size.
+        self._within = self.max_node_gpus if self._consolidated else -1
+        self._wakes = _Wakes(self.max_node_gpus if self._consolidated else 0)
         self.total_gpus = sum(len(n.gpus) for n in self.nodes.values())
         self.total_cpu = sum(n.cpu for n in self.nodes.values())
         self.total_memory = sum(n.memory_mb for n in self.nodes.values())
@@ -295,7 +300,7 @@ class NodePool:
 
     def place(self, job_id: str, gang: Gang) -> tuple[TaskPlacement, ...] | None:
         """Place the whole gang and take its GPUs, or return None and change nothing."""
-        if self._consolidated and gang.gpus <= self.max_node_gpus:
+        if gang.gpus <= self._within:
             # (``_plan``'s one node, without its plan: a list and a tuple a job, and their
             # reading back; nearly every trace job)
             node = self._fitting(gang)
@@ -440,15 +445,15 @@ class NodePool:
         queue pass may skip such a head without trying it (on a contended cluster most tries
         failed so, each paying ``place`` and its search: issue 34). Under ``anywhere``, only
         the free total is tested."""
-        if not self._consolidated:
-            return gpus <= self.free_gpus
-        top = self.max_node_gpus
-        if gpus <= top:
+        if gpus <= self._within:
             # a node with that many free (``_ascending``: at least one); such a node's free
             # GPUs count in ``free_gpus`` too
             return self.top_free >= (gpus or 1)
+        if not self._consolidated:
+            return gpus <= self.free_gpus
         if gpus > self.free_gpus:
             return False
+        top = self.max_node_gpus
         need = -(-gpus // top)
         # ``_most_free_reaches``' first test, without its call: on a busy cluster the most
         # free node times the nodes the gang may take is short of it, nearly always
@@ -459,11 +464,9 @@ class NodePool:
         release (``peak``) before it may say yes: the size itself for a gang that fits on one
         node; for a wider one, what the other most-free nodes it may take, all empty, leave
         to find (if the sum of the most free grew past the gang, one of them grew past that).
-        Under ``anywhere`` any release may do."""
-        if not self._consolidated:
-            return 1
-        top = self.max_node_gpus
-        return max(1, gpus - top * (-(-gpus // top) - 1)) if top else 1
+        Under ``anywhere`` any release may do. Worked out once a size (``_Wakes``): a
+        contended queue pass asks it of every size it parks."""
+        return self._wakes[gpus]
 
     def _most_free_reaches(self, nodes: int, gpus: int) -> bool:
         """``_most_free(nodes) >= gpus``, stopping as soon as the nodes left, at most as free
@@ -579,6 +582,20 @@ class NodePool:
                 )
             return fits
         return True
+
+
+class _Wakes(dict[int, int]):
+    """``NodePool.wake_level`` by GPU count, each worked out when first asked (a pure
+    function of the count and the pool's largest node; ``top`` 0: any release may do)."""
+
+    def __init__(self, top: int) -> None:
+        super().__init__()
+        self.top = top
+
+    def __missing__(self, gpus: int) -> int:
+        top = self.top
+        level = self[gpus] = max(1, gpus - top * (-(-gpus // top) - 1)) if top else 1
+        return level
 
 
 def _placements(
