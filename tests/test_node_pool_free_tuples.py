@@ -12,7 +12,8 @@ full node makes the span's GPUs the node's free GPUs as they are, without a sort
 exact only if every span's GPUs ascend; ``_spans`` starts a new span where they fall (a
 two-role gang's tasks in (role, index) order, or an adopted task listing its GPUs out of
 order). And ``place`` finds a gang within a node its node directly (``_fitting``), without
-``_plan``'s one-entry plan."""
+``_plan``'s one-entry plan, and takes its GPUs by hand (``_take``'s lines, without the call):
+the general path here, taking through ``_take``, is what it is held to."""
 
 from __future__ import annotations
 

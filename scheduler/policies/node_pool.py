@@ -248,7 +248,7 @@ class NodePool:
                 # rises: the node is filed again higher, so its old bucket is not the top)
                 del buckets[len(free)][node.name]
             # (a full node, most often: its free GPUs are then the span's, already in order)
-            free = node.free = (*sorted(free + gpus),) if free else gpus
+            free = node.free = tuple(sorted(free + gpus)) if free else gpus
             if cpus:  # (empty where the node's CPU is unlimited: most clusters')
                 for c in cpus:
                     node.cpu_free += c
@@ -260,7 +260,7 @@ class NodePool:
                 used.clear()  # they were all it held here (most spans: no loop)
             else:
                 for g in gpus:
-                    del used[g]  # (each is there: taken by this job, and not freed since)
+                    used.pop(g, None)
             freed += n
             now = len(free)
             if node.healthy:
