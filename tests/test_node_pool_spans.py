@@ -36,7 +36,7 @@ def _release_task_by_task(pool: NodePool, job_id: str, gang: Gang) -> None:
                 _refile(pool, touched[-1])
             pool._unfile(node)
             touched.append(node)
-        node.free.extend(t.gpus)
+        node.free += t.gpus  # (a tuple: ``PoolNode.free``)
         d = need[(t.role, t.index)]
         node.cpu_free += d.cpu
         node.memory_free += d.memory_mb
@@ -47,7 +47,7 @@ def _release_task_by_task(pool: NodePool, job_id: str, gang: Gang) -> None:
 
 
 def _refile(pool: NodePool, node: PoolNode) -> None:
-    node.free.sort()
+    node.free = tuple(sorted(node.free))
     pool._file(node)
     pool.peak = max(pool.peak, len(node.free))
 

@@ -119,7 +119,7 @@ def test_a_take_that_empties_the_top_bucket_lowers_it_to_the_next_node() -> None
     assert pool.top_free == 8
     pool.place("a", _gang(3))
     assert pool.top_free == 8 and pool.place("b", _gang(5)) is not None
-    assert pool.nodes["b0"].free == [] and pool.top_free == 8
+    assert pool.nodes["b0"].free == () and pool.top_free == 8
     pool.place("c", _gang(7))
     assert pool.top_free == 1 and not pool.may_fit(2) and pool.may_fit(1)
     pool.place("d", _gang(1))

@@ -117,7 +117,10 @@ class PoolNode:
     gpus: tuple[int, ...]
     cpu: float = math.inf
     memory_mb: float = math.inf
-    free: list[int] = field(default_factory=list)
+    #: The free GPUs, ascending. A tuple, not a list: a take is then a slice (all of them, as
+    #: a best-fit take mostly is: the same tuple, no copy), and a release onto a full node
+    #: (most releases) is the job's own GPUs, with no sort (issue 34).
+    free: tuple[int, ...] = ()
     cpu_free: float = math.inf
     memory_free: float = math.inf
     healthy: bool = True
@@ -137,11 +140,15 @@ class PoolNode:
     pieces: dict[tuple[tuple[int, ...], int], tuple[Gang, tuple[TaskPlacement, ...], Span]] = field(
         default_factory=dict
     )
+    #: CPU or memory has a limit here (the cluster config gives SKU sizes), so a take counts
+    #: them: one test a take on most clusters' nodes, where there were two.
+    limited: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        self.free = sorted(self.gpus)
+        self.free = tuple(sorted(self.gpus))
         self.cpu_free = self.cpu
         self.memory_free = self.memory_mb
+        self.limited = self.cpu < math.inf or self.memory_mb < math.inf
 
     def room(self, t: TaskDemand, gpus_taken: int = 0, cpu: float = 0.0, mem: float = 0.0) -> int:
         """How many more tasks like ``t`` fit, after a tentative ``gpus_taken``/``cpu``/``mem``."""
@@ -163,6 +170,11 @@ class NodePool:
         self._consolidated = locality == "consolidated"
         self.nodes: dict[str, PoolNode] = {n.name: n for n in nodes}
         self.max_node_gpus = max((len(n.gpus) for n in self.nodes.values()), default=0)
+        #: The most GPUs of a gang placed on one node (consolidated: ``max_node_gpus``), -1
+        #: under ``anywhere``: ``place`` and ``may_fit`` ask one comparison for their common
+        #: case, where they asked the locality and the size.
+        self._within = self.max_node_gpus if self._consolidated else -1
+        self._wakes = _Wakes(self.max_node_gpus if self._consolidated else 0)
         self.total_gpus = sum(len(n.gpus) for n in self.nodes.values())
         self.total_cpu = sum(n.cpu for n in self.nodes.values())
         self.total_memory = sum(n.memory_mb for n in self.nodes.values())
@@ -235,8 +247,8 @@ class NodePool:
             if node.healthy:  # ``_unfile``, free, ``_file``, by hand (``top_free`` only
                 # rises: the node is filed again higher, so its old bucket is not the top)
                 del buckets[len(free)][node.name]
-            free.extend(gpus)
-            free.sort()
+            # (a full node, most often: its free GPUs are then the span's, already in order)
+            free = node.free = tuple(sorted(free + gpus)) if free else gpus
             if cpus:  # (empty where the node's CPU is unlimited: most clusters')
                 for c in cpus:
                     node.cpu_free += c
@@ -274,7 +286,7 @@ class NodePool:
             node = self.nodes[t.node]
             self._unfile(node)
             taken = set(t.gpus)
-            node.free = [g for g in node.free if g not in taken]
+            node.free = tuple(g for g in node.free if g not in taken)
             node.cpu_free -= cpu
             node.memory_free -= mem
             for g in t.gpus:
@@ -288,30 +300,62 @@ class NodePool:
 
     def place(self, job_id: str, gang: Gang) -> tuple[TaskPlacement, ...] | None:
         """Place the whole gang and take its GPUs, or return None and change nothing."""
-        plan = self._plan(gang)
-        if plan is None:
-            return None
-        if len(plan) == 1 and gang.ordered:  # one node, tasks in order (every trace job)
-            node, group = plan[0]
-            gpus = self._take(node, job_id, group, gang.gpus)
-            kept = node.placed.get(gpus)
-            if kept is not None and kept[0] is gang:
-                self._jobs[job_id] = kept[1]
-                return kept[1][0]
-            tasks = tuple(_placements(node.name, group, gpus))
-            span = (
-                node,
-                gpus,
-                gang.cpus if node.cpu < math.inf else (),
-                gang.mems if node.memory_mb < math.inf else (),
-            )
-            job = self._jobs[job_id] = (tasks, (span,))
-            if len(node.placed) >= PLACED_KEPT:
-                node.placed.clear()
-            node.placed[gpus] = (gang, job)
-            return tasks
-        if gang.ordered and len(gang.runs) == 1:
-            return self._place_in_order(job_id, gang, plan)
+        if gang.gpus <= self._within:
+            # (``_plan``'s one node, without its plan: a list and a tuple a job, and their
+            # reading back; nearly every trace job)
+            node = self._fitting(gang)
+            if node is None:
+                return None
+            if not gang.ordered:
+                return self._place_apart(job_id, [(node, gang.tasks)])
+        else:
+            plan = self._plan(gang)
+            if plan is None:
+                return None
+            if len(plan) != 1 or not gang.ordered:
+                if gang.ordered and len(gang.runs) == 1:
+                    return self._place_in_order(job_id, gang, plan)
+                return self._place_apart(job_id, plan)
+            node = plan[0][0]
+        # one node, tasks in order (every trace job within a node): ``_take``'s lines by hand,
+        # a call a job less (13 bytecodes a job of FIFO)
+        free = node.free
+        k = gang.gpus
+        gpus = free[:k]
+        node.free = free[k:]
+        buckets = self._buckets
+        had = len(free)
+        bucket = buckets[had]
+        del bucket[node.name]
+        buckets[had - k][node.name] = node
+        self.free_gpus -= k
+        if not bucket and had == self.top_free:
+            self._lower_top()
+        node.used.update(dict.fromkeys(gpus, job_id))
+        if node.limited:
+            _take_limits(node, gang.tasks)
+        kept = node.placed.get(gpus)
+        if kept is not None and kept[0] is gang:
+            self._jobs[job_id] = kept[1]
+            return kept[1][0]
+        tasks = tuple(_placements(node.name, gang.tasks, gpus))
+        span = (
+            node,
+            gpus,
+            gang.cpus if node.cpu < math.inf else (),
+            gang.mems if node.memory_mb < math.inf else (),
+        )
+        job = self._jobs[job_id] = (tasks, (span,))
+        if len(node.placed) >= PLACED_KEPT:
+            node.placed.clear()
+        node.placed[gpus] = (gang, job)
+        return tasks
+
+    def _place_apart(
+        self, job_id: str, plan: list[tuple[PoolNode, Sequence[TaskDemand]]]
+    ) -> tuple[TaskPlacement, ...]:
+        """``place``'s general path: each node's group taken, the placements sorted into
+        (role, index) order, and the job's spans found from them."""
         held: list[tuple[TaskPlacement, TaskDemand, PoolNode]] = []
         for node, group in plan:
             gpus = self._take(node, job_id, group, sum(d.gpu for d in group))
@@ -359,45 +403,32 @@ class NodePool:
         self, node: PoolNode, job_id: str, group: Sequence[TaskDemand], gpus: int
     ) -> tuple[int, ...]:
         """The group's ``gpus`` GPUs off the node (returned: each task takes the next ones,
-        ``_placements``), and its CPU and memory (skipped where unlimited: ``inf`` less
-        anything stays ``inf``)."""
-        name = node.name
+        ``_placements``), and its CPU and memory (skipped where both are unlimited). The node
+        is healthy: placement found it in its bucket. (``place`` does this by hand for a gang
+        on one node.)"""
         free = node.free
-        taken = tuple(free[:gpus])
-        if node.healthy:  # ``_unfile``, take, ``_file``, by hand (with release's: 3% of FIFO)
-            buckets = self._buckets
-            had = len(free)
-            bucket = buckets[had]
-            del bucket[name]
-            del free[:gpus]
-            buckets[len(free)][name] = node
-            self.free_gpus -= gpus  # (the node had them: placement chose it for them)
-            if not bucket and had == self.top_free:
-                self._lower_top()
-        else:
-            del free[:gpus]
+        taken = free[:gpus]  # (all of them, as a best fit mostly takes: the same tuple)
+        node.free = free[gpus:]
+        # ``_unfile``, take, ``_file``, by hand (with release's: 3% of FIFO)
+        buckets = self._buckets
+        had = len(free)
+        bucket = buckets[had]
+        del bucket[node.name]
+        buckets[had - gpus][node.name] = node
+        self.free_gpus -= gpus  # (the node had them: placement chose it for them)
+        if not bucket and had == self.top_free:
+            self._lower_top()
         node.used.update(dict.fromkeys(taken, job_id))  # in C, in the order taken
-        if node.cpu_free < math.inf:
-            for d in group:
-                node.cpu_free -= d.cpu
-        if node.memory_free < math.inf:
-            for d in group:
-                node.memory_free -= d.memory_mb
+        if node.limited:  # (else both counters are ``inf``: nothing to take)
+            _take_limits(node, group)
         return taken
 
     def _plan(self, gang: Gang) -> list[tuple[PoolNode, Sequence[TaskDemand]]] | None:
         total = gang.gpus
         consolidated = self._consolidated
         if consolidated and total <= self.max_node_gpus:
-            # ``_ascending(total)``'s order, walked here (no generator: once a job), up to the
-            # top bucket holding a node (``top_free``: those above are empty; a node there
-            # has its free GPUs in ``free_gpus`` too, so that is not asked first)
-            cpu, mem, buckets = gang.cpu, gang.memory_mb, self._buckets
-            for f in range(total or 1, self.top_free + 1):
-                for node in buckets[f].values():
-                    if cpu <= node.cpu_free and mem <= node.memory_free:
-                        return [(node, gang.tasks)]
-            return None
+            node = self._fitting(gang)
+            return None if node is None else [(node, gang.tasks)]
         if total > self.free_gpus:
             return None
         if consolidated:
@@ -407,21 +438,33 @@ class NodePool:
             return self._pack(gang, self._descending(), max_nodes=need)
         return self._pack(gang, self._ascending(1), max_nodes=None)
 
+    def _fitting(self, gang: Gang) -> PoolNode | None:
+        """Where a consolidated gang within a node goes: the first node, fullest first, with
+        room for it. ``_ascending(gpus)``'s order, walked here (no generator: once a job), up
+        to the top bucket holding a node (``top_free``: those above are empty; a node there
+        has its free GPUs in ``free_gpus`` too, so that is not asked first)."""
+        cpu, mem, buckets = gang.cpu, gang.memory_mb, self._buckets
+        for f in range(gang.gpus or 1, self.top_free + 1):
+            for node in buckets[f].values():
+                if cpu <= node.cpu_free and mem <= node.memory_free:
+                    return node
+        return None
+
     def may_fit(self, gpus: int) -> bool:
         """Could a gang of ``gpus`` GPUs be placed now, by free GPU counts alone? False only
         where ``place`` refuses every gang of that size (``_plan``'s own first tests), so a
         queue pass may skip such a head without trying it (on a contended cluster most tries
         failed so, each paying ``place`` and its search: issue 34). Under ``anywhere``, only
         the free total is tested."""
-        if not self._consolidated:
-            return gpus <= self.free_gpus
-        top = self.max_node_gpus
-        if gpus <= top:
+        if gpus <= self._within:
             # a node with that many free (``_ascending``: at least one); such a node's free
             # GPUs count in ``free_gpus`` too
             return self.top_free >= (gpus or 1)
+        if not self._consolidated:
+            return gpus <= self.free_gpus
         if gpus > self.free_gpus:
             return False
+        top = self.max_node_gpus
         need = -(-gpus // top)
         # ``_most_free_reaches``' first test, without its call: on a busy cluster the most
         # free node times the nodes the gang may take is short of it, nearly always
@@ -432,11 +475,9 @@ class NodePool:
         release (``peak``) before it may say yes: the size itself for a gang that fits on one
         node; for a wider one, what the other most-free nodes it may take, all empty, leave
         to find (if the sum of the most free grew past the gang, one of them grew past that).
-        Under ``anywhere`` any release may do."""
-        if not self._consolidated:
-            return 1
-        top = self.max_node_gpus
-        return max(1, gpus - top * (-(-gpus // top) - 1)) if top else 1
+        Under ``anywhere`` any release may do. Worked out once a size (``_Wakes``): a
+        contended queue pass asks it of every size it parks."""
+        return self._wakes[gpus]
 
     def _most_free_reaches(self, nodes: int, gpus: int) -> bool:
         """``_most_free(nodes) >= gpus``, stopping as soon as the nodes left, at most as free
@@ -554,6 +595,31 @@ class NodePool:
         return True
 
 
+class _Wakes(dict[int, int]):
+    """``NodePool.wake_level`` by GPU count, each worked out when first asked (a pure
+    function of the count and the pool's largest node; ``top`` 0: any release may do)."""
+
+    def __init__(self, top: int) -> None:
+        super().__init__()
+        self.top = top
+
+    def __missing__(self, gpus: int) -> int:
+        top = self.top
+        level = self[gpus] = max(1, gpus - top * (-(-gpus // top) - 1)) if top else 1
+        return level
+
+
+def _take_limits(node: PoolNode, group: Sequence[TaskDemand]) -> None:
+    """The group's CPU and memory off a node that limits either (one that does not stays
+    ``inf``: inf less anything is inf)."""
+    if node.cpu_free < math.inf:
+        for d in group:
+            node.cpu_free -= d.cpu
+    if node.memory_free < math.inf:
+        for d in group:
+            node.memory_free -= d.memory_mb
+
+
 def _placements(
     node: str, group: Sequence[TaskDemand], taken: tuple[int, ...]
 ) -> list[TaskPlacement]:
@@ -580,17 +646,28 @@ def _role_index(h: tuple[TaskPlacement, TaskDemand, PoolNode]) -> tuple[str, int
 
 
 def _spans(held: list[tuple[PoolNode, tuple[int, ...], float, float]]) -> tuple[Span, ...]:
-    """A job's tasks, in the order given back, as spans of consecutive tasks on one node:
-    ``release`` frees each span at once, refiling its node in the same order as task by task
-    (a node met again after another is refiled again, so buckets keep the same order)."""
+    """A job's tasks, in the order given back, as spans of consecutive tasks on one node
+    whose GPUs ascend: ``release`` frees each span at once, refiling its node in the same
+    order as task by task (a node met again after another is refiled again, so buckets keep
+    the same order). Where the GPUs fall (tasks in (role, index) order are not in the order
+    they took their GPUs, or a claimed task lists its GPUs out of order), a new span starts
+    on the same node: freeing the two in turn leaves the node where freeing them as one
+    would (at the end of the same bucket; a move through a bucket on the way changes no
+    other node's place), and ``release`` may then take a span's GPUs as a full node's free
+    GPUs as they are. A task's CPU and memory go with the span it began in (on the same
+    node as the next: the same sums, added in the same order)."""
     spans: list[tuple[PoolNode, list[int], list[float], list[float]]] = []
     for node, gpus, cpu, mem in held:
         if not spans or spans[-1][0] is not node:
             spans.append((node, [], [], []))
         span = spans[-1]
-        span[1].extend(gpus)
         span[2].append(cpu)
         span[3].append(mem)
+        for g in gpus:
+            if span[1] and g < span[1][-1]:
+                span = (node, [], [], [])
+                spans.append(span)
+            span[1].append(g)
     return tuple(
         (
             n,
