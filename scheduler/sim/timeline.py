@@ -57,8 +57,6 @@ class Timeline:
         self.now = 0.0
         self.used = 0
         self.waiting = 0
-        self.frag_gpu_seconds = 0.0
-        self.frag_seconds = 0.0
         self.preemptions = 0
         self._wait_sizes: dict[int, int] = {}
         self.vcs: dict[str, _VC] = _VCs(self)
@@ -66,6 +64,9 @@ class Timeline:
         # array: one ``extend`` an instant, not three appends (``t``, ``used_series``,
         # ``waiting_series`` read them apart; counts are exact as floats below 2**53).
         self._steps = array("d")
+        # The steps in which jobs waited and GPUs were idle, but too few for any waiting job
+        # (not fragmented), each by the series' length once it was added (``advance``).
+        self._roomless = array("q")
 
     def advance(self, t: float) -> None:
         """Time moves from ``now`` to ``t`` with the current state."""
@@ -75,13 +76,13 @@ class Timeline:
         dt = t - self.now
         if dt <= 0:
             return
-        # (GPU time in use is not summed here: ``busy_gpu_seconds`` sums it from these steps.)
+        # (No integral is added to here: ``busy_gpu_seconds`` and the fragmentation's sum them
+        # from the steps.)
         self._steps.extend((self.now, self.used, self.waiting))
         if self.waiting:  # (no idle GPUs to count while none waits)
             idle = self.total_gpus - self.used
-            if idle > 0 and min(self._wait_sizes) <= idle:
-                self.frag_gpu_seconds += idle * dt
-                self.frag_seconds += dt
+            if idle > 0 and min(self._wait_sizes) > idle:  # (in a deep queue, seldom)
+                self._roomless.append(len(self._steps))
         self.now = t
 
     def run(self, job: Any, gpus: int) -> None:
@@ -150,24 +151,48 @@ class Timeline:
         for vc in self.vcs.values():
             vc.advance(self.now)
 
+    # ---- the integrals, summed from the steps when read (at the end, by the metrics) ------
+    #
+    # Why: ``advance`` added to three running totals once an instant (27 bytecodes while jobs
+    # wait, two or more instants a job), and the series holds the same numbers. A step's start
+    # is the ``now`` that ``advance`` moved from and the next one's the ``t`` it moved to (the
+    # last one's, now), so each length is the same subtraction; GPU counts are exact as
+    # doubles, so each product is the same multiplication (in numpy as in Python); and a
+    # cumulative sum adds in order from the first, as the running totals did (``0.0 + x`` is
+    # ``x``): the same bits. A step is fragmented where jobs waited and GPUs were idle, unless
+    # ``advance`` found the idle GPUs too few for every waiting job (``_roomless``).
+
     @property
     def busy_gpu_seconds(self) -> float:
-        """GPU time in use so far: each step's GPUs in use times its length (to the next
-        step's start; the last, to now), added one after the other in the steps' order.
+        """GPU time in use so far."""
+        steps, lengths = self._step_lengths()
+        lengths *= steps[:, 1]
+        return _running_sum(lengths)
 
-        Why from the steps: ``advance`` added ``used * dt`` once an instant (10 bytecodes, two
-        or more instants a job), and the series holds the same numbers: a step's start is the
-        ``now`` that ``advance`` moved from and the next one's the ``t`` it moved to, so each
-        length is the same subtraction, each product the same multiplication (doubles, in
-        numpy as in Python), and a cumulative sum adds them in order from the first as the
-        running total did (``0.0 + x`` is ``x``): the same bits. Read at the end (metrics)."""
-        steps = np.frombuffer(self._steps, dtype=np.float64)  # (a view: no copy)
-        if not len(steps):
-            return 0.0
-        times = steps[0::3]
-        lengths = np.diff(times, append=self.now)
-        lengths *= steps[1::3]  # (GPUs in use, exact as doubles below 2**53)
-        return float(np.cumsum(lengths, out=lengths)[-1])
+    @property
+    def frag_gpu_seconds(self) -> float:
+        """Idle GPU time while a waiting job would have fit by count."""
+        idle, lengths = self._fragmented()
+        return _running_sum(idle * lengths)
+
+    @property
+    def frag_seconds(self) -> float:
+        """Time during which a waiting job would have fit the idle GPUs by count."""
+        return _running_sum(self._fragmented()[1])
+
+    def _step_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """The steps as rows (start, GPUs used, jobs waiting), a view of the series (no copy,
+        released on return), and each step's length, a new array."""
+        steps = np.frombuffer(self._steps, dtype=np.float64).reshape(-1, 3)
+        return steps, np.diff(steps[:, 0], append=self.now) if len(steps) else np.zeros(0)
+
+    def _fragmented(self) -> tuple[np.ndarray, np.ndarray]:
+        """The fragmented steps' idle GPUs and lengths, in order."""
+        steps, lengths = self._step_lengths()
+        idle = self.total_gpus - steps[:, 1]
+        fragmented = (steps[:, 2] != 0) & (idle > 0)
+        fragmented[np.frombuffer(self._roomless, dtype=np.int64) // 3 - 1] = False
+        return idle[fragmented], lengths[fragmented]
 
     @property
     def t(self) -> array[float]:
@@ -187,3 +212,9 @@ class Timeline:
     @property
     def span(self) -> float:
         return 0.0 if self.start is None else self.now - self.start
+
+
+def _running_sum(values: np.ndarray) -> float:
+    """``values`` added one after the other from the first, as a running total adds (numpy's
+    ``sum`` adds pairwise: other bits); 0.0 for none."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
