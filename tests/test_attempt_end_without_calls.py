@@ -44,9 +44,10 @@ def plain_end_attempt(record: JobRecord, ok: bool, now: float) -> Finish | Reque
 
 def running(retries: int, used: int) -> JobRecord:
     spec = JobSpec("j", "vc", 100, (RoleSpec("worker", instances=2, gpu=1),), retries=retries)
-    record = JobRecord("j", spec, 0.0, state=JobState.RUNNING, retries_used=used, started=5.0)
-    record.stopped[("worker", 1)] = "stopped: drained"
-    return record
+    stopped = {("worker", 1): "stopped: drained"}
+    return JobRecord(
+        "j", spec, 0.0, state=JobState.RUNNING, retries_used=used, started=5.0, stopped=stopped
+    )
 
 
 @PROPERTY_SETTINGS

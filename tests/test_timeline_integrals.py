@@ -1,17 +1,18 @@
-"""The timeline's per-VC integrals against the plain computation. ``Timeline.run`` and
-``Timeline.wait`` advance a VC's integrals to now themselves (written out, no helper call: the
-change of every start and end of every simulated job); here a reference timeline advances the
-VC through one plain helper before every change, as the timeline did before (and a waiting
-job's start is its ``wait(-1)`` then its ``run``, which ``Timeline.started`` fuses). Given random
-streams of changes (starts, ends, waits, several changes in one instant, VCs first seen late),
-expect every VC's served and asked-for GPU time, and every global figure, to the bit."""
+"""The timeline's per-VC integrals against the plain computation. ``Timeline.run``, ``wait``
+and ``started`` add a step to the VC's series at each change, and a VC's served and asked-for
+GPU time are summed from its steps when read; here a reference timeline advances each VC's
+running integrals through one plain helper before every change, as the timeline once did (and
+a waiting job's start is its ``wait(-1)`` then its ``run``, which ``Timeline.started`` fuses).
+Given random streams of changes (starts, ends, waits, several changes in one instant, VCs first
+seen late), expect every VC's served and asked-for GPU time, and every global figure, to the
+bit."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-from labhive.scheduler.sim.timeline import _VC, Timeline
+from labhive.scheduler.sim.timeline import Timeline
 
 
 @dataclass
@@ -20,13 +21,35 @@ class Job:
     gpus: int
 
 
+class PlainVC:
+    """A VC's running integrals, advanced to each change's time before it."""
+
+    def __init__(self, now: float) -> None:
+        self.last = now
+        self.used = 0
+        self.waiting_gpus = 0
+        self.served = 0.0
+        self.demand = 0.0
+
+    def advance(self, now: float) -> None:
+        dt = now - self.last
+        if dt > 0:
+            self.served += self.used * dt
+            self.demand += (self.used + self.waiting_gpus) * dt
+        self.last = now
+
+
 class PlainTimeline(Timeline):
     """The reference: each change first advances its VC through ``_vc``, then changes it."""
 
-    def _vc(self, name: str) -> _VC:
-        vc = self.vcs.get(name)
+    def __init__(self, total_gpus: int) -> None:
+        super().__init__(total_gpus)
+        self.vcs = {}  # type: ignore[assignment]  # (``PlainVC``s)
+
+    def _vc(self, name: str) -> PlainVC:
+        vc: PlainVC | None = self.vcs.get(name)  # type: ignore[assignment]
         if vc is None:
-            vc = self.vcs[name] = _VC(self.now)
+            vc = self.vcs[name] = PlainVC(self.now)  # type: ignore[assignment]
         vc.advance(self.now)
         return vc
 

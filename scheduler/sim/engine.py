@@ -61,6 +61,11 @@ _OK_BY_STATUS: dict[str, bool] = {}
 _RUNNING, _REJECTED = JobState.RUNNING, JobState.REJECTED
 #: A run without end (a scenario job until its scripted finish): ``remaining == _INF``.
 _INF = math.inf
+#: Wake-up times closer than this are one instant: a wake-up no earlier than the planned one
+#: less this is planned already (``_plan_wakeup``, and ``_count_decided``'s test before its
+#: call), and a tick whose wanted time is no later than now plus this is due (``tick``). One
+#: name for the three tests, so that they cannot come to disagree on which times are one.
+WAKE_SLACK = 1e-9
 #: A task's GPU indices (``_time_run`` sums their lengths in C).
 _GPUS_OF = attrgetter("gpus")
 #: Record states in which a job has ended after running (its JCT counts).
@@ -344,7 +349,7 @@ class Simulation(VirtualTimeDriver):
             # LAS mostly wants the wake-up it has planned already, and the call returned at
             # once (2.7 calls a job).
             planned = self._wake
-            if planned is None or not wake >= planned - 1e-9:
+            if planned is None or not wake >= planned - WAKE_SLACK:
                 self._plan_wakeup(wake)
 
     def _seen(self, label: str) -> None:
@@ -378,7 +383,7 @@ class Simulation(VirtualTimeDriver):
         )
 
     def _plan_wakeup(self, wake: float | None) -> None:
-        if wake is None or (self._wake is not None and wake >= self._wake - 1e-9):
+        if wake is None or (self._wake is not None and wake >= self._wake - WAKE_SLACK):
             return
         self._wake = when = max(wake, self.now)
 
@@ -387,7 +392,7 @@ class Simulation(VirtualTimeDriver):
                 return None  # superseded by an earlier request
             self._wake = None
             wanted = self.scheduler.next_wakeup()
-            if wanted is None or wanted > self.now + 1e-9:
+            if wanted is None or wanted > self.now + WAKE_SLACK:
                 self._plan_wakeup(wanted)  # what it was for is gone (the job ended): not a step
                 return None
             self.wakeups += 1

@@ -46,6 +46,8 @@ _MISSING = (None, "", "None", "none", "null")
 
 #: No GPU count, read as a global once a row (``_generic_fast``).
 _INF = math.inf
+#: A text value without the spaces around it (``_generic_fast``: mapped over a row's texts).
+_strip = str.strip
 GENERIC_COLUMNS = ("submit_time", "vc", "user", "gpus", "duration", "status")
 PHILLY_CSV_COLUMNS = ("jobid", "vc", "user", "status", "submit_time_s", "gpus", "run_time_s")
 #: Tiresias' simulator input (github.com/SymbioticLab/Tiresias, simulator/*_job.csv); it has
@@ -467,18 +469,20 @@ def _iter_csv(
         )
     width = len(fields)
     fast = _generic_fast(fields) if parse_row is _generic_row else None
+    # (The common row's tests first: a blank line is also one of the wrong width, and a row
+    # read by position is yielded without a second test for None. Once a row.)
     for values in reader:
-        if not values:
-            continue  # a blank line
         line = reader.line_num
         if len(values) != width:
-            trace.problems.append(RowProblem(line, "wrong number of columns"))
+            if values:  # (else a blank line)
+                trace.problems.append(RowProblem(line, "wrong number of columns"))
             continue
         job = fast(values, line) if fast is not None else None
         if job is None:
             job = _take(trace, line, parse_row, dict(zip(fields, values, strict=True)), line)
-        if job is not None:
-            yield job
+            if job is None:
+                continue
+        yield job
 
 
 def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | None]:
@@ -489,41 +493,39 @@ def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | No
     job_i, status_i = at.get("job_id"), at.get("status")
     if "cpu" in at or "memory_mb" in at:
         return lambda values, line: None  # rare columns: the general way
-    # A row's seven values taken in one C call, not seven subscripts (once a row of a
-    # million-row trace); a file without a job_id or status column has the vc read in its
-    # place, unused (``has_id``, ``has_status``).
-    pick = operator.itemgetter(
-        *(at["submit_time"], at["gpus"], at["duration"], at["vc"], at["user"]),
+    # A row's numbers and texts taken in one C call each, converted (``float``) and stripped
+    # (``str.strip``) in C by ``map``, not by a call apiece (once a row of a million-row
+    # trace); a file without a job_id or status column has the vc read in its place, unused
+    # (``has_id``, ``has_status``).
+    numbers = operator.itemgetter(at["submit_time"], at["gpus"], at["duration"])
+    texts = operator.itemgetter(
+        at["vc"],
+        at["user"],
         at["vc"] if job_i is None else job_i,
         at["vc"] if status_i is None else status_i,
     )
     has_id, has_status = job_i is not None, status_i is not None
 
     def parse(values: list[str], line: int) -> TraceJob | None:
-        raw_submit, raw_gpus, raw_duration, vc, user, job_id, status = pick(values)
         try:  # (``float`` skips the spaces around a number itself: no ``strip`` first)
-            submit = float(raw_submit)
-            gpus_f = float(raw_gpus)
-            duration = float(raw_duration)
+            submit, gpus_f, duration = map(float, numbers(values))
         except ValueError:
             return None  # (also a number between control characters, which ``strip`` drops)
         if not (0.0 < gpus_f < _INF and duration >= 0.0):
             return None  # NaN, infinite, negative or no GPUs; a NaN or negative duration
         gpus = int(gpus_f)
-        vc = vc.strip()
+        vc, user, job_id, status = map(_strip, texts(values))
         if gpus != gpus_f or not vc:
             return None  # a fraction of a GPU, no VC
-        job_id = job_id.strip() if has_id else ""
-        status = status.strip() if has_status else ""
         # By position (job_id, submit, vc, user, gpus, duration, status, line): once per row.
         return TraceJob(
-            job_id or f"job-{line}",
+            job_id if has_id and job_id else f"job-{line}",
             submit,
             vc,
-            user.strip(),
+            user,
             gpus,
             duration,
-            status or "Pass",
+            status if has_status and status else "Pass",
             line,
         )
 
