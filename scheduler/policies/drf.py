@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from functools import partial
 from itertools import repeat
 from operator import add, attrgetter, sub
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ class DrfPolicy(QueuedPolicy):
         self._armed: dict[str, float] = {}  # their shares when the pass began (``rekey``)
         if self._index is not None:
             self._index.rekey = self._rekey
+            self._bind_hooks()
 
     def line_key(self, job: QueuedJob) -> Hashable:
         return job.user
@@ -68,9 +70,29 @@ class DrfPolicy(QueuedPolicy):
     def dominant_share(self, user: str) -> float:
         return _share_of(self._usage.get(user, (0.0, 0.0, 0.0)), _sizes(self.pool))
 
-    def _add(self, job: QueuedJob, op: Callable[[float, float], float]) -> None:
+    def _bind_hooks(self) -> None:
+        """With the index, the start and stop hooks of this policy's mode, bound once: a
+        start without backfill is ``_add`` alone (its line was touched as the job left it), a
+        pass without backfill arms nothing (no user is ever ``_risen``). Why: the general
+        hooks asked for the index and backfill at every start and stop, and ``_add`` was a
+        second frame under each; the pass's override was a frame a pass (issue 34: about 25
+        bytecodes per arrival of a contended DRF run). The index and backfill are fixed for
+        a policy's life (``QueuedPolicy.__init__``)."""
+        assert self._index is not None
+        self._touch = self._index.touch  # (the dirty set's own ``add``, never replaced)
+        hooks: dict[str, Any] = vars(self)
+        if self.backfill:
+            hooks["on_started"] = self._started_risen
+            hooks["on_stopped"] = self._stopped_split
+        else:
+            hooks["on_started"] = partial(self._add, add)
+            hooks["on_stopped"] = self._stopped_line
+            hooks["_indexed_pass"] = partial(QueuedPolicy._indexed_pass, self)
+
+    def _add(self, op: Callable[[float, float], float], job: QueuedJob) -> str:
         """Add (``op`` ``add``, at a start) or take away (``sub``, at a stop) the job's GPUs,
-        CPU and memory to or from its user's usage, and work out the user's share again.
+        CPU and memory to or from its user's usage, and work out the user's share again: the
+        user.
 
         The three sums in one ``map`` over the gang's (``_DEMAND``), not three statements
         ``usage[i] += sign * x``: the same floats (``u - x`` is ``u + -1 * x`` exactly), and
@@ -87,6 +109,7 @@ class DrfPolicy(QueuedPolicy):
         # and stop was a fifth of DRF's own cost.
         gpus = self._gpus_only
         self._share[user] = usage[0] / gpus if gpus else _share_of(usage, self._sizes_of_pool)
+        return user
 
     def _reshare(self, pool: NodePool) -> NodePool:
         """The pool that shares are of (a reconfigured cluster's, as it is made): every user's
@@ -97,30 +120,35 @@ class DrfPolicy(QueuedPolicy):
         return pool
 
     def on_started(self, job: QueuedJob) -> None:
-        self._add(job, add)
-        if self._index is None:
-            self.priority_changed(job)
-        elif self.backfill:
-            self._risen.add(job.user)  # its lines re-filed when met (``_arm``)
-        # (without backfill the user's one line is the job's: ``_dequeue`` touched it, and a
-        # pass re-files it at once by the user's new share)
+        """Without the index (with it, the mode's own hook: ``_bind_hooks``)."""
+        self._add(add, job)
+        self.priority_changed(job)
 
     def on_stopped(self, job: QueuedJob) -> None:
-        self._add(job, sub)
+        """Without the index (with it, the mode's own hook: ``_bind_hooks``)."""
+        self._add(sub, job)
+        self.priority_changed(job)
+
+    def _started_risen(self, job: QueuedJob) -> None:
+        """A start with backfill: the user's lines are re-filed when met (``_arm``)."""
+        self._risen.add(self._add(add, job))
+
+    def _stopped_line(self, job: QueuedJob) -> None:
+        """A stop without backfill: the user's line, ranked too late now, is re-filed before
+        the next pass. Only a line that waits: one the user has not (no live entry, or one
+        already touched as it emptied, which ``_head`` forgets only after) has nothing to
+        re-file. Why: on a contended cluster many stops are of users with nothing waiting, and
+        each re-filed a line to find it empty (issue 34)."""
+        user = self._add(sub, job)
+        if user in self._groups:
+            self._touch(user)  # (the line is the user's: ``line_key``, no per-VC)
+
+    def _stopped_split(self, job: QueuedJob) -> None:
+        """A stop with backfill: the user's lines filed above its share now are re-filed before
+        the next pass (``touch``), the others when met (``_risen``)."""
+        user = self._add(sub, job)
         index = self._index
-        user = job.user
-        if index is None:
-            self.priority_changed(job)
-            return
-        if not self.backfill:
-            # ranked too late now: re-filed before the next pass. Only a line that waits: one
-            # the user has not (no live entry, or one already touched as it emptied, which
-            # ``_head`` forgets only after) has nothing to re-file. Why: on a contended
-            # cluster many stops are of users with nothing waiting, and each re-filed a line
-            # to find it empty (issue 34).
-            if user in self._groups:
-                index.dirty.add(user)  # (the line is the user's: ``line_key``, no per-VC)
-            return
+        assert index is not None  # (bound with the index alone: ``_bind_hooks``)
         split = self._split.get(user)
         if split:
             share, keys, waiting = self._share[user], index.keys, self._groups
