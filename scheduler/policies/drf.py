@@ -151,14 +151,14 @@ class DrfPolicy(QueuedPolicy):
         assert index is not None  # (bound with the index alone: ``_bind_hooks``)
         split = self._split.get(user)
         if split:
-            share, keys, waiting = self._share[user], index.keys, self._groups
+            share, filed, waiting = self._share[user], index.filed, self._groups
             gone = None
             for group in split:
-                key = keys.get(group)  # (None: no live entry; a waiting line is filed anyway)
-                if key is None:
+                entry = filed.get(group)  # (None: not filed; a waiting line is filed anyway)
+                if entry is None:
                     if group not in waiting:
                         gone = [group] if gone is None else [*gone, group]
-                elif key[0] > share:
+                elif entry[0][0] > share:
                     index.touch(group)  # filed too late: re-filed before the next pass
                     self._settled = None  # (it may rank before the blocked head: ``_block_asleep``)
             if gone:
