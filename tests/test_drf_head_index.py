@@ -171,9 +171,9 @@ def check_index(drf: DrfPolicy) -> None:
         entry[3]: (entry[0], entry[1], kind)
         for kind, (_, heap) in index._heaps.items()
         for entry in heap
-        if index._version.get(entry[3]) == entry[2]
+        if index.filed.get(entry[3]) is entry
     }
-    assert set(live) == set(index._version)
+    assert set(live) == set(index.filed)
     for group in set(drf._groups) | set(live):
         if group in index.dirty:
             continue
@@ -710,7 +710,7 @@ def test_jobs_joining_a_line_behind_its_head_leave_it_as_filed() -> None:
     assert submit("a0", "ann", 1, 0) + submit("b0", "bob", 1, 1) == ["a0", "b0"]
     assert submit("a1", "ann", 2, 2) == []
     assert drf.handle(Finish("b0", 3)) == []  # a1 needs 2 GPUs, 1 is free
-    assert "ann" in index.keys and not index.dirty
+    assert "ann" in index.filed and not index.dirty
     for n in range(2, 12):
         assert submit(f"a{n}", "ann", 1, 3 + n) == []  # behind a1
     assert submit("b1", "bob", 1, 20) == ["b1"]

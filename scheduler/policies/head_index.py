@@ -32,7 +32,9 @@ the pass tried last and sets aside whatever ranks before it until the pass ends 
 
 Stale entries (a line re-filed, emptied or gone) are told apart by a version per line, unique
 across lines, and dropped when they reach a heap's top, or all at once when they outnumber the
-live ones (so a long replay does not keep them).
+live ones (so a long replay does not keep them). Each filed line's live entry is kept itself
+(``filed``), so an entry is live where it *is* its line's: one dict a line, where a version per
+line and a key per line were two, and one store a filing, where they were two (issue 34).
 
 Keys that rose, re-filed when met (``lazy``, ``rekey``). A line whose rank may have *risen*
 (DRF: its user started a job, so its share grew) need not be re-filed at once: its entry ranks
@@ -40,7 +42,7 @@ it too early, never too late, so it is met at its kind's top no later than its t
 is re-filed then with its current key (``rekey``) before anything reads that key. Why: with
 backfill DRF keeps a line per user and GPU count, and re-filing every line of a user at each
 start and stop grew with the backlog (issue 34: 8 re-files per job at 200k contended jobs,
-a quarter of the run). A line whose rank fell below the key it is filed at (``keys``) must
+a quarter of the run). A line whose rank fell below the key it is filed at (``filed``) must
 still be re-filed before the next pass (``touch``): an entry ranked too late would be met
 too late.
 """
@@ -90,7 +92,6 @@ class HeadIndex:
         self._parked_tops: list[tuple[Entry, Kind]] = []
         self._ranking_parked = False
         self._low = 1 << 30  # the lowest level parked
-        self._version: dict[Hashable, int] = {}  # the live entry's version per filed line
         self._next = 0
         self._entries = 0  # entries in the heaps, live or stale
         self._aside: list[tuple[Kind, int, Entry]] = []  # passed over in this pass
@@ -113,7 +114,8 @@ class HeadIndex:
         # (given the line and its entry): re-filed when met at their kind's top (see above)
         self.lazy: set[Hashable] = set()
         self.rekey: Callable[[Hashable, Entry], Any] | None = None
-        self.keys: dict[Hashable, Any] = {}  # the key each filed line's live entry holds
+        # each filed line's live entry (its key first): an entry is live where it is this one
+        self.filed: dict[Hashable, Entry] = {}
 
     def file(self, group: Hashable, kind: Kind | None, gpus: int, key: Any, seq: int) -> None:
         """(Re-)file the line's head (``kind`` None: the line is empty), ranked by ``key``."""
@@ -121,13 +123,11 @@ class HeadIndex:
         if self.lazy:
             self.lazy.discard(group)
         if kind is None:
-            self._version.pop(group, None)
-            self.keys.pop(group, None)
+            self.filed.pop(group, None)
             return
         version = self._next = self._next + 1
-        self._version[group] = version
-        self.keys[group] = key
-        self._push(kind, gpus, (key, seq, version, group))
+        entry = self.filed[group] = (key, seq, version, group)
+        self._push(kind, gpus, entry)
 
     def _push(self, kind: Kind, gpus: int, entry: Entry) -> None:
         slot = self._heaps.get(kind)
@@ -159,7 +159,7 @@ class HeadIndex:
             if not heap or heap[0] is not first or kind in self._off or kind in self._parked:
                 heapq.heappop(tops)  # stale: the kind's first changed, or it is off
                 continue
-            if self._version.get(first[3]) != first[2]:
+            if self.filed.get(first[3]) is not first:
                 heapq.heappop(heap)  # stale
                 self._entries -= 1
                 self._next_first(kind, heap)
@@ -205,9 +205,8 @@ class HeadIndex:
         if key == first[0]:
             return False
         self._next += 1
-        self._version[group] = self._next
-        self.keys[group] = key
-        heapq.heapreplace(heap, (key, first[1], self._next, group))
+        entry = self.filed[group] = (key, first[1], self._next, group)
+        heapq.heapreplace(heap, entry)
         return True
 
     def _next_first(self, kind: Kind, heap: list[Entry]) -> None:
@@ -221,9 +220,9 @@ class HeadIndex:
         """The pass is over: file again the live entries it passed over, rank again the kinds
         it set aside (most passes of DRF without backfill set none aside: tested first)."""
         if self._aside:
-            version = self._version
+            filed = self.filed
             for kind, gpus, entry in self._aside:
-                if version.get(entry[3]) == entry[2]:
+                if filed.get(entry[3]) is entry:
                     self._push(kind, gpus, entry)
             self._aside.clear()
         if self._off:
@@ -239,7 +238,7 @@ class HeadIndex:
         self._tidy_in -= 1
         if not self._tidy_in:
             self._tidy_in = TIDY_EVERY
-            if self._entries > 2 * len(self._version) + 64:
+            if self._entries > 2 * len(self.filed) + 64:
                 self._compact()
             elif len(self._tops) > 2 * len(self._heaps) + 64:
                 self._rank_kinds()
@@ -296,7 +295,7 @@ class HeadIndex:
         if not self._ranking_parked:
             self._ranking_parked = True
             self._rank_parked()
-        tops, parked, heaps, version = self._parked_tops, self._parked, self._heaps, self._version
+        tops, parked, heaps, filed = self._parked_tops, self._parked, self._heaps, self.filed
         while tops:
             first, kind = tops[0]
             slot = heaps.get(kind)
@@ -304,7 +303,7 @@ class HeadIndex:
                 heapq.heappop(tops)  # stale: unparked, or the kind's first changed
                 continue
             heap = slot[1]
-            if version.get(first[3]) == first[2]:
+            if filed.get(first[3]) is first:
                 if self.lazy and first[3] in self.lazy and self._rekeyed(heap, first):
                     heapq.heapreplace(tops, (heap[0], kind))  # ranked later now: look again
                     continue
@@ -318,9 +317,9 @@ class HeadIndex:
         return None
 
     def _compact(self) -> None:
-        version = self._version
+        filed = self.filed
         for kind, (gpus, heap) in list(self._heaps.items()):
-            live = [e for e in heap if version.get(e[3]) == e[2]]
+            live = [e for e in heap if filed.get(e[3]) is e]
             if live:
                 heapq.heapify(live)
                 self._heaps[kind] = (gpus, live)
