@@ -115,11 +115,18 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
     def on_started(self, job: QueuedJob) -> None:
         if job.opportunistic:
             self._borrowers[job.job_id] = job
-        self._share_changed(job.vc)
+        if self._line_heads is not None:  # (``_share_changed``, inline: at every start)
+            self._touched.add(job.vc)
+            self._reshared.add(job.vc)
 
     def on_stopped(self, job: QueuedJob) -> None:
-        self._borrowers.pop(job.job_id, None)
-        self._share_changed(job.vc)
+        # (only a job started borrowed is a borrower: ``opportunistic`` stays as ``_start``
+        # set it until ``_stop`` clears it, after this hook)
+        if job.opportunistic:
+            self._borrowers.pop(job.job_id, None)
+        if self._line_heads is not None:  # (``_share_changed``, inline: at every stop)
+            self._touched.add(job.vc)
+            self._reshared.add(job.vc)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         super()._reconfigure(config, out)
