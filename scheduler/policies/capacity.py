@@ -36,6 +36,7 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
         super().__init__(*args, **kwargs)
         self.borrow = borrow
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
+        self._standing = {}  # (none without kept lines: a submission then fetches its head)
         if not (self.backfill or self.per_vc):
             self._keep_lines()  # a line per VC: its head kept between passes (``capacity_pass``)
         self._bind_hooks()
@@ -117,7 +118,7 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
             self._borrowers[job.job_id] = job
         if self._line_heads is not None:  # (``_share_changed``, inline: at every start)
             self._touched.add(job.vc)
-            self._reshared.add(job.vc)
+            self._standing.pop(job.vc, None)
 
     def on_stopped(self, job: QueuedJob) -> None:
         # (only a job started borrowed is a borrower: ``opportunistic`` stays as ``_start``
@@ -126,7 +127,7 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
             self._borrowers.pop(job.job_id, None)
         if self._line_heads is not None:  # (``_share_changed``, inline: at every stop)
             self._touched.add(job.vc)
-            self._reshared.add(job.vc)
+            self._standing.pop(job.vc, None)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         super()._reconfigure(config, out)

@@ -81,7 +81,9 @@ class CapacityPass(QueuedPass):
     _kept_sizes: Counter[int]  # GPU count -> the kept heads needing that many
     _inert: dict[Hashable, int]  # line -> 0 (its VC may not run it) or its count, refused
     _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
-    _reshared: set[Hashable]  # the lines whose VC's GPUs in use changed since the last pass
+    #: line -> its kept head, while that head and its VC's GPUs in use stand as ranked (a
+    #: start or stop pops it: ``_share_changed``); empty without kept lines
+    _standing: dict[Hashable, QueuedJob]
     _parked: dict[int, int]  # ``SizeRefusals.held``'s map, taken at each pass's start
     _live: dict[Hashable, bool]  # the kept lines whose heads are not inert -> borrowed (``opp``)
     _inert_ranked: list[tuple[Any, int]]  # (rank, refused count) of the inert borrowers, sorted
@@ -91,14 +93,14 @@ class CapacityPass(QueuedPass):
         self._line_heads = {}
         self._kept_jobs, self._kept_sizes = {}, Counter()
         self._inert, self._inert_sizes = {}, Counter()
-        self._reshared, self._live = set(), {}
+        self._live = {}
         self._inert_ranked = []
 
     def _share_changed(self, vc: Hashable) -> None:
         """The VC's GPUs in use changed: its head is ranked and weighed again."""
         if self._line_heads is not None:
             self._touched.add(vc)
-            self._reshared.add(vc)
+            self._standing.pop(vc, None)
 
     def _schedule(
         self,
@@ -116,12 +118,8 @@ class CapacityPass(QueuedPass):
             # stopped and requeued, whose stop marks its VC's line (``_share_changed``), as a
             # start or a new cluster config does. Why: every submission fetched its line's
             # head (``_head``), though nearly all join behind one (issue 34).
-            kept = self._kept_jobs.get(group) if self._line_heads is not None else None
-            if (
-                kept is not None
-                and self._waiting.get(kept.job_id) is kept
-                and group not in self._reshared
-            ):
+            kept = self._standing.get(group)
+            if kept is not None and self._waiting.get(kept.job_id) is kept:
                 self._touched.discard(group)
             elif self._head(group) is only:
                 self._begin_pass()
@@ -153,13 +151,13 @@ class CapacityPass(QueuedPass):
         line). The inert borrowers are kept sorted by rank too (``_inert_ranked``, for
         ``_dry_pass``)."""
         kept, jobs, sizes = self._line_heads, self._kept_jobs, self._kept_sizes
-        inert, inert_sizes, reshared = self._inert, self._inert_sizes, self._reshared
+        inert, inert_sizes, standing = self._inert, self._inert_sizes, self._standing
         live, ranked = self._live, self._inert_ranked
         assert kept is not None
         for group in self._touched:
             head, was = self._head(group), jobs.get(group)
             if head is was:  # (kept and counted as it is: only weighed again, if reshared)
-                if group not in reshared:
+                if group in standing:
                     continue  # a job joined behind the head: the same rank and the same answers
             else:
                 if was is not None:
@@ -174,7 +172,9 @@ class CapacityPass(QueuedPass):
             if head is None:
                 kept.pop(group, None)
                 live.pop(group, None)
+                standing.pop(group, None)
                 continue
+            standing[group] = head
             kept[group] = rank = (self.group_priority(head), head.seq, group)
             allowed, opp = self.admit(head)
             if not allowed:
@@ -188,7 +188,6 @@ class CapacityPass(QueuedPass):
             else:
                 live[group] = opp
         self._touched.clear()
-        reshared.clear()
 
     def _dry_pass(self) -> bool:
         """Would the pass start nothing and search for nothing, its searches spent by heads
