@@ -45,7 +45,7 @@ def walked_dry(policy: CapacityPolicy) -> bool:
             if kept[group] < first:
                 blocked = True
                 spent += free >= refused
-        if not blocked or spent < policy._searches:
+        if not blocked or spent < policy.SEARCHES_PER_PASS:  # (the pass's, not yet reset)
             return False
         for gpus in policy._kept_sizes:
             if gpus <= free and gpus not in parked and not sizes.refused(pool, gpus):

@@ -128,11 +128,15 @@ class CapacityPass(QueuedPass):
         if groups is not None or self._line_heads is None:
             super()._schedule(out, only, groups)
             return
-        self._begin_pass()
+        # (``_begin_pass`` once the pass is made: a dry one reads only the searches it would
+        # have, ``SEARCHES_PER_PASS``, and ranking may ask ``_refused``, whose refusals kept
+        # for the last pass are forgotten here, as it would: nodes may have changed since)
+        self._refusals_at = -1
         self._blocked = None  # a full pass finds the blocked head afresh
         self._rank_touched()
         if self._dry_pass():
             return
+        self._begin_pass()
         heads = list(self._line_heads.values())
         heapq.heapify(heads)
         self._kept_jobs_of = {}  # the heads of the lines this pass changes (``_next_head``)
@@ -150,9 +154,10 @@ class CapacityPass(QueuedPass):
         (``_enqueue``, ``_dequeue``, ``_share_changed``; a new cluster config marks every
         line). The inert borrowers are kept sorted by rank too (``_inert_ranked``, for
         ``_dry_pass``)."""
-        kept, jobs, sizes = self._line_heads, self._kept_jobs, self._kept_sizes
-        inert, inert_sizes, standing = self._inert, self._inert_sizes, self._standing
-        live, ranked = self._live, self._inert_ranked
+        # (the maps each touched line reads; the counts and the sorted borrowers, changed at
+        # a few of them, are read from ``self`` there: a pass ranks one or two lines)
+        kept, jobs, inert = self._line_heads, self._kept_jobs, self._inert
+        live, standing = self._live, self._standing
         assert kept is not None
         for group in self._touched:
             head, was = self._head(group), jobs.get(group)
@@ -161,14 +166,14 @@ class CapacityPass(QueuedPass):
                     continue  # a job joined behind the head: the same rank and the same answers
             else:
                 if was is not None:
-                    _drop(sizes, was.gpus)
+                    _drop(self._kept_sizes, was.gpus)
                     del jobs[group]
                 if head is not None:
                     jobs[group] = head
-                    sizes[head.gpus] += 1
+                    self._kept_sizes[head.gpus] += 1
             if refused := inert.pop(group, 0):
-                _drop(inert_sizes, refused)
-                ranked.remove((kept[group], refused))
+                _drop(self._inert_sizes, refused)
+                self._inert_ranked.remove((kept[group], refused))
             if head is None:
                 kept.pop(group, None)
                 live.pop(group, None)
@@ -182,8 +187,8 @@ class CapacityPass(QueuedPass):
                 live.pop(group, None)
             elif opp and self._refused(head.gang):
                 inert[group] = head.gpus
-                inert_sizes[head.gpus] += 1
-                insort(ranked, (rank, head.gpus))
+                self._inert_sizes[head.gpus] += 1
+                insort(self._inert_ranked, (rank, head.gpus))
                 live.pop(group, None)
             else:
                 live[group] = opp
@@ -230,7 +235,7 @@ class CapacityPass(QueuedPass):
         if not before:
             return False  # (none blocks the pass)
         free = self.pool.free_gpus
-        if sum(map(free.__ge__, map(_count_of, ranked[:before]))) < self._searches:
+        if sum(map(free.__ge__, map(_count_of, ranked[:before]))) < self.SEARCHES_PER_PASS:
             return False  # (the searches are not spent)
         if min(self._kept_sizes.keys() - parked.keys(), default=NEVER) > free:
             return True  # (no count left to ask: each needs more than are free, or is refused)
