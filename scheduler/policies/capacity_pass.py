@@ -173,7 +173,9 @@ class CapacityPass(QueuedPass):
                     self._kept_sizes[head.gpus] += 1
             if refused := inert.pop(group, 0):
                 _drop(self._inert_sizes, refused)
-                self._inert_ranked.remove((kept[group], refused))
+                # (found by bisection, not ``list.remove``'s scan: a rank is held once, each
+                # unique by its line; the scan compared its way along a site's many VCs)
+                del self._inert_ranked[bisect_left(self._inert_ranked, (kept[group], refused))]
             if head is None:
                 kept.pop(group, None)
                 live.pop(group, None)
