@@ -33,8 +33,8 @@ def walked_dry(policy: CapacityPolicy) -> bool:
     inert, kept, live = policy._inert, policy._line_heads, policy._live
     assert kept is not None
     try:
-        if not live:
-            return False
+        if not live:  # (every kept head inert: dry where each refused count is held still)
+            return all(refused in parked for refused in inert.values() if refused)
         first = min(map(kept.__getitem__, live))
         free, blocked, spent = pool.free_gpus, False, 0
         for group, refused in inert.items():
@@ -45,7 +45,7 @@ def walked_dry(policy: CapacityPolicy) -> bool:
             if kept[group] < first:
                 blocked = True
                 spent += free >= refused
-        if not blocked or spent < policy._searches:
+        if not blocked or spent < policy.SEARCHES_PER_PASS:  # (the pass's, not yet reset)
             return False
         for gpus in policy._kept_sizes:
             if gpus <= free and gpus not in parked and not sizes.refused(pool, gpus):
@@ -65,6 +65,8 @@ class CapacityCheckingDry(CapacityPolicy):
         kept = self._line_heads
         assert kept is not None
         assert self._inert_ranked == sorted((kept[g], n) for g, n in self._inert.items() if n)
+        # (the map ``_dry_pass`` takes: asked again there, the same, ``peak`` being 0 now)
+        self._parked = self._sizes.held(self.pool)
         walked = walked_dry(self)
         answer = super()._dry_pass()
         assert answer == walked

@@ -38,11 +38,7 @@ class CapacityFetchingHeads(CapacityPolicy):
         if head is only and head is not None:
             self._begin_pass()
             self._try(head, out)
-        elif (
-            self._line_heads is not None
-            and head is self._kept_jobs.get(group)
-            and group not in self._reshared
-        ):
+        elif head is self._standing.get(group):  # (kept, its share unchanged since ranked)
             self._touched.discard(group)
 
 
@@ -53,12 +49,8 @@ class CapacityTrustingKept(CapacityPolicy):
 
     def _schedule(self, out: Any, only: Any = None, groups: Any = None) -> None:
         if only is not None and self._line_heads is not None:
-            kept = self._kept_jobs.get(only.group)
-            if (
-                kept is not None
-                and self._waiting.get(kept.job_id) is kept
-                and only.group not in self._reshared
-            ):
+            kept = self._standing.get(only.group)
+            if kept is not None and self._waiting.get(kept.job_id) is kept:
                 assert self._head(only.group) is kept
         super()._schedule(out, only, groups)
 

@@ -36,6 +36,7 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
         super().__init__(*args, **kwargs)
         self.borrow = borrow
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
+        self._standing = {}  # (none without kept lines: a submission then fetches its head)
         if not (self.backfill or self.per_vc):
             self._keep_lines()  # a line per VC: its head kept between passes (``capacity_pass``)
         self._bind_hooks()
@@ -115,11 +116,18 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
     def on_started(self, job: QueuedJob) -> None:
         if job.opportunistic:
             self._borrowers[job.job_id] = job
-        self._share_changed(job.vc)
+        if self._line_heads is not None:  # (``_share_changed``, inline: at every start)
+            self._touched.add(job.vc)
+            self._standing.pop(job.vc, None)
 
     def on_stopped(self, job: QueuedJob) -> None:
-        self._borrowers.pop(job.job_id, None)
-        self._share_changed(job.vc)
+        # (only a job started borrowed is a borrower: ``opportunistic`` stays as ``_start``
+        # set it until ``_stop`` clears it, after this hook)
+        if job.opportunistic:
+            self._borrowers.pop(job.job_id, None)
+        if self._line_heads is not None:  # (``_share_changed``, inline: at every stop)
+            self._touched.add(job.vc)
+            self._standing.pop(job.vc, None)
 
     def _reconfigure(self, config: ClusterConfig, out: list[Decision]) -> None:
         super()._reconfigure(config, out)

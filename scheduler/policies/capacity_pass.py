@@ -20,7 +20,7 @@ as hopeless. Now:
    by free counts (``SizeRefusals``; a borrowed head has no victims, so its search frees
    nothing). Weighed when its line is ranked; it stays so while its line is untouched and
    the count stays refused. A pass where every head is inert would start nothing and leave
-   the pool as it was: it is not made (``_inert_pass``).
+   the pool as it was: it is not made (``_dry_pass``'s first case).
 3. Once the pass's searches are spent and its blocked head found, the heads left needing
    more GPUs than are free, or of a GPU count placement refuses by free counts, or of a
    shape found no room, are dropped together (``_thinned``, as a pass with backfill does):
@@ -66,7 +66,7 @@ _count_of = itemgetter(1)  # an entry of ``_inert_ranked``: its refused count
 
 def _drop(counts: Counter[int], gpus: int) -> None:
     """One head fewer of ``gpus``; a count of none is deleted, not kept at 0: the pass walks
-    the counts (``_thinned``, ``_inert_pass``), and a run leaves dozens of them at 0."""
+    the counts (``_thinned``, ``_dry_pass``), and a run leaves dozens of them at 0."""
     left = counts[gpus] - 1
     if left:
         counts[gpus] = left
@@ -81,7 +81,9 @@ class CapacityPass(QueuedPass):
     _kept_sizes: Counter[int]  # GPU count -> the kept heads needing that many
     _inert: dict[Hashable, int]  # line -> 0 (its VC may not run it) or its count, refused
     _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
-    _reshared: set[Hashable]  # the lines whose VC's GPUs in use changed since the last pass
+    #: line -> its kept head, while that head and its VC's GPUs in use stand as ranked (a
+    #: start or stop pops it: ``_share_changed``); empty without kept lines
+    _standing: dict[Hashable, QueuedJob]
     _parked: dict[int, int]  # ``SizeRefusals.held``'s map, taken at each pass's start
     _live: dict[Hashable, bool]  # the kept lines whose heads are not inert -> borrowed (``opp``)
     _inert_ranked: list[tuple[Any, int]]  # (rank, refused count) of the inert borrowers, sorted
@@ -91,14 +93,14 @@ class CapacityPass(QueuedPass):
         self._line_heads = {}
         self._kept_jobs, self._kept_sizes = {}, Counter()
         self._inert, self._inert_sizes = {}, Counter()
-        self._reshared, self._live = set(), {}
+        self._live = {}
         self._inert_ranked = []
 
     def _share_changed(self, vc: Hashable) -> None:
         """The VC's GPUs in use changed: its head is ranked and weighed again."""
         if self._line_heads is not None:
             self._touched.add(vc)
-            self._reshared.add(vc)
+            self._standing.pop(vc, None)
 
     def _schedule(
         self,
@@ -116,12 +118,8 @@ class CapacityPass(QueuedPass):
             # stopped and requeued, whose stop marks its VC's line (``_share_changed``), as a
             # start or a new cluster config does. Why: every submission fetched its line's
             # head (``_head``), though nearly all join behind one (issue 34).
-            kept = self._kept_jobs.get(group) if self._line_heads is not None else None
-            if (
-                kept is not None
-                and self._waiting.get(kept.job_id) is kept
-                and group not in self._reshared
-            ):
+            kept = self._standing.get(group)
+            if kept is not None and self._waiting.get(kept.job_id) is kept:
                 self._touched.discard(group)
             elif self._head(group) is only:
                 self._begin_pass()
@@ -130,13 +128,18 @@ class CapacityPass(QueuedPass):
         if groups is not None or self._line_heads is None:
             super()._schedule(out, only, groups)
             return
-        self._begin_pass()
+        # (``_begin_pass`` once the pass is made: a dry one reads only the searches it would
+        # have, ``SEARCHES_PER_PASS``, and ranking may ask ``_refused``, whose refusals kept
+        # for the last pass are forgotten here, as it would: nodes may have changed since)
+        self._refusals_at = -1
         self._blocked = None  # a full pass finds the blocked head afresh
         self._rank_touched()
-        if self._inert_pass() or self._dry_pass():
+        if self._dry_pass():
             return
+        self._begin_pass()
         heads = list(self._line_heads.values())
         heapq.heapify(heads)
+        self._kept_jobs_of = {}  # the heads of the lines this pass changes (``_next_head``)
         while heads and (self._searches > 0 or self._blocked is None):
             self._next_head(heads, out)
         if heads:
@@ -151,29 +154,34 @@ class CapacityPass(QueuedPass):
         (``_enqueue``, ``_dequeue``, ``_share_changed``; a new cluster config marks every
         line). The inert borrowers are kept sorted by rank too (``_inert_ranked``, for
         ``_dry_pass``)."""
-        kept, jobs, sizes = self._line_heads, self._kept_jobs, self._kept_sizes
-        inert, inert_sizes, reshared = self._inert, self._inert_sizes, self._reshared
-        live, ranked = self._live, self._inert_ranked
+        # (the maps each touched line reads; the counts and the sorted borrowers, changed at
+        # a few of them, are read from ``self`` there: a pass ranks one or two lines)
+        kept, jobs, inert = self._line_heads, self._kept_jobs, self._inert
+        live, standing = self._live, self._standing
         assert kept is not None
         for group in self._touched:
             head, was = self._head(group), jobs.get(group)
             if head is was:  # (kept and counted as it is: only weighed again, if reshared)
-                if group not in reshared:
+                if group in standing:
                     continue  # a job joined behind the head: the same rank and the same answers
             else:
                 if was is not None:
-                    _drop(sizes, was.gpus)
+                    _drop(self._kept_sizes, was.gpus)
                     del jobs[group]
                 if head is not None:
                     jobs[group] = head
-                    sizes[head.gpus] += 1
+                    self._kept_sizes[head.gpus] += 1
             if refused := inert.pop(group, 0):
-                _drop(inert_sizes, refused)
-                ranked.remove((kept[group], refused))
+                _drop(self._inert_sizes, refused)
+                # (found by bisection, not ``list.remove``'s scan: a rank is held once, each
+                # unique by its line; the scan compared its way along a site's many VCs)
+                del self._inert_ranked[bisect_left(self._inert_ranked, (kept[group], refused))]
             if head is None:
                 kept.pop(group, None)
                 live.pop(group, None)
+                standing.pop(group, None)
                 continue
+            standing[group] = head
             kept[group] = rank = (self.group_priority(head), head.seq, group)
             allowed, opp = self.admit(head)
             if not allowed:
@@ -181,23 +189,12 @@ class CapacityPass(QueuedPass):
                 live.pop(group, None)
             elif opp and self._refused(head.gang):
                 inert[group] = head.gpus
-                inert_sizes[head.gpus] += 1
-                insort(ranked, (rank, head.gpus))
+                self._inert_sizes[head.gpus] += 1
+                insort(self._inert_ranked, (rank, head.gpus))
                 live.pop(group, None)
             else:
                 live[group] = opp
         self._touched.clear()
-        reshared.clear()
-
-    def _inert_pass(self) -> bool:
-        """Is every kept head inert still (its GPU count refused yet)? Then no head starts or
-        preempts, no search releases anything, and the pass changes nothing that outlives it
-        (its searches and blocked head are found afresh by the next): it is not made."""
-        # (``held`` first forgets what a release since may undo; the pass reads it after)
-        parked = self._parked = self._sizes.held(self.pool)
-        if self._live:
-            return False  # (a kept head not inert: ``_live`` is the kept lines less the inert)
-        return self._inert_sizes.keys() <= parked.keys()  # (no count of none is kept)
 
     def _dry_pass(self) -> bool:
         """Would the pass start nothing and search for nothing, its searches spent by heads
@@ -218,13 +215,21 @@ class CapacityPass(QueuedPass):
         the first head not inert, and the counts of the kept heads neither refused nor more
         than are free found none before any is asked. Why: the walk over every inert line
         and every kept count cost about 170 bytecodes a pass (issue 34, seventeenth
-        session)."""
-        parked, kept, live = self._parked, self._line_heads, self._live
+        session).
+
+        First, the pass where every kept head is inert still (no line's head live, each
+        refused count held): no head starts or preempts, no search releases anything, and
+        what the pass would find (its searches, its blocked head) the next finds afresh. It
+        was a method of its own (``_inert_pass``), asked before this one at every pass, with
+        the same map of refused counts (one call a pass, eighteenth session)."""
+        # (``held`` first forgets what a release since may undo; the pass reads it after)
+        parked = self._parked = self._sizes.held(self.pool)
+        if not self._inert_sizes.keys() <= parked.keys():  # (no count of none is kept)
+            return False  # (a count woken since: its head may be tried; made)
+        kept, live = self._line_heads, self._live
         assert kept is not None
         if not live:
-            return False  # (every head inert, a count woken since: made, as before)
-        if not self._inert_sizes.keys() <= parked.keys():
-            return False  # (a count woken since: its head may be tried; made)
+            return True  # (every kept head inert still: ``_live`` is the kept lines less those)
         # the inert borrowers ranked before the first head not inert (``_inert_ranked``: the
         # VCs that may not run their heads are passed over wherever they rank)
         ranked = self._inert_ranked
@@ -232,7 +237,7 @@ class CapacityPass(QueuedPass):
         if not before:
             return False  # (none blocks the pass)
         free = self.pool.free_gpus
-        if sum(map(free.__ge__, map(_count_of, ranked[:before]))) < self._searches:
+        if sum(map(free.__ge__, map(_count_of, ranked[:before]))) < self.SEARCHES_PER_PASS:
             return False  # (the searches are not spent)
         if min(self._kept_sizes.keys() - parked.keys(), default=NEVER) > free:
             return True  # (no count left to ask: each needs more than are free, or is refused)
@@ -245,7 +250,7 @@ class CapacityPass(QueuedPass):
     def _held(self) -> dict[int, int]:
         """``SizeRefusals.held``, asked again only after a release this pass (``peak`` is
         not 0): until then it would forget nothing and give the same map, the one
-        ``_inert_pass`` took at the pass's start (wake levels are at least 1). Why: a pass
+        ``_dry_pass`` took at the pass's start (wake levels are at least 1). Why: a pass
         asked it for each inert head it reached and again to thin (issue 34)."""
         pool = self.pool
         return self._sizes.held(pool) if pool.peak else self._parked
@@ -275,40 +280,42 @@ class CapacityPass(QueuedPass):
                     return
                 opp = True  # (a borrower, its count woken since)
         else:
-            fetched = self._head(group)
+            # a line this pass changed: its head as the change left it (a start below, or a
+            # victim's return, ``_preempt_for``), not fetched again
+            fetched = self._kept_jobs_of.get(group)  # type: ignore[union-attr]
             if fetched is None:
-                return
+                fetched = self._head(group)
+                if fetched is None:
+                    return
             head = fetched
             allowed, opp = self.admit(head)
             if not allowed:
                 return
-        refused = self._refused(head.gang)
-        if opp and refused:
+        if opp and self._refused(head.gang):
             self._borrower_refused(head)
-        elif self._tried(head, opp, refused, out):
+        elif self._tried(head, opp, out):
             nxt = self._head(group)  # (the line is in ``_touched`` now: the start left it)
             if nxt is not None:
+                self._kept_jobs_of[group] = nxt  # type: ignore[index]
                 heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
 
-    def _tried(self, head: QueuedJob, opp: bool, refused: bool, out: list[Decision]) -> bool:
-        """``_hopeless``, then ``_try``, with what they would ask first already known: how
-        the head would start (``admit``: ``opp``) and whether placement refuses its GPU count
-        (``refused``: ``_refused``, so ``may_fit``'s no). Why: a pass asked both twice for
-        each head it started (issue 34)."""
-        blocked, shape = self._blocked, head.gang.shape
-        found = blocked is not None and blocked.job_id in self._waiting
-        no_room = refused or shape in self._no_room
-        if (
-            found
-            and no_room
-            and not (
-                self._searches > 0
-                and self.pool.free_gpus + self.victim_gpus(head, False) >= head.gpus
-            )
-        ):
-            return False  # hopeless: no room, and no search may run for it
+    def _tried(self, head: QueuedJob, opp: bool, out: list[Decision]) -> bool:
+        """``_try`` with how the head would start already known (``admit``: ``opp``; a
+        borrowed head reaching here is of a GPU count placement does not refuse:
+        ``_next_head``), placement asked unless the head's shape found no room this pass.
+        Neither ``_hopeless`` nor ``_refused`` is asked first: where they would skip the
+        head, trying it changes nothing either. Placement refuses a count ``_refused``
+        refuses (``may_fit``'s no is ``place``'s), adding only the head's shape to those found
+        no room, which no later decision of the pass reads apart (until it ends a refused
+        count stays refused but after a search that frees, which forgets both, and every
+        reader of the shapes, ``_tried`` and ``_thinned``, skips a refused count's heads as
+        well); and where no search may run for it (``_hopeless``'s test) ``_preempt_for``
+        returns at its first tests and the blocked head, found, stays. Why: nearly every
+        head a pass tries starts, and each was weighed as hopeless and asked ``_refused``
+        first (issue 34)."""
+        shape = head.gang.shape
         tasks = None
-        if not no_room:
+        if shape not in self._no_room:
             tasks = self.pool.place(head.job_id, head.gang)
             if tasks is None:
                 self._no_room.add(shape)  # the same gang will not fit either this pass
