@@ -65,7 +65,7 @@ from labhive.scheduler.policies.policy_base import (
     reconfigured,
 )
 from labhive.scheduler.policies.queued_config import policy_options, pool_from_config, vc_gpus
-from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_job import Entry, QueuedJob
 from labhive.scheduler.policies.queued_pass import QueuedPass
 from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policies.size_refusals import SizeRefusals
@@ -135,7 +135,11 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._pool_factory = pool_factory
         self._jobs: dict[str, QueuedJob] = {}
         self._waiting: dict[str, QueuedJob] = {}
-        self._groups: dict[Hashable, list[tuple[Any, int, int, str]]] = {}
+        # each line a heap of entries (order key, seq, token, the job): a job's entry holds the
+        # job itself, so a line's head is read off its first entry (``_head``). The order is
+        # total before the job (a job's ``seq`` is its own, its ``token`` new at each join),
+        # so jobs are never compared.
+        self._groups: dict[Hashable, list[Entry]] = {}
         self._seq = 0
         self._now = 0.0
         # id(spec.roles) -> (those roles, their gang, whether ``check`` found it fits here):
@@ -413,7 +417,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
     def _enqueue(self, job: QueuedJob) -> None:
         job.token += 1
         self._waiting[job.job_id] = job
-        entry = (self._order_key(job), job.seq, job.token, job.job_id)
+        entry = (self._order_key(job), job.seq, job.token, job)
         group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
         heapq.heappush(line, entry)
@@ -442,7 +446,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             self._touched.add(group)
         if self._index is not None:
             line = self._groups.get(group)
-            if line and line[0][3] == job.job_id:  # it headed it (``HeadIndex.touch``)
+            if line and line[0][3] is job:  # it headed it (``HeadIndex.touch``)
                 self._index.touch(group)
 
     def requeue_waiting(self, job: QueuedJob) -> None:
@@ -451,11 +455,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._enqueue(job)
 
     def _head(self, group: Hashable) -> QueuedJob | None:
+        """The line's first job still waiting, its stale entries dropped on the way. An entry
+        is live where its job's ``token`` is the entry's: each change of a job's state bumps
+        it, leaving (``_dequeue``: a start, a removal) included, so no look-up in ``_waiting``
+        is needed. Why: ``_head`` is called several times a job by every queue policy (LAS
+        about 7.7 times an arrival), each with a dict look-up (issue 34)."""
         heap = self._groups.get(group)
         while heap:
-            _, _, token, job_id = heap[0]
-            job = self._waiting.get(job_id)
-            if job is not None and job.token == token:
+            _, _, token, job = heap[0]
+            if job.token == token:
                 return job
             heapq.heappop(heap)
         if heap is not None:

@@ -24,7 +24,7 @@ from labhive.scheduler.policies.head_index import (
 )
 from labhive.scheduler.policies.node_pool import Gang, NodePool
 from labhive.scheduler.policies.preempt_probe import ReleaseProbe, undo_order
-from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_job import Entry, QueuedJob
 from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 
@@ -46,7 +46,7 @@ class QueuedPass:
     vc_used: dict[str, int]
     _jobs: dict[str, QueuedJob]
     _waiting: dict[str, QueuedJob]
-    _groups: dict[Hashable, list[tuple[Any, int, int, str]]]
+    _groups: dict[Hashable, list[Entry]]
     _now: float
     _searches: int
     _no_room: set[Hashable]
@@ -205,12 +205,12 @@ class QueuedPass:
     def _ranked(self, groups: Iterable[Hashable], free: int) -> list[tuple[Any, int, Hashable]]:
         """The heads of ``groups`` a pass may try, as a heap of (priority, seq, line)."""
         heads: list[tuple[Any, int, Hashable]] = []
-        waiting, lines = self._waiting, self._groups
+        lines = self._groups
         keyed = self._keyed
         for group in groups:
             # the common case inline (a pass visits every line): a line's first entry is live
             line = lines.get(group)
-            head = waiting.get(line[0][3]) if line else None
+            head = line[0][3] if line else None
             if head is None or line is None or head.token != line[0][2]:
                 head = self._head(group)  # drops stale entries
             # with backfill a head too big for the free GPUs is tried too: it is the blocked
