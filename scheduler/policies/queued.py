@@ -298,7 +298,12 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # ending not ours, were about 30 bytecodes a job of every queue policy)
         new: QueuedJob | None = None
         if type(event) is Submit:
-            new = self._submit(event.job_id, event.spec, admitted=event.admitted)
+            # (``_submit``'s three lines, without its call and keyword: a call a job)
+            spec = event.spec
+            if not event.admitted and spec is not self._passed:
+                self.check(spec)
+            new = self._new_job(event.job_id, spec)
+            self._enqueue(new)
         elif type(event) is Finish:
             gone = self._jobs.pop(event.job_id, None)  # (one look-up: ``_remove``'s)
             if gone is None:

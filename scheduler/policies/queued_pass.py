@@ -111,10 +111,22 @@ class QueuedPass:
             # ``_touched``) keeps until then, the same as if taken in now.
             return
         if only is not None:
-            if self._head(only.group) is only:  # (it just joined that line)
+            # Does it head the line it just joined? Where its entry is first, yes (it is
+            # live: its token was just set); where a live entry is first, no; else ``_head``
+            # drops the stale entries first. Why: asked at every submission, the answer was
+            # nearly always on the first entry (a call a job, issue 34).
+            group = only.group
+            line = self._groups[group]
+            first = line[0]
+            if first[3] is only or (first[3].token != first[2] and self._head(group) is only):
                 # (a pass that tries nothing need not reset: every pass that tries does)
                 self._begin_pass()
-                self._try(only, out)
+                if self._try(only, out) and line and line[0][3] is only:
+                    # its entry, stale now, dropped here, where it is known to be first
+                    # (else the next submission's test above would call ``_head`` for it)
+                    heapq.heappop(line)
+                    if not line:
+                        del self._groups[group]
             return
         settled = self._settled
         if settled is not None:
@@ -521,8 +533,10 @@ class QueuedPass:
             # ``_refused`` is its no, kept; where it would say no, placement refuses too,
             # changing nothing. A contended LAS pass asked both for each head it tried.)
             tasks = self.pool.place(job.job_id, job.gang)
-            if tasks is None:
-                self._no_room.add(shape)  # the same gang will not fit either this pass
+            if tasks is not None:  # (``_start_or_search``'s start, without its call)
+                out.append(self._start(job, tasks, opp))
+                return True
+            self._no_room.add(shape)  # the same gang will not fit either this pass
         return self._start_or_search(job, tasks, opp, out)
 
     def _start_or_search(
