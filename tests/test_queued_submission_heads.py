@@ -9,6 +9,11 @@ And given a full cluster and FIFO with backfill, two 2-GPU jobs waiting in its 2
 and the first cancelled (no pass looks at a line while no GPU is free, so its stale entry
 stays first), expect a third 2-GPU job to be queued behind the second, not tried.
 
+And given one 8-GPU node, a 4-GPU job refused while it was full and then cancelled, and
+the node freed with nothing waiting (no pass runs, so none clears the shapes found no room),
+expect a new 4-GPU job to start as it arrives (FIFO and SJF, with and without backfill: a
+submission's try clears that set alone, without ``_begin_pass``'s other resets).
+
 And given an idle cluster, expect FIFO to start each of five submissions as it arrives
 without calling ``_head`` (each such call was paid at every submission of an uncontended run:
 the started job's stale entry stood first until the next one came)."""
@@ -22,9 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_skips import LAS, Pair, decide_alike, eight_nodes_of_eight, tries_of
 from test_properties import PROPERTY_SETTINGS
+from test_queued_entry_jobs import one_node_of_eight
 
 from labhive.scheduler.core.jobs import parse_job
-from labhive.scheduler.core.model import Cancel, Decision, Start, Submit
+from labhive.scheduler.core.model import Cancel, Decision, Finish, Start, Submit
 from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.fifo import FifoPolicy
 from labhive.scheduler.policies.las import LasPolicy
@@ -125,3 +131,19 @@ def test_a_submission_behind_a_stale_first_entry_is_not_tried_past_a_live_head()
     assert tried == []
     head = policy._head((None, 2))  # (the 2-GPU line of FIFO's one line, with backfill)
     assert head is not None and head.job_id == "b"
+
+
+def test_a_shape_refused_before_the_node_freed_starts_when_submitted_again() -> None:
+    """One 8-GPU node running ``r`` (8 GPUs); ``a`` (4 GPUs) is tried and refused, then
+    cancelled; ``r`` ends with nothing waiting. Expect ``b`` (4 GPUs) to start at once."""
+    for cls, options in ((FifoPolicy, {}), (FifoPolicy, {"backfill": True}), (SjfPolicy, {})):
+        policy = from_config(cls, one_node_of_eight(), options)
+        for i, (job_id, gpus) in enumerate((("r", 8), ("a", 4))):
+            spec = parse_job({"name": job_id, "vc": "vc0", "gpus": gpus})
+            policy.handle(Submit(job_id, spec, float(i)))
+        assert policy._no_room, cls.__name__  # (a's shape, refused)
+        assert policy.handle(Cancel("a", 2.0)) == []
+        policy.handle(Finish("r", 3.0))
+        spec = parse_job({"name": "b", "vc": "vc0", "gpus": 4})
+        out = policy.handle(Submit("b", spec, 4.0))
+        assert [d.job_id for d in out if isinstance(d, Start)] == ["b"], cls.__name__

@@ -31,9 +31,9 @@ a mixin) and ``queued_config`` (the pool, the VCs' quotas and the options a clus
 
 from __future__ import annotations
 
-import heapq
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from labhive.scheduler.core.frozen_build import frozen_builder
@@ -150,6 +150,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._passed_gang: Gang | None = None  # and its gang (``_new_job`` reads it)
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
+        # what a submission's try resets first (``QueuedPass._schedule``): of what
+        # ``_begin_pass`` resets, a try that cannot search reads only the shapes found no
+        # room (``_searches`` and the kept refusals, ``_refused``, are read by searches and
+        # by a preemptive pass's skips alone), so a policy that does not preempt clears
+        # that set, without a frame (a call a submission, issue 34); ``_no_room`` is cleared,
+        # never replaced, so the bound ``clear`` stays its own
+        self._begin_try: Callable[[], None] = (
+            self._begin_pass if self.preemptive else self._no_room.clear
+        )
         # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
         self._refusals: dict[int, bool] = {}
         self._refusals_at = -1  # ``_runs`` when kept; -1: forgotten (a pass begins)
@@ -432,7 +441,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         entry = (self._order_key(job), job.seq, job.token, job)
         group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
-        heapq.heappush(line, entry)
+        heappush(line, entry)
         if self._settled is not None and line[0] is entry:
             self._settled = None  # it heads its line: a pass must try it (``_settle``)
         if self._line_heads is not None:
@@ -445,7 +454,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
-        waited = self._waiting.pop(job.job_id, None) is not None
+        waited = self._waiting.pop(job.job_id, None)  # (None: it did not wait)
         job.token += 1
         self._settled = None  # it may have headed its line (``_settle``)
         if self._line_heads is None and self._index is None:
@@ -453,7 +462,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # the line it joined (a waiting job's ``group_key`` stays that of its line: LAS's
         # promotion leaves the line before the level changes); asked anew for a job that
         # never waited (adopted), as before
-        group = job.group if waited else self.group_key(job)
+        group = job.group if waited is not None else self.group_key(job)
         if self._line_heads is not None:
             self._touched.add(group)
         if self._index is not None:
@@ -477,7 +486,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
             _, _, token, job = heap[0]
             if job.token == token:
                 return job
-            heapq.heappop(heap)
+            heappop(heap)
         if heap is not None:
             del self._groups[group]
         return None

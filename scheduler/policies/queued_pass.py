@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Iterable
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
@@ -68,6 +69,9 @@ class QueuedPass:
     _shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None
     _index: HeadIndex | None
     _ask_fit: bool
+    #: What a submission's try resets first: ``_begin_pass``, or for a policy that does not
+    #: preempt ``_no_room.clear`` alone (bound by ``QueuedPolicy``)
+    _begin_try: Callable[[], None]
     _may_settle: bool
     _settled: tuple[NodePool, int] | None
     #: ``admit`` is the one ``QueuedPolicy`` declares (every job may start, none as
@@ -120,11 +124,11 @@ class QueuedPass:
             first = line[0]
             if first[3] is only or (first[3].token != first[2] and self._head(group) is only):
                 # (a pass that tries nothing need not reset: every pass that tries does)
-                self._begin_pass()
+                self._begin_try()
                 if self._try(only, out) and line and line[0][3] is only:
                     # its entry, stale now, dropped here, where it is known to be first
                     # (else the next submission's test above would call ``_head`` for it)
-                    heapq.heappop(line)
+                    heappop(line)
                     if not line:
                         del self._groups[group]
             return
@@ -165,7 +169,7 @@ class QueuedPass:
                 thin = False
                 if not heads:
                     return
-            _, _, group = heapq.heappop(heads)
+            _, _, group = heappop(heads)
             head = fetch(group)
             if (
                 head is None
@@ -177,7 +181,7 @@ class QueuedPass:
             if nxt is not None:
                 if jobs is not None:
                     jobs[group] = nxt
-                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+                heappush(heads, (self.group_priority(nxt), nxt.seq, group))
         if self._may_settle:  # (asked here: a call a pass for the policies that may not)
             self._settle()
 
@@ -519,15 +523,13 @@ class QueuedPass:
             return False
         if self.backfill and self._limited and not self._may_jump(job):
             return False  # (no running job declared a limit: any job may jump, ``_may_jump``)
-        tasks = None
+        if self.per_vc and self._over_quota(job):
+            return self._start_or_search(job, None, opp, out)  # (its VC must give back first)
         shape = job.gang.shape
-        over = self._over_quota(job) if self.per_vc else 0
         # (``may_fit``: placement's own first tests, without its search: before a preemption
         # search, most tries on a contended cluster failed there; ``_ask_fit`` says where)
-        if (
-            not over
-            and shape not in self._no_room
-            and (fits or not self._ask_fit or self.pool.may_fit(job.gpus))
+        if shape not in self._no_room and (
+            fits or not self._ask_fit or self.pool.may_fit(job.gpus)
         ):
             # (not ``_refused`` first: a preemptive policy asks ``may_fit`` here, and
             # ``_refused`` is its no, kept; where it would say no, placement refuses too,
@@ -537,7 +539,7 @@ class QueuedPass:
                 out.append(self._start(job, tasks, opp))
                 return True
             self._no_room.add(shape)  # the same gang will not fit either this pass
-        return self._start_or_search(job, tasks, opp, out)
+        return self._start_or_search(job, None, opp, out)
 
     def _start_or_search(
         self,
