@@ -31,9 +31,9 @@ a mixin) and ``queued_config`` (the pool, the VCs' quotas and the options a clus
 
 from __future__ import annotations
 
-import heapq
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from labhive.scheduler.core.frozen_build import frozen_builder
@@ -65,7 +65,7 @@ from labhive.scheduler.policies.policy_base import (
     reconfigured,
 )
 from labhive.scheduler.policies.queued_config import policy_options, pool_from_config, vc_gpus
-from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_job import Entry, QueuedJob
 from labhive.scheduler.policies.queued_pass import QueuedPass
 from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policies.size_refusals import SizeRefusals
@@ -135,7 +135,11 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._pool_factory = pool_factory
         self._jobs: dict[str, QueuedJob] = {}
         self._waiting: dict[str, QueuedJob] = {}
-        self._groups: dict[Hashable, list[tuple[Any, int, int, str]]] = {}
+        # each line a heap of entries (order key, seq, token, the job): a job's entry holds the
+        # job itself, so a line's head is read off its first entry (``_head``). The order is
+        # total before the job (a job's ``seq`` is its own, its ``token`` new at each join),
+        # so jobs are never compared.
+        self._groups: dict[Hashable, list[Entry]] = {}
         self._seq = 0
         self._now = 0.0
         # id(spec.roles) -> (those roles, their gang, whether ``check`` found it fits here):
@@ -146,6 +150,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._passed_gang: Gang | None = None  # and its gang (``_new_job`` reads it)
         self._searches = self.SEARCHES_PER_PASS
         self._no_room: set[Hashable] = set()
+        # what a submission's try resets first (``QueuedPass._schedule``): of what
+        # ``_begin_pass`` resets, a try that cannot search reads only the shapes found no
+        # room (``_searches`` and the kept refusals, ``_refused``, are read by searches and
+        # by a preemptive pass's skips alone), so a policy that does not preempt clears
+        # that set, without a frame (a call a submission, issue 34); ``_no_room`` is cleared,
+        # never replaced, so the bound ``clear`` stays its own
+        self._begin_try: Callable[[], None] = (
+            self._begin_pass if self.preemptive else self._no_room.clear
+        )
         # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
         self._refusals: dict[int, bool] = {}
         self._refusals_at = -1  # ``_runs`` when kept; -1: forgotten (a pass begins)
@@ -170,8 +183,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._one_line = not (per_vc or self.backfill) and (
             cls.group_key is QueuedPolicy.group_key and cls.line_key is QueuedPolicy.line_key
         )
+        # The GPUs each VC's running jobs hold, and of them borrowed: kept up at every start
+        # and stop only where a decision reads them (per-VC quotas: ``within_quota``; a
+        # policy with an ``admit`` of its own: Capacity's guaranteed and borrowed shares).
+        # Elsewhere only the cluster view reads them, and counts the running jobs then
+        # (``QueuedViews.vc_use``). Why: two dict updates a job of FIFO, SJF, DRF and LAS
+        # (about 28 bytecodes) for a view a simulation never asks for.
         self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
+        self._counts_vcs = per_vc or not self._admits_all
         self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
         self._runs = 0  # jobs started or stopped so far: the running set's version
         self._limited = 0  # running jobs that declared a time limit (backfill's shadow)
@@ -294,7 +314,12 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # ending not ours, were about 30 bytecodes a job of every queue policy)
         new: QueuedJob | None = None
         if type(event) is Submit:
-            new = self._submit(event.job_id, event.spec, admitted=event.admitted)
+            # (``_submit``'s three lines, without its call and keyword: a call a job)
+            spec = event.spec
+            if not event.admitted and spec is not self._passed:
+                self.check(spec)
+            new = self._new_job(event.job_id, spec)
+            self._enqueue(new)
         elif type(event) is Finish:
             gone = self._jobs.pop(event.job_id, None)  # (one look-up: ``_remove``'s)
             if gone is None:
@@ -413,10 +438,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
     def _enqueue(self, job: QueuedJob) -> None:
         job.token += 1
         self._waiting[job.job_id] = job
-        entry = (self._order_key(job), job.seq, job.token, job.job_id)
+        entry = (self._order_key(job), job.seq, job.token, job)
         group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
-        heapq.heappush(line, entry)
+        heappush(line, entry)
         if self._settled is not None and line[0] is entry:
             self._settled = None  # it heads its line: a pass must try it (``_settle``)
         if self._line_heads is not None:
@@ -429,7 +454,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
-        waited = self._waiting.pop(job.job_id, None) is not None
+        waited = self._waiting.pop(job.job_id, None)  # (None: it did not wait)
         job.token += 1
         self._settled = None  # it may have headed its line (``_settle``)
         if self._line_heads is None and self._index is None:
@@ -437,12 +462,12 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # the line it joined (a waiting job's ``group_key`` stays that of its line: LAS's
         # promotion leaves the line before the level changes); asked anew for a job that
         # never waited (adopted), as before
-        group = job.group if waited else self.group_key(job)
+        group = job.group if waited is not None else self.group_key(job)
         if self._line_heads is not None:
             self._touched.add(group)
         if self._index is not None:
             line = self._groups.get(group)
-            if line and line[0][3] == job.job_id:  # it headed it (``HeadIndex.touch``)
+            if line and line[0][3] is job:  # it headed it (``HeadIndex.touch``)
                 self._index.touch(group)
 
     def requeue_waiting(self, job: QueuedJob) -> None:
@@ -451,13 +476,17 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._enqueue(job)
 
     def _head(self, group: Hashable) -> QueuedJob | None:
+        """The line's first job still waiting, its stale entries dropped on the way. An entry
+        is live where its job's ``token`` is the entry's: each change of a job's state bumps
+        it, leaving (``_dequeue``: a start, a removal) included, so no look-up in ``_waiting``
+        is needed. Why: ``_head`` is called several times a job by every queue policy (LAS
+        about 7.7 times an arrival), each with a dict look-up (issue 34)."""
         heap = self._groups.get(group)
         while heap:
-            _, _, token, job_id = heap[0]
-            job = self._waiting.get(job_id)
-            if job is not None and job.token == token:
+            _, _, token, job = heap[0]
+            if job.token == token:
                 return job
-            heapq.heappop(heap)
+            heappop(heap)
         if heap is not None:
             del self._groups[group]
         return None
@@ -470,9 +499,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         job.running = True
         job.opportunistic = opp
         job.started = self._now
-        self.vc_used[job.vc] = self.vc_used.get(job.vc, 0) + job.gpus
-        if opp:
-            self.vc_borrowed[job.vc] = self.vc_borrowed.get(job.vc, 0) + job.gpus
+        if self._counts_vcs:  # (else only the view reads them: ``QueuedViews.vc_use``)
+            self.vc_used[job.vc] = self.vc_used.get(job.vc, 0) + job.gpus
+            if opp:
+                self.vc_borrowed[job.vc] = self.vc_borrowed.get(job.vc, 0) + job.gpus
         self.on_started(job)
         return _started(job.job_id, tasks, opp)
 
@@ -487,9 +517,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         job.token += 1
         # (``attained``, the run's GPU-seconds, is LAS's: summed in its ``on_stopped``, not
         # here, where every policy paid about 14 bytecodes a job stopped for it)
-        self.vc_used[job.vc] -= job.gpus
-        if job.opportunistic:
-            self.vc_borrowed[job.vc] -= job.gpus
+        if self._counts_vcs:  # (as in ``_start``)
+            self.vc_used[job.vc] -= job.gpus
+            if job.opportunistic:
+                self.vc_borrowed[job.vc] -= job.gpus
         self.on_stopped(job)
         job.opportunistic = False
 

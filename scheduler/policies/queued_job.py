@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.policies.node_pool import Gang
@@ -46,3 +47,9 @@ class QueuedJob:
     @property
     def memory_mb(self) -> float:
         return self.gang.memory_mb
+
+
+#: A waiting line's heap entry: (``order_key``, ``seq``, ``token`` when it joined, the job).
+#: Ordered by its first three alone: ``seq`` is the job's own and its ``token`` is bumped at
+#: every join, so two entries never tie there and the job (not orderable) is never compared.
+Entry = tuple[Any, int, int, QueuedJob]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Iterable
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
@@ -24,7 +25,7 @@ from labhive.scheduler.policies.head_index import (
 )
 from labhive.scheduler.policies.node_pool import Gang, NodePool
 from labhive.scheduler.policies.preempt_probe import ReleaseProbe, undo_order
-from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_job import Entry, QueuedJob
 from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 
@@ -46,7 +47,7 @@ class QueuedPass:
     vc_used: dict[str, int]
     _jobs: dict[str, QueuedJob]
     _waiting: dict[str, QueuedJob]
-    _groups: dict[Hashable, list[tuple[Any, int, int, str]]]
+    _groups: dict[Hashable, list[Entry]]
     _now: float
     _searches: int
     _no_room: set[Hashable]
@@ -68,6 +69,9 @@ class QueuedPass:
     _shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None
     _index: HeadIndex | None
     _ask_fit: bool
+    #: What a submission's try resets first: ``_begin_pass``, or for a policy that does not
+    #: preempt ``_no_room.clear`` alone (bound by ``QueuedPolicy``)
+    _begin_try: Callable[[], None]
     _may_settle: bool
     _settled: tuple[NodePool, int] | None
     #: ``admit`` is the one ``QueuedPolicy`` declares (every job may start, none as
@@ -111,10 +115,22 @@ class QueuedPass:
             # ``_touched``) keeps until then, the same as if taken in now.
             return
         if only is not None:
-            if self._head(only.group) is only:  # (it just joined that line)
+            # Does it head the line it just joined? Where its entry is first, yes (it is
+            # live: its token was just set); where a live entry is first, no; else ``_head``
+            # drops the stale entries first. Why: asked at every submission, the answer was
+            # nearly always on the first entry (a call a job, issue 34).
+            group = only.group
+            line = self._groups[group]
+            first = line[0]
+            if first[3] is only or (first[3].token != first[2] and self._head(group) is only):
                 # (a pass that tries nothing need not reset: every pass that tries does)
-                self._begin_pass()
-                self._try(only, out)
+                self._begin_try()
+                if self._try(only, out) and line and line[0][3] is only:
+                    # its entry, stale now, dropped here, where it is known to be first
+                    # (else the next submission's test above would call ``_head`` for it)
+                    heappop(line)
+                    if not line:
+                        del self._groups[group]
             return
         settled = self._settled
         if settled is not None:
@@ -153,7 +169,7 @@ class QueuedPass:
                 thin = False
                 if not heads:
                     return
-            _, _, group = heapq.heappop(heads)
+            _, _, group = heappop(heads)
             head = fetch(group)
             if (
                 head is None
@@ -165,7 +181,7 @@ class QueuedPass:
             if nxt is not None:
                 if jobs is not None:
                     jobs[group] = nxt
-                heapq.heappush(heads, (self.group_priority(nxt), nxt.seq, group))
+                heappush(heads, (self.group_priority(nxt), nxt.seq, group))
         if self._may_settle:  # (asked here: a call a pass for the policies that may not)
             self._settle()
 
@@ -205,12 +221,12 @@ class QueuedPass:
     def _ranked(self, groups: Iterable[Hashable], free: int) -> list[tuple[Any, int, Hashable]]:
         """The heads of ``groups`` a pass may try, as a heap of (priority, seq, line)."""
         heads: list[tuple[Any, int, Hashable]] = []
-        waiting, lines = self._waiting, self._groups
+        lines = self._groups
         keyed = self._keyed
         for group in groups:
             # the common case inline (a pass visits every line): a line's first entry is live
             line = lines.get(group)
-            head = waiting.get(line[0][3]) if line else None
+            head = line[0][3] if line else None
             if head is None or line is None or head.token != line[0][2]:
                 head = self._head(group)  # drops stale entries
             # with backfill a head too big for the free GPUs is tried too: it is the blocked
@@ -507,23 +523,23 @@ class QueuedPass:
             return False
         if self.backfill and self._limited and not self._may_jump(job):
             return False  # (no running job declared a limit: any job may jump, ``_may_jump``)
-        tasks = None
+        if self.per_vc and self._over_quota(job):
+            return self._start_or_search(job, None, opp, out)  # (its VC must give back first)
         shape = job.gang.shape
-        over = self._over_quota(job) if self.per_vc else 0
         # (``may_fit``: placement's own first tests, without its search: before a preemption
         # search, most tries on a contended cluster failed there; ``_ask_fit`` says where)
-        if (
-            not over
-            and shape not in self._no_room
-            and (fits or not self._ask_fit or self.pool.may_fit(job.gpus))
+        if shape not in self._no_room and (
+            fits or not self._ask_fit or self.pool.may_fit(job.gpus)
         ):
             # (not ``_refused`` first: a preemptive policy asks ``may_fit`` here, and
             # ``_refused`` is its no, kept; where it would say no, placement refuses too,
             # changing nothing. A contended LAS pass asked both for each head it tried.)
             tasks = self.pool.place(job.job_id, job.gang)
-            if tasks is None:
-                self._no_room.add(shape)  # the same gang will not fit either this pass
-        return self._start_or_search(job, tasks, opp, out)
+            if tasks is not None:  # (``_start_or_search``'s start, without its call)
+                out.append(self._start(job, tasks, opp))
+                return True
+            self._no_room.add(shape)  # the same gang will not fit either this pass
+        return self._start_or_search(job, None, opp, out)
 
     def _start_or_search(
         self,

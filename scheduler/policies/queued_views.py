@@ -23,6 +23,7 @@ class QueuedViews:
     vc_borrowed: dict[str, int]
     _jobs: dict[str, QueuedJob]
     _waiting: dict[str, QueuedJob]
+    _counts_vcs: bool
 
     if TYPE_CHECKING:
 
@@ -64,17 +65,34 @@ class QueuedViews:
         waiting: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
         for j in self._waiting.values():
             waiting[j.vc] = waiting.get(j.vc, 0) + 1
+        used, borrowed = self.vc_use()
         vcs = {
             vc: VCView(
                 name=vc,
                 guaranteed_gpus=self.vc_gpus.get(vc, 0),
-                used_gpus=self.vc_used.get(vc, 0) - self.vc_borrowed.get(vc, 0),
-                opportunistic_gpus=self.vc_borrowed.get(vc, 0),
+                used_gpus=used.get(vc, 0) - borrowed.get(vc, 0),
+                opportunistic_gpus=borrowed.get(vc, 0),
                 waiting=waiting.get(vc, 0),
             )
             for vc in sorted(waiting)
         }
         return ClusterView(nodes=self.pool.views(), vcs=vcs)
+
+    def vc_use(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The GPUs each VC's running jobs hold, and of them borrowed: ``vc_used`` and
+        ``vc_borrowed`` where the policy keeps them up (``_counts_vcs``), else counted from
+        the running jobs now (the same sums: each start adds a job's GPUs, each stop takes
+        them back, borrowed where it started as opportunistic)."""
+        if self._counts_vcs:
+            return self.vc_used, self.vc_borrowed
+        used: dict[str, int] = {}
+        borrowed: dict[str, int] = {}
+        for j in self._jobs.values():
+            if j.running:
+                used[j.vc] = used.get(j.vc, 0) + j.gpus
+                if j.opportunistic:
+                    borrowed[j.vc] = borrowed.get(j.vc, 0) + j.gpus
+        return used, borrowed
 
     def _view(self, job: QueuedJob, position: int | None, length: int | None) -> JobView:
         why = None

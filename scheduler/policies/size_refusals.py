@@ -36,7 +36,13 @@ class SizeRefusals:
 
     def refused(self, pool: NodePool, gpus: int) -> bool:
         """Would placement refuse every gang of ``gpus`` GPUs now, by free counts alone?"""
-        if gpus in self.held(pool):
+        if pool is self._pool and pool.peak < self._low:
+            # (``held``'s answer without its call: no release since reached a kept level)
+            pool.peak = 0
+            held = self._refused
+        else:
+            held = self.held(pool)
+        if gpus in held:
             return True
         if self._ask(pool, gpus):
             return False
