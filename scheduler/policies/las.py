@@ -469,7 +469,10 @@ class LasPolicy(QueuedPolicy):
         self._running[job.level][job.job_id] = job
         self._level_gpus[job.level] += job.gpus
         self._plan_demotion(job)
-        if self.quantum > 0:
+        # a run's quantum end, filed for the wake-up (``next_wakeup``), only below the top
+        # queue: a run in the top queue is below none, and its demotion files the same entry
+        # while it is young (filed and dropped once a start, issue 34)
+        if job.level and self.quantum > 0:
             heapq.heappush(self._matured, (self._now + self.quantum, job.token, job.job_id))
 
     def _plan_demotion(self, job: QueuedJob) -> None:
