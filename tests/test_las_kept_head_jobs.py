@@ -12,11 +12,15 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_drf_head_index import batches
+from test_las_wakeup_top_queue import steps
 from test_pass_skips import LAS, Pair, decide_alike, eight_nodes_of_eight
-from test_properties import PROPERTY_SETTINGS
+from test_properties import PROPERTY_SETTINGS, clusters
 
+from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Finish, Submit
 from labhive.scheduler.policies.las import LasPolicy
@@ -55,6 +59,37 @@ PAIRS: list[Pair] = [
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_las_taking_kept_heads_decides_as_las_fetching_each(data: Any, pair: Pair) -> None:
     decide_alike(data, pair)
+
+
+# LAS preempting often: every run below the top queue once it has 30 GPU-seconds, without a
+# quantum; a victim then joins a line the pass has ranked, often ahead of the head it kept
+PREEMPTING = {**LAS, "thresholds": (30.0,), "quantum": 0.0}
+
+
+@pytest.mark.skip(
+    reason="fails on main 9c231ef too, and not repeatably (hypothesis: FlakyFailure): LAS "
+    "and FetchingLas decide apart after a Requeue (e.g. [Requeue j31, Tick] at 1380 s: [] "
+    "against a Start); found by the eighteenth session, left to the queue pass's owners"
+)
+@settings(PROPERTY_SETTINGS)
+@given(data=st.data(), options=st.sampled_from([{}, {"backfill": False}]))
+def test_las_taking_kept_heads_decides_as_las_fetching_each_where_it_preempts_often(
+    data: Any, options: dict[str, Any]
+) -> None:
+    """As above, with many ticks (each demotes the runs past 30 GPU-seconds) and requeues
+    (a run requeued waits below the top queue): passes preempt, and a preempted job's
+    return changes its line's head within the pass (``_preempt_for`` keeps it), which the
+    default draws of the test above reach too rarely to hold."""
+    config = load_cluster_config(data.draw(clusters()))
+    nodes = sorted({n.name for n in config.nodes()})
+    kept = from_config(LasPolicy, config, dict(options), **PREEMPTING)
+    fetching = from_config(FetchingLas, config, dict(options), **PREEMPTING)
+    for batch in batches(kept, nodes, data.draw(steps())):
+        if len(batch) == 1:
+            assert kept.handle(batch[0]) == fetching.handle(batch[0]), batch
+        else:
+            assert kept.handle_batch(batch) == fetching.handle_batch(batch), batch
+        assert kept.jobs() == fetching.jobs()
 
 
 def test_a_pass_tries_kept_heads_without_fetching_them() -> None:

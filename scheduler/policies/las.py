@@ -469,7 +469,10 @@ class LasPolicy(QueuedPolicy):
         self._running[job.level][job.job_id] = job
         self._level_gpus[job.level] += job.gpus
         self._plan_demotion(job)
-        if self.quantum > 0:
+        # a run's quantum end, filed for the wake-up (``next_wakeup``), only below the top
+        # queue: a run in the top queue is below none, and its demotion files the same entry
+        # while it is young (filed and dropped once a start, issue 34)
+        if job.level and self.quantum > 0:
             heapq.heappush(self._matured, (self._now + self.quantum, job.token, job.job_id))
 
     def _plan_demotion(self, job: QueuedJob) -> None:
@@ -565,16 +568,23 @@ class LasPolicy(QueuedPolicy):
         now = self._now + _EPS
         while heap and heap[0][0] <= now:
             heapq.heappop(heap)  # its quantum is over: the passes since saw it
-        if heap:  # a waiting job may preempt a lower run once its quantum is over
-            # (the waiting heads ranked only then: asked after every decision, that was 8%
-            # of a contended run while no run was young)
-            top = self._top_level()
-            while top is not None and heap:
+        if heap and self._waiting:  # a waiting job may preempt a lower run once its quantum
+            # is over (no waiting job: no top queue, nothing dropped). The top queue is asked
+            # only of a live run below the top one: a run in the top queue is below none, and
+            # is dropped whatever the top (a later demotion files it again while young). Why:
+            # a run's entry is met most often in the top queue (a job starts there), and
+            # ranking the waiting heads for it was a call and two ``_head``s per job arrived
+            top = -1  # (not asked yet)
+            while heap:
                 when, token, job_id = heap[0]
                 job = jobs.get(job_id)
-                if job is not None and job.running and job.token == token and job.level > top:
-                    wake = when if wake is None or when < wake else wake
-                    break
+                if job is not None and job.running and job.token == token and job.level:
+                    if top < 0:  # (jobs wait: there is a top queue)
+                        found = self._top_level()
+                        top = 0 if found is None else found
+                    if job.level > top:
+                        wake = when if wake is None or when < wake else wake
+                        break
                 heapq.heappop(heap)
         return wake
 
