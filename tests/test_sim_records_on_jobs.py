@@ -1,8 +1,9 @@
 """The simulator keeps a job's record on its ``SimJob`` only, and serves ``records`` from
 ``sim_jobs`` (``engine.Records``): no second dict with an entry a job. Given random workloads
-with scripted resubmissions of ended jobs (same id, a new record) and cancellations, under
-policies that decide once an instant (FIFO, DRF) and one that decides as each event comes,
-inside the job's admission (HiveD), jobs kept or forgotten once done, expect ``records``
+with scripted resubmissions of ended jobs (same id, a new record), cancellations and a job
+the cluster refuses, under policies that decide once an instant (FIFO, DRF) and one that
+decides as each event comes, inside the job's admission (HiveD), jobs kept or forgotten once
+done, expect ``records``
 after every event to be, item for item and in order, the dict the replayer keeps (a record
 set at each admission, before the policy is fed; dropped with the job), and every job's
 figures, the summary and the decisions to be those of a simulator that keeps that dict."""
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sim_helpers import cluster
+from sim_helpers import cluster, job
 from test_properties import PROPERTY_SETTINGS
 from test_sim_apply import cancel, resubmit, workload
 
@@ -62,6 +63,8 @@ def run(kind: type[Simulation], policy: str, seed: int, keep_jobs: bool) -> tupl
     rng = random.Random(seed)
     config = cluster([8, 8])
     jobs = workload(rng)
+    if rng.random() < 0.5:  # one the cluster refuses (its record is a rejection's)
+        jobs.append(job("huge", jobs[-1].submit, 32, 5.0))
     seen: list[str] = []
 
     def observe(sim: Simulation, label: str) -> None:

@@ -68,7 +68,7 @@ class Holder(Protocol):
 
 #: Read once a job (``_end_attempt``), as a module constant: an Enum class's attribute costs
 #: ten times a global.
-_RUNNING, _REJECTED = JobState.RUNNING, JobState.REJECTED
+_RUNNING = JobState.RUNNING
 #: Completions sort before actions that happen at the same virtual time.
 COMPLETION, ACTION = 0, 1
 #: The time of the next arrival once there is none (``drive``).
@@ -229,20 +229,25 @@ class VirtualTimeDriver:
         try:
             self.scheduler.check(spec)
         except SpecRejected as err:
-            record = rejected(job_id, spec, self.now, str(err))
-        else:
-            record = JobRecord(job_id, spec, self.now)
-        if holder is None:
+            return self._keep(job_id, rejected(job_id, spec, self.now, str(err)), holder)
+        record = JobRecord(job_id, spec, self.now)
+        if holder is None:  # (``_keep``, written out: once a job)
             self.records[job_id] = record
         else:
             holder.record = record
-        if record.state is _REJECTED:
-            return record
         batch = self._batch  # (``feed``'s common case, once a job: the instant's batch)
         if batch is not None:
             batch.append(_submitted(job_id, spec, self.now))
         else:
             self.feed(_submitted(job_id, spec, self.now))
+        return record
+
+    def _keep(self, job_id: str, record: JobRecord, holder: Holder | None) -> JobRecord:
+        """The record kept where ``_admit`` keeps it: on ``holder``, else in ``records``."""
+        if holder is None:
+            self.records[job_id] = record
+        else:
+            holder.record = record
         return record
 
     def end(self, job_id: str, ok: bool) -> None:
