@@ -23,8 +23,8 @@ from labhive.scheduler.sim.traces import GENERIC_COLUMNS, Trace, TraceJob, iter_
 
 
 def plain_iter_csv(
-    trace: Trace, lines: Iterable[str], parse_row: Any, required: tuple[str, ...]
-) -> Iterator[TraceJob]:
+    trace: Trace, lines: Iterable[str], parse_row: Any, required: tuple[str, ...], rows: bool
+) -> Iterator[Any]:
     """The reference: the loop as it was, a blank line skipped before anything else."""
     reader = csv.reader(lines)
     fields = [f.strip() for f in next(reader, [])]
@@ -37,11 +37,12 @@ def plain_iter_csv(
         if len(values) != width:
             trace.problems.append(traces.RowProblem(line, "wrong number of columns"))
             continue
-        job = fast(values, line) if fast is not None else None
+        row = fast(values, line) if fast is not None else None  # (a ``trace_row``)
+        job = None if row is None else TraceJob(*row)
         if job is None:
             job = traces._take(trace, line, parse_row, dict(zip(fields, values, strict=True)), line)
         if job is not None:
-            yield job
+            yield traces.trace_row(job) if rows else job
 
 
 GOOD = ["5", "vc1", "bob", "2", "30", "Pass"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -58,6 +58,14 @@ class Timed(Protocol):
 
 Arrival = TypeVar("Arrival", bound=Timed)
 
+
+class Holder(Protocol):
+    """What keeps a job's record where ``records`` does not (the simulator's ``SimJob``):
+    ``_admit`` sets it."""
+
+    record: JobRecord | None
+
+
 #: Read once a job (``_end_attempt``), as a module constant: an Enum class's attribute costs
 #: ten times a global.
 _RUNNING = JobState.RUNNING
@@ -81,7 +89,9 @@ class VirtualTimeDriver:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.now = 0.0
-        self.records: dict[str, JobRecord] = {}
+        # Every job's record by id (a subclass may serve it from where it keeps them: the
+        # simulator's from its jobs, ``engine.Records``).
+        self.records: MutableMapping[str, JobRecord] = {}
         self.durations: dict[str, float | None] = {}
         # Per job, (preemptions, downgrades) the last ``snapshot`` showed: what a step adds.
         self.shown: dict[str, tuple[int, int]] = {}
@@ -208,20 +218,36 @@ class VirtualTimeDriver:
         self.durations[job_id] = duration if duration is not None else spec.duration
         return self._admit(job_id, spec)
 
-    def _admit(self, job_id: str, spec: JobSpec) -> JobRecord:
+    def _admit(self, job_id: str, spec: JobSpec, holder: Holder | None = None) -> JobRecord:
         """``submit`` but for the duration (which the simulator keeps on its own jobs): the
-        spec checked, the job's record, its ``Submit`` fed; or the record of its rejection."""
+        spec checked, the job's record, its ``Submit`` fed; or the record of its rejection.
+
+        The record goes to ``holder.record`` where a holder is given (the simulator's job,
+        which it reaches by id: no entry a job in a second big dict), else to ``records``;
+        either way before the ``Submit`` is fed, as a policy without ``handle_batch``
+        decides as it is fed, and its decisions look for the record."""
         try:
             self.scheduler.check(spec)
         except SpecRejected as err:
-            record = self.records[job_id] = rejected(job_id, spec, self.now, str(err))
-            return record
-        record = self.records[job_id] = JobRecord(job_id, spec, self.now)
+            return self._keep(job_id, rejected(job_id, spec, self.now, str(err)), holder)
+        record = JobRecord(job_id, spec, self.now)
+        if holder is None:  # (``_keep``, written out: once a job)
+            self.records[job_id] = record
+        else:
+            holder.record = record
         batch = self._batch  # (``feed``'s common case, once a job: the instant's batch)
         if batch is not None:
             batch.append(_submitted(job_id, spec, self.now))
         else:
             self.feed(_submitted(job_id, spec, self.now))
+        return record
+
+    def _keep(self, job_id: str, record: JobRecord, holder: Holder | None) -> JobRecord:
+        """The record kept where ``_admit`` keeps it: on ``holder``, else in ``records``."""
+        if holder is None:
+            self.records[job_id] = record
+        else:
+            holder.record = record
         return record
 
     def end(self, job_id: str, ok: bool) -> None:

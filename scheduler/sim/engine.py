@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from functools import partial
 from heapq import heappush
@@ -219,6 +219,40 @@ class SimResult:
     table: JobTable = field(default_factory=JobTable)  # every job's figures, for the metrics
 
 
+class Records(MutableMapping[str, JobRecord]):
+    """The simulator's ``records``: each job's record, read from its ``SimJob`` by id.
+
+    ``VirtualTimeDriver`` keeps records in a dict of their own; the simulator holds every job
+    it has not forgotten in ``sim_jobs`` already, and the job holds its record (``_admit``
+    sets it there), so a second dict with an entry a job (set once, popped once, up to a
+    million entries: a cache miss each, at a million jobs) only repeated it. The same
+    mapping to its readers (``end``, ``cancel``, scenarios' actions, tests): a job's id to
+    its last submission's record, for the jobs not forgotten (``_done``), in arrival order."""
+
+    __slots__ = ("_jobs",)
+
+    def __init__(self, jobs: dict[str, SimJob]) -> None:
+        self._jobs = jobs
+
+    def __getitem__(self, job_id: str) -> JobRecord:
+        record = self._jobs[job_id].record
+        if record is None:  # (a job between its arrival and its record: none yet)
+            raise KeyError(job_id)
+        return record
+
+    def __setitem__(self, job_id: str, record: JobRecord) -> None:
+        self._jobs[job_id].record = record
+
+    def __delitem__(self, job_id: str) -> None:
+        self._jobs[job_id].record = None
+
+    def __iter__(self) -> Iterator[str]:
+        return (job_id for job_id, job in self._jobs.items() if job.record is not None)
+
+    def __len__(self) -> int:
+        return sum(job.record is not None for job in self._jobs.values())
+
+
 class Simulation(VirtualTimeDriver):
     """Drive ``scheduler`` through ``jobs`` (sorted by submit time) and scheduled actions.
 
@@ -249,6 +283,9 @@ class Simulation(VirtualTimeDriver):
             raise ValueError("checkpoint interval must be positive")
         self.jobs = iter(jobs)
         self.sim_jobs: dict[str, SimJob] = {}
+        # A job's record is its ``SimJob``'s (``_admit`` sets it there): ``records`` reads them
+        # through ``sim_jobs``, so a job is an entry in one big dict, not two (``Records``).
+        self.records = Records(self.sim_jobs)
         self.checkpoint = checkpoint
         if restart_cost < 0:
             raise ValueError("restart cost must not be negative")
@@ -372,7 +409,7 @@ class Simulation(VirtualTimeDriver):
         job.row = self.table.add(job)
         job.entered = True
         self._entered.append(job)
-        record = job.record = self._admit(job.job_id, job.spec)
+        record = self._admit(job.job_id, job.spec, job)
         if record.state == _REJECTED:
             job.entered = False
             self._done(job)
@@ -425,12 +462,9 @@ class Simulation(VirtualTimeDriver):
         else:
             job.entered = True
             self._entered.append(job)
-        # Until it has its new record, a decision about it is applied to ``records``' one
-        # (``apply``: a policy without ``handle_batch`` decides inside ``_admit``), not to the
-        # record of its last submission.
-        job.record = None
-        record = self._admit(job.job_id, spec)
-        job.record = record
+        # (``_admit`` gives the job its new record before the policy is fed: a policy without
+        # ``handle_batch`` decides inside it, on the new record, not its last submission's.)
+        record = self._admit(job.job_id, spec, job)
         if record.state == _REJECTED:
             job.entered = False
             self._done(job)
@@ -438,7 +472,7 @@ class Simulation(VirtualTimeDriver):
 
     def end(self, job_id: str, ok: bool) -> None:
         job = self.sim_jobs.get(job_id)
-        record = self.records.get(job_id)
+        record = None if job is None else job.record
         if job is None or record is None or not job.running:
             return super().end(job_id, ok)
         self._end_run(job, record, ok)
@@ -479,7 +513,7 @@ class Simulation(VirtualTimeDriver):
 
     def cancel(self, job_id: str) -> None:
         job = self.sim_jobs.get(job_id)
-        record = self.records.get(job_id)
+        record = None if job is None else job.record
         if job is not None and record is not None and not record.done:
             if job.running:
                 self._stopped(job, keep=0.0)
@@ -505,8 +539,7 @@ class Simulation(VirtualTimeDriver):
         the job and its record are forgotten (a million-job run holds only those in flight)."""
         self.table.fill(job.row, job)
         if not self.keep_jobs:
-            self.sim_jobs.pop(job.job_id, None)
-            self.records.pop(job.job_id, None)
+            self.sim_jobs.pop(job.job_id, None)  # (its record with it: ``Records``)
 
     def apply(self, decisions: list[Decision]) -> None:
         """The replayer's ``apply``, each decision's ``apply_one`` written out (a call less for
@@ -514,18 +547,14 @@ class Simulation(VirtualTimeDriver):
         self.decisions += len(decisions)
         sim_jobs = self.sim_jobs
         for d in decisions:
-            # Every record is a job's, the one in ``records`` (``_arrive``/``_enter`` set both,
-            # ``_done`` drops both): one look-up a decision, not two. (A policy that decides
-            # as each event comes, without ``handle_batch``, decides inside ``_admit``, before
-            # the job is given its record: then it is found in ``records``.)
+            # Every record is a job's (``_admit`` sets it before the policy is fed, so one
+            # decided inside ``_admit`` finds it too): one look-up a decision.
             job = sim_jobs.get(d.job_id)
             if job is None:
                 continue
             record = job.record
             if record is None:
-                record = self.records.get(d.job_id)
-                if record is None:
-                    continue
+                continue
             if job.running:
                 self._apply_running(record, job, d)
             elif apply_decision(record, d, self.now):  # a waiting job starts (a ``Start``)

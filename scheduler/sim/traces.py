@@ -78,6 +78,14 @@ class TraceJob:
     memory_mb: int | None = None
 
 
+#: A ``TraceJob``'s fields as a tuple, in field order (in C): a *row*, what the simulator
+#: reads of a job (``workload.iter_sim_jobs``), and what a streamed CSV's common row is made
+#: as, without the ``TraceJob`` (``iter_trace(rows=True)``).
+trace_row: Callable[[TraceJob], tuple[Any, ...]] = operator.attrgetter(
+    "job_id", "submit", "vc", "user", "gpus", "duration", "status", "line", "cpu", "memory_mb"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class RowProblem:
     line: int
@@ -166,12 +174,16 @@ def iter_trace(
     *,
     service_time: ServiceTime = "run",
     into: Trace | None = None,
-) -> Iterator[TraceJob]:
+    rows: bool = False,
+) -> Iterator[Any]:
     """The trace's runnable jobs one at a time, in file order, for traces too big to hold as
     a list (a million jobs): a CSV is read line by line; a Philly JSON log is held as text
     but its jobs are parsed as they are asked for. Skipped and malformed rows are counted in
     ``into`` (its ``jobs`` stay empty) as they pass. The simulator needs the jobs sorted by
-    submit time, as the Philly log and the CSVs written here are; ``load_trace`` sorts."""
+    submit time, as the Philly log and the CSVs written here are; ``load_trace`` sorts.
+
+    ``rows``: each job as its ``trace_row`` instead, as the simulator reads it (a generic
+    CSV's common row is made as that tuple: no ``TraceJob`` a job, 32 bytecodes)."""
     path = _existing(path)
     opener: Any = gzip.open if _gzipped(path) else open
     with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
@@ -182,10 +194,11 @@ def iter_trace(
             trace.format = fmt
             if fmt == "philly-json":
                 text = head + fh.read()
-                yield from _rows(trace, (), text, service_time)
+                jobs = _rows(trace, (), text, service_time)
+                yield from map(trace_row, jobs) if rows else jobs
             else:
                 lines = itertools.chain(head.splitlines(keepends=True), fh)
-                yield from _rows(trace, lines, "", service_time)
+                yield from _rows(trace, lines, "", service_time, rows)
         except UnicodeDecodeError as err:
             raise UserError(
                 f"{path} is not UTF-8 text ({err.reason}); give a JSON or CSV trace"
@@ -205,6 +218,11 @@ class JobStream:
     def __iter__(self) -> Iterator[TraceJob]:
         jobs = iter_trace(self.path, self.format, service_time=self.service_time)
         return itertools.islice(jobs, self.count)
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """The same jobs as ``trace_row`` tuples (``iter_trace(rows=True)``)."""
+        rows = iter_trace(self.path, self.format, service_time=self.service_time, rows=True)
+        return itertools.islice(rows, self.count)
 
 
 def scan_trace(
@@ -259,20 +277,21 @@ def _sniff_file(path: Path) -> TraceFormat:
 
 
 def _rows(
-    trace: Trace, lines: Iterable[str], text: str, service_time: ServiceTime
-) -> Iterator[TraceJob]:
-    """The runnable jobs of ``trace.format``; problems and skips go to ``trace``. (The
-    reader's own generator, not one that yields from it: a level less for each job.)"""
+    trace: Trace, lines: Iterable[str], text: str, service_time: ServiceTime, rows: bool = False
+) -> Iterator[Any]:
+    """The runnable jobs of ``trace.format`` (as ``trace_row`` tuples with ``rows``, for a
+    CSV); problems and skips go to ``trace``. (The reader's own generator, not one that
+    yields from it: a level less for each job.)"""
     if trace.format == "philly-json":
         return _iter_json_rows(trace, text, service_time)
     if trace.format == "philly-csv":
-        return _iter_csv(trace, lines, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS)
+        return _iter_csv(trace, lines, _philly_csv_row(service_time), PHILLY_CSV_COLUMNS, rows)
     if trace.format == "tiresias-csv":
-        return _iter_csv(trace, lines, _tiresias_row, TIRESIAS_COLUMNS)
+        return _iter_csv(trace, lines, _tiresias_row, TIRESIAS_COLUMNS, rows)
     if trace.format == "helios-csv":
-        return _iter_csv(trace, lines, _helios_row, HELIOS_COLUMNS)
+        return _iter_csv(trace, lines, _helios_row, HELIOS_COLUMNS, rows)
     required = tuple(c for c in GENERIC_COLUMNS if c != "status")
-    return _iter_csv(trace, lines, _generic_row, required)
+    return _iter_csv(trace, lines, _generic_row, required, rows)
 
 
 def _iter_json_rows(trace: Trace, text: str, service_time: ServiceTime) -> Iterator[TraceJob]:
@@ -458,8 +477,10 @@ def _philly_json_row(obj: Any, line: int, service_time: ServiceTime) -> TraceJob
 
 
 def _iter_csv(
-    trace: Trace, lines: Iterable[str], parse_row: Any, required: tuple[str, ...]
-) -> Iterator[TraceJob]:
+    trace: Trace, lines: Iterable[str], parse_row: Any, required: tuple[str, ...], rows: bool
+) -> Iterator[Any]:
+    """The CSV's jobs, as ``TraceJob``s, or as ``trace_row`` tuples with ``rows`` (a common
+    row by position is made as its tuple: ``_generic_fast``)."""
     reader = csv.reader(lines)  # DictReader's work, without its per-row checks in Python
     fields = [f.strip() for f in next(reader, [])]
     missing = [c for c in required if c not in fields]
@@ -477,18 +498,20 @@ def _iter_csv(
             if values:  # (else a blank line)
                 trace.problems.append(RowProblem(line, "wrong number of columns"))
             continue
-        job = fast(values, line) if fast is not None else None
-        if job is None:
-            job = _take(trace, line, parse_row, dict(zip(fields, values, strict=True)), line)
-            if job is None:
-                continue
-        yield job
+        row = fast(values, line) if fast is not None else None
+        if row is not None:
+            yield row if rows else TraceJob(*row)
+            continue
+        job = _take(trace, line, parse_row, dict(zip(fields, values, strict=True)), line)
+        if job is not None:
+            yield trace_row(job) if rows else job
 
 
-def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | None]:
+def _generic_fast(fields: list[str]) -> Callable[[list[str], int], tuple[Any, ...] | None]:
     """``_generic_row`` for a well-formed row, by column position (a million-row trace
-    spent a third of its reading time building each row's dict). Any row it is unsure of
-    (None) goes the general way, which says what is wrong with it or why it is skipped."""
+    spent a third of its reading time building each row's dict), as its ``trace_row``. Any
+    row it is unsure of (None) goes the general way, which says what is wrong with it or why
+    it is skipped."""
     at = {name: i for i, name in enumerate(fields)}  # the last of equal names, as a dict
     job_i, status_i = at.get("job_id"), at.get("status")
     if "cpu" in at or "memory_mb" in at:
@@ -506,7 +529,7 @@ def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | No
     )
     has_id, has_status = job_i is not None, status_i is not None
 
-    def parse(values: list[str], line: int) -> TraceJob | None:
+    def parse(values: list[str], line: int) -> tuple[Any, ...] | None:
         try:  # (``float`` skips the spaces around a number itself: no ``strip`` first)
             submit, gpus_f, duration = map(float, numbers(values))
         except ValueError:
@@ -517,8 +540,9 @@ def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | No
         vc, user, job_id, status = map(_strip, texts(values))
         if gpus != gpus_f or not vc:
             return None  # a fraction of a GPU, no VC
-        # By position (job_id, submit, vc, user, gpus, duration, status, line): once per row.
-        return TraceJob(
+        # ``trace_row`` of its ``TraceJob``, built as the tuple (no cpu, no memory: the
+        # columns are not there): once per row.
+        return (
             job_id if has_id and job_id else f"job-{line}",
             submit,
             vc,
@@ -527,6 +551,8 @@ def _generic_fast(fields: list[str]) -> Callable[[list[str], int], TraceJob | No
             duration,
             status if has_status and status else "Pass",
             line,
+            None,
+            None,
         )
 
     return parse
