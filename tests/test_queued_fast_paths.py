@@ -52,9 +52,7 @@ class Plain:
 
     def _dequeue(self, job: QueuedJob) -> None:
         """As before ``QueuedJob.group``: the line asked anew."""
-        if job.group is not NOT_WAITING:
-            job.group = NOT_WAITING
-            self._queued -= 1  # type: ignore[attr-defined]
+        job.group = NOT_WAITING
         job.token += 1
         if self._line_heads is not None:  # type: ignore[attr-defined]
             self._touched.add(self.group_key(job))  # type: ignore[attr-defined]

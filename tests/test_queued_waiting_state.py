@@ -2,9 +2,10 @@
 node faults and ticks on small clusters, expect every queue policy (FIFO with and without
 backfill, SJF per VC, DRF with and without backfill, Capacity, LAS with and without
 promotions), which keeps no dict of its waiting jobs (a job's waiting state is its ``group``,
-``NOT_WAITING`` while it waits in no line, and ``_queued`` counts the waiting), to hold after
-every event exactly the waiting jobs a dict kept as before would hold (set at each join,
-popped by id at each leave): the same jobs, the same count; and to decide as that policy does.
+``NOT_WAITING`` while it waits in no line), to hold after every event exactly the waiting jobs
+a dict kept as before would hold (set at each join, popped by id at each leave); and to decide
+as that policy does, whose pass is skipped where that dict is empty (not where no line is
+left: a line of stale entries alone gets a pass that starts nothing).
 
 And given one 8-GPU node, a job that waits, starts, is preempted by a node fault and is
 cancelled, expect its waiting state to follow: waiting, not, waiting again, gone."""
@@ -35,6 +36,7 @@ class WaitingById:
     when it joins a line and popped when it leaves (``_waiting``)."""
 
     _waiting: dict[str, QueuedJob]
+    SKIP_IDLE_PASSES: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._waiting = {}
@@ -47,6 +49,11 @@ class WaitingById:
     def _dequeue(self, job: QueuedJob) -> None:
         self._waiting.pop(job.job_id, None)
         super()._dequeue(job)  # type: ignore[misc]
+
+    def _schedule(self, out: Any, only: Any = None, groups: Any = None) -> None:
+        if not self._waiting and self.SKIP_IDLE_PASSES:
+            return  # nothing waits: the pass skipped, as before
+        super()._schedule(out, only, groups)  # type: ignore[misc]
 
 
 class FifoById(WaitingById, FifoPolicy):
@@ -91,7 +98,7 @@ def waits_as_kept_by_id(policy: QueuedPolicy, by_id: QueuedPolicy) -> None:
     for mine in (policy, by_id):
         found = waiting_of(mine)
         assert found.keys() == kept.keys()
-        assert mine._queued == len(kept)
+        assert mine._groups or not kept  # (a waiting job's line is there: no pass skipped)
         assert not [j for j in mine._jobs.values() if j.running and j.group is not NOT_WAITING]
     assert all(found[i] is j for i, j in kept.items())  # (by_id's own jobs, the same objects)
 
@@ -120,10 +127,11 @@ def test_a_job_waits_runs_waits_again_and_leaves() -> None:
     for t, job_id in enumerate(("a", "b")):
         fifo.handle(Submit(job_id, parse_job({"name": job_id, "vc": "vc0", "gpus": 8}), t))
     a, b = fifo._jobs["a"], fifo._jobs["b"]
-    assert (a.group is NOT_WAITING, b.group is NOT_WAITING, fifo._queued) == (True, False, 1)
+    assert (a.group is NOT_WAITING, sorted(waiting_of(fifo))) == (True, ["b"])
     fifo.handle(NodeDown("n0", 2.0, "test"))
-    assert (a.group is NOT_WAITING, b.group is NOT_WAITING, fifo._queued) == (False, False, 2)
+    assert (a.group is NOT_WAITING, sorted(waiting_of(fifo))) == (False, ["a", "b"])
     fifo.handle(NodeUp("n0", 3.0))
-    assert (a.group is NOT_WAITING, a.running, fifo._queued) == (True, True, 1)
+    assert (a.running, a.group is NOT_WAITING, sorted(waiting_of(fifo))) == (True, True, ["b"])
     fifo.handle(Cancel("b", 4.0))
-    assert (b.group is NOT_WAITING, fifo._queued, "b" in fifo._jobs) == (True, 0, False)
+    # b gone: its line held its stale entry alone, and the pass that ran dropped it
+    assert (b.group is NOT_WAITING, waiting_of(fifo), fifo._groups) == (True, {}, {})

@@ -134,10 +134,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self.vc_gpus = dict(vc_gpus)
         self._pool_factory = pool_factory
         self._jobs: dict[str, QueuedJob] = {}
-        # how many jobs wait: a job's own waiting state is its ``group`` (``NOT_WAITING`` while
-        # it waits in no line), so no dict of the waiting jobs is kept. Why: at a million jobs
-        # that dict's entry a queued job, set and popped by id, was a cache miss each (issue 34)
-        self._queued = 0
+        # (no dict of the waiting jobs: a job's waiting state is its ``group``, ``NOT_WAITING``
+        # while it waits in no line. Why: at a million jobs that dict's entry a queued job, set
+        # and popped by id, was a cache miss each, issue 34)
         # each line a heap of entries (order key, seq, token, the job): a job's entry holds the
         # job itself, so a line's head is read off its first entry (``_head``). The order is
         # total before the job (a job's ``seq`` is its own, its ``token`` new at each join),
@@ -440,7 +439,6 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _enqueue(self, job: QueuedJob) -> None:
         job.token += 1
-        self._queued += 1
         entry = (self._order_key(job), job.seq, job.token, job)
         group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
@@ -458,9 +456,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
         group = job.group
-        if group is not NOT_WAITING:  # (else it did not wait: adopted, or gone while running)
-            job.group = NOT_WAITING
-            self._queued -= 1
+        job.group = NOT_WAITING
         job.token += 1
         self._settled = None  # it may have headed its line (``_settle``)
         if self._line_heads is None and self._index is None:
@@ -468,7 +464,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # the line it joined (a waiting job's ``group_key`` stays that of its line: LAS's
         # promotion leaves the line before the level changes); asked anew for a job that
         # never waited (adopted), as before
-        if group is NOT_WAITING:
+        if group is NOT_WAITING:  # (it did not wait: adopted)
             group = self.group_key(job)
         if self._line_heads is not None:
             self._touched.add(group)

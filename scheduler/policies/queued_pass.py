@@ -46,7 +46,6 @@ class QueuedPass:
     vc_gpus: dict[str, int]
     vc_used: dict[str, int]
     _jobs: dict[str, QueuedJob]
-    _queued: int
     _groups: dict[Hashable, list[Entry]]
     _now: float
     _searches: int
@@ -108,11 +107,15 @@ class QueuedPass:
     ) -> None:
         """Start what can start. With ``only`` (a new submission), try just that job; with
         ``groups``, only those lines (the others are as blocked as before)."""
-        if not self._queued and self.SKIP_IDLE_PASSES:
-            # Nothing waits, so nothing may start (nor be preempted for): the pass after most
-            # finishes of an uncontended run. What a pass resets, the next one resets; what
-            # it would take in (``HeadIndex``'s dirty lines and ``NodePool.peak``,
-            # ``_touched``) keeps until then, the same as if taken in now.
+        if not self._groups and self.SKIP_IDLE_PASSES:
+            # No line, so nothing waits, nor may start (nor be preempted for): the pass after
+            # most finishes of an uncontended run (a job started at its submission took its
+            # line's entry with it). What a pass resets, the next one resets; what it would
+            # take in (``HeadIndex``'s dirty lines and ``NodePool.peak``, ``_touched``) keeps
+            # until then, the same as if taken in now. Lines of stale entries alone (a waiting
+            # job cancelled) get a pass that finds no head, starts nothing and drops them: as
+            # when the pass was skipped while no job waited (``test_queued_waiting_state``),
+            # without a count of the waiting kept a join and a leave.
             return
         if only is not None:
             # Does it head the line it just joined? Where its entry is first, yes (it is
