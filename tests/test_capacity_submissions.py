@@ -23,6 +23,7 @@ from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Reconfigure, Submit, Tick
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.queued import from_config
+from labhive.scheduler.policies.queued_job import NOT_WAITING
 
 
 class CapacityFetchingHeads(CapacityPolicy):
@@ -50,7 +51,7 @@ class CapacityTrustingKept(CapacityPolicy):
     def _schedule(self, out: Any, only: Any = None, groups: Any = None) -> None:
         if only is not None and self._line_heads is not None:
             kept = self._standing.get(only.group)
-            if kept is not None and self._waiting.get(kept.job_id) is kept:
+            if kept is not None and kept.group is not NOT_WAITING:
                 assert self._head(only.group) is kept
         super()._schedule(out, only, groups)
 

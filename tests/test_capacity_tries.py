@@ -22,7 +22,7 @@ from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.model import Decision, Preempt, Reconfigure
 from labhive.scheduler.policies.capacity import CapacityPolicy
 from labhive.scheduler.policies.queued import from_config
-from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
 
 
 class CapacityWeighingFirst(CapacityPolicy):
@@ -36,7 +36,7 @@ class CapacityWeighingFirst(CapacityPolicy):
 
     def _tried(self, head: QueuedJob, opp: bool, out: list[Decision]) -> bool:
         blocked, shape = self._blocked, head.gang.shape
-        found = blocked is not None and blocked.job_id in self._waiting
+        found = blocked is not None and blocked.group is not NOT_WAITING
         no_room = self._refused(head.gang) or shape in self._no_room
         if (
             found

@@ -85,7 +85,7 @@ def test_before_a_head_blocks_every_kind_may_start() -> None:
     node left room for them included, and once bob blocks, to park that kind."""
     drf = four_busy_nodes()
     drf._blocked = None
-    kind = (drf._waiting["bob"].gang.shape, None)
+    kind = (drf._jobs["bob"].gang.shape, None)
     assert drf._may_start()(kind, 3, (0.0, 0)) == START
-    drf._blocked = drf._waiting["bob"]
+    drf._blocked = drf._jobs["bob"]
     assert drf._may_start()(kind, 3, (1.0, 99)) >= PARK

@@ -60,7 +60,7 @@ class NaiveDrf(DrfPolicy):
         passed: set[str] = set()  # users whose first job failed this pass
         while self.pool.free_gpus > 0:
             heads: dict[str, QueuedJob] = {}
-            for job in self._waiting.values():
+            for job in self._waiting_jobs():
                 first = heads.get(job.user)
                 if first is None or job.seq < first.seq:
                     heads[job.user] = job

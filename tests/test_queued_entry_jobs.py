@@ -2,8 +2,8 @@
 node faults and ticks on small clusters, expect every queue policy (FIFO, SJF, DRF with and
 without backfill, Capacity, LAS), whose waiting lines' heap entries hold the job itself, to
 decide exactly as when a line's head was found by looking its entry's job id up among the
-waiting jobs (``_waiting``); and after every event, expect each line's head to be the first of
-its waiting jobs by (``order_key``, ``seq``): the plain computation.
+waiting jobs (a dict by id, as ``_waiting`` was); and after every event, expect each line's
+head to be the first of its waiting jobs by (``order_key``, ``seq``): the plain computation.
 
 And given a job cancelled while it waits and a new job submitted under the same id, expect
 FIFO to start the jobs in the order they joined its line: the look-up by id took the old
@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_skips import LAS, Pair, decide_alike
 from test_properties import PROPERTY_SETTINGS
+from test_queued_waiting_state import WaitingById
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
@@ -31,12 +32,11 @@ from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_conf
 from labhive.scheduler.policies.sjf import SjfPolicy
 
 
-class HeadById:
-    """``_head`` as before: the entry's job looked up by id among the waiting jobs, live
-    where that job's ``token`` is the entry's."""
+class HeadById(WaitingById):
+    """``_head`` as before: the entry's job looked up by id among the waiting jobs (kept by
+    id as before: ``WaitingById``), live where that job's ``token`` is the entry's."""
 
     _groups: dict[Hashable, list[Any]]
-    _waiting: dict[str, QueuedJob]
 
     def _head(self, group: Hashable) -> QueuedJob | None:
         heap = self._groups.get(group)
@@ -86,7 +86,7 @@ PAIRS: list[Pair] = [  # (entries holding the job, heads looked up by id, option
 def heads_are_plain(policy: QueuedPolicy, _: QueuedPolicy) -> None:
     """Each line's head is its first waiting job by (``order_key``, ``seq``)."""
     lines: dict[Hashable, list[QueuedJob]] = {}
-    for job in policy._waiting.values():
+    for job in policy._waiting_jobs():
         lines.setdefault(job.group, []).append(job)
     for group in set(policy._groups) | set(lines):
         waiting = lines.get(group, [])

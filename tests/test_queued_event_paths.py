@@ -122,7 +122,7 @@ def jobs_as_made(policy: QueuedPolicy, plain: QueuedPolicy) -> None:
     for job in policy._jobs.values():
         assert job.gang == gang_of(job.spec), job.job_id
         assert (job.vc, job.gpus, job.user) == (job.spec.vc, job.gang.gpus, job.spec.user or "")
-    for job in policy._waiting.values():
+    for job in policy._waiting_jobs():
         assert job.group == policy.group_key(job), job.job_id
 
 

@@ -31,6 +31,7 @@ from labhive.scheduler.policies.fifo import FifoPolicy
 from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import NodePool, PoolNode, _gang_of_roles
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
+from labhive.scheduler.policies.queued_job import NOT_WAITING
 from labhive.scheduler.policies.sjf import SjfPolicy
 
 LAS = {"thresholds": (120.0, 600.0), "promote_knob": 0.0, "quantum": 60.0, "same_queue": False}
@@ -51,7 +52,7 @@ class Plain:
 
     def _dequeue(self, job: QueuedJob) -> None:
         """As before ``QueuedJob.group``: the line asked anew."""
-        self._waiting.pop(job.job_id, None)  # type: ignore[attr-defined]
+        job.group = NOT_WAITING
         job.token += 1
         if self._line_heads is not None:  # type: ignore[attr-defined]
             self._touched.add(self.group_key(job))  # type: ignore[attr-defined]
@@ -110,7 +111,7 @@ def test_the_per_job_shortcuts_decide_as_the_plain_policy(data: Any, pair: Pair)
 def lines_joined_are_asked_lines(policy: QueuedPolicy, plain: QueuedPolicy) -> None:
     """What reading ``QueuedJob.group`` rests on: every waiting job's line joined is the line
     ``group_key`` gives it now (LAS moves a job between lines as its level changes)."""
-    for job in policy._waiting.values():
+    for job in policy._waiting_jobs():
         assert job.group == policy.group_key(job), job.job_id
 
 

@@ -41,8 +41,6 @@ from labhive.scheduler.policies.sjf import SjfPolicy
 class AskingHead:
     """A submission's pass as before: ``_head`` asked whether the new job heads its line."""
 
-    _waiting: dict[str, QueuedJob]
-
     def _schedule(
         self,
         out: list[Decision],

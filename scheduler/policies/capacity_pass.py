@@ -53,7 +53,7 @@ from collections.abc import Hashable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
 from labhive.scheduler.policies.queued_pass import QueuedPass
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class CapacityPass(QueuedPass):
             # start or a new cluster config does. Why: every submission fetched its line's
             # head (``_head``), though nearly all join behind one (issue 34).
             kept = self._standing.get(group)
-            if kept is not None and self._waiting.get(kept.job_id) is kept:
+            if kept is not None and kept.group is not NOT_WAITING:
                 self._touched.discard(group)
             elif self._head(group) is only:
                 self._begin_pass()
@@ -331,7 +331,7 @@ class CapacityPass(QueuedPass):
         64-GPU heads so, each asking placement and building a release probe (issue 34)."""
         free, gpus = self.pool.free_gpus, head.gpus
         blocked = self._blocked
-        found = blocked is not None and blocked.job_id in self._waiting
+        found = blocked is not None and blocked.group is not NOT_WAITING
         searching = self._searches > 0
         if found and not (searching and free + self.victim_gpus(head, False) >= gpus):
             return  # hopeless: it needs more than are free, or is refused, and no search

@@ -527,7 +527,7 @@ class LasPolicy(QueuedPolicy):
                 heapq.heappush(self._matured, (job.started + self.quantum, job.token, job_id))
         while self._promotions and self._promotions[0][0] <= now:
             _, token, job_id = heapq.heappop(self._promotions)
-            job = self._waiting.get(job_id)
+            job = self._jobs.get(job_id)  # (its token unchanged: it still waits)
             if job is None or job.token != token:
                 continue
             # (``requeue_waiting``, but leaving its line before its level changes: the line
@@ -556,10 +556,9 @@ class LasPolicy(QueuedPolicy):
             heapq.heappop(heap)
         heap = self._promotions
         if heap:  # (none without promotions, the default)
-            waiting = self._waiting
             while heap:
                 when, token, job_id = heap[0]
-                job = waiting.get(job_id)
+                job = jobs.get(job_id)  # (its token unchanged: it still waits)
                 if job is not None and job.token == token:
                     wake = when if wake is None or when < wake else wake
                     break

@@ -65,7 +65,7 @@ from labhive.scheduler.policies.policy_base import (
     reconfigured,
 )
 from labhive.scheduler.policies.queued_config import policy_options, pool_from_config, vc_gpus
-from labhive.scheduler.policies.queued_job import Entry, QueuedJob
+from labhive.scheduler.policies.queued_job import NOT_WAITING, Entry, QueuedJob
 from labhive.scheduler.policies.queued_pass import QueuedPass
 from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policies.size_refusals import SizeRefusals
@@ -134,7 +134,9 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self.vc_gpus = dict(vc_gpus)
         self._pool_factory = pool_factory
         self._jobs: dict[str, QueuedJob] = {}
-        self._waiting: dict[str, QueuedJob] = {}
+        # (no dict of the waiting jobs: a job's waiting state is its ``group``, ``NOT_WAITING``
+        # while it waits in no line. Why: at a million jobs that dict's entry a queued job, set
+        # and popped by id, was a cache miss each, issue 34)
         # each line a heap of entries (order key, seq, token, the job): a job's entry holds the
         # job itself, so a line's head is read off its first entry (``_head``). The order is
         # total before the job (a job's ``seq`` is its own, its ``token`` new at each join),
@@ -437,7 +439,6 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _enqueue(self, job: QueuedJob) -> None:
         job.token += 1
-        self._waiting[job.job_id] = job
         entry = (self._order_key(job), job.seq, job.token, job)
         group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
@@ -454,7 +455,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _dequeue(self, job: QueuedJob) -> None:
         """Leave the waiting line; its heap entry goes stale and is dropped when reached."""
-        waited = self._waiting.pop(job.job_id, None)  # (None: it did not wait)
+        group = job.group
+        job.group = NOT_WAITING
         job.token += 1
         self._settled = None  # it may have headed its line (``_settle``)
         if self._line_heads is None and self._index is None:
@@ -462,7 +464,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # the line it joined (a waiting job's ``group_key`` stays that of its line: LAS's
         # promotion leaves the line before the level changes); asked anew for a job that
         # never waited (adopted), as before
-        group = job.group if waited is not None else self.group_key(job)
+        if group is NOT_WAITING:  # (it did not wait: adopted)
+            group = self.group_key(job)
         if self._line_heads is not None:
             self._touched.add(group)
         if self._index is not None:
@@ -478,8 +481,8 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
     def _head(self, group: Hashable) -> QueuedJob | None:
         """The line's first job still waiting, its stale entries dropped on the way. An entry
         is live where its job's ``token`` is the entry's: each change of a job's state bumps
-        it, leaving (``_dequeue``: a start, a removal) included, so no look-up in ``_waiting``
-        is needed. Why: ``_head`` is called several times a job by every queue policy (LAS
+        it, leaving (``_dequeue``: a start, a removal) included, so no look-up by id is
+        needed. Why: ``_head`` is called several times a job by every queue policy (LAS
         about 7.7 times an arrival), each with a dict look-up (issue 34)."""
         heap = self._groups.get(group)
         while heap:

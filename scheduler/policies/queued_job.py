@@ -11,6 +11,20 @@ from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.policies.node_pool import Gang
 
 
+class _NotWaiting:
+    """``QueuedJob.group`` of a job that waits in no line (its one instance, ``NOT_WAITING``):
+    a line's key is any hashable, ``None`` (the one line of FIFO) included, so a sentinel of
+    its own."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_WAITING"
+
+
+NOT_WAITING: Hashable = _NotWaiting()
+
+
 @dataclass(slots=True, eq=False)
 class QueuedJob:
     """A job while a queue policy holds it.
@@ -29,9 +43,11 @@ class QueuedJob:
     attained: float = 0.0  # GPU-seconds received in earlier runs (LAS)
     level: int = 0  # LAS queue index
     token: int = 0  # bumped on every state change, so stale heap entries can be told apart
-    #: The line it joined last (``group_key`` then, set by ``_enqueue``): a new job is tried
-    #: there at once, and the question was asked twice a job.
-    group: Hashable = None
+    #: The line it waits in (``group_key`` when it joined, set by ``_enqueue``): a new job is
+    #: tried there at once, and the question was asked twice a job. ``NOT_WAITING`` while it
+    #: does not wait (new, running, stopped, gone: ``_dequeue`` sets it), so this field is the
+    #: job's waiting state: no dict of the waiting jobs is kept (issue 34).
+    group: Hashable = NOT_WAITING
     # Copied from the spec and gang once by the one maker (``QueuedPolicy._new_job``: the
     # spec's ``vc``, the gang's ``gpus``, the spec's ``user`` or ""), neither ever replaced: a
     # pass reads them for every head it weighs, and as properties they were 4% of a contended

@@ -25,7 +25,7 @@ from labhive.scheduler.policies.head_index import (
 )
 from labhive.scheduler.policies.node_pool import Gang, NodePool
 from labhive.scheduler.policies.preempt_probe import ReleaseProbe, undo_order
-from labhive.scheduler.policies.queued_job import Entry, QueuedJob
+from labhive.scheduler.policies.queued_job import NOT_WAITING, Entry, QueuedJob
 from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 
@@ -46,7 +46,6 @@ class QueuedPass:
     vc_gpus: dict[str, int]
     vc_used: dict[str, int]
     _jobs: dict[str, QueuedJob]
-    _waiting: dict[str, QueuedJob]
     _groups: dict[Hashable, list[Entry]]
     _now: float
     _searches: int
@@ -108,11 +107,15 @@ class QueuedPass:
     ) -> None:
         """Start what can start. With ``only`` (a new submission), try just that job; with
         ``groups``, only those lines (the others are as blocked as before)."""
-        if not self._waiting and self.SKIP_IDLE_PASSES:
-            # Nothing waits, so nothing may start (nor be preempted for): the pass after most
-            # finishes of an uncontended run. What a pass resets, the next one resets; what
-            # it would take in (``HeadIndex``'s dirty lines and ``NodePool.peak``,
-            # ``_touched``) keeps until then, the same as if taken in now.
+        if not self._groups and self.SKIP_IDLE_PASSES:
+            # No line, so nothing waits, nor may start (nor be preempted for): the pass after
+            # most finishes of an uncontended run (a job started at its submission took its
+            # line's entry with it). What a pass resets, the next one resets; what it would
+            # take in (``HeadIndex``'s dirty lines and ``NodePool.peak``, ``_touched``) keeps
+            # until then, the same as if taken in now. Lines of stale entries alone (a waiting
+            # job cancelled) get a pass that finds no head, starts nothing and drops them: as
+            # when the pass was skipped while no job waited (``test_queued_waiting_state``),
+            # without a count of the waiting kept a join and a leave.
             return
         if only is not None:
             # Does it head the line it just joined? Where its entry is first, yes (it is
@@ -338,7 +341,7 @@ class QueuedPass:
         if gpus <= free and not self.preemptive:
             return False
         blocked = self._blocked
-        if blocked is None or blocked.job_id not in self._waiting:
+        if blocked is None or blocked.group is NOT_WAITING:
             return False
         if self.preemptive and self._searches > 0 and free + self.victim_gpus(head, False) >= gpus:
             return False  # a search may run for it
@@ -553,7 +556,7 @@ class QueuedPass:
         if tasks is None:
             tasks = self._preempt_for(job, opp, out)
             if tasks is None:
-                if self._blocked is None or self._blocked.job_id not in self._waiting:
+                if self._blocked is None or self._blocked.group is NOT_WAITING:
                     self._blocked = job
                 return False
         out.append(self._start(job, tasks, opp))
@@ -563,7 +566,7 @@ class QueuedPass:
         """EASY backfill (``backfill.py``): past the blocked head only if the job's limit ends
         before the head could start, or it fits beside the head then."""
         head = self._blocked
-        if head is None or head is job or not self._limited or head.job_id not in self._waiting:
+        if head is None or head is job or not self._limited or head.group is NOT_WAITING:
             return True  # (no running job declared a limit: nothing is reserved, ``_reserved``)
         if self.group_priority(job) < self.group_priority(head):
             return True  # ahead of the head in the policy's order: not a jump

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from labhive.scheduler.core.model import ClusterView, JobView, VCView
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.policy_base import listing_order, position_tail
-from labhive.scheduler.policies.queued_job import QueuedJob
+from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
 
 
 class QueuedViews:
@@ -22,7 +22,6 @@ class QueuedViews:
     vc_used: dict[str, int]
     vc_borrowed: dict[str, int]
     _jobs: dict[str, QueuedJob]
-    _waiting: dict[str, QueuedJob]
     _counts_vcs: bool
 
     if TYPE_CHECKING:
@@ -41,15 +40,21 @@ class QueuedViews:
                 return view
         return None
 
+    def _waiting_jobs(self) -> list[QueuedJob]:
+        """The jobs waiting in a line (``group`` set: ``NOT_WAITING`` while a job does not
+        wait), in the order they were submitted; the callers sort or count them."""
+        return [j for j in self._jobs.values() if j.group is not NOT_WAITING]
+
     def jobs(self) -> list[JobView]:
+        waiting = self._waiting_jobs()
         listed = listing_order(
             (j for j in self._jobs.values() if j.running),
-            self._waiting.values(),
+            waiting,
             seq=lambda j: j.seq,
             wait_key=lambda j: (self.order_key(j), j.seq),
         )
         per_vc: dict[str, int] = {}
-        for j in self._waiting.values():
+        for j in waiting:
             per_vc[j.vc] = per_vc.get(j.vc, 0) + 1
         views: list[JobView] = []
         position: dict[str, int] = {}
@@ -63,7 +68,7 @@ class QueuedViews:
 
     def cluster(self) -> ClusterView:
         waiting: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
-        for j in self._waiting.values():
+        for j in self._waiting_jobs():
             waiting[j.vc] = waiting.get(j.vc, 0) + 1
         used, borrowed = self.vc_use()
         vcs = {
