@@ -567,20 +567,23 @@ class LasPolicy(QueuedPolicy):
         now = self._now + _EPS
         while heap and heap[0][0] <= now:
             heapq.heappop(heap)  # its quantum is over: the passes since saw it
-        if heap and self._waiting:  # a waiting job may preempt a lower run once its quantum
+        if heap and self._groups:  # a waiting job may preempt a lower run once its quantum
             # is over (no waiting job: no top queue, nothing dropped). The top queue is asked
             # only of a live run below the top one: a run in the top queue is below none, and
             # is dropped whatever the top (a later demotion files it again while young). Why:
             # a run's entry is met most often in the top queue (a job starts there), and
-            # ranking the waiting heads for it was a call and two ``_head``s per job arrived
+            # ranking the waiting heads for it was a call and two ``_head``s per job arrived.
+            # (Lines may hold only stale entries, no job waiting: ``_top_level`` says None.)
             top = -1  # (not asked yet)
             while heap:
                 when, token, job_id = heap[0]
                 job = jobs.get(job_id)
                 if job is not None and job.running and job.token == token and job.level:
-                    if top < 0:  # (jobs wait: there is a top queue)
+                    if top < 0:
                         found = self._top_level()
-                        top = 0 if found is None else found
+                        if found is None:  # no job waits: nothing dropped from here on
+                            break
+                        top = found
                     if job.level > top:
                         wake = when if wake is None or when < wake else wake
                         break
