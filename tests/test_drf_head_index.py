@@ -218,16 +218,7 @@ def test_drf_with_its_head_index_decides_as_a_naive_rescan(data: Any) -> None:
 def test_a_share_that_falls_reorders_the_users() -> None:
     """Bob's first job ends, so his share falls below Ann's: his next job goes before hers,
     though a pass had ranked him after her (the finish re-ranks his line)."""
-    node = {"childCellType": "GPU", "childCellNumber": 4, "isNodeLevel": True}
-    config = load_cluster_config(
-        {
-            "physicalCluster": {
-                "cellTypes": {"NODE": node},
-                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
-            },
-            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}},
-        }
-    )
+    config = one_node(4)
     drf = from_config(DrfPolicy, config, {})
 
     def submit(job_id: str, user: str, gpus: int, now: float) -> list[Decision]:
@@ -631,16 +622,7 @@ def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
     of f's jobs ends. Expect the end of ann's first job (her share falls back to 1/8, where
     her 2- to 5-GPU lines are filed) to re-file none of her lines, where each stop re-filed
     every line of the user (issue 34), and the pass to decide as before (nothing fits)."""
-    node = {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
-    config = load_cluster_config(
-        {
-            "physicalCluster": {
-                "cellTypes": {"NODE": node},
-                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
-            },
-            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}},
-        }
-    )
+    config = one_node(8)
     drf = from_config(DrfPolicy, config, {"backfill": True})
     jobs = [(f"f{i}", "f", 1) for i in range(7)] + [("a1", "ann", 1)]
     jobs += [(f"a{g}", "ann", g) for g in (2, 3, 4, 5)] + [("a1b", "ann", 1)]
@@ -657,6 +639,7 @@ def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
 
 
 def one_node(gpus: int) -> Any:
+    """One node of ``gpus`` GPUs, ``n0``, all of it VC ``vc0``'s."""
     node = {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True}
     return load_cluster_config(
         {

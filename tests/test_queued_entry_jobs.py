@@ -17,9 +17,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pass_skips import LAS, Pair, decide_alike
+from test_pass_skips import Pair, decide_alike
 from test_properties import PROPERTY_SETTINGS
-from test_queued_waiting_state import WaitingById
+from test_queued_waiting_state import WaitingById, every_policy
 
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
@@ -71,16 +71,8 @@ class LasById(HeadById, LasPolicy):
     pass
 
 
-PAIRS: list[Pair] = [  # (entries holding the job, heads looked up by id, options, defaults)
-    (FifoPolicy, FifoById, {}, {}),
-    (FifoPolicy, FifoById, {"backfill": True}, {}),
-    (SjfPolicy, SjfById, {"per_vc": True}, {"per_vc": False}),
-    (DrfPolicy, DrfById, {}, {}),
-    (DrfPolicy, DrfById, {"backfill": True}, {}),
-    (CapacityPolicy, CapacityById, {"backfill": True}, {"borrow": True}),
-    (LasPolicy, LasById, {}, LAS),
-    (LasPolicy, LasById, {"promote_knob": 2.0}, LAS),  # waiting jobs change lines
-]
+# (entries holding the job, heads looked up by id, options, defaults)
+PAIRS = every_policy(FifoById, SjfById, DrfById, CapacityById, LasById)
 
 
 def heads_are_plain(policy: QueuedPolicy, _: QueuedPolicy) -> None:

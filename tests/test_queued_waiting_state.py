@@ -16,10 +16,10 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_drf_head_index import one_node
 from test_pass_skips import LAS, Pair, decide_alike
 from test_properties import PROPERTY_SETTINGS
 
-from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.core.jobs import parse_job
 from labhive.scheduler.core.model import Cancel, NodeDown, NodeUp, Submit
 from labhive.scheduler.policies.capacity import CapacityPolicy
@@ -76,16 +76,29 @@ class LasById(WaitingById, LasPolicy):
     pass
 
 
-PAIRS: list[Pair] = [  # (waiting state on the job, also kept by id, options, defaults)
-    (FifoPolicy, FifoById, {}, {}),
-    (FifoPolicy, FifoById, {"backfill": True}, {}),
-    (SjfPolicy, SjfById, {"per_vc": True}, {"per_vc": False}),
-    (DrfPolicy, DrfById, {}, {}),
-    (DrfPolicy, DrfById, {"backfill": True}, {}),
-    (CapacityPolicy, CapacityById, {"backfill": True}, {"borrow": True}),
-    (LasPolicy, LasById, {}, LAS),
-    (LasPolicy, LasById, {"promote_knob": 2.0}, LAS),  # waiting jobs change lines
-]
+def every_policy(
+    fifo: type[QueuedPolicy],
+    sjf: type[QueuedPolicy],
+    drf: type[QueuedPolicy],
+    capacity: type[QueuedPolicy],
+    las: type[QueuedPolicy],
+) -> list[Pair]:
+    """Each queue policy beside its reference twin (given in this order), in the settings
+    where their paths part: backfill, per-VC lines, borrowing, LAS's promotions."""
+    return [
+        (FifoPolicy, fifo, {}, {}),
+        (FifoPolicy, fifo, {"backfill": True}, {}),
+        (SjfPolicy, sjf, {"per_vc": True}, {"per_vc": False}),
+        (DrfPolicy, drf, {}, {}),
+        (DrfPolicy, drf, {"backfill": True}, {}),
+        (CapacityPolicy, capacity, {"backfill": True}, {"borrow": True}),
+        (LasPolicy, las, {}, LAS),
+        (LasPolicy, las, {"promote_knob": 2.0}, LAS),  # waiting jobs change lines
+    ]
+
+
+# (waiting state on the job, also kept by id, options, defaults)
+PAIRS = every_policy(FifoById, SjfById, DrfById, CapacityById, LasById)
 
 
 def waiting_of(policy: QueuedPolicy) -> dict[str, QueuedJob]:
@@ -113,16 +126,7 @@ def test_a_job_waits_runs_waits_again_and_leaves() -> None:
     """One 8-GPU node: ``a`` (8 GPUs) starts, ``b`` (8 GPUs) waits. The node fails: ``a``
     stops and waits again beside ``b``; it comes back and ``a`` (first in line) starts; then
     ``b`` is cancelled."""
-    node = {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
-    config = load_cluster_config(
-        {
-            "physicalCluster": {
-                "cellTypes": {"NODE": node},
-                "physicalCells": [{"cellType": "NODE", "cellAddress": "n0"}],
-            },
-            "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "NODE", "cellNumber": 1}]}},
-        }
-    )
+    config = one_node(8)
     fifo = from_config(FifoPolicy, config, {})
     for t, job_id in enumerate(("a", "b")):
         fifo.handle(Submit(job_id, parse_job({"name": job_id, "vc": "vc0", "gpus": 8}), t))

@@ -8,7 +8,6 @@ values; ids repeated), a cluster of one VC or of two, sampled or not, expect the
 
 from __future__ import annotations
 
-import csv
 import random
 import tempfile
 from collections import Counter
@@ -19,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sim_helpers import cluster
 from test_properties import PROPERTY_SETTINGS
-from test_trace_csv_fast_rows import generic_csv
+from test_trace_csv_fast_rows import generic_csv, write_csv
 
 from labhive.scheduler.core.config import ClusterConfig
 from labhive.scheduler.core.jobs import PRIORITY_CLASSES
@@ -81,10 +80,7 @@ def test_streamed_rows_make_the_jobs_the_trace_jobs_make(
     config = cluster([8, 8], {"a": 1, "vc1": 1} if two_vcs else None)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.csv"
-        with open(path, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(header)
-            writer.writerows(rows)
+        write_csv(path, header, rows)
         want_left: Counter[str] = Counter()
         with pytest.MonkeyPatch.context() as patch:  # every row the general way
             patch.setattr(traces, "_generic_fast", lambda fields: lambda values, line: None)

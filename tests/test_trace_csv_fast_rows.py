@@ -44,13 +44,18 @@ def generic_csv(draw: st.DrawFn) -> tuple[list[str], list[list[str]]]:
     return list(columns), rows
 
 
+def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    """A CSV file of ``header`` and ``rows``, as a user's tool would write it."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
 def read(header: list[str], rows: list[list[str]]) -> tuple[object, ...]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.csv"
-        with open(path, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(header)
-            writer.writerows(rows)
+        write_csv(path, header, rows)
         trace = Trace(str(path), "generic-csv", [])
         jobs = list(iter_trace(path, "generic-csv", into=trace))
     return jobs, trace.problems, dict(trace.skipped)
