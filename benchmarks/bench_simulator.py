@@ -163,6 +163,9 @@ def main() -> int:
         f"cluster: {args.cluster}{squeezed}; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
+    from labhive.scheduler.native import install
+
+    print(f"code: {install()}")  # the runs below are children: they load what this one would
     header = f"{'policy':18} {'share':>5} {'jobs':>8} {'events':>8} {'load s':>7} {'wall s':>7}"
     header += f" {'CPU s':>7} {'jobs/CPU s':>10} {'peak MB':>8} {'util':>6} {'wait s':>8}"
     print(header)

@@ -5,7 +5,13 @@ its drivers and the service), ``labhive.kernel_ext`` (IPython magics and widgets
 ``labhive.hub_extension`` (JupyterHub and Jupyter server integration).
 """
 
+from labhive.scheduler.native import install as _use_native_if_fresh
+
 __version__ = "0.1.0"
+
+# The simulator's compiled modules load only when built from the sources beside them
+# (scheduler/native.py); decided here, before anything imports them.
+_use_native_if_fresh()
 
 
 def on_stop(callback):  # type: ignore[no-untyped-def]
