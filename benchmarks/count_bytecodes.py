@@ -48,7 +48,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-# Bytecodes are counted in the sources: the compiled modules (scheduler/native.py) run none.
+# Bytecodes are counted in the sources: the compiled modules (scheduler/native/) run none.
 os.environ["LABHIVE_PURE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "philly"

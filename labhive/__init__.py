@@ -10,7 +10,7 @@ from labhive.scheduler.native import install as _use_native_if_fresh
 __version__ = "0.1.0"
 
 # The simulator's compiled modules load only when built from the sources beside them
-# (scheduler/native.py); decided here, before anything imports them.
+# (scheduler/native/); decided here, before anything imports them.
 _use_native_if_fresh()
 
 

@@ -18,6 +18,8 @@ SCHEDULER = "labhive.scheduler"
 #: Layer -> the other layers its modules may import.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
+    # the compiled modules' guard and build: `import labhive` runs the guard first
+    "native": set(),
     "client": {"core"},
     "executors": {"core"},
     # HiveD's policy module lives in policies/; HiveD builds on policies/policy_base

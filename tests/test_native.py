@@ -1,4 +1,4 @@
-"""The simulator's compiled modules (``scheduler/native.py``): they load only when built from the
+"""The simulator's compiled modules (``scheduler/native/``): they load only when built from the
 sources beside them, and they decide exactly as the sources do.
 
 Given the checkout built with ``make native``: expect a replay of contended synthetic Philly jobs

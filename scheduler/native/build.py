@@ -1,7 +1,6 @@
-"""Builds the compiled modules that ``native.py`` lists and guards (see its docstring).
-
-``python -m labhive.scheduler.native_build [build|status|clean]``; ``make native`` runs
-``build --optional``. Kept apart from ``native.py``, which every ``import labhive`` reads.
+"""Builds the compiled modules that ``native/__init__.py`` lists and guards (its docstring says
+why). ``python -m labhive.scheduler.native.build [build|status|clean]``; ``make native`` runs
+``build --optional``. Kept apart from the guard, which every ``import labhive`` reads.
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m labhive.scheduler.native_build",
+        prog="python -m labhive.scheduler.native.build",
         description="Build, check or remove the simulator's mypyc-compiled modules.",
     )
     parser.add_argument("action", choices=("build", "status", "clean"))

@@ -6,7 +6,7 @@ policies, the node pool), all of them typed to ``mypy --strict``. mypyc compiles
 C extensions with the same behaviour: the same decisions, byte for byte (``tests/
 test_native_same_decisions.py`` holds the compiled modules to the pure ones), in a fraction of
 the CPU time. The sources stay the truth: the extensions are built in place beside them
-(``python -m labhive.scheduler.native_build``, which ``make`` runs), never committed, and
+(``python -m labhive.scheduler.native.build``, which ``make native`` runs), never committed, and
 optional: without a C compiler, or with ``LABHIVE_PURE=1`` set, everything runs as plain Python.
 
 The guard (``install``, run when ``labhive`` is imported): Python prefers an extension module to
@@ -38,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 
 PACKAGE = "labhive.scheduler"
-HERE = Path(__file__).resolve().parent  # the folder ``labhive.scheduler`` is loaded from
+HERE = Path(__file__).resolve().parents[1]  # the folder ``labhive.scheduler`` is loaded from
 #: The compiled modules, by their path under ``HERE`` (the simulator's loop, its records and
 #: timeline, the queue policies and what they share). Not HiveD (``hived.py``): its cells are
 #: walked through untyped config dicts, where mypyc gains little.
@@ -55,8 +55,8 @@ MODULES: tuple[str, ...] = (
 )
 #: The folders whose sources the manifest digests: the compiled modules and what they import.
 HASHED: tuple[str, ...] = ("core", "drivers", "policies", "sim")
-GROUP = f"{PACKAGE}._native"  # mypyc's shared library: ``labhive.scheduler._native__mypyc``
-MANIFEST = HERE / "_native.json"
+GROUP = f"{PACKAGE}.native.group"  # mypyc's shared library: ``...native.group__mypyc``
+MANIFEST = HERE / "native" / "manifest.json"
 PURE_ENV = "LABHIVE_PURE"
 EXT_SUFFIX: str = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
@@ -68,7 +68,7 @@ def module_name(relpath: str) -> str:
 def extension_paths() -> list[Path]:
     """Every file the build makes: one extension per module, and the group's shared library."""
     paths = [HERE / (rel.removesuffix(".py") + EXT_SUFFIX) for rel in MODULES]
-    return [*paths, HERE / f"_native__mypyc{EXT_SUFFIX}"]
+    return [*paths, HERE / "native" / f"group__mypyc{EXT_SUFFIX}"]
 
 
 def extensions_present() -> list[Path]:
