@@ -47,8 +47,9 @@ up: $(STAMP) native
 	$(BIN)/labhive up --course $(COURSE) $(if $(COURSE_DATA),--course-data $(COURSE_DATA))
 
 ## test: install what the tests need (system packages too), lint, type-check, run the whole suite
-test: $(STAMP) native
+test: $(STAMP)
 	bash .ci/deps.sh
+	$(MAKE) --no-print-directory native
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest

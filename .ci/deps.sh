@@ -22,6 +22,11 @@ command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
+# `make native` compiles the simulator's hot modules with mypyc: a C compiler and Python's headers
+command -v gcc >/dev/null || need+=(gcc)
+python3 -c 'import sys, sysconfig, pathlib
+sys.exit(not (pathlib.Path(sysconfig.get_paths()["include"]) / "Python.h").exists())' ||
+    need+=(python3-dev)
 if ((${#need[@]})); then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq

@@ -105,7 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"labhive native: {exc}", file=sys.stderr)
             if not args.optional:
                 return 1
-            print("labhive native: running as plain Python (slower simulations)", file=sys.stderr)
+            print(
+                "labhive native: running as plain Python (slower simulations); the build needs"
+                " mypy (the dev extra), a C compiler and Python's headers (Debian: apt-get"
+                " install gcc python3-dev), then `make native`",
+                file=sys.stderr,
+            )
     print(f"labhive native: {status()}")
     return 0
 
