@@ -55,7 +55,10 @@ from typing import Any
 
 Shape = tuple[tuple[int, float, int, int], ...]
 Kind = tuple[Shape, float | None]  # (gang shape, time limit or None)
-Entry = tuple[Any, int, int, Hashable]  # (group priority, head's seq, version, line)
+#: (group priority, head's seq, version, line). Of any length to mypy, so that mypyc keeps
+#: each entry one Python tuple: a fixed-length tuple type is unboxed there and boxed anew
+#: wherever it is stored or passed, and an entry is live where it *is* its line's (``filed``).
+Entry = tuple[Any, ...]
 
 #: ``MayStart``'s verdicts on a kind's first head: it may start; it may not now (ask again at
 #: the next call); neither it nor any head of the kind may start again in this pass; and
@@ -126,6 +129,7 @@ class HeadIndex:
             self.filed.pop(group, None)
             return
         version = self._next = self._next + 1
+        entry: Entry  # (one tuple, filed and pushed: ``is`` tells it live)
         entry = self.filed[group] = (key, seq, version, group)
         self._push(kind, gpus, entry)
 
@@ -205,6 +209,7 @@ class HeadIndex:
         if key == first[0]:
             return False
         self._next += 1
+        entry: Entry  # (one tuple, filed and pushed: ``is`` tells it live)
         entry = self.filed[group] = (key, first[1], self._next, group)
         heapq.heapreplace(heap, entry)
         return True

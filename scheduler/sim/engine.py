@@ -178,7 +178,7 @@ def trace_sim_job(
     """``SimJob(job_id, spec, submit, duration, vc, user, status, gpus=gpus)``, the same job,
     its slots set here: the dataclass's ``__init__`` binds 25 arguments and calls
     ``__post_init__``, 1,700 instructions a trace job more than this."""
-    job: SimJob = object.__new__(SimJob)
+    job: SimJob = SimJob.__new__(SimJob)
     job.job_id = job_id
     job.spec = spec
     job.submit = submit
