@@ -129,8 +129,10 @@ class HeadIndex:
             self.filed.pop(group, None)
             return
         version = self._next = self._next + 1
-        entry: Entry  # (one tuple, filed and pushed: ``is`` tells it live)
-        entry = self.filed[group] = (key, seq, version, group)
+        # (one tuple, filed and pushed: ``is`` tells it live. Not a chained assignment: mypyc
+        # boxes a fixed-length tuple anew for each target)
+        entry: Entry = (key, seq, version, group)
+        self.filed[group] = entry
         self._push(kind, gpus, entry)
 
     def _push(self, kind: Kind, gpus: int, entry: Entry) -> None:
@@ -209,8 +211,8 @@ class HeadIndex:
         if key == first[0]:
             return False
         self._next += 1
-        entry: Entry  # (one tuple, filed and pushed: ``is`` tells it live)
-        entry = self.filed[group] = (key, first[1], self._next, group)
+        entry: Entry = (key, first[1], self._next, group)  # (one tuple, as in ``file``)
+        self.filed[group] = entry
         heapq.heapreplace(heap, entry)
         return True
 
