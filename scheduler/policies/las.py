@@ -54,14 +54,19 @@ class LasPolicy(QueuedPolicy):
 
     def __init__(
         self,
-        *args: Any,
+        pool: NodePool,
+        vc_gpus: dict[str, int],
+        *,
         thresholds: tuple[float, ...] = THRESHOLDS,
         promote_knob: float = PROMOTE_KNOB,
         quantum: float = QUANTUM,
         same_queue: bool = False,
-        **kwargs: Any,
+        backfill: bool | None = None,
+        per_vc: bool = False,
+        pool_factory: Any = None,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        # (each argument named: mypyc passes ``*args`` and ``**kwargs`` on to ``super()`` whole)
+        super().__init__(pool, vc_gpus, backfill=backfill, per_vc=per_vc, pool_factory=pool_factory)
         self.same_queue = bool(same_queue)
         # same_queue: job id -> its rank in its queue (entries count up; a preempted job's
         # count down, to the front) and the time it entered the queue
@@ -275,7 +280,10 @@ class LasPolicy(QueuedPolicy):
             return
         self._quiet = None
         log: list[tuple[int, int, bool | tuple[str, ...]]] = []
-        self._log = log
+        # (as the attribute's type, not narrowed to a list: mypyc would read ``self._log`` below
+        # as one, where the pass may have set it None)
+        logged: list[tuple[int, int, bool | tuple[str, ...]]] | None = log
+        self._log = logged
         had = len(out)
         super()._schedule(out)
         kept = self._log is log

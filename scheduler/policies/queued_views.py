@@ -4,15 +4,15 @@ changes nothing."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from labhive.scheduler.core.model import ClusterView, JobView, VCView
 from labhive.scheduler.policies.node_pool import NodePool
-from labhive.scheduler.policies.policy_base import listing_order, position_tail
+from labhive.scheduler.policies.policy_base import PolicyBase, listing_order, position_tail
 from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
 
 
-class QueuedViews:
+class QueuedViews(PolicyBase[QueuedJob]):
     """``job``, ``jobs`` and ``cluster`` of a queue policy, with the texts of why jobs wait."""
 
     # the state of ``QueuedPolicy`` these read
@@ -24,10 +24,13 @@ class QueuedViews:
     _jobs: dict[str, QueuedJob]
     _counts_vcs: bool
 
-    if TYPE_CHECKING:
+    # (``QueuedPolicy``'s, declared here for the views: a class body of plain statements,
+    # as mypyc compiles it)
+    def order_key(self, job: QueuedJob) -> Any:
+        raise NotImplementedError
 
-        def order_key(self, job: QueuedJob) -> Any: ...
-        def wait_reason(self, job: QueuedJob) -> str: ...
+    def wait_reason(self, job: QueuedJob) -> str:
+        raise NotImplementedError
 
     def job(self, job_id: str) -> JobView | None:
         job = self._jobs.get(job_id)
