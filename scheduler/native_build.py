@@ -1,7 +1,9 @@
 """Builds the compiled modules that ``native.py`` lists and guards (see its docstring).
 
-``python -m labhive.scheduler.native_build [build|status|clean]``; ``make native`` runs
-``build --optional``. Kept apart from ``native.py``, which every ``import labhive`` reads.
+``python -m labhive.scheduler.native_build [build|status|check|clean]``; ``make native`` runs
+``build --optional``; ``check`` exits 0 only when the compiled modules load (``make test`` then
+runs the white-box ``sources`` tests again, against the sources). Kept apart from
+``native.py``, which every ``import labhive`` reads.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m labhive.scheduler.native_build",
         description="Build, check or remove the simulator's mypyc-compiled modules.",
     )
-    parser.add_argument("action", choices=("build", "status", "clean"))
+    parser.add_argument("action", choices=("build", "status", "check", "clean"))
     parser.add_argument("--jobs", type=int, default=0, help="C compiler processes (all cores)")
     parser.add_argument("--force", action="store_true", help="build even when up to date")
     parser.add_argument(
@@ -107,8 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.optional:
                 return 1
             print("labhive native: running as plain Python (slower simulations)", file=sys.stderr)
-    print(f"labhive native: {status()}")
-    return 0
+    now = status()
+    print(f"labhive native: {now}")
+    return 1 if args.action == "check" and not now.compiled else 0
 
 
 if __name__ == "__main__":
