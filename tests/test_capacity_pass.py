@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import ENDINGS, PROPERTY_SETTINGS
@@ -307,6 +308,7 @@ def a_pass_after_a_finish(cls: type[CapacityPolicy], monkeypatch: Any) -> Counte
     return counted
 
 
+@pytest.mark.sources
 def test_a_pass_ranks_only_the_vc_that_changed_and_asks_placement_nothing(
     monkeypatch: Any,
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import ENDINGS, PROPERTY_SETTINGS, clusters
@@ -453,6 +454,7 @@ def decide_alike(
             check(fast, plain)
 
 
+@pytest.mark.sources
 def test_a_kind_no_node_has_room_for_is_asked_again_only_once_a_release_could_make_room() -> None:
     """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a 16-GPU job
     (two empty nodes). Each 1-GPU job that ends leaves its node 1 GPU free: no pass asks about
