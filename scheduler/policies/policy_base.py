@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
@@ -34,6 +36,8 @@ J = TypeVar("J")
 T = TypeVar("T")
 
 
+# HiveD's policy (hived/core.py) builds on this class and is not compiled (scheduler/native/)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PolicyBase(Generic[J]):
     """Event dispatch for a policy whose jobs are ``J``; subclasses implement the handlers."""
 
