@@ -36,7 +36,8 @@ J = TypeVar("J")
 T = TypeVar("T")
 
 
-# HiveD's policy (hived/core.py) builds on this class and is not compiled (scheduler/native/)
+# (compiled by mypyc, it may still be subclassed by interpreted classes: HiveD's scheduler,
+# ``hived.core.HivedScheduler``, is not compiled)
 @mypyc_attr(allow_interpreted_subclasses=True)
 class PolicyBase(Generic[J]):
     """Event dispatch for a policy whose jobs are ``J``; subclasses implement the handlers."""

@@ -481,7 +481,10 @@ class QueuedPolicy(QueuedPass):
         needed. Why: ``_head`` is called several times a job by every queue policy (LAS
         about 7.7 times an arrival), each with a dict look-up (issue 34)."""
         heap = self._groups.get(group)
-        job: QueuedJob  # (an entry's items are Any to mypy: see ``Entry``)
+        # (an entry's items are Any to mypy, ``Entry``: typed here, so that mypyc reads them as
+        # a job and an int, not as objects; no instruction in pure Python)
+        job: QueuedJob
+        token: int
         while heap:
             _, _, token, job = heap[0]
             if job.token == token:

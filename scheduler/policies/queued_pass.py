@@ -40,7 +40,7 @@ class QueuedPass(QueuedViews):
     SKIP_IDLE_PASSES: ClassVar[bool] = True
     #: Skip a pass while every line's head finds no room (``_settle``; a test sets it False).
     SKIP_SETTLED_PASSES: ClassVar[bool] = True
-    SEARCHES_PER_PASS: ClassVar[int]
+    SEARCHES_PER_PASS: int  # (an instance's: tests set it on one)
     backfill: bool
     per_vc: bool
     _groups: dict[Hashable, list[Entry]]
