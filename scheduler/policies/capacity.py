@@ -17,6 +17,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import Decision, SpecRejected
 from labhive.scheduler.policies.capacity_pass import CapacityPass
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 _vc_of = attrgetter("vc")  # a job's line with a line per VC (``CapacityPolicy._bind_hooks``)
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CapacityPolicy(CapacityPass):
     name = "capacity"
     preemptive = True

@@ -53,6 +53,8 @@ from collections.abc import Hashable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.policies.queued import QueuedPolicy
 from labhive.scheduler.policies.queued_job import NOT_WAITING, UNBLOCKED, QueuedJob
 
@@ -74,6 +76,8 @@ def _drop(counts: Counter[int], gpus: int) -> None:
         del counts[gpus]
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CapacityPass(QueuedPolicy):
     """``_schedule``'s full pass for Capacity without backfill (see the module's docstring)."""
 

@@ -26,6 +26,8 @@ from itertools import repeat
 from operator import add, attrgetter, sub
 from typing import TYPE_CHECKING, Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.policies.head_index import Entry, HeadIndex
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
@@ -46,6 +48,8 @@ _LINE: Final = 1
 _SPLIT: Final = 2
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DrfPolicy(QueuedPolicy):
     name = "drf"
     HEAD_INDEX = True  # a line per user: a pass must not rank every waiting user afresh

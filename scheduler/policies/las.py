@@ -32,6 +32,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.preempt_probe import fails_on_paper, to_ends
@@ -47,6 +49,8 @@ QUANTUM = 300.0
 _EPS = 1e-6
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LasPolicy(QueuedPolicy):
     name = "las"
     preemptive = True

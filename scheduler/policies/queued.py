@@ -36,6 +36,8 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.frozen_build import frozen_builder
 from labhive.scheduler.core.gpu_share import shares_refused
 from labhive.scheduler.core.jobs import JobSpec, RoleSpec
@@ -97,6 +99,8 @@ _seq_of: Callable[[QueuedJob], int] = operator.attrgetter("seq")
 _ENDINGS = (Finish, Cancel, Requeue)
 
 
+# users write their own policies on it (docs/policies.md, lab 4): open to interpreted subclasses
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueuedPolicy(QueuedPass):
     """A ``Scheduler`` whose subclasses supply ordering (and optionally preemption)."""
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Hashable, Iterable
 from heapq import heappop, heappush
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
 from labhive.scheduler.policies.backfill import may_jump_by, shadow
 from labhive.scheduler.policies.head_index import (
@@ -30,6 +32,8 @@ from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueuedPass(QueuedViews):
     """``_schedule`` and what it calls, over ``QueuedPolicy``'s state."""
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.model import ClusterView, JobView, VCView
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.policy_base import PolicyBase, listing_order, position_tail
 from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueuedViews(PolicyBase[QueuedJob]):
     """``job``, ``jobs`` and ``cluster`` of a queue policy, with the texts of why jobs wait."""
 
