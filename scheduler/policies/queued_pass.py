@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
+from labhive.scheduler.core.model import Decision, Preempt, TaskPlacement
 from labhive.scheduler.policies.backfill import may_jump_by, shadow
 from labhive.scheduler.policies.head_index import (
     LATER,
@@ -84,42 +84,7 @@ class QueuedPass(QueuedViews):
         Capacity's (and tests') admit other than every job (issue 34: about five tries per
         contended LAS arrival)."""
         super().__init_subclass__(**kwargs)
-        cls._admits_all = sum("admit" in vars(c) for c in cls.__mro__ if c is not QueuedPass) == 1
-
-    # (``QueuedPolicy``'s hooks and helpers, declared here for the pass: a class body of plain
-    # statements, as mypyc compiles it; ``admit``'s is not counted by ``__init_subclass__``)
-    def group_priority(self, head: QueuedJob) -> Any:
-        raise NotImplementedError
-
-    def _head(self, group: Hashable) -> QueuedJob | None:
-        raise NotImplementedError
-
-    def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
-        raise NotImplementedError
-
-    def within_quota(self, job: QueuedJob) -> bool:
-        raise NotImplementedError
-
-    def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
-        raise NotImplementedError
-
-    def preempt_reason(self, victim: QueuedJob) -> str:
-        raise NotImplementedError
-
-    def group_key(self, job: QueuedJob) -> Hashable:
-        raise NotImplementedError
-
-    def admit(self, job: QueuedJob) -> tuple[bool, bool]:
-        raise NotImplementedError
-
-    def _stop(self, job: QueuedJob, *, release: bool = True) -> None:
-        raise NotImplementedError
-
-    def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
-        raise NotImplementedError
-
-    def _enqueue(self, job: QueuedJob) -> None:
-        raise NotImplementedError
+        cls._admits_all = sum("admit" in vars(c) for c in cls.__mro__ if c is not QueuedViews) == 1
 
     def _schedule(
         self,

@@ -4,11 +4,12 @@ changes nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from labhive.scheduler.core.model import ClusterView, JobView, VCView
+from labhive.scheduler.core.model import ClusterView, JobView, Start, TaskPlacement, VCView
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.policy_base import PolicyBase, listing_order, position_tail
 from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
@@ -34,6 +35,40 @@ class QueuedViews(PolicyBase[QueuedJob]):
         raise NotImplementedError
 
     def wait_reason(self, job: QueuedJob) -> str:
+        raise NotImplementedError
+
+    # (and for the pass, ``QueuedPass``: ``admit``'s is not counted by its ``__init_subclass__``)
+    def group_priority(self, head: QueuedJob) -> Any:
+        raise NotImplementedError
+
+    def _head(self, group: Hashable) -> QueuedJob | None:
+        raise NotImplementedError
+
+    def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
+        raise NotImplementedError
+
+    def within_quota(self, job: QueuedJob) -> bool:
+        raise NotImplementedError
+
+    def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
+        raise NotImplementedError
+
+    def preempt_reason(self, victim: QueuedJob) -> str:
+        raise NotImplementedError
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        raise NotImplementedError
+
+    def admit(self, job: QueuedJob) -> tuple[bool, bool]:
+        raise NotImplementedError
+
+    def _stop(self, job: QueuedJob, *, release: bool = True) -> None:
+        raise NotImplementedError
+
+    def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
+        raise NotImplementedError
+
+    def _enqueue(self, job: QueuedJob) -> None:
         raise NotImplementedError
 
     def job(self, job_id: str) -> JobView | None:
