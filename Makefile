@@ -47,12 +47,16 @@ up: $(STAMP) native
 	$(BIN)/labhive up --course $(COURSE) $(if $(COURSE_DATA),--course-data $(COURSE_DATA))
 
 ## test: install what the tests need (system packages too), lint, type-check, run the whole suite
+## (compiled, when built; then the white-box `sources` tests once more, on the sources)
 test: $(STAMP)
 	bash .ci/deps.sh
 	$(MAKE) --no-print-directory native
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+# the white-box tests (marked `sources`) skip against the compiled modules: run them on the sources
+	if $(BIN)/python -m labhive.scheduler.native.build check; then \
+		LABHIVE_PURE=1 $(BIN)/python -m pytest -m sources; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

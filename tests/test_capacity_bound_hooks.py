@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_capacity_pass import batches, squeezed, steps
@@ -59,6 +60,7 @@ class Both:
         return self.bound.jobs()
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), borrow=st.booleans(), backfill=st.booleans())
 def test_bound_hooks_reject_and_decide_as_the_class_methods(

@@ -23,6 +23,7 @@ def test_a_job_beyond_a_hard_quota_is_rejected_at_every_check() -> None:
             policy.check(spec)
 
 
+@pytest.mark.sources
 def test_a_spec_passed_is_passed_again_without_the_queue_tests(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

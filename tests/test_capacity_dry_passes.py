@@ -47,7 +47,7 @@ def walked_dry(policy: CapacityPolicy) -> bool:
                 spent += free >= refused
         if not blocked or spent < policy.SEARCHES_PER_PASS:  # (the pass's, not yet reset)
             return False
-        for gpus in policy._kept_sizes:
+        for gpus in policy._kept_counts:
             if gpus <= free and gpus not in parked and not sizes.refused(pool, gpus):
                 return False
         return True

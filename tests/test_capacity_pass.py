@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import ENDINGS, PROPERTY_SETTINGS
@@ -196,7 +197,7 @@ def test_the_capacity_pass_decides_as_one_ranking_every_head_afresh(
         # the kept counts by GPU count are those of the kept heads, with no count of none
         assert kept._kept_sizes == Counter(j.gpus for j in kept._kept_jobs.values())
         assert kept._inert_sizes == Counter(g for g in kept._inert.values() if g)
-        assert 0 not in kept._kept_sizes.values() and 0 not in kept._inert_sizes.values()
+        assert 0 not in kept._kept_counts.values() and 0 not in kept._inert_sizes.values()
         assert set(kept._live) == set(kept._kept_jobs) - set(kept._inert)  # the heads not inert
         if isinstance(batch[0], Reconfigure):
             nodes = sorted({n.name for n in batch[0].config.nodes()})
@@ -307,6 +308,7 @@ def a_pass_after_a_finish(cls: type[CapacityPolicy], monkeypatch: Any) -> Counte
     return counted
 
 
+@pytest.mark.sources
 def test_a_pass_ranks_only_the_vc_that_changed_and_asks_placement_nothing(
     monkeypatch: Any,
 ) -> None:

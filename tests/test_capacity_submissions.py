@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_capacity_pass import batches, eight_vcs_of_a_node, squeezed, steps
@@ -83,6 +84,7 @@ def test_a_submission_behind_a_kept_head_decides_as_one_fetching_the_head(
             nodes = sorted({n.name for n in batch[0].config.nodes()})
 
 
+@pytest.mark.sources
 def test_a_job_joining_behind_a_kept_head_fetches_no_head(monkeypatch: Any) -> None:
     """Eight VCs of one 8-GPU node each, all busy; vc0's 8-GPU head waits, kept by a pass. A
     job joining behind it fetches no head; after vc0's share changes (a stop marks it), the

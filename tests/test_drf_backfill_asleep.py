@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import (
@@ -65,6 +66,7 @@ def four_busy_nodes() -> DrfPolicy:
     return drf
 
 
+@pytest.mark.sources
 def test_a_finish_that_frees_too_little_blocks_the_parked_head_without_placement() -> None:
     """Each 1-GPU job that ends leaves its node 2 GPUs free, too few for bob's 3 (though 5 to
     8 are free in all): after the pass that parks his kind, each pass blocks him without

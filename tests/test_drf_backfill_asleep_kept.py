@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_backfill_asleep import four_busy_nodes, same_blocked
@@ -42,6 +43,7 @@ def test_drf_with_backfill_skipping_asleep_passes_decides_as_drf_running_them(da
     decide_alike(skipping, passing, nodes, data.draw(ops([1, 1, 2, 3, 4])), check=same_blocked)
 
 
+@pytest.mark.sources
 def test_finishes_that_free_too_little_skip_the_pass_until_a_node_empties() -> None:
     """Four 8-GPU nodes each running a 6-GPU and a 1-GPU job; bob waits with 3 GPUs. The
     first 1-GPU job's end runs a pass that tries him and parks his kind; the second's, one

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import batches, check_index, nodes_of_eight, ops
@@ -28,6 +29,7 @@ class GeneralHooksDrf(DrfPolicy):
         pass
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data())
 def test_drf_with_hooks_bound_for_its_mode_decides_as_the_general_hooks(data: Any) -> None:
@@ -44,6 +46,7 @@ def test_drf_with_hooks_bound_for_its_mode_decides_as_the_general_hooks(data: An
         check_index(bound)
 
 
+@pytest.mark.sources
 def test_a_pass_without_backfill_arms_nothing() -> None:
     """Without backfill no user's lines are re-filed when met: the pass is the queue's own."""
     config = nodes_of_eight(1)

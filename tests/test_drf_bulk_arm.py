@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import batches, check_index, ops
@@ -45,6 +46,7 @@ class Arms:
         drf._arm = recorded  # type: ignore[method-assign]
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data())
 def test_a_pass_arms_the_risen_users_lines_as_the_plain_loop(data: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import ENDINGS, PROPERTY_SETTINGS, clusters
@@ -453,6 +454,7 @@ def decide_alike(
             check(fast, plain)
 
 
+@pytest.mark.sources
 def test_a_kind_no_node_has_room_for_is_asked_again_only_once_a_release_could_make_room() -> None:
     """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job; ann waits with a 16-GPU job
     (two empty nodes). Each 1-GPU job that ends leaves its node 1 GPU free: no pass asks about
@@ -616,6 +618,7 @@ def test_a_risen_users_lines_are_not_re_filed_until_met() -> None:
     assert sorted(rekeyed) == [("ann", g) for g in range(2, 9)]  # each once, when met
 
 
+@pytest.mark.sources
 def test_a_stop_re_files_only_the_lines_filed_above_the_users_share() -> None:
     """One 8-GPU node, backfill: seven 1-GPU jobs of user f and ann's first 1-GPU job fill
     it; ann waits with jobs of 2, 3, 4 and 5 GPUs and another of 1 GPU, which starts when one
@@ -676,6 +679,7 @@ def test_a_requeued_job_heads_its_line_again_before_the_next_pass() -> None:
     check_index(drf)
 
 
+@pytest.mark.sources
 def test_jobs_joining_a_line_behind_its_head_leave_it_as_filed() -> None:
     """One 2-GPU node that ann's and bob's jobs fill; ann's a1 (2 GPUs) waits, and the pass
     after bob's job ends files her line (1 GPU free). Then ten more of her jobs join behind
@@ -703,6 +707,7 @@ def test_jobs_joining_a_line_behind_its_head_leave_it_as_filed() -> None:
     check_index(drf)
 
 
+@pytest.mark.sources
 def test_a_stop_of_a_user_with_nothing_waiting_files_nothing() -> None:
     """One 4-GPU node: ann's 3-GPU job and bob's b0 run; bob's b1 and ann's 4-GPU job wait.
     b0 ends and b1 starts (bob's share is the lower). Then b1 ends with nothing of bob's

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import check_index, decide_alike, eight_busy_nodes, ops
@@ -34,6 +35,7 @@ def test_drf_skipping_settled_passes_decides_as_drf_making_every_pass(data: Any)
     decide_alike(skipping, every, nodes, steps, check=lambda fast, _: check_index(fast))
 
 
+@pytest.mark.sources
 def test_finishes_that_free_too_little_for_any_waiting_kind_make_no_pass() -> None:
     """Each 1-GPU job that ends leaves its node 1 GPU free, too little for ann's 16 GPUs: after
     the pass that parks her kind, no pass is made (the finishes' users wait for nothing; a

@@ -6,6 +6,7 @@ and the next pass to file each marked line and only those."""
 
 from __future__ import annotations
 
+import pytest
 from test_drf_head_index import check_index, files_asked, one_node
 
 from labhive.scheduler.core.jobs import parse_job
@@ -14,6 +15,7 @@ from labhive.scheduler.policies.drf import DrfPolicy
 from labhive.scheduler.policies.queued import from_config
 
 
+@pytest.mark.sources
 def test_a_job_heading_a_line_marks_it_and_the_next_pass_files_it() -> None:
     drf = from_config(DrfPolicy, one_node(2), {})
     index = drf._index

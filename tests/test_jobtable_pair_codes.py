@@ -9,11 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS
 
 from labhive.scheduler.sim.jobtable import CHUNK, JobTable
+
+# White-box throughout: a subclass of the compiled ``JobTable`` (codes per name).
+pytestmark = pytest.mark.sources
 
 
 @dataclass

@@ -92,6 +92,7 @@ def test_las_taking_kept_heads_decides_as_las_fetching_each_where_it_preempts_of
         assert kept.jobs() == fetching.jobs()
 
 
+@pytest.mark.sources
 def test_a_pass_tries_kept_heads_without_fetching_them() -> None:
     """Eight 8-GPU nodes, each running a 7-GPU and a 1-GPU job (all young: nothing may be
     preempted); jobs of 2 to 8 GPUs waiting, one line each. One 1-GPU job ends: the pass

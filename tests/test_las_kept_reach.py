@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import test_las_search_bounds
 
 from labhive.scheduler.policies.las import LasPolicy
@@ -51,6 +52,7 @@ def test_a_kept_bound_says_out_of_reach_only_where_the_most_free_nodes_fall_shor
     assert LasCheckingReach.settled > settled
 
 
+@pytest.mark.sources
 def test_a_crowded_cluster_settles_by_the_kept_bound() -> None:
     """``crowded`` (eight 8-GPU nodes, five GPUs free on each, 40 freed by finishes): a
     24-GPU gang's victim holds one GPU; the three most-free nodes hold 15, and 15 + 1 < 24:

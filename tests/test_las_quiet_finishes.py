@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import test_las_search_bounds
 from test_las_quiet_passes import LasEveryPass, searches_of
 from test_las_search_bounds import full_then_freed, submit
@@ -52,6 +53,7 @@ def crowded(wide: bool = True) -> tuple[LasPolicy, LasPolicy]:
     return policies[0], policies[1]
 
 
+@pytest.mark.sources
 def test_a_finish_that_frees_too_little_for_any_waiting_gang_replays_the_quiet_pass() -> None:
     """``crowded``: a tick at 130 s runs a pass (the gang's search fails, nothing starts),
     kept as quiet. A 1-GPU job finishing on each node after it (one a minute) frees a GPU

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import batches
@@ -89,6 +90,7 @@ def searches_of(policy: QueuedPolicy) -> list[str]:
     return asked
 
 
+@pytest.mark.sources
 def test_a_tick_that_changes_nothing_a_search_reads_runs_no_pass() -> None:
     """``contended``: eight 8-GPU nodes, each with a demoted 1-GPU job and a 7-GPU job
     started at 50 s (its 60 s quantum ends at 110 s), and a 16-GPU gang that arrived at 100 s
@@ -110,6 +112,7 @@ def test_a_tick_that_changes_nothing_a_search_reads_runs_no_pass() -> None:
     assert pool_state(skipping.pool) == pool_state(every.pool)
 
 
+@pytest.mark.sources
 def test_a_finish_after_a_quiet_pass_runs_one() -> None:
     """``contended`` again, and a 4-GPU job at 102 s that cannot preempt either (the 1-GPU
     jobs free one GPU per node). The tick at 104 s runs a pass that searches for both and

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_pass_skips import LAS, eight_nodes_of_eight, tries_of
 
 from labhive.scheduler.core.jobs import parse_job
@@ -24,6 +25,10 @@ from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.queued import QueuedPolicy, from_config
 from labhive.scheduler.policies.size_refusals import SizeRefusals
+
+# White-box throughout: subclasses of the compiled ``SizeRefusals`` (never forgetting,
+# counting what it asks).
+pytestmark = pytest.mark.sources
 
 
 class NeverForgetting(SizeRefusals):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import batches
@@ -21,6 +22,10 @@ from test_properties import PROPERTY_SETTINGS, clusters
 from labhive.scheduler.core.config import load_cluster_config
 from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.queued import from_config
+
+# White-box throughout: the reference ``LasTryingAll`` replaces the compiled ``NodePool``'s
+# ``may_fit`` on the instance.
+pytestmark = pytest.mark.sources
 
 Heads = list[tuple[Any, int, Any]]
 

@@ -88,6 +88,7 @@ def _revisits(tasks: tuple[Any, ...]) -> bool:
     return False
 
 
+@pytest.mark.sources
 @pytest.mark.parametrize("locality", ["anywhere", "consolidated"])
 def test_freeing_a_node_at_a_time_leaves_the_pool_as_freeing_task_by_task(locality: str) -> None:
     rng = random.Random(34)

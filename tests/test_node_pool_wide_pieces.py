@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_node_pool_in_order import _gang, _pool, _state
@@ -46,6 +47,7 @@ def test_a_wide_gang_placed_again_gets_what_the_general_path_builds(
         assert _state(pools[0]) == _state(pools[1])
 
 
+@pytest.mark.sources
 def test_a_sixteen_task_gang_placed_again_on_the_same_gpus_shares_its_placements() -> None:
     """Two empty 8-GPU nodes: a 16-task gang takes both; once it ends, the next job of that
     gang takes the same GPUs and gets the very same ``TaskPlacement`` objects (and spans),

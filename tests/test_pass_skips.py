@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import batches, ops
@@ -28,6 +29,10 @@ from labhive.scheduler.policies.las import LasPolicy
 from labhive.scheduler.policies.node_pool import Gang, NodePool
 from labhive.scheduler.policies.preempt_probe import surely_refused
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
+
+# White-box throughout: the reference policies (``TryEveryHead``) replace the compiled
+# ``NodePool``'s ``may_fit`` on the instance.
+pytestmark = pytest.mark.sources
 
 # LAS with levels that change within a run (its options are known to ``from_config`` as its
 # defaults: the ones ``las.create`` gives)

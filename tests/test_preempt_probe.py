@@ -15,6 +15,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_helpers import job
@@ -130,6 +131,7 @@ def contended(cls: type[QueuedPolicy]) -> tuple[QueuedPolicy, list[str]]:
     return policy, calls
 
 
+@pytest.mark.sources
 def test_a_wide_gang_that_preemption_cannot_place_releases_nothing() -> None:
     """The gang needs two whole nodes; preempting every 1-GPU job (the only victims) frees one
     GPU on each node, never a whole node: the search fails. Before, it released each victim

@@ -15,6 +15,7 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_skips import Pair, decide_alike
@@ -86,6 +87,7 @@ def heads_are_plain(policy: QueuedPolicy, _: QueuedPolicy) -> None:
         assert policy._head(group) is first, group
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_entries_holding_their_job_decide_as_heads_looked_up_by_id(data: Any, pair: Pair) -> None:

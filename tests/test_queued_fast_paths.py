@@ -102,6 +102,7 @@ PAIRS: list[Pair] = [  # (with the shortcuts, without, options, defaults)
 ]
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_the_per_job_shortcuts_decide_as_the_plain_policy(data: Any, pair: Pair) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_skips import LAS, Pair, decide_alike, eight_nodes_of_eight, tries_of
@@ -85,6 +86,7 @@ def no_empty_line(policy: QueuedPolicy, _: QueuedPolicy) -> None:
     assert all(policy._groups.values()), policy._groups
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_a_submission_reading_its_lines_first_entry_decides_as_asking_head(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_skips import LAS, Pair, decide_alike, eight_nodes_of_eight
@@ -63,6 +64,7 @@ def same_views(policy: QueuedPolicy, counting: QueuedPolicy) -> None:
     assert policy.cluster() == counting.cluster()
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_vc_use_counted_when_asked_shows_as_kept_up(data: Any, pair: Pair) -> None:

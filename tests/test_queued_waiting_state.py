@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_drf_head_index import one_node
@@ -116,6 +117,7 @@ def waits_as_kept_by_id(policy: QueuedPolicy, by_id: QueuedPolicy) -> None:
     assert all(found[i] is j for i, j in kept.items())  # (by_id's own jobs, the same objects)
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_the_waiting_state_on_the_job_is_the_dict_kept_by_id(data: Any, pair: Pair) -> None:

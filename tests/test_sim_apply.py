@@ -18,6 +18,9 @@ from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import SimJob, Simulation
 from labhive.scheduler.sim.metrics import summarize
 
+# White-box throughout: a subclass of the compiled ``Simulation`` (the replayer's apply).
+pytestmark = pytest.mark.sources
+
 
 class ReplayerApply(Simulation):
     """The reference: the replayer's ``apply``, a ``records`` look-up per decision."""

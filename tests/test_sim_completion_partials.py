@@ -11,6 +11,7 @@ import heapq
 import random
 from collections.abc import Callable
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sim_helpers import cluster
@@ -23,6 +24,9 @@ from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import _INF, SimJob, Simulation
 from labhive.scheduler.sim.metrics import summarize
 from labhive.scheduler.sim.runner import parse_policy
+
+# White-box throughout: a subclass of the compiled ``Simulation`` (ends timed by closures).
+pytestmark = pytest.mark.sources
 
 
 class TimedByClosures(Simulation):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS
@@ -21,6 +22,7 @@ from labhive.scheduler.drivers.replay import VirtualTimeDriver
 from labhive.scheduler.sim.engine import Simulation
 
 
+@pytest.mark.sources
 @PROPERTY_SETTINGS
 @given(
     policy=st.sampled_from(["fifo", "sjf", "drf", "las", "las:quantum=60", "capacity", "hived"]),

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sim_helpers import cluster
@@ -25,6 +26,9 @@ from labhive.scheduler.policies import get_policy
 from labhive.scheduler.sim.engine import Simulation
 from labhive.scheduler.sim.metrics import summarize
 from labhive.scheduler.sim.runner import parse_policy
+
+# White-box throughout: a subclass of the compiled ``Simulation`` (asking the heap every time).
+pytestmark = pytest.mark.sources
 
 
 class AsksEveryTime(Simulation):

@@ -88,6 +88,7 @@ def run(kind: type[Simulation], policy: str, seed: int, keep_jobs: bool) -> tupl
     return [repr(j) for j in result.jobs], repr(summarize(result)), seen, sim.decisions
 
 
+@pytest.mark.sources
 @PROPERTY_SETTINGS
 @given(st.sampled_from(["fifo", "drf", "hived"]), st.integers(0, 10_000), st.booleans())
 def test_records_are_the_replayers_dict(policy: str, seed: int, keep_jobs: bool) -> None:

@@ -88,6 +88,7 @@ def test_scenario_metrics_account_for_every_job(tmp_path: Path) -> None:
     assert cluster([2, 2]).total_gpus() == run.result.total_gpus
 
 
+@pytest.mark.sources
 def test_the_simulator_runs_on_the_drivers_one_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Given three jobs simulated on 4 GPUs, expect the run to go through
     ``VirtualTimeDriver.drive``, the loop ``labhive replay`` runs on, once, and the simulator

@@ -8,6 +8,7 @@ path that calls ``_plan_wakeup`` for every wake-up the policy wants."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS
@@ -15,6 +16,9 @@ from test_sim_instant_rounds import run
 
 from labhive.scheduler.core.model import Tick
 from labhive.scheduler.sim.engine import Simulation
+
+# White-box throughout: subclasses of the compiled ``Simulation`` (planning every wakeup).
+pytestmark = pytest.mark.sources
 
 
 class PlansEveryWakeup(Simulation):

@@ -15,6 +15,9 @@ from labhive.scheduler.sim.engine import SimJob, Simulation
 from labhive.scheduler.sim.metrics import summarize
 from labhive.scheduler.sim.runner import parse_policy
 
+# White-box throughout: a subclass of the compiled ``Simulation`` (a wakeup planned per event).
+pytestmark = pytest.mark.sources
+
 
 class PlannedPerEvent(Simulation):
     """The reference: ``_count_decided`` planning the wake-up once per event, as it did."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_node_pool_wide_gangs import _gang, _pool
@@ -123,12 +124,14 @@ def test_kept_refusals_answer_as_the_pool_does_after_starts_releases_and_faults(
     assert kept > 1000 and woken > 100  # both: answered as kept, and made room for since
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_refusals_kept_across_passes_answer_as_the_pool_does_now(data: Any, pair: Pair) -> None:
     decide_alike(data, pair)
 
 
+@pytest.mark.sources
 def test_a_pass_asks_again_only_about_sizes_a_release_could_have_made_room_for() -> None:
     """Eight 8-GPU nodes, each running a 6-GPU job; 1-GPU jobs fill n0 to n3 and w2 takes n4's
     two free GPUs, so n5 to n7 have two free each (nothing borrowed: nothing to preempt); one

@@ -12,7 +12,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import pytest
+
 from labhive.scheduler.sim.timeline import Timeline
+
+# White-box throughout: a subclass of the compiled ``Timeline`` (the plain per-change advance).
+pytestmark = pytest.mark.sources
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS
@@ -98,6 +99,7 @@ def readings(seed: int) -> list[tuple[object, object]]:
     return found
 
 
+@pytest.mark.sources
 @PROPERTY_SETTINGS
 @given(st.integers(0, 2**32))
 def test_the_integrals_from_the_steps_are_the_running_sums(seed: int) -> None:

@@ -7,6 +7,7 @@ expect it to start there, idle, and to be kept."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import PROPERTY_SETTINGS
@@ -15,6 +16,7 @@ from test_timeline_integrals import Job, PlainTimeline, replay_changes
 from labhive.scheduler.sim.timeline import Timeline
 
 
+@pytest.mark.sources
 @PROPERTY_SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), gpus=st.sampled_from([8, 64, 1024]))
 def test_vcs_made_on_read_give_the_plain_timelines_integrals(seed: int, gpus: int) -> None:

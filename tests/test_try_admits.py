@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_skips import LAS, Pair, decide_alike, eight_nodes_of_eight
@@ -56,6 +57,7 @@ def test_only_policies_that_admit_every_job_skip_asking() -> None:
     assert not LasAsking._admits_all
 
 
+@pytest.mark.sources
 @settings(PROPERTY_SETTINGS)
 @given(data=st.data(), pair=st.sampled_from(PAIRS))
 def test_a_try_taking_admit_as_given_decides_as_one_asking(data: Any, pair: Pair) -> None:

@@ -236,8 +236,10 @@ class JobView(Generic[JobId]):
 class VCView:
     name: str
     guaranteed_gpus: int
-    used_gpus: float  # a GPU share counts as its fraction (a whole number without shares)
-    opportunistic_gpus: float
+    #: GPU counts: a GPU share counts as its fraction, an ``int`` without shares (``int | float``,
+    #: not ``float``: the compiled modules would read an ``int`` as a ``float``, 8 as 8.0)
+    used_gpus: int | float
+    opportunistic_gpus: int | float
     waiting: int
 
 

@@ -51,7 +51,11 @@ class _NoStops(dict[tuple[str, int], str]):
     def _refuse(self, *args: object, **kwargs: object) -> None:
         raise TypeError("a record's shared empty stopped tasks are not to be filled")
 
-    __setitem__ = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+    # (one a line: mypyc compiles no chained assignment in a class body)
+    __setitem__ = _refuse
+    setdefault = _refuse  # type: ignore[assignment]
+    update = _refuse
+    __ior__ = _refuse  # type: ignore[assignment]
 
 
 #: Every record's ``stopped`` until one of its tasks stops on its own.

@@ -1,6 +1,8 @@
 """Builds the compiled modules that ``native/__init__.py`` lists and guards (its docstring says
-why). ``python -m labhive.scheduler.native.build [build|status|clean]``; ``make native`` runs
-``build --optional``. Kept apart from the guard, which every ``import labhive`` reads.
+why). ``python -m labhive.scheduler.native.build [build|status|check|clean]``; ``make native``
+runs ``build --optional``; ``check`` exits 0 only when the compiled modules load (``make test``
+then runs the white-box ``sources`` tests again, against the sources). Kept apart from the
+guard, which every ``import labhive`` reads.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m labhive.scheduler.native.build",
         description="Build, check or remove the simulator's mypyc-compiled modules.",
     )
-    parser.add_argument("action", choices=("build", "status", "clean"))
+    parser.add_argument("action", choices=("build", "status", "check", "clean"))
     parser.add_argument("--jobs", type=int, default=0, help="C compiler processes (all cores)")
     parser.add_argument("--force", action="store_true", help="build even when up to date")
     parser.add_argument(
@@ -111,8 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 " install gcc python3-dev), then `make native`",
                 file=sys.stderr,
             )
-    print(f"labhive native: {status()}")
-    return 0
+    now = status()
+    print(f"labhive native: {now}")
+    return 1 if args.action == "check" and not now.compiled else 0
 
 
 if __name__ == "__main__":

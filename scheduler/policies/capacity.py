@@ -17,23 +17,38 @@ from collections.abc import Hashable, Iterable, Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.core.model import Decision, SpecRejected
 from labhive.scheduler.policies.capacity_pass import CapacityPass
-from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy, from_config
+from labhive.scheduler.policies.queued import QueuedJob, from_config
 
 if TYPE_CHECKING:
     from labhive.scheduler.core.config import ClusterConfig
+    from labhive.scheduler.policies.node_pool import NodePool
 
 _vc_of = attrgetter("vc")  # a job's line with a line per VC (``CapacityPolicy._bind_hooks``)
 
 
-class CapacityPolicy(CapacityPass, QueuedPolicy):
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class CapacityPolicy(CapacityPass):
     name = "capacity"
     preemptive = True
 
-    def __init__(self, *args: Any, borrow: bool = True, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        pool: NodePool,
+        vc_gpus: dict[str, int],
+        *,
+        borrow: bool = True,
+        backfill: bool | None = None,
+        per_vc: bool = False,
+        pool_factory: Any = None,
+    ) -> None:
+        # (each argument named: mypyc passes ``*args`` and ``**kwargs`` on to ``super()`` whole)
+        super().__init__(pool, vc_gpus, backfill=backfill, per_vc=per_vc, pool_factory=pool_factory)
         self.borrow = borrow
         self._borrowers: dict[str, QueuedJob] = {}  # running borrowed jobs, in start order
         self._standing = {}  # (none without kept lines: a submission then fetches its head)
@@ -50,10 +65,13 @@ class CapacityPolicy(CapacityPass, QueuedPolicy):
         either. Why: drivers check every spec twice and each job's line is asked as it
         queues, starts and stops: about 30 bytecodes a job (issue 34)."""
         cls = type(self)
-        if self.borrow and cls.check is CapacityPolicy.check:
-            self.check = super().check  # type: ignore[method-assign]
-        if not (self.backfill or self.per_vc) and cls.group_key is CapacityPolicy.group_key:
-            self.group_key = _vc_of  # type: ignore[method-assign,assignment]
+        try:
+            if self.borrow and cls.check is CapacityPolicy.check:
+                self.check = super().check  # type: ignore[method-assign]
+            if not (self.backfill or self.per_vc) and cls.group_key is CapacityPolicy.group_key:
+                self.group_key = _vc_of  # type: ignore[method-assign,assignment]
+        except AttributeError:  # compiled (mypyc): methods are read-only, and calls cheap
+            pass
 
     def check(self, spec: JobSpec) -> None:
         """Also reject, with hard quotas, a job larger than its VC's quota: it would block

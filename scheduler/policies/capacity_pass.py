@@ -53,8 +53,10 @@ from collections.abc import Hashable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
-from labhive.scheduler.policies.queued_pass import QueuedPass
+from mypy_extensions import mypyc_attr
+
+from labhive.scheduler.policies.queued import QueuedPolicy
+from labhive.scheduler.policies.queued_job import NOT_WAITING, UNBLOCKED, QueuedJob
 
 if TYPE_CHECKING:
     from labhive.scheduler.core.model import Decision
@@ -74,11 +76,15 @@ def _drop(counts: Counter[int], gpus: int) -> None:
         del counts[gpus]
 
 
-class CapacityPass(QueuedPass):
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class CapacityPass(QueuedPolicy):
     """``_schedule``'s full pass for Capacity without backfill (see the module's docstring)."""
 
     _kept_jobs: dict[Hashable, QueuedJob]  # line -> its head (ranked in ``_line_heads``)
-    _kept_sizes: Counter[int]  # GPU count -> the kept heads needing that many
+    #: GPU count -> the kept heads needing that many; the base's ``_kept_sizes`` is the same
+    #: Counter (a name of its own: mypyc refuses a subclass narrowing the base's declared type)
+    _kept_counts: Counter[int]
     _inert: dict[Hashable, int]  # line -> 0 (its VC may not run it) or its count, refused
     _inert_sizes: Counter[int]  # GPU count -> the inert heads refused for it
     #: line -> its kept head, while that head and its VC's GPUs in use stand as ranked (a
@@ -91,7 +97,8 @@ class CapacityPass(QueuedPass):
     def _keep_lines(self) -> None:
         """Keep the lines' heads between passes (``__init__``, without backfill)."""
         self._line_heads = {}
-        self._kept_jobs, self._kept_sizes = {}, Counter()
+        self._kept_jobs, self._kept_counts = {}, Counter()
+        self._kept_sizes = self._kept_counts
         self._inert, self._inert_sizes = {}, Counter()
         self._live = {}
         self._inert_ranked = []
@@ -132,7 +139,7 @@ class CapacityPass(QueuedPass):
         # have, ``SEARCHES_PER_PASS``, and ranking may ask ``_refused``, whose refusals kept
         # for the last pass are forgotten here, as it would: nodes may have changed since)
         self._refusals_at = -1
-        self._blocked = None  # a full pass finds the blocked head afresh
+        self._blocked = UNBLOCKED  # a full pass finds the blocked head afresh
         self._rank_touched()
         if self._dry_pass():
             return
@@ -166,11 +173,11 @@ class CapacityPass(QueuedPass):
                     continue  # a job joined behind the head: the same rank and the same answers
             else:
                 if was is not None:
-                    _drop(self._kept_sizes, was.gpus)
+                    _drop(self._kept_counts, was.gpus)
                     del jobs[group]
                 if head is not None:
                     jobs[group] = head
-                    self._kept_sizes[head.gpus] += 1
+                    self._kept_counts[head.gpus] += 1
             if refused := inert.pop(group, 0):
                 _drop(self._inert_sizes, refused)
                 # (found by bisection, not ``list.remove``'s scan: a rank is held once, each
@@ -239,10 +246,10 @@ class CapacityPass(QueuedPass):
         free = self.pool.free_gpus
         if sum(map(free.__ge__, map(_count_of, ranked[:before]))) < self.SEARCHES_PER_PASS:
             return False  # (the searches are not spent)
-        if min(self._kept_sizes.keys() - parked.keys(), default=NEVER) > free:
+        if min(self._kept_counts.keys() - parked.keys(), default=NEVER) > free:
             return True  # (no count left to ask: each needs more than are free, or is refused)
         pool, sizes = self.pool, self._sizes
-        for gpus in self._kept_sizes:
+        for gpus in self._kept_counts:
             if gpus <= free and gpus not in parked and not sizes.refused(pool, gpus):
                 return False  # (``_thinned``'s ``may``)
         return True
@@ -350,7 +357,7 @@ class CapacityPass(QueuedPass):
         and then no head is looked at."""
         if self._line_heads is None:
             return super()._thinned(heads)
-        pool, sizes, touched = self.pool, self._kept_sizes, self._touched
+        pool, sizes, touched = self.pool, self._kept_counts, self._touched
         # (``held`` first forgets what a release since, a search's this pass too, may undo;
         # the counts it holds are refused, others are asked)
         parked, free = self._held(), pool.free_gpus

@@ -24,7 +24,9 @@ from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from itertools import repeat
 from operator import add, attrgetter, sub
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+from mypy_extensions import mypyc_attr
 
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.policies.head_index import Entry, HeadIndex
@@ -38,16 +40,36 @@ if TYPE_CHECKING:
 _DEMAND = attrgetter("gpus", "cpu", "memory_mb")
 
 
+#: ``DrfPolicy._mode``: the general hooks (pure Python binds the mode's on the instance), or
+#: compiled, where an instance has no dict to bind them in, the mode's, asked by the general
+#: hooks: with the index, without backfill (a line per user) or with it (lines split by size).
+_GENERAL: Final = 0
+_LINE: Final = 1
+_SPLIT: Final = 2
+
+
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DrfPolicy(QueuedPolicy):
     name = "drf"
     HEAD_INDEX = True  # a line per user: a pass must not rank every waiting user afresh
+    _mode = _GENERAL  # (set by ``_bind_hooks`` where compiled)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        pool: NodePool,
+        vc_gpus: dict[str, int],
+        *,
+        backfill: bool | None = None,
+        per_vc: bool = False,
+        pool_factory: Any = None,
+    ) -> None:
+        # (each argument named: mypyc passes ``*args`` and ``**kwargs`` on to ``super()`` whole)
+        super().__init__(pool, vc_gpus, backfill=backfill, per_vc=per_vc, pool_factory=pool_factory)
         self._usage: dict[str, list[float]] = {}
         self._share: dict[str, float] = {}  # dominant_share per user, kept by ``_add``
-        self._sizes_of_pool: tuple[float, float, float] = (0, 0, 0)  # those shares are of
-        self._gpus_only: float = 0  # its GPUs, where a share counts them alone (else 0)
+        self._sizes_of_pool: tuple[float, float, float] = (0.0, 0.0, 0.0)  # those shares are of
+        self._gpus_only: float = 0.0  # its GPUs, where a share counts them alone (else 0)
         # with backfill, per user: a share at or above the key of each of its lines filed and
         # not touched since (``_stopped_split``)
         self._peak: dict[str, float] = {}
@@ -68,6 +90,8 @@ class DrfPolicy(QueuedPolicy):
         return job.user
 
     def group_priority(self, head: QueuedJob) -> Any:
+        if self._mode == _SPLIT:  # (compiled: ``_bind_hooks``)
+            return self._peaked_priority(head)
         return (self._share.get(head.user, 0.0), head.seq)
 
     def _peaked_priority(self, head: QueuedJob) -> Any:
@@ -92,7 +116,11 @@ class DrfPolicy(QueuedPolicy):
         a policy's life (``QueuedPolicy.__init__``)."""
         assert self._index is not None
         self._touch = self._index.touch  # (the dirty set's own ``add``, never replaced)
-        hooks: dict[str, Any] = vars(self)
+        try:
+            hooks: dict[str, Any] = vars(self)
+        except TypeError:  # compiled (mypyc): no instance dict; the general hooks ask the mode
+            self._mode = _SPLIT if self.backfill else _LINE
+            return
         if self.backfill:
             hooks["on_started"] = self._started_risen
             hooks["on_stopped"] = self._stopped_split
@@ -135,14 +163,28 @@ class DrfPolicy(QueuedPolicy):
         return pool
 
     def on_started(self, job: QueuedJob) -> None:
-        """Without the index (with it, the mode's own hook: ``_bind_hooks``)."""
-        self._add(add, job)
-        self.priority_changed(job)
+        """Without the index (with it, the mode's own hook: ``_bind_hooks``; compiled, this
+        one calls it)."""
+        mode = self._mode
+        if mode == _SPLIT:
+            self._started_risen(job)
+        elif mode == _LINE:
+            self._add(add, job)
+        else:
+            self._add(add, job)
+            self.priority_changed(job)
 
     def on_stopped(self, job: QueuedJob) -> None:
-        """Without the index (with it, the mode's own hook: ``_bind_hooks``)."""
-        self._add(sub, job)
-        self.priority_changed(job)
+        """Without the index (with it, the mode's own hook: ``_bind_hooks``; compiled, this
+        one calls it)."""
+        mode = self._mode
+        if mode == _SPLIT:
+            self._stopped_split(job)
+        elif mode == _LINE:
+            self._stopped_line(job)
+        else:
+            self._add(sub, job)
+            self.priority_changed(job)
 
     def _started_risen(self, job: QueuedJob) -> None:
         """A start with backfill: the user's lines are re-filed when met (``_arm``)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.policies.queued import QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
     from labhive.scheduler.core.config import ClusterConfig
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FifoPolicy(QueuedPolicy):
     name = "fifo"
 

@@ -55,7 +55,10 @@ from typing import Any
 
 Shape = tuple[tuple[int, float, int, int], ...]
 Kind = tuple[Shape, float | None]  # (gang shape, time limit or None)
-Entry = tuple[Any, int, int, Hashable]  # (group priority, head's seq, version, line)
+#: (group priority, head's seq, version, line). Of any length to mypy, so that mypyc keeps
+#: each entry one Python tuple: a fixed-length tuple type is unboxed there and boxed anew
+#: wherever it is stored or passed, and an entry is live where it *is* its line's (``filed``).
+Entry = tuple[Any, ...]
 
 #: ``MayStart``'s verdicts on a kind's first head: it may start; it may not now (ask again at
 #: the next call); neither it nor any head of the kind may start again in this pass; and
@@ -126,7 +129,10 @@ class HeadIndex:
             self.filed.pop(group, None)
             return
         version = self._next = self._next + 1
-        entry = self.filed[group] = (key, seq, version, group)
+        # (one tuple, filed and pushed: ``is`` tells it live. Not a chained assignment: mypyc
+        # boxes a fixed-length tuple anew for each target)
+        entry: Entry = (key, seq, version, group)
+        self.filed[group] = entry
         self._push(kind, gpus, entry)
 
     def _push(self, kind: Kind, gpus: int, entry: Entry) -> None:
@@ -205,7 +211,8 @@ class HeadIndex:
         if key == first[0]:
             return False
         self._next += 1
-        entry = self.filed[group] = (key, first[1], self._next, group)
+        entry: Entry = (key, first[1], self._next, group)  # (one tuple, as in ``file``)
+        self.filed[group] = entry
         heapq.heapreplace(heap, entry)
         return True
 

@@ -32,6 +32,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.model import Decision
 from labhive.scheduler.policies.node_pool import NodePool
 from labhive.scheduler.policies.preempt_probe import fails_on_paper, to_ends
@@ -47,6 +49,8 @@ QUANTUM = 300.0
 _EPS = 1e-6
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LasPolicy(QueuedPolicy):
     name = "las"
     preemptive = True
@@ -54,14 +58,19 @@ class LasPolicy(QueuedPolicy):
 
     def __init__(
         self,
-        *args: Any,
+        pool: NodePool,
+        vc_gpus: dict[str, int],
+        *,
         thresholds: tuple[float, ...] = THRESHOLDS,
         promote_knob: float = PROMOTE_KNOB,
         quantum: float = QUANTUM,
         same_queue: bool = False,
-        **kwargs: Any,
+        backfill: bool | None = None,
+        per_vc: bool = False,
+        pool_factory: Any = None,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        # (each argument named: mypyc passes ``*args`` and ``**kwargs`` on to ``super()`` whole)
+        super().__init__(pool, vc_gpus, backfill=backfill, per_vc=per_vc, pool_factory=pool_factory)
         self.same_queue = bool(same_queue)
         # same_queue: job id -> its rank in its queue (entries count up; a preempted job's
         # count down, to the front) and the time it entered the queue
@@ -275,7 +284,10 @@ class LasPolicy(QueuedPolicy):
             return
         self._quiet = None
         log: list[tuple[int, int, bool | tuple[str, ...]]] = []
-        self._log = log
+        # (as the attribute's type, not narrowed to a list: mypyc would read ``self._log`` below
+        # as one, where the pass may have set it None)
+        logged: list[tuple[int, int, bool | tuple[str, ...]]] | None = log
+        self._log = logged
         had = len(out)
         super()._schedule(out)
         kept = self._log is log

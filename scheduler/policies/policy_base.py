@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.core.model import (
     Adopt,
     Cancel,
@@ -34,6 +36,9 @@ J = TypeVar("J")
 T = TypeVar("T")
 
 
+# (compiled by mypyc, it may still be subclassed by interpreted classes: HiveD's scheduler,
+# ``hived.core.HivedScheduler``, is not compiled)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PolicyBase(Generic[J]):
     """Event dispatch for a policy whose jobs are ``J``; subclasses implement the handlers."""
 

@@ -34,7 +34,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 from labhive.scheduler.core.frozen_build import frozen_builder
 from labhive.scheduler.core.gpu_share import shares_refused
@@ -60,14 +62,12 @@ from labhive.scheduler.policies.node_pool import (
     gang_of,
 )
 from labhive.scheduler.policies.policy_base import (
-    PolicyBase,
     node_down,
     reconfigured,
 )
 from labhive.scheduler.policies.queued_config import policy_options, pool_from_config, vc_gpus
 from labhive.scheduler.policies.queued_job import NOT_WAITING, Entry, QueuedJob
 from labhive.scheduler.policies.queued_pass import QueuedPass
-from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 if TYPE_CHECKING:
@@ -99,7 +99,9 @@ _seq_of: Callable[[QueuedJob], int] = operator.attrgetter("seq")
 _ENDINGS = (Finish, Cancel, Requeue)
 
 
-class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
+# users write their own policies on it (docs/policies.md, lab 4): open to interpreted subclasses
+@mypyc_attr(allow_interpreted_subclasses=True)
+class QueuedPolicy(QueuedPass):
     """A ``Scheduler`` whose subclasses supply ordering (and optionally preemption)."""
 
     name = "queued"
@@ -110,14 +112,14 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
     #: are tried again at the next event.
     SEARCHES_PER_PASS = 2
     #: Whether backfill is on when the ``backfill`` option is not given.
-    BACKFILL = False
+    BACKFILL: ClassVar[bool] = False
     #: Keep the lines' heads ranked between passes (``HeadIndex``), when the policy does not
     #: preempt and runs without per-VC quotas. Only for a policy whose ``admit`` always admits
     #: and whose ``group_priority`` changes only with what ``priority_changed`` reports (with
     #: backfill: for each line of the job's ``line_key``), and only rises while a pass starts
     #: jobs: a pass then skips every head of a shape that did not fit, and with backfill every
     #: head ranked after the blocked one whose shape and limit may not jump it.
-    HEAD_INDEX = False
+    HEAD_INDEX: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -133,7 +135,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self.per_vc = per_vc
         self.vc_gpus = dict(vc_gpus)
         self._pool_factory = pool_factory
-        self._jobs: dict[str, QueuedJob] = {}
+        self._jobs = {}
         # (no dict of the waiting jobs: a job's waiting state is its ``group``, ``NOT_WAITING``
         # while it waits in no line. Why: at a million jobs that dict's entry a queued job, set
         # and popped by id, was a cache miss each, issue 34)
@@ -141,7 +143,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # job itself, so a line's head is read off its first entry (``_head``). The order is
         # total before the job (a job's ``seq`` is its own, its ``token`` new at each join),
         # so jobs are never compared.
-        self._groups: dict[Hashable, list[Entry]] = {}
+        self._groups = {}
         self._seq = 0
         self._now = 0.0
         # id(spec.roles) -> (those roles, their gang, whether ``check`` found it fits here):
@@ -151,18 +153,16 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._passed: JobSpec | None = None  # the spec ``check`` passed last
         self._passed_gang: Gang | None = None  # and its gang (``_new_job`` reads it)
         self._searches = self.SEARCHES_PER_PASS
-        self._no_room: set[Hashable] = set()
+        self._no_room = set()
         # what a submission's try resets first (``QueuedPass._schedule``): of what
         # ``_begin_pass`` resets, a try that cannot search reads only the shapes found no
         # room (``_searches`` and the kept refusals, ``_refused``, are read by searches and
         # by a preemptive pass's skips alone), so a policy that does not preempt clears
         # that set, without a frame (a call a submission, issue 34); ``_no_room`` is cleared,
         # never replaced, so the bound ``clear`` stays its own
-        self._begin_try: Callable[[], None] = (
-            self._begin_pass if self.preemptive else self._no_room.clear
-        )
+        self._begin_try = self._begin_pass if self.preemptive else self._no_room.clear
         # ``surely_refused`` by GPU count, kept while no job starts or stops (``_refused``)
-        self._refusals: dict[int, bool] = {}
+        self._refusals = {}
         self._refusals_at = -1  # ``_runs`` when kept; -1: forgotten (a pass begins)
         self._sizes = SizeRefusals()  # the refusals, kept across passes (``size_refusals``)
         # ``group_priority`` is the head's ``order_key``, which its line's first entry holds
@@ -175,10 +175,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         )
         # a full pass's ranked heads, kept between passes where that is exact (``_kept_heads``:
         # a keyed, preemptive policy), and the lines a job joined or left since
-        self._line_heads: dict[Hashable, tuple[Any, int, Hashable]] | None = None
+        self._line_heads = None
         if self._keyed and self.preemptive:
             self._line_heads = {}
-        self._touched: set[Hashable] = set()
+        self._touched = set()
         # every job in one line, ranked by arrival (FIFO, strict): ``_enqueue`` files a job
         # under ``None`` without asking ``group_key`` and ``line_key`` (two calls a job)
         cls = type(self)
@@ -191,15 +191,15 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         # Elsewhere only the cluster view reads them, and counts the running jobs then
         # (``QueuedViews.vc_use``). Why: two dict updates a job of FIFO, SJF, DRF and LAS
         # (about 28 bytecodes) for a view a simulation never asks for.
-        self.vc_used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
-        self.vc_borrowed: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)
+        self.vc_used = dict.fromkeys(self.vc_gpus, 0)
+        self.vc_borrowed = dict.fromkeys(self.vc_gpus, 0)
         self._counts_vcs = per_vc or not self._admits_all
-        self._blocked: QueuedJob | None = None  # backfill: the first head a pass could not place
+        self._blocked = None  # backfill: the first head a pass could not place
         self._runs = 0  # jobs started or stopped so far: the running set's version
         self._limited = 0  # running jobs that declared a time limit (backfill's shadow)
-        self._shadow: tuple[tuple[int, int, int], tuple[float, int] | None] | None = None
+        self._shadow = None
         indexed = self.HEAD_INDEX and not (self.preemptive or per_vc)
-        self._index: HeadIndex | None = HeadIndex() if indexed else None
+        self._index = HeadIndex() if indexed else None
         # ``_try`` asks ``NodePool.may_fit`` before placing only where a refusal by it differs
         # from placement's own: a preemptive policy then searches, and DRF's index parks the
         # kind. Elsewhere ``place`` refuses the same gangs by the same first tests, and the
@@ -211,7 +211,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         self._may_settle = self.SKIP_SETTLED_PASSES and not (
             self.preemptive or self.backfill or indexed
         )
-        self._settled: tuple[NodePool, int] | None = None  # (the pool, the wake level)
+        self._settled = None  # (the pool, the wake level)
         # with the index and backfill: the groups of each line_key so far (one per GPU count;
         # the line_key's priority, e.g. a user's share, ranks all of them)
         self._split: dict[Hashable, set[Hashable]] = {}
@@ -439,7 +439,7 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
 
     def _enqueue(self, job: QueuedJob) -> None:
         job.token += 1
-        entry = (self._order_key(job), job.seq, job.token, job)
+        entry: Entry = (self._order_key(job), job.seq, job.token, job)  # (one tuple: ``is``)
         group = job.group = None if self._one_line else self.group_key(job)
         line = self._groups.setdefault(group, [])
         heappush(line, entry)
@@ -485,6 +485,10 @@ class QueuedPolicy(QueuedPass, QueuedViews, PolicyBase[QueuedJob]):
         needed. Why: ``_head`` is called several times a job by every queue policy (LAS
         about 7.7 times an arrival), each with a dict look-up (issue 34)."""
         heap = self._groups.get(group)
+        # (an entry's items are Any to mypy, ``Entry``: typed here, so that mypyc reads them as
+        # a job and an int, not as objects; no instruction in pure Python)
+        job: QueuedJob
+        token: int
         while heap:
             _, _, token, job = heap[0]
             if job.token == token:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from labhive.scheduler.core.jobs import JobSpec
 from labhive.scheduler.policies.node_pool import Gang
@@ -68,4 +68,13 @@ class QueuedJob:
 #: A waiting line's heap entry: (``order_key``, ``seq``, ``token`` when it joined, the job).
 #: Ordered by its first three alone: ``seq`` is the job's own and its ``token`` is bumped at
 #: every join, so two entries never tie there and the job (not orderable) is never compared.
-Entry = tuple[Any, int, int, QueuedJob]
+#: (Of any length to mypy, so that mypyc keeps each entry one Python tuple: a fixed-length
+#: tuple type is unboxed there, and boxed anew wherever it is stored or passed, which broke
+#: the identity tests on entries, ``line[0] is entry``: issue 34, DRF deciding otherwise.)
+Entry = tuple[Any, ...]
+
+
+#: ``None`` as a blocked head (``QueuedPass._blocked``) typed as the attribute: a pass that
+#: resets it to this reads it again after calls that set it, and mypy, given ``None``, takes it
+#: as None until the function's end (mypyc then refuses the head read there).
+UNBLOCKED: Final[QueuedJob | None] = None

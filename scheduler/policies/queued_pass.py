@@ -10,9 +10,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Hashable, Iterable
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
-from labhive.scheduler.core.model import Decision, Preempt, Start, TaskPlacement
+from mypy_extensions import mypyc_attr
+
+from labhive.scheduler.core.model import Decision, Preempt, TaskPlacement
 from labhive.scheduler.policies.backfill import may_jump_by, shadow
 from labhive.scheduler.policies.head_index import (
     LATER,
@@ -25,27 +27,26 @@ from labhive.scheduler.policies.head_index import (
 )
 from labhive.scheduler.policies.node_pool import Gang, NodePool
 from labhive.scheduler.policies.preempt_probe import ReleaseProbe, undo_order
-from labhive.scheduler.policies.queued_job import NOT_WAITING, Entry, QueuedJob
+from labhive.scheduler.policies.queued_job import NOT_WAITING, UNBLOCKED, Entry, QueuedJob
+from labhive.scheduler.policies.queued_views import QueuedViews
 from labhive.scheduler.policies.size_refusals import SizeRefusals
 
 
-class QueuedPass:
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class QueuedPass(QueuedViews):
     """``_schedule`` and what it calls, over ``QueuedPolicy``'s state."""
 
-    # the state of ``QueuedPolicy`` the pass reads and changes
-    name: str
-    preemptive: bool
+    # the state of ``QueuedPolicy`` the pass reads and changes (and ``QueuedViews``' too)
+    # (class constants: ``ClassVar``, as compiled classes read them on the class too)
+    preemptive: ClassVar[bool]
     #: Skip a pass while no job waits (a test sets it False to run every pass).
-    SKIP_IDLE_PASSES = True
+    SKIP_IDLE_PASSES: ClassVar[bool] = True
     #: Skip a pass while every line's head finds no room (``_settle``; a test sets it False).
-    SKIP_SETTLED_PASSES = True
-    SEARCHES_PER_PASS: int
-    pool: NodePool
+    SKIP_SETTLED_PASSES: ClassVar[bool] = True
+    SEARCHES_PER_PASS: int  # (an instance's: tests set it on one)
     backfill: bool
     per_vc: bool
-    vc_gpus: dict[str, int]
-    vc_used: dict[str, int]
-    _jobs: dict[str, QueuedJob]
     _groups: dict[Hashable, list[Entry]]
     _now: float
     _searches: int
@@ -75,7 +76,7 @@ class QueuedPass:
     _settled: tuple[NodePool, int] | None
     #: ``admit`` is the one ``QueuedPolicy`` declares (every job may start, none as
     #: opportunistic): ``_try`` takes that answer without the call (``__init_subclass__``)
-    _admits_all = False
+    _admits_all: ClassVar[bool] = False  # (a class's: set per class, read on the class)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Per policy class: is ``admit`` declared by one class alone, the first to declare
@@ -83,21 +84,7 @@ class QueuedPass:
         Capacity's (and tests') admit other than every job (issue 34: about five tries per
         contended LAS arrival)."""
         super().__init_subclass__(**kwargs)
-        cls._admits_all = sum("admit" in vars(c) for c in cls.__mro__) == 1
-
-    if TYPE_CHECKING:
-
-        def group_priority(self, head: QueuedJob) -> Any: ...
-        def _head(self, group: Hashable) -> QueuedJob | None: ...
-        def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]: ...
-        def within_quota(self, job: QueuedJob) -> bool: ...
-        def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int: ...
-        def preempt_reason(self, victim: QueuedJob) -> str: ...
-        def group_key(self, job: QueuedJob) -> Hashable: ...
-        def admit(self, job: QueuedJob) -> tuple[bool, bool]: ...
-        def _stop(self, job: QueuedJob, *, release: bool = True) -> None: ...
-        def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start: ...
-        def _enqueue(self, job: QueuedJob) -> None: ...
+        cls._admits_all = sum("admit" in vars(c) for c in cls.__mro__ if c is not QueuedViews) == 1
 
     def _schedule(
         self,
@@ -142,7 +129,7 @@ class QueuedPass:
             self._settled = None
         self._begin_pass()
         if groups is None:
-            self._blocked = None  # a full pass finds the blocked head afresh
+            self._blocked = UNBLOCKED  # a full pass finds the blocked head afresh
         free = self.pool.free_gpus
         if not self.preemptive and free == 0:
             if self._may_settle:

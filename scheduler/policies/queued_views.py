@@ -4,15 +4,20 @@ changes nothing."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Iterable
+from typing import Any
 
-from labhive.scheduler.core.model import ClusterView, JobView, VCView
+from mypy_extensions import mypyc_attr
+
+from labhive.scheduler.core.model import ClusterView, JobView, Start, TaskPlacement, VCView
 from labhive.scheduler.policies.node_pool import NodePool
-from labhive.scheduler.policies.policy_base import listing_order, position_tail
+from labhive.scheduler.policies.policy_base import PolicyBase, listing_order, position_tail
 from labhive.scheduler.policies.queued_job import NOT_WAITING, QueuedJob
 
 
-class QueuedViews:
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class QueuedViews(PolicyBase[QueuedJob]):
     """``job``, ``jobs`` and ``cluster`` of a queue policy, with the texts of why jobs wait."""
 
     # the state of ``QueuedPolicy`` these read
@@ -24,10 +29,47 @@ class QueuedViews:
     _jobs: dict[str, QueuedJob]
     _counts_vcs: bool
 
-    if TYPE_CHECKING:
+    # (``QueuedPolicy``'s, declared here for the views: a class body of plain statements,
+    # as mypyc compiles it)
+    def order_key(self, job: QueuedJob) -> Any:
+        raise NotImplementedError
 
-        def order_key(self, job: QueuedJob) -> Any: ...
-        def wait_reason(self, job: QueuedJob) -> str: ...
+    def wait_reason(self, job: QueuedJob) -> str:
+        raise NotImplementedError
+
+    # (and for the pass, ``QueuedPass``: ``admit``'s is not counted by its ``__init_subclass__``)
+    def group_priority(self, head: QueuedJob) -> Any:
+        raise NotImplementedError
+
+    def _head(self, group: Hashable) -> QueuedJob | None:
+        raise NotImplementedError
+
+    def victims(self, job: QueuedJob, opportunistic: bool) -> Iterable[QueuedJob]:
+        raise NotImplementedError
+
+    def within_quota(self, job: QueuedJob) -> bool:
+        raise NotImplementedError
+
+    def victim_gpus(self, job: QueuedJob, opportunistic: bool) -> int:
+        raise NotImplementedError
+
+    def preempt_reason(self, victim: QueuedJob) -> str:
+        raise NotImplementedError
+
+    def group_key(self, job: QueuedJob) -> Hashable:
+        raise NotImplementedError
+
+    def admit(self, job: QueuedJob) -> tuple[bool, bool]:
+        raise NotImplementedError
+
+    def _stop(self, job: QueuedJob, *, release: bool = True) -> None:
+        raise NotImplementedError
+
+    def _start(self, job: QueuedJob, tasks: tuple[TaskPlacement, ...], opp: bool) -> Start:
+        raise NotImplementedError
+
+    def _enqueue(self, job: QueuedJob) -> None:
+        raise NotImplementedError
 
     def job(self, job_id: str) -> JobView | None:
         job = self._jobs.get(job_id)

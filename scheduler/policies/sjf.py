@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from labhive.scheduler.policies.queued import QueuedJob, QueuedPolicy
 from labhive.scheduler.policies.vc_nodes import VcNodes, per_vc_from_config
 
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from labhive.scheduler.core.config import ClusterConfig
 
 
+# open to subclasses written in Python, as QueuedPolicy is (docs/policies.md)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SjfPolicy(QueuedPolicy):
     name = "sjf"
 
