@@ -4,7 +4,7 @@ are built from the sources beside them.
 Why: a replay of a million jobs spends its time in a few modules (the simulator's loop, the queue
 policies, the node pool), all of them typed to ``mypy --strict``. mypyc compiles such modules to
 C extensions with the same behaviour: the same decisions, byte for byte (``tests/
-test_native_same_decisions.py`` holds the compiled modules to the pure ones), in a fraction of
+test_native.py`` holds the compiled modules to the pure ones), in a fraction of
 the CPU time. The sources stay the truth: the extensions are built in place beside them
 (``python -m labhive.scheduler.native.build``, which ``make native`` runs), never committed, and
 optional: without a C compiler, or with ``LABHIVE_PURE=1`` set, everything runs as plain Python.
@@ -24,11 +24,6 @@ by whoever may write its sources; the guard adds no other place code is loaded f
 
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import json
 import os
 import sys
 import sysconfig
@@ -36,6 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+
+# (hashlib, json and importlib.util are imported where used: ``import labhive`` runs the guard in
+# every kernel and task, and with nothing built it reads no manifest and hashes nothing)
 
 PACKAGE = "labhive.scheduler"
 HERE = Path(__file__).resolve().parents[1]  # the folder ``labhive.scheduler`` is loaded from
@@ -94,6 +96,8 @@ def extensions_present() -> list[Path]:
 
 def source_digests() -> dict[str, str]:
     """SHA-256 of every hashed source, by its path under ``HERE``, in a fixed order."""
+    import hashlib
+
     files = sorted(p for folder in HASHED for p in (HERE / folder).rglob("*.py"))
     return {str(p.relative_to(HERE)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
@@ -114,17 +118,22 @@ class Status:
         return "compiled (mypyc)" if self.compiled else f"pure Python ({self.reason})"
 
 
-def status() -> Status:
+def status(present: list[Path] | None = None) -> Status:
     """Compiled only when asked for (no ``LABHIVE_PURE``), built, and built from these sources."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return Status(False, f"{PURE_ENV} is set")
-    return built()
+    return built(present)
 
 
-def built() -> Status:
-    """Whether the extensions here were built, from these sources, for this interpreter."""
-    if extensions_present() != sorted(extension_paths()) or not MANIFEST.exists():
+def built(present: list[Path] | None = None) -> Status:
+    """Whether the extensions here (``present``: ``extensions_present()``, when the caller has
+    it) were built, from these sources, for this interpreter."""
+    if present is None:
+        present = extensions_present()
+    if present != sorted(extension_paths()) or not MANIFEST.exists():
         return Status(False, "not built: run `make native`")
+    import json
+
     try:
         manifest = json.loads(MANIFEST.read_text())
     except (OSError, ValueError) as exc:
@@ -141,17 +150,22 @@ def built() -> Status:
     return Status(True, "")
 
 
-class _Sources(importlib.abc.MetaPathFinder):
-    """Finds each compiled module's ``.py`` source ahead of the extension beside it."""
+class _Sources:
+    """Finds each compiled module's ``.py`` source ahead of the extension beside it (a meta path
+    finder: ``find_spec`` is all the import system asks of one)."""
 
     def __init__(self, sources: dict[str, Path]) -> None:
         self.sources = sources
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
         source = self.sources.get(fullname)
-        return None if source is None else importlib.util.spec_from_file_location(fullname, source)
+        if source is None:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_file_location(fullname, source)
 
 
 _STATUS: Status | None = None
@@ -162,10 +176,11 @@ def install() -> Status:
     for, or not built from these sources) and any extension is there, load the sources."""
     global _STATUS
     if _STATUS is None:
-        _STATUS = status()
+        present = extensions_present()  # (walked once: the status reads it too)
+        _STATUS = status(present)
         if not _STATUS.compiled:
             sources = {}
-            for path in extensions_present():
+            for path in present:
                 rel = str(path.relative_to(HERE)).removesuffix(EXT_SUFFIX) + ".py"
                 if (HERE / rel).exists():
                     sources[module_name(rel)] = HERE / rel
